@@ -1,0 +1,1 @@
+"""The g3 command-line interface (thin: every command calls one stage entry function)."""

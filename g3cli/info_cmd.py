@@ -1,0 +1,25 @@
+"""`g3 info PATH`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from stages.info import summarize
+
+from .output import print_summary
+
+
+@click.command()
+@click.argument("path", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")
+@click.option("--verify", is_flag=True, help="Stores: recompute every array checksum and report mismatches.")
+def info(path, as_json, verify):
+    """Summarise a g3 artifact: a store (nodes, arcs, degrees, features, classes, splits, size on disk),
+    a partition (per-partition table and balance ratios), a plan or a run."""
+    summary = summarize(path, verify=verify)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        print_summary(summary)

@@ -1,0 +1,80 @@
+"""`g3`: full-graph GNN training with hybrid parallelism (G3), as a pipeline of on-disk stages."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from stages.common.errors import G3InputError, G3RuntimeError
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("g3")
+    except Exception:
+        return "unknown"
+
+
+class G3Group(click.Group):
+    """Turns g3's errors into one line on stderr and an exit code (2 for bad input), unless --debug."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (G3InputError, G3RuntimeError) as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"g3: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("g3: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=G3Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(_version(), "--version", prog_name="g3")
+@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line error messages.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """g3 trains graph neural networks on the whole graph (no sampling) across many workers.
+
+    \b
+    Pipeline (each stage reads the previous stage's artifact from disk):
+      g3 ingest SOURCE STORE      OGB / WebGraph / edge list / synthetic -> zarr graph store
+      g3 partition STORE -w K     balanced partitions + per-worker shards
+      g3 plan PART                bins, priorities and peer-to-peer tables per worker
+      g3 train PLAN               hybrid-parallel full-graph training
+      g3 eval RUN                 accuracy per split
+      g3 info PATH                summary of any g3 artifact
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def _register() -> None:
+    from . import ingest_cmd, info_cmd
+
+    cli.add_command(ingest_cmd.ingest)
+    cli.add_command(info_cmd.info)
+    for name in ("partition_cmd", "plan_cmd", "train_cmd", "eval_cmd", "report_cmd", "bench_cmd", "simulate_cmd"):
+        try:
+            module = __import__(f"g3cli.{name}", fromlist=["command"])
+        except ModuleNotFoundError as exc:
+            if exc.name == f"g3cli.{name}":
+                continue  # that stage is not part of this build yet
+            raise
+        cli.add_command(module.command)
+
+
+_register()
+
+
+def main() -> None:
+    cli(prog_name="g3")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Atomic artifact output: build in a temporary directory beside the target, rename on success.
+
+Nothing half-written is ever left at the target path, and an existing target is never replaced unless the
+caller passes ``force=True``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import G3InputError
+
+
+def check_target(target: Path, force: bool) -> None:
+    """Refuse an existing target unless ``force``."""
+    if target.exists() and not force:
+        raise G3InputError("already exists; pass --force to replace it", path=target)
+
+
+@contextlib.contextmanager
+def atomic_dir(target: str | os.PathLike, force: bool = False) -> Iterator[Path]:
+    """Yield a fresh temporary directory; on success it replaces ``target`` in one rename."""
+    target = Path(target)
+    check_target(target, force)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        os.rename(target, old)
+        os.rename(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, target)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: object) -> None:
+    """Write JSON to ``path`` through a temporary file and a rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=False, default=_json_default)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _json_default(o: object):
+    import numpy as np
+
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

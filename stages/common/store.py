@@ -1,0 +1,238 @@
+"""The g3 graph store: a zarr v3 directory written by ``g3 ingest`` and read by every later stage.
+
+Layout (documented in docs/ARTIFACTS.md, schema ``g3.store`` version 1)::
+
+    STORE/zarr.json          group; attributes["g3"] holds the metadata below
+    STORE/indptr             int64 [N+1]   in-edge CSR row pointers (row v = arcs whose destination is v)
+    STORE/indices            int32|int64 [E] source of each arc, sorted within a row
+    STORE/in_degree          int32 [N]
+    STORE/out_degree         int32 [N]
+    STORE/features           float32|float16 [N, F], chunked by rows
+    STORE/labels             int32 [N]      class id, -1 for unlabelled nodes
+    STORE/split/train        int64 [n_train] node ids (and valid, test)
+
+Readers open arrays lazily: nothing loads the whole graph unless a caller asks for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from .errors import G3InputError
+
+STORE_SCHEMA = "g3.store"
+STORE_VERSION = 1
+SPLITS = ("train", "valid", "test")
+FEATURE_CHUNK_BYTES = 16 << 20  # rows per feature chunk are chosen so one chunk is about 16 MiB
+ARC_CHUNK = 1 << 22  # elements per chunk of the 1-D arrays
+
+
+def index_dtype(num_nodes: int) -> np.dtype:
+    """int32 when node ids fit, else int64."""
+    return np.dtype(np.int32) if num_nodes < 2**31 else np.dtype(np.int64)
+
+
+class ArrayWriter:
+    """Writes one zarr array sequentially by slabs along axis 0, hashing the bytes as they go."""
+
+    def __init__(self, array: zarr.Array):
+        self.array = array
+        self.offset = 0
+        self._hash = hashlib.sha256()
+
+    def append(self, block: np.ndarray) -> None:
+        block = np.ascontiguousarray(block, dtype=self.array.dtype)
+        n = block.shape[0]
+        if self.offset + n > self.array.shape[0]:
+            raise ValueError(f"{self.array.name}: writing past the end ({self.offset + n} > {self.array.shape[0]})")
+        if n:
+            self.array[self.offset : self.offset + n] = block
+            self._hash.update(block.tobytes())
+        self.offset += n
+
+    def checksum(self) -> str:
+        if self.offset != self.array.shape[0]:
+            raise ValueError(f"{self.array.name}: {self.offset} of {self.array.shape[0]} rows written")
+        return "sha256:" + self._hash.hexdigest()
+
+
+class StoreWriter:
+    """Creates the arrays of a store inside a (temporary) directory; ``finish`` writes the metadata last."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.group = zarr.open_group(str(self.path), mode="w", zarr_format=3)
+        self.checksums: dict[str, str] = {}
+        self._writers: dict[str, ArrayWriter] = {}
+
+    def create(self, name: str, shape: tuple[int, ...], dtype, chunk_rows: int | None = None) -> ArrayWriter:
+        dtype = np.dtype(dtype)
+        if chunk_rows is None:
+            if len(shape) == 1:
+                chunk_rows = ARC_CHUNK
+            else:
+                row_bytes = max(1, int(np.prod(shape[1:])) * dtype.itemsize)
+                chunk_rows = max(1024, FEATURE_CHUNK_BYTES // row_bytes)
+        if shape[0] > 0:  # an array created empty (to be grown) keeps the full chunk size
+            chunk_rows = max(1, min(chunk_rows, shape[0]))
+        chunks = (chunk_rows, *shape[1:])
+        array = self.group.create_array(name, shape=shape, dtype=dtype, chunks=chunks, fill_value=0)
+        writer = ArrayWriter(array)
+        self._writers[name] = writer
+        return writer
+
+    def write_array(self, name: str, data: np.ndarray, chunk_rows: int | None = None) -> None:
+        """Create and fill an array that fits in memory."""
+        w = self.create(name, data.shape, data.dtype, chunk_rows)
+        w.append(data)
+
+    def finish(self, meta: dict[str, Any]) -> None:
+        for name, w in self._writers.items():
+            self.checksums[name] = w.checksum()
+        meta = dict(meta)
+        meta["schema"] = STORE_SCHEMA
+        meta["schema_version"] = STORE_VERSION
+        meta["checksums"] = self.checksums
+        self.group.attrs["g3"] = json.loads(json.dumps(meta, default=_plain))
+
+
+def _plain(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o).__name__)
+
+
+class GraphStore:
+    """Lazy reader of a g3 store. Arrays are zarr arrays; ``load_*`` methods read them whole."""
+
+    def __init__(self, path: Path, group: zarr.Group, meta: dict[str, Any]):
+        self.path = path
+        self.group = group
+        self.meta = meta
+
+    @classmethod
+    def open(cls, path: str | Path) -> GraphStore:
+        path = Path(path)
+        if not path.exists():
+            raise G3InputError("no such store", path=path)
+        if not (path / "zarr.json").is_file():
+            raise G3InputError("not a g3 store (no zarr.json; run `g3 ingest` first)", path=path)
+        try:
+            group = zarr.open_group(str(path), mode="r")
+        except Exception as exc:  # zarr raises several types for a broken group
+            raise G3InputError(f"cannot open as a zarr group: {exc}", path=path) from None
+        meta = dict(group.attrs.get("g3") or {})
+        if meta.get("schema") != STORE_SCHEMA:
+            raise G3InputError("not a g3 store (no g3 metadata in zarr.json)", path=path)
+        if meta.get("schema_version") != STORE_VERSION:
+            raise G3InputError(
+                f"store schema version {meta.get('schema_version')} is not supported "
+                f"(this g3 reads version {STORE_VERSION}); re-run `g3 ingest`",
+                path=path,
+            )
+        return cls(path, group, meta)
+
+    # --- counts -------------------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.meta.get("name", self.path.name)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.meta["num_nodes"])
+
+    @property
+    def num_arcs(self) -> int:
+        return int(self.meta["num_arcs"])
+
+    @property
+    def feat_dim(self) -> int:
+        return int(self.meta["feat_dim"])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.meta["num_classes"])
+
+    @property
+    def feature_dtype(self) -> np.dtype:
+        return np.dtype(self.meta["feature_dtype"])
+
+    # --- lazy arrays --------------------------------------------------------------------------------------
+    def array(self, name: str) -> zarr.Array:
+        try:
+            return self.group[name]
+        except KeyError:
+            raise G3InputError(f"store has no array {name!r}", path=self.path) from None
+
+    @property
+    def indptr(self) -> zarr.Array:
+        return self.array("indptr")
+
+    @property
+    def indices(self) -> zarr.Array:
+        return self.array("indices")
+
+    @property
+    def features(self) -> zarr.Array:
+        return self.array("features")
+
+    @property
+    def labels(self) -> zarr.Array:
+        return self.array("labels")
+
+    # --- eager loads --------------------------------------------------------------------------------------
+    def load_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole in-edge CSR: (indptr int64 [N+1], indices [E])."""
+        return np.asarray(self.indptr[:]), np.asarray(self.indices[:])
+
+    def load_degrees(self) -> tuple[np.ndarray, np.ndarray]:
+        """(in_degree, out_degree) as int64 arrays."""
+        return (
+            np.asarray(self.array("in_degree")[:], dtype=np.int64),
+            np.asarray(self.array("out_degree")[:], dtype=np.int64),
+        )
+
+    def load_labels(self) -> np.ndarray:
+        return np.asarray(self.labels[:])
+
+    def split_index(self, split: str) -> np.ndarray:
+        """Node ids of a split (train/valid/test) as int64, sorted."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}")
+        key = f"split/{split}"
+        try:
+            arr = self.group[key]
+        except KeyError:
+            return np.zeros(0, dtype=np.int64)
+        return np.asarray(arr[:], dtype=np.int64)
+
+    def split_mask(self, split: str) -> np.ndarray:
+        mask = np.zeros(self.num_nodes, dtype=bool)
+        mask[self.split_index(split)] = True
+        return mask
+
+    def size_on_disk(self) -> int:
+        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+
+    def verify(self) -> list[str]:
+        """Recompute every array's checksum; returns the names whose checksum differs."""
+        bad = []
+        for name, expected in self.meta.get("checksums", {}).items():
+            arr = self.group[name]
+            h = hashlib.sha256()
+            step = arr.chunks[0]
+            for start in range(0, arr.shape[0], step):
+                h.update(np.ascontiguousarray(arr[start : start + step]).tobytes())
+            if "sha256:" + h.hexdigest() != expected:
+                bad.append(name)
+        return bad

@@ -1,0 +1,64 @@
+"""`g3 info`: a summary of any g3 artifact, as a plain dict (the CLI renders it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .common.errors import G3InputError
+from .common.store import GraphStore
+
+
+def artifact_kind(path: Path) -> str:
+    """Which g3 artifact PATH is: store, partition, plan or run."""
+    if not path.exists():
+        raise G3InputError("no such file or folder", path=path)
+    for marker, kind in (("partition.json", "partition"), ("plan.json", "plan"), ("run.json", "run")):
+        if (path / marker).is_file():
+            return kind
+    if (path / "zarr.json").is_file():
+        return "store"
+    raise G3InputError("not a g3 artifact (no zarr.json, partition.json, plan.json or run.json)", path=path)
+
+
+def store_summary(store: GraphStore, verify: bool = False) -> dict:
+    m = store.meta
+    out = {
+        "kind": "store",
+        "path": str(store.path),
+        "name": store.name,
+        "schema": m["schema"],
+        "schema_version": m["schema_version"],
+        "num_nodes": store.num_nodes,
+        "num_arcs": store.num_arcs,
+        "directed": m["directed"],
+        "degree": m["degree"],
+        "feat_dim": store.feat_dim,
+        "feature_dtype": m["feature_dtype"],
+        "features": m["features"],
+        "num_classes": store.num_classes,
+        "num_labeled": m["num_labeled"],
+        "labels": m["labels"],
+        "split_sizes": m["split_sizes"],
+        "removed": m["removed"],
+        "source": m["source"],
+        "size_on_disk": store.size_on_disk(),
+    }
+    if verify:
+        bad = store.verify()
+        out["checksums_ok"] = not bad
+        if bad:
+            raise G3InputError(f"checksum mismatch in {', '.join(bad)}", path=store.path)
+    return out
+
+
+def summarize(path: str | Path, verify: bool = False) -> dict:
+    path = Path(path)
+    kind = artifact_kind(path)
+    if kind == "store":
+        return store_summary(GraphStore.open(path), verify=verify)
+    marker = {"partition": "partition.json", "plan": "plan.json", "run": "run.json"}[kind]
+    with open(path / marker) as f:
+        data = json.load(f)
+    data["kind"] = kind
+    return data
