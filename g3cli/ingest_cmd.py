@@ -14,9 +14,12 @@ def _size(ctx, param, value):
     if value is None:
         return None
     try:
-        return parse_size(value)
+        size = parse_size(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    if size < (64 << 20):
+        raise click.BadParameter("must be at least 64MiB")
+    return size
 
 
 def _ratios(ctx, param, value):

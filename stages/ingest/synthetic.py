@@ -94,8 +94,10 @@ class _Layout:
         n = s.nodes
         c = s.communities or max(s.num_classes, n // 400)
         c = min(c, n)
+        # log-normal sizes with a floor that can hold a node's degree (tiny communities only make duplicates)
+        floor = int(min(n // c, max(8, 3 * s.avg_degree)))
         sizes = rng.lognormal(0.0, s.community_sigma, size=c)
-        sizes = np.maximum(1, np.floor(sizes / sizes.sum() * n)).astype(np.int64)
+        sizes = floor + np.floor(sizes / sizes.sum() * (n - floor * c)).astype(np.int64)
         # fix the rounding so sizes sum to n (add/remove at the largest communities)
         diff = n - int(sizes.sum())
         order = np.argsort(-sizes)
@@ -116,7 +118,9 @@ class _Layout:
         self.comm_class = comm_class
         # heavy-tailed activity, capped so hubs do not create mostly duplicate arcs
         act = rng.pareto(s.degree_exponent - 1.0, size=n) + 1.0
-        cap = max(2.0, np.sqrt(n * s.avg_degree) / max(1.0, s.avg_degree) * 8.0)
+        # cap a node's activity so it cannot ask for more partners than its community has
+        comm_size = sizes[self.node_comm]
+        cap = np.maximum(2.0, comm_size / max(1.0, s.avg_degree) * 2.0)
         act = np.minimum(act, cap)
         self.cum_act = np.cumsum(act)
         self.comm_act_before = np.concatenate([[0.0], self.cum_act])[self.comm_start[:-1]]
@@ -140,7 +144,7 @@ class _Layout:
 
 
 def _edge_chunks(s: SyntheticSpec, layout: _Layout):
-    m = int(round(s.nodes * s.avg_degree / 2 * 1.03))  # a little extra for the duplicates the builder drops
+    m = int(round(s.nodes * s.avg_degree / 2 * 1.13))  # extra for the duplicates the builder drops (~11%)
     total_act = layout.cum_act[-1]
     for k, start in enumerate(range(0, m, EDGE_CHUNK)):
         rng = np.random.default_rng([s.seed, 2, k])
