@@ -53,3 +53,50 @@ def _print_store(s: dict) -> None:
     t.add_row("size on disk", human_bytes(s["size_on_disk"]))
     t.add_row("schema", f"{s['schema']} v{s['schema_version']}")
     console.print(t)
+
+
+def print_plan_report(plan: dict, detailed: bool = False) -> None:
+    cfg = plan["config"]
+    console.print(
+        f"[bold]plan[/bold] → {plan['path']}: {plan['num_workers']} workers, {cfg['model']} × {cfg['layers']} layers, "
+        f"widths {plan['widths']}, " + (f"bins of {cfg['bin_size']} nodes" if cfg["bin_size"] else
+                                         f"bin limit {human_bytes(plan['bin_limit_bytes'])} (half of the device memory)")
+    )
+    t = Table(title="per worker" if not detailed else "per worker and layer")
+    for col in ("worker", "owned", "remote", "arcs") + (("layer", "bins", "max bin nodes", "compute (arcs×width)",
+                                                         "recv bytes", "send bytes") if detailed else ("bins/layer",)):
+        t.add_column(col, justify="right")
+    for w in plan["workers"]:
+        head = (str(w["rank"]), f"{w['num_owned']:,}", f"{w['num_remote']:,}", f"{w['num_arcs']:,}")
+        if not detailed:
+            t.add_row(*head, " / ".join(str(layer["num_bins"]) for layer in w["layers"]))
+            continue
+        for layer, est in zip(w["layers"], w["estimate"], strict=True):
+            t.add_row(*(head if est["layer"] == 0 else ("", "", "", "")), str(est["layer"]), str(layer["num_bins"]),
+                      f"{layer['max_bin_nodes']:,}", f"{est['compute']:,}",
+                      human_bytes(est["recv_bytes"]) + (" (once)" if est["recv_is_static_features"] else ""),
+                      human_bytes(est["send_bytes"]))
+    console.print(t)
+
+
+def print_run_summary(info: dict) -> None:
+    from pathlib import Path
+
+    from stages.train.metrics import read_metrics
+
+    history = read_metrics(Path(info.get("run", "")) if "run" in info else Path(info["path"]))
+    if not history:
+        console.print(f"run {info.get('status', '')}")
+        return
+    last = history[-1]
+    t = Table(title=f"run → {info['path']} ({info['status']})", show_header=False, box=None)
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    t.add_row("epochs", str(len(history)))
+    t.add_row("final loss", f"{last['loss']:.4f}")
+    times = sorted(r["epoch_seconds"] for r in history)
+    t.add_row("median epoch time", f"{times[len(times) // 2]:.3f} s")
+    for split in ("train", "valid", "test"):
+        if last.get(f"{split}_acc") is not None:
+            t.add_row(f"{split} accuracy", f"{100 * last[f'{split}_acc']:.2f} %")
+    console.print(t)

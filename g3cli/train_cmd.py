@@ -1,0 +1,54 @@
+"""`g3 train PLAN`."""
+
+from __future__ import annotations
+
+import click
+
+from stages.train import TrainConfig, run_train
+from stages.train.config import DTYPES, PIPELINES
+
+from .output import print_run_summary
+
+
+@click.command("train")
+@click.argument("plan", type=click.Path())
+@click.option("--epochs", type=int, default=10, show_default=True, help="Full-graph epochs (one optimizer step each).")
+@click.option("--lr", type=float, default=0.01, show_default=True, help="Adam learning rate.")
+@click.option("--weight-decay", type=float, default=0.0, show_default=True, help="Adam weight decay.")
+@click.option("--dropout", type=float, default=0.5, show_default=True,
+              help="Dropout between layers; masks depend only on (seed, epoch, layer, node id), not on K.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the initial weights and dropout masks.")
+@click.option("--workers", type=int, default=None,
+              help="Local worker processes to spawn; must equal the plan's worker count [default: the plan's]. "
+                   "Under torchrun, RANK/WORLD_SIZE/MASTER_ADDR come from the environment instead.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="Compute device (cuda: one GPU per rank, nccl for all-reduce, gloo for P2P host buffers).")
+@click.option("--pipeline", type=click.Choice(PIPELINES), default="none", show_default=True,
+              help="Bin scheduling: 'none' processes bins sequentially.")
+@click.option("--eval-every", type=int, default=1, show_default=True,
+              help="Evaluate train/valid/test accuracy every N epochs (0: only never).")
+@click.option("--checkpoint-every", type=int, default=0, show_default=True,
+              help="Write a checkpoint every N epochs (0: never).")
+@click.option("--resume", is_flag=True, help="Continue the run in RUN from its latest checkpoint.")
+@click.option("--no-feature-cache", is_flag=True, help="Resend remote input features every epoch instead of once.")
+@click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="float32", show_default=True,
+              help="Floating-point type of weights and embeddings.")
+@click.option("--threads", type=int, default=None, help="Torch threads per worker [default: cores / workers].")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds a worker waits for a peer before the run fails.")
+@click.option("--master-addr", default="127.0.0.1", show_default=True,
+              help="Rendezvous address for local workers (loopback unless told otherwise).")
+@click.option("--master-port", type=int, default=0, show_default=True, help="Rendezvous port (0: a free port).")
+@click.option("-o", "--out", type=click.Path(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
+@click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
+def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipeline, eval_every,
+            checkpoint_every, resume, no_feature_cache, dtype, threads, timeout, master_addr, master_port, out, force):
+    """Train the plan's GNN on the whole graph with K workers (hybrid parallelism: bins, peer-to-peer
+    sharing of embeddings and gradients, all-reduced weight gradients). Writes RUN/run.json, per-epoch
+    metrics (RUN/metrics.jsonl), logs per rank, checkpoints and the final weights RUN/model.pt."""
+    cfg = TrainConfig(epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout, seed=seed, workers=workers,
+                      device=device, pipeline=pipeline, eval_every=eval_every, checkpoint_every=checkpoint_every,
+                      resume=resume, feature_cache=not no_feature_cache, dtype=dtype, threads=threads,
+                      timeout=timeout, master_addr=master_addr, master_port=master_port)
+    info = run_train(plan, cfg, out=out, force=force)
+    print_run_summary(info)

@@ -1,0 +1,108 @@
+"""Reading a partition artifact (``g3.partition`` v1, written by ``g3 partition``): metadata + per-worker shards.
+
+A shard folder holds plain ``.npy`` files (see docs/ARTIFACTS.md). Arrays are memory-mapped, so opening a
+shard costs nothing until an array is used.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from .errors import G3InputError
+
+PARTITION_SCHEMA = "g3.partition"
+PARTITION_VERSION = 1
+
+
+def shard_dir(part: Path, rank: int) -> Path:
+    return Path(part) / f"part-{rank:05d}"
+
+
+def load_partition_meta(part: str | Path) -> dict:
+    """partition.json, checked for schema and version."""
+    part = Path(part)
+    meta_path = part / "partition.json"
+    if not meta_path.is_file():
+        raise G3InputError("not a g3 partition (no partition.json; run `g3 partition` first)", path=part)
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise G3InputError(f"invalid JSON: {exc}", path=meta_path) from None
+    if meta.get("schema") != PARTITION_SCHEMA:
+        raise G3InputError("not a g3 partition (wrong schema)", path=meta_path)
+    if meta.get("schema_version") != PARTITION_VERSION:
+        raise G3InputError(
+            f"partition schema version {meta.get('schema_version')} is not supported (this g3 reads "
+            f"version {PARTITION_VERSION}); re-run `g3 partition`",
+            path=meta_path,
+        )
+    return meta
+
+
+class Shard:
+    """One worker's shard: owned nodes, local in-edge CSR (owned first, then remote), P2P raw material."""
+
+    def __init__(self, path: Path, rank: int, num_parts: int):
+        self.path = Path(path)
+        self.rank = rank
+        self.num_parts = num_parts
+        if not self.path.is_dir():
+            raise G3InputError("shard folder missing", path=self.path)
+
+    def load(self, name: str, mmap: bool = True) -> np.ndarray:
+        f = self.path / f"{name}.npy"
+        if not f.is_file():
+            raise G3InputError(f"shard file {name}.npy missing", path=self.path)
+        return np.load(f, mmap_mode="r" if mmap else None)
+
+    @cached_property
+    def owned(self) -> np.ndarray:
+        return np.asarray(self.load("owned"))
+
+    @cached_property
+    def remote(self) -> np.ndarray:
+        return np.asarray(self.load("remote"))
+
+    @cached_property
+    def remote_owner_ptr(self) -> np.ndarray:
+        return np.asarray(self.load("remote_owner_ptr"))
+
+    @cached_property
+    def send_ptr(self) -> np.ndarray:
+        return np.asarray(self.load("send_ptr"))
+
+    @cached_property
+    def send(self) -> np.ndarray:
+        return np.asarray(self.load("send"))
+
+    @cached_property
+    def indptr(self) -> np.ndarray:
+        return np.asarray(self.load("indptr"))
+
+    @cached_property
+    def indices(self) -> np.ndarray:
+        return np.asarray(self.load("indices"))
+
+    @property
+    def num_owned(self) -> int:
+        return len(self.owned)
+
+    @property
+    def num_remote(self) -> int:
+        return len(self.remote)
+
+    def send_to(self, peer: int) -> np.ndarray:
+        """Owned-local ids this worker sends to ``peer`` (ascending global id)."""
+        return self.send[self.send_ptr[peer] : self.send_ptr[peer + 1]]
+
+    def recv_from(self, peer: int) -> np.ndarray:
+        """Remote-section offsets (local id - num_owned) of the nodes owned by ``peer``."""
+        return np.arange(self.remote_owner_ptr[peer], self.remote_owner_ptr[peer + 1], dtype=np.int64)
+
+
+def open_shard(part: str | Path, rank: int, num_parts: int) -> Shard:
+    return Shard(shard_dir(Path(part), rank), rank, num_parts)

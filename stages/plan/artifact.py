@@ -1,0 +1,92 @@
+"""Reading a plan (``g3.plan`` v1): plan.json plus one self-contained folder per worker."""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from ..common.errors import G3InputError
+from .tables import Table
+
+PLAN_SCHEMA = "g3.plan"
+PLAN_VERSION = 1
+
+
+def load_plan_meta(plan: str | Path) -> dict:
+    plan = Path(plan)
+    f = plan / "plan.json"
+    if not f.is_file():
+        raise G3InputError("not a g3 plan (no plan.json; run `g3 plan` first)", path=plan)
+    try:
+        meta = json.loads(f.read_text())
+    except json.JSONDecodeError as exc:
+        raise G3InputError(f"invalid JSON: {exc}", path=f) from None
+    if meta.get("schema") != PLAN_SCHEMA:
+        raise G3InputError("not a g3 plan (wrong schema)", path=f)
+    if meta.get("schema_version") != PLAN_VERSION:
+        raise G3InputError(
+            f"plan schema version {meta.get('schema_version')} is not supported (this g3 reads version "
+            f"{PLAN_VERSION}); re-run `g3 plan`",
+            path=f,
+        )
+    return meta
+
+
+class LayerPlan:
+    """Bins and blocks of one layer (arrays over the worker's priority list)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.bin_ptr = self._load("bin_ptr")
+        self.src_ptr = self._load("src_ptr")
+        self.src = self._load("src")
+        self.indices = self._load("indices")
+
+    def _load(self, name: str) -> np.ndarray:
+        f = self.path / f"{name}.npy"
+        if not f.is_file():
+            raise G3InputError(f"plan file {f.name} missing", path=self.path)
+        return np.load(f)
+
+    @property
+    def num_bins(self) -> int:
+        return len(self.bin_ptr) - 1
+
+
+class WorkerPlan:
+    """One worker's plan folder: priority list, per-layer bins, P2P tables."""
+
+    def __init__(self, plan: str | Path, rank: int):
+        self.root = Path(plan)
+        self.rank = rank
+        self.path = self.root / f"worker-{rank:05d}"
+        if not self.path.is_dir():
+            raise G3InputError(f"plan has no folder for worker {rank}", path=self.root)
+        self.meta = json.loads((self.path / "worker.json").read_text())
+
+    def _load(self, name: str) -> np.ndarray:
+        f = self.path / f"{name}.npy"
+        if not f.is_file():
+            raise G3InputError(f"plan file {f.name} missing", path=self.path)
+        return np.load(f)
+
+    @cached_property
+    def priority(self) -> np.ndarray:
+        return self._load("priority")
+
+    @cached_property
+    def row_ptr(self) -> np.ndarray:
+        return self._load("row_ptr")
+
+    def layer(self, li: int) -> LayerPlan:
+        return LayerPlan(self.path / f"layer-{li}")
+
+    def table(self, name: str) -> Table:
+        """A P2P table by name (``features_send``, ``fwd_recv_0``, ``bwd_send_1`` …); empty when absent."""
+        nodes, msgs = self.path / f"{name}_nodes.npy", self.path / f"{name}_msgs.npy"
+        if not nodes.is_file():
+            return Table.empty()
+        return Table(np.load(nodes), np.load(msgs).reshape(-1, 3))

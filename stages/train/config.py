@@ -1,0 +1,47 @@
+"""Training configuration: one small dataclass, shared by the launcher, the loop and the strategies."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+
+PIPELINES = ("none",)
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 10
+    lr: float = 0.01
+    weight_decay: float = 0.0
+    dropout: float = 0.5
+    seed: int = 0
+    workers: int | None = None  # None: the plan's worker count
+    device: str = "cpu"  # cpu | cuda
+    eval_every: int = 1  # 0: never
+    checkpoint_every: int = 0  # 0: never
+    resume: bool = False
+    pipeline: str = "none"
+    feature_cache: bool = True
+    dtype: str = "float32"
+    threads: int | None = None  # per worker; None: cores / local workers
+    timeout: float = 60.0  # seconds a worker waits for a peer before giving up
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0  # 0: pick a free port
+    strategy: str = "g3"
+    live: bool = True  # rich live display on rank 0
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def device_for(self, rank: int) -> str:
+        if self.device == "cuda":
+            local = int(os.environ.get("LOCAL_RANK", rank))
+            return f"cuda:{local % max(1, torch.cuda.device_count())}"
+        return "cpu"
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,196 @@
+"""One rank's training: set-up, the epoch loop, evaluation, metrics and checkpoints.
+
+The loop is strategy-agnostic: a strategy produces the owned nodes' logits and accumulates local weight
+gradients; here the loss is normalised by the *global* number of training nodes, gradients are summed
+across ranks, and every rank takes the same optimizer step — so K workers compute what one process would.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ..common.partition_artifact import open_shard
+from ..plan.artifact import WorkerPlan, load_plan_meta
+from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_weights
+from .comm import Exchanger
+from .config import TrainConfig
+from .metrics import MetricsWriter, peak_memory_bytes
+from .strategies.base import WorkerData, strategy_class
+
+log = logging.getLogger("g3.train")
+
+
+def setup_logging(run_dir: Path, rank: int) -> None:
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(logs / f"rank-{rank:05d}.log")
+    handler.setFormatter(logging.Formatter(f"%(asctime)s rank {rank} %(levelname)s %(message)s"))
+    root = logging.getLogger("g3")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def init_distributed(rank: int, world: int, cfg: TrainConfig, init_method: str | None):
+    """The default group (nccl when every rank has a GPU, else gloo) and the P2P group (always gloo:
+    embeddings move through host buffers)."""
+    backend = "nccl" if cfg.device == "cuda" else "gloo"
+    timeout = datetime.timedelta(seconds=cfg.timeout)
+    if cfg.device == "cuda":
+        torch.cuda.set_device(torch.device(cfg.device_for(rank)))
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=timeout)
+    p2p = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
+    return p2p
+
+
+def build_worker_model(plan_meta: dict, cfg: TrainConfig):
+    from .models import build_model
+
+    mc = plan_meta["config"]
+    store = plan_meta["store"]
+    torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+    model = build_model(mc["model"], int(store["feat_dim"]), int(mc["hidden"]), int(store["num_classes"]),
+                        int(mc["layers"]), heads=int(mc["heads"]))
+    return model.to(dtype=cfg.torch_dtype, device=cfg.device_for(dist.get_rank()))
+
+
+def run_rank(rank: int, world: int, plan_dir: str, run_dir: str, cfg: TrainConfig, init_method: str | None) -> None:
+    """Entry of one training process (spawned locally or started by torchrun)."""
+    run_dir = Path(run_dir)
+    setup_logging(run_dir, rank)
+    try:
+        _run(rank, world, Path(plan_dir), run_dir, cfg, init_method)
+    except BaseException as exc:
+        log.error("failed: %s\n%s", exc, traceback.format_exc())
+        (run_dir / "logs" / f"rank-{rank:05d}.error").write_text(f"{type(exc).__name__}: {exc}\n")
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig, init_method: str | None) -> None:
+    threads = cfg.threads or max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
+    torch.set_num_threads(threads)
+    p2p = init_distributed(rank, world, cfg, init_method)
+    log.info("started: world %d, %d threads, device %s", world, threads, cfg.device_for(rank))
+
+    plan_meta = load_plan_meta(plan_dir)
+    part = Path(plan_meta["partition"]["path"])
+    shard = open_shard(part, rank, world)
+    data = WorkerData(shard, WorkerPlan(plan_dir, rank), len(plan_meta["layers"]), cfg.torch_dtype)
+    model = build_worker_model(plan_meta, cfg)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    start_epoch = 0
+    if cfg.resume and (ckpt := latest_checkpoint(run_dir)) is not None:
+        start_epoch = load_checkpoint(ckpt, model, optimizer) + 1
+        log.info("resumed from %s at epoch %d", ckpt, start_epoch)
+    elif rank == 0:
+        save_weights(run_dir / "init.pt", model)
+
+    exchanger = Exchanger(p2p, rank, world)
+    strategy = strategy_class(cfg.strategy)(data, model, exchanger, cfg)
+    train_idx = data.splits["train"]
+    n_train = _all_reduce_int(len(train_idx))
+    if n_train == 0:
+        raise ValueError("the store has no training nodes")
+    metrics = MetricsWriter(run_dir, rank, world, live=cfg.live and rank == 0, epochs=cfg.epochs, start=start_epoch)
+    params = [p for p in model.parameters()]
+
+    for epoch in range(start_epoch, cfg.epochs):
+        t0 = time.perf_counter()
+        strategy.reset_timers()
+        exchanger.stats.reset()
+        optimizer.zero_grad(set_to_none=False)
+        model.train()
+        logits = strategy.forward(epoch, training=True).detach().requires_grad_(True)
+        loss_local = torch.nn.functional.cross_entropy(
+            logits[train_idx], data.labels[train_idx], reduction="sum") / n_train
+        loss_local.backward()
+        strategy.backward(logits.grad, epoch)
+        t_sync = time.perf_counter()
+        _all_reduce_grads(params)
+        optimizer.step()
+        sync_seconds = time.perf_counter() - t_sync
+        loss = _all_reduce_float(float(loss_local.detach()))
+        epoch_seconds = time.perf_counter() - t0
+        record = {"epoch": epoch, "loss": loss, "epoch_seconds": epoch_seconds}
+        if cfg.eval_every and ((epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
+            record.update(evaluate(strategy, data, epoch))
+        worker = {
+            "rank": rank,
+            "compute_seconds": strategy.timers["compute"],
+            "comm_wait_seconds": exchanger.stats.wait_seconds,
+            "sync_seconds": sync_seconds,
+            "bytes_sent": exchanger.stats.bytes_sent,
+            "bytes_recv": exchanger.stats.bytes_recv,
+            "bytes_sent_per_phase": dict(exchanger.stats.per_layer_sent),
+            "peak_memory_bytes": peak_memory_bytes(cfg.device_for(rank)),
+        }
+        workers = [None] * world
+        dist.all_gather_object(workers, worker)
+        metrics.epoch(record, workers)
+        if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0 and rank == 0:
+            save_checkpoint(run_dir, epoch, model, optimizer, cfg)
+        dist.barrier()
+    if rank == 0:
+        save_weights(run_dir / "model.pt", model)
+    metrics.close()
+    log.info("finished")
+
+
+def evaluate(strategy, data: WorkerData, epoch: int) -> dict[str, float]:
+    """Accuracy per split from a forward-only full-graph pass (no dropout), summed over ranks."""
+    strategy.model.eval()
+    with torch.no_grad():
+        logits = strategy.forward(epoch, training=False)
+    pred = logits.argmax(dim=1)
+    counts = []
+    for split in ("train", "valid", "test"):
+        idx = data.splits[split]
+        counts += [int((pred[idx] == data.labels[idx]).sum()), len(idx)]
+    t = torch.tensor(counts, dtype=torch.float64, device=_collective_device())
+    dist.all_reduce(t)
+    t = t.cpu()
+    out = {}
+    for i, split in enumerate(("train", "valid", "test")):
+        out[f"{split}_acc"] = float(t[2 * i] / t[2 * i + 1]) if t[2 * i + 1] > 0 else None
+    strategy.model.train()
+    return out
+
+
+def _all_reduce_grads(params: list[torch.nn.Parameter]) -> None:
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        p.grad.copy_(flat[offset : offset + n].view_as(p))
+        offset += n
+
+
+def _collective_device() -> str:
+    """nccl reduces device tensors only; gloo host tensors."""
+    return "cuda" if dist.get_backend() == "nccl" else "cpu"
+
+
+def _all_reduce_int(x: int) -> int:
+    t = torch.tensor([x], dtype=torch.int64, device=_collective_device())
+    dist.all_reduce(t)
+    return int(t.item())
+
+
+def _all_reduce_float(x: float) -> float:
+    t = torch.tensor([x], dtype=torch.float64, device=_collective_device())
+    dist.all_reduce(t)
+    return float(t.item())

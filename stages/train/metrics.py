@@ -1,0 +1,60 @@
+"""Per-epoch metrics: one JSON line per epoch in RUN/metrics.jsonl (rank 0), and the live display."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import psutil
+import torch
+
+
+def peak_memory_bytes(device: str) -> int:
+    """Peak device memory: CUDA's max allocated, else this process's peak resident set."""
+    if device.startswith("cuda"):
+        return int(torch.cuda.max_memory_allocated(torch.device(device)))
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    except Exception:
+        return int(psutil.Process(os.getpid()).memory_info().rss)
+
+
+class MetricsWriter:
+    """Appends epoch records (rank 0 only) and renders them live."""
+
+    def __init__(self, run_dir: Path, rank: int, world: int, live: bool, epochs: int, start: int):
+        self.rank = rank
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.file = open(self.path, "a") if rank == 0 else None  # noqa: SIM115 - closed in close()
+        self.display = None
+        if live:
+            from .display import LiveDisplay
+
+            self.display = LiveDisplay(world, epochs, start)
+
+    def epoch(self, record: dict, workers: list[dict]) -> None:
+        if self.file is None:
+            return
+        record = dict(record)
+        record["workers"] = workers
+        record["bytes_sent"] = sum(w["bytes_sent"] for w in workers)
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        if self.display is not None:
+            self.display.update(record)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        if self.display is not None:
+            self.display.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
