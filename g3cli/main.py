@@ -55,7 +55,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def _register() -> None:
-    from . import ingest_cmd, info_cmd
+    from . import info_cmd, ingest_cmd
 
     cli.add_command(ingest_cmd.ingest)
     cli.add_command(info_cmd.info)

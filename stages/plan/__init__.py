@@ -91,8 +91,9 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
         )
     out = Path(out) if out else part.parent / f"{part.name}.plan-{cfg.model}"
     check_target(out, force)
-    k = int(meta["num_parts"])
-    feat_dim, num_classes = int(meta["store"]["feat_dim"]), int(meta["store"]["num_classes"])
+    k = int(meta["num_partitions"])
+    store_ref = _store_reference(meta)
+    feat_dim, num_classes = int(store_ref["feat_dim"]), int(store_ref["num_classes"])
     shapes = layer_shapes(cfg, feat_dim, num_classes)
     budget = cfg.device_memory or auto_device_memory()
     bin_limit_bytes = budget // 2  # two bins fit: one computes while the next is copied in (§5.2)
@@ -105,7 +106,7 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
         sends = {r: {} for r in range(k)}  # per worker: table name -> list of parts
         recvs = {r: {} for r in range(k)}
         per_worker_bins = []
-        for r, shard in enumerate(shards):
+        for shard in shards:
             info, bins_state = _plan_worker(tmp, shard, shapes, cfg, bin_limit_bytes)
             workers.append(info)
             per_worker_bins.append(bins_state)
@@ -121,7 +122,7 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
             "schema": PLAN_SCHEMA,
             "schema_version": PLAN_VERSION,
             "partition": {"path": str(part.resolve()), "digest": partition_digest(part), "method": meta.get("method")},
-            "store": meta["store"],
+            "store": store_ref,
             "num_workers": k,
             "config": asdict(cfg),
             "device_memory": budget,
@@ -134,6 +135,16 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
         write_json_atomic(tmp / "plan.json", plan)
     plan["path"] = str(out)
     return plan
+
+
+def _store_reference(meta: dict) -> dict:
+    """The partition's store reference, completed with the class count from the store when absent."""
+    ref = dict(meta["store"])
+    if "num_classes" not in ref:
+        from ..common.store import GraphStore
+
+        ref["num_classes"] = GraphStore.open(ref["path"]).num_classes
+    return ref
 
 
 def _check_config(cfg: PlanConfig) -> None:

@@ -31,9 +31,9 @@ class WorkerData:
         self.global_ids = torch.from_numpy(np.concatenate([shard.owned, shard.remote]).astype(np.int64))
         self.features = torch.from_numpy(np.asarray(shard.load("features", mmap=False))).to(dtype)
         self.labels = torch.from_numpy(np.asarray(shard.load("labels", mmap=False)).astype(np.int64))
-        self.in_degree = torch.from_numpy(np.asarray(shard.load("in_degree"), dtype=np.float64)).to(dtype)
-        self.out_degree = torch.from_numpy(np.asarray(shard.load("out_degree"), dtype=np.float64)).to(dtype)
-        self.splits = {s: torch.from_numpy(np.asarray(shard.load(s), dtype=np.int64)) for s in ("train", "valid", "test")}
+        self.in_degree = torch.from_numpy(np.array(shard.load("in_degree"), dtype=np.float64)).to(dtype)
+        self.out_degree = torch.from_numpy(np.array(shard.load("out_degree"), dtype=np.float64)).to(dtype)
+        self.splits = {s: torch.from_numpy(np.array(shard.load(s), dtype=np.int64)) for s in ("train", "valid", "test")}
         self.priority = plan.priority
         self.row_ptr = plan.row_ptr
         self.layers = [plan.layer(li) for li in range(num_layers)]

@@ -91,8 +91,7 @@ class G3Strategy(Strategy):
                 if out is not None:
                     out.send_step(b, h_next)
             if inc is not None:
-                n_own = d.num_owned
-                inc.finish(lambda nodes, rows: h_next.index_copy_(0, nodes + n_own, rows))
+                inc.finish(lambda nodes, rows, h_next=h_next: h_next.index_copy_(0, nodes + d.num_owned, rows))
                 out.wait()
             h = h_next
         return h[: d.num_owned]

@@ -1,0 +1,812 @@
+"""Edge-list reader of `g3 ingest`: text (CSV or whitespace), ``.npy`` / ``.npz`` arrays, side arrays.
+
+Text edge lists hold one arc ``src dst`` per line, separated by a comma or by spaces/tabs; lines starting with
+``#`` or ``%`` are comments, blank lines are skipped, and an optional header line is recognised (the first
+non-comment line, when it is not two integers). Extra columns (weights, timestamps) are ignored; a line with
+fewer than two integer fields is an error naming the file and line. Files ending in ``.gz``, ``.bz2`` or
+``.zst`` are decompressed on the fly.
+
+Text is parsed in blocks of about 16 MiB: each block goes first through pyarrow's CSV parser (fast path);
+a block it rejects (comment lines, runs of spaces, ragged columns) is normalised with regular expressions
+and tried again, and only then parsed line by line in Python, which also finds the line to name in an error.
+
+Arrays: ``.npy`` of shape ``[2, E]`` (an ``edge_index``) or ``[E, 2]`` (a ``(2, 2)`` array is read as
+``[2, E]``), memory-mapped; ``.npz`` with the key ``edge_index`` or a single array, memory-mapped when the
+archive is stored uncompressed and streamed otherwise.
+
+Features and labels come from array specs (:func:`open_array_spec`): ``file.npy``, ``file.npz[:key]`` or
+``file.h5:/dataset`` (HDF5 through h5py), all read lazily by rows. Splits come from index files (text, one id
+per line, or arrays).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from ..common.errors import G3InputError
+from .source import GraphSource
+
+TEXT_BLOCK_BYTES = 16 << 20  # bytes of text parsed at a time
+ARROW_BLOCK_BYTES = 2 << 20  # pyarrow's block inside it (blocks are parsed in parallel)
+ARRAY_ARC_CHUNK = 1 << 22  # arcs per chunk read from an edge array
+FEATURE_BLOCK_BYTES = 16 << 20  # about this many bytes per feature row block
+LABEL_BLOCK = 1 << 22  # labels converted per step
+CACHE_ARCS_LIMIT = 1 << 24  # arcs kept in memory after the pass that finds the node count (256 MiB)
+
+_H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
+_COMMENT_START = (b"#", b"%")
+_INT_FIELD = re.compile(rb"\s*[+-]?\d+\s*")
+_NUMBER_FIELD = re.compile(rb"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+MAX_COMMENT_CUTS = 4096  # comment marks per block cut out by slicing; more: parse the block in Python
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Array specs: .npy (memory-mapped), .npz members, HDF5 datasets
+# ------------------------------------------------------------------------------------------------------------
+
+
+class NpzMember:
+    """One array of an ``.npz`` archive whose member is compressed, read lazily.
+
+    ``arr[a:b]`` reads rows ``a..b`` (C order) by decompressing forward from the current position, so reading
+    row blocks in order costs one pass over the member. Other indexing loads the whole array.
+    """
+
+    def __init__(self, path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, shape, fortran: bool, dtype, header_len: int):
+        self.path = path
+        self._zf = zf
+        self._info = info
+        self.shape = tuple(int(s) for s in shape)
+        self.fortran = fortran
+        self.dtype = np.dtype(dtype)
+        self.ndim = len(self.shape)
+        self._header_len = header_len
+        self._handles: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return self.shape[0] if self.shape else 0
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def read_flat(self, start: int, count: int, stream: int = 0) -> np.ndarray:
+        """Elements ``start .. start+count`` of the array's bytes (in file order), through reader ``stream``."""
+        h = self._handles.get(stream)
+        if h is None:
+            h = self._handles[stream] = self._zf.open(self._info)
+        pos = self._header_len + start * self.dtype.itemsize
+        if h.tell() != pos:
+            h.seek(pos)
+        out = np.empty(count, dtype=self.dtype)
+        view = memoryview(out).cast("B")
+        got = 0
+        while got < len(view):
+            n = h.readinto(view[got:])
+            if not n:
+                raise G3InputError(f"array {self._info.filename!r} is truncated", path=self.path)
+            got += n
+        return out
+
+    def load(self) -> np.ndarray:
+        flat = self.read_flat(0, self.size, stream=-1)
+        self._handles.pop(-1).close()
+        return flat.reshape(self.shape, order="F" if self.fortran else "C")
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.load()
+        return a if dtype is None else a.astype(dtype)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice) and (key.step in (None, 1)) and not self.fortran and self.ndim >= 1:
+            a, b, _ = key.indices(self.shape[0])
+            b = max(a, b)
+            row = int(np.prod(self.shape[1:], dtype=np.int64))
+            return self.read_flat(a * row, (b - a) * row).reshape((b - a, *self.shape[1:]))
+        return self.load()[key]
+
+    def close(self) -> None:
+        for h in self._handles.values():
+            h.close()
+        self._handles.clear()
+
+
+def npz_keys(path: Path) -> list[str]:
+    """Names of the arrays in an ``.npz`` archive."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise G3InputError(f"cannot read as .npz: {exc}", path=path) from None
+
+
+def _npz_member(path: Path, key: str | None, what: str = "array"):
+    """A lazily read array of an ``.npz``: a ``np.memmap`` when stored, an :class:`NpzMember` when compressed."""
+    try:
+        zf = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise G3InputError(f"cannot read as .npz: {exc}", path=path) from None
+    names = [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
+    if key is None:
+        if len(names) != 1:
+            raise G3InputError(
+                f"holds {len(names)} arrays ({', '.join(names) or 'none'}); name the {what} as {path}:KEY", path=path
+            )
+        key = names[0]
+    if key not in names:
+        raise G3InputError(f"has no array {key!r} (it holds: {', '.join(names) or 'nothing'})", path=path)
+    info = zf.getinfo(key + ".npy")
+    try:
+        with zf.open(info) as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            header_len = f.tell()
+    except ValueError as exc:
+        raise G3InputError(f"array {key!r} is not a valid .npy member: {exc}", path=path) from None
+    if dtype.hasobject:
+        raise G3InputError(f"array {key!r} holds Python objects; only numeric arrays are supported", path=path)
+    if info.compress_type == zipfile.ZIP_STORED:
+        with open(path, "rb") as fh:
+            fh.seek(info.header_offset)
+            fields = struct.unpack("<4s2B4HL2L2H", fh.read(30))
+        data_start = info.header_offset + 30 + fields[10] + fields[11]
+        zf.close()
+        if int(np.prod(shape, dtype=np.int64)) == 0:
+            return np.zeros(shape, dtype=dtype)
+        return np.memmap(path, dtype=dtype, mode="r", offset=data_start + header_len, shape=tuple(shape),
+                         order="F" if fortran else "C")
+    return NpzMember(path, zf, info, shape, fortran, dtype, header_len)
+
+
+def _split_spec(spec) -> tuple[Path, str | None]:
+    s = str(spec)
+    p = Path(s)
+    if p.exists():
+        return p, None
+    if ":" in s:
+        file, key = s.rsplit(":", 1)
+        if Path(file).exists():
+            return Path(file), key
+        if Path(file).suffix.lower() in (*_H5_SUFFIXES, ".npz", ".npy"):
+            raise G3InputError("no such file", path=file)
+    raise G3InputError("no such file", path=s)
+
+
+def open_array_spec(spec, what: str = "array"):
+    """Open ``file.npy``, ``file.npz[:key]`` or ``file.h5:/dataset`` lazily; rows can be sliced (``a[i:j]``).
+
+    Returns a ``np.memmap`` / ``np.ndarray``, an :class:`NpzMember` or an ``h5py.Dataset``. Raises
+    :class:`G3InputError` for a missing file, a missing key or dataset, or an unreadable file.
+    """
+    path, key = _split_spec(spec)
+    if path.is_dir():
+        raise G3InputError(f"is a folder, not a {what} file", path=path)
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        if key is not None:
+            raise G3InputError(f"a .npy file holds one array; drop ':{key}'", path=path)
+        try:
+            return np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise G3InputError(f"cannot read as .npy: {exc}", path=path) from None
+    if suffix == ".npz":
+        return _npz_member(path, key, what)
+    import h5py
+
+    if suffix in _H5_SUFFIXES or h5py.is_hdf5(path):
+        try:
+            f = h5py.File(path, "r")
+        except OSError as exc:
+            raise G3InputError(f"cannot open as HDF5: {exc}", path=path) from None
+        if key is None:
+            found: list[str] = []
+            f.visititems(lambda name, obj: found.append(name) if isinstance(obj, h5py.Dataset) else None)
+            if len(found) != 1:
+                raise G3InputError(
+                    f"holds {len(found)} datasets ({', '.join('/' + n for n in found[:10]) or 'none'}); "
+                    f"name one as {path}:/DATASET",
+                    path=path,
+                )
+            key = found[0]
+        obj = f.get(key)
+        if obj is None or not isinstance(obj, h5py.Dataset):
+            found = []
+            f.visititems(lambda name, o: found.append(name) if isinstance(o, h5py.Dataset) else None)
+            raise G3InputError(
+                f"has no dataset {key!r} (datasets: {', '.join('/' + n for n in found[:10]) or 'none'})", path=path
+            )
+        return obj
+    raise G3InputError(f"unsupported {what} file type (use .npy, .npz[:key] or .h5:/dataset)", path=path)
+
+
+def feature_blocks_from_array(arr, path, num_nodes: int):
+    """(feat_dim, feature_blocks) for a lazily readable ``[N, F]`` array; blocks are checked for NaN/inf."""
+    shape = tuple(arr.shape)
+    if len(shape) == 1:
+        shape = (shape[0], 1)
+    if len(shape) != 2:
+        raise G3InputError(f"features must be a 2-D array [nodes, dims], got shape {tuple(arr.shape)}", path=path)
+    if shape[0] != num_nodes:
+        raise G3InputError(f"features have {shape[0]} rows but the graph has {num_nodes} nodes", path=path)
+    kind = np.dtype(arr.dtype).kind
+    if kind not in "fiub":
+        raise G3InputError(f"features must be numeric, got dtype {arr.dtype}", path=path)
+    dim = shape[1]
+    rows = max(1, FEATURE_BLOCK_BYTES // max(1, dim * np.dtype(arr.dtype).itemsize))
+
+    def blocks() -> Iterator[np.ndarray]:
+        for start in range(0, num_nodes, rows):
+            block = np.asarray(arr[start : start + rows]).reshape(-1, dim)
+            if kind != "f":
+                block = block.astype(np.float32)
+            check_finite(block, path, start)
+            yield block
+
+    return dim, blocks
+
+
+def check_finite(block: np.ndarray, path, first_row: int, line_of_row=None) -> None:
+    """Raise naming the first row holding a NaN or infinite value (as a line when ``line_of_row`` is given)."""
+    finite = np.isfinite(block)
+    if finite.all():
+        return
+    r, c = (int(x) for x in np.argwhere(~finite)[0])
+    row = first_row + r
+    value = block[r, c] if block.ndim == 2 else block[r]
+    if line_of_row is not None:
+        raise G3InputError(f"feature value {value} in column {c + 1} is not finite", path=path, line=line_of_row(row))
+    raise G3InputError(f"feature value {value} in row {row} (node {row}), column {c} is not finite", path=path)
+
+
+def labels_from_array(arr, path, num_nodes: int, line_of_row=None) -> tuple[np.ndarray, int]:
+    """int32 labels ``[N]`` (-1 = unlabelled, from NaN or -1) and the class count, read in blocks."""
+    shape = tuple(arr.shape)
+    if len(shape) == 2 and shape[1] != 1:
+        raise G3InputError(
+            f"labels have {shape[1]} columns: multi-label node labels are unsupported (one class per node)", path=path
+        )
+    if len(shape) not in (1, 2):
+        raise G3InputError(f"labels must be a 1-D array [nodes], got shape {shape}", path=path)
+    if shape[0] != num_nodes:
+        raise G3InputError(f"labels have {shape[0]} rows but the graph has {num_nodes} nodes", path=path)
+    kind = np.dtype(arr.dtype).kind
+    if kind not in "fiub":
+        raise G3InputError(f"labels must be numeric, got dtype {arr.dtype}", path=path)
+    out = np.empty(num_nodes, dtype=np.int32)
+
+    def where(row: int) -> dict[str, Any]:
+        if line_of_row is not None:
+            return {"path": path, "line": line_of_row(row)}
+        return {"path": path}
+
+    def at(row: int) -> str:
+        return "" if line_of_row is not None else f" at row {row} (node {row})"
+
+    for start in range(0, num_nodes, LABEL_BLOCK):
+        block = np.asarray(arr[start : start + LABEL_BLOCK]).reshape(-1)
+        if kind == "f":
+            nan = np.isnan(block)
+            bad = ~nan & ((block != np.floor(block)) | ~np.isfinite(block))
+            if bad.any():
+                r = start + int(np.flatnonzero(bad)[0])
+                raise G3InputError(f"label {block[r - start]}{at(r)} is not an integer class id", **where(r))
+            block = np.where(nan, -1, block)
+        if len(block) and (block.min() < -1 or block.max() >= 2**31 - 1):
+            r = start + int(np.flatnonzero((block < -1) | (block >= 2**31 - 1))[0])
+            raise G3InputError(
+                f"label {block[r - start]}{at(r)} is not a class id (>= 0, or -1/NaN for unlabelled)", **where(r)
+            )
+        out[start : start + len(block)] = block
+    num_classes = int(out.max()) + 1 if num_nodes else 0
+    return out, max(num_classes, 0)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Text edge lists
+# ------------------------------------------------------------------------------------------------------------
+
+
+def open_stream(path: Path):
+    """A binary input stream, decompressing .gz/.bz2/.zst/.lz4 by extension."""
+    try:
+        return pa.input_stream(str(path), compression="detect", buffer_size=1 << 20)
+    except (OSError, pa.ArrowException) as exc:
+        raise G3InputError(f"cannot open: {exc}", path=path) from None
+
+
+def text_blocks(path: Path, block_bytes: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """``(first line number, bytes)`` blocks of whole lines (the last one may lack its newline)."""
+    block_bytes = block_bytes or TEXT_BLOCK_BYTES
+    line = 1
+    carry = b""
+    with open_stream(path) as f:
+        while True:
+            try:
+                data = f.read(block_bytes)
+            except (OSError, pa.ArrowException) as exc:
+                raise G3InputError(f"cannot read (corrupt or truncated?): {exc}", path=path) from None
+            if not data:
+                break
+            buf = carry + data if carry else data
+            if line == 1 and not carry and buf.startswith(b"\xef\xbb\xbf"):
+                buf = buf[3:]  # a UTF-8 byte-order mark
+            cut = buf.rfind(b"\n") + 1
+            if cut == 0:
+                carry = buf
+                continue
+            chunk, carry = buf[:cut], buf[cut:]
+            yield line, chunk
+            line += chunk.count(b"\n")
+    if carry:
+        yield line, carry
+
+
+def _is_data(line: bytes) -> bool:
+    s = line.strip()
+    return bool(s) and s[:1] not in _COMMENT_START
+
+
+def _drop_comment_lines(chunk: bytes) -> bytes | None:
+    """``chunk`` without its comment lines, found with ``bytes.find``; None when there are too many marks."""
+    cuts: list[tuple[int, int]] = []
+    hits = 0
+    for mark in _COMMENT_START:
+        i = chunk.find(mark)
+        while i >= 0:
+            hits += 1
+            if hits > MAX_COMMENT_CUTS:
+                return None
+            start = chunk.rfind(b"\n", 0, i) + 1
+            if chunk[start:i].strip():
+                i = chunk.find(mark, i + 1)
+                continue
+            end = chunk.find(b"\n", i)
+            end = len(chunk) if end < 0 else end + 1
+            cuts.append((start, end))
+            i = chunk.find(mark, end)
+    if not cuts:
+        return chunk
+    cuts.sort()
+    parts = []
+    pos = 0
+    for start, end in cuts:
+        parts.append(chunk[pos:start])
+        pos = end
+    parts.append(chunk[pos:])
+    return b"".join(parts)
+
+
+def _fields(s: bytes, comma: bool) -> list[bytes]:
+    return s.split(b",") if comma else s.split()
+
+
+def _short(s: bytes) -> str:
+    text = s.decode("utf-8", "replace").rstrip("\r\n")
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+class _TextEdges:
+    """Parses a text edge list block by block (see the module docstring for the three parsing tiers)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.skip_lines = 0  # lines up to and including the header
+        self.comma = False
+        self.ncols = 2
+        self.header: str | None = None
+        self._sniff()
+
+    def _sniff(self) -> None:
+        for line0, chunk in text_blocks(self.path):
+            for i, raw in enumerate(chunk.split(b"\n")):
+                if not _is_data(raw):
+                    continue
+                s = raw.strip()
+                comma = b"," in s and bool(_INT_FIELD.fullmatch(s.split(b",", 1)[0]))
+                fields = _fields(s, comma)
+                ints = [bool(_INT_FIELD.fullmatch(f)) for f in fields[:2]]
+                if len(fields) >= 2 and all(ints):
+                    self.comma, self.ncols = comma, len(fields)
+                    return
+                if self.header is None and not all(_NUMBER_FIELD.fullmatch(f) for f in fields):
+                    self.header = s.decode("utf-8", "replace")
+                    self.skip_lines = line0 + i
+                    continue
+                raise G3InputError(
+                    f"malformed line {_short(s)}: expected two integer node ids (src dst)", path=self.path, line=line0 + i
+                )
+        # no data line: an empty graph (comments/header only)
+
+    def blocks(self) -> Iterator[tuple[int, bytes]]:
+        skip = self.skip_lines
+        for line0, chunk in text_blocks(self.path):
+            if skip >= line0:
+                # drop the lines up to and including the header
+                pos = 0
+                for _ in range(skip - line0 + 1):
+                    nxt = chunk.find(b"\n", pos)
+                    pos = len(chunk) if nxt < 0 else nxt + 1
+                line0, chunk = skip + 1, chunk[pos:]
+                if not chunk:
+                    continue
+            yield line0, chunk
+
+    # --- parsing tiers --------------------------------------------------------------------------------------
+    def _arrow(self, chunk: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+        if not self.comma:
+            chunk = chunk.replace(b"\t", b" ")
+        names = [f"c{i}" for i in range(self.ncols)]
+        try:
+            table = pacsv.read_csv(
+                pa.BufferReader(chunk),
+                read_options=pacsv.ReadOptions(column_names=names, block_size=ARROW_BLOCK_BYTES),
+                parse_options=pacsv.ParseOptions(delimiter="," if self.comma else " ", quote_char=False,
+                                                 ignore_empty_lines=True),
+                convert_options=pacsv.ConvertOptions(column_types={"c0": pa.int64(), "c1": pa.int64()},
+                                                     include_columns=["c0", "c1"], null_values=[],
+                                                     strings_can_be_null=False, quoted_strings_can_be_null=False),
+            )
+        except (pa.ArrowInvalid, pa.ArrowException):
+            return None
+        if table.num_rows == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        s = table.column(0).to_numpy()
+        d = table.column(1).to_numpy()
+        return s, d
+
+    def _normalise(self, chunk: bytes) -> bytes | None:
+        """The block without comment lines and with single spaces between fields (None: too many comments)."""
+        chunk = _drop_comment_lines(chunk)
+        if chunk is None:
+            return None
+        chunk = chunk.replace(b"\t", b" ")
+        while b"  " in chunk:
+            chunk = chunk.replace(b"  ", b" ")
+        chunk = chunk.replace(b"\n ", b"\n").replace(b" \n", b"\n").replace(b" \r", b"\r")
+        return chunk[1:] if chunk.startswith(b" ") else chunk
+
+    def _python(self, line0: int, chunk: bytes) -> tuple[np.ndarray, np.ndarray]:
+        src: list[int] = []
+        dst: list[int] = []
+        for i, raw in enumerate(chunk.split(b"\n")):
+            s = raw.strip()
+            if not s or s[:1] in _COMMENT_START:
+                continue
+            fields = _fields(s, self.comma)
+            if len(fields) < 2 or not (_INT_FIELD.fullmatch(fields[0]) and _INT_FIELD.fullmatch(fields[1])):
+                raise G3InputError(
+                    f"malformed line {_short(s)}: expected two integer node ids (src dst)", path=self.path, line=line0 + i
+                )
+            a, b = int(fields[0]), int(fields[1])
+            if not (-(2**63) <= a < 2**63 and -(2**63) <= b < 2**63):
+                raise G3InputError(f"node id in {_short(s)} is too large", path=self.path, line=line0 + i)
+            src.append(a)
+            dst.append(b)
+        return np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
+
+    def parse(self, line0: int, chunk: bytes) -> tuple[np.ndarray, np.ndarray]:
+        got = self._arrow(chunk)
+        if got is None:
+            clean = self._normalise(chunk)
+            got = None if clean is None else self._arrow(clean)
+        if got is None:
+            got = self._python(line0, chunk)
+        return got
+
+    def line_of_row(self, line0: int, chunk: bytes, row: int) -> int:
+        """The line number of data row ``row`` of a block (error path only)."""
+        k = 0
+        for i, raw in enumerate(chunk.split(b"\n")):
+            if _is_data(raw):
+                if k == row:
+                    return line0 + i
+                k += 1
+        return line0
+
+    def chunks(self) -> Iterator[tuple[int, bytes, np.ndarray, np.ndarray]]:
+        for line0, chunk in self.blocks():
+            s, d = self.parse(line0, chunk)
+            yield line0, chunk, s, d
+
+    def check_ids(self, line0: int, chunk: bytes, s: np.ndarray, d: np.ndarray, num_nodes: int | None) -> None:
+        if not len(s):
+            return
+        lo = min(int(s.min()), int(d.min()))
+        hi = max(int(s.max()), int(d.max()))
+        if lo >= 0 and (num_nodes is None or hi < num_nodes):
+            return
+        limit = num_nodes if num_nodes is not None else 2**63 - 1
+        bad = (s < 0) | (s >= limit) | (d < 0) | (d >= limit)
+        row = int(np.flatnonzero(bad)[0])
+        value = s[row] if (s[row] < 0 or s[row] >= limit) else d[row]
+        rng = f"[0, {num_nodes})" if num_nodes is not None else "(ids must be >= 0)"
+        raise G3InputError(f"node id {value} is out of range {rng}", path=self.path, line=self.line_of_row(line0, chunk, row))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Edge arrays
+# ------------------------------------------------------------------------------------------------------------
+
+
+def edge_array_layout(arr, path) -> tuple[int, bool]:
+    """(number of arcs, planar) for an ``[2, E]`` or ``[E, 2]`` integer array; planar = ``[2, E]``."""
+    shape = tuple(arr.shape)
+    if len(shape) != 2 or 2 not in shape:
+        raise G3InputError(f"edge array must have shape [2, E] or [E, 2], got {shape}", path=path)
+    if np.dtype(arr.dtype).kind not in "iu":
+        raise G3InputError(f"edge array must hold integers, got dtype {arr.dtype}", path=path)
+    if shape[0] == 2:
+        return shape[1], True
+    return shape[0], False
+
+
+def iter_edge_array(arr, path, num_nodes: int | None, chunk: int | None = None, name: str = "edge_index"):
+    """Yield ``(src, dst)`` int64 chunks of an edge array, checking ids in ``[0, num_nodes)``."""
+    chunk = chunk or ARRAY_ARC_CHUNK
+    e, planar = edge_array_layout(arr, path)
+    member = isinstance(arr, NpzMember)
+    # bytes interleaved (src, dst, src, dst...) or planar (all src, then all dst)
+    interleaved = (not planar) != (member and arr.fortran)
+    for start in range(0, e, chunk):
+        n = min(chunk, e - start)
+        if member:
+            if interleaved:
+                pair = arr.read_flat(2 * start, 2 * n).reshape(n, 2)
+                s, d = pair[:, 0], pair[:, 1]
+            else:
+                s = arr.read_flat(start, n, stream=0)
+                d = arr.read_flat(e + start, n, stream=1)
+        elif planar:
+            s, d = np.asarray(arr[0, start : start + n]), np.asarray(arr[1, start : start + n])
+        else:
+            pair = np.asarray(arr[start : start + n])
+            s, d = pair[:, 0], pair[:, 1]
+        s = s.astype(np.int64, copy=False)
+        d = d.astype(np.int64, copy=False)
+        if n:
+            lo = min(int(s.min()), int(d.min()))
+            hi = max(int(s.max()), int(d.max()))
+            if lo < 0 or (num_nodes is not None and hi >= num_nodes):
+                limit = num_nodes if num_nodes is not None else 2**63 - 1
+                bad = (s < 0) | (s >= limit) | (d < 0) | (d >= limit)
+                k = int(np.flatnonzero(bad)[0])
+                value = s[k] if (s[k] < 0 or s[k] >= limit) else d[k]
+                idx = f"{name}[:, {start + k}]" if planar else f"{name}[{start + k}]"
+                rng = f"[0, {num_nodes})" if num_nodes is not None else "(ids must be >= 0)"
+                raise G3InputError(f"node id {value} at {idx} (edge {start + k}) is out of range {rng}", path=path)
+        yield s, d
+    if member:
+        arr.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Index files (splits)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def read_index_file(spec, num_nodes: int, what: str) -> np.ndarray:
+    """Node ids from a text file (one per line, ``#``/``%`` comments) or an array spec, checked in range."""
+    s = str(spec)
+    base = Path(s)
+    if base.suffix.lower() in (".npy", ".npz", *_H5_SUFFIXES) or (not base.exists() and ":" in s):
+        arr = open_array_spec(spec, what)
+        ids = np.asarray(arr[:] if not isinstance(arr, np.ndarray) else arr)
+        path = _split_spec(spec)[0]
+        if ids.ndim == 2 and 1 in ids.shape:
+            ids = ids.reshape(-1)
+        if ids.ndim != 1:
+            raise G3InputError(f"{what} ids must be a 1-D array, got shape {ids.shape}", path=path)
+        if ids.dtype.kind not in "iu":
+            raise G3InputError(f"{what} ids must be integers, got dtype {ids.dtype}", path=path)
+        ids = ids.astype(np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
+            k = int(np.flatnonzero((ids < 0) | (ids >= num_nodes))[0])
+            raise G3InputError(f"{what} node id {ids[k]} at index {k} is out of range [0, {num_nodes})", path=path)
+        return ids
+    if not base.exists():
+        raise G3InputError(f"no such {what} file", path=base)
+    parts: list[np.ndarray] = []
+    for line0, chunk in text_blocks(base):
+        got = _ids_arrow(chunk)
+        if got is None:
+            got = _ids_python(base, line0, chunk, what)
+        if len(got) and (got.min() < 0 or got.max() >= num_nodes):
+            k = int(np.flatnonzero((got < 0) | (got >= num_nodes))[0])
+            line = line0
+            j = 0
+            for i, raw in enumerate(chunk.split(b"\n")):
+                if _is_data(raw):
+                    if j == k:
+                        line = line0 + i
+                        break
+                    j += 1
+            raise G3InputError(f"{what} node id {got[k]} is out of range [0, {num_nodes})", path=base, line=line)
+        parts.append(got)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _ids_arrow(chunk: bytes) -> np.ndarray | None:
+    try:
+        t = pacsv.read_csv(
+            pa.BufferReader(chunk),
+            read_options=pacsv.ReadOptions(column_names=["id"], block_size=max(1 << 20, len(chunk) + 1)),
+            parse_options=pacsv.ParseOptions(quote_char=False, ignore_empty_lines=True),
+            convert_options=pacsv.ConvertOptions(column_types={"id": pa.int64()}, null_values=[],
+                                                 strings_can_be_null=False),
+        )
+    except pa.ArrowException:
+        return None
+    return t.column(0).to_numpy() if t.num_rows else np.zeros(0, dtype=np.int64)
+
+
+def _ids_python(path: Path, line0: int, chunk: bytes, what: str) -> np.ndarray:
+    out: list[int] = []
+    for i, raw in enumerate(chunk.split(b"\n")):
+        s = raw.strip()
+        if not s or s[:1] in _COMMENT_START:
+            continue
+        if not _INT_FIELD.fullmatch(s):
+            raise G3InputError(f"malformed line {_short(s)}: expected one integer node id", path=path, line=line0 + i)
+        out.append(int(s))
+    try:
+        return np.array(out, dtype=np.int64)
+    except OverflowError:
+        raise G3InputError(f"{what} node id too large", path=path) from None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The reader
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _is_array_file(path: Path) -> bool:
+    return path.suffix.lower() in (".npy", ".npz", *_H5_SUFFIXES)
+
+
+def read_edgelist(
+    path,
+    *,
+    num_nodes: int | None = None,
+    features=None,
+    labels=None,
+    train_idx=None,
+    valid_idx=None,
+    test_idx=None,
+    undirected: bool = False,
+) -> GraphSource:
+    """Read an edge list (text, ``.npy``, ``.npz`` or ``file.h5:/dataset``) and optional side arrays.
+
+    ``num_nodes``: when not given, the row count of ``features``/``labels`` if given, else the largest node id
+    plus one (found by one pass over the arcs; the parsed arcs are kept in memory when they are few).
+    ``features``/``labels``: array specs (see :func:`open_array_spec`); labels may be float with NaN for
+    unlabelled nodes. ``train_idx``/``valid_idx``/``test_idx``: index files; when none is given the builder
+    draws a ratio split. ``undirected``: each undirected edge is stored once (the builder symmetrises).
+    """
+    spec = str(path)
+    p = Path(spec)
+    if not p.exists() and ":" not in spec:
+        raise G3InputError("no such file", path=p)
+    if p.is_dir():
+        raise G3InputError("is a folder; an edge list is a file (use --format ogb for OGB folders)", path=p)
+    if num_nodes is not None and num_nodes < 0:
+        raise G3InputError(f"--num-nodes must be >= 0, got {num_nodes}")
+
+    feat_arr = open_array_spec(features, "features") if features is not None else None
+    label_arr = open_array_spec(labels, "labels") if labels is not None else None
+    feat_path = _split_spec(features)[0] if features is not None else None
+    label_path = _split_spec(labels)[0] if labels is not None else None
+    if num_nodes is None:
+        # the side arrays give the node count (isolated trailing nodes included); they must agree
+        rows = {str(q): int(a.shape[0]) for q, a in ((feat_path, feat_arr), (label_path, label_arr)) if a is not None}
+        if len(set(rows.values())) > 1:
+            raise G3InputError(
+                "features and labels disagree on the number of nodes: "
+                + ", ".join(f"{q} has {r} rows" for q, r in rows.items())
+            )
+        if rows:
+            num_nodes = next(iter(rows.values()))
+
+    info: dict[str, Any] = {"format": "edgelist"}
+    cached: list[tuple[np.ndarray, np.ndarray]] | None = None
+    expected_arcs: int | None = None
+
+    if not p.exists() or _is_array_file(p):
+        if p.suffix.lower() == ".npz" and p.is_file() and "edge_index" in npz_keys(p):
+            spec = f"{p}:edge_index"
+        arr = open_array_spec(spec, "edge array")
+        arr_path = _split_spec(spec)[0]
+        e, planar = edge_array_layout(arr, arr_path)
+        info["layout"] = "[2, E]" if planar else "[E, 2]"
+        expected_arcs = e
+        if num_nodes is None:
+            hi = -1
+            for s, d in iter_edge_array(arr, arr_path, None):
+                if len(s):
+                    hi = max(hi, int(s.max()), int(d.max()))
+            num_nodes = hi + 1
+        n_fixed = num_nodes
+
+        def arcs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            yield from iter_edge_array(open_array_spec(spec, "edge array"), arr_path, n_fixed)
+
+        source_path = str(arr_path)
+    else:
+        text = _TextEdges(p)
+        if text.header is not None:
+            info["header"] = text.header
+        info["delimiter"] = "comma" if text.comma else "whitespace"
+        if num_nodes is None:
+            hi = -1
+            total = 0
+            keep: list[tuple[np.ndarray, np.ndarray]] | None = []
+            for line0, chunk, s, d in text.chunks():
+                text.check_ids(line0, chunk, s, d, None)
+                if len(s):
+                    hi = max(hi, int(s.max()), int(d.max()))
+                total += len(s)
+                if keep is not None:
+                    keep.append((s, d))
+                    if total > CACHE_ARCS_LIMIT:
+                        keep = None
+            num_nodes = hi + 1
+            cached = keep
+            expected_arcs = total
+        n_fixed = num_nodes
+
+        def arcs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            if cached is not None:
+                yield from cached
+                return
+            for line0, chunk, s, d in text.chunks():
+                text.check_ids(line0, chunk, s, d, n_fixed)
+                yield s, d
+
+        source_path = str(p)
+
+    feat_dim, feature_blocks = 0, None
+    if feat_arr is not None:
+        feat_dim, feature_blocks = feature_blocks_from_array(feat_arr, feat_path, num_nodes)
+        info["features"] = str(features)
+    label_values, num_classes = None, None
+    if label_arr is not None:
+        label_values, num_classes = labels_from_array(label_arr, label_path, num_nodes)
+        info["labels"] = str(labels)
+
+    splits = None
+    given = {"train": train_idx, "valid": valid_idx, "test": test_idx}
+    if any(v is not None for v in given.values()):
+        splits = {}
+        for name, sp in given.items():
+            splits[name] = (
+                read_index_file(sp, num_nodes, f"{name}_idx") if sp is not None else np.zeros(0, dtype=np.int64)
+            )
+
+    return GraphSource(
+        name=Path(_split_spec(spec)[0]).name.split(".")[0] or "edgelist",
+        num_nodes=int(num_nodes),
+        arcs=arcs,
+        path=source_path,
+        feat_dim=feat_dim,
+        feature_blocks=feature_blocks,
+        labels=label_values,
+        num_classes=num_classes,
+        splits=splits,
+        expected_arcs=expected_arcs,
+        undirected_once=bool(undirected),
+        info=info,
+    )
+
+
+__all__ = ["read_edgelist", "open_array_spec", "NpzMember"]
