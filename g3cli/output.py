@@ -30,6 +30,10 @@ def print_summary(summary: dict) -> None:
     kind = summary.get("kind")
     if kind == "store":
         _print_store(summary)
+    elif kind == "partition":
+        from stages.partition.report import print_partition_summary
+
+        print_partition_summary(summary, console)
     else:
         from rich.pretty import Pretty
 
@@ -84,7 +88,9 @@ def print_run_summary(info: dict) -> None:
 
     from stages.train.metrics import read_metrics
 
-    history = read_metrics(Path(info.get("run", "")) if "run" in info else Path(info["path"]))
+    if info.get("rank", 0) != 0:
+        return  # under torchrun only rank 0 reports
+    history = read_metrics(Path(info["path"]))
     if not history:
         console.print(f"run {info.get('status', '')}")
         return

@@ -31,6 +31,10 @@ from .output import print_run_summary
               help="Write a checkpoint every N epochs (0: never).")
 @click.option("--resume", is_flag=True, help="Continue the run in RUN from its latest checkpoint.")
 @click.option("--no-feature-cache", is_flag=True, help="Resend remote input features every epoch instead of once.")
+@click.option("--backward", "backward", type=click.Choice(["recompute", "keep"]), default="recompute",
+              show_default=True,
+              help="Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep "
+                   "every bin's activations from the forward pass (faster, more memory).")
 @click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="float32", show_default=True,
               help="Floating-point type of weights and embeddings.")
 @click.option("--threads", type=int, default=None, help="Torch threads per worker [default: cores / workers].")
@@ -42,13 +46,13 @@ from .output import print_run_summary
 @click.option("-o", "--out", type=click.Path(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
 @click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
 def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipeline, eval_every,
-            checkpoint_every, resume, no_feature_cache, dtype, threads, timeout, master_addr, master_port, out, force):
+            checkpoint_every, resume, no_feature_cache, backward, dtype, threads, timeout, master_addr, master_port, out, force):
     """Train the plan's GNN on the whole graph with K workers (hybrid parallelism: bins, peer-to-peer
     sharing of embeddings and gradients, all-reduced weight gradients). Writes RUN/run.json, per-epoch
     metrics (RUN/metrics.jsonl), logs per rank, checkpoints and the final weights RUN/model.pt."""
     cfg = TrainConfig(epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout, seed=seed, workers=workers,
                       device=device, pipeline=pipeline, eval_every=eval_every, checkpoint_every=checkpoint_every,
-                      resume=resume, feature_cache=not no_feature_cache, dtype=dtype, threads=threads,
+                      resume=resume, feature_cache=not no_feature_cache, backward=backward, dtype=dtype, threads=threads,
                       timeout=timeout, master_addr=master_addr, master_port=master_port)
     info = run_train(plan, cfg, out=out, force=force)
     print_run_summary(info)

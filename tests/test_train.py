@@ -94,6 +94,15 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("model", ["sage", "gat"])
+def test_keeping_activations_gives_the_same_model(store, tmp_path, model):
+    run = pipeline(store, tmp_path, 2, "random", model, 2, "10", extra_train=("--backward", "keep"))
+    init = torch.load(run / "init.pt", weights_only=True)
+    final = torch.load(run / "model.pt", weights_only=True)
+    expected = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=2 if model == "gat" else None)
+    assert max_weight_diff(final, expected) <= 1e-5
+
+
 @pytest.mark.parametrize("model,layers,k,method,bin_size", CASES)
 def test_k_workers_match_single_process_reference(store, tmp_path, model, layers, k, method, bin_size):
     run = pipeline(store, tmp_path, k, method, model, layers, bin_size)
@@ -169,3 +178,64 @@ def test_plan_tables_send_every_pair_once(store, tmp_path):
                 pairs.add((int(node), peer))
         expected = {(int(n), q) for q in range(3) if q != r for n in shard.send_to(q)}
         assert pairs == expected
+
+
+@pytest.mark.parametrize("how", ["kill", "raise"])
+def test_failed_worker_stops_the_run_cleanly(store, tmp_path, monkeypatch, how):
+    import time
+
+    part, plan = tmp_path / "part", tmp_path / "plan"
+    assert invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code == 0
+    assert invoke(["plan", str(part), "--bin-size", "20", "-o", str(plan)]).exit_code == 0
+    monkeypatch.setenv("G3_FAULT", f"1:2:{how}")
+    t0 = time.monotonic()
+    r = invoke(["train", str(plan), "--epochs", "50", "--threads", "1", "-o", str(tmp_path / "run")])
+    elapsed = time.monotonic() - t0
+    assert r.exit_code == 1, r.output
+    assert "worker 1" in r.output
+    assert ("SIGKILL" in r.output) if how == "kill" else ("injected fault" in r.output)
+    assert elapsed < 60
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "failed"
+
+
+def test_resume_equals_uninterrupted(store, tmp_path):
+    part, plan = tmp_path / "part", tmp_path / "plan"
+    assert invoke(["partition", str(store), "--workers", "2", "-o", str(part)]).exit_code == 0
+    assert invoke(["plan", str(part), "--bin-size", "15", "-o", str(plan)]).exit_code == 0
+    common = ["--threads", "1", "--dtype", "float64", "--seed", "3", "--checkpoint-every", "2", "--eval-every", "0"]
+    assert invoke(["train", str(plan), "--epochs", "6", "-o", str(tmp_path / "full"), *common]).exit_code == 0
+    assert invoke(["train", str(plan), "--epochs", "4", "-o", str(tmp_path / "cut"), *common]).exit_code == 0
+    r = invoke(["train", str(plan), "--epochs", "6", "--resume", "-o", str(tmp_path / "cut"), *common])
+    assert r.exit_code == 0, r.output
+    full = torch.load(tmp_path / "full" / "model.pt", weights_only=True)
+    resumed = torch.load(tmp_path / "cut" / "model.pt", weights_only=True)
+    assert max_weight_diff(full, resumed) == 0.0
+    epochs = [json.loads(line)["epoch"] for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == list(range(6))
+
+
+def test_bad_plans_and_mismatched_artifacts(store, tmp_path):
+    part, plan = tmp_path / "part", tmp_path / "plan"
+    assert invoke(["partition", str(store), "--workers", "2", "-o", str(part)]).exit_code == 0
+    assert invoke(["plan", str(part), "-o", str(plan)]).exit_code == 0
+    cases = []
+    r = invoke(["train", str(plan), "--workers", "3", "-o", str(tmp_path / "r1")])
+    cases.append((r, "plan is for 2 workers"))
+    r = invoke(["train", str(tmp_path / "nope"), "-o", str(tmp_path / "r2")])
+    cases.append((r, "not a g3 plan"))
+    meta = json.loads((plan / "plan.json").read_text())
+    meta["schema_version"] = 99
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "plan.json").write_text(json.dumps(meta))
+    cases.append((invoke(["train", str(tmp_path / "old"), "-o", str(tmp_path / "r3")]), "schema version 99"))
+    # the partition changed after planning
+    pmeta = json.loads((part / "partition.json").read_text())
+    pmeta["created"] = "changed"
+    (part / "partition.json").write_text(json.dumps(pmeta))
+    cases.append((invoke(["train", str(plan), "-o", str(tmp_path / "r4")]), "does not match its partition"))
+    cases.append((invoke(["plan", str(tmp_path / "nope")]), "not a g3 partition"))
+    cases.append((invoke(["plan", str(part), "--layers", "0", "-o", str(tmp_path / "p2")]), "must be >= 1"))
+    for r, message in cases:
+        assert r.exit_code == 2, r.output
+        assert message in r.output and "Traceback" not in r.output
+    assert not any((tmp_path / f"r{i}").exists() for i in range(1, 5))

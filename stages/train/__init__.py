@@ -68,7 +68,7 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     world = int(meta["num_workers"])
     run_dir = Path(out) if out else plan.parent / f"{plan.name}.run"
     if under_torchrun():
-        return _run_torchrun(plan, run_dir, cfg, world, force)
+        return _run_torchrun(plan, run_dir, cfg, meta, force)
     if cfg.resume:
         if not (run_dir / "run.json").is_file():
             raise G3InputError("--resume: no run to resume here (no run.json)", path=run_dir)
@@ -90,15 +90,29 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     return info
 
 
-def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, world: int, force: bool) -> dict:
+def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict, force: bool) -> dict:
+    """One rank of a torchrun job; rank 0 keeps run.json (the run folder must be shared, or rank 0's)."""
     from .loop import run_rank
 
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    world = int(meta["num_workers"])
     if size != world:
         raise G3InputError(f"torchrun started {size} ranks but the plan is for {world} workers", path=plan)
     run_dir.mkdir(parents=True, exist_ok=True)
-    run_rank(rank, world, str(plan), str(run_dir), cfg, "env://")
-    return {"rank": rank, "run": str(run_dir)}
+    if rank == 0:
+        _write_run_json(run_dir, plan, meta, cfg, status="running")
+    t0 = time.perf_counter()
+    try:
+        run_rank(rank, world, str(plan), str(run_dir), cfg, "env://")
+    except Exception as exc:
+        if rank == 0:
+            _write_run_json(run_dir, plan, meta, cfg, status="failed", error=str(exc))
+        raise G3RuntimeError(f"rank {rank} failed: {exc}") from None
+    info = {"rank": rank, "path": str(run_dir), "status": "completed"}
+    if rank == 0:
+        info = _write_run_json(run_dir, plan, meta, cfg, status="completed", seconds=time.perf_counter() - t0)
+        info["rank"] = 0
+    return info
 
 
 def _spawn(world: int, plan: Path, run_dir: Path, cfg: TrainConfig) -> None:

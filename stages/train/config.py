@@ -31,6 +31,7 @@ class TrainConfig:
     master_addr: str = "127.0.0.1"
     master_port: int = 0  # 0: pick a free port
     strategy: str = "g3"
+    backward: str = "recompute"  # recompute | keep (each bin's activations)
     live: bool = True  # rich live display on rank 0
 
     @property

@@ -105,6 +105,7 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
     params = [p for p in model.parameters()]
 
     for epoch in range(start_epoch, cfg.epochs):
+        _maybe_inject_fault(rank, epoch)
         t0 = time.perf_counter()
         strategy.reset_timers()
         exchanger.stats.reset()
@@ -144,6 +145,20 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
         save_weights(run_dir / "model.pt", model)
     metrics.close()
     log.info("finished")
+
+
+def _maybe_inject_fault(rank: int, epoch: int) -> None:
+    """Test hook: G3_FAULT=RANK:EPOCH:kill|raise makes that rank die (SIGKILL) or raise at that epoch."""
+    spec = os.environ.get("G3_FAULT")
+    if not spec:
+        return
+    r, e, how = spec.split(":")
+    if int(r) == rank and int(e) == epoch:
+        if how == "kill":
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError(f"injected fault at epoch {epoch}")
 
 
 def evaluate(strategy, data: WorkerData, epoch: int) -> dict[str, float]:

@@ -6,8 +6,10 @@ reverse: recompute each bin's forward with its gathered inputs as leaves, backpr
 gradients, scatter the input gradients (owned rows stay, remote rows are returned to their owners after the
 last bin that reads them), and accumulate the weight gradients locally (the training loop all-reduces them).
 
-Backward recomputes the bin's forward instead of keeping its activations: a bin's memory stays bounded by
-the plan's bin limit in backward too, at the cost of one more forward per bin (see docs/DESIGN.md).
+By default backward recomputes the bin's forward instead of keeping its activations (``--backward
+recompute``): a bin's memory stays bounded by the plan's bin limit in backward too, at the cost of one more
+forward per bin. ``--backward keep`` keeps every bin's autograd graph from the forward pass instead —
+faster, with memory growing with the whole partition (measured in docs/DESIGN.md).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class G3Strategy(Strategy):
         self.blocks = [self._layer_blocks(li) for li in range(self.num_layers)]
         self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
         self.remote_features: torch.Tensor | None = None
+        self.keep = cfg.backward == "keep"  # keep each bin's autograd graph instead of recomputing it
+        self.saved: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(self.num_layers)]
 
     # --- static structure --------------------------------------------------------------------------------
     def _layer_blocks(self, li: int) -> list[tuple[Block, torch.Tensor, torch.Tensor]]:
@@ -81,12 +85,18 @@ class G3Strategy(Strategy):
             kind = "fwd" if training else "eval"
             out = None if last else self.ex.outgoing(d.table(f"fwd_send_{li}"), kind, li)
             inc = None if last else self.ex.incoming(d.table(f"fwd_recv_{li}"), kind, li, width, h.dtype)
+            keep = self.keep and training
+            self.saved[li] = []
             for b, (block, src, dst) in enumerate(self.blocks[li]):
                 t0 = time.perf_counter()
                 x_src = h.index_select(0, src).to(self.device, non_blocking=True)
-                with torch.no_grad():
+                if keep:
+                    x_src.requires_grad_(li > 0)
+                with torch.set_grad_enabled(keep):
                     y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, training)
-                h_next.index_copy_(0, dst, y.to("cpu", dtype=h.dtype))
+                if keep:
+                    self.saved[li].append((x_src, y))
+                h_next.index_copy_(0, dst, y.detach().to("cpu", dtype=h.dtype))
                 self.timers["compute"] += time.perf_counter() - t0
                 if out is not None:
                     out.send_step(b, h_next)
@@ -106,14 +116,18 @@ class G3Strategy(Strategy):
             out = self.ex.outgoing(d.table(f"bwd_send_{li}"), "bwd", li) if need_input_grad else None
             inc = (self.ex.incoming(d.table(f"bwd_recv_{li}"), "bwd", li, h.shape[1], h.dtype)
                    if need_input_grad else None)
+            saved = self.saved[li]
+            nb = len(self.blocks[li])
             for step, (block, src, dst) in enumerate(reversed(self.blocks[li])):
                 t0 = time.perf_counter()
-                x_src = h.index_select(0, src).to(self.device)
-                if need_input_grad:
-                    x_src.requires_grad_(True)
-                with torch.enable_grad():
-                    y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, True)
-                    torch.autograd.backward(y, grad_out.index_select(0, dst).to(self.device, dtype=y.dtype))
+                if saved:
+                    x_src, y = saved[nb - 1 - step]
+                else:  # recompute the bin's forward with its inputs as leaves
+                    x_src = h.index_select(0, src).to(self.device)
+                    x_src.requires_grad_(need_input_grad)
+                    with torch.enable_grad():
+                        y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, True)
+                torch.autograd.backward(y, grad_out.index_select(0, dst).to(self.device, dtype=y.dtype))
                 if need_input_grad:
                     grad_in.index_add_(0, src, x_src.grad.to("cpu", dtype=h.dtype))
                 self.timers["compute"] += time.perf_counter() - t0
@@ -124,3 +138,4 @@ class G3Strategy(Strategy):
                 out.wait()
                 grad_out = grad_in[: d.num_owned]
             self.inputs[li] = None
+            self.saved[li] = []
