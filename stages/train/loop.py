@@ -97,7 +97,7 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
 
     exchanger = Exchanger(p2p, rank, world)
     strategy = strategy_class(cfg.strategy)(data, model, exchanger, cfg)
-    train_idx = data.splits["train"]
+    train_idx = data.splits["train"][data.labels[data.splits["train"]] >= 0]  # unlabelled nodes carry no loss
     n_train = _all_reduce_int(len(train_idx))
     if n_train == 0:
         raise ValueError("the store has no training nodes")

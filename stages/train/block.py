@@ -1,0 +1,151 @@
+"""The unit of work of every GNN layer in g3: a *block*, i.e. one bin of one layer.
+
+A bin is a set of destination nodes together with **all** their in-edges (G3 §5.1). The runtime gathers the
+input rows of the bin's source nodes into ``x_src`` and calls a layer on ``(block, x_src)``; a layer returns
+the outputs of the destinations only. Because every destination sees all of its in-edges, the result of a
+bin does not depend on how the nodes were cut into bins or workers (G3 §5.3, "correctness").
+
+Local numbering: sources are ``0 .. n_src-1`` (the rows of ``x_src``); the first ``n_dst`` sources **are** the
+destinations, in the same order, so a layer reads a destination's own input as ``x_src[:n_dst]`` (SAGE's
+self term, GCN's and GAT's self-loops) without a second gather.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import torch
+
+
+@dataclass(eq=False)  # identity semantics: comparing tensors field by field is never meant
+class Block:
+    """One bin of one layer: ``n_dst`` destination nodes and their in-edges.
+
+    Sources are numbered ``0..n_src-1`` in ``x_src``; the first ``n_dst`` sources ARE the destinations (same
+    order), the rest are other in-neighbours (owned elsewhere or remote). ``indptr``/``indices``: in-edge CSR
+    over rows = destinations (row ``v`` lists the local source ids of the arcs into ``v``; unsorted rows and
+    repeated sources are allowed).
+
+    Attributes:
+        n_dst: number of destination nodes.
+        n_src: number of source nodes (``>= n_dst``).
+        indptr: int64 ``[n_dst + 1]``.
+        indices: int64 ``[nnz]``, values in ``[0, n_src)``.
+        src_out_degree: float ``[n_src]``, GLOBAL out-degree of each source (from the store), for GCN.
+        dst_in_degree: float ``[n_dst]``, GLOBAL in-degree of each destination, for GCN.
+        dst_global: int64 ``[n_dst]``, global node ids of the destinations (the dropout masks use them).
+    """
+
+    n_dst: int
+    n_src: int
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    src_out_degree: torch.Tensor
+    dst_in_degree: torch.Tensor
+    dst_global: torch.Tensor
+    # structures derived from the block by the layers (transposed CSR, CSR with self-loops), computed on first
+    # use and kept as long as the block: the runtime keeps its blocks across epochs, so they are built once
+    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indices.numel())
+
+    def cached(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()``, computed once per block and key."""
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def _map(self, fn) -> Block:
+        """The block with ``fn`` applied to every tensor; ``self`` (and its cache) when nothing changed."""
+        kw, same = {}, True
+        for f in fields(self):
+            if f.init:
+                v = getattr(self, f.name)
+                kw[f.name] = fn(v) if isinstance(v, torch.Tensor) else v
+                same = same and kw[f.name] is v
+        return self if same else Block(**kw)
+
+    def to(self, device, non_blocking: bool = False) -> Block:
+        """The block with every tensor on ``device``: ``self`` when already there (keeping its cache)."""
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> Block:
+        """A copy in page-locked host memory, so that ``to(cuda, non_blocking=True)`` is truly asynchronous."""
+        return self._map(lambda t: t.pin_memory())
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` when the block breaks its invariants (for tests and debugging; O(nnz))."""
+        if self.n_src < self.n_dst:
+            raise ValueError(f"n_src={self.n_src} < n_dst={self.n_dst}")
+        if tuple(self.indptr.shape) != (self.n_dst + 1,):
+            raise ValueError(f"indptr has shape {tuple(self.indptr.shape)}, expected ({self.n_dst + 1},)")
+        if int(self.indptr[0]) != 0 or int(self.indptr[-1]) != self.nnz:
+            raise ValueError("indptr must start at 0 and end at nnz")
+        if self.n_dst and bool((self.indptr[1:] < self.indptr[:-1]).any()):
+            raise ValueError("indptr is not non-decreasing")
+        if self.nnz and (int(self.indices.min()) < 0 or int(self.indices.max()) >= self.n_src):
+            raise ValueError("indices out of [0, n_src)")
+        if self.src_out_degree.shape[0] != self.n_src or self.dst_in_degree.shape[0] != self.n_dst:
+            raise ValueError("degree vectors do not match n_src / n_dst")
+        if self.dst_global.shape[0] != self.n_dst:
+            raise ValueError("dst_global does not match n_dst")
+
+
+def gather_rows(indptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions in ``indices`` of the CSR rows ``rows`` (concatenated in that order) and the new indptr.
+
+    Vectorised segment gather: no Python loop over rows.
+    """
+    starts = indptr[rows]
+    lengths = indptr[rows + 1] - starts
+    new_indptr = torch.zeros(rows.numel() + 1, dtype=torch.int64, device=indptr.device)
+    torch.cumsum(lengths, 0, out=new_indptr[1:])
+    nnz = int(new_indptr[-1])
+    # position = start of its row + offset inside the row
+    row_of = torch.repeat_interleave(torch.arange(rows.numel(), device=indptr.device), lengths, output_size=nnz)
+    pos = starts[row_of] + (torch.arange(nnz, device=indptr.device) - new_indptr[:-1][row_of])
+    return pos, new_indptr
+
+
+def build_block(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    dst: torch.Tensor,
+    in_degree: torch.Tensor,
+    out_degree: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Block, torch.Tensor]:
+    """The block of the destinations ``dst`` (distinct global ids) of a graph given by its global in-edge CSR.
+
+    Returns ``(block, src_ids)``: ``src_ids[i]`` is the global id of local source ``i`` — the destinations first
+    (in the order given), then the other in-neighbours in increasing id order. ``in_degree``/``out_degree`` are
+    the global degree vectors (indexed by global id). A reference construction for tests and single-process
+    use; the distributed runtime builds its blocks from the plan instead.
+    """
+    dst = dst.to(torch.int64)
+    n_dst, dev = dst.numel(), dst.device
+    pos, local_indptr = gather_rows(indptr.to(torch.int64), dst)
+    src_global = indices[pos].to(torch.int64)
+    uniq, inv = torch.unique(torch.cat([dst, src_global]), return_inverse=True)
+    if int(torch.unique(inv[:n_dst]).numel()) != n_dst:
+        raise ValueError("dst contains repeated node ids")
+    local = torch.full((uniq.numel(),), -1, dtype=torch.int64, device=dev)
+    local[inv[:n_dst]] = torch.arange(n_dst, device=dev)
+    rest = local < 0
+    local[rest] = n_dst + torch.arange(int(rest.sum()), device=dev)
+    src_ids = torch.empty_like(uniq)
+    src_ids[local] = uniq
+    block = Block(
+        n_dst=n_dst,
+        n_src=int(uniq.numel()),
+        indptr=local_indptr,
+        indices=local[inv[n_dst:]],
+        src_out_degree=out_degree[src_ids].to(dtype),
+        dst_in_degree=in_degree[dst].to(dtype),
+        dst_global=dst.clone(),
+    )
+    return block, src_ids

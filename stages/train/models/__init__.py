@@ -1,0 +1,124 @@
+"""g3's GNN models: a stack of block layers (SAGE, GCN, GAT) run one layer and one bin at a time.
+
+The runtime never calls a whole-model ``forward`` on a graph: G3 computes layer ``l`` for every bin of every
+worker before layer ``l + 1`` (G3 §5), so the model exposes :meth:`GNNModel.layer_forward` — one layer on one
+block, followed (except for the last layer) by ReLU and the hash-based dropout of :mod:`..dropout`, whose mask
+depends only on (seed, epoch, layer, global node id, column) and is therefore the same in every bin, on every
+worker and in backward's recomputation.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..block import Block
+from ..dropout import dropout_mask
+from .gat import GATConv
+from .gcn import GCNConv
+from .sage import SAGEConv
+
+MODEL_KINDS = ("sage", "gcn", "gat")
+
+__all__ = ["GATConv", "GCNConv", "GNNModel", "MODEL_KINDS", "SAGEConv", "build_model"]
+
+
+class GNNModel(nn.Module):
+    """``layers`` GNN layers of one kind; parameters are ``layers.{l}.<name>`` (see each layer's docstring).
+
+    Attributes:
+        layers: ``nn.ModuleList`` of the layers.
+        widths: input width of each layer, then the output width (``len == num_layers + 1``).
+        config: the arguments of :func:`build_model`, for checkpoints.
+    """
+
+    def __init__(self, layers: list[nn.Module], widths: list[int], config: dict):
+        super().__init__()
+        if len(widths) != len(layers) + 1:
+            raise ValueError("widths must list every layer's input width and the final output width")
+        self.layers = nn.ModuleList(layers)
+        self.widths = list(widths)
+        self.config = dict(config)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def layer_forward(
+        self,
+        l: int,  # noqa: E741 - the layer index, as in the paper
+        block: Block,
+        x_src: torch.Tensor,
+        epoch: int,
+        dropout: float,
+        seed: int,
+        training: bool,
+    ) -> torch.Tensor:
+        """Layer ``l`` (0-based) on ``block``: ``[n_src, widths[l]]`` → ``[n_dst, widths[l + 1]]``.
+
+        Hidden layers are followed by ReLU and, when ``training`` and ``dropout > 0``, by the mask
+        ``dropout_mask(seed, epoch, l, block.dst_global, width, dropout)``. The last layer returns logits.
+        """
+        h = self.layers[l](block, x_src)
+        if l < self.num_layers - 1:
+            h = F.relu(h)
+            if training and dropout > 0.0:
+                h = h * dropout_mask(seed, epoch, l, block.dst_global, h.shape[1], dropout, h.device, h.dtype)
+        return h
+
+    def forward(
+        self,
+        block: Block,
+        x: torch.Tensor,
+        epoch: int = 0,
+        dropout: float = 0.0,
+        seed: int = 0,
+        training: bool = False,
+    ) -> torch.Tensor:
+        """All layers on one whole-graph block (every source is a destination: ``n_src == n_dst``)."""
+        if block.n_src != block.n_dst:
+            raise ValueError("GNNModel.forward needs a block whose sources are all destinations; run bins per layer")
+        h = x
+        for l in range(self.num_layers):  # noqa: E741
+            h = self.layer_forward(l, block, h, epoch, dropout, seed, training)
+        return h
+
+
+def build_model(
+    kind: str,
+    in_dim: int,
+    hidden: int,
+    num_classes: int,
+    layers: int,
+    heads: int = 8,
+) -> GNNModel:
+    """A ``layers``-layer model of ``kind`` (``"sage"``, ``"gcn"`` or ``"gat"``).
+
+    Widths: ``in_dim → hidden → ... → num_classes``; for GAT the hidden layers concatenate their ``heads`` heads
+    (width ``heads * hidden``) and the last layer averages them. Initialisation (Glorot weights, zero biases)
+    is deterministic given ``torch.manual_seed`` before the call.
+    """
+    if kind not in MODEL_KINDS:
+        raise ValueError(f"unknown model kind {kind!r} (expected one of {', '.join(MODEL_KINDS)})")
+    if layers < 1:
+        raise ValueError(f"a model needs at least one layer, got {layers}")
+    if min(in_dim, hidden, num_classes, heads) < 1:
+        raise ValueError("in_dim, hidden, num_classes and heads must be positive")
+    mods: list[nn.Module] = []
+    widths = [in_dim]
+    for l in range(layers):  # noqa: E741
+        last = l == layers - 1
+        d_in = widths[-1]
+        d_out = num_classes if last else hidden
+        if kind == "sage":
+            mods.append(SAGEConv(d_in, d_out))
+            widths.append(d_out)
+        elif kind == "gcn":
+            mods.append(GCNConv(d_in, d_out))
+            widths.append(d_out)
+        else:
+            mods.append(GATConv(d_in, d_out, heads=heads, concat=not last))
+            widths.append(d_out if last else heads * d_out)
+    config = dict(kind=kind, in_dim=in_dim, hidden=hidden, num_classes=num_classes, layers=layers, heads=heads)
+    return GNNModel(mods, widths, config)

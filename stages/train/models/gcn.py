@@ -1,0 +1,56 @@
+"""Graph convolution (Kipf & Welling, 2017) with self-loops and GLOBAL degrees, on a g3 block."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..block import Block
+from ..kernels import block_transpose, csr_sum
+
+
+class GCNConv(nn.Module):
+    r"""GCN layer with symmetric normalisation and self-loops.
+
+    .. math::
+        h_v = W \Big( \sum_{u \in N_{in}(v) \cup \{v\}} \frac{x_u}{\sqrt{(d^{out}_u + 1)(d^{in}_v + 1)}} \Big) + b
+
+    where ``d_out``/``d_in`` are the store's GLOBAL degrees **without** the self-loop (``block.src_out_degree``,
+    ``block.dst_in_degree``), so a bin computes exactly what the whole graph would, whichever worker owns the
+    neighbours. The self-loop is added on top of any arc ``v -> v`` already in the graph. When
+    ``in_dim > out_dim`` the inputs are projected first (``W`` commutes with the weighted sum).
+
+    Shapes: ``x_src [n_src, in_dim]`` (the first ``block.n_dst`` rows are the destinations) →
+    ``[n_dst, out_dim]``.
+
+    Parameters: ``lin.weight [out_dim, in_dim]``, ``bias [out_dim]``.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.in_dim, self.out_dim = in_dim, out_dim
+        self.lin = nn.utils.skip_init(nn.Linear, in_dim, out_dim, bias=False)
+        self.bias = nn.Parameter(torch.empty(out_dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # the only RNG draws of the layer (its Linear is built with skip_init): manual_seed fixes them
+        nn.init.xavier_uniform_(self.lin.weight)
+        nn.init.zeros_(self.bias)
+
+    def forward(self, block: Block, x_src: torch.Tensor) -> torch.Tensor:
+        n_dst = block.n_dst
+        project_first = self.in_dim > self.out_dim
+        h = self.lin(x_src) if project_first else x_src
+        src_norm = (block.src_out_degree.to(h.dtype) + 1.0).rsqrt()
+        dst_norm = (block.dst_in_degree.to(h.dtype) + 1.0).rsqrt()
+        h = h * src_norm[:, None]
+        # + h[:n_dst]: the self-loop term (destination v is local source v, one of the first n_dst)
+        agg = csr_sum(block.indptr, block.indices, h, n_dst, transpose=block_transpose(block, h)) + h[:n_dst]
+        agg = agg * dst_norm[:, None]
+        if not project_first:
+            agg = self.lin(agg)
+        return agg + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.in_dim}, {self.out_dim}"

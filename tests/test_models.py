@@ -1,0 +1,471 @@
+"""g3's GNN layers, kernels and dropout masks against the independent full-graph reference (tests/reference.py).
+
+The central property (G3 §5.3): computing a layer bin by bin — any cut of the destinations into bins, each bin
+with all its in-edges — and backpropagating bin by bin gives the same logits and the same weight gradients as
+whole-graph training. That is exactly what the distributed runtime does, minus the communication.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from reference import RefGraph, reference_forward, reference_loss, reference_train
+
+from stages.train.binexec import backward_bins, forward_bins
+from stages.train.block import Block, build_block
+from stages.train.dropout import dropout_mask, dropout_uniform_bits
+from stages.train.kernels import (
+    add_self_loops,
+    csr_mean,
+    csr_sum,
+    csr_transpose,
+    edge_softmax,
+    row_ids,
+    use_backend,
+)
+from stages.train.models import GNNModel, build_model
+
+CASES = [("sage", 8), ("gcn", 8), ("gat", 2), ("gat", 8)]  # (kind, heads); heads only matter for GAT
+# (in_dim, hidden, num_classes): layer 0 widens / last layer narrows, and the reverse
+DIMS = [(5, 8, 3), (12, 4, 10)]
+LAYERS = 3  # two hidden layers (one hidden → hidden) and the last
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: OpenMP threads only add spin-waits, which take seconds on a loaded 2-core machine."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+# --- graph and bin construction ---------------------------------------------------------------------------
+def random_graph(n: int = 60, avg_deg: float = 3.0, in_dim: int = 5, classes: int = 3, seed: int = 0,
+                 dtype=torch.float64) -> RefGraph:
+    """A random directed graph with nodes of zero in-degree, a few self-loops and a few repeated arcs."""
+    g = torch.Generator().manual_seed(seed)
+    m = int(n * avg_deg)
+    src = torch.randint(0, n, (m,), generator=g)
+    dst = torch.randint(0, n, (m,), generator=g)
+    no_in = torch.randperm(n, generator=g)[: n // 6]  # these nodes get no in-arcs
+    keep = ~torch.isin(dst, no_in)
+    src, dst = src[keep], dst[keep]
+    extra = torch.randint(0, src.numel(), (4,), generator=g)  # repeated arcs
+    loops = torch.randperm(n, generator=g)[:3]
+    loops = loops[~torch.isin(loops, no_in)]
+    src = torch.cat([src, src[extra], loops])
+    dst = torch.cat([dst, dst[extra], loops])
+    order = torch.argsort(dst * n + src)
+    src, dst = src[order], dst[order]
+    in_deg = torch.bincount(dst, minlength=n)
+    indptr = torch.zeros(n + 1, dtype=torch.int64)
+    indptr[1:] = torch.cumsum(in_deg, 0)
+    y = torch.randint(0, classes, (n,), generator=g)
+    y[torch.randperm(n, generator=g)[: n // 10]] = -1
+    train = torch.rand(n, generator=g) < 0.6
+    return RefGraph(
+        indptr=indptr,
+        indices=src,
+        in_degree=in_deg.to(dtype),
+        out_degree=torch.bincount(src, minlength=n).to(dtype),
+        x=torch.randn(n, in_dim, generator=g, dtype=dtype),
+        y=y,
+        train_mask=train,
+    )
+
+
+def random_bins(graph: RefGraph, num_bins: int, seed: int, dtype=torch.float64):
+    """The nodes in random order cut into ``num_bins`` random-sized bins: ``[(block, src_ids, dst_ids)]``."""
+    g = torch.Generator().manual_seed(seed)
+    n = graph.num_nodes
+    perm = torch.randperm(n, generator=g)
+    cuts = torch.sort(torch.randperm(n - 1, generator=g)[: num_bins - 1] + 1).values.tolist()
+    bins = []
+    for dst in torch.tensor_split(perm, cuts):
+        block, src_ids = build_block(graph.indptr, graph.indices, dst, graph.in_degree, graph.out_degree, dtype)
+        bins.append((block, src_ids, dst))
+    return bins
+
+
+def whole_graph_block(graph: RefGraph, dtype=torch.float64) -> Block:
+    block, src_ids = build_block(graph.indptr, graph.indices, torch.arange(graph.num_nodes), graph.in_degree,
+                                 graph.out_degree, dtype)
+    assert torch.equal(src_ids, torch.arange(graph.num_nodes))
+    return block
+
+
+def make_model(kind, heads, dims, dtype=torch.float64, seed=0) -> GNNModel:
+    in_dim, hidden, classes = dims
+    torch.manual_seed(seed)
+    model = build_model(kind, in_dim, hidden, classes, LAYERS, heads=heads).to(dtype)
+    # non-zero biases, so that a bias added in the wrong place is caught
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.uniform_(-0.5, 0.5)
+    return model
+
+
+def binned_forward(model, graph, bins, *, epoch=0, dropout=0.0, seed=0, training=False):
+    """Logits and the input of every layer, computed layer by layer and bin by bin."""
+    h = graph.x.to(next(model.parameters()).dtype)
+    inputs = []
+    for layer in range(model.num_layers):
+        inputs.append(h)
+        h = forward_bins(model, layer, bins, h, graph.num_nodes, epoch=epoch, dropout=dropout, seed=seed,
+                         training=training)
+    return h, inputs
+
+
+def binned_grads(model, graph, bins, *, epoch, dropout, seed) -> dict[str, torch.Tensor]:
+    """Parameter gradients of the training loss, backpropagated layer by layer and bin by bin."""
+    model.zero_grad(set_to_none=True)
+    logits, inputs = binned_forward(model, graph, bins, epoch=epoch, dropout=dropout, seed=seed, training=True)
+    leaf = logits.detach().requires_grad_(True)
+    reference_loss(leaf, graph).backward()
+    grad = leaf.grad
+    for layer in reversed(range(model.num_layers)):
+        grad = backward_bins(model, layer, bins, inputs[layer], grad, epoch=epoch, dropout=dropout, seed=seed,
+                             need_input_grad=layer > 0)
+    return {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+def reference_grads(kind, model, graph, *, epoch, dropout, seed, heads) -> dict[str, torch.Tensor]:
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in model.state_dict().items()}
+    logits = reference_forward(kind, params, graph, epoch=epoch, dropout=dropout, seed=seed, training=True,
+                               heads=heads)
+    reference_loss(logits, graph).backward()
+    return {k: v.grad for k, v in params.items()}
+
+
+# --- bins versus the whole-graph reference ----------------------------------------------------------------
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("dims", DIMS)
+@pytest.mark.parametrize("kind,heads", CASES)
+def test_bins_match_reference_forward(kind, heads, dims, dtype, tol):
+    graph = random_graph(in_dim=dims[0], classes=dims[2], seed=1, dtype=dtype)
+    model = make_model(kind, heads, dims, dtype)
+    params = {k: v.detach() for k, v in model.state_dict().items()}
+    for num_bins, training in [(1, False), (5, False), (7, True)]:
+        bins = random_bins(graph, num_bins, seed=num_bins, dtype=dtype)
+        kw = dict(epoch=2, dropout=0.4 if training else 0.0, seed=11, training=training)
+        ours, _ = binned_forward(model, graph, bins, **kw)
+        ref = reference_forward(kind, params, graph, heads=heads, **kw)
+        assert ours.dtype == dtype and ours.shape == (graph.num_nodes, dims[2])
+        torch.testing.assert_close(ours, ref, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("backend", [None, "index"])  # the device default (CPU: sparse) and the portable one
+@pytest.mark.parametrize("dims", DIMS)
+@pytest.mark.parametrize("kind,heads", CASES)
+def test_bins_match_reference_gradients(kind, heads, dims, backend):
+    graph = random_graph(in_dim=dims[0], classes=dims[2], seed=2)
+    model = make_model(kind, heads, dims)
+    kw = dict(epoch=1, dropout=0.3, seed=5)
+    ref = reference_grads(kind, model, graph, heads=heads, **kw)
+    for num_bins in (1, 6):
+        with use_backend(backend):
+            ours = binned_grads(model, graph, random_bins(graph, num_bins, seed=10 + num_bins), **kw)
+        assert ours.keys() == ref.keys()
+        for name in ref:
+            torch.testing.assert_close(ours[name], ref[name], atol=1e-10, rtol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("kind,heads", [("sage", 8), ("gcn", 8), ("gat", 2)])
+def test_full_graph_training_matches_reference(kind, heads):
+    dims = (6, 5, 4)
+    graph = random_graph(in_dim=dims[0], classes=dims[2], seed=3)
+    model = make_model(kind, heads, dims)
+    init = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    lr, wd, p, seed, epochs = 0.05, 5e-4, 0.25, 7, 3
+    block = whole_graph_block(graph)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=wd)
+    for epoch in range(epochs):
+        opt.zero_grad()
+        logits = model(block, graph.x, epoch=epoch, dropout=p, seed=seed, training=True)
+        reference_loss(logits, graph).backward()
+        opt.step()
+    ref = reference_train(kind, init, graph, epochs, lr, wd, p, seed, heads)
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, ref[name], atol=1e-9, rtol=1e-9, msg=name)
+        assert not torch.equal(value, init[name]), f"{name} did not train"
+
+
+def test_eval_mode_ignores_dropout():
+    graph = random_graph(seed=4)
+    model = make_model("sage", 8, (5, 8, 3))
+    block = whole_graph_block(graph)
+    a = model(block, graph.x, epoch=0, dropout=0.5, seed=1, training=False)
+    b = model(block, graph.x, epoch=3, dropout=0.0, seed=2, training=False)
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+# --- models: construction ----------------------------------------------------------------------------------
+def test_parameter_names_and_widths():
+    m = build_model("sage", 10, 16, 3, 2)
+    assert [k for k, _ in m.named_parameters()] == [
+        "layers.0.bias", "layers.0.lin_self.weight", "layers.0.lin_neigh.weight",
+        "layers.1.bias", "layers.1.lin_self.weight", "layers.1.lin_neigh.weight",
+    ]
+    assert m.widths == [10, 16, 3]
+    m = build_model("gcn", 10, 16, 3, 2)
+    assert sorted(k for k, _ in m.named_parameters()) == [
+        "layers.0.bias", "layers.0.lin.weight", "layers.1.bias", "layers.1.lin.weight"]
+    m = build_model("gat", 10, 16, 3, 3, heads=8)
+    assert m.widths == [10, 128, 128, 3]
+    shapes = {k: tuple(v.shape) for k, v in m.named_parameters()}
+    assert shapes["layers.0.lin.weight"] == (128, 10)
+    assert shapes["layers.0.att_src"] == (1, 8, 16) and shapes["layers.0.att_dst"] == (1, 8, 16)
+    assert shapes["layers.0.bias"] == (128,) and shapes["layers.2.bias"] == (3,)
+    assert shapes["layers.2.lin.weight"] == (24, 128)
+    assert build_model("gat", 10, 16, 3, 1, heads=4).widths == [10, 3]
+    with pytest.raises(ValueError):
+        build_model("gin", 10, 16, 3, 2)
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn", "gat"])
+def test_initialisation_is_deterministic(kind):
+    def init(seed):
+        torch.manual_seed(seed)
+        return build_model(kind, 7, 6, 3, 2, heads=2).state_dict()
+
+    a, b, c = init(0), init(0), init(1)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], c[k]) for k in a if not k.endswith("bias"))
+    assert all(not a[k].any() for k in a if k.endswith("bias"))  # zero biases
+
+
+# --- blocks ------------------------------------------------------------------------------------------------
+def test_build_block_maps_back_to_the_global_arcs():
+    graph = random_graph(seed=5)
+    dst = torch.tensor([7, 3, 41, 0, 12])
+    block, src_ids = build_block(graph.indptr, graph.indices, dst, graph.in_degree, graph.out_degree)
+    block.validate()
+    assert torch.equal(src_ids[: block.n_dst], dst) and torch.equal(block.dst_global, dst)
+    assert src_ids.unique().numel() == block.n_src
+    for i, v in enumerate(dst.tolist()):
+        local = block.indices[block.indptr[i] : block.indptr[i + 1]]
+        expect = graph.indices[graph.indptr[v] : graph.indptr[v + 1]]
+        assert torch.equal(src_ids[local], expect)
+    torch.testing.assert_close(block.src_out_degree, graph.out_degree[src_ids].float())
+    torch.testing.assert_close(block.dst_in_degree, graph.in_degree[dst].float())
+    assert block.to("cpu") is block  # nothing to move: the same block, with its cached structures
+    moved = block.pin_memory() if torch.cuda.is_available() else block._map(torch.clone)
+    assert moved is not block and moved.n_dst == block.n_dst and torch.equal(moved.indices, block.indices)
+    assert not moved._cache  # a moved block recomputes its derived structures where it lives
+    calls = []
+    assert block.cached("k", lambda: calls.append(1) or 42) == 42 == block.cached("k", lambda: calls.append(1))
+    assert calls == [1]
+    with pytest.raises(ValueError):
+        build_block(graph.indptr, graph.indices, torch.tensor([1, 1]), graph.in_degree, graph.out_degree)
+
+
+# --- kernels -----------------------------------------------------------------------------------------------
+def random_csr(n_dst=9, n_src=14, seed=0):
+    """Unsorted rows with repeated sources and empty rows."""
+    g = torch.Generator().manual_seed(seed)
+    deg = torch.randint(0, 5, (n_dst,), generator=g)
+    deg[[1, 4]] = 0
+    indptr = torch.zeros(n_dst + 1, dtype=torch.int64)
+    indptr[1:] = deg.cumsum(0)
+    indices = torch.randint(0, n_src, (int(deg.sum()),), generator=g)
+    indices[1] = indices[0]
+    return indptr, indices, n_dst, n_src
+
+
+def dense_adjacency(indptr, indices, n_dst, n_src, weight=None):
+    """``[*w, n_dst, n_src]`` with repeated arcs summed (written with a Python loop on purpose: tiny inputs)."""
+    w = torch.ones(indices.numel(), dtype=torch.float64) if weight is None else weight.detach()
+    a = torch.zeros(*w.shape[1:], n_dst, n_src, dtype=torch.float64)
+    for v in range(n_dst):
+        for e in range(int(indptr[v]), int(indptr[v + 1])):
+            a[..., v, int(indices[e])] += w[e]
+    return a
+
+
+@pytest.mark.parametrize("backend", ["sparse", "index"])
+def test_kernels_gradcheck(backend):
+    indptr, indices, n_dst, n_src = random_csr()
+    nnz, heads = indices.numel(), 3
+    g = torch.Generator().manual_seed(1)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_(True)
+
+    x, x3 = rnd(n_src, 4), rnd(n_src, heads, 2)
+    w, w3, s = rnd(nnz), rnd(nnz, heads), rnd(nnz, heads)
+    t = csr_transpose(indptr, indices, n_src)
+    with use_backend(backend):
+        for tr in (None, t):  # backward with and without the precomputed transpose
+            assert torch.autograd.gradcheck(lambda x, tr=tr: csr_sum(indptr, indices, x, n_dst, transpose=tr), (x,))
+            assert torch.autograd.gradcheck(lambda x, w, tr=tr: csr_sum(indptr, indices, x, n_dst, w, tr), (x, w))
+            assert torch.autograd.gradcheck(lambda x, w, tr=tr: csr_sum(indptr, indices, x, n_dst, w, tr), (x3, w3))
+            assert torch.autograd.gradcheck(lambda x, tr=tr: csr_mean(indptr, indices, x, n_dst, tr), (x,))
+        assert torch.autograd.gradcheck(lambda s: edge_softmax(indptr, s), (s,))
+        # values against dense matrices
+        a = dense_adjacency(indptr, indices, n_dst, n_src)
+        torch.testing.assert_close(csr_sum(indptr, indices, x, n_dst), a @ x)
+        deg = (indptr[1:] - indptr[:-1]).clamp(min=1).double()
+        torch.testing.assert_close(csr_mean(indptr, indices, x, n_dst), (a @ x) / deg[:, None])
+        a3 = dense_adjacency(indptr, indices, n_dst, n_src, w3)
+        torch.testing.assert_close(csr_sum(indptr, indices, x3, n_dst, w3), torch.einsum("hvu,uhd->vhd", a3, x3))
+        alpha = edge_softmax(indptr, s)
+        rows = row_ids(indptr)
+        sums = torch.zeros(n_dst, heads, dtype=torch.float64).index_add_(0, rows, alpha)
+        nonempty = (indptr[1:] > indptr[:-1])
+        torch.testing.assert_close(sums[nonempty], torch.ones_like(sums[nonempty]))
+
+
+def test_kernel_backends_agree_and_handle_empty_input():
+    indptr, indices, n_dst, n_src = random_csr(n_dst=50, n_src=80, seed=3)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(n_src, 4, 6, generator=g)
+    w = torch.rand(indices.numel(), 4, generator=g)
+    results = {}
+    for backend in ("sparse", "index"):
+        xi, wi = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        with use_backend(backend):
+            out = csr_sum(indptr, indices, xi, n_dst, wi)
+            out.backward(torch.ones_like(out))
+        results[backend] = (out.detach(), xi.grad, wi.grad)
+    for a, b in zip(results["sparse"], results["index"], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    # a block without edges, and one without destinations
+    empty = torch.zeros(1, dtype=torch.int64)
+    for backend in ("sparse", "index"):
+        with use_backend(backend):
+            xi = torch.randn(3, 2, requires_grad=True)
+            out = csr_sum(torch.zeros(3, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), xi, 2)
+            assert out.shape == (2, 2) and not out.any()
+            out.sum().backward()
+            assert not xi.grad.any()
+            assert csr_sum(empty, torch.zeros(0, dtype=torch.int64), torch.randn(3, 2), 0).shape == (0, 2)
+
+
+def test_csr_transpose_lists_the_out_arcs_of_every_source():
+    indptr, indices, n_dst, n_src = random_csr()
+    t = csr_transpose(indptr, indices, n_src)
+    rows = row_ids(indptr)
+    assert torch.equal(t.indices, rows[t.perm]) and torch.equal(indices[t.perm], row_ids(t.indptr))
+    assert torch.equal(t.indptr[-1], indptr[-1]) and t.indptr.numel() == n_src + 1
+
+
+def test_add_self_loops_prepends_one_loop_per_row():
+    indptr, indices, n_dst, _ = random_csr()
+    new_indptr, new_indices = add_self_loops(indptr, indices, n_dst)
+    for v in range(n_dst):
+        row = new_indices[new_indptr[v] : new_indptr[v + 1]]
+        assert int(row[0]) == v
+        assert torch.equal(row[1:], indices[indptr[v] : indptr[v + 1]])
+
+
+# --- dropout masks -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.8])
+def test_dropout_keep_rate_and_values(p):
+    m = dropout_mask(3, 1, 0, torch.arange(6250), 16, p)  # 100k entries
+    kept = m != 0
+    assert abs(kept.double().mean().item() - (1 - p)) < 0.02
+    assert torch.all(m[kept] == torch.tensor(1 / (1 - p), dtype=torch.float32))
+    # no column and no stretch of node ids is biased
+    per_col = kept.double().mean(0)
+    assert (per_col - (1 - p)).abs().max() < 0.05
+    per_chunk = kept.reshape(10, -1).double().mean(1)
+    assert (per_chunk - (1 - p)).abs().max() < 0.03
+
+
+def test_dropout_uniform_bits_are_uniform_and_independent():
+    u = dropout_uniform_bits(0, 0, 0, torch.arange(20000), 8).double() / 2**32
+    hist = torch.histc(u.float(), bins=32, min=0, max=1)
+    chi2 = (((hist - hist.mean()) ** 2) / hist.mean()).sum().item()
+    assert chi2 < 80  # 31 degrees of freedom: p < 1e-5 of failing by chance
+    c = torch.corrcoef(torch.stack([u[:-1, 0], u[1:, 0], u[:-1, 1]]))  # neighbouring nodes and columns
+    assert c.sub(torch.eye(3, dtype=c.dtype)).abs().max() < 0.05
+
+
+def test_dropout_is_deterministic_and_varies_with_every_key():
+    ids = torch.arange(1000)
+    base = dropout_mask(1, 2, 3, ids, 16, 0.5)
+    assert torch.equal(base, dropout_mask(1, 2, 3, ids, 16, 0.5))
+    for other in (dropout_mask(2, 2, 3, ids, 16, 0.5), dropout_mask(1, 3, 3, ids, 16, 0.5),
+                  dropout_mask(1, 2, 4, ids, 16, 0.5), dropout_mask(1, 2, 3, ids + 1000, 16, 0.5)):
+        agree = (other == base).double().mean().item()
+        assert 0.4 < agree < 0.6  # independent masks agree on about half the entries at p = 0.5
+
+
+def test_dropout_mask_of_a_node_does_not_depend_on_the_batch():
+    ids = torch.arange(500)
+    full = dropout_mask(9, 1, 0, ids, 12, 0.3, dtype=torch.float64)
+    perm = torch.randperm(500, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(dropout_mask(9, 1, 0, perm[:37], 12, 0.3, dtype=torch.float64), full[perm[:37]],
+                               atol=0, rtol=0)
+    # a wider layer extends the columns: column c of a node is the same whatever the width
+    torch.testing.assert_close(dropout_mask(9, 1, 0, ids, 20, 0.3, dtype=torch.float64)[:, :12], full,
+                               atol=0, rtol=0)
+
+
+def test_dropout_edge_cases_and_pinned_values():
+    assert torch.equal(dropout_mask(0, 0, 0, torch.arange(4), 3, 0.0), torch.ones(4, 3))
+    with pytest.raises(ValueError):
+        dropout_mask(0, 0, 0, torch.arange(4), 3, 1.0)
+    big = torch.tensor([2**33 + 5, 5, 2**40])  # ids beyond 32 bits hash their high half too
+    bits = dropout_uniform_bits(0, 0, 0, big, 2)
+    assert bits.min() >= 0 and bits.max() < 2**32
+    assert not torch.equal(bits[0], bits[1])
+    assert dropout_mask(-1, 0, 0, big, 2, 0.5).shape == (3, 2)
+    # the hash is part of the model's definition: pin it so that a "faster" rewrite cannot change it silently
+    assert dropout_uniform_bits(0, 0, 0, torch.tensor([0, 1, 2**33 + 5]), 3).tolist() == PINNED_BITS
+    assert math.ceil(0.5 * 2**32) == 2**31
+
+
+PINNED_BITS = [[2848107417, 3473198084, 4115811259], [3595065868, 3411409119, 4100023335],
+               [2671566359, 1569279894, 4639920]]
+
+
+def _spec_bits(seed: int, epoch: int, layer: int, node: int, col: int) -> int:
+    """The documented hash (stages/train/dropout.py) in plain Python integers, one entry at a time."""
+    m = 0xFFFFFFFF
+
+    def mix(h, k1=0x7FEB352D, k2=0x846CA68B):
+        h ^= h >> 16
+        h = (h * k1) & m
+        h ^= h >> 15
+        h = (h * k2) & m
+        return h ^ (h >> 16)
+
+    seed &= (1 << 64) - 1
+    k = mix(mix(mix(mix((seed & m) ^ 0x9E3779B9) ^ (seed >> 32)) ^ epoch) ^ layer)
+    node_h = mix(mix((node & m) ^ k) ^ (node >> 32))
+    col_h = mix((col + mix(k ^ 0x85EBCA6B)) & m)
+    return mix(node_h ^ col_h, 0x7FEB352D, 0x31848BAB)
+
+
+def test_dropout_matches_its_documented_formula():
+    ids = [0, 1, 77, 2**31 + 3, 2**33 + 5]
+    for seed, epoch, layer in [(0, 0, 0), (12345, 7, 1), (-3, 99, 2), (2**40 + 1, 1, 0)]:
+        bits = dropout_uniform_bits(seed, epoch, layer, torch.tensor(ids), 5)
+        expect = [[_spec_bits(seed, epoch, layer, n, c) for c in range(5)] for n in ids]
+        assert bits.tolist() == expect
+
+
+# --- devices -----------------------------------------------------------------------------------------------
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("kind,heads", CASES)
+def test_cuda_matches_cpu(kind, heads):
+    dims = (5, 8, 3)
+    graph = random_graph(in_dim=dims[0], classes=dims[2], seed=6)
+    model = make_model(kind, heads, dims)
+    bins = random_bins(graph, 4, seed=1)
+    kw = dict(epoch=1, dropout=0.3, seed=5)
+    cpu = binned_grads(model, graph, bins, **kw)
+    model.cuda()
+    cuda_bins = [(b.to("cuda"), s.cuda(), d.cuda()) for b, s, d in bins]
+    cuda_graph = RefGraph(graph.indptr, graph.indices, graph.in_degree, graph.out_degree, graph.x.cuda(),
+                          graph.y.cuda(), graph.train_mask.cuda())
+    gpu = binned_grads(model, cuda_graph, cuda_bins, **kw)
+    for name in cpu:
+        torch.testing.assert_close(gpu[name].cpu(), cpu[name], atol=1e-10, rtol=1e-10, msg=name)
+    ids = torch.arange(3000)
+    assert torch.equal(dropout_mask(4, 2, 1, ids.cuda(), 16, 0.4).cpu(), dropout_mask(4, 2, 1, ids, 16, 0.4))
