@@ -106,3 +106,13 @@ def print_run_summary(info: dict) -> None:
         if last.get(f"{split}_acc") is not None:
             t.add_row(f"{split} accuracy", f"{100 * last[f'{split}_acc']:.2f} %")
     console.print(t)
+
+
+def print_eval(result: dict) -> None:
+    t = Table(title=f"eval of {result['weights']} ({result['workers']} workers, {result['seconds']:.2f} s)")
+    for col in ("split", "accuracy", "correct", "labelled"):
+        t.add_column(col, justify="right")
+    for split, acc in result["accuracy"].items():
+        t.add_row(split, "n/a" if acc is None else f"{100 * acc:.2f} %", f"{result['correct'][split]:,}",
+                  f"{result['labelled'][split]:,}")
+    console.print(t)

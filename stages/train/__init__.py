@@ -82,7 +82,7 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     info = _write_run_json(run_dir, plan, meta, cfg, status="running")
     t0 = time.perf_counter()
     try:
-        _spawn(world, plan, run_dir, cfg)
+        spawn_workers(world, plan, run_dir, cfg)
     except G3RuntimeError as exc:
         _write_run_json(run_dir, plan, meta, cfg, status="failed", error=str(exc))
         raise
@@ -115,7 +115,7 @@ def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict, force
     return info
 
 
-def _spawn(world: int, plan: Path, run_dir: Path, cfg: TrainConfig) -> None:
+def spawn_workers(world: int, plan: Path, run_dir: Path, cfg: TrainConfig) -> None:
     """Start ``world`` local processes; if any fails, the others are stopped and the failure is reported."""
     import torch.multiprocessing as mp
 
@@ -130,7 +130,7 @@ def _spawn(world: int, plan: Path, run_dir: Path, cfg: TrainConfig) -> None:
             pass
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
         rank = getattr(exc, "error_index", None)
-        raise G3RuntimeError(_failure_message(run_dir, rank, exc)) from None
+        raise G3RuntimeError(_failure_message(run_dir, rank, exc, cfg.task)) from None
     except KeyboardInterrupt:
         for p in ctx.processes:
             if p.is_alive():
@@ -145,12 +145,13 @@ def _spawn_entry(rank: int, world: int, plan: str, run_dir: str, cfg: TrainConfi
     run_rank(rank, world, plan, run_dir, cfg, init_method)
 
 
-def _failure_message(run_dir: Path, rank, exc) -> str:
+def _failure_message(run_dir: Path, rank, exc, task: str = "train") -> str:
     """Name the rank that failed first (as torch's process context saw it) and its error."""
     if rank is None:
         return f"a worker failed: {exc}"
-    err = run_dir / "logs" / f"rank-{rank:05d}.error"
-    log_path = run_dir / "logs" / f"rank-{rank:05d}.log"
+    prefix = "" if task == "train" else task + "-"
+    err = run_dir / "logs" / f"{prefix}rank-{rank:05d}.error"
+    log_path = run_dir / "logs" / f"{prefix}rank-{rank:05d}.log"
     if err.is_file() and err.read_text().strip():
         return f"worker {rank} failed: {err.read_text().strip().splitlines()[0]} (log: {log_path})"
     sig = getattr(exc, "signal_name", None)

@@ -32,6 +32,8 @@ class TrainConfig:
     master_port: int = 0  # 0: pick a free port
     strategy: str = "g3"
     backward: str = "recompute"  # recompute | keep (each bin's activations)
+    task: str = "train"  # train | eval (forward only, for `g3 eval`)
+    weights: str | None = None  # eval: the weights to load
     live: bool = True  # rich live display on rank 0
 
     @property

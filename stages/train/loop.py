@@ -28,10 +28,10 @@ from .strategies.base import WorkerData, strategy_class
 log = logging.getLogger("g3.train")
 
 
-def setup_logging(run_dir: Path, rank: int) -> None:
+def setup_logging(run_dir: Path, rank: int, task: str = "train") -> None:
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(logs / f"rank-{rank:05d}.log")
+    handler = logging.FileHandler(logs / f"{'' if task == 'train' else task + '-'}rank-{rank:05d}.log")
     handler.setFormatter(logging.Formatter(f"%(asctime)s rank {rank} %(levelname)s %(message)s"))
     root = logging.getLogger("g3")
     root.handlers[:] = [handler]
@@ -64,12 +64,13 @@ def build_worker_model(plan_meta: dict, cfg: TrainConfig):
 def run_rank(rank: int, world: int, plan_dir: str, run_dir: str, cfg: TrainConfig, init_method: str | None) -> None:
     """Entry of one training process (spawned locally or started by torchrun)."""
     run_dir = Path(run_dir)
-    setup_logging(run_dir, rank)
+    setup_logging(run_dir, rank, cfg.task)
     try:
         _run(rank, world, Path(plan_dir), run_dir, cfg, init_method)
     except BaseException as exc:
         log.error("failed: %s\n%s", exc, traceback.format_exc())
-        (run_dir / "logs" / f"rank-{rank:05d}.error").write_text(f"{type(exc).__name__}: {exc}\n")
+        prefix = "" if cfg.task == "train" else cfg.task + "-"
+        (run_dir / "logs" / f"{prefix}rank-{rank:05d}.error").write_text(f"{type(exc).__name__}: {exc}\n")
         raise
     finally:
         if dist.is_initialized():
@@ -87,6 +88,9 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
     shard = open_shard(part, rank, world)
     data = WorkerData(shard, WorkerPlan(plan_dir, rank), len(plan_meta["layers"]), cfg.torch_dtype)
     model = build_worker_model(plan_meta, cfg)
+    if cfg.task == "eval":
+        _eval_only(run_dir, data, model, Exchanger(p2p, rank, world), cfg, world)
+        return
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start_epoch = 0
     if cfg.resume and (ckpt := latest_checkpoint(run_dir)) is not None:
@@ -161,24 +165,64 @@ def _maybe_inject_fault(rank: int, epoch: int) -> None:
         raise RuntimeError(f"injected fault at epoch {epoch}")
 
 
-def evaluate(strategy, data: WorkerData, epoch: int) -> dict[str, float]:
-    """Accuracy per split from a forward-only full-graph pass (no dropout), summed over ranks."""
+def split_counts(strategy, data: WorkerData, epoch: int) -> dict[str, tuple[int, int]]:
+    """(correct, labelled) per split over all ranks, from a forward-only full-graph pass (no dropout).
+
+    Accuracy is multi-class accuracy as OGB's Evaluator computes it for ogbn-products/papers100M:
+    the share of a split's labelled nodes whose argmax prediction equals the label.
+    """
     strategy.model.eval()
     with torch.no_grad():
         logits = strategy.forward(epoch, training=False)
+    strategy.model.train()
     pred = logits.argmax(dim=1)
     counts = []
     for split in ("train", "valid", "test"):
         idx = data.splits[split]
+        idx = idx[data.labels[idx] >= 0]
         counts += [int((pred[idx] == data.labels[idx]).sum()), len(idx)]
     t = torch.tensor(counts, dtype=torch.float64, device=_collective_device())
     dist.all_reduce(t)
     t = t.cpu()
-    out = {}
-    for i, split in enumerate(("train", "valid", "test")):
-        out[f"{split}_acc"] = float(t[2 * i] / t[2 * i + 1]) if t[2 * i + 1] > 0 else None
-    strategy.model.train()
-    return out
+    return {split: (int(t[2 * i]), int(t[2 * i + 1])) for i, split in enumerate(("train", "valid", "test"))}
+
+
+def evaluate(strategy, data: WorkerData, epoch: int) -> dict[str, float]:
+    """Accuracy per split (None for an empty split)."""
+    counts = split_counts(strategy, data, epoch)
+    return {f"{s}_acc": (c / n if n else None) for s, (c, n) in counts.items()}
+
+
+def _eval_only(run_dir: Path, data: WorkerData, model, exchanger: Exchanger, cfg: TrainConfig, world: int) -> None:
+    """`g3 eval`: load weights, one forward-only pass with the training runtime, write RUN/eval.json."""
+    from ..common.atomic import write_json_atomic
+    from .checkpoint import load_weights
+
+    state = load_weights(Path(cfg.weights))
+    if "model" in state and isinstance(state["model"], dict):  # a training checkpoint
+        state = state["model"]
+    try:
+        model.load_state_dict({k: v.to(cfg.torch_dtype) for k, v in state.items()})
+    except RuntimeError as exc:
+        raise ValueError(f"{cfg.weights}: weights do not fit the plan's model: {exc}") from None
+    strategy = strategy_class(cfg.strategy)(data, model, exchanger, cfg)
+    t0 = time.perf_counter()
+    counts = split_counts(strategy, data, epoch=0)
+    seconds = time.perf_counter() - t0
+    if dist.get_rank() == 0:
+        result = {
+            "schema": "g3.eval",
+            "schema_version": 1,
+            "weights": str(cfg.weights),
+            "workers": world,
+            "metric": "accuracy",
+            "accuracy": {s: (c / n if n else None) for s, (c, n) in counts.items()},
+            "correct": {s: c for s, (c, _) in counts.items()},
+            "labelled": {s: n for s, (_, n) in counts.items()},
+            "seconds": seconds,
+        }
+        write_json_atomic(run_dir / "eval.json", result)
+    log.info("evaluated %s in %.2fs", cfg.weights, seconds)
 
 
 def _all_reduce_grads(params: list[torch.nn.Parameter]) -> None:

@@ -1,0 +1,90 @@
+"""`g3 eval`: full-graph inference with the training runtime (bins, P2P), accuracy per split.
+
+Entry point: :func:`run_eval`. The run's own plan is used with its worker count; another ``--workers K``
+evaluates through a temporary K-way partition and plan of the same store and model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from ..common.errors import G3InputError
+from ..train import check_plan, spawn_workers
+from ..train.checkpoint import latest_checkpoint
+from ..train.config import TrainConfig
+
+SPLITS = ("train", "valid", "test")
+
+
+def load_run(run: Path) -> dict:
+    f = Path(run) / "run.json"
+    if not f.is_file():
+        raise G3InputError("not a g3 run (no run.json; run `g3 train` first)", path=run)
+    meta = json.loads(f.read_text())
+    if meta.get("schema") != "g3.run" or meta.get("schema_version") != 1:
+        raise G3InputError("run.json of another schema version; re-run `g3 train`", path=f)
+    return meta
+
+
+def pick_weights(run: Path, checkpoint: str | None) -> Path:
+    """An explicit checkpoint, else the final weights, else the latest checkpoint."""
+    if checkpoint:
+        p = Path(checkpoint)
+        if not p.is_file():
+            raise G3InputError("no such checkpoint", path=p)
+        return p
+    if (Path(run) / "model.pt").is_file():
+        return Path(run) / "model.pt"
+    ckpt = latest_checkpoint(Path(run))
+    if ckpt is None:
+        raise G3InputError("the run has no model.pt and no checkpoint to evaluate", path=run)
+    return ckpt
+
+
+def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all", workers: int | None = None) -> dict:
+    """Evaluate RUN's weights; writes RUN/eval.json and returns it (filtered to ``split``)."""
+    run = Path(run)
+    meta = load_run(run)
+    if split not in (*SPLITS, "all"):
+        raise G3InputError(f"--split must be one of train, valid, test, all (got {split!r})")
+    weights = pick_weights(run, checkpoint)
+    base = {k: v for k, v in meta["config"].items() if k in TrainConfig.__dataclass_fields__}
+    cfg = replace(TrainConfig(**base), task="eval", weights=str(weights.resolve()), resume=False, workers=None,
+                  live=False, master_port=0)
+    plan = Path(meta["plan"]["path"])
+    plan_meta = check_plan(plan, cfg)
+    k = int(plan_meta["num_workers"])
+    tmp = None
+    try:
+        if workers is not None and workers != k:
+            tmp = Path(tempfile.mkdtemp(prefix="g3-eval-"))
+            plan, k = _temporary_plan(plan_meta, workers, tmp), workers
+        spawn_workers(k, plan, run, cfg)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    result = json.loads((run / "eval.json").read_text())
+    result["path"] = str(run / "eval.json")
+    if split != "all":
+        result["accuracy"] = {split: result["accuracy"][split]}
+    return result
+
+
+def _temporary_plan(plan_meta: dict, workers: int, tmp: Path) -> Path:
+    """A `workers`-way chunk partition and plan of the run's store, for evaluating with another K."""
+    from ..partition import PartitionOptions, run_partition
+    from ..plan import PlanConfig, run_plan
+
+    if workers < 1:
+        raise G3InputError("--workers must be >= 1")
+    part = tmp / "part"
+    run_partition(plan_meta["store"]["path"], PartitionOptions(workers=workers, method="chunk"), out=part)
+    c = plan_meta["config"]
+    cfg = PlanConfig(model=c["model"], layers=c["layers"], hidden=c["hidden"], heads=c["heads"],
+                     device_memory=plan_meta["device_memory"], bin_size=c["bin_size"])
+    run_plan(part, cfg, out=tmp / "plan")
+    return tmp / "plan"
