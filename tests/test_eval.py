@@ -6,11 +6,11 @@ import json
 
 import pytest
 import torch
+from reference import reference_forward
+from test_train import invoke, pipeline, ref_graph, store  # noqa: F401 - the store fixture
 
 from g3cli.main import cli
-from reference import reference_forward
 from stages.common.store import GraphStore
-from test_train import invoke, pipeline, ref_graph, store  # noqa: F401 - the store fixture
 
 
 def independent_accuracy(store_path, weights: dict, model: str) -> dict:
