@@ -43,6 +43,7 @@ def invoke(args: list[str]):
 
 def pipeline(store: Path, tmp: Path, k: int, method: str, model: str, layers: int, bin_size: str,
              dtype: str = "float64", extra_train: tuple[str, ...] = ()) -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
     part, plan, run = tmp / "part", tmp / "plan", tmp / "run"
     r = invoke(["partition", str(store), "--workers", str(k), "--method", method, "-o", str(part), "--seed", "1"])
     assert r.exit_code == 0, r.output
@@ -77,35 +78,35 @@ def max_weight_diff(a: dict, b: dict) -> float:
 
 
 CASES = [
-    # model, layers, workers, partition method, bin size
-    ("sage", 2, 1, "g3", "50"),
-    ("sage", 2, 2, "g3", "7"),
-    ("sage", 2, 4, "random", "auto"),
-    ("sage", 3, 2, "metis", "13"),
-    ("sage", 3, 4, "chunk", "64"),
-    ("gcn", 2, 1, "g3", "auto"),
-    ("gcn", 2, 2, "random", "9"),
-    ("gcn", 2, 4, "g3", "31"),
-    ("gcn", 3, 4, "random", "5"),
-    ("gat", 2, 1, "g3", "40"),
-    ("gat", 2, 2, "g3", "11"),
-    ("gat", 2, 4, "random", "auto"),
-    ("gat", 3, 2, "chunk", "17"),
+    # model, layers, workers, partition method, bin size, pipeline
+    ("sage", 2, 1, "g3", "50", "multi"),
+    ("sage", 2, 2, "g3", "7", "none"),
+    ("sage", 2, 4, "random", "auto", "intra"),
+    ("sage", 3, 2, "metis", "13", "inter"),
+    ("sage", 3, 4, "chunk", "64", "multi"),
+    ("gcn", 2, 1, "g3", "auto", "none"),
+    ("gcn", 2, 2, "random", "9", "inter"),
+    ("gcn", 2, 4, "g3", "31", "multi"),
+    ("gcn", 3, 4, "random", "5", "intra"),
+    ("gat", 2, 1, "g3", "40", "intra"),
+    ("gat", 2, 2, "g3", "11", "multi"),
+    ("gat", 2, 4, "random", "auto", "inter"),
+    ("gat", 3, 2, "chunk", "17", "none"),
 ]
 
 
-@pytest.mark.parametrize("model", ["sage", "gat"])
-def test_keeping_activations_gives_the_same_model(store, tmp_path, model):
-    run = pipeline(store, tmp_path, 2, "random", model, 2, "10", extra_train=("--backward", "keep"))
+@pytest.mark.parametrize("model,schedule", [("sage", "multi"), ("gat", "none")])
+def test_keeping_activations_gives_the_same_model(store, tmp_path, model, schedule):
+    run = pipeline(store, tmp_path, 2, "random", model, 2, "10", extra_train=("--backward", "keep", "--pipeline", schedule))
     init = torch.load(run / "init.pt", weights_only=True)
     final = torch.load(run / "model.pt", weights_only=True)
     expected = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=2 if model == "gat" else None)
     assert max_weight_diff(final, expected) <= 1e-5
 
 
-@pytest.mark.parametrize("model,layers,k,method,bin_size", CASES)
-def test_k_workers_match_single_process_reference(store, tmp_path, model, layers, k, method, bin_size):
-    run = pipeline(store, tmp_path, k, method, model, layers, bin_size)
+@pytest.mark.parametrize("model,layers,k,method,bin_size,schedule", CASES)
+def test_k_workers_match_single_process_reference(store, tmp_path, model, layers, k, method, bin_size, schedule):
+    run = pipeline(store, tmp_path, k, method, model, layers, bin_size, extra_train=("--pipeline", schedule))
     init = torch.load(run / "init.pt", weights_only=True)
     final = torch.load(run / "model.pt", weights_only=True)
     expected = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=2 if model == "gat" else None)
@@ -239,3 +240,27 @@ def test_bad_plans_and_mismatched_artifacts(store, tmp_path):
         assert r.exit_code == 2, r.output
         assert message in r.output and "Traceback" not in r.output
     assert not any((tmp_path / f"r{i}").exists() for i in range(1, 5))
+
+
+def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
+    runs = {}
+    for schedule in ("none", "intra", "inter", "multi"):
+        runs[schedule] = pipeline(store, tmp_path / schedule, 3, "random", "sage", 3, "9", dtype="float64",
+                                  extra_train=("--pipeline", schedule, "--trace"))
+    weights = {k: torch.load(r / "model.pt", weights_only=True) for k, r in runs.items()}
+    for schedule in ("intra", "inter", "multi"):
+        assert max_weight_diff(weights["none"], weights[schedule]) <= 1e-12
+    for schedule, run in runs.items():
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        traced = [r for r in records if r.get("traced")]
+        assert len(traced) == 1 and traced[0]["epoch"] == 1
+        share = traced[0]["comm_hidden_share"]
+        assert share is not None and 0.0 <= share <= 1.0
+        for rank in range(3):
+            trace = json.loads((run / "trace" / f"rank-{rank:05d}.json").read_text())
+            spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+            cats = {e["cat"] for e in spans}
+            assert {"compute", "gather", "send", "recv"} <= cats, (schedule, cats)
+            assert all(e["pid"] == rank and e["dur"] >= 0 for e in spans)
+            fwd_bins = [e for e in spans if e["cat"] == "compute" and e["args"].get("phase") == "fwd"]
+            assert {e["args"]["layer"] for e in fwd_bins} == {0, 1, 2}

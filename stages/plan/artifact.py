@@ -67,6 +67,11 @@ class WorkerPlan:
             raise G3InputError(f"plan has no folder for worker {rank}", path=self.root)
         self.meta = json.loads((self.path / "worker.json").read_text())
 
+    @cached_property
+    def plan_meta(self) -> dict:
+        """plan.json of the whole plan (widths and layer shapes)."""
+        return load_plan_meta(self.root)
+
     def _load(self, name: str) -> np.ndarray:
         f = self.path / f"{name}.npy"
         if not f.is_file():

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-PIPELINES = ("none",)
+PIPELINES = ("multi", "inter", "intra", "none")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -23,7 +23,8 @@ class TrainConfig:
     eval_every: int = 1  # 0: never
     checkpoint_every: int = 0  # 0: never
     resume: bool = False
-    pipeline: str = "none"
+    pipeline: str = "multi"
+    trace: bool = False  # write a Chrome-trace timeline of one epoch per rank
     feature_cache: bool = True
     dtype: str = "float32"
     threads: int | None = None  # per worker; None: cores / local workers

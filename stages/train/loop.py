@@ -80,6 +80,7 @@ def run_rank(rank: int, world: int, plan_dir: str, run_dir: str, cfg: TrainConfi
 def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig, init_method: str | None) -> None:
     threads = cfg.threads or max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
     torch.set_num_threads(threads)
+    _set_numba_threads(threads)
     p2p = init_distributed(rank, world, cfg, init_method)
     log.info("started: world %d, %d threads, device %s", world, threads, cfg.device_for(rank))
 
@@ -108,8 +109,12 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
     metrics = MetricsWriter(run_dir, rank, world, live=cfg.live and rank == 0, epochs=cfg.epochs, start=start_epoch)
     params = [p for p in model.parameters()]
 
+    trace_epoch = min(cfg.epochs - 1, start_epoch + 1)  # skip the warm-up epoch when there is another
     for epoch in range(start_epoch, cfg.epochs):
         _maybe_inject_fault(rank, epoch)
+        tracing = cfg.trace and epoch == trace_epoch and hasattr(strategy, "tracer")
+        if tracing:
+            strategy.tracer.start()
         t0 = time.perf_counter()
         strategy.reset_timers()
         exchanger.stats.reset()
@@ -127,6 +132,9 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
         loss = _all_reduce_float(float(loss_local.detach()))
         epoch_seconds = time.perf_counter() - t0
         record = {"epoch": epoch, "loss": loss, "epoch_seconds": epoch_seconds}
+        if tracing:
+            strategy.tracer.stop()
+            record.update(_write_trace(strategy.tracer, run_dir, world))
         if cfg.eval_every and ((epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
             record.update(evaluate(strategy, data, epoch))
         worker = {
@@ -149,6 +157,28 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
         save_weights(run_dir / "model.pt", model)
     metrics.close()
     log.info("finished")
+
+
+def _set_numba_threads(threads: int) -> None:
+    """The numba kernels use the same thread budget as torch (oversubscribed pools spin and crawl)."""
+    try:
+        import numba
+
+        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    except ImportError:
+        pass
+
+
+def _write_trace(tracer, run_dir: Path, world: int) -> dict:
+    """Each rank writes its timeline; every rank gets the hidden-communication share computed from all."""
+    from .trace import hidden_share
+
+    tracer.write(run_dir / "trace" / f"rank-{tracer.rank:05d}.json")
+    spans = [None] * world
+    dist.all_gather_object(spans, {"events": tracer.events, "messages": tracer.messages})
+    share = hidden_share(spans)
+    return {"traced": True, "comm_hidden_share": share["overall"], "comm_hidden_share_per_rank": share["per_rank"],
+            "comm_seconds_traced": share["comm_seconds"]}
 
 
 def _maybe_inject_fault(rank: int, epoch: int) -> None:

@@ -1,27 +1,186 @@
-"""The G3 hybrid-parallel strategy: bins in priority order, peer-to-peer sharing of layer outputs.
+"""The G3 hybrid-parallel strategy: bins, peer-to-peer sharing of layer outputs and gradients, and the
+multi-level pipeline of G3 §5 (``--pipeline none|intra|inter|multi``).
 
-Forward, per layer: compute the worker's bins one by one (``pipeline none``); after each bin, send the rows
-that peers need (non-blocking); then wait for the remote inputs of the next layer. Backward, per layer in
-reverse: recompute each bin's forward with its gathered inputs as leaves, backpropagate the bin's output
-gradients, scatter the input gradients (owned rows stay, remote rows are returned to their owners after the
-last bin that reads them), and accumulate the weight gradients locally (the training loop all-reduces them).
+Forward. Every receive of the epoch is posted up front. A bin's outputs that peers need are sent the moment
+the last node of a plan message is computed (non-blocking; ``none`` waits for each send). The schedules:
 
-By default backward recomputes the bin's forward instead of keeping its activations (``--backward
-recompute``): a bin's memory stays bounded by the plan's bin limit in backward too, at the cost of one more
-forward per bin. ``--backward keep`` keeps every bin's autograd graph from the forward pass instead —
-faster, with memory growing with the whole partition (measured in docs/DESIGN.md).
+* ``none``  — layer by layer, the plan's bins in priority order, sends waited one by one;
+* ``intra`` — layer by layer (each layer waits for all its inputs), the plan's bins in priority order, the
+  next bin's inputs gathered (and on CUDA copied in on a side stream) while the current bin computes;
+* ``inter`` — eager inter-layer computation: a node of layer k+1 is *ready* once all its inputs are present
+  (local ones computed, remote ones received); ready nodes are packed into bins (bounded by the plan's bin
+  limit) and computed before layer k's last bins finish; bins follow node-id order, no prefetching;
+* ``multi`` — both: eager inter-layer bins in priority order, with the intra-layer prefetch.
+
+Every schedule only reorders work: each bin still sees all in-edges of its nodes, so the result is the same.
+
+Backward, per layer in reverse: the plan's bins in reverse order (or, with ``--backward keep``, the forward's
+own bins with their saved activations); each bin's input gradients are scattered (owned rows stay, remote
+rows are returned to their owners as soon as the last bin that reads them is done), weight gradients
+accumulate locally, and the loop all-reduces them. With ``--backward recompute`` (default) a bin's forward
+is recomputed, so its memory stays within the bin limit in backward too.
 """
 
 from __future__ import annotations
 
-import time
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
+from ...plan.bins import LayerShape, node_bytes
 from ..block import Block
-from ..comm import Exchanger
+from ..comm import TAG_SHIFT, Exchanger, phase_tag
+from ..dataflow import (
+    build_block_arrays,
+    complete_messages,
+    node_messages,
+    release_nodes,
+    take_ready,
+    transpose_rows,
+)
+from ..trace import Tracer, now_us
 from .base import Strategy, WorkerData
+
+
+@dataclass(frozen=True)
+class Schedule:
+    eager: bool  # inter-layer: start next-layer nodes as soon as their inputs are present
+    order: str  # "priority" (BFS, peer-needed first) or "id" (consecutive node ids)
+    prefetch: bool  # intra-layer: gather/copy the next bin while this one computes
+    async_send: bool  # sends progress in the background (False: each send is waited for)
+
+
+SCHEDULES = {
+    "none": Schedule(eager=False, order="priority", prefetch=False, async_send=False),
+    "intra": Schedule(eager=False, order="priority", prefetch=True, async_send=True),
+    "inter": Schedule(eager=True, order="id", prefetch=False, async_send=True),
+    "multi": Schedule(eager=True, order="priority", prefetch=True, async_send=True),
+}
+
+
+class _Sends:
+    """One layer's outgoing messages: each is sent when its last node has been produced."""
+
+    def __init__(self, table, n_nodes: int, phase: int, strategy: G3Strategy, label: str, blocking: bool):
+        self.table = table
+        self.slices = table.message_slices()
+        self.nodes = torch.from_numpy(table.nodes)
+        self.msg_ptr, self.msg_ids = node_messages(table.nodes, table.msgs[:, 2], n_nodes)
+        self.remaining = table.msgs[:, 2].copy()
+        self.phase, self.s, self.label, self.blocking = phase, strategy, label, blocking
+        self.pending: list[tuple] = []
+
+    def produced(self, nodes: np.ndarray, rows: torch.Tensor, index_offset: int = 0) -> None:
+        if len(self.slices) == 0:
+            return
+        for m in complete_messages(nodes, self.msg_ptr, self.msg_ids, self.remaining):
+            self._send(int(m), rows, index_offset)
+
+    def _send(self, m: int, rows: torch.Tensor, index_offset: int) -> None:
+        step, peer, sl = self.slices[m]
+        t0 = now_us()
+        payload = rows.index_select(0, self.nodes[sl] + index_offset).contiguous()
+        work = dist.isend(payload, dst=peer, group=self.s.ex.group, tag=(self.phase << TAG_SHIFT) + step)
+        key = (self.phase, self.s.rank, peer, step)
+        stats = self.s.ex.stats
+        nbytes = payload.numel() * payload.element_size()
+        stats.bytes_sent += nbytes
+        stats.messages += 1
+        stats.per_layer_sent[self.label] = stats.per_layer_sent.get(self.label, 0) + nbytes
+        if self.blocking:
+            self.s.wait_for(work)
+            self.s.tracer.message(key, "send", t0, now_us())
+            self.s.tracer.span("send", f"{self.label} → {peer}", t0, now_us(), step=step, peer=peer)
+        else:
+            self.pending.append((work, payload, key, t0, peer, step))
+
+    def wait(self) -> None:
+        for work, _payload, key, t0, peer, step in self.pending:
+            self.s.wait_for(work)
+            self.s.tracer.message(key, "send", t0, now_us())
+            self.s.tracer.span("send", f"{self.label} → {peer}", t0, now_us(), step=step, peer=peer)
+        self.pending.clear()
+        if (self.remaining > 0).any():
+            raise RuntimeError(f"{self.label}: {int((self.remaining > 0).sum())} messages never completed")
+
+
+class _Receives:
+    """One layer's incoming messages, all posted at once.
+
+    gloo's point-to-point works cannot be polled (``is_completed`` only turns true inside ``wait``), so one
+    thread per sending peer waits for that peer's messages in step order and queues them; the compute thread
+    takes them from the queue between bins (``poll``) or blocks on it when it has nothing else to do.
+    """
+
+    def __init__(self, table, phase: int, width: int, dtype, strategy: G3Strategy, label: str):
+        self.s, self.label, self.phase = strategy, label, phase
+        self.queue: queue.Queue = queue.Queue()
+        self.outstanding = 0
+        by_peer: dict[int, list] = {}
+        nodes = torch.from_numpy(table.nodes)
+        for step, peer, sl in table.message_slices():
+            buf = torch.empty((sl.stop - sl.start, width), dtype=dtype)
+            work = dist.irecv(buf, src=peer, group=strategy.ex.group, tag=(phase << TAG_SHIFT) + step)
+            by_peer.setdefault(peer, []).append((work, buf, nodes[sl], (phase, peer, strategy.rank, step), now_us()))
+            self.outstanding += 1
+        self.threads = [threading.Thread(target=self._wait_all, args=(items,), daemon=True, name=f"g3-recv-{label}")
+                        for items in by_peer.values()]
+        for t in self.threads:
+            t.start()
+
+    def _wait_all(self, items) -> None:
+        for work, buf, nodes, key, t_post in items:
+            try:
+                work.wait()  # exactly once: a second wait on a gloo recv waits for another message
+            except Exception as exc:  # surfaced in the compute thread
+                self.queue.put(exc)
+                return
+            self.queue.put((buf, nodes, key, t_post, now_us()))
+
+    def _consume(self, item, consume) -> None:
+        if isinstance(item, Exception):
+            raise item
+        buf, nodes, key, t_post, t_done = item
+        self.outstanding -= 1
+        self.s.ex.stats.bytes_recv += buf.numel() * buf.element_size()
+        self.s.tracer.message(key, "recv", t_post, t_done)
+        self.s.tracer.span("recv", f"{self.label} ← {key[1]}", t_post, t_done, step=key[3], peer=key[1])
+        consume(nodes, buf)
+
+    def poll(self, consume, block: bool = False) -> int:
+        """Hand every arrived message to ``consume(nodes, rows)``; with ``block``, wait for all of them."""
+        done = 0
+        while self.outstanding:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                if not block:
+                    break
+                item = self.wait_one()
+            self._consume(item, consume)
+            done += 1
+        return done
+
+    def wait_one(self):
+        """Block until the next message of this table arrives (counted as waiting time)."""
+        t0 = now_us()
+        try:
+            item = self.queue.get(timeout=self.s.cfg.timeout)
+        except queue.Empty:
+            raise RuntimeError(f"{self.label}: no message from a peer for {self.s.cfg.timeout:.0f} s") from None
+        t1 = now_us()
+        self.s.ex.stats.wait_seconds += (t1 - t0) / 1e6
+        self.s.tracer.span("wait", f"wait {self.label}", t0, t1)
+        return item
+
+    @property
+    def finished(self) -> bool:
+        return self.outstanding == 0
 
 
 class G3Strategy(Strategy):
@@ -29,16 +188,41 @@ class G3Strategy(Strategy):
 
     def __init__(self, data: WorkerData, model, exchanger: Exchanger, cfg):
         super().__init__(data, model, exchanger, cfg)
+        self.rank = data.rank
+        self.schedule = SCHEDULES[cfg.pipeline]
         self.num_layers = len(data.layers)
-        self.blocks = [self._layer_blocks(li) for li in range(self.num_layers)]
-        self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
+        self.tracer = Tracer(self.rank)
+        self.blocks = [self._plan_blocks(li) for li in range(self.num_layers)]
         self.remote_features: torch.Tensor | None = None
-        self.keep = cfg.backward == "keep"  # keep each bin's autograd graph instead of recomputing it
-        self.saved: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(self.num_layers)]
+        self.keep = cfg.backward == "keep"
+        self.saved: list[list] = [[] for _ in range(self.num_layers)]
+        self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g3-gather") if self.schedule.prefetch else None
+        self.copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._init_dataflow()
 
-    # --- static structure --------------------------------------------------------------------------------
-    def _layer_blocks(self, li: int) -> list[tuple[Block, torch.Tensor, torch.Tensor]]:
-        """(block, source local ids, destination local ids) of every bin of layer ``li``."""
+    # --- static structure ----------------------------------------------------------------------------------
+    def _make_block(self, rows_lo: int, rows_hi: int, src: np.ndarray, indptr: np.ndarray, indices: np.ndarray):
+        d = self.data
+        src_t = torch.from_numpy(np.ascontiguousarray(src, dtype=np.int64))
+        dst_t = torch.from_numpy(np.ascontiguousarray(d.priority[rows_lo:rows_hi], dtype=np.int64))
+        return self._block(src_t, dst_t, indptr, indices)
+
+    def _block(self, src_t: torch.Tensor, dst_t: torch.Tensor, indptr: np.ndarray, indices: np.ndarray):
+        d = self.data
+        block = Block(
+            n_dst=len(dst_t),
+            n_src=len(src_t),
+            indptr=torch.from_numpy(np.asarray(indptr, dtype=np.int64)),
+            indices=torch.from_numpy(np.asarray(indices, dtype=np.int64)),
+            src_out_degree=d.out_degree[src_t],
+            dst_in_degree=d.in_degree[dst_t],
+            dst_global=d.global_ids[dst_t],
+        )
+        return block.to(self.device), src_t, dst_t
+
+    def _plan_blocks(self, li: int) -> list[tuple[Block, torch.Tensor, torch.Tensor, np.ndarray]]:
+        """(block, source local ids, destination local ids, rows) of every plan bin of layer ``li``."""
         d, lp = self.data, self.data.layers[li]
         row_ptr = d.row_ptr
         out = []
@@ -46,21 +230,78 @@ class G3Strategy(Strategy):
             r0, r1 = int(lp.bin_ptr[b]), int(lp.bin_ptr[b + 1])
             e0, e1 = int(row_ptr[r0]), int(row_ptr[r1])
             s0, s1 = int(lp.src_ptr[b]), int(lp.src_ptr[b + 1])
-            src = torch.from_numpy(np.ascontiguousarray(lp.src[s0:s1], dtype=np.int64))
-            dst = torch.from_numpy(np.ascontiguousarray(d.priority[r0:r1], dtype=np.int64))
-            block = Block(
-                n_dst=r1 - r0,
-                n_src=s1 - s0,
-                indptr=torch.from_numpy(np.asarray(row_ptr[r0 : r1 + 1] - row_ptr[r0], dtype=np.int64)),
-                indices=torch.from_numpy(np.asarray(lp.indices[e0:e1], dtype=np.int64)),
-                src_out_degree=d.out_degree[src],
-                dst_in_degree=d.in_degree[dst],
-                dst_global=d.global_ids[dst],
-            )
-            out.append((block.to(self.device), src, dst))
+            block, src, dst = self._make_block(r0, r1, lp.src[s0:s1], row_ptr[r0 : r1 + 1] - row_ptr[r0],
+                                               lp.indices[e0:e1])
+            out.append((block, src, dst, np.arange(r0, r1, dtype=np.int64)))
         return out
 
-    # --- forward -------------------------------------------------------------------------------------------
+    def _init_dataflow(self) -> None:
+        """Reverse adjacency, row orders and bin limits for eager scheduling and message completion."""
+        d = self.data
+        n_own, n_local = d.num_owned, d.num_owned + d.num_remote
+        self.edge_src = self._edge_sources()
+        self.t_ptr, self.t_rows = transpose_rows(d.row_ptr, self.edge_src, n_local)
+        self.pos_of_owned = np.empty(n_own, dtype=np.int64)
+        self.pos_of_owned[d.priority] = np.arange(n_own)
+        self.self_row = np.concatenate([self.pos_of_owned, np.full(d.num_remote, -1, dtype=np.int64)])
+        self.row_order = (np.arange(n_own, dtype=np.int64) if self.schedule.order == "priority"
+                          else self.pos_of_owned.copy())  # owned local ids ascend with global ids
+        self.in_deg_rows = np.diff(d.row_ptr).astype(np.int64)
+        self.prio = np.asarray(d.priority, dtype=np.int64)
+        self.mark = np.full(n_local, -1, dtype=np.int64)
+        self.row_ptr = np.asarray(d.row_ptr, dtype=np.int64)
+        self.block_cache: dict[tuple[int, bytes], tuple] = {}
+        # dynamic bins obey the plan's limits: a node count (--bin-size) or bytes (half the device memory)
+        shapes = [LayerShape(**s) for s in d.plan.plan_meta["layers"]]
+        self.row_cost = [node_bytes(self.in_deg_rows, shape) for shape in shapes]
+        self.bin_limit, self.bin_limit_bytes = [], []
+        for layer in d.plan.meta["layers"]:
+            fixed = layer["bin_limit_bytes"] is None
+            self.bin_limit.append(int(layer["bin_limit_nodes"]) if fixed else n_own)
+            self.bin_limit_bytes.append(np.iinfo(np.int64).max if fixed else int(layer["bin_limit_bytes"]))
+        self.uses = np.bincount(self.edge_src, minlength=n_local).astype(np.int64)[n_own:]
+
+    def _edge_sources(self) -> np.ndarray:
+        """Local source id of every arc, rows in priority order (the plan stores positions per bin instead)."""
+        d = self.data
+        lp = d.layers[0]
+        out = np.empty(int(d.row_ptr[-1]), dtype=np.int64)
+        for b in range(lp.num_bins):
+            r0, r1 = int(lp.bin_ptr[b]), int(lp.bin_ptr[b + 1])
+            e0, e1 = int(d.row_ptr[r0]), int(d.row_ptr[r1])
+            s0 = int(lp.src_ptr[b])
+            out[e0:e1] = lp.src[s0 + np.asarray(lp.indices[e0:e1], dtype=np.int64)]
+        return out
+
+    # --- helpers -------------------------------------------------------------------------------------------
+    def wait_for(self, work) -> None:
+        t0 = now_us()
+        work.wait()
+        t1 = now_us()
+        self.ex.stats.wait_seconds += (t1 - t0) / 1e6
+        self.tracer.span("wait", "wait", t0, t1)
+
+    def _gather(self, h: torch.Tensor, src: torch.Tensor, layer: int, b: int) -> torch.Tensor:
+        t0 = now_us()
+        x = h.index_select(0, src)
+        t1 = now_us()
+        self.tracer.span("gather", f"L{layer} bin {b}", t0, t1, layer=layer, bin=b)
+        if self.device.type != "cuda":
+            return x
+        with torch.cuda.stream(self.copy_stream):
+            x_dev = x.pin_memory().to(self.device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.copy_stream)
+        self.tracer.span("copy_in", f"L{layer} bin {b}", t1, now_us(), layer=layer, bin=b)
+        return (x_dev, event)
+
+    def _ready_input(self, x):
+        if isinstance(x, tuple):  # CUDA: wait for the side-stream copy on the compute stream
+            x_dev, event = x
+            torch.cuda.current_stream(self.device).wait_event(event)
+            return x_dev
+        return x
+
     def _input_features(self) -> torch.Tensor:
         """Layer-0 input rows for owned + remote nodes; remote features are fetched once and cached."""
         d = self.data
@@ -72,39 +313,138 @@ class G3Strategy(Strategy):
             inc.finish(lambda nodes, rows: buf.index_copy_(0, nodes, rows))
             out.wait()
             self.remote_features = buf
-        return torch.cat([self.data.features, self.remote_features])
+        return torch.cat([d.features, self.remote_features])
 
+    # --- forward -------------------------------------------------------------------------------------------
     def forward(self, epoch: int, training: bool) -> torch.Tensor:
         d = self.data
-        h = self._input_features()
-        for li in range(self.num_layers):
-            self.inputs[li] = h
-            last = li == self.num_layers - 1
-            width = self.model.widths[li + 1]
-            h_next = torch.zeros((d.num_owned + (0 if last else d.num_remote), width), dtype=h.dtype)
-            kind = "fwd" if training else "eval"
-            out = None if last else self.ex.outgoing(d.table(f"fwd_send_{li}"), kind, li)
-            inc = None if last else self.ex.incoming(d.table(f"fwd_recv_{li}"), kind, li, width, h.dtype)
-            keep = self.keep and training
-            self.saved[li] = []
-            for b, (block, src, dst) in enumerate(self.blocks[li]):
-                t0 = time.perf_counter()
-                x_src = h.index_select(0, src).to(self.device, non_blocking=True)
-                if keep:
-                    x_src.requires_grad_(li > 0)
-                with torch.set_grad_enabled(keep):
-                    y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, training)
-                if keep:
-                    self.saved[li].append((x_src, y))
-                h_next.index_copy_(0, dst, y.detach().to("cpu", dtype=h.dtype))
-                self.timers["compute"] += time.perf_counter() - t0
-                if out is not None:
-                    out.send_step(b, h_next)
-            if inc is not None:
-                inc.finish(lambda nodes, rows, h_next=h_next: h_next.index_copy_(0, nodes + d.num_owned, rows))
-                out.wait()
-            h = h_next
-        return h[: d.num_owned]
+        L = self.num_layers
+        kind = "fwd" if training else "eval"
+        h0 = self._input_features()
+        hs = [h0]
+        for li in range(L):
+            rows = d.num_owned + (0 if li == L - 1 else d.num_remote)
+            hs.append(torch.zeros((rows, self.model.widths[li + 1]), dtype=h0.dtype))
+        sends = [_Sends(d.table(f"fwd_send_{li}"), d.num_owned, phase_tag(kind, li), self, f"{kind}{li}",
+                        blocking=not self.schedule.async_send) for li in range(L - 1)]
+        recvs = [_Receives(d.table(f"fwd_recv_{li}"), phase_tag(kind, li), self.model.widths[li + 1], h0.dtype,
+                           self, f"{kind}{li}") for li in range(L - 1)]
+        self.inputs = hs[:L]
+        self.saved = [[] for _ in range(L)]
+        run = self._forward_eager if self.schedule.eager else self._forward_layerwise
+        run(epoch, training, hs, sends, recvs)
+        for s in sends:
+            s.wait()
+        return hs[L][: d.num_owned]
+
+    def _compute(self, li: int, block, x, src, dst, rows_t, hs, epoch, training, b):
+        """One bin: layer forward, outputs into h[li+1] (and kept for backward when asked)."""
+        keep = self.keep and training
+        t0 = now_us()
+        x_src = self._ready_input(x)
+        if keep:
+            x_src.requires_grad_(li > 0)
+        with torch.set_grad_enabled(keep):
+            y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, training)
+        if keep:
+            self.saved[li].append((block, src, dst, x_src, y))
+        t1 = now_us()
+        out = y.detach()
+        if out.device.type == "cuda":
+            out = out.to("cpu", non_blocking=False)
+        hs[li + 1].index_copy_(0, dst, out.to(hs[li + 1].dtype))
+        self.timers["compute"] += (now_us() - t0) / 1e6
+        self.tracer.span("compute", f"L{li} bin {b}", t0, t1, layer=li, bin=b, nodes=int(block.n_dst),
+                         phase="fwd" if training else "eval")
+
+    def _forward_layerwise(self, epoch, training, hs, sends, recvs) -> None:
+        L = self.num_layers
+        d = self.data
+        for li in range(L):
+            bins = self.blocks[li]
+            nxt = self._submit_gather(hs[li], bins[0][1], li, 0) if bins else None
+            for b, (block, src, dst, _rows) in enumerate(bins):
+                x = nxt.result() if hasattr(nxt, "result") else nxt
+                if b + 1 < len(bins):
+                    nxt = self._submit_gather(hs[li], bins[b + 1][1], li, b + 1)
+                self._compute(li, block, x, src, dst, None, hs, epoch, training, b)
+                if li < L - 1:
+                    sends[li].produced(dst.numpy(), hs[li + 1])
+            if li < L - 1:
+                recvs[li].poll(lambda nodes, rows, h=hs[li + 1]: h.index_copy_(0, nodes + d.num_owned, rows), block=True)
+
+    def _submit_gather(self, h, src, li, b):
+        if self.pool is not None:
+            return self.pool.submit(self._gather, h, src, li, b)
+        return self._gather(h, src, li, b)
+
+    def _forward_eager(self, epoch, training, hs, sends, recvs) -> None:
+        """Inter-layer eager schedule: always run the lowest layer that has ready nodes."""
+        d = self.data
+        L = self.num_layers
+        n_own = d.num_owned
+        ready = [np.ones(n_own, dtype=np.bool_)] + [np.zeros(n_own, dtype=np.bool_) for _ in range(L - 1)]
+        done = [np.zeros(n_own, dtype=np.bool_) for _ in range(L)]
+        missing = [None] + [self.in_deg_rows + 1 for _ in range(L - 1)]
+        ready_count = [n_own] + [0] * (L - 1)
+        remaining = [n_own] * L
+        cursor = [0] * L
+        b_index = [0] * L
+
+        def arrived(li):  # message of layer li's outputs arrived: remote rows are inputs of layer li+1
+            def consume(nodes, rows):
+                hs[li + 1].index_copy_(0, nodes + n_own, rows)
+                newly = release_nodes(nodes.numpy() + n_own, self.t_ptr, self.t_rows, self.self_row,
+                                      missing[li + 1], ready[li + 1])
+                ready_count[li + 1] += len(newly)
+            return consume
+
+        while any(remaining):
+            for li in range(L - 1):
+                if not recvs[li].finished:
+                    recvs[li].poll(arrived(li))
+            li = next((k for k in range(L) if ready_count[k] > 0), None)
+            if li is None:
+                self._idle_until_message(recvs, arrived)
+                continue
+            rows = self._take(li, ready, done, cursor)
+            ready_count[li] -= len(rows)
+            remaining[li] -= len(rows)
+            block, src, dst = self._dynamic_block(li, rows)
+            x = self._gather(hs[li], src, li, b_index[li])
+            self._compute(li, block, x, src, dst, rows, hs, epoch, training, b_index[li])
+            b_index[li] += 1
+            if li < L - 1:
+                dst_np = dst.numpy()
+                newly = release_nodes(dst_np, self.t_ptr, self.t_rows, self.self_row, missing[li + 1], ready[li + 1])
+                ready_count[li + 1] += len(newly)
+                sends[li].produced(dst_np, hs[li + 1])
+
+    def _take(self, li, ready, done, cursor) -> np.ndarray:
+        rows, cursor[li] = take_ready(self.row_order, ready[li], done[li], cursor[li], self.bin_limit[li],
+                                      self.row_cost[li], self.bin_limit_bytes[li], len(self.row_order))
+        return np.sort(rows)  # priority positions ascending: the block keeps the BFS locality
+
+    def _dynamic_block(self, li: int, rows: np.ndarray):
+        key = (li, rows.tobytes())
+        hit = self.block_cache.get(key)
+        if hit is not None:
+            return hit
+        src, indptr, indices = build_block_arrays(rows, self.row_ptr, self.edge_src, self.prio, self.mark)
+        dst_t = torch.from_numpy(self.prio[rows])
+        made = self._block(torch.from_numpy(src), dst_t, indptr, indices)
+        if len(self.block_cache) > 4096:
+            self.block_cache.clear()
+        self.block_cache[key] = made
+        return made
+
+    def _idle_until_message(self, recvs, arrived) -> None:
+        """Nothing is ready: block until the lowest layer still expecting messages gets one."""
+        pending = [li for li, r in enumerate(recvs) if not r.finished]
+        if not pending:
+            raise RuntimeError("eager schedule stalled: no ready rows and no message to wait for")
+        li = pending[0]
+        recvs[li]._consume(recvs[li].wait_one(), arrived(li))
 
     # --- backward ------------------------------------------------------------------------------------------
     def backward(self, grad_out: torch.Tensor, epoch: int) -> None:
@@ -113,29 +453,46 @@ class G3Strategy(Strategy):
             h = self.inputs[li]
             need_input_grad = li > 0
             grad_in = torch.zeros_like(h) if need_input_grad else None
-            out = self.ex.outgoing(d.table(f"bwd_send_{li}"), "bwd", li) if need_input_grad else None
-            inc = (self.ex.incoming(d.table(f"bwd_recv_{li}"), "bwd", li, h.shape[1], h.dtype)
-                   if need_input_grad else None)
-            saved = self.saved[li]
-            nb = len(self.blocks[li])
-            for step, (block, src, dst) in enumerate(reversed(self.blocks[li])):
-                t0 = time.perf_counter()
-                if saved:
-                    x_src, y = saved[nb - 1 - step]
+            phase = phase_tag("bwd", li)
+            sends = _Sends(d.table(f"bwd_send_{li}"), d.num_remote, phase, self, f"bwd{li}",
+                           blocking=not self.schedule.async_send) if need_input_grad else None
+            recvs = _Receives(d.table(f"bwd_recv_{li}"), phase, h.shape[1], h.dtype, self, f"bwd{li}") \
+                if need_input_grad else None
+            uses = self.uses.copy()
+            bins = self.saved[li][::-1] if self.saved[li] else [(blk, s, t, None, None) for blk, s, t, _ in self.blocks[li][::-1]]
+            for step, (block, src, dst, x_saved, y_saved) in enumerate(bins):
+                t0 = now_us()
+                if y_saved is not None:
+                    x_src, y = x_saved, y_saved
                 else:  # recompute the bin's forward with its inputs as leaves
-                    x_src = h.index_select(0, src).to(self.device)
+                    x_src = self._ready_input(self._gather(h, src, li, step))
                     x_src.requires_grad_(need_input_grad)
                     with torch.enable_grad():
                         y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, True)
-                torch.autograd.backward(y, grad_out.index_select(0, dst).to(self.device, dtype=y.dtype))
+                torch.autograd.backward(y, grad_out.index_select(0, dst).to(y.device, dtype=y.dtype))
                 if need_input_grad:
                     grad_in.index_add_(0, src, x_src.grad.to("cpu", dtype=h.dtype))
-                self.timers["compute"] += time.perf_counter() - t0
-                if out is not None:
-                    out.send_step(step, grad_in, index_offset=d.num_owned)
+                self.timers["compute"] += (now_us() - t0) / 1e6
+                self.tracer.span("compute", f"L{li} bin {step}", t0, now_us(), layer=li, bin=step, phase="bwd")
+                if need_input_grad:
+                    finished = self._remote_grads_final(src.numpy(), block, uses)
+                    if len(finished):
+                        sends.produced(finished, grad_in, index_offset=d.num_owned)
             if need_input_grad:
-                inc.finish(lambda nodes, rows, g=grad_in: g.index_add_(0, nodes, rows))
-                out.wait()
+                recvs.poll(lambda nodes, rows, g=grad_in: g.index_add_(0, nodes, rows), block=True)
+                sends.wait()
                 grad_out = grad_in[: d.num_owned]
             self.inputs[li] = None
             self.saved[li] = []
+
+    def _remote_grads_final(self, src: np.ndarray, block, uses: np.ndarray) -> np.ndarray:
+        """Remote sources whose every reading arc has now been backpropagated (remote offsets)."""
+        n_own = self.data.num_owned
+        idx = block.indices.cpu().numpy()
+        remote_arcs = src[idx]
+        remote_arcs = remote_arcs[remote_arcs >= n_own] - n_own
+        if len(remote_arcs) == 0:
+            return remote_arcs
+        np.subtract.at(uses, remote_arcs, 1)
+        cand = np.unique(remote_arcs)
+        return cand[uses[cand] == 0]

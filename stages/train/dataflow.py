@@ -1,0 +1,141 @@
+"""Dependency tracking for the pipelined schedules (numba): which rows are ready, which messages are complete,
+and blocks built at run time for dynamically packed bins.
+
+Rows are positions in the worker's priority list; node ids are the shard's local ids (owned, then remote).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+def transpose_rows(row_ptr: np.ndarray, edge_src: np.ndarray, n_local: int) -> tuple[np.ndarray, np.ndarray]:
+    """For every local node, the rows that read it (one entry per arc): (t_ptr [n_local+1], t_rows)."""
+    deg = np.bincount(edge_src, minlength=n_local)
+    t_ptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    rows = np.repeat(np.arange(len(row_ptr) - 1, dtype=np.int64), np.diff(row_ptr))
+    order = np.argsort(edge_src, kind="stable")
+    return t_ptr, rows[order]
+
+
+def node_messages(table_nodes: np.ndarray, msg_counts: np.ndarray, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """For every node id, the messages (indices into a table's message list) that carry it: CSR."""
+    msg_of_entry = np.repeat(np.arange(len(msg_counts), dtype=np.int64), msg_counts)
+    order = np.argsort(table_nodes, kind="stable")
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(table_nodes, minlength=n_nodes))]).astype(np.int64)
+    return ptr, msg_of_entry[order]
+
+
+@numba.njit(cache=True)
+def release_nodes(nodes, t_ptr, t_rows, self_row, missing, ready_flag):
+    """Nodes became available as inputs: decrement the missing-input counts of the rows that read them (and of
+    their own row, for the self term); returns the rows that became ready."""
+    out = np.empty(64, dtype=np.int64)
+    k = 0
+    for i in range(len(nodes)):
+        s = nodes[i]
+        for j in range(t_ptr[s], t_ptr[s + 1]):
+            p = t_rows[j]
+            missing[p] -= 1
+            if missing[p] == 0:
+                if k == len(out):
+                    out = np.concatenate((out, np.empty(len(out), dtype=np.int64)))
+                out[k] = p
+                k += 1
+                ready_flag[p] = True
+        p = self_row[s]
+        if p >= 0:
+            missing[p] -= 1
+            if missing[p] == 0:
+                if k == len(out):
+                    out = np.concatenate((out, np.empty(len(out), dtype=np.int64)))
+                out[k] = p
+                k += 1
+                ready_flag[p] = True
+    return out[:k]
+
+
+@numba.njit(cache=True)
+def complete_messages(nodes, msg_ptr, msg_ids, remaining):
+    """Nodes were produced: decrement the remaining counts of the messages that carry them; returns the
+    messages that became complete (ascending)."""
+    out = np.empty(16, dtype=np.int64)
+    k = 0
+    for i in range(len(nodes)):
+        v = nodes[i]
+        for j in range(msg_ptr[v], msg_ptr[v + 1]):
+            m = msg_ids[j]
+            remaining[m] -= 1
+            if remaining[m] == 0:
+                if k == len(out):
+                    out = np.concatenate((out, np.empty(len(out), dtype=np.int64)))
+                out[k] = m
+                k += 1
+    res = out[:k].copy()
+    res.sort()
+    return res
+
+
+@numba.njit(cache=True)
+def take_ready(order_rank, ready_flag, done_flag, cursor, limit, cost, byte_limit, n):
+    """Ready, not yet computed rows in ``order_rank`` order from ``cursor``: at most ``limit`` rows whose
+    summed ``cost`` stays within ``byte_limit`` (at least one row).
+
+    Returns (rows, new cursor): the cursor moves past the prefix of rows already computed, so repeated scans
+    stay short.
+    """
+    out = np.empty(min(limit, n), dtype=np.int64)
+    k = 0
+    used = 0
+    i = cursor
+    while i < n and done_flag[order_rank[i]]:
+        i += 1
+    new_cursor = i
+    while i < n and k < limit:
+        p = order_rank[i]
+        if ready_flag[p] and not done_flag[p]:
+            if k > 0 and used + cost[p] > byte_limit:
+                break
+            out[k] = p
+            used += cost[p]
+            k += 1
+            done_flag[p] = True
+        i += 1
+    return out[:k], new_cursor
+
+
+@numba.njit(cache=True)
+def build_block_arrays(rows, row_ptr, edge_src, prio, mark):
+    """A block for arbitrary rows: sources = the rows' own nodes first, then their other in-neighbours in
+    first-seen order; indices = each arc's source position. ``mark`` is an all -1 scratch array of n_local
+    entries, left all -1 on return."""
+    n_dst = len(rows)
+    nnz = 0
+    for i in range(n_dst):
+        nnz += row_ptr[rows[i] + 1] - row_ptr[rows[i]]
+    src = np.empty(n_dst + nnz, dtype=np.int64)
+    indptr = np.empty(n_dst + 1, dtype=np.int64)
+    indices = np.empty(nnz, dtype=np.int64)
+    n_src = 0
+    for i in range(n_dst):
+        v = prio[rows[i]]
+        mark[v] = n_src
+        src[n_src] = v
+        n_src += 1
+    e = 0
+    indptr[0] = 0
+    for i in range(n_dst):
+        p = rows[i]
+        for j in range(row_ptr[p], row_ptr[p + 1]):
+            s = edge_src[j]
+            if mark[s] < 0:
+                mark[s] = n_src
+                src[n_src] = s
+                n_src += 1
+            indices[e] = mark[s]
+            e += 1
+        indptr[i + 1] = e
+    for i in range(n_src):
+        mark[src[i]] = -1
+    return src[:n_src].copy(), indptr, indices
