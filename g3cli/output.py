@@ -116,3 +116,25 @@ def print_eval(result: dict) -> None:
         t.add_row(split, "n/a" if acc is None else f"{100 * acc:.2f} %", f"{result['correct'][split]:,}",
                   f"{result['labelled'][split]:,}")
     console.print(t)
+
+
+def print_report(result: dict) -> None:
+    """`g3 report`: the summary (a column per run, three runs per table), the plots written, what was skipped."""
+    from stages.report.html import COLUMNS, cell
+
+    runs = result["runs"]
+    for start in range(0, len(runs), 3):
+        chunk = runs[start:start + 3]
+        t = Table(title=f"g3 report → {result['out']}" if start == 0 else None, show_lines=False)
+        t.add_column("", style="bold")
+        for s in chunk:
+            t.add_column(s["label"], justify="right", overflow="fold")
+        for key, header, fmt in COLUMNS[1:]:
+            if any(s.get(key) is not None for s in runs):  # rows no run has (e.g. accuracy without eval) are left out
+                t.add_row(header, *(cell(s, key, fmt) for s in chunk))
+        console.print(t)
+    for p in result["plots"]:
+        console.print(f"  [bold]{p['kind']:<17}[/bold] {result['out']}/{p['file']}", soft_wrap=True)
+    for note in result["notes"]:
+        console.print(f"  [yellow]skipped[/yellow] {note}", soft_wrap=True)
+    console.print(f"open {result['index']}", soft_wrap=True)

@@ -1,0 +1,264 @@
+"""Reading a run folder for `g3 report`: run.json, metrics.jsonl, eval.json, and the plan/partition it names.
+
+Everything here is plain Python (no torch), so `g3 report` starts quickly and works on a machine that only has
+the run folders. Derived series (throughput, per-worker time breakdown, the summary row) are computed here and
+drawn by :mod:`stages.report.plots`.
+
+Throughput follows the G3 paper (§7): the sum of all workers' average throughput, where a worker's throughput
+is the number of nodes it processes per second in a training epoch = its owned nodes / its epoch time.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..common.errors import G3InputError
+
+RUN_SCHEMA = "g3.run"
+RUN_VERSION = 1
+SPLITS = ("train", "valid", "test")
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise G3InputError(f"invalid JSON in {what}: {exc}", path=path) from None
+    except OSError as exc:
+        raise G3InputError(f"cannot read {what}: {exc.strerror}", path=path) from None
+
+
+def read_epochs(run: Path) -> list[dict]:
+    """metrics.jsonl as one record per epoch, ascending; a resumed run's repeated epochs keep their last record."""
+    path = run / "metrics.jsonl"
+    if not path.is_file():
+        raise G3InputError("no metrics.jsonl: the run recorded no epoch (did `g3 train` start?)", path=run)
+    by_epoch: dict[int, dict] = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise G3InputError(f"not a JSON object: {exc.msg}", path=path, line=n) from None
+        if not isinstance(rec, dict) or "epoch" not in rec or "epoch_seconds" not in rec:
+            raise G3InputError("an epoch record needs 'epoch' and 'epoch_seconds'", path=path, line=n)
+        by_epoch[int(rec["epoch"])] = rec
+    if not by_epoch:
+        raise G3InputError("metrics.jsonl is empty: the run recorded no epoch", path=path)
+    return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def _artifact(ref: str | None, run: Path, marker: str) -> Path | None:
+    """The folder a run.json reference points to, else a folder of that name beside the run (moved together)."""
+    if not ref:
+        return None
+    p = Path(ref)
+    for cand in (p, run.parent / p.name, run.parent.parent / p.name):
+        if (cand / marker).is_file():
+            return cand
+    return None
+
+
+@dataclass
+class RunData:
+    """One run folder, loaded and checked."""
+
+    path: Path
+    meta: dict
+    epochs: list[dict]
+    label: str = ""
+    eval: dict | None = None
+    plan: dict | None = None
+    partition: dict | None = None
+    owned: list[float] | None = None  # owned nodes per worker
+    owned_source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    # -- configuration ------------------------------------------------------------------------------------
+    @property
+    def num_workers(self) -> int:
+        k = (self.meta.get("plan") or {}).get("num_workers")
+        return int(k) if k else max(len(r.get("workers") or []) for r in self.epochs) or 1
+
+    @property
+    def model(self) -> str:
+        return str(((self.meta.get("plan") or {}).get("model") or {}).get("model", "?"))
+
+    @property
+    def method(self) -> str:
+        return str((self.meta.get("partition") or {}).get("method", "?"))
+
+    @property
+    def pipeline(self) -> str:
+        return str((self.meta.get("config") or {}).get("pipeline", "?"))
+
+    @property
+    def store_name(self) -> str:
+        return str((self.meta.get("store") or {}).get("name", "?"))
+
+    def attributes(self) -> dict:
+        """What distinguishes runs from one another (used to label and group them)."""
+        model = (self.meta.get("plan") or {}).get("model") or {}
+        return {"graph": self.store_name, "model": self.model, "partition": self.method, "pipeline": self.pipeline,
+                "bin size": model.get("bin_size") or "auto", "device": (self.meta.get("config") or {}).get("device")}
+
+    # -- series -------------------------------------------------------------------------------------------
+    def cumulative_seconds(self) -> list[float]:
+        out, t = [], 0.0
+        for r in self.epochs:
+            t += float(r["epoch_seconds"])
+            out.append(t)
+        return out
+
+    def accuracy(self, split: str) -> list[tuple[int, float, float]]:
+        """(epoch, cumulative training seconds, accuracy) where the split was evaluated."""
+        return [(int(r["epoch"]), t, float(r[f"{split}_acc"]))
+                for r, t in zip(self.epochs, self.cumulative_seconds(), strict=True)
+                if r.get(f"{split}_acc") is not None]
+
+    def throughput(self) -> list[float] | None:
+        """Nodes per second of every epoch: sum over workers of owned nodes / that worker's epoch time."""
+        if self.owned is None:
+            return None
+        out = []
+        for r in self.epochs:
+            workers = r.get("workers") or []
+            total = 0.0
+            for i, owned in enumerate(self.owned):
+                w = workers[i] if i < len(workers) and isinstance(workers[i], dict) else {}
+                t = float(w.get("epoch_seconds", r["epoch_seconds"]))
+                total += owned / t if t > 0 else 0.0
+            out.append(total)
+        return out
+
+    def steady_epochs(self) -> list[dict]:
+        """The epochs averaged in per-worker figures: all but the first (warm-up, one-time feature exchange)."""
+        return self.epochs[1:] if len(self.epochs) > 1 else self.epochs
+
+    def worker_breakdown(self) -> list[dict]:
+        """Per worker, mean seconds per epoch of compute, communication wait, all-reduce + step, and idle."""
+        epochs = self.steady_epochs()
+        k = max(len(r.get("workers") or []) for r in epochs)
+        rows = []
+        for i in range(k):
+            acc = {"compute": 0.0, "comm_wait": 0.0, "sync": 0.0, "idle": 0.0, "epoch": 0.0}
+            n, rank = 0, i
+            for r in epochs:
+                ws = r.get("workers") or []
+                if i >= len(ws) or not isinstance(ws[i], dict):
+                    continue
+                w = ws[i]
+                rank = int(w.get("rank", i))
+                t = float(w.get("epoch_seconds", r["epoch_seconds"]))
+                c, m, s = (float(w.get(key) or 0.0) for key in ("compute_seconds", "comm_wait_seconds", "sync_seconds"))
+                acc["compute"] += c
+                acc["comm_wait"] += m
+                acc["sync"] += s
+                acc["idle"] += max(0.0, t - c - m - s)
+                acc["epoch"] += t
+                n += 1
+            rows.append({"rank": rank, **{key: v / n if n else 0.0 for key, v in acc.items()}, "epochs": n})
+        return rows
+
+    def summary(self) -> dict:
+        times = [float(r["epoch_seconds"]) for r in self.epochs]
+        tp = self.throughput()
+        out = {
+            "label": self.label,
+            "path": str(self.path),
+            "status": self.meta.get("status"),
+            "graph": self.store_name,
+            "model": self.model,
+            "partition": self.method,
+            "pipeline": self.pipeline,
+            "workers": self.num_workers,
+            "epochs": len(self.epochs),
+            "train_seconds": sum(times),
+            "median_epoch_seconds": statistics.median(times),
+            "throughput_nodes_per_second": statistics.median(tp) if tp else None,
+            "throughput_source": self.owned_source or None,
+            "bytes_sent_per_epoch": statistics.median(float(r.get("bytes_sent") or 0) for r in self.epochs),
+        }
+        for split in ("valid", "test"):
+            acc = self.accuracy(split)
+            out[f"final_{split}_acc"] = acc[-1][2] if acc else None
+            out[f"best_{split}_acc"] = max(a for _, _, a in acc) if acc else None
+        traced = [r for r in self.epochs if r.get("comm_hidden_share") is not None]
+        out["comm_hidden_share"] = float(traced[-1]["comm_hidden_share"]) if traced else None
+        ev = (self.eval or {}).get("accuracy") or {}
+        out["eval_test_acc"] = ev.get("test")
+        out["eval_valid_acc"] = ev.get("valid")
+        return out
+
+
+def load_run(path: str | Path) -> RunData:
+    """Load and check one run folder; bad input raises :class:`G3InputError`."""
+    run = Path(path)
+    if not run.is_dir():
+        raise G3InputError("not a g3 run folder (no such folder)", path=run)
+    if not (run / "run.json").is_file():
+        raise G3InputError("not a g3 run (no run.json; run `g3 train` first)", path=run)
+    meta = _read_json(run / "run.json", "run.json")
+    if not isinstance(meta, dict) or meta.get("schema") != RUN_SCHEMA:
+        raise G3InputError("not a g3 run (run.json has another schema)", path=run / "run.json")
+    if meta.get("schema_version") != RUN_VERSION:
+        raise G3InputError(f"run.json schema version {meta.get('schema_version')} is not supported (this g3 reads "
+                           f"version {RUN_VERSION}); re-run `g3 train`", path=run / "run.json")
+    data = RunData(path=run, meta=meta, epochs=read_epochs(run))
+    if (run / "eval.json").is_file():
+        data.eval = _read_json(run / "eval.json", "eval.json")
+    plan_dir = _artifact((meta.get("plan") or {}).get("path"), run, "plan.json")
+    if plan_dir is not None:
+        data.plan = _read_json(plan_dir / "plan.json", "plan.json")
+    part_dir = _artifact((meta.get("partition") or {}).get("path"), run, "partition.json")
+    if part_dir is not None:
+        data.partition = _read_json(part_dir / "partition.json", "partition.json")
+        data.partition.setdefault("path", str(part_dir))
+    _owned_nodes(data)
+    return data
+
+
+def _owned_nodes(data: RunData) -> None:
+    """Owned nodes per worker: from the metrics if recorded, else the plan, else the partition, else the store's
+    node count split evenly (the sum, which is what the throughput adds up, is then still exact)."""
+    first = data.epochs[-1].get("workers") or []
+    if first and all(isinstance(w, dict) and w.get("num_owned") is not None for w in first):
+        data.owned, data.owned_source = [float(w["num_owned"]) for w in first], "metrics.jsonl"
+        return
+    if data.plan and data.plan.get("workers"):
+        data.owned = [float(w["num_owned"]) for w in sorted(data.plan["workers"], key=lambda w: w.get("rank", 0))]
+        data.owned_source = "plan.json"
+        return
+    if data.partition and data.partition.get("partitions") and data.partition.get("method") != "feature":
+        data.owned = [float(p["nodes"]) for p in data.partition["partitions"]]
+        data.owned_source = "partition.json"
+        return
+    n = (data.meta.get("store") or {}).get("num_nodes")
+    k = data.num_workers
+    if n:
+        data.owned, data.owned_source = [float(n) / k] * k, "run.json store node count / workers"
+        data.notes.append("plan and partition not found: throughput uses the store's node count split evenly")
+        return
+    data.notes.append("no node counts found (plan, partition and store metadata missing): no throughput")
+
+
+def label_runs(runs: list[RunData], labels: list[str] | None = None) -> None:
+    """Give every run a short distinct label: the given one, else the folder name (with parents if needed)."""
+    if labels:
+        if len(labels) != len(runs):
+            raise G3InputError(f"{len(labels)} --label given for {len(runs)} runs; give one per run or none")
+        for r, lab in zip(runs, labels, strict=True):
+            r.label = lab
+        return
+    depth = 1
+    while True:
+        names = ["/".join(r.path.resolve().parts[-depth:]) for r in runs]
+        if len(set(names)) == len(names) or depth > 6:
+            break
+        depth += 1
+    for r, name in zip(runs, names, strict=True):
+        r.label = name

@@ -1,0 +1,192 @@
+"""The plots of `g3 report` (matplotlib, Agg backend, PNG): one function per plot family.
+
+Each function draws one PNG and returns whether it drew it (False: nothing to draw, e.g. no run evaluated).
+Colours: one per run, the same in every comparison plot; time categories use fixed colours.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import EngFormatter, MaxNLocator, PercentFormatter  # noqa: E402
+
+from .data import RunData  # noqa: E402
+
+DPI = 110
+TIME_PARTS = (  # key in worker_breakdown, legend label, colour
+    ("compute", "compute", "#4C72B0"),
+    ("comm_wait", "communication wait", "#DD8452"),
+    ("sync", "all-reduce + step", "#55A868"),
+    ("idle", "idle (epoch − the rest)", "#BBBBBB"),
+)
+
+
+def run_color(i: int) -> str:
+    return plt.get_cmap("tab10")(i % 10)
+
+
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def _legend(ax, n: int) -> None:
+    if n > 6:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    else:
+        ax.legend(fontsize="small")
+
+
+def time_to_accuracy(runs: list[RunData], path: Path) -> bool:
+    """Test (solid) and validation (dashed) accuracy against cumulative training time, one colour per run."""
+    if not any(r.accuracy("test") or r.accuracy("valid") for r in runs):
+        return False
+    fig, ax = plt.subplots(figsize=(10.5 if 2 * len(runs) > 6 else 8, 4.8))
+    for i, r in enumerate(runs):
+        for split, style in (("test", "-"), ("valid", "--")):
+            acc = r.accuracy(split)
+            if acc:
+                ax.plot([t for _, t, _ in acc], [a for _, _, a in acc], style, marker="o", markersize=3,
+                        color=run_color(i), label=f"{r.label} ({split})")
+    ax.set_xlabel("cumulative training time (s, sum of epoch times; evaluation excluded)")
+    ax.set_ylabel("accuracy")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_title("Time to accuracy")
+    ax.grid(alpha=0.3)
+    _legend(ax, 2 * len(runs))
+    _save(fig, path)
+    return True
+
+
+def throughput(runs: list[RunData], path: Path) -> bool:
+    """Throughput (nodes/s, sum over workers) of every epoch, with each run's median as a dotted line."""
+    series = [(i, r, r.throughput()) for i, r in enumerate(runs)]
+    series = [s for s in series if s[2]]
+    if not series:
+        return False
+    fig, ax = plt.subplots(figsize=(10.5 if len(series) > 6 else 8, 4.8))
+    for i, r, tp in series:
+        epochs = [int(rec["epoch"]) + 1 for rec in r.epochs]
+        med = statistics.median(tp)
+        ax.plot(epochs, tp, marker="o" if len(tp) < 40 else None, markersize=3, color=run_color(i),
+                label=f"{r.label} (K={r.num_workers}, median {EngFormatter(places=1)(med)} nodes/s)")
+        ax.axhline(med, color=run_color(i), linestyle=":", linewidth=1)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("throughput (nodes/s)")
+    ax.yaxis.set_major_formatter(EngFormatter())
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(bottom=0)
+    ax.set_title("Throughput per epoch: Σ over workers of owned nodes / epoch time")
+    ax.grid(alpha=0.3)
+    _legend(ax, len(series))
+    _save(fig, path)
+    return True
+
+
+def scaling_groups(runs: list[RunData]) -> dict[str, list[RunData]]:
+    """Runs grouped by everything that varies between them except the worker count."""
+    attrs = [r.attributes() for r in runs]
+    varying = [k for k in attrs[0] if len({str(a[k]) for a in attrs}) > 1]
+    groups: dict[str, list[RunData]] = {}
+    for r, a in zip(runs, attrs, strict=True):
+        key = ", ".join(f"{k} {a[k]}" for k in varying) if varying else f"{a['model']}, {a['partition']}"
+        groups.setdefault(key, []).append(r)
+    return groups
+
+
+def scaling(runs: list[RunData], path: Path) -> bool:
+    """Median throughput against the worker count, one line per configuration (the paper's Fig. 7-11, 16, 17)."""
+    if len({r.num_workers for r in runs}) < 2 or not any(r.throughput() for r in runs):
+        return False
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    ks = sorted({r.num_workers for r in runs})
+    groups = scaling_groups(runs)
+    for i, (name, group) in enumerate(groups.items()):
+        pts: dict[int, list[float]] = {}
+        for r in group:
+            tp = r.throughput()
+            if tp:
+                pts.setdefault(r.num_workers, []).append(statistics.median(tp))
+        xs = sorted(pts)
+        ax.plot(xs, [max(pts[k]) for k in xs], marker="o", color=run_color(i), label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.minorticks_off()
+    ax.set_xlabel("workers")
+    ax.set_ylabel("throughput (nodes/s, median epoch)")
+    ax.yaxis.set_major_formatter(EngFormatter())
+    ax.set_ylim(bottom=0)
+    ax.set_title("Throughput against workers")
+    ax.grid(alpha=0.3)
+    _legend(ax, len(groups))
+    _save(fig, path)
+    return True
+
+
+def worker_breakdown(run: RunData, path: Path) -> bool:
+    """Stacked bars per worker: compute, communication wait, all-reduce + step and idle seconds per epoch."""
+    rows = run.worker_breakdown()
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.45 * len(rows) + 2.5), 5.0))
+    ranks = [str(w["rank"]) for w in rows]
+    bottom = [0.0] * len(rows)
+    for key, label, color in TIME_PARTS:
+        vals = [w[key] for w in rows]
+        ax.bar(ranks, vals, bottom=bottom, color=color, label=label, width=0.7)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    compute = [w["compute"] for w in rows]
+    mean = sum(compute) / len(compute)
+    n = rows[0]["epochs"]
+    first = len(run.epochs) - n + 1
+    ax.set_xlabel("worker (rank)")
+    ax.set_ylabel("seconds per epoch")
+    ax.set_title(f"{run.label}\nwhere each worker's epoch goes (mean of epochs {first}–{len(run.epochs)}; "
+                 f"compute max/mean {max(compute) / mean if mean else 1.0:.2f})", fontsize="medium")
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=4, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    _save(fig, path)
+    return True
+
+
+def partition_remote(run: RunData, path: Path) -> bool:
+    """Per partition: remote-set size |V_i^remote| (bars; for g3 the METIS starting point as outlines) and arcs
+    |E(V_i)| (the compute each worker aggregates), with their max/mean balance ratios."""
+    part = run.partition or {}
+    parts = part.get("partitions") or []
+    if not parts:
+        return False
+    ids = [int(p.get("partition", i)) for i, p in enumerate(parts)]
+    remote = [float(p.get("remote", 0)) for p in parts]
+    arcs = [float(p.get("arcs", 0)) for p in parts]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(max(9.0, 0.5 * len(ids) + 6), 4.6),
+                                  gridspec_kw={"width_ratios": [3, 2]})
+    before = (part.get("before") or {}).get("remote_per_partition")
+    if before and len(before) == len(ids):
+        ax.bar(ids, before, width=0.8, color="none", edgecolor="grey", label="METIS (before rebalancing)")
+    ax.bar(ids, remote, width=0.5, color="#4C72B0", label=f"{part.get('method', '?')}")
+    mean = sum(remote) / len(remote)
+    ax.axhline(mean, color="black", linestyle=":", linewidth=1, label="mean")
+    ax.set_title(f"remote set |V_i^remote| (max/mean {max(remote) / mean if mean else 1.0:.3f})", fontsize="medium")
+    ax.set_ylabel("nodes received per layer")
+    ax2.bar(ids, arcs, width=0.6, color="#55A868")
+    amean = sum(arcs) / len(arcs)
+    ax2.axhline(amean, color="black", linestyle=":", linewidth=1)
+    ax2.set_title(f"arcs |E(V_i)| (max/mean {max(arcs) / amean if amean else 1.0:.3f})", fontsize="medium")
+    for a in (ax, ax2):
+        a.set_xlabel("partition")
+        a.set_xticks(ids, [str(i) for i in ids], fontsize="small" if len(ids) > 16 else None)
+        a.yaxis.set_major_formatter(EngFormatter())
+        a.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)
+    store = (part.get("store") or {}).get("name", run.store_name)
+    fig.suptitle(f"{store}: {part.get('method', '?')} partition, K={part.get('num_partitions', len(ids))}"
+                 f"  (used by {run.label})", fontsize="medium")
+    _save(fig, path)
+    return True
