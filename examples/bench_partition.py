@@ -1,0 +1,130 @@
+"""Benchmark of `g3 partition`: every method x worker count on one or more stores, as a markdown table.
+
+Each cell is one real `g3 partition` command run under `/usr/bin/time -v` (wall time, CPU time, peak RSS);
+the figures come from the partition.json it writes. Shard folders are deleted after each run (they can be
+gigabytes); the partition.json files are kept under WORKDIR/json/.
+
+    python examples/bench_partition.py --store cnr-2000=/tmp/cnr --store products=/tmp/products \\
+        --workers 4 8 16 --methods random chunk metis g3
+
+Then it checks the goals of the G3 partitioner (docs/BENCHMARKS.md): g3's min/max remote >= 1 - gamma with a
+total remote <= 1.05 x METIS's, g3's time at the largest K <= 2 x plain METIS's, peak RSS <= 12 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+GAMMA = 0.005
+RSS_LIMIT_GB = 12.0
+
+
+def run_one(g3: str, store: str, method: str, k: int, workdir: Path) -> dict:
+    """One `g3 partition` under /usr/bin/time -v; returns its figures, wall/CPU seconds and peak RSS."""
+    out = workdir / f"{Path(store).name}-{method}-{k}"
+    cmd = ["/usr/bin/time", "-v", g3, "partition", store, "--workers", str(k), "--method", method,
+           "-o", str(out), "--force"]
+    env = dict(os.environ, G3_QUIET="1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+    summary = json.loads((out / "partition.json").read_text())
+    keep = workdir / "json" / f"{out.name}.json"
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(out / "partition.json", keep)
+    shutil.rmtree(out)
+    return {"command": " ".join(cmd[2:]), "summary": summary, **_time_v(proc.stderr)}
+
+
+def _time_v(stderr: str) -> dict:
+    def field(name: str) -> str:
+        m = re.search(rf"{re.escape(name)}: (.+)", stderr)
+        return m.group(1).strip() if m else "0"
+
+    wall = 0.0
+    for part in field("Elapsed (wall clock) time (h:mm:ss or m:ss)").split(":"):
+        wall = wall * 60 + float(part)
+    cpu = float(field("User time (seconds)")) + float(field("System time (seconds)"))
+    return {"wall_s": wall, "cpu_s": cpu, "rss_gb": int(field("Maximum resident set size (kbytes)")) / 1e6}
+
+
+def row(name: str, k: int, method: str, r: dict) -> str:
+    s = r["summary"]
+    remote = s["balance"]["remote"]
+    note = f"{s['stop_reason']}, {s['swaps']} swaps" if s.get("stop_reason") else ""
+    return (f"| {name} | {k} | {method} | {remote['max_over_mean']:.3f} | {remote['min_over_max']:.3f} | "
+            f"{s['totals']['remote']:,} | {s['totals']['edge_cut']:,} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
+            f"{r['rss_gb']:.2f} | {note} |")
+
+
+HEADER = ("| graph | K | method | remote max/mean | remote min/max | total remote | edge-cut | time (s) | "
+          "CPU (s) | peak RSS (GB) | Algorithm 1 |\n"
+          "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+
+
+def goals(results: dict, names: list[str], workers: list[int]) -> list[str]:
+    """One line per goal and graph: met or missed, with the figure."""
+    lines = []
+    for name in names:
+        for k in workers:
+            g3, metis = results.get((name, k, "g3")), results.get((name, k, "metis"))
+            if not g3 or not metis:
+                continue
+            ratio = g3["summary"]["balance"]["remote"]["min_over_max"]
+            total = g3["summary"]["totals"]["remote"] / max(1, metis["summary"]["totals"]["remote"])
+            ok = ratio >= 1 - GAMMA and total <= 1.05
+            lines.append(f"- {name}, K={k}: g3 remote min/max {ratio:.4f} (goal >= {1 - GAMMA}), total remote "
+                         f"{total:.3f} x METIS (goal <= 1.05): {'met' if ok else 'MISSED'}")
+        k = max(workers)
+        g3, metis = results.get((name, k, "g3")), results.get((name, k, "metis"))
+        if g3 and metis:
+            t = g3["wall_s"] / metis["wall_s"]
+            c = g3["cpu_s"] / metis["cpu_s"]
+            lines.append(f"- {name}, K={k}: g3 time {t:.2f} x plain METIS wall, {c:.2f} x CPU (goal <= 2): "
+                         f"{'met' if t <= 2 else 'MISSED'}")
+    peak = max(r["rss_gb"] for r in results.values())
+    lines.append(f"- peak RSS over all runs {peak:.2f} GB (goal <= {RSS_LIMIT_GB}): "
+                 f"{'met' if peak <= RSS_LIMIT_GB else 'MISSED'}")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--store", action="append", required=True, help="NAME=PATH of a g3 store (repeatable)")
+    ap.add_argument("--workers", type=int, nargs="+", default=[4, 8, 16])
+    ap.add_argument("--methods", nargs="+", default=["random", "chunk", "metis", "g3"])
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/g3-bench-partition"))
+    ap.add_argument("--g3", default=str(Path(sys.executable).parent / "g3"), help="the g3 executable")
+    ap.add_argument("--json", type=Path, default=None, help="also write all results to this JSON file")
+    args = ap.parse_args()
+    stores = [s.split("=", 1) for s in args.store]
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    results: dict = {}
+    lines = [HEADER]
+    for name, path in stores:
+        for k in args.workers:
+            for method in args.methods:
+                r = run_one(args.g3, path, method, k, args.workdir)
+                results[(name, k, method)] = r
+                lines.append(row(name, k, method, r))
+                print(lines[-1], file=sys.stderr, flush=True)
+    print("\n".join(lines))
+    print()
+    print("\n".join(goals(results, [n for n, _ in stores], args.workers)))
+    print()
+    print("Each row: `/usr/bin/time -v g3 partition STORE --workers K --method METHOD -o OUT --force`.")
+    if args.json:
+        args.json.write_text(json.dumps({f"{n}|{k}|{m}": {key: v for key, v in r.items() if key != "summary"}
+                                         | {"summary": r["summary"]} for (n, k, m), r in results.items()},
+                                        indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""`g3 partition STORE --workers K`."""
+
+from __future__ import annotations
+
+import click
+
+from stages.partition import METHODS, PartitionOptions, run_partition
+from stages.partition.report import print_partition_summary
+
+from .output import console
+
+
+@click.command(name="partition")
+@click.argument("store", type=click.Path())
+@click.option("-w", "--workers", type=int, required=True,
+              help="Number of partitions K (one per worker). 1 is valid; more than the node count is an error.")
+@click.option("--method", type=click.Choice(METHODS), default="g3", show_default=True,
+              help="g3: multi-constraint METIS (balanced node count and degree sum) then Algorithm 1 swaps that "
+                   "balance the remote sets (paper §4.2). metis: plain edge-cut METIS (DGL, BNS-GCN). "
+                   "random: hash of node id and seed. chunk: contiguous id ranges of equal size (NeuGraph, ROC, "
+                   "NeutronStar). feature: every worker keeps the whole topology and ceil(F/K) feature columns "
+                   "(NeutronTP, P3).")
+@click.option("-o", "--out", type=click.Path(), default=None,
+              help="Output folder. Default: STORE.part-<method>-<K> beside the store.")
+@click.option("--gamma", type=float, default=0.005, show_default=True,
+              help="g3: Algorithm 1 stops once min/max of the remote set sizes is at least 1 - gamma.")
+@click.option("--balance-tol", type=float, default=1.05, show_default=True,
+              help="g3: no partition's degree sum may exceed this times the mean (METIS is asked for the same "
+                   "imbalance on both constraints; swaps never push a partition past it).")
+@click.option("--max-swaps", type=int, default=None,
+              help="g3: stop Algorithm 1 after this many swaps [default: the node count].")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of METIS and of the random hash; the same seed gives the same partition.")
+@click.option("--threads", type=int, default=None,
+              help="CPU threads for the parallel steps (candidate-swap search, counting, shard CSR) "
+                   "[default: all cores]. METIS itself is single-threaded.")
+@click.option("--hidden", type=int, default=16, show_default=True,
+              help="Hidden width used to report bytes sent and received per layer (float32).")
+@click.option("--plot", type=click.Path(), default=None,
+              help="Also draw the per-partition remote-set sizes as bars into this PNG file.")
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+def command(store, workers, method, out, gamma, balance_tol, max_swaps, seed, threads, hidden, plot, force):
+    """Partition the nodes of STORE over K workers and write one shard folder per worker.
+
+    \b
+    OUT holds partition.json (method, parameters, timing, per-partition figures, balance ratios),
+    assignment.npy (int32 node -> partition) and part-00000/ ... with plain .npy files: owned and remote
+    nodes, the local in-edge CSR, degrees, features, labels, splits and send lists (docs/ARTIFACTS.md).
+    A worker needs only its own folder and partition.json.
+
+    \b
+    Remote set of partition i = the distinct nodes outside i with an arc into i: what worker i receives per
+    layer. g3 balances these sizes across workers while keeping their total near METIS's.
+    """
+    options = PartitionOptions(workers=workers, method=method, gamma=gamma, balance_tol=balance_tol, seed=seed,
+                               threads=threads, hidden=hidden, max_swaps=max_swaps)
+    summary = run_partition(store, options, out=out, force=force, plot=plot)
+    print_partition_summary(summary, console)
+    if plot:
+        console.print(f"plot: {plot}")

@@ -1,0 +1,72 @@
+"""The ``feature`` split (NeutronTP, P3): every worker keeps the whole topology and a slice of feature columns.
+
+Worker *w* holds columns ``[w*W, min((w+1)*W, F))`` of every node with ``W = ceil(F / K)``; the last slices
+are padded with zero columns up to ``W`` (a slice past ``F`` is all padding). Aggregation runs on the column
+slice over the whole graph, so no node rows are fetched from peers (remote sets are empty); the per-layer
+exchange is the all-to-all that turns column slices into row blocks for the dense update. Node ownership for
+that dense work (and labels and splits) is by contiguous id ranges, as in ``chunk``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .baselines import chunk_bounds, chunk_partition
+from .metrics import FLOAT32_BYTES, ratios
+
+
+def feature_columns(feat_dim: int, k: int) -> list[dict]:
+    """Column range, width and zero padding of each worker's slice."""
+    width = -(-feat_dim // k)
+    cols = []
+    for w in range(k):
+        start = min(w * width, feat_dim)
+        stop = min(start + width, feat_dim)
+        cols.append({"start": start, "stop": stop, "width": width, "padding": width - (stop - start)})
+    return cols
+
+
+def feature_figures(graphs, k: int, hidden: int, in_degree: np.ndarray) -> dict:
+    """Per-worker figures of the feature split (same keys as ``metrics.partition_figures``)."""
+    n = graphs.num_nodes
+    part = chunk_partition(n, k)
+    bounds = chunk_bounds(n, k)
+    nodes = np.diff(bounds)
+    arcs = np.bincount(part, weights=in_degree, minlength=k).astype(np.int64)
+    degree_sum = np.bincount(part, weights=graphs.degree, minlength=k).astype(np.int64)
+    slice_width = -(-hidden // k)
+    # all-to-all per layer: worker i receives the other K-1 column slices of its own rows, and sends its
+    # slice of everyone else's rows
+    recv = nodes * (k - 1) * slice_width * FLOAT32_BYTES
+    send = (n - nodes) * slice_width * FLOAT32_BYTES
+    per = [
+        {
+            "partition": i,
+            "nodes": int(nodes[i]),
+            "arcs": int(arcs[i]),
+            "degree_sum": int(degree_sum[i]),
+            "remote": 0,
+            "recv_bytes_per_layer": int(recv[i]),
+            "send": 0,
+            "send_bytes_per_layer": int(send[i]),
+        }
+        for i in range(k)
+    ]
+    zeros = np.zeros(k, dtype=np.int64)
+    return {
+        "partitions": per,
+        "totals": {
+            "nodes": n,
+            "arcs": int(arcs.sum()),
+            "remote": 0,
+            "recv_bytes_per_layer": int(recv.sum()),
+            "edge_cut": 0,
+        },
+        "balance": {
+            "nodes": ratios(nodes),
+            "arcs": ratios(arcs),
+            "degree_sum": ratios(degree_sum),
+            "remote": ratios(zeros),
+        },
+        "traffic": np.zeros((k, k), dtype=np.int64).tolist(),
+    }

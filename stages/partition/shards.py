@@ -1,0 +1,215 @@
+"""Per-worker shard folders: plain ``.npy`` files a worker on another machine can load with nothing else.
+
+Node-partition shards (``g3``, ``metis``, ``random``, ``chunk``) hold the owned nodes, the remote nodes grouped
+by owner, the in-edge CSR of the owned nodes over local ids, degrees, features, labels, splits and the send
+lists of the peer-to-peer exchange. ``feature`` shards hold a column slice of every node's features and refer
+to the store for the topology. Each folder has a ``shard.json`` listing its files with shapes and dtypes.
+Everything is built with vectorised numpy or numba; features are streamed from the store in row blocks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from ..common.store import SPLITS, GraphStore
+from .feature import feature_columns
+
+SHARD_SCHEMA = "g3.shard"
+SHARD_VERSION = 1
+FEATURE_BLOCK_ROWS = 1 << 16
+LOCAL_IDS = "local id < num_owned -> owned[local]; otherwise remote[local - num_owned]"
+CSR_ORDER = "row r lists the sources of arcs into owned[r], as local ids sorted ascending"
+
+
+def shard_name(worker: int) -> str:
+    return f"part-{worker:05d}"
+
+
+def store_reference(store: GraphStore) -> dict:
+    """What later stages need to find the store and detect that it changed."""
+    checksums = store.meta.get("checksums", {})
+    return {
+        "path": str(Path(store.path).resolve()),
+        "name": store.name,
+        "num_nodes": store.num_nodes,
+        "num_arcs": store.num_arcs,
+        "feat_dim": store.feat_dim,
+        "num_classes": store.num_classes,
+        "feature_dtype": str(store.feature_dtype),
+        "checksums": {k: checksums.get(k) for k in ("indptr", "indices")},
+    }
+
+
+class ShardFolder:
+    """One worker's folder: saves arrays and remembers their shapes for ``shard.json``."""
+
+    def __init__(self, root: Path, worker: int):
+        self.path = root / shard_name(worker)
+        self.path.mkdir()
+        self.worker = worker
+        self.files: dict[str, dict] = {}
+
+    def save(self, name: str, array: np.ndarray) -> None:
+        np.save(self.path / f"{name}.npy", array)
+        self.note(name, array.shape, array.dtype)
+
+    def open_memmap(self, name: str, shape: tuple[int, ...], dtype) -> np.memmap:
+        """A zero-filled ``.npy`` file to fill block by block."""
+        self.note(name, shape, np.dtype(dtype))
+        return np.lib.format.open_memmap(self.path / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
+
+    def note(self, name: str, shape, dtype) -> None:
+        self.files[f"{name}.npy"] = {"shape": [int(s) for s in shape], "dtype": str(np.dtype(dtype))}
+
+    def write_manifest(self, info: dict) -> None:
+        manifest = {"schema": SHARD_SCHEMA, "schema_version": SHARD_VERSION, "worker": self.worker, **info,
+                    "files": self.files}
+        with open(self.path / "shard.json", "w") as f:
+            json.dump(manifest, f, indent=2)
+            f.write("\n")
+
+
+@numba.njit(cache=True, parallel=True)
+def _local_csr(indptr, indices, owned, lookup, out_ptr, out_idx):
+    """In-edge rows of the owned nodes with sources mapped to local ids and sorted ascending."""
+    for r in numba.prange(len(owned)):
+        v = owned[r]
+        start = out_ptr[r]
+        row = out_idx[start : out_ptr[r + 1]]
+        for j in range(indptr[v + 1] - indptr[v]):
+            row[j] = lookup[indices[indptr[v] + j]]
+        row.sort()
+
+
+def local_csr(indptr, indices, owned, lookup) -> tuple[np.ndarray, np.ndarray]:
+    counts = indptr[owned + 1] - indptr[owned]
+    out_ptr = np.zeros(len(owned) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out_ptr[1:])
+    out_idx = np.empty(int(out_ptr[-1]), dtype=np.int32)
+    _local_csr(indptr, indices, owned, lookup, out_ptr, out_idx)
+    return out_ptr, out_idx
+
+
+def grouped_remote(mark_row: np.ndarray, part: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Remote nodes of one worker grouped by owner (ascending), ids ascending within a group; and the group ptr."""
+    ids = np.flatnonzero(mark_row)
+    remote = ids[np.argsort(part[ids], kind="stable")].astype(np.int64)
+    ptr = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(np.bincount(part[remote], minlength=k), out=ptr[1:])
+    return remote, ptr
+
+
+class NodeShardBuilder:
+    """Writes the shards of a node partition (every method except ``feature``)."""
+
+    def __init__(self, root: Path, store: GraphStore, graphs, part: np.ndarray, k: int, mark: np.ndarray):
+        self.root, self.store, self.graphs, self.part, self.k, self.mark = root, store, graphs, part, k, mark
+        n = graphs.num_nodes
+        self.order = np.argsort(part, kind="stable").astype(np.int64)  # owned lists, ascending ids, back to back
+        self.starts = np.zeros(k + 1, dtype=np.int64)
+        np.cumsum(np.bincount(part, minlength=k), out=self.starts[1:])
+        self.position = np.empty(n, dtype=np.int64)  # index of a node in its owner's owned list
+        self.position[self.order] = np.arange(n) - self.starts[part[self.order]]
+        self.in_degree, self.out_degree = store.load_degrees()
+        self.labels = np.asarray(store.load_labels(), dtype=np.int32)
+        self.splits = {s: store.split_index(s) for s in SPLITS}
+        self.lookup = np.full(n, -1, dtype=np.int32)  # global -> local ids of the worker being written
+        self.folders: list[ShardFolder] = []
+
+    def owned(self, i: int) -> np.ndarray:
+        return self.order[self.starts[i] : self.starts[i + 1]]
+
+    def write_worker(self, i: int, info: dict) -> ShardFolder:
+        folder = ShardFolder(self.root, i)
+        owned = self.owned(i)
+        remote, remote_ptr = grouped_remote(self.mark[i], self.part, self.k)
+        local_nodes = np.concatenate([owned, remote])
+        self.lookup[local_nodes] = np.arange(len(local_nodes), dtype=np.int32)
+        indptr, indices = local_csr(self.graphs.indptr, self.graphs.indices, owned, self.lookup)
+        folder.save("owned", owned)
+        folder.save("remote", remote)
+        folder.save("remote_owner_ptr", remote_ptr)
+        folder.save("indptr", indptr)
+        folder.save("indices", indices)
+        folder.save("in_degree", self.in_degree[local_nodes])
+        folder.save("out_degree", self.out_degree[local_nodes])
+        folder.save("labels", self.labels[owned])
+        for split, ids in self.splits.items():
+            mine = ids[self.part[ids] == i]
+            folder.save(split, self.lookup[mine].astype(np.int64))
+        send_ptr, send = self.send_lists(owned)
+        folder.save("send_ptr", send_ptr)
+        folder.save("send", send)
+        self.lookup[local_nodes] = -1
+        folder.note("features", (len(owned), self.store.feat_dim), self.store.feature_dtype)  # filled later
+        folder.write_manifest({**info, "num_owned": len(owned), "num_remote": len(remote),
+                               "local_ids": LOCAL_IDS, "csr_order": CSR_ORDER})
+        self.folders.append(folder)
+        return folder
+
+    def send_lists(self, owned: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each peer q, the local owned ids q receives from me, ascending by global id (= q's remote group)."""
+        lists = [np.flatnonzero(self.mark[q][owned]) for q in range(self.k)]
+        ptr = np.zeros(self.k + 1, dtype=np.int64)
+        np.cumsum([len(x) for x in lists], out=ptr[1:])
+        return ptr, np.concatenate(lists).astype(np.int64)
+
+    def write_features(self, on_rows=None) -> None:
+        """Stream the store's features in row blocks into every worker's ``features.npy`` (owned rows)."""
+        dtype = self.store.feature_dtype
+        maps = [f.open_memmap("features", (len(self.owned(f.worker)), self.store.feat_dim), dtype)
+                for f in self.folders]
+        for start, block in feature_blocks(self.store):
+            stop = start + len(block)
+            owners = self.part[start:stop]
+            for i, mm in enumerate(maps):
+                rows = np.flatnonzero(owners == i)
+                if len(rows):
+                    mm[self.position[start + rows]] = block[rows]
+            if on_rows is not None:
+                on_rows(len(block))
+        for mm in maps:
+            mm.flush()
+
+
+def feature_blocks(store: GraphStore):
+    """(first row, rows) blocks of the store's features, a whole number of zarr chunks at a time."""
+    arr = store.features
+    step = max(arr.chunks[0], (FEATURE_BLOCK_ROWS // arr.chunks[0]) * arr.chunks[0])
+    for start in range(0, arr.shape[0], step):
+        yield start, np.asarray(arr[start : start + step])
+
+
+def write_feature_shards(root: Path, store: GraphStore, k: int, owned_bounds: np.ndarray, info: dict,
+                         on_rows=None) -> list[ShardFolder]:
+    """Shards of the ``feature`` split: owned id range, labels/splits of it, and a padded column slice of all nodes."""
+    n, f = store.num_nodes, store.feat_dim
+    cols = feature_columns(f, k)
+    labels = np.asarray(store.load_labels(), dtype=np.int32)
+    splits = {s: store.split_index(s) for s in SPLITS}
+    folders, maps = [], []
+    for w in range(k):
+        folder = ShardFolder(root, w)
+        lo, hi = int(owned_bounds[w]), int(owned_bounds[w + 1])
+        folder.save("owned", np.arange(lo, hi, dtype=np.int64))
+        folder.save("labels", labels[lo:hi])
+        for split, ids in splits.items():
+            folder.save(split, ids[(ids >= lo) & (ids < hi)] - lo)
+        maps.append(folder.open_memmap("features", (n, cols[w]["width"]), store.feature_dtype))
+        folder.write_manifest({**info, "num_owned": hi - lo, "feature_columns": cols[w],
+                               "topology": "whole graph: read indptr/indices from the store (see store.checksums)",
+                               "local_ids": "owned[local] = owned range start + local"})
+        folders.append(folder)
+    for start, block in feature_blocks(store):
+        for w, mm in enumerate(maps):
+            c = cols[w]
+            mm[start : start + len(block), : c["stop"] - c["start"]] = block[:, c["start"] : c["stop"]]
+        if on_rows is not None:
+            on_rows(len(block))
+    for mm in maps:
+        mm.flush()
+    return folders

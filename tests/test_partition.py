@@ -1,0 +1,445 @@
+"""`g3 partition`: incremental remote tracking, Algorithm 1, the five methods, shard invariants, CLI errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from g3cli.main import cli
+from stages.common.store import GraphStore
+from stages.ingest.build import IngestOptions, build_store
+from stages.ingest.source import GraphSource
+from stages.ingest.synthetic import resolve_spec, synthetic_source
+from stages.partition import PartitionOptions, run_partition
+from stages.partition.baselines import chunk_partition, random_partition
+from stages.partition.feature import feature_columns
+from stages.partition.g3 import RemoteTracker, _seen_before, run_algorithm1
+from stages.partition.graph import graphs_from_csr, load_graphs, symmetrize
+from stages.partition.metis import metis_partition
+from stages.partition.metrics import edge_cut, remote_sizes
+
+NODE_METHODS = ("g3", "metis", "random", "chunk")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# fixtures: a symmetric synthetic store and a directed one with self-loops and repeated arcs
+# ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_store(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("stores") / "tiny"
+    build_store(synthetic_source(resolve_spec("tiny")), path, IngestOptions())
+    return path
+
+
+def _directed_source(n: int = 300, m: int = 2400, feat_dim: int = 10, seed: int = 3) -> GraphSource:
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, n, m)
+    dst = np.where(rng.random(m) < 0.7, (src + rng.integers(1, 20, m)) % n, rng.integers(0, n, m))
+    src[:25] = dst[:25]  # self-loops
+    feats = rng.standard_normal((n, feat_dim)).astype(np.float32)
+    return GraphSource(name="directed", num_nodes=n, arcs=lambda: iter([(src, dst)]), path="test",
+                       feat_dim=feat_dim, feature_blocks=lambda: iter([feats]),
+                       labels=rng.integers(0, 4, n), num_classes=4)
+
+
+@pytest.fixture(scope="module")
+def directed_store(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("stores") / "directed"
+    build_store(_directed_source(), path, IngestOptions(keep_self_loops=True, keep_duplicates=True))
+    return path
+
+
+def _partition(store: Path, out: Path, k: int, method: str = "g3", **kw) -> dict:
+    return run_partition(store, PartitionOptions(workers=k, method=method, **kw), out=out)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# symmetrised adjacency
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _csr(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((src, dst))
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
+    return indptr, src[order].astype(np.int32)
+
+
+def test_symmetrize_is_the_union_without_self_loops():
+    rng = np.random.default_rng(0)
+    n = 50
+    src, dst = rng.integers(0, n, 400), rng.integers(0, n, 400)
+    ptr, idx = symmetrize(*_csr(n, src, dst))
+    expected = {(int(a), int(b)) for a, b in zip(src, dst, strict=True) if a != b}
+    expected |= {(b, a) for a, b in expected}
+    got = {(int(v), int(u)) for v in range(n) for u in idx[ptr[v] : ptr[v + 1]]}
+    assert got == expected
+    assert all(np.all(np.diff(idx[ptr[v] : ptr[v + 1]]) > 0) for v in range(n))
+
+
+def test_symmetric_store_is_its_own_symmetrised_adjacency(tiny_store):
+    graphs = load_graphs(GraphStore.open(tiny_store))
+    assert graphs.symmetric
+    ptr, idx = symmetrize(graphs.indptr, graphs.indices)
+    np.testing.assert_array_equal(ptr, graphs.sym_indptr)
+    np.testing.assert_array_equal(idx, graphs.sym_indices)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# incremental tracking == recount (hypothesis)
+# ------------------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def tracker_cases(draw):
+    n = draw(st.integers(4, 40))
+    k = draw(st.integers(2, min(5, n)))
+    m = draw(st.integers(0, 5 * n))
+    seed = draw(st.integers(0, 2**32 - 1))
+    symmetric = draw(st.booleans())
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    if symmetric:
+        keep = src != dst
+        pairs = np.unique(np.stack([np.concatenate([src[keep], dst[keep]]),
+                                    np.concatenate([dst[keep], src[keep]])]), axis=1)
+        src, dst = pairs[0], pairs[1]
+    return n, k, src, dst, rng.integers(0, k, n).astype(np.int32), seed
+
+
+def _recount(graphs, part, k):
+    n = graphs.num_nodes
+    dst = np.repeat(np.arange(n), np.diff(graphs.indptr))
+    arc_cnt = np.zeros((n, k), dtype=np.int64)
+    np.add.at(arc_cnt, (graphs.indices, part[dst]), 1)
+    sym_dst = np.repeat(np.arange(n), np.diff(graphs.sym_indptr))
+    nb_cnt = np.zeros((n, k), dtype=np.int64)
+    np.add.at(nb_cnt, (sym_dst, part[graphs.sym_indices]), 1)
+    outside = part[:, None] != np.arange(k)[None, :]
+    remote = ((arc_cnt > 0) & outside).sum(axis=0)
+    return arc_cnt, nb_cnt, remote
+
+
+def _check_tracker(tr: RemoteTracker, graphs, k: int) -> None:
+    arc_cnt, nb_cnt, remote = _recount(graphs, tr.part, k)
+    np.testing.assert_array_equal(tr.remote, remote)
+    np.testing.assert_array_equal(tr.S[1], arc_cnt)
+    np.testing.assert_array_equal(tr.S[2], nb_cnt)
+    np.testing.assert_array_equal(tr.degree_sum, np.bincount(tr.part, weights=graphs.degree, minlength=k))
+    np.testing.assert_array_equal(remote, remote_sizes(graphs.indptr, graphs.indices, tr.part, k))
+    keys = graphs.degree[:, None] - nb_cnt  # keys[v, x] = d_v - nb_cnt[v, x]
+    cap = tr.Q[4].reshape(k, k)
+    for p in range(k):
+        members = np.flatnonzero(tr.part == p)
+        v = tr.best_vmax(p)
+        if len(members) == 0:
+            assert v == -1
+            continue
+        assert tr.part[v] == p and keys[v, p] == keys[members, p].max()
+        for a in range(k):
+            if a != p:
+                y = tr.best_vmin(p, a)
+                assert tr.part[y] == p
+                assert min(keys[y, a], cap[p, a]) == min(keys[members, a].min(), cap[p, a])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tracker_cases())
+def test_incremental_tracking_equals_recount_after_random_swaps(case):
+    n, k, src, dst, part, seed = case
+    graphs = graphs_from_csr(*_csr(n, src, dst))
+    tr = RemoteTracker(graphs, part, k, min_key_cap=3)  # a small cap exercises the lumped top bucket
+    _check_tracker(tr, graphs, k)
+    rng = np.random.default_rng(seed + 1)
+    for step in range(2000):
+        x = int(rng.integers(n))
+        if step % 2:
+            tr.move(x, int(rng.integers(k)))  # single moves change partition sizes too
+            continue
+        y = int(rng.integers(n))
+        a, b = int(tr.part[x]), int(tr.part[y])
+        if a == b:
+            continue
+        before = tr.remote.copy()
+        da, db = tr.swap_delta(x, y)
+        tr.swap(x, y)
+        assert (tr.remote[a] - before[a], tr.remote[b] - before[b]) == (da, db)
+        others = np.setdiff1d(np.arange(k), [a, b])
+        np.testing.assert_array_equal(tr.remote[others], before[others])
+        if step % 500 == 0:
+            _check_tracker(tr, graphs, k)
+    _check_tracker(tr, graphs, k)
+
+
+def test_cycle_table_detects_a_repeated_state():
+    table = np.zeros(16, dtype=np.uint64)
+    assert not _seen_before(table, np.uint64(12345))
+    assert not _seen_before(table, np.uint64(99))
+    assert _seen_before(table, np.uint64(12345))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Algorithm 1
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _metis_g3(graphs, k):
+    weights = np.stack([np.full(graphs.num_nodes, 128, dtype=np.int64), graphs.degree], axis=1)
+    return metis_partition(graphs, k, seed=0, vertex_weights=weights, ufactor=50)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_algorithm1_converges_and_never_worsens_the_largest_remote_set(tiny_store, k):
+    graphs = load_graphs(GraphStore.open(tiny_store))
+    first = _metis_g3(graphs, k)
+    res = run_algorithm1(graphs, first, k, gamma=0.005, balance_tol=1.05)
+    assert res.stop_reason == "converged"
+    before = remote_sizes(graphs.indptr, graphs.indices, first, k)
+    after = remote_sizes(graphs.indptr, graphs.indices, res.part, k)
+    assert after.min() >= 0.995 * after.max()
+    assert after.max() <= before.max()
+    maxima = [t[1] for t in res.remote_trace]
+    assert maxima == sorted(maxima, reverse=True)
+    _check_balance(graphs, first, res.part, k, 1.05)
+
+
+def _check_balance(graphs, first, final, k, tol):
+    np.testing.assert_array_equal(np.bincount(final, minlength=k), np.bincount(first, minlength=k))  # 1-for-1
+    limit = tol * graphs.degree.sum() / k
+    deg_first = np.bincount(first, weights=graphs.degree, minlength=k)
+    deg_final = np.bincount(final, weights=graphs.degree, minlength=k)
+    assert np.all(deg_final <= np.maximum(limit, deg_first) + 1e-9)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tracker_cases())
+def test_algorithm1_on_random_graphs_keeps_its_guarantees(case):
+    n, k, src, dst, part, _ = case
+    graphs = graphs_from_csr(*_csr(n, src, dst))
+    res = run_algorithm1(graphs, part, k, gamma=0.005, balance_tol=1.05)
+    before = remote_sizes(graphs.indptr, graphs.indices, part, k)
+    after = remote_sizes(graphs.indptr, graphs.indices, res.part, k)
+    assert after.max() <= before.max()
+    assert res.stop_reason in ("converged", "stalled")  # swaps strictly lower the largest remote set: no cycle
+    if res.swaps:  # every swap lowers the largest remote set of its pair: the sorted sizes decrease
+        assert sorted(after.tolist(), reverse=True) < sorted(before.tolist(), reverse=True)
+    if res.stop_reason == "converged":
+        assert after.max() == 0 or after.min() >= 0.995 * after.max()
+    _check_balance(graphs, part, res.part, k, 1.05)
+
+
+def test_swap_limit_stops_algorithm1(tiny_store):
+    graphs = load_graphs(GraphStore.open(tiny_store))
+    res = run_algorithm1(graphs, _metis_g3(graphs, 4), 4, gamma=0.005, balance_tol=1.05, max_swaps=2)
+    assert (res.stop_reason, res.swaps) == ("swap limit", 2)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# shards
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _load(folder: Path, name: str) -> np.ndarray:
+    return np.load(folder / f"{name}.npy")
+
+
+@pytest.mark.parametrize("store_name", ["tiny_store", "directed_store"])
+@pytest.mark.parametrize("method", NODE_METHODS)
+def test_shards_cover_in_neighbourhoods_and_match_the_store(request, tmp_path, store_name, method):
+    store_path = request.getfixturevalue(store_name)
+    k = 3
+    summary = _partition(store_path, tmp_path / "p", k, method)
+    store = GraphStore.open(store_path)
+    indptr, indices = store.load_csr()
+    in_deg, out_deg = store.load_degrees()
+    feats = np.asarray(store.features[:])
+    labels = store.load_labels()
+    assignment = np.load(tmp_path / "p" / "assignment.npy")
+    assert assignment.dtype == np.int32 and assignment.shape == (store.num_nodes,)
+    shards = [tmp_path / "p" / f"part-{i:05d}" for i in range(k)]
+    owned = [_load(s, "owned") for s in shards]
+    remote = [_load(s, "remote") for s in shards]
+    ptr = [_load(s, "remote_owner_ptr") for s in shards]
+    np.testing.assert_array_equal(np.sort(np.concatenate(owned)), np.arange(store.num_nodes))
+    for i, s in enumerate(shards):
+        o, r = owned[i], remote[i]
+        assert np.all(np.diff(o) > 0) and np.all(assignment[o] == i)
+        # owned + received = exactly the in-neighbourhood of the owned nodes
+        sources = np.unique(np.concatenate([indices[indptr[v] : indptr[v + 1]] for v in o]))
+        np.testing.assert_array_equal(np.sort(r), np.setdiff1d(sources, o))
+        # grouped by owner, ascending ids within a group
+        for q in range(k):
+            group = r[ptr[i][q] : ptr[i][q + 1]]
+            assert np.all(assignment[group] == q) and np.all(np.diff(group) > 0)
+        # the local CSR reproduces the global rows
+        local = np.concatenate([o, r])
+        lp, li = _load(s, "indptr"), _load(s, "indices")
+        assert li.dtype == np.int32 and lp[-1] == len(li)
+        for row, v in enumerate(o):
+            ids = li[lp[row] : lp[row + 1]]
+            assert np.all(np.diff(ids) >= 0)
+            np.testing.assert_array_equal(np.sort(local[ids]), indices[indptr[v] : indptr[v + 1]])
+        np.testing.assert_array_equal(_load(s, "in_degree"), in_deg[local])
+        np.testing.assert_array_equal(_load(s, "out_degree"), out_deg[local])
+        np.testing.assert_array_equal(_load(s, "features"), feats[o])
+        np.testing.assert_array_equal(_load(s, "labels"), labels[o])
+        for split in ("train", "valid", "test"):
+            ids = store.split_index(split)
+            np.testing.assert_array_equal(o[_load(s, split)], ids[assignment[ids] == i])
+        # every send list is exactly what the peer receives from me
+        sp, send = _load(s, "send_ptr"), _load(s, "send")
+        for q in range(k):
+            np.testing.assert_array_equal(o[send[sp[q] : sp[q + 1]]], remote[q][ptr[q][i] : ptr[q][i + 1]])
+        manifest = json.loads((s / "shard.json").read_text())
+        for name, info in manifest["files"].items():
+            arr = np.load(s / name, mmap_mode="r")
+            assert list(arr.shape) == info["shape"] and str(arr.dtype) == info["dtype"]
+        assert summary["partitions"][i]["remote"] == len(r)
+        assert summary["partitions"][i]["send"] == len(send)
+    graphs = load_graphs(store)
+    assert summary["totals"]["edge_cut"] == edge_cut(graphs.indptr, graphs.indices, assignment)
+    assert summary["totals"]["remote"] == sum(len(r) for r in remote)
+
+
+def test_partition_json_records_the_run(tiny_store, tmp_path):
+    s = _partition(tiny_store, tmp_path / "p", 4, "g3", hidden=32)
+    on_disk = json.loads((tmp_path / "p" / "partition.json").read_text())
+    assert on_disk["schema"] == "g3.partition" and on_disk["schema_version"] == 1
+    store = GraphStore.open(tiny_store)
+    ref = on_disk["store"]
+    assert ref["path"] == str(Path(tiny_store).resolve()) and ref["num_nodes"] == store.num_nodes
+    assert ref["checksums"]["indptr"] == store.meta["checksums"]["indptr"]
+    assert on_disk["stop_reason"] == s["stop_reason"] and on_disk["swaps"] == s["swaps"]
+    assert on_disk["before"]["remote_max"] >= on_disk["after"]["remote_max"]
+    p0 = on_disk["partitions"][0]
+    assert p0["recv_bytes_per_layer"] == p0["remote"] * 32 * 4
+    assert sum(p["send"] for p in on_disk["partitions"]) == on_disk["totals"]["remote"]
+    assert {"load", "metis", "algorithm1", "shards", "total"} <= set(on_disk["timing"])
+
+
+def test_k1_puts_everything_in_one_partition(tiny_store, tmp_path):
+    s = _partition(tiny_store, tmp_path / "p", 1, "g3")
+    assert s["stop_reason"] == "single partition"
+    shard = tmp_path / "p" / "part-00000"
+    assert len(_load(shard, "owned")) == GraphStore.open(tiny_store).num_nodes
+    assert len(_load(shard, "remote")) == 0 and s["totals"]["edge_cut"] == 0
+
+
+def test_feature_split_covers_every_column_once(tiny_store, tmp_path):
+    k = 5
+    s = _partition(tiny_store, tmp_path / "p", k, "feature")
+    store = GraphStore.open(tiny_store)
+    feats = np.asarray(store.features[:])
+    f = store.feat_dim
+    cols = feature_columns(f, k)
+    assert sum(c["stop"] - c["start"] for c in cols) == f
+    assert [c["start"] for c in cols] == sorted(c["start"] for c in cols)
+    width = -(-f // k)
+    seen = np.zeros(f, dtype=int)
+    owned = []
+    for w in range(k):
+        shard = tmp_path / "p" / f"part-{w:05d}"
+        manifest = json.loads((shard / "shard.json").read_text())
+        c = manifest["feature_columns"]
+        x = _load(shard, "features")
+        assert x.shape == (store.num_nodes, width)
+        np.testing.assert_array_equal(x[:, : c["stop"] - c["start"]], feats[:, c["start"] : c["stop"]])
+        assert not x[:, c["stop"] - c["start"] :].any()  # zero padding
+        seen[c["start"] : c["stop"]] += 1
+        owned.append(_load(shard, "owned"))
+        assert manifest["store"]["checksums"]["indices"] == store.meta["checksums"]["indices"]
+    assert np.all(seen == 1)
+    np.testing.assert_array_equal(np.concatenate(owned), np.arange(store.num_nodes))
+    assert s["totals"]["remote"] == 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# determinism and baselines
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_same_seed_same_partition(tiny_store, tmp_path):
+    a = _partition(tiny_store, tmp_path / "a", 4, "g3", seed=7)
+    b = _partition(tiny_store, tmp_path / "b", 4, "g3", seed=7)
+    np.testing.assert_array_equal(np.load(tmp_path / "a" / "assignment.npy"), np.load(tmp_path / "b" / "assignment.npy"))
+    assert a["swaps"] == b["swaps"]
+    np.testing.assert_array_equal(random_partition(1000, 7, 3), random_partition(1000, 7, 3))
+    assert not np.array_equal(random_partition(1000, 7, 3), random_partition(1000, 7, 4))
+
+
+def test_baselines_are_balanced():
+    counts = np.bincount(chunk_partition(1003, 4))
+    assert counts.max() - counts.min() <= 1 and np.all(np.diff(chunk_partition(1003, 4)) >= 0)
+    counts = np.bincount(random_partition(100_000, 8, 0), minlength=8)
+    assert counts.max() / counts.mean() < 1.03
+
+
+# ------------------------------------------------------------------------------------------------------------
+# CLI: report, info, plot, errors
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _invoke(args):
+    return CliRunner().invoke(cli, args)
+
+
+def test_cli_reports_and_info_prints_again(tiny_store, tmp_path):
+    out, plot = tmp_path / "p", tmp_path / "remote.png"
+    r = _invoke(["partition", str(tiny_store), "-w", "3", "-o", str(out), "--plot", str(plot)])
+    assert r.exit_code == 0, r.output
+    assert "remote" in r.output and "max/mean" in r.output and "Algorithm 1" in r.output
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = _invoke(["info", str(out)])
+    assert r.exit_code == 0 and "balance" in r.output and "Algorithm 1" in r.output
+
+
+def test_cli_default_output_beside_the_store(tiny_store):
+    out = tiny_store.parent / f"{tiny_store.name}.part-chunk-2"
+    r = _invoke(["partition", str(tiny_store) + "/", "-w", "2", "--method", "chunk"])
+    assert r.exit_code == 0, r.output
+    assert (out / "partition.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-w", "2"], "no such store"),
+        (["-w", "0"], "at least 1"),
+        (["-w", "5000"], "more than the 2,000 nodes"),
+        (["-w", "2", "--gamma", "1.5"], "--gamma"),
+        (["-w", "2", "--plot", "x.jpg"], ".png"),
+    ],
+)
+def test_cli_bad_inputs_are_one_line_errors(tiny_store, tmp_path, args, message):
+    store = tmp_path / "missing" if message == "no such store" else tiny_store
+    out = tmp_path / "out"
+    before = set(tmp_path.iterdir())
+    r = _invoke(["partition", str(store), *args, "-o", str(out)])
+    assert r.exit_code == 2
+    assert message in r.output and r.output.count("\n") == 1
+    assert set(tmp_path.iterdir()) == before  # nothing written
+
+
+def test_cli_refuses_another_schema_and_an_existing_output(tiny_store, tmp_path):
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}}))
+    r = _invoke(["partition", str(fake), "-w", "2", "-o", str(tmp_path / "o1")])
+    assert r.exit_code == 2 and "not a g3 store" in r.output and not (tmp_path / "o1").exists()
+    out = tmp_path / "o2"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    r = _invoke(["partition", str(tiny_store), "-w", "2", "-o", str(out)])
+    assert r.exit_code == 2 and "--force" in r.output and r.output.count("\n") == 1
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o2")]
+    r = _invoke(["partition", str(tiny_store), "-w", "2", "-o", str(out), "--force", "--method", "random"])
+    assert r.exit_code == 0 and (out / "partition.json").is_file() and not (out / "keep.txt").exists()
