@@ -10,7 +10,12 @@ DEMO_PRESET ?= small
 DEMO_WORKERS ?= 4
 STAMP       := $(VENV)/.g3-installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench clean peers peers-dgl
+
+# Peers for `g3 bench`: PyG in g3's own environment; DGL in a separate legacy environment (see docs/BENCHMARKS.md).
+DGL_VENV    ?= .venv-dgl
+DGL_PYTHON  ?= $(PYTHON)
+DGL_SPECS   ?= torch==2.2.1 dgl==2.1.0 "numpy<2" "setuptools<70" pandas "torchdata<0.8" pydantic pyyaml scipy psutil
 
 setup: $(STAMP)
 
@@ -33,6 +38,16 @@ lint: setup
 
 bench: setup
 	$(BIN)/python -m stages.bench_scripts.run_all
+
+peers: setup
+	$(BIN)/python -m pip install -q -e ".[peers]"
+
+# torch 2.2.1 from PyPI is the CUDA 12.1 build: pip also fetches the nvidia-* wheels (~2.7 GB); it runs on CPU.
+peers-dgl:
+	test -x $(DGL_VENV)/bin/python || $(DGL_PYTHON) -m venv $(DGL_VENV)
+	$(DGL_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DGL_VENV)/bin/python -m pip install -q $(DGL_SPECS)
+	$(DGL_VENV)/bin/python -c "import dgl, torch; print('DGL', dgl.__version__, 'torch', torch.__version__)"
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache

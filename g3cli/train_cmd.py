@@ -31,6 +31,9 @@ from .output import print_run_summary
 @click.option("--trace", is_flag=True,
               help="Write a Chrome-trace timeline (RUN/trace/rank-N.json, for Perfetto or chrome://tracing) of one "
                    "epoch per rank, and the share of communication hidden under compute to the metrics.")
+@click.option("--profile", type=click.Path(), default=None,
+              help="Write PROFILE.json: compute seconds per arc, node and bin of each layer on this device, fitted "
+                   "from the traced epoch's bins (input of `g3 simulate --profile`).")
 @click.option("--eval-every", type=int, default=1, show_default=True,
               help="Evaluate train/valid/test accuracy every N epochs (0: only never).")
 @click.option("--checkpoint-every", type=int, default=0, show_default=True,
@@ -51,13 +54,13 @@ from .output import print_run_summary
 @click.option("--master-port", type=int, default=0, show_default=True, help="Rendezvous port (0: a free port).")
 @click.option("-o", "--out", type=click.Path(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
 @click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
-def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipeline, trace, eval_every,
+def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipeline, trace, profile, eval_every,
             checkpoint_every, resume, no_feature_cache, backward, dtype, threads, timeout, master_addr, master_port, out, force):
     """Train the plan's GNN on the whole graph with K workers (hybrid parallelism: bins, peer-to-peer
     sharing of embeddings and gradients, all-reduced weight gradients). Writes RUN/run.json, per-epoch
     metrics (RUN/metrics.jsonl), logs per rank, checkpoints and the final weights RUN/model.pt."""
     cfg = TrainConfig(epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout, seed=seed, workers=workers,
-                      device=device, pipeline=pipeline, trace=trace, eval_every=eval_every, checkpoint_every=checkpoint_every,
+                      device=device, pipeline=pipeline, trace=trace, profile=profile, eval_every=eval_every, checkpoint_every=checkpoint_every,
                       resume=resume, feature_cache=not no_feature_cache, backward=backward, dtype=dtype, threads=threads,
                       timeout=timeout, master_addr=master_addr, master_port=master_port)
     info = run_train(plan, cfg, out=out, force=force)

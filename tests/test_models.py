@@ -17,11 +17,14 @@ from stages.train.binexec import backward_bins, forward_bins
 from stages.train.block import Block, build_block
 from stages.train.dropout import dropout_mask, dropout_uniform_bits
 from stages.train.kernels import (
+    BACKENDS,
     add_self_loops,
+    block_transpose,
     csr_mean,
     csr_sum,
     csr_transpose,
     edge_softmax,
+    relu_dropout,
     row_ids,
     use_backend,
 )
@@ -158,7 +161,7 @@ def test_bins_match_reference_forward(kind, heads, dims, dtype, tol):
         torch.testing.assert_close(ours, ref, atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("backend", [None, "index"])  # the device default (CPU: sparse) and the portable one
+@pytest.mark.parametrize("backend", [None, "sparse", "index"])  # the device default (CPU: numba) and the others
 @pytest.mark.parametrize("dims", DIMS)
 @pytest.mark.parametrize("kind,heads", CASES)
 def test_bins_match_reference_gradients(kind, heads, dims, backend):
@@ -286,7 +289,7 @@ def dense_adjacency(indptr, indices, n_dst, n_src, weight=None):
     return a
 
 
-@pytest.mark.parametrize("backend", ["sparse", "index"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_kernels_gradcheck(backend):
     indptr, indices, n_dst, n_src = random_csr()
     nnz, heads = indices.numel(), 3
@@ -325,17 +328,18 @@ def test_kernel_backends_agree_and_handle_empty_input():
     x = torch.randn(n_src, 4, 6, generator=g)
     w = torch.rand(indices.numel(), 4, generator=g)
     results = {}
-    for backend in ("sparse", "index"):
+    for backend in BACKENDS:
         xi, wi = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
         with use_backend(backend):
             out = csr_sum(indptr, indices, xi, n_dst, wi)
             out.backward(torch.ones_like(out))
         results[backend] = (out.detach(), xi.grad, wi.grad)
-    for a, b in zip(results["sparse"], results["index"], strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    for backend in ("sparse", "numba"):
+        for a, b in zip(results[backend], results["index"], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     # a block without edges, and one without destinations
     empty = torch.zeros(1, dtype=torch.int64)
-    for backend in ("sparse", "index"):
+    for backend in BACKENDS:
         with use_backend(backend):
             xi = torch.randn(3, 2, requires_grad=True)
             out = csr_sum(torch.zeros(3, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), xi, 2)
@@ -343,6 +347,107 @@ def test_kernel_backends_agree_and_handle_empty_input():
             out.sum().backward()
             assert not xi.grad.any()
             assert csr_sum(empty, torch.zeros(0, dtype=torch.int64), torch.randn(3, 2), 0).shape == (0, 2)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_numba_kernels_match_dense_reference(dtype, tol):
+    """Widths around the register tiles (1, 16, 47, 65, 130 columns: one vector, vector pieces of every power of
+    two, tiles plus tails), int32 and int64 indices, strided rows, per-head weights with head widths under and
+    over a tile; forward and transposed backward. (Each width is a kernel specialisation: numba compiles it on
+    first use and caches it in __pycache__, so the first run of this test takes a minute.)"""
+    indptr, indices, n_dst, n_src = random_csr(n_dst=37, n_src=61, seed=4)
+    nnz = indices.numel()
+    g = torch.Generator().manual_seed(3)
+    a = dense_adjacency(indptr, indices, n_dst, n_src).to(dtype)
+    deg = (indptr[1:] - indptr[:-1]).clamp(min=1).to(dtype)[:, None]
+    t = csr_transpose(indptr, indices, n_src)
+    with use_backend("numba"):
+        for width in (1, 16, 47, 65, 130):
+            x = torch.randn(n_src, width, generator=g, dtype=dtype)
+            gy = torch.randn(n_dst, width, generator=g, dtype=dtype)
+            for idx in (indices, indices.int()) if width == 47 else (indices,):
+                torch.testing.assert_close(csr_sum(indptr, idx, x, n_dst), a @ x, atol=tol, rtol=tol)
+                xg = x.clone().requires_grad_(True)
+                csr_mean(indptr, idx, xg, n_dst, t).backward(gy)
+                torch.testing.assert_close(xg.grad, a.t() @ (gy / deg), atol=tol, rtol=tol)
+            wide = torch.randn(n_src, width + 5, generator=g, dtype=dtype)[:, 2 : 2 + width]  # row stride != width
+            torch.testing.assert_close(csr_mean(indptr, indices, wide, n_dst), (a @ wide) / deg, atol=tol, rtol=tol)
+        for heads, d in ((3, 5), (2, 70)):
+            x3 = torch.randn(n_src, heads, d, generator=g, dtype=dtype, requires_grad=True)
+            w3 = torch.randn(nnz, heads, generator=g, dtype=dtype, requires_grad=True)
+            gy = torch.randn(n_dst, heads, d, generator=g, dtype=dtype)
+            out = csr_sum(indptr, indices, x3, n_dst, w3, t)
+            out.backward(gy)
+            a3 = dense_adjacency(indptr, indices, n_dst, n_src, w3).to(dtype)
+            torch.testing.assert_close(out, torch.einsum("hvu,uhd->vhd", a3, x3), atol=tol, rtol=tol)
+            torch.testing.assert_close(x3.grad, torch.einsum("hvu,vhd->uhd", a3, gy), atol=tol, rtol=tol)
+            rows = row_ids(indptr)
+            expect_w = (gy[rows] * x3.detach()[indices]).sum(-1)
+            torch.testing.assert_close(w3.grad, expect_w, atol=tol, rtol=tol)
+
+
+def test_numba_kernels_are_deterministic():
+    """Same inputs, bitwise the same outputs and gradients: run to run and for 1 or 2 threads."""
+    g = torch.Generator().manual_seed(5)
+    n, nnz, heads = 3000, 60000, 4
+    indptr = torch.zeros(n + 1, dtype=torch.int64)
+    indptr[1:] = torch.sort(torch.randint(0, nnz + 1, (n,), generator=g)).values
+    indptr[-1] = nnz
+    indices = torch.randint(0, n, (nnz,), generator=g)
+    x = torch.randn(n, heads, 8, generator=g)
+    w = torch.rand(nnz, heads, generator=g)
+    gy = torch.randn(n, heads, 8, generator=g)
+    t = csr_transpose(indptr, indices, n)
+
+    def run(threads):
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            with use_backend("numba"):
+                xi, wi = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+                alpha = edge_softmax(indptr, wi)
+                out = csr_sum(indptr, indices, xi, n, alpha, t) + csr_mean(indptr, indices, xi, n, t)
+                out.backward(gy)
+            return out.detach(), xi.grad, wi.grad
+        finally:
+            torch.set_num_threads(old)
+
+    first = run(2)
+    for other in (run(2), run(1)):
+        for a, b in zip(first, other, strict=True):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fused_relu_dropout_is_bitwise_the_spec(dtype):
+    g = torch.Generator().manual_seed(6)
+    ids = torch.cat([torch.randint(0, 2**40, (500,), generator=g), torch.arange(3)])
+    for width, p in ((16, 0.5), (3, 0.1), (47, 0.9)):
+        h = torch.randn(ids.numel(), width, generator=g, dtype=dtype, requires_grad=True)
+        ref_h = h.detach().clone().requires_grad_(True)
+        with use_backend("numba"):
+            y = relu_dropout(h, 7, 3, 1, ids, p)
+        ref = torch.relu(ref_h) * dropout_mask(7, 3, 1, ids, width, p, dtype=dtype)
+        assert torch.equal(y, ref)
+        gy = torch.randn(ids.numel(), width, generator=g, dtype=dtype)
+        y.backward(gy)
+        ref.backward(gy)
+        assert torch.equal(h.grad, ref_h.grad)
+
+
+def test_block_transpose_is_cached_per_backend():
+    graph = random_graph(seed=7)
+    block = whole_graph_block(graph)
+    x = torch.randn(block.n_src, 3, dtype=torch.float64)
+    with use_backend("numba"):
+        t = block_transpose(block, x)
+        assert block_transpose(block, x) is t and t.indices.dtype == torch.int32  # compact copy for numba
+    with use_backend("sparse"):
+        ts = block_transpose(block, x)
+        assert ts.indices.dtype == torch.int64 and torch.equal(ts.indices, t.indices.long())
+        assert torch.equal(ts.perm, t.perm.long()) and torch.equal(ts.indptr, t.indptr)
+    with use_backend("index"):
+        assert block_transpose(block, x) is None
 
 
 def test_csr_transpose_lists_the_out_arcs_of_every_source():

@@ -25,6 +25,7 @@ class TrainConfig:
     resume: bool = False
     pipeline: str = "multi"
     trace: bool = False  # write a Chrome-trace timeline of one epoch per rank
+    profile: str | None = None  # write PROFILE.json (compute rates, for `g3 simulate`) from the traced epoch
     feature_cache: bool = True
     dtype: str = "float32"
     threads: int | None = None  # per worker; None: cores / local workers

@@ -1,7 +1,6 @@
 """Aggregation kernels of g3's GNN layers, as ``torch.autograd.Function``s over a block's in-edge CSR.
 
-The interface is deliberately small so that faster kernels (numba on CPU, custom CUDA) can replace the bodies
-without touching the layers:
+The interface is deliberately small so that faster kernels can replace the bodies without touching the layers:
 
 * :func:`csr_sum`  — ``out[v] = sum_{e in row v} w_e * x_src[indices[e]]`` with an optional per-edge weight
   ``[nnz]`` or per-edge-per-head weight ``[nnz, H]`` (then ``x_src`` is ``[n_src, H, d]``); gradients for
@@ -10,55 +9,69 @@ without touching the layers:
 * :func:`edge_softmax` — softmax of per-edge scores ``[nnz, H]`` within each row (each destination).
 * :func:`add_self_loops` — the CSR with the arc ``v -> v`` prepended to every row (GAT attends to itself).
 * :func:`csr_transpose` — the transposed CSR, an optional argument of the sums that makes backward a CSR
-  product instead of a scatter; a block's is computed once and cached.
+  product instead of a scatter; a block's is computed once and cached (:func:`block_transpose`).
 
 Rows may be unsorted and may repeat a source (multi-edges): every arc counts once.
 
-Two implementations of the sums, chosen per call by :func:`backend`:
+Three implementations, chosen per call by :func:`backend`:
 
-* ``"sparse"`` (default on CPU): ``torch.sparse_csr_tensor`` matrix products — forward ``A @ x``, input
-  gradient ``A^T @ g`` (with the transposed CSR when given, else through a CSC view) and weight gradient as a
-  sampled dense-dense product (``torch.sparse.sampled_addmm``). On 2 CPU cores they are 5-30x faster than
-  gather/scatter and need no ``[nnz, d]`` temporaries.
-* ``"index"`` (default elsewhere, and for other dtypes): gather rows, ``index_add_`` them. Plain, portable,
-  correct on any device; used on CUDA because cuSPARSE's CSR routines are specified for sorted,
+* ``"numba"`` (default on CPU for float32/float64): parallel numba kernels, one thread per output row, the
+  row accumulated in vector registers by an LLVM routine specialised on the row width, with a software
+  prefetch of the rows a few edges ahead; the mean is divided in the same pass, unweighted sums read no value
+  array, backward is the same kernel on the cached transposed CSR (no atomics), weight gradients a row-parallel
+  sampled dot product, the edge softmax a row-parallel pass. Every output element is summed in a fixed order
+  by one thread, so results are bitwise reproducible. 2-3x faster than ``torch.sparse`` on 2 cores
+  (measurements: docs/DESIGN.md, "CPU aggregation kernels").
+* ``"sparse"``: ``torch.sparse_csr_tensor`` matrix products — forward ``A @ x``, input gradient ``A^T @ g``
+  (with the transposed CSR when given, else through a CSC view) and weight gradient as a sampled dense-dense
+  product (``torch.sparse.sampled_addmm``).
+* ``"index"`` (default elsewhere, i.e. CUDA, and for other dtypes): gather rows, ``index_add_`` them. Plain,
+  portable, correct on any device; used on CUDA because cuSPARSE's CSR routines are specified for sorted,
   duplicate-free column indices, which a block's rows need not be.
 
-Both are checked against each other and by ``torch.autograd.gradcheck`` in ``tests/test_models.py``.
+All three are checked against a dense reference and by ``torch.autograd.gradcheck`` in ``tests/test_models.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections.abc import Iterator
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 # Building a CSR tensor warns once per process that sparse CSR is "beta"; the operations used here are stable.
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 
+BACKENDS = ("numba", "sparse", "index")
 _FORCED_BACKEND: str | None = None
 
 
 def backend(x: torch.Tensor) -> str:
-    """The implementation used for features ``x``: ``"sparse"`` or ``"index"``.
+    """The implementation used for features ``x``: ``"numba"``, ``"sparse"`` or ``"index"``.
 
-    ``"sparse"`` for float32/float64 on CPU (the dtypes the CPU sparse routines implement), ``"index"`` otherwise,
-    unless :func:`use_backend` forces one.
+    ``"numba"`` for float32/float64 on CPU (``"sparse"`` if numba is missing), ``"index"`` otherwise (CUDA, other
+    dtypes), unless :func:`use_backend` forces one (a CPU-only backend forced for a CUDA tensor is ignored).
     """
-    if _FORCED_BACKEND is not None:
+    cpu_float = x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+    if _FORCED_BACKEND is not None and (cpu_float or _FORCED_BACKEND == "index"):
         return _FORCED_BACKEND
-    return "sparse" if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) else "index"
+    if not cpu_float:
+        return "index"
+    return "numba" if HAVE_NUMBA else "sparse"
 
 
 @contextlib.contextmanager
 def use_backend(name: str | None) -> Iterator[None]:
-    """Force a backend (``"sparse"``, ``"index"``, or ``None`` for the default) inside the ``with`` block."""
+    """Force a backend (``"numba"``, ``"sparse"``, ``"index"``, or ``None`` for the default) inside the block."""
     global _FORCED_BACKEND
-    if name not in (None, "sparse", "index"):
+    if name not in (None, *BACKENDS):
         raise ValueError(f"unknown kernel backend {name!r}")
+    if name == "numba" and not HAVE_NUMBA:
+        raise ValueError("the numba backend needs numba")
     old, _FORCED_BACKEND = _FORCED_BACKEND, name
     try:
         yield
@@ -106,12 +119,15 @@ class CSRTranspose(NamedTuple):
 
 
 def csr_transpose(indptr: torch.Tensor, indices: torch.Tensor, n_src: int) -> CSRTranspose:
-    """The transposed CSR (a stable sort of the edges by source, O(nnz log nnz)).
+    """The transposed CSR (a stable sort of the edges by source), int64 throughout.
 
     Backward of a sum over in-edges is a sum over out-edges; with the transpose at hand the CPU computes it as
     one CSR product with short rows — an order of magnitude faster than scattering. A block's structure is the
     same every epoch, so callers compute it once (:meth:`Block.cached`) and pass it to :func:`csr_sum`.
     """
+    if HAVE_NUMBA and indices.device.type == "cpu":
+        t = _nb_transpose_of(indptr, indices, n_src)
+        return CSRTranspose(t.indptr, t.indices.to(torch.int64), t.perm.to(torch.int64))
     nnz = indices.numel()
     perm = torch.argsort(indices, stable=True)
     t_indptr = torch.zeros(n_src + 1, dtype=torch.int64, device=indices.device)
@@ -120,8 +136,15 @@ def csr_transpose(indptr: torch.Tensor, indices: torch.Tensor, n_src: int) -> CS
 
 
 def block_transpose(block, x: torch.Tensor) -> CSRTranspose | None:
-    """The block's transposed CSR, cached on the block; ``None`` when the backend for ``x`` would not use it."""
-    if backend(x) != "sparse":
+    """The block's transposed CSR, cached on the block; ``None`` when the backend for ``x`` would not use it.
+
+    The numba backend's copy (int32 indices and permutation when they fit) is cached apart from the int64 one
+    that the sparse backend needs.
+    """
+    mode = backend(x)
+    if mode == "numba":
+        return block.cached("transpose_nb", lambda: _nb_transpose_of(block.indptr, block.indices, block.n_src))
+    if mode != "sparse":
         return None
     return block.cached("transpose", lambda: csr_transpose(block.indptr, block.indices, block.n_src))
 
@@ -129,9 +152,489 @@ def block_transpose(block, x: torch.Tensor) -> CSRTranspose | None:
 def block_self_loops(block, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, CSRTranspose | None]:
     """The block's CSR with self-loops (:func:`add_self_loops`) and, as :func:`block_transpose`, its transpose."""
     indptr, indices = block.cached("self_loops", lambda: add_self_loops(block.indptr, block.indices, block.n_dst))
-    if backend(x) != "sparse":
+    mode = backend(x)
+    if mode == "numba":
+        return indptr, indices, block.cached("self_loops_t_nb", lambda: _nb_transpose_of(indptr, indices, block.n_src))
+    if mode != "sparse":
         return indptr, indices, None
     return indptr, indices, block.cached("self_loops_t", lambda: csr_transpose(indptr, indices, block.n_src))
+
+
+# --- numba backend ---------------------------------------------------------------------------------------------
+# One thread computes a whole output row, summing its edges in CSR order into vector registers, so results are
+# bitwise reproducible (no atomics, a fixed summation order, independent of the thread count and schedule).
+# The row accumulation is an LLVM intrinsic specialised on the tile width (a literal): width-F accumulators
+# live in registers (``<16 x float>`` pieces), each edge costs one index load, a prefetch of the row
+# ``_PREFETCH`` edges ahead and one vector load + add per 64 bytes of the row.
+_PREFETCH = 32  # edges ahead (16-64 measured within noise on F=16 and 47); the gathers are latency-bound
+_TILE_BYTES = 256  # widest tile kept in registers (64 float32 / 32 float64 columns); wider rows are tiled
+_CHUNKS_PER_THREAD = 8  # rows are cut into this many equal-work chunks per thread, grabbed dynamically
+
+from .dropout import _C1, _F1, _F2, _K1, _K2, _M32, _key, _mix  # noqa: E402 - the mask's spec, shared with the fused kernel
+
+# uint64 constants for numba (a Python int would be typed int64, and uint64 op int64 is float64 there)
+_UF1, _UF2, _UK1, _UK2, _UM32 = (np.uint64(c) for c in (_F1, _F2, _K1, _K2, _M32))
+_U15, _U16, _U32 = np.uint64(15), np.uint64(16), np.uint64(32)
+
+try:  # numba is a dependency of g3; without it (or on exotic platforms) the CPU falls back to "sparse"
+    import numba
+    from llvmlite import ir
+    from numba import njit, prange, types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover
+    HAVE_NUMBA = False
+
+if HAVE_NUMBA:
+
+    def _literal(t):
+        return t.literal_value if isinstance(t, (types.IntegerLiteral, types.BooleanLiteral)) else None
+
+    def _pieces(width: int, vec: int) -> list[tuple[int, int]]:
+        """(offset, length) vector pieces covering ``width`` columns: full ``vec``-wide ones, then 2^k tails."""
+        out, off = [], 0
+        while width - off >= vec:
+            out.append((off, vec))
+            off += vec
+        p = vec // 2
+        while p >= 1:
+            if width - off >= p:
+                out.append((off, p))
+                off += p
+            p //= 2
+        return out
+
+    @intrinsic
+    def _row_tile(typingctx, x, idx, e0, e1, w, wcol, perm, out, v, c0, div, width, mode, ahead, head_w):
+        """``out[v, c0:c0+W] = sum_{e0 <= e < e1} weight(e, col) * x[idx[e], c0:c0+W]`` (``/ (e1-e0)`` if ``div``).
+
+        ``mode`` (literal): 0 — weight 1; 1 — ``w[e, wcol + j // head_w]`` for tile column ``j``; 2 — the same
+        with ``perm[e]`` for ``e``. ``W``, ``head_w`` (literals): the tile's columns, the columns per weight
+        (a tile spans ``W // head_w`` heads). ``x``/``out`` 2-D with unit column stride. Edges are added in
+        order, one accumulator per column. The rows (and weights) of edge ``e + ahead`` (literal) are prefetched.
+        """
+        W, M, PF, HW = _literal(width), _literal(mode), _literal(ahead), _literal(head_w)
+        if W is None or M is None or PF is None or HW is None:
+            return None
+        sig = types.void(x, idx, e0, e1, w, wcol, perm, out, v, c0, div, width, mode, ahead, head_w)
+
+        def codegen(context, builder, signature, args):
+            xt, it, e0t, e1t, wt, wct, pt, ot, vt, c0t = signature.args[:10]
+            xa = context.make_array(xt)(context, builder, args[0])
+            ia = context.make_array(it)(context, builder, args[1])
+            wa = context.make_array(wt)(context, builder, args[4])
+            pa = context.make_array(pt)(context, builder, args[6])
+            oa = context.make_array(ot)(context, builder, args[7])
+            i64 = ir.IntType(64)
+            i8p = ir.IntType(8).as_pointer()
+
+            def as64(val, ty):
+                return context.cast(builder, val, ty, types.int64)
+
+            def load_index(arr, pos):  # arr[pos] as i64
+                val = builder.load(builder.gep(arr.data, [pos]))
+                return builder.sext(val, i64) if val.type.width < 64 else val
+
+            e_lo, e_hi = as64(args[2], e0t), as64(args[3], e1t)
+            row, col0 = as64(args[8], vt), as64(args[9], c0t)
+            elt = context.get_data_type(xt.dtype)
+            isz = context.get_abi_sizeof(elt)
+            vec = max(1, 64 // isz)
+            if M and W:  # (offset, length, head within the tile): pieces never straddle two heads
+                pieces = [(k * HW + off, n, k) for k in range(W // HW) for off, n in _pieces(HW, vec)]
+            else:
+                pieces = [(off, n, 0) for off, n in _pieces(W, vec)]
+            xbase = builder.add(builder.ptrtoint(xa.data, i64), builder.mul(col0, ir.Constant(i64, isz)))
+            xs0 = builder.extract_value(xa.strides, 0)
+            nnz = builder.extract_value(ia.shape, 0)
+            accs = [cgutils.alloca_once_value(builder, ir.Constant(ir.VectorType(elt, n), None)) for _, n, _ in pieces]
+            prefetch = builder.module.declare_intrinsic(
+                "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)]))
+            i32 = ir.IntType(32)
+            lines = sorted({min(j * 64, W * isz - 1) for j in range((W * isz + 63) // 64)} | {W * isz - 1}) if W else []
+
+            def splat(val, n):
+                vty = ir.VectorType(elt, n)
+                one = builder.insert_element(ir.Constant(vty, None), val, ir.Constant(i32, 0))
+                return builder.shuffle_vector(one, ir.Constant(vty, None), ir.Constant(ir.VectorType(i32, n), [0] * n))
+
+            with cgutils.for_range_slice(builder, e_lo, e_hi, ir.Constant(i64, 1), inc=True) as (e, _):
+                ahead = builder.add(e, ir.Constant(i64, PF))
+                with builder.if_then(builder.icmp_signed("<", ahead, nnz), likely=True):
+                    ra = builder.add(xbase, builder.mul(load_index(ia, ahead), xs0))
+                    for off in lines:
+                        p = builder.inttoptr(builder.add(ra, ir.Constant(i64, off)), i8p)
+                        builder.call(prefetch, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+                    if M == 2:  # the weights are read through the permutation: random too
+                        wa_ = builder.add(builder.ptrtoint(wa.data, i64),
+                                          builder.mul(load_index(pa, ahead), builder.extract_value(wa.strides, 0)))
+                        builder.call(prefetch, [builder.inttoptr(wa_, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                                                ir.Constant(i32, 1)])
+                rowaddr = builder.add(xbase, builder.mul(load_index(ia, e), xs0))
+                if M:
+                    pe = load_index(pa, e) if M == 2 else e
+                    ws0, ws1 = builder.extract_value(wa.strides, 0), builder.extract_value(wa.strides, 1)
+                    wrow = builder.add(builder.ptrtoint(wa.data, i64),
+                                       builder.add(builder.mul(pe, ws0), builder.mul(as64(args[5], wct), ws1)))
+                    wvals = [builder.load(builder.inttoptr(builder.add(wrow, builder.mul(ir.Constant(i64, k), ws1)),
+                                                           elt.as_pointer())) for k in range(W // HW)]
+                for (off, n, k), acc in zip(pieces, accs, strict=True):
+                    vty = ir.VectorType(elt, n)
+                    ptr = builder.inttoptr(builder.add(rowaddr, ir.Constant(i64, off * isz)), vty.as_pointer())
+                    val = builder.load(ptr, align=isz)
+                    if M:
+                        val = builder.fmul(val, splat(wvals[k], n))
+                    builder.store(builder.fadd(builder.load(acc), val), acc)
+            cnt = builder.sub(e_hi, e_lo)
+            scale = builder.and_(builder.icmp_signed(">", cnt, ir.Constant(i64, 0)),
+                                 context.cast(builder, args[10], signature.args[10], types.boolean))
+            fcnt = builder.sitofp(cnt, elt)
+            obase = builder.add(builder.add(builder.ptrtoint(oa.data, i64), builder.mul(row, builder.extract_value(oa.strides, 0))),
+                                builder.mul(col0, ir.Constant(i64, isz)))
+            for (off, n, _), acc in zip(pieces, accs, strict=True):
+                val = builder.load(acc)
+                val = builder.select(scale, builder.fdiv(val, splat(fcnt, n)), val)
+                ptr = builder.inttoptr(builder.add(obase, ir.Constant(i64, off * isz)), ir.VectorType(elt, n).as_pointer())
+                builder.store(val, ptr, align=isz)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @njit(cache=True, nogil=True)
+    def _nb_row_chunks(indptr, k):
+        """``k + 1`` row boundaries cutting the rows into chunks of about equal work (edges + 2 per row)."""
+        n = indptr.shape[0] - 1
+        total = indptr[n] + 2 * n
+        out = np.empty(k + 1, np.int64)
+        out[0], out[k] = 0, n
+        for i in range(1, k):
+            target = (total * i) // k
+            lo, hi = out[i - 1], n  # first row r with indptr[r] + 2 r >= target
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if indptr[mid] + 2 * mid < target:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            out[i] = lo
+        return out
+
+    def _make_nb_csr_sum(tile: int, tail: int, mode: int, ahead: int, hw: int, hw_tail: int):
+        """The row-parallel CSR sum specialised on its tiles (widths, columns per weight), weights, prefetch.
+
+        A closure over compile-time constants (numba caches one machine-code version per value) rather than
+        ``numba.literally``, whose dispatch re-types the function on every call (~50 ms).
+        """
+
+        @njit(parallel=True, cache=True, nogil=True)
+        def kernel(chunks, indptr, indices, x, out, w, perm, div, groups, group_w, n_tiles, tile_heads):
+            # every row of out: `groups` groups of `group_w` columns (weight column g), each n_tiles tiles of `tile`
+            # columns (tile_heads weight columns further per tile) and a tail of `tail` columns
+            for c in prange(chunks.shape[0] - 1):
+                for v in range(chunks[c], chunks[c + 1]):
+                    e0, e1 = indptr[v], indptr[v + 1]
+                    for g in range(groups):
+                        c0, h = g * group_w, g
+                        for _t in range(n_tiles):
+                            _row_tile(x, indices, e0, e1, w, h, perm, out, v, c0, div, tile, mode, ahead, hw)
+                            c0 += tile
+                            h += tile_heads
+                        if tail > 0:
+                            _row_tile(x, indices, e0, e1, w, h, perm, out, v, c0, div, tail, mode, ahead, hw_tail)
+
+        return kernel
+
+    _NB_SUM: dict[tuple[int, ...], object] = {}
+
+    def _nb_csr_sum(tile: int, tail: int, mode: int, ahead: int = _PREFETCH, hw: int = 0, hw_tail: int = 0):
+        key = (tile, tail, mode, ahead, hw or tile, hw_tail or tail)
+        if key not in _NB_SUM:
+            _NB_SUM[key] = _make_nb_csr_sum(*key)
+        return _NB_SUM[key]
+
+    @intrinsic
+    def _row_dots(typingctx, a, b, idx, e0, e1, out, v, c0, hcol, width, ahead):
+        """``out[e, hcol] = a[v, c0:c0+W] . b[idx[e], c0:c0+W]`` for ``e0 <= e < e1``.
+
+        The products of a 64-byte piece are added by a fixed halving tree, the pieces left to right: a fixed
+        order, so the result is reproducible; ``a``'s row stays in registers.
+        """
+        W, PF = _literal(width), _literal(ahead)
+        if W is None or PF is None:
+            return None
+        sig = types.void(a, b, idx, e0, e1, out, v, c0, hcol, width, ahead)
+
+        def codegen(context, builder, signature, args):
+            at, bt, it, e0t, e1t, ot, vt, c0t, ht = signature.args[:9]
+            aa = context.make_array(at)(context, builder, args[0])
+            ba = context.make_array(bt)(context, builder, args[1])
+            ia = context.make_array(it)(context, builder, args[2])
+            oa = context.make_array(ot)(context, builder, args[5])
+            i64, i32 = ir.IntType(64), ir.IntType(32)
+            i8p = ir.IntType(8).as_pointer()
+
+            def as64(val, ty):
+                return context.cast(builder, val, ty, types.int64)
+
+            def load_index(arr, pos):
+                val = builder.load(builder.gep(arr.data, [pos]))
+                return builder.sext(val, i64) if val.type.width < 64 else val
+
+            e_lo, e_hi = as64(args[3], e0t), as64(args[4], e1t)
+            row, col0, hc = as64(args[6], vt), as64(args[7], c0t), as64(args[8], ht)
+            elt = context.get_data_type(bt.dtype)
+            isz = context.get_abi_sizeof(elt)
+            pieces = _pieces(W, max(1, 64 // isz))
+            colb = builder.mul(col0, ir.Constant(i64, isz))
+            arow = builder.add(builder.add(builder.ptrtoint(aa.data, i64),
+                                           builder.mul(row, builder.extract_value(aa.strides, 0))), colb)
+            avecs = [builder.load(builder.inttoptr(builder.add(arow, ir.Constant(i64, off * isz)),
+                                                   ir.VectorType(elt, n).as_pointer()), align=isz) for off, n in pieces]
+            bbase = builder.add(builder.ptrtoint(ba.data, i64), colb)
+            bs0 = builder.extract_value(ba.strides, 0)
+            nnz = builder.extract_value(ia.shape, 0)
+            os0, os1 = builder.extract_value(oa.strides, 0), builder.extract_value(oa.strides, 1)
+            obase = builder.add(builder.ptrtoint(oa.data, i64), builder.mul(hc, os1))
+            prefetch = builder.module.declare_intrinsic(
+                "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+            lines = sorted({j * 64 for j in range((W * isz + 63) // 64)} | {W * isz - 1}) if W else []
+
+            def tree(vecv, n):
+                while n > 1:
+                    h = n // 2
+                    lo = builder.shuffle_vector(vecv, vecv, ir.Constant(ir.VectorType(i32, h), list(range(h))))
+                    hi = builder.shuffle_vector(vecv, vecv, ir.Constant(ir.VectorType(i32, h), list(range(h, n))))
+                    vecv, n = builder.fadd(lo, hi), h
+                return builder.extract_element(vecv, ir.Constant(i32, 0))
+
+            with cgutils.for_range_slice(builder, e_lo, e_hi, ir.Constant(i64, 1), inc=True) as (e, _):
+                ahead = builder.add(e, ir.Constant(i64, PF))
+                with builder.if_then(builder.icmp_signed("<", ahead, nnz), likely=True):
+                    ra = builder.add(bbase, builder.mul(load_index(ia, ahead), bs0))
+                    for off in lines:
+                        p = builder.inttoptr(builder.add(ra, ir.Constant(i64, off)), i8p)
+                        builder.call(prefetch, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+                rowaddr = builder.add(bbase, builder.mul(load_index(ia, e), bs0))
+                total = ir.Constant(elt, 0.0)
+                for k, ((off, n), av) in enumerate(zip(pieces, avecs, strict=True)):
+                    bv = builder.load(builder.inttoptr(builder.add(rowaddr, ir.Constant(i64, off * isz)),
+                                                       ir.VectorType(elt, n).as_pointer()), align=isz)
+                    part = tree(builder.fmul(av, bv), n)
+                    total = part if k == 0 else builder.fadd(total, part)
+                optr = builder.inttoptr(builder.add(obase, builder.mul(e, os0)), elt.as_pointer())
+                builder.store(total, optr)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    def _make_nb_sddmm(width: int, ahead: int):
+        @njit(parallel=True, cache=True, nogil=True)
+        def kernel(chunks, indptr, indices, a, b, out, heads):
+            # out[e, h] = a[row(e), head h] . b[indices[e], head h], heads of `width` columns
+            for c in prange(chunks.shape[0] - 1):
+                for v in range(chunks[c], chunks[c + 1]):
+                    for h in range(heads):
+                        _row_dots(a, b, indices, indptr[v], indptr[v + 1], out, v, h * width, h, width, ahead)
+
+        return kernel
+
+    _NB_SDDMM: dict[tuple[int, int], object] = {}
+
+    def _nb_sddmm(width: int, ahead: int = _PREFETCH):
+        if (width, ahead) not in _NB_SDDMM:
+            _NB_SDDMM[width, ahead] = _make_nb_sddmm(width, ahead)
+        return _NB_SDDMM[width, ahead]
+
+    @njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+    def _nb_softmax(chunks, indptr, s, out):
+        """Row-wise softmax of ``s [nnz, H]``, the row maximum subtracted."""
+        for c in prange(chunks.shape[0] - 1):
+            for v in range(chunks[c], chunks[c + 1]):
+                e0, e1 = indptr[v], indptr[v + 1]
+                for h in range(s.shape[1]):
+                    m = -np.inf
+                    for e in range(e0, e1):
+                        m = max(m, s[e, h])
+                    tot = out.dtype.type(0)
+                    for e in range(e0, e1):
+                        t = np.exp(s[e, h] - m)
+                        out[e, h] = t
+                        tot += t
+                    for e in range(e0, e1):
+                        out[e, h] = out[e, h] / tot
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _nb_softmax_backward(chunks, indptr, alpha, g, out):
+        """``out = g*alpha - alpha * rowsum(g*alpha)``."""
+        for c in prange(chunks.shape[0] - 1):
+            for v in range(chunks[c], chunks[c + 1]):
+                e0, e1 = indptr[v], indptr[v + 1]
+                for h in range(alpha.shape[1]):
+                    tot = out.dtype.type(0)
+                    for e in range(e0, e1):
+                        t = g[e, h] * alpha[e, h]
+                        out[e, h] = t
+                        tot += t
+                    for e in range(e0, e1):
+                        out[e, h] = out[e, h] - alpha[e, h] * tot
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _nb_div_by_degree(indptr, g, out):
+        """``out[v] = g[v] / max(1, row length of v)`` (the gradient of a mean, before the transposed sum)."""
+        for v in prange(g.shape[0]):
+            d = out.dtype.type(max(1, indptr[v + 1] - indptr[v]))
+            for c in range(g.shape[1]):
+                out[v, c] = g[v, c] / d
+
+    @njit(inline="always")
+    def _nb_mix(h):
+        """:func:`..dropout._mix` (lowbias32) on a uint64 below 2^32: products below 2^64, reduced mod 2^32."""
+        h ^= h >> _U16
+        h = (h * _UK1) & _UM32
+        h ^= h >> _U15
+        h = (h * _UK2) & _UM32
+        return h ^ (h >> _U16)
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _nb_relu_dropout(h, ids, k, col, threshold, scale, out):
+        """``out = relu(h) * mask``: the mask entry is ``scale`` where ``final(node ^ col[c]) >= threshold``, else 0.
+
+        ``node = mix(mix((id & M32) ^ k) ^ (id >> 32))`` and ``final`` (lowbias32's shape with the multipliers
+        ``_F1``, ``_F2``) are :mod:`..dropout`'s per-node and per-entry rounds, on uint64 values below 2^32 so
+        no product overflows; ``tests/test_models.py`` checks the result against ``dropout_mask`` bit for bit.
+        """
+        zero = out.dtype.type(0)
+        for v in prange(h.shape[0]):
+            i = ids[v]
+            nv = _nb_mix(_nb_mix((i & _UM32) ^ k) ^ (i >> _U32))
+            for c in range(h.shape[1]):
+                x = nv ^ col[c]
+                x ^= x >> _U16
+                x = (x * _UF1) & _UM32
+                x ^= x >> _U15
+                x = (x * _UF2) & _UM32
+                x ^= x >> _U16
+                r = h[v, c]
+                out[v, c] = (r if r > zero else zero) * scale if x >= threshold else zero
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _nb_relu_dropout_backward(y, g, scale, out):
+        """``out = g * scale`` where ``y > 0`` (kept and positive before the ReLU), else 0."""
+        zero = out.dtype.type(0)
+        for v in prange(y.shape[0]):
+            for c in range(y.shape[1]):
+                out[v, c] = g[v, c] * scale if y[v, c] > zero else zero
+
+    @njit(cache=True, nogil=True)
+    def _nb_transpose(indptr, indices, t_indptr, t_indices, perm):
+        """Counting sort of the edges by source, stable: fills the transposed CSR and the edge permutation."""
+        n_src = t_indptr.shape[0] - 1
+        cursor = np.zeros(n_src + 1, np.int64)
+        for e in range(indices.shape[0]):
+            cursor[indices[e] + 1] += 1
+        for u in range(n_src):
+            cursor[u + 1] += cursor[u]
+        t_indptr[:] = cursor
+        for v in range(indptr.shape[0] - 1):
+            for e in range(indptr[v], indptr[v + 1]):
+                u = indices[e]
+                p = cursor[u]
+                t_indices[p] = v
+                perm[p] = e
+                cursor[u] = p + 1
+
+
+def _nb_threads() -> int:
+    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)
+    return n
+
+
+def _nb_chunks(indptr: np.ndarray) -> np.ndarray:
+    threads = _nb_threads()
+    n = indptr.shape[0] - 1
+    return _nb_row_chunks(indptr, max(1, min(n, threads * _CHUNKS_PER_THREAD if threads > 1 else 1)))
+
+
+@contextlib.contextmanager
+def _nb_dynamic():
+    """Chunks are grabbed one at a time (dynamic schedule: robust to skewed rows and a busy machine)."""
+    old = numba.set_parallel_chunksize(1)
+    try:
+        yield
+    finally:
+        numba.set_parallel_chunksize(old)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().numpy()
+
+
+def _rows2d(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as ``[rows, cols]`` with unit column stride (a view when possible)."""
+    t2 = t.reshape(t.shape[0], -1)
+    return t2 if t2.stride(1) == 1 or t2.shape[1] <= 1 else t2.contiguous()
+
+
+def _nb_sum(indptr, indices, x, n_out, weight=None, perm=None, mean=False) -> torch.Tensor:
+    """``[n_out, *x.shape[1:]]`` CSR sum with the numba kernel; ``weight [nnz(, H)]`` optional (per-edge, per head)."""
+    x2 = _rows2d(x)
+    width = x2.shape[1]
+    out = torch.empty((n_out, *x.shape[1:]), dtype=x.dtype)
+    out2 = out.view(n_out, width)
+    if n_out == 0 or width == 0:
+        return out
+    heads = 1 if weight is None or weight.dim() == 1 else weight.shape[1]
+    head_w = width // heads
+    budget = max(1, _TILE_BYTES // x.element_size())  # columns kept in registers at once
+    if heads > 1 and head_w <= budget:  # narrow heads: several heads per tile, a weight per head
+        per_tile = budget // head_w
+        groups, group_w, tile_heads = 1, width, per_tile
+        n_tiles, rem = divmod(heads, per_tile)
+        tile, tail, hw, hw_tail = per_tile * head_w, rem * head_w, head_w, head_w
+    else:  # one weight (or none) per group of columns, tiled
+        groups, group_w, tile_heads = heads, head_w, 0
+        tile = min(head_w, budget)
+        n_tiles, tail = divmod(head_w, tile)
+        hw, hw_tail = tile, tail
+    if weight is None:
+        w2, mode = np.zeros((1, 1), dtype=_np(x2).dtype), 0
+    else:
+        w2, mode = _np(weight.to(x.dtype).reshape(weight.shape[0], -1)), 1 if perm is None else 2
+    p = _np(perm) if perm is not None else np.zeros(1, dtype=np.int64)
+    ip = _np(indptr)
+    with _nb_dynamic():
+        kernel = _nb_csr_sum(tile, tail, mode, _PREFETCH, hw, hw_tail)
+        kernel(_nb_chunks(ip), ip, _np(indices), _np(x2), out2.numpy(), w2, p, bool(mean), groups, group_w, n_tiles,
+               tile_heads)
+    return out
+
+
+def _nb_edge_dots(indptr, indices, g, x, weight) -> torch.Tensor:
+    """Weight gradient of a weighted sum: ``[nnz(, H)]`` dot products of ``g[row(e)]`` and ``x[indices[e]]`` (per head)."""
+    nnz = indices.numel()
+    heads = 1 if weight.dim() == 1 else weight.shape[1]
+    g2, x2 = _rows2d(g), _rows2d(x)
+    out = torch.empty((nnz, heads), dtype=x.dtype)
+    ip = _np(indptr)
+    with _nb_dynamic():
+        _nb_sddmm(x2.shape[1] // heads)(_nb_chunks(ip), ip, _np(indices), _np(g2), _np(x2), out.numpy(), heads)
+    return out.view(weight.shape)
+
+
+def _nb_transpose_of(indptr, indices, n_src) -> CSRTranspose:
+    """:func:`csr_transpose` by counting sort (O(nnz)); indices and perm int32 when they fit."""
+    nnz = indices.numel()
+    small = max(nnz, indptr.numel()) < 2**31 - 1
+    idt = torch.int32 if small else torch.int64
+    t_indptr = torch.empty(n_src + 1, dtype=torch.int64)
+    t_indices = torch.empty(nnz, dtype=idt)
+    perm = torch.empty(nnz, dtype=idt)
+    _nb_transpose(_np(indptr), _np(indices), t_indptr.numpy(), t_indices.numpy(), perm.numpy())
+    return CSRTranspose(t_indptr, t_indices, perm)
 
 
 # --- sparse-matrix helpers ------------------------------------------------------------------------------------
@@ -158,12 +661,15 @@ class CSRSum(torch.autograd.Function):
     """``out[v] = sum_{e in row v} w_e * x_src[indices[e]]``; see :func:`csr_sum`."""
 
     @staticmethod
-    def forward(ctx, indptr, indices, x_src, n_dst, edge_weight, transpose):
+    def forward(ctx, indptr, indices, x_src, n_dst, edge_weight, transpose, mean=False):
         n_src, nnz = x_src.shape[0], indices.numel()
         ctx.n_dst, ctx.n_src = n_dst, n_src
         ctx.mode = backend(x_src)
         ctx.transpose = transpose
+        ctx.mean = mean  # numba only: the mean is divided inside the kernel (csr_mean divides for the others)
         ctx.save_for_backward(indptr, indices, x_src, edge_weight)
+        if ctx.mode == "numba":
+            return _nb_sum(indptr, indices, x_src, n_dst, edge_weight, mean=mean)
         out = x_src.new_zeros((n_dst, *x_src.shape[1:]))
         if nnz == 0 or n_dst == 0:
             return out
@@ -194,7 +700,20 @@ class CSRSum(torch.autograd.Function):
                 grad_x = torch.zeros_like(x_src)
             if need_w:
                 grad_w = torch.zeros_like(edge_weight)
-            return None, None, grad_x, None, grad_w, None
+            return None, None, grad_x, None, grad_w, None, None
+        if ctx.mode == "numba":
+            if ctx.mean:  # d(sum / deg) = d(sum) / deg, in one pass
+                scaled = torch.empty(grad_out.shape, dtype=grad_out.dtype)
+                _nb_threads()
+                _nb_div_by_degree(_np(indptr), _np(_rows2d(grad_out)), scaled.view(n_dst, -1).numpy())
+                grad_out = scaled
+            if need_x:  # the transposed CSR: a row per source, no atomics
+                t = ctx.transpose if ctx.transpose is not None else _nb_transpose_of(indptr, indices, n_src)
+                grad_x = _nb_sum(t.indptr, t.indices, grad_out, n_src, edge_weight,
+                                 perm=None if edge_weight is None else t.perm)
+            if need_w:
+                grad_w = _nb_edge_dots(indptr, indices, grad_out, x_src, edge_weight)
+            return None, None, grad_x, None, grad_w, None, None
         grad_out = grad_out.contiguous()
         if ctx.mode == "sparse":
             heads = None if edge_weight is None or edge_weight.dim() == 1 else edge_weight.shape[1]
@@ -226,7 +745,7 @@ class CSRSum(torch.autograd.Function):
                         ],
                         dim=1,
                     )
-            return None, None, grad_x, None, grad_w, None
+            return None, None, grad_x, None, grad_w, None, None
         dst = row_ids(indptr, nnz)
         g_edge = grad_out.index_select(0, dst)
         if need_x:
@@ -235,7 +754,7 @@ class CSRSum(torch.autograd.Function):
         if need_w:
             prod = g_edge * x_src.index_select(0, indices)
             grad_w = prod.reshape(nnz, *edge_weight.shape[1:], -1).sum(-1)
-        return None, None, grad_x, None, grad_w, None
+        return None, None, grad_x, None, grad_w, None, None
 
 
 def csr_sum(
@@ -267,7 +786,12 @@ def csr_mean(
     n_dst: int,
     transpose: CSRTranspose | None = None,
 ) -> torch.Tensor:
-    """Mean over in-edges (0 for a destination without in-edges); shapes and ``transpose`` as :func:`csr_sum`."""
+    """Mean over in-edges (0 for a destination without in-edges); shapes and ``transpose`` as :func:`csr_sum`.
+
+    The numba backend divides by the row length inside the aggregation (one pass, no extra ``[n_dst, F]``).
+    """
+    if backend(x_src) == "numba":
+        return CSRSum.apply(indptr, indices, x_src, int(n_dst), None, transpose, True)
     deg = (indptr[1:] - indptr[:-1]).to(x_src.dtype).clamp_(min=1)
     out = csr_sum(indptr, indices, x_src, n_dst, transpose=transpose)
     return out / deg.reshape((-1,) + (1,) * (x_src.dim() - 1))
@@ -279,6 +803,15 @@ class EdgeSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, indptr, scores):
         n, nnz = indptr.numel() - 1, scores.shape[0]
+        ctx.numba = backend(scores) == "numba"
+        if ctx.numba:
+            alpha = torch.empty_like(scores, memory_format=torch.contiguous_format)
+            if nnz and alpha.numel():
+                ip = _np(indptr)
+                with _nb_dynamic():
+                    _nb_softmax(_nb_chunks(ip), ip, _np(_rows2d(scores)), alpha.view(nnz, -1).numpy())
+            ctx.save_for_backward(indptr, alpha)
+            return alpha
         dst = row_ids(indptr, nnz)
         idx = dst.reshape(-1, *([1] * (scores.dim() - 1))).expand_as(scores)
         # subtracting the row max keeps exp() finite; the max is a constant for the gradient
@@ -293,6 +826,16 @@ class EdgeSoftmax(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_alpha):
+        if ctx.numba:
+            indptr, alpha = ctx.saved_tensors
+            out = torch.empty_like(alpha)
+            nnz = alpha.shape[0]
+            if nnz and alpha.numel():
+                ip = _np(indptr)
+                with _nb_dynamic():
+                    _nb_softmax_backward(_nb_chunks(ip), ip, alpha.view(nnz, -1).numpy(),
+                                         _np(_rows2d(grad_alpha)), out.view(nnz, -1).numpy())
+            return None, out
         dst, alpha = ctx.saved_tensors
         ga = grad_alpha * alpha
         row = ga.new_zeros((ctx.n, *ga.shape[1:])).index_add_(0, dst, ga)
@@ -302,3 +845,47 @@ class EdgeSoftmax(torch.autograd.Function):
 def edge_softmax(indptr: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """Softmax of ``scores [nnz, ...]`` over the edges of each CSR row (numerically stable); same shape."""
     return EdgeSoftmax.apply(indptr, scores)
+
+
+class ReluDropout(torch.autograd.Function):
+    """``relu(h) * dropout_mask(...)`` in one pass (numba); backward from the output alone (no mask kept)."""
+
+    @staticmethod
+    def forward(ctx, h, seed, epoch, layer, node_ids, p):
+        k = _key(int(seed), int(epoch), int(layer))
+        ids = node_ids.to(torch.int64)
+        # the per-column part exactly as dropout.dropout_uniform_bits computes it (the per-node one is in the kernel)
+        col = _mix((torch.arange(h.shape[1], dtype=torch.int64) + _mix(k ^ _C1)) & _M32)
+        ndt = np.dtype(str(h.dtype).replace("torch.", ""))
+        scale = ndt.type(torch.tensor(1.0 / (1.0 - p), dtype=h.dtype).item())  # the mask's value, rounded as there
+        out = torch.empty(h.shape, dtype=h.dtype)
+        if h.numel():
+            _nb_threads()
+            _nb_relu_dropout(_np(_rows2d(h)), ids.numpy().view(np.uint64), np.uint64(k), col.numpy().view(np.uint64),
+                             np.uint64(math.ceil(p * 2.0**32)), scale, out.view(h.shape[0], -1).numpy())
+        ctx.scale = scale
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        out = torch.empty_like(y)
+        if y.numel():
+            _nb_threads()
+            _nb_relu_dropout_backward(y.view(y.shape[0], -1).numpy(), _np(_rows2d(grad)), ctx.scale,
+                                      out.view(y.shape[0], -1).numpy())
+        return out, None, None, None, None, None
+
+
+def relu_dropout(h: torch.Tensor, seed: int, epoch: int, layer: int, node_ids: torch.Tensor, p: float) -> torch.Tensor:
+    """``relu(h) * dropout_mask(seed, epoch, layer, node_ids, width, p)`` (``h [n, width]``), bitwise equal to it.
+
+    On the numba backend one fused pass hashes, thresholds and scales (the torch version makes ~12 passes over
+    int64 ``[n, width]`` temporaries); elsewhere the plain composition.
+    """
+    if p > 0.0 and h.dim() == 2 and backend(h) == "numba" and 0.0 <= p < 1.0:
+        return ReluDropout.apply(h, seed, epoch, layer, node_ids, p)
+    from .dropout import dropout_mask
+
+    return torch.relu(h) * dropout_mask(seed, epoch, layer, node_ids, h.shape[1], p, h.device, h.dtype)

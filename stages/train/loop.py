@@ -112,9 +112,10 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
     trace_epoch = min(cfg.epochs - 1, start_epoch + 1)  # skip the warm-up epoch when there is another
     for epoch in range(start_epoch, cfg.epochs):
         _maybe_inject_fault(rank, epoch)
-        tracing = cfg.trace and epoch == trace_epoch and hasattr(strategy, "tracer")
+        tracing = (cfg.trace or cfg.profile) and epoch == trace_epoch and hasattr(strategy, "tracer")
         if tracing:
             strategy.tracer.start()
+            profiler = _start_profile(strategy) if cfg.profile else None
         t0 = time.perf_counter()
         strategy.reset_timers()
         exchanger.stats.reset()
@@ -134,7 +135,10 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
         record = {"epoch": epoch, "loss": loss, "epoch_seconds": epoch_seconds}
         if tracing:
             strategy.tracer.stop()
-            record.update(_write_trace(strategy.tracer, run_dir, world))
+            if cfg.trace:
+                record.update(_write_trace(strategy.tracer, run_dir, world))
+            if profiler is not None:  # PROFILE.json for `g3 simulate` (stages/simulate/profile.py)
+                profiler.finish(cfg.profile, epoch_seconds, sync_seconds)
         if cfg.eval_every and ((epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
             record.update(evaluate(strategy, data, epoch))
         worker = {
@@ -167,6 +171,12 @@ def _set_numba_threads(threads: int) -> None:
         numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
     except ImportError:
         pass
+
+
+def _start_profile(strategy):
+    from ..simulate.profile import start_profile
+
+    return start_profile(strategy)
 
 
 def _write_trace(tracer, run_dir: Path, world: int) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..block import Block
@@ -41,16 +42,19 @@ class GCNConv(nn.Module):
     def forward(self, block: Block, x_src: torch.Tensor) -> torch.Tensor:
         n_dst = block.n_dst
         project_first = self.in_dim > self.out_dim
-        h = self.lin(x_src) if project_first else x_src
-        src_norm = (block.src_out_degree.to(h.dtype) + 1.0).rsqrt()
-        dst_norm = (block.dst_in_degree.to(h.dtype) + 1.0).rsqrt()
-        h = h * src_norm[:, None]
-        # + h[:n_dst]: the self-loop term (destination v is local source v, one of the first n_dst)
-        agg = csr_sum(block.indptr, block.indices, h, n_dst, transpose=block_transpose(block, h)) + h[:n_dst]
-        agg = agg * dst_norm[:, None]
+        h = F.linear(x_src, self.lin.weight) if project_first else x_src
+        # the block's normalisation vectors, [n, 1] columns; static, so computed once per block and dtype
+        src_norm, dst_norm = block.cached(f"gcn_norm_{h.dtype}", lambda: (
+            (block.src_out_degree.to(h.dtype) + 1.0).rsqrt_()[:, None],
+            (block.dst_in_degree.to(h.dtype) + 1.0).rsqrt_()[:, None]))
+        h = h * src_norm
+        # + h[:n_dst]: the self-loop term (destination v is local source v, one of the first n_dst); the sum is a
+        # fresh tensor that no backward needs, so the self-loop and the normalisation are applied in place
+        agg = csr_sum(block.indptr, block.indices, h, n_dst, transpose=block_transpose(block, h))
+        agg = agg.add_(h[:n_dst]).mul_(dst_norm)
         if not project_first:
-            agg = self.lin(agg)
-        return agg + self.bias
+            return F.linear(agg, self.lin.weight, self.bias)
+        return agg.add_(self.bias)
 
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.out_dim}"

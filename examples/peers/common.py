@@ -1,0 +1,83 @@
+"""Shared by the peer runners of `g3 bench`: read the neutral graph file, time a full-graph training loop, print
+the result as one JSON line. Only numpy and torch: the runners run in other environments (PyG in g3's, DGL in
+.venv-dgl) and never import g3.
+
+The neutral file (written by `g3 bench`, stages/bench/export.py) is an uncompressed ``.npz``:
+``indptr`` int64 [N+1] and ``indices`` [E] — the in-edge CSR (the sources of the arcs into v are
+``indices[indptr[v]:indptr[v+1]]``); ``features`` [N, F]; ``labels`` int32 [N] (-1: unlabelled); ``train_idx``,
+``valid_idx``, ``test_idx`` int64; ``num_classes`` int64 scalar; ``meta`` a JSON string.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("graph", help="neutral graph file (.npz) written by g3 bench")
+    p.add_argument("--model", choices=("sage", "gcn", "gat"), default="sage")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=16)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args()
+
+
+def set_threads(n: int) -> None:
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(n)
+    import torch
+
+    torch.set_num_threads(n)
+
+
+def load_graph(path: str) -> dict:
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as z:
+        g = {k: z[k] for k in z.files}
+    g["num_classes"] = int(g["num_classes"])
+    g["meta"] = json.loads(str(g["meta"]))
+    return g
+
+
+def train(model, inputs, labels, train_idx, epochs: int, lr: float) -> list[float]:
+    """Full-graph epochs (forward, cross-entropy on the training nodes, backward, Adam step); seconds each."""
+    import torch
+
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    times = []
+    for _ in range(epochs):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        out = model(*inputs)
+        loss = torch.nn.functional.cross_entropy(out[train_idx], labels[train_idx])
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def report(system: str, version: str, args, times: list[float], extra: dict | None = None) -> None:
+    import torch
+
+    steady = times[1:] if len(times) > 1 else times
+    print(json.dumps({
+        "system": system, "version": version, "torch": torch.__version__, "python": platform.python_version(),
+        "model": args.model, "layers": args.layers, "hidden": args.hidden, "heads": args.heads,
+        "threads": torch.get_num_threads(), "epochs": len(times), "epoch_seconds": times,
+        "median_epoch_seconds": statistics.median(steady), **(extra or {}),
+    }))
+    sys.stdout.flush()

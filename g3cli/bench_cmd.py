@@ -1,0 +1,89 @@
+"""`g3 bench STORE`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from stages.bench import PEERS, BenchOptions, run_bench
+from stages.bench.report import print_bench
+from stages.common.units import parse_size
+from stages.train.config import PIPELINES
+
+
+def _int_list(ctx, param, value):
+    try:
+        ks = tuple(int(x) for x in str(value).split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected a comma-separated list of integers, got {value!r}") from None
+    if any(k < 1 for k in ks):
+        raise click.BadParameter("worker counts must be >= 1")
+    return ks
+
+
+def _peers(ctx, param, value):
+    t = str(value).strip().lower()
+    if t in ("", "none"):
+        return ()
+    out = tuple(p.strip() for p in t.split(",") if p.strip())
+    for p in out:
+        if p not in PEERS:
+            raise click.BadParameter(f"{p!r} is not one of {', '.join(PEERS)} (or 'none')")
+    return out
+
+
+def _memory(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command("bench")
+@click.argument("store", type=click.Path())
+@click.option("--model", type=click.Choice(["sage", "gcn", "gat"]), default="sage", show_default=True,
+              help="GNN model of every system (the peers use their standard SAGEConv / GCNConv / GATConv).")
+@click.option("--layers", type=int, default=2, show_default=True, help="Number of GNN layers.")
+@click.option("--hidden", type=int, default=16, show_default=True, help="Hidden width (per head for GAT).")
+@click.option("--heads", type=int, default=8, show_default=True, help="GAT attention heads.")
+@click.option("--workers", default="1,2,4", show_default=True, callback=_int_list,
+              help="g3 worker counts to run (partition g3, plan, train), comma-separated.")
+@click.option("--epochs", type=int, default=5, show_default=True,
+              help="Epochs per system; the median excludes the first (warm-up) when there are several.")
+@click.option("--threads", type=int, default=None,
+              help="Total threads of every system (g3 splits them over its workers) [default: all cores].")
+@click.option("--lr", type=float, default=0.01, show_default=True, help="Adam learning rate (every system).")
+@click.option("--dropout", type=float, default=0.5, show_default=True, help="Dropout between layers (every system).")
+@click.option("--pipeline", type=click.Choice(PIPELINES), default="multi", show_default=True,
+              help="g3's bin schedule (see g3 train --help).")
+@click.option("--bin-size", type=int, default=None, help="g3 plan: fixed nodes per bin [default: from memory].")
+@click.option("--device-memory", default=None, callback=_memory,
+              help="g3 plan: device memory per worker, e.g. 8GiB [default: auto].")
+@click.option("--peers", "peers", default="pyg,dgl", show_default=True, callback=_peers,
+              help="Peers to run: pyg, dgl (comma-separated) or none. PyG needs `make peers`, DGL `make peers-dgl`.")
+@click.option("--no-single", is_flag=True, help="Skip single-process g3 full-graph training.")
+@click.option("--dgl-python", type=click.Path(), default=None,
+              help="Python of the DGL environment [default: $G3_DGL_PYTHON, else .venv-dgl/bin/python].")
+@click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds allowed per peer run.")
+@click.option("-o", "--out", type=click.Path(), default=None,
+              help="Output folder: bench.json, bench.png, graph.npz, g3's partitions/plans/runs, peer logs "
+                   "[default: STORE.bench beside the store].")
+@click.option("--json", "as_json", is_flag=True, help="Print bench.json instead of the table.")
+def command(store, model, layers, hidden, heads, workers, epochs, threads, lr, dropout, pipeline, bin_size,
+            device_memory, peers, no_single, dgl_python, timeout, out, as_json):
+    """Compare g3 with DGL and PyG on STORE in one invocation: g3 with each worker count, single-process g3
+    full-graph, PyG and DGL full-graph training with the same model, optimizer and thread count; median epoch
+    times and their ratios as a table, bench.json and bench.png. A peer that is not installed is reported as
+    such. The peers read the graph from a neutral .npz exported once."""
+    opts = BenchOptions(model=model, layers=layers, hidden=hidden, heads=heads, workers=workers, epochs=epochs,
+                        threads=threads, lr=lr, dropout=dropout, pipeline=pipeline, bin_size=bin_size,
+                        device_memory=device_memory, peers=peers, single=not no_single, dgl_python=dgl_python,
+                        timeout=timeout)
+    result = run_bench(store, opts, out=out)
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+    else:
+        print_bench(result)

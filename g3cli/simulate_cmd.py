@@ -1,0 +1,74 @@
+"""`g3 simulate PLAN`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from stages.simulate import SimulateOptions, parse_bandwidth, parse_latency, parse_workers_list, run_simulate
+from stages.simulate.report import print_simulation
+from stages.simulate.schedules import SCHEDULES
+
+
+def _parser(fn):
+    def callback(ctx, param, value):
+        if value is None:
+            return None
+        try:
+            return fn(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return callback
+
+
+def _pipelines(ctx, param, value):
+    out = []
+    for v in value or ("none,intra,inter,multi",):
+        for p in v.split(","):
+            p = p.strip()
+            if p not in SCHEDULES:
+                raise click.BadParameter(f"{p!r} is not one of {', '.join(SCHEDULES)}")
+            if p not in out:
+                out.append(p)
+    return tuple(out)
+
+
+@click.command("simulate")
+@click.argument("plan", type=click.Path())
+@click.option("--workers", "-w", type=int, default=None,
+              help="Worker count K to simulate [default: the plan's]. Another K partitions and plans the plan's "
+                   "store again (same method, model and bins) into the --cache folder.")
+@click.option("--bandwidth", default="10Gbit", show_default=True, callback=_parser(parse_bandwidth),
+              help="Link bandwidth per worker and direction, e.g. 10Gbit, 100Gbit, 1.25GB (bytes/s), inf.")
+@click.option("--latency", default="50us", show_default=True, callback=_parser(parse_latency),
+              help="One-way latency per message, e.g. 50us, 0.2ms, 0.")
+@click.option("--profile", type=click.Path(), default=None,
+              help="PROFILE.json from `g3 train PLAN --profile PROFILE.json` (seconds per arc / node / bin per "
+                   "layer on the real runtime). Without it, placeholder rates (not calibrated).")
+@click.option("--pipeline", "pipelines", multiple=True, callback=_pipelines,
+              help="g3 schedules to simulate (repeat or comma-separate): none, intra, inter, multi "
+                   "[default: all four].")
+@click.option("--baselines/--no-baselines", default=True, show_default=True,
+              help="Also simulate the layer-barrier (NeuGraph/NeutronStar) and L-hop halo-replication "
+                   "(DistGNN/ROC) baselines on the same partitions and rates.")
+@click.option("--scaling", default="2,4,8,16", show_default=True, callback=_parser(parse_workers_list),
+              help="Worker counts of the scaling table (like the paper's Figs. 7-11, 16, 17): a list, a range "
+                   "of powers of two (2-16), or 'none'. Each K is partitioned and planned once into --cache.")
+@click.option("--cache", type=click.Path(), default=None,
+              help="Folder for the partitions and plans of other worker counts [default: PLAN.simcache].")
+@click.option("-o", "--out", type=click.Path(), default=None,
+              help="Output folder: simulate.json, workers.png, timeline.png, scaling.png [default: PLAN.sim].")
+@click.option("--json", "as_json", is_flag=True, help="Print simulate.json instead of the tables.")
+def command(plan, workers, bandwidth, latency, profile, pipelines, baselines, scaling, cache, out, as_json):
+    """Simulate one training epoch of PLAN on K workers (discrete events): the plan's exact bins and
+    per-peer message bytes, compute rates from a profile of the real runtime, a network of full-duplex links.
+    Reports per-worker busy / communication-wait / idle time and the epoch time of g3 with each --pipeline
+    schedule and of the baselines, and a scaling table over --scaling worker counts."""
+    opts = SimulateOptions(workers=workers, bandwidth=bandwidth, latency=latency, profile=profile,
+                           pipelines=pipelines, baselines=baselines, scaling=scaling, cache=cache)
+    result = run_simulate(plan, opts, out=out)
+    if as_json:
+        click.echo(json.dumps(result, indent=1, default=str))
+    else:
+        print_simulation(result)

@@ -1,0 +1,259 @@
+"""`g3 bench STORE`: g3 against DGL and PyG on the same graph and model, in one invocation.
+
+Systems, all timed the same way (median of the epochs after the first, which is warm-up):
+
+* g3 with each ``--workers K`` (partition ``g3``, plan, ``g3 train``; the thread budget split over the workers);
+* g3 single-process full-graph (g3's layers and kernels on one whole-graph block: :mod:`.single`);
+* PyG (``pip install 'g3[peers]'`` / ``make peers``): standard layers on a ``torch.sparse`` CSR adjacency,
+  run as a subprocess of this Python (examples/peers/pyg_runner.py);
+* DGL (``make peers-dgl`` builds ``.venv-dgl`` with torch 2.2.1 + dgl 2.1.0): run as a subprocess of that
+  environment's Python (examples/peers/dgl_runner.py).
+
+The peers read the graph from a neutral ``.npz`` exported once (:mod:`.export`). A peer that is not installed
+gets a row saying so. Output: ``bench.json``, ``bench.png`` and a terminal table (docs/ARTIFACTS.md, "Bench
+output").
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..common.atomic import write_json_atomic
+from ..common.errors import G3InputError, G3RuntimeError
+from ..common.store import GraphStore
+from .export import export_graph, read_graph
+
+BENCH_SCHEMA = "g3.bench"
+BENCH_VERSION = 1
+REPO = Path(__file__).resolve().parents[2]
+PEERS_DIR = REPO / "examples" / "peers"
+PEERS = ("pyg", "dgl")
+INSTALL_HINT = {"pyg": "make peers", "dgl": "make peers-dgl"}
+PEER_NAMES = {"pyg": "PyG", "dgl": "DGL"}
+
+
+@dataclass
+class BenchOptions:
+    model: str = "sage"
+    layers: int = 2
+    hidden: int = 16
+    heads: int = 8
+    workers: tuple[int, ...] = (1, 2, 4)
+    epochs: int = 5
+    threads: int | None = None  # total threads of every system; None: all cores
+    lr: float = 0.01
+    dropout: float = 0.5
+    pipeline: str = "multi"
+    bin_size: int | None = None
+    device_memory: int | None = None
+    peers: tuple[str, ...] = PEERS
+    single: bool = True
+    dgl_python: str | None = None
+    timeout: float = 3600.0
+
+
+def median_epoch(times: list[float]) -> float | None:
+    """Median epoch time without the first (warm-up) epoch, when there is more than one."""
+    if not times:
+        return None
+    return float(statistics.median(times[1:] if len(times) > 1 else times))
+
+
+def _entry(system: str, label: str, status: str = "ok", **kw) -> dict:
+    return {"system": system, "label": label, "status": status, "note": kw.pop("note", ""),
+            "epoch_seconds": kw.pop("epoch_seconds", []), **kw}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# g3
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _reuse_partition(part: Path, store: GraphStore, k: int) -> bool:
+    f = part / "partition.json"
+    if not f.is_file():
+        return False
+    try:
+        meta = json.loads(f.read_text())
+    except json.JSONDecodeError:
+        return False
+    sums = store.meta.get("checksums", {})
+    return (meta.get("num_partitions") == k and meta.get("method") == "g3" and bool(sums)
+            and meta.get("store", {}).get("checksums", {}).get("indices") == sums.get("indices"))
+
+
+def run_g3(store: GraphStore, o: BenchOptions, k: int, out: Path, threads: int) -> dict:
+    """Partition (g3), plan and train with K workers; the threads are split over the workers."""
+    from ..partition import PartitionOptions, run_partition
+    from ..plan import PlanConfig, partition_digest, run_plan
+    from ..train import TrainConfig, run_train
+
+    label = f"g3, {k} worker{'s' if k > 1 else ''}"
+    per_worker = max(1, threads // k)
+    part = out / f"part-g3-{k}"
+    plan = out / f"part-g3-{k}.plan-{o.model}"
+    run = out / f"run-g3-{k}"
+    try:
+        if not _reuse_partition(part, store, k):
+            run_partition(store.path, PartitionOptions(workers=k, method="g3", hidden=o.hidden), out=part, force=True)
+        cfg = PlanConfig(model=o.model, layers=o.layers, hidden=o.hidden, heads=o.heads,
+                         device_memory=o.device_memory, bin_size=o.bin_size)
+        pj = plan / "plan.json"
+        old = json.loads(pj.read_text()) if pj.is_file() else {}
+        if old.get("config") != asdict(cfg) or old.get("partition", {}).get("digest") != partition_digest(part):
+            run_plan(part, cfg, out=plan, force=True)
+        tc = TrainConfig(epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k, pipeline=o.pipeline,
+                         eval_every=0, threads=per_worker, live=False)
+        run_train(plan, tc, out=run, force=True)
+    except (G3InputError, G3RuntimeError) as exc:
+        return _entry("g3", label, "failed", workers=k, threads=per_worker * k, note=str(exc))
+    times = [json.loads(line)["epoch_seconds"] for line in (run / "metrics.jsonl").read_text().splitlines()
+             if line.strip()]
+    return _entry("g3", label, workers=k, threads=per_worker * k, threads_per_worker=per_worker,
+                  epoch_seconds=times, run=str(run), pipeline=o.pipeline,
+                  note=f"{per_worker} thread{'s' if per_worker > 1 else ''} per worker, --pipeline {o.pipeline}"
+                  + (f" (more workers than the {threads} threads)" if k > threads else ""))
+
+
+def run_single(graph: dict, o: BenchOptions, threads: int) -> dict:
+    from .single import train_single
+
+    res = train_single(graph, o.model, o.layers, o.hidden, o.heads, o.epochs, o.lr, o.dropout, threads)
+    return _entry("g3-single", "g3, single process, full graph", workers=1, threads=threads,
+                  epoch_seconds=res["epoch_seconds"], note="one whole-graph block, no runtime")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Peers
+# ------------------------------------------------------------------------------------------------------------
+
+
+def dgl_python(o: BenchOptions) -> Path:
+    return Path(o.dgl_python or os.environ.get("G3_DGL_PYTHON") or REPO / ".venv-dgl" / "bin" / "python")
+
+
+def peer_python(peer: str, o: BenchOptions) -> Path | None:
+    """The interpreter that runs ``peer``, or None when the peer is not installed."""
+    if peer == "pyg":
+        return Path(sys.executable) if importlib.util.find_spec("torch_geometric") is not None else None
+    py = dgl_python(o)
+    return py if py.is_file() and os.access(py, os.X_OK) else None
+
+
+def not_installed(peer: str, why: str = "") -> dict:
+    note = f"{PEER_NAMES[peer]}: not installed ({INSTALL_HINT[peer]})"
+    return _entry(peer, PEER_NAMES[peer], "not installed", note=note + (f" — {why}" if why else ""), workers=1)
+
+
+def run_peer(peer: str, graph_file: Path, o: BenchOptions, threads: int, log_dir: Path) -> dict:
+    """Run a peer's runner script as a subprocess on the neutral graph; its JSON line becomes the entry."""
+    py = peer_python(peer, o)
+    if py is None:
+        return not_installed(peer)
+    script = PEERS_DIR / f"{peer}_runner.py"
+    if not script.is_file():
+        return _entry(peer, PEER_NAMES[peer], "failed", note=f"runner script missing: {script}", workers=1)
+    cmd = [str(py), str(script), str(Path(graph_file).resolve()), "--model", o.model, "--layers", str(o.layers), "--hidden",
+           str(o.hidden), "--heads", str(o.heads), "--epochs", str(o.epochs), "--lr", str(o.lr), "--dropout",
+           str(o.dropout), "--threads", str(threads)]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), DGLBACKEND="pytorch")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=o.timeout, cwd=str(PEERS_DIR))
+    except subprocess.TimeoutExpired:
+        return _entry(peer, PEER_NAMES[peer], "failed", note=f"timed out after {o.timeout:.0f} s", workers=1)
+    (log_dir / f"{peer}.log").write_text(f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+    if proc.returncode != 0:
+        err = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        if "ModuleNotFoundError" in err or "ImportError" in err:
+            return not_installed(peer, err)
+        return _entry(peer, PEER_NAMES[peer], "failed", note=f"exit {proc.returncode}: {err}", workers=1,
+                      log=str(log_dir / f"{peer}.log"))
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        return _entry(peer, PEER_NAMES[peer], "failed", note="no JSON result on stdout", workers=1)
+    res = json.loads(lines[-1])
+    label = f"{PEER_NAMES[peer]} {res.get('version', '')}".strip()
+    return _entry(peer, label, workers=1, threads=res.get("threads", threads), epoch_seconds=res["epoch_seconds"],
+                  version=res.get("version"), torch=res.get("torch"),
+                  note=f"torch {res.get('torch')}" + (f", {res['adjacency']}" if res.get("adjacency") else ""))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Entry point
+# ------------------------------------------------------------------------------------------------------------
+
+
+def finish(entries: list[dict]) -> dict:
+    """Medians and ratios (to one-worker g3 and to DGL) of every entry; the goal check."""
+    for e in entries:
+        e["median_epoch_seconds"] = median_epoch(e["epoch_seconds"]) if e["status"] == "ok" else None
+    ref_g3 = next((e for e in entries if e["system"] == "g3" and e.get("workers") == 1 and e["median_epoch_seconds"]),
+                  None)
+    ref_dgl = next((e for e in entries if e["system"] == "dgl" and e["median_epoch_seconds"]), None)
+    for e in entries:
+        m = e["median_epoch_seconds"]
+        e["vs_g3_1"] = m / ref_g3["median_epoch_seconds"] if m and ref_g3 else None
+        e["vs_dgl"] = m / ref_dgl["median_epoch_seconds"] if m and ref_dgl else None
+    goal = None
+    if ref_g3 and ref_dgl:
+        goal = {"g3_1_worker": ref_g3["median_epoch_seconds"], "dgl": ref_dgl["median_epoch_seconds"],
+                "met": ref_g3["median_epoch_seconds"] <= ref_dgl["median_epoch_seconds"]}
+    return {"entries": entries, "goal": goal}
+
+
+def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = None) -> dict:
+    """Entry point of `g3 bench`."""
+    store = GraphStore.open(store_path)
+    if o.model not in ("sage", "gcn", "gat"):
+        raise G3InputError(f"unknown --model {o.model!r}")
+    if o.epochs < 1 or o.layers < 1 or o.hidden < 1 or any(k < 1 for k in o.workers):
+        raise G3InputError("--epochs, --layers, --hidden and --workers must be >= 1")
+    for p in o.peers:
+        if p not in PEERS:
+            raise G3InputError(f"unknown peer {p!r} (choose from {', '.join(PEERS)})")
+    threads = o.threads or os.cpu_count() or 1
+    out = (Path(out) if out else Path(store.path).parent / f"{Path(store.path).name}.bench").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    load_before = list(os.getloadavg())
+    t0 = time.perf_counter()
+    graph_file = export_graph(store.path, out / "graph.npz")
+    entries = [run_g3(store, o, k, out, threads) for k in o.workers]
+    if o.single:
+        entries.append(run_single(read_graph(graph_file), o, threads))
+    for peer in o.peers:
+        entries.append(run_peer(peer, graph_file, o, threads, out / "logs"))
+    result = {
+        "schema": BENCH_SCHEMA,
+        "schema_version": BENCH_VERSION,
+        "store": {"path": str(Path(store.path).resolve()), "name": store.name, "num_nodes": store.num_nodes,
+                  "num_arcs": store.num_arcs, "feat_dim": store.feat_dim, "num_classes": store.num_classes},
+        "options": asdict(o),
+        "threads": threads,
+        "graph_file": str(graph_file),
+        **finish(entries),
+        "load_average": {"before": load_before, "after": list(os.getloadavg())},
+        "cpu_count": os.cpu_count(),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    from .report import plot_bench
+
+    plot_bench(result, out / "bench.png")
+    result["files"] = {"json": str(out / "bench.json"), "png": str(out / "bench.png")}
+    write_json_atomic(out / "bench.json", result)
+    result["path"] = str(out)
+    return result
+
+
+__all__ = ["run_bench", "BenchOptions", "finish", "median_epoch", "not_installed", "run_peer", "export_graph",
+           "read_graph"]

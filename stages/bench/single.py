@@ -1,0 +1,58 @@
+"""Single-process g3 full-graph training: g3's own layers and kernels on one whole-graph block, no partitions,
+bins, processes or messages — the runtime-free baseline `g3 bench` puts next to the K-worker runs and the peers.
+Same epoch as the others: forward, cross-entropy over the labelled training nodes, backward, Adam step."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def train_single(graph: dict, model_kind: str, layers: int, hidden: int, heads: int, epochs: int, lr: float,
+                 dropout: float, threads: int, seed: int = 0) -> dict:
+    """Train on ``graph`` (the neutral graph's arrays) in this process; returns the epoch times."""
+    import torch
+
+    from ..train.block import Block
+    from ..train.models import build_model
+
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        import numba
+
+        old_numba = numba.get_num_threads()
+        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    except ImportError:  # pragma: no cover
+        numba, old_numba = None, None
+    try:
+        indptr = torch.from_numpy(np.asarray(graph["indptr"], dtype=np.int64))
+        indices = torch.from_numpy(np.asarray(graph["indices"], dtype=np.int64))
+        n = len(indptr) - 1
+        in_deg = torch.diff(indptr).to(torch.float32)
+        out_deg = torch.bincount(indices, minlength=n).to(torch.float32)
+        block = Block(n_dst=n, n_src=n, indptr=indptr, indices=indices, src_out_degree=out_deg,
+                      dst_in_degree=in_deg, dst_global=torch.arange(n, dtype=torch.int64))
+        x = torch.from_numpy(np.asarray(graph["features"], dtype=np.float32))
+        y = torch.from_numpy(np.asarray(graph["labels"], dtype=np.int64))
+        train_idx = torch.from_numpy(np.asarray(graph["train_idx"], dtype=np.int64))
+        train_idx = train_idx[y[train_idx] >= 0]
+        torch.manual_seed(seed)
+        model = build_model(model_kind, x.shape[1], hidden, int(graph["num_classes"]), layers, heads=heads)
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        model.train()
+        times = []
+        for epoch in range(epochs):
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            out = model(block, x, epoch=epoch, dropout=dropout, seed=seed, training=True)
+            loss = torch.nn.functional.cross_entropy(out[train_idx], y[train_idx])
+            loss.backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+        return {"epoch_seconds": times, "threads": threads, "torch": torch.__version__}
+    finally:
+        torch.set_num_threads(old_threads)
+        if numba is not None:
+            numba.set_num_threads(old_numba)

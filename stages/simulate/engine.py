@@ -1,0 +1,215 @@
+"""A small discrete-event engine: K workers, each a generator of requests, and a network of full-duplex links.
+
+A worker is a Python generator that yields requests and receives the current simulated time back:
+
+``("compute", seconds, kind)``  busy on the worker's compute lane (``kind``: "compute" or "overhead");
+``("until", t)``                 idle until time ``t`` (e.g. a prefetched gather still running on another lane);
+``("send", key, peer, nbytes, blocking)``  post a message; ``blocking`` waits until it has left the sender;
+``("wait_all", keys)``           block until every message in ``keys`` has arrived here;
+``("wait_any", keys)``           block until one of ``keys`` has arrived (resumes at the earliest arrival);
+``("wait_sends",)``              block until every message this worker posted has left it;
+``("barrier", name)``            block until every worker has reached the barrier ``name``.
+
+**Network.** Every worker has one egress and one ingress link of ``bandwidth`` bytes/s. A message posted at t
+from s to r starts when both s's egress and r's ingress are free (first come, first served in posting order),
+occupies both for ``nbytes / bandwidth`` seconds, and arrives ``latency`` seconds after its last byte left.
+Its *send* completes when its last byte has left the sender (what waiting on a non-blocking send waits for).
+
+Events are processed in time order, so every message that arrives by time t has been posted (and its link
+time reserved) before any worker decides what to do at t, as long as ``latency > 0`` or messages have bytes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Network:
+    bandwidth: float  # bytes per second
+    latency: float  # seconds
+
+    def transfer(self, nbytes: int) -> float:
+        return nbytes / self.bandwidth if self.bandwidth > 0 and math.isfinite(self.bandwidth) else 0.0
+
+
+@dataclass
+class WorkerStats:
+    busy: float = 0.0  # compute lane: bins, gathers and per-bin runtime overhead
+    overhead: float = 0.0  # part of busy that is per-bin runtime bookkeeping
+    comm_wait: float = 0.0  # blocked on messages or on its own sends
+    gather_wait: float = 0.0  # waiting for a prefetched gather
+    barrier_wait: float = 0.0  # blocked at a barrier
+    end: float = 0.0  # when its last request finished
+    bytes_sent: int = 0
+    messages: int = 0
+    link_seconds: float = 0.0  # time its egress link was busy (communication time, hidden or not)
+    spans: list = field(default_factory=list)  # (t0, t1, kind, label) when recording
+
+
+class Deadlock(RuntimeError):
+    pass
+
+
+class Engine:
+    def __init__(self, k: int, net: Network, record: bool = False):
+        self.k, self.net, self.record = k, net, record
+        self.egress = [0.0] * k
+        self.ingress = [0.0] * k
+        self.arrival: dict = {}  # key -> arrival time at the receiver
+        self.left: dict = {}  # key -> time the last byte left the sender
+        self.posted_by = [[] for _ in range(k)]  # keys each worker posted
+        self.stats = [WorkerStats() for _ in range(k)]
+        self._heap: list = []
+        self._seq = 0
+        self._waiting: dict[int, tuple] = {}  # worker -> (kind, keys, since, wait id)
+        self._wait_id = 0
+        self._barriers: dict = {}
+
+    # --- network -------------------------------------------------------------------------------------------
+    def post(self, t: float, key, src: int, dst: int, nbytes: int) -> float:
+        start = max(t, self.egress[src], self.ingress[dst])
+        end = start + self.net.transfer(nbytes)
+        self.egress[src] = self.ingress[dst] = end
+        self.left[key] = end
+        self.arrival[key] = end + self.net.latency
+        st = self.stats[src]
+        st.bytes_sent += int(nbytes)
+        st.messages += 1
+        st.link_seconds += end - start
+        self.posted_by[src].append(key)
+        if dst in self._waiting:
+            self._reschedule(dst)
+        return end
+
+    # --- scheduling ----------------------------------------------------------------------------------------
+    def _push(self, t: float, w: int, tag=None) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, w, tag))
+
+    def _wait_time(self, kind: str, keys) -> float:
+        """When the wait can end given what is posted so far (inf: not yet known)."""
+        if kind == "all":
+            if any(k not in self.arrival for k in keys):
+                return math.inf
+            return max((self.arrival[k] for k in keys), default=0.0)
+        times = [self.arrival[k] for k in keys if k in self.arrival]
+        return min(times) if times else math.inf
+
+    def _reschedule(self, w: int) -> None:
+        kind, keys, since, wid = self._waiting[w]
+        t = self._wait_time(kind, keys)
+        if math.isfinite(t):
+            self._push(max(t, since), w, wid)
+
+    def run(self, workers: list) -> list[WorkerStats]:
+        """Run the worker generators (all starting at time 0) to completion; returns per-worker statistics."""
+        gens = list(workers)
+        done = [False] * self.k
+        started = [False] * self.k
+        for w in range(self.k):
+            self._push(0.0, w)
+        while self._heap:
+            t, _, w, tag = heapq.heappop(self._heap)
+            if done[w]:
+                continue
+            if w in self._waiting:
+                kind, keys, since, wid = self._waiting[w]
+                if tag != wid or self._wait_time(kind, keys) > t:
+                    continue  # superseded by an earlier arrival, or not satisfied yet
+                del self._waiting[w]
+                self._account_wait(w, kind, since, t)
+            elif tag is not None:
+                continue  # a wake-up of a wait that an earlier arrival already ended
+            self._advance(w, gens[w], t, done, started)
+        if not all(done):
+            stuck = [w for w in range(self.k) if not done[w]]
+            raise Deadlock(f"simulation deadlocked: workers {stuck} wait for messages that are never sent")
+        return self.stats
+
+    def _account_wait(self, w: int, kind: str, since: float, t: float) -> None:
+        st = self.stats[w]
+        if kind in ("all", "any", "sends"):
+            st.comm_wait += t - since
+        if self.record and t > since:
+            st.spans.append((since, t, "wait", kind))
+
+    def _advance(self, w: int, gen, t: float, done: list, started: list) -> None:
+        """Resume worker ``w`` at time ``t`` and handle its requests until it has to wait."""
+        st = self.stats[w]
+        while True:
+            try:
+                req = gen.send(t) if started[w] else next(gen)
+                started[w] = True
+            except StopIteration:
+                done[w] = True
+                st.end = t
+                return
+            op = req[0]
+            if op == "compute":
+                dur = max(0.0, float(req[1]))
+                st.busy += dur
+                if len(req) > 2 and req[2] == "overhead":
+                    st.overhead += dur
+                if self.record and dur > 0:
+                    st.spans.append((t, t + dur, req[2] if len(req) > 2 else "compute", req[3] if len(req) > 3 else ""))
+                self._push(t + dur, w)
+                st.end = t + dur
+                return
+            if op == "until":
+                t_next = max(t, float(req[1]))
+                st.gather_wait += t_next - t
+                self._push(t_next, w)
+                st.end = t_next
+                return
+            if op == "send":
+                _, key, peer, nbytes, blocking = req
+                end = self.post(t, key, w, peer, nbytes)
+                if blocking:
+                    st.comm_wait += end - t
+                    if self.record and end > t:
+                        st.spans.append((t, end, "wait", "send"))
+                    self._push(end, w)
+                    st.end = end
+                    return
+                continue
+            if op in ("wait_all", "wait_any"):
+                kind = "all" if op == "wait_all" else "any"
+                keys = list(req[1])
+                if not keys:
+                    continue
+                self._wait(w, kind, keys, t)
+                return
+            if op == "wait_sends":
+                t_next = max((self.left[k] for k in self.posted_by[w]), default=t)
+                if t_next <= t:
+                    continue
+                st.comm_wait += t_next - t
+                if self.record:
+                    st.spans.append((t, t_next, "wait", "sends"))
+                self._push(t_next, w)
+                st.end = t_next
+                return
+            if op == "barrier":
+                name = req[1]
+                arrived = self._barriers.setdefault(name, {})
+                arrived[w] = t
+                if len(arrived) == self.k:
+                    t_all = max(arrived.values())
+                    for v, tv in arrived.items():
+                        self.stats[v].barrier_wait += t_all - tv
+                        if self.record and t_all > tv:
+                            self.stats[v].spans.append((tv, t_all, "barrier", str(name)))
+                        self._push(t_all, v)
+                return
+            raise ValueError(f"unknown simulation request {op!r}")
+
+    def _wait(self, w: int, kind: str, keys: list, t: float) -> None:
+        self._wait_id += 1
+        wid = ("wait", self._wait_id)
+        self._waiting[w] = (kind, keys, t, wid)
+        t_ready = self._wait_time(kind, keys)
+        if math.isfinite(t_ready):
+            self._push(max(t_ready, t), w, wid)

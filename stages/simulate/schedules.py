@@ -1,0 +1,373 @@
+"""What each simulated system does in one epoch, as worker generators for :class:`.engine.Engine`.
+
+**g3** (``--pipeline none|intra|inter|multi``) mirrors the runtime (stages/train/strategies/g3.py):
+
+* forward, layer by layer (``none``, ``intra``): the plan's bins in priority order; after bin b of layer l the
+  plan messages ``fwd_send_l`` of step b are sent (``none`` waits for each send); a layer starts when every
+  message of the previous layer has arrived. ``intra`` gathers bin b+1 on a second lane while bin b computes.
+* forward, eager (``inter``, ``multi``): node-level readiness exactly as the runtime tracks it — a row of
+  layer l+1 is ready once its own and all its in-neighbours' layer-l outputs are present; the lowest layer
+  with ready rows runs next, its ready rows packed (``multi``: priority order; ``inter``: node-id order) into a
+  bin bounded by the plan's limit; a message leaves when its last node has been computed; arrived messages
+  are taken between bins; with nothing ready the worker waits for the lowest layer's next message.
+* backward, per layer in reverse: plan bins in reverse; after step s the ``bwd_send_l`` messages of step s are
+  sent; the layer ends when every ``bwd_recv_l`` message has arrived and its own sends have left.
+* then the gradient all-reduce (a barrier) and the optimizer step.
+
+**layer-barrier** (NeuGraph / NeutronStar style): per layer every worker computes all its bins, then sends
+each peer the same boundary rows in one message (all-to-all), waits for its own, and all workers meet at a
+barrier; backward alike with gradients. Same partitions, bins, rates and per-peer bytes as g3.
+
+**halo** (DistGNN / ROC style L-hop replication): every worker recomputes its L-hop in-neighbourhood — layer
+l computes the nodes within L-1-l hops of its partition — so no embedding or gradient moves during the epoch
+(input features are fetched once, as g3 caches them); then the all-reduce.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from ..plan.bins import node_bytes
+from ..train.dataflow import complete_messages, node_messages, release_nodes, take_ready, transpose_rows
+from .profile import Rates
+from .workload import WorkerLoad, Workload
+
+
+@dataclass(frozen=True)
+class Schedule:
+    eager: bool
+    order: str  # "priority" | "id"
+    prefetch: bool
+    async_send: bool
+
+
+# the runtime's table (stages/train/strategies/g3.py SCHEDULES); tests check they agree
+SCHEDULES = {
+    "none": Schedule(eager=False, order="priority", prefetch=False, async_send=False),
+    "intra": Schedule(eager=False, order="priority", prefetch=True, async_send=True),
+    "inter": Schedule(eager=True, order="id", prefetch=False, async_send=True),
+    "multi": Schedule(eager=True, order="priority", prefetch=True, async_send=True),
+}
+BASELINES = ("layer-barrier", "halo")
+
+
+def _by_step(table) -> dict[int, list[tuple[int, int]]]:
+    out: dict[int, list[tuple[int, int]]] = {}
+    for step, peer, count in table.msgs:
+        out.setdefault(int(step), []).append((int(peer), int(count)))
+    return out
+
+
+def _recv_keys(table, kind: str, li: int, me: int) -> list:
+    return [(kind, li, int(peer), me, int(step)) for step, peer, _ in table.msgs]
+
+
+def _overhead(rates: Rates, bins: int = 1):
+    t = rates.overhead_per_bin * bins
+    return ("compute", t, "overhead", "overhead") if t > 0 else None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# g3
+# ------------------------------------------------------------------------------------------------------------
+
+
+def g3_worker(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, engine):
+    now = 0.0
+    if sched.eager:
+        now = yield from _forward_eager(wl, w, sched, rates, engine, now)
+    else:
+        now = yield from _forward_layerwise(wl, w, sched, rates, now)
+    now = yield from _backward(wl, w, sched, rates, now)
+    return now
+
+
+def _send_step(wl: Workload, w: WorkerLoad, steps: dict, step: int, kind: str, li: int, blocking: bool):
+    for peer, count in steps.get(step, ()):
+        nbytes = wl.fwd_bytes(li, count) if kind == "fwd" else wl.bwd_bytes(li, count)
+        yield ("send", (kind, li, w.rank, peer, step), peer, nbytes, blocking)
+
+
+def _forward_layerwise(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, now: float):
+    L = wl.num_layers
+    for li in range(L):
+        lb = w.layers[li]
+        steps = _by_step(w.table(f"fwd_send_{li}")) if li < L - 1 else {}
+        nodes, arcs, srcs = lb.bin_nodes, lb.bin_arcs, lb.bin_srcs
+        lane = now  # the gather lane (prefetch)
+        next_ready = None
+        if sched.prefetch and lb.num_bins:
+            next_ready = lane = now + rates.gather(li, srcs[0])
+        for b in range(lb.num_bins):
+            if sched.prefetch:
+                now = yield ("until", next_ready)
+                if b + 1 < lb.num_bins:
+                    next_ready = lane = max(now, lane) + rates.gather(li, srcs[b + 1])
+                now = yield ("compute", rates.fwd(li, arcs[b], nodes[b]), "compute", f"L{li} bin {b}")
+            else:
+                now = yield ("compute", rates.gather(li, srcs[b]) + rates.fwd(li, arcs[b], nodes[b]), "compute",
+                             f"L{li} bin {b}")
+            if (oh := _overhead(rates)) is not None:
+                now = yield oh
+            for req in _send_step(wl, w, steps, b, "fwd", li, not sched.async_send):
+                now = yield req
+        if li < L - 1:
+            now = yield ("wait_all", _recv_keys(w.table(f"fwd_recv_{li}"), "fwd", li, w.rank))
+    now = yield ("wait_sends",)
+    return now
+
+
+@numba.njit(cache=True)
+def _distinct_sources(rows, row_ptr, edge_src, prio, mark, stamp):
+    """Source rows of a dynamic bin: its own nodes plus their distinct in-neighbours (``mark`` scratch)."""
+    n = 0
+    for i in range(len(rows)):
+        v = prio[rows[i]]
+        if mark[v] != stamp:
+            mark[v] = stamp
+            n += 1
+    arcs = 0
+    for i in range(len(rows)):
+        p = rows[i]
+        for j in range(row_ptr[p], row_ptr[p + 1]):
+            s = edge_src[j]
+            arcs += 1
+            if mark[s] != stamp:
+                mark[s] = stamp
+                n += 1
+    return n, arcs
+
+
+def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, engine, now: float):
+    L = wl.num_layers
+    n_own, n_local = w.num_owned, w.num_owned + w.num_remote
+    in_deg = np.diff(w.row_ptr).astype(np.int64)
+    t_ptr, t_rows = transpose_rows(w.row_ptr, w.edge_src, n_local)
+    pos = np.empty(n_own, dtype=np.int64)
+    pos[w.priority] = np.arange(n_own)
+    self_row = np.concatenate([pos, np.full(w.num_remote, -1, dtype=np.int64)])
+    row_order = np.arange(n_own, dtype=np.int64) if sched.order == "priority" else pos.copy()
+    ready = [np.ones(n_own, dtype=np.bool_)] + [np.zeros(n_own, dtype=np.bool_) for _ in range(L - 1)]
+    done = [np.zeros(n_own, dtype=np.bool_) for _ in range(L)]
+    missing = [None] + [in_deg + 1 for _ in range(L - 1)]
+    ready_count = [n_own] + [0] * (L - 1)
+    remaining = [n_own] * L
+    cursor = [0] * L
+    mark = np.zeros(n_local, dtype=np.int64)
+    stamp = 0
+    costs = [node_bytes(in_deg, s) for s in wl.shapes]
+    limits_n = [int(x) for x in w.bin_limit_nodes]
+    limits_b = [np.iinfo(np.int64).max if x is None else int(x) for x in w.bin_limit_bytes]
+    sends = []
+    for li in range(L - 1):
+        t = w.table(f"fwd_send_{li}")
+        ptr, ids = node_messages(t.nodes, t.msgs[:, 2], n_own)
+        sends.append((t, ptr, ids, t.msgs[:, 2].copy()))
+    recvs = []
+    for li in range(L - 1):
+        t = w.table(f"fwd_recv_{li}")
+        msgs = [((("fwd", li, peer, w.rank, step)), t.nodes[sl]) for step, peer, sl in t.message_slices()]
+        recvs.append(msgs)
+    blocking = not sched.async_send
+    n_bin = [0] * L
+    while any(remaining):
+        for li in range(L - 1):  # take every message that has arrived by now
+            if recvs[li]:
+                keep = []
+                for key, nodes in recvs[li]:
+                    if engine.arrival.get(key, math.inf) <= now:
+                        newly = release_nodes(nodes + n_own, t_ptr, t_rows, self_row, missing[li + 1], ready[li + 1])
+                        ready_count[li + 1] += len(newly)
+                    else:
+                        keep.append((key, nodes))
+                recvs[li] = keep
+        li = next((k for k in range(L) if ready_count[k] > 0), None)
+        if li is None:
+            pending = next((k for k in range(L - 1) if recvs[k]), None)
+            if pending is None:
+                raise RuntimeError(f"worker {w.rank}: eager schedule stalled (no ready rows, no message to wait for)")
+            now = yield ("wait_any", [key for key, _ in recvs[pending]])
+            continue
+        rows, cursor[li] = take_ready(row_order, ready[li], done[li], cursor[li], limits_n[li], costs[li],
+                                      limits_b[li], n_own)
+        rows = np.sort(rows)
+        ready_count[li] -= len(rows)
+        remaining[li] -= len(rows)
+        stamp += 1
+        n_src, arcs = _distinct_sources(rows, w.row_ptr, w.edge_src, w.priority, mark, stamp)
+        now = yield ("compute", rates.gather(li, n_src) + rates.fwd(li, arcs, len(rows)), "compute",
+                     f"L{li} bin {n_bin[li]}")
+        n_bin[li] += 1
+        if (oh := _overhead(rates)) is not None:
+            now = yield oh
+        if li < L - 1:
+            dst = w.priority[rows]
+            newly = release_nodes(dst, t_ptr, t_rows, self_row, missing[li + 1], ready[li + 1])
+            ready_count[li + 1] += len(newly)
+            t, ptr, ids, left = sends[li]
+            if len(t.msgs):
+                for m in complete_messages(dst, ptr, ids, left):
+                    step, peer, count = (int(x) for x in t.msgs[m])
+                    now = yield ("send", ("fwd", li, w.rank, peer, step), peer, wl.fwd_bytes(li, count), blocking)
+    now = yield ("wait_sends",)
+    return now
+
+
+def _backward(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, now: float):
+    for li in reversed(range(wl.num_layers)):
+        lb = w.layers[li]
+        need = li > 0
+        steps = _by_step(w.table(f"bwd_send_{li}")) if need else {}
+        B = lb.num_bins
+        for s in range(B):
+            b = B - 1 - s
+            now = yield ("compute", rates.bwd(li, lb.bin_arcs[b], lb.bin_nodes[b]), "compute", f"L{li} bwd {s}")
+            if (oh := _overhead(rates)) is not None:
+                now = yield oh
+            for req in _send_step(wl, w, steps, s, "bwd", li, not sched.async_send):
+                now = yield req
+        if need:
+            now = yield ("wait_all", _recv_keys(w.table(f"bwd_recv_{li}"), "bwd", li, w.rank))
+            now = yield ("wait_sends",)
+    return now
+
+
+# ------------------------------------------------------------------------------------------------------------
+# layer-barrier baseline
+# ------------------------------------------------------------------------------------------------------------
+
+
+def layer_barrier_worker(wl: Workload, w: WorkerLoad, rates: Rates, k: int):
+    now = 0.0
+    L = wl.num_layers
+    for li in range(L):
+        lb = w.layers[li]
+        work = sum(rates.gather(li, s) for s in lb.bin_srcs) + rates.fwd(li, lb.bin_arcs.sum(), lb.bin_nodes.sum(),
+                                                                         lb.num_bins)
+        now = yield ("compute", work + rates.overhead_per_bin * lb.num_bins, "compute", f"L{li}")
+        if li < L - 1:
+            now = yield from _all_to_all(wl, w, k, "fwd", li)
+        now = yield ("barrier", ("fwd", li))
+    for li in reversed(range(L)):
+        lb = w.layers[li]
+        work = rates.bwd(li, lb.bin_arcs.sum(), lb.bin_nodes.sum(), lb.num_bins)
+        now = yield ("compute", work + rates.overhead_per_bin * lb.num_bins, "compute", f"L{li} bwd")
+        if li > 0:
+            now = yield from _all_to_all(wl, w, k, "bwd", li)
+        now = yield ("barrier", ("bwd", li))
+    return now
+
+
+def _all_to_all(wl: Workload, w: WorkerLoad, k: int, kind: str, li: int):
+    out = w.table(f"{kind}_send_{li}").per_peer_total(k)
+    inc = w.table(f"{kind}_recv_{li}").per_peer_total(k)
+    tag = "lb-" + kind
+    for peer in range(k):
+        if out[peer]:
+            nbytes = wl.fwd_bytes(li, out[peer]) if kind == "fwd" else wl.bwd_bytes(li, out[peer])
+            yield ("send", (tag, li, w.rank, peer), peer, nbytes, False)
+    now = yield ("wait_all", [(tag, li, peer, w.rank) for peer in range(k) if inc[peer]])
+    now = yield ("wait_sends",)
+    return now
+
+
+# ------------------------------------------------------------------------------------------------------------
+# L-hop halo replication baseline
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class HaloLayer:
+    nodes: int  # outputs computed (|H_{L-1-l}|)
+    arcs: int  # their in-arcs
+    srcs: int  # input rows gathered (at least |H_{L-l}|; bins re-gather shared in-neighbours, as in the plan)
+    bins: int
+
+
+@numba.njit(cache=True)
+def _hop_sizes(indptr, indices, members, depth, seen, stamp):
+    """|H_d| and the in-arcs of H_d for d = 0..depth, H_0 = members, H_d = H_{d-1} ∪ in-neighbours."""
+    counts = np.zeros(depth + 1, dtype=np.int64)
+    arcs = np.zeros(depth + 1, dtype=np.int64)
+    frontier = members.copy()
+    for v in frontier:
+        seen[v] = stamp
+    n, a = len(frontier), 0
+    for v in frontier:
+        a += indptr[v + 1] - indptr[v]
+    counts[0], arcs[0] = n, a
+    for d in range(1, depth + 1):
+        nxt = np.empty(0, dtype=np.int64)
+        buf = np.empty(max(16, len(frontier)), dtype=np.int64)
+        m = 0
+        for v in frontier:
+            for j in range(indptr[v], indptr[v + 1]):
+                u = indices[j]
+                if seen[u] != stamp:
+                    seen[u] = stamp
+                    if m == len(buf):
+                        buf = np.concatenate((buf, np.empty(len(buf), dtype=np.int64)))
+                    buf[m] = u
+                    m += 1
+        nxt = buf[:m].copy()
+        for u in nxt:
+            a += indptr[u + 1] - indptr[u]
+        n += m
+        counts[d], arcs[d] = n, a
+        frontier = nxt
+    return counts, arcs
+
+
+def _gather_ratio(lb) -> float:
+    """Source rows gathered per (destination + arc) in a worker's plan bins of one layer."""
+    denom = int(lb.bin_nodes.sum() + lb.bin_arcs.sum())
+    return float(lb.bin_srcs.sum()) / denom if denom else 0.0
+
+
+def halo_loads(indptr: np.ndarray, indices: np.ndarray, assignment: np.ndarray, k: int, wl: Workload) -> list:
+    """Per worker, per layer: the replicated work of L-hop halo training (bins by the plan's limits)."""
+    L = wl.num_layers
+    indptr = np.asarray(indptr, dtype=np.int64)
+    indices = np.asarray(indices)
+    seen = np.zeros(len(indptr) - 1, dtype=np.int64)
+    out = []
+    for r in range(k):
+        members = np.flatnonzero(assignment == r).astype(np.int64)
+        counts, arcs = _hop_sizes(indptr, indices, members, L, seen, r + 1)
+        layers = []
+        for li, shape in enumerate(wl.shapes):
+            d = L - 1 - li
+            nodes, a = int(counts[d]), int(arcs[d])
+            w = wl.workers[r] if r < len(wl.workers) else None
+            limit_b = w.bin_limit_bytes[li] if w is not None else None
+            if limit_b is None:
+                limit_n = w.bin_limit_nodes[li] if w is not None else max(1, nodes)
+                bins = max(1, math.ceil(nodes / max(1, limit_n)))
+            else:
+                per_node, per_edge = node_bytes(np.array([0, 1]), shape)
+                total = nodes * int(per_node) + a * int(per_edge - per_node)
+                bins = max(1, math.ceil(total / limit_b))
+            # gathered rows: bins read their sources separately, so shared in-neighbours are gathered once per bin
+            # that reads them; the plan's bins of this worker give the ratio (1 when unknown)
+            rho = _gather_ratio(w.layers[li]) if w is not None else 0.0
+            srcs = max(int(counts[d + 1]), int(round(rho * (nodes + a))))
+            layers.append(HaloLayer(nodes, a, srcs, bins))
+        out.append(layers)
+    return out
+
+
+def halo_worker(wl: Workload, layers: list[HaloLayer], rates: Rates):
+    now = 0.0
+    for li, h in enumerate(layers):
+        work = rates.gather(li, h.srcs) + rates.fwd(li, h.arcs, h.nodes, h.bins) + rates.overhead_per_bin * h.bins
+        now = yield ("compute", work, "compute", f"L{li}")
+    for li in reversed(range(len(layers))):
+        h = layers[li]
+        now = yield ("compute", rates.bwd(li, h.arcs, h.nodes, h.bins) + rates.overhead_per_bin * h.bins, "compute",
+                     f"L{li} bwd")
+    return now
+

@@ -1,0 +1,95 @@
+"""`g3 bench`: the neutral graph file round-trips exactly, a missing peer is a row of the table (not a failure),
+medians and ratios, and the command end to end on the tiny store without any peer installed."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from stages.bench import BenchOptions, finish, median_epoch, not_installed, run_peer
+from stages.bench.export import export_graph, read_graph
+from stages.bench.report import table_rows
+
+
+def test_export_round_trips_exactly(tiny_store, tmp_path):
+    from stages.common.store import GraphStore
+
+    store = GraphStore.open(tiny_store)
+    f = export_graph(tiny_store, tmp_path / "g.npz")
+    g = read_graph(f)
+    indptr, indices = store.load_csr()
+    feats = np.asarray(store.features[:])
+    for name, want in (("indptr", indptr), ("indices", indices), ("features", feats),
+                       ("labels", store.load_labels()), ("train_idx", store.split_index("train")),
+                       ("valid_idx", store.split_index("valid")), ("test_idx", store.split_index("test"))):
+        assert g[name].dtype == np.asarray(want).dtype or name == "indptr", name
+        assert np.array_equal(g[name], want), name
+        assert g[name].tobytes() == np.ascontiguousarray(want, dtype=g[name].dtype).tobytes(), name
+    assert g["num_classes"] == store.num_classes
+    assert g["meta"]["checksums"] == store.meta["checksums"]
+    # the file is plain numpy: no pickle needed, and a second export of the same store is reused
+    with np.load(f, allow_pickle=False) as z:
+        assert set(z.files) >= {"indptr", "indices", "features", "labels", "train_idx", "num_classes", "meta"}
+    mtime = f.stat().st_mtime_ns
+    assert export_graph(tiny_store, f) == f and f.stat().st_mtime_ns == mtime
+
+
+def test_missing_peer_is_a_table_row(tmp_path):
+    o = BenchOptions(dgl_python=str(tmp_path / "no-such-venv" / "bin" / "python"))
+    e = run_peer("dgl", tmp_path / "g.npz", o, 2, tmp_path / "logs")
+    assert e["status"] == "not installed"
+    assert e["note"] == "DGL: not installed (make peers-dgl)"
+    entries = [
+        {"system": "g3", "label": "g3, 1 worker", "status": "ok", "note": "", "workers": 1, "threads": 2,
+         "epoch_seconds": [9.0, 2.0, 4.0, 3.0]},
+        {"system": "g3", "label": "g3, 2 workers", "status": "ok", "note": "", "workers": 2, "threads": 2,
+         "epoch_seconds": [5.0, 1.5]},
+        e,
+        not_installed("pyg"),
+    ]
+    res = finish(entries)
+    assert res["goal"] is None  # no DGL, no verdict
+    assert entries[0]["median_epoch_seconds"] == 3.0  # the first epoch is warm-up
+    assert entries[1]["vs_g3_1"] == pytest.approx(0.5)
+    assert entries[2]["median_epoch_seconds"] is None
+    rows = table_rows({"entries": entries})
+    assert rows[2][0] == "DGL" and rows[2][-1] == "DGL: not installed (make peers-dgl)"
+    assert rows[3][-1] == "PyG: not installed (make peers)"
+
+
+def test_ratios_against_dgl():
+    entries = [
+        {"system": "g3", "label": "g3, 1 worker", "status": "ok", "note": "", "workers": 1, "epoch_seconds": [3.0, 1.0]},
+        {"system": "dgl", "label": "DGL 2.1.0", "status": "ok", "note": "", "workers": 1, "epoch_seconds": [3.0, 2.0]},
+    ]
+    res = finish(entries)
+    assert res["goal"] == {"g3_1_worker": 1.0, "dgl": 2.0, "met": True}
+    assert entries[0]["vs_dgl"] == pytest.approx(0.5)
+    assert median_epoch([7.0]) == 7.0 and median_epoch([]) is None
+
+
+def test_bench_command_without_peers(tiny_store, tmp_path, cli_runner, monkeypatch):
+    import stages.bench as bench
+    from g3cli.main import cli
+
+    calls = []
+
+    def fake_g3(store, o, k, out, threads):  # the K-worker runs are `g3 train`'s, tested in test_train.py
+        calls.append((k, threads, o.hidden))
+        return bench._entry("g3", f"g3, {k} worker", workers=k, threads=threads, epoch_seconds=[1.0, 0.5, 0.25])
+
+    monkeypatch.setattr(bench, "run_g3", fake_g3)
+    out = tmp_path / "bench"
+    res = cli_runner.invoke(cli, ["bench", str(tiny_store), "--workers", "1", "--epochs", "2", "--hidden", "8", "--threads", "2",
+                                  "--peers", "dgl", "--dgl-python", str(tmp_path / "none" / "python"), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "bench.json").read_text())
+    by = {e["system"]: e for e in data["entries"]}
+    assert calls == [(1, 2, 8)]
+    assert by["g3"]["median_epoch_seconds"] == pytest.approx(0.375)
+    assert by["g3-single"]["status"] == "ok" and by["g3-single"]["median_epoch_seconds"] > 0
+    assert by["dgl"]["note"] == "DGL: not installed (make peers-dgl)"
+    assert (out / "bench.png").is_file() and (out / "graph.npz").is_file()
+    assert "DGL" in res.output

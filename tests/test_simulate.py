@@ -1,0 +1,237 @@
+"""`g3 simulate`: the discrete-event simulator on a hand-made 2-worker, 2-bin plan (times computed by hand for
+every schedule and baseline), the profile fit, option parsing, and the command on a real tiny plan."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from stages.plan.bins import LayerShape
+from stages.simulate import (
+    allreduce_seconds,
+    parse_bandwidth,
+    parse_latency,
+    parse_workers_list,
+    simulate_system,
+)
+from stages.simulate.engine import Network
+from stages.simulate.profile import LayerRates, PhaseRates, Rates, fit_phase
+from stages.simulate.schedules import SCHEDULES, halo_loads
+from stages.simulate.workload import make_workload
+
+# ------------------------------------------------------------------------------------------------------------
+# The hand-made plan. Each worker w owns X (local 0) and Y (local 1); Y is what the peer needs, so the priority
+# list puts it first: rows = [Y, X]. In-arcs: Y <- X, X <- the peer's Y (remote, local 2). Two layers of width
+# 1 (a row is 4 bytes), one node per bin. Forward: Y (bin 0) goes to the peer after layer 0. Backward: the
+# remote node is read by row 1 = bin 1 = backward step 0, so its gradient returns after step 0.
+#
+# Rates: forward 1 s per arc (a bin: 1 s) + gather 0.25 s per source row (2 rows per bin: 0.5 s); backward 2 s
+# per bin. Network: 4 bytes/s (a message takes 1 s on the link) and 2 s latency. No weights: the all-reduce
+# of K = 2 is its 2(K-1) latencies = 4 s.
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _worker(peer: int) -> dict:
+    return {
+        "num_owned": 2, "num_remote": 1, "row_ptr": [0, 1, 2], "edge_src": [0, 2], "priority": [1, 0],
+        "bins": [[0, 1, 2], [0, 1, 2]],
+        "tables": {
+            "fwd_send_0": [(0, peer, [1])], "fwd_recv_0": [(0, peer, [0])],
+            "bwd_send_1": [(0, peer, [0])], "bwd_recv_1": [(0, peer, [1])],
+        },
+    }
+
+
+@pytest.fixture
+def hand():
+    wl = make_workload([_worker(1), _worker(0)], [LayerShape(1, 1), LayerShape(1, 1)], num_params=0)
+    layer = LayerRates(forward=PhaseRates(1.0, 0.0, 0.0), backward=PhaseRates(2.0, 0.0, 0.0), gather_per_row=0.25)
+    rates = Rates([layer, layer], overhead_per_bin=0.0, step_seconds=0.0, source="hand")
+    return wl, rates, Network(bandwidth=4.0, latency=2.0)
+
+
+# Hand-computed timelines (both workers are symmetric), [start, end] in seconds:
+#
+# none  F0: bin0 [0,1.5], blocking send [1.5,2.5] (arrives 4.5), bin1 [2.5,4], wait [4,4.5];
+#       F1: [4.5,6] [6,7.5]; B1: step0 [7.5,9.5], blocking send [9.5,10.5] (arrives 12.5), step1 [10.5,12.5];
+#       B0: [12.5,14.5] [14.5,16.5]; + all-reduce 4 = 20.5.  busy 14, comm wait 1 + 0.5 + 1 = 2.5.
+# intra F0: gather0 [0,.5] (idle .5), gather1 on the second lane [.5,1]; bin0 [.5,1.5] send (arrives 4.5),
+#       bin1 [1.5,2.5], wait [2.5,4.5]; F1: gather [4.5,5] idle, bins [5,6] [6,7]; B1: [7,9] send (arrives 12),
+#       [9,11], wait [11,12]; B0: [12,14] [14,16]; + 4 = 20.
+# multi F0: Y [0,1.5] send (arrives 4.5), X [1.5,3] -> layer-1 Y ready; F1: Y [3,4.5]; message in at 4.5 ->
+#       X [4.5,6]; B1: [6,8] send (arrives 11), [8,10], wait [10,11]; B0: [11,13] [13,15]; + 4 = 19.
+# inter node-id order: X first. F0: X [0,1.5], Y [1.5,3] send (arrives 6); F1: Y [3,4.5], wait [4.5,6],
+#       X [6,7.5]; B1: [7.5,9.5] send (arrives 12.5), [9.5,11.5], wait 1; B0: [12.5,14.5] [14.5,16.5]; + 4 = 20.5.
+# layer-barrier: F0 2 bins (3 s) [0,3], all-to-all [3,4] arrives 6, barrier 6; F1 [6,9], barrier 9;
+#       B1 [9,13], exchange arrives 16; B0 [16,20]; + 4 = 24.
+HAND = {"g3-none": 20.5, "g3-intra": 20.0, "g3-multi": 19.0, "g3-inter": 20.5, "layer-barrier": 24.0}
+
+
+@pytest.mark.parametrize("system", sorted(HAND))
+def test_hand_made_plan_times(hand, system):
+    wl, rates, net = hand
+    r = simulate_system(wl, system, rates, net)
+    assert r["epoch_seconds"] == pytest.approx(HAND[system])
+    for w in r["workers"]:  # every second of the epoch is accounted for
+        assert w["busy"] + w["comm_wait"] + w["idle"] + w["sync"] == pytest.approx(r["epoch_seconds"])
+    assert r["bytes_per_epoch"] == 2 * 2 * 4  # per worker one forward and one backward row of 4 bytes
+
+
+def test_hand_made_breakdown_none(hand):
+    wl, rates, net = hand
+    r = simulate_system(wl, "g3-none", rates, net)
+    w = r["workers"][0]
+    assert w["busy"] == pytest.approx(14.0)
+    assert w["comm_wait"] == pytest.approx(2.5)
+    assert w["idle"] == pytest.approx(0.0)
+    assert w["sync"] == pytest.approx(4.0)
+    assert w["link_seconds"] == pytest.approx(2.0)
+
+
+def test_hand_made_halo():
+    # the same graph with global ids X0=0, Y0=1, X1=2, Y1=3: Y0 <- X0, X0 <- Y1, Y1 <- X1, X1 <- Y0
+    indptr, indices = np.array([0, 1, 2, 3, 4]), np.array([3, 0, 1, 2])
+    wl = make_workload([_worker(1), _worker(0)], [LayerShape(1, 1), LayerShape(1, 1)], num_params=0)
+    layer = LayerRates(PhaseRates(1.0, 0.0, 0.0), PhaseRates(2.0, 0.0, 0.0), 0.25)
+    rates = Rates([layer, layer])
+    halo = halo_loads(indptr, indices, np.array([0, 0, 1, 1]), 2, wl)
+    # worker 0: layer 0 computes H1 = {0,1,3} (3 arcs) reading H2 = all 4 nodes; layer 1 computes H0 (2 arcs)
+    # reading H1. Bins gather their sources separately: in the plan's bins 2 rows per (node + arc) = 1, so
+    # layer 0 gathers 3 + 3 = 6 rows and layer 1 2 + 2 = 4 (more than the distinct 4 and 3)
+    assert [(h.nodes, h.arcs, h.srcs) for h in halo[0]] == [(3, 3, 6), (2, 2, 4)]
+    r = simulate_system(wl, "halo", rates, Network(4.0, 2.0), halo=halo)
+    # forward (3 + 6 x 0.25) + (2 + 4 x 0.25), backward 2 x 2 + 2 x 3, all-reduce 4; no bytes move
+    assert r["epoch_seconds"] == pytest.approx(21.5)
+    assert r["bytes_per_epoch"] == 0
+
+
+def test_schedules_match_runtime():
+    from stages.train.strategies.g3 import SCHEDULES as RUNTIME
+
+    for name, s in RUNTIME.items():
+        mine = SCHEDULES[name]
+        assert (mine.eager, mine.order, mine.prefetch, mine.async_send) == (s.eager, s.order, s.prefetch,
+                                                                            s.async_send)
+
+
+def test_parsers_and_allreduce():
+    assert parse_bandwidth("10Gbit") == pytest.approx(1.25e9)
+    assert parse_bandwidth("1.25GB") == pytest.approx(1.25e9)
+    assert parse_latency("50us") == pytest.approx(50e-6)
+    assert parse_latency("0.2ms") == pytest.approx(2e-4)
+    assert parse_workers_list("2-16") == (2, 4, 8, 16)
+    assert parse_workers_list("none") == ()
+    with pytest.raises(ValueError):
+        parse_bandwidth("fast")
+    net = Network(1e9, 1e-5)
+    assert allreduce_seconds(1000, 1, net) == 0.0
+    assert allreduce_seconds(1_000_000, 4, net) == pytest.approx(1.5 * 4e6 / 1e9 + 6e-5)
+
+
+def test_fit_phase_recovers_rates():
+    rng = np.random.default_rng(0)
+    arcs = rng.integers(1000, 50000, 12)
+    nodes = rng.integers(100, 3000, 12)
+    secs = 2e-8 * arcs + 3e-7 * nodes + 1e-4
+    fit = fit_phase(arcs, nodes, secs)
+    assert fit["fit"] == "nnls"
+    assert fit["seconds_per_arc"] == pytest.approx(2e-8, rel=1e-3)
+    assert fit["seconds_per_node"] == pytest.approx(3e-7, rel=1e-2)
+    assert fit["seconds_per_bin"] == pytest.approx(1e-4, rel=5e-2)
+    one = fit_phase([1000], [10], [0.5])  # a single bin: one rate per unit of work, exact in total
+    assert one["fit"] == "ratio" and one["seconds_per_arc"] * 1010 == pytest.approx(0.5)
+
+
+@pytest.fixture(scope="module")
+def tiny_plan(tiny_store, tmp_path_factory):
+    from stages.partition import PartitionOptions, run_partition
+    from stages.plan import PlanConfig, run_plan
+
+    root = tmp_path_factory.mktemp("sim")
+    part = root / "part"
+    run_partition(tiny_store, PartitionOptions(workers=2), out=part)
+    plan = root / "plan"
+    run_plan(part, PlanConfig(model="sage", layers=2, hidden=8, bin_size=300), out=plan)
+    return plan
+
+
+def test_simulate_real_plan_and_cli(tiny_plan, tmp_path, cli_runner):
+    from g3cli.main import cli
+
+    out = tmp_path / "sim"
+    res = cli_runner.invoke(cli, ["simulate", str(tiny_plan), "--scaling", "2,4", "--cache", str(tmp_path / "cache"),
+                                  "-o", str(out), "--bandwidth", "1Gbit", "--latency", "100us"])
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "simulate.json").read_text())
+    systems = {r["system"]: r for r in data["systems"]}
+    assert set(systems) == {"g3-none", "g3-intra", "g3-inter", "g3-multi", "layer-barrier", "halo"}
+    # the simulated bytes are exactly the plan's message tables: rows x width x 4
+    from stages.plan.artifact import WorkerPlan
+
+    expected = 0
+    for r in range(2):
+        wp = WorkerPlan(tiny_plan, r)
+        expected += wp.table("fwd_send_0").total * 8 * 4 + wp.table("bwd_send_1").total * 8 * 4
+    assert systems["g3-multi"]["bytes_per_epoch"] == expected
+    assert [row["workers"] for row in data["scaling"]] == [2, 4]
+    assert (out / "workers.png").is_file() and (out / "scaling.png").is_file()
+    assert "scaling" in res.output
+
+
+def test_train_profile_feeds_simulate(tiny_store, tmp_path, cli_runner):
+    """`g3 train --profile` (the one rank of a 1-worker plan, run in this process) writes rates per layer that
+    `g3 simulate --profile` reads."""
+    import socket
+
+    from g3cli.main import cli
+    from stages.partition import PartitionOptions, run_partition
+    from stages.plan import PlanConfig, run_plan
+    from stages.train.config import TrainConfig
+    from stages.train.loop import run_rank
+
+    part, plan, run = tmp_path / "part1", tmp_path / "plan1", tmp_path / "run1"
+    run_partition(tiny_store, PartitionOptions(workers=1), out=part)
+    run_plan(part, PlanConfig(model="sage", layers=2, hidden=8, bin_size=300), out=plan)
+    prof_path = tmp_path / "profile.json"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = TrainConfig(epochs=2, eval_every=0, profile=str(prof_path), live=False, threads=1, pipeline="multi")
+    run.mkdir()
+    run_rank(0, 1, str(plan), str(run), cfg, f"tcp://127.0.0.1:{port}")
+    prof = json.loads(prof_path.read_text())
+    assert prof["schema"] == "g3.profile" and prof["workers"] == 1 and len(prof["layers"]) == 2
+    for layer in prof["layers"]:
+        assert layer["forward"]["bins"] >= 7 and layer["backward"]["bins"] == 7  # 2,000 nodes in bins of 300
+        assert layer["forward"]["arcs"] == layer["backward"]["arcs"] > 0
+        assert min(layer["forward"]["seconds_per_arc"], layer["forward"]["seconds_per_node"]) >= 0
+    assert prof["overhead_per_bin"] >= 0 and prof["step_seconds"] > 0
+    assert not (run / "trace").exists()  # --profile alone writes no trace
+    out = tmp_path / "sim"
+    res = cli_runner.invoke(cli, ["simulate", str(plan), "--profile", str(prof_path), "--scaling", "none",
+                                  "--no-baselines", "--pipeline", "multi", "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    sim = json.loads(res.output)
+    assert sim["rates"]["source"] == str(prof_path)
+    assert sim["systems"][0]["epoch_seconds"] > 0
+
+
+def test_engine_wait_any_resumes_once():
+    """A wait for any of several messages ends at the first arrival; later arrivals do not resume it again."""
+    from stages.simulate.engine import Engine
+
+    def sender():
+        yield ("send", "a", 1, 4, False)  # 1 s on the link, arrives at 1.5
+        yield ("compute", 1.0)
+        yield ("send", "b", 1, 4, False)  # posted at 1 while the receiver still waits; arrives at 2.5
+
+    def receiver():
+        now = yield ("wait_any", ["a", "b"])
+        assert now == pytest.approx(1.5)
+        yield ("compute", 3.0)
+
+    stats = Engine(2, Network(4.0, 0.5)).run([sender(), receiver()])
+    assert stats[1].end == pytest.approx(4.5)
+    assert stats[1].comm_wait == pytest.approx(1.5) and stats[1].busy == pytest.approx(3.0)
