@@ -36,8 +36,13 @@ test: setup
 lint: setup
 	$(BIN)/ruff check g3cli stages tests
 
+# g3 against its peers on the built-in `small` graph (PyG with `make peers`, DGL with `make peers-dgl`);
+# the other benchmarks of docs/BENCHMARKS.md are listed there with their commands.
+BENCH_DIR   ?= bench-out
+BENCH_PRESET ?= small
 bench: setup
-	$(BIN)/python -m stages.bench_scripts.run_all
+	test -d $(BENCH_DIR)/$(BENCH_PRESET) || $(G3) ingest synthetic:$(BENCH_PRESET) $(BENCH_DIR)/$(BENCH_PRESET)
+	$(G3) bench $(BENCH_DIR)/$(BENCH_PRESET) --workers 1,2,4 --epochs 5 -o $(BENCH_DIR)/bench-$(BENCH_PRESET)
 
 peers: setup
 	$(BIN)/python -m pip install -q -e ".[peers]"
