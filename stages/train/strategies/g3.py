@@ -306,6 +306,7 @@ class G3Strategy(Strategy):
         """Layer-0 input rows for owned + remote nodes; remote features are fetched once and cached."""
         d = self.data
         if self.remote_features is None or not self.cfg.feature_cache:
+            self.layer0_input = None
             buf = torch.zeros((d.num_remote, d.features.shape[1]), dtype=d.features.dtype)
             out = self.ex.outgoing(d.table("features_send"), "features", 0)
             inc = self.ex.incoming(d.table("features_recv"), "features", 0, d.features.shape[1], d.features.dtype)
@@ -313,7 +314,9 @@ class G3Strategy(Strategy):
             inc.finish(lambda nodes, rows: buf.index_copy_(0, nodes, rows))
             out.wait()
             self.remote_features = buf
-        return torch.cat([d.features, self.remote_features])
+        if getattr(self, "layer0_input", None) is None:  # built once while the cache holds: it is read-only
+            self.layer0_input = torch.cat([d.features, self.remote_features]) if d.num_remote else d.features
+        return self.layer0_input
 
     # --- forward -------------------------------------------------------------------------------------------
     def forward(self, epoch: int, training: bool) -> torch.Tensor:
