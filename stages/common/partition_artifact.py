@@ -6,12 +6,12 @@ shard costs nothing until an array is used.
 
 from __future__ import annotations
 
-import json
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
+from .artifact_json import load_artifact_json
 from .errors import G3InputError
 
 PARTITION_SCHEMA = "g3.partition"
@@ -24,23 +24,7 @@ def shard_dir(part: Path, rank: int) -> Path:
 
 def load_partition_meta(part: str | Path) -> dict:
     """partition.json, checked for schema and version."""
-    part = Path(part)
-    meta_path = part / "partition.json"
-    if not meta_path.is_file():
-        raise G3InputError("not a g3 partition (no partition.json; run `g3 partition` first)", path=part)
-    try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise G3InputError(f"invalid JSON: {exc}", path=meta_path) from None
-    if meta.get("schema") != PARTITION_SCHEMA:
-        raise G3InputError("not a g3 partition (wrong schema)", path=meta_path)
-    if meta.get("schema_version") != PARTITION_VERSION:
-        raise G3InputError(
-            f"partition schema version {meta.get('schema_version')} is not supported (this g3 reads "
-            f"version {PARTITION_VERSION}); re-run `g3 partition`",
-            path=meta_path,
-        )
-    return meta
+    return load_artifact_json(part, "partition.json", PARTITION_SCHEMA, PARTITION_VERSION, "partition", "g3 partition")
 
 
 class Shard:

@@ -12,8 +12,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from ..common.artifact_json import load_artifact_json
 from ..common.errors import G3InputError
-from ..train import check_plan, spawn_workers
+from ..train import RUN_SCHEMA, RUN_VERSION, check_plan, spawn_workers
 from ..train.checkpoint import latest_checkpoint
 from ..train.config import TrainConfig
 
@@ -21,13 +22,8 @@ SPLITS = ("train", "valid", "test")
 
 
 def load_run(run: Path) -> dict:
-    f = Path(run) / "run.json"
-    if not f.is_file():
-        raise G3InputError("not a g3 run (no run.json; run `g3 train` first)", path=run)
-    meta = json.loads(f.read_text())
-    if meta.get("schema") != "g3.run" or meta.get("schema_version") != 1:
-        raise G3InputError("run.json of another schema version; re-run `g3 train`", path=f)
-    return meta
+    """run.json, checked for schema and version."""
+    return load_artifact_json(run, "run.json", RUN_SCHEMA, RUN_VERSION, "run", "g3 train")
 
 
 def pick_weights(run: Path, checkpoint: str | None) -> Path:

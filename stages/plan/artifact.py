@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..common.artifact_json import load_artifact_json
 from ..common.errors import G3InputError
 from .tables import Table
 
@@ -16,23 +17,8 @@ PLAN_VERSION = 1
 
 
 def load_plan_meta(plan: str | Path) -> dict:
-    plan = Path(plan)
-    f = plan / "plan.json"
-    if not f.is_file():
-        raise G3InputError("not a g3 plan (no plan.json; run `g3 plan` first)", path=plan)
-    try:
-        meta = json.loads(f.read_text())
-    except json.JSONDecodeError as exc:
-        raise G3InputError(f"invalid JSON: {exc}", path=f) from None
-    if meta.get("schema") != PLAN_SCHEMA:
-        raise G3InputError("not a g3 plan (wrong schema)", path=f)
-    if meta.get("schema_version") != PLAN_VERSION:
-        raise G3InputError(
-            f"plan schema version {meta.get('schema_version')} is not supported (this g3 reads version "
-            f"{PLAN_VERSION}); re-run `g3 plan`",
-            path=f,
-        )
-    return meta
+    """plan.json, checked for schema and version."""
+    return load_artifact_json(plan, "plan.json", PLAN_SCHEMA, PLAN_VERSION, "plan", "g3 plan")
 
 
 class LayerPlan:

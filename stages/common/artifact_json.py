@@ -1,0 +1,32 @@
+"""Reading the JSON marker file of an artifact (partition.json, plan.json, run.json) with its schema check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import G3InputError
+
+
+def load_artifact_json(folder: str | Path, marker: str, schema: str, version: int, kind: str, stage: str) -> dict:
+    """``folder/marker`` as a dict, refusing a missing file, bad JSON, another schema or another version.
+
+    ``kind`` names the artifact in messages ("partition"), ``stage`` the command that writes it ("g3 partition").
+    """
+    folder = Path(folder)
+    path = folder / marker
+    if not path.is_file():
+        raise G3InputError(f"not a g3 {kind} (no {marker}; run `{stage}` first)", path=folder)
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise G3InputError(f"invalid JSON: {exc}", path=path) from None
+    if not isinstance(meta, dict) or meta.get("schema") != schema:
+        raise G3InputError(f"not a g3 {kind} (wrong schema)", path=path)
+    if meta.get("schema_version") != version:
+        raise G3InputError(
+            f"{kind} schema version {meta.get('schema_version')} is not supported (this g3 reads version "
+            f"{version}); re-run `{stage}`",
+            path=path,
+        )
+    return meta
