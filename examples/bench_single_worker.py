@@ -8,7 +8,8 @@ reports the median epoch time of epochs 2..N (the first epoch compiles, caches a
   nodes in the store's order; skipped with a note when torch_geometric does not import.
 * ``g3-layers``  — g3's own layers (``stages.train.models``) on one whole-graph block in this process, without
   the runtime: what the kernels and layers cost (``--backends`` picks the aggregation backends, default
-  ``numba`` and ``sparse``).
+  ``numba`` and ``sparse``), with the nodes in the store's order and, given ``--plan``, in the plan's priority
+  (BFS) order, which is the order ``g3 train`` computes in.
 * ``g3 train``   — the real thing through the CLI, one row per ``--backward`` × ``--pipeline``: ``g3 train PLAN
   --epochs N --threads T --eval-every 0 --backward B [--pipeline P]``, read from RUN/metrics.jsonl.
 
@@ -94,6 +95,24 @@ def bench_pyg(data, hidden: int, epochs: int, lr: float, dropout: float) -> dict
     return {"median": med, "min": best, "loss": losses[-1], "version": torch_geometric.__version__}
 
 
+def reorder(data, perm: torch.Tensor):
+    """The graph with node ``perm[i]`` renumbered ``i`` (rows, sources, features, labels, training nodes)."""
+    from stages.train.block import gather_rows
+
+    indptr, indices, x, y, train, classes = data
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(perm.numel())
+    pos, new_indptr = gather_rows(indptr, perm)
+    return new_indptr, inv[indices[pos]], x[perm], y[perm], torch.sort(inv[train]).values, classes
+
+
+def plan_order(plan: str) -> torch.Tensor:
+    """Worker 0's priority list of a 1-worker plan: global node ids in the order g3 train computes them."""
+    from stages.plan.artifact import WorkerPlan
+
+    return torch.from_numpy(np.asarray(WorkerPlan(plan, 0).priority, dtype=np.int64))
+
+
 def bench_g3_layers(data, hidden: int, epochs: int, lr: float, dropout: float, backend: str) -> dict:
     from stages.train.block import Block
     from stages.train.kernels import use_backend
@@ -156,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--g3", default=shutil.which("g3") or str(Path(sys.executable).with_name("g3")))
     ap.add_argument("--workdir", default="/tmp/g3-bench-single-worker")
     ap.add_argument("--dgl", type=float, default=0.96, help="DGL 2.1's epoch on the reference machine (s)")
+    ap.add_argument("--pyg-quiet", type=float, default=5.0, help="PyG 2.8's epoch on the same quiet machine (s)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
 
@@ -169,9 +189,13 @@ def main(argv: list[str] | None = None) -> None:
         r = bench_pyg(data, args.hidden, args.epochs, args.lr, args.dropout)
         rows.append(("PyG " + r.get("version", ""), "SAGEConv, torch.sparse CSR adj_t, store order", r))
     if "g3-layers" not in args.skip:
-        for be in args.backends:
-            r = bench_g3_layers(data, args.hidden, args.epochs, args.lr, args.dropout, be)
-            rows.append(("g3 layers", f"whole-graph block, {be} kernels, no runtime", r))
+        orders = [("store order", data)]
+        if args.plan:
+            orders.append(("plan (BFS) order", reorder(data, plan_order(args.plan))))
+        for order, graph in orders:
+            for be in args.backends:
+                r = bench_g3_layers(graph, args.hidden, args.epochs, args.lr, args.dropout, be)
+                rows.append(("g3 layers", f"whole-graph block, {be} kernels, {order}, no runtime", r))
     if args.plan and "g3" not in args.skip:
         for bw in args.backwards:
             for pl in args.pipelines:
@@ -181,14 +205,19 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"\n{n:,} nodes, {nnz:,} arcs, SAGE {data[2].shape[1]} → {args.hidden} → {data[5]}, {args.threads} threads, "
           f"{args.epochs} epochs (median of epochs 2..{args.epochs}); load average {os.getloadavg()[0]:.2f}\n")
-    print(f"| system | variant | epoch (median) | epoch (min) | vs DGL 2.1 ({args.dgl:.2f} s) | final loss |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    pyg = next((r["median"] for name, _, r in rows if name.startswith("PyG") and "error" not in r), None)
+    print(f"| system | variant | epoch (median) | epoch (min) | ÷ DGL 2.1 ({args.dgl:.2f} s) | ÷ PyG, same run | final loss |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, variant, r in rows:
         if "error" in r:
-            print(f"| {name} | {variant} | – | – | – | {r['error'][:120]} |")
+            print(f"| {name} | {variant} | – | – | – | – | {r['error'][:120]} |")
             continue
         loss = f"{r['loss']:.4f}" if r.get("loss") is not None else "–"
-        print(f"| {name} | {variant} | {r['median']:.3f} s | {r['min']:.3f} s | {r['median'] / args.dgl:.2f}× | {loss} |")
+        rel = f"{r['median'] / pyg:.2f}" if pyg else "–"
+        print(f"| {name} | {variant} | {r['median']:.3f} s | {r['min']:.3f} s | {r['median'] / args.dgl:.2f} | {rel} | {loss} |")
+    if pyg:
+        print(f"\nOn a quiet machine of this kind DGL 2.1 took {args.dgl:.2f} s and PyG 2.8 {args.pyg_quiet:.1f} s "
+              f"(DGL ÷ PyG = {args.dgl / args.pyg_quiet:.2f}); the ÷ PyG column compares under this run's load.")
     if args.json:
         Path(args.json).write_text(json.dumps([{"system": a, "variant": b, **r} for a, b, r in rows], indent=1))
 

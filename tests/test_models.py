@@ -435,6 +435,34 @@ def test_fused_relu_dropout_is_bitwise_the_spec(dtype):
         assert torch.equal(h.grad, ref_h.grad)
 
 
+@pytest.mark.parametrize("kind,heads", [("sage", 8), ("gcn", 8), ("gat", 2)])
+def test_static_input_layer_matches_the_plain_one(kind, heads):
+    """Layer 0 with ``static_input=True`` (inputs aggregated once per block, kept) computes the same outputs and
+    weight gradients as the plain layer, on every call, and refuses inputs that need a gradient."""
+    graph = random_graph(in_dim=12, classes=3, seed=8)
+    model = make_model(kind, heads, (12, 4, 3))
+    bins = random_bins(graph, 3, seed=2)
+    for static in (False, True, True):  # the second static pass reads the kept aggregate
+        model.zero_grad(set_to_none=True)
+        outs = []
+        for block, src, _dst in bins:
+            y = model.layer_forward(0, block, graph.x[src], 1, 0.3, 5, True, static_input=static)
+            y.backward(torch.ones_like(y))
+            outs.append(y.detach())
+        grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+        if not static:
+            ref_outs, ref_grads = outs, grads
+        for a, b in zip(outs, ref_outs, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+        assert grads.keys() == ref_grads.keys()
+        for k in grads:
+            torch.testing.assert_close(grads[k], ref_grads[k], atol=1e-12, rtol=1e-12, msg=k)
+    if kind != "gat":
+        block, src, _ = bins[0]
+        with pytest.raises(ValueError):
+            model.layer_forward(0, block, graph.x[src].requires_grad_(True), 1, 0.3, 5, True, static_input=True)
+
+
 def test_block_transpose_is_cached_per_backend():
     graph = random_graph(seed=7)
     block = whole_graph_block(graph)

@@ -113,14 +113,21 @@ def run_g3(store: GraphStore, o: BenchOptions, k: int, out: Path, threads: int) 
         tc = TrainConfig(epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k, pipeline=o.pipeline,
                          eval_every=0, threads=per_worker, live=False)
         run_train(plan, tc, out=run, force=True)
-    except (G3InputError, G3RuntimeError) as exc:
-        return _entry("g3", label, "failed", workers=k, threads=per_worker * k, note=str(exc))
-    times = [json.loads(line)["epoch_seconds"] for line in (run / "metrics.jsonl").read_text().splitlines()
-             if line.strip()]
+    except (G3InputError, G3RuntimeError) as exc:  # the epochs it finished are kept, for the record
+        return _entry("g3", label, "failed", workers=k, threads=per_worker * k, note=str(exc),
+                      completed_epoch_seconds=_epoch_times(run))
+    times = _epoch_times(run)
     return _entry("g3", label, workers=k, threads=per_worker * k, threads_per_worker=per_worker,
                   epoch_seconds=times, run=str(run), pipeline=o.pipeline,
                   note=f"{per_worker} thread{'s' if per_worker > 1 else ''} per worker, --pipeline {o.pipeline}"
                   + (f" (more workers than the {threads} threads)" if k > threads else ""))
+
+
+def _epoch_times(run: Path) -> list[float]:
+    f = run / "metrics.jsonl"
+    if not f.is_file():
+        return []
+    return [json.loads(line)["epoch_seconds"] for line in f.read_text().splitlines() if line.strip()]
 
 
 def run_single(graph: dict, o: BenchOptions, threads: int) -> dict:

@@ -20,7 +20,9 @@ def table_rows(result: dict) -> list[list[str]]:
     rows = []
     for e in result["entries"]:
         if e["status"] != "ok":
-            rows.append([e["label"], "-", "-", "-", "-", "-", e["note"] or e["status"]])
+            done = e.get("completed_epoch_seconds") or []
+            extra = f" (epochs it finished: {', '.join(_s(t) for t in done)})" if done else ""
+            rows.append([e["label"], "-", "-", "-", "-", "-", (e["note"] or e["status"]) + extra])
             continue
         rows.append([e["label"], str(e.get("workers", 1)), str(e.get("threads", "-")), _s(e["median_epoch_seconds"]),
                      _r(e["vs_g3_1"]), _r(e["vs_dgl"]), e.get("note", "")])

@@ -54,13 +54,20 @@ class GNNModel(nn.Module):
         dropout: float,
         seed: int,
         training: bool,
+        static_input: bool = False,
     ) -> torch.Tensor:
         """Layer ``l`` (0-based) on ``block``: ``[n_src, widths[l]]`` → ``[n_dst, widths[l + 1]]``.
 
         Hidden layers are followed by ReLU and, when ``training`` and ``dropout > 0``, by the mask
         ``dropout_mask(seed, epoch, l, block.dst_global, width, dropout)``. The last layer returns logits.
+
+        ``static_input=True`` is the caller's promise that ``x_src`` holds the same values every time this block
+        object is passed and needs no gradient — true of layer 0 in a runtime that keeps its blocks (the input
+        features). SAGE and GCN then aggregate the raw inputs once, keep the result on the block
+        (``[n_dst, widths[l]]``, the size of the bin's features) and skip the aggregation in every later call,
+        forward and backward (GAT ignores the flag).
         """
-        h = self.layers[l](block, x_src)
+        h = self.layers[l](block, x_src, static_input=static_input)
         if l < self.num_layers - 1:
             if training and dropout > 0.0:  # one fused pass on the CPU (kernels.relu_dropout), bitwise the same
                 return relu_dropout(h, seed, epoch, l, block.dst_global, dropout)

@@ -52,7 +52,8 @@ class GATConv(nn.Module):
     def out_width(self) -> int:
         return self.heads * self.out_dim if self.concat else self.out_dim
 
-    def forward(self, block: Block, x_src: torch.Tensor) -> torch.Tensor:
+    def forward(self, block: Block, x_src: torch.Tensor, static_input: bool = False) -> torch.Tensor:
+        """``static_input`` is accepted for a uniform interface; attention needs the projected inputs anyway."""
         n_dst, heads, c = block.n_dst, self.heads, self.out_dim
         z = self.lin(x_src).view(-1, heads, c)
         score_src = (z * self.att_src).sum(-1)  # [n_src, H]

@@ -39,10 +39,24 @@ class GCNConv(nn.Module):
         nn.init.xavier_uniform_(self.lin.weight)
         nn.init.zeros_(self.bias)
 
-    def forward(self, block: Block, x_src: torch.Tensor) -> torch.Tensor:
-        n_dst = block.n_dst
+    def forward(self, block: Block, x_src: torch.Tensor, static_input: bool = False) -> torch.Tensor:
+        """``static_input``: as :meth:`SAGEConv.forward` — the normalised sum of the raw inputs is computed once
+        per block and kept (``[n_dst, in_dim]``); every later call is one dense product."""
+        if static_input:
+            if x_src.requires_grad:
+                raise ValueError("static_input: x_src must not need a gradient")
+            agg = block.cached(f"gcn_static_agg_{x_src.dtype}_{x_src.shape[1]}", lambda: self._aggregate(block, x_src))
+            return F.linear(agg, self.lin.weight, self.bias)
         project_first = self.in_dim > self.out_dim
-        h = F.linear(x_src, self.lin.weight) if project_first else x_src
+        agg = self._aggregate(block, F.linear(x_src, self.lin.weight) if project_first else x_src)
+        if not project_first:
+            return F.linear(agg, self.lin.weight, self.bias)
+        return agg.add_(self.bias)
+
+    @staticmethod
+    def _aggregate(block: Block, h: torch.Tensor) -> torch.Tensor:
+        """``D_dst^-1/2 (A + I) D_src^-1/2 h`` over the block (global degrees + 1), ``[n_dst, width]``."""
+        n_dst = block.n_dst
         # the block's normalisation vectors, [n, 1] columns; static, so computed once per block and dtype
         src_norm, dst_norm = block.cached(f"gcn_norm_{h.dtype}", lambda: (
             (block.src_out_degree.to(h.dtype) + 1.0).rsqrt_()[:, None],
@@ -51,10 +65,7 @@ class GCNConv(nn.Module):
         # + h[:n_dst]: the self-loop term (destination v is local source v, one of the first n_dst); the sum is a
         # fresh tensor that no backward needs, so the self-loop and the normalisation are applied in place
         agg = csr_sum(block.indptr, block.indices, h, n_dst, transpose=block_transpose(block, h))
-        agg = agg.add_(h[:n_dst]).mul_(dst_norm)
-        if not project_first:
-            return F.linear(agg, self.lin.weight, self.bias)
-        return agg.add_(self.bias)
+        return agg.add_(h[:n_dst]).mul_(dst_norm)
 
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.out_dim}"

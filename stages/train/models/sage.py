@@ -40,8 +40,18 @@ class SAGEConv(nn.Module):
         nn.init.xavier_uniform_(self.lin_neigh.weight)
         nn.init.zeros_(self.bias)
 
-    def forward(self, block: Block, x_src: torch.Tensor) -> torch.Tensor:
+    def forward(self, block: Block, x_src: torch.Tensor, static_input: bool = False) -> torch.Tensor:
+        """``static_input``: the caller promises that ``x_src`` is the same every time this block is seen (layer 0
+        of a runtime whose blocks persist: the input features) and needs no gradient. The mean of the raw
+        inputs is then computed once and kept on the block (``[n_dst, in_dim]``), and every later call is two
+        dense products, no aggregation forward or backward."""
         n_dst = block.n_dst
+        if static_input:
+            if x_src.requires_grad:
+                raise ValueError("static_input: x_src must not need a gradient")
+            agg = block.cached(f"sage_static_mean_{x_src.dtype}_{x_src.shape[1]}", lambda: csr_mean(
+                block.indptr, block.indices, x_src, n_dst, block_transpose(block, x_src)).detach())
+            return F.linear(x_src[:n_dst], self.lin_self.weight, self.bias).add_(F.linear(agg, self.lin_neigh.weight))
         t = block_transpose(block, x_src)
         # the mean is fused into the aggregation kernel (numba backend): no degree vector, no extra pass
         if self.in_dim > self.out_dim:
