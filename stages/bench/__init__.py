@@ -111,7 +111,8 @@ def run_g3(store: GraphStore, o: BenchOptions, k: int, out: Path, threads: int) 
         if old.get("config") != asdict(cfg) or old.get("partition", {}).get("digest") != partition_digest(part):
             run_plan(part, cfg, out=plan, force=True)
         tc = TrainConfig(epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k, pipeline=o.pipeline,
-                         eval_every=0, threads=per_worker, live=False)
+                         eval_every=0, threads=per_worker, live=False,
+                         timeout=max(60.0, min(o.timeout, 900.0)))  # big graphs: peers wait long for a bin
         run_train(plan, tc, out=run, force=True)
     except (G3InputError, G3RuntimeError) as exc:  # the epochs it finished are kept, for the record
         return _entry("g3", label, "failed", workers=k, threads=per_worker * k, note=str(exc),
