@@ -16,6 +16,11 @@ reports the median epoch time of epochs 2..N (the first epoch compiles, caches a
     python examples/bench_single_worker.py --store /tmp/medium --plan /tmp/medium.plan --threads 2
 
 The reference figure of the issue is DGL 2.1's full-graph epoch on a 2-core machine (0.96 s, ``--dgl``).
+
+``--micro`` instead times the aggregation alone (docs/DESIGN.md, "CPU aggregation kernels"): sum, fused mean,
+the mean's transposed backward, weighted and per-head weighted sums and their backward, for each backend
+(``--backends``, e.g. ``numba sparse index``) and width (``--widths 16 47``), on the store's graph with the
+nodes in the plan's order when ``--plan`` is given.
 """
 
 from __future__ import annotations
@@ -159,6 +164,59 @@ def bench_g3_cli(g3: str, plan: str, epochs: int, threads: int, lr: float, dropo
     return {"median": med, "min": best, "loss": records[-1].get("loss"), "command": " ".join(cmd[1:])}
 
 
+def _micro_ops(indptr, indices, x, gy, w, t, heads, g):
+    """(name, callable) of every timed operation on one width and backend (forward graphs built once here)."""
+    from stages.train.kernels import csr_mean, csr_sum
+
+    n, nnz = x.shape[0], indices.numel()
+    xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    mean = csr_mean(indptr, indices, xg, n, t)
+    wsum = csr_sum(indptr, indices, xg, n, wg, t)
+    ops = [("sum A x", lambda: csr_sum(indptr, indices, x, n)),
+           ("mean (fused on numba)", lambda: csr_mean(indptr, indices, x, n)),
+           ("mean backward", lambda: torch.autograd.grad(mean, xg, gy, retain_graph=True)),
+           ("weighted sum", lambda: csr_sum(indptr, indices, x, n, w)),
+           ("weighted sum backward (x and w)", lambda: torch.autograd.grad(wsum, (xg, wg), gy, retain_graph=True))]
+    if heads > 1:
+        x3, w3 = x.view(n, heads, -1), torch.rand(nnz, heads, generator=g)
+        ops.append((f"per-head weighted sum ({heads} heads)", lambda: csr_sum(indptr, indices, x3, n, w3)))
+    return ops
+
+
+def micro(data, backends: list[str], widths: list[int], reps: int) -> list[tuple[str, int, str, float]]:
+    """(operation, width, backend, median seconds) of the aggregation kernels on the whole graph."""
+    from stages.train.kernels import _nb_transpose_of, csr_transpose, use_backend
+
+    indptr, indices = data[0], data[1]
+    n, nnz = indptr.numel() - 1, indices.numel()
+    transposes = {"numba": _nb_transpose_of(indptr, indices, n), "sparse": csr_transpose(indptr, indices, n)}
+    g = torch.Generator().manual_seed(0)
+    out = []
+
+    def timed(fn) -> float:
+        fn()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return statistics.median(ts)
+
+    for width in widths:
+        x, gy = torch.randn(n, width, generator=g), torch.randn(n, width, generator=g)
+        w = torch.rand(nnz, generator=g)
+        heads = 4 if width % 4 == 0 else 1
+        for be in backends:
+            if be == "index" and width > 16:  # [nnz, width] temporaries: gigabytes, minutes
+                continue
+            with use_backend(be):
+                ops = _micro_ops(indptr, indices, x, gy, w, transposes.get(be), heads if be != "index" else 1, g)
+                for name, fn in ops:
+                    out.append((name, width, be, timed(fn)))
+                    print(f"{name:34s} F={width:3d} {be:7s} {out[-1][3]:.3f} s", file=sys.stderr, flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", required=True, help="g3 store (e.g. from `g3 ingest synthetic:medium`)")
@@ -177,6 +235,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dgl", type=float, default=0.96, help="DGL 2.1's epoch on the reference machine (s)")
     ap.add_argument("--pyg-quiet", type=float, default=5.0, help="PyG 2.8's epoch on the same quiet machine (s)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--micro", action="store_true", help="time the aggregation kernels alone instead")
+    ap.add_argument("--widths", nargs="+", type=int, default=[16, 47], help="--micro: feature widths")
+    ap.add_argument("--reps", type=int, default=5, help="--micro: timed repetitions (median)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -184,6 +245,19 @@ def main(argv: list[str] | None = None) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     data = load_store(args.store)
     n, nnz = data[2].shape[0], data[1].numel()
+    if args.micro:
+        graph = reorder(data, plan_order(args.plan)) if args.plan else data
+        res = micro(graph, args.backends, args.widths, args.reps)
+        order = "the plan's BFS order" if args.plan else "store order"
+        print(f"\n{n:,} rows, {nnz:,} arcs ({order}), {args.threads} threads, float32, median of {args.reps} "
+              f"(seconds); load average {os.getloadavg()[0]:.2f}\n")
+        print("| operation | F | " + " | ".join(args.backends) + " |")
+        print("| --- | --- | " + " | ".join("---" for _ in args.backends) + " |")
+        table = {(op, w, be): t for op, w, be, t in res}
+        for op, w in dict.fromkeys((op, w) for op, w, _, _ in res):
+            cells = [f"{table[op, w, be]:.3f}" if (op, w, be) in table else "–" for be in args.backends]
+            print(f"| {op} | {w} | " + " | ".join(cells) + " |")
+        return
     rows: list[tuple[str, str, dict]] = []
     if "pyg" not in args.skip:
         r = bench_pyg(data, args.hidden, args.epochs, args.lr, args.dropout)
