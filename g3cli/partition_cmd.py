@@ -25,8 +25,14 @@ from .output import console
 @click.option("--gamma", type=float, default=0.005, show_default=True,
               help="g3: Algorithm 1 stops once min/max of the remote set sizes is at least 1 - gamma.")
 @click.option("--balance-tol", type=float, default=1.05, show_default=True,
-              help="g3: no partition's degree sum may exceed this times the mean (METIS is asked for the same "
-                   "imbalance on both constraints; swaps never push a partition past it).")
+              help="g3: allowed max/mean of the feature-size constraint (Eq. 1, METIS stage), and of the degree "
+                   "sums too unless --degree-tol is given.")
+@click.option("--degree-tol", type=float, default=None,
+              help="g3: no partition's degree sum (Eq. 2, the aggregation work) may exceed this times the mean: "
+                   "METIS's degree constraint, and swaps never push a partition past it [default: "
+                   "--balance-tol]. Graphs with dense hub/leaf blocks (web crawls) cannot balance degree sums "
+                   "without cutting those blocks; a looser value (e.g. 2 or 4) cuts less and communicates less, "
+                   "at the price of unbalanced compute (figures in docs/BENCHMARKS.md).")
 @click.option("--max-swaps", type=int, default=None,
               help="g3: stop Algorithm 1 after this many swaps [default: the node count].")
 @click.option("--seed", type=int, default=0, show_default=True,
@@ -39,7 +45,7 @@ from .output import console
 @click.option("--plot", type=click.Path(), default=None,
               help="Also draw the per-partition remote-set sizes as bars into this PNG file.")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
-def command(store, workers, method, out, gamma, balance_tol, max_swaps, seed, threads, hidden, plot, force):
+def command(store, workers, method, out, gamma, balance_tol, degree_tol, max_swaps, seed, threads, hidden, plot, force):
     """Partition the nodes of STORE over K workers and write one shard folder per worker.
 
     \b
@@ -52,8 +58,9 @@ def command(store, workers, method, out, gamma, balance_tol, max_swaps, seed, th
     Remote set of partition i = the distinct nodes outside i with an arc into i: what worker i receives per
     layer. g3 balances these sizes across workers while keeping their total near METIS's.
     """
-    options = PartitionOptions(workers=workers, method=method, gamma=gamma, balance_tol=balance_tol, seed=seed,
-                               threads=threads, hidden=hidden, max_swaps=max_swaps)
+    options = PartitionOptions(workers=workers, method=method, gamma=gamma, balance_tol=balance_tol,
+                               degree_tol=degree_tol, seed=seed, threads=threads, hidden=hidden,
+                               max_swaps=max_swaps)
     summary = run_partition(store, options, out=out, force=force, plot=plot)
     print_partition_summary(summary, console)
     if plot:

@@ -236,6 +236,55 @@ def test_algorithm1_on_random_graphs_keeps_its_guarantees(case):
     _check_balance(graphs, part, res.part, k, 1.05)
 
 
+def _two_cliques(small: int = 10, big: int = 30):
+    """Cliques of ``small`` and ``big`` nodes joined by one edge: cut 1 if the parts may be unequal."""
+    n = small + big
+    src, dst = [], []
+    for lo, hi in ((0, small), (small, n)):
+        a, b = np.meshgrid(np.arange(lo, hi), np.arange(lo, hi))
+        keep = a != b
+        src.append(a[keep])
+        dst.append(b[keep])
+    src = np.concatenate([*src, [0, small]])
+    dst = np.concatenate([*dst, [small, 0]])
+    return graphs_from_csr(*_csr(n, src, dst))
+
+
+def test_metis_ubvec_sets_each_constraint_imbalance():
+    graphs = _two_cliques()
+    loose = metis_partition(graphs, 2, seed=0, ubvec=[1.6])  # 30/20 = 1.5 allowed: keep the cliques whole
+    tight = metis_partition(graphs, 2, seed=0, ubvec=[1.001])
+    assert sorted(np.bincount(loose, minlength=2).tolist()) == [10, 30] and edge_cut(
+        graphs.indptr, graphs.indices, loose) == 2
+    assert np.bincount(tight, minlength=2).tolist() == [20, 20]
+    with pytest.raises(ValueError, match="ubvec"):
+        metis_partition(graphs, 2, seed=0, ubvec=[1.1, 1.1])
+
+
+def test_degree_tol_loosens_only_the_degree_constraint(tiny_store, tmp_path):
+    graphs = load_graphs(GraphStore.open(tiny_store))
+    weights = np.stack([np.full(graphs.num_nodes, 128, dtype=np.int64), graphs.degree], axis=1)
+    same = metis_partition(graphs, 4, seed=0, vertex_weights=weights, ubvec=[1.05, 1.05])
+    np.testing.assert_array_equal(same, _metis_g3(graphs, 4))  # default --degree-tol: the old ufactor call
+    s = _partition(tiny_store, tmp_path / "p", 4, "g3", degree_tol=1.5)
+    assert s["parameters"]["degree_tol"] == 1.5 and s["parameters"]["metis_ubvec"] == [1.05, 1.5]
+    assert s["after"]["degree_sum_max_over_mean"] <= max(1.5, s["before"]["degree_sum_max_over_mean"]) + 1e-9
+    assert s["balance"]["nodes"]["max_over_mean"] <= 1.05 + 1e-9
+    d = _partition(tiny_store, tmp_path / "d", 4, "g3")
+    assert d["parameters"]["degree_tol"] == 1.05 and d["parameters"]["metis_ubvec"] == [1.05, 1.05]
+
+
+def test_algorithm1_watches_the_degree_limit_it_is_given(tiny_store):
+    graphs = load_graphs(GraphStore.open(tiny_store))
+    first = metis_partition(graphs, 4, seed=0, vertex_weights=np.ones((graphs.num_nodes, 1), dtype=np.int64))
+    tight = run_algorithm1(graphs, first, 4, gamma=0.005, balance_tol=1.02)
+    loose = run_algorithm1(graphs, first, 4, gamma=0.005, balance_tol=1.5)
+    _check_balance(graphs, first, tight.part, 4, 1.02)
+    _check_balance(graphs, first, loose.part, 4, 1.5)
+    with pytest.raises(AssertionError):  # the looser limit let some swap through that 1.02 refused
+        _check_balance(graphs, first, loose.part, 4, 1.02)
+
+
 def test_swap_limit_stops_algorithm1(tiny_store):
     graphs = load_graphs(GraphStore.open(tiny_store))
     res = run_algorithm1(graphs, _metis_g3(graphs, 4), 4, gamma=0.005, balance_tol=1.05, max_swaps=2)
@@ -415,6 +464,7 @@ def test_cli_default_output_beside_the_store(tiny_store):
         (["-w", "0"], "at least 1"),
         (["-w", "5000"], "more than the 2,000 nodes"),
         (["-w", "2", "--gamma", "1.5"], "--gamma"),
+        (["-w", "2", "--degree-tol", "0.5"], "--degree-tol"),
         (["-w", "2", "--plot", "x.jpg"], ".png"),
     ],
 )

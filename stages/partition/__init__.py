@@ -39,10 +39,16 @@ class PartitionOptions:
     method: str = "g3"
     gamma: float = 0.005
     balance_tol: float = 1.05
+    degree_tol: float | None = None  # None: the same as balance_tol
     seed: int = 0
     threads: int | None = None
     hidden: int = 16
     max_swaps: int | None = None
+
+    @property
+    def degree_limit(self) -> float:
+        """Allowed degree-sum max/mean (Eq. 2): ``degree_tol``, or ``balance_tol`` when not given."""
+        return self.balance_tol if self.degree_tol is None else self.degree_tol
 
 
 def default_output(store_path: str | Path, method: str, workers: int) -> Path:
@@ -60,6 +66,8 @@ def check_options(o: PartitionOptions) -> None:
         raise G3InputError(f"--gamma must be in (0, 1), got {o.gamma}")
     if o.balance_tol < 1.0:
         raise G3InputError(f"--balance-tol must be >= 1 (a max/mean ratio), got {o.balance_tol}")
+    if o.degree_tol is not None and not o.degree_tol >= 1.0:
+        raise G3InputError(f"--degree-tol must be >= 1 (a max/mean ratio), got {o.degree_tol}")
     if o.hidden < 1:
         raise G3InputError(f"--hidden must be >= 1, got {o.hidden}")
     if o.threads is not None and o.threads < 1:
@@ -141,9 +149,11 @@ def _assign(graphs, store: GraphStore, o: PartitionOptions, timing: dict, progre
     return part, extra
 
 
-def _ufactor(balance_tol: float) -> int:
-    """METIS's allowed imbalance in thousandths (1.05 -> 50)."""
-    return max(1, int(round((balance_tol - 1.0) * 1000)))
+def _ubvec(o: PartitionOptions) -> list[float]:
+    """METIS's allowed max/mean per constraint of g3's stage 1: (feature size, degree); at least 1.001, the
+    tightest imbalance METIS's ``ufactor`` can express, and at most 1e6 (METIS takes 32-bit floats; any value
+    of K or more already means "no limit")."""
+    return [round(min(max(1.001, t), 1e6), 6) for t in (o.balance_tol, o.degree_limit)]
 
 
 def _assign_g3(graphs, store: GraphStore, o: PartitionOptions, timing: dict, progress) -> tuple[np.ndarray, dict]:
@@ -155,7 +165,7 @@ def _assign_g3(graphs, store: GraphStore, o: PartitionOptions, timing: dict, pro
     task = progress.add_task("METIS (multi-constraint: feature size, degree)", total=None)
     feature_bytes = store.feat_dim * store.feature_dtype.itemsize
     weights = np.stack([np.full(graphs.num_nodes, feature_bytes, dtype=np.int64), graphs.degree], axis=1)
-    first = metis_partition(graphs, k, o.seed, vertex_weights=weights, ufactor=_ufactor(o.balance_tol))
+    first = metis_partition(graphs, k, o.seed, vertex_weights=weights, ubvec=_ubvec(o))
     del weights
     progress.update(task, total=1, completed=1)
     timing["metis"] = time.perf_counter() - t0
@@ -164,7 +174,7 @@ def _assign_g3(graphs, store: GraphStore, o: PartitionOptions, timing: dict, pro
     def on_progress(swaps: int, ratio: float) -> None:
         progress.update(task, completed=swaps, description=f"Algorithm 1 (min/max remote {ratio:.4f})")
 
-    result = run_algorithm1(graphs, first, k, o.gamma, o.balance_tol, o.max_swaps, on_progress)
+    result = run_algorithm1(graphs, first, k, o.gamma, o.degree_limit, o.max_swaps, on_progress)
     progress.update(task, total=result.swaps, completed=result.swaps)
     timing["algorithm1"] = result.seconds
     extra = {
@@ -209,7 +219,8 @@ def _summary(store, o: PartitionOptions, graphs, part, in_degree, extra: dict, t
         "store": store_reference(store),
         "method": o.method,
         "num_partitions": k,
-        "parameters": {**asdict(o), "threads": numba.get_num_threads(), "metis_ufactor": _ufactor(o.balance_tol)},
+        "parameters": {**asdict(o), "degree_tol": o.degree_limit, "threads": numba.get_num_threads(),
+                       "metis_ubvec": _ubvec(o) if o.method == "g3" else None},
         "definitions": DEFINITIONS,
         "stop_reason": extra.get("stop_reason"),
         "stop_explanation": extra.get("stop_explanation"),

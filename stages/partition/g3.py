@@ -20,7 +20,8 @@ Fast neighbour tracking (the paper's "in-partition degrees") — all updates are
 
 Safeguards the paper leaves implicit: a swap is kept only if ``|V_max^remote|`` strictly drops and
 ``|V_min^remote|`` stays below the old ``|V_max^remote|`` (so the largest remote set never grows), and no
-partition's degree sum leaves ``balance_tol x mean`` (or, if METIS already exceeded it, grows further).
+partition's degree sum leaves ``tol x mean`` (``--degree-tol``, by default ``--balance-tol``; if METIS already
+exceeded it, the sum may not grow further).
 When the paper's pair is refused, the next candidates are tried in the same priority order (longer ``v_max``
 and ``v_min`` lists, then the next-smallest partitions as ``V_min``).
 
@@ -587,7 +588,9 @@ class Algorithm1Result:
 def run_algorithm1(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_tol: float,
                    max_swaps: int | None = None, on_progress: Callable[[int, float], None] | None = None,
                    min_key_cap: int = MIN_KEY_CAP) -> Algorithm1Result:
-    """Balance the remote sets of ``part`` by one-for-one swaps; returns the new assignment and why it stopped."""
+    """Balance the remote sets of ``part`` by one-for-one swaps; returns the new assignment and why it stopped.
+
+    ``balance_tol`` bounds the degree sums: no swap pushes a partition's sum above ``balance_tol x mean``."""
     t0 = time.perf_counter()
     if k == 1:
         return Algorithm1Result(np.asarray(part, dtype=np.int32), "single partition", 0, 0.0,

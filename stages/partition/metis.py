@@ -20,6 +20,7 @@ from .graph import Graphs
 METIS_OK = 1
 METIS_NOPTIONS = 40
 OBJTYPE_CUT = 0
+REAL_T = np.float32  # METIS's real_t in pymetis's build (REALTYPEWIDTH 32: a float64 ubvec is rejected as garbage)
 
 
 @functools.cache
@@ -56,9 +57,11 @@ def metis_options(seed: int, ufactor: int | None = None) -> np.ndarray:
 
 
 def metis_partition(graphs: Graphs, k: int, seed: int, vertex_weights: np.ndarray | None = None,
-                    ufactor: int | None = None) -> np.ndarray:
+                    ufactor: int | None = None, ubvec: list[float] | None = None) -> np.ndarray:
     """k-way METIS on the symmetrised graph; ``vertex_weights`` is [N, ncon] (one column per constraint).
 
+    ``ubvec`` gives each constraint its own allowed max/mean (METIS's ``ubvec``: one ``real_t`` per
+    constraint, 32-bit floats in pymetis's build); it replaces ``ufactor``, which applies one imbalance to all.
     Returns int32 [N]. K = 1 puts every node in partition 0 without calling METIS.
     """
     n = graphs.num_nodes
@@ -69,16 +72,21 @@ def metis_partition(graphs: Graphs, k: int, seed: int, vertex_weights: np.ndarra
         w = np.array(vertex_weights, dtype=np.int64).reshape(n, -1)
         w[:, w.sum(axis=0) == 0] = 1  # METIS divides by each constraint's total: an all-zero column means "count"
         ncon, vwgt = w.shape[1], np.ascontiguousarray(w.ravel())  # interleaved: node-major, as METIS expects
+    ub = None
+    if ubvec is not None:
+        ub = np.array(ubvec, dtype=REAL_T)
+        if ub.shape != (ncon,) or not np.all(ub > 1.0):
+            raise ValueError(f"ubvec needs {ncon} values above 1, got {list(ubvec)}")
     part = np.empty(n, dtype=np.int64)
     with graphs.adjacency_int64() as adjncy:
-        rc = _call_kway(graphs.sym_indptr, adjncy, vwgt, ncon, k, metis_options(seed, ufactor), part)
+        rc = _call_kway(graphs.sym_indptr, adjncy, vwgt, ncon, k, metis_options(seed, ufactor), part, ub)
     if rc != METIS_OK:
         raise G3RuntimeError(f"METIS_PartGraphKway failed with status {rc} (K={k}, ncon={ncon})")
     return part.astype(np.int32)
 
 
 def _call_kway(xadj: np.ndarray, adjncy: np.ndarray, vwgt: np.ndarray | None, ncon: int, k: int,
-               options: np.ndarray, part: np.ndarray) -> int:
+               options: np.ndarray, part: np.ndarray, ubvec: np.ndarray | None = None) -> int:
     lib, _ = _library()
     n = len(xadj) - 1
     xadj = np.ascontiguousarray(xadj, dtype=np.int64)
@@ -88,5 +96,6 @@ def _call_kway(xadj: np.ndarray, adjncy: np.ndarray, vwgt: np.ndarray | None, nc
     scalars = [np.array([v], dtype=np.int64) for v in (n, ncon, k)]
     return lib.METIS_PartGraphKway(
         _ptr(scalars[0]), _ptr(scalars[1]), _ptr(xadj), _ptr(adjncy), _ptr(vwgt), None, None,
-        _ptr(scalars[2]), None, None, _ptr(options), _ptr(objval), _ptr(part),
+        _ptr(scalars[2]), None, None if ubvec is None else ubvec.ctypes.data_as(ctypes.c_void_p), _ptr(options),
+        _ptr(objval), _ptr(part),
     )

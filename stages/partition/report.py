@@ -59,6 +59,9 @@ def facts_table(summary: dict) -> Table:
         t.add_row("METIS -> g3", f"remote max {before['remote_max']:,} -> {after['remote_max']:,}, "
                                  f"min/max {before['remote_min_over_max']:.3f} -> {after['remote_min_over_max']:.3f}, "
                                  f"total {before['remote_total']:,} -> {after['remote_total']:,}")
+        params = summary["parameters"]
+        t.add_row("limits", f"feature size <= {params['balance_tol']} x mean, degree sum <= "
+                            f"{params.get('degree_tol') or params['balance_tol']} x mean")
     t.add_row("time", ", ".join(f"{k} {v:.1f}s" for k, v in summary["timing"].items()))
     if summary.get("path"):
         t.add_row("written", summary["path"])

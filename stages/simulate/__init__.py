@@ -207,7 +207,8 @@ def plan_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     opts = PartitionOptions(workers=k, method=method, gamma=params.get("gamma", 0.005),
                             balance_tol=params.get("balance_tol", 1.05), seed=params.get("seed", 0),
-                            hidden=params.get("hidden", 16), max_swaps=params.get("max_swaps"))
+                            hidden=params.get("hidden", 16), max_swaps=params.get("max_swaps"),
+                            degree_tol=params.get("degree_tol"))
     run_partition(meta["store"]["path"], opts, out=part_dir, force=True)
     run_plan(part_dir, PlanConfig(**cfg), out=plan_dir, force=True)
     write_json_atomic(stamp, want)
