@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from stages.train import TrainConfig, run_train
-from stages.train.config import DTYPES, PIPELINES
+from stages.train.config import DTYPES, LAYER0_CACHE, PIPELINES
 
 from .output import print_run_summary
 
@@ -40,6 +40,11 @@ from .output import print_run_summary
               help="Write a checkpoint every N epochs (0: never).")
 @click.option("--resume", is_flag=True, help="Continue the run in RUN from its latest checkpoint.")
 @click.option("--no-feature-cache", is_flag=True, help="Resend remote input features every epoch instead of once.")
+@click.option("--layer0-cache", type=click.Choice(LAYER0_CACHE), default="auto", show_default=True,
+              help="Layer 0's inputs are the fixed node features, so SAGE and GCN can aggregate them once per bin and "
+                   "keep the result: later epochs run layer 0 as dense products, with no sparse aggregation forward "
+                   "or backward (same model; GAT ignores it). Costs owned nodes x features of extra memory. "
+                   "'auto' = on for --device cpu, off for cuda (the cache would sit outside the bins' memory budget).")
 @click.option("--backward", "backward", type=click.Choice(["recompute", "keep"]), default="recompute",
               show_default=True,
               help="Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep "
@@ -55,13 +60,14 @@ from .output import print_run_summary
 @click.option("-o", "--out", type=click.Path(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
 @click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
 def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipeline, trace, profile, eval_every,
-            checkpoint_every, resume, no_feature_cache, backward, dtype, threads, timeout, master_addr, master_port, out, force):
+            checkpoint_every, resume, no_feature_cache, layer0_cache, backward, dtype, threads, timeout, master_addr, master_port, out, force):
     """Train the plan's GNN on the whole graph with K workers (hybrid parallelism: bins, peer-to-peer
     sharing of embeddings and gradients, all-reduced weight gradients). Writes RUN/run.json, per-epoch
     metrics (RUN/metrics.jsonl), logs per rank, checkpoints and the final weights RUN/model.pt."""
     cfg = TrainConfig(epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout, seed=seed, workers=workers,
                       device=device, pipeline=pipeline, trace=trace, profile=profile, eval_every=eval_every, checkpoint_every=checkpoint_every,
-                      resume=resume, feature_cache=not no_feature_cache, backward=backward, dtype=dtype, threads=threads,
+                      resume=resume, feature_cache=not no_feature_cache, layer0_cache=layer0_cache,
+                      backward=backward, dtype=dtype, threads=threads,
                       timeout=timeout, master_addr=master_addr, master_port=master_port)
     info = run_train(plan, cfg, out=out, force=force)
     print_run_summary(info)

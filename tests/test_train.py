@@ -114,6 +114,21 @@ def test_k_workers_match_single_process_reference(store, tmp_path, model, layers
     assert max_weight_diff(final, init) > 1e-3  # training moved the weights
 
 
+@pytest.mark.parametrize("model,cache,backward", [("sage", "off", "recompute"), ("gcn", "off", "keep"),
+                                                   ("gcn", "on", "recompute"), ("gat", "on", "keep")])
+def test_layer0_cache_setting_gives_the_same_model(store, tmp_path, model, cache, backward):
+    """--layer0-cache on (the CPU default, used by every other test here) and off compute the same model; GAT,
+    which has no static path, ignores it."""
+    run = pipeline(store, tmp_path, 2, "g3", model, 2, "12",
+                   extra_train=("--layer0-cache", cache, "--backward", backward, "--pipeline", "intra"))
+    init = torch.load(run / "init.pt", weights_only=True)
+    final = torch.load(run / "model.pt", weights_only=True)
+    expected = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED,
+                               heads=2 if model == "gat" else None)
+    assert max_weight_diff(final, expected) <= 1e-5
+    assert json.loads((run / "run.json").read_text())["config"]["layer0_cache"] == cache
+
+
 def test_float32_training_matches_reference(store, tmp_path):
     run = pipeline(store, tmp_path, 2, "g3", "sage", 2, "9", dtype="float32")
     init = torch.load(run / "init.pt", weights_only=True)

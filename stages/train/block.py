@@ -59,6 +59,9 @@ class Block:
             self._cache[key] = make()
         return self._cache[key]
 
+    def has_cached(self, key: str) -> bool:
+        return key in self._cache
+
     def _map(self, fn) -> Block:
         """The block with ``fn`` applied to every tensor; ``self`` (and its cache) when nothing changed."""
         kw, same = {}, True

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 PIPELINES = ("multi", "inter", "intra", "none")
+LAYER0_CACHE = ("auto", "on", "off")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -27,6 +28,7 @@ class TrainConfig:
     trace: bool = False  # write a Chrome-trace timeline of one epoch per rank
     profile: str | None = None  # write PROFILE.json (compute rates, for `g3 simulate`) from the traced epoch
     feature_cache: bool = True
+    layer0_cache: str = "auto"  # auto | on | off: keep layer 0's aggregation of the (fixed) input features
     dtype: str = "float32"
     threads: int | None = None  # per worker; None: cores / local workers
     timeout: float = 60.0  # seconds a worker waits for a peer before giving up
@@ -37,6 +39,10 @@ class TrainConfig:
     task: str = "train"  # train | eval (forward only, for `g3 eval`)
     weights: str | None = None  # eval: the weights to load
     live: bool = True  # rich live display on rank 0
+
+    def layer0_cache_enabled(self) -> bool:
+        """auto = on for the CPU; on CUDA the cache would sit on the device outside the bins' memory budget."""
+        return self.layer0_cache == "on" or (self.layer0_cache == "auto" and self.device == "cpu")
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -22,6 +22,7 @@ from ..plan.artifact import WorkerPlan, load_plan_meta
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_weights
 from .comm import Exchanger
 from .config import TrainConfig
+from .loss import cross_entropy_with_grad
 from .metrics import MetricsWriter, peak_memory_bytes
 from .strategies.base import WorkerData, strategy_class
 
@@ -121,11 +122,9 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
         exchanger.stats.reset()
         optimizer.zero_grad(set_to_none=False)
         model.train()
-        logits = strategy.forward(epoch, training=True).detach().requires_grad_(True)
-        loss_local = torch.nn.functional.cross_entropy(
-            logits[train_idx], data.labels[train_idx], reduction="sum") / n_train
-        loss_local.backward()
-        strategy.backward(logits.grad, epoch)
+        logits = strategy.forward(epoch, training=True)
+        loss_local, grad_logits = cross_entropy_with_grad(logits, data.labels, train_idx, n_train)
+        strategy.backward(grad_logits, epoch)
         t_sync = time.perf_counter()
         _all_reduce_grads(params)
         optimizer.step()

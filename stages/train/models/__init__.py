@@ -45,6 +45,11 @@ class GNNModel(nn.Module):
     def num_layers(self) -> int:
         return len(self.layers)
 
+    def static_input_rows(self, l: int) -> str | None:  # noqa: E741
+        """What layer ``l`` reads of ``x_src`` with ``static_input=True`` once its block holds the cached
+        aggregation: ``"dst"`` (the first ``n_dst`` rows), ``"none"``, or None when the layer has no static path."""
+        return getattr(self.layers[l], "static_input_rows", None)
+
     def layer_forward(
         self,
         l: int,  # noqa: E741 - the layer index, as in the paper

@@ -27,6 +27,8 @@ class GCNConv(nn.Module):
     Parameters: ``lin.weight [out_dim, in_dim]``, ``bias [out_dim]``.
     """
 
+    static_input_rows = "none"  # forward(static_input=True) reads nothing of x_src once its aggregation is cached
+
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
         self.in_dim, self.out_dim = in_dim, out_dim

@@ -26,6 +26,8 @@ class SAGEConv(nn.Module):
     Parameters: ``lin_self.weight [out_dim, in_dim]``, ``lin_neigh.weight [out_dim, in_dim]``, ``bias [out_dim]``.
     """
 
+    static_input_rows = "dst"  # what forward(static_input=True) reads of x_src once its aggregation is cached
+
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
         self.in_dim, self.out_dim = in_dim, out_dim

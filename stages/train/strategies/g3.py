@@ -46,6 +46,40 @@ from ..dataflow import (
 from ..trace import Tracer, now_us
 from .base import Strategy, WorkerData
 
+LAYER0_ROWS = "g3_layer0_input_rows"  # block cache key: the layer-0 input rows a static layer still reads
+SRC_RANGE, DST_RANGE = "g3_src_range", "g3_dst_range"  # block cache keys: the ids as a slice, when contiguous
+REMOTE_USES = "g3_remote_uses"  # block cache key: (remote offsets read by the block, arcs reading each)
+
+
+def id_range(ids: torch.Tensor) -> slice | None:
+    """``slice(a, a + n)`` when ``ids`` is exactly ``a, a + 1, ..., a + n - 1``, else None."""
+    n = len(ids)
+    if n == 0:
+        return slice(0, 0)
+    a = int(ids[0])
+    if int(ids[-1]) != a + n - 1 or not bool(torch.equal(ids, torch.arange(a, a + n, dtype=ids.dtype))):
+        return None
+    return slice(a, a + n)
+
+
+def take_rows(h: torch.Tensor, ids: torch.Tensor, rng: slice | None) -> torch.Tensor:
+    """``h[ids]``: a view when the ids are a range (callers must not write to it), else a gathered copy."""
+    return h[rng] if rng is not None else h.index_select(0, ids)
+
+
+def put_rows(h: torch.Tensor, ids: torch.Tensor, rng: slice | None, rows: torch.Tensor) -> None:
+    if rng is not None:
+        h[rng].copy_(rows)
+    else:
+        h.index_copy_(0, ids, rows)
+
+
+def add_rows(h: torch.Tensor, ids: torch.Tensor, rng: slice | None, rows: torch.Tensor) -> None:
+    if rng is not None:
+        h[rng].add_(rows)
+    else:
+        h.index_add_(0, ids, rows)
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -199,6 +233,9 @@ class G3Strategy(Strategy):
         self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g3-gather") if self.schedule.prefetch else None
         self.copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        # layer 0 reads the fixed input features: SAGE/GCN aggregate them once per block and keep the result
+        # (--layer0-cache); from then on the bin's input is only the rows the layer still reads, kept too
+        self.layer0_rows = self.model.static_input_rows(0) if cfg.layer0_cache_enabled() else None
         self._init_dataflow()
 
     # --- static structure ----------------------------------------------------------------------------------
@@ -219,7 +256,10 @@ class G3Strategy(Strategy):
             dst_in_degree=d.in_degree[dst_t],
             dst_global=d.global_ids[dst_t],
         )
-        return block.to(self.device), src_t, dst_t
+        block = block.to(self.device)
+        block._cache[SRC_RANGE] = id_range(src_t)  # bins of consecutive rows (all plan bins): slices, no gathers
+        block._cache[DST_RANGE] = id_range(dst_t)
+        return block, src_t, dst_t
 
     def _plan_blocks(self, li: int) -> list[tuple[Block, torch.Tensor, torch.Tensor, np.ndarray]]:
         """(block, source local ids, destination local ids, rows) of every plan bin of layer ``li``."""
@@ -281,9 +321,18 @@ class G3Strategy(Strategy):
         self.ex.stats.wait_seconds += (t1 - t0) / 1e6
         self.tracer.span("wait", "wait", t0, t1)
 
-    def _gather(self, h: torch.Tensor, src: torch.Tensor, layer: int, b: int) -> torch.Tensor:
+    def _static(self, li: int) -> bool:
+        return li == 0 and self.layer0_rows is not None
+
+    def _gather(self, h: torch.Tensor, src: torch.Tensor, layer: int, b: int, block=None,
+                view_ok: bool = False) -> torch.Tensor:
+        """The bin's input rows. ``view_ok``: the caller only reads them before ``h`` changes again (no
+        autograd graph keeps them), so contiguous sources may be a view of ``h`` instead of a copy."""
+        if self._static(layer) and block is not None and block.has_cached(LAYER0_ROWS):
+            return block.cached(LAYER0_ROWS, None)  # no gather, no copy: the rows live with the block
         t0 = now_us()
-        x = h.index_select(0, src)
+        rng = block.cached(SRC_RANGE, lambda: None) if (view_ok and block is not None) else None
+        x = take_rows(h, src, rng).detach() if rng is not None else h.index_select(0, src)
         t1 = now_us()
         self.tracer.span("gather", f"L{layer} bin {b}", t0, t1, layer=layer, bin=b)
         if self.device.type != "cuda":
@@ -327,7 +376,9 @@ class G3Strategy(Strategy):
         hs = [h0]
         for li in range(L):
             rows = d.num_owned + (0 if li == L - 1 else d.num_remote)
-            hs.append(torch.zeros((rows, self.model.widths[li + 1]), dtype=h0.dtype))
+            h = torch.empty((rows, self.model.widths[li + 1]), dtype=h0.dtype)  # owned rows: all computed
+            h[d.num_owned :].zero_()
+            hs.append(h)
         sends = [_Sends(d.table(f"fwd_send_{li}"), d.num_owned, phase_tag(kind, li), self, f"{kind}{li}",
                         blocking=not self.schedule.async_send) for li in range(L - 1)]
         recvs = [_Receives(d.table(f"fwd_recv_{li}"), phase_tag(kind, li), self.model.widths[li + 1], h0.dtype,
@@ -347,39 +398,55 @@ class G3Strategy(Strategy):
         x_src = self._ready_input(x)
         if keep:
             x_src.requires_grad_(li > 0)
+        static = self._static(li)
         with torch.set_grad_enabled(keep):
-            y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, training)
+            y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, training,
+                                         static_input=static)
+        if static and not block.has_cached(LAYER0_ROWS):
+            self._keep_layer0_rows(block, x_src)
         if keep:
             self.saved[li].append((block, src, dst, x_src, y))
         t1 = now_us()
         out = y.detach()
         if out.device.type == "cuda":
             out = out.to("cpu", non_blocking=False)
-        hs[li + 1].index_copy_(0, dst, out.to(hs[li + 1].dtype))
+        put_rows(hs[li + 1], dst, block.cached(DST_RANGE, lambda: None), out.to(hs[li + 1].dtype))
         self.timers["compute"] += (now_us() - t0) / 1e6
         self.tracer.span("compute", f"L{li} bin {b}", t0, t1, layer=li, bin=b, nodes=int(block.n_dst),
                          phase="fwd" if training else "eval")
+
+    def _keep_layer0_rows(self, block, x_src: torch.Tensor) -> None:
+        """After a block's first static layer-0 call: keep only the input rows the layer will still read."""
+        if self.layer0_rows == "dst":
+            rows = x_src[: block.n_dst]
+            if block.cached(SRC_RANGE, lambda: None) is None or not self.cfg.feature_cache or x_src.device.type != "cpu":
+                rows = rows.clone()  # a gathered input (or one rebuilt every epoch): keep only these rows
+            # else: a view of the layer-0 input, which stays as it is while the feature cache holds it
+        else:
+            rows = x_src.new_empty((0, x_src.shape[1]))
+        block.cached(LAYER0_ROWS, lambda: rows)
 
     def _forward_layerwise(self, epoch, training, hs, sends, recvs) -> None:
         L = self.num_layers
         d = self.data
         for li in range(L):
             bins = self.blocks[li]
-            nxt = self._submit_gather(hs[li], bins[0][1], li, 0) if bins else None
+            nxt = self._submit_gather(hs[li], bins[0][1], li, 0, bins[0][0], training) if bins else None
             for b, (block, src, dst, _rows) in enumerate(bins):
                 x = nxt.result() if hasattr(nxt, "result") else nxt
                 if b + 1 < len(bins):
-                    nxt = self._submit_gather(hs[li], bins[b + 1][1], li, b + 1)
+                    nxt = self._submit_gather(hs[li], bins[b + 1][1], li, b + 1, bins[b + 1][0], training)
                 self._compute(li, block, x, src, dst, None, hs, epoch, training, b)
                 if li < L - 1:
                     sends[li].produced(dst.numpy(), hs[li + 1])
             if li < L - 1:
                 recvs[li].poll(lambda nodes, rows, h=hs[li + 1]: h.index_copy_(0, nodes + d.num_owned, rows), block=True)
 
-    def _submit_gather(self, h, src, li, b):
+    def _submit_gather(self, h, src, li, b, block, training):
+        view_ok = not (self.keep and training)  # kept activations must not alias h (receives write into it)
         if self.pool is not None:
-            return self.pool.submit(self._gather, h, src, li, b)
-        return self._gather(h, src, li, b)
+            return self.pool.submit(self._gather, h, src, li, b, block, view_ok)
+        return self._gather(h, src, li, b, block, view_ok)
 
     def _forward_eager(self, epoch, training, hs, sends, recvs) -> None:
         """Inter-layer eager schedule: always run the lowest layer that has ready nodes."""
@@ -414,7 +481,7 @@ class G3Strategy(Strategy):
             ready_count[li] -= len(rows)
             remaining[li] -= len(rows)
             block, src, dst = self._dynamic_block(li, rows)
-            x = self._gather(hs[li], src, li, b_index[li])
+            x = self._gather(hs[li], src, li, b_index[li], block, view_ok=not (self.keep and training))
             self._compute(li, block, x, src, dst, rows, hs, epoch, training, b_index[li])
             b_index[li] += 1
             if li < L - 1:
@@ -468,13 +535,15 @@ class G3Strategy(Strategy):
                 if y_saved is not None:
                     x_src, y = x_saved, y_saved
                 else:  # recompute the bin's forward with its inputs as leaves
-                    x_src = self._ready_input(self._gather(h, src, li, step))
+                    x_src = self._ready_input(self._gather(h, src, li, step, block, view_ok=True))
                     x_src.requires_grad_(need_input_grad)
                     with torch.enable_grad():
-                        y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, True)
-                torch.autograd.backward(y, grad_out.index_select(0, dst).to(y.device, dtype=y.dtype))
+                        y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, True,
+                                                     static_input=self._static(li))
+                dst_rng = block.cached(DST_RANGE, lambda: None)
+                torch.autograd.backward(y, take_rows(grad_out, dst, dst_rng).to(y.device, dtype=y.dtype))
                 if need_input_grad:
-                    grad_in.index_add_(0, src, x_src.grad.to("cpu", dtype=h.dtype))
+                    add_rows(grad_in, src, block.cached(SRC_RANGE, lambda: None), x_src.grad.to("cpu", dtype=h.dtype))
                 self.timers["compute"] += (now_us() - t0) / 1e6
                 self.tracer.span("compute", f"L{li} bin {step}", t0, now_us(), layer=li, bin=step, phase="bwd")
                 if need_input_grad:
@@ -490,12 +559,16 @@ class G3Strategy(Strategy):
 
     def _remote_grads_final(self, src: np.ndarray, block, uses: np.ndarray) -> np.ndarray:
         """Remote sources whose every reading arc has now been backpropagated (remote offsets)."""
-        n_own = self.data.num_owned
-        idx = block.indices.cpu().numpy()
-        remote_arcs = src[idx]
-        remote_arcs = remote_arcs[remote_arcs >= n_own] - n_own
-        if len(remote_arcs) == 0:
-            return remote_arcs
-        np.subtract.at(uses, remote_arcs, 1)
-        cand = np.unique(remote_arcs)
+        cand, arcs = block.cached(REMOTE_USES, lambda: self._remote_uses(src, block))
+        if len(cand) == 0:
+            return cand
+        uses[cand] -= arcs
         return cand[uses[cand] == 0]
+
+    def _remote_uses(self, src: np.ndarray, block) -> tuple[np.ndarray, np.ndarray]:
+        """The remote offsets a block reads and how many of its arcs read each (fixed: computed once)."""
+        n_own = self.data.num_owned
+        if not (src >= n_own).any():
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        remote_arcs = src[block.indices.cpu().numpy()]
+        return np.unique(remote_arcs[remote_arcs >= n_own] - n_own, return_counts=True)
