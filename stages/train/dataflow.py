@@ -57,6 +57,39 @@ def release_nodes(nodes, t_ptr, t_rows, self_row, missing, ready_flag):
 
 
 @numba.njit(cache=True)
+def release_inputs(nodes, t_ptr, t_rows, self_row, missing, other_missing, ready_flag):
+    """As :func:`release_nodes`, with a row's inputs counted in two parts (local and remote): ``missing`` is
+    the part these nodes belong to, and a row is ready once both counts are 0. The runtime counts local inputs
+    apart so that the last bin of a layer can clear them all at once (:func:`rows_ready_when_local_done`)
+    instead of walking every arc."""
+    out = np.empty(64, dtype=np.int64)
+    k = 0
+    for i in range(len(nodes)):
+        s = nodes[i]
+        p = self_row[s]
+        for j in range(t_ptr[s], t_ptr[s + 1] + (1 if p >= 0 else 0)):
+            q = t_rows[j] if j < t_ptr[s + 1] else p  # the arcs, then the node's own row (the self term)
+            missing[q] -= 1
+            if missing[q] == 0 and other_missing[q] == 0:
+                if k == len(out):
+                    out = np.concatenate((out, np.empty(len(out), dtype=np.int64)))
+                out[k] = q
+                k += 1
+                ready_flag[q] = True
+    return out[:k]
+
+
+def rows_ready_when_local_done(local_missing: np.ndarray, remote_missing: np.ndarray,
+                               ready_flag: np.ndarray) -> np.ndarray:
+    """Every local input of the next layer is now computed: clear the local counts; the rows whose remote
+    inputs have all arrived too become ready (returned)."""
+    local_missing[:] = 0
+    newly = np.flatnonzero((remote_missing == 0) & ~ready_flag)
+    ready_flag[newly] = True
+    return newly
+
+
+@numba.njit(cache=True)
 def complete_messages(nodes, msg_ptr, msg_ids, remaining):
     """Nodes were produced: decrement the remaining counts of the messages that carry them; returns the
     messages that became complete (ascending)."""

@@ -23,14 +23,15 @@ def _nb_cross_entropy(z, labels, idx, scale, grad, row_loss):
         m = row[0]
         for c in range(1, row.shape[0]):
             m = max(m, row[c])
+        g = grad[v]
         s = 0.0
         for c in range(row.shape[0]):
-            s += np.exp(row[c] - m)
-        lse = m + np.log(s)
-        row_loss[t] = lse - row[labels[v]]
-        g = grad[v]
+            g[c] = np.exp(row[c] - m)
+            s += g[c]
+        row_loss[t] = m + np.log(s) - row[labels[v]]
+        f = scale / s
         for c in range(row.shape[0]):
-            g[c] = np.exp(row[c] - lse) * scale
+            g[c] *= f
         g[labels[v]] -= scale
 
 

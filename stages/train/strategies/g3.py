@@ -39,7 +39,8 @@ from ..dataflow import (
     build_block_arrays,
     complete_messages,
     node_messages,
-    release_nodes,
+    release_inputs,
+    rows_ready_when_local_done,
     take_ready,
     transpose_rows,
 )
@@ -284,9 +285,15 @@ class G3Strategy(Strategy):
         self.pos_of_owned = np.empty(n_own, dtype=np.int64)
         self.pos_of_owned[d.priority] = np.arange(n_own)
         self.self_row = np.concatenate([self.pos_of_owned, np.full(d.num_remote, -1, dtype=np.int64)])
+        # rows are owned ids here (WorkerData renumbers them in priority order); "id" order = the shard's ids,
+        # which ascend with global ids
         self.row_order = (np.arange(n_own, dtype=np.int64) if self.schedule.order == "priority"
-                          else self.pos_of_owned.copy())  # owned local ids ascend with global ids
+                          else np.asarray(d.new_id, dtype=np.int64).copy())
         self.in_deg_rows = np.diff(d.row_ptr).astype(np.int64)
+        # inputs of each row counted apart: local sources (+1: the row's own node) and remote sources
+        row_of_arc = np.repeat(np.arange(n_own, dtype=np.int64), self.in_deg_rows)
+        self.remote_in_rows = np.bincount(row_of_arc[self.edge_src >= n_own], minlength=n_own).astype(np.int64)
+        self.local_in_rows = self.in_deg_rows - self.remote_in_rows + 1
         self.prio = np.asarray(d.priority, dtype=np.int64)
         self.mark = np.full(n_local, -1, dtype=np.int64)
         self.row_ptr = np.asarray(d.row_ptr, dtype=np.int64)
@@ -455,7 +462,8 @@ class G3Strategy(Strategy):
         n_own = d.num_owned
         ready = [np.ones(n_own, dtype=np.bool_)] + [np.zeros(n_own, dtype=np.bool_) for _ in range(L - 1)]
         done = [np.zeros(n_own, dtype=np.bool_) for _ in range(L)]
-        missing = [None] + [self.in_deg_rows + 1 for _ in range(L - 1)]
+        missing = [None] + [self.local_in_rows.copy() for _ in range(L - 1)]  # local inputs not yet computed
+        missing_remote = [None] + [self.remote_in_rows.copy() for _ in range(L - 1)]  # remote not yet received
         ready_count = [n_own] + [0] * (L - 1)
         remaining = [n_own] * L
         cursor = [0] * L
@@ -464,8 +472,8 @@ class G3Strategy(Strategy):
         def arrived(li):  # message of layer li's outputs arrived: remote rows are inputs of layer li+1
             def consume(nodes, rows):
                 hs[li + 1].index_copy_(0, nodes + n_own, rows)
-                newly = release_nodes(nodes.numpy() + n_own, self.t_ptr, self.t_rows, self.self_row,
-                                      missing[li + 1], ready[li + 1])
+                newly = release_inputs(nodes.numpy() + n_own, self.t_ptr, self.t_rows, self.self_row,
+                                       missing_remote[li + 1], missing[li + 1], ready[li + 1])
                 ready_count[li + 1] += len(newly)
             return consume
 
@@ -486,13 +494,19 @@ class G3Strategy(Strategy):
             b_index[li] += 1
             if li < L - 1:
                 dst_np = dst.numpy()
-                newly = release_nodes(dst_np, self.t_ptr, self.t_rows, self.self_row, missing[li + 1], ready[li + 1])
+                if remaining[li] > 0:
+                    newly = release_inputs(dst_np, self.t_ptr, self.t_rows, self.self_row, missing[li + 1],
+                                           missing_remote[li + 1], ready[li + 1])
+                else:  # the layer's last bin: no need to walk its arcs
+                    newly = rows_ready_when_local_done(missing[li + 1], missing_remote[li + 1], ready[li + 1])
                 ready_count[li + 1] += len(newly)
                 sends[li].produced(dst_np, hs[li + 1])
 
     def _take(self, li, ready, done, cursor) -> np.ndarray:
         rows, cursor[li] = take_ready(self.row_order, ready[li], done[li], cursor[li], self.bin_limit[li],
                                       self.row_cost[li], self.bin_limit_bytes[li], len(self.row_order))
+        if self.schedule.order == "priority":
+            return rows  # taken in ascending order already
         return np.sort(rows)  # priority positions ascending: the block keeps the BFS locality
 
     def _dynamic_block(self, li: int, rows: np.ndarray):
