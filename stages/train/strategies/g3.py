@@ -18,7 +18,8 @@ Backward, per layer in reverse: the plan's bins in reverse order (or, with ``--b
 own bins with their saved activations); each bin's input gradients are scattered (owned rows stay, remote
 rows are returned to their owners as soon as the last bin that reads them is done), weight gradients
 accumulate locally, and the loop all-reduces them. With ``--backward recompute`` (default) a bin's forward
-is recomputed, so its memory stays within the bin limit in backward too.
+is recomputed, so its memory stays within the bin limit in backward too; with ``intra`` and ``multi`` the
+next bin's inputs are gathered (on CUDA copied in) while one bin recomputes and backpropagates, as in forward.
 """
 
 from __future__ import annotations
@@ -450,6 +451,8 @@ class G3Strategy(Strategy):
                 recvs[li].poll(lambda nodes, rows, h=hs[li + 1]: h.index_copy_(0, nodes + d.num_owned, rows), block=True)
 
     def _submit_gather(self, h, src, li, b, block, training):
+        """The bin's inputs, gathered now or (``intra``/``multi``) on the prefetch thread. ``training=False`` also
+        stands for backward's recomputation, whose inputs no autograd graph outlives."""
         view_ok = not (self.keep and training)  # kept activations must not alias h (receives write into it)
         if self.pool is not None:
             return self.pool.submit(self._gather, h, src, li, b, block, view_ok)
@@ -544,12 +547,18 @@ class G3Strategy(Strategy):
                 if need_input_grad else None
             uses = self.uses.copy()
             bins = self.saved[li][::-1] if self.saved[li] else [(blk, s, t, None, None) for blk, s, t, _ in self.blocks[li][::-1]]
+            # recompute: the next bin's inputs are gathered (on CUDA copied in) while this one computes
+            nxt = self._submit_gather(h, bins[0][1], li, 0, bins[0][0], False) \
+                if bins and bins[0][4] is None else None
             for step, (block, src, dst, x_saved, y_saved) in enumerate(bins):
                 t0 = now_us()
                 if y_saved is not None:
                     x_src, y = x_saved, y_saved
                 else:  # recompute the bin's forward with its inputs as leaves
-                    x_src = self._ready_input(self._gather(h, src, li, step, block, view_ok=True))
+                    x = nxt.result() if hasattr(nxt, "result") else nxt
+                    if step + 1 < len(bins):
+                        nxt = self._submit_gather(h, bins[step + 1][1], li, step + 1, bins[step + 1][0], False)
+                    x_src = self._ready_input(x)
                     x_src.requires_grad_(need_input_grad)
                     with torch.enable_grad():
                         y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, True,
