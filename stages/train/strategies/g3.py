@@ -488,10 +488,16 @@ class G3Strategy(Strategy):
             if li is None:
                 self._idle_until_message(recvs, arrived)
                 continue
-            rows = self._take(li, ready, done, cursor)
+            if li == 0 and self.schedule.order == "priority":
+                # every layer-0 row is ready from the start: the eager packing would rebuild the plan's own
+                # bins, so use them (and the blocks backward recomputes, with their caches) as they are
+                block, src, dst, rows = self.blocks[0][b_index[0]]
+                done[0][rows] = True
+            else:
+                rows = self._take(li, ready, done, cursor)
+                block, src, dst = self._dynamic_block(li, rows)
             ready_count[li] -= len(rows)
             remaining[li] -= len(rows)
-            block, src, dst = self._dynamic_block(li, rows)
             x = self._gather(hs[li], src, li, b_index[li], block, view_ok=not (self.keep and training))
             self._compute(li, block, x, src, dst, rows, hs, epoch, training, b_index[li])
             b_index[li] += 1
