@@ -196,6 +196,31 @@ def test_plan_tables_send_every_pair_once(store, tmp_path):
         assert pairs == expected
 
 
+def test_backward_messages_leave_after_the_last_bin_reading_them(store, tmp_path):
+    """Backward runs bins in plan order: a remote node's input gradient is final after the last bin that reads
+    it, and that bin's step is the step of its bwd_send message."""
+    part = tmp_path / "part"
+    assert invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code == 0
+    assert invoke(["plan", str(part), "--layers", "3", "--bin-size", "10", "-o", str(tmp_path / "plan")]).exit_code == 0
+    checked = 0
+    for r in range(3):
+        wp = WorkerPlan(tmp_path / "plan", r)
+        n_own = int(wp.meta["num_owned"])
+        for li in (1, 2):
+            lp = wp.layer(li)
+            last = {}
+            for b in range(lp.num_bins):
+                for s in lp.src[lp.src_ptr[b] : lp.src_ptr[b + 1]]:
+                    if s >= n_own:
+                        last[int(s) - n_own] = b
+            t = wp.table(f"bwd_send_{li}")
+            for step, _peer, sl in t.message_slices():
+                for node in t.nodes[sl]:
+                    assert last[int(node)] == step
+                    checked += 1
+    assert checked > 0
+
+
 @pytest.mark.parametrize("how", ["kill", "raise"])
 def test_failed_worker_stops_the_run_cleanly(store, tmp_path, monkeypatch, how):
     import time

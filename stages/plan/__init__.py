@@ -19,7 +19,7 @@ from ..common.progress import make_progress
 from .bins import (
     LayerShape,
     build_layer_bins,
-    first_use_bin,
+    last_use_bin,
     node_bytes,
     pack_by_bytes,
     pack_by_count,
@@ -169,7 +169,7 @@ def _plan_worker(tmp: Path, shard, shapes: list[LayerShape], cfg: PlanConfig, li
     np.save(wdir / "priority.npy", prio)
     np.save(wdir / "row_ptr.npy", row_ptr)
     in_deg = np.diff(row_ptr)
-    layers, state = [], {"pos": pos, "row_bin": [], "first_use": [], "num_bins": []}
+    layers, state = [], {"pos": pos, "row_bin": [], "last_use": [], "num_bins": []}
     for li, shape in enumerate(shapes):
         cost = node_bytes(in_deg, shape)
         if cfg.bin_size:
@@ -195,7 +195,7 @@ def _plan_worker(tmp: Path, shard, shapes: list[LayerShape], cfg: PlanConfig, li
         })
         state["row_bin"].append(np.repeat(np.arange(lb.num_bins, dtype=np.int64), bin_nodes))
         state["num_bins"].append(lb.num_bins)
-        state["first_use"].append(first_use_bin(edge_src.astype(np.int64), row_ptr, bin_ptr, n_own, n_rem))
+        state["last_use"].append(last_use_bin(edge_src.astype(np.int64), row_ptr, bin_ptr, n_own, n_rem))
     info = {
         "rank": shard.rank,
         "num_owned": n_own,
@@ -229,7 +229,7 @@ def _collect_tables(shards, states, num_layers: int, sends: dict, recvs: dict) -
             in_offsets = si.recv_from(q)  # remote offsets at i owned by q, aligned with q's send list to i
             q_nodes = sq.send_to(i)
             for li in range(1, num_layers):  # gradients of layer li's inputs return to their owners
-                steps = st["num_bins"][li] - 1 - st["first_use"][li][in_offsets]
+                steps = st["last_use"][li][in_offsets]
                 order = np.lexsort((in_offsets, steps))
                 _add(sends[i], f"bwd_send_{li}", q, steps[order], in_offsets[order])
                 _add(recvs[q], f"bwd_recv_{li}", i, steps[order], q_nodes[order])

@@ -200,13 +200,14 @@ def rows_in_priority_order(indptr: np.ndarray, indices: np.ndarray, prio: np.nda
 
 
 @numba.njit(cache=True)
-def first_use_bin(edge_src, row_ptr, bin_ptr, n_owned, n_remote):
-    """For each remote node, the lowest bin that reads it (its last use when backward runs bins in reverse)."""
+def last_use_bin(edge_src, row_ptr, bin_ptr, n_owned, n_remote):
+    """For each remote node, the highest bin that reads it: backward runs a layer's bins in plan order, so
+    the node's input gradient is final (and goes back to its owner) after that bin."""
     out = np.full(n_remote, -1, dtype=np.int64)
     nb = len(bin_ptr) - 1
     for b in range(nb):
         for e in range(row_ptr[bin_ptr[b]], row_ptr[bin_ptr[b + 1]]):
             s = edge_src[e]
-            if s >= n_owned and out[s - n_owned] < 0:
+            if s >= n_owned:
                 out[s - n_owned] = b
     return out

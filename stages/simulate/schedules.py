@@ -10,8 +10,8 @@
   with ready rows runs next, its ready rows packed (``multi``: priority order; ``inter``: node-id order) into a
   bin bounded by the plan's limit; a message leaves when its last node has been computed; arrived messages
   are taken between bins; with nothing ready the worker waits for the lowest layer's next message.
-* backward, per layer in reverse: plan bins in reverse; after step s the ``bwd_send_l`` messages of step s are
-  sent; the layer ends when every ``bwd_recv_l`` message has arrived and its own sends have left.
+* backward, per layer in reverse: the plan's bins in plan order; after step s (= bin s) the ``bwd_send_l``
+  messages of step s are sent; the layer ends when every ``bwd_recv_l`` message has arrived and its own sends have left.
 * then the gradient all-reduce (a barrier) and the optimizer step.
 
 **layer-barrier** (NeuGraph / NeutronStar style): per layer every worker computes all its bins, then sends
@@ -224,7 +224,7 @@ def _backward(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, now: f
         steps = _by_step(w.table(f"bwd_send_{li}")) if need else {}
         B = lb.num_bins
         for s in range(B):
-            b = B - 1 - s
+            b = s  # plan order: the bins that read remote inputs come first, their gradients leave early
             now = yield ("compute", rates.bwd(li, lb.bin_arcs[b], lb.bin_nodes[b]), "compute", f"L{li} bwd {s}")
             if (oh := _overhead(rates)) is not None:
                 now = yield oh

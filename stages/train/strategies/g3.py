@@ -14,8 +14,9 @@ the last node of a plan message is computed (non-blocking; ``none`` waits for ea
 
 Every schedule only reorders work: each bin still sees all in-edges of its nodes, so the result is the same.
 
-Backward, per layer in reverse: the plan's bins in reverse order (or, with ``--backward keep``, the forward's
-own bins with their saved activations); each bin's input gradients are scattered (owned rows stay, remote
+Backward, per layer in reverse: the plan's bins in plan order (or, with ``--backward keep``, the forward's
+own bins with their saved activations, in the order they ran) — not reversed, so that the bins that read
+remote inputs (first in the priority list) return those inputs' gradients to their owners first; each bin's input gradients are scattered (owned rows stay, remote
 rows are returned to their owners as soon as the last bin that reads them is done), weight gradients
 accumulate locally, and the loop all-reduces them. With ``--backward recompute`` (default) a bin's forward
 is recomputed, so its memory stays within the bin limit in backward too; with ``intra`` and ``multi`` the
@@ -552,7 +553,9 @@ class G3Strategy(Strategy):
             recvs = _Receives(d.table(f"bwd_recv_{li}"), phase, h.shape[1], h.dtype, self, f"bwd{li}") \
                 if need_input_grad else None
             uses = self.uses.copy()
-            bins = self.saved[li][::-1] if self.saved[li] else [(blk, s, t, None, None) for blk, s, t, _ in self.blocks[li][::-1]]
+            # bins in plan order, not reversed: the priority list puts first the nodes peers need, which on a
+            # symmetric graph are the nodes that read remote inputs, so the gradients peers wait for go out first
+            bins = self.saved[li] if self.saved[li] else [(blk, s, t, None, None) for blk, s, t, _ in self.blocks[li]]
             # recompute: the next bin's inputs are gathered (on CUDA copied in) while this one computes
             nxt = self._submit_gather(h, bins[0][1], li, 0, bins[0][0], False) \
                 if bins and bins[0][4] is None else None
