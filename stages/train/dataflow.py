@@ -79,6 +79,19 @@ def release_inputs(nodes, t_ptr, t_rows, self_row, missing, other_missing, ready
     return out[:k]
 
 
+@numba.njit(cache=True)
+def last_local_input_bin(row_ptr, edge_src, row_bin, n_owned):
+    """For every row, the highest ``row_bin`` among the row itself and its owned sources (rows = owned ids)."""
+    n = len(row_ptr) - 1
+    out = row_bin[:n].copy()
+    for p in range(n):
+        for e in range(row_ptr[p], row_ptr[p + 1]):
+            s = edge_src[e]
+            if s < n_owned and row_bin[s] > out[p]:
+                out[p] = row_bin[s]
+    return out
+
+
 def rows_ready_when_local_done(local_missing: np.ndarray, remote_missing: np.ndarray,
                                ready_flag: np.ndarray) -> np.ndarray:
     """Every local input of the next layer is now computed: clear the local counts; the rows whose remote

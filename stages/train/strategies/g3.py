@@ -40,6 +40,7 @@ from ..comm import TAG_SHIFT, Exchanger, phase_tag
 from ..dataflow import (
     build_block_arrays,
     complete_messages,
+    last_local_input_bin,
     node_messages,
     release_inputs,
     rows_ready_when_local_done,
@@ -468,6 +469,9 @@ class G3Strategy(Strategy):
         done = [np.zeros(n_own, dtype=np.bool_) for _ in range(L)]
         missing = [None] + [self.local_in_rows.copy() for _ in range(L - 1)]  # local inputs not yet computed
         missing_remote = [None] + [self.remote_in_rows.copy() for _ in range(L - 1)]  # remote not yet received
+        plan_layer0 = self.schedule.order == "priority"  # layer 0 runs the plan's bins (see below)
+        if plan_layer0 and L > 1:
+            missing[1] = np.ones(n_own, dtype=np.int64)  # a flag: cleared by the layer-0 bin that completes the row
         ready_count = [n_own] + [0] * (L - 1)
         remaining = [n_own] * L
         cursor = [0] * L
@@ -504,13 +508,39 @@ class G3Strategy(Strategy):
             b_index[li] += 1
             if li < L - 1:
                 dst_np = dst.numpy()
-                if remaining[li] > 0:
+                if li == 0 and plan_layer0:  # which rows this bin completes is fixed by the plan: no arc walk
+                    newly = self._rows_completed_by_layer0_bin(b_index[0] - 1, missing[1], missing_remote[1],
+                                                               ready[1])
+                elif remaining[li] > 0:
                     newly = release_inputs(dst_np, self.t_ptr, self.t_rows, self.self_row, missing[li + 1],
                                            missing_remote[li + 1], ready[li + 1])
                 else:  # the layer's last bin: no need to walk its arcs
                     newly = rows_ready_when_local_done(missing[li + 1], missing_remote[li + 1], ready[li + 1])
                 ready_count[li + 1] += len(newly)
                 sends[li].produced(dst_np, hs[li + 1])
+
+    def _rows_completed_by_layer0_bin(self, b: int, local_missing, remote_missing, ready_flag) -> np.ndarray:
+        """Layer 0 runs the plan's bins in order, so the bin after which a row's local layer-1 inputs (its own
+        node and its owned in-neighbours) are all computed is the same every epoch: computed once, it replaces
+        walking every arc of every bin (O(arcs) serial decrements per epoch: 2.3 s of an 11 s epoch on
+        `products`). Clears those rows' local flags; returns the ones whose remote inputs are also in."""
+        if not hasattr(self, "_layer0_done_ptr"):
+            self._layer0_done_ptr, self._layer0_done_rows = self._layer0_completion()
+        rows = self._layer0_done_rows[self._layer0_done_ptr[b] : self._layer0_done_ptr[b + 1]]
+        local_missing[rows] = 0
+        newly = rows[(remote_missing[rows] == 0) & ~ready_flag[rows]]
+        ready_flag[newly] = True
+        return newly
+
+    def _layer0_completion(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rows grouped (CSR by layer-0 bin) by the last layer-0 bin computing one of their local inputs."""
+        n_own = self.data.num_owned
+        bin_ptr = np.asarray(self.data.layers[0].bin_ptr, dtype=np.int64)
+        row_bin = np.repeat(np.arange(len(bin_ptr) - 1, dtype=np.int64), np.diff(bin_ptr))
+        last = last_local_input_bin(self.row_ptr, self.edge_src, row_bin, n_own)  # rows = owned ids here
+        order = np.argsort(last, kind="stable")
+        ptr = np.concatenate([[0], np.cumsum(np.bincount(last, minlength=len(bin_ptr) - 1))]).astype(np.int64)
+        return ptr, order
 
     def _take(self, li, ready, done, cursor) -> np.ndarray:
         rows, cursor[li] = take_ready(self.row_order, ready[li], done[li], cursor[li], self.bin_limit[li],
