@@ -461,7 +461,11 @@ class G3Strategy(Strategy):
         return self._gather(h, src, li, b, block, view_ok)
 
     def _forward_eager(self, epoch, training, hs, sends, recvs) -> None:
-        """Inter-layer eager schedule: always run the lowest layer that has ready nodes."""
+        """Inter-layer eager schedule: always run the lowest layer that has ready work.
+
+        ``multi`` (priority order) runs the plan's bins, each as soon as all its rows are ready — the blocks,
+        their transposes and caches are the plan's, built once; ``inter`` packs ready rows in node-id order
+        into bins of the plan's limit, built at run time."""
         d = self.data
         L = self.num_layers
         n_own = d.num_owned
@@ -469,35 +473,55 @@ class G3Strategy(Strategy):
         done = [np.zeros(n_own, dtype=np.bool_) for _ in range(L)]
         missing = [None] + [self.local_in_rows.copy() for _ in range(L - 1)]  # local inputs not yet computed
         missing_remote = [None] + [self.remote_in_rows.copy() for _ in range(L - 1)]  # remote not yet received
-        plan_layer0 = self.schedule.order == "priority"  # layer 0 runs the plan's bins (see below)
-        if plan_layer0 and L > 1:
+        plan_bins = self.schedule.order == "priority"
+        if plan_bins and L > 1:
             missing[1] = np.ones(n_own, dtype=np.int64)  # a flag: cleared by the layer-0 bin that completes the row
         ready_count = [n_own] + [0] * (L - 1)
         remaining = [n_own] * L
         cursor = [0] * L
         b_index = [0] * L
+        if plan_bins:  # rows of each plan bin not ready yet; a bin runs once all of them are
+            row_bin = [self._plan_row_bin(li) for li in range(L)]
+            bin_wait = [np.bincount(rb, minlength=len(self.blocks[li])) for li, rb in enumerate(row_bin)]
+            bin_wait[0][:] = 0
+            ran = [np.zeros(len(self.blocks[li]), dtype=np.bool_) for li in range(L)]
+
+        def became_ready(li, newly):
+            ready_count[li] += len(newly)
+            if plan_bins and len(newly):
+                bin_wait[li] -= np.bincount(row_bin[li][newly], minlength=len(bin_wait[li]))
+
+        def next_work():
+            for k in range(L):
+                if ready_count[k] == 0:
+                    continue
+                if not plan_bins:
+                    return k, None
+                runnable = np.flatnonzero((bin_wait[k] == 0) & ~ran[k])
+                if len(runnable):
+                    return k, int(runnable[0])
+            return None, None
 
         def arrived(li):  # message of layer li's outputs arrived: remote rows are inputs of layer li+1
             def consume(nodes, rows):
                 hs[li + 1].index_copy_(0, nodes + n_own, rows)
                 newly = release_inputs(nodes.numpy() + n_own, self.t_ptr, self.t_rows, self.self_row,
                                        missing_remote[li + 1], missing[li + 1], ready[li + 1])
-                ready_count[li + 1] += len(newly)
+                became_ready(li + 1, newly)
             return consume
 
         while any(remaining):
             for li in range(L - 1):
                 if not recvs[li].finished:
                     recvs[li].poll(arrived(li))
-            li = next((k for k in range(L) if ready_count[k] > 0), None)
+            li, b = next_work()
             if li is None:
                 self._idle_until_message(recvs, arrived)
                 continue
-            if li == 0 and self.schedule.order == "priority":
-                # every layer-0 row is ready from the start: the eager packing would rebuild the plan's own
-                # bins, so use them (and the blocks backward recomputes, with their caches) as they are
-                block, src, dst, rows = self.blocks[0][b_index[0]]
-                done[0][rows] = True
+            if plan_bins:
+                block, src, dst, rows = self.blocks[li][b]
+                ran[li][b] = True
+                done[li][rows] = True
             else:
                 rows = self._take(li, ready, done, cursor)
                 block, src, dst = self._dynamic_block(li, rows)
@@ -508,16 +532,20 @@ class G3Strategy(Strategy):
             b_index[li] += 1
             if li < L - 1:
                 dst_np = dst.numpy()
-                if li == 0 and plan_layer0:  # which rows this bin completes is fixed by the plan: no arc walk
-                    newly = self._rows_completed_by_layer0_bin(b_index[0] - 1, missing[1], missing_remote[1],
-                                                               ready[1])
+                if li == 0 and plan_bins:  # layer-0 bins run in plan order: which rows each completes is fixed
+                    newly = self._rows_completed_by_layer0_bin(b, missing[1], missing_remote[1], ready[1])
                 elif remaining[li] > 0:
                     newly = release_inputs(dst_np, self.t_ptr, self.t_rows, self.self_row, missing[li + 1],
                                            missing_remote[li + 1], ready[li + 1])
                 else:  # the layer's last bin: no need to walk its arcs
                     newly = rows_ready_when_local_done(missing[li + 1], missing_remote[li + 1], ready[li + 1])
-                ready_count[li + 1] += len(newly)
+                became_ready(li + 1, newly)
                 sends[li].produced(dst_np, hs[li + 1])
+
+    def _plan_row_bin(self, li: int) -> np.ndarray:
+        """The plan bin of every row in layer ``li``."""
+        bin_ptr = np.asarray(self.data.layers[li].bin_ptr, dtype=np.int64)
+        return np.repeat(np.arange(len(bin_ptr) - 1, dtype=np.int64), np.diff(bin_ptr))
 
     def _rows_completed_by_layer0_bin(self, b: int, local_missing, remote_missing, ready_flag) -> np.ndarray:
         """Layer 0 runs the plan's bins in order, so the bin after which a row's local layer-1 inputs (its own
