@@ -10,6 +10,8 @@
   with ready rows runs next, its ready rows packed (``multi``: priority order; ``inter``: node-id order) into a
   bin bounded by the plan's limit; a message leaves when its last node has been computed; arrived messages
   are taken between bins; with nothing ready the worker waits for the lowest layer's next message.
+  (Since 2026-11-22 the runtime's ``multi`` runs the plan's own bins, each once all its rows are ready,
+  rather than packing ready rows; this model still packs rows, so it is the finer-grained idealisation.)
 * backward, per layer in reverse: the plan's bins in plan order; after step s (= bin s) the ``bwd_send_l``
   messages of step s are sent; the layer ends when every ``bwd_recv_l`` message has arrived and its own sends have left.
 * then the gradient all-reduce (a barrier) and the optimizer step.
