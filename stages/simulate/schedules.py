@@ -34,7 +34,7 @@ import numba
 import numpy as np
 
 from ..plan.bins import node_bytes
-from ..train.dataflow import complete_messages, node_messages, release_nodes, take_ready, transpose_rows
+from ..train.dataflow import complete_messages, node_messages, release_inputs, take_ready, transpose_rows
 from .profile import Rates
 from .workload import WorkerLoad, Workload
 
@@ -176,13 +176,15 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
         recvs.append(msgs)
     blocking = not sched.async_send
     n_bin = [0] * L
+    no_other = np.zeros(n_own, dtype=np.int64)  # one count per row (local and remote together)
     while any(remaining):
         for li in range(L - 1):  # take every message that has arrived by now
             if recvs[li]:
                 keep = []
                 for key, nodes in recvs[li]:
                     if engine.arrival.get(key, math.inf) <= now:
-                        newly = release_nodes(nodes + n_own, t_ptr, t_rows, self_row, missing[li + 1], ready[li + 1])
+                        newly = release_inputs(nodes + n_own, t_ptr, t_rows, self_row, missing[li + 1], no_other,
+                                               ready[li + 1])
                         ready_count[li + 1] += len(newly)
                     else:
                         keep.append((key, nodes))
@@ -208,7 +210,7 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
             now = yield oh
         if li < L - 1:
             dst = w.priority[rows]
-            newly = release_nodes(dst, t_ptr, t_rows, self_row, missing[li + 1], ready[li + 1])
+            newly = release_inputs(dst, t_ptr, t_rows, self_row, missing[li + 1], no_other, ready[li + 1])
             ready_count[li + 1] += len(newly)
             t, ptr, ids, left = sends[li]
             if len(t.msgs):

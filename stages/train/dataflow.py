@@ -28,40 +28,14 @@ def node_messages(table_nodes: np.ndarray, msg_counts: np.ndarray, n_nodes: int)
 
 
 @numba.njit(cache=True)
-def release_nodes(nodes, t_ptr, t_rows, self_row, missing, ready_flag):
-    """Nodes became available as inputs: decrement the missing-input counts of the rows that read them (and of
-    their own row, for the self term); returns the rows that became ready."""
-    out = np.empty(64, dtype=np.int64)
-    k = 0
-    for i in range(len(nodes)):
-        s = nodes[i]
-        for j in range(t_ptr[s], t_ptr[s + 1]):
-            p = t_rows[j]
-            missing[p] -= 1
-            if missing[p] == 0:
-                if k == len(out):
-                    out = np.concatenate((out, np.empty(len(out), dtype=np.int64)))
-                out[k] = p
-                k += 1
-                ready_flag[p] = True
-        p = self_row[s]
-        if p >= 0:
-            missing[p] -= 1
-            if missing[p] == 0:
-                if k == len(out):
-                    out = np.concatenate((out, np.empty(len(out), dtype=np.int64)))
-                out[k] = p
-                k += 1
-                ready_flag[p] = True
-    return out[:k]
-
-
-@numba.njit(cache=True)
 def release_inputs(nodes, t_ptr, t_rows, self_row, missing, other_missing, ready_flag):
-    """As :func:`release_nodes`, with a row's inputs counted in two parts (local and remote): ``missing`` is
-    the part these nodes belong to, and a row is ready once both counts are 0. The runtime counts local inputs
-    apart so that the last bin of a layer can clear them all at once (:func:`rows_ready_when_local_done`)
-    instead of walking every arc."""
+    """Nodes became available as inputs: decrement the missing-input counts of the rows that read them (and of
+    their own row, for the self term); returns the rows that became ready.
+
+    A row's inputs may be counted in two parts (local and remote): ``missing`` is the part these nodes belong
+    to, and a row is ready once both counts are 0 (pass zeros as ``other_missing`` for a single count). The
+    runtime counts local inputs apart so that the last bin of a layer can clear them all at once
+    (:func:`rows_ready_when_local_done`) instead of walking every arc."""
     out = np.empty(64, dtype=np.int64)
     k = 0
     for i in range(len(nodes)):
