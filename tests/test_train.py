@@ -269,6 +269,10 @@ def test_bad_plans_and_mismatched_artifacts(store, tmp_path):
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "plan.json").write_text(json.dumps(meta))
     cases.append((invoke(["train", str(tmp_path / "old"), "-o", str(tmp_path / "r3")]), "schema version 99"))
+    meta["schema_version"] = 1  # backward steps numbered for the reversed order: must be re-planned
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v1" / "plan.json").write_text(json.dumps(meta))
+    cases.append((invoke(["train", str(tmp_path / "v1"), "-o", str(tmp_path / "r4")]), "schema version 1"))
     # the partition changed after planning
     pmeta = json.loads((part / "partition.json").read_text())
     pmeta["created"] = "changed"

@@ -16,6 +16,7 @@ from ..common.atomic import atomic_dir, check_target, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.partition_artifact import load_partition_meta, open_shard
 from ..common.progress import make_progress
+from .artifact import PLAN_SCHEMA, PLAN_VERSION
 from .bins import (
     LayerShape,
     build_layer_bins,
@@ -28,8 +29,6 @@ from .bins import (
 )
 from .tables import Table, assemble
 
-PLAN_SCHEMA = "g3.plan"
-PLAN_VERSION = 1
 MODELS = ("sage", "gcn", "gat")
 
 

@@ -13,7 +13,9 @@ from ..common.errors import G3InputError
 from .tables import Table
 
 PLAN_SCHEMA = "g3.plan"
-PLAN_VERSION = 1
+# 2: backward messages are numbered by the last bin (in plan order) that reads each node; version 1 plans
+# numbered them for a reversed backward order
+PLAN_VERSION = 2
 
 
 def load_plan_meta(plan: str | Path) -> dict:

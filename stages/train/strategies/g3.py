@@ -294,8 +294,8 @@ class G3Strategy(Strategy):
                           else np.asarray(d.new_id, dtype=np.int64).copy())
         self.in_deg_rows = np.diff(d.row_ptr).astype(np.int64)
         # inputs of each row counted apart: local sources (+1: the row's own node) and remote sources
-        row_of_arc = np.repeat(np.arange(n_own, dtype=np.int64), self.in_deg_rows)
-        self.remote_in_rows = np.bincount(row_of_arc[self.edge_src >= n_own], minlength=n_own).astype(np.int64)
+        remote_arc_rows = np.searchsorted(d.row_ptr, np.flatnonzero(self.edge_src >= n_own), side="right") - 1
+        self.remote_in_rows = np.bincount(remote_arc_rows, minlength=n_own).astype(np.int64)
         self.local_in_rows = self.in_deg_rows - self.remote_in_rows + 1
         self.prio = np.asarray(d.priority, dtype=np.int64)
         self.mark = np.full(n_local, -1, dtype=np.int64)
@@ -441,21 +441,20 @@ class G3Strategy(Strategy):
         d = self.data
         for li in range(L):
             bins = self.blocks[li]
-            nxt = self._submit_gather(hs[li], bins[0][1], li, 0, bins[0][0], training) if bins else None
+            view_ok = not (self.keep and training)  # kept activations must not alias h (receives write into it)
+            nxt = self._submit_gather(hs[li], bins[0][1], li, 0, bins[0][0], view_ok) if bins else None
             for b, (block, src, dst, _rows) in enumerate(bins):
                 x = nxt.result() if hasattr(nxt, "result") else nxt
                 if b + 1 < len(bins):
-                    nxt = self._submit_gather(hs[li], bins[b + 1][1], li, b + 1, bins[b + 1][0], training)
+                    nxt = self._submit_gather(hs[li], bins[b + 1][1], li, b + 1, bins[b + 1][0], view_ok)
                 self._compute(li, block, x, src, dst, None, hs, epoch, training, b)
                 if li < L - 1:
                     sends[li].produced(dst.numpy(), hs[li + 1])
             if li < L - 1:
                 recvs[li].poll(lambda nodes, rows, h=hs[li + 1]: h.index_copy_(0, nodes + d.num_owned, rows), block=True)
 
-    def _submit_gather(self, h, src, li, b, block, training):
-        """The bin's inputs, gathered now or (``intra``/``multi``) on the prefetch thread. ``training=False`` also
-        stands for backward's recomputation, whose inputs no autograd graph outlives."""
-        view_ok = not (self.keep and training)  # kept activations must not alias h (receives write into it)
+    def _submit_gather(self, h, src, li, b, block, view_ok: bool):
+        """The bin's inputs (see :meth:`_gather`), gathered now or (``intra``/``multi``) on the prefetch thread."""
         if self.pool is not None:
             return self.pool.submit(self._gather, h, src, li, b, block, view_ok)
         return self._gather(h, src, li, b, block, view_ok)
@@ -521,7 +520,6 @@ class G3Strategy(Strategy):
             if plan_bins:
                 block, src, dst, rows = self.blocks[li][b]
                 ran[li][b] = True
-                done[li][rows] = True
             else:
                 rows = self._take(li, ready, done, cursor)
                 block, src, dst = self._dynamic_block(li, rows)
@@ -562,19 +560,15 @@ class G3Strategy(Strategy):
 
     def _layer0_completion(self) -> tuple[np.ndarray, np.ndarray]:
         """Rows grouped (CSR by layer-0 bin) by the last layer-0 bin computing one of their local inputs."""
-        n_own = self.data.num_owned
-        bin_ptr = np.asarray(self.data.layers[0].bin_ptr, dtype=np.int64)
-        row_bin = np.repeat(np.arange(len(bin_ptr) - 1, dtype=np.int64), np.diff(bin_ptr))
-        last = last_local_input_bin(self.row_ptr, self.edge_src, row_bin, n_own)  # rows = owned ids here
+        row_bin = self._plan_row_bin(0)
+        last = last_local_input_bin(self.row_ptr, self.edge_src, row_bin, self.data.num_owned)  # rows = owned ids
         order = np.argsort(last, kind="stable")
-        ptr = np.concatenate([[0], np.cumsum(np.bincount(last, minlength=len(bin_ptr) - 1))]).astype(np.int64)
+        ptr = np.concatenate([[0], np.cumsum(np.bincount(last, minlength=len(self.blocks[0])))]).astype(np.int64)
         return ptr, order
 
     def _take(self, li, ready, done, cursor) -> np.ndarray:
         rows, cursor[li] = take_ready(self.row_order, ready[li], done[li], cursor[li], self.bin_limit[li],
                                       self.row_cost[li], self.bin_limit_bytes[li], len(self.row_order))
-        if self.schedule.order == "priority":
-            return rows  # taken in ascending order already
         return np.sort(rows)  # priority positions ascending: the block keeps the BFS locality
 
     def _dynamic_block(self, li: int, rows: np.ndarray):
@@ -615,7 +609,7 @@ class G3Strategy(Strategy):
             # symmetric graph are the nodes that read remote inputs, so the gradients peers wait for go out first
             bins = self.saved[li] if self.saved[li] else [(blk, s, t, None, None) for blk, s, t, _ in self.blocks[li]]
             # recompute: the next bin's inputs are gathered (on CUDA copied in) while this one computes
-            nxt = self._submit_gather(h, bins[0][1], li, 0, bins[0][0], False) \
+            nxt = self._submit_gather(h, bins[0][1], li, 0, bins[0][0], True) \
                 if bins and bins[0][4] is None else None
             for step, (block, src, dst, x_saved, y_saved) in enumerate(bins):
                 t0 = now_us()
@@ -624,7 +618,7 @@ class G3Strategy(Strategy):
                 else:  # recompute the bin's forward with its inputs as leaves
                     x = nxt.result() if hasattr(nxt, "result") else nxt
                     if step + 1 < len(bins):
-                        nxt = self._submit_gather(h, bins[step + 1][1], li, step + 1, bins[step + 1][0], False)
+                        nxt = self._submit_gather(h, bins[step + 1][1], li, step + 1, bins[step + 1][0], True)
                     x_src = self._ready_input(x)
                     x_src.requires_grad_(need_input_grad)
                     with torch.enable_grad():
