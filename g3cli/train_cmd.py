@@ -29,8 +29,9 @@ from .output import print_run_summary
                    "layer with the next bin gathered/copied while one computes; 'none' = sequential. All give the "
                    "same model.")
 @click.option("--trace", is_flag=True,
-              help="Write a Chrome-trace timeline (RUN/trace/rank-N.json, for Perfetto or chrome://tracing) of one "
-                   "epoch per rank, and the share of communication hidden under compute to the metrics.")
+              help="Time every span of every epoch but the first: the share of communication hidden under compute "
+                   "goes to each epoch's metrics record, and the second epoch's timeline to RUN/trace/rank-N.json "
+                   "(Chrome trace, for Perfetto or chrome://tracing).")
 @click.option("--profile", type=click.Path(), default=None,
               help="Write PROFILE.json: compute seconds per arc, node and bin of each layer on this device, fitted "
                    "from the traced epoch's bins (input of `g3 simulate --profile`).")

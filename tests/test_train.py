@@ -297,9 +297,12 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
     for schedule, run in runs.items():
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         traced = [r for r in records if r.get("traced")]
-        assert len(traced) == 1 and traced[0]["epoch"] == 1
-        share = traced[0]["comm_hidden_share"]
-        assert share is not None and 0.0 <= share <= 1.0
+        assert len(traced) == 1 and traced[0]["epoch"] == 1  # one timeline ...
+        for r in records[1:]:  # ... and the shares of every epoch but the first
+            share, waited = r["comm_hidden_share"], r["comm_waited_share"]
+            assert 0.0 <= share <= 1.0 and 0.0 <= waited <= 1.0 and share + waited <= 1.0 + 1e-9
+        assert "comm_hidden_share" not in records[0]
+        forward_prefetched = 0
         for rank in range(3):
             trace = json.loads((run / "trace" / f"rank-{rank:05d}.json").read_text())
             spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
@@ -308,3 +311,28 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
             assert all(e["pid"] == rank and e["dur"] >= 0 for e in spans)
             fwd_bins = [e for e in spans if e["cat"] == "compute" and e["args"].get("phase") == "fwd"]
             assert {e["args"]["layer"] for e in fwd_bins} == {0, 1, 2}
+            assert [e["name"] for e in spans if e["args"].get("phase") == "loss"] == ["loss"]
+            bwd_start = min(e["ts"] for e in spans if e["args"].get("phase") == "bwd")
+            forward_prefetched += sum(1 for e in spans if e["cat"] == "gather" and e["ts"] < bwd_start
+                                      and e["args"]["prefetched"])
+        # the intra-layer overlap of the forward: the next bin gathered on the prefetch thread (intra, multi)
+        assert (forward_prefetched > 0) == (schedule in ("intra", "multi")), (schedule, forward_prefetched)
+
+
+def test_hidden_and_waited_shares_from_spans():
+    """Rank 1 receives two messages from rank 0: in flight 0-10 and 20-40 (sender post → receiver done);
+    its compute spans cover 0-5 and 25-40, it waits 5-10."""
+    from stages.train.trace import hidden_share
+
+    def span(cat, t0, t1):
+        return {"cat": cat, "ts": float(t0), "dur": float(t1 - t0)}
+
+    rank0 = {"events": [], "messages": [((1, 0, 1, 0), "send", 0.0, 1.0), ((1, 0, 1, 1), "send", 20.0, 21.0)]}
+    rank1 = {"events": [span("compute", 0, 5), span("wait", 5, 10), span("compute", 25, 40)],
+             # the receiver posted both at 0: the sender's post time starts the flight
+             "messages": [((1, 0, 1, 0), "recv", 0.0, 10.0), ((1, 0, 1, 1), "recv", 0.0, 40.0)]}
+    share = hidden_share([rank0, rank1])
+    assert share["per_rank"] == [None, pytest.approx(20 / 30)]
+    assert share["overall"] == pytest.approx(20 / 30)
+    assert share["waited"] == pytest.approx(5 / 30)
+    assert share["comm_seconds"] == pytest.approx(30e-6)

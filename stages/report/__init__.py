@@ -33,8 +33,8 @@ DEFINITIONS = [
     "optimizer step, and idle = epoch time − the rest (floored at 0); means over all epochs but the first",
     "bytes sent / epoch: median over epochs of the bytes all workers sent peer-to-peer (the first epoch also "
     "sends the input features once)",
-    "comm hidden (traced): share of the traced epoch's communication time that overlapped compute "
-    "(g3 train --trace)",
+    "comm hidden (traced): share of communication time that overlapped compute, median over the traced "
+    "epochs (g3 train --trace times every epoch but the first)",
     "accuracy (final, best): the last and the highest value recorded by `g3 train --eval-every`; "
     "test acc (g3 eval): RUN/eval.json, when `g3 eval` ran",
 ]
@@ -129,7 +129,8 @@ def run_report(runs: list[str | Path], out: str | Path | None = None, labels: li
             if trace.epoch is None:  # the metrics mark the traced epoch
                 trace.epoch = next((int(e["epoch"]) for e in r.epochs if e.get("traced")), None)
             f = f"timeline{suffix}.png"
-            share = r.summary()["comm_hidden_share"]
+            drawn = next((e for e in r.epochs if e.get("traced") and int(e["epoch"]) == trace.epoch), {})
+            share = drawn.get("comm_hidden_share")  # this epoch's own share (the summary's is the median)
             plot_timeline(trace, r.label, out / f,
                           None if share is None else f"communication hidden under compute: {100 * share:.0f} %")
             add(per_run, "timeline", f, f"{r.label}: bin timeline of the traced epoch, one panel per rank, a row per "

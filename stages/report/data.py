@@ -187,8 +187,8 @@ class RunData:
             acc = self.accuracy(split)
             out[f"final_{split}_acc"] = acc[-1][2] if acc else None
             out[f"best_{split}_acc"] = max(a for _, _, a in acc) if acc else None
-        traced = [r for r in self.epochs if r.get("comm_hidden_share") is not None]
-        out["comm_hidden_share"] = float(traced[-1]["comm_hidden_share"]) if traced else None
+        traced = [float(r["comm_hidden_share"]) for r in self.epochs if r.get("comm_hidden_share") is not None]
+        out["comm_hidden_share"] = statistics.median(traced) if traced else None  # one epoch's share is noisy
         ev = (self.eval or {}).get("accuracy") or {}
         out["eval_test_acc"] = ev.get("test")
         out["eval_valid_acc"] = ev.get("valid")

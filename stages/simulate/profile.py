@@ -226,7 +226,7 @@ class Profiler:
                 continue
             a = e["args"]
             li, phase = int(a.get("layer", 0)), a.get("phase", "fwd")
-            if phase == "eval":
+            if phase in ("eval", "loss"):  # the loss stays in the unexplained per-epoch time the simulator adds
                 continue
             if phase == "fwd" or not keep:
                 call = next(calls, None)
@@ -247,16 +247,14 @@ class Profiler:
             if e["cat"] == "gather":
                 gathers_by_layer.setdefault(int(e["args"].get("layer", 0)), []).append(e)
         eager_gather = 0.0
-        prefetch = bool(getattr(self.strategy, "schedule", None) and self.strategy.schedule.prefetch
-                        and not self.strategy.schedule.eager)
         for li, evs in gathers_by_layer.items():
             evs.sort(key=lambda e: e["ts"])
             n_fwd = len(fwd_blocks.get(li, []))
             fwd = evs[:n_fwd]  # forward gathers precede backward's (which sit inside backward compute spans)
             sec = sum(e["dur"] for e in fwd) / 1e6
             gather[str(li)] = [sec, sum(c[3] for c in fwd_blocks.get(li, []))]
-            if not prefetch:
-                eager_gather += sec  # gathered on the compute thread: not unexplained time
+            # gathered on the compute thread: not unexplained time (prefetched ones overlap compute spans)
+            eager_gather += sum(e["dur"] for e in fwd if not e["args"].get("prefetched")) / 1e6
         import torch
 
         return {"rank": self.strategy.rank, "bins": bins, "gather": gather, "epoch_seconds": float(epoch_seconds),

@@ -25,6 +25,7 @@ from .config import TrainConfig
 from .loss import cross_entropy_with_grad
 from .metrics import MetricsWriter, peak_memory_bytes
 from .strategies.base import WorkerData, strategy_class
+from .trace import now_us
 
 log = logging.getLogger("g3.train")
 
@@ -113,17 +114,23 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
     trace_epoch = min(cfg.epochs - 1, start_epoch + 1)  # skip the warm-up epoch when there is another
     for epoch in range(start_epoch, cfg.epochs):
         _maybe_inject_fault(rank, epoch)
-        tracing = (cfg.trace or cfg.profile) and epoch == trace_epoch and hasattr(strategy, "tracer")
+        # --trace: every epoch from trace_epoch on is timed per span (the hidden share of one epoch is noisy on a
+        # shared machine, so each gets its own and reports take the median); the timeline file is trace_epoch's
+        can_trace = hasattr(strategy, "tracer") and epoch >= trace_epoch
+        tracing = can_trace and (cfg.trace or (cfg.profile and epoch == trace_epoch))
         if tracing:
             strategy.tracer.start()
-            profiler = _start_profile(strategy) if cfg.profile else None
+            profiler = _start_profile(strategy) if cfg.profile and epoch == trace_epoch else None
         t0 = time.perf_counter()
         strategy.reset_timers()
         exchanger.stats.reset()
         optimizer.zero_grad(set_to_none=False)
         model.train()
         logits = strategy.forward(epoch, training=True)
+        t_loss = now_us()
         loss_local, grad_logits = cross_entropy_with_grad(logits, data.labels, train_idx, n_train)
+        if tracing:  # the loss is computation too: messages still in flight meanwhile are hidden under it
+            strategy.tracer.span("compute", "loss", t_loss, now_us(), phase="loss")
         strategy.backward(grad_logits, epoch)
         t_sync = time.perf_counter()
         _all_reduce_grads(params)
@@ -135,7 +142,7 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
         if tracing:
             strategy.tracer.stop()
             if cfg.trace:
-                record.update(_write_trace(strategy.tracer, run_dir, world))
+                record.update(_trace_record(strategy.tracer, run_dir, world, write=epoch == trace_epoch))
             if profiler is not None:  # PROFILE.json for `g3 simulate` (stages/simulate/profile.py)
                 profiler.finish(cfg.profile, epoch_seconds, sync_seconds)
         if cfg.eval_every and ((epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
@@ -178,16 +185,20 @@ def _start_profile(strategy):
     return start_profile(strategy)
 
 
-def _write_trace(tracer, run_dir: Path, world: int) -> dict:
-    """Each rank writes its timeline; every rank gets the hidden-communication share computed from all."""
+def _trace_record(tracer, run_dir: Path, world: int, write: bool) -> dict:
+    """The hidden-communication share of this epoch, computed from every rank's spans (collective); with
+    ``write`` each rank also writes its timeline and the record is marked ``traced``."""
     from .trace import hidden_share
 
-    tracer.write(run_dir / "trace" / f"rank-{tracer.rank:05d}.json")
+    if write:
+        tracer.write(run_dir / "trace" / f"rank-{tracer.rank:05d}.json")
     spans = [None] * world
-    dist.all_gather_object(spans, {"events": tracer.events, "messages": tracer.messages})
+    needed = [e for e in tracer.events if e["cat"] in ("compute", "wait")]  # all the shares need of the events
+    dist.all_gather_object(spans, {"events": needed, "messages": tracer.messages})
     share = hidden_share(spans)
-    return {"traced": True, "comm_hidden_share": share["overall"], "comm_hidden_share_per_rank": share["per_rank"],
-            "comm_seconds_traced": share["comm_seconds"]}
+    out = {"comm_hidden_share": share["overall"], "comm_hidden_share_per_rank": share["per_rank"],
+           "comm_waited_share": share["waited"], "comm_seconds_traced": share["comm_seconds"]}
+    return {"traced": True, **out} if write else out
 
 
 def _maybe_inject_fault(rank: int, epoch: int) -> None:

@@ -90,21 +90,25 @@ def hidden_share(per_rank: list[dict]) -> dict:
     A message is in flight from the moment its sender posts it until its receiver has it. For each rank,
     communication time is the union of the in-flight intervals of the messages it receives, and the hidden
     part is what of it overlaps the rank's own compute spans. Returns the ratio per rank and over all ranks
-    (hidden seconds / communication seconds, summed).
+    (hidden seconds / communication seconds, summed), and ``waited``: the share of communication time the rank
+    spent blocked on messages (wait spans). The rest overlapped the rank's other work (gathers, message handling,
+    bookkeeping) or time the OS gave to other processes.
     """
     posts = {}
     for r in per_rank:
         for key, role, post, _ in r["messages"]:
             if role == "send":
                 posts[tuple(key)] = post
-    shares, hidden_total, comm_total = [], 0.0, 0.0
+    shares, hidden_total, waited_total, comm_total = [], 0.0, 0.0, 0.0
     for r in per_rank:
         recv = [(posts.get(tuple(key), post), done) for key, role, post, done in r["messages"] if role == "recv"]
         comm = _union(recv)
         compute = _union([(e["ts"], e["ts"] + e["dur"]) for e in r["events"] if e["cat"] == "compute"])
+        wait = _union([(e["ts"], e["ts"] + e["dur"]) for e in r["events"] if e["cat"] == "wait"])
         c, h = _length(comm), _overlap(comm, compute)
         shares.append(h / c if c > 0 else None)
         hidden_total += h
+        waited_total += _overlap(comm, wait)
         comm_total += c
     return {"per_rank": shares, "overall": hidden_total / comm_total if comm_total > 0 else None,
-            "comm_seconds": comm_total / 1e6}
+            "waited": waited_total / comm_total if comm_total > 0 else None, "comm_seconds": comm_total / 1e6}

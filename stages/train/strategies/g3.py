@@ -334,17 +334,22 @@ class G3Strategy(Strategy):
     def _static(self, li: int) -> bool:
         return li == 0 and self.layer0_rows is not None
 
+    def _needs_gather(self, layer: int, block) -> bool:
+        """False where the bin's inputs already live with its block (cached layer-0 rows)."""
+        return not (self._static(layer) and block.has_cached(LAYER0_ROWS))
+
     def _gather(self, h: torch.Tensor, src: torch.Tensor, layer: int, b: int, block=None,
                 view_ok: bool = False) -> torch.Tensor:
         """The bin's input rows. ``view_ok``: the caller only reads them before ``h`` changes again (no
         autograd graph keeps them), so contiguous sources may be a view of ``h`` instead of a copy."""
-        if self._static(layer) and block is not None and block.has_cached(LAYER0_ROWS):
+        if block is not None and not self._needs_gather(layer, block):
             return block.cached(LAYER0_ROWS, None)  # no gather, no copy: the rows live with the block
         t0 = now_us()
         rng = block.cached(SRC_RANGE, lambda: None) if (view_ok and block is not None) else None
         x = take_rows(h, src, rng).detach() if rng is not None else h.index_select(0, src)
         t1 = now_us()
-        self.tracer.span("gather", f"L{layer} bin {b}", t0, t1, layer=layer, bin=b)
+        self.tracer.span("gather", f"L{layer} bin {b}", t0, t1, layer=layer, bin=b,
+                         prefetched=threading.current_thread() is not threading.main_thread())
         if self.device.type != "cuda":
             return x
         with torch.cuda.stream(self.copy_stream):
@@ -509,6 +514,8 @@ class G3Strategy(Strategy):
                 became_ready(li + 1, newly)
             return consume
 
+        view_ok = not (self.keep and training)
+        prefetched: dict[tuple[int, int], object] = {}  # (layer, plan bin) → its inputs, gathered meanwhile
         while any(remaining):
             for li in range(L - 1):
                 if not recvs[li].finished:
@@ -520,16 +527,25 @@ class G3Strategy(Strategy):
             if plan_bins:
                 block, src, dst, rows = self.blocks[li][b]
                 ran[li][b] = True
+                x = prefetched.pop((li, b), None)
+                x = x.result() if x is not None else self._gather(hs[li], src, li, b, block, view_ok)
+                if self.pool is not None and not prefetched:  # multi: gather the next ready bin meanwhile
+                    nl, nb = next_work()
+                    if nl is not None and self._needs_gather(nl, self.blocks[nl][nb][0]):
+                        nblock, nsrc = self.blocks[nl][nb][:2]
+                        prefetched[(nl, nb)] = self.pool.submit(self._gather, hs[nl], nsrc, nl, nb, nblock, view_ok)
             else:
                 rows = self._take(li, ready, done, cursor)
                 block, src, dst = self._dynamic_block(li, rows)
+                b = b_index[li]
+                x = self._gather(hs[li], src, li, b, block, view_ok)
             ready_count[li] -= len(rows)
             remaining[li] -= len(rows)
-            x = self._gather(hs[li], src, li, b_index[li], block, view_ok=not (self.keep and training))
-            self._compute(li, block, x, src, dst, rows, hs, epoch, training, b_index[li])
+            self._compute(li, block, x, src, dst, rows, hs, epoch, training, b)
             b_index[li] += 1
             if li < L - 1:
                 dst_np = dst.numpy()
+                sends[li].produced(dst_np, hs[li + 1])  # first: peers get the rows before the bookkeeping below
                 if li == 0 and plan_bins:  # layer-0 bins run in plan order: which rows each completes is fixed
                     newly = self._rows_completed_by_layer0_bin(b, missing[1], missing_remote[1], ready[1])
                 elif remaining[li] > 0:
@@ -538,7 +554,6 @@ class G3Strategy(Strategy):
                 else:  # the layer's last bin: no need to walk its arcs
                     newly = rows_ready_when_local_done(missing[li + 1], missing_remote[li + 1], ready[li + 1])
                 became_ready(li + 1, newly)
-                sends[li].produced(dst_np, hs[li + 1])
 
     def _plan_row_bin(self, li: int) -> np.ndarray:
         """The plan bin of every row in layer ``li``."""
