@@ -18,6 +18,7 @@ from stages.train.block import Block, build_block
 from stages.train.dropout import dropout_mask, dropout_uniform_bits
 from stages.train.kernels import (
     BACKENDS,
+    add_rows_at,
     add_self_loops,
     block_transpose,
     csr_mean,
@@ -175,6 +176,19 @@ def test_bins_match_reference_gradients(kind, heads, dims, backend):
         assert ours.keys() == ref.keys()
         for name in ref:
             torch.testing.assert_close(ours[name], ref[name], atol=1e-10, rtol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_add_rows_at_is_bitwise_index_add(dtype):
+    """The numba scatter-add for distinct ids (float CPU) and its index_add_ fallback (other dtypes)."""
+    g = torch.Generator().manual_seed(8)
+    for n, m, width in ((1000, 300, 16), (50, 50, 3), (10, 0, 4)):
+        h = (torch.randn(n, width, generator=g) * 100).to(dtype)
+        ids = torch.randperm(n, generator=g)[:m]
+        rows = (torch.randn(width, m, generator=g) * 100).to(dtype).t()  # not contiguous: rows are strided
+        ref = h.clone().index_add_(0, ids, rows)
+        add_rows_at(h, ids, rows)
+        assert torch.equal(h, ref)
 
 
 @pytest.mark.parametrize("kind,heads", [("sage", 8), ("gcn", 8), ("gat", 2)])

@@ -47,6 +47,7 @@ from ..dataflow import (
     take_ready,
     transpose_rows,
 )
+from ..kernels import add_rows_at
 from ..trace import Tracer, now_us
 from .base import Strategy, WorkerData
 
@@ -79,10 +80,11 @@ def put_rows(h: torch.Tensor, ids: torch.Tensor, rng: slice | None, rows: torch.
 
 
 def add_rows(h: torch.Tensor, ids: torch.Tensor, rng: slice | None, rows: torch.Tensor) -> None:
+    """``h[ids] += rows`` for distinct ids (a bin's sources, a message's nodes)."""
     if rng is not None:
         h[rng].add_(rows)
     else:
-        h.index_add_(0, ids, rows)
+        add_rows_at(h, ids, rows)
 
 
 @dataclass(frozen=True)
@@ -650,7 +652,7 @@ class G3Strategy(Strategy):
                     if len(finished):
                         sends.produced(finished, grad_in, index_offset=d.num_owned)
             if need_input_grad:
-                recvs.poll(lambda nodes, rows, g=grad_in: g.index_add_(0, nodes, rows), block=True)
+                recvs.poll(lambda nodes, rows, g=grad_in: add_rows(g, nodes, None, rows), block=True)
                 sends.wait()
                 grad_out = grad_in[: d.num_owned]
             self.inputs[li] = None
