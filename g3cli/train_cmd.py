@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from stages.train import TrainConfig, run_train
-from stages.train.config import DTYPES, LAYER0_CACHE, PIPELINES
+from stages.train.config import DTYPES, LAYER0_CACHE, PIPELINES, PREFETCH
 
 from .output import print_run_summary
 
@@ -26,8 +26,8 @@ from .output import print_run_summary
 @click.option("--pipeline", type=click.Choice(PIPELINES), default="multi", show_default=True,
               help="Bin scheduling (G3 §5.2): 'multi' = eager inter-layer bins in priority order plus intra-layer "
                    "prefetch; 'inter' = eager inter-layer only, bins of consecutive node ids; 'intra' = layer by "
-                   "layer with the next bin gathered/copied while one computes; 'none' = sequential. All give the "
-                   "same model.")
+                   "layer with the next bin gathered/copied while one computes (see --prefetch); 'none' = "
+                   "sequential. All give the same model.")
 @click.option("--trace", is_flag=True,
               help="Time every span of every epoch but the first: the share of communication hidden under compute "
                    "goes to each epoch's metrics record, and the second epoch's timeline to RUN/trace/rank-N.json "
@@ -46,6 +46,11 @@ from .output import print_run_summary
                    "keep the result: later epochs run layer 0 as dense products, with no sparse aggregation forward "
                    "or backward (same model; GAT ignores it). Costs owned nodes x features of extra memory. "
                    "'auto' = on for --device cpu, off for cuda (the cache would sit outside the bins' memory budget).")
+@click.option("--prefetch", type=click.Choice(PREFETCH), default="auto", show_default=True,
+              help="Under --pipeline intra/multi, gather (on CUDA also copy in) the next bin on a second thread while "
+                   "one computes. 'auto' = on for cuda; on the CPU only when the workers leave a core idle (threads x "
+                   "local workers < cores): otherwise the thread takes a core from the compute kernels and epochs "
+                   "get slower. Same model either way.")
 @click.option("--backward", "backward", type=click.Choice(["recompute", "keep"]), default="recompute",
               show_default=True,
               help="Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep "
@@ -61,13 +66,13 @@ from .output import print_run_summary
 @click.option("-o", "--out", type=click.Path(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
 @click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
 def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipeline, trace, profile, eval_every,
-            checkpoint_every, resume, no_feature_cache, layer0_cache, backward, dtype, threads, timeout, master_addr, master_port, out, force):
+            checkpoint_every, resume, no_feature_cache, layer0_cache, prefetch, backward, dtype, threads, timeout, master_addr, master_port, out, force):
     """Train the plan's GNN on the whole graph with K workers (hybrid parallelism: bins, peer-to-peer
     sharing of embeddings and gradients, all-reduced weight gradients). Writes RUN/run.json, per-epoch
     metrics (RUN/metrics.jsonl), logs per rank, checkpoints and the final weights RUN/model.pt."""
     cfg = TrainConfig(epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout, seed=seed, workers=workers,
                       device=device, pipeline=pipeline, trace=trace, profile=profile, eval_every=eval_every, checkpoint_every=checkpoint_every,
-                      resume=resume, feature_cache=not no_feature_cache, layer0_cache=layer0_cache,
+                      resume=resume, feature_cache=not no_feature_cache, layer0_cache=layer0_cache, prefetch=prefetch,
                       backward=backward, dtype=dtype, threads=threads,
                       timeout=timeout, master_addr=master_addr, master_port=master_port)
     info = run_train(plan, cfg, out=out, force=force)

@@ -290,7 +290,7 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
     runs = {}
     for schedule in ("none", "intra", "inter", "multi"):
         runs[schedule] = pipeline(store, tmp_path / schedule, 3, "random", "sage", 3, "9", dtype="float64",
-                                  extra_train=("--pipeline", schedule, "--trace"))
+                                  extra_train=("--pipeline", schedule, "--trace", "--prefetch", "on"))
     weights = {k: torch.load(r / "model.pt", weights_only=True) for k, r in runs.items()}
     for schedule in ("intra", "inter", "multi"):
         assert max_weight_diff(weights["none"], weights[schedule]) <= 1e-12
@@ -336,3 +336,18 @@ def test_hidden_and_waited_shares_from_spans():
     assert share["overall"] == pytest.approx(20 / 30)
     assert share["waited"] == pytest.approx(5 / 30)
     assert share["comm_seconds"] == pytest.approx(30e-6)
+
+
+def test_prefetch_setting():
+    """auto: on for CUDA; on the CPU only when threads x local workers leave a core idle."""
+    import os
+
+    from stages.train.config import TrainConfig
+
+    cores = os.cpu_count() or 1
+    assert TrainConfig(device="cuda").prefetch_enabled(cores, 4)
+    assert not TrainConfig().prefetch_enabled(cores, 1)
+    assert not TrainConfig().prefetch_enabled(1, cores)
+    assert TrainConfig().prefetch_enabled(1, 1) == (cores > 1)
+    assert TrainConfig(prefetch="on").prefetch_enabled(cores, 4)
+    assert not TrainConfig(prefetch="off", device="cuda").prefetch_enabled(1, 1)

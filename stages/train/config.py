@@ -9,6 +9,7 @@ import torch
 
 PIPELINES = ("multi", "inter", "intra", "none")
 LAYER0_CACHE = ("auto", "on", "off")
+PREFETCH = ("auto", "on", "off")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -29,6 +30,7 @@ class TrainConfig:
     profile: str | None = None  # write PROFILE.json (compute rates, for `g3 simulate`) from the traced epoch
     feature_cache: bool = True
     layer0_cache: str = "auto"  # auto | on | off: keep layer 0's aggregation of the (fixed) input features
+    prefetch: str = "auto"  # auto | on | off: intra/multi gather the next bin on a second thread
     dtype: str = "float32"
     threads: int | None = None  # per worker; None: cores / local workers
     timeout: float = 60.0  # seconds a worker waits for a peer before giving up
@@ -43,6 +45,16 @@ class TrainConfig:
     def layer0_cache_enabled(self) -> bool:
         """auto = on for the CPU; on CUDA the cache would sit on the device outside the bins' memory budget."""
         return self.layer0_cache == "on" or (self.layer0_cache == "auto" and self.device == "cpu")
+
+    def prefetch_enabled(self, threads: int, local_workers: int) -> bool:
+        """Whether ``intra``/``multi`` gather (on CUDA: gather and copy in) the next bin on a second thread.
+
+        auto = on for CUDA, where the copy runs on its own stream while the device computes; on the CPU only
+        when the workers leave a core idle: otherwise the gather thread takes a core from the compute kernels
+        and every epoch gets slower (measured, docs/BENCHMARKS.md "Prefetch on the CPU")."""
+        if self.prefetch != "auto":
+            return self.prefetch == "on"
+        return self.device == "cuda" or threads * local_workers < (os.cpu_count() or 1)
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -25,6 +25,7 @@ next bin's inputs are gathered (on CUDA copied in) while one bin recomputes and 
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -237,12 +238,22 @@ class G3Strategy(Strategy):
         self.keep = cfg.backward == "keep"
         self.saved: list[list] = [[] for _ in range(self.num_layers)]
         self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g3-gather") if self.schedule.prefetch else None
+        self.pool = self._gather_pool(cfg)
         self.copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         # layer 0 reads the fixed input features: SAGE/GCN aggregate them once per block and keep the result
         # (--layer0-cache); from then on the bin's input is only the rows the layer still reads, kept too
         self.layer0_rows = self.model.static_input_rows(0) if cfg.layer0_cache_enabled() else None
         self._init_dataflow()
+
+    def _gather_pool(self, cfg) -> ThreadPoolExecutor | None:
+        """The prefetch thread of ``intra``/``multi`` (see ``TrainConfig.prefetch_enabled``); its own torch ops
+        run on one thread, so a gather never spreads over the cores the compute kernels use."""
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        if not (self.schedule.prefetch and cfg.prefetch_enabled(torch.get_num_threads(), local)):
+            return None
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="g3-gather", initializer=torch.set_num_threads,
+                                  initargs=(1,))
 
     # --- static structure ----------------------------------------------------------------------------------
     def _make_block(self, rows_lo: int, rows_hi: int, src: np.ndarray, indptr: np.ndarray, indices: np.ndarray):
