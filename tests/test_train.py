@@ -302,6 +302,8 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
             share, waited = r["comm_hidden_share"], r["comm_waited_share"]
             assert 0.0 <= share <= 1.0 and 0.0 <= waited <= 1.0 and share + waited <= 1.0 + 1e-9
         assert "comm_hidden_share" not in records[0]
+        for w in records[-1]["workers"]:  # one thread's CPU time within its own wall-clock spans
+            assert 0.0 < w["compute_cpu_seconds"] <= w["compute_seconds"] + 1e-3
         forward_prefetched = 0
         for rank in range(3):
             trace = json.loads((run / "trace" / f"rank-{rank:05d}.json").read_text())

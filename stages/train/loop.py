@@ -150,6 +150,9 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
         worker = {
             "rank": rank,
             "compute_seconds": strategy.timers["compute"],
+            # CPU seconds of the compute thread in those spans: the work itself when the worker runs one thread,
+            # unlike the wall-clock figure, which grows when workers share cores
+            "compute_cpu_seconds": strategy.timers["compute_cpu"],
             "comm_wait_seconds": exchanger.stats.wait_seconds,
             "sync_seconds": sync_seconds,
             "bytes_sent": exchanger.stats.bytes_sent,

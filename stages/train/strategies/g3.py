@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -422,7 +423,7 @@ class G3Strategy(Strategy):
     def _compute(self, li: int, block, x, src, dst, rows_t, hs, epoch, training, b):
         """One bin: layer forward, outputs into h[li+1] (and kept for backward when asked)."""
         keep = self.keep and training
-        t0 = now_us()
+        t0, c0 = now_us(), time.thread_time()
         x_src = self._ready_input(x)
         if keep:
             x_src.requires_grad_(li > 0)
@@ -440,6 +441,7 @@ class G3Strategy(Strategy):
             out = out.to("cpu", non_blocking=False)
         put_rows(hs[li + 1], dst, block.cached(DST_RANGE, lambda: None), out.to(hs[li + 1].dtype))
         self.timers["compute"] += (now_us() - t0) / 1e6
+        self.timers["compute_cpu"] += time.thread_time() - c0
         self.tracer.span("compute", f"L{li} bin {b}", t0, t1, layer=li, bin=b, nodes=int(block.n_dst),
                          phase="fwd" if training else "eval")
 
@@ -640,7 +642,7 @@ class G3Strategy(Strategy):
             nxt = self._submit_gather(h, bins[0][1], li, 0, bins[0][0], True) \
                 if bins and bins[0][4] is None else None
             for step, (block, src, dst, x_saved, y_saved) in enumerate(bins):
-                t0 = now_us()
+                t0, c0 = now_us(), time.thread_time()
                 if y_saved is not None:
                     x_src, y = x_saved, y_saved
                 else:  # recompute the bin's forward with its inputs as leaves
@@ -657,6 +659,7 @@ class G3Strategy(Strategy):
                 if need_input_grad:
                     add_rows(grad_in, src, block.cached(SRC_RANGE, lambda: None), x_src.grad.to("cpu", dtype=h.dtype))
                 self.timers["compute"] += (now_us() - t0) / 1e6
+                self.timers["compute_cpu"] += time.thread_time() - c0
                 self.tracer.span("compute", f"L{li} bin {step}", t0, now_us(), layer=li, bin=step, phase="bwd")
                 if need_input_grad:
                     finished = self._remote_grads_final(src.numpy(), block, uses)
