@@ -200,7 +200,7 @@ def _metis_g3(graphs, k):
 def test_algorithm1_converges_and_never_worsens_the_largest_remote_set(tiny_store, k):
     graphs = load_graphs(GraphStore.open(tiny_store))
     first = _metis_g3(graphs, k)
-    res = run_algorithm1(graphs, first, k, gamma=0.005, balance_tol=1.05)
+    res = run_algorithm1(graphs, first, k, gamma=0.005, degree_tol=1.05)
     assert res.stop_reason == "converged"
     before = remote_sizes(graphs.indptr, graphs.indices, first, k)
     after = remote_sizes(graphs.indptr, graphs.indices, res.part, k)
@@ -224,7 +224,7 @@ def _check_balance(graphs, first, final, k, tol):
 def test_algorithm1_on_random_graphs_keeps_its_guarantees(case):
     n, k, src, dst, part, _ = case
     graphs = graphs_from_csr(*_csr(n, src, dst))
-    res = run_algorithm1(graphs, part, k, gamma=0.005, balance_tol=1.05)
+    res = run_algorithm1(graphs, part, k, gamma=0.005, degree_tol=1.05)
     before = remote_sizes(graphs.indptr, graphs.indices, part, k)
     after = remote_sizes(graphs.indptr, graphs.indices, res.part, k)
     assert after.max() <= before.max()
@@ -277,8 +277,8 @@ def test_degree_tol_loosens_only_the_degree_constraint(tiny_store, tmp_path):
 def test_algorithm1_watches_the_degree_limit_it_is_given(tiny_store):
     graphs = load_graphs(GraphStore.open(tiny_store))
     first = metis_partition(graphs, 4, seed=0, vertex_weights=np.ones((graphs.num_nodes, 1), dtype=np.int64))
-    tight = run_algorithm1(graphs, first, 4, gamma=0.005, balance_tol=1.02)
-    loose = run_algorithm1(graphs, first, 4, gamma=0.005, balance_tol=1.5)
+    tight = run_algorithm1(graphs, first, 4, gamma=0.005, degree_tol=1.02)
+    loose = run_algorithm1(graphs, first, 4, gamma=0.005, degree_tol=1.5)
     _check_balance(graphs, first, tight.part, 4, 1.02)
     _check_balance(graphs, first, loose.part, 4, 1.5)
     with pytest.raises(AssertionError):  # the looser limit let some swap through that 1.02 refused
@@ -287,7 +287,7 @@ def test_algorithm1_watches_the_degree_limit_it_is_given(tiny_store):
 
 def test_swap_limit_stops_algorithm1(tiny_store):
     graphs = load_graphs(GraphStore.open(tiny_store))
-    res = run_algorithm1(graphs, _metis_g3(graphs, 4), 4, gamma=0.005, balance_tol=1.05, max_swaps=2)
+    res = run_algorithm1(graphs, _metis_g3(graphs, 4), 4, gamma=0.005, degree_tol=1.05, max_swaps=2)
     assert (res.stop_reason, res.swaps) == ("swap limit", 2)
 
 

@@ -585,12 +585,12 @@ class Algorithm1Result:
     widened_searches: int = 0  # searches that needed longer candidate lists than the first round
 
 
-def run_algorithm1(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_tol: float,
+def run_algorithm1(graphs: Graphs, part: np.ndarray, k: int, gamma: float, degree_tol: float,
                    max_swaps: int | None = None, on_progress: Callable[[int, float], None] | None = None,
                    min_key_cap: int = MIN_KEY_CAP) -> Algorithm1Result:
     """Balance the remote sets of ``part`` by one-for-one swaps; returns the new assignment and why it stopped.
 
-    ``balance_tol`` bounds the degree sums: no swap pushes a partition's sum above ``balance_tol x mean``."""
+    ``degree_tol`` bounds the degree sums: no swap pushes a partition's sum above ``degree_tol x mean``."""
     t0 = time.perf_counter()
     if k == 1:
         return Algorithm1Result(np.asarray(part, dtype=np.int32), "single partition", 0, 0.0,
@@ -598,7 +598,7 @@ def run_algorithm1(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balan
     tracker = RemoteTracker(graphs, part, k, min_key_cap)
     initial_remote = tracker.remote.tolist()
     max_swaps = graphs.num_nodes if max_swaps is None else max_swaps
-    deg_limit = balance_tol * float(tracker.degree_sum.sum()) / k
+    deg_limit = degree_tol * float(tracker.degree_sum.sum()) / k
     table = np.zeros(_table_size(max_swaps), dtype=np.uint64)
     h = np.uint64(_assignment_hash(tracker.part))  # numba returns a Python int: keep the uint64 signature
     _seen_before(table, h)

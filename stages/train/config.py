@@ -13,6 +13,11 @@ PREFETCH = ("auto", "on", "off")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
+def local_workers(world: int) -> int:
+    """Workers on this machine: torchrun's LOCAL_WORLD_SIZE, else all of them (``g3 train --workers K``)."""
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+
+
 @dataclass
 class TrainConfig:
     epochs: int = 10

@@ -21,7 +21,7 @@ from ..common.partition_artifact import open_shard
 from ..plan.artifact import WorkerPlan, load_plan_meta
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_weights
 from .comm import Exchanger
-from .config import TrainConfig
+from .config import TrainConfig, local_workers
 from .loss import cross_entropy_with_grad
 from .metrics import MetricsWriter, peak_memory_bytes
 from .strategies.base import WorkerData, strategy_class
@@ -80,7 +80,7 @@ def run_rank(rank: int, world: int, plan_dir: str, run_dir: str, cfg: TrainConfi
 
 
 def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig, init_method: str | None) -> None:
-    threads = cfg.threads or max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
+    threads = cfg.threads or max(1, (os.cpu_count() or 1) // local_workers(world))
     torch.set_num_threads(threads)
     _set_numba_threads(threads)
     p2p = init_distributed(rank, world, cfg, init_method)

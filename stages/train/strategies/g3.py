@@ -25,7 +25,6 @@ next bin's inputs are gathered (on CUDA copied in) while one bin recomputes and 
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -39,6 +38,7 @@ import torch.distributed as dist
 from ...plan.bins import LayerShape, node_bytes
 from ..block import Block
 from ..comm import TAG_SHIFT, Exchanger, phase_tag
+from ..config import local_workers
 from ..dataflow import (
     build_block_arrays,
     complete_messages,
@@ -249,8 +249,7 @@ class G3Strategy(Strategy):
     def _gather_pool(self, cfg) -> ThreadPoolExecutor | None:
         """The prefetch thread of ``intra``/``multi`` (see ``TrainConfig.prefetch_enabled``); its own torch ops
         run on one thread, so a gather never spreads over the cores the compute kernels use."""
-        world = dist.get_world_size() if dist.is_initialized() else 1
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        local = local_workers(dist.get_world_size() if dist.is_initialized() else 1)
         if not (self.schedule.prefetch and cfg.prefetch_enabled(torch.get_num_threads(), local)):
             return None
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix="g3-gather", initializer=torch.set_num_threads,
@@ -546,8 +545,8 @@ class G3Strategy(Strategy):
                 x = x.result() if x is not None else self._gather(hs[li], src, li, b, block, view_ok)
                 if self.pool is not None and not prefetched:  # multi: gather the next ready bin meanwhile
                     nl, nb = next_work()
-                    if nl is not None and self._needs_gather(nl, self.blocks[nl][nb][0]):
-                        nblock, nsrc = self.blocks[nl][nb][:2]
+                    nblock, nsrc = self.blocks[nl][nb][:2] if nl is not None else (None, None)
+                    if nblock is not None and self._needs_gather(nl, nblock):
                         prefetched[(nl, nb)] = self.pool.submit(self._gather, hs[nl], nsrc, nl, nb, nblock, view_ok)
             else:
                 rows = self._take(li, ready, done, cursor)
