@@ -25,8 +25,10 @@ from stages.train.kernels import (
     csr_sum,
     csr_transpose,
     edge_softmax,
+    put_rows_at,
     relu_dropout,
     row_ids,
+    take_rows_at,
     use_backend,
 )
 from stages.train.models import GNNModel, build_model
@@ -189,6 +191,27 @@ def test_add_rows_at_is_bitwise_index_add(dtype):
         ref = h.clone().index_add_(0, ids, rows)
         add_rows_at(h, ids, rows)
         assert torch.equal(h, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_take_and_put_rows_at_are_bitwise_index_select_and_copy(dtype):
+    """The numba row gather / row copy (float CPU) and their index_select / index_copy_ fallbacks (other dtypes,
+    a non-contiguous h, a forced non-numba backend) give the same tensors, for any id order, int32 or int64."""
+    g = torch.Generator().manual_seed(9)
+    for n, m, width in ((1000, 300, 16), (50, 50, 3), (10, 0, 4), (7, 5, 1)):
+        h = (torch.randn(n, width, generator=g) * 100).to(dtype)
+        for ids in (torch.randperm(n, generator=g)[:m], torch.randperm(n, generator=g)[:m].to(torch.int32)):
+            for base in (h, h.t().contiguous().t()):  # contiguous and column-major
+                got = take_rows_at(base, ids)
+                assert got.shape == (m, width) and torch.equal(got, base.index_select(0, ids))
+                rows = (torch.randn(width, m, generator=g) * 100).to(dtype).t()  # strided rows
+                out, ref = base.clone(), base.clone().index_copy_(0, ids.long(), rows)
+                put_rows_at(out, ids, rows)
+                assert torch.equal(out, ref)
+    with use_backend("index"):
+        h = torch.randn(20, 4, generator=g)
+        ids = torch.tensor([3, 1, 7])
+        assert torch.equal(take_rows_at(h, ids), h[ids])
 
 
 @pytest.mark.parametrize("kind,heads", [("sage", 8), ("gcn", 8), ("gat", 2)])

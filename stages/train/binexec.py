@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from .block import Block
+from .kernels import add_rows_at, put_rows_at, take_rows_at
 
 Bin = tuple[Block, torch.Tensor, torch.Tensor]
 
@@ -41,9 +42,9 @@ def forward_bins(
     out = h_in.new_zeros((num_rows, model.widths[layer + 1]))
     with torch.no_grad():
         for block, src_rows, dst_rows in bins:
-            x_src = h_in.index_select(0, src_rows).to(device)
+            x_src = take_rows_at(h_in, src_rows).to(device)
             y = model.layer_forward(layer, block.to(device), x_src, epoch, dropout, seed, training)
-            out.index_copy_(0, dst_rows, y.to(out.device, out.dtype))
+            put_rows_at(out, dst_rows, y.to(out.device, out.dtype))
     return out
 
 
@@ -68,12 +69,12 @@ def backward_bins(
     device = torch.device(device) if device is not None else h_in.device
     grad_in = torch.zeros_like(h_in) if need_input_grad else None
     for block, src_rows, dst_rows in bins:
-        x_src = h_in.index_select(0, src_rows).to(device)
+        x_src = take_rows_at(h_in, src_rows).to(device)
         if need_input_grad:
             x_src.requires_grad_(True)
         with torch.enable_grad():
             y = model.layer_forward(layer, block.to(device), x_src, epoch, dropout, seed, True)
-            torch.autograd.backward(y, grad_out.index_select(0, dst_rows).to(y.device, y.dtype))
+            torch.autograd.backward(y, take_rows_at(grad_out, dst_rows).to(y.device, y.dtype))
         if need_input_grad:
-            grad_in.index_add_(0, src_rows, x_src.grad.to(grad_in.device, grad_in.dtype))
+            add_rows_at(grad_in, src_rows, x_src.grad.to(grad_in.device, grad_in.dtype))
     return grad_in

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ..plan.tables import Table
+from .kernels import take_rows_at
 
 TAG_SHIFT = 20
 
@@ -57,7 +58,7 @@ class _Outgoing:
         """Send every message of ``step``: the rows ``rows[nodes + index_offset]`` of each."""
         while self.cursor < len(self.slices) and self.slices[self.cursor][0] == step:
             _, peer, sl = self.slices[self.cursor]
-            payload = rows.index_select(0, self.nodes[sl] + index_offset).contiguous()
+            payload = take_rows_at(rows, self.nodes[sl] + index_offset)
             tag = (self.phase << TAG_SHIFT) + self.counter.get(peer, 0)
             self.counter[peer] = self.counter.get(peer, 0) + 1
             self.pending.append((dist.isend(payload, dst=peer, group=self.group, tag=tag), payload))

@@ -49,7 +49,7 @@ from ..dataflow import (
     take_ready,
     transpose_rows,
 )
-from ..kernels import add_rows_at
+from ..kernels import add_rows_at, put_rows_at, take_rows_at
 from ..trace import Tracer, now_us
 from .base import Strategy, WorkerData
 
@@ -71,14 +71,14 @@ def id_range(ids: torch.Tensor) -> slice | None:
 
 def take_rows(h: torch.Tensor, ids: torch.Tensor, rng: slice | None) -> torch.Tensor:
     """``h[ids]``: a view when the ids are a range (callers must not write to it), else a gathered copy."""
-    return h[rng] if rng is not None else h.index_select(0, ids)
+    return h[rng] if rng is not None else take_rows_at(h, ids)
 
 
 def put_rows(h: torch.Tensor, ids: torch.Tensor, rng: slice | None, rows: torch.Tensor) -> None:
     if rng is not None:
         h[rng].copy_(rows)
     else:
-        h.index_copy_(0, ids, rows)
+        put_rows_at(h, ids, rows)
 
 
 def add_rows(h: torch.Tensor, ids: torch.Tensor, rng: slice | None, rows: torch.Tensor) -> None:
@@ -126,7 +126,7 @@ class _Sends:
     def _send(self, m: int, rows: torch.Tensor, index_offset: int) -> None:
         step, peer, sl = self.slices[m]
         t0 = now_us()
-        payload = rows.index_select(0, self.nodes[sl] + index_offset).contiguous()
+        payload = take_rows_at(rows, self.nodes[sl] + index_offset)
         work = dist.isend(payload, dst=peer, group=self.s.ex.group, tag=(self.phase << TAG_SHIFT) + step)
         key = (self.phase, self.s.rank, peer, step)
         stats = self.s.ex.stats
@@ -359,7 +359,7 @@ class G3Strategy(Strategy):
             return block.cached(LAYER0_ROWS, None)  # no gather, no copy: the rows live with the block
         t0 = now_us()
         rng = block.cached(SRC_RANGE, lambda: None) if (view_ok and block is not None) else None
-        x = take_rows(h, src, rng).detach() if rng is not None else h.index_select(0, src)
+        x = take_rows(h, src, rng).detach() if rng is not None else take_rows_at(h, src)
         t1 = now_us()
         self.tracer.span("gather", f"L{layer} bin {b}", t0, t1, layer=layer, bin=b,
                          prefetched=threading.current_thread() is not threading.main_thread())
@@ -388,7 +388,7 @@ class G3Strategy(Strategy):
             out = self.ex.outgoing(d.table("features_send"), "features", 0)
             inc = self.ex.incoming(d.table("features_recv"), "features", 0, d.features.shape[1], d.features.dtype)
             out.send_step(0, d.features)
-            inc.finish(lambda nodes, rows: buf.index_copy_(0, nodes, rows))
+            inc.finish(lambda nodes, rows: put_rows_at(buf, nodes, rows))
             out.wait()
             self.remote_features = buf
         if getattr(self, "layer0_input", None) is None:  # built once while the cache holds: it is read-only
@@ -470,7 +470,7 @@ class G3Strategy(Strategy):
                 if li < L - 1:
                     sends[li].produced(dst.numpy(), hs[li + 1])
             if li < L - 1:
-                recvs[li].poll(lambda nodes, rows, h=hs[li + 1]: h.index_copy_(0, nodes + d.num_owned, rows), block=True)
+                recvs[li].poll(lambda nodes, rows, h=hs[li + 1]: put_rows_at(h, nodes + d.num_owned, rows), block=True)
 
     def _submit_gather(self, h, src, li, b, block, view_ok: bool):
         """The bin's inputs (see :meth:`_gather`), gathered now or (``intra``/``multi``) on the prefetch thread."""
@@ -522,7 +522,7 @@ class G3Strategy(Strategy):
 
         def arrived(li):  # message of layer li's outputs arrived: remote rows are inputs of layer li+1
             def consume(nodes, rows):
-                hs[li + 1].index_copy_(0, nodes + n_own, rows)
+                put_rows_at(hs[li + 1], nodes + n_own, rows)
                 newly = release_inputs(nodes.numpy() + n_own, self.t_ptr, self.t_rows, self.self_row,
                                        missing_remote[li + 1], missing[li + 1], ready[li + 1])
                 became_ready(li + 1, newly)
