@@ -50,7 +50,8 @@ def make_run(root: Path, name: str = "g.part-g3-2.plan-sage.run", owned=(100, 30
                "workers": [{"rank": i, "compute_seconds": 0.5 + 0.25 * i, "comm_wait_seconds": 0.5,
                             "sync_seconds": 0.25, "bytes_sent": 500} for i in range(k)]}
         if trace and e >= 1:  # as `g3 train --trace` records: a share every epoch but the first, one timeline
-            rec.update(comm_hidden_share=(0.25, 0.75, 0.25, 0.5, 0.125)[(e - 1) % 5])
+            rec.update(comm_hidden_share=(0.25, 0.75, 0.25, 0.5, 0.125)[(e - 1) % 5],
+                       comm_waited_share=(0.5, 0.0, 0.25, 0.125, 0.0)[(e - 1) % 5])
             if e == 1:
                 rec.update(traced=True)
         if eval_every and (e + 1) % eval_every == 0:
@@ -108,6 +109,8 @@ def test_one_run_every_plot_and_summary(tmp_path):
     assert s["eval_test_acc"] == pytest.approx(0.66)
     assert s["bytes_sent_per_epoch"] == pytest.approx(1025.0)
     assert s["comm_hidden_share"] == pytest.approx(0.25)  # the median of 0.25, 0.75, 0.25, 0.5, 0.125
+    assert s["comm_waited_share"] == pytest.approx(0.125) and s["comm_moving_share"] is None  # not recorded
+    assert "comm blocked (traced)" in index
     assert result["notes"] == []
     assert "throughput" in " ".join(result["definitions"])
 

@@ -299,8 +299,8 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
         traced = [r for r in records if r.get("traced")]
         assert len(traced) == 1 and traced[0]["epoch"] == 1  # one timeline ...
         for r in records[1:]:  # ... and the shares of every epoch but the first
-            share, waited = r["comm_hidden_share"], r["comm_waited_share"]
-            assert 0.0 <= share <= 1.0 and 0.0 <= waited <= 1.0 and share + waited <= 1.0 + 1e-9
+            share, waited, moving = r["comm_hidden_share"], r["comm_waited_share"], r["comm_moving_share"]
+            assert min(share, waited, moving) >= 0.0 and share + waited + moving <= 1.0 + 1e-9
         assert "comm_hidden_share" not in records[0]
         for w in records[-1]["workers"]:  # one thread's CPU time within its own wall-clock spans
             assert 0.0 < w["compute_cpu_seconds"] <= w["compute_seconds"] + 1e-3
@@ -309,7 +309,7 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
             trace = json.loads((run / "trace" / f"rank-{rank:05d}.json").read_text())
             spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
             cats = {e["cat"] for e in spans}
-            assert {"compute", "gather", "send", "recv"} <= cats, (schedule, cats)
+            assert {"compute", "gather", "pack", "unpack", "send", "recv"} <= cats, (schedule, cats)
             assert all(e["pid"] == rank and e["dur"] >= 0 for e in spans)
             fwd_bins = [e for e in spans if e["cat"] == "compute" and e["args"].get("phase") == "fwd"]
             assert {e["args"]["layer"] for e in fwd_bins} == {0, 1, 2}
@@ -323,20 +323,23 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
 
 def test_hidden_and_waited_shares_from_spans():
     """Rank 1 receives two messages from rank 0: in flight 0-10 and 20-40 (sender post → receiver done);
-    its compute spans cover 0-5 and 25-40, it waits 5-10."""
+    its compute spans cover 0-5 and 25-40, it waits 5-10, gathers 3-8 (on the prefetch thread, during compute
+    and the wait: counted once, as those) and 18-22, and unpacks a message 22-23."""
     from stages.train.trace import hidden_share
 
     def span(cat, t0, t1):
         return {"cat": cat, "ts": float(t0), "dur": float(t1 - t0)}
 
     rank0 = {"events": [], "messages": [((1, 0, 1, 0), "send", 0.0, 1.0), ((1, 0, 1, 1), "send", 20.0, 21.0)]}
-    rank1 = {"events": [span("compute", 0, 5), span("wait", 5, 10), span("compute", 25, 40)],
+    rank1 = {"events": [span("compute", 0, 5), span("wait", 5, 10), span("compute", 25, 40), span("gather", 3, 8),
+                        span("gather", 18, 22), span("unpack", 22, 23)],
              # the receiver posted both at 0: the sender's post time starts the flight
              "messages": [((1, 0, 1, 0), "recv", 0.0, 10.0), ((1, 0, 1, 1), "recv", 0.0, 40.0)]}
     share = hidden_share([rank0, rank1])
     assert share["per_rank"] == [None, pytest.approx(20 / 30)]
     assert share["overall"] == pytest.approx(20 / 30)
     assert share["waited"] == pytest.approx(5 / 30)
+    assert share["moving"] == pytest.approx(3 / 30)  # 20-22 and 22-23 of the second message's flight
     assert share["comm_seconds"] == pytest.approx(30e-6)
 
 

@@ -34,7 +34,8 @@ DEFINITIONS = [
     "bytes sent / epoch: median over epochs of the bytes all workers sent peer-to-peer (the first epoch also "
     "sends the input features once)",
     "comm hidden (traced): share of communication time that overlapped compute, median over the traced "
-    "epochs (g3 train --trace times every epoch but the first)",
+    "epochs (g3 train --trace times every epoch but the first); comm blocked: the share during which the "
+    "worker waited for a message",
     "accuracy (final, best): the last and the highest value recorded by `g3 train --eval-every`; "
     "test acc (g3 eval): RUN/eval.json, when `g3 eval` ran",
 ]

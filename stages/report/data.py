@@ -187,8 +187,9 @@ class RunData:
             acc = self.accuracy(split)
             out[f"final_{split}_acc"] = acc[-1][2] if acc else None
             out[f"best_{split}_acc"] = max(a for _, _, a in acc) if acc else None
-        traced = [float(r["comm_hidden_share"]) for r in self.epochs if r.get("comm_hidden_share") is not None]
-        out["comm_hidden_share"] = statistics.median(traced) if traced else None  # one epoch's share is noisy
+        for key in ("comm_hidden_share", "comm_waited_share", "comm_moving_share"):  # one epoch's share is noisy
+            traced = [float(r[key]) for r in self.epochs if r.get(key) is not None]
+            out[key] = statistics.median(traced) if traced else None
         ev = (self.eval or {}).get("accuracy") or {}
         out["eval_test_acc"] = ev.get("test")
         out["eval_valid_acc"] = ev.get("valid")

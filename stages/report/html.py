@@ -22,6 +22,7 @@ COLUMNS = (  # summary key, header, formatter
     ("eval_test_acc", "test acc (g3 eval)", lambda v: f"{100 * v:.2f} %"),
     ("bytes_sent_per_epoch", "sent / epoch", human_bytes),
     ("comm_hidden_share", "comm hidden (traced)", lambda v: f"{100 * v:.0f} %"),
+    ("comm_waited_share", "comm blocked (traced)", lambda v: f"{100 * v:.0f} %"),
 )
 
 CSS = """

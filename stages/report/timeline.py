@@ -2,7 +2,7 @@
 
 A trace file is ``{"traceEvents": [...]}`` (or the bare list), one complete event per bin step:
 ``{"name", "cat", "ph": "X", "ts": µs, "dur": µs, "pid": rank, "tid": lane, "args": {"layer", "bin", "phase"}}``
-with ``cat`` among gather, copy_in, compute, copy_out, send, recv, wait. ``"ph": "M"`` ``thread_name`` events
+with ``cat`` among gather, copy_in, compute, copy_out, pack, unpack, send, recv, wait. ``"ph": "M"`` ``thread_name`` events
 name the lanes. When the folder holds one sub-folder per traced epoch instead, the last one is drawn.
 """
 
@@ -18,6 +18,8 @@ CATEGORIES = {  # category -> colour; others get grey shades
     "copy_in": "#64B5CD",
     "compute": "#4C72B0",
     "copy_out": "#CCB974",
+    "pack": "#937860",
+    "unpack": "#DA8BC3",
     "send": "#DD8452",
     "recv": "#55A868",
     "wait": "#C44E52",

@@ -7,8 +7,10 @@ under ``torchrun`` (RANK/WORLD_SIZE/MASTER_ADDR set) it runs the one rank of thi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -143,6 +145,14 @@ def _spawn_entry(rank: int, world: int, plan: str, run_dir: str, cfg: TrainConfi
 
     os.environ.setdefault("LOCAL_WORLD_SIZE", str(world))
     run_rank(rank, world, plan, run_dir, cfg, init_method)
+    # The rank's work is done and written (model, metrics, logs; the process group destroyed). Leave without the
+    # interpreter's teardown: there, native threads of torch's libraries are destroyed in no fixed order, and
+    # about one worker process in a few hundred aborted ("terminate called without an active exception",
+    # SIGABRT) after logging "finished", which failed a run whose every artifact was complete.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _failure_message(run_dir: Path, rank, exc, task: str = "train") -> str:

@@ -169,6 +169,9 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
     if rank == 0:
         save_weights(run_dir / "model.pt", model)
     metrics.close()
+    # leave together: a rank that tears its connections down while a peer is still writing can make that peer's
+    # gloo transport see a closed socket
+    dist.barrier()
     log.info("finished")
 
 
@@ -200,7 +203,8 @@ def _trace_record(tracer, run_dir: Path, world: int, write: bool) -> dict:
     dist.all_gather_object(spans, {"events": needed, "messages": tracer.messages})
     share = hidden_share(spans)
     out = {"comm_hidden_share": share["overall"], "comm_hidden_share_per_rank": share["per_rank"],
-           "comm_waited_share": share["waited"], "comm_seconds_traced": share["comm_seconds"]}
+           "comm_waited_share": share["waited"], "comm_moving_share": share["moving"],
+           "comm_seconds_traced": share["comm_seconds"]}
     return {"traced": True, **out} if write else out
 
 

@@ -2,7 +2,9 @@
 communication time hidden under compute.
 
 Spans use wall-clock microseconds, so the ranks of one machine line up in one view. Lanes (``tid``):
-0 = compute (and waiting), 1 = gather / copy in / copy out, 2 = sends, 3 = receives.
+0 = compute (and waiting), 1 = the runtime's data movement (gather / copy in / copy out of bin inputs and outputs,
+pack = a message's rows copied out and its send posted, unpack = a received message's rows copied in and the
+rows it completes marked ready), 2 = sends in flight, 3 = receives in flight.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import json
 import time
 from pathlib import Path
 
-LANES = {"compute": 0, "wait": 0, "gather": 1, "copy_in": 1, "copy_out": 1, "send": 2, "recv": 3}
+LANES = {"compute": 0, "wait": 0, "gather": 1, "copy_in": 1, "copy_out": 1, "pack": 1, "unpack": 1, "send": 2,
+         "recv": 3}
+MOVING = ("gather", "copy_in", "copy_out", "pack", "unpack")  # the runtime's own data movement
 
 
 def now_us() -> float:
@@ -48,7 +52,7 @@ class Tracer:
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = [{"name": "process_name", "ph": "M", "pid": self.rank, "args": {"name": f"rank {self.rank}"}}]
         meta += [{"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid, "args": {"name": name}}
-                 for name, tid in (("compute", 0), ("gather/copy", 1), ("send", 2), ("recv", 3))]
+                 for name, tid in (("compute", 0), ("data movement", 1), ("send", 2), ("recv", 3))]
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"traceEvents": meta + self.events, "displayTimeUnit": "ms"}))
         tmp.replace(path)
@@ -90,25 +94,35 @@ def hidden_share(per_rank: list[dict]) -> dict:
     A message is in flight from the moment its sender posts it until its receiver has it. For each rank,
     communication time is the union of the in-flight intervals of the messages it receives, and the hidden
     part is what of it overlaps the rank's own compute spans. Returns the ratio per rank and over all ranks
-    (hidden seconds / communication seconds, summed), and ``waited``: the share of communication time the rank
-    spent blocked on messages (wait spans). The rest overlapped the rank's other work (gathers, message handling,
-    bookkeeping) or time the OS gave to other processes.
+    (hidden seconds / communication seconds, summed); ``waited``: the share of communication time the rank
+    spent blocked on messages (wait spans); ``moving``: the share that overlapped none of those but the rank's
+    data movement (gathers, copies, packing and unpacking messages). The rest (``1 - overall - waited -
+    moving``) overlapped the runtime's scheduling bookkeeping or time the OS gave to other processes.
     """
     posts = {}
     for r in per_rank:
         for key, role, post, _ in r["messages"]:
             if role == "send":
                 posts[tuple(key)] = post
-    shares, hidden_total, waited_total, comm_total = [], 0.0, 0.0, 0.0
+    shares, hidden_total, waited_total, moving_total, comm_total = [], 0.0, 0.0, 0.0, 0.0
     for r in per_rank:
         recv = [(posts.get(tuple(key), post), done) for key, role, post, done in r["messages"] if role == "recv"]
         comm = _union(recv)
-        compute = _union([(e["ts"], e["ts"] + e["dur"]) for e in r["events"] if e["cat"] == "compute"])
-        wait = _union([(e["ts"], e["ts"] + e["dur"]) for e in r["events"] if e["cat"] == "wait"])
-        c, h = _length(comm), _overlap(comm, compute)
+
+        def spans(*cats):
+            return [(e["ts"], e["ts"] + e["dur"]) for e in r["events"] if e["cat"] in cats]
+
+        compute, wait, moving = spans("compute"), spans("wait"), spans(*MOVING)
+        c, h = _length(comm), _overlap(comm, _union(compute))
+        w = _overlap(comm, _union(wait))  # waits and compute share the compute thread: never overlap
         shares.append(h / c if c > 0 else None)
         hidden_total += h
-        waited_total += _overlap(comm, wait)
+        waited_total += w
+        moving_total += _overlap(comm, _union(compute + wait + moving)) - h - w
         comm_total += c
-    return {"per_rank": shares, "overall": hidden_total / comm_total if comm_total > 0 else None,
-            "waited": waited_total / comm_total if comm_total > 0 else None, "comm_seconds": comm_total / 1e6}
+
+    def ratio(x):
+        return x / comm_total if comm_total > 0 else None
+
+    return {"per_rank": shares, "overall": ratio(hidden_total), "waited": ratio(waited_total),
+            "moving": ratio(moving_total), "comm_seconds": comm_total / 1e6}

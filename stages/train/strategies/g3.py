@@ -128,6 +128,7 @@ class _Sends:
         t0 = now_us()
         payload = take_rows_at(rows, self.nodes[sl] + index_offset)
         work = dist.isend(payload, dst=peer, group=self.s.ex.group, tag=(self.phase << TAG_SHIFT) + step)
+        self.s.tracer.span("pack", f"{self.label} → {peer}", t0, now_us(), step=step, peer=peer)
         key = (self.phase, self.s.rank, peer, step)
         stats = self.s.ex.stats
         nbytes = payload.numel() * payload.element_size()
@@ -192,7 +193,9 @@ class _Receives:
         self.s.ex.stats.bytes_recv += buf.numel() * buf.element_size()
         self.s.tracer.message(key, "recv", t_post, t_done)
         self.s.tracer.span("recv", f"{self.label} ← {key[1]}", t_post, t_done, step=key[3], peer=key[1])
+        t0 = now_us()
         consume(nodes, buf)
+        self.s.tracer.span("unpack", f"{self.label} ← {key[1]}", t0, now_us(), step=key[3], peer=key[1])
 
     def poll(self, consume, block: bool = False) -> int:
         """Hand every arrived message to ``consume(nodes, rows)``; with ``block``, wait for all of them."""
