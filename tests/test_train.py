@@ -302,6 +302,8 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
             share, waited, moving = r["comm_hidden_share"], r["comm_waited_share"], r["comm_moving_share"]
             assert min(share, waited, moving) >= 0.0 and share + waited + moving <= 1.0 + 1e-9
         assert "comm_hidden_share" not in records[0]
+        # messages from one peer stay in flight while another's are unpacked or a bin's inputs gathered
+        assert max(r["comm_moving_share"] for r in records[1:]) > 0.0, schedule
         for w in records[-1]["workers"]:  # one thread's CPU time within its own wall-clock spans
             assert 0.0 < w["compute_cpu_seconds"] <= w["compute_seconds"] + 1e-3
         forward_prefetched = 0

@@ -194,12 +194,12 @@ def _start_profile(strategy):
 def _trace_record(tracer, run_dir: Path, world: int, write: bool) -> dict:
     """The hidden-communication share of this epoch, computed from every rank's spans (collective); with
     ``write`` each rank also writes its timeline and the record is marked ``traced``."""
-    from .trace import hidden_share
+    from .trace import MOVING, hidden_share
 
     if write:
         tracer.write(run_dir / "trace" / f"rank-{tracer.rank:05d}.json")
     spans = [None] * world
-    needed = [e for e in tracer.events if e["cat"] in ("compute", "wait")]  # all the shares need of the events
+    needed = [e for e in tracer.events if e["cat"] in ("compute", "wait", *MOVING)]  # what the shares read
     dist.all_gather_object(spans, {"events": needed, "messages": tracer.messages})
     share = hidden_share(spans)
     out = {"comm_hidden_share": share["overall"], "comm_hidden_share_per_rank": share["per_rank"],
