@@ -556,20 +556,16 @@ if HAVE_NUMBA:
 
 
     @njit(parallel=True, cache=True, nogil=True)
-    def _nb_take_rows(h, ids, out):
-        """``out[i] = h[ids[i]]``."""
+    def _nb_move_rows(h, ids, rows, take):
+        """``rows[i] = h[ids[i]]`` (``take``) or ``h[ids[i]] = rows[i]`` (distinct ``ids``)."""
         for i in prange(ids.shape[0]):
             r = ids[i]
-            for c in range(h.shape[1]):
-                out[i, c] = h[r, c]
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _nb_put_rows(h, ids, rows):
-        """``h[ids[i]] = rows[i]`` for distinct ``ids``."""
-        for i in prange(ids.shape[0]):
-            r = ids[i]
-            for c in range(h.shape[1]):
-                h[r, c] = rows[i, c]
+            if take:
+                for c in range(h.shape[1]):
+                    rows[i, c] = h[r, c]
+            else:
+                for c in range(h.shape[1]):
+                    h[r, c] = rows[i, c]
 
 
 def _rows_kernel_ok(h: torch.Tensor, ids: torch.Tensor) -> bool:
@@ -587,7 +583,7 @@ def take_rows_at(h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         return h.index_select(0, ids)
     out = torch.empty((len(ids), h.shape[1]), dtype=h.dtype)
     _nb_threads()
-    _nb_take_rows(h.numpy(), _np(ids), out.numpy())
+    _nb_move_rows(h.numpy(), _np(ids), out.numpy(), True)
     return out
 
 
@@ -596,7 +592,7 @@ def put_rows_at(h: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> None:
     :func:`take_rows_at`), else ``index_copy_``."""
     if _rows_kernel_ok(h, ids) and rows.dtype == h.dtype and rows.device.type == "cpu":
         _nb_threads()
-        _nb_put_rows(h.numpy(), _np(ids), _np(_rows2d(rows)))
+        _nb_move_rows(h.numpy(), _np(ids), _np(_rows2d(rows)), False)
     else:
         h.index_copy_(0, ids.long(), rows)
 
