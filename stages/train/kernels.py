@@ -576,9 +576,8 @@ def _rows_kernel_ok(h: torch.Tensor, ids: torch.Tensor) -> bool:
 def take_rows_at(h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """``h.index_select(0, ids)`` (``h [n, w]`` → ``[len(ids), w]``, a new tensor).
 
-    On the numba backend one parallel row-copy pass; ``index_select`` on CPU pays a per-row overhead that
-    dominates narrow rows (40K of 130K rows, 16 floats: 1.47 → 0.19 ms on one thread, 0.58 → 0.12 ms on two;
-    400K of 2.5M: 12.4 → 6.9 ms, 2026-11-22); elsewhere ``index_select``. A copy either way: bitwise equal."""
+    On the numba backend one parallel row-copy pass (400K of 2.5M rows, 16 floats: 5.0 → 3.3 ms on one thread;
+    40K of 130K: 0.085 → 0.071 ms, 2026-11-22); elsewhere ``index_select``. A copy either way: bitwise equal."""
     if not _rows_kernel_ok(h, ids):
         return h.index_select(0, ids)
     out = torch.empty((len(ids), h.shape[1]), dtype=h.dtype)
@@ -589,7 +588,7 @@ def take_rows_at(h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 def put_rows_at(h: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> None:
     """``h.index_copy_(0, ids, rows)`` for **distinct** ``ids``; numba row copies where they apply (as
-    :func:`take_rows_at`), else ``index_copy_``."""
+    :func:`take_rows_at`; 2.5–4× faster than ``index_copy_`` on CPU), else ``index_copy_``."""
     if _rows_kernel_ok(h, ids) and rows.dtype == h.dtype and rows.device.type == "cpu":
         _nb_threads()
         _nb_move_rows(h.numpy(), _np(ids), _np(_rows2d(rows)), False)
