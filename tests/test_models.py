@@ -214,6 +214,40 @@ def test_take_and_put_rows_at_are_bitwise_index_select_and_copy(dtype):
         assert torch.equal(take_rows_at(h, ids), h[ids])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sage_reading_rows_in_place_equals_the_gathered_forward(dtype):
+    """layer_forward_rows (the aggregation reads h[src] through the arcs, no gathered copy) gives the forward of
+    the gathered rows: the aggregation bitwise, the layer within rounding of the dense products; project-first
+    layers and GCN/GAT do not offer it."""
+    g = torch.Generator().manual_seed(12)
+    n_rows, n_dst, n_other, nnz = 300, 40, 60, 500
+    src = torch.randperm(n_rows, generator=g)[: n_dst + n_other]  # bin sources as rows of h, destinations first
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int64),
+                        torch.sort(torch.randint(0, nnz + 1, (n_dst - 1,), generator=g)).values,
+                        torch.tensor([nnz])])
+    indices = torch.randint(0, n_dst + n_other, (nnz,), generator=g)
+    block = Block(n_dst=n_dst, n_src=n_dst + n_other, indptr=indptr, indices=indices,
+                  src_out_degree=torch.ones(n_dst + n_other), dst_in_degree=torch.ones(n_dst),
+                  dst_global=src[:n_dst].clone())
+    torch.manual_seed(3)
+    model = build_model("sage", 6, 8, 8, 3).to(dtype)  # 6 → 8 → 8 → 8: every layer aggregates first
+    h = torch.randn(n_rows, 8, generator=g, dtype=dtype)
+    assert model.reads_rows(1) and model.reads_rows(2)
+    assert not build_model("sage", 9, 4, 4, 2).reads_rows(0)  # 9 → 4 projects first
+    assert not any(build_model(k, 4, 8, 8, 2).reads_rows(1) for k in ("gcn", "gat"))
+    x_src = h.index_select(0, src)
+    with torch.no_grad():
+        for layer in (1, 2):
+            for training in (False, True):
+                ref = model.layer_forward(layer, block, x_src, 1, 0.3, 5, training)
+                got = model.layer_forward_rows(layer, block, h, src, h[src[:n_dst]], 1, 0.3, 5, training)
+                torch.testing.assert_close(got, ref, rtol=1e-6 if dtype == torch.float32 else 1e-13, atol=0)
+        from stages.train.models.sage import ROW_INDICES
+
+        agg_rows = csr_mean(indptr, block.cached(ROW_INDICES, None), h, n_dst)
+        assert torch.equal(agg_rows, csr_mean(indptr, indices, x_src, n_dst))
+
+
 @pytest.mark.parametrize("kind,heads", [("sage", 8), ("gcn", 8), ("gat", 2)])
 def test_full_graph_training_matches_reference(kind, heads):
     dims = (6, 5, 4)

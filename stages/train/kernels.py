@@ -860,6 +860,14 @@ def csr_mean(
     return out / deg.reshape((-1,) + (1,) * (x_src.dim() - 1))
 
 
+def csr_mean_rows(indptr: torch.Tensor, rows: torch.Tensor, h: torch.Tensor, n_dst: int) -> torch.Tensor:
+    """:func:`csr_mean` of ``x_src = h[src]`` given ``rows = src[indices]``, reading ``h`` directly (numba
+    backend, forward only: no gradient): the same kernel, sums and order as on the gathered rows."""
+    if backend(h) != "numba" or h.requires_grad:
+        raise ValueError("csr_mean_rows: numba backend and no gradient only")
+    return _nb_sum(indptr, rows, h, int(n_dst), mean=True)
+
+
 class EdgeSoftmax(torch.autograd.Function):
     """``alpha[e] = exp(s[e]) / sum_{e' in row(e)} exp(s[e'])`` per head; see :func:`edge_softmax`."""
 

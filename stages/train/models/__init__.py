@@ -72,7 +72,23 @@ class GNNModel(nn.Module):
         (``[n_dst, widths[l]]``, the size of the bin's features) and skip the aggregation in every later call,
         forward and backward (GAT ignores the flag).
         """
-        h = self.layers[l](block, x_src, static_input=static_input)
+        return self._activate(l, self.layers[l](block, x_src, static_input=static_input), block, epoch, dropout, seed,
+                              training)
+
+    def reads_rows(self, l: int) -> bool:  # noqa: E741
+        """Layer ``l`` can read its sources from the layer's input rows itself (:meth:`layer_forward_rows`)."""
+        return bool(getattr(self.layers[l], "reads_rows", lambda: False)())
+
+    def layer_forward_rows(self, l: int, block: Block, h: torch.Tensor, src: torch.Tensor, x_dst: torch.Tensor,  # noqa: E741
+                           epoch: int, dropout: float, seed: int, training: bool) -> torch.Tensor:
+        """:meth:`layer_forward` with ``x_src = h[src]`` read by the aggregation from ``h`` itself, no gathered
+        copy; ``x_dst = h[dst]`` (``[n_dst, widths[l]]``). Forward only (no gradient reaches ``h``); the aggregation
+        makes the same sums in the same order as on gathered rows. Only where :meth:`reads_rows` says so."""
+        return self._activate(l, self.layers[l].forward_rows(block, h, src, x_dst), block, epoch, dropout, seed,
+                              training)
+
+    def _activate(self, l: int, h: torch.Tensor, block: Block, epoch: int, dropout: float, seed: int,  # noqa: E741
+                  training: bool) -> torch.Tensor:
         if l < self.num_layers - 1:
             if training and dropout > 0.0:  # one fused pass on the CPU (kernels.relu_dropout), bitwise the same
                 return relu_dropout(h, seed, epoch, l, block.dst_global, dropout)

@@ -7,7 +7,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..block import Block
-from ..kernels import block_transpose, csr_mean
+from ..kernels import block_transpose, csr_mean, csr_mean_rows
+
+ROW_INDICES = "sage_row_indices"  # block cache key: src[indices], the arcs' sources as rows of the layer input
 
 
 class SAGEConv(nn.Module):
@@ -63,5 +65,24 @@ class SAGEConv(nn.Module):
         # self term and bias in one addmm, then the neighbours added in place: one [n_dst, out] result
         return F.linear(x_src[:n_dst], self.lin_self.weight, self.bias).add_(neigh)
 
+    def reads_rows(self) -> bool:
+        """Aggregate-first (``in_dim <= out_dim``): the aggregation reads each source row as it is, so it can read
+        them from the layer's input rows (:meth:`forward_rows`); project-first layers transform every source."""
+        return self.in_dim <= self.out_dim
+
+    def forward_rows(self, block: Block, h: torch.Tensor, src: torch.Tensor, x_dst: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` for ``x_src = h[src]`` without gathering it: the aggregation reads ``h`` through the
+        block's arcs mapped to rows of ``h`` (``src[indices]``, kept on the block): the same sums in the same
+        order as on the gathered rows. ``x_dst = h[dst] [n_dst, in_dim]``; forward only (no gradient)."""
+        rows = block.cached(ROW_INDICES, lambda: _row_indices(src, block.indices, h.shape[0]))
+        neigh = F.linear(csr_mean_rows(block.indptr, rows, h, block.n_dst), self.lin_neigh.weight)
+        return F.linear(x_dst, self.lin_self.weight, self.bias).add_(neigh)
+
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.out_dim}, aggr=mean"
+
+
+def _row_indices(src: torch.Tensor, indices: torch.Tensor, n_rows: int) -> torch.Tensor:
+    """``src[indices]``: each arc's source as a row of the layer input (int32 when the rows allow)."""
+    rows = src.index_select(0, indices.long())
+    return rows.to(torch.int32) if n_rows < 2**31 - 1 else rows

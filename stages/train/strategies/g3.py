@@ -49,12 +49,13 @@ from ..dataflow import (
     take_ready,
     transpose_rows,
 )
-from ..kernels import add_rows_at, put_rows_at, take_rows_at
+from ..kernels import add_rows_at, backend, put_rows_at, take_rows_at
 from ..trace import Tracer, now_us
 from .base import Strategy, WorkerData
 
 LAYER0_ROWS = "g3_layer0_input_rows"  # block cache key: the layer-0 input rows a static layer still reads
 SRC_RANGE, DST_RANGE = "g3_src_range", "g3_dst_range"  # block cache keys: the ids as a slice, when contiguous
+READ_ROWS = object()  # a bin input that is not gathered: the layer reads h[src] itself (layer_forward_rows)
 REMOTE_USES = "g3_remote_uses"  # block cache key: (remote offsets read by the block, arcs reading each)
 
 
@@ -355,13 +356,17 @@ class G3Strategy(Strategy):
         return not (self._static(layer) and block.has_cached(LAYER0_ROWS))
 
     def _gather(self, h: torch.Tensor, src: torch.Tensor, layer: int, b: int, block=None,
-                view_ok: bool = False) -> torch.Tensor:
+                view_ok: bool = False, read_rows: bool = False) -> torch.Tensor:
         """The bin's input rows. ``view_ok``: the caller only reads them before ``h`` changes again (no
-        autograd graph keeps them), so contiguous sources may be a view of ``h`` instead of a copy."""
+        autograd graph keeps them), so contiguous sources may be a view of ``h`` instead of a copy.
+        ``read_rows``: a forward without gradient, which can let the layer read ``h[src]`` itself
+        (``READ_ROWS``, see ``GNNModel.reads_rows``) instead of gathering a copy."""
         if block is not None and not self._needs_gather(layer, block):
             return block.cached(LAYER0_ROWS, None)  # no gather, no copy: the rows live with the block
-        t0 = now_us()
         rng = block.cached(SRC_RANGE, lambda: None) if (view_ok and block is not None) else None
+        if read_rows and rng is None and self._reads_rows(layer, h):
+            return READ_ROWS  # no gather: the layer's aggregation reads h[src] itself
+        t0 = now_us()
         x = take_rows(h, src, rng).detach() if rng is not None else take_rows_at(h, src)
         t1 = now_us()
         self.tracer.span("gather", f"L{layer} bin {b}", t0, t1, layer=layer, bin=b,
@@ -374,6 +379,11 @@ class G3Strategy(Strategy):
             event.record(self.copy_stream)
         self.tracer.span("copy_in", f"L{layer} bin {b}", t1, now_us(), layer=layer, bin=b)
         return (x_dev, event)
+
+    def _reads_rows(self, layer: int, h: torch.Tensor) -> bool:
+        """The CPU layer can read its sources from ``h`` (only when no gradient will need the gathered rows)."""
+        return (self.device.type == "cpu" and backend(h) == "numba" and not self._static(layer)
+                and self.model.reads_rows(layer))
 
     def _ready_input(self, x):
         if isinstance(x, tuple):  # CUDA: wait for the side-stream copy on the compute stream
@@ -426,6 +436,13 @@ class G3Strategy(Strategy):
         """One bin: layer forward, outputs into h[li+1] (and kept for backward when asked)."""
         keep = self.keep and training
         t0, c0 = now_us(), time.thread_time()
+        if x is READ_ROWS:  # forward only: the aggregation reads h[src] in place of a gathered copy
+            x_dst = take_rows(hs[li], dst, block.cached(DST_RANGE, lambda: None))
+            with torch.no_grad():
+                y = self.model.layer_forward_rows(li, block, hs[li], src, x_dst, epoch, self.cfg.dropout,
+                                                  self.cfg.seed, training)
+            self._finish_bin(li, block, y, dst, hs, t0, c0, b, training)
+            return
         x_src = self._ready_input(x)
         if keep:
             x_src.requires_grad_(li > 0)
@@ -437,6 +454,10 @@ class G3Strategy(Strategy):
             self._keep_layer0_rows(block, x_src)
         if keep:
             self.saved[li].append((block, src, dst, x_src, y))
+        self._finish_bin(li, block, y, dst, hs, t0, c0, b, training)
+
+    def _finish_bin(self, li, block, y, dst, hs, t0, c0, b, training) -> None:
+        """A bin's outputs into ``h[li + 1]``; its compute span and timers."""
         t1 = now_us()
         out = y.detach()
         if out.device.type == "cuda":
@@ -464,22 +485,22 @@ class G3Strategy(Strategy):
         for li in range(L):
             bins = self.blocks[li]
             view_ok = not (self.keep and training)  # kept activations must not alias h (receives write into it)
-            nxt = self._submit_gather(hs[li], bins[0][1], li, 0, bins[0][0], view_ok) if bins else None
+            nxt = self._submit_gather(hs[li], bins[0][1], li, 0, bins[0][0], view_ok, view_ok) if bins else None
             for b, (block, src, dst, _rows) in enumerate(bins):
                 x = nxt.result() if hasattr(nxt, "result") else nxt
                 if b + 1 < len(bins):
-                    nxt = self._submit_gather(hs[li], bins[b + 1][1], li, b + 1, bins[b + 1][0], view_ok)
+                    nxt = self._submit_gather(hs[li], bins[b + 1][1], li, b + 1, bins[b + 1][0], view_ok, view_ok)
                 self._compute(li, block, x, src, dst, None, hs, epoch, training, b)
                 if li < L - 1:
                     sends[li].produced(dst.numpy(), hs[li + 1])
             if li < L - 1:
                 recvs[li].poll(lambda nodes, rows, h=hs[li + 1]: put_rows_at(h, nodes + d.num_owned, rows), block=True)
 
-    def _submit_gather(self, h, src, li, b, block, view_ok: bool):
+    def _submit_gather(self, h, src, li, b, block, view_ok: bool, read_rows: bool = False):
         """The bin's inputs (see :meth:`_gather`), gathered now or (``intra``/``multi``) on the prefetch thread."""
         if self.pool is not None:
-            return self.pool.submit(self._gather, h, src, li, b, block, view_ok)
-        return self._gather(h, src, li, b, block, view_ok)
+            return self.pool.submit(self._gather, h, src, li, b, block, view_ok, read_rows)
+        return self._gather(h, src, li, b, block, view_ok, read_rows)
 
     def _forward_eager(self, epoch, training, hs, sends, recvs) -> None:
         """Inter-layer eager schedule: always run the lowest layer that has ready work.
@@ -545,17 +566,18 @@ class G3Strategy(Strategy):
                 block, src, dst, rows = self.blocks[li][b]
                 ran[li][b] = True
                 x = prefetched.pop((li, b), None)
-                x = x.result() if x is not None else self._gather(hs[li], src, li, b, block, view_ok)
+                x = x.result() if x is not None else self._gather(hs[li], src, li, b, block, view_ok, view_ok)
                 if self.pool is not None and not prefetched:  # multi: gather the next ready bin meanwhile
                     nl, nb = next_work()
                     nblock, nsrc = self.blocks[nl][nb][:2] if nl is not None else (None, None)
                     if nblock is not None and self._needs_gather(nl, nblock):
-                        prefetched[(nl, nb)] = self.pool.submit(self._gather, hs[nl], nsrc, nl, nb, nblock, view_ok)
+                        prefetched[(nl, nb)] = self.pool.submit(self._gather, hs[nl], nsrc, nl, nb, nblock, view_ok,
+                                                                view_ok)
             else:
                 rows = self._take(li, ready, done, cursor)
                 block, src, dst = self._dynamic_block(li, rows)
                 b = b_index[li]
-                x = self._gather(hs[li], src, li, b, block, view_ok)
+                x = self._gather(hs[li], src, li, b, block, view_ok, view_ok)
             ready_count[li] -= len(rows)
             remaining[li] -= len(rows)
             self._compute(li, block, x, src, dst, rows, hs, epoch, training, b)
