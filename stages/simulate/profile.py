@@ -202,17 +202,22 @@ class Profiler:
     def __init__(self, strategy):
         self.strategy = strategy
         self.model = strategy.model
-        self.calls: list[tuple[int, int, int, int]] = []  # (layer, n_dst, arcs, n_src) per layer_forward call
-        original = self.model.layer_forward
+        self.calls: list[tuple[int, int, int, int]] = []  # (layer, n_dst, arcs, n_src) per layer call
+        for name in self.RECORDED:  # instance attributes: shadow the methods for this epoch only
+            setattr(self.model, name, self._recording(getattr(self.model, name)))
 
-        def recording(l, block, x_src, *args, **kwargs):  # noqa: E741 - the layer index
+    RECORDED = ("layer_forward", "layer_forward_rows")  # a bin's layer runs through one of them
+
+    def _recording(self, original):
+        def recording(l, block, *args, **kwargs):  # noqa: E741 - the layer index
             self.calls.append((int(l), int(block.n_dst), int(block.nnz), int(block.n_src)))
-            return original(l, block, x_src, *args, **kwargs)
+            return original(l, block, *args, **kwargs)
 
-        self.model.layer_forward = recording  # instance attribute: shadows the method for this epoch only
+        return recording
 
     def _restore(self) -> None:
-        self.model.__dict__.pop("layer_forward", None)
+        for name in self.RECORDED:
+            self.model.__dict__.pop(name, None)
 
     def samples(self, epoch_seconds: float, sync_seconds: float) -> dict:
         """This rank's bins (layer, phase, nodes, arcs, seconds), gathers and unexplained time."""
@@ -243,14 +248,13 @@ class Profiler:
                          "arcs": call[2], "srcs": call[3], "seconds": seconds})
         gather: dict[str, list] = {}
         gathers_by_layer: dict[int, list] = {}
+        # the forward's gathers (backward's sit inside backward compute spans; a forward that reads its rows in
+        # place, GNNModel.layer_forward_rows, has none)
         for e in events:
-            if e["cat"] == "gather":
+            if e["cat"] == "gather" and e["args"].get("phase") == "fwd":
                 gathers_by_layer.setdefault(int(e["args"].get("layer", 0)), []).append(e)
         eager_gather = 0.0
-        for li, evs in gathers_by_layer.items():
-            evs.sort(key=lambda e: e["ts"])
-            n_fwd = len(fwd_blocks.get(li, []))
-            fwd = evs[:n_fwd]  # forward gathers precede backward's (which sit inside backward compute spans)
+        for li, fwd in gathers_by_layer.items():
             sec = sum(e["dur"] for e in fwd) / 1e6
             gather[str(li)] = [sec, sum(c[3] for c in fwd_blocks.get(li, []))]
             # gathered on the compute thread: not unexplained time (prefetched ones overlap compute spans)

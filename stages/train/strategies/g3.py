@@ -238,6 +238,7 @@ class G3Strategy(Strategy):
         self.schedule = SCHEDULES[cfg.pipeline]
         self.num_layers = len(data.layers)
         self.tracer = Tracer(self.rank)
+        self.phase = "fwd"  # the pass running now: "fwd", "eval" or "bwd" (gather spans carry it)
         self.blocks = [self._plan_blocks(li) for li in range(self.num_layers)]
         self.remote_features: torch.Tensor | None = None
         self.keep = cfg.backward == "keep"
@@ -369,7 +370,7 @@ class G3Strategy(Strategy):
         t0 = now_us()
         x = take_rows(h, src, rng).detach() if rng is not None else take_rows_at(h, src)
         t1 = now_us()
-        self.tracer.span("gather", f"L{layer} bin {b}", t0, t1, layer=layer, bin=b,
+        self.tracer.span("gather", f"L{layer} bin {b}", t0, t1, layer=layer, bin=b, phase=self.phase,
                          prefetched=threading.current_thread() is not threading.main_thread())
         if self.device.type != "cuda":
             return x
@@ -413,6 +414,7 @@ class G3Strategy(Strategy):
         d = self.data
         L = self.num_layers
         kind = "fwd" if training else "eval"
+        self.phase = kind  # for the gather spans (the prefetch thread reads it too)
         h0 = self._input_features()
         hs = [h0]
         for li in range(L):
@@ -649,6 +651,7 @@ class G3Strategy(Strategy):
     # --- backward ------------------------------------------------------------------------------------------
     def backward(self, grad_out: torch.Tensor, epoch: int) -> None:
         d = self.data
+        self.phase = "bwd"
         for li in reversed(range(self.num_layers)):
             h = self.inputs[li]
             need_input_grad = li > 0
