@@ -2,15 +2,16 @@
 
 **Recording.** At the traced epoch the loop calls :func:`start_profile` (after ``tracer.start()``) and
 ``Profiler.finish`` (after ``tracer.stop()``). The profiler wraps the model's ``layer_forward`` and
-``layer_forward_rows`` for that epoch only, so every call records the block it ran on (layer, destination nodes, arcs, source rows); the calls are
-matched in order with the tracer's ``compute`` spans (one forward call per forward span; one per backward span
+``layer_forward_rows`` for that epoch only, so every call records the block it ran on (layer, destination
+nodes, arcs, source rows); the calls are matched in order with the tracer's ``compute`` spans (one forward call per forward span; one per backward span
 with ``--backward recompute``, none with ``keep``, where backward step s of a layer is the layer's forward bin
 B-1-s). Every rank sends its samples to rank 0, which fits and writes PROFILE.json.
 
 **Fit.** Per layer and phase (forward, backward), the span durations are fitted by non-negative least squares
-to ``seconds = per_arc · arcs + per_node · nodes + per_bin``; gathers (forward ``gather`` spans, by their ``phase``) give seconds per
-source row (none for a layer whose forward reads its rows in place); what the epoch spent outside spans, waits and the all-reduce is spread over the bins as
-``overhead_per_bin`` (Python bookkeeping, message packing, loss); ``step_seconds`` is the all-reduce + Adam step.
+to ``seconds = per_arc · arcs + per_node · nodes + per_bin``; gathers (forward ``gather`` spans, by their
+``phase``) give seconds per source row (none for a layer whose forward reads its rows in place); what the
+epoch spent outside spans, waits and the all-reduce is spread over the bins as ``overhead_per_bin`` (Python
+bookkeeping, message packing, loss); ``step_seconds`` is the all-reduce + Adam step.
 When the bins cannot separate the terms (equal node counts: no per-bin constant, ``fit: "nnls-no-intercept"``;
 one or two bins: one rate per arc + node, ``fit: "ratio"``) the model is reduced.
 The schema is described in docs/ARTIFACTS.md ("Profile").

@@ -88,6 +88,10 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
     return total
 
 
+def _spans(events: list[dict], cats) -> list[tuple[float, float]]:
+    return [(e["ts"], e["ts"] + e["dur"]) for e in events if e["cat"] in cats]
+
+
 def hidden_share(per_rank: list[dict]) -> dict:
     """Share of communication time hidden under compute, from every rank's spans of one epoch.
 
@@ -108,11 +112,7 @@ def hidden_share(per_rank: list[dict]) -> dict:
     for r in per_rank:
         recv = [(posts.get(tuple(key), post), done) for key, role, post, done in r["messages"] if role == "recv"]
         comm = _union(recv)
-
-        def spans(*cats):
-            return [(e["ts"], e["ts"] + e["dur"]) for e in r["events"] if e["cat"] in cats]
-
-        compute, wait, moving = spans("compute"), spans("wait"), spans(*MOVING)
+        compute, wait, moving = (_spans(r["events"], cats) for cats in (("compute",), ("wait",), MOVING))
         c, h = _length(comm), _overlap(comm, _union(compute))
         w = _overlap(comm, _union(wait))  # waits and compute share the compute thread: never overlap
         shares.append(h / c if c > 0 else None)
