@@ -316,6 +316,9 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
             fwd_bins = [e for e in spans if e["cat"] == "compute" and e["args"].get("phase") == "fwd"]
             assert {e["args"]["layer"] for e in fwd_bins} == {0, 1, 2}
             assert [e["name"] for e in spans if e["args"].get("phase") == "loss"] == ["loss"]
+            # after the first epoch layer 0 reads its cached rows, in forward and backward of every schedule
+            # (`inter` once gathered the features again in every backward: its forward runs run-time bins)
+            assert not [e for e in spans if e["cat"] == "gather" and e["args"]["layer"] == 0], schedule
             bwd_start = min(e["ts"] for e in spans if e["args"].get("phase") == "bwd")
             forward_prefetched += sum(1 for e in spans if e["cat"] == "gather" and e["ts"] < bwd_start
                                       and e["args"]["prefetched"])

@@ -518,7 +518,7 @@ class G3Strategy(Strategy):
         missing = [None] + [self.local_in_rows.copy() for _ in range(L - 1)]  # local inputs not yet computed
         missing_remote = [None] + [self.remote_in_rows.copy() for _ in range(L - 1)]  # remote not yet received
         plan_bins = self.schedule.order == "priority"
-        if plan_bins and L > 1:
+        if L > 1:  # layer 0's bins are the same every epoch (all its rows are ready at the start)
             missing[1] = np.ones(n_own, dtype=np.int64)  # a flag: cleared by the layer-0 bin that completes the row
         ready_count = [n_own] + [0] * (L - 1)
         remaining = [n_own] * L
@@ -576,9 +576,13 @@ class G3Strategy(Strategy):
                         prefetched[(nl, nb)] = self.pool.submit(self._gather, hs[nl], nsrc, nl, nb, nblock, view_ok,
                                                                 view_ok)
             else:
-                rows = self._take(li, ready, done, cursor)
-                block, src, dst = self._dynamic_block(li, rows)
                 b = b_index[li]
+                if li == 0:
+                    rows = self._layer0_bins()[0][b]
+                    done[0][rows] = True
+                else:
+                    rows = self._take(li, ready, done, cursor)
+                block, src, dst = self._dynamic_block(li, rows)
                 x = self._gather(hs[li], src, li, b, block, view_ok, view_ok)
             ready_count[li] -= len(rows)
             remaining[li] -= len(rows)
@@ -587,7 +591,7 @@ class G3Strategy(Strategy):
             if li < L - 1:
                 dst_np = dst.numpy()
                 sends[li].produced(dst_np, hs[li + 1])  # first: peers get the rows before the bookkeeping below
-                if li == 0 and plan_bins:  # layer-0 bins run in plan order: which rows each completes is fixed
+                if li == 0:  # layer-0 bins always run in the same order: which rows each completes is fixed
                     newly = self._rows_completed_by_layer0_bin(b, missing[1], missing_remote[1], ready[1])
                 elif remaining[li] > 0:
                     newly = release_inputs(dst_np, self.t_ptr, self.t_rows, self.self_row, missing[li + 1],
@@ -602,25 +606,39 @@ class G3Strategy(Strategy):
         return np.repeat(np.arange(len(bin_ptr) - 1, dtype=np.int64), np.diff(bin_ptr))
 
     def _rows_completed_by_layer0_bin(self, b: int, local_missing, remote_missing, ready_flag) -> np.ndarray:
-        """Layer 0 runs the plan's bins in order, so the bin after which a row's local layer-1 inputs (its own
-        node and its owned in-neighbours) are all computed is the same every epoch: computed once, it replaces
-        walking every arc of every bin (O(arcs) serial decrements per epoch: 2.3 s of an 11 s epoch on
-        `products`). Clears those rows' local flags; returns the ones whose remote inputs are also in."""
-        if not hasattr(self, "_layer0_done_ptr"):
-            self._layer0_done_ptr, self._layer0_done_rows = self._layer0_completion()
-        rows = self._layer0_done_rows[self._layer0_done_ptr[b] : self._layer0_done_ptr[b + 1]]
+        """Layer 0's bins are the same every epoch (``multi``: the plan's, in plan order; ``inter``: the run-time
+        bins of :meth:`_layer0_bins`), so the bin after which a row's local layer-1 inputs (its own node and
+        its owned in-neighbours) are all computed is fixed: computed once, it replaces walking every arc of
+        every bin (O(arcs) serial decrements per epoch: 2.3 s of an 11 s epoch on `products`). Clears those
+        rows' local flags; returns the ones whose remote inputs are also in."""
+        _, done_ptr, done_rows = self._layer0_bins()
+        rows = done_rows[done_ptr[b] : done_ptr[b + 1]]
         local_missing[rows] = 0
         newly = rows[(remote_missing[rows] == 0) & ~ready_flag[rows]]
         ready_flag[newly] = True
         return newly
 
-    def _layer0_completion(self) -> tuple[np.ndarray, np.ndarray]:
-        """Rows grouped (CSR by layer-0 bin) by the last layer-0 bin computing one of their local inputs."""
-        row_bin = self._plan_row_bin(0)
-        last = last_local_input_bin(self.row_ptr, self.edge_src, row_bin, self.data.num_owned)  # rows = owned ids
-        order = np.argsort(last, kind="stable")
-        ptr = np.concatenate([[0], np.cumsum(np.bincount(last, minlength=len(self.blocks[0])))]).astype(np.int64)
-        return ptr, order
+    def _layer0_bins(self) -> tuple[list[np.ndarray] | None, np.ndarray, np.ndarray]:
+        """(``inter``'s layer-0 bins or None for the plan's, then rows grouped CSR-like by the last layer-0
+        bin computing one of their local inputs), computed on first use."""
+        if getattr(self, "_layer0_fixed", None) is None:
+            n_own = self.data.num_owned
+            if self.schedule.order == "priority":
+                bins, row_bin = None, self._plan_row_bin(0)
+            else:  # every row is ready: the run-time packing in node-id order gives the same bins every epoch
+                ready, done, cursor = [np.ones(n_own, dtype=np.bool_)], [np.zeros(n_own, dtype=np.bool_)], [0]
+                bins = []
+                while not done[0].all():
+                    bins.append(self._take(0, ready, done, cursor))
+                row_bin = np.empty(n_own, dtype=np.int64)
+                for b, rows in enumerate(bins):
+                    row_bin[rows] = b
+            n_bins = len(bins) if bins is not None else len(self.blocks[0])
+            last = last_local_input_bin(self.row_ptr, self.edge_src, row_bin, n_own)  # rows = owned ids
+            order = np.argsort(last, kind="stable")
+            ptr = np.concatenate([[0], np.cumsum(np.bincount(last, minlength=n_bins))]).astype(np.int64)
+            self._layer0_fixed = (bins, ptr, order)
+        return self._layer0_fixed
 
     def _take(self, li, ready, done, cursor) -> np.ndarray:
         rows, cursor[li] = take_ready(self.row_order, ready[li], done[li], cursor[li], self.bin_limit[li],
@@ -681,6 +699,10 @@ class G3Strategy(Strategy):
                     with torch.enable_grad():
                         y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, True,
                                                      static_input=self._static(li))
+                    if self._static(li) and not block.has_cached(LAYER0_ROWS):
+                        # `inter` computes layer 0 forward in run-time bins, so the plan's bins first see the
+                        # fixed features here: keep their rows now, or every epoch gathers them again
+                        self._keep_layer0_rows(block, x_src)
                 dst_rng = block.cached(DST_RANGE, lambda: None)
                 torch.autograd.backward(y, take_rows(grad_out, dst, dst_rng).to(y.device, dtype=y.dtype))
                 if need_input_grad:
