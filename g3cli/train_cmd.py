@@ -35,7 +35,7 @@ from .output import print_run_summary
                    "(Chrome trace, for Perfetto or chrome://tracing).")
 @click.option("--profile", type=click.Path(), default=None,
               help="Write PROFILE.json: compute seconds per arc, node and bin of each layer on this device, fitted "
-                   "from the traced epoch's bins (input of `g3 simulate --profile`).")
+                   "from the last epoch's bins, the warmest (input of `g3 simulate --profile`).")
 @click.option("--eval-every", type=int, default=1, show_default=True,
               help="Evaluate train/valid/test accuracy every N epochs (0: only never).")
 @click.option("--checkpoint-every", type=int, default=0, show_default=True,

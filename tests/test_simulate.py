@@ -60,8 +60,10 @@ def hand():
 # intra F0: gather0 [0,.5] (idle .5), gather1 on the second lane [.5,1]; bin0 [.5,1.5] send (arrives 4.5),
 #       bin1 [1.5,2.5], wait [2.5,4.5]; F1: gather [4.5,5] idle, bins [5,6] [6,7]; B1: [7,9] send (arrives 12),
 #       [9,11], wait [11,12]; B0: [12,14] [14,16]; + 4 = 20.
-# multi F0: Y [0,1.5] send (arrives 4.5), X [1.5,3] -> layer-1 Y ready; F1: Y [3,4.5]; message in at 4.5 ->
-#       X [4.5,6]; B1: [6,8] send (arrives 11), [8,10], wait [10,11]; B0: [11,13] [13,15]; + 4 = 19.
+# multi the plan's bins, each once all its rows are ready, the next runnable one gathered meanwhile.
+#       F0: Y (gathered in line) [0,1.5] send (arrives 4.5), X's gather prefetched [0.5,1]; X [1.5,2.5] ->
+#       layer-1 Y ready; F1: Y [2.5,4] (nothing to prefetch: X waits for the message), wait [4,4.5], message
+#       in -> X [4.5,6]; B1: [6,8] send (arrives 11), [8,10], wait [10,11]; B0: [11,13] [13,15]; + 4 = 19.
 # inter node-id order: X first. F0: X [0,1.5], Y [1.5,3] send (arrives 6); F1: Y [3,4.5], wait [4.5,6],
 #       X [6,7.5]; B1: [7.5,9.5] send (arrives 12.5), [9.5,11.5], wait 1; B0: [12.5,14.5] [14.5,16.5]; + 4 = 20.5.
 # layer-barrier: F0 2 bins (3 s) [0,3], all-to-all [3,4] arrives 6, barrier 6; F1 [6,9], barrier 9;
@@ -77,6 +79,17 @@ def test_hand_made_plan_times(hand, system):
     for w in r["workers"]:  # every second of the epoch is accounted for
         assert w["busy"] + w["comm_wait"] + w["idle"] + w["sync"] == pytest.approx(r["epoch_seconds"])
     assert r["bytes_per_epoch"] == 2 * 2 * 4  # per worker one forward and one backward row of 4 bytes
+
+
+def test_multi_runs_the_plans_bins_with_prefetch(hand):
+    """As the runtime: the plan's bins of each layer (not ready rows packed anew), the next runnable bin's
+    gather on a second lane — X's layer-0 bin computes for 1 s, not 1.5, and layer 1 waits for the message."""
+    wl, rates, net = hand
+    r = simulate_system(wl, "g3-multi", rates, net, record=True)
+    spans = [(t0, t1, label) for t0, t1, kind, label in r["workers"][0]["spans"] if kind == "compute"]
+    forward = [s for s in spans if " bin " in s[2]]
+    assert forward == [pytest.approx((0.0, 1.5, "L0 bin 0")), pytest.approx((1.5, 2.5, "L0 bin 1")),
+                       pytest.approx((2.5, 4.0, "L1 bin 0")), pytest.approx((4.5, 6.0, "L1 bin 1"))]
 
 
 def test_hand_made_breakdown_none(hand):
@@ -198,11 +211,13 @@ def test_train_profile_feeds_simulate(tiny_store, tmp_path, cli_runner):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cfg = TrainConfig(epochs=2, eval_every=0, profile=str(prof_path), live=False, threads=1, pipeline="multi")
+    cfg = TrainConfig(epochs=3, eval_every=0, profile=str(prof_path), live=False, threads=1, pipeline="multi")
     run.mkdir()
     run_rank(0, 1, str(plan), str(run), cfg, f"tcp://127.0.0.1:{port}")
     prof = json.loads(prof_path.read_text())
     assert prof["schema"] == "g3.profile" and prof["workers"] == 1 and len(prof["layers"]) == 2
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert prof["epoch"] == 2 and prof["epoch_seconds"] == pytest.approx(records[2]["epoch_seconds"])  # the last
     for layer in prof["layers"]:
         assert layer["forward"]["bins"] >= 7 and layer["backward"]["bins"] == 7  # 2,000 nodes in bins of 300
         assert layer["forward"]["arcs"] == layer["backward"]["arcs"] > 0

@@ -1,6 +1,6 @@
 """Compute rates of the real runtime (``g3 train --profile PROFILE.json``) and the cost model built from them.
 
-**Recording.** At the traced epoch the loop calls :func:`start_profile` (after ``tracer.start()``) and
+**Recording.** At the profiled epoch (the run's last) the loop calls :func:`start_profile` (after ``tracer.start()``) and
 ``Profiler.finish`` (after ``tracer.stop()``). The profiler wraps the model's ``layer_forward`` and
 ``layer_forward_rows`` for that epoch only, so every call records the block it ran on (layer, destination
 nodes, arcs, source rows); the calls are matched in order with the tracer's ``compute`` spans (one forward call per forward span; one per backward span
@@ -198,7 +198,7 @@ def fit_profile(samples: list[dict], shapes: list[LayerShape], meta: dict) -> di
 
 
 class Profiler:
-    """Records the blocks of one traced epoch (see the module docstring); ``finish`` writes PROFILE.json."""
+    """Records the blocks of one epoch (see the module docstring); ``finish`` writes PROFILE.json."""
 
     def __init__(self, strategy):
         self.strategy = strategy
@@ -266,7 +266,7 @@ class Profiler:
                 "sync_seconds": float(sync_seconds), "wait_seconds": float(self.strategy.ex.stats.wait_seconds),
                 "span_seconds": span_seconds + eager_gather, "threads": torch.get_num_threads()}
 
-    def finish(self, path: str | Path, epoch_seconds: float, sync_seconds: float) -> dict | None:
+    def finish(self, path: str | Path, epoch: int, epoch_seconds: float, sync_seconds: float) -> dict | None:
         """Gather every rank's samples on rank 0, fit and write PROFILE.json (collective: every rank calls it)."""
         import torch.distributed as dist
 
@@ -283,7 +283,8 @@ class Profiler:
         plan_meta = self.strategy.data.plan.plan_meta
         shapes = [LayerShape(**s) for s in plan_meta["layers"]]
         cfg = self.strategy.cfg
-        meta = {"device": cfg.device_for(0).split(":")[0], "workers": world, "threads": mine["threads"],
+        meta = {"epoch": int(epoch), "device": cfg.device_for(0).split(":")[0], "workers": world,
+                "threads": mine["threads"],
                 "pipeline": cfg.pipeline, "backward": cfg.backward, "dtype": cfg.dtype,
                 "plan": str(self.strategy.data.plan.root.resolve()), "model": plan_meta["config"],
                 "widths": plan_meta["widths"]}

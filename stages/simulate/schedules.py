@@ -6,12 +6,11 @@
   plan messages ``fwd_send_l`` of step b are sent (``none`` waits for each send); a layer starts when every
   message of the previous layer has arrived. ``intra`` gathers bin b+1 on a second lane while bin b computes.
 * forward, eager (``inter``, ``multi``): node-level readiness exactly as the runtime tracks it — a row of
-  layer l+1 is ready once its own and all its in-neighbours' layer-l outputs are present; the lowest layer
-  with ready rows runs next, its ready rows packed (``multi``: priority order; ``inter``: node-id order) into a
-  bin bounded by the plan's limit; a message leaves when its last node has been computed; arrived messages
-  are taken between bins; with nothing ready the worker waits for the lowest layer's next message.
-  (Since 2026-11-22 the runtime's ``multi`` runs the plan's own bins, each once all its rows are ready,
-  rather than packing ready rows; this model still packs rows, so it is the finer-grained idealisation.)
+  layer l+1 is ready once its own and all its in-neighbours' layer-l outputs are present. ``multi`` runs the
+  plan's bins, each once all its rows are ready, the lowest layer first, and gathers the next runnable bin
+  on a second lane while one computes; ``inter`` packs the lowest layer's ready rows in node-id order into a
+  bin bounded by the plan's limit. A message leaves when its last node has been computed; arrived messages
+  are taken between bins; with nothing to run the worker waits for the lowest layer's next message.
 * backward, per layer in reverse: the plan's bins in plan order; after step s (= bin s) the ``bwd_send_l``
   messages of step s are sent; the layer ends when every ``bwd_recv_l`` message has arrived and its own sends have left.
 * then the gradient all-reduce (a barrier) and the optimizer step.
@@ -175,6 +174,32 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
         msgs = [((("fwd", li, peer, w.rank, step)), t.nodes[sl]) for step, peer, sl in t.message_slices()]
         recvs.append(msgs)
     blocking = not sched.async_send
+    plan_bins = sched.order == "priority"
+    if plan_bins:  # rows of each plan bin not ready yet: a bin runs once none is left
+        row_bin = [np.repeat(np.arange(lb.num_bins, dtype=np.int64), lb.bin_nodes) for lb in w.layers]
+        bin_wait = [np.bincount(rb, minlength=lb.num_bins) for rb, lb in zip(row_bin, w.layers, strict=True)]
+        bin_wait[0][:] = 0
+        ran = [np.zeros(lb.num_bins, dtype=np.bool_) for lb in w.layers]
+        gathered = {}  # (layer, bin) -> when its prefetched inputs are in
+        lane = now  # the gather lane
+
+    def became_ready(k, newly):
+        ready_count[k] += len(newly)
+        if plan_bins and len(newly):
+            bin_wait[k] -= np.bincount(row_bin[k][newly], minlength=len(bin_wait[k]))
+
+    def next_bin():
+        """The lowest layer's first runnable plan bin (multi), or the lowest layer with ready rows (inter)."""
+        for k in range(L):
+            if ready_count[k] == 0:
+                continue
+            if not plan_bins:
+                return k, None
+            runnable = np.flatnonzero((bin_wait[k] == 0) & ~ran[k])
+            if len(runnable):
+                return k, int(runnable[0])
+        return None, None
+
     n_bin = [0] * L
     no_other = np.zeros(n_own, dtype=np.int64)  # one count per row (local and remote together)
     while any(remaining):
@@ -183,35 +208,50 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
                 keep = []
                 for key, nodes in recvs[li]:
                     if engine.arrival.get(key, math.inf) <= now:
-                        newly = release_inputs(nodes + n_own, t_ptr, t_rows, self_row, missing[li + 1], no_other,
-                                               ready[li + 1])
-                        ready_count[li + 1] += len(newly)
+                        became_ready(li + 1, release_inputs(nodes + n_own, t_ptr, t_rows, self_row, missing[li + 1],
+                                                            no_other, ready[li + 1]))
                     else:
                         keep.append((key, nodes))
                 recvs[li] = keep
-        li = next((k for k in range(L) if ready_count[k] > 0), None)
+        li, b = next_bin()
         if li is None:
             pending = next((k for k in range(L - 1) if recvs[k]), None)
             if pending is None:
                 raise RuntimeError(f"worker {w.rank}: eager schedule stalled (no ready rows, no message to wait for)")
             now = yield ("wait_any", [key for key, _ in recvs[pending]])
             continue
-        rows, cursor[li] = take_ready(row_order, ready[li], done[li], cursor[li], limits_n[li], costs[li],
-                                      limits_b[li], n_own)
-        rows = np.sort(rows)
+        if plan_bins:
+            lb = w.layers[li]
+            rows = np.arange(lb.bin_ptr[b], lb.bin_ptr[b + 1], dtype=np.int64)
+            ran[li][b] = True
+            gather = 0.0
+            if (li, b) in gathered:  # prefetched while the previous bin computed
+                now = yield ("until", gathered.pop((li, b)))
+            else:  # gathered in line, before the next bin's prefetch starts
+                gather = rates.gather(li, lb.bin_srcs[b])
+            nl, nb = next_bin() if sched.prefetch and not gathered else (None, None)
+            if nl is not None:
+                lane = max(now + gather, lane) + rates.gather(nl, w.layers[nl].bin_srcs[nb])
+                gathered[(nl, nb)] = lane
+            seconds = gather + rates.fwd(li, lb.bin_arcs[b], len(rows))
+        else:
+            b = n_bin[li]
+            rows, cursor[li] = take_ready(row_order, ready[li], done[li], cursor[li], limits_n[li], costs[li],
+                                          limits_b[li], n_own)
+            rows = np.sort(rows)
+            stamp += 1
+            n_src, arcs = _distinct_sources(rows, w.row_ptr, w.edge_src, w.priority, mark, stamp)
+            seconds = rates.gather(li, n_src) + rates.fwd(li, arcs, len(rows))
         ready_count[li] -= len(rows)
         remaining[li] -= len(rows)
-        stamp += 1
-        n_src, arcs = _distinct_sources(rows, w.row_ptr, w.edge_src, w.priority, mark, stamp)
-        now = yield ("compute", rates.gather(li, n_src) + rates.fwd(li, arcs, len(rows)), "compute",
-                     f"L{li} bin {n_bin[li]}")
+        now = yield ("compute", seconds, "compute", f"L{li} bin {b}")
         n_bin[li] += 1
         if (oh := _overhead(rates)) is not None:
             now = yield oh
         if li < L - 1:
             dst = w.priority[rows]
-            newly = release_inputs(dst, t_ptr, t_rows, self_row, missing[li + 1], no_other, ready[li + 1])
-            ready_count[li + 1] += len(newly)
+            became_ready(li + 1, release_inputs(dst, t_ptr, t_rows, self_row, missing[li + 1], no_other,
+                                                ready[li + 1]))
             t, ptr, ids, left = sends[li]
             if len(t.msgs):
                 for m in complete_messages(dst, ptr, ids, left):

@@ -32,7 +32,7 @@ class TrainConfig:
     resume: bool = False
     pipeline: str = "multi"
     trace: bool = False  # write a Chrome-trace timeline of one epoch per rank
-    profile: str | None = None  # write PROFILE.json (compute rates, for `g3 simulate`) from the traced epoch
+    profile: str | None = None  # write PROFILE.json (compute rates, for `g3 simulate`) from the last epoch
     feature_cache: bool = True
     layer0_cache: str = "auto"  # auto | on | off: keep layer 0's aggregation of the (fixed) input features
     prefetch: str = "auto"  # auto | on | off: intra/multi gather the next bin on a second thread
