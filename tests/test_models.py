@@ -673,3 +673,41 @@ def test_cuda_matches_cpu(kind, heads):
         torch.testing.assert_close(gpu[name].cpu(), cpu[name], atol=1e-10, rtol=1e-10, msg=name)
     ids = torch.arange(3000)
     assert torch.equal(dropout_mask(4, 2, 1, ids.cuda(), 16, 0.4).cpu(), dropout_mask(4, 2, 1, ids, 16, 0.4))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sage_backward_reading_rows_equals_the_gathered_backward(dtype):
+    """layer_backward_rows (the recomputation reads h[src] in place, the gradient of the sources is returned
+    rather than left on a gathered leaf) gives bitwise the gradients of layer_forward on the gathered rows:
+    the sources' (the aggregation's share and the self term's, added once) and every weight's."""
+    g = torch.Generator().manual_seed(21)
+    n_rows, n_dst, n_other, nnz = 300, 40, 60, 700
+    src = torch.randperm(n_rows, generator=g)[: n_dst + n_other]
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int64),
+                        torch.sort(torch.randint(0, nnz + 1, (n_dst - 1,), generator=g)).values,
+                        torch.tensor([nnz])])
+    indices = torch.randint(0, n_dst + n_other, (nnz,), generator=g)
+
+    def block():
+        return Block(n_dst=n_dst, n_src=n_dst + n_other, indptr=indptr, indices=indices,
+                     src_out_degree=torch.ones(n_dst + n_other), dst_in_degree=torch.ones(n_dst),
+                     dst_global=src[:n_dst].clone())
+
+    torch.manual_seed(4)
+    model = build_model("sage", 6, 8, 8, 3).to(dtype)
+    h = torch.randn(n_rows, 8, generator=g, dtype=dtype)
+    for layer in (1, 2):  # a hidden layer (ReLU + dropout after it) and the last
+        grad_out = torch.randn(n_dst, 8, generator=g, dtype=dtype)
+        model.zero_grad()
+        x_src = h.index_select(0, src).requires_grad_()
+        torch.autograd.backward(model.layer_forward(layer, block(), x_src, 2, 0.3, 5, True), grad_out)
+        ref_params = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad()
+        got = model.layer_backward_rows(layer, block(), h, src, h[src[:n_dst]], grad_out, 2, 0.3, 5)
+        assert torch.equal(got, x_src.grad)
+        got_params = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+        assert got_params.keys() == ref_params.keys() and len(got_params) == 3
+        assert all(torch.equal(got_params[k], ref_params[k]) for k in ref_params)
+        model.zero_grad()  # without the sources' gradient: the weights' only
+        assert model.layer_backward_rows(layer, block(), h, src, h[src[:n_dst]], grad_out, 2, 0.3, 5, False) is None
+        assert all(torch.equal(p.grad, ref_params[k]) for k, p in model.named_parameters() if p.grad is not None)

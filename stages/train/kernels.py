@@ -766,10 +766,7 @@ class CSRSum(torch.autograd.Function):
             return None, None, grad_x, None, grad_w, None, None
         if ctx.mode == "numba":
             if ctx.mean:  # d(sum / deg) = d(sum) / deg, in one pass
-                scaled = torch.empty(grad_out.shape, dtype=grad_out.dtype)
-                _nb_threads()
-                _nb_div_by_degree(_np(indptr), _np(_rows2d(grad_out)), scaled.view(n_dst, -1).numpy())
-                grad_out = scaled
+                grad_out = _nb_div_by_degree_of(indptr, grad_out)
             if need_x:  # the transposed CSR: a row per source, no atomics
                 t = ctx.transpose if ctx.transpose is not None else _nb_transpose_of(indptr, indices, n_src)
                 grad_x = _nb_sum(t.indptr, t.indices, grad_out, n_src, edge_weight,
@@ -858,6 +855,26 @@ def csr_mean(
     deg = (indptr[1:] - indptr[:-1]).to(x_src.dtype).clamp_(min=1)
     out = csr_sum(indptr, indices, x_src, n_dst, transpose=transpose)
     return out / deg.reshape((-1,) + (1,) * (x_src.dim() - 1))
+
+
+def _nb_div_by_degree_of(indptr: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """``g[v] / max(1, row length of v)`` (``g [n_dst, *feat]``), a new tensor."""
+    scaled = torch.empty(g.shape, dtype=g.dtype)
+    _nb_threads()
+    _nb_div_by_degree(_np(indptr), _np(_rows2d(g)), scaled.view(g.shape[0], -1).numpy())
+    return scaled
+
+
+def csr_mean_grad(indptr: torch.Tensor, indices: torch.Tensor, grad_out: torch.Tensor, n_src: int,
+                  transpose: CSRTranspose | None = None) -> torch.Tensor:
+    """The gradient of :func:`csr_mean` with respect to ``x_src`` (``grad_out [n_dst, d]`` → ``[n_src, d]``),
+    computed apart from autograd for a caller that read its sources in place (:func:`csr_mean_rows`). The
+    numba backend's own backward, bitwise: the gradient divided by the row lengths, then summed over the
+    transposed CSR (one row per source, no atomics)."""
+    if backend(grad_out) != "numba":
+        raise ValueError("csr_mean_grad: numba backend only")
+    t = transpose if transpose is not None else _nb_transpose_of(indptr, indices, n_src)
+    return _nb_sum(t.indptr, t.indices, _nb_div_by_degree_of(indptr, grad_out), int(n_src))
 
 
 def csr_mean_rows(indptr: torch.Tensor, rows: torch.Tensor, h: torch.Tensor, n_dst: int) -> torch.Tensor:

@@ -87,6 +87,27 @@ class GNNModel(nn.Module):
         return self._activate(l, self.layers[l].forward_rows(block, h, src, x_dst), block, epoch, dropout, seed,
                               training)
 
+    def layer_backward_rows(self, l: int, block: Block, h: torch.Tensor, src: torch.Tensor, x_dst: torch.Tensor,  # noqa: E741
+                            grad_out: torch.Tensor, epoch: int, dropout: float, seed: int,
+                            need_src_grad: bool = True) -> torch.Tensor | None:
+        """Backward of :meth:`layer_forward` (recomputed, ``training=True``) for ``x_src = h[src]`` without
+        gathering it: the aggregation reads ``h`` in place, the weights' gradients accumulate as autograd's
+        would, and the gradient of ``x_src`` (``[n_src, widths[l]]``) is returned — bitwise the one
+        ``layer_forward`` on the gathered rows gives (its two parts, through the aggregation and through the
+        self term of the first ``n_dst`` rows, added once as autograd adds them). ``x_dst = h[dst]``;
+        ``grad_out [n_dst, widths[l + 1]]``. Only where :meth:`reads_rows` says so."""
+        layer = self.layers[l]
+        agg = layer.aggregate_rows(block, h, src).requires_grad_(need_src_grad)
+        x_dst = x_dst.detach().requires_grad_(need_src_grad)
+        with torch.enable_grad():
+            y = self._activate(l, layer.combine(x_dst, agg), block, epoch, dropout, seed, True)
+        torch.autograd.backward(y, grad_out)
+        if not need_src_grad:
+            return None
+        grad_src = layer.aggregate_grad(block, agg.grad)
+        grad_src[: block.n_dst] += x_dst.grad
+        return grad_src
+
     def _activate(self, l: int, h: torch.Tensor, block: Block, epoch: int, dropout: float, seed: int,  # noqa: E741
                   training: bool) -> torch.Tensor:
         if l < self.num_layers - 1:

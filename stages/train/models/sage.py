@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..block import Block
-from ..kernels import block_transpose, csr_mean, csr_mean_rows
+from ..kernels import block_transpose, csr_mean, csr_mean_grad, csr_mean_rows
 
 ROW_INDICES = "sage_row_indices"  # block cache key: src[indices], the arcs' sources as rows of the layer input
 
@@ -73,10 +73,23 @@ class SAGEConv(nn.Module):
     def forward_rows(self, block: Block, h: torch.Tensor, src: torch.Tensor, x_dst: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` for ``x_src = h[src]`` without gathering it: the aggregation reads ``h`` through the
         block's arcs mapped to rows of ``h`` (``src[indices]``, kept on the block): the same sums in the same
-        order as on the gathered rows. ``x_dst = h[dst] [n_dst, in_dim]``; forward only (no gradient)."""
+        order as on the gathered rows. ``x_dst = h[dst] [n_dst, in_dim]``. For a gradient, see
+        :meth:`aggregate_rows` and :meth:`aggregate_grad`."""
+        return self.combine(x_dst, self.aggregate_rows(block, h, src))
+
+    def aggregate_rows(self, block: Block, h: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        """The mean over in-arcs of ``h[src]`` read in place (``[n_dst, in_dim]``, no gradient to ``h``)."""
         rows = block.cached(ROW_INDICES, lambda: _row_indices(src, block.indices, h.shape[0]))
-        neigh = F.linear(csr_mean_rows(block.indptr, rows, h, block.n_dst), self.lin_neigh.weight)
-        return F.linear(x_dst, self.lin_self.weight, self.bias).add_(neigh)
+        return csr_mean_rows(block.indptr, rows, h, block.n_dst)
+
+    def combine(self, x_dst: torch.Tensor, agg: torch.Tensor) -> torch.Tensor:
+        """``W_self x_dst + b + W_neigh agg`` (aggregate-first): ``[n_dst, in_dim]`` twice → ``[n_dst, out_dim]``."""
+        return F.linear(x_dst, self.lin_self.weight, self.bias).add_(F.linear(agg, self.lin_neigh.weight))
+
+    def aggregate_grad(self, block: Block, agg_grad: torch.Tensor) -> torch.Tensor:
+        """The gradient reaching the block's sources through the aggregation (``[n_dst, in_dim]`` →
+        ``[n_src, in_dim]``): what :meth:`forward`'s backward gives ``x_src`` besides the self term, bitwise."""
+        return csr_mean_grad(block.indptr, block.indices, agg_grad, block.n_src, block_transpose(block, agg_grad))
 
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.out_dim}, aggr=mean"

@@ -360,8 +360,9 @@ class G3Strategy(Strategy):
                 view_ok: bool = False, read_rows: bool = False) -> torch.Tensor:
         """The bin's input rows. ``view_ok``: the caller only reads them before ``h`` changes again (no
         autograd graph keeps them), so contiguous sources may be a view of ``h`` instead of a copy.
-        ``read_rows``: a forward without gradient, which can let the layer read ``h[src]`` itself
-        (``READ_ROWS``, see ``GNNModel.reads_rows``) instead of gathering a copy."""
+        ``read_rows``: a forward without gradient, or backward's recomputation, which can let the layer read
+        ``h[src]`` itself (``READ_ROWS``, see ``GNNModel.reads_rows`` and ``layer_backward_rows``) instead of
+        gathering a copy."""
         if block is not None and not self._needs_gather(layer, block):
             return block.cached(LAYER0_ROWS, None)  # no gather, no copy: the rows live with the block
         rng = block.cached(SRC_RANGE, lambda: None) if (view_ok and block is not None) else None
@@ -382,7 +383,8 @@ class G3Strategy(Strategy):
         return (x_dev, event)
 
     def _reads_rows(self, layer: int, h: torch.Tensor) -> bool:
-        """The CPU layer can read its sources from ``h`` (only when no gradient will need the gathered rows)."""
+        """The CPU layer can read its sources from ``h`` itself: in a forward without gradient
+        (``layer_forward_rows``) and in backward's recomputation (``layer_backward_rows``)."""
         return (self.device.type == "cpu" and backend(h) == "numba" and not self._static(layer)
                 and self.model.reads_rows(layer))
 
@@ -683,30 +685,40 @@ class G3Strategy(Strategy):
             # bins in plan order, not reversed: the priority list puts first the nodes peers need, which on a
             # symmetric graph are the nodes that read remote inputs, so the gradients peers wait for go out first
             bins = self.saved[li] if self.saved[li] else [(blk, s, t, None, None) for blk, s, t, _ in self.blocks[li]]
-            # recompute: the next bin's inputs are gathered (on CUDA copied in) while this one computes
-            nxt = self._submit_gather(h, bins[0][1], li, 0, bins[0][0], True) \
+            # recompute: the next bin's inputs are gathered (on CUDA copied in) while this one computes; a layer
+            # that reads its rows in place (READ_ROWS) gathers nothing
+            nxt = self._submit_gather(h, bins[0][1], li, 0, bins[0][0], True, True) \
                 if bins and bins[0][4] is None else None
             for step, (block, src, dst, x_saved, y_saved) in enumerate(bins):
                 t0, c0 = now_us(), time.thread_time()
+                dst_rng = block.cached(DST_RANGE, lambda: None)
+                grad_rows = take_rows(grad_out, dst, dst_rng)
+                x = None
                 if y_saved is not None:
                     x_src, y = x_saved, y_saved
                 else:  # recompute the bin's forward with its inputs as leaves
                     x = nxt.result() if hasattr(nxt, "result") else nxt
                     if step + 1 < len(bins):
-                        nxt = self._submit_gather(h, bins[step + 1][1], li, step + 1, bins[step + 1][0], True)
-                    x_src = self._ready_input(x)
-                    x_src.requires_grad_(need_input_grad)
-                    with torch.enable_grad():
-                        y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, True,
-                                                     static_input=self._static(li))
-                    if self._static(li) and not block.has_cached(LAYER0_ROWS):
-                        # `inter` computes layer 0 forward in run-time bins, so the plan's bins first see the
-                        # fixed features here: keep their rows now, or every epoch gathers them again
-                        self._keep_layer0_rows(block, x_src)
-                dst_rng = block.cached(DST_RANGE, lambda: None)
-                torch.autograd.backward(y, take_rows(grad_out, dst, dst_rng).to(y.device, dtype=y.dtype))
+                        nxt = self._submit_gather(h, bins[step + 1][1], li, step + 1, bins[step + 1][0], True, True)
+                if x is READ_ROWS:  # the aggregation reads h itself, forward and backward: no gathered copy
+                    grad_src = self.model.layer_backward_rows(li, block, h, src, take_rows(h, dst, dst_rng),
+                                                              grad_rows.to(dtype=h.dtype), epoch, self.cfg.dropout,
+                                                              self.cfg.seed, need_input_grad)
+                else:
+                    if y_saved is None:
+                        x_src = self._ready_input(x)
+                        x_src.requires_grad_(need_input_grad)
+                        with torch.enable_grad():
+                            y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed,
+                                                         True, static_input=self._static(li))
+                        if self._static(li) and not block.has_cached(LAYER0_ROWS):
+                            # `inter` computes layer 0 forward in run-time bins, so the plan's bins first see the
+                            # fixed features here: keep their rows now, or every epoch gathers them again
+                            self._keep_layer0_rows(block, x_src)
+                    torch.autograd.backward(y, grad_rows.to(y.device, dtype=y.dtype))
+                    grad_src = x_src.grad.to("cpu", dtype=h.dtype) if need_input_grad else None
                 if need_input_grad:
-                    add_rows(grad_in, src, block.cached(SRC_RANGE, lambda: None), x_src.grad.to("cpu", dtype=h.dtype))
+                    add_rows(grad_in, src, block.cached(SRC_RANGE, lambda: None), grad_src)
                 self.timers["compute"] += (now_us() - t0) / 1e6
                 self.timers["compute_cpu"] += time.thread_time() - c0
                 self.tracer.span("compute", f"L{li} bin {step}", t0, now_us(), layer=li, bin=step, phase="bwd")
