@@ -319,6 +319,11 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
             # after the first epoch layer 0 reads its cached rows, in forward and backward of every schedule
             # (`inter` once gathered the features again in every backward: its forward runs run-time bins)
             assert not [e for e in spans if e["cat"] == "gather" and e["args"]["layer"] == 0], schedule
+            # layer 1 (6 -> 6, aggregate-first) reads its rows in place, in forward and in backward (a bin whose
+            # sources are a contiguous range takes them as a view, copying nothing)
+            assert not [e for e in spans if e["cat"] == "gather" and e["args"]["layer"] == 1
+                        and not e["args"]["view"]], schedule
+            assert [e for e in spans if e["cat"] == "gather" and e["args"]["layer"] == 2], schedule  # 6 -> 4 gathers
             bwd_start = min(e["ts"] for e in spans if e["args"].get("phase") == "bwd")
             forward_prefetched += sum(1 for e in spans if e["cat"] == "gather" and e["ts"] < bwd_start
                                       and e["args"]["prefetched"])

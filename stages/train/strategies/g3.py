@@ -372,7 +372,8 @@ class G3Strategy(Strategy):
         x = take_rows(h, src, rng).detach() if rng is not None else take_rows_at(h, src)
         t1 = now_us()
         self.tracer.span("gather", f"L{layer} bin {b}", t0, t1, layer=layer, bin=b, phase=self.phase,
-                         prefetched=threading.current_thread() is not threading.main_thread())
+                         prefetched=threading.current_thread() is not threading.main_thread(),
+                         view=rng is not None)  # a view: contiguous sources, nothing copied
         if self.device.type != "cuda":
             return x
         with torch.cuda.stream(self.copy_stream):
