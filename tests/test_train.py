@@ -366,3 +366,46 @@ def test_prefetch_setting():
     assert TrainConfig().prefetch_enabled(1, 1) == (cores > 1)
     assert TrainConfig(prefetch="on").prefetch_enabled(cores, 4)
     assert not TrainConfig(prefetch="off", device="cuda").prefetch_enabled(1, 1)
+
+
+def test_multi_bin_dependencies_match_a_recount(store, tmp_path):
+    """`multi` starts a plan bin of layer l once the layer-(l-1) bins computing its rows' own nodes and owned
+    in-neighbours have run and the messages carrying its remote in-neighbours have arrived: the precomputed
+    counts and dependents equal a recount from the shard's arcs, for every worker and layer."""
+    from stages.common.partition_artifact import open_shard
+    from stages.train.config import TrainConfig
+    from stages.train.models import build_model
+    from stages.train.strategies.base import WorkerData
+    from stages.train.strategies.g3 import G3Strategy
+
+    part, plan = tmp_path / "part", tmp_path / "plan"
+    assert invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code == 0
+    assert invoke(["plan", str(part), "--layers", "3", "--bin-size", "11", "-o", str(plan)]).exit_code == 0
+    meta = load_plan_meta(plan)
+    cfg = TrainConfig(pipeline="multi", dtype="float64", live=False)
+    mc, st = meta["config"], meta["store"]
+    for rank in range(3):
+        data = WorkerData(open_shard(part, rank, 3), WorkerPlan(plan, rank), 3, torch.float64)
+        model = build_model(mc["model"], int(st["feat_dim"]), int(mc["hidden"]), int(st["num_classes"]), 3).double()
+        strategy = G3Strategy(data, model, None, cfg)
+        deps = strategy._bin_dependencies()
+        n_own = data.num_owned
+        for li in (1, 2):
+            row_bin, prev_bin = strategy._plan_row_bin(li), strategy._plan_row_bin(li - 1)
+            table = data.table(f"fwd_recv_{li - 1}")
+            msg_of = {int(node): m for m, (_, _, sl) in enumerate(table.message_slices()) for node in table.nodes[sl]}
+            expected = {b: set() for b in range(len(strategy.blocks[li]))}
+            for row in range(n_own):
+                want = expected[int(row_bin[row])]
+                want.add(("bin", int(prev_bin[row])))
+                for src in strategy.edge_src[strategy.row_ptr[row] : strategy.row_ptr[row + 1]]:
+                    want.add(("bin", int(prev_bin[src])) if src < n_own else ("msg", msg_of[int(src) - n_own]))
+            d = deps[li]
+            got = {b: set() for b in expected}
+            for i in range(len(d.ptr) - 1):
+                dep = ("bin", i) if i < d.n_bins_before else ("msg", i - d.n_bins_before)
+                for b in d.dependents(i):
+                    got[int(b)].add(dep)
+            assert got == expected
+            assert [len(expected[b]) for b in sorted(expected)] == d.wait.tolist()
+            assert any(dep[0] == "msg" for want in expected.values() for dep in want)  # remote inputs exist

@@ -106,6 +106,21 @@ SCHEDULES = {
 }
 
 
+@dataclass
+class BinDependencies:
+    """What the plan's bins of one layer wait for in ``multi``: dependency ``i`` is bin ``i`` of the layer
+    before (``i < n_bins_before``) or message ``i - n_bins_before`` of that layer's ``fwd_recv`` table; the bins
+    waiting for it are ``bins[ptr[i]:ptr[i + 1]]``; ``wait[b]``: how many dependencies bin ``b`` has."""
+
+    ptr: np.ndarray
+    bins: np.ndarray
+    n_bins_before: int
+    wait: np.ndarray
+
+    def dependents(self, i: int) -> np.ndarray:
+        return self.bins[self.ptr[i] : self.ptr[i + 1]]
+
+
 class _Sends:
     """One layer's outgoing messages: each is sent when its last node has been produced."""
 
@@ -167,10 +182,10 @@ class _Receives:
         self.outstanding = 0
         by_peer: dict[int, list] = {}
         nodes = torch.from_numpy(table.nodes)
-        for step, peer, sl in table.message_slices():
+        for m, (step, peer, sl) in enumerate(table.message_slices()):
             buf = torch.empty((sl.stop - sl.start, width), dtype=dtype)
             work = dist.irecv(buf, src=peer, group=strategy.ex.group, tag=(phase << TAG_SHIFT) + step)
-            by_peer.setdefault(peer, []).append((work, buf, nodes[sl], (phase, peer, strategy.rank, step), now_us()))
+            by_peer.setdefault(peer, []).append((work, buf, nodes[sl], (phase, peer, strategy.rank, step), m, now_us()))
             self.outstanding += 1
         self.threads = [threading.Thread(target=self._wait_all, args=(items,), daemon=True, name=f"g3-recv-{label}")
                         for items in by_peer.values()]
@@ -178,28 +193,29 @@ class _Receives:
             t.start()
 
     def _wait_all(self, items) -> None:
-        for work, buf, nodes, key, t_post in items:
+        for work, buf, nodes, key, m, t_post in items:
             try:
                 work.wait()  # exactly once: a second wait on a gloo recv waits for another message
             except Exception as exc:  # surfaced in the compute thread
                 self.queue.put(exc)
                 return
-            self.queue.put((buf, nodes, key, t_post, now_us()))
+            self.queue.put((buf, nodes, key, m, t_post, now_us()))
 
     def _consume(self, item, consume) -> None:
+        """``consume(nodes, rows, m)`` for an arrived message (``m``: its index in the table's message order)."""
         if isinstance(item, Exception):
             raise item
-        buf, nodes, key, t_post, t_done = item
+        buf, nodes, key, m, t_post, t_done = item
         self.outstanding -= 1
         self.s.ex.stats.bytes_recv += buf.numel() * buf.element_size()
         self.s.tracer.message(key, "recv", t_post, t_done)
         self.s.tracer.span("recv", f"{self.label} ← {key[1]}", t_post, t_done, step=key[3], peer=key[1])
         t0 = now_us()
-        consume(nodes, buf)
+        consume(nodes, buf, m)
         self.s.tracer.span("unpack", f"{self.label} ← {key[1]}", t0, now_us(), step=key[3], peer=key[1])
 
     def poll(self, consume, block: bool = False) -> int:
-        """Hand every arrived message to ``consume(nodes, rows)``; with ``block``, wait for all of them."""
+        """Hand every arrived message to ``consume(nodes, rows, m)``; with ``block``, wait for all of them."""
         done = 0
         while self.outstanding:
             try:
@@ -298,36 +314,44 @@ class G3Strategy(Strategy):
         return out
 
     def _init_dataflow(self) -> None:
-        """Reverse adjacency, row orders and bin limits for eager scheduling and message completion."""
+        """Every arc's source and how many arcs read each remote row (backward's message completion); for
+        ``inter`` also the row-level structures of its run-time bins (:meth:`_init_row_readiness`)."""
         d = self.data
         n_own, n_local = d.num_owned, d.num_owned + d.num_remote
         self.edge_src = self._edge_sources()
+        self.row_ptr = np.asarray(d.row_ptr, dtype=np.int64)
+        self.uses = np.bincount(self.edge_src, minlength=n_local).astype(np.int64)[n_own:]
+        if self.schedule.eager and self.schedule.order == "id":
+            self._init_row_readiness()
+
+    def _init_row_readiness(self) -> None:
+        """``inter``: reverse adjacency, per-row input counts, the node-id order and the bin limits its run-time
+        bins are packed by."""
+        d = self.data
+        n_own, n_local = d.num_owned, d.num_owned + d.num_remote
         self.t_ptr, self.t_rows = transpose_rows(d.row_ptr, self.edge_src, n_local)
-        self.pos_of_owned = np.empty(n_own, dtype=np.int64)
-        self.pos_of_owned[d.priority] = np.arange(n_own)
-        self.self_row = np.concatenate([self.pos_of_owned, np.full(d.num_remote, -1, dtype=np.int64)])
-        # rows are owned ids here (WorkerData renumbers them in priority order); "id" order = the shard's ids,
+        pos_of_owned = np.empty(n_own, dtype=np.int64)
+        pos_of_owned[d.priority] = np.arange(n_own)
+        self.self_row = np.concatenate([pos_of_owned, np.full(d.num_remote, -1, dtype=np.int64)])
+        # rows are owned ids here (WorkerData renumbers them in priority order); node-id order = the shard's ids,
         # which ascend with global ids
-        self.row_order = (np.arange(n_own, dtype=np.int64) if self.schedule.order == "priority"
-                          else np.asarray(d.new_id, dtype=np.int64).copy())
-        self.in_deg_rows = np.diff(d.row_ptr).astype(np.int64)
+        self.row_order = np.asarray(d.new_id, dtype=np.int64).copy()
+        in_deg_rows = np.diff(d.row_ptr).astype(np.int64)
         # inputs of each row counted apart: local sources (+1: the row's own node) and remote sources
         remote_arc_rows = np.searchsorted(d.row_ptr, np.flatnonzero(self.edge_src >= n_own), side="right") - 1
         self.remote_in_rows = np.bincount(remote_arc_rows, minlength=n_own).astype(np.int64)
-        self.local_in_rows = self.in_deg_rows - self.remote_in_rows + 1
+        self.local_in_rows = in_deg_rows - self.remote_in_rows + 1
         self.prio = np.asarray(d.priority, dtype=np.int64)
         self.mark = np.full(n_local, -1, dtype=np.int64)
-        self.row_ptr = np.asarray(d.row_ptr, dtype=np.int64)
         self.block_cache: dict[tuple[int, bytes], tuple] = {}
-        # dynamic bins obey the plan's limits: a node count (--bin-size) or bytes (half the device memory)
+        # run-time bins obey the plan's limits: a node count (--bin-size) or bytes (half the device memory)
         shapes = [LayerShape(**s) for s in d.plan.plan_meta["layers"]]
-        self.row_cost = [node_bytes(self.in_deg_rows, shape) for shape in shapes]
+        self.row_cost = [node_bytes(in_deg_rows, shape) for shape in shapes]
         self.bin_limit, self.bin_limit_bytes = [], []
         for layer in d.plan.meta["layers"]:
             fixed = layer["bin_limit_bytes"] is None
             self.bin_limit.append(int(layer["bin_limit_nodes"]) if fixed else n_own)
             self.bin_limit_bytes.append(np.iinfo(np.int64).max if fixed else int(layer["bin_limit_bytes"]))
-        self.uses = np.bincount(self.edge_src, minlength=n_local).astype(np.int64)[n_own:]
 
     def _edge_sources(self) -> np.ndarray:
         """Local source id of every arc, rows in priority order (the plan stores positions per bin instead)."""
@@ -431,7 +455,10 @@ class G3Strategy(Strategy):
                            self, f"{kind}{li}") for li in range(L - 1)]
         self.inputs = hs[:L]
         self.saved = [[] for _ in range(L)]
-        run = self._forward_eager if self.schedule.eager else self._forward_layerwise
+        if not self.schedule.eager:
+            run = self._forward_layerwise
+        else:
+            run = self._forward_eager_bins if self.schedule.order == "priority" else self._forward_eager
         run(epoch, training, hs, sends, recvs)
         for s in sends:
             s.wait()
@@ -499,7 +526,8 @@ class G3Strategy(Strategy):
                 if li < L - 1:
                     sends[li].produced(dst.numpy(), hs[li + 1])
             if li < L - 1:
-                recvs[li].poll(lambda nodes, rows, h=hs[li + 1]: put_rows_at(h, nodes + d.num_owned, rows), block=True)
+                recvs[li].poll(lambda nodes, rows, _m, h=hs[li + 1]: put_rows_at(h, nodes + d.num_owned, rows),
+                               block=True)
 
     def _submit_gather(self, h, src, li, b, block, view_ok: bool, read_rows: bool = False):
         """The bin's inputs (see :meth:`_gather`), gathered now or (``intra``/``multi``) on the prefetch thread."""
@@ -507,12 +535,105 @@ class G3Strategy(Strategy):
             return self.pool.submit(self._gather, h, src, li, b, block, view_ok, read_rows)
         return self._gather(h, src, li, b, block, view_ok, read_rows)
 
-    def _forward_eager(self, epoch, training, hs, sends, recvs) -> None:
-        """Inter-layer eager schedule: always run the lowest layer that has ready work.
+    def _forward_eager_bins(self, epoch, training, hs, sends, recvs) -> None:
+        """``multi``: the plan's bins, each as soon as every input of its rows is present, lowest layer first,
+        the next runnable bin's inputs gathered (on CUDA copied in) meanwhile.
 
-        ``multi`` (priority order) runs the plan's bins, each as soon as all its rows are ready — the blocks,
-        their transposes and caches are the plan's, built once; ``inter`` packs ready rows in node-id order
-        into bins of the plan's limit, built at run time."""
+        Readiness is counted per bin (:meth:`_bin_dependencies`): a bin of layer l waits for the layer-(l-1)
+        bins computing its rows' local inputs and for the messages carrying their remote inputs; finishing
+        a bin or receiving a message decrements the counts of the bins that read it — no walk over arcs or
+        rows. The blocks, their transposes and caches are the plan's, built once and shared with backward."""
+        L = self.num_layers
+        n_own = self.data.num_owned
+        deps = self._bin_dependencies()
+        wait = [np.zeros(len(self.blocks[0]), dtype=np.int64)] + [deps[li].wait.copy() for li in range(1, L)]
+        ran = [np.zeros(len(self.blocks[li]), dtype=np.bool_) for li in range(L)]
+        left = [len(self.blocks[li]) for li in range(L)]
+
+        def next_bin():
+            for k in range(L):
+                if left[k]:
+                    runnable = np.flatnonzero((wait[k] == 0) & ~ran[k])
+                    if len(runnable):
+                        return k, int(runnable[0])
+            return None, None
+
+        def arrived(li):  # message m of layer li's outputs: remote inputs of layer li+1
+            dep = deps[li + 1]
+
+            def consume(nodes, rows, m):
+                put_rows_at(hs[li + 1], nodes + n_own, rows)
+                wait[li + 1][dep.dependents(dep.n_bins_before + m)] -= 1
+            return consume
+
+        view_ok = not (self.keep and training)
+        prefetched: dict[tuple[int, int], object] = {}  # (layer, plan bin) → its inputs, gathered meanwhile
+        while any(left):
+            for li in range(L - 1):
+                if not recvs[li].finished:
+                    recvs[li].poll(arrived(li))
+            li, b = next_bin()
+            if li is None:
+                self._idle_until_message(recvs, arrived)
+                continue
+            block, src, dst, _rows = self.blocks[li][b]
+            ran[li][b] = True
+            left[li] -= 1
+            x = prefetched.pop((li, b), None)
+            x = x.result() if x is not None else self._gather(hs[li], src, li, b, block, view_ok, view_ok)
+            if self.pool is not None and not prefetched:  # gather the next runnable bin meanwhile
+                nl, nb = next_bin()
+                if nl is not None and self._needs_gather(nl, self.blocks[nl][nb][0]):
+                    nblock, nsrc = self.blocks[nl][nb][:2]
+                    prefetched[(nl, nb)] = self.pool.submit(self._gather, hs[nl], nsrc, nl, nb, nblock, view_ok,
+                                                            view_ok)
+            self._compute(li, block, x, src, dst, None, hs, epoch, training, b)
+            if li < L - 1:
+                sends[li].produced(dst.numpy(), hs[li + 1])  # first: peers get the rows before the bookkeeping
+                wait[li + 1][deps[li + 1].dependents(b)] -= 1
+
+    def _bin_dependencies(self) -> list:
+        """Per layer l ≥ 1 (index 0: None), what each plan bin of layer l waits for — the layer-(l-1) bins that
+        compute its rows' own nodes and owned in-neighbours, and the ``fwd_recv_{l-1}`` messages that carry
+        its remote in-neighbours — as :class:`BinDependencies`. Computed once (numpy over the arcs)."""
+        if getattr(self, "_bin_deps", None) is None:
+            d = self.data
+            n_own = d.num_owned
+            arc_row = np.repeat(np.arange(n_own, dtype=np.int64), np.diff(self.row_ptr))
+            remote = self.edge_src >= n_own
+            self._bin_deps = [None]
+            for li in range(1, self.num_layers):
+                row_bin, prev_bin = self._plan_row_bin(li), self._plan_row_bin(li - 1)
+                n_prev, n_bins = len(self.blocks[li - 1]), len(self.blocks[li])
+                table = d.table(f"fwd_recv_{li - 1}")
+                slices = table.message_slices()
+                msg_of = np.full(d.num_remote, -1, dtype=np.int64)  # remote offset → its message
+                for m, (_, _, sl) in enumerate(slices):
+                    msg_of[np.asarray(table.nodes[sl], dtype=np.int64)] = m
+                src = self.edge_src
+                dep = np.empty(len(src), dtype=np.int64)
+                dep[~remote] = prev_bin[src[~remote]]
+                dep[remote] = n_prev + msg_of[src[remote] - n_own]
+                if (dep < 0).any() or (dep[remote] < n_prev).any():
+                    raise RuntimeError(f"plan: fwd_recv_{li - 1} does not carry every remote input of layer {li}")
+                n_deps = n_prev + len(slices)
+                pairs = np.unique(np.concatenate([row_bin[arc_row] * n_deps + dep,  # its arcs' sources
+                                                  row_bin * n_deps + prev_bin]))  # and its rows' own nodes
+                waiting, on = pairs // n_deps, pairs % n_deps
+                order = np.argsort(on, kind="stable")
+                ptr = np.zeros(n_deps + 1, dtype=np.int64)
+                np.cumsum(np.bincount(on, minlength=n_deps), out=ptr[1:])
+                self._bin_deps.append(BinDependencies(ptr, waiting[order], n_prev,
+                                                      np.bincount(waiting, minlength=n_bins).astype(np.int64)))
+        return self._bin_deps
+
+    def _forward_eager(self, epoch, training, hs, sends, recvs) -> None:
+        """``inter``: eager inter-layer computation in node-id order, always the lowest layer with ready rows.
+
+        A row of layer l+1 is ready once all its inputs are present (counted per row, :mod:`..dataflow`);
+        ready rows are packed in node-id order into bins of the plan's limit and their blocks built at run
+        time (cached when the same bin recurs). Layer 0's bins are the same every epoch (all its rows are
+        ready at the start), so the rows each one completes for layer 1 are computed once."""
         d = self.data
         L = self.num_layers
         n_own = d.num_owned
@@ -520,73 +641,38 @@ class G3Strategy(Strategy):
         done = [np.zeros(n_own, dtype=np.bool_) for _ in range(L)]
         missing = [None] + [self.local_in_rows.copy() for _ in range(L - 1)]  # local inputs not yet computed
         missing_remote = [None] + [self.remote_in_rows.copy() for _ in range(L - 1)]  # remote not yet received
-        plan_bins = self.schedule.order == "priority"
-        if L > 1:  # layer 0's bins are the same every epoch (all its rows are ready at the start)
+        if L > 1:
             missing[1] = np.ones(n_own, dtype=np.int64)  # a flag: cleared by the layer-0 bin that completes the row
         ready_count = [n_own] + [0] * (L - 1)
         remaining = [n_own] * L
         cursor = [0] * L
         b_index = [0] * L
-        if plan_bins:  # rows of each plan bin not ready yet; a bin runs once all of them are
-            row_bin = [self._plan_row_bin(li) for li in range(L)]
-            bin_wait = [np.bincount(rb, minlength=len(self.blocks[li])) for li, rb in enumerate(row_bin)]
-            bin_wait[0][:] = 0
-            ran = [np.zeros(len(self.blocks[li]), dtype=np.bool_) for li in range(L)]
-
-        def became_ready(li, newly):
-            ready_count[li] += len(newly)
-            if plan_bins and len(newly):
-                bin_wait[li] -= np.bincount(row_bin[li][newly], minlength=len(bin_wait[li]))
-
-        def next_work():
-            for k in range(L):
-                if ready_count[k] == 0:
-                    continue
-                if not plan_bins:
-                    return k, None
-                runnable = np.flatnonzero((bin_wait[k] == 0) & ~ran[k])
-                if len(runnable):
-                    return k, int(runnable[0])
-            return None, None
 
         def arrived(li):  # message of layer li's outputs arrived: remote rows are inputs of layer li+1
-            def consume(nodes, rows):
+            def consume(nodes, rows, _m):
                 put_rows_at(hs[li + 1], nodes + n_own, rows)
                 newly = release_inputs(nodes.numpy() + n_own, self.t_ptr, self.t_rows, self.self_row,
                                        missing_remote[li + 1], missing[li + 1], ready[li + 1])
-                became_ready(li + 1, newly)
+                ready_count[li + 1] += len(newly)
             return consume
 
         view_ok = not (self.keep and training)
-        prefetched: dict[tuple[int, int], object] = {}  # (layer, plan bin) → its inputs, gathered meanwhile
         while any(remaining):
             for li in range(L - 1):
                 if not recvs[li].finished:
                     recvs[li].poll(arrived(li))
-            li, b = next_work()
+            li = next((k for k in range(L) if ready_count[k] > 0), None)
             if li is None:
                 self._idle_until_message(recvs, arrived)
                 continue
-            if plan_bins:
-                block, src, dst, rows = self.blocks[li][b]
-                ran[li][b] = True
-                x = prefetched.pop((li, b), None)
-                x = x.result() if x is not None else self._gather(hs[li], src, li, b, block, view_ok, view_ok)
-                if self.pool is not None and not prefetched:  # multi: gather the next ready bin meanwhile
-                    nl, nb = next_work()
-                    nblock, nsrc = self.blocks[nl][nb][:2] if nl is not None else (None, None)
-                    if nblock is not None and self._needs_gather(nl, nblock):
-                        prefetched[(nl, nb)] = self.pool.submit(self._gather, hs[nl], nsrc, nl, nb, nblock, view_ok,
-                                                                view_ok)
+            b = b_index[li]
+            if li == 0:
+                rows = self._layer0_bins()[0][b]
+                done[0][rows] = True
             else:
-                b = b_index[li]
-                if li == 0:
-                    rows = self._layer0_bins()[0][b]
-                    done[0][rows] = True
-                else:
-                    rows = self._take(li, ready, done, cursor)
-                block, src, dst = self._dynamic_block(li, rows)
-                x = self._gather(hs[li], src, li, b, block, view_ok, view_ok)
+                rows = self._take(li, ready, done, cursor)
+            block, src, dst = self._dynamic_block(li, rows)
+            x = self._gather(hs[li], src, li, b, block, view_ok, view_ok)
             ready_count[li] -= len(rows)
             remaining[li] -= len(rows)
             self._compute(li, block, x, src, dst, rows, hs, epoch, training, b)
@@ -594,14 +680,14 @@ class G3Strategy(Strategy):
             if li < L - 1:
                 dst_np = dst.numpy()
                 sends[li].produced(dst_np, hs[li + 1])  # first: peers get the rows before the bookkeeping below
-                if li == 0:  # layer-0 bins always run in the same order: which rows each completes is fixed
+                if li == 0:  # layer 0's bins are fixed: which rows each completes is too
                     newly = self._rows_completed_by_layer0_bin(b, missing[1], missing_remote[1], ready[1])
                 elif remaining[li] > 0:
                     newly = release_inputs(dst_np, self.t_ptr, self.t_rows, self.self_row, missing[li + 1],
                                            missing_remote[li + 1], ready[li + 1])
                 else:  # the layer's last bin: no need to walk its arcs
                     newly = rows_ready_when_local_done(missing[li + 1], missing_remote[li + 1], ready[li + 1])
-                became_ready(li + 1, newly)
+                ready_count[li + 1] += len(newly)
 
     def _plan_row_bin(self, li: int) -> np.ndarray:
         """The plan bin of every row in layer ``li``."""
@@ -609,11 +695,11 @@ class G3Strategy(Strategy):
         return np.repeat(np.arange(len(bin_ptr) - 1, dtype=np.int64), np.diff(bin_ptr))
 
     def _rows_completed_by_layer0_bin(self, b: int, local_missing, remote_missing, ready_flag) -> np.ndarray:
-        """Layer 0's bins are the same every epoch (``multi``: the plan's, in plan order; ``inter``: the run-time
-        bins of :meth:`_layer0_bins`), so the bin after which a row's local layer-1 inputs (its own node and
-        its owned in-neighbours) are all computed is fixed: computed once, it replaces walking every arc of
-        every bin (O(arcs) serial decrements per epoch: 2.3 s of an 11 s epoch on `products`). Clears those
-        rows' local flags; returns the ones whose remote inputs are also in."""
+        """``inter``'s layer-0 bins (:meth:`_layer0_bins`) are the same every epoch, so the bin after which a
+        row's local layer-1 inputs (its own node and its owned in-neighbours) are all computed is fixed:
+        computed once, it replaces walking every arc of every bin (O(arcs) serial decrements per epoch: 2.3 s
+        of an 11 s epoch on `products`). Clears those rows' local flags; returns the ones whose remote inputs
+        are also in."""
         _, done_ptr, done_rows = self._layer0_bins()
         rows = done_rows[done_ptr[b] : done_ptr[b + 1]]
         local_missing[rows] = 0
@@ -621,25 +707,22 @@ class G3Strategy(Strategy):
         ready_flag[newly] = True
         return newly
 
-    def _layer0_bins(self) -> tuple[list[np.ndarray] | None, np.ndarray, np.ndarray]:
-        """(``inter``'s layer-0 bins or None for the plan's, then rows grouped CSR-like by the last layer-0
-        bin computing one of their local inputs), computed on first use."""
+    def _layer0_bins(self) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """``inter``'s layer-0 bins (every row is ready, so the run-time packing in node-id order gives the
+        same bins every epoch), then the rows grouped CSR-like by the last of those bins computing one of
+        their local inputs; computed on first use."""
         if getattr(self, "_layer0_fixed", None) is None:
             n_own = self.data.num_owned
-            if self.schedule.order == "priority":
-                bins, row_bin = None, self._plan_row_bin(0)
-            else:  # every row is ready: the run-time packing in node-id order gives the same bins every epoch
-                ready, done, cursor = [np.ones(n_own, dtype=np.bool_)], [np.zeros(n_own, dtype=np.bool_)], [0]
-                bins = []
-                while not done[0].all():
-                    bins.append(self._take(0, ready, done, cursor))
-                row_bin = np.empty(n_own, dtype=np.int64)
-                for b, rows in enumerate(bins):
-                    row_bin[rows] = b
-            n_bins = len(bins) if bins is not None else len(self.blocks[0])
+            ready, done, cursor = [np.ones(n_own, dtype=np.bool_)], [np.zeros(n_own, dtype=np.bool_)], [0]
+            bins = []
+            while not done[0].all():
+                bins.append(self._take(0, ready, done, cursor))
+            row_bin = np.empty(n_own, dtype=np.int64)
+            for b, rows in enumerate(bins):
+                row_bin[rows] = b
             last = last_local_input_bin(self.row_ptr, self.edge_src, row_bin, n_own)  # rows = owned ids
             order = np.argsort(last, kind="stable")
-            ptr = np.concatenate([[0], np.cumsum(np.bincount(last, minlength=n_bins))]).astype(np.int64)
+            ptr = np.concatenate([[0], np.cumsum(np.bincount(last, minlength=len(bins)))]).astype(np.int64)
             self._layer0_fixed = (bins, ptr, order)
         return self._layer0_fixed
 
@@ -728,7 +811,7 @@ class G3Strategy(Strategy):
                     if len(finished):
                         sends.produced(finished, grad_in, index_offset=d.num_owned)
             if need_input_grad:
-                recvs.poll(lambda nodes, rows, g=grad_in: add_rows(g, nodes, None, rows), block=True)
+                recvs.poll(lambda nodes, rows, _m, g=grad_in: add_rows(g, nodes, None, rows), block=True)
                 sends.wait()
                 grad_out = grad_in[: d.num_owned]
             self.inputs[li] = None
