@@ -28,6 +28,37 @@ def node_messages(table_nodes: np.ndarray, msg_counts: np.ndarray, n_nodes: int)
 
 
 @numba.njit(cache=True)
+def bin_dependency_pairs(bin_ptr, row_ptr, edge_src, prev_bin, msg_of, n_own, n_prev, n_deps):
+    """The distinct (bin, dependency) pairs of one layer's plan bins (rows ``bin_ptr[b]:bin_ptr[b+1]``): a
+    row depends on the previous layer's bin computing its own node and each owned source (``prev_bin``, a
+    dependency ``< n_prev``) and on the message carrying each remote source (``n_prev + msg_of[offset]``).
+    Two passes with a marker per dependency: memory O(n_deps + pairs), not O(arcs). Returns (bins, deps)."""
+    mark = np.full(n_deps, -1, dtype=np.int64)
+    count = 0
+    for fill in range(2):
+        if fill:
+            waiting = np.empty(count, dtype=np.int64)
+            on = np.empty(count, dtype=np.int64)
+            mark[:] = -1
+            count = 0
+        for b in range(len(bin_ptr) - 1):
+            for r in range(bin_ptr[b], bin_ptr[b + 1]):
+                for e in range(row_ptr[r] - 1, row_ptr[r + 1]):  # e = row_ptr[r] - 1: the row's own node
+                    if e < row_ptr[r]:
+                        dep = prev_bin[r]
+                    else:
+                        s = edge_src[e]
+                        dep = prev_bin[s] if s < n_own else n_prev + msg_of[s - n_own]
+                    if mark[dep] != b:
+                        mark[dep] = b
+                        if fill:
+                            waiting[count] = b
+                            on[count] = dep
+                        count += 1
+    return waiting, on
+
+
+@numba.njit(cache=True)
 def release_inputs(nodes, t_ptr, t_rows, self_row, missing, other_missing, ready_flag):
     """Nodes became available as inputs: decrement the missing-input counts of the rows that read them (and of
     their own row, for the self term); returns the rows that became ready.

@@ -40,6 +40,7 @@ from ..block import Block
 from ..comm import TAG_SHIFT, Exchanger, phase_tag
 from ..config import local_workers
 from ..dataflow import (
+    bin_dependency_pairs,
     build_block_arrays,
     complete_messages,
     last_local_input_bin,
@@ -595,31 +596,25 @@ class G3Strategy(Strategy):
     def _bin_dependencies(self) -> list:
         """Per layer l ≥ 1 (index 0: None), what each plan bin of layer l waits for — the layer-(l-1) bins that
         compute its rows' own nodes and owned in-neighbours, and the ``fwd_recv_{l-1}`` messages that carry
-        its remote in-neighbours — as :class:`BinDependencies`. Computed once (numpy over the arcs)."""
+        its remote in-neighbours — as :class:`BinDependencies`. Computed once (numba, one pass over the arcs,
+        memory of the order of the bins' dependencies, not of the arcs)."""
         if getattr(self, "_bin_deps", None) is None:
             d = self.data
             n_own = d.num_owned
-            arc_row = np.repeat(np.arange(n_own, dtype=np.int64), np.diff(self.row_ptr))
-            remote = self.edge_src >= n_own
             self._bin_deps = [None]
             for li in range(1, self.num_layers):
-                row_bin, prev_bin = self._plan_row_bin(li), self._plan_row_bin(li - 1)
                 n_prev, n_bins = len(self.blocks[li - 1]), len(self.blocks[li])
                 table = d.table(f"fwd_recv_{li - 1}")
                 slices = table.message_slices()
                 msg_of = np.full(d.num_remote, -1, dtype=np.int64)  # remote offset → its message
                 for m, (_, _, sl) in enumerate(slices):
                     msg_of[np.asarray(table.nodes[sl], dtype=np.int64)] = m
-                src = self.edge_src
-                dep = np.empty(len(src), dtype=np.int64)
-                dep[~remote] = prev_bin[src[~remote]]
-                dep[remote] = n_prev + msg_of[src[remote] - n_own]
-                if (dep < 0).any() or (dep[remote] < n_prev).any():
+                if (msg_of < 0).any():
                     raise RuntimeError(f"plan: fwd_recv_{li - 1} does not carry every remote input of layer {li}")
                 n_deps = n_prev + len(slices)
-                pairs = np.unique(np.concatenate([row_bin[arc_row] * n_deps + dep,  # its arcs' sources
-                                                  row_bin * n_deps + prev_bin]))  # and its rows' own nodes
-                waiting, on = pairs // n_deps, pairs % n_deps
+                waiting, on = bin_dependency_pairs(np.asarray(d.layers[li].bin_ptr, dtype=np.int64), self.row_ptr,
+                                                   self.edge_src, self._plan_row_bin(li - 1), msg_of, n_own, n_prev,
+                                                   n_deps)
                 order = np.argsort(on, kind="stable")
                 ptr = np.zeros(n_deps + 1, dtype=np.int64)
                 np.cumsum(np.bincount(on, minlength=n_deps), out=ptr[1:])
