@@ -42,7 +42,7 @@ BENCH_DIR   ?= bench-out
 BENCH_PRESET ?= small
 bench: setup
 	test -d $(BENCH_DIR)/$(BENCH_PRESET) || $(G3) ingest synthetic:$(BENCH_PRESET) $(BENCH_DIR)/$(BENCH_PRESET)
-	$(G3) bench $(BENCH_DIR)/$(BENCH_PRESET) --workers 1,2,4 --epochs 5 -o $(BENCH_DIR)/bench-$(BENCH_PRESET)
+	$(G3) bench $(BENCH_DIR)/$(BENCH_PRESET) --workers 1,2,4 --epochs 5 -o $(BENCH_DIR)/bench-$(BENCH_PRESET) --force
 
 peers: setup
 	$(BIN)/python -m pip install -q -e ".[peers]"

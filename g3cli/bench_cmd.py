@@ -70,10 +70,11 @@ def _memory(ctx, param, value):
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds allowed per peer run.")
 @click.option("-o", "--out", type=click.Path(), default=None,
               help="Output folder: bench.json, bench.png, graph.npz, g3's partitions/plans/runs, peer logs "
-                   "[default: STORE.bench beside the store].")
+                   "[default: STORE.bench beside the store]. Its partitions and plans are reused while they match.")
+@click.option("--force", is_flag=True, help="Replace the bench.json of an earlier benchmark in OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print bench.json instead of the table.")
 def command(store, model, layers, hidden, heads, workers, epochs, threads, lr, dropout, pipeline, bin_size,
-            device_memory, peers, no_single, dgl_python, timeout, out, as_json):
+            device_memory, peers, no_single, dgl_python, timeout, out, force, as_json):
     """Compare g3 with DGL and PyG on STORE in one invocation: g3 with each worker count, single-process g3
     full-graph, PyG and DGL full-graph training with the same model, optimizer and thread count; median epoch
     times and their ratios as a table, bench.json and bench.png. A peer that is not installed is reported as
@@ -82,7 +83,7 @@ def command(store, model, layers, hidden, heads, workers, epochs, threads, lr, d
                         threads=threads, lr=lr, dropout=dropout, pipeline=pipeline, bin_size=bin_size,
                         device_memory=device_memory, peers=peers, single=not no_single, dgl_python=dgl_python,
                         timeout=timeout)
-    result = run_bench(store, opts, out=out)
+    result = run_bench(store, opts, out=out, force=force)
     if as_json:
         click.echo(json.dumps(result, indent=1))
     else:

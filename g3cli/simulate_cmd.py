@@ -59,15 +59,16 @@ def _pipelines(ctx, param, value):
               help="Folder for the partitions and plans of other worker counts [default: PLAN.simcache].")
 @click.option("-o", "--out", type=click.Path(), default=None,
               help="Output folder: simulate.json, workers.png, timeline.png, scaling.png [default: PLAN.sim].")
+@click.option("--force", is_flag=True, help="Replace the simulate.json (and plots) of an earlier simulation in OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print simulate.json instead of the tables.")
-def command(plan, workers, bandwidth, latency, profile, pipelines, baselines, scaling, cache, out, as_json):
+def command(plan, workers, bandwidth, latency, profile, pipelines, baselines, scaling, cache, out, force, as_json):
     """Simulate one training epoch of PLAN on K workers (discrete events): the plan's exact bins and
     per-peer message bytes, compute rates from a profile of the real runtime, a network of full-duplex links.
     Reports per-worker busy / communication-wait / idle time and the epoch time of g3 with each --pipeline
     schedule and of the baselines, and a scaling table over --scaling worker counts."""
     opts = SimulateOptions(workers=workers, bandwidth=bandwidth, latency=latency, profile=profile,
                            pipelines=pipelines, baselines=baselines, scaling=scaling, cache=cache)
-    result = run_simulate(plan, opts, out=out)
+    result = run_simulate(plan, opts, out=out, force=force)
     if as_json:
         click.echo(json.dumps(result, indent=1, default=str))
     else:

@@ -93,3 +93,13 @@ def test_bench_command_without_peers(tiny_store, tmp_path, cli_runner, monkeypat
     assert by["dgl"]["note"] == "DGL: not installed (make peers-dgl)"
     assert (out / "bench.png").is_file() and (out / "graph.npz").is_file()
     assert "DGL" in res.output
+    # an earlier bench.json is not replaced silently; --force replaces it (the partitions and plans stay)
+    before = (out / "bench.json").read_text()
+    args = ["bench", str(tiny_store), "--workers", "1", "--epochs", "2", "--hidden", "8", "--threads", "2",
+            "--peers", "none", "--no-single", "-o", str(out)]
+    res = cli_runner.invoke(cli, args)
+    assert res.exit_code == 2 and "bench.json" in res.output and "--force" in res.output, res.output
+    assert (out / "bench.json").read_text() == before
+    res = cli_runner.invoke(cli, [*args, "--force"])
+    assert res.exit_code == 0, res.output
+    assert [e["system"] for e in json.loads((out / "bench.json").read_text())["entries"]] == ["g3"]

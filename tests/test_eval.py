@@ -38,7 +38,12 @@ def test_eval_matches_independent_accuracy(store, tmp_path, model, k):  # noqa: 
     assert result["accuracy"] == pytest.approx(expected, abs=1e-12)
     assert json.loads((run / "eval.json").read_text())["accuracy"] == result["accuracy"]
     # another worker count (a temporary 1-way partition and plan) gives the same numbers
+    # a second evaluation does not replace eval.json silently
+    before = (run / "eval.json").read_text()
     r = invoke(["eval", str(run), "--workers", "1", "--split", "test", "--json"])
+    assert r.exit_code == 2 and "eval.json" in r.output and "--force" in r.output, r.output
+    assert (run / "eval.json").read_text() == before
+    r = invoke(["eval", str(run), "--workers", "1", "--split", "test", "--json", "--force"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["accuracy"]["test"] == pytest.approx(expected["test"], abs=1e-12)
 

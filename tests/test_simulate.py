@@ -191,6 +191,15 @@ def test_simulate_real_plan_and_cli(tiny_plan, tmp_path, cli_runner):
     assert [row["workers"] for row in data["scaling"]] == [2, 4]
     assert (out / "workers.png").is_file() and (out / "scaling.png").is_file()
     assert "scaling" in res.output
+    # an earlier simulation is not replaced silently
+    before = (out / "simulate.json").read_text()
+    args = ["simulate", str(tiny_plan), "--scaling", "none", "-o", str(out)]
+    res = cli_runner.invoke(cli, args)
+    assert res.exit_code == 2 and "simulate.json" in res.output and "--force" in res.output, res.output
+    assert (out / "simulate.json").read_text() == before
+    res = cli_runner.invoke(cli, [*args, "--force"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "simulate.json").read_text())["scaling"] == []
 
 
 def test_train_profile_feeds_simulate(tiny_store, tmp_path, cli_runner):

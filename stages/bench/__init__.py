@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..common.atomic import write_json_atomic
+from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError, G3RuntimeError
 from ..common.store import GraphStore
 from .export import export_graph, read_graph
@@ -219,8 +219,9 @@ def finish(entries: list[dict]) -> dict:
     return {"entries": entries, "goal": goal}
 
 
-def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = None) -> dict:
-    """Entry point of `g3 bench`."""
+def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = None, force: bool = False) -> dict:
+    """Entry point of `g3 bench`. OUT keeps its partitions and plans between invocations (reused while they
+    match the store and the options); an earlier ``bench.json`` is replaced only with ``force``."""
     store = GraphStore.open(store_path)
     if o.model not in ("sage", "gcn", "gat"):
         raise G3InputError(f"unknown --model {o.model!r}")
@@ -231,6 +232,7 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
             raise G3InputError(f"unknown peer {p!r} (choose from {', '.join(PEERS)})")
     threads = o.threads or os.cpu_count() or 1
     out = (Path(out) if out else Path(store.path).parent / f"{Path(store.path).name}.bench").resolve()
+    check_result(out / "bench.json", force, "an earlier benchmark")
     out.mkdir(parents=True, exist_ok=True)
     load_before = list(os.getloadavg())
     t0 = time.perf_counter()

@@ -23,6 +23,13 @@ def check_target(target: Path, force: bool) -> None:
         raise G3InputError("already exists; pass --force to replace it", path=target)
 
 
+def check_result(path: Path, force: bool, what: str) -> None:
+    """Refuse to replace an earlier result file (``eval.json``, ``simulate.json``, ``bench.json``) unless
+    ``force``; checked before any work starts."""
+    if path.exists() and not force:
+        raise G3InputError(f"holds {what} already; pass --force to replace it", path=path)
+
+
 @contextlib.contextmanager
 def atomic_dir(target: str | os.PathLike, force: bool = False) -> Iterator[Path]:
     """Yield a fresh temporary directory; on success it replaces ``target`` in one rename."""

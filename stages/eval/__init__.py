@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..common.artifact_json import load_artifact_json
+from ..common.atomic import check_result
 from ..common.errors import G3InputError
 from ..train import RUN_SCHEMA, RUN_VERSION, check_plan, spawn_workers
 from ..train.checkpoint import latest_checkpoint
@@ -41,10 +42,13 @@ def pick_weights(run: Path, checkpoint: str | None) -> Path:
     return ckpt
 
 
-def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all", workers: int | None = None) -> dict:
-    """Evaluate RUN's weights; writes RUN/eval.json and returns it (filtered to ``split``)."""
+def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all", workers: int | None = None,
+             force: bool = False) -> dict:
+    """Evaluate RUN's weights; writes RUN/eval.json (an earlier one only with ``force``) and returns it
+    (filtered to ``split``)."""
     run = Path(run)
     meta = load_run(run)
+    check_result(run / "eval.json", force, "an earlier evaluation")
     if split not in (*SPLITS, "all"):
         raise G3InputError(f"--split must be one of train, valid, test, all (got {split!r})")
     weights = pick_weights(run, checkpoint)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.atomic import write_json_atomic
+from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
 from .engine import Deadlock, Engine, Network
 from .profile import Rates, default_rates, load_rates
@@ -241,7 +241,8 @@ def _load_csr(store_path: str | None):
 # ------------------------------------------------------------------------------------------------------------
 
 
-def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | None = None) -> dict:
+def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | None = None,
+                 force: bool = False) -> dict:
     """Entry point of `g3 simulate`: simulate PLAN (or its store at ``--workers K``) and the scaling table."""
     from ..plan.artifact import load_plan_meta
 
@@ -257,6 +258,7 @@ def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | N
     net = Network(options.bandwidth, options.latency)
     cache = Path(options.cache) if options.cache else plan.parent / f"{plan.name}.simcache"
     out = Path(out) if out else plan.parent / f"{plan.name}.sim"
+    check_result(out / "simulate.json", force, "an earlier simulation")
     k = options.workers or int(meta["num_workers"])
     systems = systems_for(options)
     t0 = time.perf_counter()
