@@ -27,7 +27,7 @@ def check_result(path: Path, force: bool, what: str) -> None:
     """Refuse to replace an earlier result file (``eval.json``, ``simulate.json``, ``bench.json``) unless
     ``force``; checked before any work starts."""
     if path.exists() and not force:
-        raise G3InputError(f"holds {what} already; pass --force to replace it", path=path)
+        raise G3InputError(f"holds {what}; pass --force to replace it", path=path)
 
 
 @contextlib.contextmanager
