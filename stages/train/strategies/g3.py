@@ -127,9 +127,12 @@ class _Sends:
 
     def __init__(self, table, n_nodes: int, phase: int, strategy: G3Strategy, label: str, blocking: bool):
         self.table = table
-        self.slices = table.message_slices()
-        self.nodes = torch.from_numpy(table.nodes)
-        self.msg_ptr, self.msg_ids = node_messages(table.nodes, table.msgs[:, 2], n_nodes)
+        # the table's static structure, built once per table (an epoch makes a _Sends per layer and phase)
+        cache = strategy.send_structure
+        if id(table) not in cache:
+            cache[id(table)] = (table, table.message_slices(), torch.from_numpy(table.nodes),
+                                *node_messages(table.nodes, table.msgs[:, 2], n_nodes))
+        _, self.slices, self.nodes, self.msg_ptr, self.msg_ids = cache[id(table)]
         self.remaining = table.msgs[:, 2].copy()
         self.phase, self.s, self.label, self.blocking = phase, strategy, label, blocking
         self.pending: list[tuple] = []
@@ -266,6 +269,7 @@ class G3Strategy(Strategy):
         # layer 0 reads the fixed input features: SAGE/GCN aggregate them once per block and keep the result
         # (--layer0-cache); from then on the bin's input is only the rows the layer still reads, kept too
         self.layer0_rows = self.model.static_input_rows(0) if cfg.layer0_cache_enabled() else None
+        self.send_structure: dict[int, tuple] = {}  # id(table) → (table, slices, nodes, msg_ptr, msg_ids)
         self._init_dataflow()
 
     def _gather_pool(self, cfg) -> ThreadPoolExecutor | None:
