@@ -304,8 +304,8 @@ class G3Strategy(Strategy):
         block._cache[DST_RANGE] = id_range(dst_t)
         return block, src_t, dst_t
 
-    def _plan_blocks(self, li: int) -> list[tuple[Block, torch.Tensor, torch.Tensor, np.ndarray]]:
-        """(block, source local ids, destination local ids, rows) of every plan bin of layer ``li``."""
+    def _plan_blocks(self, li: int) -> list[tuple[Block, torch.Tensor, torch.Tensor]]:
+        """(block, source local ids, destination local ids) of every plan bin of layer ``li``."""
         d, lp = self.data, self.data.layers[li]
         row_ptr = d.row_ptr
         out = []
@@ -315,7 +315,7 @@ class G3Strategy(Strategy):
             s0, s1 = int(lp.src_ptr[b]), int(lp.src_ptr[b + 1])
             block, src, dst = self._make_block(r0, r1, lp.src[s0:s1], row_ptr[r0 : r1 + 1] - row_ptr[r0],
                                                lp.indices[e0:e1])
-            out.append((block, src, dst, np.arange(r0, r1, dtype=np.int64)))
+            out.append((block, src, dst))
         return out
 
     def _init_dataflow(self) -> None:
@@ -469,7 +469,7 @@ class G3Strategy(Strategy):
             s.wait()
         return hs[L][: d.num_owned]
 
-    def _compute(self, li: int, block, x, src, dst, rows_t, hs, epoch, training, b):
+    def _compute(self, li: int, block, x, src, dst, hs, epoch, training, b):
         """One bin: layer forward, outputs into h[li+1] (and kept for backward when asked)."""
         keep = self.keep and training
         t0, c0 = now_us(), time.thread_time()
@@ -523,11 +523,11 @@ class G3Strategy(Strategy):
             bins = self.blocks[li]
             view_ok = not (self.keep and training)  # kept activations must not alias h (receives write into it)
             nxt = self._submit_gather(hs[li], bins[0][1], li, 0, bins[0][0], view_ok, view_ok) if bins else None
-            for b, (block, src, dst, _rows) in enumerate(bins):
+            for b, (block, src, dst) in enumerate(bins):
                 x = nxt.result() if hasattr(nxt, "result") else nxt
                 if b + 1 < len(bins):
                     nxt = self._submit_gather(hs[li], bins[b + 1][1], li, b + 1, bins[b + 1][0], view_ok, view_ok)
-                self._compute(li, block, x, src, dst, None, hs, epoch, training, b)
+                self._compute(li, block, x, src, dst, hs, epoch, training, b)
                 if li < L - 1:
                     sends[li].produced(dst.numpy(), hs[li + 1])
             if li < L - 1:
@@ -581,7 +581,7 @@ class G3Strategy(Strategy):
             if li is None:
                 self._idle_until_message(recvs, arrived)
                 continue
-            block, src, dst, _rows = self.blocks[li][b]
+            block, src, dst = self.blocks[li][b]
             ran[li][b] = True
             left[li] -= 1
             x = prefetched.pop((li, b), None)
@@ -592,7 +592,7 @@ class G3Strategy(Strategy):
                     nblock, nsrc = self.blocks[nl][nb][:2]
                     prefetched[(nl, nb)] = self.pool.submit(self._gather, hs[nl], nsrc, nl, nb, nblock, view_ok,
                                                             view_ok)
-            self._compute(li, block, x, src, dst, None, hs, epoch, training, b)
+            self._compute(li, block, x, src, dst, hs, epoch, training, b)
             if li < L - 1:
                 sends[li].produced(dst.numpy(), hs[li + 1])  # first: peers get the rows before the bookkeeping
                 wait[li + 1][deps[li + 1].dependents(b)] -= 1
@@ -674,7 +674,7 @@ class G3Strategy(Strategy):
             x = self._gather(hs[li], src, li, b, block, view_ok, view_ok)
             ready_count[li] -= len(rows)
             remaining[li] -= len(rows)
-            self._compute(li, block, x, src, dst, rows, hs, epoch, training, b)
+            self._compute(li, block, x, src, dst, hs, epoch, training, b)
             b_index[li] += 1
             if li < L - 1:
                 dst_np = dst.numpy()
@@ -767,7 +767,7 @@ class G3Strategy(Strategy):
             uses = self.uses.copy()
             # bins in plan order, not reversed: the priority list puts first the nodes peers need, which on a
             # symmetric graph are the nodes that read remote inputs, so the gradients peers wait for go out first
-            bins = self.saved[li] if self.saved[li] else [(blk, s, t, None, None) for blk, s, t, _ in self.blocks[li]]
+            bins = self.saved[li] if self.saved[li] else [(blk, s, t, None, None) for blk, s, t in self.blocks[li]]
             # recompute: the next bin's inputs are gathered (on CUDA copied in) while this one computes; a layer
             # that reads its rows in place (READ_ROWS) gathers nothing
             nxt = self._submit_gather(h, bins[0][1], li, 0, bins[0][0], True, True) \
