@@ -879,7 +879,8 @@ def csr_mean_grad(indptr: torch.Tensor, indices: torch.Tensor, grad_out: torch.T
 
 def csr_mean_rows(indptr: torch.Tensor, rows: torch.Tensor, h: torch.Tensor, n_dst: int) -> torch.Tensor:
     """:func:`csr_mean` of ``x_src = h[src]`` given ``rows = src[indices]``, reading ``h`` directly (numba
-    backend, forward only: no gradient): the same kernel, sums and order as on the gathered rows."""
+    backend; no gradient reaches ``h``: backward goes through :func:`csr_mean_grad`): the same kernel, sums and
+    order as on the gathered rows."""
     if backend(h) != "numba" or h.requires_grad:
         raise ValueError("csr_mean_rows: numba backend and no gradient only")
     return _nb_sum(indptr, rows, h, int(n_dst), mean=True)

@@ -56,7 +56,7 @@ from .base import Strategy, WorkerData
 
 LAYER0_ROWS = "g3_layer0_input_rows"  # block cache key: the layer-0 input rows a static layer still reads
 SRC_RANGE, DST_RANGE = "g3_src_range", "g3_dst_range"  # block cache keys: the ids as a slice, when contiguous
-READ_ROWS = object()  # a bin input that is not gathered: the layer reads h[src] itself (layer_forward_rows)
+READ_ROWS = object()  # a bin input that is not gathered: the layer reads h[src] itself (GNNModel.reads_rows)
 REMOTE_USES = "g3_remote_uses"  # block cache key: (remote offsets read by the block, arcs reading each)
 
 
@@ -126,8 +126,8 @@ class _Sends:
     """One layer's outgoing messages: each is sent when its last node has been produced."""
 
     def __init__(self, table, n_nodes: int, phase: int, strategy: G3Strategy, label: str, blocking: bool):
-        self.table = table
-        # the table's static structure, built once per table (an epoch makes a _Sends per layer and phase)
+        # the table's static structure, built once per table (an epoch makes a _Sends per layer and phase); the
+        # entry holds the table too, so its id cannot be reused while the entry lives
         cache = strategy.send_structure
         if id(table) not in cache:
             cache[id(table)] = (table, table.message_slices(), torch.from_numpy(table.nodes),
@@ -270,6 +270,8 @@ class G3Strategy(Strategy):
         # (--layer0-cache); from then on the bin's input is only the rows the layer still reads, kept too
         self.layer0_rows = self.model.static_input_rows(0) if cfg.layer0_cache_enabled() else None
         self.send_structure: dict[int, tuple] = {}  # id(table) → (table, slices, nodes, msg_ptr, msg_ids)
+        self._bin_deps: list | None = None  # multi: per layer, what each plan bin waits for (built on first use)
+        self._layer0_fixed: tuple | None = None  # inter: layer 0's run-time bins and what each completes
         self._init_dataflow()
 
     def _gather_pool(self, cfg) -> ThreadPoolExecutor | None:
@@ -602,7 +604,7 @@ class G3Strategy(Strategy):
         compute its rows' own nodes and owned in-neighbours, and the ``fwd_recv_{l-1}`` messages that carry
         its remote in-neighbours — as :class:`BinDependencies`. Computed once (numba, one pass over the arcs,
         memory of the order of the bins' dependencies, not of the arcs)."""
-        if getattr(self, "_bin_deps", None) is None:
+        if self._bin_deps is None:
             d = self.data
             n_own = d.num_owned
             self._bin_deps = [None]
@@ -710,7 +712,7 @@ class G3Strategy(Strategy):
         """``inter``'s layer-0 bins (every row is ready, so the run-time packing in node-id order gives the
         same bins every epoch), then the rows grouped CSR-like by the last of those bins computing one of
         their local inputs; computed on first use."""
-        if getattr(self, "_layer0_fixed", None) is None:
+        if self._layer0_fixed is None:
             n_own = self.data.num_owned
             ready, done, cursor = [np.ones(n_own, dtype=np.bool_)], [np.zeros(n_own, dtype=np.bool_)], [0]
             bins = []
