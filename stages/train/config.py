@@ -46,6 +46,7 @@ class TrainConfig:
     task: str = "train"  # train | eval (forward only, for `g3 eval`)
     weights: str | None = None  # eval: the weights to load
     live: bool = True  # rich live display on rank 0
+    heap: str = "keep"  # keep | system: freed memory stays in the heap for the next epoch (stages/train/heap.py)
 
     def layer0_cache_enabled(self) -> bool:
         """auto = on for the CPU; on CUDA the cache would sit on the device outside the bins' memory budget."""

@@ -22,6 +22,7 @@ from ..plan.artifact import WorkerPlan, load_plan_meta
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_weights
 from .comm import Exchanger
 from .config import TrainConfig, local_workers
+from .heap import keep_freed_memory
 from .loss import cross_entropy_with_grad
 from .metrics import MetricsWriter, peak_memory_bytes
 from .strategies.base import WorkerData, strategy_class
@@ -80,11 +81,13 @@ def run_rank(rank: int, world: int, plan_dir: str, run_dir: str, cfg: TrainConfi
 
 
 def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig, init_method: str | None) -> None:
+    heap_kept = cfg.heap == "keep" and keep_freed_memory()  # first: before the data's allocations
     threads = cfg.threads or max(1, (os.cpu_count() or 1) // local_workers(world))
     torch.set_num_threads(threads)
     _set_numba_threads(threads)
     p2p = init_distributed(rank, world, cfg, init_method)
-    log.info("started: world %d, %d threads, device %s", world, threads, cfg.device_for(rank))
+    log.info("started: world %d, %d threads, device %s, heap %s", world, threads, cfg.device_for(rank),
+             "keeps freed memory" if heap_kept else "system defaults")
 
     plan_meta = load_plan_meta(plan_dir)
     part = Path(plan_meta["partition"]["path"])
