@@ -325,6 +325,11 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
                         and not e["args"]["view"]], schedule
             assert [e for e in spans if e["cat"] == "gather" and e["args"]["layer"] == 2], schedule  # 6 -> 4 gathers
             bwd_start = min(e["ts"] for e in spans if e["args"].get("phase") == "bwd")
+            # the background schedules post backward's receives with the forward's, before the loss, so a peer's
+            # gradients move as soon as it sends them; `none` posts each layer's at that layer's backward
+            loss_start = next(e["ts"] for e in spans if e["args"].get("phase") == "loss")
+            bwd_posts = [e["ts"] for e in spans if e["cat"] == "recv" and e["name"].startswith("bwd")]
+            assert bwd_posts and (max(bwd_posts) < loss_start) == (schedule != "none"), schedule
             forward_prefetched += sum(1 for e in spans if e["cat"] == "gather" and e["ts"] < bwd_start
                                       and e["args"]["prefetched"])
         # the intra-layer overlap of the forward: the next bin gathered on the prefetch thread (intra, multi)

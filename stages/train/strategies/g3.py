@@ -264,6 +264,7 @@ class G3Strategy(Strategy):
         self.keep = cfg.backward == "keep"
         self.saved: list[list] = [[] for _ in range(self.num_layers)]
         self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
+        self.bwd_recvs: dict[int, _Receives] = {}  # backward's receives, posted early by a training forward
         self.pool = self._gather_pool(cfg)
         self.copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         # layer 0 reads the fixed input features: SAGE/GCN aggregate them once per block and keep the result
@@ -460,6 +461,11 @@ class G3Strategy(Strategy):
                         blocking=not self.schedule.async_send) for li in range(L - 1)]
         recvs = [_Receives(d.table(f"fwd_recv_{li}"), phase_tag(kind, li), self.model.widths[li + 1], h0.dtype,
                            self, f"{kind}{li}") for li in range(L - 1)]
+        # backward's receives are posted with the forward's: gloo moves a message only once its receive is
+        # posted, so a peer that reaches backward first delivers its gradients while this worker still runs its
+        # forward and loss, instead of after (`none` keeps each phase's communication in the phase)
+        self.bwd_recvs = {li: self._bwd_receives(li, h0.dtype) for li in range(1, L)} \
+            if training and self.schedule.async_send else {}
         self.inputs = hs[:L]
         self.saved = [[] for _ in range(L)]
         if not self.schedule.eager:
@@ -470,6 +476,11 @@ class G3Strategy(Strategy):
         for s in sends:
             s.wait()
         return hs[L][: d.num_owned]
+
+    def _bwd_receives(self, li: int, dtype: torch.dtype) -> _Receives:
+        """The gradients peers send for this worker's remote inputs of layer ``li`` (width: that layer's input)."""
+        return _Receives(self.data.table(f"bwd_recv_{li}"), phase_tag("bwd", li), self.model.widths[li], dtype,
+                         self, f"bwd{li}")
 
     def _compute(self, li: int, block, x, src, dst, hs, epoch, training, b):
         """One bin: layer forward, outputs into h[li+1] (and kept for backward when asked)."""
@@ -764,8 +775,10 @@ class G3Strategy(Strategy):
             phase = phase_tag("bwd", li)
             sends = _Sends(d.table(f"bwd_send_{li}"), d.num_remote, phase, self, f"bwd{li}",
                            blocking=not self.schedule.async_send) if need_input_grad else None
-            recvs = _Receives(d.table(f"bwd_recv_{li}"), phase, h.shape[1], h.dtype, self, f"bwd{li}") \
-                if need_input_grad else None
+            if not need_input_grad:
+                recvs = None
+            else:
+                recvs = self.bwd_recvs.pop(li) if li in self.bwd_recvs else self._bwd_receives(li, h.dtype)
             uses = self.uses.copy()
             # bins in plan order, not reversed: the priority list puts first the nodes peers need, which on a
             # symmetric graph are the nodes that read remote inputs, so the gradients peers wait for go out first
