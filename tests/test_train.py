@@ -373,10 +373,12 @@ def test_prefetch_setting():
     assert not TrainConfig(prefetch="off", device="cuda").prefetch_enabled(1, 1)
 
 
-def test_multi_bin_dependencies_match_a_recount(store, tmp_path):
-    """`multi` starts a plan bin of layer l once the layer-(l-1) bins computing its rows' own nodes and owned
-    in-neighbours have run and the messages carrying its remote in-neighbours have arrived: the precomputed
-    counts and dependents equal a recount from the shard's arcs, for every worker and layer."""
+@pytest.mark.parametrize("schedule", ["multi", "inter"])
+def test_eager_bin_dependencies_match_a_recount(store, tmp_path, schedule):
+    """The eager schedules start a forward bin of layer l once the layer-(l-1) bins computing its rows' own
+    nodes and owned in-neighbours have run and the messages carrying its remote in-neighbours have arrived:
+    the precomputed counts and dependents equal a recount from the shard's arcs, for every worker and layer.
+    `multi`'s bins are the plan's; `inter`'s cover the owned nodes in node-id order within the bin limit."""
     from stages.common.partition_artifact import open_shard
     from stages.train.config import TrainConfig
     from stages.train.models import build_model
@@ -387,7 +389,7 @@ def test_multi_bin_dependencies_match_a_recount(store, tmp_path):
     assert invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code == 0
     assert invoke(["plan", str(part), "--layers", "3", "--bin-size", "11", "-o", str(plan)]).exit_code == 0
     meta = load_plan_meta(plan)
-    cfg = TrainConfig(pipeline="multi", dtype="float64", live=False)
+    cfg = TrainConfig(pipeline=schedule, dtype="float64", live=False)
     mc, st = meta["config"], meta["store"]
     for rank in range(3):
         data = WorkerData(open_shard(part, rank, 3), WorkerPlan(plan, rank), 3, torch.float64)
@@ -395,11 +397,27 @@ def test_multi_bin_dependencies_match_a_recount(store, tmp_path):
         strategy = G3Strategy(data, model, None, cfg)
         deps = strategy._bin_dependencies()
         n_own = data.num_owned
+        bins = strategy._forward_bins()
+        row_bins = []
+        for layer, layer_bins in enumerate(bins):
+            row_bin = np.full(n_own, -1)
+            for b, (rows, *_rest) in enumerate(layer_bins):
+                assert (row_bin[rows] == -1).all() and 0 < len(rows) <= 11
+                row_bin[rows] = b
+            assert (row_bin >= 0).all()
+            if schedule == "inter":  # consecutive node ids: shard ids (ascending global ids) rise bin after bin
+                ids = [data.order[rows] for rows, *_rest in layer_bins]
+                assert all(a.max() < b.min() for a, b in zip(ids, ids[1:], strict=False))
+            else:  # the plan's bins, row ranges in priority order
+                ptr = data.layers[layer].bin_ptr
+                assert [r[0].tolist() for r in layer_bins] == [list(range(int(ptr[b]), int(ptr[b + 1])))
+                                                               for b in range(len(ptr) - 1)]
+            row_bins.append(row_bin)
         for li in (1, 2):
-            row_bin, prev_bin = strategy._plan_row_bin(li), strategy._plan_row_bin(li - 1)
+            row_bin, prev_bin = row_bins[li], row_bins[li - 1]
             table = data.table(f"fwd_recv_{li - 1}")
             msg_of = {int(node): m for m, (_, _, sl) in enumerate(table.message_slices()) for node in table.nodes[sl]}
-            expected = {b: set() for b in range(len(strategy.blocks[li]))}
+            expected = {b: set() for b in range(len(bins[li]))}
             for row in range(n_own):
                 want = expected[int(row_bin[row])]
                 want.add(("bin", int(prev_bin[row])))

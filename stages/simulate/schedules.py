@@ -5,12 +5,12 @@
 * forward, layer by layer (``none``, ``intra``): the plan's bins in priority order; after bin b of layer l the
   plan messages ``fwd_send_l`` of step b are sent (``none`` waits for each send); a layer starts when every
   message of the previous layer has arrived. ``intra`` gathers bin b+1 on a second lane while bin b computes.
-* forward, eager (``inter``, ``multi``): node-level readiness exactly as the runtime tracks it — a row of
-  layer l+1 is ready once its own and all its in-neighbours' layer-l outputs are present. ``multi`` runs the
-  plan's bins, each once all its rows are ready, the lowest layer first, and gathers the next runnable bin
-  on a second lane while one computes; ``inter`` packs the lowest layer's ready rows in node-id order into a
-  bin bounded by the plan's limit. A message leaves when its last node has been computed; arrived messages
-  are taken between bins; with nothing to run the worker waits for the lowest layer's next message.
+* forward, eager (``inter``, ``multi``): fixed bins, each run once all its rows are ready (a row of layer l+1
+  is ready once its own and all its in-neighbours' layer-l outputs are present), the lowest layer first.
+  ``multi`` runs the plan's bins and gathers the next runnable bin on a second lane while one computes;
+  ``inter`` runs bins of consecutive node ids packed up to the plan's limit, as the runtime builds them. A
+  message leaves when its last node has been computed; arrived messages are taken between bins; with nothing
+  to run the worker waits for the lowest layer's next message.
 * backward, per layer in reverse: the plan's bins in plan order; after step s (= bin s) the ``bwd_send_l``
   messages of step s are sent; the layer ends when every ``bwd_recv_l`` message has arrived and its own sends have left.
 * then the gradient all-reduce (a barrier) and the optimizer step.
@@ -124,7 +124,7 @@ def _forward_layerwise(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rate
 
 @numba.njit(cache=True)
 def _distinct_sources(rows, row_ptr, edge_src, prio, mark, stamp):
-    """Source rows of a dynamic bin: its own nodes plus their distinct in-neighbours (``mark`` scratch)."""
+    """Sources of a bin of arbitrary rows: its own nodes plus their distinct in-neighbours (``mark`` scratch)."""
     n = 0
     for i in range(len(rows)):
         v = prio[rows[i]]
@@ -143,6 +143,36 @@ def _distinct_sources(rows, row_ptr, edge_src, prio, mark, stamp):
     return n, arcs
 
 
+def _forward_bins(wl: Workload, w: WorkerLoad, sched: Schedule) -> list[list[tuple[np.ndarray, int, int]]]:
+    """Per layer, the bins the eager forward runs, as (rows, distinct sources, arcs): the plan's (``multi``) or
+    bins of consecutive node ids packed up to the plan's limit (``inter``), as the runtime builds them."""
+    n_own, n_local = w.num_owned, w.num_owned + w.num_remote
+    if sched.order == "priority":
+        return [[(np.arange(lb.bin_ptr[b], lb.bin_ptr[b + 1], dtype=np.int64), int(lb.bin_srcs[b]), int(lb.bin_arcs[b]))
+                 for b in range(lb.num_bins)] for lb in w.layers]
+    in_deg = np.diff(w.row_ptr).astype(np.int64)
+    pos = np.empty(n_own, dtype=np.int64)
+    pos[w.priority] = np.arange(n_own)  # shard owned id (ascending global id) -> row position
+    mark = np.zeros(n_local, dtype=np.int64)
+    stamp = 0  # a fresh marker value per bin
+    out = []
+    for li in range(wl.num_layers):
+        cost = node_bytes(in_deg, wl.shapes[li])
+        limit_b = np.iinfo(np.int64).max if w.bin_limit_bytes[li] is None else int(w.bin_limit_bytes[li])
+        ready, done = np.ones(n_own, dtype=np.bool_), np.zeros(n_own, dtype=np.bool_)
+        bins, cursor = [], 0
+        while cursor < n_own:
+            rows, cursor = take_ready(pos, ready, done, cursor, int(w.bin_limit_nodes[li]), cost, limit_b, n_own)
+            if len(rows) == 0:
+                break
+            rows = np.sort(rows)
+            stamp += 1
+            n_src, arcs = _distinct_sources(rows, w.row_ptr, w.edge_src, w.priority, mark, stamp)
+            bins.append((rows, n_src, arcs))
+        out.append(bins)
+    return out
+
+
 def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, engine, now: float):
     L = wl.num_layers
     n_own, n_local = w.num_owned, w.num_owned + w.num_remote
@@ -151,18 +181,8 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
     pos = np.empty(n_own, dtype=np.int64)
     pos[w.priority] = np.arange(n_own)
     self_row = np.concatenate([pos, np.full(w.num_remote, -1, dtype=np.int64)])
-    row_order = np.arange(n_own, dtype=np.int64) if sched.order == "priority" else pos.copy()
     ready = [np.ones(n_own, dtype=np.bool_)] + [np.zeros(n_own, dtype=np.bool_) for _ in range(L - 1)]
-    done = [np.zeros(n_own, dtype=np.bool_) for _ in range(L)]
     missing = [None] + [in_deg + 1 for _ in range(L - 1)]
-    ready_count = [n_own] + [0] * (L - 1)
-    remaining = [n_own] * L
-    cursor = [0] * L
-    mark = np.zeros(n_local, dtype=np.int64)
-    stamp = 0
-    costs = [node_bytes(in_deg, s) for s in wl.shapes]
-    limits_n = [int(x) for x in w.bin_limit_nodes]
-    limits_b = [np.iinfo(np.int64).max if x is None else int(x) for x in w.bin_limit_bytes]
     sends = []
     for li in range(L - 1):
         t = w.table(f"fwd_send_{li}")
@@ -174,35 +194,35 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
         msgs = [((("fwd", li, peer, w.rank, step)), t.nodes[sl]) for step, peer, sl in t.message_slices()]
         recvs.append(msgs)
     blocking = not sched.async_send
-    plan_bins = sched.order == "priority"
-    if plan_bins:  # rows of each plan bin not ready yet: a bin runs once none is left
-        row_bin = [np.repeat(np.arange(lb.num_bins, dtype=np.int64), lb.bin_nodes) for lb in w.layers]
-        bin_wait = [np.bincount(rb, minlength=lb.num_bins) for rb, lb in zip(row_bin, w.layers, strict=True)]
-        bin_wait[0][:] = 0
-        ran = [np.zeros(lb.num_bins, dtype=np.bool_) for lb in w.layers]
-        gathered = {}  # (layer, bin) -> when its prefetched inputs are in
-        lane = now  # the gather lane
+    bins = _forward_bins(wl, w, sched)
+    row_bin = []  # rows of each bin not ready yet: a bin runs once none is left
+    for layer_bins in bins:
+        rb = np.empty(n_own, dtype=np.int64)
+        for b, (rows, _, _) in enumerate(layer_bins):
+            rb[rows] = b
+        row_bin.append(rb)
+    bin_wait = [np.bincount(rb, minlength=len(lb)) for rb, lb in zip(row_bin, bins, strict=True)]
+    bin_wait[0][:] = 0
+    ran = [np.zeros(len(lb), dtype=np.bool_) for lb in bins]
+    left = [len(lb) for lb in bins]
+    gathered = {}  # (layer, bin) -> when its prefetched inputs are in
+    lane = now  # the gather lane
 
     def became_ready(k, newly):
-        ready_count[k] += len(newly)
-        if plan_bins and len(newly):
+        if len(newly):
             bin_wait[k] -= np.bincount(row_bin[k][newly], minlength=len(bin_wait[k]))
 
     def next_bin():
-        """The lowest layer's first runnable plan bin (multi), or the lowest layer with ready rows (inter)."""
+        """The lowest layer's first runnable bin."""
         for k in range(L):
-            if ready_count[k] == 0:
-                continue
-            if not plan_bins:
-                return k, None
-            runnable = np.flatnonzero((bin_wait[k] == 0) & ~ran[k])
-            if len(runnable):
-                return k, int(runnable[0])
+            if left[k]:
+                runnable = np.flatnonzero((bin_wait[k] == 0) & ~ran[k])
+                if len(runnable):
+                    return k, int(runnable[0])
         return None, None
 
-    n_bin = [0] * L
     no_other = np.zeros(n_own, dtype=np.int64)  # one count per row (local and remote together)
-    while any(remaining):
+    while any(left):
         for li in range(L - 1):  # take every message that has arrived by now
             if recvs[li]:
                 keep = []
@@ -220,41 +240,28 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
                 raise RuntimeError(f"worker {w.rank}: eager schedule stalled (no ready rows, no message to wait for)")
             now = yield ("wait_any", [key for key, _ in recvs[pending]])
             continue
-        if plan_bins:
-            lb = w.layers[li]
-            rows = np.arange(lb.bin_ptr[b], lb.bin_ptr[b + 1], dtype=np.int64)
-            ran[li][b] = True
-            gather = 0.0
-            if (li, b) in gathered:  # prefetched while the previous bin computed
-                now = yield ("until", gathered.pop((li, b)))
-            else:  # gathered in line, before the next bin's prefetch starts
-                gather = rates.gather(li, lb.bin_srcs[b])
-            nl, nb = next_bin() if sched.prefetch and not gathered else (None, None)
-            if nl is not None:
-                lane = max(now + gather, lane) + rates.gather(nl, w.layers[nl].bin_srcs[nb])
-                gathered[(nl, nb)] = lane
-            seconds = gather + rates.fwd(li, lb.bin_arcs[b], len(rows))
-        else:
-            b = n_bin[li]
-            rows, cursor[li] = take_ready(row_order, ready[li], done[li], cursor[li], limits_n[li], costs[li],
-                                          limits_b[li], n_own)
-            rows = np.sort(rows)
-            stamp += 1
-            n_src, arcs = _distinct_sources(rows, w.row_ptr, w.edge_src, w.priority, mark, stamp)
-            seconds = rates.gather(li, n_src) + rates.fwd(li, arcs, len(rows))
-        ready_count[li] -= len(rows)
-        remaining[li] -= len(rows)
-        now = yield ("compute", seconds, "compute", f"L{li} bin {b}")
-        n_bin[li] += 1
+        rows, n_src, arcs = bins[li][b]
+        ran[li][b] = True
+        left[li] -= 1
+        gather = 0.0
+        if (li, b) in gathered:  # prefetched while the previous bin computed
+            now = yield ("until", gathered.pop((li, b)))
+        else:  # gathered in line, before the next bin's prefetch starts
+            gather = rates.gather(li, n_src)
+        nl, nb = next_bin() if sched.prefetch and not gathered else (None, None)
+        if nl is not None:
+            lane = max(now + gather, lane) + rates.gather(nl, bins[nl][nb][1])
+            gathered[(nl, nb)] = lane
+        now = yield ("compute", gather + rates.fwd(li, arcs, len(rows)), "compute", f"L{li} bin {b}")
         if (oh := _overhead(rates)) is not None:
             now = yield oh
         if li < L - 1:
             dst = w.priority[rows]
             became_ready(li + 1, release_inputs(dst, t_ptr, t_rows, self_row, missing[li + 1], no_other,
                                                 ready[li + 1]))
-            t, ptr, ids, left = sends[li]
+            t, ptr, ids, left_msgs = sends[li]
             if len(t.msgs):
-                for m in complete_messages(dst, ptr, ids, left):
+                for m in complete_messages(dst, ptr, ids, left_msgs):
                     step, peer, count = (int(x) for x in t.msgs[m])
                     now = yield ("send", ("fwd", li, w.rank, peer, step), peer, wl.fwd_bytes(li, count), blocking)
     now = yield ("wait_sends",)

@@ -1,5 +1,5 @@
-"""Dependency tracking for the pipelined schedules (numba): which rows are ready, which messages are complete,
-and blocks built at run time for dynamically packed bins.
+"""Dependency tracking for the pipelined schedules (numba): what each bin waits for, which rows are ready, which
+messages are complete, and blocks for bins of arbitrary rows (``inter``'s bins of consecutive node ids).
 
 Rows are positions in the worker's priority list; node ids are the shard's local ids (owned, then remote).
 """
@@ -28,8 +28,8 @@ def node_messages(table_nodes: np.ndarray, msg_counts: np.ndarray, n_nodes: int)
 
 
 @numba.njit(cache=True)
-def bin_dependency_pairs(bin_ptr, row_ptr, edge_src, prev_bin, msg_of, n_own, n_prev, n_deps):
-    """The distinct (bin, dependency) pairs of one layer's plan bins (rows ``bin_ptr[b]:bin_ptr[b+1]``): a
+def bin_dependency_pairs(bin_ptr, bin_rows, row_ptr, edge_src, prev_bin, msg_of, n_own, n_prev, n_deps):
+    """The distinct (bin, dependency) pairs of one layer's bins (rows ``bin_rows[bin_ptr[b]:bin_ptr[b+1]]``): a
     row depends on the previous layer's bin computing its own node and each owned source (``prev_bin``, a
     dependency ``< n_prev``) and on the message carrying each remote source (``n_prev + msg_of[offset]``).
     Two passes with a marker per dependency: memory O(n_deps + pairs), not O(arcs). Returns (bins, deps)."""
@@ -42,7 +42,8 @@ def bin_dependency_pairs(bin_ptr, row_ptr, edge_src, prev_bin, msg_of, n_own, n_
             mark[:] = -1
             count = 0
         for b in range(len(bin_ptr) - 1):
-            for r in range(bin_ptr[b], bin_ptr[b + 1]):
+            for i in range(bin_ptr[b], bin_ptr[b + 1]):
+                r = bin_rows[i]
                 for e in range(row_ptr[r] - 1, row_ptr[r + 1]):  # e = row_ptr[r] - 1: the row's own node
                     if e < row_ptr[r]:
                         dep = prev_bin[r]
@@ -65,8 +66,8 @@ def release_inputs(nodes, t_ptr, t_rows, self_row, missing, other_missing, ready
 
     A row's inputs may be counted in two parts (local and remote): ``missing`` is the part these nodes belong
     to, and a row is ready once both counts are 0 (pass zeros as ``other_missing`` for a single count). The
-    runtime counts local inputs apart so that the last bin of a layer can clear them all at once
-    (:func:`rows_ready_when_local_done`) instead of walking every arc."""
+    simulator's eager forward tracks readiness this way; the runtime counts it per bin
+    (:func:`bin_dependency_pairs`)."""
     out = np.empty(64, dtype=np.int64)
     k = 0
     for i in range(len(nodes)):
@@ -82,29 +83,6 @@ def release_inputs(nodes, t_ptr, t_rows, self_row, missing, other_missing, ready
                 k += 1
                 ready_flag[q] = True
     return out[:k]
-
-
-@numba.njit(cache=True)
-def last_local_input_bin(row_ptr, edge_src, row_bin, n_owned):
-    """For every row, the highest ``row_bin`` among the row itself and its owned sources (rows = owned ids)."""
-    n = len(row_ptr) - 1
-    out = row_bin[:n].copy()
-    for p in range(n):
-        for e in range(row_ptr[p], row_ptr[p + 1]):
-            s = edge_src[e]
-            if s < n_owned and row_bin[s] > out[p]:
-                out[p] = row_bin[s]
-    return out
-
-
-def rows_ready_when_local_done(local_missing: np.ndarray, remote_missing: np.ndarray,
-                               ready_flag: np.ndarray) -> np.ndarray:
-    """Every local input of the next layer is now computed: clear the local counts; the rows whose remote
-    inputs have all arrived too become ready (returned)."""
-    local_missing[:] = 0
-    newly = np.flatnonzero((remote_missing == 0) & ~ready_flag)
-    ready_flag[newly] = True
-    return newly
 
 
 @numba.njit(cache=True)

@@ -1,16 +1,19 @@
 """The G3 hybrid-parallel strategy: bins, peer-to-peer sharing of layer outputs and gradients, and the
 multi-level pipeline of G3 §5 (``--pipeline none|intra|inter|multi``).
 
-Forward. Every receive of the epoch is posted up front. A bin's outputs that peers need are sent the moment
-the last node of a plan message is computed (non-blocking; ``none`` waits for each send). The schedules:
+Forward. Every receive of the forward is posted up front (under the background schedules, backward's too). A
+bin's outputs that peers need are sent the moment the last node of a plan message is computed (non-blocking;
+``none`` waits for each send). The schedules:
 
 * ``none``  — layer by layer, the plan's bins in priority order, sends waited one by one;
 * ``intra`` — layer by layer (each layer waits for all its inputs), the plan's bins in priority order, the
   next bin's inputs gathered (and on CUDA copied in on a side stream) while the current bin computes;
 * ``inter`` — eager inter-layer computation: a node of layer k+1 is *ready* once all its inputs are present
-  (local ones computed, remote ones received); ready nodes are packed into bins (bounded by the plan's bin
-  limit) and computed before layer k's last bins finish; bins follow node-id order, no prefetching;
-* ``multi`` — both: eager inter-layer bins in priority order, with the intra-layer prefetch.
+  (local ones computed, remote ones received), and a bin runs as soon as all its nodes are, before layer k's
+  last bins finish; bins of consecutive node ids, packed up to the plan's bin limit once for the run, no
+  prefetching;
+* ``multi`` — both: eager inter-layer computation over the plan's bins (priority order), with the
+  intra-layer prefetch.
 
 Every schedule only reorders work: each bin still sees all in-edges of its nodes, so the result is the same.
 
@@ -39,17 +42,7 @@ from ...plan.bins import LayerShape, node_bytes
 from ..block import Block
 from ..comm import TAG_SHIFT, Exchanger, phase_tag
 from ..config import local_workers
-from ..dataflow import (
-    bin_dependency_pairs,
-    build_block_arrays,
-    complete_messages,
-    last_local_input_bin,
-    node_messages,
-    release_inputs,
-    rows_ready_when_local_done,
-    take_ready,
-    transpose_rows,
-)
+from ..dataflow import bin_dependency_pairs, build_block_arrays, complete_messages, node_messages, take_ready
 from ..kernels import add_rows_at, backend, put_rows_at, take_rows_at
 from ..trace import Tracer, now_us
 from .base import Strategy, WorkerData
@@ -89,6 +82,24 @@ def add_rows(h: torch.Tensor, ids: torch.Tensor, rng: slice | None, rows: torch.
         h[rng].add_(rows)
     else:
         add_rows_at(h, ids, rows)
+
+
+def _rows_csr(bins) -> tuple[np.ndarray, np.ndarray]:
+    """(ptr, rows) of a layer's bins given as (rows, ...) tuples: bin b's rows are ``rows[ptr[b]:ptr[b+1]]``."""
+    ptr = np.zeros(len(bins) + 1, dtype=np.int64)
+    np.cumsum([len(b[0]) for b in bins], out=ptr[1:])
+    rows = np.concatenate([b[0] for b in bins]) if bins else np.zeros(0, dtype=np.int64)
+    return ptr, rows.astype(np.int64, copy=False)
+
+
+def _row_bin(bins, n_rows: int) -> np.ndarray:
+    """The bin of every row, for a layer's bins given as (rows, ...) tuples (each row in exactly one bin)."""
+    out = np.full(n_rows, -1, dtype=np.int64)
+    for b, entry in enumerate(bins):
+        out[entry[0]] = b
+    if (out < 0).any():
+        raise RuntimeError("forward bins do not cover every owned row")
+    return out
 
 
 @dataclass(frozen=True)
@@ -271,8 +282,8 @@ class G3Strategy(Strategy):
         # (--layer0-cache); from then on the bin's input is only the rows the layer still reads, kept too
         self.layer0_rows = self.model.static_input_rows(0) if cfg.layer0_cache_enabled() else None
         self.send_structure: dict[int, tuple] = {}  # id(table) → (table, slices, nodes, msg_ptr, msg_ids)
-        self._bin_deps: list | None = None  # multi: per layer, what each plan bin waits for (built on first use)
-        self._layer0_fixed: tuple | None = None  # inter: layer 0's run-time bins and what each completes
+        self._fwd_bins: list | None = None  # eager schedules: per layer, the forward's bins (built on first use)
+        self._bin_deps: list | None = None  # eager schedules: per layer, what each of those bins waits for
         self._init_dataflow()
 
     def _gather_pool(self, cfg) -> ThreadPoolExecutor | None:
@@ -322,44 +333,12 @@ class G3Strategy(Strategy):
         return out
 
     def _init_dataflow(self) -> None:
-        """Every arc's source and how many arcs read each remote row (backward's message completion); for
-        ``inter`` also the row-level structures of its run-time bins (:meth:`_init_row_readiness`)."""
+        """Every arc's source and how many arcs read each remote row (backward's message completion)."""
         d = self.data
         n_own, n_local = d.num_owned, d.num_owned + d.num_remote
         self.edge_src = self._edge_sources()
         self.row_ptr = np.asarray(d.row_ptr, dtype=np.int64)
         self.uses = np.bincount(self.edge_src, minlength=n_local).astype(np.int64)[n_own:]
-        if self.schedule.eager and self.schedule.order == "id":
-            self._init_row_readiness()
-
-    def _init_row_readiness(self) -> None:
-        """``inter``: reverse adjacency, per-row input counts, the node-id order and the bin limits its run-time
-        bins are packed by."""
-        d = self.data
-        n_own, n_local = d.num_owned, d.num_owned + d.num_remote
-        self.t_ptr, self.t_rows = transpose_rows(d.row_ptr, self.edge_src, n_local)
-        pos_of_owned = np.empty(n_own, dtype=np.int64)
-        pos_of_owned[d.priority] = np.arange(n_own)
-        self.self_row = np.concatenate([pos_of_owned, np.full(d.num_remote, -1, dtype=np.int64)])
-        # rows are owned ids here (WorkerData renumbers them in priority order); node-id order = the shard's ids,
-        # which ascend with global ids
-        self.row_order = np.asarray(d.new_id, dtype=np.int64).copy()
-        in_deg_rows = np.diff(d.row_ptr).astype(np.int64)
-        # inputs of each row counted apart: local sources (+1: the row's own node) and remote sources
-        remote_arc_rows = np.searchsorted(d.row_ptr, np.flatnonzero(self.edge_src >= n_own), side="right") - 1
-        self.remote_in_rows = np.bincount(remote_arc_rows, minlength=n_own).astype(np.int64)
-        self.local_in_rows = in_deg_rows - self.remote_in_rows + 1
-        self.prio = np.asarray(d.priority, dtype=np.int64)
-        self.mark = np.full(n_local, -1, dtype=np.int64)
-        self.block_cache: dict[tuple[int, bytes], tuple] = {}
-        # run-time bins obey the plan's limits: a node count (--bin-size) or bytes (half the device memory)
-        shapes = [LayerShape(**s) for s in d.plan.plan_meta["layers"]]
-        self.row_cost = [node_bytes(in_deg_rows, shape) for shape in shapes]
-        self.bin_limit, self.bin_limit_bytes = [], []
-        for layer in d.plan.meta["layers"]:
-            fixed = layer["bin_limit_bytes"] is None
-            self.bin_limit.append(int(layer["bin_limit_nodes"]) if fixed else n_own)
-            self.bin_limit_bytes.append(np.iinfo(np.int64).max if fixed else int(layer["bin_limit_bytes"]))
 
     def _edge_sources(self) -> np.ndarray:
         """Local source id of every arc, rows in priority order (the plan stores positions per bin instead)."""
@@ -471,7 +450,7 @@ class G3Strategy(Strategy):
         if not self.schedule.eager:
             run = self._forward_layerwise
         else:
-            run = self._forward_eager_bins if self.schedule.order == "priority" else self._forward_eager
+            run = self._forward_eager
         run(epoch, training, hs, sends, recvs)
         for s in sends:
             s.wait()
@@ -553,20 +532,22 @@ class G3Strategy(Strategy):
             return self.pool.submit(self._gather, h, src, li, b, block, view_ok, read_rows)
         return self._gather(h, src, li, b, block, view_ok, read_rows)
 
-    def _forward_eager_bins(self, epoch, training, hs, sends, recvs) -> None:
-        """``multi``: the plan's bins, each as soon as every input of its rows is present, lowest layer first,
-        the next runnable bin's inputs gathered (on CUDA copied in) meanwhile.
+    def _forward_eager(self, epoch, training, hs, sends, recvs) -> None:
+        """``multi`` and ``inter``: the forward's bins (:meth:`_forward_bins`), each as soon as every input of
+        its rows is present, lowest layer first; under ``multi`` the next runnable bin's inputs are gathered (on
+        CUDA copied in) meanwhile.
 
         Readiness is counted per bin (:meth:`_bin_dependencies`): a bin of layer l waits for the layer-(l-1)
         bins computing its rows' local inputs and for the messages carrying their remote inputs; finishing
         a bin or receiving a message decrements the counts of the bins that read it — no walk over arcs or
-        rows. The blocks, their transposes and caches are the plan's, built once and shared with backward."""
+        rows. The bins are fixed for the run, so their blocks, transposes and caches are built once."""
         L = self.num_layers
         n_own = self.data.num_owned
+        bins = self._forward_bins()
         deps = self._bin_dependencies()
-        wait = [np.zeros(len(self.blocks[0]), dtype=np.int64)] + [deps[li].wait.copy() for li in range(1, L)]
-        ran = [np.zeros(len(self.blocks[li]), dtype=np.bool_) for li in range(L)]
-        left = [len(self.blocks[li]) for li in range(L)]
+        wait = [np.zeros(len(bins[0]), dtype=np.int64)] + [deps[li].wait.copy() for li in range(1, L)]
+        ran = [np.zeros(len(bins[li]), dtype=np.bool_) for li in range(L)]
+        left = [len(bins[li]) for li in range(L)]
 
         def next_bin():
             for k in range(L):
@@ -594,15 +575,15 @@ class G3Strategy(Strategy):
             if li is None:
                 self._idle_until_message(recvs, arrived)
                 continue
-            block, src, dst = self.blocks[li][b]
+            _, block, src, dst = bins[li][b]
             ran[li][b] = True
             left[li] -= 1
             x = prefetched.pop((li, b), None)
             x = x.result() if x is not None else self._gather(hs[li], src, li, b, block, view_ok, view_ok)
             if self.pool is not None and not prefetched:  # gather the next runnable bin meanwhile
                 nl, nb = next_bin()
-                if nl is not None and self._needs_gather(nl, self.blocks[nl][nb][0]):
-                    nblock, nsrc = self.blocks[nl][nb][:2]
+                if nl is not None and self._needs_gather(nl, bins[nl][nb][1]):
+                    _, nblock, nsrc, _ = bins[nl][nb]
                     prefetched[(nl, nb)] = self.pool.submit(self._gather, hs[nl], nsrc, nl, nb, nblock, view_ok,
                                                             view_ok)
             self._compute(li, block, x, src, dst, hs, epoch, training, b)
@@ -611,16 +592,17 @@ class G3Strategy(Strategy):
                 wait[li + 1][deps[li + 1].dependents(b)] -= 1
 
     def _bin_dependencies(self) -> list:
-        """Per layer l ≥ 1 (index 0: None), what each plan bin of layer l waits for — the layer-(l-1) bins that
-        compute its rows' own nodes and owned in-neighbours, and the ``fwd_recv_{l-1}`` messages that carry
-        its remote in-neighbours — as :class:`BinDependencies`. Computed once (numba, one pass over the arcs,
-        memory of the order of the bins' dependencies, not of the arcs)."""
+        """Per layer l ≥ 1 (index 0: None), what each forward bin of layer l (:meth:`_forward_bins`) waits
+        for — the layer-(l-1) bins that compute its rows' own nodes and owned in-neighbours, and the
+        ``fwd_recv_{l-1}`` messages that carry its remote in-neighbours — as :class:`BinDependencies`. Computed
+        once (numba, one pass over the arcs, memory of the order of the bins' dependencies, not of the arcs)."""
         if self._bin_deps is None:
             d = self.data
             n_own = d.num_owned
+            bins = self._forward_bins()
             self._bin_deps = [None]
             for li in range(1, self.num_layers):
-                n_prev, n_bins = len(self.blocks[li - 1]), len(self.blocks[li])
+                n_prev, n_bins = len(bins[li - 1]), len(bins[li])
                 table = d.table(f"fwd_recv_{li - 1}")
                 slices = table.message_slices()
                 msg_of = np.full(d.num_remote, -1, dtype=np.int64)  # remote offset → its message
@@ -629,9 +611,9 @@ class G3Strategy(Strategy):
                 if (msg_of < 0).any():
                     raise RuntimeError(f"plan: fwd_recv_{li - 1} does not carry every remote input of layer {li}")
                 n_deps = n_prev + len(slices)
-                waiting, on = bin_dependency_pairs(np.asarray(d.layers[li].bin_ptr, dtype=np.int64), self.row_ptr,
-                                                   self.edge_src, self._plan_row_bin(li - 1), msg_of, n_own, n_prev,
-                                                   n_deps)
+                bin_ptr, bin_rows = _rows_csr(bins[li])
+                waiting, on = bin_dependency_pairs(bin_ptr, bin_rows, self.row_ptr, self.edge_src,
+                                                   _row_bin(bins[li - 1], n_own), msg_of, n_own, n_prev, n_deps)
                 order = np.argsort(on, kind="stable")
                 ptr = np.zeros(n_deps + 1, dtype=np.int64)
                 np.cumsum(np.bincount(on, minlength=n_deps), out=ptr[1:])
@@ -639,122 +621,44 @@ class G3Strategy(Strategy):
                                                       np.bincount(waiting, minlength=n_bins).astype(np.int64)))
         return self._bin_deps
 
-    def _forward_eager(self, epoch, training, hs, sends, recvs) -> None:
-        """``inter``: eager inter-layer computation in node-id order, always the lowest layer with ready rows.
-
-        A row of layer l+1 is ready once all its inputs are present (counted per row, :mod:`..dataflow`);
-        ready rows are packed in node-id order into bins of the plan's limit and their blocks built at run
-        time (cached when the same bin recurs). Layer 0's bins are the same every epoch (all its rows are
-        ready at the start), so the rows each one completes for layer 1 are computed once."""
-        d = self.data
-        L = self.num_layers
-        n_own = d.num_owned
-        ready = [np.ones(n_own, dtype=np.bool_)] + [np.zeros(n_own, dtype=np.bool_) for _ in range(L - 1)]
-        done = [np.zeros(n_own, dtype=np.bool_) for _ in range(L)]
-        missing = [None] + [self.local_in_rows.copy() for _ in range(L - 1)]  # local inputs not yet computed
-        missing_remote = [None] + [self.remote_in_rows.copy() for _ in range(L - 1)]  # remote not yet received
-        if L > 1:
-            missing[1] = np.ones(n_own, dtype=np.int64)  # a flag: cleared by the layer-0 bin that completes the row
-        ready_count = [n_own] + [0] * (L - 1)
-        remaining = [n_own] * L
-        cursor = [0] * L
-        b_index = [0] * L
-
-        def arrived(li):  # message of layer li's outputs arrived: remote rows are inputs of layer li+1
-            def consume(nodes, rows, _m):
-                put_rows_at(hs[li + 1], nodes + n_own, rows)
-                newly = release_inputs(nodes.numpy() + n_own, self.t_ptr, self.t_rows, self.self_row,
-                                       missing_remote[li + 1], missing[li + 1], ready[li + 1])
-                ready_count[li + 1] += len(newly)
-            return consume
-
-        view_ok = not (self.keep and training)
-        while any(remaining):
-            for li in range(L - 1):
-                if not recvs[li].finished:
-                    recvs[li].poll(arrived(li))
-            li = next((k for k in range(L) if ready_count[k] > 0), None)
-            if li is None:
-                self._idle_until_message(recvs, arrived)
-                continue
-            b = b_index[li]
-            if li == 0:
-                rows = self._layer0_bins()[0][b]
-                done[0][rows] = True
+    def _forward_bins(self) -> list[list[tuple[np.ndarray, Block, torch.Tensor, torch.Tensor]]]:
+        """The bins the eager schedules run forward, per layer, as (rows, block, src, dst) with ``rows`` the
+        bin's row positions, ascending: ``multi`` runs the plan's bins (runs of the priority list, shared with
+        backward); ``inter`` bins of consecutive node ids, packed up to the plan's limit of each layer (a node
+        count, or bytes for the layer's per-node cost). Fixed for the run: built on first use, with their blocks."""
+        if self._fwd_bins is None:
+            if self.schedule.order == "id":
+                self._fwd_bins = [self._id_order_bins(li) for li in range(self.num_layers)]
             else:
-                rows = self._take(li, ready, done, cursor)
-            block, src, dst = self._dynamic_block(li, rows)
-            x = self._gather(hs[li], src, li, b, block, view_ok, view_ok)
-            ready_count[li] -= len(rows)
-            remaining[li] -= len(rows)
-            self._compute(li, block, x, src, dst, hs, epoch, training, b)
-            b_index[li] += 1
-            if li < L - 1:
-                dst_np = dst.numpy()
-                sends[li].produced(dst_np, hs[li + 1])  # first: peers get the rows before the bookkeeping below
-                if li == 0:  # layer 0's bins are fixed: which rows each completes is too
-                    newly = self._rows_completed_by_layer0_bin(b, missing[1], missing_remote[1], ready[1])
-                elif remaining[li] > 0:
-                    newly = release_inputs(dst_np, self.t_ptr, self.t_rows, self.self_row, missing[li + 1],
-                                           missing_remote[li + 1], ready[li + 1])
-                else:  # the layer's last bin: no need to walk its arcs
-                    newly = rows_ready_when_local_done(missing[li + 1], missing_remote[li + 1], ready[li + 1])
-                ready_count[li + 1] += len(newly)
+                self._fwd_bins = [
+                    [(np.arange(int(lp.bin_ptr[b]), int(lp.bin_ptr[b + 1]), dtype=np.int64), *blk)
+                     for b, blk in enumerate(self.blocks[li])]
+                    for li, lp in enumerate(self.data.layers)]
+        return self._fwd_bins
 
-    def _plan_row_bin(self, li: int) -> np.ndarray:
-        """The plan bin of every row in layer ``li``."""
-        bin_ptr = np.asarray(self.data.layers[li].bin_ptr, dtype=np.int64)
-        return np.repeat(np.arange(len(bin_ptr) - 1, dtype=np.int64), np.diff(bin_ptr))
-
-    def _rows_completed_by_layer0_bin(self, b: int, local_missing, remote_missing, ready_flag) -> np.ndarray:
-        """``inter``'s layer-0 bins (:meth:`_layer0_bins`) are the same every epoch, so the bin after which a
-        row's local layer-1 inputs (its own node and its owned in-neighbours) are all computed is fixed:
-        computed once, it replaces walking every arc of every bin (O(arcs) serial decrements per epoch: 2.3 s
-        of an 11 s epoch on `products`). Clears those rows' local flags; returns the ones whose remote inputs
-        are also in."""
-        _, done_ptr, done_rows = self._layer0_bins()
-        rows = done_rows[done_ptr[b] : done_ptr[b + 1]]
-        local_missing[rows] = 0
-        newly = rows[(remote_missing[rows] == 0) & ~ready_flag[rows]]
-        ready_flag[newly] = True
-        return newly
-
-    def _layer0_bins(self) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-        """``inter``'s layer-0 bins (every row is ready, so the run-time packing in node-id order gives the
-        same bins every epoch), then the rows grouped CSR-like by the last of those bins computing one of
-        their local inputs; computed on first use."""
-        if self._layer0_fixed is None:
-            n_own = self.data.num_owned
-            ready, done, cursor = [np.ones(n_own, dtype=np.bool_)], [np.zeros(n_own, dtype=np.bool_)], [0]
-            bins = []
-            while not done[0].all():
-                bins.append(self._take(0, ready, done, cursor))
-            row_bin = np.empty(n_own, dtype=np.int64)
-            for b, rows in enumerate(bins):
-                row_bin[rows] = b
-            last = last_local_input_bin(self.row_ptr, self.edge_src, row_bin, n_own)  # rows = owned ids
-            order = np.argsort(last, kind="stable")
-            ptr = np.concatenate([[0], np.cumsum(np.bincount(last, minlength=len(bins)))]).astype(np.int64)
-            self._layer0_fixed = (bins, ptr, order)
-        return self._layer0_fixed
-
-    def _take(self, li, ready, done, cursor) -> np.ndarray:
-        rows, cursor[li] = take_ready(self.row_order, ready[li], done[li], cursor[li], self.bin_limit[li],
-                                      self.row_cost[li], self.bin_limit_bytes[li], len(self.row_order))
-        return np.sort(rows)  # priority positions ascending: the block keeps the BFS locality
-
-    def _dynamic_block(self, li: int, rows: np.ndarray):
-        key = (li, rows.tobytes())
-        hit = self.block_cache.get(key)
-        if hit is not None:
-            return hit
-        src, indptr, indices = build_block_arrays(rows, self.row_ptr, self.edge_src, self.prio, self.mark)
-        dst_t = torch.from_numpy(self.prio[rows])
-        made = self._block(torch.from_numpy(src), dst_t, indptr, indices)
-        if len(self.block_cache) > 4096:
-            self.block_cache.clear()
-        self.block_cache[key] = made
-        return made
+    def _id_order_bins(self, li: int) -> list[tuple[np.ndarray, Block, torch.Tensor, torch.Tensor]]:
+        """``inter``'s bins of layer ``li``: owned nodes in node-id order (the shard numbers them by ascending
+        global id; ``WorkerData.new_id`` gives each one's row here), cut where the plan's limit is reached."""
+        d = self.data
+        n_own, n_local = d.num_owned, d.num_owned + d.num_remote
+        layer = d.plan.meta["layers"][li]
+        fixed = layer["bin_limit_bytes"] is None
+        limit = int(layer["bin_limit_nodes"]) if fixed else n_own
+        limit_bytes = np.iinfo(np.int64).max if fixed else int(layer["bin_limit_bytes"])
+        cost = node_bytes(np.diff(d.row_ptr).astype(np.int64), LayerShape(**d.plan.plan_meta["layers"][li]))
+        id_order = np.asarray(d.new_id, dtype=np.int64)
+        ready, done = np.ones(n_own, dtype=np.bool_), np.zeros(n_own, dtype=np.bool_)
+        prio = np.asarray(d.priority, dtype=np.int64)
+        mark = np.full(n_local, -1, dtype=np.int64)
+        out, cursor = [], 0
+        while cursor < n_own:
+            rows, cursor = take_ready(id_order, ready, done, cursor, limit, cost, limit_bytes, n_own)
+            if len(rows) == 0:
+                break
+            rows = np.sort(rows)  # row positions ascending: the block keeps the BFS locality inside the bin
+            src, indptr, indices = build_block_arrays(rows, self.row_ptr, self.edge_src, prio, mark)
+            out.append((rows, *self._block(torch.from_numpy(src), torch.from_numpy(prio[rows]), indptr, indices)))
+        return out
 
     def _idle_until_message(self, recvs, arrived) -> None:
         """Nothing is ready: block until the lowest layer still expecting messages gets one."""
@@ -810,8 +714,8 @@ class G3Strategy(Strategy):
                             y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed,
                                                          True, static_input=self._static(li))
                         if self._static(li) and not block.has_cached(LAYER0_ROWS):
-                            # `inter` computes layer 0 forward in run-time bins, so the plan's bins first see the
-                            # fixed features here: keep their rows now, or every epoch gathers them again
+                            # `inter` computes layer 0 forward in its own node-id bins, so the plan's bins first
+                            # see the fixed features here: keep their rows now, or every epoch gathers them again
                             self._keep_layer0_rows(block, x_src)
                     torch.autograd.backward(y, grad_rows.to(y.device, dtype=y.dtype))
                     grad_src = x_src.grad.to("cpu", dtype=h.dtype) if need_input_grad else None
