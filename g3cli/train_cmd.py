@@ -60,7 +60,7 @@ from .output import print_run_summary
 @click.option("--heap", type=click.Choice(HEAP_POLICIES), default="keep", show_default=True,
               help="Host memory of each worker process: 'keep' = the C library's malloc serves every block from the "
                    "heap and keeps freed memory there, so each epoch reuses the pages of the last instead of "
-                   "mapping, faulting in and zeroing them again (15-25 % faster epochs measured on one worker; the "
+                   "mapping, faulting in and zeroing them again (about 20 % faster epochs measured on one worker; the "
                    "resident set stays near its peak); 'system' = the C library's defaults. Linux/glibc only; "
                    "elsewhere both mean the defaults.")
 @click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="float32", show_default=True,
