@@ -95,7 +95,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("model,schedule", [("sage", "multi"), ("gat", "none")])
+@pytest.mark.parametrize("model,schedule", [("sage", "multi"), ("gat", "none"), ("gcn", "inter")])
 def test_keeping_activations_gives_the_same_model(store, tmp_path, model, schedule):
     run = pipeline(store, tmp_path, 2, "random", model, 2, "10", extra_train=("--backward", "keep", "--pipeline", schedule))
     init = torch.load(run / "init.pt", weights_only=True)
