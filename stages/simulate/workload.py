@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..plan.bins import LayerShape, node_bytes
+from ..plan.bins import LayerShape
 from ..plan.tables import Table
 
 ELEM_BYTES = 4
@@ -192,8 +192,3 @@ def make_workload(workers: list[dict], shapes: list[LayerShape], num_params: int
                               bin_limit_bytes=w.get("bin_limit_bytes", [None] * len(layers))))
     return Workload(workers=out, shapes=shapes, num_params=num_params,
                     num_nodes=sum(w.num_owned for w in out))
-
-
-def row_costs(w: WorkerLoad, shape: LayerShape) -> np.ndarray:
-    """Per-row bytes of the plan's memory estimate (the byte limit of dynamic bins)."""
-    return node_bytes(np.diff(w.row_ptr), shape)
