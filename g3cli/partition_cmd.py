@@ -26,7 +26,9 @@ from .output import console
               help="g3: Algorithm 1 stops once min/max of the remote set sizes is at least 1 - gamma.")
 @click.option("--balance-tol", type=float, default=1.05, show_default=True,
               help="g3: allowed max/mean of the feature-size constraint (Eq. 1, METIS stage), and of the degree "
-                   "sums too unless --degree-tol is given.")
+                   "sums too unless --degree-tol is given. METIS uses the allowance, and a worker's compute grows "
+                   "a little faster than its share: 1.02 kept per-worker compute within 1.05 of the mean on four "
+                   "workers (docs/BENCHMARKS.md).")
 @click.option("--degree-tol", type=float, default=None,
               help="g3: no partition's degree sum (Eq. 2, the aggregation work) may exceed this times the mean: "
                    "METIS's degree constraint, and swaps never push a partition past it [default: "
