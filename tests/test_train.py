@@ -478,3 +478,16 @@ def test_heap_setting_gives_the_same_model(store, tmp_path):
         assert json.loads((run / "run.json").read_text())["config"]["heap"] == policy
         log = (run / "logs" / "rank-00000.log").read_text()
         assert ("heap keeps freed memory" if policy == "keep" else "heap system defaults") in log
+
+
+def test_bins_in_order_cut_at_the_node_and_byte_limits():
+    """`inter`'s bins: consecutive rows along the order, closed at the node limit or before the row that would
+    pass the byte limit (a row larger than the limit still gets a bin of its own); rows ascending in a bin."""
+    from stages.train.dataflow import bins_in_order
+
+    order = np.array([4, 0, 3, 1, 2, 5])
+    cost = np.array([1, 1, 1, 9, 1, 1])  # row 3 alone is over the byte limit
+    got = [b.tolist() for b in bins_in_order(order, 2, cost, 5)]
+    assert got == [[0, 4], [3], [1, 2], [5]]
+    assert [b.tolist() for b in bins_in_order(order, 10, np.ones(6, dtype=np.int64), 10**9)] == [[0, 1, 2, 3, 4, 5]]
+    assert bins_in_order(np.zeros(0, dtype=np.int64), 3, np.zeros(0, dtype=np.int64), 10) == []

@@ -33,7 +33,7 @@ import numba
 import numpy as np
 
 from ..plan.bins import node_bytes
-from ..train.dataflow import complete_messages, node_messages, release_inputs, take_ready, transpose_rows
+from ..train.dataflow import bins_in_order, complete_messages, node_messages, release_inputs, transpose_rows
 from .profile import Rates
 from .workload import WorkerLoad, Workload
 
@@ -159,13 +159,8 @@ def _forward_bins(wl: Workload, w: WorkerLoad, sched: Schedule) -> list[list[tup
     for li in range(wl.num_layers):
         cost = node_bytes(in_deg, wl.shapes[li])
         limit_b = np.iinfo(np.int64).max if w.bin_limit_bytes[li] is None else int(w.bin_limit_bytes[li])
-        ready, done = np.ones(n_own, dtype=np.bool_), np.zeros(n_own, dtype=np.bool_)
-        bins, cursor = [], 0
-        while cursor < n_own:
-            rows, cursor = take_ready(pos, ready, done, cursor, int(w.bin_limit_nodes[li]), cost, limit_b, n_own)
-            if len(rows) == 0:
-                break
-            rows = np.sort(rows)
+        bins = []
+        for rows in bins_in_order(pos, int(w.bin_limit_nodes[li]), cost, limit_b):
             stamp += 1
             n_src, arcs = _distinct_sources(rows, w.row_ptr, w.edge_src, w.priority, mark, stamp)
             bins.append((rows, n_src, arcs))

@@ -107,31 +107,36 @@ def complete_messages(nodes, msg_ptr, msg_ids, remaining):
 
 
 @numba.njit(cache=True)
-def take_ready(order_rank, ready_flag, done_flag, cursor, limit, cost, byte_limit, n):
-    """Ready, not yet computed rows in ``order_rank`` order from ``cursor``: at most ``limit`` rows whose
-    summed ``cost`` stays within ``byte_limit`` (at least one row).
-
-    Returns (rows, new cursor): the cursor moves past the prefix of rows already computed, so repeated scans
-    stay short.
-    """
-    out = np.empty(min(limit, n), dtype=np.int64)
+def _bin_bounds(order, limit, cost, byte_limit):
+    """Where consecutive bins along ``order`` start: a bin closes at ``limit`` rows, or before the row whose
+    ``cost`` would take it past ``byte_limit`` (a bin holds at least one row). Returns n_bins + 1 bounds."""
+    n = len(order)
+    bounds = np.empty(n + 1, dtype=np.int64)
+    bounds[0] = 0
     k = 0
+    count = 0
     used = 0
-    i = cursor
-    while i < n and done_flag[order_rank[i]]:
-        i += 1
-    new_cursor = i
-    while i < n and k < limit:
-        p = order_rank[i]
-        if ready_flag[p] and not done_flag[p]:
-            if k > 0 and used + cost[p] > byte_limit:
-                break
-            out[k] = p
-            used += cost[p]
+    for i in range(n):
+        c = cost[order[i]]
+        if count > 0 and (count == limit or used + c > byte_limit):
             k += 1
-            done_flag[p] = True
-        i += 1
-    return out[:k], new_cursor
+            bounds[k] = i
+            count = 0
+            used = 0
+        count += 1
+        used += c
+    if n > 0:
+        k += 1
+        bounds[k] = n
+    return bounds[: k + 1]
+
+
+def bins_in_order(order: np.ndarray, limit: int, cost: np.ndarray, byte_limit: int) -> list[np.ndarray]:
+    """Every row, cut into consecutive bins along ``order`` (``order[i]``: the i-th row): at most ``limit`` rows
+    per bin whose summed ``cost`` stays within ``byte_limit`` (at least one row); each bin's rows ascending."""
+    order = np.asarray(order, dtype=np.int64)
+    bounds = _bin_bounds(order, int(limit), np.asarray(cost, dtype=np.int64), int(byte_limit))
+    return [np.sort(order[bounds[j] : bounds[j + 1]]) for j in range(len(bounds) - 1)]
 
 
 @numba.njit(cache=True)

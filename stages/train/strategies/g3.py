@@ -42,7 +42,13 @@ from ...plan.bins import LayerShape, node_bytes
 from ..block import Block
 from ..comm import TAG_SHIFT, Exchanger, phase_tag
 from ..config import local_workers
-from ..dataflow import bin_dependency_pairs, build_block_arrays, complete_messages, node_messages, take_ready
+from ..dataflow import (
+    bin_dependency_pairs,
+    bins_in_order,
+    build_block_arrays,
+    complete_messages,
+    node_messages,
+)
 from ..kernels import add_rows_at, backend, put_rows_at, take_rows_at
 from ..trace import Tracer, now_us
 from .base import Strategy, WorkerData
@@ -646,16 +652,11 @@ class G3Strategy(Strategy):
         limit = int(layer["bin_limit_nodes"]) if fixed else n_own
         limit_bytes = np.iinfo(np.int64).max if fixed else int(layer["bin_limit_bytes"])
         cost = node_bytes(np.diff(d.row_ptr).astype(np.int64), LayerShape(**d.plan.plan_meta["layers"][li]))
-        id_order = np.asarray(d.new_id, dtype=np.int64)
-        ready, done = np.ones(n_own, dtype=np.bool_), np.zeros(n_own, dtype=np.bool_)
         prio = np.asarray(d.priority, dtype=np.int64)
         mark = np.full(n_local, -1, dtype=np.int64)
-        out, cursor = [], 0
-        while cursor < n_own:
-            rows, cursor = take_ready(id_order, ready, done, cursor, limit, cost, limit_bytes, n_own)
-            if len(rows) == 0:
-                break
-            rows = np.sort(rows)  # row positions ascending: the block keeps the BFS locality inside the bin
+        out = []
+        # rows ascending inside a bin: the block keeps the BFS locality
+        for rows in bins_in_order(np.asarray(d.new_id, dtype=np.int64), limit, cost, limit_bytes):
             src, indptr, indices = build_block_arrays(rows, self.row_ptr, self.edge_src, prio, mark)
             out.append((rows, *self._block(torch.from_numpy(src), torch.from_numpy(prio[rows]), indptr, indices)))
         return out
