@@ -33,7 +33,14 @@ import numba
 import numpy as np
 
 from ..plan.bins import node_bytes
-from ..train.dataflow import bins_in_order, complete_messages, node_messages, release_inputs, transpose_rows
+from ..train.dataflow import (
+    bins_in_order,
+    complete_messages,
+    lowest_runnable_bin,
+    node_messages,
+    release_inputs,
+    transpose_rows,
+)
 from .profile import Rates
 from .workload import WorkerLoad, Workload
 
@@ -208,13 +215,7 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
             bin_wait[k] -= np.bincount(row_bin[k][newly], minlength=len(bin_wait[k]))
 
     def next_bin():
-        """The lowest layer's first runnable bin."""
-        for k in range(L):
-            if left[k]:
-                runnable = np.flatnonzero((bin_wait[k] == 0) & ~ran[k])
-                if len(runnable):
-                    return k, int(runnable[0])
-        return None, None
+        return lowest_runnable_bin(bin_wait, ran, left)
 
     no_other = np.zeros(n_own, dtype=np.int64)  # one count per row (local and remote together)
     while any(left):

@@ -106,6 +106,17 @@ def complete_messages(nodes, msg_ptr, msg_ids, remaining):
     return res
 
 
+def lowest_runnable_bin(wait: list[np.ndarray], ran: list[np.ndarray], left: list[int]) -> tuple[int | None, int | None]:
+    """The eager schedules' next bin: the lowest layer's first bin that waits for nothing (``wait[k][b] == 0``)
+    and has not run; ``(None, None)`` when none can run now."""
+    for k in range(len(left)):
+        if left[k]:
+            runnable = np.flatnonzero((wait[k] == 0) & ~ran[k])
+            if len(runnable):
+                return k, int(runnable[0])
+    return None, None
+
+
 @numba.njit(cache=True)
 def _bin_bounds(order, limit, cost, byte_limit):
     """Where consecutive bins along ``order`` start: a bin closes at ``limit`` rows, or before the row whose

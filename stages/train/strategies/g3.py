@@ -47,6 +47,7 @@ from ..dataflow import (
     bins_in_order,
     build_block_arrays,
     complete_messages,
+    lowest_runnable_bin,
     node_messages,
 )
 from ..kernels import add_rows_at, backend, put_rows_at, take_rows_at
@@ -556,12 +557,7 @@ class G3Strategy(Strategy):
         left = [len(bins[li]) for li in range(L)]
 
         def next_bin():
-            for k in range(L):
-                if left[k]:
-                    runnable = np.flatnonzero((wait[k] == 0) & ~ran[k])
-                    if len(runnable):
-                        return k, int(runnable[0])
-            return None, None
+            return lowest_runnable_bin(wait, ran, left)
 
         def arrived(li):  # message m of layer li's outputs: remote inputs of layer li+1
             dep = deps[li + 1]
