@@ -534,6 +534,45 @@ def test_static_input_layer_matches_the_plain_one(kind, heads):
             model.layer_forward(0, block, graph.x[src].requires_grad_(True), 1, 0.3, 5, True, static_input=True)
 
 
+@pytest.mark.parametrize("kind", ["sage", "gcn"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dropout", [0.0, 0.4])
+def test_static_layer_backward_without_recompute_is_bitwise_autograd(kind, dtype, dropout):
+    """Layer 0's backward from its kept output and cached aggregation (no forward recomputed) accumulates
+    bitwise the weight gradients autograd gives on the recomputed forward, bin after bin; before a block has
+    its aggregation cached it declines, and GAT (no static path) always does."""
+    graph = random_graph(in_dim=12, classes=3, seed=4)
+    graph.x = graph.x.to(dtype)
+    model = make_model(kind, 8, (12, 6, 3), dtype=dtype)
+    bins = random_bins(graph, 3, seed=5, dtype=dtype)
+    grads_out = [torch.randn(len(dst), 6, generator=torch.Generator().manual_seed(b), dtype=dtype)
+                 for b, (_blk, _src, dst) in enumerate(bins)]
+    block0, src0, _ = bins[0]
+    y0 = model.layer_forward(0, block0, graph.x[src0], 2, dropout, 9, True, static_input=False).detach()
+    assert not model.layer_backward_static(0, block0, graph.x[src0], y0, grads_out[0], dropout)  # nothing cached
+    kept = []
+    for block, src, _dst in bins:  # the forward the runtime ran: outputs kept, aggregation cached on the block
+        with torch.no_grad():
+            kept.append(model.layer_forward(0, block, graph.x[src], 2, dropout, 9, True, static_input=True))
+    grads = {}
+    for way in ("autograd", "static"):
+        model.zero_grad(set_to_none=True)
+        for (block, src, _dst), y, g in zip(bins, kept, grads_out, strict=True):
+            if way == "autograd":
+                with torch.enable_grad():
+                    out = model.layer_forward(0, block, graph.x[src], 2, dropout, 9, True, static_input=True)
+                out.backward(g)
+                assert torch.equal(out.detach(), y)
+            else:
+                assert model.layer_backward_static(0, block, graph.x[src], y, g, dropout)
+        grads[way] = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    assert grads["static"].keys() == grads["autograd"].keys() and grads["static"]
+    for k in grads["static"]:
+        assert torch.equal(grads["static"][k], grads["autograd"][k]), k
+    gat = make_model("gat", 2, (12, 6, 3), dtype=dtype)
+    assert not gat.layer_backward_static(0, block0, graph.x[src0], y0, grads_out[0], dropout)
+
+
 def test_block_transpose_is_cached_per_backend():
     graph = random_graph(seed=7)
     block = whole_graph_block(graph)

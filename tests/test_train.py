@@ -324,6 +324,11 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
             assert not [e for e in spans if e["cat"] == "gather" and e["args"]["layer"] == 1
                         and not e["args"]["view"]], schedule
             assert [e for e in spans if e["cat"] == "gather" and e["args"]["layer"] == 2], schedule  # 6 -> 4 gathers
+            # backward runs no forward again for the cached layer 0 (weight gradients from its kept output), and
+            # recomputes the others (--backward recompute)
+            bwd_bins = [e for e in spans if e["cat"] == "compute" and e["args"].get("phase") == "bwd"]
+            assert {e["args"]["layer"] for e in bwd_bins} == {0, 1, 2}
+            assert all(e["args"]["recomputed"] == (e["args"]["layer"] > 0) for e in bwd_bins), schedule
             bwd_start = min(e["ts"] for e in spans if e["args"].get("phase") == "bwd")
             # the background schedules post backward's receives with the forward's, before the loss, so a peer's
             # gradients move as soon as it sends them; `none` posts each layer's at that layer's backward

@@ -207,7 +207,7 @@ class Profiler:
         for name in self.RECORDED:  # instance attributes: shadow the methods for this epoch only
             setattr(self.model, name, self._recording(getattr(self.model, name)))
 
-    RECORDED = ("layer_forward", "layer_forward_rows", "layer_backward_rows")  # a bin's layer runs through one
+    RECORDED = ("layer_forward", "layer_forward_rows", "layer_backward_rows", "layer_backward_static")  # one per bin
 
     def _recording(self, original):
         def recording(l, block, *args, **kwargs):  # noqa: E741 - the layer index

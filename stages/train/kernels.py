@@ -967,6 +967,22 @@ class ReluDropout(torch.autograd.Function):
         return out, None, None, None, None, None
 
 
+def relu_dropout_grad(y: torch.Tensor, grad: torch.Tensor, p: float) -> torch.Tensor:
+    """The gradient of :func:`relu_dropout`'s input from its output ``y`` alone (``p = 0``: plain ReLU's):
+    ``grad * scale`` where ``y > 0``, else 0 — bitwise what autograd gives through either implementation."""
+    if p <= 0.0:
+        return torch.where(y > 0, grad, torch.zeros((), dtype=grad.dtype, device=grad.device))
+    ndt = np.dtype(str(y.dtype).replace("torch.", ""))
+    scale = ndt.type(torch.tensor(1.0 / (1.0 - p), dtype=y.dtype).item())  # the mask's value, as in forward
+    if y.dim() == 2 and backend(y) == "numba" and p < 1.0:
+        out = torch.empty_like(y)
+        if y.numel():
+            _nb_threads()
+            _nb_relu_dropout_backward(y.contiguous().numpy(), _np(_rows2d(grad.contiguous())), scale, out.numpy())
+        return out
+    return torch.where(y > 0, grad * float(scale), torch.zeros((), dtype=grad.dtype, device=grad.device))
+
+
 def relu_dropout(h: torch.Tensor, seed: int, epoch: int, layer: int, node_ids: torch.Tensor, p: float) -> torch.Tensor:
     """``relu(h) * dropout_mask(seed, epoch, layer, node_ids, width, p)`` (``h [n, width]``), bitwise equal to it.
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..block import Block
-from ..kernels import relu_dropout
+from ..kernels import relu_dropout, relu_dropout_grad
 from .gat import GATConv
 from .gcn import GCNConv
 from .sage import SAGEConv
@@ -107,6 +107,20 @@ class GNNModel(nn.Module):
         grad_src = layer.aggregate_grad(block, agg.grad)
         grad_src[: block.n_dst] += x_dst.grad
         return grad_src
+
+    def layer_backward_static(self, l: int, block: Block, x_src: torch.Tensor, y: torch.Tensor,  # noqa: E741
+                              grad_out: torch.Tensor, dropout: float) -> bool:
+        """Backward of ``layer_forward(..., training=True, static_input=True)`` without running it again: ``y``
+        is that call's output (``[n_dst, widths[l + 1]]``, activated: the next layer's input rows, which the
+        runtime keeps), ``grad_out`` its gradient. The activation's backward needs only ``y`` (ReLU and the
+        dropout mask zero exactly where ``y`` is 0), and the layer's products read inputs the block keeps, so
+        the weight gradients accumulate as autograd would, bitwise. Returns False, doing nothing, where the
+        layer has no such path (GAT) or the block holds no cached aggregation yet; the input gets no gradient."""
+        layer = self.layers[l]
+        if not hasattr(layer, "static_backward"):
+            return False
+        grad = grad_out if l == self.num_layers - 1 else relu_dropout_grad(y, grad_out, dropout)
+        return layer.static_backward(block, x_src, grad)
 
     def _activate(self, l: int, h: torch.Tensor, block: Block, epoch: int, dropout: float, seed: int,  # noqa: E741
                   training: bool) -> torch.Tensor:

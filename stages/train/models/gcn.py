@@ -8,6 +8,7 @@ from torch import nn
 
 from ..block import Block
 from ..kernels import block_transpose, csr_sum
+from .grads import accumulate_linear_grads
 
 
 class GCNConv(nn.Module):
@@ -54,6 +55,14 @@ class GCNConv(nn.Module):
         if not project_first:
             return F.linear(agg, self.lin.weight, self.bias)
         return agg.add_(self.bias)
+
+    def static_backward(self, block: Block, x_src: torch.Tensor, grad: torch.Tensor) -> bool:
+        """As :meth:`SAGEConv.static_backward`: the weight gradients from the block's cached normalised sum."""
+        key = f"gcn_static_agg_{x_src.dtype}_{x_src.shape[1]}"
+        if not block.has_cached(key):
+            return False
+        accumulate_linear_grads(grad, block.cached(key, None), self.lin.weight, self.bias)
+        return True
 
     @staticmethod
     def _aggregate(block: Block, h: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ from torch import nn
 
 from ..block import Block
 from ..kernels import block_transpose, csr_mean, csr_mean_grad, csr_mean_rows
+from .grads import accumulate_linear_grads
 
 ROW_INDICES = "sage_row_indices"  # block cache key: src[indices], the arcs' sources as rows of the layer input
 
@@ -64,6 +65,17 @@ class SAGEConv(nn.Module):
             neigh = F.linear(csr_mean(block.indptr, block.indices, x_src, n_dst, t), self.lin_neigh.weight)
         # self term and bias in one addmm, then the neighbours added in place: one [n_dst, out] result
         return F.linear(x_src[:n_dst], self.lin_self.weight, self.bias).add_(neigh)
+
+    def static_backward(self, block: Block, x_src: torch.Tensor, grad: torch.Tensor) -> bool:
+        """Weight gradients of ``forward(static_input=True)`` for the gradient of its output ``grad [n_dst,
+        out]``, accumulated as autograd would, without running the forward again: the products' inputs are
+        the block's cached mean and ``x_src[:n_dst]``. False (nothing done) before the mean is cached."""
+        key = f"sage_static_mean_{x_src.dtype}_{x_src.shape[1]}"
+        if not block.has_cached(key):
+            return False
+        accumulate_linear_grads(grad, x_src[: block.n_dst], self.lin_self.weight, self.bias)
+        accumulate_linear_grads(grad, block.cached(key, None), self.lin_neigh.weight)
+        return True
 
     def reads_rows(self) -> bool:
         """Aggregate-first (``in_dim <= out_dim``): the aggregation reads each source row as it is, so it can read

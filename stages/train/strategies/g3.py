@@ -699,11 +699,22 @@ class G3Strategy(Strategy):
                     x = nxt.result() if hasattr(nxt, "result") else nxt
                     if step + 1 < len(bins):
                         nxt = self._submit_gather(h, bins[step + 1][1], li, step + 1, bins[step + 1][0], True, True)
-                if x is READ_ROWS:  # the aggregation reads h itself, forward and backward: no gathered copy
+                if x is not READ_ROWS and y_saved is None and self._kept_output_suffices(li, block, need_input_grad):
+                    # a cached layer 0: the weight gradients come from its kept output and cached aggregation,
+                    # with no forward run again (bitwise what the recomputation below gives)
+                    done = self.model.layer_backward_static(li, block, self._ready_input(x),
+                                                            take_rows(self.inputs[li + 1], dst, dst_rng),
+                                                            grad_rows.to(dtype=h.dtype), self.cfg.dropout)
+                    if not done:
+                        raise RuntimeError(f"layer {li}: the block's cached aggregation is missing")
+                    grad_src, recomputed = None, False
+                elif x is READ_ROWS:  # the aggregation reads h itself, forward and backward: no gathered copy
+                    recomputed = True
                     grad_src = self.model.layer_backward_rows(li, block, h, src, take_rows(h, dst, dst_rng),
                                                               grad_rows.to(dtype=h.dtype), epoch, self.cfg.dropout,
                                                               self.cfg.seed, need_input_grad)
                 else:
+                    recomputed = y_saved is None
                     if y_saved is None:
                         x_src = self._ready_input(x)
                         x_src.requires_grad_(need_input_grad)
@@ -720,7 +731,8 @@ class G3Strategy(Strategy):
                     add_rows(grad_in, src, block.cached(SRC_RANGE, lambda: None), grad_src)
                 self.timers["compute"] += (now_us() - t0) / 1e6
                 self.timers["compute_cpu"] += time.thread_time() - c0
-                self.tracer.span("compute", f"L{li} bin {step}", t0, now_us(), layer=li, bin=step, phase="bwd")
+                self.tracer.span("compute", f"L{li} bin {step}", t0, now_us(), layer=li, bin=step, phase="bwd",
+                                 recomputed=recomputed)
                 if need_input_grad:
                     finished = self._remote_grads_final(src.numpy(), block, uses)
                     if len(finished):
@@ -729,8 +741,16 @@ class G3Strategy(Strategy):
                 recvs.poll(lambda nodes, rows, _m, g=grad_in: add_rows(g, nodes, None, rows), block=True)
                 sends.wait()
                 grad_out = grad_in[: d.num_owned]
-            self.inputs[li] = None
+            if li + 1 < self.num_layers:
+                self.inputs[li + 1] = None  # kept until now: a cached layer li reads its outputs in backward
             self.saved[li] = []
+        self.inputs[0] = None
+
+    def _kept_output_suffices(self, li: int, block, need_input_grad: bool) -> bool:
+        """Layer ``li``'s backward can skip the recomputation: its inputs are fixed and their aggregation is
+        cached on the block (``--layer0-cache``), no input gradient is needed, and its output rows are kept as
+        the next layer's input (SAGE, GCN; :meth:`GNNModel.layer_backward_static`)."""
+        return not need_input_grad and li + 1 < self.num_layers and self._static(li) and block.has_cached(LAYER0_ROWS)
 
     def _remote_grads_final(self, src: np.ndarray, block, uses: np.ndarray) -> np.ndarray:
         """Remote sources whose every reading arc has now been backpropagated (remote offsets)."""
