@@ -945,8 +945,7 @@ class ReluDropout(torch.autograd.Function):
         ids = node_ids.to(torch.int64)
         # the per-column part exactly as dropout.dropout_uniform_bits computes it (the per-node one is in the kernel)
         col = _mix((torch.arange(h.shape[1], dtype=torch.int64) + _mix(k ^ _C1)) & _M32)
-        ndt = np.dtype(str(h.dtype).replace("torch.", ""))
-        scale = ndt.type(torch.tensor(1.0 / (1.0 - p), dtype=h.dtype).item())  # the mask's value, rounded as there
+        scale = _dropout_scale(h.dtype, p)
         out = torch.empty(h.shape, dtype=h.dtype)
         if h.numel():
             _nb_threads()
@@ -959,12 +958,22 @@ class ReluDropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (y,) = ctx.saved_tensors
-        out = torch.empty_like(y)
-        if y.numel():
-            _nb_threads()
-            _nb_relu_dropout_backward(y.view(y.shape[0], -1).numpy(), _np(_rows2d(grad)), ctx.scale,
-                                      out.view(y.shape[0], -1).numpy())
-        return out, None, None, None, None, None
+        return _relu_dropout_backward_nb(y, grad, ctx.scale), None, None, None, None, None
+
+
+def _dropout_scale(dtype: torch.dtype, p: float):
+    """The kept entries' factor ``1 / (1 - p)``, rounded to ``dtype`` exactly as the dropout mask holds it."""
+    return np.dtype(str(dtype).replace("torch.", "")).type(torch.tensor(1.0 / (1.0 - p), dtype=dtype).item())
+
+
+def _relu_dropout_backward_nb(y: torch.Tensor, grad: torch.Tensor, scale) -> torch.Tensor:
+    """``grad * scale`` where ``y > 0``, else 0, in one numba pass (``y [n, width]``)."""
+    out = torch.empty_like(y)
+    if y.numel():
+        _nb_threads()
+        _nb_relu_dropout_backward(_np(_rows2d(y.contiguous())), _np(_rows2d(grad.contiguous())), scale,
+                                  out.view(y.shape[0], -1).numpy())
+    return out
 
 
 def relu_dropout_grad(y: torch.Tensor, grad: torch.Tensor, p: float) -> torch.Tensor:
@@ -972,14 +981,9 @@ def relu_dropout_grad(y: torch.Tensor, grad: torch.Tensor, p: float) -> torch.Te
     ``grad * scale`` where ``y > 0``, else 0 — bitwise what autograd gives through either implementation."""
     if p <= 0.0:
         return torch.where(y > 0, grad, torch.zeros((), dtype=grad.dtype, device=grad.device))
-    ndt = np.dtype(str(y.dtype).replace("torch.", ""))
-    scale = ndt.type(torch.tensor(1.0 / (1.0 - p), dtype=y.dtype).item())  # the mask's value, as in forward
+    scale = _dropout_scale(y.dtype, p)
     if y.dim() == 2 and backend(y) == "numba" and p < 1.0:
-        out = torch.empty_like(y)
-        if y.numel():
-            _nb_threads()
-            _nb_relu_dropout_backward(y.contiguous().numpy(), _np(_rows2d(grad.contiguous())), scale, out.numpy())
-        return out
+        return _relu_dropout_backward_nb(y, grad, scale)
     return torch.where(y > 0, grad * float(scale), torch.zeros((), dtype=grad.dtype, device=grad.device))
 
 

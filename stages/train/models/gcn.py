@@ -48,7 +48,7 @@ class GCNConv(nn.Module):
         if static_input:
             if x_src.requires_grad:
                 raise ValueError("static_input: x_src must not need a gradient")
-            agg = block.cached(f"gcn_static_agg_{x_src.dtype}_{x_src.shape[1]}", lambda: self._aggregate(block, x_src))
+            agg = block.cached(self._static_key(x_src), lambda: self._aggregate(block, x_src))
             return F.linear(agg, self.lin.weight, self.bias)
         project_first = self.in_dim > self.out_dim
         agg = self._aggregate(block, F.linear(x_src, self.lin.weight) if project_first else x_src)
@@ -56,9 +56,14 @@ class GCNConv(nn.Module):
             return F.linear(agg, self.lin.weight, self.bias)
         return agg.add_(self.bias)
 
+    @staticmethod
+    def _static_key(x_src: torch.Tensor) -> str:
+        """Block cache key of the static path's normalised sum of the raw inputs."""
+        return f"gcn_static_agg_{x_src.dtype}_{x_src.shape[1]}"
+
     def static_backward(self, block: Block, x_src: torch.Tensor, grad: torch.Tensor) -> bool:
         """As :meth:`SAGEConv.static_backward`: the weight gradients from the block's cached normalised sum."""
-        key = f"gcn_static_agg_{x_src.dtype}_{x_src.shape[1]}"
+        key = self._static_key(x_src)
         if not block.has_cached(key):
             return False
         accumulate_linear_grads(grad, block.cached(key, None), self.lin.weight, self.bias)

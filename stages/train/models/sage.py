@@ -54,7 +54,7 @@ class SAGEConv(nn.Module):
         if static_input:
             if x_src.requires_grad:
                 raise ValueError("static_input: x_src must not need a gradient")
-            agg = block.cached(f"sage_static_mean_{x_src.dtype}_{x_src.shape[1]}", lambda: csr_mean(
+            agg = block.cached(self._static_key(x_src), lambda: csr_mean(
                 block.indptr, block.indices, x_src, n_dst, block_transpose(block, x_src)).detach())
             return F.linear(x_src[:n_dst], self.lin_self.weight, self.bias).add_(F.linear(agg, self.lin_neigh.weight))
         t = block_transpose(block, x_src)
@@ -66,11 +66,16 @@ class SAGEConv(nn.Module):
         # self term and bias in one addmm, then the neighbours added in place: one [n_dst, out] result
         return F.linear(x_src[:n_dst], self.lin_self.weight, self.bias).add_(neigh)
 
+    @staticmethod
+    def _static_key(x_src: torch.Tensor) -> str:
+        """Block cache key of the static path's mean of the raw inputs."""
+        return f"sage_static_mean_{x_src.dtype}_{x_src.shape[1]}"
+
     def static_backward(self, block: Block, x_src: torch.Tensor, grad: torch.Tensor) -> bool:
         """Weight gradients of ``forward(static_input=True)`` for the gradient of its output ``grad [n_dst,
         out]``, accumulated as autograd would, without running the forward again: the products' inputs are
         the block's cached mean and ``x_src[:n_dst]``. False (nothing done) before the mean is cached."""
-        key = f"sage_static_mean_{x_src.dtype}_{x_src.shape[1]}"
+        key = self._static_key(x_src)
         if not block.has_cached(key):
             return False
         accumulate_linear_grads(grad, x_src[: block.n_dst], self.lin_self.weight, self.bias)

@@ -127,7 +127,7 @@ SCHEDULES = {
 
 @dataclass
 class BinDependencies:
-    """What the plan's bins of one layer wait for in ``multi``: dependency ``i`` is bin ``i`` of the layer
+    """What the forward bins of one layer wait for (``multi``, ``inter``): dependency ``i`` is bin ``i`` of the layer
     before (``i < n_bins_before``) or message ``i - n_bins_before`` of that layer's ``fwd_recv`` table; the bins
     waiting for it are ``bins[ptr[i]:ptr[i + 1]]``; ``wait[b]``: how many dependencies bin ``b`` has."""
 
