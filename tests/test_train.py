@@ -337,6 +337,14 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
             assert bwd_posts and (max(bwd_posts) < loss_start) == (schedule != "none"), schedule
             forward_prefetched += sum(1 for e in spans if e["cat"] == "gather" and e["ts"] < bwd_start
                                       and e["args"]["prefetched"])
+            # the outputs' side of the intra-layer overlap (intra, multi): messages packed and posted by the
+            # sender thread, the forward's arrived rows copied in by the receiving threads
+            background = schedule in ("intra", "multi")
+            packers = {e["args"]["thread"] for e in spans if e["cat"] == "pack"}
+            assert packers == ({"g3-send_0"} if background else {"MainThread"}), (schedule, packers)
+            unpackers = {e["args"]["thread"].split("-")[0] + "-" for e in spans if e["cat"] == "unpack"
+                         and e["name"].startswith("fwd")}
+            assert ("g3-" in unpackers) == background, (schedule, unpackers)
         # the intra-layer overlap of the forward: the next bin gathered on the prefetch thread (intra, multi)
         assert (forward_prefetched > 0) == (schedule in ("intra", "multi")), (schedule, forward_prefetched)
 

@@ -109,19 +109,50 @@ def _row_bin(bins, n_rows: int) -> np.ndarray:
     return out
 
 
+def _helper_thread_init() -> None:
+    """A helper thread (prefetch, sender, receiving) runs its torch and numba kernels on one thread, off the
+    cores the compute kernels use. With OpenMP the setting is the calling thread's own; elsewhere it would set
+    the whole process's, so it is left alone there."""
+    if torch.backends.openmp.is_available():
+        torch.set_num_threads(1)
+
+
+class _DaemonThreads:
+    """A fixed set of helper threads, started once, that run submitted jobs; daemons, so that a worker whose
+    peer died can still exit while a thread waits on that peer (a ``ThreadPoolExecutor`` joins its threads at
+    exit)."""
+
+    def __init__(self, size: int, name: str):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        for i in range(size):
+            threading.Thread(target=self._run, daemon=True, name=f"{name}-{i}").start()
+
+    def _run(self) -> None:
+        _helper_thread_init()
+        while True:
+            fn, args = self.jobs.get()
+            fn(*args)
+
+    def submit(self, fn, *args) -> None:
+        self.jobs.put((fn, args))
+
+
 @dataclass(frozen=True)
 class Schedule:
     eager: bool  # inter-layer: start next-layer nodes as soon as their inputs are present
     order: str  # "priority" (BFS, peer-needed first) or "id" (consecutive node ids)
     prefetch: bool  # intra-layer: gather/copy the next bin while this one computes
     async_send: bool  # sends progress in the background (False: each send is waited for)
+    # intra-layer, the outputs' side: messages are packed and posted by a sender thread, and the forward's
+    # arrived rows copied into place by the receiving threads, while the compute thread goes on
+    background_copies: bool
 
 
 SCHEDULES = {
-    "none": Schedule(eager=False, order="priority", prefetch=False, async_send=False),
-    "intra": Schedule(eager=False, order="priority", prefetch=True, async_send=True),
-    "inter": Schedule(eager=True, order="id", prefetch=False, async_send=True),
-    "multi": Schedule(eager=True, order="priority", prefetch=True, async_send=True),
+    "none": Schedule(eager=False, order="priority", prefetch=False, async_send=False, background_copies=False),
+    "intra": Schedule(eager=False, order="priority", prefetch=True, async_send=True, background_copies=True),
+    "inter": Schedule(eager=True, order="id", prefetch=False, async_send=True, background_copies=False),
+    "multi": Schedule(eager=True, order="priority", prefetch=True, async_send=True, background_copies=True),
 }
 
 
@@ -154,19 +185,32 @@ class _Sends:
         self.remaining = table.msgs[:, 2].copy()
         self.phase, self.s, self.label, self.blocking = phase, strategy, label, blocking
         self.pending: list[tuple] = []
+        self.queued: list = []  # the sender thread's jobs (futures) for this table
 
     def produced(self, nodes: np.ndarray, rows: torch.Tensor, index_offset: int = 0) -> None:
+        """``rows[nodes + index_offset]`` are final: send every message they complete — on the sender thread
+        when there is one (``rows`` must then not change at those positions, which holds: a bin's outputs and
+        a finished remote gradient are written once)."""
         if len(self.slices) == 0:
             return
-        for m in complete_messages(nodes, self.msg_ptr, self.msg_ids, self.remaining):
-            self._send(int(m), rows, index_offset)
+        if self.s.sender is None or self.blocking:
+            self._produce(nodes, rows, index_offset, now_us())
+        else:
+            self.queued.append(self.s.sender.submit(self._produce, nodes, rows, index_offset, now_us()))
 
-    def _send(self, m: int, rows: torch.Tensor, index_offset: int) -> None:
+    def _produce(self, nodes: np.ndarray, rows: torch.Tensor, index_offset: int, t_ready: float) -> None:
+        for m in complete_messages(nodes, self.msg_ptr, self.msg_ids, self.remaining):
+            self._send(int(m), rows, index_offset, t_ready)
+
+    def _send(self, m: int, rows: torch.Tensor, index_offset: int, t_ready: float) -> None:
+        # the message is in flight from t_ready, when its rows were final, not from when it was packed: time
+        # spent queued for the sender thread counts as communication
         step, peer, sl = self.slices[m]
-        t0 = now_us()
+        t0, t_pack = t_ready, now_us()
         payload = take_rows_at(rows, self.nodes[sl] + index_offset)
         work = dist.isend(payload, dst=peer, group=self.s.ex.group, tag=(self.phase << TAG_SHIFT) + step)
-        self.s.tracer.span("pack", f"{self.label} → {peer}", t0, now_us(), step=step, peer=peer)
+        self.s.tracer.span("pack", f"{self.label} → {peer}", t_pack, now_us(), step=step, peer=peer,
+                           thread=threading.current_thread().name)
         key = (self.phase, self.s.rank, peer, step)
         stats = self.s.ex.stats
         nbytes = payload.numel() * payload.element_size()
@@ -181,6 +225,9 @@ class _Sends:
             self.pending.append((work, payload, key, t0, peer, step))
 
     def wait(self) -> None:
+        for job in self.queued:
+            job.result()  # raises what the sender thread raised
+        self.queued.clear()
         for work, _payload, key, t0, peer, step in self.pending:
             self.s.wait_for(work)
             self.s.tracer.message(key, "send", t0, now_us())
@@ -194,12 +241,17 @@ class _Receives:
     """One layer's incoming messages, all posted at once.
 
     gloo's point-to-point works cannot be polled (``is_completed`` only turns true inside ``wait``), so one
-    thread per sending peer waits for that peer's messages in step order and queues them; the compute thread
+    receiving thread per sending peer (from the strategy's pool, kept across layers and epochs: starting
+    threads anew each layer cost up to ~20 ms of a busy machine at the epoch start) waits for that peer's
+    messages in step order and queues them; the compute thread
     takes them from the queue between bins (``poll``) or blocks on it when it has nothing else to do.
+    ``unpack(nodes, rows)``, when given, runs on that thread for each arrived message before it is queued
+    (the forward's row copies under the background-copy schedules; the rows it writes are read only once
+    the compute thread has taken the message).
     """
 
-    def __init__(self, table, phase: int, width: int, dtype, strategy: G3Strategy, label: str):
-        self.s, self.label, self.phase = strategy, label, phase
+    def __init__(self, table, phase: int, width: int, dtype, strategy: G3Strategy, label: str, unpack=None):
+        self.s, self.label, self.phase, self.unpack = strategy, label, phase, unpack
         self.queue: queue.Queue = queue.Queue()
         self.outstanding = 0
         by_peer: dict[int, list] = {}
@@ -209,19 +261,22 @@ class _Receives:
             work = dist.irecv(buf, src=peer, group=strategy.ex.group, tag=(phase << TAG_SHIFT) + step)
             by_peer.setdefault(peer, []).append((work, buf, nodes[sl], (phase, peer, strategy.rank, step), m, now_us()))
             self.outstanding += 1
-        self.threads = [threading.Thread(target=self._wait_all, args=(items,), daemon=True, name=f"g3-recv-{label}")
-                        for items in by_peer.values()]
-        for t in self.threads:
-            t.start()
+        for items in by_peer.values():
+            strategy.receivers.submit(self._wait_all, items)
 
     def _wait_all(self, items) -> None:
         for work, buf, nodes, key, m, t_post in items:
             try:
                 work.wait()  # exactly once: a second wait on a gloo recv waits for another message
+                t_done = now_us()
+                if self.unpack is not None:
+                    self.unpack(nodes, buf)
+                    self.s.tracer.span("unpack", f"{self.label} ← {key[1]}", t_done, now_us(), step=key[3],
+                                       peer=key[1], thread=threading.current_thread().name)
             except Exception as exc:  # surfaced in the compute thread
                 self.queue.put(exc)
                 return
-            self.queue.put((buf, nodes, key, m, t_post, now_us()))
+            self.queue.put((buf, nodes, key, m, t_post, t_done))
 
     def _consume(self, item, consume) -> None:
         """``consume(nodes, rows, m)`` for an arrived message (``m``: its index in the table's message order)."""
@@ -234,7 +289,8 @@ class _Receives:
         self.s.tracer.span("recv", f"{self.label} ← {key[1]}", t_post, t_done, step=key[3], peer=key[1])
         t0 = now_us()
         consume(nodes, buf, m)
-        self.s.tracer.span("unpack", f"{self.label} ← {key[1]}", t0, now_us(), step=key[3], peer=key[1])
+        self.s.tracer.span("unpack", f"{self.label} ← {key[1]}", t0, now_us(), step=key[3], peer=key[1],
+                           thread=threading.current_thread().name)
 
     def poll(self, consume, block: bool = False) -> int:
         """Hand every arrived message to ``consume(nodes, rows, m)``; with ``block``, wait for all of them."""
@@ -284,6 +340,14 @@ class G3Strategy(Strategy):
         self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
         self.bwd_recvs: dict[int, _Receives] = {}  # backward's receives, posted early by a training forward
         self.pool = self._gather_pool(cfg)
+        # intra/multi: messages are packed and posted on this thread while the compute thread goes on (the CPU
+        # side of the copy-out overlap); one thread, so a table's messages go out in the order they complete
+        self.sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g3-send", initializer=_helper_thread_init) \
+            if self.schedule.background_copies else None
+        # the receiving threads: as many as there can be (table, peer) pairs open at once — every forward and
+        # backward table of a training epoch (fewer could leave a table's messages unreceived behind another's)
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        self.receivers = _DaemonThreads(2 * max(1, self.num_layers - 1) * (world - 1), "g3-recv")
         self.copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         # layer 0 reads the fixed input features: SAGE/GCN aggregate them once per block and keep the result
         # (--layer0-cache); from then on the bin's input is only the rows the layer still reads, kept too
@@ -299,8 +363,7 @@ class G3Strategy(Strategy):
         local = local_workers(dist.get_world_size() if dist.is_initialized() else 1)
         if not (self.schedule.prefetch and cfg.prefetch_enabled(torch.get_num_threads(), local)):
             return None
-        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="g3-gather", initializer=torch.set_num_threads,
-                                  initargs=(1,))
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="g3-gather", initializer=_helper_thread_init)
 
     # --- static structure ----------------------------------------------------------------------------------
     def _make_block(self, rows_lo: int, rows_hi: int, src: np.ndarray, indptr: np.ndarray, indices: np.ndarray):
@@ -446,7 +509,8 @@ class G3Strategy(Strategy):
         sends = [_Sends(d.table(f"fwd_send_{li}"), d.num_owned, phase_tag(kind, li), self, f"{kind}{li}",
                         blocking=not self.schedule.async_send) for li in range(L - 1)]
         recvs = [_Receives(d.table(f"fwd_recv_{li}"), phase_tag(kind, li), self.model.widths[li + 1], h0.dtype,
-                           self, f"{kind}{li}") for li in range(L - 1)]
+                           self, f"{kind}{li}", unpack=self._remote_rows_writer(hs[li + 1]))
+                 for li in range(L - 1)]
         # backward's receives are posted with the forward's: gloo moves a message only once its receive is
         # posted, so a peer that reaches backward first delivers its gradients while this worker still runs its
         # forward and loss, instead of after (`none` keeps each phase's communication in the phase)
@@ -462,6 +526,25 @@ class G3Strategy(Strategy):
         for s in sends:
             s.wait()
         return hs[L][: d.num_owned]
+
+    def _put_remote_rows(self, h: torch.Tensor):
+        n_own = self.data.num_owned
+        return lambda nodes, rows: put_rows_at(h, nodes + n_own, rows)
+
+    def _remote_rows_writer(self, h: torch.Tensor):
+        """What copies an arrived message's rows into ``h``'s remote rows on the receiving thread, as the message
+        arrives (background-copy schedules); ``None``: the compute thread does, when it takes the message."""
+        return self._put_remote_rows(h) if self.schedule.background_copies else None
+
+    def _place_arrived(self, recv: _Receives, h: torch.Tensor):
+        """``consume(nodes, rows, m)`` for a forward message on the compute thread: copies its rows into ``h``
+        unless the receiving thread already did."""
+        put = self._put_remote_rows(h) if recv.unpack is None else None
+
+        def consume(nodes, rows, _m):
+            if put is not None:
+                put(nodes, rows)
+        return consume
 
     def _bwd_receives(self, li: int, dtype: torch.dtype) -> _Receives:
         """The gradients peers send for this worker's remote inputs of layer ``li`` (width: that layer's input)."""
@@ -517,7 +600,6 @@ class G3Strategy(Strategy):
 
     def _forward_layerwise(self, epoch, training, hs, sends, recvs) -> None:
         L = self.num_layers
-        d = self.data
         for li in range(L):
             bins = self.blocks[li]
             view_ok = not (self.keep and training)  # kept activations must not alias h (receives write into it)
@@ -530,8 +612,7 @@ class G3Strategy(Strategy):
                 if li < L - 1:
                     sends[li].produced(dst.numpy(), hs[li + 1])
             if li < L - 1:
-                recvs[li].poll(lambda nodes, rows, _m, h=hs[li + 1]: put_rows_at(h, nodes + d.num_owned, rows),
-                               block=True)
+                recvs[li].poll(self._place_arrived(recvs[li], hs[li + 1]), block=True)
 
     def _submit_gather(self, h, src, li, b, block, view_ok: bool, read_rows: bool = False):
         """The bin's inputs (see :meth:`_gather`), gathered now or (``intra``/``multi``) on the prefetch thread."""
@@ -549,7 +630,6 @@ class G3Strategy(Strategy):
         a bin or receiving a message decrements the counts of the bins that read it — no walk over arcs or
         rows. The bins are fixed for the run, so their blocks, transposes and caches are built once."""
         L = self.num_layers
-        n_own = self.data.num_owned
         bins = self._forward_bins()
         deps = self._bin_dependencies()
         wait = [np.zeros(len(bins[0]), dtype=np.int64)] + [deps[li].wait.copy() for li in range(1, L)]
@@ -560,10 +640,10 @@ class G3Strategy(Strategy):
             return lowest_runnable_bin(wait, ran, left)
 
         def arrived(li):  # message m of layer li's outputs: remote inputs of layer li+1
-            dep = deps[li + 1]
+            dep, place = deps[li + 1], self._place_arrived(recvs[li], hs[li + 1])
 
             def consume(nodes, rows, m):
-                put_rows_at(hs[li + 1], nodes + n_own, rows)
+                place(nodes, rows, m)
                 wait[li + 1][dep.dependents(dep.n_bins_before + m)] -= 1
             return consume
 
