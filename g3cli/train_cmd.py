@@ -32,7 +32,7 @@ from .output import print_run_summary
 @click.option("--trace", is_flag=True,
               help="Time every span of every epoch but the first: the shares of communication time hidden under "
                    "compute, spent blocked on messages and overlapping the runtime's data movement go to each "
-                   "epoch's metrics record, and the second epoch's timeline to RUN/trace/rank-N.json "
+                   "epoch's metrics record, and the last epoch's timeline to RUN/trace/rank-N.json "
                    "(Chrome trace, for Perfetto or chrome://tracing).")
 @click.option("--profile", type=click.Path(), default=None,
               help="Write PROFILE.json: compute seconds per arc, node and bin of each layer on this device, fitted "

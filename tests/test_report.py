@@ -52,7 +52,7 @@ def make_run(root: Path, name: str = "g.part-g3-2.plan-sage.run", owned=(100, 30
         if trace and e >= 1:  # as `g3 train --trace` records: a share every epoch but the first, one timeline
             rec.update(comm_hidden_share=(0.25, 0.75, 0.25, 0.5, 0.125)[(e - 1) % 5],
                        comm_waited_share=(0.5, 0.0, 0.25, 0.125, 0.0)[(e - 1) % 5])
-            if e == 1:
+            if e == epochs - 1:  # the timeline is the last epoch's
                 rec.update(traced=True)
         if eval_every and (e + 1) % eval_every == 0:
             rec.update(train_acc=0.5 + 0.05 * e, valid_acc=0.4 + 0.05 * e, test_acc=0.35 + 0.05 * e)

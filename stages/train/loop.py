@@ -121,7 +121,8 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
     for epoch in range(start_epoch, cfg.epochs):
         _maybe_inject_fault(rank, epoch)
         # --trace: every epoch from trace_epoch on is timed per span (the hidden share of one epoch is noisy on a
-        # shared machine, so each gets its own and reports take the median); the timeline file is trace_epoch's
+        # shared machine, so each gets its own and reports take the median); the timeline file is the last
+        # epoch's, the warmest (the second still pays first-use costs: a worker's heap growing, ~0.1 s)
         can_trace = hasattr(strategy, "tracer") and epoch >= trace_epoch
         tracing = can_trace and (cfg.trace or (cfg.profile and epoch == profile_epoch))
         if tracing:
@@ -148,7 +149,7 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
         if tracing:
             strategy.tracer.stop()
             if cfg.trace:
-                record.update(_trace_record(strategy.tracer, run_dir, world, write=epoch == trace_epoch))
+                record.update(_trace_record(strategy.tracer, run_dir, world, write=epoch == cfg.epochs - 1))
             if profiler is not None:  # PROFILE.json for `g3 simulate` (stages/simulate/profile.py)
                 profiler.finish(cfg.profile, epoch, epoch_seconds, sync_seconds)
         if cfg.eval_every and ((epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
