@@ -306,6 +306,9 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
         assert max(r["comm_moving_share"] for r in records[1:]) > 0.0, schedule
         for w in records[-1]["workers"]:  # one thread's CPU time within its own wall-clock spans
             assert 0.0 < w["compute_cpu_seconds"] <= w["compute_seconds"] + 1e-3
+        # the first epoch takes its memory fresh from the OS: page faults counted, per epoch and worker
+        assert all(w["page_faults"] > 0 for w in records[0]["workers"])
+        assert all(isinstance(w["page_faults"], int) and w["page_faults"] >= 0 for r in records for w in r["workers"])
         forward_prefetched = 0
         for rank in range(3):
             trace = json.loads((run / "trace" / f"rank-{rank:05d}.json").read_text())

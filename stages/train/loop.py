@@ -24,7 +24,7 @@ from .comm import Exchanger
 from .config import TrainConfig, local_workers
 from .heap import keep_freed_memory
 from .loss import cross_entropy_with_grad
-from .metrics import MetricsWriter, peak_memory_bytes
+from .metrics import MetricsWriter, minor_page_faults, peak_memory_bytes
 from .strategies.base import WorkerData, strategy_class
 from .trace import now_us
 
@@ -128,7 +128,7 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
         if tracing:
             strategy.tracer.start()
             profiler = _start_profile(strategy) if cfg.profile and epoch == profile_epoch else None
-        t0 = time.perf_counter()
+        t0, faults0 = time.perf_counter(), minor_page_faults()
         strategy.reset_timers()
         exchanger.stats.reset()
         optimizer.zero_grad(set_to_none=False)
@@ -166,6 +166,7 @@ def _run(rank: int, world: int, plan_dir: Path, run_dir: Path, cfg: TrainConfig,
             "bytes_recv": exchanger.stats.bytes_recv,
             "bytes_sent_per_phase": dict(exchanger.stats.per_layer_sent),
             "peak_memory_bytes": peak_memory_bytes(cfg.device_for(rank)),
+            "page_faults": minor_page_faults() - faults0,
         }
         workers = [None] * world
         dist.all_gather_object(workers, worker)

@@ -10,6 +10,17 @@ import psutil
 import torch
 
 
+def minor_page_faults() -> int:
+    """This process's minor page faults so far (0 where ``resource`` is missing): per epoch, how much memory
+    the worker took fresh from the OS (each fault maps, and the kernel zeroes, a 4 KiB page)."""
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+    except Exception:
+        return 0
+
+
 def peak_memory_bytes(device: str) -> int:
     """Peak device memory: CUDA's max allocated, else this process's peak resident set."""
     if device.startswith("cuda"):
