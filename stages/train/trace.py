@@ -95,7 +95,8 @@ def _spans(events: list[dict], cats) -> list[tuple[float, float]]:
 def hidden_share(per_rank: list[dict]) -> dict:
     """Share of communication time hidden under compute, from every rank's spans of one epoch.
 
-    A message is in flight from the moment its sender posts it until its receiver has it. For each rank,
+    A message is in flight from the moment its rows are final at the sender (its ``send`` record's start:
+    before it is packed, so time queued for a sender thread counts) until its receiver has it. For each rank,
     communication time is the union of the in-flight intervals of the messages it receives, and the hidden
     part is what of it overlaps the rank's own compute spans. Returns the ratio per rank and over all ranks
     (hidden seconds / communication seconds, summed); ``waited``: the share of communication time the rank
