@@ -14,6 +14,68 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+# float32 exp for x <= 0, written out so the loop over a row's classes vectorises: numba's np.exp on float32
+# is a scalar libm call (pip's llvmlite has no SVML), which made the loss ~10 % of a one-worker epoch on the
+# 500K-node benchmark graph (400K training rows x 47 classes: 45 ms on 2 threads, 15 ms with this). Cephes'
+# expf: x = n ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial, 2^n put in the exponent bits; relative
+# error <= 1e-7 against float64 exp on [-87, 0] (np.exp in float32: 2e-7); below -87 it gives exp(-87) ~ 1.6e-38
+# instead of a denormal or 0, negligible next to the row's largest term, exp(0) = 1.
+_EXP_CLAMP, _LOG2E, _LN2_HI, _LN2_LO = -87.0, 1.44269504088896341, 0.693359375, -2.12194440e-4
+_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+
+
+@numba.njit(inline="always")
+def _expf_parts(x):
+    """``exp(x)`` for float32 ``x <= 0`` as ``(y, bits)``: ``exp(x) = y * 2^n``, ``bits`` = the int32 whose
+    float32 reading is ``2^n``."""
+    f32 = np.float32
+    x = max(x, f32(_EXP_CLAMP))
+    n = np.floor(x * f32(_LOG2E) + f32(0.5))
+    r = x - n * f32(_LN2_HI) - n * f32(_LN2_LO)
+    c0, c1, c2, c3, c4, c5 = _EXP_POLY
+    p = (((((f32(c0) * r + f32(c1)) * r + f32(c2)) * r + f32(c3)) * r + f32(c4)) * r + f32(c5)) * (r * r)
+    return p + r + f32(1.0), (np.int32(n) + np.int32(127)) << 23
+
+
+@numba.njit(cache=True)
+def _expf_nonpositive(x, out):
+    """``out = exp(x)`` through :func:`_expf_parts` (``x <= 0``, float32; for tests)."""
+    bits = np.empty(x.shape[0], np.int32)
+    two_n = bits.view(np.float32)
+    for i in range(x.shape[0]):
+        out[i], bits[i] = _expf_parts(x[i])
+    for i in range(x.shape[0]):
+        out[i] *= two_n[i]
+
+
+@numba.njit(parallel=True, cache=True, fastmath={"reassoc", "contract", "arcp"})
+def _nb_cross_entropy_f32(z, labels, idx, scale, grad, row_loss):
+    """:func:`_nb_cross_entropy` for float32 with the vectorised exp; chunks of rows per thread, each with its
+    own exponent buffer. The fast-math flags allow reordering sums only: NaN and inf still propagate."""
+    n, n_classes = idx.shape[0], z.shape[1]
+    n_chunks = max(1, min(n, 256))
+    for ch in numba.prange(n_chunks):
+        bits = np.empty(n_classes, np.int32)
+        two_n = bits.view(np.float32)
+        for t in range(ch * n // n_chunks, (ch + 1) * n // n_chunks):
+            v = idx[t]
+            row = z[v]
+            g = grad[v]
+            m = row[0]
+            for c in range(1, n_classes):
+                m = max(m, row[c])
+            for c in range(n_classes):
+                g[c], bits[c] = _expf_parts(row[c] - m)
+            s = 0.0
+            for c in range(n_classes):
+                g[c] *= two_n[c]
+                s += g[c]
+            row_loss[t] = m + np.log(s) - row[labels[v]]
+            f = np.float32(scale / s)
+            for c in range(n_classes):
+                g[c] *= f
+            g[labels[v]] -= np.float32(scale)
+
 
 @numba.njit(parallel=True, cache=True)
 def _nb_cross_entropy(z, labels, idx, scale, grad, row_loss):
@@ -50,5 +112,6 @@ def cross_entropy_with_grad(logits: torch.Tensor, labels: torch.Tensor, train_id
     z = logits.detach().contiguous()
     grad = torch.zeros_like(z)
     row_loss = np.empty(len(train_idx), dtype=np.float64)
-    _nb_cross_entropy(z.numpy(), labels.numpy(), train_idx.numpy(), 1.0 / n_train, grad.numpy(), row_loss)
+    kernel = _nb_cross_entropy_f32 if z.dtype == torch.float32 else _nb_cross_entropy
+    kernel(z.numpy(), labels.numpy(), train_idx.numpy(), 1.0 / n_train, grad.numpy(), row_loss)
     return torch.tensor(row_loss.sum() / n_train, dtype=z.dtype), grad
