@@ -507,3 +507,25 @@ def test_bins_in_order_cut_at_the_node_and_byte_limits():
     assert got == [[0, 4], [3], [1, 2], [5]]
     assert [b.tolist() for b in bins_in_order(order, 10, np.ones(6, dtype=np.int64), 10**9)] == [[0, 1, 2, 3, 4, 5]]
     assert bins_in_order(np.zeros(0, dtype=np.int64), 3, np.zeros(0, dtype=np.int64), 10) == []
+
+
+THREADS_PROBE = """
+import time, torch
+torch.set_num_threads(3)
+from stages.train.strategies.g3 import _DaemonThreads
+helpers = _DaemonThreads(2, "probe")  # each sets its own torch thread count to 1
+time.sleep(0.3)
+print(torch.get_num_threads())
+"""
+
+
+def test_helper_threads_leave_the_compute_thread_count_alone():
+    """Helper threads run their kernels on one thread each, and the thread that starts them keeps its own
+    count even if it had run no parallel op yet (torch takes a thread's count from a process-wide value on
+    first use, which a helper's set_num_threads(1) would otherwise have changed)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", THREADS_PROBE], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "3", out.stdout + out.stderr

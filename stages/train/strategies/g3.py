@@ -112,9 +112,17 @@ def _row_bin(bins, n_rows: int) -> np.ndarray:
 def _helper_thread_init() -> None:
     """A helper thread (prefetch, sender, receiving) runs its torch and numba kernels on one thread, off the
     cores the compute kernels use. With OpenMP the setting is the calling thread's own; elsewhere it would set
-    the whole process's, so it is left alone there."""
+    the whole process's, so it is left alone there. Call :func:`_keep_caller_threads` in the thread that starts
+    helpers first."""
     if torch.backends.openmp.is_available():
         torch.set_num_threads(1)
+
+
+def _keep_caller_threads() -> None:
+    """Fix the calling (compute) thread's torch thread count before any helper thread sets its own: a thread
+    takes the process-wide count at its first parallel op, and a helper's ``set_num_threads(1)`` changes
+    that count, so a compute thread that had not run one yet would go on with a single thread."""
+    torch.get_num_threads()
 
 
 class _DaemonThreads:
@@ -123,6 +131,7 @@ class _DaemonThreads:
     exit)."""
 
     def __init__(self, size: int, name: str):
+        _keep_caller_threads()
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         for i in range(size):
             threading.Thread(target=self._run, daemon=True, name=f"{name}-{i}").start()
@@ -339,6 +348,7 @@ class G3Strategy(Strategy):
         self.saved: list[list] = [[] for _ in range(self.num_layers)]
         self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
         self.bwd_recvs: dict[int, _Receives] = {}  # backward's receives, posted early by a training forward
+        _keep_caller_threads()  # before the helper threads below start
         self.pool = self._gather_pool(cfg)
         # intra/multi: messages are packed and posted on this thread while the compute thread goes on (the CPU
         # side of the copy-out overlap); one thread, so a table's messages go out in the order they complete
