@@ -25,10 +25,11 @@ from .output import print_run_summary
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Compute device (cuda: one GPU per rank, nccl for all-reduce, gloo for P2P host buffers).")
 @click.option("--pipeline", type=click.Choice(PIPELINES), default="multi", show_default=True,
-              help="Bin scheduling (G3 §5.2): 'multi' = eager inter-layer bins in priority order plus intra-layer "
-                   "prefetch; 'inter' = eager inter-layer only, bins of consecutive node ids; 'intra' = layer by "
-                   "layer with the next bin gathered/copied while one computes (see --prefetch); 'none' = "
-                   "sequential. All give the same model.")
+              help="Bin scheduling (G3 §5.2): 'multi' = eager inter-layer bins in priority order plus the "
+                   "intra-layer overlap; 'inter' = eager inter-layer only, bins of consecutive node ids; 'intra' = "
+                   "layer by layer with the intra-layer overlap: the next bin gathered/copied while one computes "
+                   "(see --prefetch), messages packed and sent and arrived rows copied in by helper threads; "
+                   "'none' = sequential. All give the same model.")
 @click.option("--trace", is_flag=True,
               help="Time every span of every epoch but the first: the shares of communication time hidden under "
                    "compute, spent blocked on messages and overlapping the runtime's data movement go to each "
