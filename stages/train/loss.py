@@ -49,7 +49,7 @@ def _expf_nonpositive(x, out):
 
 
 @numba.njit(parallel=True, cache=True, fastmath={"reassoc", "contract", "arcp"})
-def _nb_cross_entropy_f32(z, labels, idx, scale, grad, row_loss):
+def _nb_cross_entropy_f32(z, labels, idx, scale, grad, row_loss, bad):
     """:func:`_nb_cross_entropy` for float32 with the vectorised exp; chunks of rows per thread, each with its
     own exponent buffer. The fast-math flags allow reordering sums only: NaN and inf still propagate."""
     n, n_classes = idx.shape[0], z.shape[1]
@@ -59,6 +59,9 @@ def _nb_cross_entropy_f32(z, labels, idx, scale, grad, row_loss):
         two_n = bits.view(np.float32)
         for t in range(ch * n // n_chunks, (ch + 1) * n // n_chunks):
             v = idx[t]
+            if _out_of_range(v, labels, z):
+                bad[0] = 1  # any thread may set it: only whether one did matters
+                continue
             row = z[v]
             g = grad[v]
             m = row[0]
@@ -77,10 +80,20 @@ def _nb_cross_entropy_f32(z, labels, idx, scale, grad, row_loss):
             g[labels[v]] -= np.float32(scale)
 
 
+@numba.njit(inline="always")
+def _out_of_range(v, labels, z):
+    """Row ``v`` or its label outside ``z`` (checked, so that a label beyond the model's classes is an error,
+    not a write past the gradient)."""
+    return v < 0 or v >= z.shape[0] or labels[v] < 0 or labels[v] >= z.shape[1]
+
+
 @numba.njit(parallel=True, cache=True)
-def _nb_cross_entropy(z, labels, idx, scale, grad, row_loss):
+def _nb_cross_entropy(z, labels, idx, scale, grad, row_loss, bad):
     for t in numba.prange(idx.shape[0]):
         v = idx[t]
+        if _out_of_range(v, labels, z):
+            bad[0] = 1
+            continue
         row = z[v]
         m = row[0]
         for c in range(1, row.shape[0]):
@@ -113,5 +126,9 @@ def cross_entropy_with_grad(logits: torch.Tensor, labels: torch.Tensor, train_id
     grad = torch.zeros_like(z)
     row_loss = np.empty(len(train_idx), dtype=np.float64)
     kernel = _nb_cross_entropy_f32 if z.dtype == torch.float32 else _nb_cross_entropy
-    kernel(z.numpy(), labels.numpy(), train_idx.numpy(), 1.0 / n_train, grad.numpy(), row_loss)
+    bad = np.zeros(1, dtype=np.int64)
+    kernel(z.numpy(), labels.numpy(), train_idx.numpy(), 1.0 / n_train, grad.numpy(), row_loss, bad)
+    if bad[0]:
+        raise ValueError(f"a training row or its label is outside the logits ({z.shape[0]} rows, "
+                         f"{z.shape[1]} classes)")
     return torch.tensor(row_loss.sum() / n_train, dtype=z.dtype), grad
