@@ -252,11 +252,11 @@ class _Receives:
     gloo's point-to-point works cannot be polled (``is_completed`` only turns true inside ``wait``), so one
     receiving thread per sending peer (from the strategy's pool, kept across layers and epochs: starting
     threads anew each layer cost up to ~20 ms of a busy machine at the epoch start) waits for that peer's
-    messages in step order and queues them; the compute thread
-    takes them from the queue between bins (``poll``) or blocks on it when it has nothing else to do.
-    ``unpack(nodes, rows)``, when given, runs on that thread for each arrived message before it is queued
-    (the forward's row copies under the background-copy schedules; the rows it writes are read only once
-    the compute thread has taken the message).
+    messages in step order and queues them; the compute thread takes them from the queue between bins
+    (``poll``) or blocks on it when it has nothing else to do. ``unpack(nodes, rows)``, when given, runs on
+    that thread for each arrived message before it is queued (the forward's row copies under the
+    background-copy schedules; the rows it writes are read only once the compute thread has taken the
+    message).
     """
 
     def __init__(self, table, phase: int, width: int, dtype, strategy: G3Strategy, label: str, unpack=None):
