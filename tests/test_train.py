@@ -529,3 +529,23 @@ def test_helper_threads_leave_the_compute_thread_count_alone():
     out = subprocess.run([sys.executable, "-c", THREADS_PROBE], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "3", out.stdout + out.stderr
+
+
+def test_background_schedules_run_on_numbas_workqueue_layer(store, tmp_path, monkeypatch):
+    """Where numba has neither OpenMP nor TBB it falls back to its `workqueue` threading layer, which aborts
+    the process when two threads launch parallel kernels at once. The helper threads of `multi` (prefetch,
+    sender, receiving) run their row copies as plain loops, so training still works there, with the model
+    `none` gives."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("NUMBA_THREADING_LAYER", "workqueue")  # read by the spawned workers' numba
+    probe = ("import numpy as np; from stages.train.kernels import take_rows_at; import torch, numba; "
+             "take_rows_at(torch.ones(8, 2), torch.arange(4)); print(numba.threading_layer())")
+    layer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                           cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    assert layer == "workqueue"  # what a worker process gets
+    runs = {p: pipeline(store, tmp_path / p, 3, "random", "sage", 2, "9",
+                        extra_train=("--pipeline", p, "--prefetch", "on")) for p in ("none", "multi")}
+    weights = {p: torch.load(r / "model.pt", weights_only=True) for p, r in runs.items()}
+    assert max_weight_diff(weights["none"], weights["multi"]) <= 1e-12

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -555,17 +556,45 @@ if HAVE_NUMBA:
                 h[r, c] += rows[i, c]
 
 
+    @njit(inline="always")
+    def _move_row(h, ids, rows, take, i):
+        r = ids[i]
+        if take:
+            for c in range(h.shape[1]):
+                rows[i, c] = h[r, c]
+        else:
+            for c in range(h.shape[1]):
+                h[r, c] = rows[i, c]
+
     @njit(parallel=True, cache=True, nogil=True)
     def _nb_move_rows(h, ids, rows, take):
         """``rows[i] = h[ids[i]]`` (``take``) or ``h[ids[i]] = rows[i]`` (distinct ``ids``)."""
         for i in prange(ids.shape[0]):
-            r = ids[i]
-            if take:
-                for c in range(h.shape[1]):
-                    rows[i, c] = h[r, c]
-            else:
-                for c in range(h.shape[1]):
-                    h[r, c] = rows[i, c]
+            _move_row(h, ids, rows, take, i)
+
+    @njit(cache=True, nogil=True)
+    def _nb_move_rows_serial(h, ids, rows, take):
+        """:func:`_nb_move_rows` as a plain loop, for helper threads (:func:`use_serial_kernels_in_this_thread`)."""
+        for i in range(ids.shape[0]):
+            _move_row(h, ids, rows, take, i)
+
+
+_thread_state = threading.local()
+
+
+def use_serial_kernels_in_this_thread() -> None:
+    """Called by the runtime's helper threads (prefetch, sender, receiving): their row copies then run as plain
+    loops on the thread itself, never through numba's threading layer. That layer may not be thread-safe
+    (``workqueue``, numba's fallback where neither OpenMP nor TBB loads, aborts the process when two threads
+    launch parallel kernels at once), and a helper's single thread gains nothing from it."""
+    _thread_state.serial = True
+
+
+def _row_mover():
+    if getattr(_thread_state, "serial", False):
+        return _nb_move_rows_serial
+    _nb_threads()
+    return _nb_move_rows
 
 
 def _rows_kernel_ok(h: torch.Tensor, ids: torch.Tensor) -> bool:
@@ -581,8 +610,7 @@ def take_rows_at(h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     if not _rows_kernel_ok(h, ids):
         return h.index_select(0, ids)
     out = torch.empty((len(ids), h.shape[1]), dtype=h.dtype)
-    _nb_threads()
-    _nb_move_rows(h.numpy(), _np(ids), out.numpy(), True)
+    _row_mover()(h.numpy(), _np(ids), out.numpy(), True)
     return out
 
 
@@ -590,8 +618,7 @@ def put_rows_at(h: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> None:
     """``h.index_copy_(0, ids, rows)`` for **distinct** ``ids``; numba row copies where they apply (as
     :func:`take_rows_at`; 2.5–4× faster than ``index_copy_`` on CPU), else ``index_copy_``."""
     if _rows_kernel_ok(h, ids) and rows.dtype == h.dtype and rows.device.type == "cpu":
-        _nb_threads()
-        _nb_move_rows(h.numpy(), _np(ids), _np(_rows2d(rows)), False)
+        _row_mover()(h.numpy(), _np(ids), _np(_rows2d(rows)), False)
     else:
         h.index_copy_(0, ids.long(), rows)
 

@@ -50,7 +50,7 @@ from ..dataflow import (
     lowest_runnable_bin,
     node_messages,
 )
-from ..kernels import add_rows_at, backend, put_rows_at, take_rows_at
+from ..kernels import add_rows_at, backend, put_rows_at, take_rows_at, use_serial_kernels_in_this_thread
 from ..trace import Tracer, now_us
 from .base import Strategy, WorkerData
 
@@ -111,9 +111,11 @@ def _row_bin(bins, n_rows: int) -> np.ndarray:
 
 def _helper_thread_init() -> None:
     """A helper thread (prefetch, sender, receiving) runs its torch and numba kernels on one thread, off the
-    cores the compute kernels use. With OpenMP the setting is the calling thread's own; elsewhere it would set
-    the whole process's, so it is left alone there. Call :func:`_keep_caller_threads` in the thread that starts
-    helpers first."""
+    cores the compute kernels use: its numba row copies as plain loops (``use_serial_kernels_in_this_thread``),
+    its torch ops with one thread — with OpenMP the setting is the calling thread's own; elsewhere it would set
+    the whole process's, so it is left alone there. Call :func:`_keep_caller_threads` in the thread that
+    starts helpers first."""
+    use_serial_kernels_in_this_thread()
     if torch.backends.openmp.is_available():
         torch.set_num_threads(1)
 
