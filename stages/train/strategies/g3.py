@@ -521,7 +521,9 @@ class G3Strategy(Strategy):
         sends = [_Sends(d.table(f"fwd_send_{li}"), d.num_owned, phase_tag(kind, li), self, f"{kind}{li}",
                         blocking=not self.schedule.async_send) for li in range(L - 1)]
         recvs = [_Receives(d.table(f"fwd_recv_{li}"), phase_tag(kind, li), self.model.widths[li + 1], h0.dtype,
-                           self, f"{kind}{li}", unpack=self._remote_rows_writer(hs[li + 1]))
+                           self, f"{kind}{li}",
+                           # background copies: the receiving thread copies a message's rows in as it arrives
+                           unpack=self._put_remote_rows(hs[li + 1]) if self.schedule.background_copies else None)
                  for li in range(L - 1)]
         # backward's receives are posted with the forward's: gloo moves a message only once its receive is
         # posted, so a peer that reaches backward first delivers its gradients while this worker still runs its
@@ -542,11 +544,6 @@ class G3Strategy(Strategy):
     def _put_remote_rows(self, h: torch.Tensor):
         n_own = self.data.num_owned
         return lambda nodes, rows: put_rows_at(h, nodes + n_own, rows)
-
-    def _remote_rows_writer(self, h: torch.Tensor):
-        """What copies an arrived message's rows into ``h``'s remote rows on the receiving thread, as the message
-        arrives (background-copy schedules); ``None``: the compute thread does, when it takes the message."""
-        return self._put_remote_rows(h) if self.schedule.background_copies else None
 
     def _place_arrived(self, recv: _Receives, h: torch.Tensor):
         """``consume(nodes, rows, m)`` for a forward message on the compute thread: copies its rows into ``h``
