@@ -37,6 +37,15 @@ from .output import console
                    "at the price of unbalanced compute (figures in docs/BENCHMARKS.md).")
 @click.option("--max-swaps", type=int, default=None,
               help="g3: stop Algorithm 1 after this many swaps [default: the node count].")
+@click.option("--refine-steps", type=int, default=None,
+              help="g3: when Algorithm 1 stops short of 1 - gamma (stalled, cycle, swap limit), anneal its "
+                   "assignment with up to this many single-node moves, same balance limits, until min/max "
+                   "remote reaches 1 - gamma within --remote-budget; 0 turns the refinement off [default: "
+                   "1000 x the node count; about 15 s per 100 M steps on one core, and it stops early once "
+                   "the goal is met (docs/DESIGN.md)].")
+@click.option("--remote-budget", type=float, default=1.05, show_default=True,
+              help="g3 refinement: the total remote set may not end above this multiple of plain edge-cut "
+                   "METIS's total (one extra METIS call, made only when the refinement runs).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of METIS and of the random hash; the same seed gives the same partition.")
 @click.option("--threads", type=int, default=None,
@@ -47,7 +56,8 @@ from .output import console
 @click.option("--plot", type=click.Path(), default=None,
               help="Also draw the per-partition remote-set sizes as bars into this PNG file.")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
-def command(store, workers, method, out, gamma, balance_tol, degree_tol, max_swaps, seed, threads, hidden, plot, force):
+def command(store, workers, method, out, gamma, balance_tol, degree_tol, max_swaps, refine_steps, remote_budget, seed,
+            threads, hidden, plot, force):
     """Partition the nodes of STORE over K workers and write one shard folder per worker.
 
     \b
@@ -62,7 +72,7 @@ def command(store, workers, method, out, gamma, balance_tol, degree_tol, max_swa
     """
     options = PartitionOptions(workers=workers, method=method, gamma=gamma, balance_tol=balance_tol,
                                degree_tol=degree_tol, seed=seed, threads=threads, hidden=hidden,
-                               max_swaps=max_swaps)
+                               max_swaps=max_swaps, refine_steps=refine_steps, remote_budget=remote_budget)
     summary = run_partition(store, options, out=out, force=force, plot=plot)
     print_partition_summary(summary, console)
     if plot:

@@ -44,6 +44,8 @@ class PartitionOptions:
     threads: int | None = None
     hidden: int = 16
     max_swaps: int | None = None
+    refine_steps: int | None = None  # None: 1000 x N; 0: no refinement
+    remote_budget: float = 1.05  # refinement's cap on total remote, x plain METIS's total
 
     @property
     def degree_limit(self) -> float:
@@ -74,6 +76,11 @@ def check_options(o: PartitionOptions) -> None:
         raise G3InputError(f"--threads must be >= 1, got {o.threads}")
     if o.max_swaps is not None and o.max_swaps < 0:
         raise G3InputError(f"--max-swaps must be >= 0, got {o.max_swaps}")
+    if o.refine_steps is not None and o.refine_steps < 0:
+        raise G3InputError(f"--refine-steps must be >= 0, got {o.refine_steps}")
+    if not o.remote_budget > 0.0:
+        raise G3InputError(f"--remote-budget must be > 0 (a multiple of plain METIS's total remote), "
+                           f"got {o.remote_budget}")
 
 
 def run_partition(store_path: str | Path, options: PartitionOptions, out: str | Path | None = None,
@@ -187,7 +194,53 @@ def _assign_g3(graphs, store: GraphStore, o: PartitionOptions, timing: dict, pro
                    "widened_searches": result.widened_searches},
         "remote_trace": result.remote_trace,
     }
-    return result.part, extra
+    part = result.part
+    if result.stop_reason in ("stalled", "cycle", "swap limit") and o.refine_steps != 0:
+        part, extra["refine"] = _refine_g3(graphs, part, o, timing, progress)
+    return part, extra
+
+
+def _refine_g3(graphs, part: np.ndarray, o: PartitionOptions, timing: dict, progress) -> tuple[np.ndarray, dict]:
+    """Stage 3 (refine.py): anneal Algorithm 1's assignment within ``remote_budget x`` plain METIS's total."""
+    from .metis import metis_partition
+    from .metrics import remote_sizes
+    from .refine import run_refine
+
+    k = o.workers
+    t0 = time.perf_counter()
+    task = progress.add_task("METIS (edge-cut: the refinement's budget)", total=None)
+    reference = int(remote_sizes(graphs.indptr, graphs.indices, metis_partition(graphs, k, o.seed), k).sum())
+    progress.update(task, total=1, completed=1)
+    timing["metis_reference"] = time.perf_counter() - t0
+    budget = o.remote_budget * reference
+    task = progress.add_task("refining (annealing)", total=None)
+
+    def on_progress(done: int, steps: int, remote: list[int]) -> None:
+        progress.update(task, total=steps, completed=done, description=(
+            f"refining (min/max remote {min(remote) / max(1, max(remote)):.4f}, total {sum(remote) / reference:.3f}"
+            f" x METIS)"))
+
+    res = run_refine(graphs, part, k, o.gamma, o.balance_tol, o.degree_limit, budget, o.refine_steps, o.seed,
+                     on_progress)
+    progress.update(task, total=max(1, res.steps), completed=max(1, res.steps))
+    timing["refine"] = res.seconds
+    return res.part, {
+        "converged": res.converged,
+        "explanation": REFINE_EXPLANATIONS[res.converged],
+        "metis_total_remote": reference,
+        "remote_budget": o.remote_budget,
+        "budget": round(budget, 3),
+        "steps": res.steps,
+        "accepted_moves": res.accepted,
+        "remote_before": res.initial_remote,
+        "remote_after": res.final_remote,
+    }
+
+
+REFINE_EXPLANATIONS = {
+    True: "min/max remote set ratio reached 1 - gamma with the total remote within the budget",
+    False: "the step budget ran out first: the best assignment seen is kept",
+}
 
 
 def _summary(store, o: PartitionOptions, graphs, part, in_degree, extra: dict, timing: dict, progress) -> dict:
@@ -227,6 +280,7 @@ def _summary(store, o: PartitionOptions, graphs, part, in_degree, extra: dict, t
         "swaps": extra.get("swaps", 0),
         "search": extra.get("search"),
         "remote_trace": extra.get("remote_trace"),
+        "refine": extra.get("refine"),
         "before": before,
         "after": after,
         **figures,

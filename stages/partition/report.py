@@ -56,6 +56,14 @@ def facts_table(summary: dict) -> Table:
         before, after = summary["before"], summary["after"]
         t.add_row("Algorithm 1", f"{summary['stop_reason']} after {summary['swaps']:,} swaps "
                                  f"({summary['stop_explanation']})")
+        refine = summary.get("refine")
+        if refine:
+            before_r, after_r = refine["remote_before"], refine["remote_after"]
+            t.add_row("refinement", f"{'converged' if refine['converged'] else 'not converged'} after "
+                                    f"{refine['steps']:,} steps: min/max {min(before_r) / max(1, max(before_r)):.3f} "
+                                    f"-> {min(after_r) / max(1, max(after_r)):.3f}, total {sum(after_r):,} = "
+                                    f"{sum(after_r) / max(1, refine['metis_total_remote']):.3f} x plain METIS "
+                                    f"(budget {refine['remote_budget']} x)")
         t.add_row("METIS -> g3", f"remote max {before['remote_max']:,} -> {after['remote_max']:,}, "
                                  f"min/max {before['remote_min_over_max']:.3f} -> {after['remote_min_over_max']:.3f}, "
                                  f"total {before['remote_total']:,} -> {after['remote_total']:,}")

@@ -1,0 +1,252 @@
+"""Stage 3 of g3's partitioner: annealing refinement, run only when Algorithm 1 stops short of its goal.
+
+Algorithm 1 (``g3.py``) swaps one node for one node and only ever accepts a swap that shrinks the largest
+remote set. On graphs with hubs that can stall far from ``min/max >= 1 - gamma``: every remaining swap would
+first have to make things worse (on cnr-2000 at K = 4 it stops at min/max 0.724, its total remote 1.44 x plain
+METIS's). This stage searches the same space with single-node moves under simulated annealing:
+
+* a move takes a boundary node ``w`` (one with a neighbour outside its partition) to the partition of one of
+  its neighbours, chosen at random, so moves follow the graph's structure;
+* a move is refused if it would push the target's node count above ``balance_tol x mean`` or its degree sum
+  above ``degree_tol x mean`` (Eq. 1, Eq. 2; a partition already above a limit may shrink, never grow);
+* the cost of an assignment with remote-set sizes ``R`` is::
+
+      cost(R) = max R  +  alpha * max(0, (1 - gamma) max R - min R)  +  10 * max(0, sum R - budget)
+
+  ``budget`` caps the total remote set (by default 1.05 x plain METIS's total: the communication G3 promises
+  not to exceed). A worse move is accepted with probability ``exp(-(cost increase) / T)``.
+* two phases with geometric cooling: **descend** (2/3 of the steps, ``alpha = 0``, T from 2 % to 0.01 % of the
+  mean remote set) shrinks the largest set within the budget; **level** (``alpha = 20``, T from 0.1 % to
+  0.005 %) raises the smallest sets to within ``gamma`` of the largest.
+* the best assignment seen is kept, so the result never costs more than the start; the run stops early as soon
+  as ``min/max >= 1 - gamma`` within the budget.
+
+Counters are those of Algorithm 1 (``arc_cnt[u, i]`` arcs from ``u`` into ``i``; ``nb_cnt[v, x]`` symmetrised
+neighbours of ``v`` in ``x``): a move updates ``O(d_w)`` counters and only ``R_a``, ``R_b``; nothing is
+recounted. Steps run in one thread (the chain is sequential); a seeded generator makes the run reproducible.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from .g3 import _count_arc_parts, _count_neighbour_parts, _count_remote
+from .graph import Graphs
+
+# cost of one remote node above the budget, per phase: the descend phase may cross the budget for a while; in
+# the level phase it outweighs any gain in the min/max gap
+OVER_BUDGET_WEIGHT = (10.0, 100.0)
+DESCEND_NORM = 4.0  # the descend phase minimises ||R||_4: every set counts, the largest most
+LEVEL_ALPHA = 20.0  # weight of the min/max gap during the level phase
+DESCEND_SHARE = 2.0 / 3.0  # share of the steps spent in the descend phase
+DESCEND_T = (2e-2, 1e-4)  # temperatures of each phase, as fractions of the mean remote set at the start
+LEVEL_T = (1e-3, 5e-5)
+BOUNDARY_EVERY = 20_000  # steps between rebuilds of the boundary-node list
+STEPS_PER_CALL = 2_000_000  # steps between progress updates
+STEPS_PER_NODE = 1000  # default number of steps: this many per node
+
+
+@dataclass
+class RefineResult:
+    part: np.ndarray
+    converged: bool  # min/max >= 1 - gamma with the total within the budget
+    steps: int  # steps taken (a step is one proposed move, refused ones included)
+    accepted: int  # moves kept
+    seconds: float
+    initial_remote: list[int]
+    final_remote: list[int]
+
+
+@numba.njit(cache=True)
+def _cost(remote, norm_p, alpha, gamma, budget, over_weight):
+    mx = remote.max()
+    mn = remote.min()
+    total = remote.sum()
+    size = float(mx)
+    if norm_p > 0 and mx > 0:
+        acc = 0.0
+        for r in remote:
+            acc += (r / mx) ** norm_p
+        size = mx * acc ** (1.0 / norm_p)  # ||R||_p, scaled to avoid overflow
+    return size + alpha * max(0.0, (1.0 - gamma) * mx - mn) + over_weight * max(0.0, total - budget)
+
+
+@numba.njit(cache=True)
+def _goal_met(remote, gamma, budget):
+    return remote.min() >= (1.0 - gamma) * remote.max() and remote.sum() <= budget
+
+
+@numba.njit(cache=True)
+def _move_counted(w, a, b, G, S, shared):
+    """Move ``w`` from ``a`` to ``b`` updating the counters and ``R_a``, ``R_b`` in O(d_w) (no priority queues)."""
+    indptr, indices, sym_indptr, sym_indices, deg = G
+    part, arc_cnt, nb_cnt, remote, deg_sum = S
+    if arc_cnt[w, b] > 0:
+        remote[b] -= 1  # w pointed into b: it was in V_b^remote and now belongs to b
+    part[w] = b
+    if arc_cnt[w, a] > 0:
+        remote[a] += 1
+    for e in range(sym_indptr[w], sym_indptr[w + 1]):
+        u = sym_indices[e]
+        nb_cnt[u, a] -= 1
+        nb_cnt[u, b] += 1
+        if shared:  # nb_cnt is arc_cnt
+            pu = part[u]
+            if nb_cnt[u, a] == 0 and pu != a:
+                remote[a] -= 1
+            if nb_cnt[u, b] == 1 and pu != b:
+                remote[b] += 1
+    if not shared:
+        for e in range(indptr[w], indptr[w + 1]):
+            u = indices[e]
+            c = arc_cnt[u, a] - 1
+            arc_cnt[u, a] = c
+            if c == 0 and part[u] != a:
+                remote[a] -= 1
+            c = arc_cnt[u, b] + 1
+            arc_cnt[u, b] = c
+            if c == 1 and part[u] != b:
+                remote[b] += 1
+    deg_sum[a] -= deg[w]
+    deg_sum[b] += deg[w]
+
+
+@numba.njit(cache=True)
+def _boundary(part, nb_cnt, deg, out):
+    m = 0
+    for v in range(len(part)):
+        if nb_cnt[v, part[v]] < deg[v]:
+            out[m] = v
+            m += 1
+    return m
+
+
+@numba.njit(cache=True)
+def _anneal(first, last, phase_steps, norm_p, alpha, over_weight, t_hi, t_lo, G, S, shared, node_cnt, node_limit, deg_limit, gamma, budget,
+            best_part, best, counters, boundary):
+    """Steps ``first .. last - 1`` of a phase of ``phase_steps`` steps cooling from ``t_hi`` to ``t_lo``.
+
+    Returns (best cost, goal met); ``best_part`` holds the best assignment. ``counters`` = [steps taken, moves
+    kept]. The generator is numba's, seeded once by the caller."""
+    indptr, indices, sym_indptr, sym_indices, deg = G
+    part, arc_cnt, nb_cnt, remote, deg_sum = S
+    current = _cost(remote, norm_p, alpha, gamma, budget, over_weight)
+    nb = 0
+    for s in range(first, last):
+        if (s - first) % BOUNDARY_EVERY == 0:
+            nb = _boundary(part, nb_cnt, deg, boundary)
+            if nb == 0:
+                return best, False
+        counters[0] += 1
+        temperature = t_hi * (t_lo / t_hi) ** (s / phase_steps)
+        w = boundary[np.random.randint(nb)]
+        a = part[w]
+        b = part[sym_indices[sym_indptr[w] + np.random.randint(sym_indptr[w + 1] - sym_indptr[w])]]
+        if b == a or node_cnt[b] + 1 > node_limit or deg_sum[b] + deg[w] > deg_limit:
+            continue
+        _move_counted(w, a, b, G, S, shared)
+        c = _cost(remote, norm_p, alpha, gamma, budget, over_weight)
+        if c <= current or np.random.random() < np.exp((current - c) / temperature):
+            current = c
+            node_cnt[a] -= 1
+            node_cnt[b] += 1
+            counters[1] += 1
+            if c < best:
+                best = c
+                best_part[:] = part
+            if _goal_met(remote, gamma, budget):
+                best_part[:] = part
+                return best, True
+        else:
+            _move_counted(w, b, a, G, S, shared)
+    return best, False
+
+
+@numba.njit(cache=True)
+def _seed(seed):
+    np.random.seed(seed)
+
+
+class _Chain:
+    """The annealing state of one assignment: counters, remote sizes, degree sums and node counts."""
+
+    def __init__(self, graphs: Graphs, part: np.ndarray, k: int):
+        part = np.array(part, dtype=np.int32)
+        deg = np.ascontiguousarray(graphs.degree, dtype=np.int64)
+        nb_cnt = _count_neighbour_parts(graphs.sym_indptr, graphs.sym_indices, part, k)
+        arc_cnt = nb_cnt if graphs.symmetric else _count_arc_parts(graphs.indptr, graphs.indices, part, k)
+        remote = _count_remote(part, arc_cnt, k)
+        deg_sum = np.bincount(part, weights=deg, minlength=k).astype(np.int64)
+        self.G = (graphs.indptr, graphs.indices, graphs.sym_indptr, graphs.sym_indices, deg)
+        self.S = (part, arc_cnt, nb_cnt, remote, deg_sum)
+        self.node_cnt = np.bincount(part, minlength=k).astype(np.int64)
+
+    @property
+    def part(self) -> np.ndarray:
+        return self.S[0]
+
+    @property
+    def remote(self) -> np.ndarray:
+        return self.S[3]
+
+
+def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_tol: float, degree_tol: float,
+               budget: float, steps: int | None = None, seed: int = 0,
+               on_progress: Callable[[int, int, list[int]], None] | None = None) -> RefineResult:
+    """Anneal ``part`` towards ``min/max remote >= 1 - gamma`` with ``sum remote <= budget``.
+
+    ``steps`` (both phases) defaults to ``STEPS_PER_NODE x N``. ``on_progress(steps done, steps in all,
+    remote sizes)`` is called between batches. Returns the best assignment of the level phase, which starts
+    from the best of the descend phase: the result never costs more than the start."""
+    t0 = time.perf_counter()
+    n = graphs.num_nodes
+    steps = STEPS_PER_NODE * n if steps is None else int(steps)
+    chain = _Chain(graphs, part, k)
+    initial = chain.remote.tolist()
+    deg_sum = chain.S[4]
+    # a partition already above a limit may not grow; the others may grow up to the limit
+    node_limit = max(balance_tol * n / k, float(chain.node_cnt.max()))
+    deg_limit = max(degree_tol * float(deg_sum.sum()) / k, float(deg_sum.max()))
+    if k == 1 or _goal_met(chain.remote, gamma, budget) or steps <= 0:
+        return RefineResult(chain.part, bool(_goal_met(chain.remote, gamma, budget)), 0, 0,
+                            time.perf_counter() - t0, initial, initial)
+    scale = max(1.0, float(chain.remote.mean()))  # temperatures follow the size of the remote sets
+    descend = int(steps * DESCEND_SHARE)
+    phases = [(descend, DESCEND_NORM, 0.0, OVER_BUDGET_WEIGHT[0], DESCEND_T),
+              (steps - descend, 0.0, LEVEL_ALPHA, OVER_BUDGET_WEIGHT[1], LEVEL_T)]
+    counters = np.zeros(2, dtype=np.int64)
+    boundary = np.empty(n, dtype=np.int64)
+    _seed(seed)
+    converged, offset = False, 0
+    for number, (phase_steps, norm_p, alpha, over_weight, (t_hi, t_lo)) in enumerate(phases):
+        if number > 0:  # the next phase starts from the best assignment so far, counted afresh
+            chain = _Chain(graphs, best_part, k)
+        best_part = chain.part.copy()
+        best = _cost(chain.remote, norm_p, alpha, gamma, budget, over_weight)
+        done = 0
+        while done < phase_steps and not converged:
+            last = min(phase_steps, done + STEPS_PER_CALL)
+            best, converged = _anneal(done, last, phase_steps, norm_p, alpha, over_weight, scale * t_hi, scale * t_lo, chain.G, chain.S,
+                                      graphs.symmetric,
+                                      chain.node_cnt, node_limit, deg_limit, float(gamma), float(budget),
+                                      best_part, best, counters, boundary)
+            done = last
+            if on_progress is not None:
+                on_progress(offset + done, steps, chain.remote.tolist())
+        offset += phase_steps
+        if converged:
+            break
+    final = _count_remote(best_part, _arc_counts(graphs, best_part, k), k)
+    return RefineResult(best_part, bool(_goal_met(final, gamma, budget)), int(counters[0]), int(counters[1]),
+                        time.perf_counter() - t0, initial, final.tolist())
+
+
+def _arc_counts(graphs: Graphs, part: np.ndarray, k: int) -> np.ndarray:
+    if graphs.symmetric:
+        return _count_neighbour_parts(graphs.sym_indptr, graphs.sym_indices, part, k)
+    return _count_arc_parts(graphs.indptr, graphs.indices, part, k)
