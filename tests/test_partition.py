@@ -23,6 +23,7 @@ from stages.partition.g3 import RemoteTracker, _seen_before, run_algorithm1
 from stages.partition.graph import graphs_from_csr, load_graphs, symmetrize
 from stages.partition.metis import metis_partition
 from stages.partition.metrics import edge_cut, remote_sizes
+from stages.partition.refine import _anneal, _Chain, _seed, run_refine
 
 NODE_METHODS = ("g3", "metis", "random", "chunk")
 
@@ -292,6 +293,102 @@ def test_swap_limit_stops_algorithm1(tiny_store):
 
 
 # ------------------------------------------------------------------------------------------------------------
+# stage 3: annealing refinement
+# ------------------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tracker_cases())
+def test_refinement_counters_equal_recount_after_thousands_of_moves(case):
+    n, k, src, dst, part, seed = case
+    graphs = graphs_from_csr(*_csr(n, src, dst))
+    chain = _Chain(graphs, part, k)
+    best_part = chain.part.copy()
+    counters = np.zeros(2, dtype=np.int64)
+    _seed(seed % 2**31)
+    # budget -1 can never be met: no early stop; a high temperature keeps many moves (accepted and undone)
+    _anneal(0, 5000, 5000, 4.0, 0.0, 10.0, 50.0, 5.0, chain.G, chain.S, graphs.symmetric, chain.node_cnt,
+            np.inf, np.inf, 0.005, -1.0, best_part, np.inf, counters, np.empty(n, dtype=np.int64))
+    arc_cnt, nb_cnt, remote = _recount(graphs, chain.part, k)
+    np.testing.assert_array_equal(chain.remote, remote)
+    np.testing.assert_array_equal(chain.S[1], arc_cnt)
+    np.testing.assert_array_equal(chain.S[2], nb_cnt)
+    np.testing.assert_array_equal(chain.S[4], np.bincount(chain.part, weights=graphs.degree, minlength=k))
+    np.testing.assert_array_equal(chain.node_cnt, np.bincount(chain.part, minlength=k))
+    sym_dst = np.repeat(np.arange(n), np.diff(graphs.sym_indptr))
+    if (part[sym_dst] == part[graphs.sym_indices]).all():
+        assert counters[0] == 0  # no boundary node: nothing to move
+    else:
+        assert counters[0] == 5000 and counters[1] > 0
+
+
+def test_refinement_keeps_the_balance_limits_and_the_seed_decides(tiny_store):
+    graphs = load_graphs(GraphStore.open(tiny_store))
+    k = 4
+    start = random_partition(graphs.num_nodes, k, 0)
+    runs = [run_refine(graphs, start, k, 0.005, 1.05, 1.05, budget=1e9, steps=300_000, seed=s) for s in (7, 7, 8)]
+    np.testing.assert_array_equal(runs[0].part, runs[1].part)
+    assert not np.array_equal(runs[0].part, runs[2].part)
+    node_limit = max(1.05 * graphs.num_nodes / k, np.bincount(start, minlength=k).max())
+    deg_start = np.bincount(start, weights=graphs.degree, minlength=k)
+    deg_limit = max(1.05 * graphs.degree.sum() / k, deg_start.max())
+    for res in runs:
+        assert res.accepted > 0
+        assert np.bincount(res.part, minlength=k).max() <= node_limit
+        assert np.bincount(res.part, weights=graphs.degree, minlength=k).max() <= deg_limit
+        assert res.final_remote == remote_sizes(graphs.indptr, graphs.indices, res.part, k).tolist()
+        assert res.initial_remote == remote_sizes(graphs.indptr, graphs.indices, start, k).tolist()
+        assert max(res.final_remote) < max(res.initial_remote)  # a random start is easy to improve
+
+
+def test_refinement_reaches_the_goal_within_the_budget(directed_store):
+    graphs = load_graphs(GraphStore.open(directed_store))  # directed, self-loops, repeated arcs
+    k = 3
+    start = chunk_partition(graphs.num_nodes, k)
+    reference = remote_sizes(graphs.indptr, graphs.indices, metis_partition(graphs, k, 0), k).sum()
+    res = run_refine(graphs, start, k, 0.005, 1.05, 1.05, budget=1.05 * reference, seed=0)
+    after = remote_sizes(graphs.indptr, graphs.indices, res.part, k)
+    assert res.converged and res.steps < 1000 * graphs.num_nodes  # stops once the goal is met
+    assert after.min() >= 0.995 * after.max() and after.sum() <= 1.05 * reference
+    again = run_refine(graphs, res.part, k, 0.005, 1.05, 1.05, budget=1.05 * reference)
+    assert (again.converged, again.steps) == (True, 0)  # a converged start is returned untouched
+    np.testing.assert_array_equal(again.part, res.part)
+
+
+def test_g3_refines_only_when_algorithm1_stops_short(tiny_store, tmp_path):
+    converged = _partition(tiny_store, tmp_path / "c", 4, "g3")
+    assert converged["stop_reason"] == "converged" and converged["refine"] is None
+    assert "refine" not in converged["timing"]
+    s = _partition(tiny_store, tmp_path / "r", 4, "g3", max_swaps=0)  # Algorithm 1 does nothing
+    refine = s["refine"]
+    assert s["stop_reason"] == "swap limit" and refine["converged"] and refine["kept"] == "refined"
+    assert refine["metis_total_remote"] == _partition(tiny_store, tmp_path / "m", 4, "metis")["totals"]["remote"]
+    assert s["after"]["remote_min_over_max"] >= 0.995
+    assert s["totals"]["remote"] == sum(refine["remote_after"]) <= refine["budget"] == pytest.approx(
+        1.05 * refine["metis_total_remote"], abs=1e-3)
+    assert {"metis_reference", "refine"} <= set(s["timing"])
+    assignment = np.load(tmp_path / "r" / "assignment.npy")
+    graphs = load_graphs(GraphStore.open(tiny_store))
+    assert remote_sizes(graphs.indptr, graphs.indices, assignment, 4).tolist() == refine["remote_after"]
+    off = _partition(tiny_store, tmp_path / "o", 4, "g3", max_swaps=0, refine_steps=0)
+    assert off["refine"] is None and off["after"]["remote_min_over_max"] < 0.995
+
+
+def test_a_refinement_that_misses_the_goal_never_raises_the_largest_remote_set(tiny_store, tmp_path):
+    for steps, out in ((1, "short"), (50_000, "long")):
+        s = _partition(tiny_store, tmp_path / out, 8, "g3", max_swaps=0, refine_steps=steps)
+        refine = s["refine"]
+        assert not refine["converged"]
+        assert s["after"]["remote_max"] <= s["before"]["remote_max"]
+        if refine["kept"] == "refined":
+            assert max(refine["remote_after"]) < max(refine["remote_before"])
+            assert s["totals"]["remote"] <= max(refine["budget"], sum(refine["remote_before"]))
+        else:
+            assert s["after"]["remote_max"] == s["before"]["remote_max"]
+            assert s["totals"]["remote"] == sum(refine["remote_before"])
+
+
+# ------------------------------------------------------------------------------------------------------------
 # shards
 # ------------------------------------------------------------------------------------------------------------
 
@@ -466,6 +563,8 @@ def test_cli_default_output_beside_the_store(tiny_store):
         (["-w", "2", "--gamma", "1.5"], "--gamma"),
         (["-w", "2", "--degree-tol", "0.5"], "--degree-tol"),
         (["-w", "2", "--plot", "x.jpg"], ".png"),
+        (["-w", "2", "--refine-steps", "-1"], "--refine-steps"),
+        (["-w", "2", "--remote-budget", "0"], "--remote-budget"),
     ],
 )
 def test_cli_bad_inputs_are_one_line_errors(tiny_store, tmp_path, args, message):

@@ -224,9 +224,11 @@ def _refine_g3(graphs, part: np.ndarray, o: PartitionOptions, timing: dict, prog
                      on_progress)
     progress.update(task, total=max(1, res.steps), completed=max(1, res.steps))
     timing["refine"] = res.seconds
-    return res.part, {
+    keep = res.converged or _no_worse(res.final_remote, res.initial_remote, budget)
+    return (res.part if keep else part), {
         "converged": res.converged,
-        "explanation": REFINE_EXPLANATIONS[res.converged],
+        "kept": "refined" if keep else "algorithm1",
+        "explanation": REFINE_EXPLANATIONS[res.converged] + ("" if keep else _KEPT_ALGORITHM1),
         "metis_total_remote": reference,
         "remote_budget": o.remote_budget,
         "budget": round(budget, 3),
@@ -236,6 +238,14 @@ def _refine_g3(graphs, part: np.ndarray, o: PartitionOptions, timing: dict, prog
         "remote_after": res.final_remote,
     }
 
+
+def _no_worse(refined: list[int], start: list[int], budget: float) -> bool:
+    """A refinement that missed the goal is kept only if it shrinks the largest remote set (what the slowest
+    worker receives) without raising the total above both the budget and the start's total."""
+    return max(refined) < max(start) and sum(refined) <= max(budget, sum(start))
+
+
+_KEPT_ALGORITHM1 = "; it did not shrink the largest remote set within the budget, so Algorithm 1's assignment is kept"
 
 REFINE_EXPLANATIONS = {
     True: "min/max remote set ratio reached 1 - gamma with the total remote within the budget",

@@ -63,7 +63,9 @@ def facts_table(summary: dict) -> Table:
                                     f"{refine['steps']:,} steps: min/max {min(before_r) / max(1, max(before_r)):.3f} "
                                     f"-> {min(after_r) / max(1, max(after_r)):.3f}, total {sum(after_r):,} = "
                                     f"{sum(after_r) / max(1, refine['metis_total_remote']):.3f} x plain METIS "
-                                    f"(budget {refine['remote_budget']} x)")
+                                    f"(budget {refine['remote_budget']} x)"
+                                    + ("; not kept: Algorithm 1's assignment stays" if refine["kept"] != "refined"
+                                       else ""))
         t.add_row("METIS -> g3", f"remote max {before['remote_max']:,} -> {after['remote_max']:,}, "
                                  f"min/max {before['remote_min_over_max']:.3f} -> {after['remote_min_over_max']:.3f}, "
                                  f"total {before['remote_total']:,} -> {after['remote_total']:,}")
