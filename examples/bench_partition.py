@@ -63,6 +63,11 @@ def row(name: str, k: int, method: str, r: dict) -> str:
     s = r["summary"]
     remote = s["balance"]["remote"]
     note = f"{s['stop_reason']}, {s['swaps']} swaps" if s.get("stop_reason") else ""
+    refine = s.get("refine")
+    if refine:
+        outcome = "converged" if refine["converged"] else "not converged"
+        kept = "" if refine["kept"] == "refined" else ", not kept"
+        note += f"; refine {outcome} ({refine['steps'] / 1e6:.0f} M steps{kept})"
     return (f"| {name} | {k} | {method} | {remote['max_over_mean']:.3f} | {remote['min_over_max']:.3f} | "
             f"{s['totals']['remote']:,} | {s['totals']['edge_cut']:,} | "
             f"{s['balance']['degree_sum']['max_over_mean']:.2f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
@@ -70,7 +75,7 @@ def row(name: str, k: int, method: str, r: dict) -> str:
 
 
 HEADER = ("| graph | K | method | remote max/mean | remote min/max | total remote | edge-cut | degree sum max/mean | "
-          "time (s) | CPU (s) | peak RSS (GB) | Algorithm 1 |\n"
+          "time (s) | CPU (s) | peak RSS (GB) | Algorithm 1; refinement |\n"
           "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 
 

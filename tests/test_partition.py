@@ -374,6 +374,30 @@ def test_g3_refines_only_when_algorithm1_stops_short(tiny_store, tmp_path):
     assert off["refine"] is None and off["after"]["remote_min_over_max"] < 0.995
 
 
+def test_refinement_also_runs_when_algorithm1_bought_the_ratio_with_communication():
+    from stages.partition import _needs_refinement
+    from stages.partition.g3 import Algorithm1Result
+
+    def result(reason, before, after):
+        return Algorithm1Result(np.zeros(1, np.int32), reason, 1, 0.0, initial_remote=before, final_remote=after)
+
+    assert _needs_refinement(result("stalled", [10, 10], [9, 9]), 1.05)
+    assert _needs_refinement(result("swap limit", [10, 10], [10, 10]), 1.05)
+    assert _needs_refinement(result("converged", [10, 10], [20, 20]), 1.05)  # balanced, at twice the total
+    assert not _needs_refinement(result("converged", [10, 10], [10, 11]), 1.05)
+
+
+def test_algorithm1s_balanced_assignment_stays_when_the_refinement_misses(tiny_store, tmp_path):
+    plain = _partition(tiny_store, tmp_path / "g", 4, "g3")
+    # a budget of half plain METIS's total cannot be met: the refinement runs and misses
+    s = _partition(tiny_store, tmp_path / "b", 4, "g3", remote_budget=0.5, refine_steps=20_000)
+    assert s["stop_reason"] == "converged" and not s["refine"]["converged"]
+    assert s["refine"]["kept"] == "algorithm1" and "kept" in s["refine"]["explanation"]
+    assert s["after"] == plain["after"]
+    np.testing.assert_array_equal(np.load(tmp_path / "b" / "assignment.npy"),
+                                  np.load(tmp_path / "g" / "assignment.npy"))
+
+
 def test_a_refinement_that_misses_the_goal_never_raises_the_largest_remote_set(tiny_store, tmp_path):
     for steps, out in ((1, "short"), (50_000, "long")):
         s = _partition(tiny_store, tmp_path / out, 8, "g3", max_swaps=0, refine_steps=steps)

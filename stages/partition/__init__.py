@@ -195,13 +195,26 @@ def _assign_g3(graphs, store: GraphStore, o: PartitionOptions, timing: dict, pro
         "remote_trace": result.remote_trace,
     }
     part = result.part
-    if result.stop_reason in ("stalled", "cycle", "swap limit") and o.refine_steps != 0:
-        part, extra["refine"] = _refine_g3(graphs, part, o, timing, progress)
+    if o.refine_steps != 0 and _needs_refinement(result, o.remote_budget):
+        part, extra["refine"] = _refine_g3(graphs, part, o, result.stop_reason == "converged", timing, progress)
     return part, extra
 
 
-def _refine_g3(graphs, part: np.ndarray, o: PartitionOptions, timing: dict, progress) -> tuple[np.ndarray, dict]:
-    """Stage 3 (refine.py): anneal Algorithm 1's assignment within ``remote_budget x`` plain METIS's total."""
+def _needs_refinement(result, remote_budget: float) -> bool:
+    """Algorithm 1 stopped short of 1 - gamma, or reached it by raising the total remote above
+    ``remote_budget x`` its start's (the balance was bought with communication). Otherwise plain METIS is not
+    consulted: its extra call would cost as much as stage 1 on a large graph."""
+    if result.stop_reason in ("stalled", "cycle", "swap limit"):
+        return True
+    return sum(result.final_remote) > remote_budget * sum(result.initial_remote)
+
+
+def _refine_g3(graphs, part: np.ndarray, o: PartitionOptions, ratio_met: bool, timing: dict,
+               progress) -> tuple[np.ndarray, dict]:
+    """Stage 3 (refine.py): anneal Algorithm 1's assignment within ``remote_budget x`` plain METIS's total.
+
+    A refinement that misses the goal replaces Algorithm 1's assignment only if that one missed the ratio too
+    and the refinement is no worse (``_no_worse``): g3's first promise is the balanced remote sets."""
     from .metis import metis_partition
     from .metrics import remote_sizes
     from .refine import run_refine
@@ -224,7 +237,7 @@ def _refine_g3(graphs, part: np.ndarray, o: PartitionOptions, timing: dict, prog
                      on_progress)
     progress.update(task, total=max(1, res.steps), completed=max(1, res.steps))
     timing["refine"] = res.seconds
-    keep = res.converged or _no_worse(res.final_remote, res.initial_remote, budget)
+    keep = res.converged or (not ratio_met and _no_worse(res.final_remote, res.initial_remote, budget))
     return (res.part if keep else part), {
         "converged": res.converged,
         "kept": "refined" if keep else "algorithm1",
@@ -245,7 +258,8 @@ def _no_worse(refined: list[int], start: list[int], budget: float) -> bool:
     return max(refined) < max(start) and sum(refined) <= max(budget, sum(start))
 
 
-_KEPT_ALGORITHM1 = "; it did not shrink the largest remote set within the budget, so Algorithm 1's assignment is kept"
+_KEPT_ALGORITHM1 = ("; Algorithm 1's assignment is kept: it met the min/max ratio, or the refinement did not shrink "
+                    "the largest remote set within the budget")
 
 REFINE_EXPLANATIONS = {
     True: "min/max remote set ratio reached 1 - gamma with the total remote within the budget",

@@ -583,6 +583,7 @@ class Algorithm1Result:
     pairs_evaluated: int = 0  # candidate swaps whose exact effect was computed
     single_deltas: int = 0  # single-move effects computed to prune candidate pairs
     widened_searches: int = 0  # searches that needed longer candidate lists than the first round
+    final_remote: list[int] = field(default_factory=list)  # |V_i^remote| of the returned assignment
 
 
 def run_algorithm1(graphs: Graphs, part: np.ndarray, k: int, gamma: float, degree_tol: float,
@@ -594,7 +595,7 @@ def run_algorithm1(graphs: Graphs, part: np.ndarray, k: int, gamma: float, degre
     t0 = time.perf_counter()
     if k == 1:
         return Algorithm1Result(np.asarray(part, dtype=np.int32), "single partition", 0, 0.0,
-                                initial_remote=[0])
+                                initial_remote=[0], final_remote=[0])
     tracker = RemoteTracker(graphs, part, k, min_key_cap)
     initial_remote = tracker.remote.tolist()
     max_swaps = graphs.num_nodes if max_swaps is None else max_swaps
@@ -620,7 +621,7 @@ def run_algorithm1(graphs: Graphs, part: np.ndarray, k: int, gamma: float, degre
             on_progress(swaps, float(tracker.remote.min()) / max(1, int(tracker.remote.max())))
     return Algorithm1Result(tracker.part, STOP_REASONS[status], swaps, time.perf_counter() - t0, trace,
                             initial_remote, int(stats[STAT_PAIRS]), int(stats[STAT_SINGLE]),
-                            int(stats[STAT_WIDENED]))
+                            int(stats[STAT_WIDENED]), tracker.remote.tolist())
 
 
 def _table_size(max_swaps: int) -> int:
