@@ -151,6 +151,21 @@ def _q_collect(p, x, k, limit, Q, out):
 
 
 @numba.njit(cache=True)
+def move_arc_counts(w, a, b, indptr, indices, part, arc_cnt, remote):
+    """After ``part[w]`` became ``b`` (from ``a``): update the arc counters of w's in-neighbours and R_a, R_b."""
+    for e in range(indptr[w], indptr[w + 1]):
+        u = indices[e]  # arc u -> w (u == w for a self-loop: part[w] is already b, which keeps this right)
+        c = arc_cnt[u, a] - 1
+        arc_cnt[u, a] = c
+        if c == 0 and part[u] != a:
+            remote[a] -= 1
+        c = arc_cnt[u, b] + 1
+        arc_cnt[u, b] = c
+        if c == 1 and part[u] != b:
+            remote[b] += 1
+
+
+@numba.njit(cache=True)
 def _move(w, a, b, k, G, S, Q, shared):
     """Move node ``w`` from partition ``a`` to ``b``, updating counters, remote sizes and queues in O(d_w + K)."""
     indptr, indices, sym_indptr, sym_indices, deg = G
@@ -177,16 +192,7 @@ def _move(w, a, b, k, G, S, Q, shared):
             if nb_cnt[u, b] == 1 and pu != b:
                 remote[b] += 1
     if not shared:
-        for e in range(indptr[w], indptr[w + 1]):
-            u = indices[e]  # arc u -> w (u == w for a self-loop: part[w] is already b, which keeps this right)
-            c = arc_cnt[u, a] - 1
-            arc_cnt[u, a] = c
-            if c == 0 and part[u] != a:
-                remote[a] -= 1
-            c = arc_cnt[u, b] + 1
-            arc_cnt[u, b] = c
-            if c == 1 and part[u] != b:
-                remote[b] += 1
+        move_arc_counts(w, a, b, indptr, indices, part, arc_cnt, remote)
     for x in range(k):
         _q_insert(w, b, x, k, deg, nb_cnt, Q)
     deg_sum[a] -= deg[w]
@@ -492,10 +498,12 @@ def _fill_queues(part, k, deg, nb_cnt, Q):
             _q_insert(v, part[v], x, k, deg, nb_cnt, Q)
 
 
-class RemoteTracker:
-    """Incremental remote sets and v_max / v_min priority queues of one assignment (Algorithm 1's state)."""
+class CountedAssignment:
+    """An assignment with its counters, counted from scratch: ``G`` = (in-CSR, symmetrised adjacency,
+    degrees) and ``S`` = (assignment, arc_cnt, nb_cnt, remote sizes, degree sums) — the state every
+    incremental move updates. Holds a copy of ``part``."""
 
-    def __init__(self, graphs: Graphs, part: np.ndarray, k: int, min_key_cap: int = MIN_KEY_CAP):
+    def __init__(self, graphs: Graphs, part: np.ndarray, k: int):
         n = graphs.num_nodes
         if len(part) != n or (n and (int(np.min(part)) < 0 or int(np.max(part)) >= k)):
             raise ValueError(f"assignment must hold {n} partition ids in [0, {k})")
@@ -510,10 +518,7 @@ class RemoteTracker:
         deg_sum = np.bincount(self.part, weights=deg, minlength=k).astype(np.int64)
         self.G = (graphs.indptr, graphs.indices, graphs.sym_indptr, graphs.sym_indices, deg)
         self.S = (self.part, arc_cnt, nb_cnt, remote, deg_sum)
-        self.Q = _make_queues(n, k, int(deg.max(initial=0)), min_key_cap)
-        _fill_queues(self.part, k, deg, nb_cnt, self.Q)
 
-    # --- views -----------------------------------------------------------------------------------------------
     @property
     def remote(self) -> np.ndarray:
         return self.S[3]
@@ -521,6 +526,15 @@ class RemoteTracker:
     @property
     def degree_sum(self) -> np.ndarray:
         return self.S[4]
+
+
+class RemoteTracker(CountedAssignment):
+    """Incremental remote sets and v_max / v_min priority queues of one assignment (Algorithm 1's state)."""
+
+    def __init__(self, graphs: Graphs, part: np.ndarray, k: int, min_key_cap: int = MIN_KEY_CAP):
+        super().__init__(graphs, part, k)
+        self.Q = _make_queues(graphs.num_nodes, k, int(self.G[4].max(initial=0)), min_key_cap)
+        _fill_queues(self.part, k, self.G[4], self.S[2], self.Q)
 
     def key(self, v: int, x: int) -> int:
         """``d_v - nb_cnt[v, x]``: remote neighbours of v if x is its partition, else what v brings to x."""

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .g3 import _count_arc_parts, _count_neighbour_parts, _count_remote
+from .g3 import CountedAssignment, _count_arc_parts, _count_neighbour_parts, _count_remote, move_arc_counts
 from .graph import Graphs
 
 # cost of one remote node above the budget, per phase: the descend phase may cross the budget for a while; in
@@ -106,16 +106,7 @@ def _move_counted(w, a, b, G, S, shared):
             if nb_cnt[u, b] == 1 and pu != b:
                 remote[b] += 1
     if not shared:
-        for e in range(indptr[w], indptr[w + 1]):
-            u = indices[e]
-            c = arc_cnt[u, a] - 1
-            arc_cnt[u, a] = c
-            if c == 0 and part[u] != a:
-                remote[a] -= 1
-            c = arc_cnt[u, b] + 1
-            arc_cnt[u, b] = c
-            if c == 1 and part[u] != b:
-                remote[b] += 1
+        move_arc_counts(w, a, b, indptr, indices, part, arc_cnt, remote)
     deg_sum[a] -= deg[w]
     deg_sum[b] += deg[w]
 
@@ -176,27 +167,12 @@ def _seed(seed):
     np.random.seed(seed)
 
 
-class _Chain:
-    """The annealing state of one assignment: counters, remote sizes, degree sums and node counts."""
+class _Chain(CountedAssignment):
+    """The annealing state of one assignment: Algorithm 1's counters plus node counts (no priority queues)."""
 
     def __init__(self, graphs: Graphs, part: np.ndarray, k: int):
-        part = np.array(part, dtype=np.int32)
-        deg = np.ascontiguousarray(graphs.degree, dtype=np.int64)
-        nb_cnt = _count_neighbour_parts(graphs.sym_indptr, graphs.sym_indices, part, k)
-        arc_cnt = nb_cnt if graphs.symmetric else _count_arc_parts(graphs.indptr, graphs.indices, part, k)
-        remote = _count_remote(part, arc_cnt, k)
-        deg_sum = np.bincount(part, weights=deg, minlength=k).astype(np.int64)
-        self.G = (graphs.indptr, graphs.indices, graphs.sym_indptr, graphs.sym_indices, deg)
-        self.S = (part, arc_cnt, nb_cnt, remote, deg_sum)
-        self.node_cnt = np.bincount(part, minlength=k).astype(np.int64)
-
-    @property
-    def part(self) -> np.ndarray:
-        return self.S[0]
-
-    @property
-    def remote(self) -> np.ndarray:
-        return self.S[3]
+        super().__init__(graphs, part, k)
+        self.node_cnt = np.bincount(self.part, minlength=k).astype(np.int64)
 
 
 def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_tol: float, degree_tol: float,
