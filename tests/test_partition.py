@@ -23,7 +23,7 @@ from stages.partition.g3 import RemoteTracker, _seen_before, run_algorithm1
 from stages.partition.graph import graphs_from_csr, load_graphs, symmetrize
 from stages.partition.metis import metis_partition
 from stages.partition.metrics import edge_cut, remote_sizes
-from stages.partition.refine import _anneal, _Chain, _seed, run_refine
+from stages.partition.refine import _anneal, _Chain, _cost, _seed, run_refine
 
 NODE_METHODS = ("g3", "metis", "random", "chunk")
 
@@ -304,11 +304,15 @@ def test_refinement_counters_equal_recount_after_thousands_of_moves(case):
     graphs = graphs_from_csr(*_csr(n, src, dst))
     chain = _Chain(graphs, part, k)
     best_part = chain.part.copy()
-    counters = np.zeros(2, dtype=np.int64)
+    counters = np.zeros(3, dtype=np.int64)
+    journal = np.empty(3 if seed % 2 else n, dtype=np.int64)  # a short journal overflows: full copies
     _seed(seed % 2**31)
     # budget -1 can never be met: no early stop; a high temperature keeps many moves (accepted and undone)
-    _anneal(0, 5000, 5000, 4.0, 0.0, 10.0, 50.0, 5.0, chain.G, chain.S, graphs.symmetric, chain.node_cnt,
-            np.inf, np.inf, 0.005, -1.0, best_part, np.inf, counters, np.empty(n, dtype=np.int64))
+    best, _ = _anneal(0, 5000, 5000, 4.0, 0.0, 10.0, 50.0, 5.0, chain.G, chain.S, graphs.symmetric, chain.node_cnt,
+                      np.inf, np.inf, 0.005, -1.0, best_part, np.inf, counters, np.empty(n, dtype=np.int64), journal)
+    if np.isfinite(best):  # best_part is the assignment whose cost was recorded as the best
+        best_remote = _recount(graphs, best_part, k)[2]
+        assert _cost(best_remote, 4.0, 0.0, 0.005, -1.0, 10.0) == pytest.approx(best)
     arc_cnt, nb_cnt, remote = _recount(graphs, chain.part, k)
     np.testing.assert_array_equal(chain.remote, remote)
     np.testing.assert_array_equal(chain.S[1], arc_cnt)

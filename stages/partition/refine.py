@@ -39,8 +39,9 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .g3 import CountedAssignment, _count_arc_parts, _count_neighbour_parts, _count_remote, move_arc_counts
+from .g3 import CountedAssignment, move_arc_counts
 from .graph import Graphs
+from .metrics import remote_sizes
 
 # cost of one remote node above the budget, per phase: the descend phase may cross the budget for a while; in
 # the level phase it outweighs any gain in the min/max gap
@@ -122,12 +123,26 @@ def _boundary(part, nb_cnt, deg, out):
 
 
 @numba.njit(cache=True)
+def _catch_up(best_part, part, journal, counters):
+    """Make ``best_part`` the current assignment: copy the nodes moved since it was taken (``journal``), or
+    everything if more moved than the journal holds. Amortised O(1) per kept move, not O(N) per new best."""
+    m = counters[2]
+    if m < 0:
+        best_part[:] = part
+    else:
+        for t in range(m):
+            best_part[journal[t]] = part[journal[t]]
+    counters[2] = 0
+
+
+@numba.njit(cache=True)
 def _anneal(first, last, phase_steps, norm_p, alpha, over_weight, t_hi, t_lo, G, S, shared, node_cnt, node_limit,
-            deg_limit, gamma, budget, best_part, best, counters, boundary):
+            deg_limit, gamma, budget, best_part, best, counters, boundary, journal):
     """Steps ``first .. last - 1`` of a phase of ``phase_steps`` steps cooling from ``t_hi`` to ``t_lo``.
 
-    Returns (best cost, goal met); ``best_part`` holds the best assignment. ``counters`` = [steps taken, moves
-    kept]. The generator is numba's, seeded once by the caller."""
+    Returns (best cost, goal met); ``best_part`` holds the best assignment and ``journal`` the nodes moved since
+    it was taken. ``counters`` = [steps taken, moves kept, journal length (-1: overflowed)]. The generator is
+    numba's, seeded once by the caller."""
     indptr, indices, sym_indptr, sym_indices, deg = G
     part, arc_cnt, nb_cnt, remote, deg_sum = S
     current = _cost(remote, norm_p, alpha, gamma, budget, over_weight)
@@ -151,11 +166,17 @@ def _anneal(first, last, phase_steps, norm_p, alpha, over_weight, t_hi, t_lo, G,
             node_cnt[a] -= 1
             node_cnt[b] += 1
             counters[1] += 1
+            m = counters[2]
+            if 0 <= m < len(journal):
+                journal[m] = w
+                counters[2] = m + 1
+            else:
+                counters[2] = -1
             if c < best:
                 best = c
-                best_part[:] = part
+                _catch_up(best_part, part, journal, counters)
             if _goal_met(remote, gamma, budget):
-                best_part[:] = part
+                _catch_up(best_part, part, journal, counters)
                 return best, True
         else:
             _move_counted(w, b, a, G, S, shared)
@@ -199,8 +220,9 @@ def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_t
     descend = int(steps * DESCEND_SHARE)
     phases = [(descend, DESCEND_NORM, 0.0, OVER_BUDGET_WEIGHT[0], DESCEND_T),
               (steps - descend, 0.0, LEVEL_ALPHA, OVER_BUDGET_WEIGHT[1], LEVEL_T)]
-    counters = np.zeros(2, dtype=np.int64)
+    counters = np.zeros(3, dtype=np.int64)
     boundary = np.empty(n, dtype=np.int64)
+    journal = np.empty(n, dtype=np.int64)
     _seed(seed)
     converged, offset = False, 0
     best_part = chain.part.copy()
@@ -208,6 +230,7 @@ def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_t
         if number > 0:  # the next phase starts from the best assignment so far, counted afresh
             chain = _Chain(graphs, best_part, k)
             best_part = chain.part.copy()
+            counters[2] = 0
         best = _cost(chain.remote, norm_p, alpha, gamma, budget, over_weight)
         done = 0
         while done < phase_steps and not converged:
@@ -215,19 +238,14 @@ def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_t
             best, converged = _anneal(done, last, phase_steps, norm_p, alpha, over_weight, scale * t_hi,
                                       scale * t_lo, chain.G, chain.S, graphs.symmetric, chain.node_cnt,
                                       node_limit, deg_limit, float(gamma), float(budget), best_part, best,
-                                      counters, boundary)
+                                      counters, boundary, journal)
             done = last
             if on_progress is not None:
                 on_progress(offset + done, steps, chain.remote.tolist())
         offset += phase_steps
         if converged:
             break
-    final = _count_remote(best_part, _arc_counts(graphs, best_part, k), k)
+    final = remote_sizes(graphs.indptr, graphs.indices, best_part, k)  # recounted, independent of the chain
     return RefineResult(best_part, bool(_goal_met(final, gamma, budget)), int(counters[0]), int(counters[1]),
                         time.perf_counter() - t0, initial, final.tolist())
 
-
-def _arc_counts(graphs: Graphs, part: np.ndarray, k: int) -> np.ndarray:
-    if graphs.symmetric:
-        return _count_neighbour_parts(graphs.sym_indptr, graphs.sym_indices, part, k)
-    return _count_arc_parts(graphs.indptr, graphs.indices, part, k)
