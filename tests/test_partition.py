@@ -19,11 +19,11 @@ from stages.ingest.synthetic import resolve_spec, synthetic_source
 from stages.partition import PartitionOptions, run_partition
 from stages.partition.baselines import chunk_partition, random_partition
 from stages.partition.feature import feature_columns
-from stages.partition.g3 import RemoteTracker, _seen_before, run_algorithm1
+from stages.partition.g3 import Algorithm1Result, RemoteTracker, _seen_before, run_algorithm1
 from stages.partition.graph import graphs_from_csr, load_graphs, symmetrize
 from stages.partition.metis import metis_partition
 from stages.partition.metrics import edge_cut, remote_sizes
-from stages.partition.refine import _anneal, _Chain, _cost, _seed, run_refine
+from stages.partition.refine import _anneal, _Chain, _cost, _seed, needs_refinement, run_refine
 
 NODE_METHODS = ("g3", "metis", "random", "chunk")
 
@@ -379,16 +379,13 @@ def test_g3_refines_only_when_algorithm1_stops_short(tiny_store, tmp_path):
 
 
 def test_refinement_also_runs_when_algorithm1_bought_the_ratio_with_communication():
-    from stages.partition import _needs_refinement
-    from stages.partition.g3 import Algorithm1Result
-
     def result(reason, before, after):
         return Algorithm1Result(np.zeros(1, np.int32), reason, 1, 0.0, initial_remote=before, final_remote=after)
 
-    assert _needs_refinement(result("stalled", [10, 10], [9, 9]), 1.05)
-    assert _needs_refinement(result("swap limit", [10, 10], [10, 10]), 1.05)
-    assert _needs_refinement(result("converged", [10, 10], [20, 20]), 1.05)  # balanced, at twice the total
-    assert not _needs_refinement(result("converged", [10, 10], [10, 11]), 1.05)
+    assert needs_refinement(result("stalled", [10, 10], [9, 9]), 1.05)
+    assert needs_refinement(result("swap limit", [10, 10], [10, 10]), 1.05)
+    assert needs_refinement(result("converged", [10, 10], [20, 20]), 1.05)  # balanced, at twice the total
+    assert not needs_refinement(result("converged", [10, 10], [10, 11]), 1.05)
 
 
 def test_algorithm1s_balanced_assignment_stays_when_the_refinement_misses(tiny_store, tmp_path):

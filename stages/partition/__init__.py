@@ -166,6 +166,7 @@ def _ubvec(o: PartitionOptions) -> list[float]:
 def _assign_g3(graphs, store: GraphStore, o: PartitionOptions, timing: dict, progress) -> tuple[np.ndarray, dict]:
     from .g3 import STOP_EXPLANATIONS, run_algorithm1
     from .metis import metis_partition
+    from .refine import needs_refinement, refine_after_algorithm1
 
     k = o.workers
     t0 = time.perf_counter()
@@ -195,76 +196,9 @@ def _assign_g3(graphs, store: GraphStore, o: PartitionOptions, timing: dict, pro
         "remote_trace": result.remote_trace,
     }
     part = result.part
-    if o.refine_steps != 0 and _needs_refinement(result, o.remote_budget):
-        part, extra["refine"] = _refine_g3(graphs, part, o, result.stop_reason == "converged", timing, progress)
+    if o.refine_steps != 0 and needs_refinement(result, o.remote_budget):
+        part, extra["refine"] = refine_after_algorithm1(graphs, result, o, timing, progress)
     return part, extra
-
-
-def _needs_refinement(result, remote_budget: float) -> bool:
-    """Algorithm 1 stopped short of 1 - gamma, or reached it by raising the total remote above
-    ``remote_budget x`` its start's (the balance was bought with communication). Otherwise plain METIS is not
-    consulted: its extra call would cost as much as stage 1 on a large graph."""
-    if result.stop_reason in ("stalled", "cycle", "swap limit"):
-        return True
-    return sum(result.final_remote) > remote_budget * sum(result.initial_remote)
-
-
-def _refine_g3(graphs, part: np.ndarray, o: PartitionOptions, ratio_met: bool, timing: dict,
-               progress) -> tuple[np.ndarray, dict]:
-    """Stage 3 (refine.py): anneal Algorithm 1's assignment within ``remote_budget x`` plain METIS's total.
-
-    A refinement that misses the goal replaces Algorithm 1's assignment only if that one missed the ratio too
-    and the refinement is no worse (``_no_worse``): g3's first promise is the balanced remote sets."""
-    from .metis import metis_partition
-    from .metrics import remote_sizes
-    from .refine import run_refine
-
-    k = o.workers
-    t0 = time.perf_counter()
-    task = progress.add_task("METIS (edge-cut: the refinement's budget)", total=None)
-    reference = int(remote_sizes(graphs.indptr, graphs.indices, metis_partition(graphs, k, o.seed), k).sum())
-    progress.update(task, total=1, completed=1)
-    timing["metis_reference"] = time.perf_counter() - t0
-    budget = o.remote_budget * reference
-    task = progress.add_task("refining (annealing)", total=None)
-
-    def on_progress(done: int, steps: int, remote: list[int]) -> None:
-        progress.update(task, total=steps, completed=done, description=(
-            f"refining (min/max remote {min(remote) / max(1, max(remote)):.4f}, total {sum(remote) / reference:.3f}"
-            f" x METIS)"))
-
-    res = run_refine(graphs, part, k, o.gamma, o.balance_tol, o.degree_limit, budget, o.refine_steps, o.seed,
-                     on_progress)
-    progress.update(task, total=max(1, res.steps), completed=max(1, res.steps))
-    timing["refine"] = res.seconds
-    keep = res.converged or (not ratio_met and _no_worse(res.final_remote, res.initial_remote, budget))
-    return (res.part if keep else part), {
-        "converged": res.converged,
-        "kept": "refined" if keep else "algorithm1",
-        "explanation": REFINE_EXPLANATIONS[res.converged] + ("" if keep else _KEPT_ALGORITHM1),
-        "metis_total_remote": reference,
-        "remote_budget": o.remote_budget,
-        "budget": round(budget, 3),
-        "steps": res.steps,
-        "accepted_moves": res.accepted,
-        "remote_before": res.initial_remote,
-        "remote_after": res.final_remote,
-    }
-
-
-def _no_worse(refined: list[int], start: list[int], budget: float) -> bool:
-    """A refinement that missed the goal is kept only if it shrinks the largest remote set (what the slowest
-    worker receives) without raising the total above both the budget and the start's total."""
-    return max(refined) < max(start) and sum(refined) <= max(budget, sum(start))
-
-
-_KEPT_ALGORITHM1 = ("; Algorithm 1's assignment is kept: it met the min/max ratio, or the refinement did not shrink "
-                    "the largest remote set within the budget")
-
-REFINE_EXPLANATIONS = {
-    True: "min/max remote set ratio reached 1 - gamma with the total remote within the budget",
-    False: "the step budget ran out first: the best assignment seen is kept",
-}
 
 
 def _summary(store, o: PartitionOptions, graphs, part, in_degree, extra: dict, timing: dict, progress) -> dict:

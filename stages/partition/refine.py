@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .g3 import CountedAssignment, move_arc_counts
+from .g3 import Algorithm1Result, CountedAssignment, move_arc_counts
 from .graph import Graphs
 from .metrics import remote_sizes
 
@@ -249,3 +249,69 @@ def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_t
     return RefineResult(best_part, bool(_goal_met(final, gamma, budget)), int(counters[0]), int(counters[1]),
                         time.perf_counter() - t0, initial, final.tolist())
 
+
+def needs_refinement(result: Algorithm1Result, remote_budget: float) -> bool:
+    """Algorithm 1 stopped short of 1 - gamma, or reached it by raising the total remote above
+    ``remote_budget x`` its start's (the balance was bought with communication). Otherwise plain METIS is not
+    consulted: its extra call would cost as much as stage 1 on a large graph."""
+    if result.stop_reason in ("stalled", "cycle", "swap limit"):
+        return True
+    return sum(result.final_remote) > remote_budget * sum(result.initial_remote)
+
+
+def refine_after_algorithm1(graphs: Graphs, result: Algorithm1Result, o, timing: dict,
+                            progress) -> tuple[np.ndarray, dict]:
+    """`g3 partition`'s stage 3: anneal Algorithm 1's assignment within ``o.remote_budget x`` plain METIS's total
+    (``o``: the PartitionOptions). Returns the assignment to keep and partition.json's ``refine`` block.
+
+    A refinement that misses the goal replaces Algorithm 1's assignment only if that one missed the ratio too
+    and the refinement is no worse (``_no_worse``): g3's first promise is balanced remote sets."""
+    from .metis import metis_partition
+
+    k = o.workers
+    t0 = time.perf_counter()
+    task = progress.add_task("METIS (edge-cut: the refinement's budget)", total=None)
+    reference = int(remote_sizes(graphs.indptr, graphs.indices, metis_partition(graphs, k, o.seed), k).sum())
+    progress.update(task, total=1, completed=1)
+    timing["metis_reference"] = time.perf_counter() - t0
+    budget = o.remote_budget * reference
+    task = progress.add_task("refining (annealing)", total=None)
+
+    def on_progress(done: int, steps: int, remote: list[int]) -> None:
+        progress.update(task, total=steps, completed=done, description=(
+            f"refining (min/max remote {min(remote) / max(1, max(remote)):.4f}, total {sum(remote) / reference:.3f}"
+            f" x METIS)"))
+
+    res = run_refine(graphs, result.part, k, o.gamma, o.balance_tol, o.degree_limit, budget, o.refine_steps,
+                     o.seed, on_progress)
+    progress.update(task, total=max(1, res.steps), completed=max(1, res.steps))
+    timing["refine"] = res.seconds
+    ratio_met = result.stop_reason == "converged"
+    keep = res.converged or (not ratio_met and _no_worse(res.final_remote, res.initial_remote, budget))
+    if res.converged:
+        explanation = "min/max remote set ratio reached 1 - gamma with the total remote within the budget"
+    elif keep:
+        explanation = ("the steps ran out before the goal; the refined assignment is kept: its largest remote "
+                       "set is smaller and its total within the budget or below Algorithm 1's")
+    else:
+        explanation = ("the steps ran out before the goal; Algorithm 1's assignment is kept: "
+                       + ("it met the min/max ratio" if ratio_met else
+                          "the refinement did not shrink the largest remote set within the budget"))
+    return (res.part if keep else result.part), {
+        "converged": res.converged,
+        "kept": "refined" if keep else "algorithm1",
+        "explanation": explanation,
+        "metis_total_remote": reference,
+        "remote_budget": o.remote_budget,
+        "budget": round(budget, 3),
+        "steps": res.steps,
+        "accepted_moves": res.accepted,
+        "remote_before": res.initial_remote,
+        "remote_after": res.final_remote,
+    }
+
+
+def _no_worse(refined: list[int], start: list[int], budget: float) -> bool:
+    """A refinement that missed the goal is kept only if it shrinks the largest remote set (what the slowest
+    worker receives) without raising the total above both the budget and the start's total."""
+    return max(refined) < max(start) and sum(refined) <= max(budget, sum(start))
