@@ -151,27 +151,12 @@ def _q_collect(p, x, k, limit, Q, out):
 
 
 @numba.njit(cache=True)
-def move_arc_counts(w, a, b, indptr, indices, part, arc_cnt, remote):
-    """After ``part[w]`` became ``b`` (from ``a``): update the arc counters of w's in-neighbours and R_a, R_b."""
-    for e in range(indptr[w], indptr[w + 1]):
-        u = indices[e]  # arc u -> w (u == w for a self-loop: part[w] is already b, which keeps this right)
-        c = arc_cnt[u, a] - 1
-        arc_cnt[u, a] = c
-        if c == 0 and part[u] != a:
-            remote[a] -= 1
-        c = arc_cnt[u, b] + 1
-        arc_cnt[u, b] = c
-        if c == 1 and part[u] != b:
-            remote[b] += 1
-
-
-@numba.njit(cache=True)
-def _move(w, a, b, k, G, S, Q, shared):
-    """Move node ``w`` from partition ``a`` to ``b``, updating counters, remote sizes and queues in O(d_w + K)."""
+def move_counts(w, a, b, G, S, shared):
+    """Move node ``w`` from partition ``a`` to ``b``, updating the counters, ``R_a``, ``R_b`` and the degree
+    sums in O(d_w); no other remote set can change. Algorithm 1's ``_move`` adds its priority queues around it;
+    the refinement (refine.py) calls it alone."""
     indptr, indices, sym_indptr, sym_indices, deg = G
     part, arc_cnt, nb_cnt, remote, deg_sum = S
-    for x in range(k):
-        _q_remove(w, a, x, k, deg, nb_cnt, Q)
     if arc_cnt[w, b] > 0:
         remote[b] -= 1  # w had arcs into b: it was in V_b^remote and now belongs to b
     part[w] = b
@@ -179,24 +164,49 @@ def _move(w, a, b, k, G, S, Q, shared):
         remote[a] += 1  # w now lies outside a and still points into a
     for e in range(sym_indptr[w], sym_indptr[w + 1]):
         u = sym_indices[e]
-        pu = part[u]
-        _q_remove(u, pu, a, k, deg, nb_cnt, Q)
         nb_cnt[u, a] -= 1
-        _q_insert(u, pu, a, k, deg, nb_cnt, Q)
-        _q_remove(u, pu, b, k, deg, nb_cnt, Q)
         nb_cnt[u, b] += 1
-        _q_insert(u, pu, b, k, deg, nb_cnt, Q)
         if shared:  # nb_cnt is arc_cnt: the in-neighbours are these same nodes
+            pu = part[u]
             if nb_cnt[u, a] == 0 and pu != a:
                 remote[a] -= 1
             if nb_cnt[u, b] == 1 and pu != b:
                 remote[b] += 1
     if not shared:
-        move_arc_counts(w, a, b, indptr, indices, part, arc_cnt, remote)
-    for x in range(k):
-        _q_insert(w, b, x, k, deg, nb_cnt, Q)
+        for e in range(indptr[w], indptr[w + 1]):
+            u = indices[e]  # arc u -> w (u == w for a self-loop: part[w] is already b, which keeps this right)
+            c = arc_cnt[u, a] - 1
+            arc_cnt[u, a] = c
+            if c == 0 and part[u] != a:
+                remote[a] -= 1
+            c = arc_cnt[u, b] + 1
+            arc_cnt[u, b] = c
+            if c == 1 and part[u] != b:
+                remote[b] += 1
     deg_sum[a] -= deg[w]
     deg_sum[b] += deg[w]
+
+
+@numba.njit(cache=True)
+def _move(w, a, b, k, G, S, Q, shared):
+    """``move_counts`` plus the queues, in O(d_w + K): every queue entry whose key changes (w's, and its
+    neighbours' towards a and b) leaves its bucket before the counters change and re-enters after, in the same
+    order as before so that ties keep their priority."""
+    sym_indptr, sym_indices, deg = G[2], G[3], G[4]
+    part, nb_cnt = S[0], S[2]
+    for x in range(k):
+        _q_remove(w, a, x, k, deg, nb_cnt, Q)
+    for e in range(sym_indptr[w], sym_indptr[w + 1]):
+        u = sym_indices[e]  # never w: the symmetrised adjacency has no self-loops
+        _q_remove(u, part[u], a, k, deg, nb_cnt, Q)
+        _q_remove(u, part[u], b, k, deg, nb_cnt, Q)
+    move_counts(w, a, b, G, S, shared)
+    for e in range(sym_indptr[w], sym_indptr[w + 1]):
+        u = sym_indices[e]
+        _q_insert(u, part[u], a, k, deg, nb_cnt, Q)
+        _q_insert(u, part[u], b, k, deg, nb_cnt, Q)
+    for x in range(k):
+        _q_insert(w, b, x, k, deg, nb_cnt, Q)
 
 
 @numba.njit(cache=True, inline="always")

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .g3 import Algorithm1Result, CountedAssignment, move_arc_counts
+from .g3 import Algorithm1Result, CountedAssignment, move_counts
 from .graph import Graphs
 from .metrics import remote_sizes
 
@@ -84,32 +84,6 @@ def _cost(remote, norm_p, alpha, gamma, budget, over_weight):
 @numba.njit(cache=True)
 def _goal_met(remote, gamma, budget):
     return remote.min() >= (1.0 - gamma) * remote.max() and remote.sum() <= budget
-
-
-@numba.njit(cache=True)
-def _move_counted(w, a, b, G, S, shared):
-    """Move ``w`` from ``a`` to ``b`` updating the counters and ``R_a``, ``R_b`` in O(d_w) (no priority queues)."""
-    indptr, indices, sym_indptr, sym_indices, deg = G
-    part, arc_cnt, nb_cnt, remote, deg_sum = S
-    if arc_cnt[w, b] > 0:
-        remote[b] -= 1  # w pointed into b: it was in V_b^remote and now belongs to b
-    part[w] = b
-    if arc_cnt[w, a] > 0:
-        remote[a] += 1
-    for e in range(sym_indptr[w], sym_indptr[w + 1]):
-        u = sym_indices[e]
-        nb_cnt[u, a] -= 1
-        nb_cnt[u, b] += 1
-        if shared:  # nb_cnt is arc_cnt
-            pu = part[u]
-            if nb_cnt[u, a] == 0 and pu != a:
-                remote[a] -= 1
-            if nb_cnt[u, b] == 1 and pu != b:
-                remote[b] += 1
-    if not shared:
-        move_arc_counts(w, a, b, indptr, indices, part, arc_cnt, remote)
-    deg_sum[a] -= deg[w]
-    deg_sum[b] += deg[w]
 
 
 @numba.njit(cache=True)
@@ -159,7 +133,7 @@ def _anneal(first, last, phase_steps, norm_p, alpha, over_weight, t_hi, t_lo, G,
         b = part[sym_indices[sym_indptr[w] + np.random.randint(sym_indptr[w + 1] - sym_indptr[w])]]
         if b == a or node_cnt[b] + 1 > node_limit or deg_sum[b] + deg[w] > deg_limit:
             continue
-        _move_counted(w, a, b, G, S, shared)
+        move_counts(w, a, b, G, S, shared)
         c = _cost(remote, norm_p, alpha, gamma, budget, over_weight)
         if c <= current or np.random.random() < np.exp((current - c) / temperature):
             current = c
@@ -179,7 +153,7 @@ def _anneal(first, last, phase_steps, norm_p, alpha, over_weight, t_hi, t_lo, G,
                 _catch_up(best_part, part, journal, counters)
                 return best, True
         else:
-            _move_counted(w, b, a, G, S, shared)
+            move_counts(w, b, a, G, S, shared)
     return best, False
 
 
