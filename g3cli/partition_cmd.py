@@ -48,7 +48,9 @@ from .output import console
                    "(docs/DESIGN.md)].")
 @click.option("--remote-budget", type=float, default=1.05, show_default=True,
               help="g3 refinement: the total remote set may not end above this multiple of plain edge-cut "
-                   "METIS's total (one extra METIS call, made only when the refinement runs).")
+                   "METIS's total (one extra METIS call, made only when the refinement runs). Where hub "
+                   "blocks make that impossible under the degree limit, the report says so, with a lower "
+                   "bound on the total and the --degree-tol below which the budget stays infeasible.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of METIS and of the random hash; the same seed gives the same partition.")
 @click.option("--threads", type=int, default=None,

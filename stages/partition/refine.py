@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from .bound import infeasible_statement, remote_lower_bound
 from .g3 import Algorithm1Result, CountedAssignment, move_counts
 from .graph import Graphs
 from .metrics import remote_sizes
@@ -260,6 +261,9 @@ def refine_after_algorithm1(graphs: Graphs, result: Algorithm1Result, o, timing:
                      o.seed, on_progress)
     progress.update(task, total=max(1, res.steps), completed=max(1, res.steps))
     timing["refine"] = res.seconds
+    t0 = time.perf_counter()
+    bound = _bound_block(graphs, k, o.degree_limit, budget)
+    timing["lower_bound"] = time.perf_counter() - t0
     ratio_met = result.stop_reason == "converged"
     keep = res.converged or (not ratio_met and _no_worse(res.final_remote, res.initial_remote, budget))
     if res.converged:
@@ -271,6 +275,8 @@ def refine_after_algorithm1(graphs: Graphs, result: Algorithm1Result, o, timing:
         explanation = ("the steps ran out before the goal; Algorithm 1's assignment is kept: "
                        + ("it met the min/max ratio" if ratio_met else
                           "the refinement did not shrink the largest remote set within the budget"))
+    if bound["exceeds_budget"]:
+        explanation += "; " + infeasible_statement(bound, budget)
     return (res.part if keep else result.part), {
         "converged": res.converged,
         "kept": "refined" if keep else "algorithm1",
@@ -282,7 +288,18 @@ def refine_after_algorithm1(graphs: Graphs, result: Algorithm1Result, o, timing:
         "accepted_moves": res.accepted,
         "remote_before": res.initial_remote,
         "remote_after": res.final_remote,
+        "lower_bound": bound,
     }
+
+
+def _bound_block(graphs: Graphs, k: int, degree_tol: float, budget: float) -> dict:
+    """partition.json's ``refine.lower_bound``: the hub-block bound on the total remote set under the degree
+    limit (bound.py), whether it exceeds the budget and the degree tolerance the budget needs at least."""
+    bound = remote_lower_bound(graphs, k, degree_tol)
+    exceeds = bound.total > budget
+    mean = float(np.sum(graphs.degree)) / k
+    return {**bound.as_dict(), "exceeds_budget": bool(exceeds),
+            "degree_tol_needed": bound.degree_tol_needed(budget, mean, float(k)) if exceeds else None}
 
 
 def _no_worse(refined: list[int], start: list[int], budget: float) -> bool:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..common.units import human_bytes
+from .bound import infeasible_statement
 
 
 def partition_table(summary: dict) -> Table:
@@ -66,6 +67,9 @@ def facts_table(summary: dict) -> Table:
                                     f"(budget {refine['remote_budget']} x)"
                                     + ("; not kept: Algorithm 1's assignment stays" if refine["kept"] != "refined"
                                        else ""))
+            bound = refine.get("lower_bound")  # absent in files written before the bound existed
+            if bound and bound["exceeds_budget"]:
+                t.add_row("infeasible", infeasible_statement(bound, refine["budget"]))
         t.add_row("METIS -> g3", f"remote max {before['remote_max']:,} -> {after['remote_max']:,}, "
                                  f"min/max {before['remote_min_over_max']:.3f} -> {after['remote_min_over_max']:.3f}, "
                                  f"total {before['remote_total']:,} -> {after['remote_total']:,}")
