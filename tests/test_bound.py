@@ -105,6 +105,21 @@ def test_bound_never_exceeds_the_best_assignment_within_the_limit(case):
         assert remote_lower_bound(graphs, k, top * (1 + 1e-9) / mean).total <= fits
 
 
+def test_duplicate_arcs_and_self_loops_do_not_count_twice():
+    hubs, shared = [0, 1], list(range(2, 12))
+    arcs = _block_arcs(hubs, shared) + [(i, i + 1) for i in range(12, 59)]
+    clean = _graphs(60, arcs, symmetric=False)
+    src = np.array([u for u, v in arcs] * 3 + [0, 1], dtype=np.int64)  # every arc three times, two self-loops
+    dst = np.array([v for u, v in arcs] * 3 + [0, 1], dtype=np.int64)
+    order = np.lexsort((src, dst))
+    indptr = np.zeros(61, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=60), out=indptr[1:])
+    noisy = graphs_from_csr(indptr, src[order].astype(np.int32))
+    assert np.array_equal(noisy.degree, clean.degree)
+    a, b = remote_lower_bound(clean, 4, 1.05), remote_lower_bound(noisy, 4, 1.05)
+    assert a.total == b.total > 0 and [x.shared for x in a.blocks] == [x.shared for x in b.blocks]
+
+
 def test_degree_tol_needed_is_where_the_bound_meets_the_budget():
     hubs, shared = [0, 1, 2, 3], list(range(4, 44))
     ring = [(i, i + 1) for i in range(44, 199)] + [(199, 44)]

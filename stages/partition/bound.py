@@ -132,8 +132,10 @@ def remote_lower_bound(graphs: Graphs, k: int, degree_tol: float, candidates: in
 
 
 def _in_row(graphs: Graphs, v: int, removed: np.ndarray) -> np.ndarray:
-    row = np.asarray(graphs.indices[graphs.indptr[v]:graphs.indptr[v + 1]], dtype=np.int64)
-    return row[~removed[row]]  # sorted, unique (the store's rows are)
+    row = np.asarray(graphs.indices[graphs.indptr[v]:graphs.indptr[v + 1]], dtype=np.int64)  # sorted
+    if len(row) > 1:
+        row = row[np.concatenate(([True], row[1:] != row[:-1]))]  # a store may keep duplicate arcs
+    return row[~removed[row]]
 
 
 def _overlaps(rows: list[np.ndarray], n: int) -> np.ndarray:
