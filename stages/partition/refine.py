@@ -250,20 +250,21 @@ def refine_after_algorithm1(graphs: Graphs, result: Algorithm1Result, o, timing:
     progress.update(task, total=1, completed=1)
     timing["metis_reference"] = time.perf_counter() - t0
     budget = o.remote_budget * reference
-    task = progress.add_task("refining (annealing)", total=None)
+    t0 = time.perf_counter()
+    bound = _bound_block(graphs, k, o.degree_limit, budget)  # first, so the progress line can say it
+    timing["lower_bound"] = time.perf_counter() - t0
+    note = ", budget infeasible" if bound["exceeds_budget"] else ""
+    task = progress.add_task(f"refining (annealing{note})", total=None)
 
     def on_progress(done: int, steps: int, remote: list[int]) -> None:
         progress.update(task, total=steps, completed=done, description=(
             f"refining (min/max remote {min(remote) / max(1, max(remote)):.4f}, total {sum(remote) / reference:.3f}"
-            f" x METIS)"))
+            f" x METIS{note})"))
 
     res = run_refine(graphs, result.part, k, o.gamma, o.balance_tol, o.degree_limit, budget, o.refine_steps,
                      o.seed, on_progress)
     progress.update(task, total=max(1, res.steps), completed=max(1, res.steps))
     timing["refine"] = res.seconds
-    t0 = time.perf_counter()
-    bound = _bound_block(graphs, k, o.degree_limit, budget)
-    timing["lower_bound"] = time.perf_counter() - t0
     ratio_met = result.stop_reason == "converged"
     keep = res.converged or (not ratio_met and _no_worse(res.final_remote, res.initial_remote, budget))
     if res.converged:
