@@ -43,8 +43,9 @@ from .output import console
                    "to this many single-node moves under the same balance limits, until min/max remote reaches "
                    "1 - gamma within the budget. The result replaces Algorithm 1's if it meets that goal, or if "
                    "Algorithm 1 missed the ratio and the refinement shrinks the largest remote set within the "
-                   "budget. 0 turns the refinement off [default: 1000 x the node count; 12-43 s per 100 M "
-                   "steps on one core on cnr-2000, more with larger K; it stops as soon as the goal is met "
+                   "budget. 0 turns the refinement off [default: 1000 x the node count, 100 x where a lower "
+                   "bound proves the budget infeasible under the degree limit; 12-43 s per 100 M steps on one "
+                   "core on cnr-2000, more with larger K; it stops as soon as the goal is met "
                    "(docs/DESIGN.md)].")
 @click.option("--remote-budget", type=float, default=1.05, show_default=True,
               help="g3 refinement: the total remote set may not end above this multiple of plain edge-cut "

@@ -161,6 +161,7 @@ def test_partition_reports_an_infeasible_budget(tmp_path):
     refine = s["refine"]
     bound = refine["lower_bound"]
     assert not refine["converged"] and bound["exceeds_budget"]
+    assert refine["steps"] == 200_000  # an explicit --refine-steps is honoured
     assert bound["total_remote"] > refine["budget"]
     assert "infeasible" in refine["explanation"] and "infeasible" in result.output
     assert bound["degree_tol_needed"] > 1.05 and "lower_bound" in s["timing"]
@@ -168,3 +169,14 @@ def test_partition_reports_an_infeasible_budget(tmp_path):
     assert s["totals"]["remote"] >= bound["total_remote"]
     info = CliRunner().invoke(cli, ["info", str(tmp_path / "p")]).output
     assert re.search(r"^infeasible +the budget", info, re.M) and f"{bound['total_remote']:,}" in info
+
+
+def test_an_infeasible_budget_shortens_the_default_refinement(tmp_path):
+    from stages.partition.refine import STEPS_PER_NODE, STEPS_PER_NODE_INFEASIBLE
+
+    store = _block_store(tmp_path)
+    result = CliRunner().invoke(cli, ["partition", str(store), "-w", "4", "-o", str(tmp_path / "p")])
+    assert result.exit_code == 0, result.output
+    refine = json.loads((tmp_path / "p" / "partition.json").read_text())["refine"]
+    assert refine["lower_bound"]["exceeds_budget"]
+    assert refine["steps"] == STEPS_PER_NODE_INFEASIBLE * 1208 < STEPS_PER_NODE * 1208

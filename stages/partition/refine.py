@@ -55,6 +55,9 @@ LEVEL_T = (1e-3, 5e-5)
 BOUNDARY_EVERY = 20_000  # steps between rebuilds of the boundary-node list
 STEPS_PER_CALL = 2_000_000  # steps between progress updates
 STEPS_PER_NODE = 1000  # default number of steps: this many per node
+# default when the lower bound proves the budget infeasible: the goal cannot be met, and on cnr-2000 the steps
+# past this many changed the largest remote set by under 1 % and the total by under 6 % (docs/BENCHMARKS.md)
+STEPS_PER_NODE_INFEASIBLE = 100
 
 
 @dataclass
@@ -261,8 +264,11 @@ def refine_after_algorithm1(graphs: Graphs, result: Algorithm1Result, o, timing:
             f"refining (min/max remote {min(remote) / max(1, max(remote)):.4f}, total {sum(remote) / reference:.3f}"
             f" x METIS{note})"))
 
-    res = run_refine(graphs, result.part, k, o.gamma, o.balance_tol, o.degree_limit, budget, o.refine_steps,
-                     o.seed, on_progress)
+    steps = o.refine_steps
+    if steps is None and bound["exceeds_budget"]:
+        steps = STEPS_PER_NODE_INFEASIBLE * graphs.num_nodes
+    res = run_refine(graphs, result.part, k, o.gamma, o.balance_tol, o.degree_limit, budget, steps, o.seed,
+                     on_progress)
     progress.update(task, total=max(1, res.steps), completed=max(1, res.steps))
     timing["refine"] = res.seconds
     ratio_met = result.stop_reason == "converged"
