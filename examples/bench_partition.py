@@ -67,7 +67,9 @@ def row(name: str, k: int, method: str, r: dict) -> str:
     if refine:
         outcome = "converged" if refine["converged"] else "not converged"
         kept = "" if refine["kept"] == "refined" else ", not kept"
-        note += f"; refine {outcome} ({refine['steps'] / 1e6:.0f} M steps{kept})"
+        bound = refine.get("lower_bound") or {}
+        infeasible = f", budget infeasible: total >= {bound['total_remote']}" if bound.get("exceeds_budget") else ""
+        note += f"; refine {outcome} ({refine['steps'] / 1e6:.0f} M steps{kept}{infeasible})"
     return (f"| {name} | {k} | {method} | {remote['max_over_mean']:.3f} | {remote['min_over_max']:.3f} | "
             f"{s['totals']['remote']:,} | {s['totals']['edge_cut']:,} | "
             f"{s['balance']['degree_sum']['max_over_mean']:.2f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
@@ -77,6 +79,15 @@ def row(name: str, k: int, method: str, r: dict) -> str:
 HEADER = ("| graph | K | method | remote max/mean | remote min/max | total remote | edge-cut | degree sum max/mean | "
           "time (s) | CPU (s) | peak RSS (GB) | Algorithm 1; refinement |\n"
           "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+
+
+def _infeasible(summary: dict) -> str:
+    """Where g3 proved the budget infeasible under its degree limit, say so (with the certificate)."""
+    bound = (summary.get("refine") or {}).get("lower_bound") or {}
+    if not bound.get("exceeds_budget"):
+        return ""
+    return (f" (infeasible under this degree limit: every assignment within it has a total remote >= "
+            f"{bound['total_remote']}; below --degree-tol {bound['degree_tol_needed']} none fits)")
 
 
 def goals(results: dict, names: list[str], workers: list[int], g3_labels: list[str]) -> list[str]:
@@ -94,7 +105,7 @@ def goals(results: dict, names: list[str], workers: list[int], g3_labels: list[s
                 ok = ratio >= 1 - GAMMA and total <= 1.05
                 lines.append(f"- {name}, K={k}, {label}: remote min/max {ratio:.4f} (goal >= {1 - GAMMA}), total "
                              f"remote {total:.3f} x METIS (goal <= 1.05), degree sum max/mean {deg:.2f}: "
-                             f"{'met' if ok else 'MISSED'}")
+                             f"{'met' if ok else 'MISSED'}" + _infeasible(g3["summary"]))
         k = max(workers)
         g3, metis = results.get((name, k, "g3")), results.get((name, k, "metis"))
         if g3 and metis:
