@@ -254,7 +254,7 @@ def refine_after_algorithm1(graphs: Graphs, result: Algorithm1Result, o, timing:
     timing["metis_reference"] = time.perf_counter() - t0
     budget = o.remote_budget * reference
     t0 = time.perf_counter()
-    bound = _bound_block(graphs, k, o.degree_limit, budget)  # first, so the progress line can say it
+    bound = _lower_bound_entry(graphs, k, o.degree_limit, budget)  # first, so the progress line can say it
     timing["lower_bound"] = time.perf_counter() - t0
     note = ", budget infeasible" if bound["exceeds_budget"] else ""
     task = progress.add_task(f"refining (annealing{note})", total=None)
@@ -299,7 +299,7 @@ def refine_after_algorithm1(graphs: Graphs, result: Algorithm1Result, o, timing:
     }
 
 
-def _bound_block(graphs: Graphs, k: int, degree_tol: float, budget: float) -> dict:
+def _lower_bound_entry(graphs: Graphs, k: int, degree_tol: float, budget: float) -> dict:
     """partition.json's ``refine.lower_bound``: the hub-block bound on the total remote set under the degree
     limit (bound.py), whether it exceeds the budget and the degree tolerance the budget needs at least."""
     bound = remote_lower_bound(graphs, k, degree_tol)
