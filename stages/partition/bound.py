@@ -46,16 +46,18 @@ class HubBlock:
 class RemoteLowerBound:
     total: float  # sum of the blocks' bounds (inf: no assignment can meet the degree limit)
     degree_limit: float  # L, the degree-sum cap the bound assumes
+    mean_degree_sum: float  # L / degree_tol
     blocks: list[HubBlock] = field(default_factory=list)
 
-    def degree_tol_needed(self, budget: float, mean_degree_sum: float, high: float) -> float | None:
+    def degree_tol_needed(self, budget: float, high: float) -> float | None:
         """Smallest degree tolerance (to 3 decimals, at most ``high``) at which these blocks' bound no longer
         exceeds ``budget``: below it the goal is infeasible (the blocks stay valid for any limit; a search at
         the looser limit could only find more). None if even ``high`` does not bring it down."""
         def bound_at(tol: float) -> float:
-            return sum(block_bound(b.hub_degrees, b.shared_degrees, tol * mean_degree_sum)[0] for b in self.blocks)
+            return sum(block_bound(b.hub_degrees, b.shared_degrees, tol * self.mean_degree_sum)[0]
+                       for b in self.blocks)
 
-        lo = self.degree_limit / mean_degree_sum
+        lo = self.degree_limit / self.mean_degree_sum
         if bound_at(lo) <= budget:
             return lo
         if bound_at(high) > budget:
@@ -103,8 +105,8 @@ def remote_lower_bound(graphs: Graphs, k: int, degree_tol: float, candidates: in
     """Lower bound on ``sum_i |V_i^remote|`` over all K-way assignments whose degree sums (``graphs.degree``)
     are all at most ``degree_tol x`` their mean. Uses the in-edge CSR (remote sets follow in-arcs)."""
     deg = np.asarray(graphs.degree, dtype=np.int64)
-    limit = degree_tol * float(deg.sum()) / k
-    result = RemoteLowerBound(0.0, limit)
+    mean = float(deg.sum()) / k
+    result = RemoteLowerBound(0.0, degree_tol * mean, mean)
     if k <= 1 or graphs.num_nodes == 0:
         return result
     in_degree = np.diff(graphs.indptr)
@@ -117,7 +119,7 @@ def remote_lower_bound(graphs: Graphs, k: int, degree_tol: float, candidates: in
         best = None
         for i, start in enumerate(top):
             order = [int(top[j]) for j in np.argsort(-overlap[i], kind="stable") if j != i and overlap[i, j] > 0]
-            block = _grow_block(int(start), order, rows, deg, limit)
+            block = _grow_block(int(start), order, rows, deg, result.degree_limit)
             if best is None or block[0].bound > best[0].bound:
                 best = block
         if best is None or best[0].bound <= 0:

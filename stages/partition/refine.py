@@ -304,9 +304,8 @@ def _lower_bound_entry(graphs: Graphs, k: int, degree_tol: float, budget: float)
     limit (bound.py), whether it exceeds the budget and the degree tolerance the budget needs at least."""
     bound = remote_lower_bound(graphs, k, degree_tol)
     exceeds = bound.total > budget
-    mean = float(np.sum(graphs.degree)) / k
     return {**bound.as_dict(), "exceeds_budget": bool(exceeds),
-            "degree_tol_needed": bound.degree_tol_needed(budget, mean, float(k)) if exceeds else None}
+            "degree_tol_needed": bound.degree_tol_needed(budget, float(k)) if exceeds else None}
 
 
 def _no_worse(refined: list[int], start: list[int], budget: float) -> bool:
