@@ -69,7 +69,8 @@ def row(name: str, k: int, method: str, r: dict) -> str:
         kept = "" if refine["kept"] == "refined" else ", not kept"
         bound = refine.get("lower_bound") or {}
         infeasible = f", budget infeasible: total >= {bound['total_remote']}" if bound.get("exceeds_budget") else ""
-        note += f"; refine {outcome} ({refine['steps'] / 1e6:.0f} M steps{kept}{infeasible})"
+        rounds = f" in {len(refine['rounds'])} rounds" if len(refine.get("rounds", [])) > 1 else ""
+        note += f"; refine {outcome} ({refine['steps'] / 1e6:.0f} M steps{rounds}{kept}{infeasible})"
     return (f"| {name} | {k} | {method} | {remote['max_over_mean']:.3f} | {remote['min_over_max']:.3f} | "
             f"{s['totals']['remote']:,} | {s['totals']['edge_cut']:,} | "
             f"{s['balance']['degree_sum']['max_over_mean']:.2f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "

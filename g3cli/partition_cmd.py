@@ -40,13 +40,14 @@ from .output import console
 @click.option("--refine-steps", type=int, default=None,
               help="g3: when Algorithm 1 stops short of 1 - gamma (stalled, cycle, swap limit), or reaches it by "
                    "raising the total remote above --remote-budget x its start's, anneal its assignment with up "
-                   "to this many single-node moves under the same balance limits, until min/max remote reaches "
-                   "1 - gamma within the budget. The result replaces Algorithm 1's if it meets that goal, or if "
-                   "Algorithm 1 missed the ratio and the refinement shrinks the largest remote set within the "
-                   "budget. 0 turns the refinement off [default: 1000 x the node count, 100 x where a lower "
-                   "bound proves the budget infeasible under the degree limit; 12-43 s per 100 M steps on one "
-                   "core on cnr-2000, more with larger K; it stops as soon as the goal is met "
-                   "(docs/DESIGN.md)].")
+                   "to this many single-node moves in all under the same balance limits, until min/max remote "
+                   "reaches 1 - gamma within the budget. The moves are spent in restarts of growing length "
+                   "(4 x 1 %, 10 %, 86 %; several at once with --threads), and the first restart that meets "
+                   "the goal ends it. The result replaces Algorithm 1's if it meets that goal, or if Algorithm 1 "
+                   "missed the ratio and the refinement shrinks the largest remote set within the budget. 0 "
+                   "turns the refinement off [default: 1000 x the node count, 100 x (in one anneal) where a "
+                   "lower bound proves the budget infeasible under the degree limit; 12-43 s per 100 M steps "
+                   "on one core on cnr-2000, more with larger K (docs/DESIGN.md)].")
 @click.option("--remote-budget", type=float, default=1.05, show_default=True,
               help="g3 refinement: the total remote set may not end above this multiple of plain edge-cut "
                    "METIS's total (one extra METIS call, made only when the refinement runs). Where hub "
@@ -55,8 +56,9 @@ from .output import console
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of METIS and of the random hash; the same seed gives the same partition.")
 @click.option("--threads", type=int, default=None,
-              help="CPU threads for the parallel steps (candidate-swap search, counting, shard CSR) "
-                   "[default: all cores]. METIS itself is single-threaded.")
+              help="CPU threads for the parallel steps (candidate-swap search, counting, refinement restarts, "
+                   "shard CSR) [default: all cores]. METIS itself is single-threaded. The partition does not "
+                   "depend on it.")
 @click.option("--hidden", type=int, default=16, show_default=True,
               help="Hidden width used to report bytes sent and received per layer (float32).")
 @click.option("--plot", type=click.Path(), default=None,

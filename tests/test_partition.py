@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -23,7 +24,8 @@ from stages.partition.g3 import Algorithm1Result, RemoteTracker, _seen_before, r
 from stages.partition.graph import graphs_from_csr, load_graphs, symmetrize
 from stages.partition.metis import metis_partition
 from stages.partition.metrics import edge_cut, remote_sizes
-from stages.partition.refine import _anneal, _Chain, _cost, _seed, needs_refinement, run_refine
+from stages.partition.refine import (ROUND_SHARES, _anneal, _Chain, _cost, _seed, needs_refinement,
+                                     run_refine)
 
 NODE_METHODS = ("g3", "metis", "random", "chunk")
 
@@ -359,6 +361,44 @@ def test_refinement_reaches_the_goal_within_the_budget(directed_store):
     np.testing.assert_array_equal(again.part, res.part)
 
 
+@pytest.mark.parametrize("k, steps, seed", [(8, 20_000, 0), (4, 200_000, 1), (4, 2_000, 2)])
+def test_refinement_rounds_end_at_the_first_that_meets_the_goal_whatever_the_threads(directed_store, k, steps,
+                                                                                      seed):
+    graphs = load_graphs(GraphStore.open(directed_store))
+    start = chunk_partition(graphs.num_nodes, k)
+    budget = 1.05 * remote_sizes(graphs.indptr, graphs.indices, metis_partition(graphs, k, 0), k).sum()
+    runs = [run_refine(graphs, start, k, 0.005, 1.05, 1.05, budget, steps, seed, threads=t) for t in (1, 3)]
+    for res in runs:
+        *missed, winner = res.rounds
+        assert res.converged and winner["converged"] and not any(r["converged"] for r in missed)
+        assert len(missed) > 0  # the first round missed: later rounds ran, some of them alongside it
+        assert [r["steps"] for r in res.rounds] == _round_sizes(steps)[:len(res.rounds)]
+        assert all(r["taken"] == r["steps"] for r in missed) and winner["taken"] <= winner["steps"]
+        assert res.steps == sum(r["taken"] for r in res.rounds)
+        after = remote_sizes(graphs.indptr, graphs.indices, res.part, k)
+        assert after.tolist() == res.final_remote == winner["remote_after"]
+        assert after.min() >= 0.995 * after.max() and after.sum() <= budget
+    np.testing.assert_array_equal(runs[0].part, runs[1].part)  # threads change the wall time only
+    assert runs[0].rounds == runs[1].rounds and runs[0].steps == runs[1].steps
+
+
+def _round_sizes(steps: int) -> list[int]:
+    sizes = [int(share * steps) for share in ROUND_SHARES[:-1]]
+    return [size for size in sizes + [steps - sum(sizes)] if size > 0]
+
+
+def test_refinement_that_never_meets_the_goal_runs_every_round_and_keeps_the_cheapest(directed_store):
+    graphs = load_graphs(GraphStore.open(directed_store))
+    k, start = 4, chunk_partition(graphs.num_nodes, 4)
+    res = run_refine(graphs, start, k, 0.005, 1.05, 1.05, budget=10.0, steps=30_000, seed=0, threads=2)
+    assert not res.converged and len(res.rounds) == len(ROUND_SHARES)
+    assert res.steps == 30_000 == sum(r["steps"] for r in res.rounds) == sum(r["taken"] for r in res.rounds)
+    costs = [_cost(np.asarray(r["remote_after"]), 0.0, 20.0, 0.005, 10.0, 100.0) for r in res.rounds]
+    assert res.final_remote == res.rounds[max(i for i, c in enumerate(costs) if c == min(costs))]["remote_after"]
+    one = run_refine(graphs, start, k, 0.005, 1.05, 1.05, budget=10.0, steps=30_000, seed=0, round_shares=(1.0,))
+    assert [r["steps"] for r in one.rounds] == [30_000]
+
+
 def test_g3_refines_only_when_algorithm1_stops_short(tiny_store, tmp_path):
     converged = _partition(tiny_store, tmp_path / "c", 4, "g3")
     assert converged["stop_reason"] == "converged" and converged["refine"] is None
@@ -376,6 +416,18 @@ def test_g3_refines_only_when_algorithm1_stops_short(tiny_store, tmp_path):
     assert remote_sizes(graphs.indptr, graphs.indices, assignment, 4).tolist() == refine["remote_after"]
     off = _partition(tiny_store, tmp_path / "o", 4, "g3", max_swaps=0, refine_steps=0)
     assert off["refine"] is None and off["after"]["remote_min_over_max"] < 0.995
+
+
+def test_g3_partition_does_not_depend_on_the_threads(tiny_store, tmp_path):
+    before = numba.get_num_threads()
+    try:
+        runs = [_partition(tiny_store, tmp_path / f"t{t}", 4, "g3", max_swaps=3, threads=t) for t in (1, 2)]
+    finally:
+        numba.set_num_threads(before)
+    assert runs[0]["refine"]["rounds"] == runs[1]["refine"]["rounds"]
+    assert [r["parameters"]["threads"] for r in runs] == [1, min(2, numba.config.NUMBA_NUM_THREADS)]
+    np.testing.assert_array_equal(np.load(tmp_path / "t1" / "assignment.npy"),
+                                  np.load(tmp_path / "t2" / "assignment.npy"))
 
 
 def test_refinement_also_runs_when_algorithm1_bought_the_ratio_with_communication():

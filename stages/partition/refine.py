@@ -27,14 +27,18 @@ METIS's). This stage searches the same space with single-node moves under simula
 
 Counters are those of Algorithm 1 (``arc_cnt[u, i]`` arcs from ``u`` into ``i``; ``nb_cnt[v, x]`` symmetrised
 neighbours of ``v`` in ``x``): a move updates ``O(d_w)`` counters and only ``R_a``, ``R_b``; nothing is
-recounted. Steps run in one thread (the chain is sequential); a seeded generator makes the run reproducible.
+recounted. One anneal is a sequential chain in one thread. The steps are spent in restarts of growing length
+(``ROUND_SHARES``), up to ``threads`` of them at once; the earliest restart that meets the goal wins, so the
+result depends on the seed, never on the thread count.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import numba
 import numpy as np
@@ -55,20 +59,30 @@ LEVEL_T = (1e-3, 5e-5)
 BOUNDARY_EVERY = 20_000  # steps between rebuilds of the boundary-node list
 STEPS_PER_CALL = 2_000_000  # steps between progress updates
 STEPS_PER_NODE = 1000  # default number of steps: this many per node
+# shares of the steps per round: restarts of growing length. A short anneal often meets the goal already (cnr-2000
+# at K = 4, seed 0: 5 of 8 generator seeds with 1 % of the steps, about 1 s instead of 38 s); where it takes
+# longer (seed 5: 100 x N steps missed with every generator seed tried), the last round is a long one
+ROUND_SHARES = (0.01, 0.01, 0.01, 0.01, 0.1, 0.86)
 # default when the lower bound proves the budget infeasible: the goal cannot be met, and on cnr-2000 the steps
 # past this many changed the largest remote set by under 1 % and the total by under 6 % (docs/BENCHMARKS.md)
 STEPS_PER_NODE_INFEASIBLE = 100
+
+
+# rounds run in threads; numba's counting kernels (prange) are launched one at a time, since its fallback
+# threading layer (workqueue, where neither TBB nor OpenMP is present) cannot take launches from two threads
+_PARALLEL_KERNELS = threading.Lock()
 
 
 @dataclass
 class RefineResult:
     part: np.ndarray
     converged: bool  # min/max >= 1 - gamma with the total within the budget
-    steps: int  # steps taken (a step is one proposed move, refused ones included)
+    steps: int  # steps taken over all rounds (a step is one proposed move, refused ones included)
     accepted: int  # moves kept
     seconds: float
     initial_remote: list[int]
     final_remote: list[int]
+    rounds: list[dict] = field(default_factory=list)  # per round: steps planned and taken, outcome
 
 
 @numba.njit(cache=True)
@@ -113,7 +127,7 @@ def _catch_up(best_part, part, journal, counters):
     counters[2] = 0
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _anneal(first, last, phase_steps, norm_p, alpha, over_weight, t_hi, t_lo, G, S, shared, node_cnt, node_limit,
             deg_limit, gamma, budget, best_part, best, counters, boundary, journal):
     """Steps ``first .. last - 1`` of a phase of ``phase_steps`` steps cooling from ``t_hi`` to ``t_lo``.
@@ -176,24 +190,93 @@ class _Chain(CountedAssignment):
 
 def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_tol: float, degree_tol: float,
                budget: float, steps: int | None = None, seed: int = 0,
-               on_progress: Callable[[int, int, list[int]], None] | None = None) -> RefineResult:
+               on_progress: Callable[[int, int, list[int]], None] | None = None,
+               round_shares: tuple[float, ...] = ROUND_SHARES, threads: int = 1) -> RefineResult:
     """Anneal ``part`` towards ``min/max remote >= 1 - gamma`` with ``sum remote <= budget``.
 
-    ``steps`` (both phases) defaults to ``STEPS_PER_NODE x N``. ``on_progress(steps done, steps in all,
-    remote sizes)`` is called between batches. Returns the best assignment of the level phase, which starts
-    from the best of the descend phase (or the assignment that met the goal, which ends the run)."""
+    The anneal is restarted in rounds: round ``r`` is a whole anneal (both phases, its own cooling schedule) of
+    ``round_shares[r] x steps`` steps from ``part`` (``steps`` defaults to ``STEPS_PER_NODE x N``), with a
+    generator seeded from ``(seed, r)``. The earliest round that meets the goal wins; where none does, the round
+    whose best assignment has the lowest level-phase cost (the later one on a tie). Up to ``threads`` rounds run
+    at once; a round is cancelled once an earlier one has met the goal, so the outcome does not depend on
+    ``threads``, only the wall time does. ``on_progress(steps done, steps in all, remote sizes)`` is called
+    between batches, from the threads running the rounds."""
     t0 = time.perf_counter()
     n = graphs.num_nodes
     steps = STEPS_PER_NODE * n if steps is None else int(steps)
     chain = _Chain(graphs, part, k)
     initial = chain.remote.tolist()
-    deg_sum = chain.S[4]
-    # a partition already above a limit may not grow; the others may grow up to the limit
-    node_limit = max(balance_tol * n / k, float(chain.node_cnt.max()))
-    deg_limit = max(degree_tol * float(deg_sum.sum()) / k, float(deg_sum.max()))
     if k == 1 or _goal_met(chain.remote, gamma, budget) or steps <= 0:
         return RefineResult(chain.part, bool(_goal_met(chain.remote, gamma, budget)), 0, 0,
                             time.perf_counter() - t0, initial, initial)
+    # a partition already above a limit may not grow; the others may grow up to the limit
+    limits = (max(balance_tol * n / k, float(chain.node_cnt.max())),
+              max(degree_tol * float(chain.S[4].sum()) / k, float(chain.S[4].max())))
+    del chain
+    sizes = [int(share * steps) for share in round_shares[:-1]]
+    sizes = [size for size in sizes + [steps - sum(sizes)] if size > 0]  # the last round takes the rest
+    done = [0] * len(sizes)
+    winner = [len(sizes)]  # the earliest round that met the goal so far; -1 stops every round
+    lock = threading.Lock()
+
+    def run_round(number: int) -> RefineResult | None:
+        if winner[0] < number:
+            return None  # an earlier round met the goal: this one cannot win
+
+        def report(steps_done: int, remote: list[int]) -> None:
+            with lock:
+                done[number] = steps_done
+                total_done = sum(done)
+            if on_progress is not None:
+                on_progress(total_done, sum(sizes), remote)
+
+        seed_of_round = int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
+        result = _anneal_round(graphs, part, k, gamma, limits, budget, sizes[number], seed_of_round, report,
+                               lambda: winner[0] < number)
+        if result.converged:
+            with lock:
+                winner[0] = min(winner[0], number)
+        return result
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(threads, len(sizes)))) as pool:
+            results = list(pool.map(run_round, range(len(sizes))))
+    finally:
+        winner[0] = -1  # on an error or an interrupt, rounds still running stop at their next batch
+    kept = results[:min(_winner_index(results), len(results) - 1) + 1]  # a round after the winner may be partial
+    best = _pick_round(kept, gamma, budget)
+    rounds = [{"steps": size, "taken": r.steps, "converged": r.converged, "remote_after": r.final_remote}
+              for size, r in zip(sizes, kept)]
+    return RefineResult(best.part, best.converged, sum(r.steps for r in kept), sum(r.accepted for r in kept),
+                        time.perf_counter() - t0, initial, best.final_remote, rounds)
+
+
+def _winner_index(results: list[RefineResult | None]) -> int:
+    """Index of the earliest round that met the goal, or the number of rounds if none did."""
+    return next((i for i, r in enumerate(results) if r is not None and r.converged), len(results))
+
+
+def _pick_round(results: list[RefineResult], gamma: float, budget: float) -> RefineResult:
+    """The round that met the goal (the last of ``results`` if any did), else the lowest level-phase cost."""
+    if results[-1].converged:
+        return results[-1]
+    costs = [_cost(np.asarray(r.final_remote), 0.0, LEVEL_ALPHA, gamma, budget, OVER_BUDGET_WEIGHT[1])
+             for r in results]
+    return results[max(i for i, c in enumerate(costs) if c == min(costs))]
+
+
+def _anneal_round(graphs: Graphs, part: np.ndarray, k: int, gamma: float, limits: tuple[float, float],
+                  budget: float, steps: int, seed: int, report: Callable[[int, list[int]], None],
+                  cancelled: Callable[[], bool]) -> RefineResult:
+    """One anneal of ``steps`` steps from ``part``: the descend phase, then the level phase from the descend
+    phase's best. Returns the best assignment of the level phase (or the one that met the goal). The whole
+    round runs in the calling thread: numba's generator state is per thread, seeded here."""
+    t0 = time.perf_counter()
+    n = graphs.num_nodes
+    with _PARALLEL_KERNELS:
+        chain = _Chain(graphs, part, k)
+    initial = chain.remote.tolist()
+    node_limit, deg_limit = limits
     scale = max(1.0, float(chain.remote.mean()))  # temperatures follow the size of the remote sets
     descend = int(steps * DESCEND_SHARE)
     phases = [(descend, DESCEND_NORM, 0.0, OVER_BUDGET_WEIGHT[0], DESCEND_T),
@@ -206,24 +289,27 @@ def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_t
     best_part = chain.part.copy()
     for number, (phase_steps, norm_p, alpha, over_weight, (t_hi, t_lo)) in enumerate(phases):
         if number > 0:  # the next phase starts from the best assignment so far, counted afresh
-            chain = _Chain(graphs, best_part, k)
+            with _PARALLEL_KERNELS:
+                chain = _Chain(graphs, best_part, k)
             best_part = chain.part.copy()
             counters[2] = 0
         best = _cost(chain.remote, norm_p, alpha, gamma, budget, over_weight)
         done = 0
         while done < phase_steps and not converged:
+            if cancelled():
+                break
             last = min(phase_steps, done + STEPS_PER_CALL)
             best, converged = _anneal(done, last, phase_steps, norm_p, alpha, over_weight, scale * t_hi,
                                       scale * t_lo, chain.G, chain.S, graphs.symmetric, chain.node_cnt,
                                       node_limit, deg_limit, float(gamma), float(budget), best_part, best,
                                       counters, boundary, journal)
             done = last
-            if on_progress is not None:
-                on_progress(offset + done, steps, chain.remote.tolist())
+            report(offset + done, chain.remote.tolist())
         offset += phase_steps
         if converged:
             break
-    final = remote_sizes(graphs.indptr, graphs.indices, best_part, k)  # recounted, independent of the chain
+    with _PARALLEL_KERNELS:
+        final = remote_sizes(graphs.indptr, graphs.indices, best_part, k)  # recounted, independent of the chain
     return RefineResult(best_part, bool(_goal_met(final, gamma, budget)), int(counters[0]), int(counters[1]),
                         time.perf_counter() - t0, initial, final.tolist())
 
@@ -264,11 +350,13 @@ def refine_after_algorithm1(graphs: Graphs, result: Algorithm1Result, o, timing:
             f"refining (min/max remote {min(remote) / max(1, max(remote)):.4f}, total {sum(remote) / reference:.3f}"
             f" x METIS{note})"))
 
-    steps = o.refine_steps
-    if steps is None and bound["exceeds_budget"]:
-        steps = STEPS_PER_NODE_INFEASIBLE * graphs.num_nodes
+    steps, shares = o.refine_steps, ROUND_SHARES
+    if bound["exceeds_budget"]:  # the goal cannot be met: no early stop to hope for, one long anneal
+        shares = (1.0,)
+        if steps is None:
+            steps = STEPS_PER_NODE_INFEASIBLE * graphs.num_nodes
     res = run_refine(graphs, result.part, k, o.gamma, o.balance_tol, o.degree_limit, budget, steps, o.seed,
-                     on_progress)
+                     on_progress, shares, numba.get_num_threads())
     progress.update(task, total=max(1, res.steps), completed=max(1, res.steps))
     timing["refine"] = res.seconds
     ratio_met = result.stop_reason == "converged"
@@ -293,6 +381,7 @@ def refine_after_algorithm1(graphs: Graphs, result: Algorithm1Result, o, timing:
         "budget": round(budget, 3),
         "steps": res.steps,
         "accepted_moves": res.accepted,
+        "rounds": res.rounds,
         "remote_before": res.initial_remote,
         "remote_after": res.final_remote,
         "lower_bound": bound,

@@ -60,8 +60,11 @@ def facts_table(summary: dict) -> Table:
         refine = summary.get("refine")
         if refine:
             before_r, after_r = refine["remote_before"], refine["remote_after"]
+            rounds = refine.get("rounds")  # absent in files written before the rounds existed
             t.add_row("refinement", f"{'converged' if refine['converged'] else 'not converged'} after "
-                                    f"{refine['steps']:,} steps: min/max {min(before_r) / max(1, max(before_r)):.3f} "
+                                    f"{refine['steps']:,} steps"
+                                    + (f" in {len(rounds)} round{'s' * (len(rounds) > 1)}" if rounds else "")
+                                    + f": min/max {min(before_r) / max(1, max(before_r)):.3f} "
                                     f"-> {min(after_r) / max(1, max(after_r)):.3f}, total {sum(after_r):,} = "
                                     f"{sum(after_r) / max(1, refine['metis_total_remote']):.3f} x plain METIS "
                                     f"(budget {refine['remote_budget']} x)"
