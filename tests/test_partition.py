@@ -24,8 +24,7 @@ from stages.partition.g3 import Algorithm1Result, RemoteTracker, _seen_before, r
 from stages.partition.graph import graphs_from_csr, load_graphs, symmetrize
 from stages.partition.metis import metis_partition
 from stages.partition.metrics import edge_cut, remote_sizes
-from stages.partition.refine import (ROUND_SHARES, _anneal, _Chain, _cost, _seed, needs_refinement,
-                                     run_refine)
+from stages.partition.refine import ROUND_SHARES, _anneal, _Chain, _cost, _seed, needs_refinement, run_refine
 
 NODE_METHODS = ("g3", "metis", "random", "chunk")
 

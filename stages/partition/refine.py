@@ -246,7 +246,7 @@ def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_t
     kept = results[:min(_winner_index(results), len(results) - 1) + 1]  # a round after the winner may be partial
     best = _pick_round(kept, gamma, budget)
     rounds = [{"steps": size, "taken": r.steps, "converged": r.converged, "remote_after": r.final_remote}
-              for size, r in zip(sizes, kept)]
+              for size, r in zip(sizes[:len(kept)], kept, strict=True)]
     return RefineResult(best.part, best.converged, sum(r.steps for r in kept), sum(r.accepted for r in kept),
                         time.perf_counter() - t0, initial, best.final_remote, rounds)
 
