@@ -46,8 +46,8 @@ from .output import console
                    "the goal ends it. The result replaces Algorithm 1's if it meets that goal, or if Algorithm 1 "
                    "missed the ratio and the refinement shrinks the largest remote set within the budget. 0 "
                    "turns the refinement off [default: 1000 x the node count, 100 x (in one anneal) where a "
-                   "lower bound proves the budget infeasible under the degree limit; 12-43 s per 100 M steps "
-                   "on one core on cnr-2000, more with larger K (docs/DESIGN.md)].")
+                   "lower bound proves the budget infeasible under the degree limit; 12-71 s per 100 M steps "
+                   "on one core on cnr-2000, more with larger K and on slower cores (docs/BENCHMARKS.md)].")
 @click.option("--remote-budget", type=float, default=1.05, show_default=True,
               help="g3 refinement: the total remote set may not end above this multiple of plain edge-cut "
                    "METIS's total (one extra METIS call, made only when the refinement runs). Where hub "
