@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -180,3 +181,38 @@ def test_an_infeasible_budget_shortens_the_default_refinement(tmp_path):
     refine = json.loads((tmp_path / "p" / "partition.json").read_text())["refine"]
     assert refine["lower_bound"]["exceeds_budget"]
     assert refine["steps"] == STEPS_PER_NODE_INFEASIBLE * 1208 < STEPS_PER_NODE * 1208
+
+
+@pytest.mark.slow
+def test_cnr2000_budget_is_infeasible_at_8_and_16_workers(tmp_path):
+    """What docs/BENCHMARKS.md claims for the real crawl: at K = 8 and 16 no assignment within the default degree
+    limit (1.05 x mean) meets the refinement's budget (1.05 x plain METIS's total remote). The bound's largest
+    block is checked against the raw arcs, independently of the greedy search that found it."""
+    from conftest import shared_path
+
+    from stages.common.store import GraphStore
+    from stages.partition.graph import load_graphs
+    from stages.partition.metis import metis_partition
+
+    source = shared_path("data", "webgraph", "cnr-2000.graph").parent / "cnr-2000"
+    store = tmp_path / "cnr"
+    result = CliRunner().invoke(cli, ["ingest", str(source), str(store), "--symmetrize"])
+    assert result.exit_code == 0, result.output
+    graphs = load_graphs(GraphStore.open(store))
+    for k in (8, 16):
+        bound = remote_lower_bound(graphs, k, 1.05)
+        metis_total = int(remote_sizes(graphs.indptr, graphs.indices, metis_partition(graphs, k, seed=0), k).sum())
+        assert bound.total > 1.05 * metis_total, (k, bound.total, metis_total)
+        block = max(bound.blocks, key=lambda b: b.bound)
+        rows = [graphs.indices[graphs.indptr[h]:graphs.indptr[h + 1]] for h in block.hubs]
+        shared = np.setdiff1d(functools.reduce(np.intersect1d, rows), block.hubs)  # arcs into every hub
+        assert len(shared) == block.shared > 0
+        limit = 1.05 * graphs.degree.sum() / k
+        hub_sum = int(graphs.degree[block.hubs].sum())
+        p = math.ceil(hub_sum / limit)
+        room, owned = p * limit - hub_sum, 0
+        for d in np.sort(graphs.degree[shared]):  # the hub partitions own the cheapest shared nodes first
+            if room < d:
+                break
+            room, owned = room - d, owned + 1
+        assert block.hub_partitions == p and block.bound == p * len(shared) - owned
