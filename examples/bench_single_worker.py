@@ -6,7 +6,7 @@ reports the median epoch time of epochs 2..N (the first epoch compiles, caches a
 
 * ``pyg``        — PyG's ``SAGEConv`` (aggr mean) with a ``torch.sparse_csr_tensor`` ``adj_t`` (no torch_sparse),
   nodes in the store's order; skipped with a note when torch_geometric does not import.
-* ``g3-layers``  — g3's own layers (``stages.train.models``) on one whole-graph block in this process, without
+* ``g3-layers``  — g3's own layers (``stages.runtime.models``) on one whole-graph block in this process, without
   the runtime: what the kernels and layers cost (``--backends`` picks the aggregation backends, default
   ``numba`` and ``sparse``), with the nodes in the store's order and, given ``--plan``, in the plan's priority
   (BFS) order, which is the order ``g3 train`` computes in.
@@ -102,7 +102,7 @@ def bench_pyg(data, hidden: int, epochs: int, lr: float, dropout: float) -> dict
 
 def reorder(data, perm: torch.Tensor):
     """The graph with node ``perm[i]`` renumbered ``i`` (rows, sources, features, labels, training nodes)."""
-    from stages.train.block import gather_rows
+    from stages.runtime.block import gather_rows
 
     indptr, indices, x, y, train, classes = data
     inv = torch.empty_like(perm)
@@ -113,15 +113,15 @@ def reorder(data, perm: torch.Tensor):
 
 def plan_order(plan: str) -> torch.Tensor:
     """Worker 0's priority list of a 1-worker plan: global node ids in the order g3 train computes them."""
-    from stages.plan.artifact import WorkerPlan
+    from stages.common.plan_artifact import WorkerPlan
 
     return torch.from_numpy(np.asarray(WorkerPlan(plan, 0).priority, dtype=np.int64))
 
 
 def bench_g3_layers(data, hidden: int, epochs: int, lr: float, dropout: float, backend: str) -> dict:
-    from stages.train.block import Block
-    from stages.train.kernels import use_backend
-    from stages.train.models import build_model
+    from stages.runtime.block import Block
+    from stages.runtime.kernels import use_backend
+    from stages.runtime.models import build_model
 
     indptr, indices, x, y, train, classes = data
     n = x.shape[0]
@@ -166,7 +166,7 @@ def bench_g3_cli(g3: str, plan: str, epochs: int, threads: int, lr: float, dropo
 
 def _micro_ops(indptr, indices, x, gy, w, t, heads, g):
     """(name, callable) of every timed operation on one width and backend (forward graphs built once here)."""
-    from stages.train.kernels import csr_mean, csr_sum
+    from stages.runtime.kernels import csr_mean, csr_sum
 
     n, nnz = x.shape[0], indices.numel()
     xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
@@ -185,7 +185,7 @@ def _micro_ops(indptr, indices, x, gy, w, t, heads, g):
 
 def micro(data, backends: list[str], widths: list[int], reps: int) -> list[tuple[str, int, str, float]]:
     """(operation, width, backend, median seconds) of the aggregation kernels on the whole graph."""
-    from stages.train.kernels import _nb_transpose_of, csr_transpose, use_backend
+    from stages.runtime.kernels import _nb_transpose_of, csr_transpose, use_backend
 
     indptr, indices = data[0], data[1]
     n, nnz = indptr.numel() - 1, indices.numel()

@@ -9,7 +9,7 @@ import click
 from stages.bench import PEERS, BenchOptions, run_bench
 from stages.bench.report import print_bench
 from stages.common.units import parse_size
-from stages.train.config import PIPELINES
+from stages.runtime.config import PIPELINES
 
 
 def _int_list(ctx, param, value):

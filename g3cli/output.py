@@ -34,10 +34,31 @@ def print_summary(summary: dict) -> None:
         from stages.partition.report import print_partition_summary
 
         print_partition_summary(summary, console)
+    elif kind == "plan":
+        _print_plan(summary)
     else:
         from rich.pretty import Pretty
 
         console.print(Pretty(summary))
+
+
+def _print_plan(plan: dict) -> None:
+    """`g3 info PLAN`: the strategy and its options, the model, the partition, per-worker sizes."""
+    strategy = plan.get("strategy") or {"name": "g3", "options": {}}
+    t = Table(title=f"g3 plan: {plan.get('path', '')}", show_header=False, box=None)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("strategy", strategy["name"])
+    for k, v in (strategy.get("options") or {}).items():
+        t.add_row(f"  {k}", _option_text(v))
+    cfg = plan["config"]
+    t.add_row("model", f"{cfg['model']} × {cfg['layers']} layers, hidden {cfg['hidden']}"
+              + (f", {cfg['heads']} heads" if cfg["model"] == "gat" else "") + f", widths {plan['widths']}")
+    t.add_row("partition", f"{plan['partition']['method']} ({plan['partition']['path']})")
+    t.add_row("workers", str(plan["num_workers"]))
+    t.add_row("schema", f"g3.plan v{plan['schema_version']}")
+    console.print(t)
+    print_plan_report({**plan, "strategy": strategy, "path": plan.get("path", "")})
 
 
 def _print_store(s: dict) -> None:
@@ -60,27 +81,46 @@ def _print_store(s: dict) -> None:
 
 
 def print_plan_report(plan: dict, detailed: bool = False) -> None:
-    cfg = plan["config"]
-    console.print(
-        f"[bold]plan[/bold] → {plan['path']}: {plan['num_workers']} workers, {cfg['model']} × {cfg['layers']} layers, "
-        f"widths {plan['widths']}, " + (f"bins of {cfg['bin_size']} nodes" if cfg["bin_size"] else
-                                         f"bin limit {human_bytes(plan['bin_limit_bytes'])} (half of the device memory)")
-    )
+    cfg, strategy = plan["config"], plan["strategy"]
+    opts = strategy["options"]
+    shown = ", ".join(f"{k} {_option_text(v)}" for k, v in opts.items())
+    head = (f"[bold]plan[/bold] ({strategy['name']}{': ' + shown if shown else ''}) → {plan['path']}: "
+            f"{plan['num_workers']} workers, {cfg['model']} × {cfg['layers']} layers, widths {plan['widths']}")
+    if strategy["name"] == "g3":
+        head += ", " + (f"bins of {opts['bin_size']} nodes" if opts.get("bin_size") else
+                        f"bin limit {human_bytes(plan['bin_limit_bytes'])} (half of the device memory)")
+    console.print(head)
+    bins = "layers" in plan["workers"][0] if plan["workers"] else False
     t = Table(title="per worker" if not detailed else "per worker and layer")
-    for col in ("worker", "owned", "remote", "arcs") + (("layer", "bins", "max bin nodes", "compute (arcs×width)",
-                                                         "recv bytes", "send bytes") if detailed else ("bins/layer",)):
+    per_worker = ("bins/layer",) if bins else ("send rows", "memory (whole partition)")
+    per_layer = ("layer", "bins", "max bin nodes") if bins else ("layer", "memory")
+    for col in ("worker", "owned", "remote", "arcs") + ((*per_layer, "compute (arcs×width)", "recv bytes", "send bytes")
+                                                         if detailed else per_worker):
         t.add_column(col, justify="right")
     for w in plan["workers"]:
         head = (str(w["rank"]), f"{w['num_owned']:,}", f"{w['num_remote']:,}", f"{w['num_arcs']:,}")
         if not detailed:
-            t.add_row(*head, " / ".join(str(layer["num_bins"]) for layer in w["layers"]))
+            if bins:
+                t.add_row(*head, " / ".join(str(layer["num_bins"]) for layer in w["layers"]))
+            else:
+                t.add_row(*head, f"{sum(w['send_rows']):,}", human_bytes(w["memory_bytes"]))
             continue
-        for layer, est in zip(w["layers"], w["estimate"], strict=True):
-            t.add_row(*(head if est["layer"] == 0 else ("", "", "", "")), str(est["layer"]), str(layer["num_bins"]),
-                      f"{layer['max_bin_nodes']:,}", f"{est['compute']:,}",
+        for li, est in enumerate(w["estimate"]):
+            cells = (str(li), str(w["layers"][li]["num_bins"]), f"{w['layers'][li]['max_bin_nodes']:,}") if bins else \
+                (str(li), human_bytes(est["memory_bytes"]))
+            t.add_row(*(head if li == 0 else ("", "", "", "")), *cells, f"{est['compute']:,}",
                       human_bytes(est["recv_bytes"]) + (" (once)" if est["recv_is_static_features"] else ""),
-                      human_bytes(est["send_bytes"]))
+                      human_bytes(est["send_bytes"]) + (" (once)" if est["recv_is_static_features"] and not bins
+                                                        else ""))
     console.print(t)
+
+
+def _option_text(v) -> str:
+    if isinstance(v, dict) and "policy" in v:
+        return f"{v['policy']}:{v['bound']}"
+    if isinstance(v, int) and v >= 2**20:
+        return human_bytes(v)
+    return "auto" if v is None else str(v)
 
 
 def print_run_summary(info: dict) -> None:

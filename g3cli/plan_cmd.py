@@ -1,58 +1,62 @@
-"""`g3 plan PART`."""
+"""`g3 plan PART --strategy NAME`: the options of every registered strategy come from its planner."""
 
 from __future__ import annotations
 
 import click
 
-from stages.common.units import parse_size
+from stages.common.strategies import STRATEGIES
 from stages.plan import MODELS, PlanConfig, run_plan
 
 from .output import print_plan_report
 
 
-def _memory(ctx, param, value):
-    if value is None or value == "auto":
-        return None
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+def _strategy_options() -> list:
+    """One click option per strategy option (a name shared by strategies appears once)."""
+    seen: dict[str, list[str]] = {}
+    opts = {}
+    for s in STRATEGIES.values():
+        for o in s.options():
+            seen.setdefault(o.name, []).append(s.name)
+            opts[o.name] = o
+    return [(o, seen[name]) for name, o in opts.items()]
 
 
-def _bin_size(ctx, param, value):
-    if value is None or value == "auto":
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        raise click.BadParameter(f"expected a node count or 'auto', got {value!r}") from None
-    if n < 1:
-        raise click.BadParameter("must be >= 1")
-    return n
+def _strategies_help() -> str:
+    lines = ["\b", "Strategies (--strategy; the partition methods each runs on, its default first):"]
+    for s in STRATEGIES.values():
+        lines.append(f"  {s.name:<9} {s.summary}")
+        lines.append(f"  {'':<9} partitions: {', '.join(s.methods)}")
+    return "\n".join(lines)
 
 
-@click.command("plan")
+def _add_strategy_options(fn):
+    for opt, owners in reversed(_strategy_options()):
+        fn = click.option(opt.flag, opt.name, default=None, metavar=opt.metavar,
+                          help=f"[{', '.join(owners)}] {opt.help} [default: {opt.default}]")(fn)
+    return fn
+
+
+@click.command("plan", epilog=_strategies_help())
 @click.argument("part", type=click.Path())
+@click.option("--strategy", type=click.Choice(list(STRATEGIES)), default="g3", show_default=True,
+              help="The distributed training system that executes the plan (listed below). `g3 train` runs "
+                   "whatever the plan says.")
 @click.option("--model", type=click.Choice(MODELS), default="sage", show_default=True,
               help="GNN model: GraphSAGE (mean), GCN (symmetric normalisation, self-loops) or GAT.")
 @click.option("--layers", type=int, default=2, show_default=True, help="Number of GNN layers L (>= 1).")
 @click.option("--hidden", type=int, default=16, show_default=True, help="Hidden width H (per head for GAT).")
 @click.option("--heads", type=int, default=8, show_default=True, help="GAT attention heads.")
-@click.option("--device-memory", default="auto", show_default=True, callback=_memory,
-              help="Memory of one worker's device, e.g. 24GiB; 'auto' reads GPU 0 (or RAM without CUDA). "
-                   "Each bin uses at most half of it, so one bin computes while the next is copied in.")
-@click.option("--bin-size", default="auto", show_default=True, callback=_bin_size,
-              help="Fixed nodes per bin (the paper uses 1000 and 5000); 'auto' derives it per layer from "
-                   "--device-memory and the layer's per-node memory.")
+@_add_strategy_options
 @click.option("-o", "--out", type=click.Path(), default=None,
-              help="Plan folder [default: PART.plan-MODEL beside PART].")
+              help="Plan folder [default: PART.plan-MODEL for g3, PART.plan-STRATEGY-MODEL otherwise, beside PART].")
 @click.option("--force", is_flag=True, help="Replace the plan folder if it exists.")
 @click.option("--report", is_flag=True, help="Print the per-worker, per-layer plan table (bins, compute, bytes).")
-def command(part, model, layers, hidden, heads, device_memory, bin_size, out, force, report):
-    """Plan the hybrid-parallel execution of partition PART: per worker a BFS priority list (nodes peers
-    need first), per layer a bin limit and bins with their blocks, and the peer-to-peer send/receive tables
-    of the forward (embeddings) and backward (gradients) passes. Each worker's folder is self-contained."""
-    cfg = PlanConfig(model=model, layers=layers, hidden=hidden, heads=heads, device_memory=device_memory,
-                     bin_size=bin_size)
+def command(part, strategy, model, layers, hidden, heads, out, force, report, **options):
+    """Plan how a strategy executes partition PART, written as plan.json plus one folder per worker. For g3:
+    per worker a BFS priority list (nodes peers need first), per layer a bin limit and bins with their
+    blocks, and the peer-to-peer send/receive tables of the forward (embeddings) and backward (gradients)
+    passes; for the layer-synchronous strategies the per-peer boundary exchange. Options marked with another
+    strategy's name are refused."""
+    cfg = PlanConfig(model=model, layers=layers, hidden=hidden, heads=heads, strategy=strategy, options=options)
     plan = run_plan(part, cfg, out=out, force=force)
     print_plan_report(plan, detailed=report)

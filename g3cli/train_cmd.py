@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
+from stages.runtime.config import BACKWARD, DTYPES, LAYER0_CACHE, PIPELINES, PREFETCH
+from stages.runtime.heap import HEAP_POLICIES
 from stages.train import TrainConfig, run_train
-from stages.train.config import DTYPES, LAYER0_CACHE, PIPELINES, PREFETCH
-from stages.train.heap import HEAP_POLICIES
 
 from .output import print_run_summary
 
@@ -24,8 +24,8 @@ from .output import print_run_summary
                    "Under torchrun, RANK/WORLD_SIZE/MASTER_ADDR come from the environment instead.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Compute device (cuda: one GPU per rank, nccl for all-reduce, gloo for P2P host buffers).")
-@click.option("--pipeline", type=click.Choice(PIPELINES), default="multi", show_default=True,
-              help="Bin scheduling (G3 §5.2): 'multi' = eager inter-layer bins in priority order plus the "
+@click.option("--pipeline", type=click.Choice(PIPELINES), default=None,
+              help="[g3 plans; default multi] Bin scheduling (G3 §5.2): 'multi' = eager inter-layer bins in priority order plus the "
                    "intra-layer overlap; 'inter' = eager inter-layer only, bins of consecutive node ids; 'intra' = "
                    "layer by layer with the intra-layer overlap: the next bin gathered/copied while one computes "
                    "(see --prefetch), messages packed and sent and arrived rows copied in by helper threads; "
@@ -43,20 +43,20 @@ from .output import print_run_summary
 @click.option("--checkpoint-every", type=int, default=0, show_default=True,
               help="Write a checkpoint every N epochs (0: never).")
 @click.option("--resume", is_flag=True, help="Continue the run in RUN from its latest checkpoint.")
-@click.option("--no-feature-cache", is_flag=True, help="Resend remote input features every epoch instead of once.")
-@click.option("--layer0-cache", type=click.Choice(LAYER0_CACHE), default="auto", show_default=True,
-              help="Layer 0's inputs are the fixed node features, so SAGE and GCN can aggregate them once per bin and "
+@click.option("--no-feature-cache", is_flag=True, default=None,
+              help="[g3 plans] Resend remote input features every epoch instead of once.")
+@click.option("--layer0-cache", type=click.Choice(LAYER0_CACHE), default=None,
+              help="[g3, bns-gcn, sancus plans; default auto] Layer 0's inputs are the fixed node features, so SAGE and GCN can aggregate them once per bin and "
                    "keep the result: later epochs run layer 0 as dense products, with no sparse aggregation forward "
                    "or backward (same model; GAT ignores it). Costs owned nodes x features of extra memory. "
                    "'auto' = on for --device cpu, off for cuda (the cache would sit outside the bins' memory budget).")
-@click.option("--prefetch", type=click.Choice(PREFETCH), default="auto", show_default=True,
-              help="Under --pipeline intra/multi, gather (on CUDA also copy in) the next bin on a second thread while "
+@click.option("--prefetch", type=click.Choice(PREFETCH), default=None,
+              help="[g3 plans; default auto] Under --pipeline intra/multi, gather (on CUDA also copy in) the next bin on a second thread while "
                    "one computes. 'auto' = on for cuda; on the CPU only when the workers leave a core idle (threads x "
                    "local workers < cores): otherwise the thread takes a core from the compute kernels and epochs "
                    "get slower. Same model either way.")
-@click.option("--backward", "backward", type=click.Choice(["recompute", "keep"]), default="recompute",
-              show_default=True,
-              help="Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep "
+@click.option("--backward", "backward", type=click.Choice(BACKWARD), default=None,
+              help="[g3 plans; default recompute] Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep "
                    "every bin's activations from the forward pass (faster, more memory).")
 @click.option("--heap", type=click.Choice(HEAP_POLICIES), default="keep", show_default=True,
               help="Host memory of each worker process: 'keep' = the C library's malloc serves every block from the "
@@ -76,12 +76,14 @@ from .output import print_run_summary
 @click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
 def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipeline, trace, profile, eval_every,
             checkpoint_every, resume, no_feature_cache, layer0_cache, prefetch, backward, heap, dtype, threads, timeout, master_addr, master_port, out, force):
-    """Train the plan's GNN on the whole graph with K workers (hybrid parallelism: bins, peer-to-peer
-    sharing of embeddings and gradients, all-reduced weight gradients). Writes RUN/run.json, per-epoch
-    metrics (RUN/metrics.jsonl), logs per rank, checkpoints and the final weights RUN/model.pt."""
+    """Train the plan's GNN with K workers, executed by the plan's strategy (`g3 plan --strategy`: g3's bins
+    and peer-to-peer sharing, bns-gcn's or sancus's layer-synchronous exchange, ...); weight gradients are
+    all-reduced and every rank takes the same Adam step. Writes RUN/run.json, per-epoch metrics
+    (RUN/metrics.jsonl), logs per rank, checkpoints and the final weights RUN/model.pt. Options marked with
+    strategies apply only to plans of those strategies (others are refused)."""
     cfg = TrainConfig(epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout, seed=seed, workers=workers,
                       device=device, pipeline=pipeline, trace=trace, profile=profile, eval_every=eval_every, checkpoint_every=checkpoint_every,
-                      resume=resume, feature_cache=not no_feature_cache, layer0_cache=layer0_cache, prefetch=prefetch,
+                      resume=resume, feature_cache=False if no_feature_cache else None, layer0_cache=layer0_cache, prefetch=prefetch,
                       backward=backward, heap=heap, dtype=dtype, threads=threads,
                       timeout=timeout, master_addr=master_addr, master_port=master_port)
     info = run_train(plan, cfg, out=out, force=force)

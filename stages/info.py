@@ -57,7 +57,14 @@ def summarize(path: str | Path, verify: bool = False) -> dict:
     kind = artifact_kind(path)
     if kind == "store":
         return store_summary(GraphStore.open(path), verify=verify)
-    marker = {"partition": "partition.json", "plan": "plan.json", "run": "run.json"}[kind]
+    if kind == "plan":  # the reader fills in the strategy of plans older than strategies
+        from .common.plan_artifact import load_plan_meta
+
+        data = load_plan_meta(path)
+        data.setdefault("path", str(path))
+        data["kind"] = kind
+        return data
+    marker = {"partition": "partition.json", "run": "run.json"}[kind]
     with open(path / marker) as f:
         data = json.load(f)
     data["kind"] = kind

@@ -13,10 +13,10 @@ import pytest
 import torch
 from reference import RefGraph, reference_forward, reference_loss, reference_train
 
-from stages.train.binexec import backward_bins, forward_bins
-from stages.train.block import Block, build_block
-from stages.train.dropout import dropout_mask, dropout_uniform_bits
-from stages.train.kernels import (
+from stages.runtime.binexec import backward_bins, forward_bins
+from stages.runtime.block import Block, build_block
+from stages.runtime.dropout import dropout_mask, dropout_uniform_bits
+from stages.runtime.kernels import (
     BACKENDS,
     add_rows_at,
     add_self_loops,
@@ -31,7 +31,7 @@ from stages.train.kernels import (
     take_rows_at,
     use_backend,
 )
-from stages.train.models import GNNModel, build_model
+from stages.runtime.models import GNNModel, build_model
 
 CASES = [("sage", 8), ("gcn", 8), ("gat", 2), ("gat", 8)]  # (kind, heads); heads only matter for GAT
 # (in_dim, hidden, num_classes): layer 0 widens / last layer narrows, and the reverse
@@ -242,7 +242,7 @@ def test_sage_reading_rows_in_place_equals_the_gathered_forward(dtype):
                 ref = model.layer_forward(layer, block, x_src, 1, 0.3, 5, training)
                 got = model.layer_forward_rows(layer, block, h, src, h[src[:n_dst]], 1, 0.3, 5, training)
                 torch.testing.assert_close(got, ref, rtol=1e-6 if dtype == torch.float32 else 1e-13, atol=0)
-        from stages.train.models.sage import ROW_INDICES
+        from stages.runtime.models.sage import ROW_INDICES
 
         agg_rows = csr_mean(indptr, block.cached(ROW_INDICES, None), h, n_dst)
         assert torch.equal(agg_rows, csr_mean(indptr, indices, x_src, n_dst))

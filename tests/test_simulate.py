@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from stages.plan.bins import LayerShape
+from stages.common.model_spec import LayerShape
+from stages.runtime.profile import fit_phase
 from stages.simulate import (
     allreduce_seconds,
     parse_bandwidth,
@@ -17,8 +18,8 @@ from stages.simulate import (
     simulate_system,
 )
 from stages.simulate.engine import Network
-from stages.simulate.profile import LayerRates, PhaseRates, Rates, fit_phase
-from stages.simulate.schedules import SCHEDULES, halo_loads
+from stages.simulate.profile import LayerRates, PhaseRates, Rates
+from stages.simulate.schedules import halo_loads
 from stages.simulate.workload import make_workload
 
 # ------------------------------------------------------------------------------------------------------------
@@ -120,15 +121,6 @@ def test_hand_made_halo():
     assert r["bytes_per_epoch"] == 0
 
 
-def test_schedules_match_runtime():
-    from stages.train.strategies.g3 import SCHEDULES as RUNTIME
-
-    for name, s in RUNTIME.items():
-        mine = SCHEDULES[name]
-        assert (mine.eager, mine.order, mine.prefetch, mine.async_send) == (s.eager, s.order, s.prefetch,
-                                                                            s.async_send)
-
-
 def test_parsers_and_allreduce():
     assert parse_bandwidth("10Gbit") == pytest.approx(1.25e9)
     assert parse_bandwidth("1.25GB") == pytest.approx(1.25e9)
@@ -166,7 +158,7 @@ def tiny_plan(tiny_store, tmp_path_factory):
     part = root / "part"
     run_partition(tiny_store, PartitionOptions(workers=2), out=part)
     plan = root / "plan"
-    run_plan(part, PlanConfig(model="sage", layers=2, hidden=8, bin_size=300), out=plan)
+    run_plan(part, PlanConfig(model="sage", layers=2, hidden=8, options={"bin_size": 300}), out=plan)
     return plan
 
 
@@ -181,7 +173,7 @@ def test_simulate_real_plan_and_cli(tiny_plan, tmp_path, cli_runner):
     systems = {r["system"]: r for r in data["systems"]}
     assert set(systems) == {"g3-none", "g3-intra", "g3-inter", "g3-multi", "layer-barrier", "halo"}
     # the simulated bytes are exactly the plan's message tables: rows x width x 4
-    from stages.plan.artifact import WorkerPlan
+    from stages.common.plan_artifact import WorkerPlan
 
     expected = 0
     for r in range(2):
@@ -210,19 +202,20 @@ def test_train_profile_feeds_simulate(tiny_store, tmp_path, cli_runner):
     from g3cli.main import cli
     from stages.partition import PartitionOptions, run_partition
     from stages.plan import PlanConfig, run_plan
+    from stages.runtime.launch import run_guarded
     from stages.train.config import TrainConfig
-    from stages.train.loop import run_rank
+    from stages.train.loop import train_rank
 
     part, plan, run = tmp_path / "part1", tmp_path / "plan1", tmp_path / "run1"
     run_partition(tiny_store, PartitionOptions(workers=1), out=part)
-    run_plan(part, PlanConfig(model="sage", layers=2, hidden=8, bin_size=300), out=plan)
+    run_plan(part, PlanConfig(model="sage", layers=2, hidden=8, options={"bin_size": 300}), out=plan)
     prof_path = tmp_path / "profile.json"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cfg = TrainConfig(epochs=3, eval_every=0, profile=str(prof_path), live=False, threads=1, pipeline="multi")
     run.mkdir()
-    run_rank(0, 1, str(plan), str(run), cfg, f"tcp://127.0.0.1:{port}")
+    run_guarded(train_rank, 0, 1, run, "", f"tcp://127.0.0.1:{port}", str(plan), str(run), cfg)
     prof = json.loads(prof_path.read_text())
     assert prof["schema"] == "g3.profile" and prof["workers"] == 1 and len(prof["layers"]) == 2
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

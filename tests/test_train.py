@@ -15,10 +15,10 @@ import torch
 from reference import RefGraph, reference_train
 
 from g3cli.main import cli
+from stages.common.plan_artifact import WorkerPlan, load_plan_meta
 from stages.common.store import GraphStore
 from stages.ingest.build import IngestOptions, build_store
 from stages.ingest.synthetic import resolve_spec, synthetic_source
-from stages.plan.artifact import WorkerPlan, load_plan_meta
 
 EPOCHS = 5
 LR = 0.02
@@ -340,14 +340,14 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
             assert bwd_posts and (max(bwd_posts) < loss_start) == (schedule != "none"), schedule
             forward_prefetched += sum(1 for e in spans if e["cat"] == "gather" and e["ts"] < bwd_start
                                       and e["args"]["prefetched"])
-            # the outputs' side of the intra-layer overlap (intra, multi): messages packed and posted by the
-            # sender thread, the forward's arrived rows copied in by the receiving threads
+            # the outputs' side of the intra-layer overlap (intra, multi): messages packed and posted off the
+            # compute thread (which runs the bins: the main thread), the forward's arrived rows copied in off it too
             background = schedule in ("intra", "multi")
+            computers = {e["args"].get("thread", "MainThread") for e in spans if e["cat"] == "compute"}
             packers = {e["args"]["thread"] for e in spans if e["cat"] == "pack"}
-            assert packers == ({"g3-send_0"} if background else {"MainThread"}), (schedule, packers)
-            unpackers = {e["args"]["thread"].split("-")[0] + "-" for e in spans if e["cat"] == "unpack"
-                         and e["name"].startswith("fwd")}
-            assert ("g3-" in unpackers) == background, (schedule, unpackers)
+            assert packers.isdisjoint(computers) if background else packers == {"MainThread"}, (schedule, packers)
+            unpackers = {e["args"]["thread"] for e in spans if e["cat"] == "unpack" and e["name"].startswith("fwd")}
+            assert bool(unpackers - {"MainThread"}) == background, (schedule, unpackers)
         # the intra-layer overlap of the forward: the next bin gathered on the prefetch thread (intra, multi)
         assert (forward_prefetched > 0) == (schedule in ("intra", "multi")), (schedule, forward_prefetched)
 
@@ -356,7 +356,7 @@ def test_hidden_and_waited_shares_from_spans():
     """Rank 1 receives two messages from rank 0: in flight 0-10 and 20-40 (sender post → receiver done);
     its compute spans cover 0-5 and 25-40, it waits 5-10, gathers 3-8 (on the prefetch thread, during compute
     and the wait: counted once, as those) and 18-22, and unpacks a message 22-23."""
-    from stages.train.trace import hidden_share
+    from stages.runtime.trace import hidden_share
 
     def span(cat, t0, t1):
         return {"cat": cat, "ts": float(t0), "dur": float(t1 - t0)}
@@ -389,70 +389,66 @@ def test_prefetch_setting():
     assert not TrainConfig(prefetch="off", device="cuda").prefetch_enabled(1, 1)
 
 
-@pytest.mark.parametrize("schedule", ["multi", "inter"])
-def test_eager_bin_dependencies_match_a_recount(store, tmp_path, schedule):
+@pytest.mark.parametrize("order", ["plan", "node-id"])
+def test_eager_bin_dependencies_match_a_recount(store, tmp_path, order):
     """The eager schedules start a forward bin of layer l once the layer-(l-1) bins computing its rows' own
     nodes and owned in-neighbours have run and the messages carrying its remote in-neighbours have arrived:
-    the precomputed counts and dependents equal a recount from the shard's arcs, for every worker and layer.
-    `multi`'s bins are the plan's; `inter`'s cover the owned nodes in node-id order within the bin limit."""
+    ``bin_dependencies``' counts and dependents equal a recount from the plan's arcs, for every worker and
+    layer, for `multi`'s bins (the plan's) and for bins of consecutive node ids (`inter`'s)."""
     from stages.common.partition_artifact import open_shard
-    from stages.train.config import TrainConfig
-    from stages.train.models import build_model
-    from stages.train.strategies.base import WorkerData
-    from stages.train.strategies.g3 import G3Strategy
+    from stages.runtime.dataflow import bin_dependencies, bins_in_order
 
     part, plan = tmp_path / "part", tmp_path / "plan"
     assert invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code == 0
     assert invoke(["plan", str(part), "--layers", "3", "--bin-size", "11", "-o", str(plan)]).exit_code == 0
-    meta = load_plan_meta(plan)
-    cfg = TrainConfig(pipeline=schedule, dtype="float64", live=False)
-    mc, st = meta["config"], meta["store"]
     for rank in range(3):
-        data = WorkerData(open_shard(part, rank, 3), WorkerPlan(plan, rank), 3, torch.float64)
-        model = build_model(mc["model"], int(st["feat_dim"]), int(mc["hidden"]), int(st["num_classes"]), 3).double()
-        strategy = G3Strategy(data, model, None, cfg)
-        deps = strategy._bin_dependencies()
-        n_own = data.num_owned
-        bins = strategy._forward_bins()
-        row_bins = []
-        for layer, layer_bins in enumerate(bins):
-            row_bin = np.full(n_own, -1)
-            for b, (rows, *_rest) in enumerate(layer_bins):
-                assert (row_bin[rows] == -1).all() and 0 < len(rows) <= 11
-                row_bin[rows] = b
-            assert (row_bin >= 0).all()
-            if schedule == "inter":  # consecutive node ids: shard ids (ascending global ids) rise bin after bin
-                ids = [data.order[rows] for rows, *_rest in layer_bins]
-                assert all(a.max() < b.min() for a, b in zip(ids, ids[1:], strict=False))
-            else:  # the plan's bins, row ranges in priority order
-                ptr = data.layers[layer].bin_ptr
-                assert [r[0].tolist() for r in layer_bins] == [list(range(int(ptr[b]), int(ptr[b + 1])))
-                                                               for b in range(len(ptr) - 1)]
-            row_bins.append(row_bin)
+        wp, shard = WorkerPlan(plan, rank), open_shard(part, rank, 3)
+        n_own, n_rem = shard.num_owned, shard.num_remote
+        prio = np.asarray(wp.priority)
+        pos = np.empty(n_own, dtype=np.int64)
+        pos[prio] = np.arange(n_own)  # a node's row (position in the priority list)
+        row_ptr = np.asarray(wp.row_ptr)
+        # every arc's source as a row (owned) or n_own + remote offset, rows in priority order
+        edge_src = np.concatenate([np.asarray(shard.indices[shard.indptr[v]:shard.indptr[v + 1]], dtype=np.int64)
+                                   for v in prio])
+        edge_src = np.where(edge_src < n_own, pos[np.minimum(edge_src, n_own - 1)], edge_src)
+        if order == "plan":
+            bins = [[np.arange(p[b], p[b + 1]) for b in range(len(p) - 1)]
+                    for p in (np.asarray(wp.layer(li).bin_ptr) for li in range(3))]
+        else:  # rows in node-id order, cut every 11 nodes
+            layer_bins = bins_in_order(pos, 11, np.ones(n_own, dtype=np.int64), 10**9)
+            ids = [prio[rows] for rows in layer_bins]
+            assert all(a.max() < b.min() for a, b in zip(ids, ids[1:], strict=False))
+            bins = [layer_bins] * 3
         for li in (1, 2):
-            row_bin, prev_bin = row_bins[li], row_bins[li - 1]
-            table = data.table(f"fwd_recv_{li - 1}")
+            row_bin = np.full(n_own, -1)
+            prev_bin = np.full(n_own, -1)
+            for b, rows in enumerate(bins[li]):
+                row_bin[rows] = b
+            for b, rows in enumerate(bins[li - 1]):
+                prev_bin[rows] = b
+            table = wp.table(f"fwd_recv_{li - 1}")
+            deps = bin_dependencies(bins[li - 1], bins[li], row_ptr, edge_src, table, n_own, n_rem)
             msg_of = {int(node): m for m, (_, _, sl) in enumerate(table.message_slices()) for node in table.nodes[sl]}
             expected = {b: set() for b in range(len(bins[li]))}
             for row in range(n_own):
                 want = expected[int(row_bin[row])]
                 want.add(("bin", int(prev_bin[row])))
-                for src in strategy.edge_src[strategy.row_ptr[row] : strategy.row_ptr[row + 1]]:
+                for src in edge_src[row_ptr[row] : row_ptr[row + 1]]:
                     want.add(("bin", int(prev_bin[src])) if src < n_own else ("msg", msg_of[int(src) - n_own]))
-            d = deps[li]
             got = {b: set() for b in expected}
-            for i in range(len(d.ptr) - 1):
-                dep = ("bin", i) if i < d.n_bins_before else ("msg", i - d.n_bins_before)
-                for b in d.dependents(i):
+            for i in range(len(deps.ptr) - 1):
+                dep = ("bin", i) if i < deps.n_bins_before else ("msg", i - deps.n_bins_before)
+                for b in deps.dependents(i):
                     got[int(b)].add(dep)
             assert got == expected
-            assert [len(expected[b]) for b in sorted(expected)] == d.wait.tolist()
+            assert [len(expected[b]) for b in sorted(expected)] == deps.wait.tolist()
             assert any(dep[0] == "msg" for want in expected.values() for dep in want)  # remote inputs exist
 
 
 HEAP_PROBE = """
 import resource, sys, torch
-from stages.train.heap import keep_freed_memory
+from stages.runtime.heap import keep_freed_memory
 kept = sys.argv[1] == "keep" and keep_freed_memory()
 faults = []
 for _ in range(12):  # an epoch's pattern: large temporaries written, freed, allocated again
@@ -499,7 +495,7 @@ def test_heap_setting_gives_the_same_model(store, tmp_path):
 def test_bins_in_order_cut_at_the_node_and_byte_limits():
     """`inter`'s bins: consecutive rows along the order, closed at the node limit or before the row that would
     pass the byte limit (a row larger than the limit still gets a bin of its own); rows ascending in a bin."""
-    from stages.train.dataflow import bins_in_order
+    from stages.runtime.dataflow import bins_in_order
 
     order = np.array([4, 0, 3, 1, 2, 5])
     cost = np.array([1, 1, 1, 9, 1, 1])  # row 3 alone is over the byte limit
@@ -512,8 +508,8 @@ def test_bins_in_order_cut_at_the_node_and_byte_limits():
 THREADS_PROBE = """
 import time, torch
 torch.set_num_threads(3)
-from stages.train.strategies.g3 import _DaemonThreads
-helpers = _DaemonThreads(2, "probe")  # each sets its own torch thread count to 1
+from stages.runtime.threads import DaemonThreads
+helpers = DaemonThreads("probe", 2)  # each sets its own torch thread count to 1
 time.sleep(0.3)
 print(torch.get_num_threads())
 """
@@ -540,7 +536,7 @@ def test_background_schedules_run_on_numbas_workqueue_layer(store, tmp_path, mon
     import sys
 
     monkeypatch.setenv("NUMBA_THREADING_LAYER", "workqueue")  # read by the spawned workers' numba
-    probe = ("import numpy as np; from stages.train.kernels import take_rows_at; import torch, numba; "
+    probe = ("import numpy as np; from stages.runtime.kernels import take_rows_at; import torch, numba; "
              "take_rows_at(torch.ones(8, 2), torch.arange(4)); print(numba.threading_layer())")
     layer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                            cwd=Path(__file__).resolve().parents[1]).stdout.strip()

@@ -9,11 +9,11 @@ JSON string (store name, path and array checksums). Every array is the store's, 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
+from ..common.atomic import atomic_file
 from ..common.errors import G3InputError
 from ..common.store import GraphStore
 
@@ -52,10 +52,8 @@ def export_graph(store_path: str | Path, out: str | Path) -> Path:
         "meta": np.asarray(json.dumps(meta)),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.npz")
-    with open(tmp, "wb") as f:
+    with atomic_file(out) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
-    os.replace(tmp, out)
     return out
 
 

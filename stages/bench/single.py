@@ -14,8 +14,8 @@ def train_single(graph: dict, model_kind: str, layers: int, hidden: int, heads: 
     """Train on ``graph`` (the neutral graph's arrays) in this process; returns the epoch times."""
     import torch
 
-    from ..train.block import Block
-    from ..train.models import build_model
+    from ..runtime.block import Block
+    from ..runtime.models import build_model
 
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -8,8 +8,10 @@ from pathlib import Path
 from .errors import G3InputError
 
 
-def load_artifact_json(folder: str | Path, marker: str, schema: str, version: int, kind: str, stage: str) -> dict:
-    """``folder/marker`` as a dict, refusing a missing file, bad JSON, another schema or another version.
+def load_artifact_json(folder: str | Path, marker: str, schema: str, version: int | tuple[int, ...], kind: str,
+                       stage: str) -> dict:
+    """``folder/marker`` as a dict, refusing a missing file, bad JSON, another schema or a version not in
+    ``version`` (one version, or the tuple of those this g3 reads; the newest is the last).
 
     ``kind`` names the artifact in messages ("partition"), ``stage`` the command that writes it ("g3 partition").
     """
@@ -23,10 +25,12 @@ def load_artifact_json(folder: str | Path, marker: str, schema: str, version: in
         raise G3InputError(f"invalid JSON: {exc}", path=path) from None
     if not isinstance(meta, dict) or meta.get("schema") != schema:
         raise G3InputError(f"not a g3 {kind} (wrong schema)", path=path)
-    if meta.get("schema_version") != version:
+    versions = version if isinstance(version, tuple) else (version,)
+    if meta.get("schema_version") not in versions:
+        readable = " or ".join(str(v) for v in versions)
         raise G3InputError(
             f"{kind} schema version {meta.get('schema_version')} is not supported (this g3 reads version "
-            f"{version}); re-run `{stage}`",
+            f"{readable}); re-run `{stage}`",
             path=path,
         )
     return meta

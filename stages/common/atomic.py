@@ -51,19 +51,31 @@ def atomic_dir(target: str | os.PathLike, force: bool = False) -> Iterator[Path]
         os.rename(tmp, target)
 
 
-def write_json_atomic(path: str | os.PathLike, obj: object) -> None:
-    """Write JSON to ``path`` through a temporary file and a rename."""
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` to write; on success its data is flushed to disk (fsync) and it
+    replaces ``path`` in one rename, so a reader sees the old file or the whole new one, never a part. Every
+    single-file artifact g3 writes goes through here (JSON, checkpoints, weights, traces, the bench graph)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=False, default=_json_default)
-            f.write("\n")
+        yield Path(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: str | os.PathLike, obj: object, indent: int | None = 2) -> None:
+    """Write JSON to ``path`` through :func:`atomic_file`."""
+    with atomic_file(path) as tmp, open(tmp, "w") as f:
+        json.dump(obj, f, indent=indent, sort_keys=False, default=_json_default)
+        f.write("\n")
 
 
 def _json_default(o: object):

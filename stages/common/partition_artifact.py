@@ -22,6 +22,13 @@ def shard_dir(part: Path, rank: int) -> Path:
     return Path(part) / f"part-{rank:05d}"
 
 
+def partition_digest(part: str | Path) -> str:
+    """sha256 of a partition's partition.json: plans record it, training refuses a plan whose partition changed."""
+    import hashlib
+
+    return "sha256:" + hashlib.sha256((Path(part) / "partition.json").read_bytes()).hexdigest()
+
+
 def load_partition_meta(part: str | Path) -> dict:
     """partition.json, checked for schema and version."""
     return load_artifact_json(part, "partition.json", PARTITION_SCHEMA, PARTITION_VERSION, "partition", "g3 partition")

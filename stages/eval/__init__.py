@@ -1,7 +1,8 @@
-"""`g3 eval`: full-graph inference with the training runtime (bins, P2P), accuracy per split.
+"""`g3 eval`: exact full-neighbour inference of RUN's weights with the run's strategy, accuracy per split.
 
 Entry point: :func:`run_eval`. The run's own plan is used with its worker count; another ``--workers K``
-evaluates through a temporary K-way partition and plan of the same store and model.
+evaluates through a temporary K-way chunk partition and ``g3`` plan of the same store and model (every
+strategy's inference is exact full-neighbour inference, so any exact strategy measures the same accuracy).
 """
 
 from __future__ import annotations
@@ -9,22 +10,29 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 from ..common.artifact_json import load_artifact_json
 from ..common.atomic import check_result
 from ..common.errors import G3InputError
-from ..train import RUN_SCHEMA, RUN_VERSION, check_plan, spawn_workers
-from ..train.checkpoint import latest_checkpoint
-from ..train.config import TrainConfig
+from ..runtime.config import RuntimeConfig
+from ..runtime.launch import spawn_workers
+from ..train import RUN_SCHEMA, RUN_VERSION, check_plan
+from .runner import eval_rank
 
 SPLITS = ("train", "valid", "test")
+CKPT_GLOB = "epoch-*.pt"
 
 
 def load_run(run: Path) -> dict:
     """run.json, checked for schema and version."""
     return load_artifact_json(run, "run.json", RUN_SCHEMA, RUN_VERSION, "run", "g3 train")
+
+
+def _latest_checkpoint(run: Path) -> Path | None:
+    folder = run / "checkpoints"
+    found = sorted(p for p in folder.glob(CKPT_GLOB) if ".rank-" not in p.name) if folder.is_dir() else []
+    return found[-1] if found else None
 
 
 def pick_weights(run: Path, checkpoint: str | None) -> Path:
@@ -36,7 +44,7 @@ def pick_weights(run: Path, checkpoint: str | None) -> Path:
         return p
     if (Path(run) / "model.pt").is_file():
         return Path(run) / "model.pt"
-    ckpt = latest_checkpoint(Path(run))
+    ckpt = _latest_checkpoint(Path(run))
     if ckpt is None:
         raise G3InputError("the run has no model.pt and no checkpoint to evaluate", path=run)
     return ckpt
@@ -51,10 +59,13 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
     check_result(run / "eval.json", force, "an earlier evaluation")
     if split not in (*SPLITS, "all"):
         raise G3InputError(f"--split must be one of train, valid, test, all (got {split!r})")
+    if workers is not None and workers < 1:
+        raise G3InputError("--workers must be >= 1")
     weights = pick_weights(run, checkpoint)
-    base = {k: v for k, v in meta["config"].items() if k in TrainConfig.__dataclass_fields__}
-    cfg = replace(TrainConfig(**base), task="eval", weights=str(weights.resolve()), resume=False, workers=None,
-                  live=False, master_port=0)
+    base = {k: v for k, v in meta["config"].items() if k in RuntimeConfig.__dataclass_fields__}
+    # inference runs with the strategy's default knobs: they change how it runs, not what it computes
+    cfg = RuntimeConfig(**{**base, "pipeline": None, "prefetch": None, "backward": None, "layer0_cache": None,
+                           "feature_cache": None, "trace": False, "master_port": 0})
     plan = Path(meta["plan"]["path"])
     plan_meta = check_plan(plan, cfg)
     k = int(plan_meta["num_workers"])
@@ -63,7 +74,11 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
         if workers is not None and workers != k:
             tmp = Path(tempfile.mkdtemp(prefix="g3-eval-"))
             plan, k = _temporary_plan(plan_meta, workers, tmp), workers
-        spawn_workers(k, plan, run, cfg)
+            cfg = RuntimeConfig(**{**base, "pipeline": None, "prefetch": None, "backward": None,
+                                   "layer0_cache": None, "feature_cache": None, "trace": False, "master_port": 0})
+            check_plan(plan, cfg)
+        spawn_workers(eval_rank, k, run, "eval-", cfg.master_addr, cfg.master_port, str(plan), str(run), cfg,
+                      str(weights.resolve()))
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -75,16 +90,14 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
 
 
 def _temporary_plan(plan_meta: dict, workers: int, tmp: Path) -> Path:
-    """A `workers`-way chunk partition and plan of the run's store, for evaluating with another K."""
+    """A `workers`-way chunk partition and g3 plan of the run's store, for evaluating with another K."""
     from ..partition import PartitionOptions, run_partition
     from ..plan import PlanConfig, run_plan
 
-    if workers < 1:
-        raise G3InputError("--workers must be >= 1")
     part = tmp / "part"
     run_partition(plan_meta["store"]["path"], PartitionOptions(workers=workers, method="chunk"), out=part)
     c = plan_meta["config"]
-    cfg = PlanConfig(model=c["model"], layers=c["layers"], hidden=c["hidden"], heads=c["heads"],
-                     device_memory=plan_meta["device_memory"], bin_size=c["bin_size"])
+    cfg = PlanConfig(model=c["model"], layers=c["layers"], hidden=c["hidden"], heads=c["heads"], strategy="g3",
+                     options={"device_memory": plan_meta.get("device_memory"), "bin_size": c.get("bin_size")})
     run_plan(part, cfg, out=tmp / "plan")
     return tmp / "plan"

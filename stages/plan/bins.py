@@ -13,10 +13,6 @@ import scipy.sparse as sp
 
 from ..common.errors import G3InputError
 
-ELEM_BYTES = 4  # float32 embeddings
-INDEX_BYTES = 8
-
-
 # ------------------------------------------------------------------------------------------------------------
 # Step 1: BFS priority list
 # ------------------------------------------------------------------------------------------------------------
@@ -65,45 +61,7 @@ def priority_list(indptr: np.ndarray, indices: np.ndarray, n_owned: int, sends: 
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Step 2: memory per node and bin limits
-# ------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LayerShape:
-    """Widths of one layer: input, output, and (GAT) heads and per-head width."""
-
-    d_in: int
-    d_out: int
-    heads: int = 1
-    attention: bool = False
-    per_head: int = 0
-
-    @property
-    def edge_width(self) -> int:
-        """Width aggregated over edges: GAT messages are heads × per-head wide (averaged only afterwards);
-        other models project before aggregating when that narrows the aggregation."""
-        if self.attention:
-            return self.heads * self.per_head
-        return min(self.d_in, self.d_out)
-
-
-def node_bytes(in_degree: np.ndarray, shape: LayerShape) -> np.ndarray:
-    """Estimated device bytes one destination node needs in a bin (training: values and gradients).
-
-    Per node: its input and output rows; per in-edge: one gathered source row (an upper bound: sources are
-    shared between nodes of a bin), its index, and for GAT the score, attention and message per head.
-    The factor 2 keeps room for the gradients of the same tensors in backward.
-    """
-    per_node = (shape.d_in + shape.d_out) * ELEM_BYTES
-    per_edge = shape.d_in * ELEM_BYTES + INDEX_BYTES + shape.edge_width * ELEM_BYTES
-    if shape.attention:
-        per_edge += 3 * shape.heads * ELEM_BYTES
-    return 2 * (per_node + np.asarray(in_degree, dtype=np.int64) * per_edge)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Step 3: index-based bin packing
+# Step 3: index-based bin packing (step 2, the memory per node, is stages.common.model_spec.node_bytes)
 # ------------------------------------------------------------------------------------------------------------
 
 

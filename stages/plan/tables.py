@@ -1,4 +1,5 @@
-"""Peer-to-peer send/receive tables (G3 §6.2), as message lists.
+"""Building peer-to-peer send/receive tables (G3 §6.2; the :class:`Table` format is
+``stages.common.plan_artifact``'s).
 
 A table is a list of messages in the order they happen: ``msgs[m] = (step, peer, count)`` and the
 ``count`` node ids of message ``m`` are the next slice of ``nodes``. For a send table, ``step`` is the bin
@@ -9,32 +10,9 @@ arrive in its step order. Node ids are owned-local ids for what a worker sends (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-
-@dataclass
-class Table:
-    nodes: np.ndarray  # int64 [sum(count)]
-    msgs: np.ndarray  # int64 [M, 3]: step, peer, count
-
-    @classmethod
-    def empty(cls) -> Table:
-        return cls(np.zeros(0, dtype=np.int64), np.zeros((0, 3), dtype=np.int64))
-
-    @property
-    def total(self) -> int:
-        return int(self.msgs[:, 2].sum()) if len(self.msgs) else 0
-
-    def per_peer_total(self, num_peers: int) -> np.ndarray:
-        return np.bincount(self.msgs[:, 1], weights=self.msgs[:, 2], minlength=num_peers).astype(np.int64)
-
-    def message_slices(self) -> list[tuple[int, int, slice]]:
-        """(step, peer, slice into nodes) of every message, in order."""
-        ends = np.cumsum(self.msgs[:, 2])
-        starts = ends - self.msgs[:, 2]
-        return [(int(s), int(p), slice(int(a), int(b))) for (s, p, _), a, b in zip(self.msgs, starts, ends, strict=True)]
+from ..common.plan_artifact import Table
 
 
 def assemble(parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> Table:
@@ -57,8 +35,3 @@ def assemble(parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> Tab
     counts = np.diff(np.concatenate([starts, [len(key)]]))
     msgs = np.stack([steps[starts], peers[starts], counts], axis=1).astype(np.int64)
     return Table(nodes=nodes.astype(np.int64), msgs=msgs)
-
-
-def ordered_by_step(steps: np.ndarray, tiebreak: np.ndarray) -> np.ndarray:
-    """Permutation sorting nodes by step, then by ``tiebreak`` (priority position or id)."""
-    return np.lexsort((tiebreak, steps))

@@ -185,15 +185,16 @@ def plan_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> Path:
     if int(meta["num_workers"]) == k:
         return plan
     from ..common.partition_artifact import load_partition_meta
+    from ..common.plan_artifact import load_plan_meta
     from ..partition import PartitionOptions, run_partition
     from ..plan import PlanConfig, run_plan
-    from ..plan.artifact import load_plan_meta
 
     part_meta = load_partition_meta(meta["partition"]["path"])
     method = part_meta.get("method", "g3")
     params = part_meta.get("parameters", {})
-    cfg = dict(meta["config"])
-    cfg["device_memory"] = int(meta["device_memory"])
+    opts_g3 = meta["strategy"]["options"]
+    cfg = {**{k: meta["config"][k] for k in ("model", "layers", "hidden", "heads")},
+           "device_memory": int(meta["device_memory"]), "bin_size": opts_g3.get("bin_size")}
     part_dir = cache / f"part-{method}-{k}"
     plan_dir = cache / f"part-{method}-{k}.plan-{cfg['model']}"
     want = {"store": meta["store"].get("checksums"), "config": cfg, "method": method}
@@ -210,14 +211,16 @@ def plan_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> Path:
                             hidden=params.get("hidden", 16), max_swaps=params.get("max_swaps"),
                             degree_tol=params.get("degree_tol"))
     run_partition(meta["store"]["path"], opts, out=part_dir, force=True)
-    run_plan(part_dir, PlanConfig(**cfg), out=plan_dir, force=True)
+    run_plan(part_dir, PlanConfig(model=cfg["model"], layers=cfg["layers"], hidden=cfg["hidden"], heads=cfg["heads"],
+                                  options={"device_memory": cfg["device_memory"], "bin_size": cfg["bin_size"]}),
+             out=plan_dir, force=True)
     write_json_atomic(stamp, want)
     return plan_dir
 
 
 def _halo_for(plan: Path, wl: Workload, csr) -> list | None:
     """Halo loads from the store's CSR and the plan's partition assignment (None when unavailable)."""
-    from ..plan.artifact import load_plan_meta
+    from ..common.plan_artifact import load_plan_meta
 
     if csr is None:
         return None
@@ -244,7 +247,7 @@ def _load_csr(store_path: str | None):
 def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | None = None,
                  force: bool = False) -> dict:
     """Entry point of `g3 simulate`: simulate PLAN (or its store at ``--workers K``) and the scaling table."""
-    from ..plan.artifact import load_plan_meta
+    from ..common.plan_artifact import load_plan_meta
 
     plan = Path(plan)
     meta = load_plan_meta(plan)

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from ..plan.bins import node_bytes
-from ..train.dataflow import (
+from ..common.model_spec import node_bytes
+from ..runtime.dataflow import (
     bins_in_order,
     complete_messages,
     lowest_runnable_bin,
@@ -41,25 +41,10 @@ from ..train.dataflow import (
     release_inputs,
     transpose_rows,
 )
+from ..runtime.pipeline import SCHEDULES, Schedule  # noqa: F401 - SCHEDULES: the systems simulated
 from .profile import Rates
 from .workload import WorkerLoad, Workload
 
-
-@dataclass(frozen=True)
-class Schedule:
-    eager: bool
-    order: str  # "priority" | "id"
-    prefetch: bool
-    async_send: bool
-
-
-# the runtime's table (stages/train/strategies/g3.py SCHEDULES); tests check they agree
-SCHEDULES = {
-    "none": Schedule(eager=False, order="priority", prefetch=False, async_send=False),
-    "intra": Schedule(eager=False, order="priority", prefetch=True, async_send=True),
-    "inter": Schedule(eager=True, order="id", prefetch=False, async_send=True),
-    "multi": Schedule(eager=True, order="priority", prefetch=True, async_send=True),
-}
 BASELINES = ("layer-barrier", "halo")
 
 

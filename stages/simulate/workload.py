@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..plan.bins import LayerShape
-from ..plan.tables import Table
+from ..common.model_spec import LayerShape
+from ..common.plan_artifact import Table
 
 ELEM_BYTES = 4
 
@@ -108,7 +108,7 @@ def count_params(shapes: list[LayerShape], model: str) -> int:
 
 def load_workload(plan: str | Path) -> Workload:
     """Read every worker's bins and message tables from a plan folder (``g3.plan`` v1)."""
-    from ..plan.artifact import WorkerPlan, load_plan_meta
+    from ..common.plan_artifact import WorkerPlan, load_plan_meta
 
     plan = Path(plan)
     meta = load_plan_meta(plan)

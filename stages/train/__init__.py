@@ -1,4 +1,4 @@
-"""`g3 train`: hybrid-parallel full-graph training on torch.distributed.
+"""`g3 train`: distributed full-graph (or mini-batch) training of a plan with the plan's strategy.
 
 Entry point: :func:`run_train`. With ``--workers K`` it spawns K local processes (rendezvous on loopback);
 under ``torchrun`` (RANK/WORLD_SIZE/MASTER_ADDR set) it runs the one rank of this process.
@@ -7,37 +7,27 @@ under ``torchrun`` (RANK/WORLD_SIZE/MASTER_ADDR set) it runs the one rank of thi
 from __future__ import annotations
 
 import json
-import logging
 import os
-import socket
-import sys
+import shutil
 import time
 from pathlib import Path
 
 from ..common.atomic import check_target, write_json_atomic
 from ..common.errors import G3InputError, G3RuntimeError
-from ..common.partition_artifact import load_partition_meta
-from .config import PIPELINES, TrainConfig
+from ..common.partition_artifact import load_partition_meta, partition_digest
+from ..common.plan_artifact import load_plan_meta, plan_strategy
+from ..common.strategies import strategy_info
+from ..runtime.config import check_runtime, resolve_knobs
+from ..runtime.launch import run_guarded, spawn_workers, under_torchrun
+from .config import TrainConfig
 
 RUN_SCHEMA = "g3.run"
 RUN_VERSION = 1
 
 
-def _free_port(addr: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((addr, 0))
-        return s.getsockname()[1]
-
-
-def under_torchrun() -> bool:
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
-
-
-def check_plan(plan: Path, cfg: TrainConfig) -> dict:
-    """The plan's metadata, after checking it matches its partition and the requested worker count."""
-    from ..plan import partition_digest
-    from ..plan.artifact import load_plan_meta
-
+def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
+    """The plan's metadata, after checking it matches its partition, the worker count and the runtime settings
+    (the strategy knobs of ``cfg`` are resolved against the plan's strategy)."""
     meta = load_plan_meta(plan)
     part = Path(meta["partition"]["path"])
     load_partition_meta(part)
@@ -47,54 +37,58 @@ def check_plan(plan: Path, cfg: TrainConfig) -> dict:
             path=plan,
         )
     k = int(meta["num_workers"])
-    if cfg.workers is not None and cfg.workers != k:
-        raise G3InputError(f"the plan is for {k} workers, not {cfg.workers}; re-run g3 partition/plan", path=plan)
-    if cfg.pipeline not in PIPELINES:
-        raise G3InputError(f"--pipeline {cfg.pipeline} is not available (choose from {', '.join(PIPELINES)})")
-    if cfg.device == "cuda":
-        import torch
+    if workers is not None and workers != k:
+        raise G3InputError(f"the plan is for {k} workers, not {workers}; re-run g3 partition/plan", path=plan)
+    resolve_knobs(cfg, strategy_info(plan_strategy(meta)))
+    check_runtime(cfg)
+    return meta
 
-        if not torch.cuda.is_available():
-            raise G3InputError("--device cuda but CUDA is not available on this machine")
+
+def _check_training(cfg: TrainConfig) -> None:
+    import math
+
     if cfg.epochs < 1:
         raise G3InputError("--epochs must be >= 1")
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise G3InputError("--dropout must be in [0, 1)")
-    return meta
+    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
+        raise G3InputError("--lr must be a positive number")
+    if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
+        raise G3InputError("--weight-decay must be >= 0")
+    if cfg.eval_every < 0 or cfg.checkpoint_every < 0:
+        raise G3InputError("--eval-every and --checkpoint-every must be >= 0 (0: never)")
 
 
 def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None, force: bool = False) -> dict:
     """Entry point of `g3 train`; returns run.json."""
+    from .loop import train_rank
+
     plan = Path(plan)
-    meta = check_plan(plan, cfg)
+    meta = check_plan(plan, cfg, cfg.workers)
+    _check_training(cfg)
     world = int(meta["num_workers"])
     run_dir = Path(out) if out else plan.parent / f"{plan.name}.run"
     if under_torchrun():
-        return _run_torchrun(plan, run_dir, cfg, meta, force)
+        return _run_torchrun(plan, run_dir, cfg, meta)
     if cfg.resume:
         if not (run_dir / "run.json").is_file():
             raise G3InputError("--resume: no run to resume here (no run.json)", path=run_dir)
     else:
         check_target(run_dir, force)
         if run_dir.exists():
-            import shutil
-
             shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    info = _write_run_json(run_dir, plan, meta, cfg, status="running")
+    _write_run_json(run_dir, plan, meta, cfg, status="running")
     t0 = time.perf_counter()
     try:
-        spawn_workers(world, plan, run_dir, cfg)
+        spawn_workers(train_rank, world, run_dir, "", cfg.master_addr, cfg.master_port, str(plan), str(run_dir), cfg)
     except G3RuntimeError as exc:
         _write_run_json(run_dir, plan, meta, cfg, status="failed", error=str(exc))
         raise
-    info = _write_run_json(run_dir, plan, meta, cfg, status="completed", seconds=time.perf_counter() - t0)
-    return info
+    return _write_run_json(run_dir, plan, meta, cfg, status="completed", seconds=time.perf_counter() - t0)
 
 
-def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict, force: bool) -> dict:
+def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict) -> dict:
     """One rank of a torchrun job; rank 0 keeps run.json (the run folder must be shared, or rank 0's)."""
-    from .loop import run_rank
+    from .loop import train_rank
 
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     world = int(meta["num_workers"])
@@ -105,7 +99,7 @@ def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict, force
         _write_run_json(run_dir, plan, meta, cfg, status="running")
     t0 = time.perf_counter()
     try:
-        run_rank(rank, world, str(plan), str(run_dir), cfg, "env://")
+        run_guarded(train_rank, rank, world, run_dir, "", "env://", str(plan), str(run_dir), cfg)
     except Exception as exc:
         if rank == 0:
             _write_run_json(run_dir, plan, meta, cfg, status="failed", error=str(exc))
@@ -117,58 +111,6 @@ def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict, force
     return info
 
 
-def spawn_workers(world: int, plan: Path, run_dir: Path, cfg: TrainConfig) -> None:
-    """Start ``world`` local processes; if any fails, the others are stopped and the failure is reported."""
-    import torch.multiprocessing as mp
-
-    port = cfg.master_port or _free_port(cfg.master_addr)
-    init_method = f"tcp://{cfg.master_addr}:{port}"
-    ctx = mp.start_processes(
-        _spawn_entry, args=(world, str(plan), str(run_dir), cfg, init_method), nprocs=world, join=False,
-        start_method="spawn",
-    )
-    try:
-        while not ctx.join(timeout=1.0):
-            pass
-    except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
-        rank = getattr(exc, "error_index", None)
-        raise G3RuntimeError(_failure_message(run_dir, rank, exc, cfg.task)) from None
-    except KeyboardInterrupt:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.terminate()
-        raise
-
-
-def _spawn_entry(rank: int, world: int, plan: str, run_dir: str, cfg: TrainConfig, init_method: str) -> None:
-    from .loop import run_rank
-
-    os.environ.setdefault("LOCAL_WORLD_SIZE", str(world))
-    run_rank(rank, world, plan, run_dir, cfg, init_method)
-    # The rank's work is done and written (model, metrics, logs; the process group destroyed). Leave without the
-    # interpreter's teardown: there, native threads of torch's libraries are destroyed in no fixed order, and
-    # about one worker process in a few hundred aborted ("terminate called without an active exception",
-    # SIGABRT) after logging "finished", which failed a run whose every artifact was complete.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def _failure_message(run_dir: Path, rank, exc, task: str = "train") -> str:
-    """Name the rank that failed first (as torch's process context saw it) and its error."""
-    if rank is None:
-        return f"a worker failed: {exc}"
-    prefix = "" if task == "train" else task + "-"
-    err = run_dir / "logs" / f"{prefix}rank-{rank:05d}.error"
-    log_path = run_dir / "logs" / f"{prefix}rank-{rank:05d}.log"
-    if err.is_file() and err.read_text().strip():
-        return f"worker {rank} failed: {err.read_text().strip().splitlines()[0]} (log: {log_path})"
-    sig = getattr(exc, "signal_name", None)
-    how = f"was killed by {sig}" if sig else f"exited with code {getattr(exc, 'exit_code', '?')}"
-    return f"worker {rank} {how} (log: {log_path})"
-
-
 def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, status: str, **extra) -> dict:
     path = run_dir / "run.json"
     previous = json.loads(path.read_text()) if path.is_file() else {}
@@ -177,6 +119,7 @@ def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, sta
         "path": str(run_dir),
         "schema_version": RUN_VERSION,
         "plan": {"path": str(plan.resolve()), "model": meta["config"], "num_workers": meta["num_workers"]},
+        "strategy": meta["strategy"],
         "partition": meta["partition"],
         "store": meta["store"],
         "config": cfg.to_dict(),
@@ -188,4 +131,4 @@ def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, sta
     return info
 
 
-__all__ = ["run_train", "TrainConfig", "RUN_SCHEMA", "RUN_VERSION"]
+__all__ = ["run_train", "check_plan", "TrainConfig", "RUN_SCHEMA", "RUN_VERSION"]

@@ -1,45 +1,47 @@
-"""Checkpoints: model, optimizer, epoch and RNG states, written atomically; loaded with weights_only=True."""
+"""Checkpoints: model, optimizer, epoch and RNG states (rank 0), and each rank's strategy state (caches, a
+sampler's position) where it has one; written atomically, loaded with weights_only=True."""
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import torch
 
+from ..common.atomic import atomic_file
 from ..common.errors import G3InputError
 
 CKPT_RE = re.compile(r"epoch-(\d+)\.pt$")
 
 
-def _atomic_save(obj, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
+def _save(obj, path: Path) -> None:
+    with atomic_file(path) as tmp:
         torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_weights(path: Path, model: torch.nn.Module) -> None:
-    _atomic_save({k: v.detach().cpu() for k, v in model.state_dict().items()}, path)
+    _save({k: v.detach().cpu() for k, v in model.state_dict().items()}, path)
 
 
-def save_checkpoint(run_dir: Path, epoch: int, model, optimizer, cfg) -> Path:
+def rank_state_path(ckpt: Path, rank: int) -> Path:
+    """The strategy state of ``rank`` beside checkpoint ``ckpt`` (``epoch-NNNNN.rank-RRRRR.pt``)."""
+    return ckpt.with_name(ckpt.name.removesuffix(".pt") + f".rank-{rank:05d}.pt")
+
+
+def save_checkpoint(run_dir: Path, epoch: int, model, optimizer, cfg, strategy, rank: int) -> Path:
+    """Collective: rank 0 writes the weights and optimizer, every rank with strategy state its own file."""
     path = Path(run_dir) / "checkpoints" / f"epoch-{epoch:05d}.pt"
-    state = {
-        "epoch": epoch,
-        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        "optimizer": optimizer.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "seed": cfg.seed,
-    }
-    _atomic_save(state, path)
+    state = strategy.state_dict()
+    if state:
+        _save(state, rank_state_path(path, rank))
+    if rank == 0:
+        _save({
+            "epoch": epoch,
+            "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+            "optimizer": optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "seed": cfg.seed,
+        }, path)
     return path
 
 
@@ -51,20 +53,25 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1][1] if found else None
 
 
-def load_checkpoint(path: Path, model, optimizer) -> int:
-    """Restore model and optimizer; returns the epoch the checkpoint was taken after."""
+def _load(path: Path, what: str) -> dict:
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise G3InputError(f"cannot read checkpoint: {exc}", path=path) from None
+        raise G3InputError(f"cannot read {what}: {exc}", path=path) from None
+
+
+def load_checkpoint(path: Path, model, optimizer, strategy=None, rank: int = 0) -> int:
+    """Restore model, optimizer and (when given) this rank's strategy state; returns the epoch the checkpoint
+    was taken after."""
+    state = _load(path, "checkpoint")
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
+    if strategy is not None:
+        own = rank_state_path(path, rank)
+        strategy.load_state_dict(_load(own, "strategy state") if own.is_file() else {})
     return int(state["epoch"])
 
 
 def load_weights(path: Path) -> dict:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise G3InputError(f"cannot read weights: {exc}", path=path) from None
+    return _load(path, "weights")

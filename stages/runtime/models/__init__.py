@@ -13,15 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...common.model_spec import MODEL_KINDS, ModelSpec
 from ..block import Block
 from ..kernels import relu_dropout, relu_dropout_grad
 from .gat import GATConv
 from .gcn import GCNConv
 from .sage import SAGEConv
 
-MODEL_KINDS = ("sage", "gcn", "gat")
-
-__all__ = ["GATConv", "GCNConv", "GNNModel", "MODEL_KINDS", "SAGEConv", "build_model"]
+__all__ = ["GATConv", "GCNConv", "GNNModel", "MODEL_KINDS", "SAGEConv", "build_model", "model_from_spec"]
 
 
 class GNNModel(nn.Module):
@@ -156,32 +155,25 @@ def build_model(
     layers: int,
     heads: int = 8,
 ) -> GNNModel:
-    """A ``layers``-layer model of ``kind`` (``"sage"``, ``"gcn"`` or ``"gat"``).
+    """A ``layers``-layer model of ``kind`` (``"sage"``, ``"gcn"`` or ``"gat"``): :func:`model_from_spec` of
+    that :class:`~stages.common.model_spec.ModelSpec`."""
+    return model_from_spec(ModelSpec(kind, in_dim, hidden, num_classes, layers, heads))
 
-    Widths: ``in_dim → hidden → ... → num_classes``; for GAT the hidden layers concatenate their ``heads`` heads
-    (width ``heads * hidden``) and the last layer averages them. Initialisation (Glorot weights, zero biases)
-    is deterministic given ``torch.manual_seed`` before the call.
+
+def model_from_spec(spec: ModelSpec) -> GNNModel:
+    """The layers of ``spec``, with the widths its layer shapes give (the one place they are computed).
+
+    Initialisation (Glorot weights, zero biases) is deterministic given ``torch.manual_seed`` before the call.
     """
-    if kind not in MODEL_KINDS:
-        raise ValueError(f"unknown model kind {kind!r} (expected one of {', '.join(MODEL_KINDS)})")
-    if layers < 1:
-        raise ValueError(f"a model needs at least one layer, got {layers}")
-    if min(in_dim, hidden, num_classes, heads) < 1:
-        raise ValueError("in_dim, hidden, num_classes and heads must be positive")
+    spec.check()
     mods: list[nn.Module] = []
-    widths = [in_dim]
-    for l in range(layers):  # noqa: E741
-        last = l == layers - 1
-        d_in = widths[-1]
-        d_out = num_classes if last else hidden
-        if kind == "sage":
-            mods.append(SAGEConv(d_in, d_out))
-            widths.append(d_out)
-        elif kind == "gcn":
-            mods.append(GCNConv(d_in, d_out))
-            widths.append(d_out)
+    for li, s in enumerate(spec.layer_shapes()):
+        if spec.kind == "sage":
+            mods.append(SAGEConv(s.d_in, s.d_out))
+        elif spec.kind == "gcn":
+            mods.append(GCNConv(s.d_in, s.d_out))
         else:
-            mods.append(GATConv(d_in, d_out, heads=heads, concat=not last))
-            widths.append(d_out if last else heads * d_out)
-    config = dict(kind=kind, in_dim=in_dim, hidden=hidden, num_classes=num_classes, layers=layers, heads=heads)
-    return GNNModel(mods, widths, config)
+            mods.append(GATConv(s.d_in, s.per_head, heads=s.heads, concat=li < spec.layers - 1))
+    config = dict(kind=spec.kind, in_dim=spec.in_dim, hidden=spec.hidden, num_classes=spec.num_classes,
+                  layers=spec.layers, heads=spec.heads)
+    return GNNModel(mods, spec.widths, config)

@@ -6,6 +6,8 @@ Rows are positions in the worker's priority list; node ids are the shard's local
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numba
 import numpy as np
 
@@ -184,3 +186,59 @@ def build_block_arrays(rows, row_ptr, edge_src, prio, mark):
     for i in range(n_src):
         mark[src[i]] = -1
     return src[:n_src].copy(), indptr, indices
+
+
+@dataclass
+class BinDependencies:
+    """What the forward bins of one layer wait for (``multi``, ``inter``): dependency ``i`` is bin ``i`` of the layer
+    before (``i < n_bins_before``) or message ``i - n_bins_before`` of that layer's ``fwd_recv`` table; the bins
+    waiting for it are ``bins[ptr[i]:ptr[i + 1]]``; ``wait[b]``: how many dependencies bin ``b`` has."""
+
+    ptr: np.ndarray
+    bins: np.ndarray
+    n_bins_before: int
+    wait: np.ndarray
+
+    def dependents(self, i: int) -> np.ndarray:
+        return self.bins[self.ptr[i] : self.ptr[i + 1]]
+
+
+def _rows_csr(bins: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(ptr, rows) of a layer's bins given by their rows: bin b's rows are ``rows[ptr[b]:ptr[b+1]]``."""
+    ptr = np.zeros(len(bins) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in bins], out=ptr[1:])
+    rows = np.concatenate(bins) if bins else np.zeros(0, dtype=np.int64)
+    return ptr, rows.astype(np.int64, copy=False)
+
+
+def _row_bin(bins: list[np.ndarray], n_rows: int) -> np.ndarray:
+    """The bin of every row, for a layer's bins given by their rows (each row in exactly one bin)."""
+    out = np.full(n_rows, -1, dtype=np.int64)
+    for b, rows in enumerate(bins):
+        out[rows] = b
+    if (out < 0).any():
+        raise RuntimeError("forward bins do not cover every owned row")
+    return out
+
+
+def bin_dependencies(prev_bins: list[np.ndarray], bins: list[np.ndarray], row_ptr: np.ndarray, edge_src: np.ndarray,
+                     recv_table, n_own: int, n_remote: int) -> BinDependencies:
+    """What each forward bin of a layer waits for, the bins given by their rows (``bins[b]``: rows of bin b;
+    ``prev_bins``: the layer before's): the previous layer's bins that compute its rows' own nodes and owned
+    in-neighbours, and the messages of ``recv_table`` (the previous layer's ``fwd_recv``) that carry its remote
+    in-neighbours. One pass over the arcs (numba), memory of the order of the dependencies, not of the arcs."""
+    slices = recv_table.message_slices()
+    msg_of = np.full(n_remote, -1, dtype=np.int64)  # remote offset → its message
+    for m, (_, _, sl) in enumerate(slices):
+        msg_of[np.asarray(recv_table.nodes[sl], dtype=np.int64)] = m
+    if (msg_of < 0).any():
+        raise RuntimeError("plan: a fwd_recv table does not carry every remote input of the next layer")
+    n_prev, n_bins = len(prev_bins), len(bins)
+    n_deps = n_prev + len(slices)
+    bin_ptr, bin_rows = _rows_csr(bins)
+    waiting, on = bin_dependency_pairs(bin_ptr, bin_rows, np.asarray(row_ptr, dtype=np.int64), edge_src,
+                                       _row_bin(prev_bins, n_own), msg_of, n_own, n_prev, n_deps)
+    order = np.argsort(on, kind="stable")
+    ptr = np.zeros(n_deps + 1, dtype=np.int64)
+    np.cumsum(np.bincount(on, minlength=n_deps), out=ptr[1:])
+    return BinDependencies(ptr, waiting[order], n_prev, np.bincount(waiting, minlength=n_bins).astype(np.int64))

@@ -9,9 +9,10 @@ rows it completes marked ready), 2 = sends in flight, 3 = receives in flight.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
+
+from ..common.atomic import write_json_atomic
 
 LANES = {"compute": 0, "wait": 0, "gather": 1, "copy_in": 1, "copy_out": 1, "pack": 1, "unpack": 1, "send": 2,
          "recv": 3}
@@ -53,9 +54,7 @@ class Tracer:
         meta = [{"name": "process_name", "ph": "M", "pid": self.rank, "args": {"name": f"rank {self.rank}"}}]
         meta += [{"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid, "args": {"name": name}}
                  for name, tid in (("compute", 0), ("data movement", 1), ("send", 2), ("recv", 3))]
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"traceEvents": meta + self.events, "displayTimeUnit": "ms"}))
-        tmp.replace(path)
+        write_json_atomic(path, {"traceEvents": meta + self.events, "displayTimeUnit": "ms"}, indent=None)
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -28,31 +28,24 @@ next bin's inputs are gathered (on CUDA copied in) while one bin recomputes and 
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from ...plan.bins import LayerShape, node_bytes
+from ...common.model_spec import LayerShape, node_bytes
+from ...common.partition_artifact import Shard
+from ...common.plan_artifact import Table, WorkerPlan
 from ..block import Block
-from ..comm import TAG_SHIFT, Exchanger, phase_tag
 from ..config import local_workers
-from ..dataflow import (
-    bin_dependency_pairs,
-    bins_in_order,
-    build_block_arrays,
-    complete_messages,
-    lowest_runnable_bin,
-    node_messages,
-)
-from ..kernels import add_rows_at, backend, put_rows_at, take_rows_at, use_serial_kernels_in_this_thread
-from ..trace import Tracer, now_us
-from .base import Strategy, WorkerData
+from ..dataflow import bin_dependencies, bins_in_order, build_block_arrays, lowest_runnable_bin
+from ..kernels import add_rows_at, backend, put_rows_at, take_rows_at
+from ..pipeline import SCHEDULES
+from ..threads import helper_executor
+from ..trace import now_us
+from ..transport import TableReceiver
+from .base import Inference, StepOutput, Strategy, WorkerContext, labelled_rows
 
 LAYER0_ROWS = "g3_layer0_input_rows"  # block cache key: the layer-0 input rows a static layer still reads
 SRC_RANGE, DST_RANGE = "g3_src_range", "g3_dst_range"  # block cache keys: the ids as a slice, when contiguous
@@ -91,275 +84,83 @@ def add_rows(h: torch.Tensor, ids: torch.Tensor, rng: slice | None, rows: torch.
         add_rows_at(h, ids, rows)
 
 
-def _rows_csr(bins) -> tuple[np.ndarray, np.ndarray]:
-    """(ptr, rows) of a layer's bins given as (rows, ...) tuples: bin b's rows are ``rows[ptr[b]:ptr[b+1]]``."""
-    ptr = np.zeros(len(bins) + 1, dtype=np.int64)
-    np.cumsum([len(b[0]) for b in bins], out=ptr[1:])
-    rows = np.concatenate([b[0] for b in bins]) if bins else np.zeros(0, dtype=np.int64)
-    return ptr, rows.astype(np.int64, copy=False)
+class WorkerData:
+    """Everything one worker reads from disk: its shard (partition) and its plan folder.
 
-
-def _row_bin(bins, n_rows: int) -> np.ndarray:
-    """The bin of every row, for a layer's bins given as (rows, ...) tuples (each row in exactly one bin)."""
-    out = np.full(n_rows, -1, dtype=np.int64)
-    for b, entry in enumerate(bins):
-        out[entry[0]] = b
-    if (out < 0).any():
-        raise RuntimeError("forward bins do not cover every owned row")
-    return out
-
-
-def _helper_thread_init() -> None:
-    """A helper thread (prefetch, sender, receiving) runs its torch and numba kernels on one thread, off the
-    cores the compute kernels use: its numba row copies as plain loops (``use_serial_kernels_in_this_thread``),
-    its torch ops with one thread — with OpenMP the setting is the calling thread's own; elsewhere it would set
-    the whole process's, so it is left alone there. Call :func:`_keep_caller_threads` in the thread that
-    starts helpers first."""
-    use_serial_kernels_in_this_thread()
-    if torch.backends.openmp.is_available():
-        torch.set_num_threads(1)
-
-
-def _keep_caller_threads() -> None:
-    """Fix the calling (compute) thread's torch thread count before any helper thread sets its own: a thread
-    takes the process-wide count at its first parallel op, and a helper's ``set_num_threads(1)`` changes
-    that count, so a compute thread that had not run one yet would go on with a single thread."""
-    torch.get_num_threads()
-
-
-class _DaemonThreads:
-    """A fixed set of helper threads, started once, that run submitted jobs; daemons, so that a worker whose
-    peer died can still exit while a thread waits on that peer (a ``ThreadPoolExecutor`` joins its threads at
-    exit)."""
-
-    def __init__(self, size: int, name: str):
-        _keep_caller_threads()
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        for i in range(size):
-            threading.Thread(target=self._run, daemon=True, name=f"{name}-{i}").start()
-
-    def _run(self) -> None:
-        _helper_thread_init()
-        while True:
-            fn, args = self.jobs.get()
-            fn(*args)
-
-    def submit(self, fn, *args) -> None:
-        self.jobs.put((fn, args))
-
-
-@dataclass(frozen=True)
-class Schedule:
-    eager: bool  # inter-layer: start next-layer nodes as soon as their inputs are present
-    order: str  # "priority" (BFS, peer-needed first) or "id" (consecutive node ids)
-    prefetch: bool  # intra-layer: gather/copy the next bin while this one computes
-    async_send: bool  # sends progress in the background (False: each send is waited for)
-    # intra-layer, the outputs' side: messages are packed and posted by a sender thread, and the forward's
-    # arrived rows copied into place by the receiving threads, while the compute thread goes on
-    background_copies: bool
-
-
-SCHEDULES = {
-    "none": Schedule(eager=False, order="priority", prefetch=False, async_send=False, background_copies=False),
-    "intra": Schedule(eager=False, order="priority", prefetch=True, async_send=True, background_copies=True),
-    "inter": Schedule(eager=True, order="id", prefetch=False, async_send=True, background_copies=False),
-    "multi": Schedule(eager=True, order="priority", prefetch=True, async_send=True, background_copies=True),
-}
-
-
-@dataclass
-class BinDependencies:
-    """What the forward bins of one layer wait for (``multi``, ``inter``): dependency ``i`` is bin ``i`` of the layer
-    before (``i < n_bins_before``) or message ``i - n_bins_before`` of that layer's ``fwd_recv`` table; the bins
-    waiting for it are ``bins[ptr[i]:ptr[i + 1]]``; ``wait[b]``: how many dependencies bin ``b`` has."""
-
-    ptr: np.ndarray
-    bins: np.ndarray
-    n_bins_before: int
-    wait: np.ndarray
-
-    def dependents(self, i: int) -> np.ndarray:
-        return self.bins[self.ptr[i] : self.ptr[i + 1]]
-
-
-class _Sends:
-    """One layer's outgoing messages: each is sent when its last node has been produced."""
-
-    def __init__(self, table, n_nodes: int, phase: int, strategy: G3Strategy, label: str, blocking: bool):
-        # the table's static structure, built once per table (an epoch makes a _Sends per layer and phase); the
-        # entry holds the table too, so its id cannot be reused while the entry lives
-        cache = strategy.send_structure
-        if id(table) not in cache:
-            cache[id(table)] = (table, table.message_slices(), torch.from_numpy(table.nodes),
-                                *node_messages(table.nodes, table.msgs[:, 2], n_nodes))
-        _, self.slices, self.nodes, self.msg_ptr, self.msg_ids = cache[id(table)]
-        self.remaining = table.msgs[:, 2].copy()
-        self.phase, self.s, self.label, self.blocking = phase, strategy, label, blocking
-        self.pending: list[tuple] = []
-        self.queued: list = []  # the sender thread's jobs (futures) for this table
-
-    def produced(self, nodes: np.ndarray, rows: torch.Tensor, index_offset: int = 0) -> None:
-        """``rows[nodes + index_offset]`` are final: send every message they complete — on the sender thread
-        when there is one (``rows`` must then not change at those positions, which holds: a bin's outputs and
-        a finished remote gradient are written once)."""
-        if len(self.slices) == 0:
-            return
-        if self.s.sender is None or self.blocking:
-            self._produce(nodes, rows, index_offset, now_us())
-        else:
-            self.queued.append(self.s.sender.submit(self._produce, nodes, rows, index_offset, now_us()))
-
-    def _produce(self, nodes: np.ndarray, rows: torch.Tensor, index_offset: int, t_ready: float) -> None:
-        for m in complete_messages(nodes, self.msg_ptr, self.msg_ids, self.remaining):
-            self._send(int(m), rows, index_offset, t_ready)
-
-    def _send(self, m: int, rows: torch.Tensor, index_offset: int, t_ready: float) -> None:
-        # the message is in flight from t_ready, when its rows were final, not from when it was packed: time
-        # spent queued for the sender thread counts as communication
-        step, peer, sl = self.slices[m]
-        t0, t_pack = t_ready, now_us()
-        payload = take_rows_at(rows, self.nodes[sl] + index_offset)
-        work = dist.isend(payload, dst=peer, group=self.s.ex.group, tag=(self.phase << TAG_SHIFT) + step)
-        self.s.tracer.span("pack", f"{self.label} → {peer}", t_pack, now_us(), step=step, peer=peer,
-                           thread=threading.current_thread().name)
-        key = (self.phase, self.s.rank, peer, step)
-        stats = self.s.ex.stats
-        nbytes = payload.numel() * payload.element_size()
-        stats.bytes_sent += nbytes
-        stats.messages += 1
-        stats.per_layer_sent[self.label] = stats.per_layer_sent.get(self.label, 0) + nbytes
-        if self.blocking:
-            self.s.wait_for(work)
-            self.s.tracer.message(key, "send", t0, now_us())
-            self.s.tracer.span("send", f"{self.label} → {peer}", t0, now_us(), step=step, peer=peer)
-        else:
-            self.pending.append((work, payload, key, t0, peer, step))
-
-    def wait(self) -> None:
-        for job in self.queued:
-            job.result()  # raises what the sender thread raised
-        self.queued.clear()
-        for work, _payload, key, t0, peer, step in self.pending:
-            self.s.wait_for(work)
-            self.s.tracer.message(key, "send", t0, now_us())
-            self.s.tracer.span("send", f"{self.label} → {peer}", t0, now_us(), step=step, peer=peer)
-        self.pending.clear()
-        if (self.remaining > 0).any():
-            raise RuntimeError(f"{self.label}: {int((self.remaining > 0).sum())} messages never completed")
-
-
-class _Receives:
-    """One layer's incoming messages, all posted at once.
-
-    gloo's point-to-point works cannot be polled (``is_completed`` only turns true inside ``wait``), so one
-    receiving thread per sending peer (from the strategy's pool, kept across layers and epochs: starting
-    threads anew each layer cost up to ~20 ms of a busy machine at the epoch start) waits for that peer's
-    messages in step order and queues them; the compute thread takes them from the queue between bins
-    (``poll``) or blocks on it when it has nothing else to do. ``unpack(nodes, rows)``, when given, runs on
-    that thread for each arrived message before it is queued (the forward's row copies under the
-    background-copy schedules; the rows it writes are read only once the compute thread has taken the
-    message).
+    Owned nodes are renumbered into the plan's priority order on load (owned-local id ``i`` here is
+    ``plan.priority[i]`` in the shard; remote nodes keep their ids). Every plan bin then owns a contiguous
+    range of rows, so writing a bin's outputs, reading a one-bin layer's inputs or a bin's output gradients are
+    slices instead of scattered row copies. Everything this class hands out (features, labels, splits,
+    degrees, global ids, bins, tables) uses the new numbering; ``order`` maps back to the shard's.
     """
 
-    def __init__(self, table, phase: int, width: int, dtype, strategy: G3Strategy, label: str, unpack=None):
-        self.s, self.label, self.phase, self.unpack = strategy, label, phase, unpack
-        self.queue: queue.Queue = queue.Queue()
-        self.outstanding = 0
-        by_peer: dict[int, list] = {}
-        nodes = torch.from_numpy(table.nodes)
-        for m, (step, peer, sl) in enumerate(table.message_slices()):
-            buf = torch.empty((sl.stop - sl.start, width), dtype=dtype)
-            work = dist.irecv(buf, src=peer, group=strategy.ex.group, tag=(phase << TAG_SHIFT) + step)
-            by_peer.setdefault(peer, []).append((work, buf, nodes[sl], (phase, peer, strategy.rank, step), m, now_us()))
-            self.outstanding += 1
-        for items in by_peer.values():
-            strategy.receivers.submit(self._wait_all, items)
+    # P2P tables whose node lists are owned-local ids (the others hold remote offsets)
+    OWNED_ID_TABLES = ("features_send", "fwd_send_", "bwd_recv_")
 
-    def _wait_all(self, items) -> None:
-        for work, buf, nodes, key, m, t_post in items:
-            try:
-                work.wait()  # exactly once: a second wait on a gloo recv waits for another message
-                t_done = now_us()
-                if self.unpack is not None:
-                    self.unpack(nodes, buf)
-                    self.s.tracer.span("unpack", f"{self.label} ← {key[1]}", t_done, now_us(), step=key[3],
-                                       peer=key[1], thread=threading.current_thread().name)
-            except Exception as exc:  # surfaced in the compute thread
-                self.queue.put(exc)
-                return
-            self.queue.put((buf, nodes, key, m, t_post, t_done))
+    def __init__(self, shard: Shard, plan: WorkerPlan, num_layers: int, dtype: torch.dtype):
+        self.rank = shard.rank
+        self.shard = shard
+        self.plan = plan
+        self.num_owned = shard.num_owned
+        self.num_remote = shard.num_remote
+        n_own = self.num_owned
+        self.order = np.asarray(plan.priority, dtype=np.int64)  # shard owned-local id of each owned node here
+        if len(self.order) != n_own:
+            raise ValueError(f"plan priority list has {len(self.order)} nodes, the shard owns {n_own}")
+        self.new_id = np.empty(n_own, dtype=np.int64)  # shard owned-local id -> id here
+        self.new_id[self.order] = np.arange(n_own, dtype=np.int64)
+        local_order = np.concatenate([self.order, np.arange(n_own, n_own + self.num_remote, dtype=np.int64)])
+        self.global_ids = torch.from_numpy(np.concatenate([shard.owned, shard.remote]).astype(np.int64)[local_order])
+        # one copy each: fancy indexing reads the memory-mapped shard straight into the reordered array
+        self.features = torch.from_numpy(np.asarray(shard.load("features"))[self.order]).to(dtype)
+        self.labels = torch.from_numpy(np.asarray(shard.load("labels"))[self.order].astype(np.int64))
+        self.in_degree = torch.from_numpy(np.asarray(shard.load("in_degree"), dtype=np.float64)[local_order]).to(dtype)
+        self.out_degree = torch.from_numpy(np.asarray(shard.load("out_degree"), dtype=np.float64)[local_order]).to(dtype)
+        self.splits = {s: torch.from_numpy(np.sort(self.new_id[np.asarray(shard.load(s), dtype=np.int64)]))
+                       for s in ("train", "valid", "test")}
+        self.priority = np.arange(n_own, dtype=np.int64)
+        self.row_ptr = plan.row_ptr
+        self.layers = [self._renumber_layer(plan.layer(li)) for li in range(num_layers)]
+        self._tables: dict[str, Table] = {}
 
-    def _consume(self, item, consume) -> None:
-        """``consume(nodes, rows, m)`` for an arrived message (``m``: its index in the table's message order)."""
-        if isinstance(item, Exception):
-            raise item
-        buf, nodes, key, m, t_post, t_done = item
-        self.outstanding -= 1
-        self.s.ex.stats.bytes_recv += buf.numel() * buf.element_size()
-        self.s.tracer.message(key, "recv", t_post, t_done)
-        self.s.tracer.span("recv", f"{self.label} ← {key[1]}", t_post, t_done, step=key[3], peer=key[1])
-        t0 = now_us()
-        consume(nodes, buf, m)
-        self.s.tracer.span("unpack", f"{self.label} ← {key[1]}", t0, now_us(), step=key[3], peer=key[1],
-                           thread=threading.current_thread().name)
+    def _owned_to_new(self, ids: np.ndarray) -> np.ndarray:
+        """Local ids (owned ones renumbered, remote ones kept)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        owned = ids < self.num_owned
+        out = ids.copy()
+        out[owned] = self.new_id[ids[owned]]
+        return out
 
-    def poll(self, consume, block: bool = False) -> int:
-        """Hand every arrived message to ``consume(nodes, rows, m)``; with ``block``, wait for all of them."""
-        done = 0
-        while self.outstanding:
-            try:
-                item = self.queue.get_nowait()
-            except queue.Empty:
-                if not block:
-                    break
-                item = self.wait_one()
-            self._consume(item, consume)
-            done += 1
-        return done
+    def _renumber_layer(self, lp):
+        lp.src = self._owned_to_new(lp.src)
+        return lp
 
-    def wait_one(self):
-        """Block until the next message of this table arrives (counted as waiting time)."""
-        t0 = now_us()
-        try:
-            item = self.queue.get(timeout=self.s.cfg.timeout)
-        except queue.Empty:
-            raise RuntimeError(f"{self.label}: no message from a peer for {self.s.cfg.timeout:.0f} s") from None
-        t1 = now_us()
-        self.s.ex.stats.wait_seconds += (t1 - t0) / 1e6
-        self.s.tracer.span("wait", f"wait {self.label}", t0, t1)
-        return item
-
-    @property
-    def finished(self) -> bool:
-        return self.outstanding == 0
+    def table(self, name: str) -> Table:
+        if name not in self._tables:
+            t = self.plan.table(name)
+            if name.startswith(self.OWNED_ID_TABLES) and len(t.nodes):
+                t = Table(self.new_id[np.asarray(t.nodes, dtype=np.int64)], t.msgs)
+            self._tables[name] = t
+        return self._tables[name]
 
 
 class G3Strategy(Strategy):
     name = "g3"
 
-    def __init__(self, data: WorkerData, model, exchanger: Exchanger, cfg):
-        super().__init__(data, model, exchanger, cfg)
-        self.rank = data.rank
+    def __init__(self, ctx: WorkerContext, model):
+        super().__init__(ctx, model)
+        cfg = ctx.cfg
+        self.data = data = WorkerData(ctx.shard, ctx.plan, ctx.spec.layers, cfg.torch_dtype)
         self.schedule = SCHEDULES[cfg.pipeline]
         self.num_layers = len(data.layers)
-        self.tracer = Tracer(self.rank)
         self.phase = "fwd"  # the pass running now: "fwd", "eval" or "bwd" (gather spans carry it)
         self.blocks = [self._plan_blocks(li) for li in range(self.num_layers)]
         self.remote_features: torch.Tensor | None = None
         self.keep = cfg.backward == "keep"
         self.saved: list[list] = [[] for _ in range(self.num_layers)]
         self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
-        self.bwd_recvs: dict[int, _Receives] = {}  # backward's receives, posted early by a training forward
-        _keep_caller_threads()  # before the helper threads below start
+        self.bwd_recvs: dict[int, TableReceiver] = {}  # backward's receives, posted early by a training forward
         self.pool = self._gather_pool(cfg)
-        # intra/multi: messages are packed and posted on this thread while the compute thread goes on (the CPU
-        # side of the copy-out overlap); one thread, so a table's messages go out in the order they complete
-        self.sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g3-send", initializer=_helper_thread_init) \
-            if self.schedule.background_copies else None
-        # the receiving threads: as many as there can be (table, peer) pairs open at once — every forward and
-        # backward table of a training epoch (fewer could leave a table's messages unreceived behind another's)
-        world = dist.get_world_size() if dist.is_initialized() else 1
-        self.receivers = _DaemonThreads(2 * max(1, self.num_layers - 1) * (world - 1), "g3-recv")
         self.copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         # layer 0 reads the fixed input features: SAGE/GCN aggregate them once per block and keep the result
         # (--layer0-cache); from then on the bin's input is only the rows the layer still reads, kept too
@@ -368,14 +169,20 @@ class G3Strategy(Strategy):
         self._fwd_bins: list | None = None  # eager schedules: per layer, the forward's bins (built on first use)
         self._bin_deps: list | None = None  # eager schedules: per layer, what each of those bins waits for
         self._init_dataflow()
+        self.train_rows = labelled_rows(data.labels, data.splits["train"])  # unlabelled nodes carry no loss
+        self.global_train = ctx.all_reduce_int(len(self.train_rows))
+        self.epoch = 0
 
-    def _gather_pool(self, cfg) -> ThreadPoolExecutor | None:
-        """The prefetch thread of ``intra``/``multi`` (see ``TrainConfig.prefetch_enabled``); its own torch ops
-        run on one thread, so a gather never spreads over the cores the compute kernels use."""
-        local = local_workers(dist.get_world_size() if dist.is_initialized() else 1)
-        if not (self.schedule.prefetch and cfg.prefetch_enabled(torch.get_num_threads(), local)):
+    @property
+    def num_owned(self) -> int:
+        return self.data.num_owned
+
+    def _gather_pool(self, cfg):
+        """The prefetch thread of ``intra``/``multi`` (see ``RuntimeConfig.prefetch_enabled``); its own torch
+        ops run on one thread, so a gather never spreads over the cores the compute kernels use."""
+        if not (self.schedule.prefetch and cfg.prefetch_enabled(torch.get_num_threads(), local_workers(self.ctx.world))):
             return None
-        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="g3-gather", initializer=_helper_thread_init)
+        return helper_executor("g3-gather")
 
     # --- static structure ----------------------------------------------------------------------------------
     def _make_block(self, rows_lo: int, rows_hi: int, src: np.ndarray, indptr: np.ndarray, indices: np.ndarray):
@@ -435,13 +242,6 @@ class G3Strategy(Strategy):
         return out
 
     # --- helpers -------------------------------------------------------------------------------------------
-    def wait_for(self, work) -> None:
-        t0 = now_us()
-        work.wait()
-        t1 = now_us()
-        self.ex.stats.wait_seconds += (t1 - t0) / 1e6
-        self.tracer.span("wait", "wait", t0, t1)
-
     def _static(self, li: int) -> bool:
         return li == 0 and self.layer0_rows is not None
 
@@ -464,7 +264,7 @@ class G3Strategy(Strategy):
         t0 = now_us()
         x = take_rows(h, src, rng).detach() if rng is not None else take_rows_at(h, src)
         t1 = now_us()
-        self.tracer.span("gather", f"L{layer} bin {b}", t0, t1, layer=layer, bin=b, phase=self.phase,
+        self.tracer.span("gather", f"L{layer} bin {b}", t0, t1, layer=layer, bin=b, phase=self.phase, rows=len(src),
                          prefetched=threading.current_thread() is not threading.main_thread(),
                          view=rng is not None)  # a view: contiguous sources, nothing copied
         if self.device.type != "cuda":
@@ -495,18 +295,30 @@ class G3Strategy(Strategy):
         if self.remote_features is None or not self.cfg.feature_cache:
             self.layer0_input = None
             buf = torch.zeros((d.num_remote, d.features.shape[1]), dtype=d.features.dtype)
-            out = self.ex.outgoing(d.table("features_send"), "features", 0)
-            inc = self.ex.incoming(d.table("features_recv"), "features", 0, d.features.shape[1], d.features.dtype)
-            out.send_step(0, d.features)
-            inc.finish(lambda nodes, rows: put_rows_at(buf, nodes, rows))
-            out.wait()
+            self.tr.exchange_table(d.table("features_send"), d.table("features_recv"), "features", 0, d.features, buf)
             self.remote_features = buf
         if getattr(self, "layer0_input", None) is None:  # built once while the cache holds: it is read-only
             self.layer0_input = torch.cat([d.features, self.remote_features]) if d.num_remote else d.features
         return self.layer0_input
 
+    # --- the interface -------------------------------------------------------------------------------------
+    def forward(self, epoch: int, step: int) -> StepOutput:
+        """The whole graph's forward (one step per epoch): logits of every owned node, the training rows as
+        targets."""
+        self.epoch = epoch
+        logits = self._forward(epoch, training=True)
+        return StepOutput(logits, self.data.labels, self.train_rows, self.global_train)
+
+    def backward(self, grad_logits: torch.Tensor) -> None:
+        self._backward(grad_logits, self.epoch)
+
+    def infer(self) -> Inference:
+        with torch.no_grad():
+            logits = self._forward(self.epoch, training=False)
+        return Inference(logits, self.data.labels, self.data.splits)
+
     # --- forward -------------------------------------------------------------------------------------------
-    def forward(self, epoch: int, training: bool) -> torch.Tensor:
+    def _forward(self, epoch: int, training: bool) -> torch.Tensor:
         d = self.data
         L = self.num_layers
         kind = "fwd" if training else "eval"
@@ -518,12 +330,12 @@ class G3Strategy(Strategy):
             h = torch.empty((rows, self.model.widths[li + 1]), dtype=h0.dtype)  # owned rows: all computed
             h[d.num_owned :].zero_()
             hs.append(h)
-        sends = [_Sends(d.table(f"fwd_send_{li}"), d.num_owned, phase_tag(kind, li), self, f"{kind}{li}",
-                        blocking=not self.schedule.async_send) for li in range(L - 1)]
-        recvs = [_Receives(d.table(f"fwd_recv_{li}"), phase_tag(kind, li), self.model.widths[li + 1], h0.dtype,
-                           self, f"{kind}{li}",
-                           # background copies: the receiving thread copies a message's rows in as it arrives
-                           unpack=self._put_remote_rows(hs[li + 1]) if self.schedule.background_copies else None)
+        sends = [self.tr.sender(d.table(f"fwd_send_{li}"), kind, li, d.num_owned, blocking=not self.schedule.async_send,
+                                background=self.schedule.background_copies, structure=self.send_structure)
+                 for li in range(L - 1)]
+        recvs = [self.tr.receiver(d.table(f"fwd_recv_{li}"), kind, li, self.model.widths[li + 1], h0.dtype,
+                                  # background copies: the receiving thread copies a message's rows in as it arrives
+                                  unpack=self._put_remote_rows(hs[li + 1]) if self.schedule.background_copies else None)
                  for li in range(L - 1)]
         # backward's receives are posted with the forward's: gloo moves a message only once its receive is
         # posted, so a peer that reaches backward first delivers its gradients while this worker still runs its
@@ -545,7 +357,7 @@ class G3Strategy(Strategy):
         n_own = self.data.num_owned
         return lambda nodes, rows: put_rows_at(h, nodes + n_own, rows)
 
-    def _place_arrived(self, recv: _Receives, h: torch.Tensor):
+    def _place_arrived(self, recv: TableReceiver, h: torch.Tensor):
         """``consume(nodes, rows, m)`` for a forward message on the compute thread: copies its rows into ``h``
         unless the receiving thread already did."""
         put = self._put_remote_rows(h) if recv.unpack is None else None
@@ -555,10 +367,9 @@ class G3Strategy(Strategy):
                 put(nodes, rows)
         return consume
 
-    def _bwd_receives(self, li: int, dtype: torch.dtype) -> _Receives:
+    def _bwd_receives(self, li: int, dtype: torch.dtype) -> TableReceiver:
         """The gradients peers send for this worker's remote inputs of layer ``li`` (width: that layer's input)."""
-        return _Receives(self.data.table(f"bwd_recv_{li}"), phase_tag("bwd", li), self.model.widths[li], dtype,
-                         self, f"bwd{li}")
+        return self.tr.receiver(self.data.table(f"bwd_recv_{li}"), "bwd", li, self.model.widths[li], dtype)
 
     def _compute(self, li: int, block, x, src, dst, hs, epoch, training, b):
         """One bin: layer forward, outputs into h[li+1] (and kept for backward when asked)."""
@@ -594,7 +405,7 @@ class G3Strategy(Strategy):
         self.timers["compute"] += (now_us() - t0) / 1e6
         self.timers["compute_cpu"] += time.thread_time() - c0
         self.tracer.span("compute", f"L{li} bin {b}", t0, t1, layer=li, bin=b, nodes=int(block.n_dst),
-                         phase="fwd" if training else "eval")
+                         arcs=int(block.nnz), srcs=int(block.n_src), phase="fwd" if training else "eval")
 
     def _keep_layer0_rows(self, block, x_src: torch.Tensor) -> None:
         """After a block's first static layer-0 call: keep only the input rows the layer will still read."""
@@ -684,32 +495,13 @@ class G3Strategy(Strategy):
 
     def _bin_dependencies(self) -> list:
         """Per layer l ≥ 1 (index 0: None), what each forward bin of layer l (:meth:`_forward_bins`) waits
-        for — the layer-(l-1) bins that compute its rows' own nodes and owned in-neighbours, and the
-        ``fwd_recv_{l-1}`` messages that carry its remote in-neighbours — as :class:`BinDependencies`. Computed
-        once (numba, one pass over the arcs, memory of the order of the bins' dependencies, not of the arcs)."""
+        for (:func:`..dataflow.bin_dependencies`); computed once."""
         if self._bin_deps is None:
-            d = self.data
-            n_own = d.num_owned
-            bins = self._forward_bins()
-            self._bin_deps = [None]
-            for li in range(1, self.num_layers):
-                n_prev, n_bins = len(bins[li - 1]), len(bins[li])
-                table = d.table(f"fwd_recv_{li - 1}")
-                slices = table.message_slices()
-                msg_of = np.full(d.num_remote, -1, dtype=np.int64)  # remote offset → its message
-                for m, (_, _, sl) in enumerate(slices):
-                    msg_of[np.asarray(table.nodes[sl], dtype=np.int64)] = m
-                if (msg_of < 0).any():
-                    raise RuntimeError(f"plan: fwd_recv_{li - 1} does not carry every remote input of layer {li}")
-                n_deps = n_prev + len(slices)
-                bin_ptr, bin_rows = _rows_csr(bins[li])
-                waiting, on = bin_dependency_pairs(bin_ptr, bin_rows, self.row_ptr, self.edge_src,
-                                                   _row_bin(bins[li - 1], n_own), msg_of, n_own, n_prev, n_deps)
-                order = np.argsort(on, kind="stable")
-                ptr = np.zeros(n_deps + 1, dtype=np.int64)
-                np.cumsum(np.bincount(on, minlength=n_deps), out=ptr[1:])
-                self._bin_deps.append(BinDependencies(ptr, waiting[order], n_prev,
-                                                      np.bincount(waiting, minlength=n_bins).astype(np.int64)))
+            d, bins = self.data, self._forward_bins()
+            self._bin_deps = [None] + [
+                bin_dependencies([b[0] for b in bins[li - 1]], [b[0] for b in bins[li]], self.row_ptr, self.edge_src,
+                                 d.table(f"fwd_recv_{li - 1}"), d.num_owned, d.num_remote)
+                for li in range(1, self.num_layers)]
         return self._bin_deps
 
     def _forward_bins(self) -> list[list[tuple[np.ndarray, Block, torch.Tensor, torch.Tensor]]]:
@@ -752,19 +544,19 @@ class G3Strategy(Strategy):
         if not pending:
             raise RuntimeError("eager schedule stalled: no ready rows and no message to wait for")
         li = pending[0]
-        recvs[li]._consume(recvs[li].wait_one(), arrived(li))
+        recvs[li].take_one(arrived(li))
 
     # --- backward ------------------------------------------------------------------------------------------
-    def backward(self, grad_out: torch.Tensor, epoch: int) -> None:
+    def _backward(self, grad_out: torch.Tensor, epoch: int) -> None:
         d = self.data
         self.phase = "bwd"
         for li in reversed(range(self.num_layers)):
             h = self.inputs[li]
             need_input_grad = li > 0
             grad_in = torch.zeros_like(h) if need_input_grad else None
-            phase = phase_tag("bwd", li)
-            sends = _Sends(d.table(f"bwd_send_{li}"), d.num_remote, phase, self, f"bwd{li}",
-                           blocking=not self.schedule.async_send) if need_input_grad else None
+            sends = self.tr.sender(d.table(f"bwd_send_{li}"), "bwd", li, d.num_remote,
+                                   blocking=not self.schedule.async_send, background=self.schedule.background_copies,
+                                   structure=self.send_structure) if need_input_grad else None
             if not need_input_grad:
                 recvs = None
             else:
@@ -821,13 +613,15 @@ class G3Strategy(Strategy):
                 self.timers["compute"] += (now_us() - t0) / 1e6
                 self.timers["compute_cpu"] += time.thread_time() - c0
                 self.tracer.span("compute", f"L{li} bin {step}", t0, now_us(), layer=li, bin=step, phase="bwd",
+                                 nodes=int(block.n_dst), arcs=int(block.nnz), srcs=int(block.n_src),
                                  recomputed=recomputed)
                 if need_input_grad:
                     finished = self._remote_grads_final(src.numpy(), block, uses)
                     if len(finished):
                         sends.produced(finished, grad_in, index_offset=d.num_owned)
             if need_input_grad:
-                recvs.poll(lambda nodes, rows, _m, g=grad_in: add_rows(g, nodes, None, rows), block=True)
+                # peers' contributions added in table order, not arrival order: bitwise the same run at any K
+                recvs.finish_in_order(lambda nodes, rows, _m, g=grad_in: add_rows(g, nodes, None, rows))
                 sends.wait()
                 grad_out = grad_in[: d.num_owned]
             if li + 1 < self.num_layers:
@@ -856,3 +650,6 @@ class G3Strategy(Strategy):
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         remote_arcs = src[block.indices.cpu().numpy()]
         return np.unique(remote_arcs[remote_arcs >= n_own] - n_own, return_counts=True)
+
+
+STRATEGY = G3Strategy

@@ -1,0 +1,132 @@
+"""Reading a plan (``g3.plan`` v3): plan.json plus one folder per worker (docs/ARTIFACTS.md, "Plan").
+
+plan.json records the strategy that executes the plan and its options (``strategy: {name, options}``). Version
+2 plans predate strategies: they are read as ``g3`` plans, their bin options becoming the strategy's options.
+
+P2P tables (G3 §6.2) are message lists: ``msgs[m] = (step, peer, count)``, and the ``count`` node ids of message
+``m`` are the next slice of ``nodes``. For a send table, ``step`` is the bin after which the message is sent;
+for a receive table, it is the sender's step, and messages from one peer arrive in its step order. Node ids
+are owned-local ids for what a worker sends (forward) or adds to (backward), and remote offsets (local id −
+n_owned) for what it receives (forward) or returns (backward).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from .artifact_json import load_artifact_json
+from .errors import G3InputError
+
+PLAN_SCHEMA = "g3.plan"
+# 2: backward messages are numbered by the last bin (in plan order) that reads each node (version 1 plans
+# numbered them for a reversed backward order); 3: plan.json names the strategy and its options
+PLAN_VERSION = 3
+PLAN_READABLE = (2, 3)
+
+
+@dataclass
+class Table:
+    """A P2P table: ``nodes`` int64 ``[sum(count)]``, ``msgs`` int64 ``[M, 3]`` of (step, peer, count)."""
+
+    nodes: np.ndarray
+    msgs: np.ndarray
+
+    @classmethod
+    def empty(cls) -> Table:
+        return cls(np.zeros(0, dtype=np.int64), np.zeros((0, 3), dtype=np.int64))
+
+    @property
+    def total(self) -> int:
+        return int(self.msgs[:, 2].sum()) if len(self.msgs) else 0
+
+    def per_peer_total(self, num_peers: int) -> np.ndarray:
+        return np.bincount(self.msgs[:, 1], weights=self.msgs[:, 2], minlength=num_peers).astype(np.int64)
+
+    def message_slices(self) -> list[tuple[int, int, slice]]:
+        """(step, peer, slice into nodes) of every message, in order."""
+        ends = np.cumsum(self.msgs[:, 2])
+        starts = ends - self.msgs[:, 2]
+        return [(int(s), int(p), slice(int(a), int(b))) for (s, p, _), a, b in zip(self.msgs, starts, ends, strict=True)]
+
+
+def load_plan_meta(plan: str | Path) -> dict:
+    """plan.json, checked for schema and version; a version 2 plan gains its implied ``g3`` strategy block."""
+    meta = load_artifact_json(plan, "plan.json", PLAN_SCHEMA, PLAN_READABLE, "plan", "g3 plan")
+    if "strategy" not in meta:  # version 2: every plan was a g3 plan
+        cfg = meta.get("config", {})
+        meta["strategy"] = {"name": "g3", "options": {"bin_size": cfg.get("bin_size"),
+                                                      "device_memory": cfg.get("device_memory")}}
+    return meta
+
+
+def plan_strategy(meta: dict) -> str:
+    """The strategy a plan.json (as :func:`load_plan_meta` returns it) is executed by."""
+    return str(meta["strategy"]["name"])
+
+
+class LayerPlan:
+    """Bins and blocks of one layer (arrays over the worker's priority list)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.bin_ptr = self._load("bin_ptr")
+        self.src_ptr = self._load("src_ptr")
+        self.src = self._load("src")
+        self.indices = self._load("indices")
+
+    def _load(self, name: str) -> np.ndarray:
+        f = self.path / f"{name}.npy"
+        if not f.is_file():
+            raise G3InputError(f"plan file {f.name} missing", path=self.path)
+        return np.load(f)
+
+    @property
+    def num_bins(self) -> int:
+        return len(self.bin_ptr) - 1
+
+
+class WorkerPlan:
+    """One worker's plan folder: its worker.json, arrays and P2P tables (which ones depends on the strategy)."""
+
+    def __init__(self, plan: str | Path, rank: int):
+        self.root = Path(plan)
+        self.rank = rank
+        self.path = self.root / f"worker-{rank:05d}"
+        if not self.path.is_dir():
+            raise G3InputError(f"plan has no folder for worker {rank}", path=self.root)
+        self.meta = json.loads((self.path / "worker.json").read_text())
+
+    @cached_property
+    def plan_meta(self) -> dict:
+        """plan.json of the whole plan (widths and layer shapes)."""
+        return load_plan_meta(self.root)
+
+    def array(self, name: str) -> np.ndarray:
+        """``name.npy`` of this worker's folder."""
+        f = self.path / f"{name}.npy"
+        if not f.is_file():
+            raise G3InputError(f"plan file {f.name} missing", path=self.path)
+        return np.load(f)
+
+    @cached_property
+    def priority(self) -> np.ndarray:
+        return self.array("priority")
+
+    @cached_property
+    def row_ptr(self) -> np.ndarray:
+        return self.array("row_ptr")
+
+    def layer(self, li: int) -> LayerPlan:
+        return LayerPlan(self.path / f"layer-{li}")
+
+    def table(self, name: str) -> Table:
+        """A P2P table by name (``features_send``, ``fwd_recv_0``, ``bwd_send_1`` …); empty when absent."""
+        nodes, msgs = self.path / f"{name}_nodes.npy", self.path / f"{name}_msgs.npy"
+        if not nodes.is_file():
+            return Table.empty()
+        return Table(np.load(nodes), np.load(msgs).reshape(-1, 3))

@@ -1,0 +1,119 @@
+"""The registry of training strategies: one entry per system, naming its planner and its runtime module.
+
+A strategy is how a distributed training system executes a plan: ``g3 plan --strategy NAME`` runs the
+planner ``stages.plan.<planner>`` (its ``OPTIONS`` become ``g3 plan`` options, its ``plan`` function writes
+the worker folders), and ``g3 train`` / ``g3 eval`` run ``stages.runtime.strategies.<runtime>``'s
+``STRATEGY`` class behind the interface of ``stages.runtime.strategies.base``. Adding a strategy is one
+entry here plus those two modules: the training loop, the CLI, eval, bench and report read everything they
+need from the plan and this registry.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .errors import G3InputError
+
+# `g3 train` options that change how a strategy runs, not what it computes; each strategy lists those it has
+TRAIN_KNOBS = {
+    "pipeline": "--pipeline",
+    "prefetch": "--prefetch",
+    "backward": "--backward",
+    "layer0_cache": "--layer0-cache",
+    "feature_cache": "--no-feature-cache",
+}
+
+
+@dataclass(frozen=True)
+class PlanOption:
+    """One ``g3 plan`` option of a strategy. ``parse(text)`` turns the command-line text into the value kept in
+    plan.json (a ValueError's message becomes the one-line error); ``default`` is that value's text form."""
+
+    name: str  # key in plan.json's strategy options
+    flag: str  # the command-line flag
+    default: str | None
+    help: str
+    parse: Callable[[str], object] = str
+    metavar: str = "VALUE"
+
+
+@dataclass(frozen=True)
+class StrategyInfo:
+    name: str
+    summary: str  # one line for `g3 plan --help`
+    methods: tuple[str, ...]  # partition methods it runs on; the first is the default (`g3 bench`)
+    exactness: str  # what it computes, against single-process full-graph training
+    planner: str  # module under stages.plan
+    runtime: str  # module under stages.runtime.strategies
+    train_knobs: tuple[str, ...] = ()
+    mini_batch: bool = False
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def planner_module(self):
+        return importlib.import_module(f"stages.plan.{self.planner}")
+
+    def runtime_class(self):
+        return importlib.import_module(f"stages.runtime.strategies.{self.runtime}").STRATEGY
+
+    def options(self) -> tuple[PlanOption, ...]:
+        return tuple(self.planner_module().OPTIONS)
+
+    @property
+    def default_method(self) -> str:
+        return self.methods[0]
+
+
+STRATEGIES: dict[str, StrategyInfo] = {
+    s.name: s
+    for s in (
+        StrategyInfo(
+            name="g3",
+            summary="G3: bins within device memory, peer-to-peer sharing per bin, multi-level pipeline (exact).",
+            methods=("g3", "metis", "random", "chunk"),
+            exactness="exact: the same model as single-process full-graph training",
+            planner="g3", runtime="g3",
+            train_knobs=("pipeline", "prefetch", "backward", "layer0_cache", "feature_cache"),
+        ),
+        StrategyInfo(
+            name="bns-gcn",
+            summary="BNS-GCN: layer-synchronous boundary exchange, whole partition at once; --boundary-sample P "
+                    "(P = 1: exact; on a chunk partition: NeutronStar as G3 ran it).",
+            methods=("metis", "chunk", "g3", "random"),
+            exactness="exact with --boundary-sample 1; P < 1 samples boundary nodes (an approximation)",
+            planner="bns_gcn", runtime="bns_gcn",
+            train_knobs=("layer0_cache",),
+        ),
+        StrategyInfo(
+            name="sancus",
+            summary="SANCUS: full-graph training with cached (stale) remote embeddings, skipping sends while "
+                    "fresh enough (--staleness; epoch:0 is exact).",
+            methods=("chunk", "metis", "g3", "random"),
+            exactness="exact with --staleness epoch:0; otherwise stale remote embeddings (an approximation)",
+            planner="sancus", runtime="sancus",
+            train_knobs=("layer0_cache",),
+        ),
+    )
+}
+
+
+def strategy_info(name: str) -> StrategyInfo:
+    """The registered strategy ``name``; an unknown name is bad input (one line naming the choices)."""
+    if name not in STRATEGIES:
+        raise G3InputError(f"unknown strategy {name!r} (choose from {', '.join(STRATEGIES)})")
+    return STRATEGIES[name]
+
+
+def check_partition_method(info: StrategyInfo, method: str | None, part: object) -> None:
+    """Refuse a partition the strategy cannot run on, naming what to run instead."""
+    if method in info.methods:
+        return
+    others = [s.name for s in STRATEGIES.values() if method in s.methods]
+    instead = f"`g3 partition STORE --workers K --method {info.default_method}`"
+    also = f"; a {method} partition runs {', '.join(others)}" if others else (
+        "; no strategy of this g3 runs a feature split yet (the tensor-parallel neutrontp is planned)"
+        if method == "feature" else "")
+    raise G3InputError(
+        f"strategy {info.name} runs on {', '.join(info.methods)} partitions, not {method}: run {instead}{also}",
+        path=part)

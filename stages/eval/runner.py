@@ -1,0 +1,51 @@
+"""One rank of `g3 eval`: the plan's strategy with the evaluated weights, exact full-neighbour inference
+(``Strategy.infer``), accuracy per split; rank 0 writes RUN/eval.json."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ..common.atomic import write_json_atomic
+from ..common.errors import G3InputError
+from ..runtime.config import RuntimeConfig
+from ..runtime.worker import evaluate, open_worker
+
+log = logging.getLogger("g3.eval")
+EVAL_SCHEMA = "g3.eval"
+EVAL_VERSION = 1
+
+
+def eval_rank(rank: int, world: int, init_method: str | None, plan_dir: str, run_dir: str, cfg: RuntimeConfig,
+              weights: str) -> None:
+    worker = open_worker(rank, world, Path(plan_dir), cfg, init_method)
+    state = torch.load(weights, map_location="cpu", weights_only=True)
+    if "model" in state and isinstance(state["model"], dict):  # a training checkpoint
+        state = state["model"]
+    try:
+        worker.model.load_state_dict({k: v.to(cfg.torch_dtype) for k, v in state.items()})
+    except RuntimeError as exc:
+        raise G3InputError(f"{weights}: weights do not fit the plan's model: {exc}") from None
+    t0 = time.perf_counter()
+    counts = evaluate(worker.strategy)
+    seconds = time.perf_counter() - t0
+    if rank == 0:
+        write_json_atomic(Path(run_dir) / "eval.json", {
+            "schema": EVAL_SCHEMA,
+            "schema_version": EVAL_VERSION,
+            "weights": str(weights),
+            "workers": world,
+            "strategy": worker.ctx.plan_meta["strategy"]["name"],
+            "metric": "accuracy",
+            "accuracy": {s: (c / n if n else None) for s, (c, n) in counts.items()},
+            "correct": {s: c for s, (c, _) in counts.items()},
+            "labelled": {s: n for s, (_, n) in counts.items()},
+            "seconds": seconds,
+        })
+    worker.strategy.close()
+    dist.barrier()
+    log.info("evaluated %s in %.2fs", weights, seconds)

@@ -1,0 +1,118 @@
+"""How the workers of a run execute: one small dataclass shared by the launcher, the strategies, training and
+evaluation (``stages.train.TrainConfig`` and ``stages.eval`` extend it with what only they need).
+
+None in a strategy knob (``pipeline``, ``prefetch``, ``backward``, ``layer0_cache``) means "this strategy's
+default": the launcher resolves it (:func:`resolve_knobs`) against the strategies registry, refusing a knob the
+plan's strategy does not have.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..common.errors import G3InputError
+from ..common.strategies import TRAIN_KNOBS, StrategyInfo
+from .pipeline import SCHEDULES
+
+PIPELINES = tuple(SCHEDULES)  # multi (the default), inter, intra, none
+LAYER0_CACHE = ("auto", "on", "off")
+PREFETCH = ("auto", "on", "off")
+BACKWARD = ("recompute", "keep")
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+KNOB_DEFAULTS = {"pipeline": "multi", "prefetch": "auto", "backward": "recompute", "layer0_cache": "auto",
+                 "feature_cache": True}
+
+
+def local_workers(world: int) -> int:
+    """Workers on this machine: torchrun's LOCAL_WORLD_SIZE, else all of them (``g3 train --workers K``)."""
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+
+
+@dataclass
+class RuntimeConfig:
+    dropout: float = 0.5
+    seed: int = 0
+    device: str = "cpu"  # cpu | cuda
+    dtype: str = "float32"
+    threads: int | None = None  # per worker; None: cores / local workers
+    timeout: float = 60.0  # seconds a worker waits for a peer before giving up
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0  # 0: pick a free port
+    heap: str = "keep"  # keep | system: freed memory stays in the heap for the next epoch (heap.py)
+    trace: bool = False  # time every span; write a Chrome-trace timeline of the last epoch per rank
+    # strategy knobs (None: the strategy's default; see resolve_knobs)
+    pipeline: str | None = None
+    prefetch: str | None = None  # auto | on | off: intra/multi gather the next bin on a second thread
+    backward: str | None = None  # recompute | keep (each bin's activations)
+    layer0_cache: str | None = None  # auto | on | off: keep layer 0's aggregation of the (fixed) input features
+    feature_cache: bool | None = None  # fetch remote input features once (False: every epoch)
+
+    def layer0_cache_enabled(self) -> bool:
+        """auto = on for the CPU; on CUDA the cache would sit on the device outside the bins' memory budget."""
+        mode = self.layer0_cache or "auto"
+        return mode == "on" or (mode == "auto" and self.device == "cpu")
+
+    def prefetch_enabled(self, threads: int, local_workers: int) -> bool:
+        """Whether ``intra``/``multi`` gather (on CUDA: gather and copy in) the next bin on a second thread.
+
+        auto = on for CUDA, where the copy runs on its own stream while the device computes; on the CPU only
+        when the workers leave a core idle: otherwise the gather thread takes a core from the compute kernels
+        and every epoch gets slower (measured, docs/BENCHMARKS.md "Prefetch on the CPU")."""
+        mode = self.prefetch or "auto"
+        if mode != "auto":
+            return mode == "on"
+        return self.device == "cuda" or threads * local_workers < (os.cpu_count() or 1)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def device_for(self, rank: int) -> str:
+        if self.device == "cuda":
+            local = int(os.environ.get("LOCAL_RANK", rank))
+            return f"cuda:{local % max(1, torch.cuda.device_count())}"
+        return "cpu"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve_knobs(cfg: RuntimeConfig, info: StrategyInfo) -> None:
+    """Fill the strategy knobs the plan's strategy has with their defaults; refuse one it does not have."""
+    for knob, flag in TRAIN_KNOBS.items():
+        value = getattr(cfg, knob)
+        if knob in info.train_knobs:
+            if value is None:
+                setattr(cfg, knob, KNOB_DEFAULTS[knob])
+        elif value is not None:
+            raise G3InputError(f"{flag} does not apply to the {info.name} strategy of this plan (it applies to "
+                               f"{', '.join(s for s in _strategies_with(knob)) or 'no strategy'})")
+
+
+def _strategies_with(knob: str) -> list[str]:
+    from ..common.strategies import STRATEGIES
+
+    return [s.name for s in STRATEGIES.values() if knob in s.train_knobs]
+
+
+def check_runtime(cfg: RuntimeConfig) -> None:
+    """Bad runtime settings: one clear line each, before any worker starts."""
+    import math
+
+    if cfg.device not in ("cpu", "cuda"):
+        raise G3InputError(f"--device {cfg.device} is not one of cpu, cuda")
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise G3InputError("--device cuda but CUDA is not available on this machine")
+    if cfg.dtype not in DTYPES:
+        raise G3InputError(f"--dtype {cfg.dtype} is not one of {', '.join(DTYPES)}")
+    if not (0.0 <= cfg.dropout < 1.0):
+        raise G3InputError("--dropout must be in [0, 1)")
+    if cfg.threads is not None and cfg.threads < 1:
+        raise G3InputError("--threads must be >= 1")
+    if not (cfg.timeout > 0 and math.isfinite(cfg.timeout)):
+        raise G3InputError("--timeout must be a positive number of seconds")
+    if cfg.pipeline is not None and cfg.pipeline not in PIPELINES:
+        raise G3InputError(f"--pipeline {cfg.pipeline} is not available (choose from {', '.join(PIPELINES)})")

@@ -1,0 +1,185 @@
+"""The interface every training strategy implements, for full-graph and mini-batch systems alike.
+
+An epoch is :meth:`Strategy.steps` steps (a full-graph strategy has one; a mini-batch strategy one per global
+batch; every rank runs the same number). A step is :meth:`Strategy.forward` — the logits of the step's target
+nodes with their labels (:class:`StepOutput`) — then :meth:`Strategy.backward` with the gradient of those
+logits, which accumulates the *local* weight gradients. The training loop (``stages/train/loop.py``) owns
+everything else: the loss (normalised by the global number of targets of the step), the gradient all-reduce,
+the optimizer, evaluation, metrics and checkpoints. :meth:`Strategy.infer` is exact full-neighbour inference of
+every owned node, whatever the strategy trains with, so every strategy's accuracy is measured the same way
+(``g3 eval`` and the loop's ``--eval-every`` both use it). :meth:`Strategy.stats` reports compute time (the
+transport counts bytes and waits), :meth:`Strategy.state_dict` what a checkpoint must keep besides the
+weights (caches, a sampler's position).
+
+A strategy is one module under this package exporting ``STRATEGY`` (its class), registered with its planner
+in ``stages.common.strategies``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ...common.model_spec import ModelSpec
+from ...common.partition_artifact import Shard, open_shard
+from ...common.plan_artifact import WorkerPlan
+from ..config import RuntimeConfig
+from ..trace import Tracer, now_us
+from ..transport import Transport
+
+
+@dataclass
+class WorkerContext:
+    """What one worker runs with: its rank among ``world``, device, settings, plan, transport and tracer."""
+
+    rank: int
+    world: int
+    cfg: RuntimeConfig
+    plan_dir: Path
+    plan_meta: dict
+    part: Path
+    transport: Transport
+    tracer: Tracer
+    spec: ModelSpec = field(init=False)
+
+    def __post_init__(self):
+        self.spec = ModelSpec.from_plan(self.plan_meta)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.cfg.device_for(self.rank))
+
+    @property
+    def options(self) -> dict:
+        """The strategy's options as the plan recorded them."""
+        return dict(self.plan_meta["strategy"].get("options") or {})
+
+    @cached_property
+    def shard(self) -> Shard:
+        return open_shard(self.part, self.rank, self.world)
+
+    @cached_property
+    def plan(self) -> WorkerPlan:
+        return WorkerPlan(self.plan_dir, self.rank)
+
+    def all_reduce_int(self, x: int) -> int:
+        if not dist.is_initialized() or self.world == 1:
+            return int(x)
+        t = torch.tensor([x], dtype=torch.int64, device=collective_device())
+        dist.all_reduce(t)
+        return int(t.item())
+
+
+def collective_device() -> str:
+    """nccl reduces device tensors only; gloo host tensors."""
+    return "cuda" if dist.is_initialized() and dist.get_backend() == "nccl" else "cpu"
+
+
+@dataclass
+class StepOutput:
+    """A step's result: ``logits [n, C]`` (host) of the nodes the step computed, their ``labels [n]``, and
+    ``targets``, the rows of ``logits`` that carry the loss (labelled targets of the step).
+    ``global_targets``: the number of targets of the step over all ranks when the strategy knows it without
+    communicating (else the loop all-reduces ``len(targets)``)."""
+
+    logits: torch.Tensor
+    labels: torch.Tensor
+    targets: torch.Tensor
+    global_targets: int | None = None
+
+
+@dataclass
+class Inference:
+    """Exact full-neighbour inference of a worker's owned nodes: ``logits [n_owned, C]``, their ``labels``
+    (−1 = unlabelled) and the rows of each split (``train``, ``valid``, ``test``)."""
+
+    logits: torch.Tensor
+    labels: torch.Tensor
+    splits: dict[str, torch.Tensor]
+
+
+class Strategy:
+    """Base class: the context, the model, per-epoch compute timers and helpers shared by strategies."""
+
+    name = "base"
+
+    def __init__(self, ctx: WorkerContext, model: torch.nn.Module):
+        self.ctx = ctx
+        self.model = model
+        self.cfg = ctx.cfg
+        self.tr = ctx.transport
+        self.tracer = ctx.tracer
+        self.rank = ctx.rank
+        self.device = ctx.device
+        self.timers: dict[str, float] = defaultdict(float)
+
+    # --- the interface ----------------------------------------------------------------------------------
+    def steps(self, epoch: int) -> int:
+        """Steps of ``epoch``: the same on every rank."""
+        return 1
+
+    def forward(self, epoch: int, step: int) -> StepOutput:
+        raise NotImplementedError
+
+    def backward(self, grad_logits: torch.Tensor) -> None:
+        """Accumulate local weight gradients from the gradient of the last :meth:`forward`'s logits."""
+        raise NotImplementedError
+
+    def infer(self) -> Inference:
+        raise NotImplementedError
+
+    @property
+    def num_owned(self) -> int:
+        raise NotImplementedError
+
+    def stats(self) -> dict:
+        """This epoch's figures besides the transport's: compute wall and CPU seconds, owned nodes."""
+        return {"compute_seconds": self.timers["compute"], "compute_cpu_seconds": self.timers["compute_cpu"],
+                "num_owned": self.num_owned}
+
+    def reset_stats(self) -> None:
+        self.timers = defaultdict(float)
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps for this rank besides the weights (empty: nothing)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            raise ValueError(f"the {self.name} strategy keeps no state, but the checkpoint has {sorted(state)}")
+
+    def close(self) -> None:
+        """Release what the strategy started (threads are daemons; nothing by default)."""
+
+    # --- helpers ----------------------------------------------------------------------------------------
+    @contextmanager
+    def compute_span(self, name: str, **args):
+        """Time a piece of computation: the compute timers and a ``compute`` trace span (with ``args``)."""
+        t0, c0 = now_us(), time.thread_time()
+        yield
+        t1 = now_us()
+        self.timers["compute"] += (t1 - t0) / 1e6
+        self.timers["compute_cpu"] += time.thread_time() - c0
+        self.tracer.span("compute", name, t0, t1, **args)
+
+
+def labelled_rows(labels: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """The rows whose label is known (unlabelled nodes carry no loss and no accuracy)."""
+    return rows[labels[rows] >= 0]
+
+
+def owned_splits(shard: Shard, new_id: np.ndarray | None = None) -> dict[str, torch.Tensor]:
+    """A shard's split rows (``new_id`` renumbers owned-local ids), ascending."""
+    out = {}
+    for s in ("train", "valid", "test"):
+        ids = np.asarray(shard.load(s), dtype=np.int64)
+        out[s] = torch.from_numpy(np.sort(new_id[ids] if new_id is not None else ids))
+    return out

@@ -1,0 +1,123 @@
+"""Setting up one worker process: process groups, threads, the plan's strategy with its model and transport.
+
+Training (``stages/train/loop.py``) and evaluation (``stages/eval/runner.py``) both start a rank with
+:func:`open_worker`, then drive the strategy through its interface. Accuracy is counted the same way for
+both (:func:`split_counts`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ..common.model_spec import ModelSpec
+from ..common.plan_artifact import load_plan_meta, plan_strategy
+from ..common.strategies import strategy_info
+from .config import RuntimeConfig, local_workers, resolve_knobs
+from .heap import keep_freed_memory
+from .models import GNNModel, model_from_spec
+from .strategies.base import Inference, Strategy, WorkerContext, collective_device
+from .trace import Tracer
+from .transport import Transport
+
+log = logging.getLogger("g3.runtime")
+
+
+def init_distributed(rank: int, world: int, cfg: RuntimeConfig, init_method: str | None):
+    """The default group (nccl when every rank has a GPU, else gloo) and the P2P group (always gloo:
+    embeddings move through host buffers)."""
+    backend = "nccl" if cfg.device == "cuda" else "gloo"
+    timeout = datetime.timedelta(seconds=cfg.timeout)
+    if cfg.device == "cuda":
+        torch.cuda.set_device(torch.device(cfg.device_for(rank)))
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=timeout)
+    return dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
+
+
+def set_threads(cfg: RuntimeConfig, world: int) -> int:
+    """Torch and numba threads of this worker: ``cfg.threads``, else the cores split over the local workers
+    (numba's kernels use the same budget: oversubscribed pools spin and crawl)."""
+    threads = cfg.threads or max(1, (os.cpu_count() or 1) // local_workers(world))
+    torch.set_num_threads(threads)
+    try:
+        import numba
+
+        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    except ImportError:  # pragma: no cover - numba is a dependency
+        pass
+    return threads
+
+
+@dataclass
+class Worker:
+    ctx: WorkerContext
+    model: GNNModel
+    strategy: Strategy
+
+
+def build_model(spec: ModelSpec, cfg: RuntimeConfig, rank: int) -> GNNModel:
+    torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+    return model_from_spec(spec).to(dtype=cfg.torch_dtype, device=cfg.device_for(rank))
+
+
+def open_worker(rank: int, world: int, plan_dir: Path, cfg: RuntimeConfig, init_method: str | None) -> Worker:
+    """Everything a rank needs, in order: the heap policy (before the data's allocations), threads, process
+    groups, the plan, the model (seeded: identical on every rank) and the plan's strategy."""
+    heap_kept = cfg.heap == "keep" and keep_freed_memory()
+    threads = set_threads(cfg, world)
+    p2p = init_distributed(rank, world, cfg, init_method)
+    log.info("started: world %d, %d threads, device %s, heap %s", world, threads, cfg.device_for(rank),
+             "keeps freed memory" if heap_kept else "system defaults")
+    plan_meta = load_plan_meta(plan_dir)
+    info = strategy_info(plan_strategy(plan_meta))
+    resolve_knobs(cfg, info)  # the launcher did, unless the rank was started directly
+    tracer = Tracer(rank)
+    ctx = WorkerContext(rank=rank, world=world, cfg=cfg, plan_dir=Path(plan_dir), plan_meta=plan_meta,
+                        part=Path(plan_meta["partition"]["path"]),
+                        transport=Transport(p2p, rank, world, tracer, cfg.timeout), tracer=tracer)
+    model = build_model(ctx.spec, cfg, rank)
+    strategy = info.runtime_class()(ctx, model)
+    return Worker(ctx, model, strategy)
+
+
+SPLITS = ("train", "valid", "test")
+
+
+def split_counts(inference: Inference) -> dict[str, tuple[int, int]]:
+    """(correct, labelled) per split over all ranks (collective), from a strategy's exact inference.
+
+    Accuracy is multi-class accuracy as OGB's Evaluator computes it for ogbn-products/papers100M: the share of
+    a split's labelled nodes whose argmax prediction equals the label."""
+    pred = inference.logits.argmax(dim=1)
+    labels = inference.labels
+    counts = []
+    for split in SPLITS:
+        idx = inference.splits[split]
+        idx = idx[labels[idx] >= 0]
+        counts += [int((pred[idx] == labels[idx]).sum()), len(idx)]
+    t = torch.tensor(counts, dtype=torch.float64, device=collective_device())
+    if dist.is_initialized():
+        dist.all_reduce(t)
+    t = t.cpu()
+    return {split: (int(t[2 * i]), int(t[2 * i + 1])) for i, split in enumerate(SPLITS)}
+
+
+def accuracies(counts: dict[str, tuple[int, int]]) -> dict[str, float | None]:
+    return {s: (c / n if n else None) for s, (c, n) in counts.items()}
+
+
+def evaluate(strategy: Strategy) -> dict[str, tuple[int, int]]:
+    """Exact inference with the model in eval mode (no dropout), counted per split."""
+    strategy.model.eval()
+    try:
+        with torch.no_grad():
+            inference = strategy.infer()
+    finally:
+        strategy.model.train()
+    return split_counts(inference)

@@ -1,0 +1,284 @@
+"""The strategies of `g3 plan --strategy`: bns-gcn and sancus against the exact single-process reference where
+they are exact, and against their own single-process references where they approximate (boundary sampling,
+stale embeddings); bytes against the formulas; resume with caches; bad options.
+
+Every run is real: `g3 partition` (METIS included), `g3 plan`, `g3 train` with torch.distributed processes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from reference import reference_train
+from reference_arcs import bns_substitute, sancus_substitute, train_with
+from test_train import invoke, max_weight_diff, ref_graph
+
+from stages.common.store import GraphStore
+from stages.ingest.build import IngestOptions, build_store
+from stages.ingest.synthetic import resolve_spec, synthetic_source
+
+EPOCHS, LR, DROPOUT, SEED = 5, 0.02, 0.3, 7
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    spec = resolve_spec(None, nodes=240, avg_degree=6, feat_dim=10, num_classes=4, communities=6, seed=5)
+    out = tmp_path_factory.mktemp("strategies") / "g"
+    build_store(synthetic_source(spec), out, IngestOptions(seed=5))
+    return out
+
+
+@pytest.fixture(scope="module")
+def partitions(store, tmp_path_factory):
+    """Partitions made once per (method, K)."""
+    root = tmp_path_factory.mktemp("parts")
+    made = {}
+
+    def get(method: str, k: int) -> Path:
+        if (method, k) not in made:
+            out = root / f"{method}-{k}"
+            r = invoke(["partition", str(store), "--workers", str(k), "--method", method, "-o", str(out), "--seed", "1"])
+            assert r.exit_code == 0, r.output
+            made[(method, k)] = out
+        return made[(method, k)]
+    return get
+
+
+def run_strategy(part: Path, tmp: Path, strategy: str, model: str, options: tuple[str, ...] = (),
+                 train: tuple[str, ...] = (), dtype: str = "float64", epochs: int = EPOCHS, layers: int = 2) -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
+    plan, run = tmp / "plan", tmp / "run"
+    r = invoke(["plan", str(part), "--strategy", strategy, "--model", model, "--layers", str(layers), "--hidden", "6",
+                "--heads", "2", *options, "-o", str(plan)])
+    assert r.exit_code == 0, r.output
+    k = json.loads((part / "partition.json").read_text())["num_partitions"]
+    r = invoke(["train", str(plan), "--epochs", str(epochs), "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
+                str(SEED), "--workers", str(k), "--dtype", dtype, "--eval-every", "0", "--threads", "1", "-o", str(run),
+                *train])
+    assert r.exit_code == 0, r.output
+    return run
+
+
+def weights(run: Path) -> tuple[dict, dict]:
+    return torch.load(run / "init.pt", weights_only=True), torch.load(run / "model.pt", weights_only=True)
+
+
+def assignment(part: Path) -> torch.Tensor:
+    return torch.from_numpy(np.load(part / "assignment.npy").astype(np.int64))
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def phase_bytes(record: dict, phase: str) -> int:
+    return sum(w["bytes_sent_per_phase"].get(phase, 0) for w in record["workers"])
+
+
+# --- exact configurations -------------------------------------------------------------------------------------
+EXACT = [
+    # strategy, options, model, K, partition method
+    ("bns-gcn", (), "sage", 1, "metis"),
+    ("bns-gcn", (), "sage", 2, "metis"),
+    ("bns-gcn", (), "gcn", 4, "chunk"),
+    ("bns-gcn", (), "gat", 4, "metis"),
+    ("bns-gcn", (), "gcn", 2, "g3"),
+    ("sancus", ("--staleness", "epoch:0"), "sage", 1, "chunk"),
+    ("sancus", ("--staleness", "epoch:0"), "gcn", 2, "chunk"),
+    ("sancus", ("--staleness", "epoch:0", "--sancus-comm", "p2p"), "sage", 4, "metis"),
+    ("sancus", ("--staleness", "epoch:0"), "gat", 4, "chunk"),
+    ("sancus", ("--staleness", "drift:0", "--sancus-comm", "p2p"), "gcn", 4, "random"),
+]
+
+
+@pytest.mark.parametrize("strategy,options,model,k,method", EXACT)
+def test_exact_configurations_match_single_process_reference(store, partitions, tmp_path, strategy, options, model,
+                                                             k, method):
+    run = run_strategy(partitions(method, k), tmp_path, strategy, model, options)
+    init, final = weights(run)
+    expected = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED,
+                               heads=2 if model == "gat" else None)
+    assert max_weight_diff(final, expected) <= 1e-5
+    assert max_weight_diff(final, init) > 1e-3
+    assert json.loads((run / "run.json").read_text())["strategy"]["name"] == strategy
+
+
+# --- approximations against their own references --------------------------------------------------------------
+@pytest.mark.parametrize("model,k,p", [("sage", 2, 0.5), ("gcn", 4, 0.3), ("sage", 4, 0.1)])
+def test_boundary_sampling_matches_its_reference(store, partitions, tmp_path, model, k, p):
+    part = partitions("metis", k)
+    run = run_strategy(part, tmp_path, "bns-gcn", model, ("--boundary-sample", str(p)), layers=3)
+    init, final = weights(run)
+    expected = train_with(model, init, ref_graph(store), assignment(part), EPOCHS, LR, DROPOUT, SEED,
+                          bns_substitute(assignment(part), p, SEED))
+    assert max_weight_diff(final, expected) <= 1e-5
+    exact = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED)
+    assert max_weight_diff(final, exact) > 1e-4  # sampling changed the model
+    # hidden layers' boundary rows: about a P-fraction of g3's, features (layer 0) all of them once
+    rec = records(run)
+    total_remote = sum(p_["remote"] for p_ in json.loads((part / "partition.json").read_text())["partitions"])
+    assert phase_bytes(rec[0], "features0") == total_remote * 10 * 8
+    sent = sum(phase_bytes(r, "fwd0") + phase_bytes(r, "fwd1") for r in rec) / (EPOCHS * 2 * total_remote * 6 * 8)
+    assert abs(sent - p) < 0.15
+
+
+@pytest.mark.parametrize("model,k,staleness,comm", [("sage", 2, "epoch:1", "broadcast"), ("gcn", 4, "epoch:2", "p2p"),
+                                                    ("sage", 4, "ask:1", "p2p"), ("gcn", 2, "ask:2", "broadcast")])
+def test_stale_embeddings_match_the_stale_reference(store, partitions, tmp_path, model, k, staleness, comm):
+    part = partitions("chunk" if comm == "broadcast" else "metis", k)
+    run = run_strategy(part, tmp_path, "sancus", model, ("--staleness", staleness, "--sancus-comm", comm), layers=3,
+                       epochs=6)
+    init, final = weights(run)
+    bound = int(staleness.split(":")[1])
+    expected = train_with(model, init, ref_graph(store), assignment(part), 6, LR, DROPOUT, SEED,
+                          sancus_substitute(assignment(part), bound, 3))
+    assert max_weight_diff(final, expected) <= 1e-5
+    exact = reference_train(model, init, ref_graph(store), 6, LR, 0.0, DROPOUT, SEED)
+    assert max_weight_diff(final, exact) > 1e-5  # staleness changed the model
+    # every hidden layer is sent at epochs 0, N+1, 2(N+1), ... and skipped otherwise; gradients every epoch
+    sends = [r["workers"][0]["sancus_sent_layers"] for r in records(run)]
+    assert sends == [2 if e % (bound + 1) == 0 else 0 for e in range(6)]
+    assert all(phase_bytes(r, "bwd1") > 0 and phase_bytes(r, "bwd2") > 0 for r in records(run))
+
+
+def test_sancus_bytes_follow_the_layouts(store, partitions, tmp_path):
+    """broadcast: a fresh layer moves every owner's whole block to the K−1 others, (K−1)/K·N rows received per
+    rank on average; p2p: the boundary rows, g3's bytes, plus a one-word header per peer; epoch:1 halves them."""
+    k, n, width = 4, 240, 6
+    part = partitions("chunk", k)
+    meta = json.loads((part / "partition.json").read_text())
+    total_remote = sum(p["remote"] for p in meta["partitions"])
+    bc = records(run_strategy(part, tmp_path / "bc", "sancus", "sage", ("--staleness", "epoch:1"), dtype="float32",
+                              epochs=4))
+    p2p = records(run_strategy(part, tmp_path / "p2p", "sancus", "sage",
+                               ("--staleness", "epoch:1", "--sancus-comm", "p2p"), dtype="float32", epochs=4))
+    for e, (b, q) in enumerate(zip(bc, p2p, strict=True)):
+        fresh = e % 2 == 0
+        assert phase_bytes(b, "fwd0") == (n * (k - 1) * width * 4 if fresh else 0)
+        recv = [w["bytes_recv"] for w in b["workers"]]
+        assert sum(recv) >= (n * (k - 1) * width * 4 if fresh else 0)
+        assert phase_bytes(q, "fwd0") == (total_remote * width * 4 if fresh else 0)
+        assert phase_bytes(q, "fwd0-header") == k * (k - 1) * 8
+        assert phase_bytes(b, "bwd1") == phase_bytes(q, "bwd1") == total_remote * width * 4
+
+
+def test_bns_gcn_sends_exactly_g3s_bytes(store, partitions, tmp_path):
+    """BNS-GCN with P = 1 moves each (node, peer) pair once per layer, forward and backward: g3's messages."""
+    part = partitions("metis", 4)
+    bns = records(run_strategy(part, tmp_path / "bns", "bns-gcn", "sage", dtype="float32", layers=3, epochs=2))
+    tmp = tmp_path / "g3"
+    tmp.mkdir()
+    assert invoke(["plan", str(part), "--layers", "3", "--hidden", "6", "-o", str(tmp / "plan")]).exit_code == 0
+    assert invoke(["train", str(tmp / "plan"), "--epochs", "2", "--workers", "4", "--eval-every", "0", "--threads", "1",
+                   "-o", str(tmp / "run")]).exit_code == 0
+    g3 = records(tmp / "run")
+    for phase in ("features0", "fwd0", "fwd1", "bwd1", "bwd2"):
+        assert [phase_bytes(r, phase) for r in bns] == [phase_bytes(r, phase) for r in g3], phase
+
+
+def test_resume_with_caches_equals_an_uninterrupted_run(store, partitions, tmp_path):
+    """The sancus caches (and versions) are part of the checkpoint: a run stopped after epoch 3 and resumed gives
+    the uninterrupted run's weights bitwise, at K = 4 in float32."""
+    part = partitions("metis", 4)
+    plan = tmp_path / "plan"
+    assert invoke(["plan", str(part), "--strategy", "sancus", "--staleness", "epoch:2", "--sancus-comm", "p2p",
+                   "--hidden", "6", "-o", str(plan)]).exit_code == 0
+    common = ["--threads", "1", "--seed", "3", "--checkpoint-every", "2", "--eval-every", "0", "--workers", "4"]
+    assert invoke(["train", str(plan), "--epochs", "7", "-o", str(tmp_path / "full"), *common]).exit_code == 0
+    assert invoke(["train", str(plan), "--epochs", "4", "-o", str(tmp_path / "cut"), *common]).exit_code == 0
+    assert sorted(p.name for p in (tmp_path / "cut" / "checkpoints").iterdir())[:5] == [
+        "epoch-00001.pt", "epoch-00001.rank-00000.pt", "epoch-00001.rank-00001.pt", "epoch-00001.rank-00002.pt",
+        "epoch-00001.rank-00003.pt"]
+    r = invoke(["train", str(plan), "--epochs", "7", "--resume", "-o", str(tmp_path / "cut"), *common])
+    assert r.exit_code == 0, r.output
+    full = torch.load(tmp_path / "full" / "model.pt", weights_only=True)
+    resumed = torch.load(tmp_path / "cut" / "model.pt", weights_only=True)
+    assert max_weight_diff(full, resumed) == 0.0
+
+
+def test_gradient_clipping_scales_to_the_local_threshold():
+    from stages.runtime.strategies.sancus import clip_rows
+
+    g = torch.full((4, 3), 2.0)  # norm sqrt(48)
+    assert torch.equal(clip_rows(g, 0.0, 4), g)  # off
+    assert torch.equal(clip_rows(g, 100.0, 4), g)  # within TH / sqrt(K) = 50
+    clipped = clip_rows(g, 2.0, 4)  # limit 1
+    assert float(torch.linalg.norm(clipped)) == pytest.approx(1.0)
+    assert torch.allclose(clipped / clipped[0, 0], torch.ones_like(g))  # the direction is kept
+
+
+def test_bad_strategy_options_give_one_line(store, partitions, tmp_path):
+    part = partitions("metis", 2)
+    feature = tmp_path / "feat"
+    assert invoke(["partition", str(store), "--workers", "2", "--method", "feature", "-o", str(feature)]).exit_code == 0
+    assert invoke(["plan", str(part), "--strategy", "bns-gcn", "-o", str(tmp_path / "bns")]).exit_code == 0
+    cases = [
+        (["plan", str(part), "--strategy", "nope"], "Invalid value for '--strategy'"),
+        (["plan", str(feature), "--strategy", "g3"], "strategy g3 runs on g3, metis, random, chunk partitions, not feature"),
+        (["plan", str(feature), "--strategy", "sancus"], "run `g3 partition STORE --workers K --method chunk`"),
+        (["plan", str(part), "--strategy", "bns-gcn", "--boundary-sample", "0"], "--boundary-sample 0: the sampling ratio must be in (0, 1]"),
+        (["plan", str(part), "--strategy", "bns-gcn", "--boundary-sample", "1.5"], "must be in (0, 1]"),
+        (["plan", str(part), "--strategy", "bns-gcn", "--boundary-sample", "x"], "expected a number in (0, 1]"),
+        (["plan", str(part), "--strategy", "bns-gcn", "--boundary-sample", "0.5", "--model", "gat"], "with GAT is not supported"),
+        (["plan", str(part), "--strategy", "sancus", "--staleness", "epoch:-1"], "needs a whole number of epochs >= 0"),
+        (["plan", str(part), "--strategy", "sancus", "--staleness", "drift:-0.1"], "drift:X needs a number >= 0"),
+        (["plan", str(part), "--strategy", "sancus", "--staleness", "often"], "expected epoch:N, ask:N or drift:X"),
+        (["plan", str(part), "--strategy", "sancus", "--boundary-sample", "0.5"], "--boundary-sample is an option of bns-gcn, not of sancus"),
+        (["plan", str(part), "--strategy", "g3", "--sancus-comm", "p2p"], "--sancus-comm is an option of sancus, not of g3"),
+        (["train", str(tmp_path / "bns"), "--pipeline", "intra"], "--pipeline does not apply to the bns-gcn strategy"),
+    ]
+    for args, message in cases:
+        r = invoke([*args, "-o", str(tmp_path / "out")] if args[0] == "plan" else [*args, "-o", str(tmp_path / "run")])
+        assert r.exit_code == 2, (args, r.output)
+        assert message in r.output and "Traceback" not in r.output, (args, r.output)
+        assert len([ln for ln in r.output.strip().splitlines() if ln.startswith("g3: error")]) <= 1
+    assert not (tmp_path / "out").exists() and not (tmp_path / "run").exists()
+
+
+def test_plan_help_lists_every_strategy_and_info_shows_it(partitions, tmp_path):
+    from stages.common.strategies import STRATEGIES
+
+    r = invoke(["plan", "--help"])
+    assert r.exit_code == 0
+    for s in STRATEGIES.values():
+        assert s.name in r.output and ", ".join(s.methods) in r.output
+    part = partitions("chunk", 2)
+    plan = tmp_path / "plan"
+    assert invoke(["plan", str(part), "--strategy", "sancus", "--staleness", "drift:0.02", "-o", str(plan)]).exit_code == 0
+    meta = json.loads((plan / "plan.json").read_text())
+    assert meta["schema_version"] == 3
+    assert meta["strategy"] == {"name": "sancus", "options": {"sancus_comm": "broadcast",
+                                                              "staleness": {"policy": "drift", "bound": 0.02},
+                                                              "drift_norm": "fro", "grad_clip": 0.0}}
+    r = invoke(["info", str(plan), "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["strategy"]["name"] == "sancus"
+    r = invoke(["info", str(plan)])
+    assert "sancus" in r.output and "drift:0.02" in r.output
+
+
+def test_a_version_2_plan_is_read_as_g3(partitions, tmp_path):
+    """Plans written before strategies existed (schema v2, no strategy field) still train, as g3 plans."""
+    part = partitions("metis", 2)
+    plan = tmp_path / "plan"
+    assert invoke(["plan", str(part), "--bin-size", "50", "-o", str(plan)]).exit_code == 0
+    meta = json.loads((plan / "plan.json").read_text())
+    old = {k: v for k, v in meta.items() if k != "strategy"} | {"schema_version": 2}
+    old["config"] = {**meta["config"], "bin_size": 50, "device_memory": meta["device_memory"]}
+    (plan / "plan.json").write_text(json.dumps(old))
+    r = invoke(["train", str(plan), "--epochs", "1", "--workers", "2", "--threads", "1", "-o", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["strategy"]["name"] == "g3"
+
+
+def test_store_fixture_has_cross_partition_arcs(store, partitions):
+    """The exactness tests above would pass vacuously if no arc crossed partitions."""
+    g = GraphStore.open(store)
+    indptr, indices = g.load_csr()
+    dst = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    for method, k in (("metis", 4), ("chunk", 4)):
+        part = np.load(partitions(method, k) / "assignment.npy")
+        assert (part[indices] != part[dst]).mean() > 0.05
