@@ -49,8 +49,13 @@ def _memory(ctx, param, value):
 @click.option("--layers", type=int, default=2, show_default=True, help="Number of GNN layers.")
 @click.option("--hidden", type=int, default=16, show_default=True, help="Hidden width (per head for GAT).")
 @click.option("--heads", type=int, default=8, show_default=True, help="GAT attention heads.")
+@click.option("--strategies", default="g3", show_default=True,
+              help="Training strategies to run side by side with each --workers K, comma-separated specs "
+                   "NAME[@METHOD][{option=value,...}]: the strategy, the partition method (default: the strategy's "
+                   "own, see `g3 plan --help`) and `g3 plan` options without the dashes, e.g. "
+                   "'g3,bns-gcn,bns-gcn@chunk,bns-gcn{boundary-sample=0.1},sancus{staleness=drift:0.02,sancus-comm=p2p}'.")
 @click.option("--workers", default="1,2,4", show_default=True, callback=_int_list,
-              help="g3 worker counts to run (partition g3, plan, train), comma-separated.")
+              help="Worker counts of every strategy (partition, plan, train), comma-separated.")
 @click.option("--epochs", type=int, default=5, show_default=True,
               help="Epochs per system; the median excludes the first (warm-up) when there are several.")
 @click.option("--threads", type=int, default=None,
@@ -58,8 +63,9 @@ def _memory(ctx, param, value):
 @click.option("--lr", type=float, default=0.01, show_default=True, help="Adam learning rate (every system).")
 @click.option("--dropout", type=float, default=0.5, show_default=True, help="Dropout between layers (every system).")
 @click.option("--pipeline", type=click.Choice(PIPELINES), default="multi", show_default=True,
-              help="g3's bin schedule (see g3 train --help).")
-@click.option("--bin-size", type=int, default=None, help="g3 plan: fixed nodes per bin [default: from memory].")
+              help="The g3 strategy's bin schedule (see g3 train --help).")
+@click.option("--bin-size", type=int, default=None,
+              help="The g3 strategy's plan: fixed nodes per bin [default: from memory].")
 @click.option("--device-memory", default=None, callback=_memory,
               help="g3 plan: device memory per worker, e.g. 8GiB [default: auto].")
 @click.option("--peers", "peers", default="pyg,dgl", show_default=True, callback=_peers,
@@ -73,13 +79,18 @@ def _memory(ctx, param, value):
                    "[default: STORE.bench beside the store]. Its partitions and plans are reused while they match.")
 @click.option("--force", is_flag=True, help="Replace the bench.json of an earlier benchmark in OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print bench.json instead of the table.")
-def command(store, model, layers, hidden, heads, workers, epochs, threads, lr, dropout, pipeline, bin_size,
+def command(store, model, layers, hidden, heads, strategies, workers, epochs, threads, lr, dropout, pipeline, bin_size,
             device_memory, peers, no_single, dgl_python, timeout, out, force, as_json):
-    """Compare g3 with DGL and PyG on STORE in one invocation: g3 with each worker count, single-process g3
-    full-graph, PyG and DGL full-graph training with the same model, optimizer and thread count; median epoch
-    times and their ratios as a table, bench.json and bench.png. A peer that is not installed is reported as
-    such. The peers read the graph from a neutral .npz exported once."""
-    opts = BenchOptions(model=model, layers=layers, hidden=hidden, heads=heads, workers=workers, epochs=epochs,
+    """Compare training strategies side by side on STORE, next to DGL and PyG, in one invocation: each strategy
+    with each worker count (its partition, plan and training run), single-process g3 full-graph, PyG and DGL
+    full-graph training, all with the same model, optimizer, epochs and thread count. The table, bench.json
+    and bench.png give the median epoch time, bytes sent per epoch, final test accuracy, peak memory per
+    worker and the ratios. A peer that is not installed is reported as such. The peers read the graph from a
+    neutral .npz exported once."""
+    from stages.bench.runs import split_specs
+
+    opts = BenchOptions(model=model, layers=layers, hidden=hidden, heads=heads, workers=workers,
+                        strategies=tuple(split_specs(strategies)), epochs=epochs,
                         threads=threads, lr=lr, dropout=dropout, pipeline=pipeline, bin_size=bin_size,
                         device_memory=device_memory, peers=peers, single=not no_single, dgl_python=dgl_python,
                         timeout=timeout)

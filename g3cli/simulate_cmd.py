@@ -50,8 +50,14 @@ def _pipelines(ctx, param, value):
               help="g3 schedules to simulate (repeat or comma-separate): none, intra, inter, multi "
                    "[default: all four].")
 @click.option("--baselines/--no-baselines", default=True, show_default=True,
-              help="Also simulate the layer-barrier (NeuGraph/NeutronStar) and L-hop halo-replication "
-                   "(DistGNN/ROC) baselines on the same partitions and rates.")
+              help="Also simulate the other strategies on the same partitions and rates — bns-gcn (layer-synchronous, "
+                   "whole partition: BNS-GCN, NeutronStar as G3 ran it), sancus-broadcast and sancus-p2p (SANCUS, "
+                   "--staleness epoch:N) — and the L-hop halo-replication baseline (DistGNN/ROC).")
+@click.option("--boundary-sample", type=float, default=1.0, show_default=True,
+              help="bns-gcn's sampling ratio P: the hidden layers' boundary rows (and their gradients) scale by P.")
+@click.option("--staleness-epochs", type=int, default=1, show_default=True,
+              help="sancus's epoch:N: hidden layers' rows move every N+1 epochs; the epoch reported is the mean of a "
+                   "sending epoch and N skipping ones.")
 @click.option("--scaling", default="2,4,8,16", show_default=True, callback=_parser(parse_workers_list),
               help="Worker counts of the scaling table (like the paper's Figs. 7-11, 16, 17): a list, a range "
                    "of powers of two (2-16), or 'none'. Each K is partitioned and planned once into --cache.")
@@ -61,13 +67,16 @@ def _pipelines(ctx, param, value):
               help="Output folder: simulate.json, workers.png, timeline.png, scaling.png [default: PLAN.sim].")
 @click.option("--force", is_flag=True, help="Replace the simulate.json (and plots) of an earlier simulation in OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print simulate.json instead of the tables.")
-def command(plan, workers, bandwidth, latency, profile, pipelines, baselines, scaling, cache, out, force, as_json):
+def command(plan, workers, bandwidth, latency, profile, pipelines, baselines, boundary_sample, staleness_epochs,
+            scaling, cache, out, force, as_json):
     """Simulate one training epoch of PLAN on K workers (discrete events): the plan's exact bins and
     per-peer message bytes, compute rates from a profile of the real runtime, a network of full-duplex links.
     Reports per-worker busy / communication-wait / idle time and the epoch time of g3 with each --pipeline
-    schedule and of the baselines, and a scaling table over --scaling worker counts."""
+    schedule and of the other strategies, and a scaling table over --scaling worker counts. A plan of
+    another strategy is simulated through a g3 plan of its partition (the bins give the work)."""
     opts = SimulateOptions(workers=workers, bandwidth=bandwidth, latency=latency, profile=profile,
-                           pipelines=pipelines, baselines=baselines, scaling=scaling, cache=cache)
+                           pipelines=pipelines, baselines=baselines, boundary_sample=boundary_sample,
+                           staleness_epochs=staleness_epochs, scaling=scaling, cache=cache)
     result = run_simulate(plan, opts, out=out, force=force)
     if as_json:
         click.echo(json.dumps(result, indent=1, default=str))

@@ -76,18 +76,18 @@ def test_bench_command_without_peers(tiny_store, tmp_path, cli_runner, monkeypat
 
     calls = []
 
-    def fake_g3(store, o, k, out, threads):  # the K-worker runs are `g3 train`'s, tested in test_train.py
-        calls.append((k, threads, o.hidden))
+    def fake_run(store, o, spec, k, out, threads):  # the strategies' runs are `g3 train`'s (test_train, below)
+        calls.append((spec.name, k, threads, o.hidden))
         return bench._entry("g3", f"g3, {k} worker", workers=k, threads=threads, epoch_seconds=[1.0, 0.5, 0.25])
 
-    monkeypatch.setattr(bench, "run_g3", fake_g3)
+    monkeypatch.setattr(bench, "run_strategy", fake_run)
     out = tmp_path / "bench"
     res = cli_runner.invoke(cli, ["bench", str(tiny_store), "--workers", "1", "--epochs", "2", "--hidden", "8", "--threads", "2",
                                   "--peers", "dgl", "--dgl-python", str(tmp_path / "none" / "python"), "-o", str(out)])
     assert res.exit_code == 0, res.output
     data = json.loads((out / "bench.json").read_text())
     by = {e["system"]: e for e in data["entries"]}
-    assert calls == [(1, 2, 8)]
+    assert calls == [("g3", 1, 2, 8)]
     assert by["g3"]["median_epoch_seconds"] == pytest.approx(0.375)
     assert by["g3-single"]["status"] == "ok" and by["g3-single"]["median_epoch_seconds"] > 0
     assert by["dgl"]["note"] == "DGL: not installed (make peers-dgl)"
@@ -103,3 +103,51 @@ def test_bench_command_without_peers(tiny_store, tmp_path, cli_runner, monkeypat
     res = cli_runner.invoke(cli, [*args, "--force"])
     assert res.exit_code == 0, res.output
     assert [e["system"] for e in json.loads((out / "bench.json").read_text())["entries"]] == ["g3"]
+
+
+def test_strategies_side_by_side(tiny_store, tmp_path, cli_runner):
+    """`g3 bench --strategies` runs each spec for real (its partition method, plan options, training) and records
+    epoch times, bytes per epoch, final test accuracy and peak memory per worker; bns-gcn with P = 1 moves g3's
+    bytes, sampling moves fewer."""
+    from g3cli.main import cli
+
+    out = tmp_path / "bench"
+    specs = "g3@metis,bns-gcn,bns-gcn{boundary-sample=0.25},sancus@metis{staleness=epoch:0,sancus-comm=p2p}"
+    res = cli_runner.invoke(cli, ["bench", str(tiny_store), "--strategies", specs, "--workers", "2", "--epochs", "3",
+                                  "--threads", "2", "--peers", "none", "--no-single", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "bench.json").read_text())
+    assert data["schema_version"] == 2
+    by = {e["label"]: e for e in data["entries"]}
+    assert list(by) == ["g3@metis, 2 workers", "bns-gcn@metis, 2 workers",
+                        "bns-gcn@metis {boundary-sample=0.25}, 2 workers",
+                        "sancus@metis {staleness=epoch:0, sancus-comm=p2p}, 2 workers"]
+    for e in by.values():
+        assert e["status"] == "ok" and e["workers"] == 2 and len(e["epoch_seconds"]) == 3
+        assert 0.0 <= e["test_acc"] <= 1.0 and len(e["peak_memory_bytes"]) == 2 and min(e["peak_memory_bytes"]) > 0
+        assert e["method"] == "metis"
+    g3, bns, sampled, sancus = by.values()
+    assert bns["bytes_per_epoch"] == g3["bytes_per_epoch"] > 0
+    assert sampled["bytes_per_epoch"] < 0.6 * bns["bytes_per_epoch"]
+    # sancus p2p moves g3's rows plus a one-word header per peer and layer
+    assert sancus["bytes_per_epoch"] == g3["bytes_per_epoch"] + 2 * 8
+    assert "bns-gcn@metis" in res.output and "sancus@metis" in res.output
+    assert (out / "bench.png").stat().st_size > 0
+    # the partition is shared by the specs of one method; a second run reuses partitions and plans
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("part-") and p.is_dir()) == [
+        "part-metis-2", "part-metis-2.plan-bns-gcn-boundary-sample-0.25-sage", "part-metis-2.plan-bns-gcn-sage",
+        "part-metis-2.plan-g3-sage", "part-metis-2.plan-sancus-staleness-epoch-0-sancus-comm-p2p-sage"]
+
+
+def test_bad_strategy_specs(tiny_store, tmp_path, cli_runner):
+    from g3cli.main import cli
+
+    for spec, message in (("nope", "unknown strategy 'nope'"),
+                          ("bns-gcn@feature", "strategy bns-gcn runs on metis, chunk, g3, random partitions, not feature"),
+                          ("bns-gcn{p=0.1}", "bns-gcn has no option 'p'"),
+                          ("sancus{staleness}", "needs a value"),
+                          ("g3[x]", "is not NAME[@METHOD]")):
+        res = cli_runner.invoke(cli, ["bench", str(tiny_store), "--strategies", spec, "--peers", "none", "-o",
+                                      str(tmp_path / "b")])
+        assert res.exit_code == 2 and message in res.output, (spec, res.output)
+    assert not (tmp_path / "b").exists()

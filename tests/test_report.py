@@ -19,7 +19,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def make_run(root: Path, name: str = "g.part-g3-2.plan-sage.run", owned=(100, 300), epochs: int = 6,
              method: str = "g3", pipeline: str = "none", epoch_seconds: float = 2.0, eval_every: int = 2,
-             trace: bool = True, plan: bool = True, partition: bool = True, eval_json: bool = True) -> Path:
+             trace: bool = True, plan: bool = True, partition: bool = True, eval_json: bool = True,
+             strategy: str | None = None) -> Path:
     """A run folder as `g3 train` leaves it, with its plan.json and partition.json beside it."""
     k = len(owned)
     part_dir, plan_dir, run = root / f"g.part-{method}-{k}", root / f"g.part-{method}-{k}.plan-sage", root / name
@@ -43,6 +44,7 @@ def make_run(root: Path, name: str = "g.part-g3-2.plan-sage.run", owned=(100, 30
         "partition": {"path": str(part_dir), "method": method},
         "store": {"name": "fake", "num_nodes": sum(owned)},
         "config": {"pipeline": pipeline, "device": "cpu", "eval_every": eval_every},
+        **({"strategy": {"name": strategy, "options": {}}} if strategy else {}),
     }))
     lines = []
     for e in range(epochs):
@@ -300,3 +302,18 @@ def test_cli(tmp_path, cli_runner):
     assert (tmp_path / "rep" / "index.html").is_file()
     r = cli_runner.invoke(cli, ["report"])
     assert r.exit_code == 2
+
+
+def test_runs_of_several_strategies_are_labelled_by_strategy(tmp_path):
+    """Comparing strategies: labels and the summary say which strategy trained each run (runs written before
+    strategies existed are g3's), and time-to-accuracy draws them on one plot."""
+    a = make_run(tmp_path / "a", name="run-a", trace=False)
+    b = make_run(tmp_path / "b", name="run-b", pipeline=None, strategy="bns-gcn", trace=False, epoch_seconds=1.0)
+    res = run_report([a, b], out=tmp_path / "rep")
+    assert [r["label"] for r in res["runs"]] == ["g3: run-a", "bns-gcn: run-b"]
+    assert [r["strategy"] for r in res["runs"]] == ["g3", "bns-gcn"]
+    assert res["runs"][1]["pipeline"] == "-"
+    tta = [p for p in res["plots"] if p["kind"] == "time_to_accuracy"]
+    assert len(tta) == 1 and tta[0]["runs"] == ["g3: run-a", "bns-gcn: run-b"]
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert "<th>strategy</th>" in html and "strategy bns-gcn" in html

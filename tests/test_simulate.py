@@ -67,9 +67,9 @@ def hand():
 #       in -> X [4.5,6]; B1: [6,8] send (arrives 11), [8,10], wait [10,11]; B0: [11,13] [13,15]; + 4 = 19.
 # inter node-id order: X first. F0: X [0,1.5], Y [1.5,3] send (arrives 6); F1: Y [3,4.5], wait [4.5,6],
 #       X [6,7.5]; B1: [7.5,9.5] send (arrives 12.5), [9.5,11.5], wait 1; B0: [12.5,14.5] [14.5,16.5]; + 4 = 20.5.
-# layer-barrier: F0 2 bins (3 s) [0,3], all-to-all [3,4] arrives 6, barrier 6; F1 [6,9], barrier 9;
-#       B1 [9,13], exchange arrives 16; B0 [16,20]; + 4 = 24.
-HAND = {"g3-none": 20.5, "g3-intra": 20.0, "g3-multi": 19.0, "g3-inter": 20.5, "layer-barrier": 24.0}
+# bns-gcn: the whole partition as one bin (2 arcs, no gather): F0 [0,2], all-to-all [2,3] arrives 5, barrier 5;
+#       F1 [5,7]; B1 [7,11], exchange [11,12] arrives 14; B0 [14,18]; + 4 = 22.
+HAND = {"g3-none": 20.5, "g3-intra": 20.0, "g3-multi": 19.0, "g3-inter": 20.5, "bns-gcn": 22.0}
 
 
 @pytest.mark.parametrize("system", sorted(HAND))
@@ -80,6 +80,26 @@ def test_hand_made_plan_times(hand, system):
     for w in r["workers"]:  # every second of the epoch is accounted for
         assert w["busy"] + w["comm_wait"] + w["idle"] + w["sync"] == pytest.approx(r["epoch_seconds"])
     assert r["bytes_per_epoch"] == 2 * 2 * 4  # per worker one forward and one backward row of 4 bytes
+
+
+def test_hand_made_sancus_layouts(hand):
+    """sancus, epoch:1 — the mean of a sending and a skipping epoch.
+    p2p, sending: F0 [0,2], headers (8 B: 2 s on the link) [2,4] arrive 6, rows [6,7] arrive 9; F1 [9,11]; B1
+    [11,15], gradients [15,16] arrive 18; B0 [18,22]; + 4 = 26 (32 B). Skipping: headers only, arrive 6; F1 [6,8];
+    B1 [8,12], gradients arrive 15; B0 [15,19]; + 4 = 23 (24 B). Mean 24.5 s, 28 B.
+    broadcast, sending: the whole block (2 rows, 8 B) [2,4] arrives 6; F1 [6,8]; B1 [8,12], gradients arrive 15;
+    B0 [15,19]; + 4 = 23 (24 B). Skipping: nothing moves forward; F1 [2,4]; B1 [4,8], gradients [8,9] arrive 11;
+    B0 [11,15]; + 4 = 19 (8 B). Mean 21 s, 16 B."""
+    wl, rates, net = hand
+    for system, fresh, stale, mean_bytes in (("sancus-p2p", 26.0, 23.0, 28), ("sancus-broadcast", 23.0, 19.0, 16)):
+        r = simulate_system(wl, system, rates, net, staleness_epochs=1)
+        assert (r["fresh_epoch_seconds"], r["stale_epoch_seconds"]) == (pytest.approx(fresh), pytest.approx(stale))
+        assert r["epoch_seconds"] == pytest.approx((fresh + stale) / 2)
+        assert r["bytes_per_epoch"] == pytest.approx(mean_bytes)
+        assert simulate_system(wl, system, rates, net, staleness_epochs=0)["epoch_seconds"] == pytest.approx(fresh)
+    # bns-gcn's sampling scales the rows it moves (rounded per message): P = 0.4 rounds one row to none
+    r = simulate_system(wl, "bns-gcn", rates, net, boundary_sample=0.4)
+    assert r["bytes_per_epoch"] == 0
 
 
 def test_multi_runs_the_plans_bins_with_prefetch(hand):
@@ -171,7 +191,8 @@ def test_simulate_real_plan_and_cli(tiny_plan, tmp_path, cli_runner):
     assert res.exit_code == 0, res.output
     data = json.loads((out / "simulate.json").read_text())
     systems = {r["system"]: r for r in data["systems"]}
-    assert set(systems) == {"g3-none", "g3-intra", "g3-inter", "g3-multi", "layer-barrier", "halo"}
+    assert set(systems) == {"g3-none", "g3-intra", "g3-inter", "g3-multi", "bns-gcn", "sancus-broadcast",
+                            "sancus-p2p", "halo"}
     # the simulated bytes are exactly the plan's message tables: rows x width x 4
     from stages.common.plan_artifact import WorkerPlan
 

@@ -1,17 +1,20 @@
-"""`g3 bench STORE`: g3 against DGL and PyG on the same graph and model, in one invocation.
+"""`g3 bench STORE`: training strategies side by side, next to DGL and PyG, on the same graph and model.
 
-Systems, all timed the same way (median of the epochs after the first, which is warm-up):
+Systems, all timed the same way (median of the epochs after the first, which is warm-up and fetches the
+input features):
 
-* g3 with each ``--workers K`` (partition ``g3``, plan, ``g3 train``; the thread budget split over the workers);
+* every ``--strategies`` spec with each ``--workers K`` (its partition, plan and ``g3 train`` run; the thread
+  budget split over the workers): :mod:`.runs`;
 * g3 single-process full-graph (g3's layers and kernels on one whole-graph block: :mod:`.single`);
 * PyG (``pip install 'g3[peers]'`` / ``make peers``): standard layers on a ``torch.sparse`` CSR adjacency,
-  run as a subprocess of this Python (examples/peers/pyg_runner.py);
+  run as a subprocess of this Python (stages/bench/peers/pyg_runner.py);
 * DGL (``make peers-dgl`` builds ``.venv-dgl`` with torch 2.2.1 + dgl 2.1.0): run as a subprocess of that
-  environment's Python (examples/peers/dgl_runner.py).
+  environment's Python (stages/bench/peers/dgl_runner.py).
 
-The peers read the graph from a neutral ``.npz`` exported once (:mod:`.export`). A peer that is not installed
-gets a row saying so. Output: ``bench.json``, ``bench.png`` and a terminal table (docs/ARTIFACTS.md, "Bench
-output").
+Every entry records its epoch times; the strategies also bytes sent per epoch, final test accuracy and peak
+memory per worker, the peers their final test accuracy. The peers read the graph from a neutral ``.npz``
+exported once (:mod:`.export`). A peer that is not installed gets a row saying so. Output: ``bench.json``,
+``bench.png`` and a terminal table (docs/ARTIFACTS.md, "Bench output").
 """
 
 from __future__ import annotations
@@ -27,14 +30,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..common.atomic import check_result, write_json_atomic
-from ..common.errors import G3InputError, G3RuntimeError
+from ..common.errors import G3InputError
 from ..common.store import GraphStore
 from .export import export_graph, read_graph
+from .runs import parse_spec
 
 BENCH_SCHEMA = "g3.bench"
-BENCH_VERSION = 1
+BENCH_VERSION = 2  # 2: entries of several strategies (strategy, method, bytes, accuracy, memory)
 REPO = Path(__file__).resolve().parents[2]
-PEERS_DIR = REPO / "examples" / "peers"
+PEERS_DIR = Path(__file__).resolve().parent / "peers"
 PEERS = ("pyg", "dgl")
 INSTALL_HINT = {"pyg": "make peers", "dgl": "make peers-dgl"}
 PEER_NAMES = {"pyg": "PyG", "dgl": "DGL"}
@@ -47,6 +51,7 @@ class BenchOptions:
     hidden: int = 16
     heads: int = 8
     workers: tuple[int, ...] = (1, 2, 4)
+    strategies: tuple[str, ...] = ("g3",)  # specs: NAME[@METHOD][{option=value,...}] (stages/bench/runs.py)
     epochs: int = 5
     threads: int | None = None  # total threads of every system; None: all cores
     lr: float = 0.01
@@ -73,62 +78,15 @@ def _entry(system: str, label: str, status: str = "ok", **kw) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# g3
+# g3's strategies
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _reuse_partition(part: Path, store: GraphStore, k: int) -> bool:
-    f = part / "partition.json"
-    if not f.is_file():
-        return False
-    try:
-        meta = json.loads(f.read_text())
-    except json.JSONDecodeError:
-        return False
-    sums = store.meta.get("checksums", {})
-    return (meta.get("num_partitions") == k and meta.get("method") == "g3" and bool(sums)
-            and meta.get("store", {}).get("checksums", {}).get("indices") == sums.get("indices"))
+def run_strategy(store: GraphStore, o: BenchOptions, spec, k: int, out: Path, threads: int) -> dict:
+    """One strategy spec with K workers (see :mod:`.runs`)."""
+    from .runs import run_strategy as run
 
-
-def run_g3(store: GraphStore, o: BenchOptions, k: int, out: Path, threads: int) -> dict:
-    """Partition (g3), plan and train with K workers; the threads are split over the workers."""
-    from ..partition import PartitionOptions, run_partition
-    from ..plan import PlanConfig, partition_digest, run_plan
-    from ..train import TrainConfig, run_train
-
-    label = f"g3, {k} worker{'s' if k > 1 else ''}"
-    per_worker = max(1, threads // k)
-    part = out / f"part-g3-{k}"
-    plan = out / f"part-g3-{k}.plan-{o.model}"
-    run = out / f"run-g3-{k}"
-    try:
-        if not _reuse_partition(part, store, k):
-            run_partition(store.path, PartitionOptions(workers=k, method="g3", hidden=o.hidden), out=part, force=True)
-        cfg = PlanConfig(model=o.model, layers=o.layers, hidden=o.hidden, heads=o.heads,
-                         device_memory=o.device_memory, bin_size=o.bin_size)
-        pj = plan / "plan.json"
-        old = json.loads(pj.read_text()) if pj.is_file() else {}
-        if old.get("config") != asdict(cfg) or old.get("partition", {}).get("digest") != partition_digest(part):
-            run_plan(part, cfg, out=plan, force=True)
-        tc = TrainConfig(epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k, pipeline=o.pipeline,
-                         eval_every=0, threads=per_worker, live=False,
-                         timeout=max(60.0, min(o.timeout, 900.0)))  # big graphs: peers wait long for a bin
-        run_train(plan, tc, out=run, force=True)
-    except (G3InputError, G3RuntimeError) as exc:  # the epochs it finished are kept, for the record
-        return _entry("g3", label, "failed", workers=k, threads=per_worker * k, note=str(exc),
-                      completed_epoch_seconds=_epoch_times(run))
-    times = _epoch_times(run)
-    return _entry("g3", label, workers=k, threads=per_worker * k, threads_per_worker=per_worker,
-                  epoch_seconds=times, run=str(run), pipeline=o.pipeline,
-                  note=f"{per_worker} thread{'s' if per_worker > 1 else ''} per worker, --pipeline {o.pipeline}"
-                  + (f" (more workers than the {threads} threads)" if k > threads else ""))
-
-
-def _epoch_times(run: Path) -> list[float]:
-    f = run / "metrics.jsonl"
-    if not f.is_file():
-        return []
-    return [json.loads(line)["epoch_seconds"] for line in f.read_text().splitlines() if line.strip()]
+    return run(store, o, spec, k, out, threads, _entry)
 
 
 def run_single(graph: dict, o: BenchOptions, threads: int) -> dict:
@@ -136,7 +94,7 @@ def run_single(graph: dict, o: BenchOptions, threads: int) -> dict:
 
     res = train_single(graph, o.model, o.layers, o.hidden, o.heads, o.epochs, o.lr, o.dropout, threads)
     return _entry("g3-single", "g3, single process, full graph", workers=1, threads=threads,
-                  epoch_seconds=res["epoch_seconds"], note="one whole-graph block, no runtime")
+                  epoch_seconds=res["epoch_seconds"], test_acc=res["test_acc"], note="one whole-graph block, no runtime")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -192,7 +150,7 @@ def run_peer(peer: str, graph_file: Path, o: BenchOptions, threads: int, log_dir
     res = json.loads(lines[-1])
     label = f"{PEER_NAMES[peer]} {res.get('version', '')}".strip()
     return _entry(peer, label, workers=1, threads=res.get("threads", threads), epoch_seconds=res["epoch_seconds"],
-                  version=res.get("version"), torch=res.get("torch"),
+                  version=res.get("version"), torch=res.get("torch"), test_acc=res.get("test_acc"),
                   note=f"torch {res.get('torch')}" + (f", {res['adjacency']}" if res.get("adjacency") else ""))
 
 
@@ -205,8 +163,8 @@ def finish(entries: list[dict]) -> dict:
     """Medians and ratios (to one-worker g3 and to DGL) of every entry; the goal check."""
     for e in entries:
         e["median_epoch_seconds"] = median_epoch(e["epoch_seconds"]) if e["status"] == "ok" else None
-    ref_g3 = next((e for e in entries if e["system"] == "g3" and e.get("workers") == 1 and e["median_epoch_seconds"]),
-                  None)
+    ref_g3 = next((e for e in entries if e["system"] == "g3" and e.get("workers") == 1 and e["median_epoch_seconds"]
+                   and not e.get("options")), None)
     ref_dgl = next((e for e in entries if e["system"] == "dgl" and e["median_epoch_seconds"]), None)
     for e in entries:
         m = e["median_epoch_seconds"]
@@ -230,6 +188,9 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
     for p in o.peers:
         if p not in PEERS:
             raise G3InputError(f"unknown peer {p!r} (choose from {', '.join(PEERS)})")
+    specs = [parse_spec(s) for s in o.strategies]
+    if not specs and not o.single and not o.peers:
+        raise G3InputError("nothing to benchmark: no --strategies, --no-single and --peers none")
     threads = o.threads or os.cpu_count() or 1
     out = (Path(out) if out else Path(store.path).parent / f"{Path(store.path).name}.bench").resolve()
     check_result(out / "bench.json", force, "an earlier benchmark")
@@ -237,7 +198,7 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
     load_before = list(os.getloadavg())
     t0 = time.perf_counter()
     graph_file = export_graph(store.path, out / "graph.npz")
-    entries = [run_g3(store, o, k, out, threads) for k in o.workers]
+    entries = [run_strategy(store, o, spec, k, out, threads) for spec in specs for k in o.workers]
     if o.single:
         entries.append(run_single(read_graph(graph_file), o, threads))
     for peer in o.peers:
@@ -265,5 +226,5 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
     return result
 
 
-__all__ = ["run_bench", "BenchOptions", "finish", "median_epoch", "not_installed", "run_peer", "export_graph",
-           "read_graph"]
+__all__ = ["run_bench", "BenchOptions", "finish", "median_epoch", "not_installed", "run_peer", "run_strategy",
+           "export_graph", "read_graph"]

@@ -15,37 +15,62 @@ def _r(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}×"
 
 
+def _b(x: float | None) -> str:
+    if x is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(x) < 1024 or unit == "GiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{x:.1f} GiB"
+
+
+def _a(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f} %"
+
+
 def table_rows(result: dict) -> list[list[str]]:
-    """One row per system: label, workers, threads, median epoch, ratio to g3 (1 worker), ratio to DGL, note."""
+    """One row per system: label, workers, threads, median epoch, bytes sent per epoch (all workers), final
+    test accuracy, peak memory of the largest worker, ratio to g3 (1 worker), ratio to DGL, note."""
     rows = []
     for e in result["entries"]:
         if e["status"] != "ok":
             done = e.get("completed_epoch_seconds") or []
             extra = f" (epochs it finished: {', '.join(_s(t) for t in done)})" if done else ""
-            rows.append([e["label"], "-", "-", "-", "-", "-", (e["note"] or e["status"]) + extra])
+            rows.append([e["label"], "-", "-", "-", "-", "-", "-", "-", "-", (e["note"] or e["status"]) + extra])
             continue
+        peak = max(e["peak_memory_bytes"]) if e.get("peak_memory_bytes") else None
         rows.append([e["label"], str(e.get("workers", 1)), str(e.get("threads", "-")), _s(e["median_epoch_seconds"]),
-                     _r(e["vs_g3_1"]), _r(e["vs_dgl"]), e.get("note", "")])
+                     _b(e.get("bytes_per_epoch")), _a(e.get("test_acc")), _b(peak), _r(e["vs_g3_1"]), _r(e["vs_dgl"]),
+                     e.get("note", "")])
     return rows
 
 
-HEADER = ["system", "workers", "threads", "median epoch", "÷ g3 (1 worker)", "÷ DGL", "note"]
+HEADER = ["system", "workers", "threads", "median epoch", "bytes / epoch", "test acc", "peak mem / worker",
+          "÷ g3 (1 worker)", "÷ DGL", "note"]
+FIGURES = (0, 1, 3, 4, 5, 6)  # the first table: what each system did
+RATIOS = (0, 2, 7, 8, 9)  # the second: threads, ratios, notes
 
 
 def print_bench(result: dict, console=None) -> None:
+    """Two tables that fit a terminal: the figures of every system, then threads, ratios and notes."""
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
     s = result["store"]
     o = result["options"]
-    t = Table(title=f"{s['name']}: {s['num_nodes']:,} nodes, {s['num_arcs']:,} arcs — {o['model']}, {o['layers']} "
-                    f"layers, hidden {o['hidden']}, {o['epochs']} epochs (median without the first)")
-    for h in HEADER:
-        t.add_column(h, justify="left" if h in ("system", "note") else "right")
-    for row in table_rows(result):
-        t.add_row(*row)
-    console.print(t)
+    rows = table_rows(result)
+    title = (f"{s['name']}: {s['num_nodes']:,} nodes, {s['num_arcs']:,} arcs — {o['model']}, {o['layers']} layers, "
+             f"hidden {o['hidden']}, {o['epochs']} epochs (median without the first)")
+    for cols, caption in ((FIGURES, title), (RATIOS, None)):
+        t = Table(title=caption)
+        for i in cols:
+            t.add_column(HEADER[i], justify="left" if HEADER[i] in ("system", "note") else "right",
+                         overflow="fold", min_width=6 if i else 16)
+        for row in rows:
+            t.add_row(*(row[i] for i in cols))
+        console.print(t)
     goal = result.get("goal")
     if goal:
         verdict = "met" if goal["met"] else "NOT met"
@@ -56,7 +81,15 @@ def print_bench(result: dict, console=None) -> None:
                   f"cores; wrote {result['path']}/bench.json and bench.png")
 
 
+PANELS = (("median_epoch_seconds", "median epoch time (s), lower is better", _s),
+          ("bytes_per_epoch", "bytes sent per epoch (all workers)", _b),
+          ("test_acc", "final test accuracy", _a),
+          ("peak", "peak memory of the largest worker", _b))
+
+
 def plot_bench(result: dict, path: Path) -> None:
+    """One row of bars per entry, a panel per figure (epoch time, bytes, accuracy, peak memory); entries that did
+    not run are greyed with the reason, figures an entry lacks (a peer's bytes) left empty."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -64,25 +97,34 @@ def plot_bench(result: dict, path: Path) -> None:
 
     ok = [e for e in result["entries"] if e["status"] == "ok" and e["median_epoch_seconds"]]
     missing = [e for e in result["entries"] if e["status"] != "ok"]
-    fig, ax = plt.subplots(figsize=(7.5, 0.6 + 0.45 * max(1, len(ok) + len(missing))))
+    for e in ok:
+        e["peak"] = max(e["peak_memory_bytes"]) if e.get("peak_memory_bytes") else None
     labels = [e["label"] for e in ok] + [e["label"] for e in missing]
-    vals = [e["median_epoch_seconds"] for e in ok] + [0.0] * len(missing)
-    colors = ["#4C72B0" if e["system"].startswith("g3") else "#DD8452" for e in ok] + ["#cccccc"] * len(missing)
     y = list(range(len(labels)))
-    ax.barh(y, vals, color=colors)
-    for yi, e in zip(y[len(ok):], missing, strict=True):
-        ax.text(0, yi, "  " + (e["note"] or e["status"]), va="center", fontsize=8, color="#666666")
-    for yi, v in zip(y, vals, strict=True):
-        if v:
-            ax.text(v, yi, f" {_s(v)}", va="center", fontsize=8)
-    ax.set_yticks(y)
-    ax.set_yticklabels(labels, fontsize=8)
-    ax.invert_yaxis()
+    panels = [pn for pn in PANELS if any(e.get(pn[0]) is not None for e in ok)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 2.5, 0.8 + 0.42 * max(1, len(labels))),
+                             sharey=True, squeeze=False)
+    colors = {"g3": "#4C72B0", "bns-gcn": "#55A868", "sancus": "#8172B2"}
+    for ax, (key, title, fmt) in zip(axes[0], panels, strict=True):
+        vals = [e.get(key) or 0.0 for e in ok] + [0.0] * len(missing)
+        ax.barh(y, vals, color=[colors.get(e.get("strategy", ""), "#DD8452") for e in ok] + ["#cccccc"] * len(missing))
+        for yi, e in zip(y, ok, strict=False):
+            if e.get(key) is not None:
+                ax.text(e[key], yi, f" {fmt(e[key])}", va="center", fontsize=7)
+        if key == "median_epoch_seconds":
+            for yi, e in zip(y[len(ok):], missing, strict=True):
+                ax.text(0, yi, "  " + (e["note"] or e["status"])[:60], va="center", fontsize=7, color="#666666")
+        ax.set_title(title, fontsize=8)
+        ax.set_xlim(0, max(vals + [1e-9]) * 1.35)
+        ax.tick_params(axis="x", labelsize=7)
+    axes[0][0].set_yticks(y)
+    axes[0][0].set_yticklabels(labels, fontsize=8)
+    axes[0][0].invert_yaxis()
     s, o = result["store"], result["options"]
-    ax.set_xlabel("median epoch time (s), lower is better")
-    ax.set_title(f"{s['name']} — {o['model']}, {o['layers']} layers, hidden {o['hidden']}, {result['threads']} threads",
-                 fontsize=9)
-    ax.set_xlim(0, max(vals + [1e-3]) * 1.25)
+    fig.suptitle(f"{s['name']} — {o['model']}, {o['layers']} layers, hidden {o['hidden']}, {o['epochs']} epochs, "
+                 f"{result['threads']} threads", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    for e in ok:
+        e.pop("peak", None)

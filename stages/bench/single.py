@@ -51,7 +51,13 @@ def train_single(graph: dict, model_kind: str, layers: int, hidden: int, heads: 
             loss.backward()
             opt.step()
             times.append(time.perf_counter() - t0)
-        return {"epoch_seconds": times, "threads": threads, "torch": torch.__version__}
+        test = torch.from_numpy(np.asarray(graph.get("test_idx", np.zeros(0)), dtype=np.int64))
+        test = test[y[test] >= 0]
+        model.eval()
+        with torch.no_grad():
+            pred = model(block, x).argmax(1)
+        acc = float((pred[test] == y[test]).float().mean()) if len(test) else None
+        return {"epoch_seconds": times, "threads": threads, "torch": torch.__version__, "test_acc": acc}
     finally:
         torch.set_num_threads(old_threads)
         if numba is not None:

@@ -94,7 +94,17 @@ class RunData:
 
     @property
     def pipeline(self) -> str:
-        return str((self.meta.get("config") or {}).get("pipeline", "?"))
+        value = (self.meta.get("config") or {}).get("pipeline", "?")
+        return "-" if value is None else str(value)  # strategies without g3's pipeline record none
+
+    @property
+    def strategy(self) -> str:
+        """The strategy that trained the run (runs older than strategies were all g3's)."""
+        return str((self.meta.get("strategy") or {}).get("name", "g3"))
+
+    @property
+    def strategy_options(self) -> dict:
+        return dict((self.meta.get("strategy") or {}).get("options") or {})
 
     @property
     def store_name(self) -> str:
@@ -103,8 +113,10 @@ class RunData:
     def attributes(self) -> dict:
         """What distinguishes runs from one another (used to label and group them)."""
         model = (self.meta.get("plan") or {}).get("model") or {}
-        return {"graph": self.store_name, "model": self.model, "partition": self.method, "pipeline": self.pipeline,
-                "bin size": model.get("bin_size") or "auto", "device": (self.meta.get("config") or {}).get("device")}
+        bin_size = self.strategy_options.get("bin_size", model.get("bin_size"))
+        return {"strategy": self.strategy, "graph": self.store_name, "model": self.model, "partition": self.method,
+                "pipeline": self.pipeline, "bin size": bin_size or "auto",
+                "device": (self.meta.get("config") or {}).get("device")}
 
     # -- series -------------------------------------------------------------------------------------------
     def cumulative_seconds(self) -> list[float]:
@@ -171,6 +183,7 @@ class RunData:
             "label": self.label,
             "path": str(self.path),
             "status": self.meta.get("status"),
+            "strategy": self.strategy,
             "graph": self.store_name,
             "model": self.model,
             "partition": self.method,
@@ -248,7 +261,8 @@ def _owned_nodes(data: RunData) -> None:
 
 
 def label_runs(runs: list[RunData], labels: list[str] | None = None) -> None:
-    """Give every run a short distinct label: the given one, else the folder name (with parents if needed)."""
+    """Give every run a short distinct label: the given one, else the folder name (with parents if needed),
+    prefixed with the run's strategy when the runs come from several strategies."""
     if labels:
         if len(labels) != len(runs):
             raise G3InputError(f"{len(labels)} --label given for {len(runs)} runs; give one per run or none")
@@ -261,5 +275,6 @@ def label_runs(runs: list[RunData], labels: list[str] | None = None) -> None:
         if len(set(names)) == len(names) or depth > 6:
             break
         depth += 1
+    several = len({r.strategy for r in runs}) > 1  # labels say the strategy when runs of several are compared
     for r, name in zip(runs, names, strict=True):
-        r.label = name
+        r.label = f"{r.strategy}: {name}" if several and r.strategy not in name else name

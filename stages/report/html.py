@@ -11,6 +11,7 @@ from ..common.units import human_bytes
 
 COLUMNS = (  # summary key, header, formatter
     ("label", "run", str),
+    ("strategy", "strategy", str),
     ("workers", "workers", str),
     ("epochs", "epochs", str),
     ("median_epoch_seconds", "median epoch", lambda v: f"{v:.3f} s"),
@@ -57,7 +58,8 @@ def write_index(out: Path, summaries: list[dict], sections: list[tuple[str, list
         parts.append("<tr>" + "".join(f"<td>{e(cell(s, k, f))}</td>" for k, _, f in columns) + "</tr>")
     parts.append("</table>")
     parts.append("<ul>" + "".join(f"<li>{e(s['label'])}: <code>{e(s['path'])}</code> — {e(s['graph'])}, "
-                                  f"{e(s['model'])}, partition {e(s['partition'])}, pipeline {e(s['pipeline'])}, "
+                                  f"strategy {e(s.get('strategy', 'g3'))}, {e(s['model'])}, partition {e(s['partition'])}, "
+                                  f"pipeline {e(s['pipeline'])}, "
                                   f"status {e(str(s['status']))}</li>" for s in summaries) + "</ul>")
     parts.append("<ul>" + "".join(f"<li>{e(d)}</li>" for d in definitions) + "</ul>")
     if notes:

@@ -2,8 +2,8 @@
 
 Work comes from the plan (exact bins and per-peer message tables, :mod:`.workload`), compute rates from a
 profile of the real runtime (``g3 train --profile``, :mod:`.profile`), the network from ``--bandwidth`` and
-``--latency`` (:mod:`.engine`). Systems: g3 with each ``--pipeline`` schedule, and two baselines on the same
-partitions and rates (:mod:`.schedules`). For other worker counts (``--workers K`` ≠ the plan's, and the scaling
+``--latency`` (:mod:`.engine`). Systems: g3 with each ``--pipeline`` schedule, the other strategies and an
+L-hop halo-replication baseline, all on the same partitions and rates (:mod:`.schedules`). For other worker counts (``--workers K`` ≠ the plan's, and the scaling
 table) the plan's store is partitioned and planned again with the plan's method and configuration into a cache
 folder. Output: ``simulate.json``, ``workers.png``, ``scaling.png`` (docs/DESIGN.md "Simulator").
 """
@@ -23,7 +23,7 @@ from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
 from .engine import Deadlock, Engine, Network
 from .profile import Rates, default_rates, load_rates
-from .schedules import BASELINES, SCHEDULES, g3_worker, halo_loads, halo_worker, layer_barrier_worker
+from .schedules import BASELINES, SCHEDULES, bns_gcn_worker, g3_worker, halo_loads, halo_worker, sancus_worker
 from .workload import Workload, load_workload
 
 SIM_SCHEMA = "g3.simulate"
@@ -39,6 +39,8 @@ class SimulateOptions:
     profile: str | None = None
     pipelines: tuple[str, ...] = ("none", "intra", "inter", "multi")
     baselines: bool = True
+    boundary_sample: float = 1.0  # bns-gcn's P
+    staleness_epochs: int = 1  # sancus's epoch:N
     scaling: tuple[int, ...] = DEFAULT_SCALING
     cache: str | None = None
 
@@ -107,15 +109,34 @@ def allreduce_seconds(num_params: int, k: int, net: Network) -> float:
     return 2 * (k - 1) / k * net.transfer(num_params * 4) + 2 * (k - 1) * net.latency
 
 
-def simulate_system(wl: Workload, system: str, rates: Rates, net: Network, halo=None, record: bool = False) -> dict:
-    """One epoch of ``system`` (``g3-<pipeline>``, ``layer-barrier`` or ``halo``) on the workload's K workers."""
+def simulate_system(wl: Workload, system: str, rates: Rates, net: Network, halo=None, record: bool = False,
+                    boundary_sample: float = 1.0, staleness_epochs: int = 1) -> dict:
+    """One epoch of ``system`` (``g3-<pipeline>``, ``bns-gcn``, ``sancus-broadcast``, ``sancus-p2p`` or
+    ``halo``) on the workload's K workers. A sancus epoch is the mean of a sending epoch and
+    ``staleness_epochs`` skipping ones (``--staleness epoch:N``)."""
+    if system.startswith("sancus-"):
+        n = staleness_epochs
+        fresh = _simulate(wl, system, rates, net, halo, record, boundary_sample, True)
+        stale = _simulate(wl, system, rates, net, halo, False, boundary_sample, False)
+        mean = {key: (fresh[key] + n * stale[key]) / (n + 1) for key in
+                ("epoch_seconds", "bytes_per_epoch", "busy_max", "busy_mean", "comm_wait_mean", "idle_mean")}
+        mean["throughput"] = wl.num_nodes / mean["epoch_seconds"] if mean["epoch_seconds"] > 0 else None
+        return {**fresh, **mean, "staleness_epochs": n, "fresh_epoch_seconds": fresh["epoch_seconds"],
+                "stale_epoch_seconds": stale["epoch_seconds"]}
+    return _simulate(wl, system, rates, net, halo, record, boundary_sample, True)
+
+
+def _simulate(wl: Workload, system: str, rates: Rates, net: Network, halo, record: bool, boundary_sample: float,
+              fresh: bool) -> dict:
     k = wl.k
     engine = Engine(k, net, record=record)
     if system.startswith("g3-"):
         sched = SCHEDULES[system[3:]]
         gens = [g3_worker(wl, w, sched, rates, engine) for w in wl.workers]
-    elif system == "layer-barrier":
-        gens = [layer_barrier_worker(wl, w, rates, k) for w in wl.workers]
+    elif system == "bns-gcn":
+        gens = [bns_gcn_worker(wl, w, rates, k, boundary_sample) for w in wl.workers]
+    elif system.startswith("sancus-"):
+        gens = [sancus_worker(wl, w, rates, k, system.removeprefix("sancus-"), fresh) for w in wl.workers]
     elif system == "halo":
         if halo is None:
             raise G3InputError("the halo baseline needs the plan's store and partition (not available)")
@@ -169,9 +190,10 @@ def systems_for(options: SimulateOptions) -> list[str]:
 
 
 def simulate_workload(wl: Workload, systems: list[str], rates: Rates, net: Network, halo=None,
-                      record: bool = False) -> list[dict]:
-    return [simulate_system(wl, s, rates, net, halo=halo, record=record) for s in systems
-            if s != "halo" or halo is not None]
+                      record: bool = False, options: SimulateOptions | None = None) -> list[dict]:
+    o = options or SimulateOptions()
+    return [simulate_system(wl, s, rates, net, halo=halo, record=record, boundary_sample=o.boundary_sample,
+                            staleness_epochs=o.staleness_epochs) for s in systems if s != "halo" or halo is not None]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -180,9 +202,10 @@ def simulate_workload(wl: Workload, systems: list[str], rates: Rates, net: Netwo
 
 
 def plan_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> Path:
-    """PLAN itself when it is for ``k`` workers; else a plan of the same store, partition method and model
-    configuration for ``k`` workers in ``cache`` (built once, reused while the store and configuration match)."""
-    if int(meta["num_workers"]) == k:
+    """PLAN itself when it is a g3 plan for ``k`` workers; else a g3 plan of the same store, partition method and
+    model configuration for ``k`` workers in ``cache`` (built once, reused while the store and configuration
+    match). The bins and tables of a g3 plan are the work every simulated system runs."""
+    if int(meta["num_workers"]) == k and meta["strategy"]["name"] == "g3":
         return plan
     from ..common.partition_artifact import load_partition_meta
     from ..common.plan_artifact import load_plan_meta
@@ -192,9 +215,9 @@ def plan_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> Path:
     part_meta = load_partition_meta(meta["partition"]["path"])
     method = part_meta.get("method", "g3")
     params = part_meta.get("parameters", {})
-    opts_g3 = meta["strategy"]["options"]
-    cfg = {**{k: meta["config"][k] for k in ("model", "layers", "hidden", "heads")},
-           "device_memory": int(meta["device_memory"]), "bin_size": opts_g3.get("bin_size")}
+    opts_g3 = meta["strategy"]["options"] if meta["strategy"]["name"] == "g3" else {}
+    cfg = {**{key: meta["config"][key] for key in ("model", "layers", "hidden", "heads")},
+           "device_memory": meta.get("device_memory"), "bin_size": opts_g3.get("bin_size")}
     part_dir = cache / f"part-{method}-{k}"
     plan_dir = cache / f"part-{method}-{k}.plan-{cfg['model']}"
     want = {"store": meta["store"].get("checksums"), "config": cfg, "method": method}
@@ -256,6 +279,10 @@ def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | N
             raise G3InputError(f"unknown --pipeline {p!r} (choose from {', '.join(SCHEDULES)})")
     if not options.pipelines and not options.baselines:
         raise G3InputError("nothing to simulate: no --pipeline and --no-baselines")
+    if not 0.0 < options.boundary_sample <= 1.0:
+        raise G3InputError("--boundary-sample must be in (0, 1]")
+    if options.staleness_epochs < 0:
+        raise G3InputError("--staleness-epochs must be >= 0")
     if options.bandwidth <= 0 or options.latency < 0:
         raise G3InputError("--bandwidth must be positive and --latency non-negative")
     net = Network(options.bandwidth, options.latency)
@@ -270,14 +297,15 @@ def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | N
     wl = load_workload(target)
     rates = load_rates(options.profile, wl.shapes) if options.profile else default_rates(wl.shapes)
     csr = _load_csr(meta["store"].get("path")) if options.baselines else None
-    main = simulate_workload(wl, systems, rates, net, halo=_halo_for(target, wl, csr) if csr else None, record=True)
+    main = simulate_workload(wl, systems, rates, net, halo=_halo_for(target, wl, csr) if csr else None, record=True,
+                             options=options)
 
     scaling = []
     for kk in options.scaling:
         p = plan_for_workers(plan, meta, kk, cache)
         w2 = wl if kk == k else load_workload(p)
         res = main if kk == k else simulate_workload(w2, systems, rates, net,
-                                                     halo=_halo_for(p, w2, csr) if csr else None)
+                                                     halo=_halo_for(p, w2, csr) if csr else None, options=options)
         scaling.append({"workers": kk, "plan": str(p), "systems": {
             r["system"]: {"epoch_seconds": r["epoch_seconds"], "throughput": r["throughput"],
                           "bytes_per_epoch": r["bytes_per_epoch"], "busy_max": r["busy_max"],

@@ -15,9 +15,15 @@
   messages of step s are sent; the layer ends when every ``bwd_recv_l`` message has arrived and its own sends have left.
 * then the gradient all-reduce (a barrier) and the optimizer step.
 
-**layer-barrier** (NeuGraph / NeutronStar style): per layer every worker computes all its bins, then sends
-each peer the same boundary rows in one message (all-to-all), waits for its own, and all workers meet at a
-barrier; backward alike with gradients. Same partitions, bins, rates and per-peer bytes as g3.
+**bns-gcn** (the runtime's ``bns-gcn`` strategy, BNS-GCN / NeutronStar as G3 ran them): per layer every worker
+computes its whole partition at once, then sends each peer the same boundary rows in one message (all-to-all;
+``--boundary-sample P`` scales the hidden layers' rows), waits for its own, and all workers meet at a barrier;
+backward alike with gradients. Same partitions, rates and per-peer bytes as g3.
+
+**sancus-broadcast**, **sancus-p2p** (the runtime's ``sancus`` strategy with ``--staleness epoch:N``): as
+bns-gcn, but the hidden layers' rows move only every N+1 epochs — as whole blocks broadcast by every owner, or
+as bns-gcn's boundary rows after a one-word header per peer — and the epoch is the mean of a sending epoch
+and N skipping ones.
 
 **halo** (DistGNN / ROC style L-hop replication): every worker recomputes its L-hop in-neighbourhood — layer
 l computes the nodes within L-1-l hops of its partition — so no embedding or gradient moves during the epoch
@@ -45,7 +51,7 @@ from ..runtime.pipeline import SCHEDULES, Schedule  # noqa: F401 - SCHEDULES: th
 from .profile import Rates
 from .workload import WorkerLoad, Workload
 
-BASELINES = ("layer-barrier", "halo")
+BASELINES = ("bns-gcn", "sancus-broadcast", "sancus-p2p", "halo")
 
 
 def _by_step(table) -> dict[int, list[tuple[int, int]]]:
@@ -269,35 +275,66 @@ def _backward(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, now: f
 
 
 # ------------------------------------------------------------------------------------------------------------
-# layer-barrier baseline
+# Layer-synchronous whole-partition strategies: bns-gcn, sancus
 # ------------------------------------------------------------------------------------------------------------
 
 
-def layer_barrier_worker(wl: Workload, w: WorkerLoad, rates: Rates, k: int):
+def bns_gcn_worker(wl: Workload, w: WorkerLoad, rates: Rates, k: int, sample: float = 1.0):
+    """``bns-gcn`` as the runtime runs it (stages/runtime/strategies/bns_gcn.py): per layer the whole partition
+    as one bin, then one message per peer with the boundary rows (a ``sample`` fraction of the hidden layers'),
+    waited for, then a barrier of all workers; backward the same with gradients."""
+    def exchange(li):
+        return (yield from _all_to_all(wl, w, k, "fwd", li, sample))
+    return (yield from _layer_sync(wl, w, rates, k, exchange, sample))
+
+
+def sancus_worker(wl: Workload, w: WorkerLoad, rates: Rates, k: int, layout: str, fresh: bool):
+    """``sancus`` in an epoch where every owner sends (``fresh``) or none does (a skipped epoch of epoch:N):
+    ``p2p`` sends a one-word header to every peer and, when fresh, bns-gcn's boundary rows; ``broadcast`` has
+    every owner send its whole block to every other worker when fresh (each root in turn: K − 1 messages of
+    n_owned rows from its egress link), nothing when stale. Gradients go back every epoch, as in bns-gcn."""
+    def exchange(li):
+        tag = f"sc-{li}"
+        if layout == "p2p":
+            for peer in range(k):
+                if peer != w.rank:
+                    yield ("send", (tag + "-h", w.rank, peer), peer, 8, False)
+            yield ("wait_all", [(tag + "-h", peer, w.rank) for peer in range(k) if peer != w.rank])
+            if fresh:
+                yield from _all_to_all(wl, w, k, "fwd", li)
+            return (yield ("wait_sends",))
+        if fresh:
+            for peer in range(k):
+                if peer != w.rank:
+                    yield ("send", (tag, w.rank, peer), peer, wl.fwd_bytes(li, w.num_owned), False)
+            yield ("wait_all", [(tag, peer, w.rank) for peer in range(k) if peer != w.rank])
+        return (yield ("wait_sends",))
+    return (yield from _layer_sync(wl, w, rates, k, exchange, 1.0))
+
+
+def _layer_sync(wl: Workload, w: WorkerLoad, rates: Rates, k: int, exchange, bwd_sample: float):
     now = 0.0
     L = wl.num_layers
+    arcs, nodes = w.num_arcs, w.num_owned
     for li in range(L):
-        lb = w.layers[li]
-        work = sum(rates.gather(li, s) for s in lb.bin_srcs) + rates.fwd(li, lb.bin_arcs.sum(), lb.bin_nodes.sum(),
-                                                                         lb.num_bins)
-        now = yield ("compute", work + rates.overhead_per_bin * lb.num_bins, "compute", f"L{li}")
+        now = yield ("compute", rates.fwd(li, arcs, nodes, 1) + rates.overhead_per_bin, "compute", f"L{li}")
         if li < L - 1:
-            now = yield from _all_to_all(wl, w, k, "fwd", li)
+            now = yield from exchange(li)
         now = yield ("barrier", ("fwd", li))
     for li in reversed(range(L)):
-        lb = w.layers[li]
-        work = rates.bwd(li, lb.bin_arcs.sum(), lb.bin_nodes.sum(), lb.num_bins)
-        now = yield ("compute", work + rates.overhead_per_bin * lb.num_bins, "compute", f"L{li} bwd")
+        now = yield ("compute", rates.bwd(li, arcs, nodes, 1) + rates.overhead_per_bin, "compute", f"L{li} bwd")
         if li > 0:
-            now = yield from _all_to_all(wl, w, k, "bwd", li)
+            now = yield from _all_to_all(wl, w, k, "bwd", li, bwd_sample)
         now = yield ("barrier", ("bwd", li))
     return now
 
 
-def _all_to_all(wl: Workload, w: WorkerLoad, k: int, kind: str, li: int):
-    out = w.table(f"{kind}_send_{li}").per_peer_total(k)
-    inc = w.table(f"{kind}_recv_{li}").per_peer_total(k)
-    tag = "lb-" + kind
+def _all_to_all(wl: Workload, w: WorkerLoad, k: int, kind: str, li: int, sample: float = 1.0):
+    """One message per peer with the boundary rows of layer ``li`` (a ``sample`` fraction of them, rounded),
+    all received, all sent."""
+    out = np.rint(w.table(f"{kind}_send_{li}").per_peer_total(k) * sample).astype(np.int64)
+    inc = np.rint(w.table(f"{kind}_recv_{li}").per_peer_total(k) * sample).astype(np.int64)
+    tag = "a2a-" + kind
     for peer in range(k):
         if out[peer]:
             nbytes = wl.fwd_bytes(li, out[peer]) if kind == "fwd" else wl.bwd_bytes(li, out[peer])

@@ -40,8 +40,8 @@ class LayerSyncStrategy(Strategy):
         out_deg = torch.from_numpy(np.asarray(shard.load("out_degree"), dtype=np.float64)).to(dtype)
         self.block = Block(
             n_dst=self.n_own, n_src=self.n_own + self.n_rem,
-            indptr=torch.from_numpy(np.asarray(shard.indptr, dtype=np.int64)),
-            indices=torch.from_numpy(np.asarray(shard.indices, dtype=np.int64)),
+            indptr=torch.from_numpy(np.array(shard.indptr, dtype=np.int64)),
+            indices=torch.from_numpy(np.array(shard.indices, dtype=np.int64)),
             src_out_degree=out_deg, dst_in_degree=in_deg[: self.n_own], dst_global=self.global_ids[: self.n_own],
         ).to(self.device)
         plan = ctx.plan

@@ -2,7 +2,7 @@
 `make peers-dgl` builds (.venv-dgl: torch 2.2.1, dgl 2.1.0). Standard DGL layers (SAGEConv mean, GraphConv
 norm='both', GATConv); GCN and GAT get self-loops, as g3's and PyG's layers have. Prints one JSON line.
 
-    .venv-dgl/bin/python examples/peers/dgl_runner.py GRAPH.npz --model sage --layers 2 --hidden 16 --threads 2
+    .venv-dgl/bin/python stages/bench/peers/dgl_runner.py GRAPH.npz --model sage --layers 2 --hidden 16 --threads 2
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
-from common import load_graph, parse_args, report, set_threads, train  # noqa: E402
+from common import load_graph, parse_args, report, set_threads, test_accuracy, train  # noqa: E402
 
 
 def build(args, in_dim: int, num_classes: int):
@@ -72,7 +72,9 @@ def main() -> None:
     train_idx = train_idx[y[train_idx] >= 0]
     model = build(args, x.shape[1], g["num_classes"])
     times = train(model, (graph, x), y, train_idx, args.epochs, args.lr)
-    report("DGL", dgl.__version__, args, times)
+    test_idx = torch.from_numpy(g["test_idx"]) if "test_idx" in g else torch.zeros(0, dtype=torch.int64)
+    acc = test_accuracy(model, (graph, x), y, test_idx)
+    report("DGL", dgl.__version__, args, times, {"test_acc": acc})
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
 """PyG full-graph training on the neutral graph file (a peer of `g3 bench`): standard PyG layers on a
 ``torch.sparse`` CSR adjacency. Prints one JSON line with the epoch times.
 
-    python examples/peers/pyg_runner.py GRAPH.npz --model sage --layers 2 --hidden 16 --epochs 5 --threads 2
+    python stages/bench/peers/pyg_runner.py GRAPH.npz --model sage --layers 2 --hidden 16 --epochs 5 --threads 2
 """
 
 from __future__ import annotations
 
 import warnings
 
-from common import load_graph, parse_args, report, set_threads, train
+from common import load_graph, parse_args, report, set_threads, test_accuracy, train
 
 warnings.filterwarnings("ignore", message="Sparse")
 
@@ -64,7 +64,9 @@ def main() -> None:
     train_idx = train_idx[y[train_idx] >= 0]
     model = build(args, x.shape[1], g["num_classes"])
     times = train(model, (x, adj_t), y, train_idx, args.epochs, args.lr)
-    report("PyG", torch_geometric.__version__, args, times, {"adjacency": "torch.sparse_csr"})
+    test_idx = torch.from_numpy(g["test_idx"]) if "test_idx" in g else torch.zeros(0, dtype=torch.int64)
+    acc = test_accuracy(model, (x, adj_t), y, test_idx)
+    report("PyG", torch_geometric.__version__, args, times, {"adjacency": "torch.sparse_csr", "test_acc": acc})
 
 
 if __name__ == "__main__":

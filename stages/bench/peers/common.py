@@ -70,6 +70,19 @@ def train(model, inputs, labels, train_idx, epochs: int, lr: float) -> list[floa
     return times
 
 
+def test_accuracy(model, inputs, labels, test_idx) -> float | None:
+    """Accuracy on the labelled test nodes after training, full-graph inference without dropout."""
+    import torch
+
+    test_idx = test_idx[labels[test_idx] >= 0]
+    if len(test_idx) == 0:
+        return None
+    model.eval()
+    with torch.no_grad():
+        pred = model(*inputs).argmax(1)
+    return float((pred[test_idx] == labels[test_idx]).float().mean())
+
+
 def report(system: str, version: str, args, times: list[float], extra: dict | None = None) -> None:
     import torch
 

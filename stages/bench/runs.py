@@ -1,0 +1,157 @@
+"""g3's own entries of `g3 bench`: each strategy of ``--strategies`` with each ``--workers K``, on the same store,
+model, epochs and threads — partition (the strategy's default method, or ``NAME@METHOD``), plan, train.
+
+A strategy spec is ``NAME[@METHOD][{option=value,...}]``, e.g. ``g3``, ``bns-gcn@chunk``,
+``bns-gcn{boundary-sample=0.1}``, ``sancus{staleness=drift:0.02,sancus-comm=p2p}``: option names as ``g3 plan``
+spells them (without ``--``). Partitions and plans are kept in the bench folder and reused while they match.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..common.atomic import write_json_atomic
+from ..common.errors import G3InputError, G3RuntimeError
+from ..common.partition_artifact import partition_digest
+from ..common.store import GraphStore
+from ..common.strategies import check_partition_method, strategy_info
+
+SPEC = re.compile(r"^(?P<name>[a-z0-9-]+)(?:@(?P<method>[a-z0-9-]+))?(?:\{(?P<opts>[^{}]*)\})?$")
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    name: str
+    method: str
+    options: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (option name, text) as given
+
+    @property
+    def label(self) -> str:
+        opts = ", ".join(f"{k.replace('_', '-')}={v}" for k, v in self.options)
+        return f"{self.name}@{self.method}" + (f" {{{opts}}}" if opts else "")
+
+    @property
+    def slug(self) -> str:
+        """A folder-name form of the spec (strategy, method, options)."""
+        text = self.name + "".join(f"-{k}-{v}" for k, v in self.options)
+        return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
+
+
+def split_specs(text: str) -> list[str]:
+    """Comma-separated specs; commas inside ``{...}`` belong to the spec."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "{"
+        depth -= ch == "}"
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return [s for s in out if s]
+
+
+def parse_spec(text: str) -> StrategySpec:
+    """One ``--strategies`` item; bad input names the item and what is wrong."""
+    m = SPEC.match(text.strip())
+    if not m:
+        raise G3InputError(f"--strategies: {text!r} is not NAME[@METHOD][{{option=value,...}}]")
+    info = strategy_info(m.group("name"))
+    method = m.group("method") or info.default_method
+    check_partition_method(info, method, f"--strategies {text}")
+    known = {o.name for o in info.options()}
+    opts = []
+    for item in filter(None, (s.strip() for s in (m.group("opts") or "").split(","))):
+        if "=" not in item:
+            raise G3InputError(f"--strategies: {text!r}: option {item!r} needs a value (option=value)")
+        key, value = (s.strip() for s in item.split("=", 1))
+        name = key.lstrip("-").replace("-", "_")
+        if name not in known:
+            raise G3InputError(f"--strategies: {text!r}: {info.name} has no option {key!r} "
+                               f"(it has {', '.join(sorted(known)) or 'none'})")
+        opts.append((name, value))
+    return StrategySpec(info.name, method, tuple(opts))
+
+
+def _reuse_partition(part: Path, store: GraphStore, method: str, k: int) -> bool:
+    f = part / "partition.json"
+    if not f.is_file():
+        return False
+    try:
+        meta = json.loads(f.read_text())
+    except json.JSONDecodeError:
+        return False
+    sums = store.meta.get("checksums", {})
+    return (meta.get("num_partitions") == k and meta.get("method") == method and bool(sums)
+            and meta.get("store", {}).get("checksums", {}).get("indices") == sums.get("indices"))
+
+
+def _train_bytes(record: dict) -> int:
+    """Bytes sent in an epoch's training (evaluation's exchanges left out), all workers."""
+    return sum(n for w in record["workers"] for phase, n in (w.get("bytes_sent_per_phase") or {}).items()
+               if not phase.startswith("eval"))
+
+
+def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, threads: int, entry) -> dict:
+    """Partition, plan and train ``spec`` with K workers (the threads split over them); the bench entry."""
+    from ..partition import PartitionOptions, run_partition
+    from ..plan import PlanConfig, run_plan
+    from ..train import TrainConfig, run_train
+
+    label = f"{spec.label}, {k} worker{'s' if k > 1 else ''}"
+    per_worker = max(1, threads // k)
+    part = out / f"part-{spec.method}-{k}"
+    plan = out / f"part-{spec.method}-{k}.plan-{spec.slug}-{o.model}"
+    run = out / f"run-{spec.slug}-{spec.method}-{k}"
+    common = dict(strategy=spec.name, method=spec.method, options=dict(spec.options), workers=k)
+    try:
+        if not _reuse_partition(part, store, spec.method, k):
+            run_partition(store.path, PartitionOptions(workers=k, method=spec.method, hidden=o.hidden), out=part,
+                          force=True)
+        options = dict(spec.options)
+        if spec.name == "g3":
+            options = {"bin_size": o.bin_size, "device_memory": o.device_memory, **options}
+        cfg = PlanConfig(model=o.model, layers=o.layers, hidden=o.hidden, heads=o.heads, strategy=spec.name,
+                         options=options)
+        # the plan is reused while it was made from the same partition and configuration (a stamp beside it)
+        stamp = out / f"{plan.name}.bench-stamp.json"
+        want = {"config": {"model": o.model, "layers": o.layers, "hidden": o.hidden, "heads": o.heads},
+                "options": {k_: (None if v is None else str(v)) for k_, v in options.items()},
+                "partition": partition_digest(part)}
+        if not (plan / "plan.json").is_file() or not stamp.is_file() or json.loads(stamp.read_text()) != want:
+            run_plan(part, cfg, out=plan, force=True)
+            write_json_atomic(stamp, want)
+        info = strategy_info(spec.name)
+        tc = TrainConfig(epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k,
+                         pipeline=o.pipeline if "pipeline" in info.train_knobs else None,
+                         eval_every=o.epochs,  # the final accuracy only: evaluation is not timed anyway
+                         threads=per_worker, live=False,
+                         timeout=max(60.0, min(o.timeout, 900.0)))  # big graphs: peers wait long for a bin
+        run_train(plan, tc, out=run, force=True)
+    except (G3InputError, G3RuntimeError) as exc:  # the epochs it finished are kept, for the record
+        return entry(spec.name, label, "failed", threads=per_worker * k, note=str(exc),
+                     completed_epoch_seconds=[r["epoch_seconds"] for r in _records(run)], **common)
+    records = _records(run)
+    steady = records[1:] if len(records) > 1 else records  # the first epoch also fetches the input features
+    peak = [max(int(r["workers"][i]["peak_memory_bytes"]) for r in records) for i in range(k)]
+    note = f"{per_worker} thread{'s' if per_worker > 1 else ''} per worker"
+    if tc.pipeline:
+        note += f", --pipeline {tc.pipeline}"
+    return entry(spec.name, label, threads=per_worker * k, threads_per_worker=per_worker,
+                 epoch_seconds=[r["epoch_seconds"] for r in records], run=str(run),
+                 bytes_per_epoch=statistics.median(_train_bytes(r) for r in steady),
+                 test_acc=records[-1].get("test_acc"), peak_memory_bytes=peak,
+                 note=note + (f" (more workers than the {threads} threads)" if k > threads else ""), **common)
+
+
+def _records(run: Path) -> list[dict]:
+    f = run / "metrics.jsonl"
+    if not f.is_file():
+        return []
+    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]

@@ -1,0 +1,108 @@
+"""The transport every strategy shares, between real gloo processes: rows fetched by global id through a
+partition book, all-to-all with per-peer sizes, broadcast, flag all-reduce, and accumulation in table order
+whatever the arrival order. Each worker checks its own results; a failed check fails the spawn."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from stages.common.plan_artifact import Table
+from stages.runtime.transport import PartitionBook, Transport
+
+N, K, WIDTH = 60, 3, 4
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _global_rows() -> torch.Tensor:
+    return torch.arange(N * WIDTH, dtype=torch.float64).reshape(N, WIDTH) / 7.0
+
+
+def _assignment() -> np.ndarray:
+    return np.random.default_rng(3).integers(0, K, N).astype(np.int32)
+
+
+def _collectives(rank: int, port: int) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=K)
+    try:
+        tr = Transport(dist.group.WORLD, rank, K)
+        # fetch by global id: any owners, repeats, own nodes; served from the owner's local rows
+        book = PartitionBook(_assignment(), K)
+        owned = np.flatnonzero(book.owner == rank)
+        assert (book.local[owned] == np.arange(len(owned))).all()  # owned nodes ascend by global id
+        mine = _global_rows()[torch.from_numpy(owned)]
+        ids = np.random.default_rng(10 + rank).integers(0, N, 25 + 5 * rank)
+        got = tr.fetch(ids, book, lambda local: mine[torch.from_numpy(local)], WIDTH, torch.float64, "fetch")
+        assert torch.equal(got, _global_rows()[torch.from_numpy(ids)])
+        # all-to-all with rows per peer that the receiver knows: r sends q r+2q rows of value 10r+q
+        chunks = [torch.full((rank + 2 * q, 2), 10.0 * rank + q) for q in range(K)]
+        tr.stats.reset()
+        parts = tr.all_to_all(chunks, [q + 2 * rank for q in range(K)], "a2a")
+        for q, part in enumerate(parts):
+            assert part.shape == (q + 2 * rank, 2) and bool((part == 10.0 * q + rank).all())
+        assert tr.stats.bytes_sent == sum(c.numel() * 4 for q, c in enumerate(chunks) if q != rank)
+        assert tr.stats.per_phase_sent == {"a2a": tr.stats.bytes_sent}
+        # broadcast from every root; flags' maximum
+        for root in range(K):
+            buf = torch.full((3, 2), float(rank))
+            tr.broadcast(buf, root, "bc")
+            assert bool((buf == root).all())
+        flags = torch.zeros(K, dtype=torch.int64)
+        flags[rank] = rank % 2
+        assert tr.all_reduce_max(flags, "flags").tolist() == [q % 2 for q in range(K)]
+    finally:
+        dist.destroy_process_group()
+
+
+def _in_order(rank: int, port: int) -> None:
+    """Rank 0 receives one message from each peer; peer 1 sends late. finish_in_order hands them over in table
+    order (peer 1, then 2), poll in arrival order."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=K)
+    try:
+        tr = Transport(dist.group.WORLD, rank, K, timeout=30)
+        if rank == 0:
+            table = Table(np.array([0, 1, 2, 3], dtype=np.int64), np.array([[0, 1, 2], [0, 2, 2]], dtype=np.int64))
+            for method in ("finish_in_order", "poll"):
+                rx = tr.receiver(table, "bwd", 1, 3, torch.float64)
+                seen: list[int] = []
+                record = seen.append
+                if method == "poll":
+                    rx.poll(lambda nodes, rows, m, record=record: record(m), block=True)
+                else:
+                    rx.finish_in_order(lambda nodes, rows, m, record=record: record(m))
+                assert seen == ([0, 1] if method == "finish_in_order" else [1, 0]), (method, seen)
+                dist.barrier()
+        else:
+            table = Table(np.array([0, 1], dtype=np.int64), np.array([[0, 0, 2]], dtype=np.int64))
+            for _ in range(2):
+                if rank == 1:
+                    time.sleep(0.5)  # arrives second
+                tx = tr.sender(table, "bwd", 1, 2)
+                tx.send_all(torch.full((2, 3), float(rank), dtype=torch.float64))
+                tx.wait()
+                dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("fn", [_collectives, _in_order])
+def test_transport_between_processes(fn):
+    mp.spawn(fn, args=(_port(),), nprocs=K, join=True)
+
+
+def test_partition_book_maps_every_node_to_its_owner_and_local_id():
+    a = np.array([2, 0, 2, 1, 0, 2], dtype=np.int32)
+    book = PartitionBook(a, 3)
+    assert book.owner.tolist() == [2, 0, 2, 1, 0, 2]
+    assert book.local.tolist() == [0, 0, 1, 0, 1, 2]
