@@ -327,7 +327,7 @@ def test_build_block_maps_back_to_the_global_arcs():
     torch.testing.assert_close(block.src_out_degree, graph.out_degree[src_ids].float())
     torch.testing.assert_close(block.dst_in_degree, graph.in_degree[dst].float())
     assert block.to("cpu") is block  # nothing to move: the same block, with its cached structures
-    moved = block.pin_memory() if torch.cuda.is_available() else block._map(torch.clone)
+    moved = block.pin_memory() if torch.cuda.is_available() else block.map_tensors(torch.clone)
     assert moved is not block and moved.n_dst == block.n_dst and torch.equal(moved.indices, block.indices)
     assert not moved._cache  # a moved block recomputes its derived structures where it lives
     calls = []

@@ -20,11 +20,19 @@ from stages.ingest.synthetic import resolve_spec, synthetic_source
 from stages.partition import PartitionOptions, run_partition
 from stages.partition.baselines import chunk_partition, random_partition
 from stages.partition.feature import feature_columns
-from stages.partition.g3 import Algorithm1Result, RemoteTracker, _seen_before, run_algorithm1
+from stages.partition.g3 import Algorithm1Result, RemoteTracker, run_algorithm1, seen_before
 from stages.partition.graph import graphs_from_csr, load_graphs, symmetrize
 from stages.partition.metis import metis_partition
 from stages.partition.metrics import edge_cut, remote_sizes
-from stages.partition.refine import ROUND_SHARES, _anneal, _Chain, _cost, _seed, needs_refinement, run_refine
+from stages.partition.refine import (
+    ROUND_SHARES,
+    AnnealChain,
+    anneal,
+    needs_refinement,
+    refine_cost,
+    run_refine,
+    seed_anneal,
+)
 
 NODE_METHODS = ("g3", "metis", "random", "chunk")
 
@@ -183,9 +191,9 @@ def test_incremental_tracking_equals_recount_after_random_swaps(case):
 
 def test_cycle_table_detects_a_repeated_state():
     table = np.zeros(16, dtype=np.uint64)
-    assert not _seen_before(table, np.uint64(12345))
-    assert not _seen_before(table, np.uint64(99))
-    assert _seen_before(table, np.uint64(12345))
+    assert not seen_before(table, np.uint64(12345))
+    assert not seen_before(table, np.uint64(99))
+    assert seen_before(table, np.uint64(12345))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -303,17 +311,17 @@ def test_swap_limit_stops_algorithm1(tiny_store):
 def test_refinement_counters_equal_recount_after_thousands_of_moves(case):
     n, k, src, dst, part, seed = case
     graphs = graphs_from_csr(*_csr(n, src, dst))
-    chain = _Chain(graphs, part, k)
+    chain = AnnealChain(graphs, part, k)
     best_part = chain.part.copy()
     counters = np.zeros(3, dtype=np.int64)
     journal = np.empty(3 if seed % 2 else n, dtype=np.int64)  # a short journal overflows: full copies
-    _seed(seed % 2**31)
+    seed_anneal(seed % 2**31)
     # budget -1 can never be met: no early stop; a high temperature keeps many moves (accepted and undone)
-    best, _ = _anneal(0, 5000, 5000, 4.0, 0.0, 10.0, 50.0, 5.0, chain.G, chain.S, graphs.symmetric, chain.node_cnt,
+    best, _ = anneal(0, 5000, 5000, 4.0, 0.0, 10.0, 50.0, 5.0, chain.G, chain.S, graphs.symmetric, chain.node_cnt,
                       np.inf, np.inf, 0.005, -1.0, best_part, np.inf, counters, np.empty(n, dtype=np.int64), journal)
     if np.isfinite(best):  # best_part is the assignment whose cost was recorded as the best
         best_remote = _recount(graphs, best_part, k)[2]
-        assert _cost(best_remote, 4.0, 0.0, 0.005, -1.0, 10.0) == pytest.approx(best)
+        assert refine_cost(best_remote, 4.0, 0.0, 0.005, -1.0, 10.0) == pytest.approx(best)
     arc_cnt, nb_cnt, remote = _recount(graphs, chain.part, k)
     np.testing.assert_array_equal(chain.remote, remote)
     np.testing.assert_array_equal(chain.S[1], arc_cnt)
@@ -392,7 +400,7 @@ def test_refinement_that_never_meets_the_goal_runs_every_round_and_keeps_the_che
     res = run_refine(graphs, start, k, 0.005, 1.05, 1.05, budget=10.0, steps=30_000, seed=0, threads=2)
     assert not res.converged and len(res.rounds) == len(ROUND_SHARES)
     assert res.steps == 30_000 == sum(r["steps"] for r in res.rounds) == sum(r["taken"] for r in res.rounds)
-    costs = [_cost(np.asarray(r["remote_after"]), 0.0, 20.0, 0.005, 10.0, 100.0) for r in res.rounds]
+    costs = [refine_cost(np.asarray(r["remote_after"]), 0.0, 20.0, 0.005, 10.0, 100.0) for r in res.rounds]
     assert res.final_remote == res.rounds[max(i for i, c in enumerate(costs) if c == min(costs))]["remote_after"]
     one = run_refine(graphs, start, k, 0.005, 1.05, 1.05, budget=10.0, steps=30_000, seed=0, round_shares=(1.0,))
     assert [r["steps"] for r in one.rounds] == [30_000]

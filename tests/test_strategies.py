@@ -282,3 +282,23 @@ def test_store_fixture_has_cross_partition_arcs(store, partitions):
     for method, k in (("metis", 4), ("chunk", 4)):
         part = np.load(partitions(method, k) / "assignment.npy")
         assert (part[indices] != part[dst]).mean() > 0.05
+
+
+@pytest.mark.parametrize("strategy,options", [("bns-gcn", ("--boundary-sample", "0.5")),
+                                              ("sancus", ("--staleness", "epoch:1"))])
+def test_eval_is_exact_inference_for_every_strategy(store, partitions, tmp_path, strategy, options):
+    """`g3 eval RUN` runs the plan's strategy forward only with every boundary row, fresh: the accuracies equal
+    the loop's final evaluation, and an evaluation with another worker count (through a g3 plan) agrees."""
+    part = partitions("metis", 2)
+    run = run_strategy(part, tmp_path, strategy, "sage", options, train=("--eval-every", "5"))
+    final = records(run)[-1]
+    r = invoke(["eval", str(run)])
+    assert r.exit_code == 0, r.output
+    ev = json.loads((run / "eval.json").read_text())
+    assert ev["strategy"] == strategy and ev["workers"] == 2
+    for split in ("train", "valid", "test"):
+        assert ev["accuracy"][split] == pytest.approx(final[f"{split}_acc"], abs=1e-12)
+    r = invoke(["eval", str(run), "--workers", "1", "--force"])
+    assert r.exit_code == 0, r.output
+    one = json.loads((run / "eval.json").read_text())
+    assert one["workers"] == 1 and one["accuracy"] == ev["accuracy"]

@@ -292,8 +292,11 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
         runs[schedule] = pipeline(store, tmp_path / schedule, 3, "random", "sage", 3, "9", dtype="float64",
                                   extra_train=("--pipeline", schedule, "--trace", "--prefetch", "on"))
     weights = {k: torch.load(r / "model.pt", weights_only=True) for k, r in runs.items()}
-    for schedule in ("intra", "inter", "multi"):
-        assert max_weight_diff(weights["none"], weights[schedule]) <= 1e-12
+    # the plan's bins in any order, with peers' contributions added in table order: bit for bit the same model;
+    # `inter` computes forward in bins of other sizes, whose dense products may round differently
+    for schedule in ("intra", "multi"):
+        assert max_weight_diff(weights["none"], weights[schedule]) == 0.0, schedule
+    assert max_weight_diff(weights["none"], weights["inter"]) <= 1e-12
     for schedule, run in runs.items():
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         traced = [r for r in records if r.get("traced")]

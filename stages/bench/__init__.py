@@ -72,7 +72,7 @@ def median_epoch(times: list[float]) -> float | None:
     return float(statistics.median(times[1:] if len(times) > 1 else times))
 
 
-def _entry(system: str, label: str, status: str = "ok", **kw) -> dict:
+def entry(system: str, label: str, status: str = "ok", **kw) -> dict:
     return {"system": system, "label": label, "status": status, "note": kw.pop("note", ""),
             "epoch_seconds": kw.pop("epoch_seconds", []), **kw}
 
@@ -86,14 +86,14 @@ def run_strategy(store: GraphStore, o: BenchOptions, spec, k: int, out: Path, th
     """One strategy spec with K workers (see :mod:`.runs`)."""
     from .runs import run_strategy as run
 
-    return run(store, o, spec, k, out, threads, _entry)
+    return run(store, o, spec, k, out, threads, entry)
 
 
 def run_single(graph: dict, o: BenchOptions, threads: int) -> dict:
     from .single import train_single
 
     res = train_single(graph, o.model, o.layers, o.hidden, o.heads, o.epochs, o.lr, o.dropout, threads)
-    return _entry("g3-single", "g3, single process, full graph", workers=1, threads=threads,
+    return entry("g3-single", "g3, single process, full graph", workers=1, threads=threads,
                   epoch_seconds=res["epoch_seconds"], test_acc=res["test_acc"], note="one whole-graph block, no runtime")
 
 
@@ -116,7 +116,7 @@ def peer_python(peer: str, o: BenchOptions) -> Path | None:
 
 def not_installed(peer: str, why: str = "") -> dict:
     note = f"{PEER_NAMES[peer]}: not installed ({INSTALL_HINT[peer]})"
-    return _entry(peer, PEER_NAMES[peer], "not installed", note=note + (f" — {why}" if why else ""), workers=1)
+    return entry(peer, PEER_NAMES[peer], "not installed", note=note + (f" — {why}" if why else ""), workers=1)
 
 
 def run_peer(peer: str, graph_file: Path, o: BenchOptions, threads: int, log_dir: Path) -> dict:
@@ -126,7 +126,7 @@ def run_peer(peer: str, graph_file: Path, o: BenchOptions, threads: int, log_dir
         return not_installed(peer)
     script = PEERS_DIR / f"{peer}_runner.py"
     if not script.is_file():
-        return _entry(peer, PEER_NAMES[peer], "failed", note=f"runner script missing: {script}", workers=1)
+        return entry(peer, PEER_NAMES[peer], "failed", note=f"runner script missing: {script}", workers=1)
     cmd = [str(py), str(script), str(Path(graph_file).resolve()), "--model", o.model, "--layers", str(o.layers), "--hidden",
            str(o.hidden), "--heads", str(o.heads), "--epochs", str(o.epochs), "--lr", str(o.lr), "--dropout",
            str(o.dropout), "--threads", str(threads)]
@@ -136,20 +136,20 @@ def run_peer(peer: str, graph_file: Path, o: BenchOptions, threads: int, log_dir
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=o.timeout, cwd=str(PEERS_DIR))
     except subprocess.TimeoutExpired:
-        return _entry(peer, PEER_NAMES[peer], "failed", note=f"timed out after {o.timeout:.0f} s", workers=1)
+        return entry(peer, PEER_NAMES[peer], "failed", note=f"timed out after {o.timeout:.0f} s", workers=1)
     (log_dir / f"{peer}.log").write_text(f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     if proc.returncode != 0:
         err = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         if "ModuleNotFoundError" in err or "ImportError" in err:
             return not_installed(peer, err)
-        return _entry(peer, PEER_NAMES[peer], "failed", note=f"exit {proc.returncode}: {err}", workers=1,
+        return entry(peer, PEER_NAMES[peer], "failed", note=f"exit {proc.returncode}: {err}", workers=1,
                       log=str(log_dir / f"{peer}.log"))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:
-        return _entry(peer, PEER_NAMES[peer], "failed", note="no JSON result on stdout", workers=1)
+        return entry(peer, PEER_NAMES[peer], "failed", note="no JSON result on stdout", workers=1)
     res = json.loads(lines[-1])
     label = f"{PEER_NAMES[peer]} {res.get('version', '')}".strip()
-    return _entry(peer, label, workers=1, threads=res.get("threads", threads), epoch_seconds=res["epoch_seconds"],
+    return entry(peer, label, workers=1, threads=res.get("threads", threads), epoch_seconds=res["epoch_seconds"],
                   version=res.get("version"), torch=res.get("torch"), test_acc=res.get("test_acc"),
                   note=f"torch {res.get('torch')}" + (f", {res['adjacency']}" if res.get("adjacency") else ""))
 

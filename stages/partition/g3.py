@@ -282,7 +282,7 @@ def _assignment_hash(part):
 
 
 @numba.njit(cache=True)
-def _seen_before(table, h):
+def seen_before(table, h):
     """Insert ``h`` into the open-addressing set ``table`` (0 = empty); True if it was already there."""
     key = np.uint64(h) if h != 0 else np.uint64(1)
     mask = np.uint64(len(table) - 1)
@@ -458,7 +458,7 @@ def _balance(k, G, S, Q, shared, gamma, deg_limit, max_calls_swaps, table, round
         hy = _node_hash(found_y)
         h += hx * np.uint64(b) - hx * np.uint64(a) + hy * np.uint64(a) - hy * np.uint64(b)
         swaps += 1
-        if _seen_before(table, h):
+        if seen_before(table, h):
             return CYCLE, swaps, h
     return CONTINUE, swaps, h
 
@@ -626,7 +626,7 @@ def run_algorithm1(graphs: Graphs, part: np.ndarray, k: int, gamma: float, degre
     deg_limit = degree_tol * float(tracker.degree_sum.sum()) / k
     table = np.zeros(_table_size(max_swaps), dtype=np.uint64)
     h = np.uint64(_assignment_hash(tracker.part))  # numba returns a Python int: keep the uint64 signature
-    _seen_before(table, h)
+    seen_before(table, h)
     rounds = np.array(CANDIDATE_ROUNDS, dtype=np.int64)
     stats = np.zeros(3, dtype=np.int64)
     swaps, status = 0, CONTINUE

@@ -86,7 +86,7 @@ class RefineResult:
 
 
 @numba.njit(cache=True)
-def _cost(remote, norm_p, alpha, gamma, budget, over_weight):
+def refine_cost(remote, norm_p, alpha, gamma, budget, over_weight):
     mx = remote.max()
     mn = remote.min()
     total = remote.sum()
@@ -128,7 +128,7 @@ def _catch_up(best_part, part, journal, counters):
 
 
 @numba.njit(cache=True, nogil=True)
-def _anneal(first, last, phase_steps, norm_p, alpha, over_weight, t_hi, t_lo, G, S, shared, node_cnt, node_limit,
+def anneal(first, last, phase_steps, norm_p, alpha, over_weight, t_hi, t_lo, G, S, shared, node_cnt, node_limit,
             deg_limit, gamma, budget, best_part, best, counters, boundary, journal):
     """Steps ``first .. last - 1`` of a phase of ``phase_steps`` steps cooling from ``t_hi`` to ``t_lo``.
 
@@ -137,7 +137,7 @@ def _anneal(first, last, phase_steps, norm_p, alpha, over_weight, t_hi, t_lo, G,
     numba's, seeded once by the caller."""
     indptr, indices, sym_indptr, sym_indices, deg = G
     part, arc_cnt, nb_cnt, remote, deg_sum = S
-    current = _cost(remote, norm_p, alpha, gamma, budget, over_weight)
+    current = refine_cost(remote, norm_p, alpha, gamma, budget, over_weight)
     nb = 0
     for s in range(first, last):
         if (s - first) % BOUNDARY_EVERY == 0:
@@ -152,7 +152,7 @@ def _anneal(first, last, phase_steps, norm_p, alpha, over_weight, t_hi, t_lo, G,
         if b == a or node_cnt[b] + 1 > node_limit or deg_sum[b] + deg[w] > deg_limit:
             continue
         move_counts(w, a, b, G, S, shared)
-        c = _cost(remote, norm_p, alpha, gamma, budget, over_weight)
+        c = refine_cost(remote, norm_p, alpha, gamma, budget, over_weight)
         if c <= current or np.random.random() < np.exp((current - c) / temperature):
             current = c
             node_cnt[a] -= 1
@@ -176,11 +176,11 @@ def _anneal(first, last, phase_steps, norm_p, alpha, over_weight, t_hi, t_lo, G,
 
 
 @numba.njit(cache=True)
-def _seed(seed):
+def seed_anneal(seed):
     np.random.seed(seed)
 
 
-class _Chain(CountedAssignment):
+class AnnealChain(CountedAssignment):
     """The annealing state of one assignment: Algorithm 1's counters plus node counts (no priority queues)."""
 
     def __init__(self, graphs: Graphs, part: np.ndarray, k: int):
@@ -204,7 +204,7 @@ def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_t
     t0 = time.perf_counter()
     n = graphs.num_nodes
     steps = STEPS_PER_NODE * n if steps is None else int(steps)
-    chain = _Chain(graphs, part, k)
+    chain = AnnealChain(graphs, part, k)
     initial = chain.remote.tolist()
     if k == 1 or _goal_met(chain.remote, gamma, budget) or steps <= 0:
         return RefineResult(chain.part, bool(_goal_met(chain.remote, gamma, budget)), 0, 0,
@@ -260,7 +260,7 @@ def _pick_round(results: list[RefineResult], gamma: float, budget: float) -> Ref
     """The round that met the goal (the last of ``results`` if any did), else the lowest level-phase cost."""
     if results[-1].converged:
         return results[-1]
-    costs = [_cost(np.asarray(r.final_remote), 0.0, LEVEL_ALPHA, gamma, budget, OVER_BUDGET_WEIGHT[1])
+    costs = [refine_cost(np.asarray(r.final_remote), 0.0, LEVEL_ALPHA, gamma, budget, OVER_BUDGET_WEIGHT[1])
              for r in results]
     return results[max(i for i, c in enumerate(costs) if c == min(costs))]
 
@@ -274,7 +274,7 @@ def _anneal_round(graphs: Graphs, part: np.ndarray, k: int, gamma: float, limits
     t0 = time.perf_counter()
     n = graphs.num_nodes
     with _PARALLEL_KERNELS:
-        chain = _Chain(graphs, part, k)
+        chain = AnnealChain(graphs, part, k)
     initial = chain.remote.tolist()
     node_limit, deg_limit = limits
     scale = max(1.0, float(chain.remote.mean()))  # temperatures follow the size of the remote sets
@@ -284,22 +284,22 @@ def _anneal_round(graphs: Graphs, part: np.ndarray, k: int, gamma: float, limits
     counters = np.zeros(3, dtype=np.int64)
     boundary = np.empty(n, dtype=np.int64)
     journal = np.empty(n, dtype=np.int64)
-    _seed(seed)
+    seed_anneal(seed)
     converged, offset = False, 0
     best_part = chain.part.copy()
     for number, (phase_steps, norm_p, alpha, over_weight, (t_hi, t_lo)) in enumerate(phases):
         if number > 0:  # the next phase starts from the best assignment so far, counted afresh
             with _PARALLEL_KERNELS:
-                chain = _Chain(graphs, best_part, k)
+                chain = AnnealChain(graphs, best_part, k)
             best_part = chain.part.copy()
             counters[2] = 0
-        best = _cost(chain.remote, norm_p, alpha, gamma, budget, over_weight)
+        best = refine_cost(chain.remote, norm_p, alpha, gamma, budget, over_weight)
         done = 0
         while done < phase_steps and not converged:
             if cancelled():
                 break
             last = min(phase_steps, done + STEPS_PER_CALL)
-            best, converged = _anneal(done, last, phase_steps, norm_p, alpha, over_weight, scale * t_hi,
+            best, converged = anneal(done, last, phase_steps, norm_p, alpha, over_weight, scale * t_hi,
                                       scale * t_lo, chain.G, chain.S, graphs.symmetric, chain.node_cnt,
                                       node_limit, deg_limit, float(gamma), float(budget), best_part, best,
                                       counters, boundary, journal)

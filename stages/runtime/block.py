@@ -62,7 +62,7 @@ class Block:
     def has_cached(self, key: str) -> bool:
         return key in self._cache
 
-    def _map(self, fn) -> Block:
+    def map_tensors(self, fn) -> Block:
         """The block with ``fn`` applied to every tensor; ``self`` (and its cache) when nothing changed."""
         kw, same = {}, True
         for f in fields(self):
@@ -74,11 +74,11 @@ class Block:
 
     def to(self, device, non_blocking: bool = False) -> Block:
         """The block with every tensor on ``device``: ``self`` when already there (keeping its cache)."""
-        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+        return self.map_tensors(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> Block:
         """A copy in page-locked host memory, so that ``to(cuda, non_blocking=True)`` is truly asynchronous."""
-        return self._map(lambda t: t.pin_memory())
+        return self.map_tensors(lambda t: t.pin_memory())
 
     def validate(self) -> None:
         """Raise ``ValueError`` when the block breaks its invariants (for tests and debugging; O(nnz))."""

@@ -38,7 +38,7 @@ def _expf_parts(x):
 
 
 @numba.njit(cache=True)
-def _expf_nonpositive(x, out):
+def expf_nonpositive(x, out):
     """``out = exp(x)`` through :func:`_expf_parts` (``x <= 0``, float32; for tests)."""
     bits = np.empty(x.shape[0], np.int32)
     two_n = bits.view(np.float32)
