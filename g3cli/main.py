@@ -39,15 +39,19 @@ class G3Group(click.Group):
 @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line error messages.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
-    """g3 trains graph neural networks on the whole graph (no sampling) across many workers.
+    """g3 trains graph neural networks on the whole graph across many workers (G3's hybrid parallelism),
+    and runs the distributed systems it is compared with as strategies on the same runtime.
 
     \b
     Pipeline (each stage reads the previous stage's artifact from disk):
       g3 ingest SOURCE STORE      OGB / WebGraph / edge list / synthetic -> zarr graph store
       g3 partition STORE -w K     balanced partitions + per-worker shards
-      g3 plan PART                bins, priorities and peer-to-peer tables per worker
-      g3 train PLAN               hybrid-parallel full-graph training
-      g3 eval RUN                 accuracy per split
+      g3 plan PART --strategy S   how strategy S executes it: g3's bins and P2P tables, bns-gcn, sancus
+      g3 train PLAN               distributed training with the plan's strategy
+      g3 eval RUN                 exact inference, accuracy per split
+      g3 report RUN...            plots and a summary of runs (strategies side by side)
+      g3 bench STORE              strategies side by side with DGL and PyG
+      g3 simulate PLAN            a discrete-event model of an epoch on K workers
       g3 info PATH                summary of any g3 artifact
     """
     ctx.ensure_object(dict)

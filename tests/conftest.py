@@ -31,6 +31,18 @@ def tiny_store(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def store(tmp_path_factory) -> Path:
+    """The small graph of the training and strategy tests: 240 nodes, 6 communities, 10 features, 4 classes."""
+    from stages.ingest.build import IngestOptions, build_store
+    from stages.ingest.synthetic import resolve_spec, synthetic_source
+
+    spec = resolve_spec(None, nodes=240, avg_degree=6, feat_dim=10, num_classes=4, communities=6, seed=5)
+    out = tmp_path_factory.mktemp("train") / "g"
+    build_store(synthetic_source(spec), out, IngestOptions(seed=5))
+    return out
+
+
 @pytest.fixture
 def cli_runner():
     from click.testing import CliRunner

@@ -18,18 +18,8 @@ from reference_arcs import bns_substitute, sancus_substitute, train_with
 from test_train import invoke, max_weight_diff, ref_graph
 
 from stages.common.store import GraphStore
-from stages.ingest.build import IngestOptions, build_store
-from stages.ingest.synthetic import resolve_spec, synthetic_source
 
 EPOCHS, LR, DROPOUT, SEED = 5, 0.02, 0.3, 7
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Path:
-    spec = resolve_spec(None, nodes=240, avg_degree=6, feat_dim=10, num_classes=4, communities=6, seed=5)
-    out = tmp_path_factory.mktemp("strategies") / "g"
-    build_store(synthetic_source(spec), out, IngestOptions(seed=5))
-    return out
 
 
 @pytest.fixture(scope="module")

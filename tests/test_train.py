@@ -17,21 +17,11 @@ from reference import RefGraph, reference_train
 from g3cli.main import cli
 from stages.common.plan_artifact import WorkerPlan, load_plan_meta
 from stages.common.store import GraphStore
-from stages.ingest.build import IngestOptions, build_store
-from stages.ingest.synthetic import resolve_spec, synthetic_source
 
 EPOCHS = 5
 LR = 0.02
 DROPOUT = 0.3
 SEED = 7
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Path:
-    spec = resolve_spec(None, nodes=240, avg_degree=6, feat_dim=10, num_classes=4, communities=6, seed=5)
-    out = tmp_path_factory.mktemp("train") / "g"
-    build_store(synthetic_source(spec), out, IngestOptions(seed=5))
-    return out
 
 
 def invoke(args: list[str]):

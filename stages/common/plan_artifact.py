@@ -69,21 +69,21 @@ def plan_strategy(meta: dict) -> str:
     return str(meta["strategy"]["name"])
 
 
+def _npy(folder: Path, name: str) -> np.ndarray:
+    """``folder/name.npy``; a missing file is bad input naming it."""
+    f = folder / f"{name}.npy"
+    if not f.is_file():
+        raise G3InputError(f"plan file {f.name} missing", path=folder)
+    return np.load(f)
+
+
 class LayerPlan:
     """Bins and blocks of one layer (arrays over the worker's priority list)."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.bin_ptr = self._load("bin_ptr")
-        self.src_ptr = self._load("src_ptr")
-        self.src = self._load("src")
-        self.indices = self._load("indices")
-
-    def _load(self, name: str) -> np.ndarray:
-        f = self.path / f"{name}.npy"
-        if not f.is_file():
-            raise G3InputError(f"plan file {f.name} missing", path=self.path)
-        return np.load(f)
+        self.bin_ptr, self.src_ptr, self.src, self.indices = (_npy(path, n) for n in ("bin_ptr", "src_ptr", "src",
+                                                                                         "indices"))
 
     @property
     def num_bins(self) -> int:
@@ -108,10 +108,7 @@ class WorkerPlan:
 
     def array(self, name: str) -> np.ndarray:
         """``name.npy`` of this worker's folder."""
-        f = self.path / f"{name}.npy"
-        if not f.is_file():
-            raise G3InputError(f"plan file {f.name} missing", path=self.path)
-        return np.load(f)
+        return _npy(self.path, name)
 
     @cached_property
     def priority(self) -> np.ndarray:

@@ -24,7 +24,7 @@ def parse_fraction(text: str) -> float:
 
 OPTIONS = (
     PlanOption("boundary_sample", "--boundary-sample", "1", parse=parse_fraction, metavar="P",
-               help="bns-gcn: BNS-GCN's random boundary-node sampling. Each epoch every worker keeps a P-fraction of "
+               help="BNS-GCN's random boundary-node sampling. Each epoch every worker keeps a P-fraction of "
                     "its boundary (remote) nodes, chosen by a hash of (seed, epoch, worker, node) so both ends agree "
                     "without talking; dropped nodes send nothing and leave that epoch's aggregation, kept ones are "
                     "scaled by 1/P (BNS-GCN's estimator: the mean still divides by the full in-degree). Applies to "

@@ -58,23 +58,23 @@ def _clip(text: str) -> float:
 OPTIONS = (
     PlanOption("sancus_comm", "--sancus-comm", "broadcast", parse=_choice("broadcast", "p2p"),
                metavar="broadcast|p2p",
-               help="sancus: how embeddings move. 'broadcast' (the thesis's): per layer each worker in turn broadcasts "
+               help="How embeddings move. 'broadcast' (the thesis's): per layer each worker in turn broadcasts "
                     "its whole block of rows, or skips while stale, so every worker receives (K-1)/K x N rows per "
                     "layer; 'p2p': g3's sparse peer-to-peer messages of the boundary rows, a stale owner's replaced by "
                     "a one-word header."),
     PlanOption("staleness", "--staleness", "epoch:1", parse=parse_staleness, metavar="POLICY:BOUND",
-               help="sancus: when a worker resends its rows (per layer; otherwise the others use their cached copy). "
+               help="When a worker resends its rows (per layer; otherwise the others use their cached copy). "
                     "epoch:N (check E): when the receivers' copy would be more than N epochs old; ask:N (check A): "
                     "any receiver whose copy is more than N epochs old asks (an OR all-reduce of flags; in a "
                     "lock-step runtime it behaves as epoch:N); drift:X (check H): when the relative change since the "
                     "last send exceeds X (--drift-norm). epoch:0 = exact full-graph training. Layer-0 features are "
                     "static and fetched once; backward gradients are exchanged every epoch."),
     PlanOption("drift_norm", "--drift-norm", "fro", parse=_choice("fro", "max"), metavar="fro|max",
-               help="sancus drift:X: the norm of the change, relative to the last sent rows: 'fro' = Frobenius "
+               help="For drift:X, the norm of the change, relative to the last sent rows: 'fro' = Frobenius "
                     "(||H - H_sent||_F / ||H_sent||_F; the thesis leaves the norm open), 'max' = largest absolute "
                     "change over the largest absolute value."),
     PlanOption("grad_clip", "--grad-clip", "0", parse=_clip, metavar="TH",
-               help="sancus: clip the embedding gradients a worker returns to its peers (per layer, L2 norm over all "
+               help="Clip the embedding gradients a worker returns to its peers (per layer, L2 norm over all "
                     "its boundary rows) at TH/sqrt(K), the local share of a global threshold TH for K i.i.d. workers "
                     "(the thesis's local-threshold rule); 0 = off (the default: the thesis does not say it is on)."),
 )

@@ -1,6 +1,6 @@
 """What each simulated system does in one epoch, as worker generators for :class:`.engine.Engine`.
 
-**g3** (``--pipeline none|intra|inter|multi``) mirrors the runtime (stages/train/strategies/g3.py):
+**g3** (``--pipeline none|intra|inter|multi``) mirrors the runtime (stages/runtime/strategies/g3.py):
 
 * forward, layer by layer (``none``, ``intra``): the plan's bins in priority order; after bin b of layer l the
   plan messages ``fwd_send_l`` of step b are sent (``none`` waits for each send); a layer starts when every

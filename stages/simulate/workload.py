@@ -92,7 +92,7 @@ class Workload:
 
 
 def count_params(shapes: list[LayerShape], model: str) -> int:
-    """Weights of g3's models (stages/train/models): SAGE 2·in·out + out, GCN in·out + out, GAT per layer
+    """Weights of g3's models (stages/runtime/models): SAGE 2·in·out + out, GCN in·out + out, GAT per layer
     in·H·C (projection) + 2·H·C (attention) + bias (H·C when heads concatenate, else C)."""
     total = 0
     for s in shapes:
