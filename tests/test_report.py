@@ -317,3 +317,20 @@ def test_runs_of_several_strategies_are_labelled_by_strategy(tmp_path):
     assert len(tta) == 1 and tta[0]["runs"] == ["g3: run-a", "bns-gcn: run-b"]
     html = (tmp_path / "rep" / "index.html").read_text()
     assert "<th>strategy</th>" in html and "strategy bns-gcn" in html
+
+
+def test_bytes_per_epoch_is_the_mean_of_training_phases(tmp_path):
+    """A strategy that sends every other epoch moves half per epoch on average; evaluation's bytes and the first
+    epoch (which also fetches the input features) are left out."""
+    run = make_run(tmp_path, trace=False, epochs=5)
+    lines = []
+    for e, line in enumerate((run / "metrics.jsonl").read_text().splitlines()):
+        rec = json.loads(line)
+        for w in rec["workers"]:
+            w["bytes_sent_per_phase"] = {"features0": 9999 if e == 0 else 0, "fwd0": 100 * (e % 2), "bwd1": 10,
+                                         "eval0": 5000}
+        lines.append(json.dumps(rec))
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    s = run_report([run], out=tmp_path / "rep")["runs"][0]
+    # epochs 1-4, two workers: fwd 200, 0, 200, 0 and bwd 20 each
+    assert s["bytes_sent_per_epoch"] == pytest.approx(120.0)

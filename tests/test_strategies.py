@@ -70,19 +70,13 @@ def phase_bytes(record: dict, phase: str) -> int:
 
 
 # --- exact configurations -------------------------------------------------------------------------------------
-EXACT = [
-    # strategy, options, model, K, partition method
-    ("bns-gcn", (), "sage", 1, "metis"),
-    ("bns-gcn", (), "sage", 2, "metis"),
-    ("bns-gcn", (), "gcn", 4, "chunk"),
-    ("bns-gcn", (), "gat", 4, "metis"),
-    ("bns-gcn", (), "gcn", 2, "g3"),
-    ("sancus", ("--staleness", "epoch:0"), "sage", 1, "chunk"),
-    ("sancus", ("--staleness", "epoch:0"), "gcn", 2, "chunk"),
-    ("sancus", ("--staleness", "epoch:0", "--sancus-comm", "p2p"), "sage", 4, "metis"),
-    ("sancus", ("--staleness", "epoch:0"), "gat", 4, "chunk"),
-    ("sancus", ("--staleness", "drift:0", "--sancus-comm", "p2p"), "gcn", 4, "random"),
-]
+METHODS = ("metis", "chunk", "g3", "random")
+# every strategy, K = 1, 2, 4 x SAGE, GCN, GAT, in its exact configuration; partitions and layouts rotate
+EXACT = [("bns-gcn", (), model, k, METHODS[i % 4])
+         for i, (k, model) in enumerate((k, m) for k in (1, 2, 4) for m in ("sage", "gcn", "gat"))] + [
+    ("sancus", ("--staleness", ("epoch:0", "drift:0")[i % 2], "--sancus-comm", ("broadcast", "p2p")[i // 2 % 2]), model,
+     k, METHODS[(i + 1) % 4])
+    for i, (k, model) in enumerate((k, m) for k in (1, 2, 4) for m in ("sage", "gcn", "gat"))]
 
 
 @pytest.mark.parametrize("strategy,options,model,k,method", EXACT)
@@ -133,6 +127,23 @@ def test_stale_embeddings_match_the_stale_reference(store, partitions, tmp_path,
     sends = [r["workers"][0]["sancus_sent_layers"] for r in records(run)]
     assert sends == [2 if e % (bound + 1) == 0 else 0 for e in range(6)]
     assert all(phase_bytes(r, "bwd1") > 0 and phase_bytes(r, "bwd2") > 0 for r in records(run))
+
+
+@pytest.mark.parametrize("comm", ["broadcast", "p2p"])
+def test_drift_skips_sends_while_rows_change_little(store, partitions, tmp_path, comm):
+    """Check H: an owner resends a layer only when its rows moved by more than X (relative Frobenius norm) since
+    its last send. With a loose bound some sends are skipped, by owner; drift:0 sends every epoch (exact, above)."""
+    part = partitions("metis", 4)
+    rec = records(run_strategy(part, tmp_path, "sancus", "sage", ("--staleness", "drift:0.3", "--sancus-comm", comm),
+                               dtype="float32", epochs=8, layers=3))
+    sent = [[w["sancus_sent_layers"] for w in r["workers"]] for r in rec]
+    assert sent[0] == [2, 2, 2, 2]  # nothing cached yet: every owner sends both hidden layers
+    skipped = sum(w["sancus_skipped_layers"] for r in rec for w in r["workers"])
+    assert 0 < skipped < 8 * 4 * 2
+    fwd = [phase_bytes(r, "fwd0") + phase_bytes(r, "fwd1") for r in rec]
+    assert min(fwd[1:]) < fwd[0]
+    if comm == "broadcast":  # the owners' decisions reach every worker through an all-reduce of K flags
+        assert all(phase_bytes(r, "drift0") == 4 * 4 * 8 for r in rec)
 
 
 def test_sancus_bytes_follow_the_layouts(store, partitions, tmp_path):

@@ -147,6 +147,18 @@ class RunData:
             out.append(total)
         return out
 
+    def bytes_per_epoch(self) -> float:
+        """Bytes all workers sent for training per epoch: the mean over the epochs after the first (which also
+        fetches the input features) of every phase but evaluation's; the median of ``bytes_sent`` for runs
+        that record no phases."""
+        epochs = self.steady_epochs()
+        phases = [[w.get("bytes_sent_per_phase") for w in r.get("workers") or [] if isinstance(w, dict)]
+                  for r in epochs]
+        if epochs and all(p and all(isinstance(x, dict) for x in p) for p in phases):
+            return statistics.fmean(sum(n for per in p for ph, n in per.items() if not ph.startswith("eval"))
+                                    for p in phases)
+        return statistics.median(float(r.get("bytes_sent") or 0) for r in self.epochs)
+
     def steady_epochs(self) -> list[dict]:
         """The epochs averaged in per-worker figures: all but the first (warm-up, one-time feature exchange)."""
         return self.epochs[1:] if len(self.epochs) > 1 else self.epochs
@@ -194,7 +206,7 @@ class RunData:
             "median_epoch_seconds": statistics.median(times),
             "throughput_nodes_per_second": statistics.median(tp) if tp else None,
             "throughput_source": self.owned_source or None,
-            "bytes_sent_per_epoch": statistics.median(float(r.get("bytes_sent") or 0) for r in self.epochs),
+            "bytes_sent_per_epoch": self.bytes_per_epoch(),
         }
         for split in ("valid", "test"):
             acc = self.accuracy(split)
