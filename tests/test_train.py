@@ -547,3 +547,32 @@ def test_four_workers_are_bitwise_reproducible(store, tmp_path):
                      extra_train=("--pipeline", "multi", "--epochs", "12")) for i in range(2)]
     final = [torch.load(r / "model.pt", weights_only=True) for r in runs]
     assert max_weight_diff(final[0], final[1]) == 0.0
+
+
+PEAK_PROBE = """
+import sys, numpy as np, torch.multiprocessing as mp
+
+def child(rank, path):
+    from stages.train.metrics import peak_memory_bytes
+    open(path, "w").write(str(peak_memory_bytes("cpu")))
+
+if __name__ == "__main__":
+    big = np.ones(1_200_000_000 // 8)  # the parent grows to ~1.2 GB before it starts a worker
+    mp.start_processes(child, args=(sys.argv[1],), nprocs=1, start_method="spawn")
+    from stages.train.metrics import peak_memory_bytes
+    print(peak_memory_bytes("cpu"))
+"""
+
+
+def test_a_workers_peak_memory_is_its_own(tmp_path):
+    """A worker reports its own peak resident set, not the peak of the process that started it (getrusage's
+    maximum survives exec: every worker of a `g3 bench` once reported the bench process's 2.55 GiB)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "probe.py"
+    script.write_text(PEAK_PROBE)
+    parent = int(subprocess.run([sys.executable, str(script), str(tmp_path / "child")], capture_output=True,
+                                text=True, check=True, cwd=Path(__file__).resolve().parents[1]).stdout.split()[-1])
+    child = int((tmp_path / "child").read_text())
+    assert parent > 1_200_000_000 and child < parent - 700_000_000, (parent, child)

@@ -22,9 +22,21 @@ def minor_page_faults() -> int:
 
 
 def peak_memory_bytes(device: str) -> int:
-    """Peak device memory: CUDA's max allocated, else this process's peak resident set."""
+    """Peak device memory: CUDA's max allocated, else this process's peak resident set.
+
+    On Linux the resident peak is ``VmHWM`` of /proc/self/status, the high-water mark of this process's own
+    address space. ``getrusage``'s ``ru_maxrss`` is kept across ``execve``, so a worker spawned by a process
+    that had grown large (``g3 bench`` after exporting the graph) would report its parent's peak instead
+    (seen: every worker of a bench at 2.55 GiB whatever its share); it is the fallback elsewhere."""
     if device.startswith("cuda"):
         return int(torch.cuda.max_memory_allocated(torch.device(device)))
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     try:
         import resource
 
