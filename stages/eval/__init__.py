@@ -62,11 +62,8 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
     if workers is not None and workers < 1:
         raise G3InputError("--workers must be >= 1")
     weights = pick_weights(run, checkpoint)
-    base = {k: v for k, v in meta["config"].items() if k in RuntimeConfig.__dataclass_fields__}
-    # inference runs with the strategy's default knobs: they change how it runs, not what it computes
-    cfg = RuntimeConfig(**{**base, "pipeline": None, "prefetch": None, "backward": None, "layer0_cache": None,
-                           "feature_cache": None, "trace": False, "master_port": 0})
     plan = Path(meta["plan"]["path"])
+    cfg = _inference_config(meta)
     plan_meta = check_plan(plan, cfg)
     k = int(plan_meta["num_workers"])
     tmp = None
@@ -74,8 +71,7 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
         if workers is not None and workers != k:
             tmp = Path(tempfile.mkdtemp(prefix="g3-eval-"))
             plan, k = _temporary_plan(plan_meta, workers, tmp), workers
-            cfg = RuntimeConfig(**{**base, "pipeline": None, "prefetch": None, "backward": None,
-                                   "layer0_cache": None, "feature_cache": None, "trace": False, "master_port": 0})
+            cfg = _inference_config(meta)
             check_plan(plan, cfg)
         spawn_workers(eval_rank, k, run, "eval-", cfg.master_addr, cfg.master_port, str(plan), str(run), cfg,
                       str(weights.resolve()))
@@ -87,6 +83,14 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
     if split != "all":
         result["accuracy"] = {split: result["accuracy"][split]}
     return result
+
+
+def _inference_config(run_meta: dict) -> RuntimeConfig:
+    """The run's settings (device, dtype, threads, seed, …) with the strategy's default knobs: they change how a
+    strategy runs, not what it computes."""
+    base = {k: v for k, v in run_meta["config"].items() if k in RuntimeConfig.__dataclass_fields__}
+    return RuntimeConfig(**{**base, "pipeline": None, "prefetch": None, "backward": None, "layer0_cache": None,
+                            "feature_cache": None, "trace": False, "master_port": 0})
 
 
 def _temporary_plan(plan_meta: dict, workers: int, tmp: Path) -> Path:
