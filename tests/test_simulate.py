@@ -167,6 +167,11 @@ def test_fit_phase_recovers_rates():
     assert fit["seconds_per_bin"] == pytest.approx(1e-4, rel=5e-2)
     one = fit_phase([1000], [10], [0.5])  # a single bin: one rate per unit of work, exact in total
     assert one["fit"] == "ratio" and one["seconds_per_arc"] * 1010 == pytest.approx(0.5)
+    # four bins of nearly one size (one per worker of a balanced partition): no per-bin constant can be told
+    # apart, so none is fitted — predictions for other sizes scale with the work
+    same = fit_phase([6.03e6, 6.22e6, 6.06e6, 6.20e6], [123e3, 127e3, 124e3, 126e3], [0.046, 0.047, 0.046, 0.047])
+    assert same["fit"] == "ratio" and same["seconds_per_bin"] == 0.0
+    assert same["seconds_per_arc"] * (6.03e6 + 123e3) == pytest.approx(0.0462, rel=0.02)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ the profiled epoch (the run's last, the warmest) the loop traces the epoch and c
 every rank turns its spans into samples (:func:`samples_from_trace`), rank 0 fits and writes.
 
 **Fit.** Per layer and phase (forward, backward), the span durations are fitted by non-negative least squares
-to ``seconds = per_arc · arcs + per_node · nodes + per_bin``; forward gathers give seconds per source row;
+to ``seconds = per_arc · arcs + per_node · nodes + per_bin`` (only where the bins span sizes: the largest at least
+1.5× the smallest in arcs; else one rate per arc + node); forward gathers give seconds per source row;
 what the epoch spent outside spans, waits and the all-reduce is spread over the bins as ``overhead_per_bin``
 (Python bookkeeping, message packing, loss); ``step_seconds`` is the all-reduce + optimizer step. When the
 bins cannot separate the terms (equal node counts: no per-bin constant, ``fit: "nnls-no-intercept"``; one or
@@ -30,6 +31,7 @@ from ..common.model_spec import LayerShape
 
 PROFILE_SCHEMA = "g3.profile"
 PROFILE_VERSION = 1
+MIN_SPREAD = 1.5  # largest / smallest bin (in arcs) below which a per-bin constant cannot be separated
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -47,8 +49,13 @@ def fit_phase(arcs: np.ndarray, nodes: np.ndarray, seconds: np.ndarray) -> dict:
     a = np.stack([arcs, nodes, np.ones(n)], axis=1)
     coef, fit = None, "ratio"
     # the richest model the bins can identify: with equal-size bins (--bin-size) the node count is constant and
-    # indistinguishable from a per-bin constant, so it is attributed to the nodes (dense work grows with them)
-    for cols, name in (([0, 1, 2], "nnls"), ([0, 1], "nnls-no-intercept")):
+    # indistinguishable from a per-bin constant, so it is attributed to the nodes (dense work grows with them);
+    # bins of nearly one size (one bin per layer and worker of a balanced partition, or a whole-partition
+    # strategy's layers) cannot tell size-dependent work from a constant at all: nnls then put everything in the
+    # constant and predicted the same time at any worker count, so they get one rate per unit of work
+    spread = float(arcs.max() / max(arcs.min(), 1.0)) if n else 1.0
+    models = (([0, 1, 2], "nnls"), ([0, 1], "nnls-no-intercept")) if spread >= MIN_SPREAD else ()
+    for cols, name in models:
         sub = a[:, cols]
         if n >= len(cols) + 1 and np.linalg.matrix_rank(sub) == len(cols):
             from scipy.optimize import nnls
