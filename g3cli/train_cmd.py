@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from stages.common.strategies import STRATEGIES
 from stages.runtime.config import BACKWARD, DTYPES, LAYER0_CACHE, PIPELINES, PREFETCH
 from stages.runtime.heap import HEAP_POLICIES
 from stages.train import TrainConfig, run_train
@@ -11,9 +12,15 @@ from stages.train import TrainConfig, run_train
 from .output import print_run_summary
 
 
+def _for(knob: str, default: str | None = None) -> str:
+    """The strategies that have a `g3 train` knob (from the registry), to prefix its help."""
+    owners = ", ".join(s.name for s in STRATEGIES.values() if knob in s.train_knobs)
+    return f"[{owners} plans{'; default ' + default if default else ''}]"
+
+
 @click.command("train")
 @click.argument("plan", type=click.Path())
-@click.option("--epochs", type=int, default=10, show_default=True, help="Full-graph epochs (one optimizer step each).")
+@click.option("--epochs", type=int, default=10, show_default=True, help="Epochs (a full-graph strategy takes one optimizer step per epoch, a mini-batch one per batch).")
 @click.option("--lr", type=float, default=0.01, show_default=True, help="Adam learning rate.")
 @click.option("--weight-decay", type=float, default=0.0, show_default=True, help="Adam weight decay.")
 @click.option("--dropout", type=float, default=0.5, show_default=True,
@@ -25,7 +32,7 @@ from .output import print_run_summary
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Compute device (cuda: one GPU per rank, nccl for all-reduce, gloo for P2P host buffers).")
 @click.option("--pipeline", type=click.Choice(PIPELINES), default=None,
-              help="[g3 plans; default multi] Bin scheduling (G3 §5.2): 'multi' = eager inter-layer bins in priority order plus the "
+              help=_for("pipeline", "multi") + " Bin scheduling (G3 §5.2): 'multi' = eager inter-layer bins in priority order plus the "
                    "intra-layer overlap; 'inter' = eager inter-layer only, bins of consecutive node ids; 'intra' = "
                    "layer by layer with the intra-layer overlap: the next bin gathered/copied while one computes "
                    "(see --prefetch), messages packed and sent and arrived rows copied in by helper threads; "
@@ -44,19 +51,19 @@ from .output import print_run_summary
               help="Write a checkpoint every N epochs (0: never).")
 @click.option("--resume", is_flag=True, help="Continue the run in RUN from its latest checkpoint.")
 @click.option("--no-feature-cache", is_flag=True, default=None,
-              help="[g3 plans] Resend remote input features every epoch instead of once.")
+              help=_for("feature_cache") + " Resend remote input features every epoch instead of once.")
 @click.option("--layer0-cache", type=click.Choice(LAYER0_CACHE), default=None,
-              help="[g3, bns-gcn, sancus plans; default auto] Layer 0's inputs are the fixed node features, so SAGE and GCN can aggregate them once per bin and "
+              help=_for("layer0_cache", "auto") + " Layer 0's inputs are the fixed node features, so SAGE and GCN can aggregate them once per bin and "
                    "keep the result: later epochs run layer 0 as dense products, with no sparse aggregation forward "
                    "or backward (same model; GAT ignores it). Costs owned nodes x features of extra memory. "
                    "'auto' = on for --device cpu, off for cuda (the cache would sit outside the bins' memory budget).")
 @click.option("--prefetch", type=click.Choice(PREFETCH), default=None,
-              help="[g3 plans; default auto] Under --pipeline intra/multi, gather (on CUDA also copy in) the next bin on a second thread while "
+              help=_for("prefetch", "auto") + " Under --pipeline intra/multi, gather (on CUDA also copy in) the next bin on a second thread while "
                    "one computes. 'auto' = on for cuda; on the CPU only when the workers leave a core idle (threads x "
                    "local workers < cores): otherwise the thread takes a core from the compute kernels and epochs "
                    "get slower. Same model either way.")
 @click.option("--backward", "backward", type=click.Choice(BACKWARD), default=None,
-              help="[g3 plans; default recompute] Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep "
+              help=_for("backward", "recompute") + " Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep "
                    "every bin's activations from the forward pass (faster, more memory).")
 @click.option("--heap", type=click.Choice(HEAP_POLICIES), default="keep", show_default=True,
               help="Host memory of each worker process: 'keep' = the C library's malloc serves every block from the "

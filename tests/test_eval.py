@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 from reference import reference_forward
-from test_train import invoke, pipeline, ref_graph, store  # noqa: F401 - the store fixture
+from test_train import invoke, pipeline, ref_graph
 
 from g3cli.main import cli
 from stages.common.store import GraphStore

@@ -278,3 +278,14 @@ def test_engine_wait_any_resumes_once():
     stats = Engine(2, Network(4.0, 0.5)).run([sender(), receiver()])
     assert stats[1].end == pytest.approx(4.5)
     assert stats[1].comm_wait == pytest.approx(1.5) and stats[1].busy == pytest.approx(3.0)
+
+
+def test_bad_strategy_figures_are_refused(tiny_plan, tmp_path, cli_runner):
+    from g3cli.main import cli
+
+    for args, message in ((["--boundary-sample", "0"], "--boundary-sample must be in (0, 1]"),
+                          (["--boundary-sample", "1.5"], "--boundary-sample must be in (0, 1]"),
+                          (["--staleness-epochs", "-1"], "--staleness-epochs must be >= 0")):
+        res = cli_runner.invoke(cli, ["simulate", str(tiny_plan), "--scaling", "none", *args, "-o", str(tmp_path / "s")])
+        assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "s").exists()

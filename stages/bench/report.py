@@ -104,7 +104,10 @@ def plot_bench(result: dict, path: Path) -> None:
     panels = [pn for pn in PANELS if any(e.get(pn[0]) is not None for e in ok)]
     fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 2.5, 0.8 + 0.42 * max(1, len(labels))),
                              sharey=True, squeeze=False)
-    colors = {"g3": "#4C72B0", "bns-gcn": "#55A868", "sancus": "#8172B2"}
+    from ..common.strategies import STRATEGIES
+
+    palette = ("#4C72B0", "#55A868", "#8172B2", "#C44E52", "#CCB974", "#64B5CD", "#8C8C8C", "#E377C2")
+    colors = {name: palette[i % len(palette)] for i, name in enumerate(STRATEGIES)}  # peers: orange
     for ax, (key, title, fmt) in zip(axes[0], panels, strict=True):
         vals = [e.get(key) or 0.0 for e in ok] + [0.0] * len(missing)
         ax.barh(y, vals, color=[colors.get(e.get("strategy", ""), "#DD8452") for e in ok] + ["#cccccc"] * len(missing))

@@ -27,7 +27,7 @@ from .schedules import BASELINES, SCHEDULES, bns_gcn_worker, g3_worker, halo_loa
 from .workload import Workload, load_workload
 
 SIM_SCHEMA = "g3.simulate"
-SIM_VERSION = 1
+SIM_VERSION = 2  # 2: the layer-barrier baseline is bns-gcn; sancus-broadcast, sancus-p2p
 DEFAULT_SCALING = (2, 4, 8, 16)
 
 
