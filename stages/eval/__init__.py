@@ -101,7 +101,8 @@ def _temporary_plan(plan_meta: dict, workers: int, tmp: Path) -> Path:
     part = tmp / "part"
     run_partition(plan_meta["store"]["path"], PartitionOptions(workers=workers, method="chunk"), out=part)
     c = plan_meta["config"]
+    same = plan_meta["strategy"]["options"] if plan_meta["strategy"]["name"] == "g3" else {}  # a g3 run's bins
     cfg = PlanConfig(model=c["model"], layers=c["layers"], hidden=c["hidden"], heads=c["heads"], strategy="g3",
-                     options={"device_memory": plan_meta.get("device_memory"), "bin_size": c.get("bin_size")})
+                     options={"device_memory": same.get("device_memory"), "bin_size": same.get("bin_size")})
     run_plan(part, cfg, out=tmp / "plan")
     return tmp / "plan"
