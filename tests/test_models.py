@@ -326,10 +326,11 @@ def test_build_block_maps_back_to_the_global_arcs():
         assert torch.equal(src_ids[local], expect)
     torch.testing.assert_close(block.src_out_degree, graph.out_degree[src_ids].float())
     torch.testing.assert_close(block.dst_in_degree, graph.in_degree[dst].float())
-    assert block.to("cpu") is block  # nothing to move: the same block, with its cached structures
+    block.cached("derived", lambda: 1)
+    assert block.to("cpu") is block and block.has_cached("derived")  # nothing to move: the same block and cache
     moved = block.pin_memory() if torch.cuda.is_available() else block.map_tensors(torch.clone)
     assert moved is not block and moved.n_dst == block.n_dst and torch.equal(moved.indices, block.indices)
-    assert not moved._cache  # a moved block recomputes its derived structures where it lives
+    assert not moved.has_cached("derived")  # a moved block recomputes its derived structures where it lives
     calls = []
     assert block.cached("k", lambda: calls.append(1) or 42) == 42 == block.cached("k", lambda: calls.append(1))
     assert calls == [1]
