@@ -70,6 +70,28 @@ def train(model, inputs, labels, train_idx, epochs: int, lr: float) -> list[floa
     return times
 
 
+def graph_tensors(g: dict, seed: int) -> dict:
+    """What every runner needs from the neutral graph as torch tensors: the node count, the in-edge CSR
+    (int64), features (float32), labels, labelled training and test nodes, the class count; the torch seed set
+    first."""
+    import torch
+
+    torch.manual_seed(seed)
+    y = torch.from_numpy(g["labels"]).long()
+    train_idx = torch.from_numpy(g["train_idx"])
+    test_idx = torch.from_numpy(g["test_idx"]) if "test_idx" in g else torch.zeros(0, dtype=torch.int64)
+    return {"n": len(g["indptr"]) - 1, "num_classes": int(g["num_classes"]), "indptr": torch.from_numpy(g["indptr"]).to(torch.int64),
+            "indices": torch.from_numpy(g["indices"]).to(torch.int64), "x": torch.from_numpy(g["features"]).float(),
+            "y": y, "train_idx": train_idx[y[train_idx] >= 0], "test_idx": test_idx}
+
+
+def run(system: str, version: str, args, model, inputs, t: dict, extra: dict | None = None) -> None:
+    """Train, measure the test accuracy, print the JSON line."""
+    times = train(model, inputs, t["y"], t["train_idx"], args.epochs, args.lr)
+    acc = test_accuracy(model, inputs, t["y"], t["test_idx"])
+    report(system, version, args, times, {**(extra or {}), "test_acc": acc})
+
+
 def test_accuracy(model, inputs, labels, test_idx) -> float | None:
     """Accuracy on the labelled test nodes after training, full-graph inference without dropout."""
     import torch

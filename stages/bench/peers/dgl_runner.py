@@ -11,7 +11,7 @@ import os
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
-from common import load_graph, parse_args, report, set_threads, test_accuracy, train  # noqa: E402
+from common import graph_tensors, load_graph, parse_args, run, set_threads  # noqa: E402
 
 
 def build(args, in_dim: int, num_classes: int):
@@ -55,26 +55,15 @@ def main() -> None:
     import dgl
     import torch
 
-    g = load_graph(args.graph)
-    n = len(g["indptr"]) - 1
-    torch.manual_seed(args.seed)
-    indptr = torch.from_numpy(g["indptr"]).to(torch.int64)
-    indices = torch.from_numpy(g["indices"]).to(torch.int64)
+    t = graph_tensors(load_graph(args.graph), args.seed)
     # in-edge CSR = DGL's CSC (column = destination): arcs indices[e] -> v
-    graph = dgl.graph(("csc", (indptr, indices, torch.tensor([], dtype=torch.int64))), num_nodes=n)
+    graph = dgl.graph(("csc", (t["indptr"], t["indices"], torch.tensor([], dtype=torch.int64))), num_nodes=t["n"])
     if args.model in ("gcn", "gat"):
         graph = dgl.add_self_loop(graph)
     graph = graph.formats(["csc", "csr", "coo"])
     graph.create_formats_()
-    x = torch.from_numpy(g["features"]).float()
-    y = torch.from_numpy(g["labels"]).long()
-    train_idx = torch.from_numpy(g["train_idx"])
-    train_idx = train_idx[y[train_idx] >= 0]
-    model = build(args, x.shape[1], g["num_classes"])
-    times = train(model, (graph, x), y, train_idx, args.epochs, args.lr)
-    test_idx = torch.from_numpy(g["test_idx"]) if "test_idx" in g else torch.zeros(0, dtype=torch.int64)
-    acc = test_accuracy(model, (graph, x), y, test_idx)
-    report("DGL", dgl.__version__, args, times, {"test_acc": acc})
+    model = build(args, t["x"].shape[1], t["num_classes"])
+    run("DGL", dgl.__version__, args, model, (graph, t["x"]), t)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 
-from common import load_graph, parse_args, report, set_threads, test_accuracy, train
+from common import graph_tensors, load_graph, parse_args, run, set_threads
 
 warnings.filterwarnings("ignore", message="Sparse")
 
@@ -51,22 +51,12 @@ def main() -> None:
     import torch
     import torch_geometric
 
-    g = load_graph(args.graph)
-    n = len(g["indptr"]) - 1
-    torch.manual_seed(args.seed)
-    indptr = torch.from_numpy(g["indptr"]).to(torch.int64)
-    indices = torch.from_numpy(g["indices"]).to(torch.int64)
+    t = graph_tensors(load_graph(args.graph), args.seed)
+    n = t["n"]
     # rows = destinations, columns = sources: PyG's transposed adjacency adj_t, as a torch.sparse CSR tensor
-    adj_t = torch.sparse_csr_tensor(indptr, indices, torch.ones(len(indices)), (n, n))
-    x = torch.from_numpy(g["features"]).float()
-    y = torch.from_numpy(g["labels"]).long()
-    train_idx = torch.from_numpy(g["train_idx"])
-    train_idx = train_idx[y[train_idx] >= 0]
-    model = build(args, x.shape[1], g["num_classes"])
-    times = train(model, (x, adj_t), y, train_idx, args.epochs, args.lr)
-    test_idx = torch.from_numpy(g["test_idx"]) if "test_idx" in g else torch.zeros(0, dtype=torch.int64)
-    acc = test_accuracy(model, (x, adj_t), y, test_idx)
-    report("PyG", torch_geometric.__version__, args, times, {"adjacency": "torch.sparse_csr", "test_acc": acc})
+    adj_t = torch.sparse_csr_tensor(t["indptr"], t["indices"], torch.ones(len(t["indices"])), (n, n))
+    model = build(args, t["x"].shape[1], t["num_classes"])
+    run("PyG", torch_geometric.__version__, args, model, (t["x"], adj_t), t, {"adjacency": "torch.sparse_csr"})
 
 
 if __name__ == "__main__":
