@@ -43,7 +43,7 @@ def export_graph(store_path: str | Path, out: str | Path) -> Path:
     arrays = {
         "indptr": np.asarray(indptr, dtype=np.int64),
         "indices": np.asarray(indices),
-        "features": np.asarray(store.features[:]),
+        "features": store.read("features"),
         "labels": np.asarray(store.load_labels(), dtype=np.int32),
         "train_idx": np.asarray(store.split_index("train"), dtype=np.int64),
         "valid_idx": np.asarray(store.split_index("valid"), dtype=np.int64),

@@ -6,6 +6,7 @@ shard costs nothing until an array is used.
 
 from __future__ import annotations
 
+import json
 from functools import cached_property
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import numpy as np
 
 from .artifact_json import load_artifact_json
 from .errors import G3InputError
+from .npy import load_checked
+from .store import check_csr
 
 PARTITION_SCHEMA = "g3.partition"
 PARTITION_VERSION = 1
@@ -44,11 +47,20 @@ class Shard:
         if not self.path.is_dir():
             raise G3InputError("shard folder missing", path=self.path)
 
-    def load(self, name: str, mmap: bool = True) -> np.ndarray:
-        f = self.path / f"{name}.npy"
+    @cached_property
+    def manifest(self) -> dict:
+        """shard.json's ``files`` (shape and dtype of every array); empty for a folder without shard.json."""
+        f = self.path / "shard.json"
         if not f.is_file():
-            raise G3InputError(f"shard file {name}.npy missing", path=self.path)
-        return np.load(f, mmap_mode="r" if mmap else None)
+            return {}
+        try:
+            return dict(json.loads(f.read_text()).get("files") or {})
+        except json.JSONDecodeError as exc:
+            raise G3InputError(f"invalid JSON: {exc}", path=f) from None
+
+    def load(self, name: str, mmap: bool = True) -> np.ndarray:
+        """``name.npy`` of the shard, checked against shard.json's shape and dtype."""
+        return load_checked(self.path, f"{name}.npy", self.manifest, mmap)
 
     @cached_property
     def owned(self) -> np.ndarray:
@@ -76,7 +88,10 @@ class Shard:
 
     @cached_property
     def indices(self) -> np.ndarray:
-        return np.asarray(self.load("indices"))
+        """Local source ids of the owned nodes' in-arcs, checked to lie in [0, owned + remote)."""
+        indices = np.asarray(self.load("indices"))
+        check_csr(self.indptr, indices, self.num_owned, self.path, num_sources=self.num_owned + self.num_remote)
+        return indices
 
     @property
     def num_owned(self) -> int:

@@ -21,6 +21,7 @@ import numpy as np
 
 from .artifact_json import load_artifact_json
 from .errors import G3InputError
+from .npy import load_checked
 
 PLAN_SCHEMA = "g3.plan"
 # 2: backward messages are numbered by the last bin (in plan order) that reads each node (version 1 plans
@@ -69,21 +70,18 @@ def plan_strategy(meta: dict) -> str:
     return str(meta["strategy"]["name"])
 
 
-def _npy(folder: Path, name: str) -> np.ndarray:
-    """``folder/name.npy``; a missing file is bad input naming it."""
-    f = folder / f"{name}.npy"
-    if not f.is_file():
-        raise G3InputError(f"plan file {f.name} missing", path=folder)
-    return np.load(f)
+def _npy(worker: Path, name: str, manifest: dict | None) -> np.ndarray:
+    """``worker/name.npy`` (``name`` may be ``layer-0/src``), checked against worker.json's ``files``."""
+    return np.asarray(load_checked(worker, f"{name}.npy", manifest, mmap=False))
 
 
 class LayerPlan:
     """Bins and blocks of one layer (arrays over the worker's priority list)."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.bin_ptr, self.src_ptr, self.src, self.indices = (_npy(path, n) for n in ("bin_ptr", "src_ptr", "src",
-                                                                                         "indices"))
+    def __init__(self, worker: Path, layer: int, manifest: dict | None = None):
+        self.path = worker / f"layer-{layer}"
+        self.bin_ptr, self.src_ptr, self.src, self.indices = (_npy(worker, f"layer-{layer}/{n}", manifest)
+                                                              for n in ("bin_ptr", "src_ptr", "src", "indices"))
 
     @property
     def num_bins(self) -> int:
@@ -107,8 +105,8 @@ class WorkerPlan:
         return load_plan_meta(self.root)
 
     def array(self, name: str) -> np.ndarray:
-        """``name.npy`` of this worker's folder."""
-        return _npy(self.path, name)
+        """``name.npy`` of this worker's folder, checked against worker.json's ``files``."""
+        return _npy(self.path, name, self.meta.get("files"))
 
     @cached_property
     def priority(self) -> np.ndarray:
@@ -119,11 +117,14 @@ class WorkerPlan:
         return self.array("row_ptr")
 
     def layer(self, li: int) -> LayerPlan:
-        return LayerPlan(self.path / f"layer-{li}")
+        return LayerPlan(self.path, li, self.meta.get("files"))
 
     def table(self, name: str) -> Table:
         """A P2P table by name (``features_send``, ``fwd_recv_0``, ``bwd_send_1`` …); empty when absent."""
-        nodes, msgs = self.path / f"{name}_nodes.npy", self.path / f"{name}_msgs.npy"
-        if not nodes.is_file():
+        if not (self.path / f"{name}_nodes.npy").is_file():
             return Table.empty()
-        return Table(np.load(nodes), np.load(msgs).reshape(-1, 3))
+        table = Table(self.array(f"{name}_nodes"), self.array(f"{name}_msgs").reshape(-1, 3))
+        if table.total != len(table.nodes):
+            raise G3InputError(f"table {name}: its messages count {table.total} nodes, the file holds "
+                               f"{len(table.nodes)}", path=self.path)
+        return table

@@ -11,7 +11,11 @@ Layout (documented in docs/ARTIFACTS.md, schema ``g3.store`` version 1)::
     STORE/labels             int32 [N]      class id, -1 for unlabelled nodes
     STORE/split/train        int64 [n_train] node ids (and valid, test)
 
-Readers open arrays lazily: nothing loads the whole graph unless a caller asks for it.
+Readers open arrays lazily: nothing loads the whole graph unless a caller asks for it. What a reader takes
+from a store is checked: on open, every array's presence, shape and dtype against the metadata (cheap); on a
+whole-array read (:meth:`GraphStore.read`), that it decodes and its sha256 against the checksum ``g3 ingest``
+recorded (zarr hands back zeros for a missing chunk file); the CSR's index ranges before any kernel or METIS
+sees them. A store that fails is bad input: one line naming the array.
 """
 
 from __future__ import annotations
@@ -140,7 +144,26 @@ class GraphStore:
                 f"(this g3 reads version {STORE_VERSION}); re-run `g3 ingest`",
                 path=path,
             )
-        return cls(path, group, meta)
+        store = cls(path, group, meta)
+        store.check_layout()
+        return store
+
+    def check_layout(self) -> None:
+        """Every array the metadata implies is there with its shape and dtype (no data read)."""
+        try:
+            n, e, f = int(self.meta["num_nodes"]), int(self.meta["num_arcs"]), int(self.meta["feat_dim"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise G3InputError(f"store metadata is incomplete or malformed ({exc})", path=self.path) from None
+        expected = {"indptr": ((n + 1,), "int64"), "indices": ((e,), None), "in_degree": ((n,), None),
+                    "out_degree": ((n,), None), "labels": ((n,), None),
+                    "features": ((n, f), self.meta.get("feature_dtype"))}
+        for name, (shape, dtype) in expected.items():
+            arr = self.array(name)
+            if tuple(arr.shape) != shape:
+                raise G3InputError(f"array {name} has shape {tuple(arr.shape)}, the metadata says {shape} "
+                                   "(num_nodes, num_arcs or feat_dim altered?)", path=self.path)
+            if dtype is not None and str(arr.dtype) != str(np.dtype(dtype)):
+                raise G3InputError(f"array {name} has dtype {arr.dtype}, the metadata says {dtype}", path=self.path)
 
     # --- counts -------------------------------------------------------------------------------------------
     @property
@@ -190,20 +213,40 @@ class GraphStore:
     def labels(self) -> zarr.Array:
         return self.array("labels")
 
-    # --- eager loads --------------------------------------------------------------------------------------
+    # --- eager, verified loads ----------------------------------------------------------------------------
+    def read(self, name: str, verify: bool = True) -> np.ndarray:
+        """The whole array ``name``, its sha256 checked against the recorded checksum: zarr reads a missing chunk
+        as the fill value, so a deleted chunk shows only there (chunks equal to the fill value are not written
+        at all, so their absence alone proves nothing)."""
+        try:
+            data = np.asarray(self.array(name)[:])
+        except G3InputError:
+            raise
+        except Exception as exc:  # a chunk that does not decode: zarr and its codecs raise various types
+            raise G3InputError(f"array {name} cannot be read: {type(exc).__name__}: {exc}", path=self.path) from None
+        expected = self.meta.get("checksums", {}).get(name)
+        if verify and expected and checksum(data) != expected:
+            raise G3InputError(f"array {name} does not match its recorded checksum (the store was altered or "
+                               "damaged; re-run `g3 ingest`)", path=self.path)
+        return data
+
     def load_csr(self) -> tuple[np.ndarray, np.ndarray]:
-        """The whole in-edge CSR: (indptr int64 [N+1], indices [E])."""
-        return np.asarray(self.indptr[:]), np.asarray(self.indices[:])
+        """The whole in-edge CSR, verified (chunks, checksums, then its structure: ``indptr`` from 0 to E and
+        non-decreasing, every source id in [0, N)): (indptr int64 [N+1], indices [E])."""
+        indptr, indices = self.read("indptr"), self.read("indices")
+        check_csr(indptr, indices, self.num_nodes, self.path)
+        return indptr, indices
 
     def load_degrees(self) -> tuple[np.ndarray, np.ndarray]:
         """(in_degree, out_degree) as int64 arrays."""
-        return (
-            np.asarray(self.array("in_degree")[:], dtype=np.int64),
-            np.asarray(self.array("out_degree")[:], dtype=np.int64),
-        )
+        return (np.asarray(self.read("in_degree"), dtype=np.int64),
+                np.asarray(self.read("out_degree"), dtype=np.int64))
 
     def load_labels(self) -> np.ndarray:
-        return np.asarray(self.labels[:])
+        labels = self.read("labels")
+        if len(labels) and (int(labels.max()) >= self.num_classes or int(labels.min()) < -1):
+            raise G3InputError(f"array labels holds ids outside [-1, {self.num_classes})", path=self.path)
+        return labels
 
     def split_index(self, split: str) -> np.ndarray:
         """Node ids of a split (train/valid/test) as int64, sorted."""
@@ -211,10 +254,13 @@ class GraphStore:
             raise ValueError(f"unknown split {split!r}")
         key = f"split/{split}"
         try:
-            arr = self.group[key]
+            self.group[key]
         except KeyError:
             return np.zeros(0, dtype=np.int64)
-        return np.asarray(arr[:], dtype=np.int64)
+        ids = np.asarray(self.read(key), dtype=np.int64)
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes):
+            raise G3InputError(f"array {key} holds node ids outside [0, {self.num_nodes})", path=self.path)
+        return ids
 
     def split_mask(self, split: str) -> np.ndarray:
         mask = np.zeros(self.num_nodes, dtype=bool)
@@ -228,11 +274,41 @@ class GraphStore:
         """Recompute every array's checksum; returns the names whose checksum differs."""
         bad = []
         for name, expected in self.meta.get("checksums", {}).items():
-            arr = self.group[name]
             h = hashlib.sha256()
-            step = arr.chunks[0]
-            for start in range(0, arr.shape[0], step):
-                h.update(np.ascontiguousarray(arr[start : start + step]).tobytes())
+            for _start, block in self.blocks(name):
+                h.update(np.ascontiguousarray(block).tobytes())
             if "sha256:" + h.hexdigest() != expected:
                 bad.append(name)
         return bad
+
+    def blocks(self, name: str, rows: int = 0):
+        """``(first row, rows)`` blocks of an array, a whole number of chunks (at least ``rows``) at a time; a
+        chunk that does not decode is bad input."""
+        arr = self.array(name)
+        step = max(arr.chunks[0], (rows // arr.chunks[0]) * arr.chunks[0]) if arr.chunks[0] else 1
+        for start in range(0, arr.shape[0], step):
+            try:
+                yield start, np.asarray(arr[start : start + step])
+            except Exception as exc:
+                raise G3InputError(f"array {name} cannot be read near row {start}: {type(exc).__name__}: {exc}",
+                                   path=self.path) from None
+
+
+def checksum(data: np.ndarray) -> str:
+    """``sha256:`` of an array's raw C-order bytes, as ``g3 ingest`` records it."""
+    return "sha256:" + hashlib.sha256(np.ascontiguousarray(data).tobytes()).hexdigest()
+
+
+def check_csr(indptr: np.ndarray, indices: np.ndarray, num_nodes: int, where: object,
+              num_sources: int | None = None) -> None:
+    """An in-edge CSR of ``num_nodes`` rows is well formed: ``indptr`` [N+1] from 0 to len(indices),
+    non-decreasing, every index in [0, num_sources) (default N) — vectorised, before METIS or a kernel indexes
+    with it."""
+    limit = num_nodes if num_sources is None else num_sources
+    if len(indptr) != num_nodes + 1 or (len(indptr) and (int(indptr[0]) != 0 or int(indptr[-1]) != len(indices))):
+        raise G3InputError("indptr does not run from 0 to the number of arcs over N + 1 entries", path=where)
+    if len(indptr) > 1 and bool((np.diff(indptr) < 0).any()):
+        raise G3InputError("indptr decreases somewhere: not a CSR row pointer", path=where)
+    if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= limit):
+        bad = int(np.flatnonzero((indices < 0) | (indices >= limit))[0])
+        raise G3InputError(f"indices[{bad}] = {int(indices[bad])} is not a node id in [0, {limit})", path=where)

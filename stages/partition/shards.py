@@ -9,12 +9,14 @@ Everything is built with vectorised numpy or numba; features are streamed from t
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import numba
 import numpy as np
 
+from ..common.errors import G3InputError
 from ..common.store import SPLITS, GraphStore
 from .feature import feature_columns
 
@@ -177,11 +179,17 @@ class NodeShardBuilder:
 
 
 def feature_blocks(store: GraphStore):
-    """(first row, rows) blocks of the store's features, a whole number of zarr chunks at a time."""
-    arr = store.features
-    step = max(arr.chunks[0], (FEATURE_BLOCK_ROWS // arr.chunks[0]) * arr.chunks[0])
-    for start in range(0, arr.shape[0], step):
-        yield start, np.asarray(arr[start : start + step])
+    """(first row, rows) blocks of the store's features, a whole number of zarr chunks at a time; the stream is
+    checked against the recorded checksum at its end (a mismatch is bad input, raised before the shards are
+    published)."""
+    h = hashlib.sha256()
+    for start, block in store.blocks("features", FEATURE_BLOCK_ROWS):
+        h.update(np.ascontiguousarray(block).tobytes())
+        yield start, block
+    expected = store.meta.get("checksums", {}).get("features")
+    if expected and "sha256:" + h.hexdigest() != expected:
+        raise G3InputError("array features does not match its recorded checksum (the store was altered or "
+                           "damaged; re-run `g3 ingest`)", path=store.path)
 
 
 def write_feature_shards(root: Path, store: GraphStore, k: int, owned_bounds: np.ndarray, info: dict,

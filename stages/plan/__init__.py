@@ -8,6 +8,7 @@ boundary exchange for the layer-synchronous strategies, each other strategy's ow
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 from ..common.atomic import atomic_dir, check_target, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.model_spec import MODEL_KINDS, ModelSpec
+from ..common.npy import npy_manifest
 from ..common.partition_artifact import load_partition_meta, open_shard, partition_digest
 from ..common.plan_artifact import PLAN_SCHEMA, PLAN_VERSION
 from ..common.progress import make_progress
@@ -89,6 +91,10 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
         for r in range(k):
             (tmp / f"worker-{r:05d}").mkdir()
         planned = info.planner_module().plan(tmp, ctx)
+        for r in range(k):  # every file of a worker's folder, with its shape and dtype, for the readers' checks
+            wdir = tmp / f"worker-{r:05d}"
+            worker = json.loads((wdir / "worker.json").read_text())
+            write_json_atomic(wdir / "worker.json", {**worker, "files": npy_manifest(wdir)})
         shapes = spec.layer_shapes()
         plan = {
             "schema": PLAN_SCHEMA,

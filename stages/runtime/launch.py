@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from ..common.errors import G3RuntimeError
+from ..common.errors import G3InputError, G3RuntimeError
 
 log = logging.getLogger("g3.runtime")
 
@@ -73,7 +73,10 @@ def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: st
             pass
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
         rank = getattr(exc, "error_index", None)
-        raise G3RuntimeError(failure_message(Path(run_dir), rank, exc, prefix)) from None
+        message = failure_message(Path(run_dir), rank, exc, prefix)
+        if rank is not None and _bad_input(Path(run_dir), rank, prefix):
+            raise G3InputError(message) from None  # what the worker read is at fault: exit 2, as for any stage
+        raise G3RuntimeError(message) from None
     except KeyboardInterrupt:
         for p in ctx.processes:
             if p.is_alive():
@@ -92,6 +95,17 @@ def _spawn_entry(rank: int, entry, world: int, run_dir: str, prefix: str, init_m
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+BAD_INPUT = ("G3InputError", "FileNotFoundError", "PermissionError", "IsADirectoryError", "NotADirectoryError")
+ENVIRONMENT = ("No space left on device", "Read-only file system", "Disk quota exceeded")
+
+
+def _bad_input(run_dir: Path, rank: int, prefix: str) -> bool:
+    """The failed rank's error is bad input or the environment (a damaged file, a full disk), not a crash."""
+    err = log_path(run_dir, rank, prefix, "error")
+    text = err.read_text() if err.is_file() else ""
+    return text.startswith(BAD_INPUT) or any(e in text for e in ENVIRONMENT)
 
 
 def failure_message(run_dir: Path, rank, exc, prefix: str = "") -> str:

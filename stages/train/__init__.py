@@ -36,12 +36,43 @@ def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
             f"the plan does not match its partition {part} (partition.json changed since `g3 plan`); re-run g3 plan",
             path=plan,
         )
+    _check_store_unchanged(part)
     k = int(meta["num_workers"])
     if workers is not None and workers != k:
         raise G3InputError(f"the plan is for {k} workers, not {workers}; re-run g3 partition/plan", path=plan)
     resolve_knobs(cfg, strategy_info(plan_strategy(meta)))
     check_runtime(cfg)
     return meta
+
+
+def _check_store_unchanged(part: Path) -> None:
+    """Where the partition's store is at hand, it is the one the partition was made from (its CSR checksums)."""
+    from ..common.store import GraphStore
+
+    ref = load_partition_meta(part)["store"]
+    if not ref.get("path") or not Path(ref["path"]).is_dir():
+        return  # another host, or a moved run: the shards are self-contained
+    now = GraphStore.open(ref["path"]).meta.get("checksums", {})
+    for name, digest in (ref.get("checksums") or {}).items():
+        if digest and now.get(name) and now[name] != digest:
+            raise G3InputError(f"the store's {name} changed since `g3 partition` made this partition (store "
+                               f"{ref['path']}); re-run g3 partition and g3 plan", path=part)
+
+
+def check_worker_files(plan: Path, meta: dict) -> None:
+    """Every worker's plan and shard files are there with the shapes and dtypes their JSONs record: a damaged
+    or partly copied folder is one line before any process starts (headers only, no data read)."""
+    from ..common.npy import load_checked
+    from ..common.partition_artifact import open_shard
+    from ..common.plan_artifact import WorkerPlan
+
+    part, k = Path(meta["partition"]["path"]), int(meta["num_workers"])
+    for r in range(k):
+        wp, shard = WorkerPlan(plan, r), open_shard(part, r, k)
+        for name in wp.meta.get("files") or {}:
+            load_checked(wp.path, name, wp.meta["files"])
+        for name in shard.manifest:
+            load_checked(shard.path, name, shard.manifest)
 
 
 def _check_training(cfg: TrainConfig) -> None:
@@ -68,6 +99,7 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     run_dir = Path(out) if out else plan.parent / f"{plan.name}.run"
     if under_torchrun():
         return _run_torchrun(plan, run_dir, cfg, meta)
+    check_worker_files(plan, meta)
     if cfg.resume:
         if not (run_dir / "run.json").is_file():
             raise G3InputError("--resume: no run to resume here (no run.json)", path=run_dir)

@@ -1,0 +1,127 @@
+"""Nothing corrupted is used: a damaged store, shard or plan is one line naming the file and what is wrong,
+exit code 2, no traceback, no segfault, nothing half-written (issue 23 §3)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from g3cli.main import cli
+
+
+def run(cli_runner, *args):
+    return cli_runner.invoke(cli, [str(a) for a in args])
+
+
+def one_line_error(r, message: str) -> None:
+    assert r.exit_code == 2, r.output
+    assert message in r.output and "Traceback" not in r.output, r.output
+    assert len([ln for ln in r.output.splitlines() if ln.startswith("g3: error")]) == 1
+
+
+@pytest.fixture
+def store(tiny_store, tmp_path) -> Path:
+    out = tmp_path / "store"
+    shutil.copytree(tiny_store, out)
+    return out
+
+
+def set_meta(store: Path, **changes) -> None:
+    meta_file = store / "zarr.json"
+    meta = json.loads(meta_file.read_text())
+    g3 = meta["attributes"]["g3"]
+    for key, value in changes.items():
+        if key == "checksums":
+            g3["checksums"].update(value)
+        else:
+            g3[key] = value
+    meta_file.write_text(json.dumps(meta))
+
+
+def leftovers(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if ".tmp-" in p.name]
+
+
+def test_out_of_range_source_id_is_refused_by_every_method(store, tmp_path, cli_runner):
+    """One source id past N in `indices`: before, METIS died with SIGSEGV (exit 139) and left a temporary
+    folder. The checksum catches the change; with the checksum updated too, the range check does."""
+    group = zarr.open_group(str(store), mode="r+")
+    indices = np.asarray(group["indices"][:])
+    n = int(group.attrs["g3"]["num_nodes"])
+    indices[7] = n + 1000
+    group["indices"][:] = indices
+    r = run(cli_runner, "partition", store, "--workers", "2", "-o", tmp_path / "p")
+    one_line_error(r, "array indices does not match its recorded checksum")
+    from stages.common.store import checksum
+
+    set_meta(store, checksums={"indices": checksum(indices)})
+    for method in ("g3", "metis", "random", "chunk", "feature"):
+        r = run(cli_runner, "partition", store, "--workers", "2", "--method", method, "-o", tmp_path / method)
+        one_line_error(r, f"indices[7] = {n + 1000} is not a node id in [0, {n})")
+        assert not (tmp_path / method).exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_deleted_and_garbage_chunks(store, tmp_path, cli_runner):
+    """A deleted chunk used to be read as zeros and partitioned without complaint; a garbage one gave a
+    100-line traceback."""
+    chunk = store / "features" / "c" / "0" / "0"
+    saved = chunk.read_bytes()
+    chunk.unlink()
+    r = run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", tmp_path / "p")
+    one_line_error(r, "array features does not match its recorded checksum")
+    chunk.write_bytes(b"\x00garbage" * 10)
+    r = run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", tmp_path / "p")
+    one_line_error(r, "array features cannot be read near row 0")
+    chunk.write_bytes(saved)
+    (store / "labels" / "c" / "0").unlink()
+    r = run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", tmp_path / "p")
+    one_line_error(r, "array labels does not match its recorded checksum")
+    assert not (tmp_path / "p").exists() and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("num_nodes", 1999, "array indptr has shape (2001,), the metadata says (2000,)"),
+    ("num_arcs", 5, "array indices has shape"),
+    ("feat_dim", 3, "array features has shape"),
+    ("feature_dtype", "float16", "array features has dtype float32, the metadata says float16"),
+])
+def test_altered_attributes(store, tmp_path, cli_runner, key, value, message):
+    set_meta(store, **{key: value})
+    r = run(cli_runner, "partition", store, "--workers", "2", "-o", tmp_path / "p")
+    one_line_error(r, message)
+    r = run(cli_runner, "info", store)
+    one_line_error(r, message)
+
+
+def test_damaged_shard_and_plan_files_stop_training_before_it_starts(store, tmp_path, cli_runner):
+    part, plan = tmp_path / "part", tmp_path / "plan"
+    assert run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", part).exit_code == 0
+    assert run(cli_runner, "plan", part, "--bin-size", "300", "-o", plan).exit_code == 0
+    np.save(part / "part-00001" / "labels.npy", np.zeros(3, dtype=np.int32))  # a file of another shape
+    r = run(cli_runner, "train", plan, "--epochs", "1", "-o", tmp_path / "run")
+    one_line_error(r, "file labels.npy holds int32 [3], its folder's JSON says int32")
+    assert not (tmp_path / "run").exists()
+    assert run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", part,
+               "--force").exit_code == 0
+    assert run(cli_runner, "plan", part, "--bin-size", "300", "-o", plan, "--force").exit_code == 0
+    (plan / "worker-00000" / "layer-1" / "src.npy").write_bytes(b"\x93NUMPY truncated")
+    r = run(cli_runner, "train", plan, "--epochs", "1", "-o", tmp_path / "run")
+    one_line_error(r, "file layer-1/src.npy is not a readable .npy array")
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_refuses_a_run_whose_store_changed(store, tmp_path, cli_runner):
+    part, plan, out = tmp_path / "part", tmp_path / "plan", tmp_path / "run"
+    assert run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", part).exit_code == 0
+    assert run(cli_runner, "plan", part, "--bin-size", "500", "-o", plan).exit_code == 0
+    assert run(cli_runner, "train", plan, "--epochs", "1", "--threads", "1", "-o", out).exit_code == 0
+    set_meta(store, checksums={"indices": "sha256:" + "0" * 64})  # the store was ingested again, differently
+    r = run(cli_runner, "eval", out)
+    one_line_error(r, "the store's indices changed since `g3 partition` made this partition")
+    assert not (out / "eval.json").exists()
