@@ -125,3 +125,46 @@ def test_eval_refuses_a_run_whose_store_changed(store, tmp_path, cli_runner):
     r = run(cli_runner, "eval", out)
     one_line_error(r, "the store's indices changed since `g3 partition` made this partition")
     assert not (out / "eval.json").exists()
+
+
+def test_a_target_is_never_replaced_silently(tmp_path):
+    """Concurrent writers to one target: the second is refused at once (the target's lock is held); a target
+    that appears while an artifact is built is not replaced at the rename without force."""
+    from stages.common.atomic import atomic_dir
+    from stages.common.errors import G3InputError
+
+    target = tmp_path / "artifact"
+    with atomic_dir(target) as tmp:
+        (tmp / "a").write_text("first")
+        with pytest.raises(G3InputError, match="another g3 process is writing this"), atomic_dir(target):
+            pass
+    assert (target / "a").read_text() == "first"
+    with pytest.raises(G3InputError, match="already exists"), atomic_dir(target):
+        pass
+    other = tmp_path / "other"
+    with pytest.raises(G3InputError, match="appeared while this artifact was being built"), atomic_dir(other) as tmp:
+        (tmp / "b").write_text("mine")
+        other.mkdir()  # another writer got there first
+        (other / "theirs").write_text("kept")
+    assert [p.name for p in other.iterdir()] == ["theirs"] and leftovers(tmp_path) == []
+    with atomic_dir(other, force=True) as tmp:
+        (tmp / "b").write_text("mine")
+    assert [p.name for p in other.iterdir()] == ["b"]
+
+
+def test_two_partitions_to_one_target(store, tmp_path):
+    """Two `g3 partition` processes writing the same target: one publishes, the other exits 2 (before, both
+    exited 0 and the second silently replaced the first)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "g3cli.main", "partition", str(store), "--workers", "2", "--method", "metis",
+           "-o", str(tmp_path / "p")]
+    repo = Path(__file__).resolve().parents[1]
+    procs = [subprocess.Popen(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert sorted(code for code, _ in results) == [0, 2], results
+    loser = next(err for code, err in results if code == 2)
+    assert "another g3 process is writing this" in loser or "already exists" in loser, loser
+    assert json.loads((tmp_path / "p" / "partition.json").read_text())["num_partitions"] == 2

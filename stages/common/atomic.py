@@ -1,7 +1,10 @@
 """Atomic artifact output: build in a temporary directory beside the target, rename on success.
 
 Nothing half-written is ever left at the target path, and an existing target is never replaced unless the
-caller passes ``force=True``.
+caller passes ``force=True``: a writer holds a lock on the target (``.NAME.lock`` beside it, an advisory
+``flock``) from its first check to the rename, so a second writer to the same target is refused at once, and
+the target is checked again under the lock right before the rename. Files and folders are ``fsync``ed before
+the rename that publishes them, so a crash leaves the old artifact or the whole new one.
 """
 
 from __future__ import annotations
@@ -31,24 +34,77 @@ def check_result(path: Path, force: bool, what: str) -> None:
 
 
 @contextlib.contextmanager
+def target_lock(target: Path, what: str = "writing") -> Iterator[None]:
+    """Hold the advisory lock of ``target`` (``.NAME.lock`` beside it); another holder is bad input, at once.
+    The lock file stays: removing it would let two writers lock different files of one name."""
+    import fcntl
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(target.parent / f".{target.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise G3InputError(f"another g3 process is {what} this (its lock .{target.name}.lock is held); wait "
+                               "for it or choose another output", path=target) from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def fsync_tree(folder: Path) -> None:
+    """Flush every file below ``folder`` and every folder's entries to disk."""
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(root))
+
+
+def fsync_dir(folder: Path) -> None:
+    """Flush a folder's entries (a rename into it, a new file) to disk."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def atomic_dir(target: str | os.PathLike, force: bool = False) -> Iterator[Path]:
-    """Yield a fresh temporary directory; on success it replaces ``target`` in one rename."""
+    """Yield a fresh temporary directory; on success it replaces ``target`` in one rename (see the module
+    docstring: locked, checked again at the rename, fsynced)."""
     target = Path(target)
     check_target(target, force)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if target.exists():
+    with target_lock(target):
+        check_target(target, force)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        try:
+            yield tmp
+            fsync_tree(tmp)
+            publish_dir(tmp, target, force)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+def publish_dir(tmp: Path, target: Path, force: bool) -> None:
+    """Rename the finished ``tmp`` to ``target``: an existing target only with ``force`` (checked again now:
+    something may have appeared there meanwhile), the old one removed after the new one is in place."""
+    if target.exists() or target.is_symlink():
+        if not force:
+            raise G3InputError("appeared while this artifact was being built; pass --force to replace it",
+                               path=target)
         old = target.parent / f".{target.name}.old-{os.getpid()}"
         os.rename(target, old)
         os.rename(tmp, target)
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, target)
+    fsync_dir(target.parent)
 
 
 @contextlib.contextmanager
@@ -65,6 +121,7 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
