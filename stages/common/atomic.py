@@ -52,6 +52,24 @@ def target_lock(target: Path, what: str = "writing") -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def lock_is_held(target: Path) -> bool:
+    """Whether a live process holds ``target``'s lock (a run.json that says `running` while nobody holds its
+    folder's lock was left by a launcher that was killed)."""
+    import fcntl
+
+    lock = Path(target).parent / f".{Path(target).name}.lock"
+    if not lock.is_file():
+        return False
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def fsync_tree(folder: Path) -> None:
     """Flush every file below ``folder`` and every folder's entries to disk."""
     for root, _dirs, files in os.walk(folder):

@@ -74,7 +74,7 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
             cfg = _inference_config(meta)
             check_plan(plan, cfg)
         spawn_workers(eval_rank, k, run, "eval-", cfg.master_addr, cfg.master_port, str(plan), str(run), cfg,
-                      str(weights.resolve()))
+                      str(weights.resolve()), timeout=cfg.timeout)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

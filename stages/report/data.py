@@ -234,6 +234,11 @@ def load_run(path: str | Path) -> RunData:
     if meta.get("schema_version") != RUN_VERSION:
         raise G3InputError(f"run.json schema version {meta.get('schema_version')} is not supported (this g3 reads "
                            f"version {RUN_VERSION}); re-run `g3 train`", path=run / "run.json")
+    if meta.get("status") == "running":
+        from ..common.atomic import lock_is_held
+
+        if not lock_is_held(run):  # the launcher was killed (SIGKILL): nobody is training it
+            meta["status"] = "interrupted"
     data = RunData(path=run, meta=meta, epochs=read_epochs(run))
     if (run / "eval.json").is_file():
         data.eval = _read_json(run / "eval.json", "eval.json")

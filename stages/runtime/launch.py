@@ -11,6 +11,8 @@ import logging
 import os
 import socket
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -59,34 +61,113 @@ def run_guarded(entry, rank: int, world: int, run_dir: Path, prefix: str, *args)
             dist.destroy_process_group()
 
 
-def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: str, master_port: int, *args) -> None:
-    """Start ``world`` local processes running ``entry(rank, world, init_method, *args)``; if any fails, the
-    others are stopped and the failure is reported."""
+def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: str, master_port: int, *args,
+                  timeout: float = 60.0) -> None:
+    """Start ``world`` local processes running ``entry(rank, world, init_method, *args)``; if any fails, or stops
+    answering (no heartbeat for ``timeout`` seconds: stopped, or stuck), every one is stopped and the rank is
+    named."""
     import torch.multiprocessing as mp
 
     port = master_port or free_port(master_addr)
     init_method = f"tcp://{master_addr}:{port}"
-    ctx = mp.start_processes(_spawn_entry, args=(entry, world, str(run_dir), prefix, init_method, args),
+    started = time.time()
+    for r in range(world):  # no stale heartbeat of an earlier attempt
+        heartbeat_path(Path(run_dir), r, prefix).unlink(missing_ok=True)
+    ctx = mp.start_processes(_spawn_entry, args=(entry, world, str(run_dir), prefix, init_method, os.getpid(), args),
                              nprocs=world, join=False, start_method="spawn")
     try:
         while not ctx.join(timeout=1.0):
-            pass
+            hung = _silent_rank(Path(run_dir), ctx.processes, prefix, started, timeout)
+            if hung is not None:
+                _stop(ctx)
+                raise G3RuntimeError(f"worker {hung} stopped answering: no heartbeat for {timeout:.0f} s (stopped, "
+                                     f"or stuck outside Python); every worker was stopped (log: "
+                                     f"{log_path(Path(run_dir), hung, prefix, 'log')})")
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+        stopped = _stopped_rank(ctx.processes)  # a peer that timed out waiting for a stopped rank: name that one
+        _stop(ctx)
         rank = getattr(exc, "error_index", None)
         message = failure_message(Path(run_dir), rank, exc, prefix)
+        if stopped is not None and stopped != rank:
+            raise G3RuntimeError(f"worker {stopped} stopped answering (its process was stopped); every worker was "
+                                 f"stopped — worker {rank} had given up waiting: {message}") from None
         if rank is not None and _bad_input(Path(run_dir), rank, prefix):
             raise G3InputError(message) from None  # what the worker read is at fault: exit 2, as for any stage
         raise G3RuntimeError(message) from None
-    except KeyboardInterrupt:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.terminate()
+    except BaseException:  # KeyboardInterrupt (SIGINT, or SIGTERM turned into one), a hang: no worker stays
+        _stop(ctx)
         raise
 
 
-def _spawn_entry(rank: int, entry, world: int, run_dir: str, prefix: str, init_method: str, args: tuple) -> None:
+def _stopped_rank(processes) -> int | None:
+    """The first worker whose process is stopped (SIGSTOP, a debugger), as the OS sees it."""
+    import psutil
+
+    for r, p in enumerate(processes):
+        try:
+            if p.is_alive() and psutil.Process(p.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                return r
+        except psutil.Error:
+            continue
+    return None
+
+
+def _stop(ctx) -> None:
+    """Kill every worker still there (SIGKILL: a stopped process does not act on SIGTERM) and reap it."""
+    for p in ctx.processes:
+        if p.is_alive():
+            p.kill()
+    for p in ctx.processes:
+        p.join(timeout=10)
+
+
+HEARTBEAT_SECONDS = 1.0
+
+
+def heartbeat_path(run_dir: Path, rank: int, prefix: str) -> Path:
+    return log_path(run_dir, rank, prefix, "alive")
+
+
+def _silent_rank(run_dir: Path, processes, prefix: str, started: float, timeout: float) -> int | None:
+    """The first live rank whose heartbeat file has not been touched for ``timeout`` seconds (a rank that has not
+    started yet is given ``timeout`` from the launch, plus the time to import torch and numba)."""
+    now = time.time()
+    for r, proc in enumerate(processes):
+        if not proc.is_alive():  # finished (or failed: join reports that)
+            continue
+        f = heartbeat_path(run_dir, r, prefix)
+        last = f.stat().st_mtime if f.is_file() else started + STARTUP_GRACE
+        if now - last > timeout:
+            return r
+    return None
+
+
+STARTUP_GRACE = 60.0  # seconds a worker may take to start (imports, numba) before its first heartbeat
+
+
+def _beat(path: Path, parent: int) -> None:
+    """A worker's heartbeat thread: touch ``path`` every second; leave at once if the launcher is gone (a
+    killed launcher must not leave its workers training)."""
+    while True:
+        if os.getppid() != parent:
+            log.error("the launcher (pid %d) is gone: leaving", parent)
+            logging.shutdown()
+            os._exit(3)
+        try:
+            path.touch()
+        except OSError:
+            pass
+        time.sleep(HEARTBEAT_SECONDS)
+
+
+def _spawn_entry(rank: int, entry, world: int, run_dir: str, prefix: str, init_method: str, parent: int,
+                 args: tuple) -> None:
     os.environ.setdefault("LOCAL_WORLD_SIZE", str(world))
+    hb = heartbeat_path(Path(run_dir), rank, prefix)
+    hb.parent.mkdir(parents=True, exist_ok=True)
+    threading.Thread(target=_beat, args=(hb, parent), daemon=True, name="heartbeat").start()
     run_guarded(entry, rank, world, Path(run_dir), prefix, init_method, *args)
+    hb.unlink(missing_ok=True)
     # The rank's work is done and written (model, metrics, logs; the process group destroyed). Leave without the
     # interpreter's teardown: there, native threads of torch's libraries are destroyed in no fixed order, and
     # about one worker process in a few hundred aborted ("terminate called without an active exception",

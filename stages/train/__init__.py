@@ -6,13 +6,16 @@ under ``torchrun`` (RANK/WORLD_SIZE/MASTER_ADDR set) it runs the one rank of thi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
+import signal
+import tempfile
 import time
 from pathlib import Path
 
-from ..common.atomic import check_target, write_json_atomic
+from ..common.artifact_json import load_artifact_json
+from ..common.atomic import check_target, fsync_tree, publish_dir, target_lock, write_json_atomic
 from ..common.errors import G3InputError, G3RuntimeError
 from ..common.partition_artifact import load_partition_meta, partition_digest
 from ..common.plan_artifact import load_plan_meta, plan_strategy
@@ -88,8 +91,17 @@ def _check_training(cfg: TrainConfig) -> None:
         raise G3InputError("--eval-every and --checkpoint-every must be >= 0 (0: never)")
 
 
+# settings that change what a run computes: a resumed run must keep them (run.json's config)
+RESUME_SAME = ("seed", "lr", "weight_decay", "dropout", "dtype")
+
+
 def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None, force: bool = False) -> dict:
-    """Entry point of `g3 train`; returns run.json."""
+    """Entry point of `g3 train`; returns run.json.
+
+    The run folder is locked while the run lasts (a second `g3 train` into it is refused). A new run is written
+    in place, so its metrics can be watched; with ``force`` over an existing run it is written beside it and
+    replaces it only once it has finished, so a failed or interrupted attempt never costs the old run. A
+    resumed run must keep the settings that change the computation and have a checkpoint to start from."""
     from .loop import train_rank
 
     plan = Path(plan)
@@ -100,22 +112,80 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     if under_torchrun():
         return _run_torchrun(plan, run_dir, cfg, meta)
     check_worker_files(plan, meta)
-    if cfg.resume:
-        if not (run_dir / "run.json").is_file():
-            raise G3InputError("--resume: no run to resume here (no run.json)", path=run_dir)
-    else:
+    if not cfg.resume:
         check_target(run_dir, force)
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _write_run_json(run_dir, plan, meta, cfg, status="running")
-    t0 = time.perf_counter()
+    with target_lock(run_dir, "training into"):
+        if cfg.resume:
+            check_resume(run_dir, plan, cfg)
+            work = run_dir
+        elif run_dir.exists():  # --force: the old run stays until the new one has finished
+            check_target(run_dir, force)
+            work = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.tmp-", dir=run_dir.parent))
+        else:
+            work = run_dir
+            work.mkdir(parents=True)
+        _write_run_json(work, plan, meta, cfg, status="running", path=run_dir)
+        t0 = time.perf_counter()
+        try:
+            with _sigterm_as_interrupt():
+                spawn_workers(train_rank, world, work, "", cfg.master_addr, cfg.master_port, str(plan), str(work), cfg,
+                              timeout=cfg.timeout)
+        except KeyboardInterrupt:
+            _write_run_json(work, plan, meta, cfg, status="interrupted", path=run_dir)
+            raise
+        except (G3RuntimeError, G3InputError) as exc:
+            _write_run_json(work, plan, meta, cfg, status="failed", error=str(exc), path=run_dir)
+            if work != run_dir:
+                raise type(exc)(f"{exc}; the earlier run in {run_dir} is kept, this attempt is in {work}") from None
+            raise
+        info = _write_run_json(work, plan, meta, cfg, status="completed", seconds=time.perf_counter() - t0,
+                               path=run_dir)
+        if work != run_dir:
+            fsync_tree(work)
+            publish_dir(work, run_dir, force=True)
+    return info
+
+
+def check_resume(run_dir: Path, plan: Path, cfg: TrainConfig) -> int:
+    """What `--resume` needs, checked before anything starts; returns the epoch it resumes at. Refused: no run
+    or no checkpoint there, another plan, a setting that changes the computation, nothing left to train."""
+    from .checkpoint import checkpoint_epoch, latest_checkpoint
+
+    if not (run_dir / "run.json").is_file():
+        raise G3InputError("--resume: no run to resume here (no run.json)", path=run_dir)
+    prev = load_artifact_json(run_dir, "run.json", RUN_SCHEMA, RUN_VERSION, "run", "g3 train")
+    if Path(prev["plan"]["path"]) != plan.resolve():
+        raise G3InputError(f"--resume: the run was trained from the plan {prev['plan']['path']}, not {plan.resolve()}",
+                           path=run_dir)
+    old = prev.get("config") or {}
+    for name in RESUME_SAME:
+        if name in old and old[name] != getattr(cfg, name):
+            raise G3InputError(f"--resume: --{name.replace('_', '-')} {getattr(cfg, name)} differs from the run's "
+                               f"{old[name]} (run.json); a resumed run keeps the settings that change what it "
+                               "computes", path=run_dir)
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise G3InputError("--resume: the run has no checkpoint to resume from (train with --checkpoint-every N)",
+                           path=run_dir)
+    start = checkpoint_epoch(ckpt) + 1
+    if cfg.epochs <= start:
+        done = "completed" if prev.get("status") == "completed" else "reached"
+        raise G3InputError(f"--resume: nothing to train: the run {done} epoch {start - 1} and --epochs is "
+                           f"{cfg.epochs} (give more --epochs to continue it)", path=run_dir)
+    return start
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM to the launcher is handled as an interrupt: workers stopped, run.json `interrupted`."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
     try:
-        spawn_workers(train_rank, world, run_dir, "", cfg.master_addr, cfg.master_port, str(plan), str(run_dir), cfg)
-    except G3RuntimeError as exc:
-        _write_run_json(run_dir, plan, meta, cfg, status="failed", error=str(exc))
-        raise
-    return _write_run_json(run_dir, plan, meta, cfg, status="completed", seconds=time.perf_counter() - t0)
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict) -> dict:
@@ -143,12 +213,13 @@ def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict) -> di
     return info
 
 
-def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, status: str, **extra) -> dict:
-    path = run_dir / "run.json"
-    previous = json.loads(path.read_text()) if path.is_file() else {}
+def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, status: str, path: Path | None = None,
+                    **extra) -> dict:
+    """run.json in ``run_dir`` (``path``: where the run is published, when it is built elsewhere first)."""
+    previous = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
     info = {
         "schema": RUN_SCHEMA,
-        "path": str(run_dir),
+        "path": str(path or run_dir),
         "schema_version": RUN_VERSION,
         "plan": {"path": str(plan.resolve()), "model": meta["config"], "num_workers": meta["num_workers"]},
         "strategy": meta["strategy"],
@@ -159,7 +230,7 @@ def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, sta
         "history": previous.get("history", []) + [{"status": status, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}],
         **extra,
     }
-    write_json_atomic(path, info)
+    write_json_atomic(run_dir / "run.json", info)
     return info
 
 

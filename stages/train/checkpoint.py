@@ -45,6 +45,11 @@ def save_checkpoint(run_dir: Path, epoch: int, model, optimizer, cfg, strategy, 
     return path
 
 
+def checkpoint_epoch(path: Path) -> int:
+    """The epoch a checkpoint file was taken after, from its name."""
+    return int(CKPT_RE.search(Path(path).name).group(1))
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     folder = Path(run_dir) / "checkpoints"
     if not folder.is_dir():

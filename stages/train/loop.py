@@ -154,16 +154,25 @@ def _trace_record(tracer, run_dir: Path, world: int, write: bool) -> dict:
 
 
 def _maybe_inject_fault(rank: int, epoch: int) -> None:
-    """Test hook: G3_FAULT=RANK:EPOCH:kill|raise makes that rank die (SIGKILL) or raise at that epoch."""
+    """Test hook: G3_FAULT=RANK:EPOCH:kill|raise|stop makes that rank die (SIGKILL), raise or stop (SIGSTOP) at
+    that epoch; G3_FAULT_ONCE=FILE makes it happen only while FILE does not exist (it is created then), so a
+    restarted worker group runs through."""
     spec = os.environ.get("G3_FAULT")
     if not spec:
         return
     r, e, how = spec.split(":")
     if int(r) == rank and int(e) == epoch:
-        if how == "kill":
-            import signal
+        once = os.environ.get("G3_FAULT_ONCE")
+        if once:
+            if Path(once).exists():
+                return
+            Path(once).touch()
+        import signal
 
+        if how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if how == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
         raise RuntimeError(f"injected fault at epoch {epoch}")
 
 

@@ -51,6 +51,8 @@ class MetricsWriter:
     def __init__(self, run_dir: Path, rank: int, world: int, live: bool, epochs: int, start: int):
         self.rank = rank
         self.path = Path(run_dir) / "metrics.jsonl"
+        if rank == 0:  # a resumed run rewrites its record from the epoch it resumes at
+            keep_epochs_before(self.path, start)
         self.file = open(self.path, "a") if rank == 0 else None  # noqa: SIM115 - closed in close()
         self.display = None
         if live:
@@ -74,6 +76,19 @@ class MetricsWriter:
             self.file.close()
         if self.display is not None:
             self.display.close()
+
+
+def keep_epochs_before(path: Path, start: int) -> None:
+    """metrics.jsonl without the records of epochs ``start`` and later (those a resumed run trains again)."""
+    if not path.is_file():
+        return
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    kept = [ln for ln in lines if json.loads(ln).get("epoch", 0) < start]
+    if len(kept) != len(lines):
+        from ..common.atomic import atomic_file
+
+        with atomic_file(path) as tmp:
+            tmp.write_text("".join(ln + "\n" for ln in kept))
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

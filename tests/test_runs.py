@@ -1,0 +1,174 @@
+"""Runs that survive: the run folder's lock, `--force` that never loses the old run, `--resume` rules, a
+resumed record without repeats, hung and dead workers and launchers (issue 23 §2–3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from test_train import invoke, max_weight_diff
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def plan(store, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("runs")
+    assert invoke(["partition", str(store), "--workers", "2", "--method", "random", "-o", str(root / "part")]).exit_code == 0
+    assert invoke(["plan", str(root / "part"), "--bin-size", "60", "-o", str(root / "plan")]).exit_code == 0
+    return root / "plan"
+
+
+COMMON = ["--threads", "1", "--seed", "3", "--eval-every", "0", "--dtype", "float64"]
+
+
+def train(plan: Path, run: Path, *args):
+    return invoke(["train", str(plan), "-o", str(run), *COMMON, *args])
+
+
+def epochs_recorded(run: Path) -> list[int]:
+    return [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def spawned_workers() -> list[psutil.Process]:
+    """This process's live worker processes (multiprocessing spawn children)."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "spawn_main" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def test_resume_refuses_what_cannot_be_resumed(plan, tmp_path):
+    run = tmp_path / "run"
+    assert train(plan, run, "--epochs", "2").exit_code == 0
+    cases = [
+        (train(plan, run, "--epochs", "4", "--resume"), "the run has no checkpoint to resume from"),
+        (train(plan, tmp_path / "none", "--epochs", "4", "--resume"), "no run to resume here"),
+    ]
+    assert train(plan, run, "--epochs", "4", "--checkpoint-every", "2", "--force").exit_code == 0
+    cases += [
+        (train(plan, run, "--epochs", "4", "--resume", "--checkpoint-every", "2"), "nothing to train: the run completed epoch 3"),
+        (train(plan, run, "--epochs", "6", "--resume", "--lr", "0.02"), "--lr 0.02 differs from the run's 0.01"),
+        (invoke(["train", str(plan), "-o", str(run), *COMMON[:-2], "--epochs", "6", "--resume"]),
+         "--dtype float32 differs from the run's float64"),
+        (invoke(["train", str(plan), "-o", str(run), "--threads", "1", "--eval-every", "0", "--dtype", "float64",
+                 "--epochs", "6", "--resume"]), "--seed 0 differs from the run's 3"),
+        (train(plan, run, "--epochs", "6", "--resume", "--dropout", "0.1"), "--dropout 0.1 differs from the run's 0.5"),
+    ]
+    for r, message in cases:
+        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, (message, r.output)
+    before = torch.load(run / "model.pt", weights_only=True)
+    r = train(plan, run, "--epochs", "6", "--resume", "--checkpoint-every", "2")  # more epochs: it continues
+    assert r.exit_code == 0, r.output
+    assert epochs_recorded(run) == list(range(6))
+    assert max_weight_diff(before, torch.load(run / "model.pt", weights_only=True)) > 0
+
+
+def test_a_resumed_record_has_no_repeated_epochs(plan, tmp_path, monkeypatch):
+    """Killed at epoch 4 with the last checkpoint after epoch 1: metrics.jsonl held epochs 0-3; the resumed
+    run trains 2-3 again and its record says each epoch once — and its weights are the uninterrupted run's."""
+    run, full = tmp_path / "run", tmp_path / "full"
+    assert train(plan, full, "--epochs", "6", "--checkpoint-every", "2").exit_code == 0
+    monkeypatch.setenv("G3_FAULT", "0:4:kill")
+    r = train(plan, run, "--epochs", "6", "--checkpoint-every", "2")
+    assert r.exit_code == 1 and "SIGKILL" in r.output
+    assert epochs_recorded(run) == [0, 1, 2, 3]
+    monkeypatch.delenv("G3_FAULT")
+    r = train(plan, run, "--epochs", "6", "--checkpoint-every", "2", "--resume")
+    assert r.exit_code == 0, r.output
+    assert epochs_recorded(run) == list(range(6))
+    assert max_weight_diff(torch.load(full / "model.pt", weights_only=True),
+                           torch.load(run / "model.pt", weights_only=True)) == 0.0
+    assert [h["status"] for h in json.loads((run / "run.json").read_text())["history"]] == [
+        "running", "failed", "running", "completed"]
+
+
+def test_force_keeps_the_old_run_until_the_new_one_finishes(plan, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    assert train(plan, run, "--epochs", "2").exit_code == 0
+    old = torch.load(run / "model.pt", weights_only=True)
+    monkeypatch.setenv("G3_FAULT", "1:1:raise")
+    r = train(plan, run, "--epochs", "3", "--force")
+    assert r.exit_code == 1 and f"the earlier run in {run} is kept" in r.output, r.output
+    assert json.loads((run / "run.json").read_text())["status"] == "completed"
+    assert max_weight_diff(old, torch.load(run / "model.pt", weights_only=True)) == 0.0
+    monkeypatch.delenv("G3_FAULT")
+    assert train(plan, run, "--epochs", "3", "--force", "--seed", "4").exit_code == 0
+    assert epochs_recorded(run) == [0, 1, 2]
+    assert json.loads((run / "run.json").read_text())["config"]["seed"] == 4
+    assert json.loads((run / "run.json").read_text())["path"] == str(run)
+
+
+def _launch(plan: Path, run: Path, *args, env=None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "g3cli.main", "train", str(plan), "-o", str(run), *COMMON, *args]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def _wait_for_epochs(run: Path, n: int, proc: subprocess.Popen, limit: float = 120) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        if (run / "metrics.jsonl").is_file() and len(epochs_recorded(run)) >= n:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise AssertionError("the run did not start")
+
+
+def test_one_run_folder_one_launcher(plan, tmp_path):
+    """A second `g3 train` into a run folder while one trains there (a concurrent --resume) is refused."""
+    run = tmp_path / "run"
+    assert train(plan, run, "--epochs", "2", "--checkpoint-every", "1").exit_code == 0
+    proc = _launch(plan, run, "--epochs", "400", "--checkpoint-every", "1", "--resume")
+    try:
+        _wait_for_epochs(run, 3, proc)
+        r = train(plan, run, "--epochs", "500", "--checkpoint-every", "1", "--resume")
+        assert r.exit_code == 2 and "another g3 process is training into this" in r.output, r.output
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+
+
+def test_a_stopped_worker_is_named_and_the_run_ends_within_the_timeout(plan, tmp_path, monkeypatch):
+    """SIGSTOP on a worker: before, the run ended after 92.5 s blaming a peer that timed out."""
+    monkeypatch.setenv("G3_FAULT", "1:2:stop")
+    t0 = time.monotonic()
+    r = train(plan, tmp_path / "run", "--epochs", "50", "--timeout", "5")
+    elapsed = time.monotonic() - t0
+    assert r.exit_code == 1 and "worker 1 stopped answering" in r.output, r.output
+    assert elapsed < 40, elapsed
+    assert spawned_workers() == []
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.parametrize("sig,status", [(signal.SIGTERM, "interrupted"), (signal.SIGINT, "interrupted"),
+                                        (signal.SIGKILL, "running")])
+def test_the_launcher_stopped_leaves_no_worker_and_says_so(plan, tmp_path, sig, status):
+    """SIGINT / SIGTERM to the launcher: workers stopped, run.json `interrupted`. SIGKILL cannot be handled:
+    run.json stays `running`, but the workers notice their launcher is gone and leave, and `g3 report` sees
+    that nobody holds the folder's lock (`interrupted`)."""
+    run = tmp_path / "run"
+    proc = _launch(plan, run, "--epochs", "400")
+    _wait_for_epochs(run, 2, proc)
+    workers = [p for p in psutil.Process(proc.pid).children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
+    assert len(workers) == 2
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    gone, alive = psutil.wait_procs(workers, timeout=20)
+    assert alive == [], alive
+    assert json.loads((run / "run.json").read_text())["status"] == status
+    from stages.report import run_report
+
+    assert run_report([run], out=tmp_path / "rep")["runs"][0]["status"] == "interrupted"
