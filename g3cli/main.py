@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import click
@@ -18,17 +19,30 @@ def _version() -> str:
         return "unknown"
 
 
+# what the machine refused, rather than a bug: a full disk, a read-only or forbidden path, a path under a file
+ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
+                      errno.EDQUOT, errno.EMFILE, errno.ENAMETOOLONG}
+
+
 class G3Group(click.Group):
-    """Turns g3's errors into one line on stderr and an exit code (2 for bad input), unless --debug."""
+    """Turns g3's errors into one line on stderr and an exit code (2 for bad input or an environment that
+    refuses: disk full, read-only, permission), unless --debug."""
 
     def invoke(self, ctx: click.Context):
+        debug = bool(ctx.obj and ctx.obj.get("debug"))
         try:
             return super().invoke(ctx)
         except (G3InputError, G3RuntimeError) as exc:
-            if ctx.obj and ctx.obj.get("debug"):
+            if debug:
                 raise
             click.echo(f"g3: error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except OSError as exc:
+            if debug or exc.errno not in ENVIRONMENT_ERRNOS:
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            click.echo(f"g3: error: {where}{exc.strerror or exc}", err=True)
+            sys.exit(2)
         except KeyboardInterrupt:
             click.echo("g3: interrupted", err=True)
             sys.exit(130)

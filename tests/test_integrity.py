@@ -168,3 +168,46 @@ def test_two_partitions_to_one_target(store, tmp_path):
     loser = next(err for code, err in results if code == 2)
     assert "another g3 process is writing this" in loser or "already exists" in loser, loser
     assert json.loads((tmp_path / "p" / "partition.json").read_text())["num_partitions"] == 2
+
+
+def test_an_output_under_a_file_is_one_line_in_every_stage(store, tmp_path, cli_runner):
+    part, plan = tmp_path / "part", tmp_path / "plan"
+    assert run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", part).exit_code == 0
+    assert run(cli_runner, "plan", part, "--bin-size", "500", "-o", plan).exit_code == 0
+    assert run(cli_runner, "train", plan, "--epochs", "1", "--threads", "1", "-o", tmp_path / "run").exit_code == 0
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    under = blocker / "x"
+    for args in (["ingest", "synthetic:tiny", under], ["partition", store, "--workers", "2", "-o", under],
+                 ["plan", part, "-o", under], ["train", plan, "--epochs", "1", "-o", under],
+                 ["report", tmp_path / "run", "-o", under], ["simulate", plan, "--scaling", "none", "-o", under],
+                 ["bench", store, "--workers", "1", "--peers", "none", "-o", under]):
+        r = run(cli_runner, *args)
+        assert r.exit_code == 2 and "Traceback" not in r.output, (args, r.output)
+        assert f"{blocker} is a file, not a folder" in r.output or f"{under}: Not a directory" in r.output, r.output
+
+
+def test_a_full_disk_is_one_line_in_a_stage_and_in_a_worker(store, tmp_path, cli_runner, monkeypatch):
+    """A write the disk refuses: one line, exit 2, nothing half-written — in the launcher's process (an
+    injected ENOSPC while the shards are written) and in a worker (reported through the launcher)."""
+    import errno
+
+    import stages.partition.shards as shards
+
+    real_save = np.save
+
+    def full(path, *a, **k):
+        if "labels" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_save(path, *a, **k)
+
+    monkeypatch.setattr(shards.np, "save", full)
+    r = run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", tmp_path / "part")
+    one_line_error(r, "No space left on device")
+    assert not (tmp_path / "part").exists() and leftovers(tmp_path) == []
+    monkeypatch.setattr(shards.np, "save", real_save)
+    assert run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", tmp_path / "part").exit_code == 0
+    assert run(cli_runner, "plan", tmp_path / "part", "--bin-size", "500", "-o", tmp_path / "plan").exit_code == 0
+    monkeypatch.setenv("G3_FAULT", "1:1:enospc")
+    r = run(cli_runner, "train", tmp_path / "plan", "--epochs", "3", "--threads", "1", "-o", tmp_path / "run")
+    one_line_error(r, "worker 1 failed: OSError: [Errno 28] No space left on device")

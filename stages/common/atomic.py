@@ -21,9 +21,22 @@ from .errors import G3InputError
 
 
 def check_target(target: Path, force: bool) -> None:
-    """Refuse an existing target unless ``force``."""
+    """Refuse an existing target unless ``force``, and a target that cannot be a folder's entry (a file where a
+    parent folder should be)."""
+    target = Path(target)
     if target.exists() and not force:
         raise G3InputError("already exists; pass --force to replace it", path=target)
+    make_parent(target)
+
+
+def make_parent(target: Path) -> None:
+    """Create ``target``'s parent folders; a file in the way is bad input naming it."""
+    for ancestor in (target.parent, *target.parent.parents):
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise G3InputError(f"{ancestor} is a file, not a folder: cannot write here", path=target)
+            break
+    target.parent.mkdir(parents=True, exist_ok=True)
 
 
 def check_result(path: Path, force: bool, what: str) -> None:
@@ -39,7 +52,7 @@ def target_lock(target: Path, what: str = "writing") -> Iterator[None]:
     The lock file stays: removing it would let two writers lock different files of one name."""
     import fcntl
 
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(target)
     fd = os.open(target.parent / f".{target.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -131,7 +144,7 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     replaces ``path`` in one rename, so a reader sees the old file or the whole new one, never a part. Every
     single-file artifact g3 writes goes through here (JSON, checkpoints, weights, traces, the bench graph)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:

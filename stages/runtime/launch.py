@@ -179,7 +179,8 @@ def _spawn_entry(rank: int, entry, world: int, run_dir: str, prefix: str, init_m
 
 
 BAD_INPUT = ("G3InputError", "FileNotFoundError", "PermissionError", "IsADirectoryError", "NotADirectoryError")
-ENVIRONMENT = ("No space left on device", "Read-only file system", "Disk quota exceeded")
+ENVIRONMENT = ("No space left on device", "Read-only file system", "Disk quota exceeded", "Permission denied",
+               "file write failed")  # the last: torch.save's words for a write the disk refused
 
 
 def _bad_input(run_dir: Path, rank: int, prefix: str) -> bool:

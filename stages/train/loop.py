@@ -154,8 +154,8 @@ def _trace_record(tracer, run_dir: Path, world: int, write: bool) -> dict:
 
 
 def _maybe_inject_fault(rank: int, epoch: int) -> None:
-    """Test hook: G3_FAULT=RANK:EPOCH:kill|raise|stop makes that rank die (SIGKILL), raise or stop (SIGSTOP) at
-    that epoch; G3_FAULT_ONCE=FILE makes it happen only while FILE does not exist (it is created then), so a
+    """Test hook: G3_FAULT=RANK:EPOCH:kill|raise|stop|enospc makes that rank die (SIGKILL), raise, stop (SIGSTOP)
+    or meet a full disk at that epoch; G3_FAULT_ONCE=FILE makes it happen only while FILE does not exist (it is created then), so a
     restarted worker group runs through."""
     spec = os.environ.get("G3_FAULT")
     if not spec:
@@ -173,6 +173,10 @@ def _maybe_inject_fault(rank: int, epoch: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         if how == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
+        if how == "enospc":
+            import errno
+
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "checkpoints/epoch-00001.pt")
         raise RuntimeError(f"injected fault at epoch {epoch}")
 
 
