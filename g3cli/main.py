@@ -77,7 +77,8 @@ def _register() -> None:
 
     cli.add_command(ingest_cmd.ingest)
     cli.add_command(info_cmd.info)
-    for name in ("partition_cmd", "plan_cmd", "train_cmd", "eval_cmd", "report_cmd", "bench_cmd", "simulate_cmd"):
+    for name in ("partition_cmd", "plan_cmd", "bundle_cmd", "train_cmd", "eval_cmd", "report_cmd", "bench_cmd",
+                 "simulate_cmd"):
         try:
             module = __import__(f"g3cli.{name}", fromlist=["command"])
         except ModuleNotFoundError as exc:

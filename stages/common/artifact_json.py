@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from .errors import G3InputError
@@ -34,3 +35,25 @@ def load_artifact_json(folder: str | Path, marker: str, schema: str, version: in
             path=path,
         )
     return meta
+
+
+def reference(target: str | Path, from_dir: str | Path) -> dict:
+    """How an artifact refers to another: its absolute ``path`` and its ``relpath`` from the referring folder,
+    so that folders moved or copied together (a bundle, another host) still find each other."""
+    target = Path(target).resolve()
+    return {"path": str(target), "relpath": os.path.relpath(target, Path(from_dir).resolve())}
+
+
+def resolve_reference(ref: dict, from_dir: str | Path, marker: str) -> Path:
+    """Where a reference points now: ``relpath`` from ``from_dir`` first, then the absolute ``path``; the
+    first candidate holding ``marker`` wins (the relative one, when neither does: the reader's error then names
+    it)."""
+    candidates = []
+    if ref.get("relpath"):
+        candidates.append(Path(from_dir) / ref["relpath"])
+    if ref.get("path"):
+        candidates.append(Path(ref["path"]))
+    for cand in candidates:
+        if (cand / marker).exists():
+            return cand
+    return candidates[0] if candidates else Path(from_dir)

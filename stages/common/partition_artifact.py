@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .artifact_json import load_artifact_json
+from .artifact_json import load_artifact_json, resolve_reference
 from .errors import G3InputError
 from .npy import load_checked
 from .store import check_csr
@@ -33,8 +33,11 @@ def partition_digest(part: str | Path) -> str:
 
 
 def load_partition_meta(part: str | Path) -> dict:
-    """partition.json, checked for schema and version."""
-    return load_artifact_json(part, "partition.json", PARTITION_SCHEMA, PARTITION_VERSION, "partition", "g3 partition")
+    """partition.json, checked for schema and version, its store's ``path`` resolved (relative first)."""
+    meta = load_artifact_json(part, "partition.json", PARTITION_SCHEMA, PARTITION_VERSION, "partition", "g3 partition")
+    if isinstance(meta.get("store"), dict):  # the store relative to the partition first (moved together)
+        meta["store"] = {**meta["store"], "path": str(resolve_reference(meta["store"], part, "zarr.json"))}
+    return meta
 
 
 class Shard:

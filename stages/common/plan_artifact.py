@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .artifact_json import load_artifact_json
+from .artifact_json import load_artifact_json, resolve_reference
 from .errors import G3InputError
 from .npy import load_checked
 
@@ -56,8 +56,11 @@ class Table:
 
 
 def load_plan_meta(plan: str | Path) -> dict:
-    """plan.json, checked for schema and version; a version 2 plan gains its implied ``g3`` strategy block."""
+    """plan.json, checked for schema and version, its partition's ``path`` resolved (relative to the plan first);
+    a version 2 plan gains its implied ``g3`` strategy block."""
     meta = load_artifact_json(plan, "plan.json", PLAN_SCHEMA, PLAN_READABLE, "plan", "g3 plan")
+    # the partition relative to the plan first: a plan moved or copied with its partition still finds it
+    meta["partition"] = {**meta["partition"], "path": str(resolve_reference(meta["partition"], plan, "partition.json"))}
     if "strategy" not in meta:  # version 2: every plan was a g3 plan
         cfg = meta.get("config", {})
         meta["strategy"] = {"name": "g3", "options": {"bin_size": cfg.get("bin_size"),

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..common.artifact_json import load_artifact_json
+from ..common.artifact_json import load_artifact_json, resolve_reference
 from ..common.atomic import check_result
 from ..common.errors import G3InputError
 from ..runtime.config import RuntimeConfig
@@ -62,7 +62,7 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
     if workers is not None and workers < 1:
         raise G3InputError("--workers must be >= 1")
     weights = pick_weights(run, checkpoint)
-    plan = Path(meta["plan"]["path"])
+    plan = resolve_reference(meta["plan"], run, "plan.json")  # relative to the run first (moved together)
     cfg = _inference_config(meta)
     plan_meta = check_plan(plan, cfg)
     k = int(plan_meta["num_workers"])

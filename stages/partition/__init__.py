@@ -14,6 +14,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from ..common.artifact_json import reference
 from ..common.atomic import atomic_dir, check_target, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.progress import make_progress
@@ -104,6 +105,7 @@ def run_partition(store_path: str | Path, options: PartitionOptions, out: str | 
     with atomic_dir(out, force=force) as tmp:
         summary = _partition_into(tmp, store, options, timing)
         summary["path"] = str(out.resolve())
+        summary["store"].update(reference(store.path, out))
         write_json_atomic(tmp / "partition.json", summary)
     if plot is not None:
         from .report import plot_remote

@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..common.artifact_json import reference
 from ..common.atomic import atomic_dir, check_target, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.model_spec import MODEL_KINDS, ModelSpec
@@ -100,7 +101,7 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
             "schema": PLAN_SCHEMA,
             "schema_version": PLAN_VERSION,
             "strategy": {"name": info.name, "options": options},
-            "partition": {"path": str(part.resolve()), "digest": partition_digest(part), "method": meta.get("method")},
+            "partition": {**reference(part, out), "digest": partition_digest(part), "method": meta.get("method")},
             "store": store_ref,
             "num_workers": k,
             "config": {"model": cfg.model, "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads},

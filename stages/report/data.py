@@ -52,12 +52,13 @@ def read_epochs(run: Path) -> list[dict]:
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
-def _artifact(ref: str | None, run: Path, marker: str) -> Path | None:
-    """The folder a run.json reference points to, else a folder of that name beside the run (moved together)."""
+def _artifact(ref: str | None, run: Path, marker: str, relpath: str | None = None) -> Path | None:
+    """The folder a run.json reference points to — relative to the run first — else a folder of that name beside
+    the run (moved together)."""
     if not ref:
         return None
     p = Path(ref)
-    for cand in (p, run.parent / p.name, run.parent.parent / p.name):
+    for cand in ((run / relpath,) if relpath else ()) + (p, run.parent / p.name, run.parent.parent / p.name):
         if (cand / marker).is_file():
             return cand
     return None
@@ -242,10 +243,14 @@ def load_run(path: str | Path) -> RunData:
     data = RunData(path=run, meta=meta, epochs=read_epochs(run))
     if (run / "eval.json").is_file():
         data.eval = _read_json(run / "eval.json", "eval.json")
-    plan_dir = _artifact((meta.get("plan") or {}).get("path"), run, "plan.json")
+    plan_dir = _artifact((meta.get("plan") or {}).get("path"), run, "plan.json", (meta.get("plan") or {}).get("relpath"))
     if plan_dir is not None:
         data.plan = _read_json(plan_dir / "plan.json", "plan.json")
-    part_dir = _artifact((meta.get("partition") or {}).get("path"), run, "partition.json")
+    part_ref = meta.get("partition") or {}
+    part_dir = None
+    if plan_dir is not None and part_ref.get("relpath"):  # relative to the plan, as the plan records it
+        part_dir = _artifact(part_ref.get("path"), plan_dir, "partition.json", part_ref["relpath"])
+    part_dir = part_dir or _artifact(part_ref.get("path"), run, "partition.json")
     if part_dir is not None:
         data.partition = _read_json(part_dir / "partition.json", "partition.json")
         data.partition.setdefault("path", str(part_dir))

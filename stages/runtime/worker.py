@@ -36,8 +36,27 @@ def init_distributed(rank: int, world: int, cfg: RuntimeConfig, init_method: str
     timeout = datetime.timedelta(seconds=cfg.timeout)
     if cfg.device == "cuda":
         torch.cuda.set_device(torch.device(cfg.device_for(rank)))
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=timeout)
+    store = elastic_attempt_store(timeout) if init_method == "env://" else None
+    if store is not None:
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    else:
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=timeout)
     return dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
+
+
+def elastic_attempt_store(timeout: datetime.timedelta) -> dist.Store | None:
+    """Under a torchrun agent that hosts the store, a client of it with keys prefixed by the restart count.
+
+    torchrun keeps one agent store across ``--max-restarts`` attempts, and the keys of the failed attempt's
+    group (each rank's gloo address) are still in it: a restarted rank would read its peers' dead
+    addresses and time out connecting. A prefix per attempt keeps the attempts apart.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          int(os.environ["WORLD_SIZE"]), is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"g3-attempt-{attempt}/", store)
 
 
 def set_threads(cfg: RuntimeConfig, world: int) -> int:

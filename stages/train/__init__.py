@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..common.artifact_json import load_artifact_json
+from ..common.artifact_json import load_artifact_json, reference, resolve_reference
 from ..common.atomic import check_target, fsync_tree, publish_dir, target_lock, write_json_atomic
 from ..common.errors import G3InputError, G3RuntimeError
 from ..common.partition_artifact import load_partition_meta, partition_digest
@@ -111,6 +111,9 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     run_dir = Path(out) if out else plan.parent / f"{plan.name}.run"
     if under_torchrun():
         return _run_torchrun(plan, run_dir, cfg, meta)
+    if meta.get("bundle"):
+        raise G3InputError(f"this plan is node {meta['bundle']['node']} of a bundle: run it with torchrun on its "
+                           "host (its RUN.md), or train the original plan", path=plan)
     check_worker_files(plan, meta)
     if not cfg.resume:
         check_target(run_dir, force)
@@ -154,9 +157,9 @@ def check_resume(run_dir: Path, plan: Path, cfg: TrainConfig) -> int:
     if not (run_dir / "run.json").is_file():
         raise G3InputError("--resume: no run to resume here (no run.json)", path=run_dir)
     prev = load_artifact_json(run_dir, "run.json", RUN_SCHEMA, RUN_VERSION, "run", "g3 train")
-    if Path(prev["plan"]["path"]) != plan.resolve():
-        raise G3InputError(f"--resume: the run was trained from the plan {prev['plan']['path']}, not {plan.resolve()}",
-                           path=run_dir)
+    trained = resolve_reference(prev["plan"], run_dir, "plan.json").resolve()
+    if trained != plan.resolve():
+        raise G3InputError(f"--resume: the run was trained from the plan {trained}, not {plan.resolve()}", path=run_dir)
     old = prev.get("config") or {}
     for name in RESUME_SAME:
         if name in old and old[name] != getattr(cfg, name):
@@ -188,17 +191,36 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+def torchrun_rank(meta: dict, plan: Path) -> int:
+    """This process's rank under torchrun: ``RANK``, or for a node folder of a bundle ``ranks[LOCAL_RANK]`` of
+    the folder — the rendezvous hands out agent ranks in the order the hosts join, so only the folder knows
+    which shards are on this host."""
+    bundle = meta.get("bundle")
+    if not bundle:
+        return int(os.environ["RANK"])
+    local, local_world = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 0))
+    if local_world != len(bundle["ranks"]):
+        raise G3InputError(f"torchrun started {local_world} processes on this host, but this node folder holds "
+                           f"the {len(bundle['ranks'])} ranks {bundle['ranks']} (--nproc-per-node "
+                           f"{len(bundle['ranks'])})", path=plan)
+    return int(bundle["ranks"][local])
+
+
 def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict) -> dict:
-    """One rank of a torchrun job; rank 0 keeps run.json (the run folder must be shared, or rank 0's)."""
+    """One rank of a torchrun job. Every host keeps its own run folder (its ranks' logs, the checkpoints);
+    rank 0's host also run.json, metrics.jsonl and model.pt. A restarted worker group (``--max-restarts``)
+    resumes from the newest checkpoint every host has (``stages/train/loop.py``)."""
     from .loop import train_rank
 
-    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    size = int(os.environ["WORLD_SIZE"])
     world = int(meta["num_workers"])
     if size != world:
         raise G3InputError(f"torchrun started {size} ranks but the plan is for {world} workers", path=plan)
+    rank = torchrun_rank(meta, plan)
     run_dir.mkdir(parents=True, exist_ok=True)
     if rank == 0:
-        _write_run_json(run_dir, plan, meta, cfg, status="running")
+        _write_run_json(run_dir, plan, meta, cfg, status="running",
+                        restart=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
     t0 = time.perf_counter()
     try:
         run_guarded(train_rank, rank, world, run_dir, "", "env://", str(plan), str(run_dir), cfg)
@@ -221,7 +243,7 @@ def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, sta
         "schema": RUN_SCHEMA,
         "path": str(path or run_dir),
         "schema_version": RUN_VERSION,
-        "plan": {"path": str(plan.resolve()), "model": meta["config"], "num_workers": meta["num_workers"]},
+        "plan": {**reference(plan, path or run_dir), "model": meta["config"], "num_workers": meta["num_workers"]},
         "strategy": meta["strategy"],
         "partition": meta["partition"],
         "store": meta["store"],

@@ -22,7 +22,7 @@ from ..runtime.profile import samples_from_trace, write_profile
 from ..runtime.strategies.base import collective_device
 from ..runtime.trace import MOVING, hidden_share, now_us
 from ..runtime.worker import accuracies, evaluate, open_worker
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_weights
+from .checkpoint import agreed_checkpoint, checkpoint_path, load_checkpoint, save_checkpoint, save_weights
 from .config import TrainConfig
 from .metrics import MetricsWriter, minor_page_faults, peak_memory_bytes
 
@@ -37,10 +37,16 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
     strategy, model, ctx = worker.strategy, worker.model, worker.ctx
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start_epoch = 0
-    if cfg.resume and (ckpt := latest_checkpoint(run_dir)) is not None:
-        start_epoch = load_checkpoint(ckpt, model, optimizer, strategy, rank) + 1
-        log.info("resumed from %s at epoch %d", ckpt, start_epoch)
-    elif rank == 0:
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    if cfg.resume or restart:  # `--resume`, or a worker group torchrun restarted: no flag needed
+        epoch = agreed_checkpoint(run_dir, rank, bool(strategy.state_dict()))
+        if epoch >= 0:
+            ckpt = checkpoint_path(run_dir, epoch)
+            start_epoch = load_checkpoint(ckpt, model, optimizer, strategy, rank) + 1
+            log.info("resumed from %s at epoch %d%s", ckpt, start_epoch, f" (restart {restart})" if restart else "")
+        elif cfg.resume:
+            raise ValueError(f"--resume: no checkpoint that every worker has in {run_dir}")
+    if start_epoch == 0 and rank == 0:
         save_weights(run_dir / "init.pt", model)
     metrics = MetricsWriter(run_dir, rank, world, live=cfg.live and rank == 0, epochs=cfg.epochs, start=start_epoch)
     params = list(model.parameters())
