@@ -172,3 +172,21 @@ def test_the_launcher_stopped_leaves_no_worker_and_says_so(plan, tmp_path, sig, 
     from stages.report import run_report
 
     assert run_report([run], out=tmp_path / "rep")["runs"][0]["status"] == "interrupted"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--lr", "-0.01"], "--lr must be a positive number"),
+    (["--lr", "nan"], "--lr must be a positive number"),
+    (["--timeout", "0"], "--timeout must be a positive number of seconds"),
+    (["--eval-every", "-1"], "must be >= 0 (0: never)"),
+    (["--checkpoint-every", "-1"], "must be >= 0 (0: never)"),
+    (["--threads", "0"], "--threads must be >= 1"),
+    (["--epochs", "0"], "--epochs must be >= 1"),
+])
+def test_bad_option_values_are_refused_before_anything_is_written(plan, tmp_path, args, message):
+    """Before: rejected inside the workers (80 lines of C++ frames for --timeout 0) with a failed run folder
+    left behind, or accepted silently."""
+    run = tmp_path / "run"
+    r = train(plan, run, *args)
+    assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
+    assert not run.exists()

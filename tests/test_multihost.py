@@ -1,0 +1,152 @@
+"""Multi-host runs without a shared filesystem, on loopback (issue 23 §1, §2, §4): `g3 bundle` node folders,
+two torchrun agents with a c10d rendezvous, each in its own copy of its node folder with nothing else on
+"its host"; an elastic restart after a SIGKILLed worker. Both must end with the weights of `g3 train
+--workers 4`, bit for bit."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_train import invoke, max_weight_diff
+
+K = 4
+TRAIN = ["--epochs", "6", "--seed", "3", "--threads", "1", "--dtype", "float32", "--eval-every", "0",
+         "--checkpoint-every", "2", "--timeout", "60"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def source(store, tmp_path_factory) -> Path:
+    """A store of its own (so the multi-host test can take it away), a 4-worker g3 plan and the reference run
+    `g3 train --workers 4`, all under ``src/``."""
+    root = tmp_path_factory.mktemp("multihost") / "src"
+    shutil.copytree(store, root / "store")
+    assert invoke(["partition", str(root / "store"), "--workers", str(K), "--method", "metis",
+                   "-o", str(root / "part")]).exit_code == 0
+    assert invoke(["plan", str(root / "part"), "--bin-size", "40", "--hidden", "6", "-o", str(root / "plan")]).exit_code == 0
+    r = invoke(["train", str(root / "plan"), "--workers", str(K), "-o", str(root / "reference"), *TRAIN])
+    assert r.exit_code == 0, r.output
+    return root
+
+
+def torchrun(cwd: Path, plan: str, nnodes: int, nproc: int, port: int, *extra: str, env: dict | None = None):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "g3-test", *extra,
+           "-m", "g3cli", "train", plan, "-o", "run", *TRAIN]
+    return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {})})
+
+
+def finish(proc: subprocess.Popen, limit: float = 300) -> str:
+    try:
+        out, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"torchrun did not finish in {limit} s:\n{out[-3000:]}") from None
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def weights(run: Path) -> dict:
+    return torch.load(run / "model.pt", weights_only=True)
+
+
+def test_two_hosts_without_a_shared_folder_match_four_local_workers(source, tmp_path):
+    r = invoke(["bundle", str(source / "plan"), "--nodes", "2", "-o", str(tmp_path / "bundle")])
+    assert r.exit_code == 0, r.output
+    hosts = [tmp_path / "host0", tmp_path / "host1"]
+    for n, host in enumerate(hosts):
+        shutil.copytree(tmp_path / "bundle" / f"node-{n:05d}", host)
+    shutil.rmtree(tmp_path / "bundle")
+    # each "host" holds its node folder and nothing else: the store, partition and plan are gone meanwhile
+    away = source.with_name("src-away")
+    source.rename(away)
+    try:
+        assert sorted(p.name for p in (hosts[1] / "partition").iterdir()) == [
+            "assignment.npy", "part-00002", "part-00003", "partition.json"]
+        port = free_port()
+        procs = [torchrun(host, "plan", 2, 2, port) for host in hosts]
+        outputs = [finish(p) for p in procs]
+    finally:
+        away.rename(source)
+    assert "completed" in outputs[0]
+    assert max_weight_diff(weights(source / "reference"), weights(hosts[0] / "run")) == 0.0
+    # host 1 keeps its ranks' logs and every checkpoint, but not the run's record
+    assert not (hosts[1] / "run" / "model.pt").exists() and not (hosts[1] / "run" / "metrics.jsonl").exists()
+    assert sorted(p.name for p in (hosts[1] / "run" / "logs").glob("rank-*.log")) == ["rank-00002.log", "rank-00003.log"]
+    for host in hosts:
+        assert (host / "run" / "checkpoints" / "epoch-00005.pt").is_file()
+    assert json.loads((hosts[0] / "run" / "run.json").read_text())["status"] == "completed"
+
+
+def test_an_elastic_restart_after_a_killed_worker_ends_with_the_uninterrupted_weights(source, tmp_path):
+    """Rank 1 is SIGKILLed at epoch 3, after the checkpoint of epoch 1; torchrun restarts the worker group,
+    which resumes from that checkpoint by itself (no --resume)."""
+    fault_done = tmp_path / "fault-happened"
+    proc = torchrun(tmp_path, str(source / "plan"), 1, K, free_port(), "--max-restarts", "1",
+                    env={"G3_FAULT": "1:3:kill", "G3_FAULT_ONCE": str(fault_done)})
+    finish(proc)
+    assert fault_done.is_file()
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["status"] == "completed"
+    assert [h.get("restart") for h in info["history"] if h["status"] == "running"] == [0, 1]
+    assert max_weight_diff(weights(source / "reference"), weights(tmp_path / "run")) == 0.0
+    epochs = [json.loads(line)["epoch"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == list(range(6))
+
+
+def test_bundle_bad_input_is_one_line(source, tmp_path):
+    work = tmp_path / "copy"
+    shutil.copytree(source / "part", work / "part")
+    shutil.copytree(source / "plan", work / "plan")
+    cases = [
+        (["--nodes", "3"], "the plan's 4 workers do not split evenly over 3 nodes"),
+        (["--nodes", "2", "--procs-per-node", "3"], "--nodes 2 x --procs-per-node 3 = 6 processes, the plan has 4 workers"),
+        (["--nodes", "0"], "--nodes must be >= 1"),
+    ]
+    shutil.rmtree(work / "part" / "part-00002")
+    cases.append((["--nodes", "2"], "part-00002 is missing: cannot bundle rank 2"))
+    for args, message in cases:
+        r = invoke(["bundle", str(work / "plan"), *args, "-o", str(tmp_path / "out")])
+        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, (args, r.output)
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("strategy,options", [("bns-gcn", ["--boundary-sample", "0.5"]),
+                                              ("sancus", ["--staleness", "epoch:2"])])
+def test_every_strategys_plan_bundles(source, tmp_path, strategy, options):
+    """A node folder holds exactly its ranks' shards and plan folders, and its plan reads as the original
+    (same strategy, its partition found inside the folder), even with the original gone."""
+    part, plan = tmp_path / "part", tmp_path / "plan"
+    method = "chunk" if strategy == "sancus" else "metis"
+    assert invoke(["partition", str(source / "store"), "--workers", str(K), "--method", method, "-o", str(part)]).exit_code == 0
+    assert invoke(["plan", str(part), "--strategy", strategy, *options, "-o", str(plan)]).exit_code == 0
+    r = invoke(["bundle", str(plan), "--nodes", "2", "-o", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    shutil.rmtree(part)
+    shutil.rmtree(plan)
+    from stages.common.plan_artifact import load_plan_meta
+
+    node = tmp_path / "b" / "node-00001"
+    meta = load_plan_meta(node / "plan")
+    assert meta["strategy"]["name"] == strategy
+    assert Path(meta["partition"]["path"]).resolve() == (node / "partition").resolve()
+    assert meta["bundle"]["ranks"] == [2, 3]
+    assert sorted(p.name for p in (node / "plan").iterdir()) == ["plan.json", "worker-00002", "worker-00003"]
+    # a node folder is for torchrun on its host, not for a local run of the whole plan
+    r = invoke(["train", str(node / "plan"), "--workers", "4", "-o", str(tmp_path / "run")])
+    assert r.exit_code == 2 and "this plan is node 1 of a bundle: run it with torchrun" in r.output, r.output
