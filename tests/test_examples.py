@@ -119,13 +119,42 @@ def test_every_option_exists_in_the_cli(tmp_path):
 
     cmds = []
     for target in ("products", "amazon", "papers", "twitter", "products-scaling", "partition-bench",
-                   "pipeline-bench"):
+                   "pipeline-bench", "papers-bundle", "papers-slurm-eval"):
         cmds += dry_run(target, "DATA=/d", f"OUT={tmp_path}", "WORKER_COUNTS=2")
     for cmd in cmds:
         command = cli.commands[cmd[1]]
         known = {o for p in command.params for o in p.opts + p.secondary_opts}
         unknown = [a for a in cmd[2:] if a.startswith("-") and a not in known]
         assert not unknown, (cmd, unknown)
+
+
+def test_cluster_targets_bundle_submit_and_evaluate(tmp_path):
+    """`<dataset>-slurm`: the plan for WORKERS bundled for NODES hosts, then one sbatch of slurm/g3-train.sbatch
+    with the bundle, the results folder and the train options (no --workers: torchrun starts the ranks);
+    `<dataset>-slurm-eval` evaluates the results of host 0 with the plan that was bundled."""
+    proc = subprocess.run(["make", "-s", "-n", "-C", str(EXAMPLES), "G3=g3", "papers-slurm", "DATA=/d",
+                           f"OUT={tmp_path}", "WORKERS=16", "NODES=4", "SBATCH_ARGS=--partition=gpu"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    cmds = [shlex.split(line) for line in proc.stdout.splitlines()]
+    assert [c[1] for c in cmds if c[0] == "g3"] == ["ingest", "partition", "plan", "bundle"]
+    plan, bundle = [c for c in cmds if c[0] == "g3"][2:]
+    assert bundle[2] == option(plan, "-o") and option(bundle, "--nodes") == "4"
+    (sbatch,) = [c for c in cmds if c[0] == "sbatch"]
+    assert option(sbatch, "--nodes") == "4" and "--partition=gpu" in sbatch
+    script = sbatch.index("slurm/g3-train.sbatch")
+    assert (EXAMPLES / sbatch[script]).is_file()
+    assert sbatch[script + 1] == option(bundle, "-o") and sbatch[script + 2] == option(bundle, "-o") + ".results"
+    train_options = sbatch[script + 3:]
+    assert option(train_options, "--epochs") == "100" and option(train_options, "--checkpoint-every") == "10"
+    assert "--workers" not in train_options
+    from g3cli.main import cli
+
+    known = {o for p in cli.commands["train"].params for o in p.opts}
+    assert [a for a in train_options if a.startswith("-") and a not in known] == []
+    ev, report = dry_run("papers-slurm-eval", "DATA=/d", f"OUT={tmp_path}", "WORKERS=16", "NODES=4")
+    assert ev[1] == "eval" and ev[2] == sbatch[script + 2] + "/node-00000" and option(ev, "--plan") == option(plan, "-o")
+    assert report[1] == "report" and report[2] == ev[2]
 
 
 def test_help_is_the_default_target():

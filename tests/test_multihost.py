@@ -91,6 +91,15 @@ def test_two_hosts_without_a_shared_folder_match_four_local_workers(source, tmp_
     for host in hosts:
         assert (host / "run" / "checkpoints" / "epoch-00005.pt").is_file()
     assert json.loads((hosts[0] / "run" / "run.json").read_text())["status"] == "completed"
+    # evaluated on the submit host with the plan that was bundled: the reference run's accuracy
+    r = invoke(["eval", str(hosts[0] / "run")])
+    assert r.exit_code == 2 and "this plan is node 0 of a bundle" in r.output and "--plan" in r.output, r.output
+    r = invoke(["eval", str(hosts[0] / "run"), "--plan", str(source / "part")])
+    assert r.exit_code == 2 and "plan.json" in r.output, r.output
+    assert invoke(["eval", str(hosts[0] / "run"), "--plan", str(source / "plan")]).exit_code == 0
+    assert invoke(["eval", str(source / "reference"), "--force"]).exit_code == 0
+    accuracy = [json.loads((run / "eval.json").read_text())["accuracy"] for run in (hosts[0] / "run", source / "reference")]
+    assert accuracy[0] == accuracy[1]
 
 
 def test_an_elastic_restart_after_a_killed_worker_ends_with_the_uninterrupted_weights(source, tmp_path):
@@ -150,3 +159,39 @@ def test_every_strategys_plan_bundles(source, tmp_path, strategy, options):
     # a node folder is for torchrun on its host, not for a local run of the whole plan
     r = invoke(["train", str(node / "plan"), "--workers", "4", "-o", str(tmp_path / "run")])
     assert r.exit_code == 2 and "this plan is node 1 of a bundle: run it with torchrun" in r.output, r.output
+
+
+def test_the_slurm_node_script_runs_a_bundle_on_two_hosts(source, tmp_path):
+    """examples/slurm/g3-node.sh as srun would start it on two hosts (SLURM_NODEID, SLURM_NNODES): each copies
+    its node folder to its local folder, trains there and copies its run folder to the results; a host count
+    other than the bundle's is refused."""
+    part, plan = tmp_path / "part", tmp_path / "plan"
+    assert invoke(["partition", str(source / "store"), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code == 0
+    assert invoke(["plan", str(part), "--hidden", "6", "-o", str(plan)]).exit_code == 0
+    assert invoke(["bundle", str(plan), "--nodes", "2", "-o", str(tmp_path / "bundle")]).exit_code == 0
+    script = Path(__file__).resolve().parents[1] / "examples" / "slurm" / "g3-node.sh"
+    port = free_port()
+
+    def host(n: int, nnodes: int = 2) -> subprocess.Popen:
+        env = {**os.environ, "SLURM_NODEID": str(n), "SLURM_NNODES": str(nnodes), "G3_RDZV": f"127.0.0.1:{port}",
+               "G3_JOB": "slurm-test", "G3_LOCAL": str(tmp_path / f"local{n}"), "G3_RESULTS": str(tmp_path / "results"),
+               "G3_PYTHON": sys.executable, "G3_MAX_RESTARTS": "0", "GLOO_SOCKET_IFNAME": "lo"}
+        return subprocess.Popen(["bash", str(script), str(tmp_path / "bundle"), "--epochs", "2", "--threads", "1"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    wrong = host(0, nnodes=3)
+    out, _ = wrong.communicate(timeout=60)
+    assert wrong.returncode == 2 and "was bundled for 2 hosts, this job has 3" in out, out
+    for p in [host(0), host(1)]:
+        finish(p)
+    assert (tmp_path / "local1" / "node-00001" / "run" / "logs" / "rank-00001.log").is_file()
+    assert json.loads((tmp_path / "results" / "node-00000" / "run.json").read_text())["status"] == "completed"
+    assert (tmp_path / "results" / "node-00000" / "model.pt").is_file()
+    assert (tmp_path / "results" / "node-00001" / "logs" / "rank-00001.log").is_file()
+
+
+def test_eval_refuses_a_plan_the_run_was_not_trained_with(source, tmp_path):
+    other = tmp_path / "other"
+    assert invoke(["plan", str(source / "part"), "--hidden", "7", "-o", str(other)]).exit_code == 0
+    r = invoke(["eval", str(source / "reference"), "--plan", str(other), "--force"])
+    assert r.exit_code == 2 and "not the plan this run was trained with: its model differs" in r.output, r.output

@@ -51,9 +51,10 @@ def pick_weights(run: Path, checkpoint: str | None) -> Path:
 
 
 def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all", workers: int | None = None,
-             force: bool = False) -> dict:
+             force: bool = False, plan: str | Path | None = None) -> dict:
     """Evaluate RUN's weights; writes RUN/eval.json (an earlier one only with ``force``) and returns it
-    (filtered to ``split``)."""
+    (filtered to ``split``). ``plan``: the plan the run was trained with, when it is not where run.json says
+    (a multi-host run's folder copied back: its node plan stayed on its host)."""
     run = Path(run)
     meta = load_run(run)
     check_result(run / "eval.json", force, "an earlier evaluation")
@@ -62,9 +63,13 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
     if workers is not None and workers < 1:
         raise G3InputError("--workers must be >= 1")
     weights = pick_weights(run, checkpoint)
-    plan = resolve_reference(meta["plan"], run, "plan.json")  # relative to the run first (moved together)
+    plan = Path(plan) if plan else run_plan_path(run, meta)
     cfg = _inference_config(meta)
     plan_meta = check_plan(plan, cfg)
+    check_trained_with(plan_meta, meta, plan)
+    if plan_meta.get("bundle"):
+        raise G3InputError(f"this plan is node {plan_meta['bundle']['node']} of a bundle, with only its host's "
+                           "ranks: give --plan PLAN, the plan that was bundled", path=plan)
     k = int(plan_meta["num_workers"])
     tmp = None
     try:
@@ -83,6 +88,27 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
     if split != "all":
         result["accuracy"] = {split: result["accuracy"][split]}
     return result
+
+
+def run_plan_path(run: Path, meta: dict) -> Path:
+    """The run's plan, relative to the run first (moved together), else where it was."""
+    plan = resolve_reference(meta["plan"], run, "plan.json")
+    if not (plan / "plan.json").is_file():
+        raise G3InputError(f"the plan it was trained with is neither at {plan} nor at {meta['plan']['path']}: give "
+                           "--plan PLAN (for a multi-host run, the plan that was bundled)", path=run / "run.json")
+    return plan
+
+
+def check_trained_with(plan_meta: dict, run_meta: dict, plan: Path) -> None:
+    """The plan is the one the run was trained with, or a node folder of it: same model, strategy, workers and
+    partition."""
+    checks = [("model", plan_meta["config"], run_meta["plan"]["model"]),
+              ("strategy", plan_meta["strategy"], run_meta["strategy"]),
+              ("worker count", plan_meta["num_workers"], run_meta["plan"]["num_workers"]),
+              ("partition", plan_meta["partition"].get("digest"), run_meta["partition"].get("digest"))]
+    for what, have, trained in checks:
+        if have != trained:
+            raise G3InputError(f"not the plan this run was trained with: its {what} differs", path=plan)
 
 
 def _inference_config(run_meta: dict) -> RuntimeConfig:
