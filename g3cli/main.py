@@ -29,16 +29,18 @@ class G3Group(click.Group):
     refuses: disk full, read-only, permission), unless --debug."""
 
     def invoke(self, ctx: click.Context):
-        debug = bool(ctx.obj and ctx.obj.get("debug"))
+        def debug() -> bool:  # read at the error: the group's callback sets it inside super().invoke
+            return bool(ctx.obj and ctx.obj.get("debug"))
+
         try:
             return super().invoke(ctx)
         except (G3InputError, G3RuntimeError) as exc:
-            if debug:
+            if debug():
                 raise
             click.echo(f"g3: error: {exc}", err=True)
             sys.exit(exc.exit_code)
         except OSError as exc:
-            if debug or exc.errno not in ENVIRONMENT_ERRNOS:
+            if debug() or exc.errno not in ENVIRONMENT_ERRNOS:
                 raise
             where = f"{exc.filename}: " if exc.filename else ""
             click.echo(f"g3: error: {where}{exc.strerror or exc}", err=True)

@@ -190,3 +190,25 @@ def test_bad_option_values_are_refused_before_anything_is_written(plan, tmp_path
     r = train(plan, run, *args)
     assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
     assert not run.exists()
+
+
+def test_under_torchrun_a_host_folder_with_an_earlier_run_is_refused_before_the_group_forms(plan, tmp_path,
+                                                                                           monkeypatch):
+    """Each host checks its own run folder before joining: a fresh start over an earlier run's files, --force
+    (hosts cannot agree to replace folders), and a "restart" of a job that never started here are refused."""
+    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "1", "TORCHELASTIC_RUN_ID": "job7"}.items():
+        monkeypatch.setenv(name, value)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "init.pt").write_bytes(b"")
+    r = train(plan, run)
+    assert r.exit_code == 2 and "holds an earlier run (init.pt, checkpoints)" in r.output, r.output
+    r = train(plan, run, "--force")
+    assert r.exit_code == 2 and "--force is not available under torchrun" in r.output, r.output
+    r = train(plan, run, "--resume")
+    assert r.exit_code == 2 and "no checkpoint to resume from" in r.output, r.output
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    r = train(plan, run)
+    assert r.exit_code == 2 and "holds an earlier run" in r.output, r.output
+    assert not (run / "logs" / "torchrun-job7.started").exists()

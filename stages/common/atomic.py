@@ -49,19 +49,34 @@ def check_result(path: Path, force: bool, what: str) -> None:
 @contextlib.contextmanager
 def target_lock(target: Path, what: str = "writing") -> Iterator[None]:
     """Hold the advisory lock of ``target`` (``.NAME.lock`` beside it); another holder is bad input, at once.
-    The lock file stays: removing it would let two writers lock different files of one name."""
+
+    The lock file is removed when the lock is released, so finished work leaves nothing beside its artifact.
+    That is safe because a locker checks, once it holds the lock, that the name still refers to the file it
+    locked (a holder may have removed it meanwhile) and otherwise tries again on the new file."""
     import fcntl
 
     make_parent(target)
-    fd = os.open(target.parent / f".{target.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    lock = target.parent / f".{target.name}.lock"
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise G3InputError(f"another g3 process is {what} this (its lock .{target.name}.lock is held); wait "
                                "for it or choose another output", path=target) from None
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the file we locked was removed by its last holder: lock the current one
+    try:
         yield
     finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)  # still holding the lock: nobody can be between open and the check above
         os.close(fd)  # closing releases the lock
 
 
@@ -71,9 +86,10 @@ def lock_is_held(target: Path) -> bool:
     import fcntl
 
     lock = Path(target).parent / f".{Path(target).name}.lock"
-    if not lock.is_file():
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
         return False
-    fd = os.open(lock, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return False

@@ -8,7 +8,9 @@ the others and raises :class:`G3RuntimeError` naming that rank and its error (or
 from __future__ import annotations
 
 import logging
+import multiprocessing.connection
 import os
+import signal
 import socket
 import sys
 import threading
@@ -75,28 +77,53 @@ def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: st
         heartbeat_path(Path(run_dir), r, prefix).unlink(missing_ok=True)
     ctx = mp.start_processes(_spawn_entry, args=(entry, world, str(run_dir), prefix, init_method, os.getpid(), args),
                              nprocs=world, join=False, start_method="spawn")
+    # Watched here rather than by ctx.join: on a failure, torch's join first SIGTERMs the other workers and waits
+    # up to 30 s for each, so a stopped worker has been killed (and cannot be named) by the time it returns.
+    procs = ctx.processes
     try:
-        while not ctx.join(timeout=1.0):
-            hung = _silent_rank(Path(run_dir), ctx.processes, prefix, started, timeout)
+        while True:
+            live = [p.sentinel for p in procs if p.exitcode is None]
+            if live:
+                multiprocessing.connection.wait(live, timeout=1.0)
+            failed = _first_failed(Path(run_dir), procs, prefix)
+            if failed is not None:
+                stopped = _stopped_rank(procs)  # a peer that timed out waiting for a stopped rank: name that one
+                _stop(ctx)
+                message = failure_message(Path(run_dir), failed, procs[failed].exitcode, prefix)
+                if stopped is not None and stopped != failed:
+                    raise G3RuntimeError(f"worker {stopped} stopped answering (its process was stopped); every "
+                                         f"worker was stopped — worker {failed} had given up waiting: {message}")
+                if _bad_input(Path(run_dir), failed, prefix):
+                    raise G3InputError(message)  # what the worker read is at fault: exit 2, as for any stage
+                raise G3RuntimeError(message)
+            if all(p.exitcode == 0 for p in procs):
+                return
+            hung = _silent_rank(Path(run_dir), procs, prefix, started, timeout)
             if hung is not None:
                 _stop(ctx)
                 raise G3RuntimeError(f"worker {hung} stopped answering: no heartbeat for {timeout:.0f} s (stopped, "
                                      f"or stuck outside Python); every worker was stopped (log: "
                                      f"{log_path(Path(run_dir), hung, prefix, 'log')})")
-    except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
-        stopped = _stopped_rank(ctx.processes)  # a peer that timed out waiting for a stopped rank: name that one
-        _stop(ctx)
-        rank = getattr(exc, "error_index", None)
-        message = failure_message(Path(run_dir), rank, exc, prefix)
-        if stopped is not None and stopped != rank:
-            raise G3RuntimeError(f"worker {stopped} stopped answering (its process was stopped); every worker was "
-                                 f"stopped — worker {rank} had given up waiting: {message}") from None
-        if rank is not None and _bad_input(Path(run_dir), rank, prefix):
-            raise G3InputError(message) from None  # what the worker read is at fault: exit 2, as for any stage
-        raise G3RuntimeError(message) from None
-    except BaseException:  # KeyboardInterrupt (SIGINT, or SIGTERM turned into one), a hang: no worker stays
+    except BaseException:  # KeyboardInterrupt (SIGINT, or SIGTERM turned into one), a failure: no worker stays
         _stop(ctx)
         raise
+    finally:
+        for f in ctx.error_files:  # torch's pickled tracebacks of failed workers (ours are in the run's logs)
+            Path(f).unlink(missing_ok=True)
+
+
+def _first_failed(run_dir: Path, processes, prefix: str) -> int | None:
+    """The rank that failed first among those that exited non-zero: the earliest written error file (the others
+    usually failed because of it), else the lowest rank."""
+    failed = [r for r, p in enumerate(processes) if p.exitcode not in (None, 0)]
+    if not failed:
+        return None
+
+    def written(r: int) -> float:
+        err = log_path(run_dir, r, prefix, "error")
+        return err.stat().st_mtime if err.is_file() else float("inf")
+
+    return min(failed, key=lambda r: (written(r), r))
 
 
 def _stopped_rank(processes) -> int | None:
@@ -190,13 +217,16 @@ def _bad_input(run_dir: Path, rank: int, prefix: str) -> bool:
     return text.startswith(BAD_INPUT) or any(e in text for e in ENVIRONMENT)
 
 
-def failure_message(run_dir: Path, rank, exc, prefix: str = "") -> str:
-    """Name the rank that failed first (as torch's process context saw it) and its error."""
-    if rank is None:
-        return f"a worker failed: {exc}"
+def failure_message(run_dir: Path, rank: int, exitcode: int | None, prefix: str = "") -> str:
+    """Name the rank that failed and its error (its .error file), or the signal that killed it."""
     err, log_file = log_path(run_dir, rank, prefix, "error"), log_path(run_dir, rank, prefix, "log")
     if err.is_file() and err.read_text().strip():
         return f"worker {rank} failed: {err.read_text().strip().splitlines()[0]} (log: {log_file})"
-    sig = getattr(exc, "signal_name", None)
-    how = f"was killed by {sig}" if sig else f"exited with code {getattr(exc, 'exit_code', '?')}"
+    if exitcode is not None and exitcode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"was killed by signal {-exitcode}"
+    else:
+        how = f"exited with code {exitcode}"
     return f"worker {rank} {how} (log: {log_file})"

@@ -110,7 +110,7 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     world = int(meta["num_workers"])
     run_dir = Path(out) if out else plan.parent / f"{plan.name}.run"
     if under_torchrun():
-        return _run_torchrun(plan, run_dir, cfg, meta)
+        return _run_torchrun(plan, run_dir, cfg, meta, force)
     if meta.get("bundle"):
         raise G3InputError(f"this plan is node {meta['bundle']['node']} of a bundle: run it with torchrun on its "
                            "host (its RUN.md), or train the original plan", path=plan)
@@ -206,7 +206,39 @@ def torchrun_rank(meta: dict, plan: Path) -> int:
     return int(bundle["ranks"][local])
 
 
-def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict) -> dict:
+def check_torchrun_start(run_dir: Path, plan: Path, cfg: TrainConfig, force: bool) -> None:
+    """What a torchrun rank checks in its host's run folder before it joins the group. The first attempt of a
+    new run needs a folder without an earlier run's results; `--resume` a checkpoint on this host (and, where
+    run.json is, the same plan and settings); a restarted attempt of a job whose first attempt passed these
+    checks here resumes whatever is there. Checked before the group forms, so nothing written after it
+    (init.pt, checkpoints, metrics) can come from this run. Passing leaves the job's mark in the folder."""
+    from .checkpoint import latest_checkpoint
+
+    if force:
+        raise G3InputError("--force is not available under torchrun (the hosts cannot agree to replace their "
+                           "run folders): remove the run folder on every host, or give another -o", path=run_dir)
+    mark = run_dir / "logs" / f"torchrun-{os.environ.get('TORCHELASTIC_RUN_ID', 'none')}.started"
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) and mark.is_file():
+        return  # a restart of this job: the loop resumes from the newest checkpoint every host has
+    _check_torchrun_folder(run_dir, plan, cfg, latest_checkpoint)
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.touch()
+
+
+def _check_torchrun_folder(run_dir: Path, plan: Path, cfg: TrainConfig, latest_checkpoint) -> None:
+    if cfg.resume:
+        if (run_dir / "run.json").is_file():
+            check_resume(run_dir, plan, cfg)
+        elif latest_checkpoint(run_dir) is None:
+            raise G3InputError("--resume: this host's run folder has no checkpoint to resume from", path=run_dir)
+        return
+    earlier = [name for name in ("init.pt", "model.pt", "metrics.jsonl", "checkpoints") if (run_dir / name).exists()]
+    if earlier:
+        raise G3InputError(f"holds an earlier run ({', '.join(earlier)}): give --resume to continue it, or remove "
+                           "it on every host first", path=run_dir)
+
+
+def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict, force: bool = False) -> dict:
     """One rank of a torchrun job. Every host keeps its own run folder (its ranks' logs, the checkpoints);
     rank 0's host also run.json, metrics.jsonl and model.pt. A restarted worker group (``--max-restarts``)
     resumes from the newest checkpoint every host has (``stages/train/loop.py``)."""
@@ -217,10 +249,11 @@ def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict) -> di
     if size != world:
         raise G3InputError(f"torchrun started {size} ranks but the plan is for {world} workers", path=plan)
     rank = torchrun_rank(meta, plan)
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    check_torchrun_start(run_dir, plan, cfg, force)
     run_dir.mkdir(parents=True, exist_ok=True)
     if rank == 0:
-        _write_run_json(run_dir, plan, meta, cfg, status="running",
-                        restart=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
+        _write_run_json(run_dir, plan, meta, cfg, status="running", restart=restart)
     t0 = time.perf_counter()
     try:
         run_guarded(train_rank, rank, world, run_dir, "", "env://", str(plan), str(run_dir), cfg)
