@@ -63,6 +63,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
       g3 ingest SOURCE STORE      OGB / WebGraph / edge list / synthetic -> zarr graph store
       g3 partition STORE -w K     balanced partitions + per-worker shards
       g3 plan PART --strategy S   how strategy S executes it: g3's bins and P2P tables, bns-gcn, sancus
+      g3 bundle PLAN --nodes N    one self-contained folder per host of a multi-host (torchrun) run
       g3 train PLAN               distributed training with the plan's strategy
       g3 eval RUN                 exact inference, accuracy per split
       g3 report RUN...            plots and a summary of runs (strategies side by side)
