@@ -18,7 +18,8 @@ from .output import console
               help="g3: multi-constraint METIS (balanced node count and degree sum) then Algorithm 1 swaps that "
                    "balance the remote sets (paper §4.2). metis: plain edge-cut METIS (DGL, BNS-GCN). "
                    "random: hash of node id and seed. chunk: contiguous id ranges of equal size (NeuGraph, ROC, "
-                   "NeutronStar). feature: every worker keeps the whole topology and ceil(F/K) feature columns "
+                   "NeutronStar). distdgl: METIS with DistDGL's five balance constraints (nodes, train, valid and "
+                   "test nodes, arcs; each within 1.05 of the mean). feature: every worker keeps the whole topology and ceil(F/K) feature columns "
                    "(NeutronTP, P3).")
 @click.option("-o", "--out", type=click.Path(), default=None,
               help="Output folder. Default: STORE.part-<method>-<K> beside the store.")

@@ -20,7 +20,7 @@ from ..common.errors import G3InputError
 from ..common.progress import make_progress
 from ..common.store import GraphStore
 
-METHODS = ("g3", "metis", "random", "chunk", "feature")
+METHODS = ("g3", "metis", "random", "chunk", "distdgl", "feature")
 PARTITION_SCHEMA = "g3.partition"
 PARTITION_VERSION = 1
 DEFINITIONS = {
@@ -151,11 +151,32 @@ def _assign(graphs, store: GraphStore, o: PartitionOptions, timing: dict, progre
         task = progress.add_task("METIS (edge-cut)", total=None)
         part = metis_partition(graphs, k, o.seed)  # METIS defaults, as DGL and BNS-GCN call it
         progress.update(task, total=1, completed=1)
+    elif o.method == "distdgl":
+        task = progress.add_task("METIS (5 constraints: nodes, train, valid, test, arcs)", total=None)
+        part = metis_partition(graphs, k, o.seed, vertex_weights=distdgl_weights(store, graphs.num_nodes),
+                               ubvec=[DISTDGL_UBVEC] * 5)
+        progress.update(task, total=1, completed=1)
     else:
         part, extra = _assign_g3(graphs, store, o, timing, progress)
         return part, extra
     timing["assign"] = time.perf_counter() - t0
     return part, extra
+
+
+DISTDGL_UBVEC = 1.05  # METIS's default imbalance (ufactor 30 = 1.03 for k-way) loosened as DGL's partitioner does
+
+
+def distdgl_weights(store: GraphStore, n: int) -> np.ndarray:
+    """DistDGL's multi-constraint vertex weights (ncon = 5, as ``dgl.distributed.partition_graph`` with
+    ``balance_ntypes`` = the train/valid/test masks and ``balance_edges``): every node 1, its membership of the
+    train, valid and test splits, and its in-degree (the arcs it owns), so METIS balances each across parts."""
+    in_degree, _ = store.load_degrees()
+    w = np.zeros((n, 5), dtype=np.int64)
+    w[:, 0] = 1
+    for c, split in enumerate(("train", "valid", "test"), start=1):
+        w[store.split_index(split), c] = 1
+    w[:, 4] = np.asarray(in_degree, dtype=np.int64)
+    return w
 
 
 def _ubvec(o: PartitionOptions) -> list[float]:
