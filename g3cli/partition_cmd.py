@@ -19,7 +19,10 @@ from .output import console
                    "balance the remote sets (paper §4.2). metis: plain edge-cut METIS (DGL, BNS-GCN). "
                    "random: hash of node id and seed. chunk: contiguous id ranges of equal size (NeuGraph, ROC, "
                    "NeutronStar). distdgl: METIS with DistDGL's five balance constraints (nodes, train, valid and "
-                   "test nodes, arcs; each within 1.05 of the mean). feature: every worker keeps the whole topology and ceil(F/K) feature columns "
+                   "test nodes, arcs; each within 1.05 of the mean). bytegnn: ByteGNN's partitioner (seed paper 001 "
+                   "§4.2.3) grows a block of every labelled (train/valid/test) node's --bytegnn-hops in-neighbourhood and "
+                   "assigns blocks greedily by cross edges x balance of train/valid/test counts (Algorithm 2). "
+                   "feature: every worker keeps the whole topology and ceil(F/K) feature columns "
                    "(NeutronTP, P3).")
 @click.option("-o", "--out", type=click.Path(), default=None,
               help="Output folder. Default: STORE.part-<method>-<K> beside the store.")
@@ -29,7 +32,8 @@ from .output import console
               help="g3: allowed max/mean of the feature-size constraint (Eq. 1, METIS stage), and of the degree "
                    "sums too unless --degree-tol is given. METIS uses the allowance, and a worker's compute grows "
                    "a little faster than its share: 1.02 kept per-worker compute within 1.05 of the mean on four "
-                   "workers (docs/BENCHMARKS.md).")
+                   "workers (docs/BENCHMARKS.md). bytegnn: no partition may hold more than "
+                   "ceil(this x mean) train, valid or test nodes (each split separately).")
 @click.option("--degree-tol", type=float, default=None,
               help="g3: no partition's degree sum (Eq. 2, the aggregation work) may exceed this times the mean: "
                    "METIS's degree constraint, and swaps never push a partition past it [default: "
@@ -54,8 +58,22 @@ from .output import console
                    "METIS's total (one extra METIS call, made only when the refinement runs). Where hub "
                    "blocks make that impossible under the degree limit, the report says so, with a lower "
                    "bound on the total and the --degree-tol below which the budget stays infeasible.")
+@click.option("--bytegnn-alpha", type=float, default=0.5, show_default=True,
+              help="bytegnn: weight of the training-node balance in Algorithm 2's balancing score. The three "
+                   "weights are relative (divided by their sum); training nodes are visited every epoch, "
+                   "valid/test only at evaluation, hence the larger default. Must be >= 0.")
+@click.option("--bytegnn-beta", type=float, default=0.25, show_default=True,
+              help="bytegnn: weight of the validation-node balance in the balancing score (>= 0).")
+@click.option("--bytegnn-gamma", type=float, default=0.25, show_default=True,
+              help="bytegnn: weight of the test-node balance in the balancing score (>= 0; the three weights "
+                   "may not all be 0).")
+@click.option("--bytegnn-hops", type=int, default=2, show_default=True,
+              help="bytegnn: radius of a block in in-hops, i.e. the number of GNN layers (>= 1). A node joins the "
+                   "block of its nearest labelled node within this many hops (ties: lowest node id); nodes "
+                   "farther from every labelled node go to the partitions with the fewest nodes.")
 @click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of METIS and of the random hash; the same seed gives the same partition.")
+              help="Seed of METIS, of the random hash and of bytegnn's order among equal blocks; the same seed "
+                   "gives the same partition.")
 @click.option("--threads", type=int, default=None,
               help="CPU threads for the parallel steps (candidate-swap search, counting, refinement restarts, "
                    "shard CSR) [default: all cores]. METIS itself is single-threaded. The partition does not "
@@ -65,8 +83,8 @@ from .output import console
 @click.option("--plot", type=click.Path(), default=None,
               help="Also draw the per-partition remote-set sizes as bars into this PNG file.")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
-def command(store, workers, method, out, gamma, balance_tol, degree_tol, max_swaps, refine_steps, remote_budget, seed,
-            threads, hidden, plot, force):
+def command(store, workers, method, out, gamma, balance_tol, degree_tol, max_swaps, refine_steps, remote_budget,
+            bytegnn_alpha, bytegnn_beta, bytegnn_gamma, bytegnn_hops, seed, threads, hidden, plot, force):
     """Partition the nodes of STORE over K workers and write one shard folder per worker.
 
     \b
@@ -81,7 +99,9 @@ def command(store, workers, method, out, gamma, balance_tol, degree_tol, max_swa
     """
     options = PartitionOptions(workers=workers, method=method, gamma=gamma, balance_tol=balance_tol,
                                degree_tol=degree_tol, seed=seed, threads=threads, hidden=hidden,
-                               max_swaps=max_swaps, refine_steps=refine_steps, remote_budget=remote_budget)
+                               max_swaps=max_swaps, refine_steps=refine_steps, remote_budget=remote_budget,
+                               bytegnn_alpha=bytegnn_alpha, bytegnn_beta=bytegnn_beta, bytegnn_gamma=bytegnn_gamma,
+                               bytegnn_hops=bytegnn_hops)
     summary = run_partition(store, options, out=out, force=force, plot=plot)
     print_partition_summary(summary, console)
     if plot:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from stages.common.strategies import STRATEGIES
-from stages.runtime.config import BACKWARD, DTYPES, LAYER0_CACHE, PIPELINES, PREFETCH
+from stages.runtime.config import BACKWARD, DTYPES, LAYER0_CACHE, PIPELINES
 from stages.runtime.heap import HEAP_POLICIES
 from stages.train import TrainConfig, run_train
 
@@ -57,11 +57,12 @@ def _for(knob: str, default: str | None = None) -> str:
                    "keep the result: later epochs run layer 0 as dense products, with no sparse aggregation forward "
                    "or backward (same model; GAT ignores it). Costs owned nodes x features of extra memory. "
                    "'auto' = on for --device cpu, off for cuda (the cache would sit outside the bins' memory budget).")
-@click.option("--prefetch", type=click.Choice(PREFETCH), default=None,
-              help=_for("prefetch", "auto") + " Under --pipeline intra/multi, gather (on CUDA also copy in) the next bin on a second thread while "
+@click.option("--prefetch", type=str, default=None, metavar="[auto|on|off|N]",
+              help=_for("prefetch", "auto") + " g3: under --pipeline intra/multi, gather (on CUDA also copy in) the next bin on a second thread while "
                    "one computes. 'auto' = on for cuda; on the CPU only when the workers leave a core idle (threads x "
                    "local workers < cores): otherwise the thread takes a core from the compute kernels and epochs "
-                   "get slower. Same model either way.")
+                   "get slower. Mini-batch strategies: a sampler thread prepares up to N steps ahead (sampling, "
+                   "feature fetch); auto/on = 2, off = 0 (in the step). Same model either way.")
 @click.option("--backward", "backward", type=click.Choice(BACKWARD), default=None,
               help=_for("backward", "recompute") + " Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep "
                    "every bin's activations from the forward pass (faster, more memory).")

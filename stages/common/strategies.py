@@ -94,6 +94,16 @@ STRATEGIES: dict[str, StrategyInfo] = {
             planner="sancus", runtime="sancus",
             train_knobs=("layer0_cache",),
         ),
+        StrategyInfo(
+            name="distdgl",
+            summary="DistDGL: mini-batch training, neighbour sampling (--fanouts, --batch-size, --batch-order), "
+                    "remote neighbours sampled by their owners, features fetched by id, all-reduce per step.",
+            methods=("distdgl", "metis", "random", "g3", "chunk"),
+            exactness="samples neighbours (an approximation); --fanouts -1 with one batch of every training node "
+                      "is exact full-graph training; evaluation is exact full-neighbour inference",
+            planner="distdgl", runtime="distdgl",
+            train_knobs=("prefetch",), mini_batch=True,
+        ),
     )
 }
 

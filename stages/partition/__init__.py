@@ -2,11 +2,13 @@
 
 Methods: ``g3`` (multi-constraint METIS + Algorithm 1, paper §4.2), ``metis`` (plain edge-cut METIS, as DGL and
 BNS-GCN), ``random`` (hashed ids), ``chunk`` (contiguous id ranges: NeuGraph, ROC, NeutronStar) and
-``feature`` (feature-column split: NeutronTP, P3). The artifact is described in docs/ARTIFACTS.md.
+``feature`` (feature-column split: NeutronTP, P3), ``distdgl`` (METIS with DistDGL's five constraints) and
+``bytegnn`` (ByteGNN's K-hop blocks and greedy block assignment, seed paper 001 §4.2.3). The artifact is described in docs/ARTIFACTS.md.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,7 +22,7 @@ from ..common.errors import G3InputError
 from ..common.progress import make_progress
 from ..common.store import GraphStore
 
-METHODS = ("g3", "metis", "random", "chunk", "distdgl", "feature")
+METHODS = ("g3", "metis", "random", "chunk", "distdgl", "bytegnn", "feature")
 PARTITION_SCHEMA = "g3.partition"
 PARTITION_VERSION = 1
 DEFINITIONS = {
@@ -47,6 +49,10 @@ class PartitionOptions:
     max_swaps: int | None = None
     refine_steps: int | None = None  # None: 1000 x N; 0: no refinement
     remote_budget: float = 1.05  # refinement's cap on total remote, x plain METIS's total
+    bytegnn_alpha: float = 0.5  # ByteGNN balancing-score weights of train / valid / test counts (relative)
+    bytegnn_beta: float = 0.25
+    bytegnn_gamma: float = 0.25
+    bytegnn_hops: int = 2  # block radius in in-hops: the model's layers
 
     @property
     def degree_limit(self) -> float:
@@ -82,6 +88,14 @@ def check_options(o: PartitionOptions) -> None:
     if not o.remote_budget > 0.0:
         raise G3InputError(f"--remote-budget must be > 0 (a multiple of plain METIS's total remote), "
                            f"got {o.remote_budget}")
+    for name in ("alpha", "beta", "gamma"):
+        value = getattr(o, f"bytegnn_{name}")
+        if not (math.isfinite(value) and value >= 0.0):
+            raise G3InputError(f"--bytegnn-{name} must be a finite number >= 0, got {value}")
+    if not o.bytegnn_alpha + o.bytegnn_beta + o.bytegnn_gamma > 0.0:
+        raise G3InputError("--bytegnn-alpha, --bytegnn-beta and --bytegnn-gamma must not all be 0")
+    if o.bytegnn_hops < 1:
+        raise G3InputError(f"--bytegnn-hops must be >= 1 (the model's layers), got {o.bytegnn_hops}")
 
 
 def run_partition(store_path: str | Path, options: PartitionOptions, out: str | Path | None = None,
@@ -155,6 +169,14 @@ def _assign(graphs, store: GraphStore, o: PartitionOptions, timing: dict, progre
         task = progress.add_task("METIS (5 constraints: nodes, train, valid, test, arcs)", total=None)
         part = metis_partition(graphs, k, o.seed, vertex_weights=distdgl_weights(store, graphs.num_nodes),
                                ubvec=[DISTDGL_UBVEC] * 5)
+        progress.update(task, total=1, completed=1)
+    elif o.method == "bytegnn":
+        from .bytegnn import bytegnn_partition
+
+        task = progress.add_task(f"ByteGNN ({o.bytegnn_hops}-hop blocks, Algorithm 2)", total=None)
+        splits = {s: store.split_index(s) for s in ("train", "valid", "test")}
+        part, extra["bytegnn"] = bytegnn_partition(graphs, splits, k, o.seed, o.bytegnn_alpha, o.bytegnn_beta,
+                                                   o.bytegnn_gamma, o.bytegnn_hops, o.balance_tol)
         progress.update(task, total=1, completed=1)
     else:
         part, extra = _assign_g3(graphs, store, o, timing, progress)
@@ -262,6 +284,7 @@ def _summary(store, o: PartitionOptions, graphs, part, in_degree, extra: dict, t
         "search": extra.get("search"),
         "remote_trace": extra.get("remote_trace"),
         "refine": extra.get("refine"),
+        "bytegnn": extra.get("bytegnn"),
         "before": before,
         "after": after,
         **figures,

@@ -45,7 +45,7 @@ class RuntimeConfig:
     trace: bool = False  # time every span; write a Chrome-trace timeline of the last epoch per rank
     # strategy knobs (None: the strategy's default; see resolve_knobs)
     pipeline: str | None = None
-    prefetch: str | None = None  # auto | on | off: intra/multi gather the next bin on a second thread
+    prefetch: str | None = None  # auto | on | off | N: g3's next-bin gather thread; mini-batch: N steps ahead
     backward: str | None = None  # recompute | keep (each bin's activations)
     layer0_cache: str | None = None  # auto | on | off: keep layer 0's aggregation of the (fixed) input features
     feature_cache: bool | None = None  # fetch remote input features once (False: every epoch)
@@ -65,6 +65,14 @@ class RuntimeConfig:
         if mode != "auto":
             return mode == "on"
         return self.device == "cuda" or threads * local_workers < (os.cpu_count() or 1)
+
+    def prefetch_depth(self) -> int:
+        """Mini-batch strategies: how many steps the sampler thread prepares ahead (0: in the step itself).
+        auto and on = 2, off = 0, N = N."""
+        mode = self.prefetch or "auto"
+        if mode in ("auto", "on"):
+            return 2
+        return 0 if mode == "off" else int(mode)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -87,6 +95,9 @@ def resolve_knobs(cfg: RuntimeConfig, info: StrategyInfo) -> None:
         if knob in info.train_knobs:
             if value is None:
                 setattr(cfg, knob, KNOB_DEFAULTS[knob])
+            elif knob == "prefetch" and value not in PREFETCH and not info.mini_batch:
+                raise G3InputError(f"--prefetch {value}: a step count applies to mini-batch strategies; the "
+                                   f"{info.name} strategy takes {', '.join(PREFETCH)}")
         elif value is not None:
             raise G3InputError(f"{flag} does not apply to the {info.name} strategy of this plan (it applies to "
                                f"{', '.join(s for s in _strategies_with(knob)) or 'no strategy'})")
@@ -110,6 +121,8 @@ def check_runtime(cfg: RuntimeConfig) -> None:
         raise G3InputError(f"--dtype {cfg.dtype} is not one of {', '.join(DTYPES)}")
     if not (0.0 <= cfg.dropout < 1.0):
         raise G3InputError("--dropout must be in [0, 1)")
+    if cfg.prefetch is not None and cfg.prefetch not in PREFETCH and not (cfg.prefetch.isdigit()):
+        raise G3InputError(f"--prefetch {cfg.prefetch} is not one of {', '.join(PREFETCH)} or a step count >= 0")
     if cfg.threads is not None and cfg.threads < 1:
         raise G3InputError("--threads must be >= 1")
     if not (cfg.timeout > 0 and math.isfinite(cfg.timeout)):

@@ -1,0 +1,82 @@
+"""The ``distdgl`` strategy's planner: the sampling options of a DistDGL run, and the boundary tables its exact
+full-neighbour evaluation uses (``boundary.py``, as ``bns-gcn``'s)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..common.errors import G3InputError
+from ..common.strategies import PlanOption
+from .boundary import plan_boundary
+from .context import PlanContext
+
+
+def parse_fanouts(text: str) -> list[int]:
+    try:
+        fanouts = [int(f) for f in text.split(",")]
+    except ValueError:
+        raise ValueError("expected comma-separated integers, e.g. 25,10") from None
+    if not fanouts or any(f == 0 or f < -1 for f in fanouts):
+        raise ValueError("every fanout must be a positive integer or -1 (all neighbours)")
+    return fanouts
+
+
+def parse_batch_size(text: str) -> int:
+    try:
+        b = int(text)
+    except ValueError:
+        raise ValueError("expected a positive integer") from None
+    if b < 1:
+        raise ValueError("the batch size must be at least 1")
+    return b
+
+
+def parse_order(text: str) -> str:
+    if text not in ("local", "global"):
+        raise ValueError("expected local or global")
+    return text
+
+
+SAMPLING_OPTIONS = (
+    PlanOption("fanouts", "--fanouts", "25,10", parse=parse_fanouts, metavar="F1,F2,…",
+               help="Neighbours sampled per node at each hop, the TARGETS' fanout FIRST (25,10: 25 neighbours of "
+                    "each target, then 10 of each of those), as G3 and P3 write it; one per layer; -1 = every "
+                    "neighbour. Uniform without replacement, min(fanout, degree), chosen by a hash of (seed, epoch, "
+                    "step, hop, node, position): the same neighbours whatever K, threads or prefetch."),
+    PlanOption("batch_size", "--batch-size", "1000", parse=parse_batch_size, metavar="B",
+               help="Target (training) nodes per batch: per worker with --batch-order local, in all with global."),
+    PlanOption("batch_order", "--batch-order", "local", parse=parse_order, metavar="local|global",
+               help="local (DistDGL): each worker shuffles its own training nodes every epoch; every rank runs "
+                    "the largest batch count, a rank out of batches adds zero gradient. global: one permutation "
+                    "of all training nodes per epoch, global step s = batch s, each worker computing the targets "
+                    "it owns — the same batches for any K."),
+)
+OPTIONS = SAMPLING_OPTIONS
+
+
+def check_sampling(ctx: PlanContext) -> list[int]:
+    """The per-worker training node counts, after checking the options fit the model and the partition."""
+    fanouts = ctx.options["fanouts"]
+    if len(fanouts) != ctx.spec.layers:
+        raise G3InputError(f"--fanouts {','.join(map(str, fanouts))} has {len(fanouts)} hops but the model has "
+                           f"{ctx.spec.layers} layers (give one fanout per layer)", path=ctx.part)
+    train = [int(len(np.asarray(s.load("train")))) for s in ctx.shards]
+    if sum(train) == 0:
+        raise G3InputError("the partition has no training nodes: nothing to sample batches from", path=ctx.part)
+    if ctx.options.get("batch_order", "local") == "local":
+        empty = [r for r, n in enumerate(train) if n == 0]
+        if empty:
+            raise G3InputError(f"worker {empty[0]} owns no training nodes, so --batch-order local gives it no "
+                               "batch ever: partition with --method distdgl (balances training nodes), or use "
+                               "--batch-order global", path=ctx.part)
+    return train
+
+
+def plan(tmp: Path, ctx: PlanContext) -> dict:
+    train = check_sampling(ctx)
+    workers = plan_boundary(tmp, ctx, "planning workers (distdgl: evaluation tables)")
+    for w, n in zip(workers, train, strict=True):
+        w["num_train"] = n
+    return {"workers": workers}

@@ -1,0 +1,141 @@
+"""Neighbour sampling for mini-batch strategies: counter-based, so a node's neighbours do not depend on who asks.
+
+The neighbours of node ``v`` at (seed, epoch, step, hop) are drawn from ``v``'s in-neighbours **in ascending
+global id** by Floyd's algorithm (uniform, without replacement, ``min(fanout, degree)`` of them; ``fanout``
+−1 = all), every random number a 64-bit hash of (key, v, position): no generator state. Two workers, or one
+process, asking about ``v`` get the same neighbours in the same order, whatever the worker count, the thread
+count or the prefetch depth (``tests/test_minibatch.py``).
+
+A mini-batch's message-flow graph is then built hop by hop (:func:`build_blocks`): the last layer's block has
+the step's targets as destinations and their sampled neighbours as further sources (destinations first, the
+:class:`~stages.runtime.block.Block` convention); each earlier layer's destinations are the next layer's
+sources. ``fanouts[0]`` is the targets' fanout (the last layer), ``fanouts[1]`` their neighbours', and so on —
+"(25, 10)" as G3 and P3 write it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+_M64 = (1 << 64) - 1
+
+
+def _mix64_py(z: int) -> int:
+    """splitmix64's finaliser on Python ints (the key's derivation)."""
+    z = (z + 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def sample_key(seed: int, epoch: int, step: int, hop: int) -> int:
+    """The 64-bit key of one hop of one step: every draw of that hop hashes it with (node, position)."""
+    k = _mix64_py(seed & _M64)
+    for part in (epoch, step, hop):
+        k = _mix64_py(k ^ (part & _M64))
+    return k
+
+
+def signed64(key: int) -> int:
+    """A 64-bit key as the signed integer numba takes (the same bits)."""
+    return key - (1 << 64) if key >= 1 << 63 else key
+
+
+@numba.njit(cache=True, inline="always")
+def _mix64(z):
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(cache=True)
+def _draw(indptr, nbrs, rows, nodes, fanout, key, offsets, out):
+    """Floyd's algorithm per row, positions hashed from (key, node, j), written in ascending order."""
+    ukey = np.uint64(key)
+    chosen = np.empty(max(fanout, 1), dtype=np.int64)
+    for i in range(len(rows)):
+        start = indptr[rows[i]]
+        d = indptr[rows[i] + 1] - start
+        o = offsets[i]
+        if fanout < 0 or d <= fanout:
+            for j in range(d):
+                out[o + j] = nbrs[start + j]
+            continue
+        node_key = _mix64(ukey ^ _mix64(np.uint64(nodes[i])))
+        m = 0
+        for j in range(d - fanout, d):
+            t = np.int64(_mix64(node_key ^ np.uint64(j)) % np.uint64(j + 1))
+            seen = False
+            for c in range(m):
+                if chosen[c] == t:
+                    seen = True
+                    break
+            chosen[m] = j if seen else t
+            m += 1
+        picked = np.sort(chosen[:m])
+        for c in range(m):
+            out[o + c] = nbrs[start + picked[c]]
+
+
+def sample_rows(indptr: np.ndarray, nbrs: np.ndarray, rows: np.ndarray, nodes: np.ndarray, fanout: int,
+                key: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sample the neighbours of ``nodes`` (global ids), whose rows in the CSR ``indptr``/``nbrs`` (neighbours as
+    global ids, ascending within a row) are ``rows``. Returns ``(counts [n], neighbours [sum(counts)])``, each
+    node's neighbours in ascending global id."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+    degree = indptr[rows + 1] - indptr[rows]
+    counts = degree if fanout < 0 else np.minimum(degree, fanout)
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    out = np.empty(int(offsets[-1]), dtype=np.int64)
+    _draw(indptr, nbrs, rows, nodes, int(fanout), signed64(key), offsets, out)
+    return counts, out
+
+
+def sorted_rows_by_global(indptr: np.ndarray, local_indices: np.ndarray, global_ids: np.ndarray) -> np.ndarray:
+    """A CSR's neighbour lists as global ids, ascending within each row (the order sampling positions refer
+    to), vectorised: one lexsort by (row, global id)."""
+    nbrs = np.asarray(global_ids, dtype=np.int64)[np.asarray(local_indices, dtype=np.int64)]
+    row = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
+    return nbrs[np.lexsort((nbrs, row))]
+
+
+@dataclass
+class SampledBlock:
+    """One layer of a mini-batch: ``dst`` (global ids) are the first ``len(dst)`` of ``src``; ``indptr`` /
+    ``indices`` the in-arcs of every destination over positions in ``src``."""
+
+    dst: np.ndarray
+    src: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+
+
+# ``sample(nodes, fanout, hop) -> (counts, neighbours)``: whoever holds the nodes' in-edges answers
+Sampler = Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray]]
+
+
+def build_blocks(targets: np.ndarray, fanouts: list[int], sample: Sampler) -> list[SampledBlock]:
+    """The blocks of a mini-batch, first layer first. ``targets``: the step's target nodes (global ids);
+    ``fanouts[h]``: neighbours per node at hop ``h`` (hop 0 = the targets, i.e. the last layer)."""
+    blocks = []
+    dst = np.asarray(targets, dtype=np.int64)
+    for hop, fanout in enumerate(fanouts):
+        counts, nbrs = sample(dst, fanout, hop)
+        src = np.concatenate([dst, np.setdiff1d(nbrs, dst)])  # destinations first, then the others ascending
+        order = np.argsort(src, kind="stable")
+        pos = order[np.searchsorted(src[order], nbrs)]
+        indptr = np.zeros(len(dst) + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        blocks.append(SampledBlock(dst, src, indptr, pos.astype(np.int64)))
+        dst = src
+    return blocks[::-1]
+
+
+__all__ = ["sample_key", "signed64", "sample_rows", "sorted_rows_by_global", "build_blocks", "SampledBlock", "Sampler"]

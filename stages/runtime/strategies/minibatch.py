@@ -1,0 +1,222 @@
+"""What every mini-batch strategy shares: batches of target nodes, their sampled message-flow graphs, the remote
+features they read, a background sampler, and exact full-neighbour inference.
+
+An epoch is ``steps(epoch)`` steps, the same on every rank. A step's targets come from :meth:`batch` (the
+strategy's batch order); its blocks from :func:`~stages.runtime.neighbor_sampler.build_blocks` with the
+strategy's :meth:`sample` (who holds a node's in-edges answers for it); the input features of the first
+block's sources are the worker's own rows or fetched by global id through the transport (sizes, ids, rows).
+Preparing a step — batch, sampling, fetch — never reads the weights, so a background thread
+(``g3 train --prefetch N``: N steps ahead, ``off`` = in the step itself) changes nothing but the time.
+
+Dropout is keyed by (epoch, step) (:func:`step_key`), sampling by (seed, epoch, step, hop), so a run is
+reproducible and a resumed run (checkpoints are taken at epoch ends; the sampler keeps no state beyond the
+epoch and step it is asked for) equals an uninterrupted one. Evaluation is the layer-synchronous strategies'
+exact full-neighbour inference of every owned node (boundary tables in the plan), so every strategy's accuracy
+is measured the same way.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..block import Block
+from ..neighbor_sampler import SampledBlock, sample_key, signed64
+from ..transport import PartitionBook, Transport
+from .base import StepOutput, WorkerContext
+from .layersync import LayerSyncStrategy
+
+_M32 = (1 << 32) - 1
+
+
+def step_key(epoch: int, step: int) -> int:
+    """The dropout masks' "epoch" of a step: ``epoch`` itself at step 0 (so one batch of every training node is
+    full-graph training, masks included), other steps spread by a multiplicative hash."""
+    return (epoch ^ (step * 0x9E3779B1)) & _M32
+
+
+@numba.njit(cache=True)
+def _hash_ids(key, ids, out):
+    k = np.uint64(key)
+    for i in range(len(ids)):
+        z = (k ^ np.uint64(ids[i])) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        out[i] = z ^ (z >> np.uint64(31))
+
+
+def shuffled(ids: np.ndarray, seed: int, epoch: int, stream: int = 0) -> np.ndarray:
+    """``ids`` in the order of a hash of (seed, epoch, stream, id): a permutation any worker computes alike."""
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    keys = np.empty(len(ids), dtype=np.uint64)
+    _hash_ids(signed64(sample_key(seed, epoch, stream, 0x0BA7C4)), ids,
+              keys.view(np.int64))
+    return ids[np.lexsort((ids, keys))]
+
+
+@dataclass
+class PreparedStep:
+    """A step's inputs, made by the sampler: targets (global ids), blocks (first layer first), the first
+    block's source features and, for models that need them, the sources' global (in, out) degrees."""
+
+    targets: np.ndarray
+    global_targets: int | None
+    blocks: list[SampledBlock]
+    x0: torch.Tensor
+    degrees: torch.Tensor | None
+    seconds: dict
+
+
+class MiniBatchStrategy(LayerSyncStrategy):
+    """Base of the mini-batch strategies; a subclass gives :meth:`steps`, :meth:`batch` and :meth:`sample`."""
+
+    mini_batch = True
+
+    def __init__(self, ctx: WorkerContext, model):
+        super().__init__(ctx, model)
+        self.book = PartitionBook.open(ctx.part, ctx.world)
+        self.owned_global = self.global_ids[: self.n_own].numpy()  # ascending
+        self.train_global = self.owned_global[self.train_rows.numpy()]
+        self.needs_degrees = ctx.spec.kind == "gcn"
+        self.in_degree = np.asarray(ctx.shard.load("in_degree"), dtype=np.int64)[: self.n_own]
+        self.out_degree = np.asarray(ctx.shard.load("out_degree"), dtype=np.int64)[: self.n_own]
+        self.depth = ctx.cfg.prefetch_depth()
+        self.sampling_tr = self._sampling_transport()
+        self._queue: queue.Queue | None = None
+        self._thread: threading.Thread | None = None
+        self._out: torch.Tensor | None = None
+
+    def _sampling_transport(self) -> Transport:
+        """The sampler's own gloo group (its collectives run on the sampler thread while the compute thread
+        all-reduces gradients on the default group, which on the CPU is also the P2P one), counting into the
+        same statistics and tracer as the strategy's transport."""
+        if self.ctx.world == 1 or not dist.is_initialized():
+            return self.tr
+        from datetime import timedelta
+
+        group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.cfg.timeout))
+        tr = Transport(group, self.rank, self.ctx.world, self.tracer, self.cfg.timeout)
+        tr.stats = self.tr.stats
+        return tr
+
+    # --- what a mini-batch strategy defines --------------------------------------------------------------
+    def batch(self, epoch: int, step: int) -> tuple[np.ndarray, int | None]:
+        """This rank's targets of the step (owned global ids) and the step's global target count (None: the
+        loop adds the ranks' counts)."""
+        raise NotImplementedError
+
+    def blocks(self, epoch: int, step: int, targets: np.ndarray) -> list[SampledBlock]:
+        raise NotImplementedError
+
+    # --- preparing a step (sampler side: never reads the weights) ----------------------------------------
+    def prepare(self, epoch: int, step: int) -> PreparedStep:
+        t0 = time.perf_counter()
+        targets, global_targets = self.batch(epoch, step)
+        blocks = self.blocks(epoch, step, targets)
+        t1 = time.perf_counter()
+        sources = blocks[0].src if blocks else targets
+        x0, degrees = self.gather_inputs(sources)
+        t2 = time.perf_counter()
+        return PreparedStep(targets, global_targets, blocks, x0, degrees, {"sample": t1 - t0, "fetch": t2 - t1})
+
+    def gather_inputs(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Input features of ``nodes`` (global ids): own rows locally, the others fetched from their owners (one
+        collective: every rank calls it once per step); with GCN also their global (in, out) degrees."""
+        owner = self.book.owner[nodes]
+        mine = owner == self.rank
+        local = self.book.local[nodes[mine]]
+        x = torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
+        x[torch.from_numpy(np.flatnonzero(mine))] = self.features[torch.from_numpy(local)]
+        others = nodes[~mine]
+        rows = self.sampling_tr.fetch(others, self.book, lambda ids: self.features[torch.from_numpy(ids)],
+                             self.features.shape[1], self.features.dtype, "features0")
+        x[torch.from_numpy(np.flatnonzero(~mine))] = rows
+        degrees = None
+        if self.needs_degrees:
+            own_deg = np.stack([self.in_degree, self.out_degree], axis=1)
+            degrees = torch.empty((len(nodes), 2), dtype=torch.int64)
+            degrees[torch.from_numpy(np.flatnonzero(mine))] = torch.from_numpy(own_deg[local])
+            degrees[torch.from_numpy(np.flatnonzero(~mine))] = self.sampling_tr.fetch(
+                others, self.book, lambda ids: torch.from_numpy(own_deg[ids]), 2, torch.int64, "degrees0")
+        return x, degrees
+
+    def _next(self, epoch: int, step: int) -> PreparedStep:
+        if self.depth == 0:
+            return self.prepare(epoch, step)
+        if step == 0:
+            self._start_sampler(epoch)
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        if step == self.steps(epoch) - 1:
+            self._thread.join()
+        return item
+
+    def _start_sampler(self, epoch: int) -> None:
+        """A thread preparing every step of ``epoch`` in order, at most ``depth`` ahead of the compute."""
+        self._queue = q = queue.Queue(maxsize=self.depth)
+
+        def run() -> None:
+            try:
+                for s in range(self.steps(epoch)):
+                    q.put(self.prepare(epoch, s))
+            except BaseException as exc:  # handed to the compute thread, which raises it
+                q.put(exc)
+
+        self._thread = threading.Thread(target=run, daemon=True, name="sampler")
+        self._thread.start()
+
+    # --- the interface ----------------------------------------------------------------------------------
+    def forward(self, epoch: int, step: int) -> StepOutput:
+        self.epoch = epoch
+        prep = self._next(epoch, step)
+        self.timers["sample"] += prep.seconds["sample"]
+        self.timers["fetch"] += prep.seconds["fetch"]
+        self.timers["sampled_arcs"] += sum(len(b.indices) for b in prep.blocks)
+        self.timers["fetched_rows"] += int((self.book.owner[prep.blocks[0].src] != self.rank).sum()) \
+            if prep.blocks else 0
+        labels = self.labels[torch.from_numpy(self.book.local[prep.targets])]
+        if len(prep.targets) == 0:  # out of batches (local order): no compute, zero gradient
+            self._out = None
+            empty = torch.zeros((0, self.ctx.spec.widths[-1]), dtype=self.features.dtype)
+            return StepOutput(empty, labels, torch.arange(0), prep.global_targets)
+        key = step_key(epoch, step)
+        x = prep.x0.to(self.device)
+        for li, sb in enumerate(prep.blocks):
+            block = self._block(sb, prep.degrees)
+            with self.compute_span(f"L{li}", layer=li, phase="fwd", nodes=block.n_dst, arcs=block.nnz,
+                                   srcs=block.n_src), torch.enable_grad():
+                x = self.model.layer_forward(li, block, x, key, self.cfg.dropout, self.cfg.seed, True)
+        self._out = x
+        return StepOutput(x.detach().cpu(), labels, torch.arange(len(prep.targets)), prep.global_targets)
+
+    def _block(self, sb: SampledBlock, degrees: torch.Tensor | None) -> Block:
+        n_dst, n_src = len(sb.dst), len(sb.src)
+        if degrees is None:  # SAGE and GAT read no degrees
+            in_deg, out_deg = torch.zeros(n_dst), torch.zeros(n_src)
+        else:  # every block's sources are a prefix of the first block's (destinations first, hop by hop)
+            in_deg, out_deg = degrees[:n_dst, 0].double(), degrees[:n_src, 1].double()
+        return Block(n_dst=n_dst, n_src=n_src, indptr=torch.from_numpy(sb.indptr),
+                     indices=torch.from_numpy(sb.indices), src_out_degree=out_deg, dst_in_degree=in_deg,
+                     dst_global=torch.from_numpy(sb.dst)).to(self.device)
+
+    def backward(self, grad_logits: torch.Tensor) -> None:
+        if self._out is not None and self._out.requires_grad:
+            with self.compute_span("bwd", phase="bwd"):
+                torch.autograd.backward(self._out, grad_logits.to(self._out.device, dtype=self._out.dtype))
+        self._out = None
+
+    def stats(self) -> dict:
+        return {**super().stats(), "sample_seconds": self.timers["sample"], "fetch_seconds": self.timers["fetch"],
+                "sampled_arcs": int(self.timers["sampled_arcs"]), "fetched_rows": int(self.timers["fetched_rows"])}
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
