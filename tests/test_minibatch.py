@@ -1,0 +1,168 @@
+"""Mini-batch strategies (`distdgl`): the sampler, batch orders against an independent single-process reference,
+the exact special case (fanout −1, one batch of every training node = full-graph training), prefetch and
+threads, resume, bad options.
+
+Every run is real: `g3 partition` (METIS included), `g3 plan --strategy distdgl`, `g3 train` with
+torch.distributed processes; remote neighbours are sampled by their owners and features fetched by id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from reference import reference_train
+from reference_minibatch import global_batches, minibatch_train, union_of_local_batches
+from test_strategies import partitions  # noqa: F401 - the fixture
+from test_train import invoke, max_weight_diff, ref_graph
+
+from stages.runtime.neighbor_sampler import build_blocks, sample_key, sample_rows, sorted_rows_by_global
+
+EPOCHS, LR, DROPOUT, SEED = 3, 0.02, 0.3, 7
+
+
+def run_distdgl(part: Path, tmp: Path, model: str = "sage", fanouts: str = "3,2", batch: int = 40,
+                order: str = "global", train: tuple[str, ...] = (), epochs: int = EPOCHS, out: str = "run") -> Path:
+    plan, run = tmp / "plan", tmp / out
+    if not plan.exists():
+        r = invoke(["plan", str(part), "--strategy", "distdgl", "--model", model, "--hidden", "6", "--fanouts", fanouts,
+                    "--batch-size", str(batch), "--batch-order", order, "-o", str(plan)])
+        assert r.exit_code == 0, r.output
+    k = json.loads((part / "partition.json").read_text())["num_partitions"]
+    r = invoke(["train", str(plan), "--epochs", str(epochs), "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
+                str(SEED), "--workers", str(k), "--dtype", "float64", "--eval-every", "0", "--threads", "1",
+                "-o", str(run), *train])
+    assert r.exit_code == 0, r.output
+    return run
+
+
+def weights(run: Path) -> tuple[dict, dict]:
+    return torch.load(run / "init.pt", weights_only=True), torch.load(run / "model.pt", weights_only=True)
+
+
+# --- the sampler ---------------------------------------------------------------------------------------------
+def test_the_sampler_is_uniform_without_replacement_and_the_same_whoever_asks():
+    rng = np.random.default_rng(0)
+    n = 300
+    deg = rng.integers(0, 40, n)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    nbrs = np.concatenate([np.sort(rng.choice(n, d, replace=False)) for d in deg]).astype(np.int64)
+    nodes = np.arange(n)
+    key = sample_key(3, 1, 2, 0)
+    counts, got = sample_rows(indptr, nbrs, nodes, nodes, 8, key)
+    assert np.array_equal(counts, np.minimum(deg, 8))
+    per_node = np.split(got, np.cumsum(counts)[:-1])
+    for v, picked in enumerate(per_node):
+        row = nbrs[indptr[v] : indptr[v + 1]]
+        assert len(set(picked.tolist())) == len(picked) and set(picked.tolist()) <= set(row.tolist())
+        assert np.all(np.diff(picked) > 0)  # ascending global id
+        if deg[v] <= 8:
+            assert np.array_equal(picked, row)  # fewer than the fanout: all of them
+    # asked in another order, or a subset, by "another worker": the same neighbours per node
+    sub = rng.permutation(n)[:50]
+    c2, g2 = sample_rows(indptr, nbrs, sub, sub, 8, key)
+    for v, picked in zip(sub, np.split(g2, np.cumsum(c2)[:-1]), strict=True):
+        assert np.array_equal(picked, per_node[v])
+    # fanout -1: every neighbour
+    c3, g3 = sample_rows(indptr, nbrs, nodes, nodes, -1, key)
+    assert np.array_equal(c3, deg) and np.array_equal(g3, nbrs)
+    # uniform: each of a 39-neighbour row's entries drawn about 8/39 of the time over 4000 keys
+    v = int(np.argmax(deg))
+    hits = Counter()
+    for e in range(4000):
+        hits.update(sample_rows(indptr, nbrs, np.array([v]), np.array([v]), 8, sample_key(0, e, 0, 0))[1].tolist())
+    freq = np.array([hits[u] for u in nbrs[indptr[v] : indptr[v + 1]]]) / 4000
+    assert np.abs(freq - 8 / deg[v]).max() < 0.04, freq
+    # another key draws differently
+    assert not np.array_equal(sample_rows(indptr, nbrs, nodes, nodes, 8, sample_key(3, 1, 2, 1))[1], got)
+
+
+def test_blocks_put_destinations_first_and_chain_layers():
+    indptr = np.array([0, 2, 4, 5, 6, 6], dtype=np.int64)
+    nbrs = sorted_rows_by_global(indptr, np.array([1, 2, 0, 3, 4, 0]), np.arange(5))
+    blocks = build_blocks(np.array([0, 3]), [-1, -1], lambda nodes, f, h: sample_rows(indptr, nbrs, nodes, nodes, f, 0))
+    last, first = blocks[1], blocks[0]
+    # in-neighbours: 0 <- 1, 2; 1 <- 0, 3; 2 <- 4; 3 <- 0; 4 <- none
+    assert last.dst.tolist() == [0, 3] and last.src.tolist() == [0, 3, 1, 2]
+    assert last.src[last.indices].tolist() == [1, 2, 0] and last.indptr.tolist() == [0, 2, 3]
+    assert np.array_equal(first.dst, last.src)  # a layer's destinations are the next layer's sources
+    assert first.src.tolist() == [0, 3, 1, 2, 4]
+    assert first.src[first.indices].tolist() == [1, 2, 0, 0, 3, 4]
+
+
+# --- against the single-process references -------------------------------------------------------------------
+@pytest.mark.parametrize("model,k,method", [("sage", 1, "metis"), ("sage", 2, "distdgl"), ("gcn", 4, "random")])
+def test_global_order_is_the_reference_for_any_k(store, partitions, tmp_path, model, k, method):  # noqa: F811
+    run = run_distdgl(partitions(method, k), tmp_path, model)
+    init, final = weights(run)
+    graph = ref_graph(store)
+    expected = minibatch_train(model, init, graph, global_batches(graph, 40, SEED), [3, 2], EPOCHS, LR, DROPOUT, SEED)
+    assert max_weight_diff(final, expected) <= 1e-5
+    assert max_weight_diff(final, init) > 1e-3
+    rec = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rec[0]["steps"] == -(-int(graph.train_mask.sum()) // 40)
+    if k > 1:  # remote neighbours sampled by their owners, remote features fetched by id
+        phases = rec[0]["workers"][0]["bytes_sent_per_phase"]
+        assert phases.get("sample", 0) > 0 and phases.get("features0", 0) > 0
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_local_order_equals_one_process_fed_the_union_batches(store, partitions, tmp_path, k):  # noqa: F811
+    part = partitions("distdgl", k)
+    run = run_distdgl(part, tmp_path, "sage", order="local", batch=15)
+    init, final = weights(run)
+    graph = ref_graph(store)
+    assignment = np.load(part / "assignment.npy").astype(np.int64)
+    batches = union_of_local_batches(graph, assignment, k, 15, SEED)
+    expected = minibatch_train("sage", init, graph, batches, [3, 2], EPOCHS, LR, DROPOUT, SEED)
+    assert max_weight_diff(final, expected) <= 1e-5
+
+
+def test_every_neighbour_in_one_batch_is_full_graph_training(store, partitions, tmp_path):  # noqa: F811
+    """Fanout −1 and one batch of every training node: the exact special case, dropout masks included."""
+    run = run_distdgl(partitions("metis", 2), tmp_path, "gcn", fanouts="-1,-1", batch=100_000)
+    init, final = weights(run)
+    expected = reference_train("gcn", init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED)
+    assert max_weight_diff(final, expected) <= 1e-5
+
+
+def test_prefetch_and_threads_change_nothing_and_resume_equals_uninterrupted(partitions, tmp_path):  # noqa: F811
+    part = partitions("distdgl", 2)
+    base = run_distdgl(part, tmp_path, train=("--prefetch", "off"), epochs=4, out="base")
+    ahead = run_distdgl(part, tmp_path, train=("--prefetch", "3"), epochs=4, out="ahead")
+    assert max_weight_diff(weights(base)[1], weights(ahead)[1]) == 0.0
+    cut = run_distdgl(part, tmp_path, train=("--checkpoint-every", "2"), epochs=2, out="cut")
+    resumed = run_distdgl(part, tmp_path, train=("--resume", "--checkpoint-every", "2"), epochs=4, out="cut")
+    assert resumed == cut and max_weight_diff(weights(base)[1], weights(cut)[1]) == 0.0
+
+
+# --- bad input -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args,message", [
+    (("--fanouts", ""), "fanout"), (("--fanouts", "25,0"), "positive integer or -1"),
+    (("--fanouts", "10,-2"), "positive integer or -1"), (("--fanouts", "a,b"), "comma-separated"),
+    (("--fanouts", "5,5,5"), "3 hops but the model has 2 layers"), (("--batch-size", "0"), "at least 1"),
+    (("--batch-order", "random"), "local or global"),
+])
+def test_bad_sampling_options_are_one_line(partitions, tmp_path, args, message):  # noqa: F811
+    r = invoke(["plan", str(partitions("metis", 2)), "--strategy", "distdgl", *args, "-o", str(tmp_path / "p")])
+    assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert not (tmp_path / "p").exists()
+
+
+def test_local_order_refuses_a_worker_without_training_nodes(tmp_path):
+    store, part = tmp_path / "s", tmp_path / "part"
+    assert invoke(["ingest", "synthetic:tiny", str(store), "--split", "0.004,0.1,0.896"]).exit_code == 0
+    assert invoke(["partition", str(store), "--workers", "8", "--method", "chunk", "-o", str(part)]).exit_code == 0
+    trains = [len(np.load(part / f"part-{w:05d}" / "train.npy")) for w in range(8)]
+    assert 0 in trains, trains  # the precondition: 8 training nodes over 8 chunks leave one without
+    r = invoke(["plan", str(part), "--strategy", "distdgl", "-o", str(tmp_path / "p")])
+    assert r.exit_code == 2 and "owns no training nodes" in r.output and "--batch-order global" in r.output
+    r = invoke(["plan", str(part), "--strategy", "distdgl", "--batch-order", "global", "-o", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    r = invoke(["train", str(tmp_path / "p"), "--prefetch", "2x", "-o", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "--prefetch 2x" in r.output
