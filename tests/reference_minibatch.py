@@ -95,3 +95,65 @@ def union_of_local_batches(graph: RefGraph, assignment: np.ndarray, k: int, batc
         perms = [shuffled(t, seed, epoch) for t in per_worker]
         return [np.concatenate([p[s * batch_size : (s + 1) * batch_size] for p in perms]) for s in range(steps)]
     return batches
+
+
+def cluster_batches(assignment: np.ndarray, clusters: list[np.ndarray], per_batch: int, seed: int
+                    ) -> Callable[[int], list[list[np.ndarray]]]:
+    """ClusterGCN's steps seen by one process: per step, every worker's chosen nodes (global ids), from each
+    worker's clusters of its own nodes (``clusters[w]`` over its nodes in ascending id)."""
+    owned = [np.flatnonzero(assignment == w) for w in range(len(clusters))]
+    counts = [int(c.max()) + 1 if len(c) else 0 for c in clusters]
+    steps = max(-(-c // per_batch) for c in counts)
+
+    def batches(epoch: int) -> list[list[np.ndarray]]:
+        out = []
+        for s in range(steps):
+            step = []
+            for w, c in enumerate(clusters):
+                order = shuffled(np.arange(counts[w]), seed, epoch, stream=w)
+                step.append(owned[w][np.isin(c, order[s * per_batch : (s + 1) * per_batch])])
+            out.append(step)
+        return out
+    return batches
+
+
+def cluster_train(kind: str, params_init: dict, graph: RefGraph, batches, epochs: int, lr: float, dropout: float,
+                  seed: int) -> dict:
+    """Train on the union of every worker's induced subgraph per step (arcs only among one worker's chosen
+    nodes; GCN with the subgraph's degrees); returns the final parameters."""
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in params_init.items()}
+    opt = torch.optim.Adam(list(params.values()), lr=lr)
+    num_layers = _num_layers(params)
+    n = graph.num_nodes
+    src_all, dst_all = (t.numpy() for t in graph.arcs())
+    ids = torch.arange(n)
+    train = labelled_train(graph)
+    for epoch in range(epochs):
+        for step, chosen in enumerate(batches(epoch)):
+            group = np.full(n, -1)
+            for w, nodes in enumerate(chosen):
+                group[nodes] = w
+            keep = (group[src_all] >= 0) & (group[src_all] == group[dst_all])
+            src, dst = src_all[keep], dst_all[keep]
+            order = np.argsort(dst, kind="stable")
+            ptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(dst, minlength=n), out=ptr[1:])
+            dtype = next(iter(params.values())).dtype
+            g = RefGraph(torch.from_numpy(ptr), torch.from_numpy(src[order]),
+                         torch.from_numpy(np.bincount(dst, minlength=n)).to(dtype),
+                         torch.from_numpy(np.bincount(src, minlength=n)).to(dtype), graph.x, graph.y, graph.train_mask)
+            targets = torch.from_numpy(train[group[train] >= 0])
+            if len(targets) == 0:
+                continue
+            opt.zero_grad()
+            h = graph.x.to(dtype)
+            for li in range(num_layers):
+                h = (_sage if kind == "sage" else _gcn)(params, f"layers.{li}.", h, g)
+                if li < num_layers - 1:
+                    h = torch.relu(h)
+                    if dropout > 0:
+                        h = h * dropout_mask(seed, step_key(epoch, step), li, ids, h.shape[1], dropout, dtype=h.dtype)
+            loss = F.cross_entropy(h[targets], graph.y[targets], reduction="sum") / len(targets)
+            loss.backward()
+            opt.step()
+    return {k: v.detach().clone() for k, v in params.items()}

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 from reference import reference_train
-from reference_minibatch import global_batches, minibatch_train, union_of_local_batches
+from reference_minibatch import (cluster_batches, cluster_train, global_batches, minibatch_train,
+                                 union_of_local_batches)
 from test_strategies import partitions  # noqa: F401 - the fixture
 from test_train import invoke, max_weight_diff, ref_graph
 
@@ -166,3 +167,48 @@ def test_local_order_refuses_a_worker_without_training_nodes(tmp_path):
     assert r.exit_code == 0, r.output
     r = invoke(["train", str(tmp_path / "p"), "--prefetch", "2x", "-o", str(tmp_path / "r")])
     assert r.exit_code == 2 and "--prefetch 2x" in r.output
+
+
+# --- clustergcn ----------------------------------------------------------------------------------------------
+def run_clustergcn(part: Path, tmp: Path, model: str, clusters: int, per_batch: int) -> Path:
+    plan, run = tmp / "plan", tmp / "run"
+    r = invoke(["plan", str(part), "--strategy", "clustergcn", "--model", model, "--hidden", "6", "--clusters",
+                str(clusters), "--clusters-per-batch", str(per_batch), "-o", str(plan)])
+    assert r.exit_code == 0, r.output
+    k = json.loads((part / "partition.json").read_text())["num_partitions"]
+    r = invoke(["train", str(plan), "--epochs", str(EPOCHS), "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
+                str(SEED), "--workers", str(k), "--dtype", "float64", "--eval-every", "0", "--threads", "1",
+                "-o", str(run)])
+    assert r.exit_code == 0, r.output
+    return run
+
+
+def test_clustergcn_one_worker_one_cluster_is_full_graph_training(store, partitions, tmp_path):  # noqa: F811
+    run = run_clustergcn(partitions("metis", 1), tmp_path, "gcn", 1, 1)
+    init, final = weights(run)
+    expected = reference_train("gcn", init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED)
+    assert max_weight_diff(final, expected) <= 1e-5
+
+
+@pytest.mark.parametrize("model,k", [("sage", 2), ("gcn", 4)])
+def test_clustergcn_equals_one_process_on_the_union_of_cluster_subgraphs(store, partitions, tmp_path, model, k):  # noqa: F811
+    part = partitions("metis", k)
+    run = run_clustergcn(part, tmp_path, model, 6, 2)
+    init, final = weights(run)
+    clusters = [np.load(tmp_path / "plan" / f"worker-{w:05d}" / "clusters.npy") for w in range(k)]
+    for w, c in enumerate(clusters):  # every owned node in exactly one of (at most) 6 clusters
+        assert len(c) == json.loads((part / "partition.json").read_text())["partitions"][w]["nodes"]
+        assert c.min() == 0 and c.max() < 6
+    assignment = np.load(part / "assignment.npy").astype(np.int64)
+    expected = cluster_train(model, init, ref_graph(store), cluster_batches(assignment, clusters, 2, SEED), EPOCHS,
+                             LR, DROPOUT, SEED)
+    assert max_weight_diff(final, expected) <= 1e-5
+    full = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED)
+    assert max_weight_diff(final, full) > 1e-4  # dropping arcs changed the model
+
+
+@pytest.mark.parametrize("args,message", [(("--clusters", "0"), "cluster count must be at least 1"),
+                                          (("--clusters-per-batch", "x"), "positive integer")])
+def test_bad_cluster_options_are_one_line(partitions, tmp_path, args, message):  # noqa: F811
+    r = invoke(["plan", str(partitions("metis", 2)), "--strategy", "clustergcn", *args, "-o", str(tmp_path / "p")])
+    assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1, r.output

@@ -98,10 +98,20 @@ STRATEGIES: dict[str, StrategyInfo] = {
             name="distdgl",
             summary="DistDGL: mini-batch training, neighbour sampling (--fanouts, --batch-size, --batch-order), "
                     "remote neighbours sampled by their owners, features fetched by id, all-reduce per step.",
-            methods=("distdgl", "metis", "random", "g3", "chunk"),
+            methods=("distdgl", "metis", "random", "g3", "chunk", "bytegnn"),
             exactness="samples neighbours (an approximation); --fanouts -1 with one batch of every training node "
                       "is exact full-graph training; evaluation is exact full-neighbour inference",
             planner="distdgl", runtime="distdgl",
+            train_knobs=("prefetch",), mini_batch=True,
+        ),
+        StrategyInfo(
+            name="clustergcn",
+            summary="ClusterGCN: each worker's nodes cut into METIS clusters; a step trains on the subgraph of "
+                    "--clusters-per-batch clusters (other arcs dropped), no exchange, all-reduce per step.",
+            methods=("metis", "distdgl", "g3", "random", "chunk", "bytegnn"),
+            exactness="drops the arcs between clusters and workers (an approximation); one worker with one "
+                      "cluster is full-graph training; evaluation is exact full-neighbour inference",
+            planner="clustergcn", runtime="clustergcn",
             train_knobs=("prefetch",), mini_batch=True,
         ),
     )

@@ -76,8 +76,9 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
             t_loss = now_us()
             n_targets = out.global_targets if out.global_targets is not None else ctx.all_reduce_int(len(out.targets))
             if n_targets == 0:
-                raise ValueError("the store has no training nodes" if strategy.steps(epoch) == 1 else
-                                 f"epoch {epoch} step {step} has no training targets on any worker")
+                if strategy.steps(epoch) == 1:
+                    raise ValueError("the store has no training nodes")
+                continue  # a batch without a training node on any worker (ClusterGCN's clusters): no step at all
             loss_local, grad_logits = cross_entropy_with_grad(out.logits, out.labels, out.targets, n_targets)
             # the loss is computation too: messages still in flight meanwhile are hidden under it
             tracer.span("compute", "loss", t_loss, now_us(), phase="loss")
@@ -88,7 +89,7 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
             sync_seconds += time.perf_counter() - t_sync
             losses.append(_all_reduce_float(float(loss_local.detach())))
         epoch_seconds = time.perf_counter() - t0
-        record = {"epoch": epoch, "loss": sum(losses) / len(losses), "epoch_seconds": epoch_seconds}
+        record = {"epoch": epoch, "loss": sum(losses) / max(len(losses), 1), "epoch_seconds": epoch_seconds}
         if len(losses) > 1:
             record["steps"] = len(losses)
         if tracing:

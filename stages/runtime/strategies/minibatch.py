@@ -72,6 +72,7 @@ class PreparedStep:
     x0: torch.Tensor
     degrees: torch.Tensor | None
     seconds: dict
+    target_rows: np.ndarray | None = None  # rows of the last block's destinations that carry the loss (None: all)
 
 
 class MiniBatchStrategy(LayerSyncStrategy):
@@ -182,11 +183,13 @@ class MiniBatchStrategy(LayerSyncStrategy):
         self.timers["sampled_arcs"] += sum(len(b.indices) for b in prep.blocks)
         self.timers["fetched_rows"] += int((self.book.owner[prep.blocks[0].src] != self.rank).sum()) \
             if prep.blocks else 0
-        labels = self.labels[torch.from_numpy(self.book.local[prep.targets])]
+        out_nodes = prep.blocks[-1].dst if prep.blocks else prep.targets
+        labels = self.labels[torch.from_numpy(self.book.local[out_nodes])]
+        rows = torch.from_numpy(prep.target_rows) if prep.target_rows is not None else torch.arange(len(out_nodes))
         if len(prep.targets) == 0:  # out of batches (local order): no compute, zero gradient
             self._out = None
             empty = torch.zeros((0, self.ctx.spec.widths[-1]), dtype=self.features.dtype)
-            return StepOutput(empty, labels, torch.arange(0), prep.global_targets)
+            return StepOutput(empty, labels[:0], torch.arange(0), prep.global_targets)
         key = step_key(epoch, step)
         x = prep.x0.to(self.device)
         for li, sb in enumerate(prep.blocks):
@@ -195,7 +198,7 @@ class MiniBatchStrategy(LayerSyncStrategy):
                                    srcs=block.n_src), torch.enable_grad():
                 x = self.model.layer_forward(li, block, x, key, self.cfg.dropout, self.cfg.seed, True)
         self._out = x
-        return StepOutput(x.detach().cpu(), labels, torch.arange(len(prep.targets)), prep.global_targets)
+        return StepOutput(x.detach().cpu(), labels, rows, prep.global_targets)
 
     def _block(self, sb: SampledBlock, degrees: torch.Tensor | None) -> Block:
         n_dst, n_src = len(sb.dst), len(sb.src)
