@@ -67,7 +67,8 @@ def parse_spec(text: str) -> StrategySpec:
     check_partition_method(info, method, f"--strategies {text}")
     known = {o.name for o in info.options()}
     opts = []
-    for item in filter(None, (s.strip() for s in (m.group("opts") or "").split(","))):
+    # a comma starts the next option only where ``name=`` follows: values may hold commas (fanouts=25,10)
+    for item in filter(None, (s.strip() for s in re.split(r",(?=\s*[-\w]+\s*=)", m.group("opts") or ""))):
         if "=" not in item:
             raise G3InputError(f"--strategies: {text!r}: option {item!r} needs a value (option=value)")
         key, value = (s.strip() for s in item.split("=", 1))
@@ -141,13 +142,18 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
     steady = records[1:] if len(records) > 1 else records  # the first epoch also fetches the input features
     peak = [max(int(r["workers"][i]["peak_memory_bytes"]) for r in records) for i in range(k)]
     note = f"{per_worker} thread{'s' if per_worker > 1 else ''} per worker"
+    # seeds: the labelled training nodes an epoch trains on (every strategy visits each once per epoch)
+    labels = store.load_labels()
+    seeds = int((labels[store.split_index("train")] >= 0).sum())
+    median = statistics.median(r["epoch_seconds"] for r in steady)
     if tc.pipeline:
         note += f", --pipeline {tc.pipeline}"
     return entry(spec.name, label, threads=per_worker * k, threads_per_worker=per_worker,
                  epoch_seconds=[r["epoch_seconds"] for r in records], run=str(run),
                  # the mean, not the median: a strategy that skips sends every other epoch moves half per epoch
                  bytes_per_epoch=statistics.fmean(_train_bytes(r) for r in steady),
-                 test_acc=records[-1].get("test_acc"), peak_memory_bytes=peak,
+                 test_acc=records[-1].get("test_acc"), peak_memory_bytes=peak, seeds_per_epoch=seeds,
+                 seeds_per_second=seeds / median if median > 0 else None,
                  note=note + (f" (more workers than the {threads} threads)" if k > threads else ""), **common)
 
 
