@@ -212,3 +212,23 @@ def test_clustergcn_equals_one_process_on_the_union_of_cluster_subgraphs(store, 
 def test_bad_cluster_options_are_one_line(partitions, tmp_path, args, message):  # noqa: F811
     r = invoke(["plan", str(partitions("metis", 2)), "--strategy", "clustergcn", *args, "-o", str(tmp_path / "p")])
     assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_replicated_topology_samples_the_same_without_asking_and_bundles(partitions, tmp_path):  # noqa: F811
+    part = partitions("random", 2)
+    asked = run_distdgl(part, tmp_path / "p", fanouts="3,2", epochs=2)
+    plan = tmp_path / "r" / "plan"
+    r = invoke(["plan", str(part), "--strategy", "distdgl", "--hidden", "6", "--fanouts", "3,2", "--batch-size", "40",
+                "--batch-order", "global", "--topology", "replicated", "-o", str(plan)])
+    assert r.exit_code == 0, r.output
+    here = run_distdgl(part, tmp_path / "r", fanouts="3,2", epochs=2)
+    assert max_weight_diff(weights(asked)[1], weights(here)[1]) == 0.0  # the same samples, the same model
+    rec = [json.loads(line) for line in (here / "metrics.jsonl").read_text().splitlines()]
+    assert all("sample" not in w["bytes_sent_per_phase"] for w in rec[0]["workers"])
+    assert rec[0]["workers"][0]["bytes_sent_per_phase"].get("features0", 0) > 0
+    r = invoke(["bundle", str(plan), "--nodes", "2", "-o", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "b" / "node-00001" / "plan" / "topology" / "nbrs.npy").is_file()
+    (plan / "topology" / "nbrs.npy").write_bytes(b"garbage")
+    r = invoke(["train", str(plan), "--workers", "2", "-o", str(tmp_path / "bad")])
+    assert r.exit_code == 2 and "replicated topology" in r.output, r.output

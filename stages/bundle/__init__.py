@@ -83,6 +83,9 @@ def _write_node(folder: Path, n: int, ranks: list[int], nodes: int, ppn: int, pl
     for r in ranks:
         shutil.copytree(shard_dir(part, r), shard_dir(node_part, r))
         shutil.copytree(plan / f"worker-{r:05d}", node_plan / f"worker-{r:05d}")
+    for shared in sorted(plan.iterdir()):  # what every rank of a plan reads (distdgl's replicated topology/)
+        if shared.is_dir() and not shared.name.startswith("worker-"):
+            shutil.copytree(shared, node_plan / shared.name)
     node_meta = json.loads((plan / "plan.json").read_text())
     node_meta["partition"] = {**node_meta["partition"], "relpath": "../partition"}
     node_meta["bundle"] = {"node": n, "nodes": nodes, "procs_per_node": ppn, "ranks": ranks}

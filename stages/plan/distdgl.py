@@ -39,6 +39,12 @@ def parse_order(text: str) -> str:
     return text
 
 
+def parse_topology(text: str) -> str:
+    if text not in ("partitioned", "replicated"):
+        raise ValueError("expected partitioned or replicated")
+    return text
+
+
 SAMPLING_OPTIONS = (
     PlanOption("fanouts", "--fanouts", "25,10", parse=parse_fanouts, metavar="F1,F2,…",
                help="Neighbours sampled per node at each hop, the TARGETS' fanout FIRST (25,10: 25 neighbours of "
@@ -53,7 +59,13 @@ SAMPLING_OPTIONS = (
                     "of all training nodes per epoch, global step s = batch s, each worker computing the targets "
                     "it owns — the same batches for any K."),
 )
-OPTIONS = SAMPLING_OPTIONS
+OPTIONS = SAMPLING_OPTIONS + (
+    PlanOption("topology", "--topology", "partitioned", parse=parse_topology, metavar="partitioned|replicated",
+               help="distdgl: partitioned (DistDGL: a node's in-edges live with its owner, so every hop after "
+                    "the targets' asks the owners of remote frontier nodes, one round per hop) or replicated "
+                    "(the plan holds the store's whole CSR once, topology/, memory-mapped by every worker: "
+                    "sampling needs no communication; features are still fetched). Same samples, same model."),
+)
 
 
 def check_sampling(ctx: PlanContext) -> list[int]:
@@ -79,4 +91,27 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     workers = plan_boundary(tmp, ctx, "planning workers (distdgl: evaluation tables)")
     for w, n in zip(workers, train, strict=True):
         w["num_train"] = n
-    return {"workers": workers}
+    out = {"workers": workers}
+    if ctx.options.get("topology") == "replicated":
+        out["topology"] = write_topology(tmp / "topology", ctx)
+    return out
+
+
+def write_topology(folder: Path, ctx: PlanContext) -> dict:
+    """The store's in-edge CSR, rows sorted by global source id (the order sampling positions refer to), as
+    plain .npy files every worker memory-maps: ``indptr`` int64 [N+1], ``nbrs`` int32/int64 [arcs]."""
+    from ..common.artifact_json import resolve_reference
+    from ..common.store import GraphStore
+
+    store = GraphStore.open(resolve_reference(ctx.partition["store"], ctx.part, "zarr.json"))
+    indptr, indices = store.load_csr()
+    indptr = np.asarray(indptr, dtype=np.int64)
+    dtype = np.int32 if store.num_nodes < 2**31 else np.int64
+    row = np.repeat(np.arange(store.num_nodes, dtype=np.int64), np.diff(indptr))
+    nbrs = np.asarray(indices, dtype=dtype)
+    nbrs = nbrs[np.lexsort((nbrs, row))]
+    folder.mkdir()
+    np.save(folder / "indptr.npy", indptr)
+    np.save(folder / "nbrs.npy", nbrs)
+    return {"path": "topology", "num_nodes": int(store.num_nodes), "num_arcs": int(len(nbrs)),
+            "nbrs_dtype": str(nbrs.dtype)}

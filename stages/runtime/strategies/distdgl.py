@@ -50,6 +50,9 @@ class DistDglStrategy(MiniBatchStrategy):
         else:
             self.num_steps = self._all_reduce_max(math.ceil(len(self.train_global) / self.batch_size))
         self._perm_epoch, self._perm = None, None
+        self.replicated = opts.get("topology", "partitioned") == "replicated"
+        if self.replicated:
+            self.g_indptr, self.g_nbrs = load_topology(ctx.plan_dir, ctx.plan_meta)
 
     def _all_reduce_max(self, x: int) -> int:
         if self.ctx.world == 1 or not dist.is_initialized():
@@ -92,6 +95,8 @@ class DistDglStrategy(MiniBatchStrategy):
         """``(counts, neighbours)`` of ``nodes`` in their order: own nodes from the shard, the others by their
         owners (a collective round: every rank calls it for every hop but the first — the targets are always
         its own)."""
+        if self.replicated:  # the whole CSR is here: no one to ask
+            return sample_rows(self.g_indptr, self.g_nbrs, nodes, nodes, fanout, key)
         owner = self.book.owner[nodes]
         mine = owner == self.rank
         c_own, n_own = sample_rows(self.indptr, self.nbrs, self.book.local[nodes[mine]], nodes[mine], fanout, key)
@@ -122,6 +127,27 @@ class DistDglStrategy(MiniBatchStrategy):
         offsets = np.cumsum(counts) - counts
         take = np.repeat(starts, counts) + (np.arange(int(counts.sum())) - np.repeat(offsets, counts))
         return counts, both[take]
+
+
+def load_topology(plan_dir, plan_meta: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The plan's replicated CSR, memory-mapped (read-only, shared by the workers of a host through the page
+    cache), checked against plan.json's ``topology``."""
+    from pathlib import Path
+
+    from ...common.errors import G3InputError
+
+    info = plan_meta.get("topology") or {}
+    folder = Path(plan_dir) / info.get("path", "topology")
+    try:
+        indptr = np.load(folder / "indptr.npy", mmap_mode="r")
+        nbrs = np.load(folder / "nbrs.npy", mmap_mode="r")
+    except (OSError, ValueError) as exc:
+        raise G3InputError(f"the replicated topology cannot be read ({exc}); re-run g3 plan", path=folder) from None
+    if (len(indptr) != info.get("num_nodes", -2) + 1 or len(nbrs) != info.get("num_arcs", -1)
+            or int(indptr[-1]) != len(nbrs)):
+        raise G3InputError("the replicated topology does not match plan.json (nodes or arcs differ); re-run g3 plan",
+                           path=folder)
+    return indptr, nbrs
 
 
 STRATEGY = DistDglStrategy
