@@ -232,3 +232,39 @@ def test_replicated_topology_samples_the_same_without_asking_and_bundles(partiti
     (plan / "topology" / "nbrs.npy").write_bytes(b"garbage")
     r = invoke(["train", str(plan), "--workers", "2", "-o", str(tmp_path / "bad")])
     assert r.exit_code == 2 and "replicated topology" in r.output, r.output
+
+
+# --- bytegnn -------------------------------------------------------------------------------------------------
+def test_bytegnn_scheduler_on_off_and_distdgl_train_the_same_model(store, tmp_path):
+    part = tmp_path / "part"
+    r = invoke(["partition", str(store), "--workers", "2", "--method", "bytegnn", "-o", str(part)])
+    assert r.exit_code == 0, r.output
+    finals = {}
+    for name, strategy, extra in [("distdgl", "distdgl", ()), ("off", "bytegnn", ("--scheduler", "off")),
+                                  ("on", "bytegnn", ("--scheduler", "on", "--sample-threads", "3", "--max-dags", "3")),
+                                  ("on-replicated", "bytegnn", ("--topology", "replicated", "--launch-sigma", "0"))]:
+        plan = tmp_path / f"plan-{name}"
+        r = invoke(["plan", str(part), "--strategy", strategy, "--hidden", "6", "--fanouts", "3,2", "--batch-size", "20",
+                    "--batch-order", "local", *extra, "-o", str(plan)])
+        assert r.exit_code == 0, r.output
+        run = tmp_path / f"run-{name}"
+        r = invoke(["train", str(plan), "--epochs", "2", "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
+                    str(SEED), "--workers", "2", "--eval-every", "0", "--threads", "1", "-o", str(run)])
+        assert r.exit_code == 0, r.output
+        finals[name] = torch.load(run / "model.pt", weights_only=True)
+        if strategy == "bytegnn":
+            rec = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+            assert all(w["dag_launches"] == rec["steps"] for w in rec["workers"])  # one DAG per step
+            if name == "on-replicated":  # sigma 0: DAGs launched while others run, up to --max-dags
+                assert max(w["dags_in_flight_max"] for w in rec["workers"]) >= 2, rec["workers"]
+    for name in ("off", "on", "on-replicated"):
+        assert max_weight_diff(finals[name], finals["distdgl"]) == 0.0, name
+
+
+def test_bytegnn_launch_score_follows_algorithm_1():
+    from stages.runtime.strategies.bytegnn import launch_score
+
+    assert launch_score(10, 0, 1.0, 1.0, 1) == pytest.approx(10 * 100 / 100 * 1.0)  # f(0) = 100
+    assert launch_score(10, 100, 1.0, 1.0, 1) == pytest.approx(0.0)  # f(100) = 0: a busy CPU launches nothing
+    assert launch_score(10, 50, 2.0, 1.0, 4) == pytest.approx(10 * (101 - 101 ** 0.5) / 100 * 0.5)
+    assert launch_score(1, 50, 1.0, 1.0, 0) == float("inf")  # nothing queued: balance unbounded

@@ -105,6 +105,15 @@ STRATEGIES: dict[str, StrategyInfo] = {
             train_knobs=("prefetch",), mini_batch=True,
         ),
         StrategyInfo(
+            name="bytegnn",
+            summary="ByteGNN: DistDGL's sampling as task DAGs on a thread pool under its two-level scheduler "
+                    "(--scheduler, --launch-sigma), on its K-hop block partition.",
+            methods=("bytegnn", "distdgl", "metis", "random", "g3", "chunk"),
+            exactness="as distdgl (the scheduler only reorders work): samples neighbours; --fanouts -1 with one "
+                      "batch of every training node is exact full-graph training",
+            planner="bytegnn", runtime="bytegnn", mini_batch=True,
+        ),
+        StrategyInfo(
             name="clustergcn",
             summary="ClusterGCN: each worker's nodes cut into METIS clusters; a step trains on the subgraph of "
                     "--clusters-per-batch clusters (other arcs dropped), no exchange, all-reduce per step.",

@@ -53,7 +53,7 @@ def _mix64(z):
     return z ^ (z >> np.uint64(31))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)  # nogil: ByteGNN's task pool samples on several threads at once
 def _draw(indptr, nbrs, rows, nodes, fanout, key, offsets, out):
     """Floyd's algorithm per row, positions hashed from (key, node, j), written in ascending order."""
     ukey = np.uint64(key)
@@ -121,21 +121,26 @@ class SampledBlock:
 Sampler = Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray]]
 
 
+def block_from_sample(dst: np.ndarray, counts: np.ndarray, nbrs: np.ndarray) -> SampledBlock:
+    """One hop's block: ``dst`` and their sampled in-neighbours (``counts``, ``nbrs`` in ``dst``'s order); the
+    sources are ``dst`` first, then the other neighbours ascending — the next hop's destinations."""
+    src = np.concatenate([dst, np.setdiff1d(nbrs, dst)])
+    order = np.argsort(src, kind="stable")
+    pos = order[np.searchsorted(src[order], nbrs)]
+    indptr = np.zeros(len(dst) + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return SampledBlock(dst, src, indptr, pos.astype(np.int64))
+
+
 def build_blocks(targets: np.ndarray, fanouts: list[int], sample: Sampler) -> list[SampledBlock]:
     """The blocks of a mini-batch, first layer first. ``targets``: the step's target nodes (global ids);
     ``fanouts[h]``: neighbours per node at hop ``h`` (hop 0 = the targets, i.e. the last layer)."""
     blocks = []
     dst = np.asarray(targets, dtype=np.int64)
     for hop, fanout in enumerate(fanouts):
-        counts, nbrs = sample(dst, fanout, hop)
-        src = np.concatenate([dst, np.setdiff1d(nbrs, dst)])  # destinations first, then the others ascending
-        order = np.argsort(src, kind="stable")
-        pos = order[np.searchsorted(src[order], nbrs)]
-        indptr = np.zeros(len(dst) + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        blocks.append(SampledBlock(dst, src, indptr, pos.astype(np.int64)))
-        dst = src
+        blocks.append(block_from_sample(dst, *sample(dst, fanout, hop)))
+        dst = blocks[-1].src
     return blocks[::-1]
 
 
-__all__ = ["sample_key", "signed64", "sample_rows", "sorted_rows_by_global", "build_blocks", "SampledBlock", "Sampler"]
+__all__ = ["sample_key", "signed64", "sample_rows", "sorted_rows_by_global", "build_blocks", "block_from_sample", "SampledBlock", "Sampler"]
