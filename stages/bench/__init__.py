@@ -32,6 +32,7 @@ from pathlib import Path
 from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.store import GraphStore
+from ..common.strategies import strategy_info
 from .export import export_graph, read_graph
 from .runs import parse_spec
 
@@ -119,8 +120,11 @@ def not_installed(peer: str, why: str = "") -> dict:
     return entry(peer, PEER_NAMES[peer], "not installed", note=note + (f" — {why}" if why else ""), workers=1)
 
 
-def run_peer(peer: str, graph_file: Path, o: BenchOptions, threads: int, log_dir: Path) -> dict:
-    """Run a peer's runner script as a subprocess on the neutral graph; its JSON line becomes the entry."""
+def run_peer(peer: str, graph_file: Path, o: BenchOptions, threads: int, log_dir: Path,
+             minibatch: tuple[tuple[int, ...], int] | None = None) -> dict:
+    """Run a peer's runner script as a subprocess on the neutral graph; its JSON line becomes the entry.
+    ``minibatch``: (fanouts, batch size) — the peer's own neighbour sampler and loader instead of full-graph
+    training (DGL's NeighborSampler + DataLoader, PyG's NeighborLoader)."""
     py = peer_python(peer, o)
     if py is None:
         return not_installed(peer)
@@ -130,6 +134,10 @@ def run_peer(peer: str, graph_file: Path, o: BenchOptions, threads: int, log_dir
     cmd = [str(py), str(script), str(Path(graph_file).resolve()), "--model", o.model, "--layers", str(o.layers), "--hidden",
            str(o.hidden), "--heads", str(o.heads), "--epochs", str(o.epochs), "--lr", str(o.lr), "--dropout",
            str(o.dropout), "--threads", str(threads)]
+    mode = ""
+    if minibatch:
+        cmd += ["--fanouts", ",".join(map(str, minibatch[0])), "--batch-size", str(minibatch[1])]
+        mode = f" mini-batch ({','.join(map(str, minibatch[0]))}) B={minibatch[1]}"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), DGLBACKEND="pytorch")
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -137,20 +145,22 @@ def run_peer(peer: str, graph_file: Path, o: BenchOptions, threads: int, log_dir
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=o.timeout, cwd=str(PEERS_DIR))
     except subprocess.TimeoutExpired:
         return entry(peer, PEER_NAMES[peer], "failed", note=f"timed out after {o.timeout:.0f} s", workers=1)
-    (log_dir / f"{peer}.log").write_text(f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+    log_name = f"{peer}{'-minibatch' if minibatch else ''}.log"
+    (log_dir / log_name).write_text(f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     if proc.returncode != 0:
         err = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         if "ModuleNotFoundError" in err or "ImportError" in err:
             return not_installed(peer, err)
-        return entry(peer, PEER_NAMES[peer], "failed", note=f"exit {proc.returncode}: {err}", workers=1,
-                      log=str(log_dir / f"{peer}.log"))
+        return entry(peer, PEER_NAMES[peer] + mode, "failed", note=f"exit {proc.returncode}: {err}", workers=1,
+                      log=str(log_dir / log_name))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:
         return entry(peer, PEER_NAMES[peer], "failed", note="no JSON result on stdout", workers=1)
     res = json.loads(lines[-1])
-    label = f"{PEER_NAMES[peer]} {res.get('version', '')}".strip()
+    label = f"{PEER_NAMES[peer]} {res.get('version', '')}".strip() + mode
     return entry(peer, label, workers=1, threads=res.get("threads", threads), epoch_seconds=res["epoch_seconds"],
                   version=res.get("version"), torch=res.get("torch"), test_acc=res.get("test_acc"),
+                  mode=res.get("mode", "full-graph"), seeds_per_second=res.get("seeds_per_second"),
                   note=f"torch {res.get('torch')}" + (f", {res['adjacency']}" if res.get("adjacency") else ""))
 
 
@@ -165,7 +175,8 @@ def finish(entries: list[dict]) -> dict:
         e["median_epoch_seconds"] = median_epoch(e["epoch_seconds"]) if e["status"] == "ok" else None
     ref_g3 = next((e for e in entries if e["system"] == "g3" and e.get("workers") == 1 and e["median_epoch_seconds"]
                    and not e.get("options")), None)
-    ref_dgl = next((e for e in entries if e["system"] == "dgl" and e["median_epoch_seconds"]), None)
+    ref_dgl = next((e for e in entries if e["system"] == "dgl" and e["median_epoch_seconds"]
+                    and e.get("mode", "full-graph") == "full-graph"), None)
     for e in entries:
         m = e["median_epoch_seconds"]
         e["vs_g3_1"] = m / ref_g3["median_epoch_seconds"] if m and ref_g3 else None
@@ -175,6 +186,26 @@ def finish(entries: list[dict]) -> dict:
         goal = {"g3_1_worker": ref_g3["median_epoch_seconds"], "dgl": ref_dgl["median_epoch_seconds"],
                 "met": ref_g3["median_epoch_seconds"] <= ref_dgl["median_epoch_seconds"]}
     return {"entries": entries, "goal": goal}
+
+
+def peer_modes(specs) -> list[tuple[tuple[int, ...], int] | None]:
+    """How the peers run: full-graph (None) when a full-graph strategy is benchmarked or none is, and once per
+    distinct (fanouts, batch size) of the mini-batch strategies, with their plans' values."""
+    modes: list = []
+    for spec in specs:
+        info = strategy_info(spec.name)
+        if not info.mini_batch:
+            continue
+        opts = {o.name: o.parse(o.default) for o in info.options() if o.default is not None}
+        given = {k: next(o for o in info.options() if o.name == k).parse(v) for k, v in spec.options}
+        opts.update(given)
+        if "fanouts" in opts:  # a sampling strategy (not clustergcn's cluster batches)
+            mode = (tuple(opts["fanouts"]), int(opts["batch_size"]))
+            if mode not in modes:
+                modes.append(mode)
+    if not modes or any(not strategy_info(s.name).mini_batch for s in specs):
+        modes.insert(0, None)
+    return modes
 
 
 def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = None, force: bool = False) -> dict:
@@ -201,8 +232,10 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
     entries = [run_strategy(store, o, spec, k, out, threads) for spec in specs for k in o.workers]
     if o.single:
         entries.append(run_single(read_graph(graph_file), o, threads))
+    modes = peer_modes(specs)
     for peer in o.peers:
-        entries.append(run_peer(peer, graph_file, o, threads, out / "logs"))
+        for mb in modes:
+            entries.append(run_peer(peer, graph_file, o, threads, out / "logs", minibatch=mb))
     result = {
         "schema": BENCH_SCHEMA,
         "schema_version": BENCH_VERSION,

@@ -31,7 +31,12 @@ def parse_args(description: str) -> argparse.Namespace:
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args()
+    p.add_argument("--fanouts", default=None,
+                   help="mini-batch mode: neighbours per hop, the TARGETS' first (g3's order), e.g. 25,10")
+    p.add_argument("--batch-size", type=int, default=1000, help="mini-batch mode: training nodes per batch")
+    args = p.parse_args()
+    args.fanout_list = [int(f) for f in args.fanouts.split(",")] if args.fanouts else None
+    return args
 
 
 def set_threads(n: int) -> None:
@@ -68,6 +73,41 @@ def train(model, inputs, labels, train_idx, epochs: int, lr: float) -> list[floa
         opt.step()
         times.append(time.perf_counter() - t0)
     return times
+
+
+def train_batches(model, batches, x, labels, epochs: int, lr: float) -> tuple[list[float], int]:
+    """Mini-batch epochs: ``batches()`` yields ``(input_nodes, seeds, graph_arg)`` — the model reads
+    ``x[input_nodes]`` through ``graph_arg`` and returns the seeds' logits first. One Adam step per batch;
+    returns the seconds of each epoch (sampling included, as the loader does it) and the seeds per epoch."""
+    import torch
+
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    times, seeds = [], 0
+    for _ in range(epochs):
+        t0, seeds = time.perf_counter(), 0
+        for input_nodes, out_nodes, graph_arg in batches():
+            opt.zero_grad()
+            out = model(graph_arg, x[input_nodes])[: len(out_nodes)]
+            loss = torch.nn.functional.cross_entropy(out, labels[out_nodes])
+            loss.backward()
+            opt.step()
+            seeds += len(out_nodes)
+        times.append(time.perf_counter() - t0)
+    return times, seeds
+
+
+def run_minibatch(system: str, version: str, args, model, batches, full_inputs, t: dict, extra: dict | None = None
+                  ) -> None:
+    """Mini-batch training, then full-graph test accuracy (exact inference, as g3 evaluates); prints the line."""
+    import statistics as st
+
+    times, seeds = train_batches(model, batches, t["x"], t["y"], args.epochs, args.lr)
+    acc = test_accuracy(model, full_inputs, t["y"], t["test_idx"])
+    steady = times[1:] if len(times) > 1 else times
+    report(system, version, args, times, {**(extra or {}), "test_acc": acc, "mode": "mini-batch",
+                                          "fanouts": args.fanout_list, "batch_size": args.batch_size,
+                                          "seeds_per_epoch": seeds, "seeds_per_second": seeds / st.median(steady)})
 
 
 def graph_tensors(g: dict, seed: int) -> dict:

@@ -1,4 +1,4 @@
-"""DGL full-graph training on the neutral graph file (a peer of `g3 bench`), run in the legacy environment that
+"""DGL full-graph (or, with --fanouts, mini-batch: NeighborSampler + DataLoader) training on the neutral graph file (a peer of `g3 bench`), run in the legacy environment that
 `make peers-dgl` builds (.venv-dgl: torch 2.2.1, dgl 2.1.0). Standard DGL layers (SAGEConv mean, GraphConv
 norm='both', GATConv); GCN and GAT get self-loops, as g3's and PyG's layers have. Prints one JSON line.
 
@@ -11,7 +11,7 @@ import os
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
-from common import graph_tensors, load_graph, parse_args, run, set_threads  # noqa: E402
+from common import graph_tensors, load_graph, parse_args, run, run_minibatch, set_threads  # noqa: E402
 
 
 def build(args, in_dim: int, num_classes: int):
@@ -39,7 +39,7 @@ def build(args, in_dim: int, num_classes: int):
         def forward(self, graph, x):
             for li, conv in enumerate(self.convs):
                 last = li == len(self.convs) - 1
-                x = conv(graph, x)
+                x = conv(graph[li] if isinstance(graph, list) else graph, x)  # blocks in mini-batch mode
                 if args.model == "gat":
                     x = x.mean(1) if last else x.flatten(1)
                 if not last:
@@ -63,6 +63,18 @@ def main() -> None:
     graph = graph.formats(["csc", "csr", "coo"])
     graph.create_formats_()
     model = build(args, t["x"].shape[1], t["num_classes"])
+    if args.fanout_list:
+        # DGL's fanouts run from the input layer to the output one: g3's (targets first) reversed
+        sampler = dgl.dataloading.NeighborSampler(list(reversed(args.fanout_list)))
+        loader = dgl.dataloading.DataLoader(graph, t["train_idx"], sampler, batch_size=args.batch_size, shuffle=True,
+                                            drop_last=False, num_workers=0)
+
+        def batches():
+            return iter(loader)  # (input_nodes, seeds, blocks) per batch
+
+        run_minibatch("DGL", dgl.__version__, args, model, batches, (graph, t["x"]), t,
+                      {"sampler": "dgl.dataloading.NeighborSampler + DataLoader"})
+        return
     run("DGL", dgl.__version__, args, model, (graph, t["x"]), t)
 
 

@@ -1,5 +1,5 @@
 """PyG full-graph training on the neutral graph file (a peer of `g3 bench`): standard PyG layers on a
-``torch.sparse`` CSR adjacency. Prints one JSON line with the epoch times.
+``torch.sparse`` CSR adjacency; with --fanouts, mini-batch training with ``NeighborLoader``. Prints one JSON line with the epoch times.
 
     python stages/bench/peers/pyg_runner.py GRAPH.npz --model sage --layers 2 --hidden 16 --epochs 5 --threads 2
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 
-from common import graph_tensors, load_graph, parse_args, run, set_threads
+from common import graph_tensors, load_graph, parse_args, run, run_minibatch, set_threads
 
 warnings.filterwarnings("ignore", message="Sparse")
 
@@ -56,6 +56,31 @@ def main() -> None:
     # rows = destinations, columns = sources: PyG's transposed adjacency adj_t, as a torch.sparse CSR tensor
     adj_t = torch.sparse_csr_tensor(t["indptr"], t["indices"], torch.ones(len(t["indices"])), (n, n))
     model = build(args, t["x"].shape[1], t["num_classes"])
+    if args.fanout_list:
+        from torch_geometric.data import Data
+        from torch_geometric.loader import NeighborLoader
+
+        # PyG's num_neighbors start at the seeds: g3's order; edge_index = (source, destination)
+        dst = torch.repeat_interleave(torch.arange(n), t["indptr"][1:] - t["indptr"][:-1])
+        data = Data(num_nodes=n, edge_index=torch.stack([t["indices"], dst]), n_id=torch.arange(n))
+        loader = NeighborLoader(data, num_neighbors=args.fanout_list, batch_size=args.batch_size,
+                                input_nodes=t["train_idx"], shuffle=True)
+
+        def batches():
+            for b in loader:  # the seeds are the first batch_size nodes of b.n_id
+                yield b.n_id, b.n_id[: b.batch_size], b.edge_index
+
+        class GraphFirst(torch.nn.Module):  # the mini-batch loop calls model(graph, x); PyG's layers take (x, graph)
+            def __init__(self, net):
+                super().__init__()
+                self.net = net
+
+            def forward(self, graph, x):
+                return self.net(x, graph)
+
+        run_minibatch("PyG", torch_geometric.__version__, args, GraphFirst(model), batches, (adj_t, t["x"]), t,
+                      {"sampler": "torch_geometric.loader.NeighborLoader"})
+        return
     run("PyG", torch_geometric.__version__, args, model, (t["x"], adj_t), t, {"adjacency": "torch.sparse_csr"})
 
 
