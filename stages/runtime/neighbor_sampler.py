@@ -8,7 +8,7 @@ count or the prefetch depth (``tests/test_minibatch.py``).
 
 A mini-batch's message-flow graph is then built hop by hop (:func:`build_blocks`): the last layer's block has
 the step's targets as destinations and their sampled neighbours as further sources (destinations first, the
-:class:`~stages.runtime.block.Block` convention); each earlier layer's destinations are the next layer's
+:class:`~stages.runtime.block.Block` convention, then the others in order of first appearance); each earlier layer's destinations are the next layer's
 sources. ``fanouts[0]`` is the targets' fanout (the last layer), ``fanouts[1]`` their neighbours', and so on —
 "(25, 10)" as G3 and P3 write it.
 """
@@ -121,24 +121,57 @@ class SampledBlock:
 Sampler = Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray]]
 
 
-def block_from_sample(dst: np.ndarray, counts: np.ndarray, nbrs: np.ndarray) -> SampledBlock:
+@numba.njit(cache=True, nogil=True)
+def _relabel(dst, nbrs, scratch):
+    """Positions of ``nbrs`` among the sources ``dst`` + new nodes in order of first appearance, in one pass
+    over a scratch array indexed by global id (all −1 on entry and on exit)."""
+    n_dst = len(dst)
+    for i in range(n_dst):
+        scratch[dst[i]] = i
+    new = np.empty(len(nbrs), dtype=np.int64)
+    pos = np.empty(len(nbrs), dtype=np.int64)
+    count = 0
+    for j in range(len(nbrs)):
+        v = nbrs[j]
+        p = scratch[v]
+        if p < 0:
+            p = n_dst + count
+            scratch[v] = p
+            new[count] = v
+            count += 1
+        pos[j] = p
+    for i in range(n_dst):
+        scratch[dst[i]] = -1
+    for c in range(count):
+        scratch[new[c]] = -1
+    return new[:count], pos
+
+
+def block_from_sample(dst: np.ndarray, counts: np.ndarray, nbrs: np.ndarray,
+                      scratch: np.ndarray | None = None) -> SampledBlock:
     """One hop's block: ``dst`` and their sampled in-neighbours (``counts``, ``nbrs`` in ``dst``'s order); the
-    sources are ``dst`` first, then the other neighbours ascending — the next hop's destinations."""
-    src = np.concatenate([dst, np.setdiff1d(nbrs, dst)])
-    order = np.argsort(src, kind="stable")
-    pos = order[np.searchsorted(src[order], nbrs)]
+    sources are ``dst`` first, then the other neighbours in order of first appearance — the next hop's
+    destinations. ``scratch``: int32 ``[num_nodes]`` all −1 (left so), one per thread; without it one is made
+    for the largest id seen."""
+    dst = np.ascontiguousarray(dst, dtype=np.int64)
+    nbrs = np.ascontiguousarray(nbrs, dtype=np.int64)
+    if scratch is None:
+        top = max(int(dst.max(initial=-1)), int(nbrs.max(initial=-1))) + 1
+        scratch = np.full(top, -1, dtype=np.int32)
+    new, pos = _relabel(dst, nbrs, scratch)
     indptr = np.zeros(len(dst) + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    return SampledBlock(dst, src, indptr, pos.astype(np.int64))
+    return SampledBlock(dst, np.concatenate([dst, new]), indptr, pos)
 
 
-def build_blocks(targets: np.ndarray, fanouts: list[int], sample: Sampler) -> list[SampledBlock]:
+def build_blocks(targets: np.ndarray, fanouts: list[int], sample: Sampler,
+                 scratch: np.ndarray | None = None) -> list[SampledBlock]:
     """The blocks of a mini-batch, first layer first. ``targets``: the step's target nodes (global ids);
     ``fanouts[h]``: neighbours per node at hop ``h`` (hop 0 = the targets, i.e. the last layer)."""
     blocks = []
     dst = np.asarray(targets, dtype=np.int64)
     for hop, fanout in enumerate(fanouts):
-        blocks.append(block_from_sample(dst, *sample(dst, fanout, hop)))
+        blocks.append(block_from_sample(dst, *sample(dst, fanout, hop), scratch))
         dst = blocks[-1].src
     return blocks[::-1]
 

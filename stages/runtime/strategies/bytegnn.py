@@ -101,7 +101,7 @@ class ByteGnnStrategy(DistDglStrategy):
             hop = int(task[3:])
             key = sample_key(self.cfg.seed, dag.epoch, dag.step, hop)
             counts, nbrs = self.sample(dag.frontier, self.fanouts[hop], key, remote=hop > 0)
-            dag.blocks.append(block_from_sample(dag.frontier, counts, nbrs))
+            dag.blocks.append(block_from_sample(dag.frontier, counts, nbrs, self.scratch()))
             dag.frontier = dag.blocks[-1].src
         else:
             x0, degrees = self.gather_inputs(dag.frontier)

@@ -89,7 +89,7 @@ class DistDglStrategy(MiniBatchStrategy):
         def sample(nodes: np.ndarray, fanout: int, hop: int):
             return self.sample(nodes, fanout, sample_key(seed, epoch, step, hop), remote=hop > 0)
 
-        return build_blocks(targets, self.fanouts, sample)
+        return build_blocks(targets, self.fanouts, sample, self.scratch())
 
     def sample(self, nodes: np.ndarray, fanout: int, key: int, remote: bool = True):
         """``(counts, neighbours)`` of ``nodes`` in their order: own nodes from the shard, the others by their

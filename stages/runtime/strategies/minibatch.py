@@ -88,6 +88,8 @@ class MiniBatchStrategy(LayerSyncStrategy):
         self.needs_degrees = ctx.spec.kind == "gcn"
         self.in_degree = np.asarray(ctx.shard.load("in_degree"), dtype=np.int64)[: self.n_own]
         self.out_degree = np.asarray(ctx.shard.load("out_degree"), dtype=np.int64)[: self.n_own]
+        self.num_nodes = int(ctx.plan_meta["store"]["num_nodes"])
+        self._scratch = threading.local()
         self.depth = ctx.cfg.prefetch_depth()
         self.sampling_tr = self._sampling_transport()
         self._queue: queue.Queue | None = None
@@ -106,6 +108,13 @@ class MiniBatchStrategy(LayerSyncStrategy):
         tr = Transport(group, self.rank, self.ctx.world, self.tracer, self.cfg.timeout)
         tr.stats = self.tr.stats
         return tr
+
+    def scratch(self) -> np.ndarray:
+        """This thread's relabelling scratch (int32 [num_nodes], all −1 between uses; 4 bytes a node)."""
+        a = getattr(self._scratch, "array", None)
+        if a is None:
+            a = self._scratch.array = np.full(self.num_nodes, -1, dtype=np.int32)
+        return a
 
     # --- what a mini-batch strategy defines --------------------------------------------------------------
     def batch(self, epoch: int, step: int) -> tuple[np.ndarray, int | None]:
