@@ -4,6 +4,8 @@ medians and ratios, and the command end to end on the tiny store without any pee
 from __future__ import annotations
 
 import json
+from pathlib import Path
+import sys
 
 import numpy as np
 import pytest
@@ -151,3 +153,30 @@ def test_bad_strategy_specs(tiny_store, tmp_path, cli_runner):
                                       str(tmp_path / "b")])
         assert res.exit_code == 2 and message in res.output, (spec, res.output)
     assert not (tmp_path / "b").exists()
+
+
+def test_peers_run_in_the_mode_of_the_strategies():
+    """Mini-batch specs make the peers sample with the same fanouts and batch size (a value may hold commas);
+    full-graph specs, or none, keep the full-graph mode; clustergcn has no sampler to match."""
+    from stages.bench import peer_modes
+    from stages.bench.runs import parse_spec
+
+    spec = parse_spec("distdgl{fanouts=5,3,batch-size=200}")
+    assert spec.options == (("fanouts", "5,3"), ("batch_size", "200"))
+    specs = [parse_spec(s) for s in ("g3", "distdgl{fanouts=5,3,batch-size=200}", "bytegnn", "distdgl@metis")]
+    assert peer_modes(specs) == [None, ((5, 3), 200), ((25, 10), 1000)]
+    assert peer_modes([parse_spec("distdgl")]) == [((25, 10), 1000)]
+    assert peer_modes([]) == [None] and peer_modes([parse_spec("clustergcn")]) == [None]
+
+
+def test_a_mini_batch_peer_without_its_sampler_library_says_why(tiny_store, tmp_path, monkeypatch):
+    """A peer whose sampler is missing (PyG without pyg-lib/torch-sparse) is a row with the reason, not a crash."""
+    from stages.bench import BenchOptions, run_peer
+
+    script = tmp_path / "pyg_runner.py"
+    script.write_text("raise ImportError(\"'NeighborSampler' requires either 'pyg-lib' or 'torch-sparse'\")\n")
+    monkeypatch.setattr("stages.bench.PEERS_DIR", tmp_path)
+    monkeypatch.setattr("stages.bench.peer_python", lambda peer, o: Path(sys.executable))
+    e = run_peer("pyg", tmp_path / "g.npz", BenchOptions(), 1, tmp_path / "logs", minibatch=((25, 10), 1000))
+    assert e["status"] == "not installed" and "pyg-lib" in e["note"]
+    assert "--fanouts 25,10 --batch-size 1000" in (tmp_path / "logs" / "pyg-minibatch.log").read_text()

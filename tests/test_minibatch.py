@@ -16,8 +16,13 @@ import numpy as np
 import pytest
 import torch
 from reference import reference_train
-from reference_minibatch import (cluster_batches, cluster_train, global_batches, minibatch_train,
-                                 union_of_local_batches)
+from reference_minibatch import (
+    cluster_batches,
+    cluster_train,
+    global_batches,
+    minibatch_train,
+    union_of_local_batches,
+)
 from test_strategies import partitions  # noqa: F401 - the fixture
 from test_train import invoke, max_weight_diff, ref_graph
 
