@@ -4,8 +4,8 @@ medians and ratios, and the command end to end on the tiny store without any pee
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
