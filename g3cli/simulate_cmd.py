@@ -61,6 +61,9 @@ def _pipelines(ctx, param, value):
 @click.option("--scaling", default="2,4,8,16", show_default=True, callback=_parser(parse_workers_list),
               help="Worker counts of the scaling table (like the paper's Figs. 7-11, 16, 17): a list, a range "
                    "of powers of two (2-16), or 'none'. Each K is partitioned and planned once into --cache.")
+@click.option("--run", "run", type=click.Path(), default=None,
+              help="Sampling strategies (distdgl, bytegnn): a run of PLAN whose metrics calibrate the model of a "
+                   "step (seconds per sampled arc and per source row, remote share; docs/DESIGN.md 'Simulator').")
 @click.option("--cache", type=click.Path(), default=None,
               help="Folder for the partitions and plans of other worker counts [default: PLAN.simcache].")
 @click.option("-o", "--out", type=click.Path(), default=None,
@@ -68,15 +71,16 @@ def _pipelines(ctx, param, value):
 @click.option("--force", is_flag=True, help="Replace the simulate.json (and plots) of an earlier simulation in OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print simulate.json instead of the tables.")
 def command(plan, workers, bandwidth, latency, profile, pipelines, baselines, boundary_sample, staleness_epochs,
-            scaling, cache, out, force, as_json):
+            scaling, run, cache, out, force, as_json):
     """Simulate one training epoch of PLAN on K workers (discrete events): the plan's exact bins and
     per-peer message bytes, compute rates from a profile of the real runtime, a network of full-duplex links.
     Reports per-worker busy / communication-wait / idle time and the epoch time of g3 with each --pipeline
     schedule and of the other strategies, and a scaling table over --scaling worker counts. A plan of
-    another strategy is simulated through a g3 plan of its partition (the bins give the work)."""
+    another strategy is simulated through a g3 plan of its partition (the bins give the work); a sampling
+    strategy's (distdgl, bytegnn) by a per-step model calibrated on a run of it (--run)."""
     opts = SimulateOptions(workers=workers, bandwidth=bandwidth, latency=latency, profile=profile,
                            pipelines=pipelines, baselines=baselines, boundary_sample=boundary_sample,
-                           staleness_epochs=staleness_epochs, scaling=scaling, cache=cache)
+                           staleness_epochs=staleness_epochs, scaling=scaling, cache=cache, run=run)
     result = run_simulate(plan, opts, out=out, force=force)
     if as_json:
         click.echo(json.dumps(result, indent=1, default=str))

@@ -273,3 +273,34 @@ def test_bytegnn_launch_score_follows_algorithm_1():
     assert launch_score(10, 100, 1.0, 1.0, 1) == pytest.approx(0.0)  # f(100) = 0: a busy CPU launches nothing
     assert launch_score(10, 50, 2.0, 1.0, 4) == pytest.approx(10 * (101 - 101 ** 0.5) / 100 * 0.5)
     assert launch_score(1, 50, 1.0, 1.0, 0) == float("inf")  # nothing queued: balance unbounded
+
+
+# --- g3 simulate ---------------------------------------------------------------------------------------------
+def test_simulate_models_a_sampling_strategy_from_its_run(partitions, tmp_path):  # noqa: F811
+    part = partitions("metis", 2)
+    run = run_distdgl(part, tmp_path, order="local", batch=15, epochs=2)
+    plan = tmp_path / "plan"
+    r = invoke(["simulate", str(plan), "-o", str(tmp_path / "s0")])
+    assert r.exit_code == 2 and "give --run RUN" in r.output, r.output
+    r = invoke(["simulate", str(plan), "--run", str(run), "--scaling", "1,2,4,8", "-o", str(tmp_path / "s"), "--json"])
+    assert r.exit_code == 0, r.output
+    sim = json.loads((tmp_path / "s" / "simulate.json").read_text())
+    assert sim["systems"][0]["system"] == "distdgl" and sim["workers"] == 2
+    profile = sim["rates"]["profile"]
+    assert profile["order"] == "local" and profile["batch_size"] == 15 and profile["fanouts"] == [3, 2]
+    assert 0 < profile["remote_share"] < 1 and profile["num_train"] > 0
+    by_k = {row["workers"]: row["systems"]["distdgl"] for row in sim["scaling"]}
+    assert by_k[1]["bytes_per_epoch"] == 0  # one worker fetches nothing
+    assert by_k[2]["bytes_per_epoch"] < by_k[4]["bytes_per_epoch"] < by_k[8]["bytes_per_epoch"]
+    assert all(by_k[k]["epoch_seconds"] > 0 for k in by_k)
+    # local order: ceil(N_train / (K B)) steps of the same per-worker work
+    assert sim["systems"][0]["steps"] == -(-profile["num_train"] // (2 * 15))
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert sim["systems"][0]["steps"] == records[-1]["steps"]  # the model's step count is the run's
+    other = run_distdgl(partitions("random", 2), tmp_path / "other", epochs=1)
+    r = invoke(["simulate", str(plan), "--run", str(other), "-o", str(tmp_path / "s2")])
+    assert r.exit_code == 2 and "not from this plan" in r.output, r.output
+    r = invoke(["plan", str(part), "--strategy", "clustergcn", "-o", str(tmp_path / "cplan")])
+    assert r.exit_code == 0
+    r = invoke(["simulate", str(tmp_path / "cplan"), "-o", str(tmp_path / "s3")])
+    assert r.exit_code == 2 and "no model of the clustergcn strategy" in r.output, r.output

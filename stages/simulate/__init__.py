@@ -22,6 +22,7 @@ import numpy as np
 from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
 from .engine import Deadlock, Engine, Network
+from .minibatch import run_minibatch_simulation
 from .profile import Rates, default_rates, load_rates
 from .schedules import BASELINES, SCHEDULES, bns_gcn_worker, g3_worker, halo_loads, halo_worker, sancus_worker
 from .workload import Workload, load_workload
@@ -43,6 +44,7 @@ class SimulateOptions:
     staleness_epochs: int = 1  # sancus's epoch:N
     scaling: tuple[int, ...] = DEFAULT_SCALING
     cache: str | None = None
+    run: str | None = None  # sampling strategies: the run their model is calibrated on
 
 
 _BW_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
@@ -289,6 +291,8 @@ def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | N
     cache = Path(options.cache) if options.cache else plan.parent / f"{plan.name}.simcache"
     out = Path(out) if out else plan.parent / f"{plan.name}.sim"
     check_result(out / "simulate.json", force, "an earlier simulation")
+    if _is_sampling(meta):
+        return _finish(run_minibatch_simulation(plan, meta, options, out), out, time.perf_counter())
     k = options.workers or int(meta["num_workers"])
     systems = systems_for(options)
     t0 = time.perf_counter()
@@ -311,9 +315,7 @@ def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | N
                           "bytes_per_epoch": r["bytes_per_epoch"], "busy_max": r["busy_max"],
                           "comm_wait_mean": r["comm_wait_mean"], "idle_mean": r["idle_mean"]} for r in res}})
 
-    result = {
-        "schema": SIM_SCHEMA,
-        "schema_version": SIM_VERSION,
+    return _finish({
         "plan": str(plan.resolve()),
         "simulated_plan": str(Path(target).resolve()),
         "workers": k,
@@ -325,9 +327,26 @@ def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | N
         "systems": [{k_: v for k_, v in r.items() if k_ != "workers"} | {"workers": [
             {k_: v for k_, v in w.items() if k_ != "spans"} for w in r["workers"]]} for r in main],
         "scaling": scaling,
-        "seconds": round(time.perf_counter() - t0, 3),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
+    }, out, t0, records=main)
+
+
+def _is_sampling(meta: dict) -> bool:
+    """A sampling strategy's plan (distdgl, bytegnn): modelled from a run, not from bins."""
+    from ..common.strategies import strategy_info
+
+    name = meta["strategy"]["name"]
+    info = strategy_info(name)
+    if info.mini_batch and "fanouts" not in {o.name for o in info.options()}:
+        raise G3InputError(f"g3 simulate has no model of the {name} strategy (only of g3, bns-gcn, sancus and the "
+                           "sampling strategies distdgl and bytegnn)")
+    return info.mini_batch
+
+
+def _finish(result: dict, out: Path, t0: float, records: list[dict] | None = None) -> dict:
+    """simulate.json and the plots of a simulation (``records``: the systems with their timeline spans)."""
+    result = {"schema": SIM_SCHEMA, "schema_version": SIM_VERSION, **result,
+              "seconds": round(time.perf_counter() - t0, 3), "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    main, scaling = records or result["systems"], result["scaling"]
     out.mkdir(parents=True, exist_ok=True)
     from .report import plot_scaling, plot_timeline, plot_workers
 

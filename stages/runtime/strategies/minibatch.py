@@ -190,6 +190,7 @@ class MiniBatchStrategy(LayerSyncStrategy):
         self.timers["sample"] += prep.seconds["sample"]
         self.timers["fetch"] += prep.seconds["fetch"]
         self.timers["sampled_arcs"] += sum(len(b.indices) for b in prep.blocks)
+        self.timers["source_rows"] += len(prep.blocks[0].src) if prep.blocks else 0
         self.timers["fetched_rows"] += int((self.book.owner[prep.blocks[0].src] != self.rank).sum()) \
             if prep.blocks else 0
         out_nodes = prep.blocks[-1].dst if prep.blocks else prep.targets
@@ -227,7 +228,8 @@ class MiniBatchStrategy(LayerSyncStrategy):
 
     def stats(self) -> dict:
         return {**super().stats(), "sample_seconds": self.timers["sample"], "fetch_seconds": self.timers["fetch"],
-                "sampled_arcs": int(self.timers["sampled_arcs"]), "fetched_rows": int(self.timers["fetched_rows"])}
+                "sampled_arcs": int(self.timers["sampled_arcs"]), "fetched_rows": int(self.timers["fetched_rows"]),
+                "source_rows": int(self.timers["source_rows"])}
 
     def close(self) -> None:
         if self._thread is not None:

@@ -1,0 +1,165 @@
+"""A calibrated model of a sampling strategy's epoch (``distdgl``, ``bytegnn``) for any worker count.
+
+Calibrated on a run of the strategy (``g3 simulate PLAN --run RUN``): from its ``metrics.jsonl`` (the epochs
+after the first), per worker and step, the sampled arcs, the first block's source rows, the rows fetched from
+other workers, and the seconds of sampling, gathering inputs and computing — hence seconds per sampled arc
+(sampling, compute) and per source row (gathering). A step of worker w at K workers is then
+
+    prepare = arcs × t_sample + rows × t_gather + net(remote rows)           (the sampler thread)
+    step    = max(prepare, arcs × t_compute) with --prefetch, their sum without; + the gradient all-reduce
+    net     = 2 fetch rounds × 3 collectives × latency + remote bytes / bandwidth
+
+with remote bytes = remote rows × (feature width × 4 + (fanout + 1) × 8 for the frontier's sampling answers).
+How the workload moves with K: with ``--batch-order local`` a worker's batch (B targets) and so its arcs and
+rows per step stay, and the steps per epoch fall as ⌈N_train / (K·B)⌉; with ``global`` a worker computes B/K
+targets of each of ⌈N_train / B⌉ steps, its arcs and rows scaled by K₀/K. The remote share of the source
+rows grows as a random partition's, (K−1)/K, scaled to the profiled run's measured share (a one-worker run has
+none: the random partition's share is used, an upper bound for METIS-like partitions). Assumptions, stated in
+the result's notes: rates do not change with K (no contention model), the per-step work of every worker is the
+profiled mean (no imbalance).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..common.artifact_json import resolve_reference
+from ..common.errors import G3InputError
+
+
+@dataclass
+class MiniBatchProfile:
+    strategy: str
+    workers: int  # K₀ of the profiled run
+    order: str
+    batch_size: int
+    fanouts: list[int]
+    feat_dim: int
+    num_train: int
+    num_params: int
+    arcs_per_step: float  # per worker
+    rows_per_step: float  # the first block's sources, per worker
+    remote_share: float  # of those rows, fetched from other workers
+    t_sample: float  # seconds per sampled arc
+    t_gather: float  # seconds per source row (local gathering and the loopback fetch of the profiled run)
+    t_compute: float  # seconds per sampled arc (forward and backward)
+    prefetch: bool
+    measured_epoch_seconds: float
+
+    @classmethod
+    def from_run(cls, run: Path, plan_meta: dict) -> MiniBatchProfile:
+        run = Path(run)
+        if not (run / "metrics.jsonl").is_file():
+            raise G3InputError("--run: no metrics.jsonl (train the plan first: g3 train PLAN -o RUN)", path=run)
+        info = json.loads((run / "run.json").read_text())
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        steady = records[1:] or records
+        workers = [w for r in steady for w in r["workers"]]
+        if not workers or "sampled_arcs" not in workers[0]:
+            raise G3InputError("--run: the run has no sampling statistics (a distdgl or bytegnn run of g3 "
+                               "from after they were recorded is needed)", path=run)
+        if "source_rows" not in workers[0]:
+            raise G3InputError("--run: the run predates the source-row statistics; train it again", path=run)
+        options = (info.get("strategy") or {}).get("options") or {}
+        steps = sum(int(r.get("steps", 1)) for r in steady) * len(steady[0]["workers"])  # worker-steps
+        arcs = sum(w["sampled_arcs"] for w in workers)
+        rows = sum(w["source_rows"] for w in workers)
+        store = plan_meta["store"]
+        labels_train = sum(int(x["num_train"]) for x in plan_meta["workers"] if "num_train" in x)
+        cfg = info.get("config") or {}
+        return cls(
+            strategy=info["strategy"]["name"], workers=int(info["plan"]["num_workers"]),
+            order=options.get("batch_order", "local"), batch_size=int(options["batch_size"]),
+            fanouts=[int(f) for f in options["fanouts"]], feat_dim=int(store["feat_dim"]),
+            num_train=labels_train, num_params=_num_params(run),
+            arcs_per_step=arcs / steps, rows_per_step=rows / steps,
+            remote_share=sum(w["fetched_rows"] for w in workers) / max(rows, 1),
+            t_sample=sum(w["sample_seconds"] for w in workers) / max(arcs, 1),
+            t_gather=sum(w["fetch_seconds"] for w in workers) / max(rows, 1),
+            t_compute=sum(w["compute_seconds"] for w in workers) / max(arcs, 1),
+            prefetch=cfg.get("prefetch") not in ("off", "0"),
+            measured_epoch_seconds=statistics.median(r["epoch_seconds"] for r in steady))
+
+
+def _num_params(run: Path) -> int:
+    import torch
+
+    weights = run / "model.pt" if (run / "model.pt").is_file() else run / "init.pt"
+    return int(sum(t.numel() for t in torch.load(weights, weights_only=True).values()))
+
+
+def remote_share(p: MiniBatchProfile, k: int) -> float:
+    if k <= 1:
+        return 0.0
+    random_share = (k - 1) / k
+    if p.workers <= 1 or p.remote_share <= 0:
+        return random_share
+    return min(1.0, p.remote_share * random_share / ((p.workers - 1) / p.workers))
+
+
+def simulate_minibatch(p: MiniBatchProfile, k: int, bandwidth: float, latency: float) -> dict:
+    """The modelled epoch at ``k`` workers (a system entry of simulate.json)."""
+    from . import Network, allreduce_seconds
+
+    net = Network(bandwidth, latency)
+    if p.order == "local":
+        steps = math.ceil(p.num_train / (k * p.batch_size))
+        scale = 1.0
+    else:
+        steps = math.ceil(p.num_train / p.batch_size)
+        scale = p.workers / k
+    arcs, rows = p.arcs_per_step * scale, p.rows_per_step * scale
+    remote = rows * remote_share(p, k)
+    frontier_answer = (p.fanouts[1] + 1) * 8 if len(p.fanouts) > 1 and p.fanouts[1] > 0 else 0
+    remote_bytes = remote * (p.feat_dim * 4 + frontier_answer)
+    rounds = 2 if len(p.fanouts) > 1 else 1
+    comm = (net.transfer(remote_bytes) + rounds * 3 * latency) if k > 1 else 0.0
+    prepare = arcs * p.t_sample + rows * p.t_gather + comm
+    compute = arcs * p.t_compute
+    step = max(prepare, compute) if p.prefetch else prepare + compute
+    allreduce = allreduce_seconds(p.num_params, k, net)
+    epoch = steps * (step + allreduce)
+    busy = steps * compute
+    worker = {"busy": busy, "overhead": 0.0, "comm_wait": steps * comm, "idle": max(0.0, epoch - busy),
+              "sync": steps * allreduce, "link_seconds": steps * comm, "bytes_sent": steps * remote_bytes}
+    return {"system": p.strategy, "workers_count": k, "epoch_seconds": epoch,
+            "throughput": p.num_train / epoch if epoch > 0 else None, "allreduce_seconds": steps * allreduce,
+            "step_seconds": 0.0, "bytes_per_epoch": int(steps * remote_bytes * k), "busy_max": busy,
+            "busy_mean": busy, "comm_wait_mean": steps * comm, "idle_mean": worker["idle"], "steps": steps,
+            "step_parts": {"prepare": prepare, "compute": compute, "network": comm, "allreduce": allreduce},
+            "workers": [{"rank": r, **worker} for r in range(k)]}
+
+
+def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict:
+    """`g3 simulate PLAN --run RUN` for a sampling strategy: the modelled epoch at K and the scaling table."""
+    if not options.run:
+        raise G3InputError(f"a {meta['strategy']['name']} plan is simulated from a run of it: give --run RUN "
+                           "(g3 train PLAN -o RUN)", path=plan)
+    run = Path(options.run)
+    info = json.loads((run / "run.json").read_text()) if (run / "run.json").is_file() else None
+    if info is None:
+        raise G3InputError("--run: not a run folder (no run.json)", path=run)
+    trained = resolve_reference(info["plan"], run, "plan.json").resolve()
+    if trained != plan.resolve():
+        raise G3InputError(f"--run was trained from {trained}, not from this plan", path=run)
+    profile = MiniBatchProfile.from_run(run, meta)
+    k = options.workers or int(meta["num_workers"])
+    main = simulate_minibatch(profile, k, options.bandwidth, options.latency)
+    scaling = []
+    for kk in options.scaling:
+        r = main if kk == k else simulate_minibatch(profile, kk, options.bandwidth, options.latency)
+        scaling.append({"workers": kk, "systems": {r["system"]: {key: r[key] for key in (
+            "epoch_seconds", "throughput", "bytes_per_epoch", "busy_max", "comm_wait_mean", "idle_mean")}}})
+    notes = [f"calibrated on {run} (K = {profile.workers}, measured median epoch "
+             f"{profile.measured_epoch_seconds:.3f} s); throughput = training seeds per second",
+             "assumes per-arc and per-row rates independent of K (no contention) and no imbalance between workers",
+             "remote share of source rows grows as a random partition's (K-1)/K, scaled to the run's measured share"]
+    return {"plan": str(plan.resolve()), "simulated_plan": str(plan.resolve()), "workers": k,
+            "num_nodes": int(meta["store"]["num_nodes"]), "model": meta["config"],
+            "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency},
+            "rates": {"source": f"run {run}", "notes": notes, "profile": asdict(profile)},
+            "systems": [main], "scaling": scaling}
