@@ -39,6 +39,19 @@ class PlanOption:
     metavar: str = "VALUE"
 
 
+def positive_int(what: str) -> Callable[[str], int]:
+    """A :class:`PlanOption` parser of an integer >= 1 (``what`` names it in the error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError("expected a positive integer") from None
+        if value < 1:
+            raise ValueError(f"{what} must be at least 1")
+        return value
+    return parse
+
+
 @dataclass(frozen=True)
 class StrategyInfo:
     name: str

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..common.strategies import PlanOption
+from ..common.strategies import PlanOption, positive_int
 from .context import PlanContext
 from .distdgl import OPTIONS as DISTDGL_OPTIONS
 from .distdgl import plan as plan_distdgl
@@ -28,18 +28,6 @@ def parse_sigma(text: str) -> float:
     return v
 
 
-def _positive(what: str):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise ValueError("expected a positive integer") from None
-        if v < 1:
-            raise ValueError(f"{what} must be at least 1")
-        return v
-    return parse
-
-
 OPTIONS = DISTDGL_OPTIONS + (
     PlanOption("scheduler", "--scheduler", "on", parse=parse_switch, metavar="on|off",
                help="bytegnn: ByteGNN's two-level scheduler (DAGs of sampling tasks on a thread pool, launched by "
@@ -47,9 +35,9 @@ OPTIONS = DISTDGL_OPTIONS + (
     PlanOption("launch_sigma", "--launch-sigma", "5", parse=parse_sigma, metavar="SIGMA",
                help="bytegnn: σ of Algorithm 1: launch a DAG when T_gap[ms] x f(C_util)/100 x balance >= SIGMA "
                     "(docs/DESIGN.md)."),
-    PlanOption("sample_threads", "--sample-threads", "2", parse=_positive("the sampling threads"), metavar="N",
+    PlanOption("sample_threads", "--sample-threads", "2", parse=positive_int("the sampling threads"), metavar="N",
                help="bytegnn: threads of the sampling task pool (besides one communication thread)."),
-    PlanOption("max_dags", "--max-dags", "4", parse=_positive("the DAG limit"), metavar="N",
+    PlanOption("max_dags", "--max-dags", "4", parse=positive_int("the DAG limit"), metavar="N",
                help="bytegnn: at most N DAGs launched and not yet trained on."),
 )
 

@@ -14,21 +14,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..common.errors import G3InputError
-from ..common.strategies import PlanOption
+from ..common.strategies import PlanOption, positive_int
 from .boundary import plan_boundary
 from .context import PlanContext
-
-
-def _positive(what: str):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise ValueError("expected a positive integer") from None
-        if v < 1:
-            raise ValueError(f"{what} must be at least 1")
-        return v
-    return parse
 
 
 def _seed(text: str) -> int:
@@ -39,10 +27,10 @@ def _seed(text: str) -> int:
 
 
 OPTIONS = (
-    PlanOption("clusters", "--clusters", "50", parse=_positive("the cluster count"), metavar="C",
+    PlanOption("clusters", "--clusters", "50", parse=positive_int("the cluster count"), metavar="C",
                help="ClusterGCN: METIS clusters per worker (of the worker's own nodes and the arcs among them; "
                     "fewer when it owns fewer nodes)."),
-    PlanOption("clusters_per_batch", "--clusters-per-batch", "5", parse=_positive("the clusters per batch"),
+    PlanOption("clusters_per_batch", "--clusters-per-batch", "5", parse=positive_int("the clusters per batch"),
                metavar="Q",
                help="ClusterGCN: clusters per step on each worker; a step trains on the subgraph they induce "
                     "(arcs between clusters, and from other workers, dropped). ceil(C/Q) steps per epoch."),

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..common.errors import G3InputError
-from ..common.strategies import PlanOption
+from ..common.strategies import PlanOption, positive_int
 from .boundary import plan_boundary
 from .context import PlanContext
 
@@ -21,16 +21,6 @@ def parse_fanouts(text: str) -> list[int]:
     if not fanouts or any(f == 0 or f < -1 for f in fanouts):
         raise ValueError("every fanout must be a positive integer or -1 (all neighbours)")
     return fanouts
-
-
-def parse_batch_size(text: str) -> int:
-    try:
-        b = int(text)
-    except ValueError:
-        raise ValueError("expected a positive integer") from None
-    if b < 1:
-        raise ValueError("the batch size must be at least 1")
-    return b
 
 
 def parse_order(text: str) -> str:
@@ -51,7 +41,7 @@ SAMPLING_OPTIONS = (
                     "each target, then 10 of each of those), as G3 and P3 write it; one per layer; -1 = every "
                     "neighbour. Uniform without replacement, min(fanout, degree), chosen by a hash of (seed, epoch, "
                     "step, hop, node, position): the same neighbours whatever K, threads or prefetch."),
-    PlanOption("batch_size", "--batch-size", "1000", parse=parse_batch_size, metavar="B",
+    PlanOption("batch_size", "--batch-size", "1000", parse=positive_int("the batch size"), metavar="B",
                help="Target (training) nodes per batch: per worker with --batch-order local, in all with global."),
     PlanOption("batch_order", "--batch-order", "local", parse=parse_order, metavar="local|global",
                help="local (DistDGL): each worker shuffles its own training nodes every epoch; every rank runs "

@@ -70,11 +70,12 @@ class WorkerContext:
     def plan(self) -> WorkerPlan:
         return WorkerPlan(self.plan_dir, self.rank)
 
-    def all_reduce_int(self, x: int) -> int:
+    def all_reduce_int(self, x: int, op: str = "sum") -> int:
+        """``x`` summed (or, with ``op="max"``, maximised) over the workers (collective)."""
         if not dist.is_initialized() or self.world == 1:
             return int(x)
         t = torch.tensor([x], dtype=torch.int64, device=collective_device())
-        dist.all_reduce(t)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
         return int(t.item())
 
 

@@ -19,7 +19,6 @@ import math
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from ..neighbor_sampler import SampledBlock
 from .base import WorkerContext
@@ -35,12 +34,7 @@ class ClusterGcnStrategy(MiniBatchStrategy):
         self.per_batch = int(ctx.options["clusters_per_batch"])
         count = int(self.clusters.max()) + 1 if len(self.clusters) else 0
         self.cluster_ids = np.arange(count, dtype=np.int64)
-        mine = math.ceil(count / self.per_batch)
-        if ctx.world > 1 and dist.is_initialized():
-            t = torch.tensor([mine], dtype=torch.int64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            mine = int(t.item())
-        self.num_steps = mine
+        self.num_steps = ctx.all_reduce_int(math.ceil(count / self.per_batch), "max")
         self.indptr = np.asarray(ctx.shard.indptr, dtype=np.int64)
         self.indices = np.asarray(ctx.shard.indices, dtype=np.int64)
         self.is_train = np.zeros(self.n_own, dtype=bool)

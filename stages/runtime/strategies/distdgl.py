@@ -43,23 +43,16 @@ class DistDglStrategy(MiniBatchStrategy):
         self.indptr = np.asarray(shard.indptr, dtype=np.int64)
         self.nbrs = sorted_rows_by_global(self.indptr, shard.indices, self.global_ids.numpy())
         max_degree = int(np.diff(self.indptr).max()) if self.n_own else 0
-        self.max_degree = self._all_reduce_max(max_degree)  # the reply width of a fanout −1 request
+        self.max_degree = ctx.all_reduce_int(max_degree, "max")  # the reply width of a fanout −1 request
         if self.order == "global":
             self.all_train = np.sort(self._all_gather(self.train_global))
             self.num_steps = math.ceil(len(self.all_train) / self.batch_size)
         else:
-            self.num_steps = self._all_reduce_max(math.ceil(len(self.train_global) / self.batch_size))
+            self.num_steps = ctx.all_reduce_int(math.ceil(len(self.train_global) / self.batch_size), "max")
         self._perm_epoch, self._perm = None, None
         self.replicated = opts.get("topology", "partitioned") == "replicated"
         if self.replicated:
             self.g_indptr, self.g_nbrs = load_topology(ctx.plan_dir, ctx.plan_meta)
-
-    def _all_reduce_max(self, x: int) -> int:
-        if self.ctx.world == 1 or not dist.is_initialized():
-            return int(x)
-        t = torch.tensor([x], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return int(t.item())
 
     def _all_gather(self, ids: np.ndarray) -> np.ndarray:
         if self.ctx.world == 1 or not dist.is_initialized():
