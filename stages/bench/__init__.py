@@ -194,15 +194,14 @@ def peer_modes(specs) -> list[tuple[tuple[int, ...], int] | None]:
     modes: list = []
     for spec in specs:
         info = strategy_info(spec.name)
-        if not info.mini_batch:
+        if not info.samples_neighbours:  # full-graph, or clustergcn's cluster batches: nothing to match
             continue
+        parse = {o.name: o.parse for o in info.options()}
         opts = {o.name: o.parse(o.default) for o in info.options() if o.default is not None}
-        given = {k: next(o for o in info.options() if o.name == k).parse(v) for k, v in spec.options}
-        opts.update(given)
-        if "fanouts" in opts:  # a sampling strategy (not clustergcn's cluster batches)
-            mode = (tuple(opts["fanouts"]), int(opts["batch_size"]))
-            if mode not in modes:
-                modes.append(mode)
+        opts.update({k: parse[k](v) for k, v in spec.options})
+        mode = (tuple(opts["fanouts"]), int(opts["batch_size"]))
+        if mode not in modes:
+            modes.append(mode)
     if not modes or any(not strategy_info(s.name).mini_batch for s in specs):
         modes.insert(0, None)
     return modes

@@ -62,6 +62,7 @@ class StrategyInfo:
     runtime: str  # module under stages.runtime.strategies
     train_knobs: tuple[str, ...] = ()
     mini_batch: bool = False
+    samples_neighbours: bool = False  # neighbour sampling with --fanouts/--batch-size (peers match it, simulate models it)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def planner_module(self):
@@ -115,7 +116,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             exactness="samples neighbours (an approximation); --fanouts -1 with one batch of every training node "
                       "is exact full-graph training; evaluation is exact full-neighbour inference",
             planner="distdgl", runtime="distdgl",
-            train_knobs=("prefetch",), mini_batch=True,
+            train_knobs=("prefetch",), mini_batch=True, samples_neighbours=True,
         ),
         StrategyInfo(
             name="bytegnn",
@@ -124,7 +125,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             methods=("bytegnn", "distdgl", "metis", "random", "g3", "chunk"),
             exactness="as distdgl (the scheduler only reorders work): samples neighbours; --fanouts -1 with one "
                       "batch of every training node is exact full-graph training",
-            planner="bytegnn", runtime="bytegnn", mini_batch=True,
+            planner="bytegnn", runtime="bytegnn", mini_batch=True, samples_neighbours=True,
         ),
         StrategyInfo(
             name="clustergcn",

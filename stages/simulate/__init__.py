@@ -336,10 +336,10 @@ def _is_sampling(meta: dict) -> bool:
 
     name = meta["strategy"]["name"]
     info = strategy_info(name)
-    if info.mini_batch and "fanouts" not in {o.name for o in info.options()}:
+    if info.mini_batch and not info.samples_neighbours:
         raise G3InputError(f"g3 simulate has no model of the {name} strategy (only of g3, bns-gcn, sancus and the "
                            "sampling strategies distdgl and bytegnn)")
-    return info.mini_batch
+    return info.samples_neighbours
 
 
 def _finish(result: dict, out: Path, t0: float, records: list[dict] | None = None) -> dict:

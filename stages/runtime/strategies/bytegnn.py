@@ -104,10 +104,10 @@ class ByteGnnStrategy(DistDglStrategy):
             dag.blocks.append(block_from_sample(dag.frontier, counts, nbrs, self.scratch()))
             dag.frontier = dag.blocks[-1].src
         else:
-            x0, degrees = self.gather_inputs(dag.frontier)
+            x0, degrees, fetched = self.gather_inputs(dag.frontier)
             took = time.perf_counter() - dag.started
             dag.result = PreparedStep(dag.targets, dag.global_targets, dag.blocks[::-1], x0, degrees,
-                                      {"sample": took, "fetch": 0.0})
+                                      {"sample": took, "fetch": 0.0}, fetched_rows=fetched)
 
     # --- scheduling -------------------------------------------------------------------------------------
     def _start_sampler(self, epoch: int) -> None:

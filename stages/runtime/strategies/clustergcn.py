@@ -16,6 +16,7 @@ inference, as for every strategy.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import torch
@@ -47,8 +48,6 @@ class ClusterGcnStrategy(MiniBatchStrategy):
         return self.tr  # nothing is exchanged while preparing a step
 
     def prepare(self, epoch: int, step: int) -> PreparedStep:
-        import time
-
         t0 = time.perf_counter()
         order = shuffled(self.cluster_ids, self.cfg.seed, epoch, stream=self.rank)
         chosen = np.zeros(len(self.cluster_ids), dtype=bool)

@@ -73,6 +73,7 @@ class PreparedStep:
     degrees: torch.Tensor | None
     seconds: dict
     target_rows: np.ndarray | None = None  # rows of the last block's destinations that carry the loss (None: all)
+    fetched_rows: int = 0  # input rows fetched from other workers
 
 
 class MiniBatchStrategy(LayerSyncStrategy):
@@ -132,30 +133,35 @@ class MiniBatchStrategy(LayerSyncStrategy):
         blocks = self.blocks(epoch, step, targets)
         t1 = time.perf_counter()
         sources = blocks[0].src if blocks else targets
-        x0, degrees = self.gather_inputs(sources)
+        x0, degrees, fetched = self.gather_inputs(sources)
         t2 = time.perf_counter()
-        return PreparedStep(targets, global_targets, blocks, x0, degrees, {"sample": t1 - t0, "fetch": t2 - t1})
+        return PreparedStep(targets, global_targets, blocks, x0, degrees, {"sample": t1 - t0, "fetch": t2 - t1},
+                            fetched_rows=fetched)
 
-    def gather_inputs(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def gather_inputs(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         """Input features of ``nodes`` (global ids): own rows locally, the others fetched from their owners (one
-        collective: every rank calls it once per step); with GCN also their global (in, out) degrees."""
-        owner = self.book.owner[nodes]
-        mine = owner == self.rank
-        local = self.book.local[nodes[mine]]
-        x = torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
-        x[torch.from_numpy(np.flatnonzero(mine))] = self.features[torch.from_numpy(local)]
+        collective: every rank calls it once per step); with GCN also their global (in, out) degrees; and how
+        many rows were fetched."""
+        mine = self.book.owner[nodes] == self.rank
+        local = torch.from_numpy(self.book.local[nodes[mine]])
         others = nodes[~mine]
         rows = self.sampling_tr.fetch(others, self.book, lambda ids: self.features[torch.from_numpy(ids)],
-                             self.features.shape[1], self.features.dtype, "features0")
-        x[torch.from_numpy(np.flatnonzero(~mine))] = rows
+                                      self.features.shape[1], self.features.dtype, "features0")
+        own_at, other_at = torch.from_numpy(np.flatnonzero(mine)), torch.from_numpy(np.flatnonzero(~mine))
+        if len(others) == 0:  # every row is this worker's: one copy, not two
+            x = self.features[local]
+        else:
+            x = torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
+            x[own_at] = self.features[local]
+            x[other_at] = rows
         degrees = None
         if self.needs_degrees:
-            own_deg = np.stack([self.in_degree, self.out_degree], axis=1)
+            own_deg = torch.from_numpy(np.stack([self.in_degree, self.out_degree], axis=1))
             degrees = torch.empty((len(nodes), 2), dtype=torch.int64)
-            degrees[torch.from_numpy(np.flatnonzero(mine))] = torch.from_numpy(own_deg[local])
-            degrees[torch.from_numpy(np.flatnonzero(~mine))] = self.sampling_tr.fetch(
-                others, self.book, lambda ids: torch.from_numpy(own_deg[ids]), 2, torch.int64, "degrees0")
-        return x, degrees
+            degrees[own_at] = own_deg[local]
+            degrees[other_at] = self.sampling_tr.fetch(others, self.book, lambda ids: own_deg[torch.from_numpy(ids)],
+                                                       2, torch.int64, "degrees0")
+        return x, degrees, len(others)
 
     def _next(self, epoch: int, step: int) -> PreparedStep:
         if self.depth == 0:
@@ -191,8 +197,7 @@ class MiniBatchStrategy(LayerSyncStrategy):
         self.timers["fetch"] += prep.seconds["fetch"]
         self.timers["sampled_arcs"] += sum(len(b.indices) for b in prep.blocks)
         self.timers["source_rows"] += len(prep.blocks[0].src) if prep.blocks else 0
-        self.timers["fetched_rows"] += int((self.book.owner[prep.blocks[0].src] != self.rank).sum()) \
-            if prep.blocks else 0
+        self.timers["fetched_rows"] += prep.fetched_rows
         out_nodes = prep.blocks[-1].dst if prep.blocks else prep.targets
         labels = self.labels[torch.from_numpy(self.book.local[out_nodes])]
         rows = torch.from_numpy(prep.target_rows) if prep.target_rows is not None else torch.arange(len(out_nodes))
