@@ -90,6 +90,9 @@ def print_plan_report(plan: dict, detailed: bool = False) -> None:
         head += ", " + (f"bins of {opts['bin_size']} nodes" if opts.get("bin_size") else
                         f"bin limit {human_bytes(plan['bin_limit_bytes'])} (half of the device memory)")
     console.print(head)
+    if "collectives" in plan:
+        _print_collectives(plan)
+        return
     bins = "layers" in plan["workers"][0] if plan["workers"] else False
     t = Table(title="per worker" if not detailed else "per worker and layer")
     per_worker = ("bins/layer",) if bins else ("send rows", "memory (whole partition)")
@@ -112,6 +115,22 @@ def print_plan_report(plan: dict, detailed: bool = False) -> None:
                       human_bytes(est["recv_bytes"]) + (" (once)" if est["recv_is_static_features"] else ""),
                       human_bytes(est["send_bytes"]) + (" (once)" if est["recv_is_static_features"] and not bins
                                                         else ""))
+    console.print(t)
+
+
+def _print_collectives(plan: dict) -> None:
+    """A tensor-parallel plan: its chunks, owned rows, and every collective of an epoch (float32 bytes)."""
+    ch = plan["chunks"]
+    owned = ", ".join(f"{w['num_owned']:,}" for w in plan["workers"])
+    console.print(f"{ch['count']:,} chunks of at most {ch['max_nodes']:,} nodes / {ch['max_arcs']:,} arcs; "
+                  f"owned rows per worker {owned}")
+    t = Table(title="collectives of one training epoch (all-to-all; bytes sent at float32)")
+    for col in ("collective", "width", "per worker (max)", "all workers", "when"):
+        t.add_column(col, justify="right")
+    for c in plan["collectives"]:
+        sent = c["elements_sent"]
+        t.add_row(c["name"], str(c["width"]), human_bytes(4 * max(sent)), human_bytes(4 * sum(sent)),
+                  "first epoch (cached)" if c["once"] else "every epoch")
     console.print(t)
 
 

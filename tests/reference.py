@@ -45,6 +45,35 @@ class RefGraph:
         return self.indices.to(torch.int64), dst
 
 
+def _gcn_adjacency(g: RefGraph, dtype: torch.dtype) -> torch.Tensor:
+    """``D_in^-1/2 (A + I) D_out^-1/2`` (global degrees + 1) as a sparse matrix."""
+    n = g.num_nodes
+    src, dst = g.arcs()
+    loop = torch.arange(n)
+    src, dst = torch.cat([src, loop]), torch.cat([dst, loop])
+    vals = 1.0 / torch.sqrt((g.out_degree.to(dtype) + 1.0)[src] * (g.in_degree.to(dtype) + 1.0)[dst])
+    return torch.sparse_coo_tensor(torch.stack([dst, src]), vals, (n, n), check_invariants=True).coalesce()
+
+
+def decoupled_forward(params: dict[str, torch.Tensor], graph: RefGraph, *, epoch: int = 0, dropout: float = 0.0,
+                      seed: int = 0, training: bool = False) -> torch.Tensor:
+    """The decoupled GCN (NeutronTP 002 §4.1.2): ``Â^L MLP_L(X)`` with L = the MLP's linear count
+    (``layers.0.lins.{i}``); dropout after hidden linear ``i`` keyed by layer ``i``."""
+    count = len({k.split(".")[3] for k in params if k.startswith("layers.0.lins.")})
+    h = graph.x.to(next(iter(params.values())).dtype)
+    node_ids = torch.arange(graph.num_nodes)
+    for i in range(count):
+        h = h @ params[f"layers.0.lins.{i}.weight"].T + params[f"layers.0.lins.{i}.bias"]
+        if i < count - 1:
+            h = torch.relu(h)
+            if training and dropout > 0.0:
+                h = h * dropout_mask(seed, epoch, i, node_ids, h.shape[1], dropout, dtype=h.dtype)
+    adj = _gcn_adjacency(graph, h.dtype)
+    for _ in range(count):
+        h = torch.sparse.mm(adj, h)
+    return h
+
+
 def _num_layers(params: dict[str, torch.Tensor]) -> int:
     ids = {int(m.group(1)) for k in params if (m := re.match(r"layers\.(\d+)\.", k))}
     if ids != set(range(len(ids))):
@@ -107,6 +136,8 @@ def reference_forward(
     heads: int | None = None,
 ) -> torch.Tensor:
     """Logits ``[N, C]`` of the whole graph for g3's parameters ``params`` (names as in g3's state_dict)."""
+    if kind == "dgcn":
+        return decoupled_forward(params, graph, epoch=epoch, dropout=dropout, seed=seed, training=training)
     num_layers = _num_layers(params)
     h = graph.x.to(next(iter(params.values())).dtype)
     node_ids = torch.arange(graph.num_nodes)

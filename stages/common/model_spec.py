@@ -4,6 +4,12 @@
 (``stages.runtime.models.build_model``), the planners size their bins with :func:`node_bytes`, and the
 simulator reads the layer shapes back. Widths: ``feat_dim → hidden → … → num_classes``; GAT's hidden layers
 concatenate their heads (``heads × hidden`` wide) and its last layer averages them.
+
+``dgcn`` is the decoupled GCN of NeutronTP (002 §4.1.2): an MLP of ``layers`` linear layers
+(``feat_dim → hidden → … → num_classes``), then ``layers`` propagation rounds of GCN's normalised adjacency
+``Â`` (no weights, no activation). The runtime runs it as ``layers + 1`` blocks: block 0 is the MLP (``op =
+"mlp"``: it reads only the destination rows), blocks 1..L are the propagations (``op = "propagate"``).
+:attr:`ModelSpec.num_blocks` is the runtime's layer count for every kind.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-MODEL_KINDS = ("sage", "gcn", "gat")
+MODEL_KINDS = ("sage", "gcn", "gat", "dgcn")
 ELEM_BYTES = 4  # float32 embeddings
 INDEX_BYTES = 8
 
@@ -26,6 +32,7 @@ class LayerShape:
     heads: int = 1
     attention: bool = False
     per_head: int = 0
+    op: str = "conv"  # conv: a GNN layer; mlp: dgcn's MLP (no arcs read); propagate: dgcn's Â (no weights)
 
     @property
     def edge_width(self) -> int:
@@ -33,6 +40,8 @@ class LayerShape:
         other models project before aggregating when that narrows the aggregation."""
         if self.attention:
             return self.heads * self.per_head
+        if self.op == "mlp":
+            return 0
         return min(self.d_in, self.d_out)
 
 
@@ -57,6 +66,9 @@ class ModelSpec:
             raise ValueError("the store needs at least one feature column and one class")
 
     def layer_shapes(self) -> list[LayerShape]:
+        if self.kind == "dgcn":
+            return [LayerShape(self.in_dim, self.num_classes, op="mlp")] + [
+                LayerShape(self.num_classes, self.num_classes, op="propagate") for _ in range(self.layers)]
         shapes, d_in = [], self.in_dim
         for li in range(self.layers):
             last = li == self.layers - 1
@@ -71,8 +83,18 @@ class ModelSpec:
         return shapes
 
     @property
+    def num_blocks(self) -> int:
+        """Layers the runtime runs one block at a time: ``layers``, or ``layers + 1`` for dgcn (MLP first)."""
+        return self.layers + 1 if self.kind == "dgcn" else self.layers
+
+    @property
+    def mlp_widths(self) -> list[int]:
+        """dgcn: the MLP's widths, ``feat_dim → hidden → … → num_classes`` (``layers + 1`` entries)."""
+        return [self.in_dim] + [self.hidden] * (self.layers - 1) + [self.num_classes]
+
+    @property
     def widths(self) -> list[int]:
-        """Input width of every layer, then the output width (``layers + 1`` entries)."""
+        """Input width of every block, then the output width (``num_blocks + 1`` entries)."""
         shapes = self.layer_shapes()
         return [shapes[0].d_in] + [s.d_out for s in shapes]
 
@@ -95,6 +117,8 @@ def node_bytes(in_degree: np.ndarray, shape: LayerShape) -> np.ndarray:
     The factor 2 keeps room for the gradients of the same tensors in backward.
     """
     per_node = (shape.d_in + shape.d_out) * ELEM_BYTES
+    if shape.op == "mlp":  # reads no arcs
+        return np.full(len(np.asarray(in_degree)), 2 * per_node, dtype=np.int64)
     per_edge = shape.d_in * ELEM_BYTES + INDEX_BYTES + shape.edge_width * ELEM_BYTES
     if shape.attention:
         per_edge += 3 * shape.heads * ELEM_BYTES

@@ -61,6 +61,7 @@ class StrategyInfo:
     planner: str  # module under stages.plan
     runtime: str  # module under stages.runtime.strategies
     train_knobs: tuple[str, ...] = ()
+    models: tuple[str, ...] = ("sage", "gcn", "gat")  # model kinds it trains (`g3 plan --model`)
     mini_batch: bool = False
     samples_neighbours: bool = False  # neighbour sampling with --fanouts/--batch-size (peers match it, simulate models it)
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -89,6 +90,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             exactness="exact: the same model as single-process full-graph training",
             planner="g3", runtime="g3",
             train_knobs=("pipeline", "prefetch", "backward", "layer0_cache", "feature_cache"),
+            models=("sage", "gcn", "gat", "dgcn"),
         ),
         StrategyInfo(
             name="bns-gcn",
@@ -128,6 +130,18 @@ STRATEGIES: dict[str, StrategyInfo] = {
             planner="bytegnn", runtime="bytegnn", mini_batch=True, samples_neighbours=True,
         ),
         StrategyInfo(
+            name="neutrontp",
+            summary="NeutronTP: tensor parallelism on a feature split — every worker aggregates its column slice "
+                    "over the whole graph chunk by chunk; --tp naive (all-to-all to row blocks and back per layer) "
+                    "or decoupled (an MLP, then L propagation rounds: 4 collectives per epoch).",
+            methods=("feature",),
+            exactness="--tp naive: exact (the same model as single-process full-graph training); --tp decoupled "
+                      "trains a different model, the decoupled GCN (dgcn: an MLP followed by Â^L), exactly",
+            planner="neutrontp", runtime="neutrontp",
+            train_knobs=("pipeline", "layer0_cache"),
+            models=("sage", "gcn", "dgcn"),
+        ),
+        StrategyInfo(
             name="clustergcn",
             summary="ClusterGCN: each worker's nodes cut into METIS clusters; a step trains on the subgraph of "
                     "--clusters-per-batch clusters (other arcs dropped), no exchange, all-reduce per step.",
@@ -154,9 +168,7 @@ def check_partition_method(info: StrategyInfo, method: str | None, part: object)
         return
     others = [s.name for s in STRATEGIES.values() if method in s.methods]
     instead = f"`g3 partition STORE --workers K --method {info.default_method}`"
-    also = f"; a {method} partition runs {', '.join(others)}" if others else (
-        "; no strategy of this g3 runs a feature split yet (the tensor-parallel neutrontp is planned)"
-        if method == "feature" else "")
+    also = f"; a {method} partition runs {', '.join(others)}" if others else ""
     raise G3InputError(
         f"strategy {info.name} runs on {', '.join(info.methods)} partitions, not {method}: run {instead}{also}",
         path=part)

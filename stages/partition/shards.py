@@ -21,7 +21,9 @@ from ..common.store import SPLITS, GraphStore
 from .feature import feature_columns
 
 SHARD_SCHEMA = "g3.shard"
-SHARD_VERSION = 1
+# 2: feature shards carry the whole graph's in_degree/out_degree (neutrontp's GCN normalisation); node shards
+# are unchanged from version 1
+SHARD_VERSION = 2
 FEATURE_BLOCK_ROWS = 1 << 16
 LOCAL_IDS = "local id < num_owned -> owned[local]; otherwise remote[local - num_owned]"
 CSR_ORDER = "row r lists the sources of arcs into owned[r], as local ids sorted ascending"
@@ -194,10 +196,12 @@ def feature_blocks(store: GraphStore):
 
 def write_feature_shards(root: Path, store: GraphStore, k: int, owned_bounds: np.ndarray, info: dict,
                          on_rows=None) -> list[ShardFolder]:
-    """Shards of the ``feature`` split: owned id range, labels/splits of it, and a padded column slice of all nodes."""
+    """Shards of the ``feature`` split: owned id range, labels/splits of it, a padded column slice of all nodes
+    and the whole graph's degrees."""
     n, f = store.num_nodes, store.feat_dim
     cols = feature_columns(f, k)
     labels = np.asarray(store.load_labels(), dtype=np.int32)
+    in_degree, out_degree = store.load_degrees()
     splits = {s: store.split_index(s) for s in SPLITS}
     folders, maps = [], []
     for w in range(k):
@@ -205,6 +209,8 @@ def write_feature_shards(root: Path, store: GraphStore, k: int, owned_bounds: np
         lo, hi = int(owned_bounds[w]), int(owned_bounds[w + 1])
         folder.save("owned", np.arange(lo, hi, dtype=np.int64))
         folder.save("labels", labels[lo:hi])
+        folder.save("in_degree", np.asarray(in_degree))
+        folder.save("out_degree", np.asarray(out_degree))
         for split, ids in splits.items():
             folder.save(split, ids[(ids >= lo) & (ids < hi)] - lo)
         maps.append(folder.open_memmap("features", (n, cols[w]["width"]), store.feature_dtype))

@@ -74,13 +74,19 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
     info = strategy_info(cfg.strategy)
     check_partition_method(info, meta.get("method"), part)
     store_ref = _store_reference(meta)
-    spec = ModelSpec(cfg.model, int(store_ref["feat_dim"]), cfg.hidden, int(store_ref["num_classes"]), cfg.layers,
+    options = parse_options(cfg.strategy, cfg.options)
+    planner = info.planner_module()
+    # a planner may name the model its options imply (neutrontp --tp decoupled --model gcn trains dgcn)
+    model = planner.model_kind(options, cfg.model) if hasattr(planner, "model_kind") else cfg.model
+    if model not in info.models:
+        raise G3InputError(f"strategy {info.name} trains {', '.join(info.models)}, not {model}")
+    cfg = PlanConfig(**{**asdict(cfg), "model": model})
+    spec = ModelSpec(model, int(store_ref["feat_dim"]), cfg.hidden, int(store_ref["num_classes"]), cfg.layers,
                      cfg.heads)
     try:
         spec.check()
     except ValueError as exc:
         raise G3InputError(str(exc)) from None
-    options = parse_options(cfg.strategy, cfg.options)
     out = Path(out) if out else default_out(part, cfg)
     check_target(out, force)
     k = int(meta["num_partitions"])
@@ -91,7 +97,7 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
                           progress_display=progress)
         for r in range(k):
             (tmp / f"worker-{r:05d}").mkdir()
-        planned = info.planner_module().plan(tmp, ctx)
+        planned = planner.plan(tmp, ctx)
         for r in range(k):  # every file of a worker's folder, with its shape and dtype, for the readers' checks
             wdir = tmp / f"worker-{r:05d}"
             worker = json.loads((wdir / "worker.json").read_text())

@@ -176,6 +176,28 @@ class Transport:
             result.append(own if q == self.rank else parts[q].reshape((in_rows[q], *width)))
         return result
 
+    def all_to_all_v(self, chunks: list[torch.Tensor], recv_shapes: list[tuple[int, ...]], label: str
+                     ) -> list[torch.Tensor]:
+        """:meth:`all_to_all` with any shape per peer, both ways (one dtype): ``chunks[q]`` goes to worker q;
+        returns what each peer sent here, shaped as ``recv_shapes[q]`` says. Tensor parallelism sends a row
+        block of different column widths to each peer. Own chunk is passed through untouched."""
+        if self.world == 1:
+            return list(chunks)
+        dtype = chunks[0].dtype
+        send = [c.reshape(-1) if q != self.rank else c.new_empty(0) for q, c in enumerate(chunks)]
+        in_sizes = [int(np.prod(s)) if q != self.rank else 0 for q, s in enumerate(recv_shapes)]
+        flat = torch.cat(send).contiguous()
+        out = torch.empty(sum(in_sizes), dtype=dtype)
+        t0 = now_us()
+        dist.all_to_all_single(out, flat, in_sizes, [len(c) for c in send], group=self.group)
+        t1 = now_us()
+        self.stats.wait_seconds += (t1 - t0) / 1e6
+        self.tracer.span("wait", f"all-to-all {label}", t0, t1)
+        self.stats.sent(label, sum(_nbytes(c) for c in send), messages=sum(1 for c in send if len(c)))
+        self.stats.received(label, _nbytes(out))
+        parts = out.split(in_sizes)
+        return [chunks[q] if q == self.rank else parts[q].view(recv_shapes[q]) for q in range(self.world)]
+
     def broadcast(self, tensor: torch.Tensor, src: int, label: str) -> torch.Tensor:
         """``tensor`` of worker ``src`` into every worker's ``tensor`` (same shape everywhere). Counted as the
         root sending its rows to each other worker and each receiving them once."""

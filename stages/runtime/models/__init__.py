@@ -16,11 +16,13 @@ from torch import nn
 from ...common.model_spec import MODEL_KINDS, ModelSpec
 from ..block import Block
 from ..kernels import relu_dropout, relu_dropout_grad
+from .decoupled import DecoupledMLP, Propagate
 from .gat import GATConv
 from .gcn import GCNConv
 from .sage import SAGEConv
 
-__all__ = ["GATConv", "GCNConv", "GNNModel", "MODEL_KINDS", "SAGEConv", "build_model", "model_from_spec"]
+__all__ = ["DecoupledMLP", "GATConv", "GCNConv", "GNNModel", "MODEL_KINDS", "Propagate", "SAGEConv", "build_model",
+           "model_from_spec"]
 
 
 class GNNModel(nn.Module):
@@ -70,9 +72,22 @@ class GNNModel(nn.Module):
         features). SAGE and GCN then aggregate the raw inputs once, keep the result on the block
         (``[n_dst, widths[l]]``, the size of the bin's features) and skip the aggregation in every later call,
         forward and backward (GAT ignores the flag).
+
+        dgcn's MLP (block 0) reads only the destinations' rows ``x_src[:n_dst]``.
         """
-        return self._activate(l, self.layers[l](block, x_src, static_input=static_input), block, epoch, dropout, seed,
-                              training)
+        layer = self.layers[l]
+        if isinstance(layer, DecoupledMLP):
+            return layer.forward_rows(x_src[: block.n_dst], block.dst_global, epoch, dropout, seed, training)
+        return self._activate(l, layer(block, x_src, static_input=static_input), block.dst_global, epoch, dropout,
+                              seed, training)
+
+    def dense_forward(self, l: int, x_dst: torch.Tensor | None, agg: torch.Tensor, node_ids: torch.Tensor,  # noqa: E741
+                      epoch: int, dropout: float, seed: int, training: bool) -> torch.Tensor:
+        """Layer ``l``'s update from its aggregation computed elsewhere (tensor parallelism): ``agg [n, widths[l]]``
+        (SAGE: the mean over in-neighbours; GCN: the normalised sum with the self-loop) and, for SAGE, the
+        nodes' own input rows ``x_dst [n, widths[l]]``; then the activation and dropout of ``node_ids``.
+        The same value as :meth:`layer_forward` on the whole neighbourhood (aggregate-first)."""
+        return self._activate(l, self.layers[l].combine(x_dst, agg), node_ids, epoch, dropout, seed, training)
 
     def reads_rows(self, l: int) -> bool:  # noqa: E741
         """Layer ``l`` can read its sources from the layer's input rows itself (:meth:`layer_forward_rows`)."""
@@ -83,8 +98,8 @@ class GNNModel(nn.Module):
         """:meth:`layer_forward` with ``x_src = h[src]`` read by the aggregation from ``h`` itself, no gathered
         copy; ``x_dst = h[dst]`` (``[n_dst, widths[l]]``). Forward only (no gradient reaches ``h``); the aggregation
         makes the same sums in the same order as on gathered rows. Only where :meth:`reads_rows` says so."""
-        return self._activate(l, self.layers[l].forward_rows(block, h, src, x_dst), block, epoch, dropout, seed,
-                              training)
+        return self._activate(l, self.layers[l].forward_rows(block, h, src, x_dst), block.dst_global, epoch, dropout,
+                              seed, training)
 
     def layer_backward_rows(self, l: int, block: Block, h: torch.Tensor, src: torch.Tensor, x_dst: torch.Tensor,  # noqa: E741
                             grad_out: torch.Tensor, epoch: int, dropout: float, seed: int,
@@ -99,7 +114,7 @@ class GNNModel(nn.Module):
         agg = layer.aggregate_rows(block, h, src).requires_grad_(need_src_grad)
         x_dst = x_dst.detach().requires_grad_(need_src_grad)
         with torch.enable_grad():
-            y = self._activate(l, layer.combine(x_dst, agg), block, epoch, dropout, seed, True)
+            y = self._activate(l, layer.combine(x_dst, agg), block.dst_global, epoch, dropout, seed, True)
         torch.autograd.backward(y, grad_out)
         if not need_src_grad:
             return None
@@ -118,14 +133,15 @@ class GNNModel(nn.Module):
         layer = self.layers[l]
         if not hasattr(layer, "static_backward"):
             return False
-        grad = grad_out if l == self.num_layers - 1 else relu_dropout_grad(y, grad_out, dropout)
+        grad = grad_out if l == self.num_layers - 1 or not getattr(layer, "activated", True) else \
+            relu_dropout_grad(y, grad_out, dropout)
         return layer.static_backward(block, x_src, grad)
 
-    def _activate(self, l: int, h: torch.Tensor, block: Block, epoch: int, dropout: float, seed: int,  # noqa: E741
+    def _activate(self, l: int, h: torch.Tensor, node_ids: torch.Tensor, epoch: int, dropout: float, seed: int,  # noqa: E741
                   training: bool) -> torch.Tensor:
-        if l < self.num_layers - 1:
+        if l < self.num_layers - 1 and getattr(self.layers[l], "activated", True):
             if training and dropout > 0.0:  # one fused pass on the CPU (kernels.relu_dropout), bitwise the same
-                return relu_dropout(h, seed, epoch, l, block.dst_global, dropout)
+                return relu_dropout(h, seed, epoch, l, node_ids, dropout)
             h = F.relu(h)
         return h
 
@@ -168,7 +184,11 @@ def model_from_spec(spec: ModelSpec) -> GNNModel:
     spec.check()
     mods: list[nn.Module] = []
     for li, s in enumerate(spec.layer_shapes()):
-        if spec.kind == "sage":
+        if s.op == "mlp":
+            mods.append(DecoupledMLP(spec.mlp_widths))
+        elif s.op == "propagate":
+            mods.append(Propagate())
+        elif spec.kind == "sage":
             mods.append(SAGEConv(s.d_in, s.d_out))
         elif spec.kind == "gcn":
             mods.append(GCNConv(s.d_in, s.d_out))

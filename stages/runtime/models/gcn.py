@@ -56,6 +56,11 @@ class GCNConv(nn.Module):
             return F.linear(agg, self.lin.weight, self.bias)
         return agg.add_(self.bias)
 
+    def combine(self, x_dst: torch.Tensor | None, agg: torch.Tensor) -> torch.Tensor:
+        """``W agg + b`` from the normalised sum ``agg [n, in_dim]`` computed elsewhere (tensor parallelism);
+        ``x_dst`` is not read (the self-loop is in ``agg``)."""
+        return F.linear(agg, self.lin.weight, self.bias)
+
     @staticmethod
     def _static_key(x_src: torch.Tensor) -> str:
         """Block cache key of the static path's normalised sum of the raw inputs."""

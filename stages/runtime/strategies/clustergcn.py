@@ -58,7 +58,7 @@ class ClusterGcnStrategy(MiniBatchStrategy):
         targets = self.owned_global[nodes[target_rows]]
         t1 = time.perf_counter()
         x0 = self.features[torch.from_numpy(nodes)]
-        return PreparedStep(targets, None, [block] * self.ctx.spec.layers, x0, degrees,
+        return PreparedStep(targets, None, [block] * self.ctx.spec.num_blocks, x0, degrees,
                             {"sample": t1 - t0, "fetch": time.perf_counter() - t1}, target_rows)
 
     def _induced(self, nodes: np.ndarray) -> tuple[SampledBlock, torch.Tensor]:

@@ -150,7 +150,7 @@ class G3Strategy(Strategy):
     def __init__(self, ctx: WorkerContext, model):
         super().__init__(ctx, model)
         cfg = ctx.cfg
-        self.data = data = WorkerData(ctx.shard, ctx.plan, ctx.spec.layers, cfg.torch_dtype)
+        self.data = data = WorkerData(ctx.shard, ctx.plan, ctx.spec.num_blocks, cfg.torch_dtype)
         self.schedule = SCHEDULES[cfg.pipeline]
         self.num_layers = len(data.layers)
         self.phase = "fwd"  # the pass running now: "fwd", "eval" or "bwd" (gather spans carry it)

@@ -31,7 +31,7 @@ class LayerSyncStrategy(Strategy):
         shard, cfg = ctx.shard, ctx.cfg
         dtype = cfg.torch_dtype
         self.n_own, self.n_rem = shard.num_owned, shard.num_remote
-        self.num_layers = ctx.spec.layers
+        self.num_layers = ctx.spec.num_blocks
         self.global_ids = torch.from_numpy(np.concatenate([shard.owned, shard.remote]).astype(np.int64))
         self.features = torch.from_numpy(np.array(shard.load("features"))).to(dtype)
         self.labels = torch.from_numpy(np.asarray(shard.load("labels")).astype(np.int64))

@@ -1,0 +1,224 @@
+"""The ``neutrontp`` strategy's planner (NeutronTP, 002 §3–4): chunks over the whole graph, the interleaved
+ownership of their rows, and the size of every collective of an epoch.
+
+Chunks (002 §4.2.1) are contiguous destination ranges of the whole graph with all their in-arcs, sized like
+G3's bins: at most half of ``--device-memory`` per chunk (one chunk aggregates while the next one's rows
+move), or ``--chunk-size`` nodes. Every worker aggregates every chunk on its own column slice, in the same
+order. Ownership of the rows — who runs the dense update of a node, holds its label and receives its slices in
+the all-to-alls — is interleaved: chunk ``j``'s range is cut into K consecutive pieces, piece ``q`` owned by
+worker ``q``, so every chunk's collective loads every worker alike (002 §4.2.2). A node's rows are sent once
+per layer, with the first chunk that reads it as a source (``first_use``): the deduplicated split.
+
+Artifact (docs/ARTIFACTS.md, "Plan: neutrontp"): ``chunks/bounds.npy`` int64 ``[n_chunks + 1]``,
+``chunks/owner_bounds.npy`` int64 ``[n_chunks, K + 1]`` (absolute node ids), ``chunks/first_use.npy`` int32
+``[N]`` (``n_chunks`` = never read as a source), per worker ``owned.npy`` int64 (ascending global ids).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..common.artifact_json import resolve_reference
+from ..common.atomic import write_json_atomic
+from ..common.errors import G3InputError
+from ..common.model_spec import LayerShape, ModelSpec, node_bytes
+from ..common.strategies import PlanOption
+from ..common.units import parse_size
+from .bins import pack_by_bytes, pack_by_count
+from .context import PlanContext
+
+
+def parse_tp(text: str) -> str:
+    if text not in ("naive", "decoupled"):
+        raise ValueError("expected naive or decoupled")
+    return text
+
+
+def _memory(text: str) -> int | None:
+    return None if text in (None, "auto") else parse_size(text)
+
+
+def _chunk_size(text: str) -> int | None:
+    if text in (None, "auto"):
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError("expected a node count or 'auto'") from None
+    if n < 1:
+        raise ValueError("the chunk size must be at least 1 node")
+    return n
+
+
+OPTIONS = (
+    PlanOption("tp", "--tp", "naive", parse=parse_tp, metavar="naive|decoupled",
+               help="neutrontp: naive = tensor parallelism per layer (aggregate the column slice over the whole "
+                    "graph, all-to-all to row blocks, the dense update on owned rows, all-to-all back; exact); "
+                    "decoupled = the decoupled GCN (an MLP on row blocks, one split, L propagation rounds on "
+                    "column slices, one gather: 4 collectives per epoch whatever L; a different model, dgcn)."),
+    PlanOption("device_memory", "--device-memory", "auto", parse=_memory, metavar="SIZE",
+               help="neutrontp: memory of one worker's device, e.g. 24GiB; 'auto' reads GPU 0 (or RAM without "
+                    "CUDA). A chunk's aggregation uses at most half of it."),
+    PlanOption("chunk_size", "--chunk-size", "auto", parse=_chunk_size, metavar="N",
+               help="neutrontp: destination nodes per chunk; 'auto' sizes chunks by --device-memory."),
+)
+
+
+def model_kind(options: dict, kind: str) -> str:
+    """The model a neutrontp plan trains: ``--tp decoupled`` trains the decoupled GCN (``--model gcn`` or
+    ``dgcn``); naive TP trains SAGE or GCN."""
+    if options["tp"] == "decoupled":
+        if kind not in ("gcn", "dgcn"):
+            raise G3InputError(f"--tp decoupled trains the decoupled GCN (an MLP followed by Â^L): use --model gcn "
+                               f"or dgcn, not {kind}")
+        return "dgcn"
+    if kind == "gat":
+        raise G3InputError("neutrontp --tp naive does not train GAT: its attention scores need whole rows of both "
+                           "ends of every arc, which a column slice does not hold (the per-node decomposition, an "
+                           "all-gather of 2·V·H scalars per layer, is not built); use --model sage or gcn")
+    if kind == "dgcn":
+        raise G3InputError("the decoupled GCN runs under --tp decoupled (naive TP trains sage or gcn)")
+    return kind
+
+
+def slice_widths(width: int, k: int) -> list[int]:
+    """Columns of each worker's slice of a ``width``-wide hidden tensor: as even as possible, worker order."""
+    return [width // k + (1 if w < width % k else 0) for w in range(k)]
+
+
+def aggregated_widths(spec: ModelSpec) -> list[int]:
+    """Full width of what is aggregated over the graph, per aggregation: every layer's input (naive), or the
+    class width once per propagation round (decoupled)."""
+    if spec.kind == "dgcn":
+        return [spec.num_classes] * spec.layers
+    return spec.widths[: spec.layers]
+
+
+def chunk_bounds(in_degree: np.ndarray, spec: ModelSpec, k: int, chunk_size: int | None, budget: int) -> np.ndarray:
+    """Destination ranges: ``chunk_size`` nodes each, or packed while a chunk's bytes stay within half the
+    budget (per node and in-arc, the widest aggregation's slice: :func:`node_bytes`)."""
+    n = len(in_degree)
+    if chunk_size:
+        return pack_by_count(n, chunk_size)
+    cost = np.zeros(n, dtype=np.int64)
+    for width in set(aggregated_widths(spec)):
+        w = -(-width // k)
+        cost = np.maximum(cost, node_bytes(in_degree, LayerShape(w, w)))
+    try:
+        return pack_by_bytes(cost, budget // 2)
+    except G3InputError as exc:
+        raise G3InputError(str(exc).replace("--bin-size", "--chunk-size")) from None
+
+
+def owner_bounds(bounds: np.ndarray, k: int) -> np.ndarray:
+    """``[n_chunks, K + 1]``: chunk ``j``'s range cut into K consecutive, nearly equal pieces."""
+    starts, sizes = bounds[:-1], np.diff(bounds)
+    pieces = (sizes[:, None] * np.arange(k + 1)[None, :]) // k
+    return starts[:, None] + pieces
+
+
+def first_use(indptr: np.ndarray, indices: np.ndarray, bounds: np.ndarray, self_loops: bool) -> np.ndarray:
+    """The first chunk that reads each node as a source (an in-arc's source, or with ``self_loops`` the node
+    itself); ``n_chunks`` for a node no chunk reads."""
+    n, n_chunks = len(indptr) - 1, len(bounds) - 1
+    first = np.full(n, n_chunks, dtype=np.int32)
+    arc_chunk = np.searchsorted(bounds, np.arange(n), side="right").astype(np.int32) - 1  # chunk of each node
+    dst_chunk = np.repeat(arc_chunk, np.diff(indptr))
+    np.minimum.at(first, np.asarray(indices, dtype=np.int64), dst_chunk)
+    if self_loops:
+        np.minimum(first, arc_chunk, out=first)
+    return first
+
+
+def collectives(spec: ModelSpec, owned: list[np.ndarray], needed: np.ndarray, layer0_columns: list[int],
+                n: int) -> list[dict]:
+    """Every collective of one training epoch with the elements each worker sends (``elements_sent``) —
+    the figures 002 §3.2 writes as 2(N−1)·V·D/N² per layer and worker. ``once``: the layer-0 ones a
+    ``--layer0-cache`` run does only in its first epoch."""
+    k = len(owned)
+    own = np.array([len(o) for o in owned], dtype=np.int64)
+    own_needed = np.array([int(needed[o].sum()) for o in owned], dtype=np.int64)
+    n_needed = int(needed.sum())
+    out = []
+
+    def add(name, width, sent, once=False):
+        out.append({"name": name, "width": int(width), "once": once,
+                    "elements_sent": [int(s) for s in sent]})
+
+    if spec.kind in ("sage", "dgcn"):  # whole input rows of the owned nodes (SAGE's self term, the MLP's input)
+        add("features", spec.in_dim, [layer0_columns[w] * (n - own[w]) for w in range(k)], once=True)
+    if spec.kind == "dgcn":
+        c = spec.num_classes
+        cols = slice_widths(c, k)
+        add("split", c, [own_needed[w] * (c - cols[w]) for w in range(k)])
+        add("gather", c, [cols[w] * (n - own[w]) for w in range(k)])
+        add("bwd split", c, [own[w] * (c - cols[w]) for w in range(k)])
+        add("bwd gather", c, [cols[w] * (n_needed - own_needed[w]) for w in range(k)])
+        return out
+    for li, width in enumerate(spec.widths[: spec.layers]):
+        cols = layer0_columns if li == 0 else slice_widths(width, k)
+        if li > 0:
+            add(f"split L{li}", width, [own_needed[w] * (width - cols[w]) for w in range(k)])
+        add(f"gather L{li}", width, [cols[w] * (n - own[w]) for w in range(k)], once=li == 0)
+    for li in reversed(range(1, spec.layers)):
+        width = spec.widths[li]
+        cols = slice_widths(width, k)
+        add(f"bwd split L{li}", width, [own[w] * (width - cols[w]) for w in range(k)])
+        add(f"bwd gather L{li}", width, [cols[w] * (n_needed - own_needed[w]) for w in range(k)])
+    return out
+
+
+def check_shards(ctx: PlanContext) -> None:
+    """Feature shards of schema version 1 lack the degrees the strategy reads."""
+    for shard in ctx.shards:
+        if "in_degree.npy" not in shard.manifest or "out_degree.npy" not in shard.manifest:
+            raise G3InputError("feature shard of an older schema (version 1, without in_degree/out_degree): "
+                               "re-run `g3 partition STORE --method feature --force`", path=shard.path)
+
+
+def plan(tmp: Path, ctx: PlanContext) -> dict:
+    from ..common.store import GraphStore
+    from .g3 import auto_device_memory
+
+    check_shards(ctx)
+    spec, k = ctx.spec, ctx.num_workers
+    store = GraphStore.open(resolve_reference(ctx.partition["store"], ctx.part, "zarr.json"))
+    indptr, indices = store.load_csr()
+    indptr = np.asarray(indptr, dtype=np.int64)
+    budget = ctx.options["device_memory"] or auto_device_memory()
+    bounds = chunk_bounds(np.diff(indptr), spec, k, ctx.options["chunk_size"], budget)
+    ob = owner_bounds(bounds, k)
+    first = first_use(indptr, indices, bounds, self_loops=spec.kind in ("gcn", "dgcn"))
+    n_chunks = len(bounds) - 1
+    folder = tmp / "chunks"
+    folder.mkdir()
+    np.save(folder / "bounds.npy", bounds.astype(np.int64))
+    np.save(folder / "owner_bounds.npy", ob.astype(np.int64))
+    np.save(folder / "first_use.npy", first)
+    owned = []
+    for q in ctx.progress(range(k), "planning workers (neutrontp)"):
+        ids = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(ob[:, q], ob[:, q + 1], strict=True)]
+                             ) if n_chunks else np.zeros(0, dtype=np.int64)
+        owned.append(ids)
+        wdir = tmp / f"worker-{q:05d}"
+        np.save(wdir / "owned.npy", ids)
+        write_json_atomic(wdir / "worker.json", {"rank": q, "num_owned": int(len(ids))})
+    layer0_columns = [c["stop"] - c["start"] for c in map(_shard_columns, ctx.shards)]
+    needed = first < n_chunks
+    sizes = np.diff(bounds)
+    return {
+        "device_memory": budget,
+        "chunks": {"path": "chunks", "count": n_chunks, "max_nodes": int(sizes.max()) if n_chunks else 0,
+                   "max_arcs": int(np.diff(indptr[bounds]).max()) if n_chunks else 0,
+                   "sources_read": int(needed.sum())},
+        "collectives": collectives(spec, owned, needed, layer0_columns, store.num_nodes),
+        "workers": [{"rank": q, "num_owned": int(len(owned[q]))} for q in range(k)],
+    }
+
+
+def _shard_columns(shard) -> dict:
+    import json
+
+    return json.loads((shard.path / "shard.json").read_text())["feature_columns"]

@@ -1,0 +1,346 @@
+"""NeutronTP (002 §3–4): tensor parallelism on a feature split, naive or decoupled, chunk by chunk.
+
+Every worker holds the whole topology (read from the store) and a column slice of the input features (its
+``feature`` shard). The plan cuts the graph into chunks and interleaves row ownership across workers
+(``stages/plan/neutrontp.py``); :mod:`..tensor_parallel` holds the chunks' aggregation and the exchanges.
+
+* **Naive TP** (002 §3.1), per layer ``l``: split the layer's input rows into column slices (layer 0: the
+  shard's slice, nothing to send), aggregate the slice over every chunk (no communication), gather the
+  aggregated slices into whole rows of the owned nodes, run the dense update there (SAGE: with the nodes' own
+  input rows, which the worker holds), ReLU and dropout (keyed by global id). Backward mirrors it: the dense
+  backward on owned rows, a split of the aggregation's gradient, the transposed aggregation per chunk, a
+  gather back to rows. Layer 0's aggregation of the fixed features is computed and gathered once
+  (``--layer0-cache``, as g3's layer-0 cache). Exact: the same model as single-process training.
+* **Decoupled TP** (002 §4.1.2): the dgcn model — its MLP on the owned rows, one split, ``L`` propagation
+  rounds of ``Â`` on column slices, one gather, the loss; backward: one split, ``L`` transposed rounds, one
+  gather, the MLP's backward. Four collectives per epoch whatever ``L``.
+* **Inter-chunk pipeline** (002 §4.2.2, ``--pipeline`` other than ``none``): the split of chunk ``j + 1`` and
+  the gather of chunk ``j - 1`` run on a communication thread while chunk ``j`` aggregates — collectives in
+  one fixed order on every rank, values bitwise those of the bulk exchanges.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+
+from ...common.errors import G3InputError
+from ...common.partition_artifact import load_partition_meta
+from ...common.store import GraphStore
+from ..tensor_parallel import ChunkAggregation, ChunkRouting, column_bounds
+from ..threads import helper_executor
+from .base import Inference, StepOutput, Strategy, WorkerContext, labelled_rows
+
+SPLIT_CODES = {"train": 1, "valid": 2, "test": 3}
+
+
+def slice_widths(width: int, k: int) -> list[int]:
+    """Hidden tensors' columns per worker: as even as possible (as the planner's ``slice_widths``)."""
+    return [width // k + (1 if w < width % k else 0) for w in range(k)]
+
+
+class NeutronTPStrategy(Strategy):
+    name = "neutrontp"
+
+    def __init__(self, ctx: WorkerContext, model):
+        super().__init__(ctx, model)
+        shard, cfg, k = ctx.shard, ctx.cfg, ctx.world
+        self.dtype = cfg.torch_dtype
+        self.tp = ctx.options["tp"]
+        self.kind = ctx.spec.kind
+        self.num_layers = ctx.spec.layers
+        self.pipeline = (cfg.pipeline or "none") != "none" and k > 1
+        self.cache0 = (cfg.layer0_cache or "auto") != "off"
+        manifest = shard.manifest
+        if "in_degree.npy" not in manifest:
+            raise G3InputError("feature shard without in_degree/out_degree (schema version 1): re-run `g3 "
+                               "partition --method feature --force`", path=shard.path)
+        root = ctx.plan_dir / "chunks"
+        bounds, ob, first = (np.load(root / f"{n}.npy") for n in ("bounds", "owner_bounds", "first_use"))
+        part_meta = load_partition_meta(ctx.part)
+        store = GraphStore.open(part_meta["store"]["path"])
+        # the shards' contiguous ranges (labels and splits live there) and feature columns, from partition.json
+        sizes = [int(p["nodes"]) for p in part_meta["partitions"]]
+        self.shard_ranges = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        indptr, indices = store.load_csr()
+        in_deg = np.asarray(shard.load("in_degree"), dtype=np.int64)
+        out_deg = np.asarray(shard.load("out_degree"), dtype=np.int64)
+        op = "mean" if self.kind == "sage" else "gcn"
+        self.chunks = ChunkAggregation(np.asarray(indptr, dtype=np.int64), np.asarray(indices), bounds, op,
+                                       in_deg, out_deg, self.dtype, self.device)
+        self.route = ChunkRouting(ob, first, self.rank, k, self.tr)
+        self.owned = self.route.owned
+        self.owned_t = torch.from_numpy(self.owned)
+        self.n = store.num_nodes
+        # layer 0's columns: the shard's slice (padding dropped); hidden tensors: as even as possible
+        cols = part_meta["feature_split"]["columns"]
+        self.cols0 = column_bounds([c["stop"] - c["start"] for c in cols])
+        self.c0 = self.cols0[self.rank + 1] - self.cols0[self.rank]
+        self.features = shard.load("features")
+        self.x0_slice: torch.Tensor | None = None  # [N, c0]
+        self.x0_rows: torch.Tensor | None = None  # whole input rows of the owned nodes (SAGE, dgcn)
+        self.agg0_rows: torch.Tensor | None = None  # naive: layer 0's aggregation, owned rows (the cache)
+        self.labels: torch.Tensor | None = None
+        self.splits: dict[str, torch.Tensor] = {}
+        self.saved: list = []
+        self.global_train = None
+        self.epoch = 0
+        self.comm = helper_executor("tp-comm") if self.pipeline else None
+
+    @property
+    def num_owned(self) -> int:
+        return len(self.owned)
+
+    def close(self) -> None:
+        if self.comm is not None:
+            self.comm.shutdown(wait=False)
+
+    # --- inputs fetched once ------------------------------------------------------------------------------
+    def _ensure_inputs(self) -> None:
+        if self.labels is not None:
+            return
+        self.x0_slice = torch.from_numpy(np.array(self.features[:, : self.c0])).to(self.dtype)
+        self._fetch_labels()
+        if self.kind in ("sage", "dgcn"):
+            self.x0_rows = torch.zeros((self.num_owned, self.cols0[-1]), dtype=self.dtype)
+            ids = [self.route.dst_ids(range(self.route.n_chunks), q) for q in range(self.ctx.world)]
+            self.route.slices_to_rows(self.x0_slice, ids, self.cols0, self.x0_rows, "features")
+        self.train_rows = labelled_rows(self.labels, self.splits["train"])
+        self.global_train = self.ctx.all_reduce_int(len(self.train_rows))
+
+    def _fetch_labels(self) -> None:
+        """Labels and split membership of the owned rows, from the shards that hold them (contiguous ranges)."""
+        shard, k = self.ctx.shard, self.ctx.world
+        lo = int(shard.owned[0]) if shard.num_owned else 0
+        hi = lo + shard.num_owned
+        code = np.zeros(shard.num_owned, dtype=np.int64)
+        for s, c in SPLIT_CODES.items():
+            code[np.asarray(shard.load(s), dtype=np.int64)] = c
+        mine = np.stack([np.asarray(shard.load("labels"), dtype=np.int64), code], axis=1)
+        ranges = list(zip(self.shard_ranges[:-1], self.shard_ranges[1:], strict=True))
+        send = []
+        for q in range(k):
+            ids = self.route.dst_ids(range(self.route.n_chunks), q)
+            ids = ids[(ids >= lo) & (ids < hi)]
+            send.append(torch.from_numpy(mine[ids - lo]))
+        want = [int(((self.owned >= a) & (self.owned < b)).sum()) for a, b in ranges]
+        parts = self.tr.all_to_all_v(send, [(n, 2) for n in want], "labels")
+        got = torch.cat(parts) if parts else torch.zeros((0, 2), dtype=torch.int64)
+        self.labels = got[:, 0].clone()
+        self.splits = {s: torch.nonzero(got[:, 1] == c).flatten() for s, c in SPLIT_CODES.items()}
+
+    # --- chunk passes ------------------------------------------------------------------------------------
+    def _all(self) -> range:
+        return range(self.route.n_chunks)
+
+    def _ids(self, kind: str, chunks) -> list[np.ndarray]:
+        get = self.route.dst_ids if kind == "dst" else self.route.new_ids
+        return [get(chunks, q) for q in range(self.ctx.world)]
+
+    def _run_chunks(self, order: list[int], compute, pre=None, post=None) -> None:
+        """``compute(j)`` for every chunk of ``order``; ``pre(chunks)`` is the collective ``compute`` needs first,
+        ``post(chunks)`` the one that needs ``compute`` done. Bulk (one collective each) without the pipeline;
+        with it, one per chunk on the communication thread in the order pre(0), pre(1), post(0), pre(2),
+        post(1), …: the same on every rank."""
+        if self.comm is None or (pre is None and post is None):
+            if pre is not None:
+                pre(sorted(order))
+            for j in order:
+                compute(j)
+            if post is not None:
+                post(sorted(order))
+            return
+        ready = {j: threading.Event() for j in order}
+        timeout = self.cfg.timeout
+
+        def after(j):
+            if not ready[j].wait(timeout):
+                raise TimeoutError(f"chunk {j} was not computed within {timeout} s")
+            post([j])
+
+        pres, posts = {}, []
+        if pre is not None:
+            pres[order[0]] = self.comm.submit(pre, [order[0]])
+        for i, j in enumerate(order):
+            if pre is not None and i + 1 < len(order):
+                pres[order[i + 1]] = self.comm.submit(pre, [order[i + 1]])
+            if post is not None:
+                posts.append(self.comm.submit(after, j))
+        try:
+            for j in order:
+                if pre is not None:
+                    pres[j].result()
+                compute(j)
+                ready[j].set()
+        finally:
+            for j in order:
+                ready[j].set()  # a failed compute must not leave the thread waiting
+        for f in posts:
+            f.result()
+
+    def _aggregate_pass(self, x_slice: torch.Tensor, out_slice: torch.Tensor, layer: str, pre=None, post=None
+                        ) -> None:
+        """Forward aggregation of every chunk: ``out_slice[chunk rows] = agg(x_slice)``."""
+        chunks = self.chunks
+
+        def compute(j):
+            a, b = chunks.span(j)
+            with self.compute_span(f"{layer} chunk {j}", phase="fwd", nodes=b - a):
+                out_slice[a:b] = chunks.forward(j, x_slice).cpu()
+        self._run_chunks(list(self._all()), compute, pre, post)
+
+    def _transposed_pass(self, grad_dst: torch.Tensor, grad_src: torch.Tensor, layer: str, pre=None, post=None
+                         ) -> None:
+        """Backward of :meth:`_aggregate_pass`, chunks in reverse order: ``grad_src += aggᵀ(grad_dst)``."""
+        chunks = self.chunks
+
+        def compute(j):
+            a, b = chunks.span(j)
+            blk = chunks.blocks[j]
+            with self.compute_span(f"{layer} chunk {j} bwd", phase="bwd", nodes=b - a):
+                g = chunks.backward(j, grad_dst[a:b]).cpu()
+                grad_src.index_add_(0, blk.src_ids, g)
+        self._run_chunks(list(reversed(self._all())), compute, pre, post)
+
+    def _width(self, cols: list[int]) -> int:
+        return cols[self.rank + 1] - cols[self.rank]
+
+    # --- the interface ----------------------------------------------------------------------------------
+    def forward(self, epoch: int, step: int) -> StepOutput:
+        self.epoch = epoch
+        logits = self._forward(epoch, training=True)
+        return StepOutput(logits, self.labels, self.train_rows, self.global_train)
+
+    def infer(self) -> Inference:
+        with torch.no_grad():
+            logits = self._forward(self.epoch, training=False)
+        self.saved = []
+        return Inference(logits, self.labels, self.splits)
+
+    def _forward(self, epoch: int, training: bool) -> torch.Tensor:
+        self._ensure_inputs()
+        self.saved = []
+        if self.tp == "decoupled":
+            return self._forward_decoupled(epoch, training)
+        return self._forward_naive(epoch, training)
+
+    def backward(self, grad_logits: torch.Tensor) -> None:
+        if self.tp == "decoupled":
+            self._backward_decoupled(grad_logits)
+        else:
+            self._backward_naive(grad_logits)
+        self.saved = []
+
+    # --- naive TP ----------------------------------------------------------------------------------------
+    def _layer0_aggregation(self) -> torch.Tensor:
+        if self.agg0_rows is not None:
+            return self.agg0_rows
+        out_slice = torch.zeros((self.n, self.c0), dtype=self.dtype)
+        rows = torch.zeros((self.num_owned, self.cols0[-1]), dtype=self.dtype)
+        post = (lambda cs: self.route.slices_to_rows(out_slice, self._ids("dst", cs), self.cols0, rows, "gather L0"))
+        self._aggregate_pass(self.x0_slice, out_slice, "L0", post=post)
+        if self.cache0:
+            self.agg0_rows = rows
+        return rows
+
+    def _forward_naive(self, epoch: int, training: bool) -> torch.Tensor:
+        h = None  # the owned rows of the current layer's input
+        k = self.ctx.world
+        for li in range(self.num_layers):
+            if li == 0:
+                agg, x = self._layer0_aggregation(), self.x0_rows
+            else:
+                width = h.shape[1]
+                cols = column_bounds(slice_widths(width, k))
+                x_slice = torch.zeros((self.n, self._width(cols)), dtype=self.dtype)
+                out_slice = torch.zeros_like(x_slice)
+                agg = torch.zeros((self.num_owned, width), dtype=self.dtype)
+                pre = (lambda cs, h=h, cols=cols, x_slice=x_slice, li=li: self.route.rows_to_slices(
+                    h, self._ids("new", cs), cols, x_slice, f"split L{li}"))
+                post = (lambda cs, cols=cols, out_slice=out_slice, agg=agg, li=li: self.route.slices_to_rows(
+                    out_slice, self._ids("dst", cs), cols, agg, f"gather L{li}"))
+                self._aggregate_pass(x_slice, out_slice, f"L{li}", pre, post)
+                if training:
+                    agg.requires_grad_(True)
+                    x = h.detach().requires_grad_(self.kind == "sage")
+                else:
+                    x = h
+            with self.compute_span(f"L{li} dense", layer=li, phase="fwd" if training else "eval",
+                                   nodes=self.num_owned), torch.set_grad_enabled(training):
+                y = self.model.dense_forward(li, x.to(self.device) if x is not None else None, agg.to(self.device),
+                                             self.owned_t.to(self.device), epoch, self.cfg.dropout, self.cfg.seed,
+                                             training)
+            if training:
+                self.saved.append((x, agg, y))
+            h = y.detach().cpu()
+        return h
+
+    def _backward_naive(self, grad_logits: torch.Tensor) -> None:
+        grad = grad_logits
+        k = self.ctx.world
+        for li in reversed(range(self.num_layers)):
+            x, agg, y = self.saved[li]
+            with self.compute_span(f"L{li} dense bwd", layer=li, phase="bwd", nodes=self.num_owned):
+                torch.autograd.backward(y, grad.to(y.device, dtype=y.dtype))
+            if li == 0:
+                break
+            g_agg = agg.grad
+            cols = column_bounds(slice_widths(g_agg.shape[1], k))
+            c = self._width(cols)
+            grad_dst = torch.zeros((self.n, c), dtype=self.dtype)
+            grad_src = torch.zeros((self.n, c), dtype=self.dtype)
+            grad = torch.zeros_like(g_agg)
+            pre = (lambda cs: self.route.rows_to_slices(g_agg, self._ids("dst", cs), cols, grad_dst,
+                                                        f"bwd split L{li}"))
+            post = (lambda cs: self.route.slices_to_rows(grad_src, self._ids("new", cs), cols, grad,
+                                                         f"bwd gather L{li}"))
+            self._transposed_pass(grad_dst, grad_src, f"L{li}", pre, post)
+            if x.grad is not None:
+                grad += x.grad.cpu()
+
+    # --- decoupled TP ------------------------------------------------------------------------------------
+    def _forward_decoupled(self, epoch: int, training: bool) -> torch.Tensor:
+        mlp = self.model.layers[0]
+        with self.compute_span("MLP", phase="fwd" if training else "eval", nodes=self.num_owned), \
+                torch.set_grad_enabled(training):
+            z = mlp.forward_rows(self.x0_rows.to(self.device), self.owned_t.to(self.device), epoch,
+                                 self.cfg.dropout, self.cfg.seed, training)
+        z_rows = z.detach().cpu()
+        cols = column_bounds(slice_widths(z_rows.shape[1], self.ctx.world))
+        c = self._width(cols)
+        logits = torch.zeros_like(z_rows)
+        current = torch.zeros((self.n, c), dtype=self.dtype)
+        for r in range(1, self.num_layers + 1):
+            nxt = torch.zeros_like(current)
+            pre = (lambda cs, current=current: self.route.rows_to_slices(
+                z_rows, self._ids("new", cs), cols, current, "split")) if r == 1 else None
+            post = (lambda cs, nxt=nxt: self.route.slices_to_rows(
+                nxt, self._ids("dst", cs), cols, logits, "gather")) if r == self.num_layers else None
+            self._aggregate_pass(current, nxt, f"P{r}", pre, post)
+            current = nxt
+        if training:
+            self.saved = [z]
+        return logits
+
+    def _backward_decoupled(self, grad_logits: torch.Tensor) -> None:
+        (z,) = self.saved
+        g_rows = grad_logits.to(self.dtype)
+        cols = column_bounds(slice_widths(g_rows.shape[1], self.ctx.world))
+        c = self._width(cols)
+        grad_z = torch.zeros_like(g_rows)
+        current = torch.zeros((self.n, c), dtype=self.dtype)
+        for r in range(self.num_layers, 0, -1):
+            prev = torch.zeros_like(current)
+            pre = (lambda cs, current=current: self.route.rows_to_slices(
+                g_rows, self._ids("dst", cs), cols, current, "bwd split")) if r == self.num_layers else None
+            post = (lambda cs, prev=prev: self.route.slices_to_rows(
+                prev, self._ids("new", cs), cols, grad_z, "bwd gather")) if r == 1 else None
+            self._transposed_pass(current, prev, f"P{r}", pre, post)
+            current = prev
+        with self.compute_span("MLP bwd", phase="bwd", nodes=self.num_owned):
+            torch.autograd.backward(z, grad_z.to(z.device, dtype=z.dtype))
+
+
+STRATEGY = NeutronTPStrategy
