@@ -39,7 +39,7 @@ class DecoupledMLP(nn.Module):
     def __init__(self, widths: list[int]):
         super().__init__()
         self.widths = list(widths)
-        self.lins = nn.ModuleList(nn.utils.skip_init(nn.Linear, a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.lins = nn.ModuleList(nn.utils.skip_init(nn.Linear, a, b) for a, b in zip(widths[:-1], widths[1:], strict=True))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

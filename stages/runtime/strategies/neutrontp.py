@@ -22,6 +22,7 @@ Every worker holds the whole topology (read from the store) and a column slice o
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import numpy as np
 import torch
@@ -204,6 +205,15 @@ class NeutronTPStrategy(Strategy):
                 grad_src.index_add_(0, blk.src_ids, g)
         self._run_chunks(list(reversed(self._all())), compute, pre, post)
 
+    def _split(self, rows: torch.Tensor, which: str, cols: list[int], out: torch.Tensor, label: str, chunks) -> None:
+        """Rows → slices for ``chunks``: ``which`` = ``new`` (nodes first read there) or ``dst`` (their rows)."""
+        self.route.rows_to_slices(rows, self._ids(which, chunks), cols, out, label)
+
+    def _gather(self, x_slice: torch.Tensor, which: str, cols: list[int], out: torch.Tensor, label: str, chunks
+                ) -> None:
+        """Slices → rows for ``chunks`` (``which`` as :meth:`_split`)."""
+        self.route.slices_to_rows(x_slice, self._ids(which, chunks), cols, out, label)
+
     def _width(self, cols: list[int]) -> int:
         return cols[self.rank + 1] - cols[self.rank]
 
@@ -239,8 +249,8 @@ class NeutronTPStrategy(Strategy):
             return self.agg0_rows
         out_slice = torch.zeros((self.n, self.c0), dtype=self.dtype)
         rows = torch.zeros((self.num_owned, self.cols0[-1]), dtype=self.dtype)
-        post = (lambda cs: self.route.slices_to_rows(out_slice, self._ids("dst", cs), self.cols0, rows, "gather L0"))
-        self._aggregate_pass(self.x0_slice, out_slice, "L0", post=post)
+        self._aggregate_pass(self.x0_slice, out_slice, "L0",
+                             post=partial(self._gather, out_slice, "dst", self.cols0, rows, "gather L0"))
         if self.cache0:
             self.agg0_rows = rows
         return rows
@@ -257,11 +267,9 @@ class NeutronTPStrategy(Strategy):
                 x_slice = torch.zeros((self.n, self._width(cols)), dtype=self.dtype)
                 out_slice = torch.zeros_like(x_slice)
                 agg = torch.zeros((self.num_owned, width), dtype=self.dtype)
-                pre = (lambda cs, h=h, cols=cols, x_slice=x_slice, li=li: self.route.rows_to_slices(
-                    h, self._ids("new", cs), cols, x_slice, f"split L{li}"))
-                post = (lambda cs, cols=cols, out_slice=out_slice, agg=agg, li=li: self.route.slices_to_rows(
-                    out_slice, self._ids("dst", cs), cols, agg, f"gather L{li}"))
-                self._aggregate_pass(x_slice, out_slice, f"L{li}", pre, post)
+                self._aggregate_pass(x_slice, out_slice, f"L{li}",
+                                     partial(self._split, h, "new", cols, x_slice, f"split L{li}"),
+                                     partial(self._gather, out_slice, "dst", cols, agg, f"gather L{li}"))
                 if training:
                     agg.requires_grad_(True)
                     x = h.detach().requires_grad_(self.kind == "sage")
@@ -292,11 +300,9 @@ class NeutronTPStrategy(Strategy):
             grad_dst = torch.zeros((self.n, c), dtype=self.dtype)
             grad_src = torch.zeros((self.n, c), dtype=self.dtype)
             grad = torch.zeros_like(g_agg)
-            pre = (lambda cs: self.route.rows_to_slices(g_agg, self._ids("dst", cs), cols, grad_dst,
-                                                        f"bwd split L{li}"))
-            post = (lambda cs: self.route.slices_to_rows(grad_src, self._ids("new", cs), cols, grad,
-                                                         f"bwd gather L{li}"))
-            self._transposed_pass(grad_dst, grad_src, f"L{li}", pre, post)
+            self._transposed_pass(grad_dst, grad_src, f"L{li}",
+                                  partial(self._split, g_agg, "dst", cols, grad_dst, f"bwd split L{li}"),
+                                  partial(self._gather, grad_src, "new", cols, grad, f"bwd gather L{li}"))
             if x.grad is not None:
                 grad += x.grad.cpu()
 
@@ -314,10 +320,8 @@ class NeutronTPStrategy(Strategy):
         current = torch.zeros((self.n, c), dtype=self.dtype)
         for r in range(1, self.num_layers + 1):
             nxt = torch.zeros_like(current)
-            pre = (lambda cs, current=current: self.route.rows_to_slices(
-                z_rows, self._ids("new", cs), cols, current, "split")) if r == 1 else None
-            post = (lambda cs, nxt=nxt: self.route.slices_to_rows(
-                nxt, self._ids("dst", cs), cols, logits, "gather")) if r == self.num_layers else None
+            pre = partial(self._split, z_rows, "new", cols, current, "split") if r == 1 else None
+            post = partial(self._gather, nxt, "dst", cols, logits, "gather") if r == self.num_layers else None
             self._aggregate_pass(current, nxt, f"P{r}", pre, post)
             current = nxt
         if training:
@@ -333,10 +337,8 @@ class NeutronTPStrategy(Strategy):
         current = torch.zeros((self.n, c), dtype=self.dtype)
         for r in range(self.num_layers, 0, -1):
             prev = torch.zeros_like(current)
-            pre = (lambda cs, current=current: self.route.rows_to_slices(
-                g_rows, self._ids("dst", cs), cols, current, "bwd split")) if r == self.num_layers else None
-            post = (lambda cs, prev=prev: self.route.slices_to_rows(
-                prev, self._ids("new", cs), cols, grad_z, "bwd gather")) if r == 1 else None
+            pre = partial(self._split, g_rows, "dst", cols, current, "bwd split") if r == self.num_layers else None
+            post = partial(self._gather, prev, "new", cols, grad_z, "bwd gather") if r == 1 else None
             self._transposed_pass(current, prev, f"P{r}", pre, post)
             current = prev
         with self.compute_span("MLP bwd", phase="bwd", nodes=self.num_owned):
