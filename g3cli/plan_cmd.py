@@ -42,8 +42,11 @@ def _add_strategy_options(fn):
               help="The distributed training system that executes the plan (listed below). `g3 train` runs "
                    "whatever the plan says.")
 @click.option("--model", type=click.Choice(MODELS), default="sage", show_default=True,
-              help="GNN model: GraphSAGE (mean), GCN (symmetric normalisation, self-loops) or GAT.")
-@click.option("--layers", type=int, default=2, show_default=True, help="Number of GNN layers L (>= 1).")
+              help="GNN model: GraphSAGE (mean), GCN (symmetric normalisation, self-loops), GAT, or dgcn, the "
+                   "decoupled GCN of NeutronTP (an MLP of L linear layers, then L propagation rounds of GCN's "
+                   "normalised adjacency; g3 and neutrontp --tp decoupled train it).")
+@click.option("--layers", type=int, default=2, show_default=True,
+              help="Number of GNN layers L (>= 1); dgcn: L linear layers and L propagation rounds.")
 @click.option("--hidden", type=int, default=16, show_default=True, help="Hidden width H (per head for GAT).")
 @click.option("--heads", type=int, default=8, show_default=True, help="GAT attention heads.")
 @_add_strategy_options

@@ -36,7 +36,10 @@ def _for(knob: str, default: str | None = None) -> str:
                    "intra-layer overlap; 'inter' = eager inter-layer only, bins of consecutive node ids; 'intra' = "
                    "layer by layer with the intra-layer overlap: the next bin gathered/copied while one computes "
                    "(see --prefetch), messages packed and sent and arrived rows copied in by helper threads; "
-                   "'none' = sequential. All give the same model.")
+                   "'none' = sequential. All give the same model. neutrontp: 'none' = one bulk all-to-all per "
+                   "split/gather; any other value = the inter-chunk pipeline (NeutronTP §4.2.2: the split of the "
+                   "next chunk and the gather of the last run on a communication thread while a chunk aggregates; "
+                   "the same model, bitwise).")
 @click.option("--trace", is_flag=True,
               help="Time every span of every epoch but the first: the shares of communication time hidden under "
                    "compute, spent blocked on messages and overlapping the runtime's data movement go to each "
@@ -56,7 +59,9 @@ def _for(knob: str, default: str | None = None) -> str:
               help=_for("layer0_cache", "auto") + " Layer 0's inputs are the fixed node features, so SAGE and GCN can aggregate them once per bin and "
                    "keep the result: later epochs run layer 0 as dense products, with no sparse aggregation forward "
                    "or backward (same model; GAT ignores it). Costs owned nodes x features of extra memory. "
-                   "'auto' = on for --device cpu, off for cuda (the cache would sit outside the bins' memory budget).")
+                   "'auto' = on for --device cpu, off for cuda (the cache would sit outside the bins' memory budget). "
+                   "neutrontp (naive TP): layer 0's aggregation of the feature slices and its gather into owned rows "
+                   "happen in the first epoch only, unless 'off'.")
 @click.option("--prefetch", type=str, default=None, metavar="[auto|on|off|N]",
               help=_for("prefetch", "auto") + " g3: under --pipeline intra/multi, gather (on CUDA also copy in) the next bin on a second thread while "
                    "one computes. 'auto' = on for cuda; on the CPU only when the workers leave a core idle (threads x "

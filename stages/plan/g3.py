@@ -44,7 +44,8 @@ def _bin_size(text: str) -> int | None:
 OPTIONS = (
     PlanOption("device_memory", "--device-memory", "auto", parse=_memory, metavar="SIZE",
                help="Memory of one worker's device, e.g. 24GiB; 'auto' reads GPU 0 (or RAM without CUDA). Each bin "
-                    "uses at most half of it, so one bin computes while the next is copied in."),
+                    "(g3) or chunk (neutrontp) uses at most half of it, so one computes while the next is copied "
+                    "in."),
     PlanOption("bin_size", "--bin-size", "auto", parse=_bin_size, metavar="N",
                help="Fixed nodes per bin (the paper uses 1000 and 5000); 'auto' derives it per layer from "
                     "--device-memory and the layer's per-node memory."),

@@ -25,19 +25,18 @@ from ..common.atomic import write_json_atomic
 from ..common.errors import G3InputError
 from ..common.model_spec import LayerShape, ModelSpec, node_bytes
 from ..common.strategies import PlanOption
-from ..common.units import parse_size
 from .bins import pack_by_bytes, pack_by_count
 from .context import PlanContext
+from .g3 import OPTIONS as G3_OPTIONS
+from .g3 import auto_device_memory
+
+DEVICE_MEMORY = next(o for o in G3_OPTIONS if o.name == "device_memory")  # the same option as g3's
 
 
 def parse_tp(text: str) -> str:
     if text not in ("naive", "decoupled"):
         raise ValueError("expected naive or decoupled")
     return text
-
-
-def _memory(text: str) -> int | None:
-    return None if text in (None, "auto") else parse_size(text)
 
 
 def _chunk_size(text: str) -> int | None:
@@ -58,9 +57,7 @@ OPTIONS = (
                     "graph, all-to-all to row blocks, the dense update on owned rows, all-to-all back; exact); "
                     "decoupled = the decoupled GCN (an MLP on row blocks, one split, L propagation rounds on "
                     "column slices, one gather: 4 collectives per epoch whatever L; a different model, dgcn)."),
-    PlanOption("device_memory", "--device-memory", "auto", parse=_memory, metavar="SIZE",
-               help="neutrontp: memory of one worker's device, e.g. 24GiB; 'auto' reads GPU 0 (or RAM without "
-                    "CUDA). A chunk's aggregation uses at most half of it."),
+    DEVICE_MEMORY,
     PlanOption("chunk_size", "--chunk-size", "auto", parse=_chunk_size, metavar="N",
                help="neutrontp: destination nodes per chunk; 'auto' sizes chunks by --device-memory."),
 )
@@ -180,7 +177,6 @@ def check_shards(ctx: PlanContext) -> None:
 
 def plan(tmp: Path, ctx: PlanContext) -> dict:
     from ..common.store import GraphStore
-    from .g3 import auto_device_memory
 
     check_shards(ctx)
     spec, k = ctx.spec, ctx.num_workers
