@@ -63,11 +63,11 @@ def _memory(ctx, param, value):
 @click.option("--lr", type=float, default=0.01, show_default=True, help="Adam learning rate (every system).")
 @click.option("--dropout", type=float, default=0.5, show_default=True, help="Dropout between layers (every system).")
 @click.option("--pipeline", type=click.Choice(PIPELINES), default="multi", show_default=True,
-              help="The g3 strategy's bin schedule (see g3 train --help).")
+              help="The bin schedule of g3 and the chunk pipeline of neutrontp (see g3 train --help).")
 @click.option("--bin-size", type=int, default=None,
               help="The g3 strategy's plan: fixed nodes per bin [default: from memory].")
 @click.option("--device-memory", default=None, callback=_memory,
-              help="g3 plan: device memory per worker, e.g. 8GiB [default: auto].")
+              help="Device memory per worker of the plans that size bins or chunks by it (g3, neutrontp), e.g. 8GiB [default: auto].")
 @click.option("--peers", "peers", default="pyg,dgl", show_default=True, callback=_peers,
               help="Peers to run: pyg, dgl (comma-separated) or none. PyG needs `make peers`, DGL `make peers-dgl`.")
 @click.option("--no-single", is_flag=True, help="Skip single-process g3 full-graph training.")

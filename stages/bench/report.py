@@ -31,25 +31,26 @@ def _a(x: float | None) -> str:
 
 def table_rows(result: dict) -> list[list[str]]:
     """One row per system: label, workers, threads, median epoch, bytes sent per epoch (all workers), final
-    test accuracy, peak memory of the largest worker, ratio to g3 (1 worker), ratio to DGL, note."""
+    test accuracy, peak memory of the largest worker, compute max/mean over the workers, ratio to g3 (1 worker),
+    ratio to DGL, note."""
     rows = []
     for e in result["entries"]:
         if e["status"] != "ok":
             done = e.get("completed_epoch_seconds") or []
             extra = f" (epochs it finished: {', '.join(_s(t) for t in done)})" if done else ""
-            rows.append([e["label"], "-", "-", "-", "-", "-", "-", "-", "-", (e["note"] or e["status"]) + extra])
+            rows.append([e["label"], "-", "-", "-", "-", "-", "-", "-", "-", "-", (e["note"] or e["status"]) + extra])
             continue
         peak = max(e["peak_memory_bytes"]) if e.get("peak_memory_bytes") else None
         rows.append([e["label"], str(e.get("workers", 1)), str(e.get("threads", "-")), _s(e["median_epoch_seconds"]),
-                     _b(e.get("bytes_per_epoch")), _a(e.get("test_acc")), _b(peak), _r(e["vs_g3_1"]), _r(e["vs_dgl"]),
-                     e.get("note", "")])
+                     _b(e.get("bytes_per_epoch")), _a(e.get("test_acc")), _b(peak), _r(e.get("compute_balance")),
+                     _r(e["vs_g3_1"]), _r(e["vs_dgl"]), e.get("note", "")])
     return rows
 
 
 HEADER = ["system", "workers", "threads", "median epoch", "bytes / epoch", "test acc", "peak mem / worker",
-          "÷ g3 (1 worker)", "÷ DGL", "note"]
+          "compute max/mean", "÷ g3 (1 worker)", "÷ DGL", "note"]
 FIGURES = (0, 1, 3, 4, 5, 6)  # the first table: what each system did
-RATIOS = (0, 2, 7, 8, 9)  # the second: threads, ratios, notes
+RATIOS = (0, 2, 7, 8, 9, 10)  # the second: threads, balance, ratios, notes
 
 
 def print_bench(result: dict, console=None) -> None:

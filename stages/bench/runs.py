@@ -116,8 +116,10 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
             run_partition(store.path, PartitionOptions(workers=k, method=spec.method, hidden=o.hidden), out=part,
                           force=True)
         options = dict(spec.options)
-        if spec.name == "g3":
-            options = {"bin_size": o.bin_size, "device_memory": o.device_memory, **options}
+        # the bench's memory options go to every strategy that has them (g3's bins, neutrontp's chunks)
+        own = {opt.name for opt in strategy_info(spec.name).options()}
+        options = {**{n: v for n, v in (("bin_size", o.bin_size), ("device_memory", o.device_memory)) if n in own},
+                   **options}
         cfg = PlanConfig(model=o.model, layers=o.layers, hidden=o.hidden, heads=o.heads, strategy=spec.name,
                          options=options)
         # the plan is reused while it was made from the same partition and configuration (a stamp beside it)
@@ -153,8 +155,19 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
                  # the mean, not the median: a strategy that skips sends every other epoch moves half per epoch
                  bytes_per_epoch=statistics.fmean(_train_bytes(r) for r in steady),
                  test_acc=records[-1].get("test_acc"), peak_memory_bytes=peak, seeds_per_epoch=seeds,
+                 compute_balance=_compute_balance(steady),
                  seeds_per_second=seeds / median if median > 0 else None,
                  note=note + (f" (more workers than the {threads} threads)" if k > threads else ""), **common)
+
+
+def _compute_balance(records: list[dict]) -> float | None:
+    """Median over the epochs of the largest worker's compute seconds over the mean (1 = even load)."""
+    ratios = []
+    for r in records:
+        c = [float(w.get("compute_seconds", 0.0)) for w in r["workers"]]
+        if c and sum(c) > 0:
+            ratios.append(max(c) / (sum(c) / len(c)))
+    return statistics.median(ratios) if ratios else None
 
 
 def _records(run: Path) -> list[dict]:
