@@ -161,10 +161,13 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
 
 
 def _compute_balance(records: list[dict]) -> float | None:
-    """Median over the epochs of the largest worker's compute seconds over the mean (1 = even load)."""
+    """Median over the epochs of the largest worker's compute over the mean (1 = even load): CPU seconds of the
+    compute thread where recorded (wall seconds would count waiting for a core when workers outnumber
+    them), else wall seconds."""
     ratios = []
     for r in records:
-        c = [float(w.get("compute_seconds", 0.0)) for w in r["workers"]]
+        key = "compute_cpu_seconds" if all("compute_cpu_seconds" in w for w in r["workers"]) else "compute_seconds"
+        c = [float(w.get(key, 0.0)) for w in r["workers"]]
         if c and sum(c) > 0:
             ratios.append(max(c) / (sum(c) / len(c)))
     return statistics.median(ratios) if ratios else None
