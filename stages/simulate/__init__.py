@@ -25,6 +25,7 @@ from .engine import Deadlock, Engine, Network
 from .minibatch import run_minibatch_simulation
 from .profile import Rates, default_rates, load_rates
 from .schedules import BASELINES, SCHEDULES, bns_gcn_worker, g3_worker, halo_loads, halo_worker, sancus_worker
+from .tensor_parallel import run_tp_simulation
 from .workload import Workload, load_workload
 
 SIM_SCHEMA = "g3.simulate"
@@ -291,11 +292,14 @@ def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | N
     cache = Path(options.cache) if options.cache else plan.parent / f"{plan.name}.simcache"
     out = Path(out) if out else plan.parent / f"{plan.name}.sim"
     check_result(out / "simulate.json", force, "an earlier simulation")
+    t0 = time.perf_counter()
+    if meta["strategy"]["name"] == "neutrontp":
+        result, records = run_tp_simulation(plan, meta, options)
+        return _finish(result, out, t0, records=records)
     if _is_sampling(meta):
-        return _finish(run_minibatch_simulation(plan, meta, options, out), out, time.perf_counter())
+        return _finish(run_minibatch_simulation(plan, meta, options, out), out, t0)
     k = options.workers or int(meta["num_workers"])
     systems = systems_for(options)
-    t0 = time.perf_counter()
 
     target = plan_for_workers(plan, meta, k, cache)
     wl = load_workload(target)
@@ -337,8 +341,8 @@ def _is_sampling(meta: dict) -> bool:
     name = meta["strategy"]["name"]
     info = strategy_info(name)
     if info.mini_batch and not info.samples_neighbours:
-        raise G3InputError(f"g3 simulate has no model of the {name} strategy (only of g3, bns-gcn, sancus and the "
-                           "sampling strategies distdgl and bytegnn)")
+        raise G3InputError(f"g3 simulate has no model of the {name} strategy (only of g3, bns-gcn, sancus, "
+                           "neutrontp and the sampling strategies distdgl and bytegnn)")
     return info.samples_neighbours
 
 
