@@ -5,7 +5,14 @@ profile of the real runtime (``g3 train --profile``, :mod:`.profile`), the netwo
 ``--latency`` (:mod:`.engine`). Systems: g3 with each ``--pipeline`` schedule, the other strategies and an
 L-hop halo-replication baseline, all on the same partitions and rates (:mod:`.schedules`). For other worker counts (``--workers K`` ≠ the plan's, and the scaling
 table) the plan's store is partitioned and planned again with the plan's method and configuration into a cache
-folder. Output: ``simulate.json``, ``workers.png``, ``scaling.png`` (docs/DESIGN.md "Simulator").
+folder. A sampling strategy's plan (distdgl, bytegnn) is modelled per step from a run of it (:mod:`.minibatch`).
+A ``neutrontp`` plan (tensor parallelism, naive or decoupled) is modelled by :mod:`.tensor_parallel`: per chunk
+the aggregation of each worker's column slice (arcs × slice width × the per-arc rate), the dense update of its
+owned rows, and the all-to-alls the plan lists (latency + the slowest worker's busier link direction /
+bandwidth), layer-synchronous (``neutrontp-<tp>``) or cut per chunk and overlapped with the next chunk's
+aggregation (``neutrontp-<tp>+pipe``); other worker counts re-derive the chunks and collectives with the
+planner's functions, without writing plans. Output: ``simulate.json``, ``workers.png``, ``scaling.png``
+(docs/DESIGN.md "Simulator").
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.model_spec import LayerShape
+from ..common.model_spec import LayerShape, ModelSpec
 from ..common.plan_artifact import Table
 
 ELEM_BYTES = 4
@@ -91,9 +91,14 @@ class Workload:
         return int(rows) * self.shapes[layer].d_in * ELEM_BYTES
 
 
-def count_params(shapes: list[LayerShape], model: str) -> int:
+def count_params(shapes: list[LayerShape], model: str, mlp_widths: list[int] | None = None) -> int:
     """Weights of g3's models (stages/runtime/models): SAGE 2·in·out + out, GCN in·out + out, GAT per layer
-    in·H·C (projection) + 2·H·C (attention) + bias (H·C when heads concatenate, else C)."""
+    in·H·C (projection) + 2·H·C (attention) + bias (H·C when heads concatenate, else C); dgcn its MLP's
+    in·out + out per linear layer (``mlp_widths``, :attr:`ModelSpec.mlp_widths`; default one layer), the
+    propagation has none."""
+    if model == "dgcn":
+        w = list(mlp_widths or [shapes[0].d_in, shapes[0].d_out])
+        return int(sum(a * b + b for a, b in zip(w[:-1], w[1:], strict=True)))
     total = 0
     for s in shapes:
         if model == "sage":
@@ -141,7 +146,9 @@ def load_workload(plan: str | Path) -> Workload:
             rank=r, num_owned=int(wp.meta["num_owned"]), num_remote=int(wp.meta["num_remote"]), row_ptr=row_ptr,
             edge_src=edge_src, priority=np.asarray(wp.priority, dtype=np.int64), layers=layers, tables=tables,
             bin_limit_nodes=limits_n, bin_limit_bytes=limits_b))
-    return Workload(workers=workers, shapes=shapes, num_params=count_params(shapes, meta["config"]["model"]),
+    model = meta["config"]["model"]
+    mlp = ModelSpec.from_plan(meta).mlp_widths if model == "dgcn" else None
+    return Workload(workers=workers, shapes=shapes, num_params=count_params(shapes, model, mlp),
                     num_nodes=int(meta["store"]["num_nodes"]), source=str(plan.resolve()),
                     store_path=meta["store"].get("path"), config=dict(meta["config"]))
 
