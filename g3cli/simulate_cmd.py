@@ -48,11 +48,13 @@ def _pipelines(ctx, param, value):
                    "layer on the real runtime). Without it, placeholder rates (not calibrated).")
 @click.option("--pipeline", "pipelines", multiple=True, callback=_pipelines,
               help="g3 schedules to simulate (repeat or comma-separate): none, intra, inter, multi "
-                   "[default: all four].")
+                   "[default: all four]. A neutrontp plan: 'none' simulates the bulk collectives, any other value "
+                   "the inter-chunk pipeline (neutrontp-TP and neutrontp-TP+pipe; both by default).")
 @click.option("--baselines/--no-baselines", default=True, show_default=True,
               help="Also simulate the other strategies on the same partitions and rates — bns-gcn (layer-synchronous, "
                    "whole partition: BNS-GCN, NeutronStar as G3 ran it), sancus-broadcast and sancus-p2p (SANCUS, "
-                   "--staleness epoch:N) — and the L-hop halo-replication baseline (DistGNN/ROC).")
+                   "--staleness epoch:N) — and the L-hop halo-replication baseline (DistGNN/ROC). Not beside a "
+                   "neutrontp plan (a feature split has no vertex partition: simulate a g3 plan of the store).")
 @click.option("--boundary-sample", type=float, default=1.0, show_default=True,
               help="bns-gcn's sampling ratio P: the hidden layers' boundary rows (and their gradients) scale by P.")
 @click.option("--staleness-epochs", type=int, default=1, show_default=True,
@@ -77,7 +79,8 @@ def command(plan, workers, bandwidth, latency, profile, pipelines, baselines, bo
     Reports per-worker busy / communication-wait / idle time and the epoch time of g3 with each --pipeline
     schedule and of the other strategies, and a scaling table over --scaling worker counts. A plan of
     another strategy is simulated through a g3 plan of its partition (the bins give the work); a sampling
-    strategy's (distdgl, bytegnn) by a per-step model calibrated on a run of it (--run)."""
+    strategy's (distdgl, bytegnn) by a per-step model calibrated on a run of it (--run); a neutrontp plan by
+    its chunks and the plan's all-to-alls (naive or decoupled TP, bulk or pipelined)."""
     opts = SimulateOptions(workers=workers, bandwidth=bandwidth, latency=latency, profile=profile,
                            pipelines=pipelines, baselines=baselines, boundary_sample=boundary_sample,
                            staleness_epochs=staleness_epochs, scaling=scaling, cache=cache, run=run)
