@@ -11,19 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..common.tensor_parallel import feature_columns  # noqa: F401 - shards and summaries use it from here
 from .baselines import chunk_bounds, chunk_partition
 from .metrics import FLOAT32_BYTES, ratios
-
-
-def feature_columns(feat_dim: int, k: int) -> list[dict]:
-    """Column range, width and zero padding of each worker's slice."""
-    width = -(-feat_dim // k)
-    cols = []
-    for w in range(k):
-        start = min(w * width, feat_dim)
-        stop = min(start + width, feat_dim)
-        cols.append({"start": start, "stop": stop, "width": width, "padding": width - (stop - start)})
-    return cols
 
 
 def feature_figures(graphs, k: int, hidden: int, in_degree: np.ndarray) -> dict:

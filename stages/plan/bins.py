@@ -11,7 +11,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from ..common.errors import G3InputError
+from ..common.packing import pack_by_bytes, pack_by_count  # noqa: F401 - the planners' bin packing
 
 # ------------------------------------------------------------------------------------------------------------
 # Step 1: BFS priority list
@@ -61,31 +61,9 @@ def priority_list(indptr: np.ndarray, indices: np.ndarray, n_owned: int, sends: 
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Step 3: index-based bin packing (step 2, the memory per node, is stages.common.model_spec.node_bytes)
+# Step 3: index-based bin packing (stages.common.packing; step 2, the memory per node, is
+# stages.common.model_spec.node_bytes)
 # ------------------------------------------------------------------------------------------------------------
-
-
-def pack_by_count(n: int, bin_size: int) -> np.ndarray:
-    """Bin boundaries over a list of ``n`` nodes: consecutive runs of ``bin_size`` nodes."""
-    return np.unique(np.concatenate([np.arange(0, n, bin_size, dtype=np.int64), [n]]))
-
-
-def pack_by_bytes(cost: np.ndarray, limit: int) -> np.ndarray:
-    """Bin boundaries: consecutive nodes while the bin's summed ``cost`` stays within ``limit`` bytes."""
-    n = len(cost)
-    if n and int(cost.max()) > limit:
-        worst = int(np.argmax(cost))
-        raise G3InputError(
-            f"one node needs {int(cost[worst]):,} bytes, more than the bin limit of {limit:,} bytes; "
-            "raise --device-memory or use --bin-size"
-        )
-    cum = np.concatenate([[0], np.cumsum(cost, dtype=np.int64)])
-    bounds = [0]
-    while bounds[-1] < n:
-        start = bounds[-1]
-        end = int(np.searchsorted(cum, cum[start] + limit, side="right")) - 1
-        bounds.append(max(end, start + 1))
-    return np.asarray(bounds, dtype=np.int64)
 
 
 @dataclass

@@ -113,7 +113,7 @@ def _store(meta: dict, plan: Path):
 
 
 def _layer0_columns(meta: dict, k: int) -> list[int]:
-    from ..partition.feature import feature_columns
+    from ..common.tensor_parallel import feature_columns
 
     if k == int(meta["num_workers"]):
         from ..common.partition_artifact import load_partition_meta
@@ -127,7 +127,7 @@ def _layer0_columns(meta: dict, k: int) -> list[int]:
 def load_layout(plan: Path, meta: dict, k: int | None = None, csr_cache: dict | None = None) -> TPLayout:
     """The chunk layout of PLAN (``k`` = the plan's worker count: its ``chunks/`` arrays), or the one
     ``g3 plan`` would make of the same store and options for ``k`` workers (the planner's functions)."""
-    from ..plan import neutrontp as planner
+    from ..common import tensor_parallel as layout
 
     plan = Path(plan)
     k_plan = int(meta["num_workers"])
@@ -148,14 +148,14 @@ def load_layout(plan: Path, meta: dict, k: int | None = None, csr_cache: dict | 
         budget = meta.get("device_memory") or opts.get("device_memory")
         if not opts.get("chunk_size") and not budget:
             raise G3InputError("the plan records neither a chunk size nor a device memory budget", path=plan)
-        bounds = planner.chunk_bounds(np.diff(indptr), spec, k, opts.get("chunk_size"), int(budget or 0))
-        ob = planner.owner_bounds(bounds, k)
+        bounds = layout.chunk_bounds(np.diff(indptr), spec, k, opts.get("chunk_size"), int(budget or 0))
+        ob = layout.owner_bounds(bounds, k)
         if np.array_equal(bounds, bounds_p):  # first use depends on the chunks only
             first = np.load(root / "first_use.npy")
         else:
             if "indices" not in cache:
                 cache["indices"] = _store(meta, plan).read("indices")
-            first = planner.first_use(indptr, cache["indices"], bounds, self_loops=spec.kind in ("gcn", "dgcn"))
+            first = layout.first_use(indptr, cache["indices"], bounds, self_loops=spec.kind in ("gcn", "dgcn"))
     arcs = np.diff(indptr[bounds]).astype(np.int64)
     return TPLayout(k=k, bounds=bounds, owner_bounds=ob, first_use=first, arcs=arcs,
                     layer0_columns=_layer0_columns(meta, k))
@@ -232,10 +232,10 @@ def _to_slices(cols: np.ndarray, ids: np.ndarray, total: np.ndarray) -> tuple[np
 
 def collectives(spec: ModelSpec, lay: TPLayout) -> list[Collective]:
     """Every collective of one training epoch, in the planner's order and with its names
-    (``stages.plan.neutrontp.collectives``), cut per chunk: a split moves, per chunk, the nodes it reads first
+    (``stages.common.tensor_parallel.collectives``), cut per chunk: a split moves, per chunk, the nodes it reads first
     (forward) or its destinations' gradient rows (backward); a gather its destinations' rows (forward) or the
     gradients of the nodes it reads first (backward)."""
-    from ..plan.neutrontp import slice_widths
+    from ..common.tensor_parallel import slice_widths
 
     k = lay.k
     dst, dst_tot = lay.pieces, lay.sizes
@@ -309,7 +309,7 @@ def _per_column(rates: Rates, li: int, shape: LayerShape, phase: str) -> float:
 def epoch_program(spec: ModelSpec, shapes: list[LayerShape], lay: TPLayout, rates: Rates,
                   colls: list[Collective], first_epoch: bool = False) -> list:
     """The steps of one epoch on every worker (a steady-state one, or the first with the layer-0 work)."""
-    from ..plan.neutrontp import slice_widths
+    from ..common.tensor_parallel import slice_widths
 
     k, by_name = lay.k, {c.name: c for c in colls}
     own = lay.owned.astype(np.float64)

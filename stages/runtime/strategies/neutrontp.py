@@ -30,16 +30,12 @@ import torch
 from ...common.errors import G3InputError
 from ...common.partition_artifact import load_partition_meta
 from ...common.store import GraphStore
+from ...common.tensor_parallel import slice_widths
 from ..tensor_parallel import ChunkAggregation, ChunkRouting, column_bounds
 from ..threads import helper_executor
 from .base import Inference, StepOutput, Strategy, WorkerContext, labelled_rows
 
 SPLIT_CODES = {"train": 1, "valid": 2, "test": 3}
-
-
-def slice_widths(width: int, k: int) -> list[int]:
-    """Hidden tensors' columns per worker: as even as possible (as the planner's ``slice_widths``)."""
-    return [width // k + (1 if w < width % k else 0) for w in range(k)]
 
 
 class NeutronTPStrategy(Strategy):
