@@ -200,3 +200,10 @@ def test_other_strategies_refuse_the_decoupled_model(store, tmp_path):
     assert invoke(["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code == 0
     r = invoke(["plan", str(part), "--strategy", "bns-gcn", "--model", "dgcn", "-o", str(tmp_path / "plan")])
     assert r.exit_code == 2 and "strategy bns-gcn trains sage, gcn, gat, not dgcn" in r.output, r.output
+
+
+def test_more_workers_than_columns(store, feature_parts, tmp_path):
+    """K = 8 over 10 feature columns (slices of 2, the last three empty) and 6 hidden columns (two workers
+    without any): workers without columns aggregate nothing and still own rows; the model is exact."""
+    run = plan_and_train(feature_parts(8), tmp_path, "sage", ("--chunk-size", "100"), epochs=EPOCHS)
+    assert against_reference(store, run, "sage") <= 1e-5

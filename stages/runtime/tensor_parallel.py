@@ -83,6 +83,8 @@ class ChunkAggregation:
     def forward(self, j: int, x_slice: torch.Tensor) -> torch.Tensor:
         """Chunk ``j``'s aggregation of the slice ``x_slice [N, c]`` (host): ``[n_dst, c]`` on the device."""
         b = self.blocks[j]
+        if x_slice.shape[1] == 0:  # a worker without columns (fewer columns than workers) aggregates nothing
+            return x_slice.new_zeros((b.n_dst, 0), device=b.indptr.device)
         xs = take_rows_at(x_slice, b.src_ids).to(b.indptr.device)
         if self.op == "mean":
             return csr_sum(b.indptr, b.indices, xs, b.n_dst).mul_(self.inv_degree[j])
@@ -94,6 +96,8 @@ class ChunkAggregation:
         """The gradient of chunk ``j``'s sources (``[n_src, c]``, rows as ``blocks[j].src_ids``) from that of
         its destinations ``grad_dst [n_dst, c]``: the transposed aggregation, one CSR sum over the sources."""
         b, t = self.blocks[j], self.transposes[j]
+        if grad_dst.shape[1] == 0:
+            return grad_dst.new_zeros((b.n_src, 0), device=b.indptr.device)
         g = grad_dst.to(b.indptr.device)
         if self.op == "mean":
             return csr_sum(t.indptr, t.indices, g * self.inv_degree[j], b.n_src)
