@@ -113,11 +113,17 @@ def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: st
 
 
 def _first_failed(run_dir: Path, processes, prefix: str) -> int | None:
-    """The rank that failed first among those that exited non-zero: the earliest written error file (the others
-    usually failed because of it), else the lowest rank."""
+    """The rank that failed first among those that exited non-zero: one killed by a signal without writing an
+    error (SIGKILL, the OOM killer: its peers then fail on the closed connection and write theirs), else the
+    earliest written error file (the others usually failed because of it), else the lowest rank. Called before
+    this launcher stops anyone, so a signal here came from outside."""
     failed = [r for r, p in enumerate(processes) if p.exitcode not in (None, 0)]
     if not failed:
         return None
+    killed = [r for r in failed if processes[r].exitcode < 0
+              and not log_path(run_dir, r, prefix, "error").is_file()]
+    if killed:
+        return killed[0]
 
     def written(r: int) -> float:
         err = log_path(run_dir, r, prefix, "error")
