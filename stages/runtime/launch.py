@@ -110,6 +110,8 @@ def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: st
     finally:
         for f in ctx.error_files:  # torch's pickled tracebacks of failed workers (ours are in the run's logs)
             Path(f).unlink(missing_ok=True)
+        for r in range(world):
+            heartbeat_path(Path(run_dir), r, prefix).unlink(missing_ok=True)
 
 
 def _first_failed(run_dir: Path, processes, prefix: str) -> int | None:
@@ -200,7 +202,8 @@ def _spawn_entry(rank: int, entry, world: int, run_dir: str, prefix: str, init_m
     hb.parent.mkdir(parents=True, exist_ok=True)
     threading.Thread(target=_beat, args=(hb, parent), daemon=True, name="heartbeat").start()
     run_guarded(entry, rank, world, Path(run_dir), prefix, init_method, *args)
-    hb.unlink(missing_ok=True)
+    # the heartbeat file stays until the launcher has seen this process exit (it removes it): removed here, a
+    # launcher polling between the removal and the exit took the rank for one that never started
     # The rank's work is done and written (model, metrics, logs; the process group destroyed). Leave without the
     # interpreter's teardown: there, native threads of torch's libraries are destroyed in no fixed order, and
     # about one worker process in a few hundred aborted ("terminate called without an active exception",
