@@ -183,6 +183,13 @@ def test_bad_input_is_one_line(store, feature_parts, tmp_path, args, needle):
     assert not (tmp_path / "plan").exists()
 
 
+def test_profile_is_refused(feature_parts, tmp_path):
+    plan = tmp_path / "plan"
+    assert invoke(["plan", str(feature_parts(2)), "--strategy", "neutrontp", "-o", str(plan)]).exit_code == 0
+    r = invoke(["train", str(plan), "--epochs", "1", "--profile", str(tmp_path / "p.json"), "-o", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "--profile fits g3's per-bin rates" in r.output, r.output
+
+
 def test_old_feature_shards_are_refused(store, tmp_path):
     part = tmp_path / "part"
     assert invoke(["partition", str(store), "--workers", "2", "--method", "feature", "-o", str(part)]).exit_code == 0

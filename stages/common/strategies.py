@@ -64,6 +64,7 @@ class StrategyInfo:
     models: tuple[str, ...] = ("sage", "gcn", "gat")  # model kinds it trains (`g3 plan --model`)
     mini_batch: bool = False
     samples_neighbours: bool = False  # neighbour sampling with --fanouts/--batch-size (peers match it, simulate models it)
+    profiles: bool = True  # `g3 train --profile` can fit per-bin rates from its trace
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def planner_module(self):
@@ -139,7 +140,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
                       "trains a different model, the decoupled GCN (dgcn: an MLP followed by Â^L), exactly",
             planner="neutrontp", runtime="neutrontp",
             train_knobs=("pipeline", "layer0_cache"),
-            models=("sage", "gcn", "dgcn"),
+            models=("sage", "gcn", "dgcn"), profiles=False,
         ),
         StrategyInfo(
             name="clustergcn",

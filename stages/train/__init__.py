@@ -43,7 +43,11 @@ def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
     k = int(meta["num_workers"])
     if workers is not None and workers != k:
         raise G3InputError(f"the plan is for {k} workers, not {workers}; re-run g3 partition/plan", path=plan)
-    resolve_knobs(cfg, strategy_info(plan_strategy(meta)))
+    info = strategy_info(plan_strategy(meta))
+    resolve_knobs(cfg, info)
+    if getattr(cfg, "profile", None) and not info.profiles:
+        raise G3InputError(f"--profile fits g3's per-bin rates from the trace; the {info.name} strategy has no "
+                           "bins (profile a g3 plan of the same model and store for `g3 simulate`)")
     check_runtime(cfg)
     return meta
 
