@@ -14,11 +14,10 @@ import pytest
 import torch
 from reference import reference_train
 from test_eval import independent_accuracy
-from test_strategies import records
+from test_strategies import DROPOUT, EPOCHS, LR, SEED, records, run_strategy
 from test_train import invoke, max_weight_diff, ref_graph
 
-EPOCHS, LR, DROPOUT, SEED = 5, 0.02, 0.3, 7
-HIDDEN = 6
+HIDDEN = 6  # run_strategy's
 
 
 @pytest.fixture(scope="module")
@@ -37,18 +36,9 @@ def feature_parts(store, tmp_path_factory):
 
 
 def plan_and_train(part: Path, tmp: Path, model: str, plan_opts=(), train_opts=(), layers: int = 2,
-                   strategy: str = "neutrontp", epochs: int = EPOCHS, dtype: str = "float64") -> Path:
-    tmp.mkdir(parents=True, exist_ok=True)
-    plan, run = tmp / "plan", tmp / "run"
-    r = invoke(["plan", str(part), "--strategy", strategy, "--model", model, "--layers", str(layers), "--hidden",
-                str(HIDDEN), *plan_opts, "-o", str(plan)])
-    assert r.exit_code == 0, r.output
-    k = json.loads((part / "partition.json").read_text())["num_partitions"]
-    r = invoke(["train", str(plan), "--epochs", str(epochs), "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
-                str(SEED), "--workers", str(k), "--dtype", dtype, "--eval-every", "0", "--threads", "1", "-o", str(run),
-                *train_opts])
-    assert r.exit_code == 0, r.output
-    return run
+                   strategy: str = "neutrontp", epochs: int = EPOCHS) -> Path:
+    """`g3 plan` + `g3 train` as the strategy tests run them (hidden 6, float64, dropout, K from the partition)."""
+    return run_strategy(part, tmp, strategy, model, tuple(plan_opts), tuple(train_opts), epochs=epochs, layers=layers)
 
 
 def weights(run: Path) -> tuple[dict, dict]:

@@ -152,29 +152,8 @@ class Transport:
     def all_to_all(self, chunks: list[torch.Tensor], recv_rows: list[int], label: str) -> list[torch.Tensor]:
         """``chunks[q]`` (rows, any width, same for all) go to worker q; returns what each peer sent here, whose
         row counts ``recv_rows[q]`` this worker knows in advance. Own chunk is passed through untouched."""
-        if self.world == 1:
-            return list(chunks)
         width = tuple(chunks[0].shape[1:])
-        cols = int(np.prod(width)) if width else 1
-        dtype = chunks[0].dtype
-        own = chunks[self.rank]
-        send = [c.reshape(c.shape[0], cols) if q != self.rank else c.new_empty((0, cols)).reshape(0, cols)
-                for q, c in enumerate(chunks)]
-        flat = torch.cat(send).contiguous()
-        in_rows = [int(r) if q != self.rank else 0 for q, r in enumerate(recv_rows)]
-        out = torch.empty((sum(in_rows), cols), dtype=dtype)
-        t0 = now_us()
-        dist.all_to_all_single(out, flat, in_rows, [len(c) for c in send], group=self.group)
-        t1 = now_us()
-        self.stats.wait_seconds += (t1 - t0) / 1e6
-        self.tracer.span("wait", f"all-to-all {label}", t0, t1)
-        self.stats.sent(label, sum(_nbytes(c) for c in send), messages=sum(1 for c in send if len(c)))
-        self.stats.received(label, _nbytes(out))
-        parts = list(out.split(in_rows))
-        result = []
-        for q in range(self.world):
-            result.append(own if q == self.rank else parts[q].reshape((in_rows[q], *width)))
-        return result
+        return self.all_to_all_v(chunks, [(int(r), *width) for r in recv_rows], label)
 
     def all_to_all_v(self, chunks: list[torch.Tensor], recv_shapes: list[tuple[int, ...]], label: str
                      ) -> list[torch.Tensor]:
