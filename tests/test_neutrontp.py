@@ -79,6 +79,11 @@ def test_decoupled_tp_equals_its_reference(store, feature_parts, tmp_path, k, ch
     plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
     assert plan["config"]["model"] == "dgcn"
     assert against_reference(store, run, "dgcn") <= 1e-5
+    if k == 2:  # g3 eval's exact inference of the decoupled model
+        r = invoke(["eval", str(run), "--json"])
+        assert r.exit_code == 0, r.output
+        expected = independent_accuracy(store, weights(run)[1], "dgcn")
+        assert json.loads(r.output)["accuracy"] == pytest.approx(expected, abs=1e-6)
 
 
 def test_g3_strategy_trains_the_decoupled_model(store, tmp_path):
