@@ -52,6 +52,21 @@ def positive_int(what: str) -> Callable[[str], int]:
     return parse
 
 
+def count_or_auto(what: str) -> Callable[[str], int | None]:
+    """A :class:`PlanOption` parser of a node count >= 1 or ``auto`` (None); ``what`` names it in the error."""
+    def parse(text: str) -> int | None:
+        if text in (None, "auto"):
+            return None
+        try:
+            n = int(text)
+        except ValueError:
+            raise ValueError("expected a node count or 'auto'") from None
+        if n < 1:
+            raise ValueError(f"{what} must be at least 1 node")
+        return n
+    return parse
+
+
 @dataclass(frozen=True)
 class StrategyInfo:
     name: str

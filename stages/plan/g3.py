@@ -11,7 +11,7 @@ import numpy as np
 
 from ..common.atomic import write_json_atomic
 from ..common.model_spec import LayerShape, node_bytes
-from ..common.strategies import PlanOption
+from ..common.strategies import PlanOption, count_or_auto
 from ..common.units import parse_size
 from .bins import (
     build_layer_bins,
@@ -29,24 +29,12 @@ def _memory(text: str) -> int | None:
     return None if text in (None, "auto") else parse_size(text)
 
 
-def _bin_size(text: str) -> int | None:
-    if text in (None, "auto"):
-        return None
-    try:
-        n = int(text)
-    except ValueError:
-        raise ValueError(f"--bin-size: expected a node count or 'auto', got {text!r}") from None
-    if n < 1:
-        raise ValueError("--bin-size must be >= 1")
-    return n
-
-
 OPTIONS = (
     PlanOption("device_memory", "--device-memory", "auto", parse=_memory, metavar="SIZE",
                help="Memory of one worker's device, e.g. 24GiB; 'auto' reads GPU 0 (or RAM without CUDA). Each bin "
                     "(g3) or chunk (neutrontp) uses at most half of it, so one computes while the next is copied "
                     "in."),
-    PlanOption("bin_size", "--bin-size", "auto", parse=_bin_size, metavar="N",
+    PlanOption("bin_size", "--bin-size", "auto", parse=count_or_auto("the bin size"), metavar="N",
                help="Fixed nodes per bin (the paper uses 1000 and 5000); 'auto' derives it per layer from "
                     "--device-memory and the layer's per-node memory."),
 )

@@ -23,7 +23,7 @@ import numpy as np
 from ..common.artifact_json import resolve_reference
 from ..common.atomic import write_json_atomic
 from ..common.errors import G3InputError
-from ..common.strategies import PlanOption
+from ..common.strategies import PlanOption, count_or_auto
 from ..common.tensor_parallel import chunk_bounds, collectives, first_use, owner_bounds
 from .context import PlanContext
 from .g3 import OPTIONS as G3_OPTIONS
@@ -38,18 +38,6 @@ def parse_tp(text: str) -> str:
     return text
 
 
-def _chunk_size(text: str) -> int | None:
-    if text in (None, "auto"):
-        return None
-    try:
-        n = int(text)
-    except ValueError:
-        raise ValueError("expected a node count or 'auto'") from None
-    if n < 1:
-        raise ValueError("the chunk size must be at least 1 node")
-    return n
-
-
 OPTIONS = (
     PlanOption("tp", "--tp", "naive", parse=parse_tp, metavar="naive|decoupled",
                help="neutrontp: naive = tensor parallelism per layer (aggregate the column slice over the whole "
@@ -57,7 +45,7 @@ OPTIONS = (
                     "decoupled = the decoupled GCN (an MLP on row blocks, one split, L propagation rounds on "
                     "column slices, one gather: 4 collectives per epoch whatever L; a different model, dgcn)."),
     DEVICE_MEMORY,
-    PlanOption("chunk_size", "--chunk-size", "auto", parse=_chunk_size, metavar="N",
+    PlanOption("chunk_size", "--chunk-size", "auto", parse=count_or_auto("the chunk size"), metavar="N",
                help="neutrontp: destination nodes per chunk; 'auto' sizes chunks by --device-memory."),
 )
 

@@ -117,12 +117,13 @@ class ChunkRouting:
         self.ob = np.asarray(owner_bounds, dtype=np.int64)
         self.rank, self.world, self.tr = rank, world, tr
         self.n_chunks = len(self.ob)
-        self.owned = self.dst_ids(range(self.n_chunks), rank)
+        self.rows = [self._dst_ids(range(self.n_chunks), q) for q in range(world)]  # every worker's rows
+        self.owned = self.rows[rank]
         first_use = np.asarray(first_use)
         # per worker: its nodes grouped by the chunk that first reads them, ids ascending within a group
         self._new, self._new_ptr = [], []
         for q in range(world):
-            ids = self.dst_ids(range(self.n_chunks), q)
+            ids = self.rows[q]
             fu = first_use[ids]
             order = np.argsort(fu, kind="stable")
             self._new.append(ids[order])
@@ -130,6 +131,11 @@ class ChunkRouting:
 
     def dst_ids(self, chunks, q: int) -> np.ndarray:
         """Worker ``q``'s rows of ``chunks`` (global ids, chunk order)."""
+        if len(chunks) == self.n_chunks:  # every chunk (the bulk exchanges): computed once
+            return self.rows[q]
+        return self._dst_ids(chunks, q)
+
+    def _dst_ids(self, chunks, q: int) -> np.ndarray:
         parts = [np.arange(self.ob[j, q], self.ob[j, q + 1], dtype=np.int64) for j in chunks]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 

@@ -102,8 +102,7 @@ class NeutronTPStrategy(Strategy):
         self._fetch_labels()
         if self.kind in ("sage", "dgcn"):
             self.x0_rows = torch.zeros((self.num_owned, self.cols0[-1]), dtype=self.dtype)
-            ids = [self.route.dst_ids(range(self.route.n_chunks), q) for q in range(self.ctx.world)]
-            self.route.slices_to_rows(self.x0_slice, ids, self.cols0, self.x0_rows, "features")
+            self.route.slices_to_rows(self.x0_slice, self.route.rows, self.cols0, self.x0_rows, "features")
         self.train_rows = labelled_rows(self.labels, self.splits["train"])
         self.global_train = self.ctx.all_reduce_int(len(self.train_rows))
 
@@ -119,7 +118,7 @@ class NeutronTPStrategy(Strategy):
         ranges = list(zip(self.shard_ranges[:-1], self.shard_ranges[1:], strict=True))
         send = []
         for q in range(k):
-            ids = self.route.dst_ids(range(self.route.n_chunks), q)
+            ids = self.route.rows[q]
             ids = ids[(ids >= lo) & (ids < hi)]
             send.append(torch.from_numpy(mine[ids - lo]))
         want = [int(((self.owned >= a) & (self.owned < b)).sum()) for a, b in ranges]
