@@ -71,6 +71,11 @@ def _for(knob: str, default: str | None = None) -> str:
 @click.option("--backward", "backward", type=click.Choice(BACKWARD), default=None,
               help=_for("backward", "recompute") + " Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep "
                    "every bin's activations from the forward pass (faster, more memory).")
+@click.option("--micro-batches", type=int, default=None, metavar="N",
+              help=_for("micro_batches", "1") + " Split each step's batch into N micro-batches whose gradients "
+                   "accumulate into the step's one optimizer update (gradient accumulation: about 1/N of the "
+                   "step's blocks and activations alive at once). The loss of each is normalised by the whole "
+                   "step's target count and the sampler draws by node, so the model is the same as with N = 1.")
 @click.option("--heap", type=click.Choice(HEAP_POLICIES), default="keep", show_default=True,
               help="Host memory of each worker process: 'keep' = the C library's malloc serves every block from the "
                    "heap and keeps freed memory there, so each epoch reuses the pages of the last instead of "
@@ -88,7 +93,7 @@ def _for(knob: str, default: str | None = None) -> str:
 @click.option("-o", "--out", type=click.Path(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
 @click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
 def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipeline, trace, profile, eval_every,
-            checkpoint_every, resume, no_feature_cache, layer0_cache, prefetch, backward, heap, dtype, threads, timeout, master_addr, master_port, out, force):
+            checkpoint_every, resume, no_feature_cache, layer0_cache, prefetch, backward, micro_batches, heap, dtype, threads, timeout, master_addr, master_port, out, force):
     """Train the plan's GNN with K workers, executed by the plan's strategy (`g3 plan --strategy`: g3's bins
     and peer-to-peer sharing, bns-gcn's or sancus's layer-synchronous exchange, ...); weight gradients are
     all-reduced and every rank takes the same Adam step. Writes RUN/run.json, per-epoch metrics
@@ -97,7 +102,7 @@ def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipe
     cfg = TrainConfig(epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout, seed=seed, workers=workers,
                       device=device, pipeline=pipeline, trace=trace, profile=profile, eval_every=eval_every, checkpoint_every=checkpoint_every,
                       resume=resume, feature_cache=False if no_feature_cache else None, layer0_cache=layer0_cache, prefetch=prefetch,
-                      backward=backward, heap=heap, dtype=dtype, threads=threads,
+                      backward=backward, micro_batches=micro_batches, heap=heap, dtype=dtype, threads=threads,
                       timeout=timeout, master_addr=master_addr, master_port=master_port)
     info = run_train(plan, cfg, out=out, force=force)
     print_run_summary(info)

@@ -23,6 +23,7 @@ TRAIN_KNOBS = {
     "backward": "--backward",
     "layer0_cache": "--layer0-cache",
     "feature_cache": "--no-feature-cache",
+    "micro_batches": "--micro-batches",
 }
 
 
@@ -134,7 +135,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             exactness="samples neighbours (an approximation); --fanouts -1 with one batch of every training node "
                       "is exact full-graph training; evaluation is exact full-neighbour inference",
             planner="distdgl", runtime="distdgl",
-            train_knobs=("prefetch",), mini_batch=True, samples_neighbours=True,
+            train_knobs=("prefetch", "micro_batches"), mini_batch=True, samples_neighbours=True,
         ),
         StrategyInfo(
             name="bytegnn",

@@ -23,7 +23,7 @@ PREFETCH = ("auto", "on", "off")
 BACKWARD = ("recompute", "keep")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 KNOB_DEFAULTS = {"pipeline": "multi", "prefetch": "auto", "backward": "recompute", "layer0_cache": "auto",
-                 "feature_cache": True}
+                 "feature_cache": True, "micro_batches": 1}
 
 
 def local_workers(world: int) -> int:
@@ -49,6 +49,7 @@ class RuntimeConfig:
     backward: str | None = None  # recompute | keep (each bin's activations)
     layer0_cache: str | None = None  # auto | on | off: keep layer 0's aggregation of the (fixed) input features
     feature_cache: bool | None = None  # fetch remote input features once (False: every epoch)
+    micro_batches: int | None = None  # mini-batch: micro-batches accumulated into each optimizer step
 
     def layer0_cache_enabled(self) -> bool:
         """auto = on for the CPU; on CUDA the cache would sit on the device outside the bins' memory budget."""
@@ -123,6 +124,8 @@ def check_runtime(cfg: RuntimeConfig) -> None:
         raise G3InputError("--dropout must be in [0, 1)")
     if cfg.prefetch is not None and cfg.prefetch not in PREFETCH and not (cfg.prefetch.isdigit()):
         raise G3InputError(f"--prefetch {cfg.prefetch} is not one of {', '.join(PREFETCH)} or a step count >= 0")
+    if cfg.micro_batches is not None and cfg.micro_batches < 1:
+        raise G3InputError("--micro-batches must be >= 1")
     if cfg.threads is not None and cfg.threads < 1:
         raise G3InputError("--threads must be >= 1")
     if not (cfg.timeout > 0 and math.isfinite(cfg.timeout)):

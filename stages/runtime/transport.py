@@ -206,6 +206,20 @@ class Transport:
         self.stats.received(label, _nbytes(out))
         return out
 
+    def all_reduce_sum(self, value: int, label: str) -> int:
+        """An integer summed over workers (a count), counted like :meth:`all_reduce_max`."""
+        out = torch.tensor([int(value)], dtype=torch.int64)
+        if self.world == 1:
+            return int(value)
+        t0 = now_us()
+        dist.all_reduce(out, group=self.group)
+        t1 = now_us()
+        self.stats.wait_seconds += (t1 - t0) / 1e6
+        self.tracer.span("wait", f"all-reduce {label}", t0, t1)
+        self.stats.sent(label, _nbytes(out))
+        self.stats.received(label, _nbytes(out))
+        return int(out.item())
+
     # --- dynamic fetch by global id ---------------------------------------------------------------------
     def fetch(self, ids: np.ndarray, book: PartitionBook, serve, width: int, dtype: torch.dtype, label: str
               ) -> torch.Tensor:

@@ -1,7 +1,8 @@
-"""Checkpoints: model, optimizer, epoch and RNG states (one copy on every host: the first process of each
-writes it, so any host can resume), and each rank's strategy state (caches, a sampler's position) where it has
-one; written atomically, loaded with weights_only=True. Resuming starts from the newest checkpoint every
-rank has (:func:`agreed_checkpoint`, a collective)."""
+"""Checkpoints: the replicated model, optimizer, epoch and RNG states (one copy on every host: the first process
+of each writes it, so any host can resume), and each rank's own file where it has something of its own — the
+strategy's state (caches, a sampler's position) and the parameters the strategy shards with their optimizer
+state; written atomically, loaded with weights_only=True. Resuming starts from the newest checkpoint every
+rank has (:func:`agreed_checkpoint`, a collective) and is bitwise: every tensor is restored as saved."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ def _save(obj, path: Path) -> None:
         torch.save(obj, tmp)
 
 
-def save_weights(path: Path, model: torch.nn.Module) -> None:
-    _save({k: v.detach().cpu() for k, v in model.state_dict().items()}, path)
+def save_weights(path: Path, weights: torch.nn.Module | dict) -> None:
+    """A model's weights (or a state dict, e.g. a strategy's :meth:`full_state_dict`) as a plain state dict."""
+    state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
+    _save({k: v.detach().cpu() for k, v in state.items()}, path)
 
 
 def rank_state_path(ckpt: Path, rank: int) -> Path:
@@ -40,22 +43,48 @@ def host_leader(rank: int) -> bool:
     return int(os.environ.get("LOCAL_RANK", rank)) == 0
 
 
+RANK_FILE_FORMAT = 2  # {format, strategy, sharded, sharded_optimizer}; format 1 was the strategy state alone
+
+
+def has_rank_state(strategy) -> bool:
+    """Whether each rank writes its own checkpoint file (strategy state or sharded parameters)."""
+    return bool(strategy.state_dict()) or bool(strategy.sharded_parameters())
+
+
 def save_checkpoint(run_dir: Path, epoch: int, model, optimizer, cfg, strategy, rank: int) -> Path:
-    """Every rank with strategy state writes its own file; the first process of every host the weights and
-    optimizer (replicated: each host can resume by itself)."""
+    """Every rank with state of its own writes its own file; the first process of every host the replicated
+    weights and optimizer state (each host can resume by itself)."""
     path = checkpoint_path(run_dir, epoch)
-    state = strategy.state_dict()
-    if state:
-        _save(state, rank_state_path(path, rank))
+    sharded = set(strategy.sharded_parameters())
+    if has_rank_state(strategy):
+        params = dict(model.named_parameters())
+        _save({"format": RANK_FILE_FORMAT, "strategy": strategy.state_dict(),
+               "sharded": {n: params[n].detach().cpu() for n in sorted(sharded)},
+               "sharded_optimizer": {n: _tensors(optimizer.state.get(params[n], {})) for n in sorted(sharded)}},
+              rank_state_path(path, rank))
     if host_leader(rank):
         _save({
             "epoch": epoch,
-            "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-            "optimizer": optimizer.state_dict(),
+            "model": {k: v.detach().cpu() for k, v in model.state_dict().items() if k not in sharded},
+            "optimizer": _replicated_optimizer_state(model, optimizer, sharded),
             "torch_rng": torch.get_rng_state(),
             "seed": cfg.seed,
         }, path)
     return path
+
+
+def _tensors(state: dict) -> dict:
+    return {k: v.detach().cpu().clone() if torch.is_tensor(v) else v for k, v in state.items()}
+
+
+def _replicated_optimizer_state(model, optimizer, sharded: set[str]) -> dict:
+    """The optimizer's state dict without the sharded parameters' entries (each rank keeps its own)."""
+    state = optimizer.state_dict()
+    if sharded:
+        index = {n: i for i, (n, _) in enumerate(model.named_parameters())}
+        drop = {index[n] for n in sharded}
+        state["state"] = {i: v for i, v in state["state"].items() if i not in drop}
+    return state
 
 
 def checkpoint_epoch(path: Path) -> int:
@@ -97,15 +126,31 @@ def _load(path: Path, what: str) -> dict:
 
 
 def load_checkpoint(path: Path, model, optimizer, strategy=None, rank: int = 0) -> int:
-    """Restore model, optimizer and (when given) this rank's strategy state; returns the epoch the checkpoint
-    was taken after."""
+    """Restore model, optimizer and (when given) this rank's strategy state and sharded parameters; returns the
+    epoch the checkpoint was taken after."""
     state = _load(path, "checkpoint")
-    model.load_state_dict(state["model"])
+    sharded = set(strategy.sharded_parameters()) if strategy is not None else set()
+    missing, unexpected = model.load_state_dict(state["model"], strict=False)
+    if unexpected or set(missing) - sharded:
+        raise G3InputError(f"checkpoint does not match the model: missing {sorted(set(missing) - sharded)}, "
+                           f"unexpected {sorted(unexpected)}", path=path)
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
     if strategy is not None:
         own = rank_state_path(path, rank)
-        strategy.load_state_dict(_load(own, "strategy state") if own.is_file() else {})
+        mine = _load(own, "rank state") if own.is_file() else {}
+        if mine.get("format") != RANK_FILE_FORMAT:  # format 1: the strategy state alone
+            mine = {"strategy": mine, "sharded": {}, "sharded_optimizer": {}}
+        if set(mine["sharded"]) != sharded:
+            raise G3InputError(f"rank {rank}'s checkpoint holds sharded parameters {sorted(mine['sharded'])}, the "
+                               f"strategy shards {sorted(sharded)}", path=own)
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, value in mine["sharded"].items():
+                params[name].copy_(value)
+                optimizer.state[params[name]] = {k: v.to(params[name].device) if torch.is_tensor(v) and v.dim() else v
+                                                 for k, v in mine["sharded_optimizer"][name].items()}
+        strategy.load_state_dict(mine["strategy"])
     return int(state["epoch"])
 
 

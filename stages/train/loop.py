@@ -1,9 +1,14 @@
 """One rank's training: the epoch loop, evaluation, metrics and checkpoints, for any strategy.
 
-The loop is strategy-agnostic: a step's forward gives the logits of its target nodes, the loss here is
-normalised by the *global* number of targets of the step, the strategy's backward accumulates local weight
-gradients, gradients are summed across ranks, and every rank takes the same optimizer step — so K workers
-compute what one process would, wherever the strategy is exact.
+The loop is strategy-agnostic. One optimizer step (:func:`optimizer_step`) is the strategy's micro-steps
+(usually one): each forward gives the logits of its target nodes, the loss here is normalised by the *global*
+number of targets of the whole optimizer step, and the strategy's backward accumulates local weight gradients;
+then the replicated parameters' gradients are summed across ranks (sharded ones are already complete on their
+rank) and every rank takes the same optimizer step — so K workers compute what one process would, wherever the
+strategy is exact::
+
+    zero_grad ─▶ ┌ forward(epoch, step, micro) ─▶ loss / N_global ─▶ backward ┐ × micro_steps ─▶ all-reduce
+                 └─────────────────────────── accumulate local grads ◀──────────┘    (replicated) ─▶ Adam step
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,7 +28,14 @@ from ..runtime.profile import samples_from_trace, write_profile
 from ..runtime.strategies.base import collective_device
 from ..runtime.trace import MOVING, hidden_share, now_us
 from ..runtime.worker import accuracies, evaluate, open_worker
-from .checkpoint import agreed_checkpoint, checkpoint_path, load_checkpoint, save_checkpoint, save_weights
+from .checkpoint import (
+    agreed_checkpoint,
+    checkpoint_path,
+    has_rank_state,
+    load_checkpoint,
+    save_checkpoint,
+    save_weights,
+)
 from .config import TrainConfig
 from .metrics import MetricsWriter, minor_page_faults, peak_memory_bytes
 
@@ -39,17 +52,18 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
     start_epoch = 0
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     if cfg.resume or restart:  # `--resume`, or a worker group torchrun restarted: no flag needed
-        epoch = agreed_checkpoint(run_dir, rank, bool(strategy.state_dict()))
+        epoch = agreed_checkpoint(run_dir, rank, has_rank_state(strategy))
         if epoch >= 0:
             ckpt = checkpoint_path(run_dir, epoch)
             start_epoch = load_checkpoint(ckpt, model, optimizer, strategy, rank) + 1
             log.info("resumed from %s at epoch %d%s", ckpt, start_epoch, f" (restart {restart})" if restart else "")
         elif cfg.resume:
             raise ValueError(f"--resume: no checkpoint that every worker has in {run_dir}")
-    if start_epoch == 0 and rank == 0:
-        save_weights(run_dir / "init.pt", model)
+    if start_epoch == 0:
+        _save_full_weights(run_dir / "init.pt", strategy, rank)
     metrics = MetricsWriter(run_dir, rank, world, live=cfg.live and rank == 0, epochs=cfg.epochs, start=start_epoch)
-    params = list(model.parameters())
+    sharded = set(strategy.sharded_parameters())
+    replicated = [p for n, p in model.named_parameters() if n not in sharded]  # all-reduced every step
     tracer, transport = ctx.tracer, ctx.transport
 
     trace_epoch = min(cfg.epochs - 1, start_epoch + 1)  # skip the warm-up epoch when there is another
@@ -69,29 +83,19 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
         strategy.reset_stats()
         transport.stats.reset()
         model.train()
-        losses, sync_seconds = [], 0.0
+        losses, sync_seconds, micro_total = [], 0.0, 0
         for step in range(strategy.steps(epoch)):
-            optimizer.zero_grad(set_to_none=False)
-            out = strategy.forward(epoch, step)
-            t_loss = now_us()
-            n_targets = out.global_targets if out.global_targets is not None else ctx.all_reduce_int(len(out.targets))
-            if n_targets == 0:
-                if strategy.steps(epoch) == 1:
-                    raise ValueError("the store has no training nodes")
-                continue  # a batch without a training node on any worker (ClusterGCN's clusters): no step at all
-            loss_local, grad_logits = cross_entropy_with_grad(out.logits, out.labels, out.targets, n_targets)
-            # the loss is computation too: messages still in flight meanwhile are hidden under it
-            tracer.span("compute", "loss", t_loss, now_us(), phase="loss")
-            strategy.backward(grad_logits)
-            t_sync = time.perf_counter()
-            _all_reduce_grads(params)
-            optimizer.step()
-            sync_seconds += time.perf_counter() - t_sync
-            losses.append(_all_reduce_float(float(loss_local.detach())))
+            done = optimizer_step(strategy, ctx, optimizer, replicated, epoch, step)
+            micro_total += done.micro_steps
+            sync_seconds += done.sync_seconds
+            if done.loss is not None:
+                losses.append(done.loss)
         epoch_seconds = time.perf_counter() - t0
         record = {"epoch": epoch, "loss": sum(losses) / max(len(losses), 1), "epoch_seconds": epoch_seconds}
         if len(losses) > 1:
             record["steps"] = len(losses)
+        if micro_total > strategy.steps(epoch):
+            record["micro_steps"] = micro_total
         if tracing:
             tracer.stop()
             if cfg.trace:
@@ -120,14 +124,65 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
         if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
             save_checkpoint(run_dir, epoch, model, optimizer, cfg, strategy, rank)
         dist.barrier()
-    if rank == 0:
-        save_weights(run_dir / "model.pt", model)
+    _save_full_weights(run_dir / "model.pt", strategy, rank)
     metrics.close()
     strategy.close()
     # leave together: a rank that tears its connections down while a peer is still writing can make that peer's
     # gloo transport see a closed socket
     dist.barrier()
     log.info("finished")
+
+
+@dataclass
+class StepDone:
+    """What one optimizer step did: its loss summed over ranks (None: no target on any rank, no update),
+    its micro-steps, and the seconds spent in the gradient all-reduce and update."""
+
+    loss: float | None
+    micro_steps: int
+    sync_seconds: float = 0.0
+
+
+def optimizer_step(strategy, ctx, optimizer, replicated: list[torch.nn.Parameter], epoch: int, step: int) -> StepDone:
+    """One optimizer step: the strategy's micro-steps accumulate local gradients (each pass's loss normalised by
+    the global target count of the whole step), then the replicated parameters' gradients are summed over ranks
+    and every rank updates — unless the strategy's backward says no gradient is due (a pipeline filling)."""
+    optimizer.zero_grad(set_to_none=False)
+    n_micro = strategy.micro_steps(epoch, step)
+    loss, due, n_targets = 0.0, True, 0
+    for micro in range(n_micro):
+        out = strategy.forward(epoch, step, micro)
+        t_loss = now_us()
+        n_targets = out.global_targets
+        if n_targets is None:
+            if n_micro > 1:
+                raise RuntimeError(f"{strategy.name}: a step of {n_micro} micro-steps must give its global target "
+                                   "count in StepOutput.global_targets")
+            n_targets = ctx.all_reduce_int(len(out.targets))
+        if n_targets == 0:
+            if strategy.steps(epoch) == 1:
+                raise ValueError("the store has no training nodes")
+            continue  # a batch without a training node on any worker (ClusterGCN's clusters): no update at all
+        loss_local, grad_logits = cross_entropy_with_grad(out.logits, out.labels, out.targets, n_targets)
+        # the loss is computation too: messages still in flight meanwhile are hidden under it
+        ctx.tracer.span("compute", "loss", t_loss, now_us(), phase="loss")
+        due = strategy.backward(grad_logits) is not False
+        loss += float(loss_local.detach())
+    if n_targets == 0:
+        return StepDone(None, n_micro)
+    t_sync = time.perf_counter()
+    if due:
+        _all_reduce_grads(replicated)
+        optimizer.step()
+    sync_seconds = time.perf_counter() - t_sync
+    return StepDone(_all_reduce_float(loss), n_micro, sync_seconds)
+
+
+def _save_full_weights(path: Path, strategy, rank: int) -> None:
+    """The model as one process would hold it, written by rank 0 (collective where parameters are sharded)."""
+    weights = strategy.full_state_dict()
+    if rank == 0:
+        save_weights(path, weights)
 
 
 def _write_profile(cfg: TrainConfig, ctx, epoch: int, epoch_seconds: float, sync_seconds: float) -> None:
@@ -188,6 +243,8 @@ def _maybe_inject_fault(rank: int, epoch: int) -> None:
 
 
 def _all_reduce_grads(params: list[torch.nn.Parameter]) -> None:
+    if not params:
+        return
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat)

@@ -1,11 +1,18 @@
 """The interface every training strategy implements, for full-graph and mini-batch systems alike.
 
-An epoch is :meth:`Strategy.steps` steps (a full-graph strategy has one; a mini-batch strategy one per global
-batch; every rank runs the same number). A step is :meth:`Strategy.forward` — the logits of the step's target
-nodes with their labels (:class:`StepOutput`) — then :meth:`Strategy.backward` with the gradient of those
-logits, which accumulates the *local* weight gradients. The training loop (``stages/train/loop.py``) owns
-everything else: the loss (normalised by the global number of targets of the step), the gradient all-reduce,
-the optimizer, evaluation, metrics and checkpoints. :meth:`Strategy.infer` is exact full-neighbour inference of
+An epoch is :meth:`Strategy.steps` optimizer steps (a full-graph strategy has one; a mini-batch strategy one
+per global batch; every rank runs the same number). An optimizer step is :meth:`Strategy.micro_steps`
+micro-steps (1 unless the strategy accumulates several passes into one update: HopGNN's time steps, gradient
+accumulation over micro-batches); a micro-step is :meth:`Strategy.forward` — the logits of its target nodes with
+their labels (:class:`StepOutput`) — then :meth:`Strategy.backward` with the gradient of those logits, which
+accumulates the *local* weight gradients. The training loop (``stages/train/loop.py``) owns everything else: the
+loss (normalised by the global number of targets of the whole optimizer step), the gradient all-reduce of the
+replicated parameters, the optimizer, evaluation, metrics and checkpoints. A strategy that owns a schedule of
+several batches in flight (P3's pipeline, delayed gradients) returns ``False`` from :meth:`Strategy.backward`
+while no gradient is due: the loop then takes no optimizer step. Parameters a strategy shards
+(:meth:`Strategy.sharded_parameters`: each rank holds and updates its own slice) are left out of the all-reduce
+and checkpointed per rank with their optimizer state; :meth:`Strategy.full_state_dict` assembles them for the
+saved model. :meth:`Strategy.infer` is exact full-neighbour inference of
 every owned node, whatever the strategy trains with, so every strategy's accuracy is measured the same way
 (``g3 eval`` and the loop's ``--eval-every`` both use it). :meth:`Strategy.stats` reports compute time (the
 transport counts bytes and waits), :meth:`Strategy.state_dict` what a checkpoint must keep besides the
@@ -127,12 +134,31 @@ class Strategy:
         """Steps of ``epoch``: the same on every rank."""
         return 1
 
-    def forward(self, epoch: int, step: int) -> StepOutput:
+    def micro_steps(self, epoch: int, step: int) -> int:
+        """Forward/backward passes accumulated into optimizer step ``step`` (the same on every rank). With more
+        than one, every pass's :attr:`StepOutput.global_targets` must give the whole optimizer step's global
+        target count, which normalises the loss of each pass."""
+        return 1
+
+    def forward(self, epoch: int, step: int, micro: int = 0) -> StepOutput:
         raise NotImplementedError
 
-    def backward(self, grad_logits: torch.Tensor) -> None:
-        """Accumulate local weight gradients from the gradient of the last :meth:`forward`'s logits."""
+    def backward(self, grad_logits: torch.Tensor) -> bool | None:
+        """Accumulate local weight gradients from the gradient of the last :meth:`forward`'s logits. ``False``:
+        no gradient is due at this optimizer step (a pipelined schedule still filling), so the loop skips the
+        update; anything else: the accumulated gradients are this step's."""
         raise NotImplementedError
+
+    def sharded_parameters(self) -> tuple[str, ...]:
+        """Names (as in ``model.named_parameters()``) of the parameters this strategy shards: each rank's copy
+        holds its own slice, gets its own (already complete) gradient, is never all-reduced, and is checkpointed
+        per rank with its optimizer state. Empty by default: every parameter is replicated."""
+        return ()
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's weights as one process would hold them (collective when parameters are sharded: the
+        strategy assembles its shards); the replicated weights by default."""
+        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
 
     def infer(self) -> Inference:
         raise NotImplementedError

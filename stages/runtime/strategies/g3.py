@@ -302,7 +302,7 @@ class G3Strategy(Strategy):
         return self.layer0_input
 
     # --- the interface -------------------------------------------------------------------------------------
-    def forward(self, epoch: int, step: int) -> StepOutput:
+    def forward(self, epoch: int, step: int, micro: int = 0) -> StepOutput:
         """The whole graph's forward (one step per epoch): logits of every owned node, the training rows as
         targets."""
         self.epoch = epoch

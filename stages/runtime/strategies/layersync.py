@@ -94,7 +94,7 @@ class LayerSyncStrategy(Strategy):
         return x
 
     # --- the interface ----------------------------------------------------------------------------------
-    def forward(self, epoch: int, step: int) -> StepOutput:
+    def forward(self, epoch: int, step: int, micro: int = 0) -> StepOutput:
         self.epoch = epoch
         logits = self._forward(epoch, training=True)
         return StepOutput(logits, self.labels, self.train_rows, self.global_train)

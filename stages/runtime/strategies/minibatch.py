@@ -10,9 +10,15 @@ Preparing a step — batch, sampling, fetch — never reads the weights, so a ba
 
 Dropout is keyed by (epoch, step) (:func:`step_key`), sampling by (seed, epoch, step, hop), so a run is
 reproducible and a resumed run (checkpoints are taken at epoch ends; the sampler keeps no state beyond the
-epoch and step it is asked for) equals an uninterrupted one. Evaluation is the layer-synchronous strategies'
-exact full-neighbour inference of every owned node (boundary tables in the plan), so every strategy's accuracy
-is measured the same way.
+epoch and step it is asked for) equals an uninterrupted one. Evaluation is exact full-neighbour inference of
+every owned node by :class:`~stages.runtime.inference.LayerwiseInference` (layer by layer, batch by batch, the
+plan's boundary tables between layers), so every strategy's accuracy is measured the same way and no worker
+ever builds its whole partition as one block.
+
+``g3 train --micro-batches N`` splits each step's targets into N micro-batches whose gradients accumulate into
+the step's one optimizer update (the loss of each normalised by the step's global target count): the sampler
+keys its draws by node, so every target sees the same sampled tree as in the whole batch and the model is the
+same — with about 1/N of the step's activations and blocks alive at once.
 """
 
 from __future__ import annotations
@@ -27,11 +33,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ...common.partition_artifact import Shard
 from ..block import Block
+from ..inference import LayerwiseInference
 from ..neighbor_sampler import SampledBlock, sample_key, signed64
 from ..transport import PartitionBook, Transport
-from .base import StepOutput, WorkerContext
-from .layersync import LayerSyncStrategy
+from .base import Inference, StepOutput, Strategy, WorkerContext, labelled_rows, owned_splits
 
 _M32 = (1 << 32) - 1
 
@@ -76,13 +83,24 @@ class PreparedStep:
     fetched_rows: int = 0  # input rows fetched from other workers
 
 
-class MiniBatchStrategy(LayerSyncStrategy):
+class MiniBatchStrategy(Strategy):
     """Base of the mini-batch strategies; a subclass gives :meth:`steps`, :meth:`batch` and :meth:`sample`."""
 
     mini_batch = True
 
     def __init__(self, ctx: WorkerContext, model):
         super().__init__(ctx, model)
+        shard = ctx.shard
+        self.n_own, self.n_rem = shard.num_owned, shard.num_remote
+        self.global_ids = torch.from_numpy(np.concatenate([shard.owned, shard.remote]).astype(np.int64))
+        self.features = torch.from_numpy(np.array(shard.load("features"))).to(ctx.cfg.torch_dtype)
+        self.labels = torch.from_numpy(np.asarray(shard.load("labels")).astype(np.int64))
+        self.splits = owned_splits(shard)
+        self.train_rows = labelled_rows(self.labels, self.splits["train"])
+        self.epoch = 0
+        self.micro = max(1, int(ctx.cfg.micro_batches or 1))
+        self._inference: LayerwiseInference | None = None
+        self._remote_x0: torch.Tensor | None = None
         self.book = PartitionBook.open(ctx.part, ctx.world)
         self.owned_global = self.global_ids[: self.n_own].numpy()  # ascending
         self.train_global = self.owned_global[self.train_rows.numpy()]
@@ -127,16 +145,18 @@ class MiniBatchStrategy(LayerSyncStrategy):
         raise NotImplementedError
 
     # --- preparing a step (sampler side: never reads the weights) ----------------------------------------
-    def prepare(self, epoch: int, step: int) -> PreparedStep:
+    def prepare(self, epoch: int, step: int, batch: tuple[np.ndarray, int | None] | None = None,
+                extra_seconds: float = 0.0) -> PreparedStep:
+        """The step's inputs; ``batch`` (targets, global count) replaces :meth:`batch` for a micro-batch."""
         t0 = time.perf_counter()
-        targets, global_targets = self.batch(epoch, step)
+        targets, global_targets = batch if batch is not None else self.batch(epoch, step)
         blocks = self.blocks(epoch, step, targets)
         t1 = time.perf_counter()
         sources = blocks[0].src if blocks else targets
         x0, degrees, fetched = self.gather_inputs(sources)
         t2 = time.perf_counter()
-        return PreparedStep(targets, global_targets, blocks, x0, degrees, {"sample": t1 - t0, "fetch": t2 - t1},
-                            fetched_rows=fetched)
+        return PreparedStep(targets, global_targets, blocks, x0, degrees,
+                            {"sample": t1 - t0 + extra_seconds, "fetch": t2 - t1}, fetched_rows=fetched)
 
     def gather_inputs(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         """Input features of ``nodes`` (global ids): own rows locally, the others fetched from their owners (one
@@ -163,15 +183,30 @@ class MiniBatchStrategy(LayerSyncStrategy):
                                                        2, torch.int64, "degrees0")
         return x, degrees, len(others)
 
-    def _next(self, epoch: int, step: int) -> PreparedStep:
-        if self.depth == 0:
+    def prepare_micro(self, epoch: int, step: int, micro: int) -> PreparedStep:
+        """Micro-batch ``micro`` of the step: a contiguous share of its targets, sampled and fetched alone; its
+        global target count is the whole step's (it normalises the loss of every micro-batch)."""
+        if self.micro == 1:
             return self.prepare(epoch, step)
-        if step == 0:
+        if micro == 0:
+            t0 = time.perf_counter()
+            targets, global_targets = self.batch(epoch, step)
+            if global_targets is None:  # every rank's sampler runs this in step order: a collective is safe here
+                global_targets = self.sampling_tr.all_reduce_sum(len(targets), "targets")
+            self._step_targets = (np.array_split(targets, self.micro), global_targets, time.perf_counter() - t0)
+        shares, global_targets, batch_seconds = self._step_targets
+        return self.prepare(epoch, step, (shares[micro], global_targets),
+                            extra_seconds=batch_seconds if micro == 0 else 0.0)
+
+    def _next(self, epoch: int, step: int, micro: int = 0) -> PreparedStep:
+        if self.depth == 0:
+            return self.prepare_micro(epoch, step, micro)
+        if step == 0 and micro == 0:
             self._start_sampler(epoch)
         item = self._queue.get()
         if isinstance(item, BaseException):
             raise item
-        if step == self.steps(epoch) - 1:
+        if step == self.steps(epoch) - 1 and micro == self.micro - 1:
             self._thread.join()
         return item
 
@@ -182,7 +217,8 @@ class MiniBatchStrategy(LayerSyncStrategy):
         def run() -> None:
             try:
                 for s in range(self.steps(epoch)):
-                    q.put(self.prepare(epoch, s))
+                    for m in range(self.micro):
+                        q.put(self.prepare_micro(epoch, s, m))
             except BaseException as exc:  # handed to the compute thread, which raises it
                 q.put(exc)
 
@@ -190,9 +226,12 @@ class MiniBatchStrategy(LayerSyncStrategy):
         self._thread.start()
 
     # --- the interface ----------------------------------------------------------------------------------
-    def forward(self, epoch: int, step: int) -> StepOutput:
+    def micro_steps(self, epoch: int, step: int) -> int:
+        return self.micro
+
+    def forward(self, epoch: int, step: int, micro: int = 0) -> StepOutput:
         self.epoch = epoch
-        prep = self._next(epoch, step)
+        prep = self._next(epoch, step, micro)
         self.timers["sample"] += prep.seconds["sample"]
         self.timers["fetch"] += prep.seconds["fetch"]
         self.timers["sampled_arcs"] += sum(len(b.indices) for b in prep.blocks)
@@ -231,6 +270,35 @@ class MiniBatchStrategy(LayerSyncStrategy):
                 torch.autograd.backward(self._out, grad_logits.to(self._out.device, dtype=self._out.dtype))
         self._out = None
 
+    @property
+    def num_owned(self) -> int:
+        return self.n_own
+
+    def infer(self) -> Inference:
+        """Exact full-neighbour inference of every owned node, layer by layer (:class:`LayerwiseInference`)."""
+        if self._inference is None:
+            self._inference, self._remote_x0 = self._layerwise_inference()
+        logits = self._inference.logits(self.features, self._remote_x0)
+        return Inference(logits, self.labels, self.splits)
+
+    def _layerwise_inference(self) -> tuple[LayerwiseInference, torch.Tensor]:
+        """The inference component over this worker's shard, and the remote nodes' input features (fetched once
+        through the plan's boundary tables)."""
+        shard: Shard = self.ctx.shard
+        send_table, recv_table = self.ctx.plan.table("boundary_send"), self.ctx.plan.table("boundary_recv")
+        remote = torch.zeros((self.n_rem, self.features.shape[1]), dtype=self.features.dtype)
+        self.tr.exchange_table(send_table, recv_table, "features", 0, self.features, remote)
+        dtype = self.features.dtype
+        in_deg = torch.from_numpy(np.asarray(shard.load("in_degree"), dtype=np.float64)).to(dtype)
+        out_deg = torch.from_numpy(np.asarray(shard.load("out_degree"), dtype=np.float64)).to(dtype)
+        component = LayerwiseInference(
+            self.ctx, self.model, np.asarray(shard.indptr), np.asarray(shard.indices), in_deg, out_deg,
+            self.global_ids[: self.n_own], _per_peer(send_table, self.ctx.world), _per_peer(recv_table, self.ctx.world),
+            self.n_rem, batch_nodes=self.inference_batch_nodes)
+        return component, remote
+
+    inference_batch_nodes = 4096  # destinations per inference block
+
     def stats(self) -> dict:
         return {**super().stats(), "sample_seconds": self.timers["sample"], "fetch_seconds": self.timers["fetch"],
                 "sampled_arcs": int(self.timers["sampled_arcs"]), "fetched_rows": int(self.timers["fetched_rows"]),
@@ -239,3 +307,11 @@ class MiniBatchStrategy(LayerSyncStrategy):
     def close(self) -> None:
         if self._thread is not None:
             self._thread.join(timeout=1.0)
+
+
+def _per_peer(table, world: int) -> list[torch.Tensor]:
+    """A boundary table's node ids per peer (one message per peer), empty for the others."""
+    out = [torch.zeros(0, dtype=torch.int64) for _ in range(world)]
+    for _step, peer, sl in table.message_slices():
+        out[peer] = torch.from_numpy(np.asarray(table.nodes[sl], dtype=np.int64))
+    return out

@@ -213,7 +213,7 @@ class NeutronTPStrategy(Strategy):
         return cols[self.rank + 1] - cols[self.rank]
 
     # --- the interface ----------------------------------------------------------------------------------
-    def forward(self, epoch: int, step: int) -> StepOutput:
+    def forward(self, epoch: int, step: int, micro: int = 0) -> StepOutput:
         self.epoch = epoch
         logits = self._forward(epoch, training=True)
         return StepOutput(logits, self.labels, self.train_rows, self.global_train)
