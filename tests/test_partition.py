@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from g3cli.main import cli
+from stages.common.errors import G3InputError
 from stages.common.store import GraphStore
 from stages.ingest.build import IngestOptions, build_store
 from stages.ingest.source import GraphSource
@@ -542,7 +543,8 @@ def test_shards_cover_in_neighbourhoods_and_match_the_store(request, tmp_path, s
 def test_partition_json_records_the_run(tiny_store, tmp_path):
     s = _partition(tiny_store, tmp_path / "p", 4, "g3", hidden=32)
     on_disk = json.loads((tmp_path / "p" / "partition.json").read_text())
-    assert on_disk["schema"] == "g3.partition" and on_disk["schema_version"] == 1
+    assert on_disk["schema"] == "g3.partition" and on_disk["schema_version"] == 2
+    assert on_disk["layouts"] == ["rows"]
     store = GraphStore.open(tiny_store)
     ref = on_disk["store"]
     assert ref["path"] == str(Path(tiny_store).resolve()) and ref["num_nodes"] == store.num_nodes
@@ -589,6 +591,51 @@ def test_feature_split_covers_every_column_once(tiny_store, tmp_path):
     assert np.all(seen == 1)
     np.testing.assert_array_equal(np.concatenate(owned), np.arange(store.num_nodes))
     assert s["totals"]["remote"] == 0
+
+
+def test_layouts_are_recorded_and_implied_for_version_1_partitions(tiny_store, tmp_path):
+    from stages.common.partition_artifact import load_partition_meta
+
+    _partition(tiny_store, tmp_path / "f", 2, "feature")
+    assert load_partition_meta(tmp_path / "f")["layouts"] == ["columns"]
+    _partition(tiny_store, tmp_path / "r", 2, "random")
+    for folder, implied in (("f", ["columns"]), ("r", ["rows"])):  # the same partition as version 1 wrote it
+        f = tmp_path / folder / "partition.json"
+        old = json.loads(f.read_text())
+        del old["layouts"]
+        f.write_text(json.dumps({**old, "schema_version": 1}))
+        assert load_partition_meta(tmp_path / folder)["layouts"] == implied
+
+
+def test_a_method_with_two_layouts_writes_the_shards_of_both(tiny_store, tmp_path, monkeypatch):
+    """A method declaring ("rows", "columns") (P3's need: hashed structure and column-split features at once)
+    gets node shards in PART and column shards in PART/columns, and partition.json records both."""
+    from stages.partition.methods import METHODS, PartitionMethod
+
+    monkeypatch.setitem(METHODS, "both", PartitionMethod("both", "test: hashed rows and split columns",
+                                                         assign="baselines:assign_random",
+                                                         layouts=("rows", "columns")))
+    k = 3
+    s = _partition(tiny_store, tmp_path / "p", k, "both", seed=5)
+    store = GraphStore.open(tiny_store)
+    feats = np.asarray(store.features[:])
+    part = random_partition(store.num_nodes, k, 5)
+    assert s["layouts"] == ["rows", "columns"] and s["feature_split"]["columns"] == feature_columns(store.feat_dim, k)
+    assert s["totals"]["remote"] > 0  # the primary layout's (rows') figures
+    for w in range(k):
+        rows = tmp_path / "p" / f"part-{w:05d}"
+        np.testing.assert_array_equal(_load(rows, "owned"), np.flatnonzero(part == w))
+        np.testing.assert_array_equal(_load(rows, "features"), feats[part == w])
+        cols = tmp_path / "p" / "columns" / f"part-{w:05d}"
+        c = json.loads((cols / "shard.json").read_text())["feature_columns"]
+        np.testing.assert_array_equal(_load(cols, "features")[:, : c["stop"] - c["start"]],
+                                      feats[:, c["start"] : c["stop"]])
+        assert json.loads((cols / "shard.json").read_text())["layout"] == "columns"
+
+
+def test_an_unknown_method_is_one_line_naming_the_choices(tiny_store, tmp_path):
+    with pytest.raises(G3InputError, match="unknown method 'nope' .*g3, metis, random, chunk, distdgl, bytegnn"):
+        _partition(tiny_store, tmp_path / "p", 2, "nope")
 
 
 # ------------------------------------------------------------------------------------------------------------

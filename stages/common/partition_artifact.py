@@ -1,4 +1,8 @@
-"""Reading a partition artifact (``g3.partition`` v1, written by ``g3 partition``): metadata + per-worker shards.
+"""Reading a partition artifact (``g3.partition`` v2, written by ``g3 partition``): metadata + per-worker shards.
+
+partition.json's ``layouts`` names how the shards hold the graph (``rows``, ``columns``; the first is the
+primary layout, whose shards are ``PART/part-RRRRR``). Version 1 partitions predate the field: they are read
+with the layouts their method implies (stages/partition/methods.py).
 
 A shard folder holds plain ``.npy`` files (see docs/ARTIFACTS.md). Arrays are memory-mapped, so opening a
 shard costs nothing until an array is used.
@@ -18,11 +22,20 @@ from .npy import load_checked
 from .store import check_csr
 
 PARTITION_SCHEMA = "g3.partition"
-PARTITION_VERSION = 1
+# 2: partition.json records the layouts its shards are written in (``layouts``)
+PARTITION_VERSION = 2
+PARTITION_READABLE = (1, 2)
 
 
-def shard_dir(part: Path, rank: int) -> Path:
-    return Path(part) / f"part-{rank:05d}"
+def shard_dir(part: Path, rank: int, layout: str | None = None) -> Path:
+    """Rank ``rank``'s shard of the primary layout (``layout`` None), or of the further layout ``layout``."""
+    root = Path(part) if layout is None else Path(part) / layout
+    return root / f"part-{rank:05d}"
+
+
+def partition_layouts(meta: dict) -> tuple[str, ...]:
+    """The layouts of a partition.json as :func:`load_partition_meta` returns it."""
+    return tuple(meta["layouts"])
 
 
 def partition_digest(part: str | Path) -> str:
@@ -33,8 +46,14 @@ def partition_digest(part: str | Path) -> str:
 
 
 def load_partition_meta(part: str | Path) -> dict:
-    """partition.json, checked for schema and version, its store's ``path`` resolved (relative first)."""
-    meta = load_artifact_json(part, "partition.json", PARTITION_SCHEMA, PARTITION_VERSION, "partition", "g3 partition")
+    """partition.json, checked for schema and version, its store's ``path`` resolved (relative first); a version 1
+    partition gains the ``layouts`` its method implies."""
+    meta = load_artifact_json(part, "partition.json", PARTITION_SCHEMA, PARTITION_READABLE, "partition",
+                              "g3 partition")
+    if "layouts" not in meta:
+        from ..partition.methods import implied_layouts
+
+        meta["layouts"] = list(implied_layouts(meta.get("method")))
     if isinstance(meta.get("store"), dict):  # the store relative to the partition first (moved together)
         meta["store"] = {**meta["store"], "path": str(resolve_reference(meta["store"], part, "zarr.json"))}
     return meta

@@ -1,9 +1,10 @@
 """`g3 partition`: split a store's nodes over K workers and write one self-contained shard per worker.
 
-Methods: ``g3`` (multi-constraint METIS + Algorithm 1, paper §4.2), ``metis`` (plain edge-cut METIS, as DGL and
-BNS-GCN), ``random`` (hashed ids), ``chunk`` (contiguous id ranges: NeuGraph, ROC, NeutronStar) and
-``feature`` (feature-column split: NeutronTP, P3), ``distdgl`` (METIS with DistDGL's five constraints) and
-``bytegnn`` (ByteGNN's K-hop blocks and greedy block assignment, seed paper 001 §4.2.3). The artifact is described in docs/ARTIFACTS.md.
+Methods are the entries of :data:`~stages.partition.methods.METHODS` (``g3``: multi-constraint METIS +
+Algorithm 1, paper §4.2; ``metis``, ``random``, ``chunk``, ``distdgl``, ``bytegnn``, ``feature``, ...): each names
+the function that assigns nodes to workers and the layouts its shards are written in (``rows``: node
+partitions; ``columns``: a feature-column split). This module runs the chosen method, measures the result in
+its primary layout and writes every layout's shards. The artifact is described in docs/ARTIFACTS.md.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ import numpy as np
 from ..common.artifact_json import reference
 from ..common.atomic import atomic_dir, check_target, write_json_atomic
 from ..common.errors import G3InputError
+from ..common.partition_artifact import PARTITION_SCHEMA, PARTITION_VERSION
 from ..common.progress import make_progress
 from ..common.store import GraphStore
+from .methods import DEFAULT_METHOD, LAYOUTS, METHODS, layout_function, partition_method
 
-METHODS = ("g3", "metis", "random", "chunk", "distdgl", "bytegnn", "feature")
-PARTITION_SCHEMA = "g3.partition"
-PARTITION_VERSION = 1
 DEFINITIONS = {
     "remote": "V_i^remote = distinct nodes outside partition i with an arc into a node of i",
     "arcs": "E(V_i) = arcs whose destination is in partition i",
@@ -39,7 +39,7 @@ class PartitionOptions:
     """Everything `g3 partition` can be told (see ``g3 partition --help``)."""
 
     workers: int
-    method: str = "g3"
+    method: str = DEFAULT_METHOD
     gamma: float = 0.005
     balance_tol: float = 1.05
     degree_tol: float | None = None  # None: the same as balance_tol
@@ -67,8 +67,7 @@ def default_output(store_path: str | Path, method: str, workers: int) -> Path:
 
 
 def check_options(o: PartitionOptions) -> None:
-    if o.method not in METHODS:
-        raise G3InputError(f"unknown method {o.method!r} (choose from {', '.join(METHODS)})")
+    partition_method(o.method)  # an unknown method: one line naming the choices
     if o.workers < 1:
         raise G3InputError(f"--workers must be at least 1, got {o.workers}")
     if not 0.0 < o.gamma < 1.0:
@@ -150,121 +149,29 @@ def _partition_into(tmp: Path, store: GraphStore, o: PartitionOptions, timing: d
 
 
 def _assign(graphs, store: GraphStore, o: PartitionOptions, timing: dict, progress) -> tuple[np.ndarray, dict]:
-    """Node -> partition (int32 [N]) and method-specific extras (g3: METIS result, stop reason, ...)."""
-    from .baselines import chunk_partition, random_partition
-    from .metis import metis_partition
-
-    n, k = graphs.num_nodes, o.workers
+    """Node -> partition (int32 [N]) and the method's extras (``summary``: keys for partition.json,
+    ``parameters``: for its parameters, ``before``: (assignment, remote sizes) the method started from)."""
     t0 = time.perf_counter()
-    extra: dict = {}
-    if o.method == "random":
-        part = random_partition(n, k, o.seed)
-    elif o.method in ("chunk", "feature"):
-        part = chunk_partition(n, k)
-    elif o.method == "metis":
-        task = progress.add_task("METIS (edge-cut)", total=None)
-        part = metis_partition(graphs, k, o.seed)  # METIS defaults, as DGL and BNS-GCN call it
-        progress.update(task, total=1, completed=1)
-    elif o.method == "distdgl":
-        task = progress.add_task("METIS (5 constraints: nodes, train, valid, test, arcs)", total=None)
-        part = metis_partition(graphs, k, o.seed, vertex_weights=distdgl_weights(store, graphs.num_nodes),
-                               ubvec=[DISTDGL_UBVEC] * 5)
-        progress.update(task, total=1, completed=1)
-    elif o.method == "bytegnn":
-        from .bytegnn import bytegnn_partition
-
-        task = progress.add_task(f"ByteGNN ({o.bytegnn_hops}-hop blocks, Algorithm 2)", total=None)
-        splits = {s: store.split_index(s) for s in ("train", "valid", "test")}
-        part, extra["bytegnn"] = bytegnn_partition(graphs, splits, k, o.seed, o.bytegnn_alpha, o.bytegnn_beta,
-                                                   o.bytegnn_gamma, o.bytegnn_hops, o.balance_tol)
-        progress.update(task, total=1, completed=1)
-    else:
-        part, extra = _assign_g3(graphs, store, o, timing, progress)
-        return part, extra
+    part, extra = partition_method(o.method).assign_function()(graphs, store, o, timing, progress)
     timing["assign"] = time.perf_counter() - t0
     return part, extra
 
 
-DISTDGL_UBVEC = 1.05  # METIS's default imbalance (ufactor 30 = 1.03 for k-way) loosened as DGL's partitioner does
-
-
-def distdgl_weights(store: GraphStore, n: int) -> np.ndarray:
-    """DistDGL's multi-constraint vertex weights (ncon = 5, as ``dgl.distributed.partition_graph`` with
-    ``balance_ntypes`` = the train/valid/test masks and ``balance_edges``): every node 1, its membership of the
-    train, valid and test splits, and its in-degree (the arcs it owns), so METIS balances each across parts."""
-    in_degree, _ = store.load_degrees()
-    w = np.zeros((n, 5), dtype=np.int64)
-    w[:, 0] = 1
-    for c, split in enumerate(("train", "valid", "test"), start=1):
-        w[store.split_index(split), c] = 1
-    w[:, 4] = np.asarray(in_degree, dtype=np.int64)
-    return w
-
-
-def _ubvec(o: PartitionOptions) -> list[float]:
-    """METIS's allowed max/mean per constraint of g3's stage 1: (feature size, degree); at least 1.001, the
-    tightest imbalance METIS's ``ufactor`` can express, and at most 1e6 (METIS takes 32-bit floats; any value
-    of K or more already means "no limit")."""
-    return [round(min(max(1.001, t), 1e6), 6) for t in (o.balance_tol, o.degree_limit)]
-
-
-def _assign_g3(graphs, store: GraphStore, o: PartitionOptions, timing: dict, progress) -> tuple[np.ndarray, dict]:
-    from .g3 import STOP_EXPLANATIONS, run_algorithm1
-    from .metis import metis_partition
-    from .refine import needs_refinement, refine_after_algorithm1
-
-    k = o.workers
-    t0 = time.perf_counter()
-    task = progress.add_task("METIS (multi-constraint: feature size, degree)", total=None)
-    feature_bytes = store.feat_dim * store.feature_dtype.itemsize
-    weights = np.stack([np.full(graphs.num_nodes, feature_bytes, dtype=np.int64), graphs.degree], axis=1)
-    first = metis_partition(graphs, k, o.seed, vertex_weights=weights, ubvec=_ubvec(o))
-    del weights
-    progress.update(task, total=1, completed=1)
-    timing["metis"] = time.perf_counter() - t0
-    task = progress.add_task("Algorithm 1 (swaps)", total=None)
-
-    def on_progress(swaps: int, ratio: float) -> None:
-        progress.update(task, completed=swaps, description=f"Algorithm 1 (min/max remote {ratio:.4f})")
-
-    result = run_algorithm1(graphs, first, k, o.gamma, o.degree_limit, o.max_swaps, on_progress)
-    progress.update(task, total=result.swaps, completed=result.swaps)
-    timing["algorithm1"] = result.seconds
-    extra = {
-        "metis_part": first,
-        "metis_remote": result.initial_remote,
-        "stop_reason": result.stop_reason,
-        "stop_explanation": STOP_EXPLANATIONS[result.stop_reason],
-        "swaps": result.swaps,
-        "search": {"pairs_evaluated": result.pairs_evaluated, "single_deltas": result.single_deltas,
-                   "widened_searches": result.widened_searches},
-        "remote_trace": result.remote_trace,
-    }
-    part = result.part
-    if o.refine_steps != 0 and needs_refinement(result, o.remote_budget):
-        part, extra["refine"] = refine_after_algorithm1(graphs, result, o, timing, progress)
-    return part, extra
-
-
 def _summary(store, o: PartitionOptions, graphs, part, in_degree, extra: dict, timing: dict, progress) -> dict:
-    from .feature import feature_columns, feature_figures
-    from .metrics import partition_figures, remote_marks, summary_figures
+    from .metrics import summary_figures
     from .shards import shard_name, store_reference
 
     t0 = time.perf_counter()
     task = progress.add_task("measuring partitions", total=None)
     k = o.workers
-    if o.method == "feature":
-        figures, mark = feature_figures(graphs, k, o.hidden, in_degree), None
-    else:
-        mark = remote_marks(graphs.indptr, graphs.indices, part, k)
-        figures = partition_figures(graphs, part, k, o.hidden, in_degree, mark)
-    extra["mark"] = mark
+    method = partition_method(o.method)
+    figures, extra["mark"] = layout_function(method.primary_layout, "measure")(graphs, part, k, o.hidden, in_degree)
     after = summary_figures(graphs, part, k, [p["remote"] for p in figures["partitions"]],
                             figures["totals"]["edge_cut"])
     before = None
-    if "metis_part" in extra:
-        before = summary_figures(graphs, extra["metis_part"], k, extra["metis_remote"])
+    if "before" in extra:
+        start, start_remote = extra["before"]
+        before = summary_figures(graphs, start, k, start_remote)
     progress.update(task, total=1, completed=1)
     timing["measure"] = time.perf_counter() - t0
     summary = {
@@ -274,43 +181,34 @@ def _summary(store, o: PartitionOptions, graphs, part, in_degree, extra: dict, t
         "g3_version": _version(),
         "store": store_reference(store),
         "method": o.method,
+        "layouts": list(method.layouts),
         "num_partitions": k,
         "parameters": {**asdict(o), "degree_tol": o.degree_limit, "threads": numba.get_num_threads(),
-                       "metis_ubvec": _ubvec(o) if o.method == "g3" else None},
+                       **extra.get("parameters", {})},
         "definitions": DEFINITIONS,
-        "stop_reason": extra.get("stop_reason"),
-        "stop_explanation": extra.get("stop_explanation"),
-        "swaps": extra.get("swaps", 0),
-        "search": extra.get("search"),
-        "remote_trace": extra.get("remote_trace"),
-        "refine": extra.get("refine"),
-        "bytegnn": extra.get("bytegnn"),
+        **extra.get("summary", {}),
         "before": before,
         "after": after,
         **figures,
         "shards": [shard_name(i) for i in range(k)],
     }
-    if o.method == "feature":
-        summary["feature_split"] = {"columns": feature_columns(store.feat_dim, k), "owner": "contiguous id ranges"}
+    for name in method.layouts:
+        if LAYOUTS[name].summary:
+            summary.update(layout_function(name, "summary")(store, k))
     return summary
 
 
 def _write_shards(tmp: Path, store, graphs, part, o: PartitionOptions, extra: dict, progress) -> None:
-    from .baselines import chunk_bounds
-    from .shards import NodeShardBuilder, store_reference, write_feature_shards
+    """Every layout's shards: the primary layout's in PART, each further layout's in PART/<layout>."""
+    from .shards import store_reference
 
     info = {"method": o.method, "num_workers": o.workers, "store": store_reference(store)}
-    rows = progress.add_task("copying features", total=store.num_nodes)
-    if o.method == "feature":
-        write_feature_shards(tmp, store, o.workers, chunk_bounds(store.num_nodes, o.workers), info,
-                             on_rows=lambda r: progress.update(rows, advance=r))
-        return
-    builder = NodeShardBuilder(tmp, store, graphs, part, o.workers, extra["mark"])
-    task = progress.add_task("writing shards", total=o.workers)
-    for i in range(o.workers):
-        builder.write_worker(i, info)
-        progress.update(task, advance=1)
-    builder.write_features(on_rows=lambda r: progress.update(rows, advance=r))
+    for i, name in enumerate(partition_method(o.method).layouts):
+        root = tmp if i == 0 else tmp / name
+        root.mkdir(exist_ok=True)
+        marks = extra["mark"] if i == 0 else None
+        layout_function(name, "write")(root, store, graphs, part, o.workers, {**info, "layout": name}, marks,
+                                       progress)
 
 
 def _version() -> str:

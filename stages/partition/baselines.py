@@ -30,3 +30,11 @@ def chunk_bounds(num_nodes: int, k: int) -> np.ndarray:
 def chunk_partition(num_nodes: int, k: int) -> np.ndarray:
     """Partition i owns ids ``[bounds[i], bounds[i+1])`` (int32 [N])."""
     return np.repeat(np.arange(k, dtype=np.int32), np.diff(chunk_bounds(num_nodes, k)))
+
+
+def assign_random(graphs, store, o, timing: dict, progress) -> tuple[np.ndarray, dict]:
+    return random_partition(graphs.num_nodes, o.workers, o.seed), {}
+
+
+def assign_chunk(graphs, store, o, timing: dict, progress) -> tuple[np.ndarray, dict]:
+    return chunk_partition(graphs.num_nodes, o.workers), {}

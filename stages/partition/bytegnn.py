@@ -283,5 +283,15 @@ def bytegnn_partition(graphs, splits: dict[str, np.ndarray], k: int, seed: int =
     return owner, stats
 
 
+def assign(graphs, store, o, timing: dict, progress) -> tuple[np.ndarray, dict]:
+    """The ``bytegnn`` method; its statistics become partition.json's ``bytegnn``."""
+    task = progress.add_task(f"ByteGNN ({o.bytegnn_hops}-hop blocks, Algorithm 2)", total=None)
+    splits = {s: store.split_index(s) for s in SPLITS}
+    part, stats = bytegnn_partition(graphs, splits, o.workers, o.seed, o.bytegnn_alpha, o.bytegnn_beta,
+                                    o.bytegnn_gamma, o.bytegnn_hops, o.balance_tol)
+    progress.update(task, total=1, completed=1)
+    return part, {"summary": {"bytegnn": stats}}
+
+
 __all__ = ["bytegnn_partition", "build_blocks", "fill_least_loaded", "DEFAULT_ALPHA", "DEFAULT_BETA",
            "DEFAULT_GAMMA", "DEFAULT_HOPS"]

@@ -11,9 +11,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common.tensor_parallel import feature_columns  # noqa: F401 - shards and summaries use it from here
+from ..common.tensor_parallel import feature_columns
 from .baselines import chunk_bounds, chunk_partition
 from .metrics import FLOAT32_BYTES, ratios
+
+
+def assign(graphs, store, o, timing: dict, progress) -> tuple[np.ndarray, dict]:
+    """The ``feature`` method's row ownership: contiguous id ranges, as ``chunk``."""
+    return chunk_partition(graphs.num_nodes, o.workers), {}
+
+
+def column_figures(graphs, part: np.ndarray, k: int, hidden: int, in_degree: np.ndarray) -> tuple[dict, None]:
+    """The ``columns`` layout's figures (no remote sets: nothing to mark)."""
+    return feature_figures(graphs, k, hidden, in_degree), None
+
+
+def column_summary(store, k: int) -> dict:
+    """partition.json's ``feature_split``: every worker's columns and how rows are owned."""
+    return {"feature_split": {"columns": feature_columns(store.feat_dim, k), "owner": "contiguous id ranges"}}
 
 
 def feature_figures(graphs, k: int, hidden: int, in_degree: np.ndarray) -> dict:

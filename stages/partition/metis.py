@@ -99,3 +99,11 @@ def _call_kway(xadj: np.ndarray, adjncy: np.ndarray, vwgt: np.ndarray | None, nc
         _ptr(scalars[2]), None, None if ubvec is None else ubvec.ctypes.data_as(ctypes.c_void_p), _ptr(options),
         _ptr(objval), _ptr(part),
     )
+
+
+def assign(graphs: Graphs, store, o, timing: dict, progress) -> tuple[np.ndarray, dict]:
+    """The ``metis`` method: METIS defaults, as DGL and BNS-GCN call it."""
+    task = progress.add_task("METIS (edge-cut)", total=None)
+    part = metis_partition(graphs, o.workers, o.seed)
+    progress.update(task, total=1, completed=1)
+    return part, {}

@@ -109,6 +109,12 @@ def partition_figures(graphs, part: np.ndarray, k: int, hidden: int, in_degree: 
     }
 
 
+def row_figures(graphs, part: np.ndarray, k: int, hidden: int, in_degree: np.ndarray) -> tuple[dict, np.ndarray]:
+    """The ``rows`` layout's figures and the remote marks its shards are written from."""
+    mark = remote_marks(graphs.indptr, graphs.indices, part, k)
+    return partition_figures(graphs, part, k, hidden, in_degree, mark), mark
+
+
 def summary_figures(graphs, part: np.ndarray, k: int, remote, cut: int | None = None) -> dict:
     """The handful of numbers that compare two partitions (before/after of Algorithm 1, benchmarks)."""
     cut = edge_cut(graphs.indptr, graphs.indices, part) if cut is None else cut

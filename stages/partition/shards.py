@@ -1,9 +1,10 @@
 """Per-worker shard folders: plain ``.npy`` files a worker on another machine can load with nothing else.
 
-Node-partition shards (``g3``, ``metis``, ``random``, ``chunk``) hold the owned nodes, the remote nodes grouped
-by owner, the in-edge CSR of the owned nodes over local ids, degrees, features, labels, splits and the send
-lists of the peer-to-peer exchange. ``feature`` shards hold a column slice of every node's features and refer
-to the store for the topology. Each folder has a ``shard.json`` listing its files with shapes and dtypes.
+Shards of the ``rows`` layout (node partitions: ``g3``, ``metis``, ``random``, ``chunk``, ...) hold the owned
+nodes, the remote nodes grouped by owner, the in-edge CSR of the owned nodes over local ids, degrees, features,
+labels, splits and the send lists of the peer-to-peer exchange. Shards of the ``columns`` layout (``feature``)
+hold a column slice of every node's features and the whole graph's degrees (a strategy that needs the whole
+topology has its planner put it in the plan). Each folder has a ``shard.json`` listing its files with shapes and dtypes.
 Everything is built with vectorised numpy or numba; features are streamed from the store in row blocks.
 """
 
@@ -180,6 +181,33 @@ class NodeShardBuilder:
             mm.flush()
 
 
+def write_row_shards(root: Path, store: GraphStore, graphs, part: np.ndarray, k: int, info: dict, marks,
+                     progress) -> None:
+    """The ``rows`` layout: one node shard per worker (``marks``: the remote marks, computed when None)."""
+    from .metrics import remote_marks
+
+    if marks is None:
+        marks = remote_marks(graphs.indptr, graphs.indices, part, k)
+    rows = progress.add_task("copying features", total=store.num_nodes)
+    builder = NodeShardBuilder(root, store, graphs, part, k, marks)
+    task = progress.add_task("writing shards", total=k)
+    for i in range(k):
+        builder.write_worker(i, info)
+        progress.update(task, advance=1)
+    builder.write_features(on_rows=lambda r: progress.update(rows, advance=r))
+
+
+def write_column_shards(root: Path, store: GraphStore, graphs, part: np.ndarray, k: int, info: dict, marks,
+                        progress) -> None:
+    """The ``columns`` layout: one column slice of every node's features per worker, rows owned by contiguous
+    id ranges."""
+    from .baselines import chunk_bounds
+
+    rows = progress.add_task("copying features", total=store.num_nodes)
+    write_feature_shards(root, store, k, chunk_bounds(store.num_nodes, k), info,
+                         on_rows=lambda r: progress.update(rows, advance=r))
+
+
 def feature_blocks(store: GraphStore):
     """(first row, rows) blocks of the store's features, a whole number of zarr chunks at a time; the stream is
     checked against the recorded checksum at its end (a mismatch is bad input, raised before the shards are
@@ -215,7 +243,8 @@ def write_feature_shards(root: Path, store: GraphStore, k: int, owned_bounds: np
             folder.save(split, ids[(ids >= lo) & (ids < hi)] - lo)
         maps.append(folder.open_memmap("features", (n, cols[w]["width"]), store.feature_dtype))
         folder.write_manifest({**info, "num_owned": hi - lo, "feature_columns": cols[w],
-                               "topology": "whole graph: read indptr/indices from the store (see store.checksums)",
+                               "topology": "whole graph: not in the shard (a planner that needs it writes it into "
+                                           "the plan)",
                                "local_ids": "owned[local] = owned range start + local"})
         folders.append(folder)
     for start, block in feature_blocks(store):
