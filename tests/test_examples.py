@@ -160,3 +160,71 @@ def test_cluster_targets_bundle_submit_and_evaluate(tmp_path):
 def test_help_is_the_default_target():
     proc = subprocess.run(["make", "-s", "-C", str(EXAMPLES)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "partition-bench" in proc.stdout and "Fig. 17" in proc.stdout
+
+
+def _bench_folder(tmp: Path) -> Path:
+    """A `g3 bench -o` folder written by hand: one strategy run of two workers over three epochs (2 steps each,
+    known bytes per phase), a plan with one per-epoch collective, a DGL entry and a peer that did not run."""
+    import json
+
+    run, plan = tmp / "run-x-metis-2", tmp / "plan-x"
+    run.mkdir(parents=True)
+    plan.mkdir()
+    (plan / "plan.json").write_text(json.dumps({"collectives": [{"elements_sent": [2**18, 2**18], "once": False},
+                                                                {"elements_sent": [10**9], "once": True}]}))
+    (run / "run.json").write_text(json.dumps({"plan": {"path": str(plan)}}))
+
+    def worker(rank, epoch):  # rank 1 computes twice rank 0's; epoch e sends e MiB of features and 1 MiB of eval
+        return {"rank": rank, "compute_seconds": 1.0 + rank, "compute_cpu_seconds": 0.5 * (1 + rank),
+                "comm_wait_seconds": 0.1 * (rank + 1), "peak_memory_bytes": 2**30 * (1 + rank),
+                "fetched_rows": 100 * epoch, "sampled_arcs": 1000, "bytes_sent": (epoch + 1) * 2**20,
+                "bytes_sent_per_phase": {"features0": epoch * 2**20, "sample": 2**19, "eval0": 2**20}}
+    recs = [{"epoch": e, "epoch_seconds": 3.0 - e, "steps": 2, "workers": [worker(0, e), worker(1, e)]} for e in range(3)]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    entries = [
+        {"system": "x", "label": "x@metis, 2 workers", "status": "ok", "note": "", "strategy": "x", "method": "metis",
+         "options": {"boundary_sample": 0.1}, "workers": 2, "run": str(run), "epoch_seconds": [3.0, 2.0, 1.0],
+         "median_epoch_seconds": 1.5, "peak_memory_bytes": [2**30, 2**31], "test_acc": 0.9021, "vs_dgl": 0.5},
+        {"system": "dgl", "label": "DGL 2.1.0", "status": "ok", "note": "", "workers": 1, "epoch_seconds": [4.0, 3.0],
+         "median_epoch_seconds": 3.0, "test_acc": 0.9, "vs_dgl": 1.0, "seeds_per_second": 12345.6},
+        {"system": "pyg", "label": "PyG", "status": "not installed", "note": "PyG: not installed (make peers)",
+         "workers": 1, "epoch_seconds": [], "median_epoch_seconds": None}]
+    (tmp / "bench.json").write_text(json.dumps({
+        "store": {"name": "tiny", "num_nodes": 1000, "num_arcs": 5000}, "options": {"model": "sage", "hidden": 16,
+        "epochs": 3}, "entries": entries, "load_average": {"before": [1.5, 0, 0], "after": [2.25, 0, 0]},
+        "cpu_count": 2, "created": "2026-11-25T10:00:00"}))
+    return tmp
+
+
+def test_bench_table_regenerates_every_table_from_a_bench_folder(tmp_path, capsys):
+    """examples/bench_table.py: each --table kind computes its figures from bench.json and the run's metrics (the
+    steady epochs 1-2; tp: epoch 1 alone), captions the folder with graph, date, load and cores, and lists what
+    did not run below the table."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_table", EXAMPLES / "bench_table.py")
+    bt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bt)
+    folder = _bench_folder(tmp_path)
+
+    def rows(kind):
+        assert bt.main(["--table", kind, str(folder)]) == 0
+        out = capsys.readouterr().out
+        assert "`tiny` (1,000 nodes, 5,000 arcs)" in out and "2026-11-25T10:00:00, load 1.50 → 2.25 on 2 cores" in out
+        assert "- PyG: not installed — PyG: not installed (make peers)" in out
+        return [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()
+                if line.startswith("| ") and not line.startswith("| ---")][1:]
+
+    # training bytes per epoch: e MiB of features + 0.5 MiB of sampling per worker (eval left out): epochs 1, 2
+    # give 3 and 5 MiB over both workers, mean 4.0; compute 1 and 2 s (wall), 0.5 and 1.0 (CPU): max/mean 4/3
+    assert rows("strategies") == [["2", "`x@metis {boundary-sample=0.1}`", "1.500", "4.0", "1.333, 1.333", "0.200",
+                                   "1.00–2.00"]]
+    # per global step (2 steps): bytes 2.0 MiB, features 1.5, sampling 0.5; fetched rows (100 e · 2) / 2; arcs 1000
+    assert rows("minibatch") == [["metis (x)", "2", "750 ms", "2.0", "1.5", "0.50", "150", "1,000"]]
+    # tp: epoch 1 only (no warm-up, no final evaluation): bytes_sent 2 MiB per worker; formula 4 · 2^19 B = 2 MiB
+    assert rows("tp") == [["x@metis, 2 workers", "2", "1.500 s", "4.0", "2.0", "1.333", "2048 MiB", "90.21 %"]]
+    assert rows("peers") == [["x@metis, 2 workers", "2", "1.50 s", "0.50×", "90.21 %", "-", "3.000, 2.000, 1.000"],
+                             ["DGL 2.1.0", "1", "3.00 s", "1.00×", "90.00 %", "12,346", "4.000, 3.000"]]
+    with pytest.raises(SystemExit) as exc:
+        bt.main(["--table", "peers", str(tmp_path / "run-x-metis-2")])
+    assert exc.value.code == 2 and "run-x-metis-2: no bench.json" in capsys.readouterr().err
