@@ -11,6 +11,8 @@ from stages.bench.report import print_bench
 from stages.common.units import parse_size
 from stages.runtime.config import PIPELINES
 
+from .output import stdout_console
+
 
 def _int_list(ctx, param, value):
     try:
@@ -98,4 +100,4 @@ def command(store, model, layers, hidden, heads, strategies, workers, epochs, th
     if as_json:
         click.echo(json.dumps(result, indent=1))
     else:
-        print_bench(result)
+        print_bench(result, stdout_console())

@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.table import Table
 
 from stages.common.units import human_bytes
 
-console = Console()
+# Off a terminal (a pipe, a file, a test's captured output) rich assumes 80 columns and folds every table cell
+# that does not fit, so one row becomes several lines. There, tables print at their natural width, up to this.
+PIPE_WIDTH = 240
+
+
+def stdout_console() -> Console:
+    """A console on the current ``sys.stdout``: rich's own on a terminal; off one, a fixed width wide enough that
+    no table row is folded."""
+    out = sys.stdout
+    on_terminal = bool(getattr(out, "isatty", lambda: False)())
+    return Console(file=out) if on_terminal else Console(file=out, width=PIPE_WIDTH)
+
+
+class _StdoutConsole:
+    """``console.print(...)`` on whatever ``sys.stdout`` is when it is called (click's test runner swaps it)."""
+
+    def __getattr__(self, name):
+        return getattr(stdout_console(), name)
+
+
+console = _StdoutConsole()
 
 
 def print_ingest_report(report) -> None:

@@ -10,6 +10,8 @@ from stages.simulate import SimulateOptions, parse_bandwidth, parse_latency, par
 from stages.simulate.report import print_simulation
 from stages.simulate.schedules import SCHEDULES
 
+from .output import stdout_console
+
 
 def _parser(fn):
     def callback(ctx, param, value):
@@ -88,4 +90,4 @@ def command(plan, workers, bandwidth, latency, profile, pipelines, baselines, bo
     if as_json:
         click.echo(json.dumps(result, indent=1, default=str))
     else:
-        print_simulation(result)
+        print_simulation(result, stdout_console())

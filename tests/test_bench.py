@@ -180,3 +180,36 @@ def test_a_mini_batch_peer_without_its_sampler_library_says_why(tiny_store, tmp_
     e = run_peer("pyg", tmp_path / "g.npz", BenchOptions(), 1, tmp_path / "logs", minibatch=((25, 10), 1000))
     assert e["status"] == "not installed" and "pyg-lib" in e["note"]
     assert "--fanouts 25,10 --batch-size 1000" in (tmp_path / "logs" / "pyg-minibatch.log").read_text()
+
+
+def test_bench_summary_reads_cleanly_through_a_pipe(tmp_path, cli_runner, monkeypatch):
+    """Off a terminal (click's runner: stdout is not a TTY) every table row of `g3 bench` is one line — long notes
+    go below the tables as numbered footnotes instead of folding each row at 80 columns — and `--json` prints
+    bench.json alone, which parses."""
+    import g3cli.bench_cmd
+    from g3cli.main import cli
+    from g3cli.output import PIPE_WIDTH
+    from stages.bench import BenchOptions, entry
+
+    long_note = "1 thread per worker, --pipeline multi, and a note long enough to fold a row at eighty columns"
+    labels = [f"g3@g3 {{bin-size=5000, pipeline=multi}}, {k} workers" for k in (1, 2)]
+    entries = [entry("g3", label, workers=k, threads=2, epoch_seconds=[1.0, 0.5, 0.25], note=long_note,
+                     bytes_per_epoch=3e6, test_acc=0.9, peak_memory_bytes=[2**30] * k, compute_balance=1.02)
+               for k, label in ((1, labels[0]), (2, labels[1]))] + [not_installed("dgl")]
+    result = {"store": {"name": "tiny", "num_nodes": 1000, "num_arcs": 5000}, "options": vars(BenchOptions()),
+              **finish(entries), "load_average": {"before": [1.0], "after": [1.5]}, "cpu_count": 2, "path": str(tmp_path)}
+    monkeypatch.setattr(g3cli.bench_cmd, "run_bench", lambda store, opts, out, force: result)
+    res = cli_runner.invoke(cli, ["bench", str(tmp_path), "--peers", "dgl"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert sum(line.startswith("┃") for line in lines) == 2, res.stdout  # one header line per table
+    rows = [line for line in lines if line.startswith("│")]
+    assert len(rows) == 2 * len(entries), res.stdout  # one line per entry in each of the two tables
+    for label in labels:
+        assert sum(label in row for row in rows) == 2, res.stdout
+    assert [line for line in lines if long_note in line] == [f"(1) {long_note}"]
+    assert "(2) DGL: not installed (make peers-dgl)" in lines
+    assert max(map(len, lines)) <= PIPE_WIDTH
+    res = cli_runner.invoke(cli, ["bench", str(tmp_path), "--json"])
+    assert res.exit_code == 0, res.output
+    assert [e["note"] for e in json.loads(res.stdout)["entries"]] == [long_note, long_note, entries[2]["note"]]

@@ -53,15 +53,31 @@ FIGURES = (0, 1, 3, 4, 5, 6)  # the first table: what each system did
 RATIOS = (0, 2, 7, 8, 9, 10)  # the second: threads, balance, ratios, notes
 
 
+def footnotes(rows: list[list[str]], col: int) -> list[str]:
+    """Move column ``col`` (the notes) out of the rows: each cell becomes the number of its note (one per distinct
+    text, in order of appearance) and the notes are returned, to be printed below the table. A long note in a
+    cell would make the table wider than a terminal and fold every row into several lines."""
+    notes: list[str] = []
+    for row in rows:
+        if row[col]:
+            if row[col] not in notes:
+                notes.append(row[col])
+            row[col] = f"({notes.index(row[col]) + 1})"
+    return notes
+
+
 def print_bench(result: dict, console=None) -> None:
-    """Two tables that fit a terminal: the figures of every system, then threads, ratios and notes."""
+    """Two tables that fit a terminal — the figures of every system, then threads, balance, ratios and a note
+    number — then the numbered notes below them."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or Console()
     s = result["store"]
     o = result["options"]
     rows = table_rows(result)
+    notes = footnotes(rows, len(HEADER) - 1)
     title = (f"{s['name']}: {s['num_nodes']:,} nodes, {s['num_arcs']:,} arcs — {o['model']}, {o['layers']} layers, "
              f"hidden {o['hidden']}, {o['epochs']} epochs (median without the first)")
     for cols, caption in ((FIGURES, title), (RATIOS, None)):
@@ -70,8 +86,10 @@ def print_bench(result: dict, console=None) -> None:
             t.add_column(HEADER[i], justify="left" if HEADER[i] in ("system", "note") else "right",
                          overflow="fold", min_width=6 if i else 16)
         for row in rows:
-            t.add_row(*(row[i] for i in cols))
+            t.add_row(*(escape(row[i]) for i in cols))
         console.print(t)
+    for i, note in enumerate(notes, 1):
+        console.print(f"({i}) {escape(note)}")
     goal = result.get("goal")
     if goal:
         verdict = "met" if goal["met"] else "NOT met"
