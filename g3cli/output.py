@@ -7,6 +7,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from stages.common.strategies import LEGACY_STRATEGY, strategy_info
 from stages.common.units import human_bytes
 
 # Off a terminal (a pipe, a file, a test's captured output) rich assumes 80 columns and folds every table cell
@@ -66,7 +67,7 @@ def print_summary(summary: dict) -> None:
 
 def _print_plan(plan: dict) -> None:
     """`g3 info PLAN`: the strategy and its options, the model, the partition, per-worker sizes."""
-    strategy = plan.get("strategy") or {"name": "g3", "options": {}}
+    strategy = plan.get("strategy") or {"name": LEGACY_STRATEGY, "options": {}}
     t = Table(title=f"g3 plan: {plan.get('path', '')}", show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column()
@@ -108,12 +109,11 @@ def print_plan_report(plan: dict, detailed: bool = False) -> None:
     shown = ", ".join(f"{k} {_option_text(v)}" for k, v in opts.items())
     head = (f"[bold]plan[/bold] ({strategy['name']}{': ' + shown if shown else ''}) → {plan['path']}: "
             f"{plan['num_workers']} workers, {cfg['model']} × {cfg['layers']} layers, widths {plan['widths']}")
-    if strategy["name"] == "g3":
-        head += ", " + (f"bins of {opts['bin_size']} nodes" if opts.get("bin_size") else
-                        f"bin limit {human_bytes(plan['bin_limit_bytes'])} (half of the device memory)")
+    rows, table = strategy_info(strategy["name"]).plan_summary(plan)  # from the strategy's planner
+    head += "".join(f"; {label}: {text}" for label, text in rows)
     console.print(head)
-    if "collectives" in plan:
-        _print_collectives(plan)
+    if table is not None:
+        _print_planner_table(table)
         return
     bins = "layers" in plan["workers"][0] if plan["workers"] else False
     t = Table(title="per worker" if not detailed else "per worker and layer")
@@ -140,19 +140,13 @@ def print_plan_report(plan: dict, detailed: bool = False) -> None:
     console.print(t)
 
 
-def _print_collectives(plan: dict) -> None:
-    """A tensor-parallel plan: its chunks, owned rows, and every collective of an epoch (float32 bytes)."""
-    ch = plan["chunks"]
-    owned = ", ".join(f"{w['num_owned']:,}" for w in plan["workers"])
-    console.print(f"{ch['count']:,} chunks of at most {ch['max_nodes']:,} nodes / {ch['max_arcs']:,} arcs; "
-                  f"owned rows per worker {owned}")
-    t = Table(title="collectives of one training epoch (all-to-all; bytes sent at float32)")
-    for col in ("collective", "width", "per worker (max)", "all workers", "when"):
+def _print_planner_table(table: dict) -> None:
+    """A table a strategy's planner gives (``summary_table``: title, columns, rows of text)."""
+    t = Table(title=table["title"])
+    for col in table["columns"]:
         t.add_column(col, justify="right")
-    for c in plan["collectives"]:
-        sent = c["elements_sent"]
-        t.add_row(c["name"], str(c["width"]), human_bytes(4 * max(sent)), human_bytes(4 * sum(sent)),
-                  "first epoch (cached)" if c["once"] else "every epoch")
+    for row in table["rows"]:
+        t.add_row(*row)
     console.print(t)
 
 

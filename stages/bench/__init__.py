@@ -32,7 +32,7 @@ from pathlib import Path
 from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.store import GraphStore
-from ..common.strategies import strategy_info
+from ..common.strategies import REFERENCE_STRATEGY, strategy_info
 from .export import export_graph, read_graph
 from .runs import parse_spec
 
@@ -173,8 +173,8 @@ def finish(entries: list[dict]) -> dict:
     """Medians and ratios (to one-worker g3 and to DGL) of every entry; the goal check."""
     for e in entries:
         e["median_epoch_seconds"] = median_epoch(e["epoch_seconds"]) if e["status"] == "ok" else None
-    ref_g3 = next((e for e in entries if e["system"] == "g3" and e.get("workers") == 1 and e["median_epoch_seconds"]
-                   and not e.get("options")), None)
+    ref_g3 = next((e for e in entries if e["system"] == REFERENCE_STRATEGY and e.get("workers") == 1
+                   and e["median_epoch_seconds"] and not e.get("options")), None)
     ref_dgl = next((e for e in entries if e["system"] == "dgl" and e["median_epoch_seconds"]
                     and e.get("mode", "full-graph") == "full-graph"), None)
     for e in entries:
@@ -190,16 +190,18 @@ def finish(entries: list[dict]) -> dict:
 
 def peer_modes(specs) -> list[tuple[tuple[int, ...], int] | None]:
     """How the peers run: full-graph (None) when a full-graph strategy is benchmarked or none is, and once per
-    distinct (fanouts, batch size) of the mini-batch strategies, with their plans' values."""
+    distinct (fanouts, batch size) of the mini-batch strategies, with their plans' values (the options each
+    strategy's ``peer_options`` names, stages/common/strategies.py)."""
     modes: list = []
     for spec in specs:
         info = strategy_info(spec.name)
-        if not info.samples_neighbours:  # full-graph, or clustergcn's cluster batches: nothing to match
+        if not info.peer_options:  # full-graph, or clustergcn's cluster batches: nothing to match
             continue
         parse = {o.name: o.parse for o in info.options()}
         opts = {o.name: o.parse(o.default) for o in info.options() if o.default is not None}
         opts.update({k: parse[k](v) for k, v in spec.options})
-        mode = (tuple(opts["fanouts"]), int(opts["batch_size"]))
+        fanouts, batch_size = (opts[name] for name in info.peer_options)
+        mode = (tuple(fanouts), int(batch_size))
         if mode not in modes:
             modes.append(mode)
     if not modes or any(not strategy_info(s.name).mini_batch for s in specs):

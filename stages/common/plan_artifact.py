@@ -22,6 +22,7 @@ import numpy as np
 from .artifact_json import load_artifact_json, resolve_reference
 from .errors import G3InputError
 from .npy import load_checked
+from .strategies import LEGACY_STRATEGY
 
 PLAN_SCHEMA = "g3.plan"
 # 2: backward messages are numbered by the last bin (in plan order) that reads each node (version 1 plans
@@ -63,7 +64,7 @@ def load_plan_meta(plan: str | Path) -> dict:
     meta["partition"] = {**meta["partition"], "path": str(resolve_reference(meta["partition"], plan, "partition.json"))}
     if "strategy" not in meta:  # version 2: every plan was a g3 plan
         cfg = meta.get("config", {})
-        meta["strategy"] = {"name": "g3", "options": {"bin_size": cfg.get("bin_size"),
+        meta["strategy"] = {"name": LEGACY_STRATEGY, "options": {"bin_size": cfg.get("bin_size"),
                                                       "device_memory": cfg.get("device_memory")}}
     return meta
 

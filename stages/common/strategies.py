@@ -24,6 +24,11 @@ TRAIN_KNOBS = {
     "layer0_cache": "--layer0-cache",
     "feature_cache": "--no-feature-cache",
     "micro_batches": "--micro-batches",
+    "scheduler": "--scheduler",
+    "sample_threads": "--sample-threads",
+    "max_dags": "--max-dags",
+    "launch_sigma": "--launch-sigma",
+    "task_nodes": "--task-nodes",
 }
 
 
@@ -82,6 +87,29 @@ class StrategyInfo:
     samples_neighbours: bool = False  # neighbour sampling with --fanouts/--batch-size (peers match it, simulate models it)
     profiles: bool = True  # `g3 train --profile` can fit per-bin rates from its trace
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # `g3 simulate`: the module under stages.simulate that models it (its ``simulate(plan, meta, options, out)``
+    # returns simulate.json's body and the systems with their timeline spans); None: no model
+    simulator: str | None = None
+    # its plans cut every layer into bins with P2P tables: the workload the `bins` simulator runs every
+    # full-graph system on (a plan for another K is planned with this strategy)
+    bins: bool = False
+    # the exact full-graph evaluator: `g3 eval` at another worker count plans this strategy on a partition of
+    # this method (None: not the evaluator)
+    evaluator_method: str | None = None
+    # `g3 bench` peers (DGL, PyG) run mini-batch with (fanouts, batch size): the plan options that give them
+    peer_options: tuple[str, ...] = ()
+
+    def simulator_module(self):
+        return importlib.import_module(f"stages.simulate.{self.simulator}") if self.simulator else None
+
+    def plan_summary(self, plan: dict) -> tuple[list[tuple[str, str]], dict | None]:
+        """What `g3 info` / `g3 plan` print about a plan of this strategy beyond the common fields: (label, text)
+        rows and a table (``title``, ``columns``, ``rows`` of text) or None, from the planner's optional
+        ``summary_rows(plan)`` and ``summary_table(plan)``."""
+        planner = self.planner_module()
+        rows = planner.summary_rows(plan) if hasattr(planner, "summary_rows") else []
+        table = planner.summary_table(plan) if hasattr(planner, "summary_table") else None
+        return rows, table
 
     def planner_module(self):
         return importlib.import_module(f"stages.plan.{self.planner}")
@@ -108,6 +136,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             planner="g3", runtime="g3",
             train_knobs=("pipeline", "prefetch", "backward", "layer0_cache", "feature_cache"),
             models=("sage", "gcn", "gat", "dgcn"),
+            simulator="bins", bins=True, evaluator_method="chunk",
         ),
         StrategyInfo(
             name="bns-gcn",
@@ -116,7 +145,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             methods=("metis", "chunk", "g3", "random"),
             exactness="exact with --boundary-sample 1; P < 1 samples boundary nodes (an approximation)",
             planner="bns_gcn", runtime="bns_gcn",
-            train_knobs=("layer0_cache",),
+            train_knobs=("layer0_cache",), simulator="bins",
         ),
         StrategyInfo(
             name="sancus",
@@ -125,7 +154,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             methods=("chunk", "metis", "g3", "random"),
             exactness="exact with --staleness epoch:0; otherwise stale remote embeddings (an approximation)",
             planner="sancus", runtime="sancus",
-            train_knobs=("layer0_cache",),
+            train_knobs=("layer0_cache",), simulator="bins",
         ),
         StrategyInfo(
             name="distdgl",
@@ -136,15 +165,18 @@ STRATEGIES: dict[str, StrategyInfo] = {
                       "is exact full-graph training; evaluation is exact full-neighbour inference",
             planner="distdgl", runtime="distdgl",
             train_knobs=("prefetch", "micro_batches"), mini_batch=True, samples_neighbours=True,
+            simulator="minibatch", peer_options=("fanouts", "batch_size"),
         ),
         StrategyInfo(
             name="bytegnn",
             summary="ByteGNN: DistDGL's sampling as task DAGs on a thread pool under its two-level scheduler "
-                    "(--scheduler, --launch-sigma), on its K-hop block partition.",
+                    "(g3 train --scheduler, --launch-sigma), on its K-hop block partition.",
             methods=("bytegnn", "distdgl", "metis", "random", "g3", "chunk"),
             exactness="as distdgl (the scheduler only reorders work): samples neighbours; --fanouts -1 with one "
                       "batch of every training node is exact full-graph training",
             planner="bytegnn", runtime="bytegnn", mini_batch=True, samples_neighbours=True,
+            train_knobs=("scheduler", "sample_threads", "max_dags", "launch_sigma", "task_nodes"),
+            simulator="bytegnn", peer_options=("fanouts", "batch_size"),
         ),
         StrategyInfo(
             name="neutrontp",
@@ -156,7 +188,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
                       "trains a different model, the decoupled GCN (dgcn: an MLP followed by Â^L), exactly",
             planner="neutrontp", runtime="neutrontp",
             train_knobs=("pipeline", "layer0_cache"),
-            models=("sage", "gcn", "dgcn"), profiles=False,
+            models=("sage", "gcn", "dgcn"), profiles=False, simulator="tensor_parallel",
         ),
         StrategyInfo(
             name="clustergcn",
@@ -170,6 +202,22 @@ STRATEGIES: dict[str, StrategyInfo] = {
         ),
     )
 }
+
+
+# plans and runs written before strategies existed were all this strategy's
+LEGACY_STRATEGY = "g3"
+# the project's own system: `g3 bench` reports every entry against it at one worker (and its goal against DGL)
+REFERENCE_STRATEGY = "g3"
+
+
+def full_graph_evaluator() -> StrategyInfo:
+    """The strategy `g3 eval` plans to evaluate a run with another worker count (exact full-graph inference)."""
+    return next(s for s in STRATEGIES.values() if s.evaluator_method)
+
+
+def bins_strategy() -> StrategyInfo:
+    """The strategy whose plans are the bins workload of the `bins` simulator."""
+    return next(s for s in STRATEGIES.values() if s.bins)
 
 
 def strategy_info(name: str) -> StrategyInfo:

@@ -120,15 +120,21 @@ def _inference_config(run_meta: dict) -> RuntimeConfig:
 
 
 def _temporary_plan(plan_meta: dict, workers: int, tmp: Path) -> Path:
-    """A `workers`-way chunk partition and g3 plan of the run's store, for evaluating with another K."""
+    """A `workers`-way partition and plan of the run's store by the registered full-graph evaluator
+    (stages/common/strategies.py), for evaluating with another K."""
+    from ..common.strategies import full_graph_evaluator
     from ..partition import PartitionOptions, run_partition
     from ..plan import PlanConfig, run_plan
 
+    evaluator = full_graph_evaluator()
     part = tmp / "part"
-    run_partition(plan_meta["store"]["path"], PartitionOptions(workers=workers, method="chunk"), out=part)
+    run_partition(plan_meta["store"]["path"], PartitionOptions(workers=workers, method=evaluator.evaluator_method),
+                  out=part)
     c = plan_meta["config"]
-    same = plan_meta["strategy"]["options"] if plan_meta["strategy"]["name"] == "g3" else {}  # a g3 run's bins
-    cfg = PlanConfig(model=c["model"], layers=c["layers"], hidden=c["hidden"], heads=c["heads"], strategy="g3",
-                     options={"device_memory": same.get("device_memory"), "bin_size": same.get("bin_size")})
+    # a run of the evaluator itself keeps its options (g3: its bins); other strategies' options do not apply
+    same = plan_meta["strategy"]["options"] if plan_meta["strategy"]["name"] == evaluator.name else {}
+    cfg = PlanConfig(model=c["model"], layers=c["layers"], hidden=c["hidden"], heads=c["heads"],
+                     strategy=evaluator.name,
+                     options={o.name: same.get(o.name) for o in evaluator.options() if o.name in same})
     run_plan(part, cfg, out=tmp / "plan")
     return tmp / "plan"

@@ -21,7 +21,7 @@ from ..common.npy import npy_manifest
 from ..common.partition_artifact import load_partition_meta, open_shard, partition_digest
 from ..common.plan_artifact import PLAN_SCHEMA, PLAN_VERSION
 from ..common.progress import make_progress
-from ..common.strategies import STRATEGIES, check_partition_method, strategy_info
+from ..common.strategies import LEGACY_STRATEGY, STRATEGIES, check_partition_method, strategy_info
 from .context import PlanContext
 
 MODELS = MODEL_KINDS
@@ -33,7 +33,7 @@ class PlanConfig:
     layers: int = 2
     hidden: int = 16
     heads: int = 8
-    strategy: str = "g3"
+    strategy: str = LEGACY_STRATEGY  # the default of `g3 plan --strategy`
     # the strategy's options by name (see its planner's OPTIONS): text as on the command line, or a value; an
     # option left out takes its default
     options: dict = field(default_factory=dict)
@@ -63,7 +63,7 @@ def parse_options(strategy: str, given: dict) -> dict:
 def default_out(part: Path, cfg: PlanConfig) -> Path:
     """PART.plan-MODEL beside the partition for g3 plans (as before strategies existed), else
     PART.plan-STRATEGY-MODEL."""
-    suffix = cfg.model if cfg.strategy == "g3" else f"{cfg.strategy}-{cfg.model}"
+    suffix = cfg.model if cfg.strategy == LEGACY_STRATEGY else f"{cfg.strategy}-{cfg.model}"
     return part.parent / f"{part.name}.plan-{suffix}"
 
 

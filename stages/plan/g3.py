@@ -190,3 +190,13 @@ def _estimate(w: dict, shapes: list[LayerShape]) -> None:
             "recv_is_static_features": li == 0,
         })
     w["estimate"] = est
+
+
+def summary_rows(plan: dict) -> list[tuple[str, str]]:
+    """What `g3 info PLAN` / `g3 plan` say about a g3 plan beyond the common fields: how its bins are sized."""
+    from ..common.units import human_bytes
+
+    opts = plan["strategy"]["options"]
+    if opts.get("bin_size"):
+        return [("bins", f"bins of {opts['bin_size']} nodes")]
+    return [("bins", f"bin limit {human_bytes(plan['bin_limit_bytes'])} (half of the device memory)")]

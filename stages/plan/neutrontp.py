@@ -118,3 +118,22 @@ def _shard_columns(shard) -> dict:
     import json
 
     return json.loads((shard.path / "shard.json").read_text())["feature_columns"]
+
+
+def summary_rows(plan: dict) -> list[tuple[str, str]]:
+    """What `g3 info PLAN` / `g3 plan` say about a neutrontp plan: its chunks and every worker's owned rows."""
+    ch = plan["chunks"]
+    owned = ", ".join(f"{w['num_owned']:,}" for w in plan["workers"])
+    return [("chunks", f"{ch['count']:,} chunks of at most {ch['max_nodes']:,} nodes / {ch['max_arcs']:,} arcs"),
+            ("owned rows", f"per worker {owned}")]
+
+
+def summary_table(plan: dict) -> dict:
+    """Every collective of one training epoch (float32 bytes), in place of the per-worker table."""
+    from ..common.units import human_bytes
+
+    rows = [(c["name"], str(c["width"]), human_bytes(4 * max(c["elements_sent"])),
+             human_bytes(4 * sum(c["elements_sent"])), "first epoch (cached)" if c["once"] else "every epoch")
+            for c in plan["collectives"]]
+    return {"title": "collectives of one training epoch (all-to-all; bytes sent at float32)",
+            "columns": ("collective", "width", "per worker (max)", "all workers", "when"), "rows": rows}

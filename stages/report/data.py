@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.errors import G3InputError
+from ..common.strategies import LEGACY_STRATEGY
 
 RUN_SCHEMA = "g3.run"
 RUN_VERSION = 1
@@ -101,7 +102,7 @@ class RunData:
     @property
     def strategy(self) -> str:
         """The strategy that trained the run (runs older than strategies were all g3's)."""
-        return str((self.meta.get("strategy") or {}).get("name", "g3"))
+        return str((self.meta.get("strategy") or {}).get("name", LEGACY_STRATEGY))
 
     @property
     def strategy_options(self) -> dict:
@@ -269,7 +270,7 @@ def _owned_nodes(data: RunData) -> None:
         data.owned = [float(w["num_owned"]) for w in sorted(data.plan["workers"], key=lambda w: w.get("rank", 0))]
         data.owned_source = "plan.json"
         return
-    if data.partition and data.partition.get("partitions") and data.partition.get("method") != "feature":
+    if data.partition and data.partition.get("partitions") and _row_layout(data.partition):
         data.owned = [float(p["nodes"]) for p in data.partition["partitions"]]
         data.owned_source = "partition.json"
         return
@@ -280,6 +281,15 @@ def _owned_nodes(data: RunData) -> None:
         data.notes.append("plan and partition not found: throughput uses the store's node count split evenly")
         return
     data.notes.append("no node counts found (plan, partition and store metadata missing): no throughput")
+
+
+def _row_layout(partition: dict) -> bool:
+    """Whether a partition.json's primary layout is ``rows`` (its per-partition node counts are owned nodes);
+    a version 1 file without ``layouts`` has those its method implies."""
+    from ..partition.methods import implied_layouts
+
+    layouts = partition.get("layouts") or implied_layouts(partition.get("method"))
+    return layouts[0] == "rows"
 
 
 def label_runs(runs: list[RunData], labels: list[str] | None = None) -> None:

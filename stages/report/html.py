@@ -7,6 +7,7 @@ import html
 import time
 from pathlib import Path
 
+from ..common.strategies import LEGACY_STRATEGY
 from ..common.units import human_bytes
 
 COLUMNS = (  # summary key, header, formatter
@@ -58,7 +59,7 @@ def write_index(out: Path, summaries: list[dict], sections: list[tuple[str, list
         parts.append("<tr>" + "".join(f"<td>{e(cell(s, k, f))}</td>" for k, _, f in columns) + "</tr>")
     parts.append("</table>")
     parts.append("<ul>" + "".join(f"<li>{e(s['label'])}: <code>{e(s['path'])}</code> — {e(s['graph'])}, "
-                                  f"strategy {e(s.get('strategy', 'g3'))}, {e(s['model'])}, partition {e(s['partition'])}, "
+                                  f"strategy {e(s.get('strategy', LEGACY_STRATEGY))}, {e(s['model'])}, partition {e(s['partition'])}, "
                                   f"pipeline {e(s['pipeline'])}, "
                                   f"status {e(str(s['status']))}</li>" for s in summaries) + "</ul>")
     parts.append("<ul>" + "".join(f"<li>{e(d)}</li>" for d in definitions) + "</ul>")

@@ -1,27 +1,21 @@
 """`g3 simulate PLAN`: a discrete-event simulation of one training epoch on K workers.
 
-Work comes from the plan (exact bins and per-peer message tables, :mod:`.workload`), compute rates from a
-profile of the real runtime (``g3 train --profile``, :mod:`.profile`), the network from ``--bandwidth`` and
-``--latency`` (:mod:`.engine`). Systems: g3 with each ``--pipeline`` schedule, the other strategies and an
-L-hop halo-replication baseline, all on the same partitions and rates (:mod:`.schedules`). For other worker counts (``--workers K`` ≠ the plan's, and the scaling
-table) the plan's store is partitioned and planned again with the plan's method and configuration into a cache
-folder. A sampling strategy's plan (distdgl, bytegnn) is modelled per step from a run of it (:mod:`.minibatch`).
-A ``neutrontp`` plan (tensor parallelism, naive or decoupled) is modelled by :mod:`.tensor_parallel`: per chunk
-the aggregation of each worker's column slice (arcs × slice width × the per-arc rate), the dense update of its
-owned rows, and the all-to-alls the plan lists (latency + the slowest worker's busier link direction /
-bandwidth), layer-synchronous (``neutrontp-<tp>``) or cut per chunk and overlapped with the next chunk's
-aggregation (``neutrontp-<tp>+pipe``); other worker counts re-derive the chunks and collectives with the
-planner's functions, without writing plans. Output: ``simulate.json``, ``workers.png``, ``scaling.png``
+Each strategy registers its simulator (``simulator`` in stages/common/strategies.py): a module here whose
+``simulate(plan, meta, options, out)`` returns simulate.json's body. :mod:`.bins` runs every full-graph system
+(g3 with each ``--pipeline`` schedule, bns-gcn, sancus and an L-hop halo-replication baseline, :mod:`.schedules`)
+on one bins plan's work (:mod:`.workload`), with compute rates from a profile of the real runtime
+(``g3 train --profile``, :mod:`.profile`) and the network from ``--bandwidth`` and ``--latency``
+(:mod:`.engine`); :mod:`.minibatch` models a sampling strategy per step from a run of it; :mod:`.tensor_parallel`
+models tensor parallelism chunk by chunk. Output: ``simulate.json``, ``workers.png``, ``scaling.png``
 (docs/DESIGN.md "Simulator").
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +23,9 @@ import numpy as np
 from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
 from .engine import Deadlock, Engine, Network
-from .minibatch import run_minibatch_simulation
-from .profile import Rates, default_rates, load_rates
-from .schedules import BASELINES, SCHEDULES, bns_gcn_worker, g3_worker, halo_loads, halo_worker, sancus_worker
-from .tensor_parallel import run_tp_simulation
-from .workload import Workload, load_workload
+from .profile import Rates
+from .schedules import BASELINES, SCHEDULES, SystemContext, skips_stale_sends, system_workers
+from .workload import Workload
 
 SIM_SCHEMA = "g3.simulate"
 SIM_VERSION = 2  # 2: the layer-barrier baseline is bns-gcn; sancus-broadcast, sancus-p2p
@@ -124,7 +116,7 @@ def simulate_system(wl: Workload, system: str, rates: Rates, net: Network, halo=
     """One epoch of ``system`` (``g3-<pipeline>``, ``bns-gcn``, ``sancus-broadcast``, ``sancus-p2p`` or
     ``halo``) on the workload's K workers. A sancus epoch is the mean of a sending epoch and
     ``staleness_epochs`` skipping ones (``--staleness epoch:N``)."""
-    if system.startswith("sancus-"):
+    if skips_stale_sends(system):
         n = staleness_epochs
         fresh = _simulate(wl, system, rates, net, halo, record, boundary_sample, True)
         stale = _simulate(wl, system, rates, net, halo, False, boundary_sample, False)
@@ -140,19 +132,7 @@ def _simulate(wl: Workload, system: str, rates: Rates, net: Network, halo, recor
               fresh: bool) -> dict:
     k = wl.k
     engine = Engine(k, net, record=record)
-    if system.startswith("g3-"):
-        sched = SCHEDULES[system[3:]]
-        gens = [g3_worker(wl, w, sched, rates, engine) for w in wl.workers]
-    elif system == "bns-gcn":
-        gens = [bns_gcn_worker(wl, w, rates, k, boundary_sample) for w in wl.workers]
-    elif system.startswith("sancus-"):
-        gens = [sancus_worker(wl, w, rates, k, system.removeprefix("sancus-"), fresh) for w in wl.workers]
-    elif system == "halo":
-        if halo is None:
-            raise G3InputError("the halo baseline needs the plan's store and partition (not available)")
-        gens = [halo_worker(wl, halo[r], rates) for r in range(k)]
-    else:
-        raise ValueError(f"unknown system {system!r}")
+    gens = system_workers(system, SystemContext(wl, rates, engine, halo, boundary_sample, fresh))
     try:
         stats = engine.run(gens)
     except Deadlock as exc:
@@ -207,72 +187,6 @@ def simulate_workload(wl: Workload, systems: list[str], rates: Rates, net: Netwo
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Plans for other worker counts
-# ------------------------------------------------------------------------------------------------------------
-
-
-def plan_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> Path:
-    """PLAN itself when it is a g3 plan for ``k`` workers; else a g3 plan of the same store, partition method and
-    model configuration for ``k`` workers in ``cache`` (built once, reused while the store and configuration
-    match). The bins and tables of a g3 plan are the work every simulated system runs."""
-    if int(meta["num_workers"]) == k and meta["strategy"]["name"] == "g3":
-        return plan
-    from ..common.partition_artifact import load_partition_meta
-    from ..common.plan_artifact import load_plan_meta
-    from ..partition import PartitionOptions, run_partition
-    from ..plan import PlanConfig, run_plan
-
-    part_meta = load_partition_meta(meta["partition"]["path"])
-    method = part_meta.get("method", "g3")
-    params = part_meta.get("parameters", {})
-    opts_g3 = meta["strategy"]["options"] if meta["strategy"]["name"] == "g3" else {}
-    cfg = {**{key: meta["config"][key] for key in ("model", "layers", "hidden", "heads")},
-           "device_memory": meta.get("device_memory"), "bin_size": opts_g3.get("bin_size")}
-    part_dir = cache / f"part-{method}-{k}"
-    plan_dir = cache / f"part-{method}-{k}.plan-{cfg['model']}"
-    want = {"store": meta["store"].get("checksums"), "config": cfg, "method": method}
-    stamp = plan_dir / "simulate-cache.json"
-    if stamp.is_file() and json.loads(stamp.read_text()) == json.loads(json.dumps(want)):
-        try:
-            load_plan_meta(plan_dir)
-            return plan_dir
-        except G3InputError:
-            pass
-    cache.mkdir(parents=True, exist_ok=True)
-    opts = PartitionOptions(workers=k, method=method, gamma=params.get("gamma", 0.005),
-                            balance_tol=params.get("balance_tol", 1.05), seed=params.get("seed", 0),
-                            hidden=params.get("hidden", 16), max_swaps=params.get("max_swaps"),
-                            degree_tol=params.get("degree_tol"))
-    run_partition(meta["store"]["path"], opts, out=part_dir, force=True)
-    run_plan(part_dir, PlanConfig(model=cfg["model"], layers=cfg["layers"], hidden=cfg["hidden"], heads=cfg["heads"],
-                                  options={"device_memory": cfg["device_memory"], "bin_size": cfg["bin_size"]}),
-             out=plan_dir, force=True)
-    write_json_atomic(stamp, want)
-    return plan_dir
-
-
-def _halo_for(plan: Path, wl: Workload, csr) -> list | None:
-    """Halo loads from the store's CSR and the plan's partition assignment (None when unavailable)."""
-    from ..common.plan_artifact import load_plan_meta
-
-    if csr is None:
-        return None
-    meta = load_plan_meta(plan)
-    assign = Path(meta["partition"]["path"]) / "assignment.npy"
-    if not assign.is_file():
-        return None
-    return halo_loads(csr[0], csr[1], np.load(assign), wl.k, wl)
-
-
-def _load_csr(store_path: str | None):
-    if not store_path or not Path(store_path).exists():
-        return None
-    from ..common.store import GraphStore
-
-    return GraphStore.open(store_path).load_csr()
-
-
-# ------------------------------------------------------------------------------------------------------------
 # Entry point
 # ------------------------------------------------------------------------------------------------------------
 
@@ -295,62 +209,22 @@ def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | N
         raise G3InputError("--staleness-epochs must be >= 0")
     if options.bandwidth <= 0 or options.latency < 0:
         raise G3InputError("--bandwidth must be positive and --latency non-negative")
-    net = Network(options.bandwidth, options.latency)
-    cache = Path(options.cache) if options.cache else plan.parent / f"{plan.name}.simcache"
     out = Path(out) if out else plan.parent / f"{plan.name}.sim"
     check_result(out / "simulate.json", force, "an earlier simulation")
     t0 = time.perf_counter()
-    if meta["strategy"]["name"] == "neutrontp":
-        result, records = run_tp_simulation(plan, meta, options)
-        return _finish(result, out, t0, records=records)
-    if _is_sampling(meta):
-        return _finish(run_minibatch_simulation(plan, meta, options, out), out, t0)
-    k = options.workers or int(meta["num_workers"])
-    systems = systems_for(options)
-
-    target = plan_for_workers(plan, meta, k, cache)
-    wl = load_workload(target)
-    rates = load_rates(options.profile, wl.shapes) if options.profile else default_rates(wl.shapes)
-    csr = _load_csr(meta["store"].get("path")) if options.baselines else None
-    main = simulate_workload(wl, systems, rates, net, halo=_halo_for(target, wl, csr) if csr else None, record=True,
-                             options=options)
-
-    scaling = []
-    for kk in options.scaling:
-        p = plan_for_workers(plan, meta, kk, cache)
-        w2 = wl if kk == k else load_workload(p)
-        res = main if kk == k else simulate_workload(w2, systems, rates, net,
-                                                     halo=_halo_for(p, w2, csr) if csr else None, options=options)
-        scaling.append({"workers": kk, "plan": str(p), "systems": {
-            r["system"]: {"epoch_seconds": r["epoch_seconds"], "throughput": r["throughput"],
-                          "bytes_per_epoch": r["bytes_per_epoch"], "busy_max": r["busy_max"],
-                          "comm_wait_mean": r["comm_wait_mean"], "idle_mean": r["idle_mean"]} for r in res}})
-
-    return _finish({
-        "plan": str(plan.resolve()),
-        "simulated_plan": str(Path(target).resolve()),
-        "workers": k,
-        "num_nodes": wl.num_nodes,
-        "model": wl.config,
-        "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency},
-        "rates": {"source": rates.source, "notes": rates.notes, "overhead_per_bin": rates.overhead_per_bin,
-                  "step_seconds": rates.step_seconds, "layers": [asdict(lr) for lr in rates.layers]},
-        "systems": [{k_: v for k_, v in r.items() if k_ != "workers"} | {"workers": [
-            {k_: v for k_, v in w.items() if k_ != "spans"} for w in r["workers"]]} for r in main],
-        "scaling": scaling,
-    }, out, t0, records=main)
+    result, records = _simulator(meta).simulate(plan, meta, options, out)
+    return _finish(result, out, t0, records=records)
 
 
-def _is_sampling(meta: dict) -> bool:
-    """A sampling strategy's plan (distdgl, bytegnn): modelled from a run, not from bins."""
-    from ..common.strategies import strategy_info
+def _simulator(meta: dict):
+    """The simulator module registered with the plan's strategy (stages/common/strategies.py)."""
+    from ..common.strategies import STRATEGIES, strategy_info
 
-    name = meta["strategy"]["name"]
-    info = strategy_info(name)
-    if info.mini_batch and not info.samples_neighbours:
-        raise G3InputError(f"g3 simulate has no model of the {name} strategy (only of g3, bns-gcn, sancus, "
-                           "neutrontp and the sampling strategies distdgl and bytegnn)")
-    return info.samples_neighbours
+    info = strategy_info(meta["strategy"]["name"])
+    if info.simulator is None:
+        modelled = ", ".join(s.name for s in STRATEGIES.values() if s.simulator)
+        raise G3InputError(f"g3 simulate has no model of the {info.name} strategy (only of {modelled})")
+    return info.simulator_module()
 
 
 def _finish(result: dict, out: Path, t0: float, records: list[dict] | None = None) -> dict:

@@ -134,6 +134,11 @@ def simulate_minibatch(p: MiniBatchProfile, k: int, bandwidth: float, latency: f
             "workers": [{"rank": r, **worker} for r in range(k)]}
 
 
+def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
+    """The simulator of the sampling strategies (stages/common/strategies.py ``simulator``)."""
+    return run_minibatch_simulation(plan, meta, options, out), None
+
+
 def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict:
     """`g3 simulate PLAN --run RUN` for a sampling strategy: the modelled epoch at K and the scaling table."""
     if not options.run:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .schedules import BASELINES
+
 COLORS = {"busy": "#4C72B0", "comm_wait": "#DD8452", "idle": "#BBBBBB", "sync": "#55A868"}
 
 
@@ -73,7 +75,7 @@ def plot_scaling(scaling: list[dict], path: Path) -> None:
     ks = [row["workers"] for row in scaling]
     for s in systems:
         ax.plot(ks, [row["systems"].get(s, {}).get("throughput") for row in scaling], marker="o", label=s,
-                linestyle="--" if not s.startswith("g3") else "-")
+                linestyle="--" if s in BASELINES else "-")  # the baselines dashed, the plan's systems solid
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks)
     ax.set_xticklabels([str(k) for k in ks])

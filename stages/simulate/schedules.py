@@ -440,3 +440,71 @@ def halo_worker(wl: Workload, layers: list[HaloLayer], rates: Rates):
                      f"L{li} bwd")
     return now
 
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The simulated systems: a name (or a name prefix and its variant) -> the worker generators of one epoch
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SystemContext:
+    """What a system's worker generators are built from."""
+
+    wl: Workload
+    rates: Rates
+    engine: object
+    halo: list | None = None
+    boundary_sample: float = 1.0  # bns-gcn's P
+    fresh: bool = True  # sancus: an epoch in which owners send
+
+
+def _g3_workers(c: SystemContext, pipeline: str) -> list:
+    return [g3_worker(c.wl, w, SCHEDULES[pipeline], c.rates, c.engine) for w in c.wl.workers]
+
+
+def _bns_gcn_workers(c: SystemContext, _variant: str) -> list:
+    return [bns_gcn_worker(c.wl, w, c.rates, c.wl.k, c.boundary_sample) for w in c.wl.workers]
+
+
+def _sancus_workers(c: SystemContext, layout: str) -> list:
+    return [sancus_worker(c.wl, w, c.rates, c.wl.k, layout, c.fresh) for w in c.wl.workers]
+
+
+def _halo_workers(c: SystemContext, _variant: str) -> list:
+    if c.halo is None:
+        from ..common.errors import G3InputError
+
+        raise G3InputError("the halo baseline needs the plan's store and partition (not available)")
+    return [halo_worker(c.wl, c.halo[r], c.rates) for r in range(c.wl.k)]
+
+
+# family -> (builder, takes a variant after "-", skips its sends in stale epochs)
+SYSTEMS = {
+    "g3": (_g3_workers, True, False),
+    "bns-gcn": (_bns_gcn_workers, False, False),
+    "sancus": (_sancus_workers, True, True),
+    "halo": (_halo_workers, False, False),
+}
+
+
+def _family(system: str) -> tuple[str, str]:
+    """(family, variant) of a system name: ``g3-multi`` -> (g3, multi), ``bns-gcn`` -> (bns-gcn, '')."""
+    if system in SYSTEMS and not SYSTEMS[system][1]:
+        return system, ""
+    family, _, variant = system.partition("-")
+    if family not in SYSTEMS or not SYSTEMS[family][1] or not variant:
+        raise ValueError(f"unknown system {system!r}")
+    return family, variant
+
+
+def system_workers(system: str, context: SystemContext) -> list:
+    """The worker generators of one epoch of ``system`` (``g3-<pipeline>``, ``bns-gcn``, ``sancus-<layout>``,
+    ``halo``)."""
+    family, variant = _family(system)
+    return SYSTEMS[family][0](context, variant)
+
+
+def skips_stale_sends(system: str) -> bool:
+    """Whether ``system`` sends nothing in some epochs (sancus's epoch:N): its epoch is a mean over epochs."""
+    return SYSTEMS[_family(system)[0]][2]

@@ -569,6 +569,11 @@ def _summary(r: dict) -> dict:
                                     "idle_mean", "first_epoch_seconds")}
 
 
+def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, list[dict]]:
+    """The simulator of the tensor-parallel strategy (stages/common/strategies.py ``simulator``)."""
+    return run_tp_simulation(plan, meta, options)
+
+
 def run_tp_simulation(plan: Path, meta: dict, options) -> tuple[dict, list[dict]]:
     """`g3 simulate PLAN` for a neutrontp plan: its systems at ``--workers K`` (the plan's by default) and the
     scaling table. Returns simulate.json's body and the systems with their timeline spans."""

@@ -1,0 +1,71 @@
+"""No code outside a strategy's own module (stages/runtime/strategies/<runtime>.py), its planner
+(stages/plan/<planner>.py) and a partition method's own module compares or dispatches on a strategy name or a
+partition-method name: every other stage asks the registries (stages/common/strategies.py,
+stages/partition/methods.py). Docs and tests are free to name them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from stages.common.strategies import STRATEGIES
+from stages.partition.methods import METHODS
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMES = sorted({*STRATEGIES, *METHODS, "p3", "hopgnn"}, key=len, reverse=True)
+_NAME = "|".join(re.escape(n) for n in NAMES)
+_Q = "['\"]"
+CHECKS = {
+    "comparison": re.compile(rf"[!=]=\s*{_Q}({_NAME}){_Q}|{_Q}({_NAME}){_Q}\s*[!=]="),
+    "membership": re.compile(rf"\bin\s*[(\[{{]\s*{_Q}({_NAME}){_Q}\s*,"),
+    "default name": re.compile(rf"\.get\(\s*{_Q}\w+{_Q}\s*,\s*{_Q}({_NAME}){_Q}\s*\)"),
+    "prefix test": re.compile(rf"\.(startswith|removeprefix)\(\s*{_Q}({_NAME})-?{_Q}"),
+}
+
+
+def allowed_files() -> set[Path]:
+    """The strategies' runtime modules and planners, the partition methods' modules and their registries."""
+    out = {ROOT / "stages/common/strategies.py", ROOT / "stages/partition/methods.py"}
+    for s in STRATEGIES.values():
+        out.add(ROOT / "stages/runtime/strategies" / f"{s.runtime}.py")
+        out.add(ROOT / "stages/plan" / f"{s.planner}.py")
+    for m in METHODS.values():
+        out.add(ROOT / "stages/partition" / f"{m.assign.split(':')[0]}.py")
+    return out
+
+
+def name_checks(files, allowed: set[Path]) -> list[str]:
+    found = []
+    for path in files:
+        if path in allowed:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            for what, pattern in CHECKS.items():
+                if pattern.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {what}: {line.strip()}")
+    return found
+
+
+def test_no_strategy_or_method_name_is_compared_outside_its_own_modules():
+    files = sorted([*ROOT.glob("stages/**/*.py"), *ROOT.glob("g3cli/**/*.py")])
+    assert len(files) > 50
+    found = name_checks(files, allowed_files())
+    assert not found, "name checks outside a strategy's or method's own module:\n" + "\n".join(found)
+
+
+def test_the_check_finds_each_kind_of_name_check(tmp_path):
+    """The patterns catch what they are meant to (a check that finds nothing proves nothing)."""
+    bad = tmp_path / "bad.py"
+    bad.write_text('if name == "distdgl":\n    pass\n'
+                   'if method in ("chunk", "feature"):\n    pass\n'
+                   'who = meta.get("name", "g3")\n'
+                   'if system.startswith("sancus-"):\n    pass\n'
+                   'if "neutrontp" != kind:\n    pass\n'
+                   'ok = name == "halo" or layout == "rows"\n')
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        found = name_checks([bad], set())
+    finally:
+        ROOT = saved
+    assert [f.split(":")[1] for f in found] == ["1", "3", "5", "6", "8"]
