@@ -76,6 +76,20 @@ def _for(knob: str, default: str | None = None) -> str:
                    "accumulate into the step's one optimizer update (gradient accumulation: about 1/N of the "
                    "step's blocks and activations alive at once). The loss of each is normalised by the whole "
                    "step's target count and the sampler draws by node, so the model is the same as with N = 1.")
+@click.option("--scheduler", type=click.Choice(["on", "off"]), default=None,
+              help=_for("scheduler", "on") + " ByteGNN's two-level scheduler: each step's sampling a DAG of chunk "
+                   "tasks on a thread pool, launched by Algorithm 1's launch-score; off = one DAG at a time on one "
+                   "thread. The same model either way.")
+@click.option("--sample-threads", type=int, default=None, metavar="N",
+              help=_for("sample_threads", "2") + " Threads of the sampling task pool (besides a launcher and a "
+                   "network thread).")
+@click.option("--max-dags", type=int, default=None, metavar="N",
+              help=_for("max_dags", "4") + " At most N DAGs launched and not yet trained on.")
+@click.option("--launch-sigma", type=float, default=None, metavar="SIGMA",
+              help=_for("launch_sigma", "500") + " σ of Algorithm 1: launch a DAG when T_gap[ms] x f(C_util) x "
+                   "balance >= SIGMA (500: after 5 ms on an idle CPU with balance 1; docs/DESIGN.md).")
+@click.option("--task-nodes", type=int, default=None, metavar="N",
+              help=_for("task_nodes", "256") + " Frontier nodes per sampling task (a chunk of one owner's nodes).")
 @click.option("--heap", type=click.Choice(HEAP_POLICIES), default="keep", show_default=True,
               help="Host memory of each worker process: 'keep' = the C library's malloc serves every block from the "
                    "heap and keeps freed memory there, so each epoch reuses the pages of the last instead of "
@@ -93,7 +107,8 @@ def _for(knob: str, default: str | None = None) -> str:
 @click.option("-o", "--out", type=click.Path(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
 @click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
 def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipeline, trace, profile, eval_every,
-            checkpoint_every, resume, no_feature_cache, layer0_cache, prefetch, backward, micro_batches, heap, dtype, threads, timeout, master_addr, master_port, out, force):
+            checkpoint_every, resume, no_feature_cache, layer0_cache, prefetch, backward, micro_batches, scheduler,
+            sample_threads, max_dags, launch_sigma, task_nodes, heap, dtype, threads, timeout, master_addr, master_port, out, force):
     """Train the plan's GNN with K workers, executed by the plan's strategy (`g3 plan --strategy`: g3's bins
     and peer-to-peer sharing, bns-gcn's or sancus's layer-synchronous exchange, ...); weight gradients are
     all-reduced and every rank takes the same Adam step. Writes RUN/run.json, per-epoch metrics
@@ -102,7 +117,9 @@ def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipe
     cfg = TrainConfig(epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout, seed=seed, workers=workers,
                       device=device, pipeline=pipeline, trace=trace, profile=profile, eval_every=eval_every, checkpoint_every=checkpoint_every,
                       resume=resume, feature_cache=False if no_feature_cache else None, layer0_cache=layer0_cache, prefetch=prefetch,
-                      backward=backward, micro_batches=micro_batches, heap=heap, dtype=dtype, threads=threads,
+                      backward=backward, micro_batches=micro_batches, scheduler=scheduler,
+                      sample_threads=sample_threads, max_dags=max_dags, launch_sigma=launch_sigma,
+                      task_nodes=task_nodes, heap=heap, dtype=dtype, threads=threads,
                       timeout=timeout, master_addr=master_addr, master_port=master_port)
     info = run_train(plan, cfg, out=out, force=force)
     print_run_summary(info)

@@ -23,7 +23,8 @@ PREFETCH = ("auto", "on", "off")
 BACKWARD = ("recompute", "keep")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 KNOB_DEFAULTS = {"pipeline": "multi", "prefetch": "auto", "backward": "recompute", "layer0_cache": "auto",
-                 "feature_cache": True, "micro_batches": 1}
+                 "feature_cache": True, "micro_batches": 1,
+                 "scheduler": "on", "sample_threads": 2, "max_dags": 4, "launch_sigma": 500.0, "task_nodes": 256}
 
 
 def local_workers(world: int) -> int:
@@ -50,6 +51,11 @@ class RuntimeConfig:
     layer0_cache: str | None = None  # auto | on | off: keep layer 0's aggregation of the (fixed) input features
     feature_cache: bool | None = None  # fetch remote input features once (False: every epoch)
     micro_batches: int | None = None  # mini-batch: micro-batches accumulated into each optimizer step
+    scheduler: str | None = None  # on | off: ByteGNN's two-level scheduler, or one DAG at a time
+    sample_threads: int | None = None  # threads of ByteGNN's sampling task pool
+    max_dags: int | None = None  # ByteGNN: DAGs launched and not yet trained on, at most
+    launch_sigma: float | None = None  # ByteGNN: σ of Algorithm 1's launch rule
+    task_nodes: int | None = None  # ByteGNN: frontier nodes per sampling task
 
     def layer0_cache_enabled(self) -> bool:
         """auto = on for the CPU; on CUDA the cache would sit on the device outside the bins' memory budget."""
@@ -126,6 +132,13 @@ def check_runtime(cfg: RuntimeConfig) -> None:
         raise G3InputError(f"--prefetch {cfg.prefetch} is not one of {', '.join(PREFETCH)} or a step count >= 0")
     if cfg.micro_batches is not None and cfg.micro_batches < 1:
         raise G3InputError("--micro-batches must be >= 1")
+    for knob in ("sample_threads", "max_dags", "task_nodes"):
+        if getattr(cfg, knob) is not None and getattr(cfg, knob) < 1:
+            raise G3InputError(f"{TRAIN_KNOBS[knob]} must be >= 1")
+    if cfg.launch_sigma is not None and not (math.isfinite(cfg.launch_sigma) and cfg.launch_sigma >= 0):
+        raise G3InputError("--launch-sigma must be a finite number >= 0")
+    if cfg.scheduler is not None and cfg.scheduler not in ("on", "off"):
+        raise G3InputError(f"--scheduler {cfg.scheduler} is not one of on, off")
     if cfg.threads is not None and cfg.threads < 1:
         raise G3InputError("--threads must be >= 1")
     if not (cfg.timeout > 0 and math.isfinite(cfg.timeout)):
