@@ -3,9 +3,12 @@ on partitioned data, synchronous gradient all-reduce every step.
 
 Every worker trains on batches of its own training nodes. Per step it samples the targets' neighbours
 (``--fanouts``, targets' first) hop by hop; a node's in-edges live with its owner (the shard has one hop), so
-the frontier nodes another worker owns are sampled by that owner: one request/response round per hop through
-the transport (``sample<h>`` bytes), answered with the same counter-based draw the owner would make for
-itself. Then the input features of every source it does not own are fetched by global id (``features0``).
+the frontier nodes another worker owns are sampled by that owner's sampling server (DistDGL's sampler
+servers, 001 §4.1.4; :mod:`stages.runtime.sampling_service`): the worker sends each owner the ids it needs
+with the hop's sampling key, draws its own nodes meanwhile, and gets back CSR replies sized by what was drawn
+(counts, concatenated picks; ``sample-ids`` / ``sample`` bytes). No other worker joins in, and the owner's
+answer is the same counter-based draw it would make for itself. Then the input features of every source it
+does not own are fetched by global id (``features0``).
 
 Batch order (``g3 plan --batch-order``):
 
@@ -22,12 +25,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 import torch.distributed as dist
 
-from ..neighbor_sampler import build_blocks, sample_key, sample_rows, sorted_rows_by_global
+from ..neighbor_sampler import build_blocks, sample_key, sample_rows, signed64, sorted_rows_by_global
+from ..sampling_service import SamplingService
 from .base import WorkerContext
 from .minibatch import MiniBatchStrategy, shuffled
+
+_M64 = (1 << 64) - 1
 
 
 class DistDglStrategy(MiniBatchStrategy):
@@ -42,8 +47,6 @@ class DistDglStrategy(MiniBatchStrategy):
         shard = ctx.shard
         self.indptr = np.asarray(shard.indptr, dtype=np.int64)
         self.nbrs = sorted_rows_by_global(self.indptr, shard.indices, self.global_ids.numpy())
-        max_degree = int(np.diff(self.indptr).max()) if self.n_own else 0
-        self.max_degree = ctx.all_reduce_int(max_degree, "max")  # the reply width of a fanout −1 request
         if self.order == "global":
             self.all_train = np.sort(self._all_gather(self.train_global))
             self.num_steps = math.ceil(len(self.all_train) / self.batch_size)
@@ -53,6 +56,12 @@ class DistDglStrategy(MiniBatchStrategy):
         self.replicated = opts.get("topology", "partitioned") == "replicated"
         if self.replicated:
             self.g_indptr, self.g_nbrs = load_topology(ctx.plan_dir, ctx.plan_meta)
+        # node ids on the wire: 4 bytes while they fit
+        self.wire_ids = np.int32 if self.num_nodes < 2**31 else np.int64
+        self.service = None  # the sampling server (a thread) and client: partitioned topology, K > 1
+        if not self.replicated and ctx.world > 1 and dist.is_initialized():
+            self.service = SamplingService(self.rank, ctx.world, {"sample": self._serve_sample}, self.tr.stats,
+                                           self.tracer, self.cfg.timeout)
 
     def _all_gather(self, ids: np.ndarray) -> np.ndarray:
         if self.ctx.world == 1 or not dist.is_initialized():
@@ -86,40 +95,53 @@ class DistDglStrategy(MiniBatchStrategy):
 
     def sample(self, nodes: np.ndarray, fanout: int, key: int, remote: bool = True):
         """``(counts, neighbours)`` of ``nodes`` in their order: own nodes from the shard, the others by their
-        owners (a collective round: every rank calls it for every hop but the first — the targets are always
-        its own)."""
+        owners' sampling servers, asked first so that they draw while this worker draws its own (DistDGL's
+        sampler, 001 §4.1.4). No other worker has to take part; ``remote`` is accepted for callers that know a
+        hop has no remote node, and changes nothing."""
         if self.replicated:  # the whole CSR is here: no one to ask
             return sample_rows(self.g_indptr, self.g_nbrs, nodes, nodes, fanout, key)
         owner = self.book.owner[nodes]
-        mine = owner == self.rank
-        c_own, n_own = sample_rows(self.indptr, self.nbrs, self.book.local[nodes[mine]], nodes[mine], fanout, key)
-        if not remote:
-            assert mine.all(), "a step's targets are owned by the worker that computes them"
-            return c_own, n_own
-        width = (fanout if fanout >= 0 else self.max_degree) + 1
+        if self.service is None or (owner == self.rank).all():
+            return sample_rows(self.indptr, self.nbrs, self.book.local[nodes], nodes, fanout, key)
+        order = np.argsort(owner, kind="stable")  # the nodes grouped by owner, each group in the nodes' order
+        bounds = np.searchsorted(owner[order], np.arange(self.ctx.world + 1))
+        groups = [nodes[order[bounds[q]:bounds[q + 1]]] for q in range(self.ctx.world)]
+        pending = {q: self.service.submit(q, "sample", [fanout, signed64(key)], [g.astype(self.wire_ids)])
+                   for q, g in enumerate(groups) if q != self.rank and len(g)}
+        answers = {self.rank: sample_rows(self.indptr, self.nbrs, self.book.local[groups[self.rank]],
+                                          groups[self.rank], fanout, key)}
+        for q, p in pending.items():
+            counts_q, picks_q = p.result()
+            answers[q] = (counts_q.astype(np.int64), picks_q.astype(np.int64))
+        answered = [answers[q] for q in range(self.ctx.world) if q in answers]
+        return regroup(order, np.concatenate([c for c, _ in answered]), np.concatenate([n for _, n in answered]))
 
-        def serve(local_ids: np.ndarray) -> torch.Tensor:  # this worker's answer for its own nodes
-            asked = self.owned_global[local_ids]
-            counts, nbrs = sample_rows(self.indptr, self.nbrs, local_ids, asked, fanout, key)
-            reply = np.full((len(local_ids), width), -1, dtype=np.int64)
-            reply[:, 0] = counts
-            cols = np.arange(len(nbrs)) - np.repeat(np.cumsum(counts) - counts, counts)
-            reply[np.repeat(np.arange(len(local_ids)), counts), 1 + cols] = nbrs
-            return torch.from_numpy(reply)
+    def _serve_sample(self, params: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """A peer's ``sample`` request: the same counter-based draw this worker makes for its own nodes,
+        replied as CSR (counts, concatenated picks) sized by what was drawn."""
+        fanout, key = int(params[0]), int(params[1]) & _M64
+        ids = arrays[0].astype(np.int64)
+        if len(ids) and (self.book.owner[ids] != self.rank).any():
+            raise ValueError(f"asked to sample nodes worker {self.rank} does not own")
+        counts, picks = sample_rows(self.indptr, self.nbrs, self.book.local[ids], ids, fanout, key)
+        return [counts.astype(np.int32), picks.astype(self.wire_ids)]
 
-        replies = self.sampling_tr.fetch(nodes[~mine], self.book, serve, width, torch.int64, "sample").numpy()
-        c_rem = replies[:, 0]
-        n_rem = replies[:, 1:][np.arange(width - 1)[None, :] < c_rem[:, None]]
-        # put both answers back in the order of ``nodes``
-        counts = np.empty(len(nodes), dtype=np.int64)
-        counts[mine], counts[~mine] = c_own, c_rem
-        starts = np.empty(len(nodes), dtype=np.int64)
-        starts[mine] = np.cumsum(c_own) - c_own
-        starts[~mine] = len(n_own) + np.cumsum(c_rem) - c_rem
-        both = np.concatenate([n_own, n_rem])
-        offsets = np.cumsum(counts) - counts
-        take = np.repeat(starts, counts) + (np.arange(int(counts.sum())) - np.repeat(offsets, counts))
-        return counts, both[take]
+    def close(self) -> None:
+        super().close()
+        if self.service is not None:
+            self.service.close()
+
+
+def regroup(order: np.ndarray, counts_sorted: np.ndarray, picks_sorted: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """CSR answers given for ``nodes[order]`` put back in the order of ``nodes`` (vectorised)."""
+    counts = np.empty(len(order), dtype=np.int64)
+    counts[order] = counts_sorted
+    starts = np.empty(len(order), dtype=np.int64)
+    starts[order] = np.cumsum(counts_sorted) - counts_sorted
+    offsets = np.cumsum(counts) - counts
+    take = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
+    return counts, picks_sorted[take]
 
 
 def load_topology(plan_dir, plan_meta: dict) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,284 @@
+"""Asynchronous request/response between workers: every worker serves named handlers on its own threads, and
+any worker asks any owner without the other workers taking part (DistDGL's sampler servers, 001 §4.1.4;
+ByteGNN's sampling and fetch tasks).
+
+A request is a handler name, a few int64 parameters and numpy arrays; the reply is the arrays the handler
+returns, each sent with its dtype and shape, so a reply is exactly as large as what was drawn (no padding).
+The wire is plain TCP (why not gloo or torch RPC: docs/DESIGN.md, "DistDGL's sampling service"):
+
+* **Server**: a listening socket per worker (any free port, every interface) and an accepting thread; each
+  accepted connection gets a thread that reads a request, calls the handler, writes the reply, until the peer
+  closes it. An idle server waits without a timeout (a run may go minutes without a remote draw).
+* **Client**: :meth:`SamplingService.submit` sends a request at once and returns a :class:`Pending` whose
+  :meth:`Pending.result` reads the reply, so a trainer sends to every owner first and samples its own nodes
+  while they work. A connection carries one request at a time (pipelined requests on one socket could
+  deadlock, each side writing while the other is not reading); a worker opens another connection to the same
+  peer when all of its connections to that peer are busy (threads, several requests in flight).
+* **Addresses**: each worker advertises the address it reaches ``MASTER_ADDR`` from (127.0.0.1 under the
+  local launcher), exchanged once with one ``all_gather_object`` when the service starts.
+* **Close**: the listening socket and every connection are shut down; threads blocked in ``accept`` or
+  ``recv`` wake and end. Nothing waits for a peer: a synchronous run's last request precedes the last
+  gradient all-reduce every worker joins, so none can come after a worker closes.
+
+Bytes are counted in the transport's :class:`~stages.runtime.transport.CommStats`: a request's arrays as
+``<label>-ids`` sent by the asker, the reply as ``<label>`` sent by the owner (each also as received by the
+other side); a client's time blocked on a reply is ``wait_seconds`` and a ``wait`` span.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import torch.distributed as dist
+
+from .trace import Tracer, now_us
+from .transport import CommStats
+
+# a handler: (params (int64 array), arrays) -> the reply's arrays
+Handler = Callable[[np.ndarray, list[np.ndarray]], list[np.ndarray]]
+
+_COUNT = struct.Struct("<I")
+_ARRAY = struct.Struct("<4sI")  # dtype string (e.g. '<i8'), ndim; then ndim uint64 extents
+_OK, _FAILED = 0, 1
+
+
+def advertised_host() -> str:
+    """The local address peers reach this worker at: the one that routes to ``MASTER_ADDR`` (no packet is sent:
+    a UDP socket's connect only picks the route)."""
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((socket.gethostbyname(master), 9))
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
+# --- framing ------------------------------------------------------------------------------------------------
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    _recv_into(sock, memoryview(buf))
+    return buf
+
+
+def _recv_into(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionError("the peer closed the connection")
+        got += n
+
+
+def _send_arrays(sock: socket.socket, arrays: list[np.ndarray]) -> int:
+    """Count, every array's header (dtype, shape), then their raw bytes (no copy of a contiguous array);
+    returns the bytes sent."""
+    parts = [_COUNT.pack(len(arrays))]
+    payloads = []
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        parts.append(_ARRAY.pack(a.dtype.str.encode().ljust(4), a.ndim) + struct.pack(f"<{a.ndim}Q", *a.shape))
+        payloads.append(a)
+    head = b"".join(parts)
+    sock.sendall(head)
+    for a in payloads:
+        if a.nbytes:
+            sock.sendall(memoryview(a).cast("B"))
+    return len(head) + sum(a.nbytes for a in payloads)
+
+
+def _recv_arrays(sock: socket.socket) -> tuple[list[np.ndarray], int]:
+    """What :func:`_send_arrays` sent, each array received straight into its own buffer; and the bytes read."""
+    (count,) = _COUNT.unpack(_recv_exact(sock, _COUNT.size))
+    arrays, nbytes = [], _COUNT.size
+    for _ in range(count):  # the headers, then the payloads in the same order
+        dtype, ndim = _ARRAY.unpack(_recv_exact(sock, _ARRAY.size))
+        shape = struct.unpack(f"<{ndim}Q", _recv_exact(sock, 8 * ndim))
+        arrays.append(np.empty(shape, dtype=np.dtype(dtype.decode().strip())))
+        nbytes += _ARRAY.size + 8 * ndim
+    for a in arrays:
+        if a.nbytes:
+            _recv_into(sock, memoryview(a).cast("B"))
+        nbytes += a.nbytes
+    return arrays, nbytes
+
+
+def _send_text(sock: socket.socket, text: str) -> None:
+    data = text.encode()
+    sock.sendall(_COUNT.pack(len(data)) + data)
+
+
+def _recv_text(sock: socket.socket) -> str:
+    (n,) = _COUNT.unpack(_recv_exact(sock, _COUNT.size))
+    return _recv_exact(sock, n).decode()
+
+
+def _all_gather(address: tuple[str, int]) -> list[tuple[str, int]]:
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, address)
+    return everyone
+
+
+class Pending:
+    """A request in flight to one peer; :meth:`result` waits for its reply (once)."""
+
+    def __init__(self, service: SamplingService, peer: int, sock: socket.socket, label: str):
+        self.service, self.peer, self.sock, self.label = service, peer, sock, label
+
+    def result(self) -> list[np.ndarray]:
+        svc = self.service
+        t0 = now_us()
+        try:
+            status = _recv_exact(self.sock, 1)[0]
+            failure = _recv_text(self.sock) if status == _FAILED else None
+            arrays, nbytes = _recv_arrays(self.sock) if failure is None else ([], 0)
+        except OSError as exc:  # ConnectionError and socket timeouts included
+            self.sock.close()
+            why = f"no reply within {svc.timeout:.0f} s" if isinstance(exc, TimeoutError) else str(exc)
+            raise RuntimeError(f"worker {self.peer} did not answer a {self.label} request ({why})") from None
+        svc.release(self.peer, self.sock)
+        if failure is not None:
+            raise RuntimeError(f"worker {self.peer} failed to answer a {self.label} request: {failure}")
+        t1 = now_us()
+        with svc.lock:
+            svc.stats.wait_seconds += (t1 - t0) / 1e6
+            svc.stats.received(self.label, nbytes + 1)  # and the status byte
+        svc.tracer.span("wait", f"{self.label} ← {self.peer}", t0, t1, peer=self.peer)
+        return arrays
+
+
+class SamplingService:
+    """One worker's server for ``handlers`` and its client to every other worker's (collective to start)."""
+
+    def __init__(self, rank: int, world: int, handlers: dict[str, Handler], stats: CommStats, tracer: Tracer,
+                 timeout: float, exchange: Callable[[tuple[str, int]], list[tuple[str, int]]] | None = None):
+        """``exchange(own (host, port))`` returns every worker's, in rank order (default: one
+        ``all_gather_object`` on the default group)."""
+        self.rank, self.world, self.handlers = rank, world, handlers
+        self.stats, self.tracer, self.timeout = stats, tracer, timeout
+        self.lock = threading.Lock()  # the stats and the connection pools are shared by threads
+        self.idle: dict[int, list[socket.socket]] = {}
+        self.served: list[socket.socket] = []
+        self.threads: list[threading.Thread] = []
+        self.closed = False
+        self.listener = socket.create_server(("", 0), backlog=max(16, 4 * world))
+        self.addresses = (exchange or _all_gather)((advertised_host(), self.listener.getsockname()[1]))
+        self._start(self._accept, "serve-accept")
+
+    def _start(self, target, name: str, *args) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True, name=name)
+        self.threads.append(t)
+        t.start()
+
+    # --- server ----------------------------------------------------------------------------------------
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:  # the listening socket was closed: the service is closing
+                return
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self.lock:
+                if self.closed:
+                    conn.close()
+                    return
+                self.served.append(conn)
+            self._start(self._serve, "serve", conn)
+
+    def _serve(self, conn: socket.socket) -> None:
+        """Answer the requests of one connection in order until the peer closes it (or the service does)."""
+        try:
+            while True:
+                try:
+                    name = _recv_text(conn)
+                except ConnectionError:
+                    return
+                arrays, nbytes = _recv_arrays(conn)
+                label = name
+                with self.lock:
+                    self.stats.received(f"{label}-ids", nbytes + _COUNT.size + len(name.encode()))
+                try:
+                    reply = [np.asarray(a) for a in self.handlers[name](arrays[0], arrays[1:])]
+                except Exception as exc:  # the asker raises it, naming this worker
+                    conn.sendall(bytes([_FAILED]))
+                    _send_text(conn, f"{type(exc).__name__}: {exc}")
+                    continue
+                t0 = now_us()
+                conn.sendall(bytes([_OK]))
+                sent = _send_arrays(conn, reply)
+                with self.lock:
+                    self.stats.sent(label, sent + 1)
+                self.tracer.span("send", f"{label} reply", t0, now_us())
+        except OSError:  # shut down by close(), or the peer went away
+            return
+        finally:
+            conn.close()
+
+    # --- client ----------------------------------------------------------------------------------------
+    def _connection(self, peer: int) -> socket.socket:
+        with self.lock:
+            pool = self.idle.setdefault(peer, [])
+            if pool:
+                return pool.pop()
+        host, port = self.addresses[peer]
+        try:
+            sock = socket.create_connection((host, port), timeout=self.timeout)
+        except OSError as exc:
+            raise RuntimeError(f"cannot reach worker {peer}'s sampling service at {host}:{port} ({exc})") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def release(self, peer: int, sock: socket.socket) -> None:
+        with self.lock:
+            if self.closed:
+                sock.close()
+            else:
+                self.idle.setdefault(peer, []).append(sock)
+
+    def submit(self, peer: int, handler: str, params: list[int], arrays: list[np.ndarray]) -> Pending:
+        """Send ``handler(params, arrays)`` to worker ``peer`` now; the reply is read by :meth:`Pending.result`."""
+        if peer == self.rank:
+            raise ValueError("a worker answers its own requests without the service")
+        sock = self._connection(peer)
+        t0 = now_us()
+        try:
+            _send_text(sock, handler)
+            sent = _send_arrays(sock, [np.asarray(params, dtype=np.int64), *arrays])
+        except OSError as exc:
+            sock.close()
+            raise RuntimeError(f"cannot send a {handler} request to worker {peer} ({exc})") from None
+        with self.lock:
+            self.stats.sent(f"{handler}-ids", sent + _COUNT.size + len(handler.encode()))
+        self.tracer.span("send", f"{handler} → {peer}", t0, now_us(), peer=peer)
+        return Pending(self, peer, sock, handler)
+
+    def close(self) -> None:
+        """Stop serving and drop every connection; blocked threads wake (no peer is waited for)."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            socks = [s for pool in self.idle.values() for s in pool] + self.served
+            self.idle.clear()
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        for s in socks:
+            s.close()
+        for t in self.threads:
+            t.join(timeout=1.0)
+
+
+__all__ = ["Handler", "Pending", "SamplingService", "advertised_host"]

@@ -1,0 +1,166 @@
+"""DistDGL's sampling service (`stages/runtime/sampling_service.py`) and the distdgl strategy's use of it.
+
+The service tests run K services in one process (threads for the workers, addresses exchanged through a
+barrier instead of the process group): requests from several threads to several owners at once, CSR replies
+sized by what was drawn (no padding: the bytes counted are the counts and picks themselves), a handler's error
+named on the asker's side, a reply that does not come raising after the timeout, and a close that ends every
+thread at once even with connections open both ways.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from stages.runtime.neighbor_sampler import sample_key, sample_rows, signed64
+from stages.runtime.sampling_service import SamplingService
+from stages.runtime.strategies.distdgl import regroup
+from stages.runtime.trace import Tracer
+from stages.runtime.transport import CommStats
+
+
+def power_law_csr(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """In-neighbour lists (ascending global ids) with a heavy tail of degrees: a few rows hold most arcs."""
+    rng = np.random.default_rng(seed)
+    deg = np.minimum((rng.pareto(1.2, n) * 3).astype(np.int64), n - 1)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    nbrs = np.concatenate([np.sort(rng.choice(n, d, replace=False)) for d in deg]).astype(np.int64)
+    return indptr, nbrs
+
+
+def start_services(handlers_of, k: int, timeout: float = 10.0) -> list[SamplingService]:
+    """K services in this process, worker w serving ``handlers_of(w)``."""
+    addresses: list = [None] * k
+    barrier = threading.Barrier(k)
+    services: list = [None] * k
+
+    def start(w: int) -> None:
+        def exchange(own):
+            addresses[w] = own
+            barrier.wait()
+            return list(addresses)
+        services[w] = SamplingService(w, k, handlers_of(w), CommStats(), Tracer(w), timeout, exchange=exchange)
+
+    threads = [threading.Thread(target=start, args=(w,)) for w in range(k)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return services
+
+
+def test_regroup_puts_answers_grouped_by_owner_back_in_the_nodes_order():
+    indptr, nbrs = power_law_csr(200, 1)
+    rng = np.random.default_rng(2)
+    nodes = rng.integers(0, 200, 120)  # repeats allowed
+    owner = rng.integers(0, 3, 120)
+    key = sample_key(1, 2, 3, 1)
+    order = np.argsort(owner, kind="stable")
+    counts_sorted, picks_sorted = sample_rows(indptr, nbrs, nodes[order], nodes[order], 4, key)
+    counts, picks = regroup(order, counts_sorted, picks_sorted)
+    direct = sample_rows(indptr, nbrs, nodes, nodes, 4, key)
+    assert np.array_equal(counts, direct[0]) and np.array_equal(picks, direct[1])
+
+
+def test_owners_answer_requests_from_several_threads_with_replies_sized_by_the_draw():
+    k, n = 3, 400
+    indptr, nbrs = power_law_csr(n, 3)
+    owner = np.arange(n) % k  # worker w serves the nodes v with v % k == w, from its own rows only
+
+    def handlers_of(w: int):
+        def sample(params, arrays):
+            fanout, key = int(params[0]), int(params[1]) & ((1 << 64) - 1)
+            ids = arrays[0].astype(np.int64)
+            if (owner[ids] != w).any():
+                raise ValueError(f"asked to sample nodes worker {w} does not own")
+            c, p = sample_rows(indptr, nbrs, ids, ids, fanout, key)
+            return [c.astype(np.int32), p.astype(np.int32)]
+        return {"sample": sample}
+
+    services = start_services(handlers_of, k)
+    try:
+        errors = []
+
+        def ask(w: int, thread: int) -> None:
+            try:
+                for step in range(5):
+                    key = sample_key(7, thread, step, 1)
+                    for fanout in (3, -1):
+                        ids = {q: np.flatnonzero(owner == q)[thread::4][: 30 + step] for q in range(k) if q != w}
+                        pending = {q: services[w].submit(q, "sample", [fanout, signed64(key)],
+                                                          [i.astype(np.int32)]) for q, i in ids.items()}
+                        for q, p in pending.items():
+                            c, picks = p.result()
+                            want = sample_rows(indptr, nbrs, ids[q], ids[q], fanout, key)
+                            assert np.array_equal(c, want[0]) and np.array_equal(picks, want[1])
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=ask, args=(w, t)) for w in range(k) for t in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+        def two_worker_sample(params, arrays):
+            ids = arrays[0].astype(np.int64)
+            c, p = sample_rows(indptr, nbrs, ids, ids, int(params[0]), int(params[1]))
+            return [c.astype(np.int32), p.astype(np.int32)]
+
+        # a reply is the counts and the picks themselves (4 bytes each) plus fixed headers: no padding to a width
+        one = start_services(lambda w: handlers_of(w) if w == 0 else {"sample": two_worker_sample}, 2)
+        try:
+            mine = np.flatnonzero(np.arange(n) % 2 == 1)  # worker 1's nodes among two workers
+            ids = mine[np.argsort(np.diff(indptr)[mine])[-3:]]  # its three largest rows, all neighbours asked
+            c, picks = one[0].submit(1, "sample", [-1, 5], [ids.astype(np.int32)]).result()
+            assert int(c.sum()) == len(picks) == int(np.diff(indptr)[ids].sum())
+            headers = 1 + 4 + 2 * (8 + 8)  # status, array count, two 1-D array headers
+            assert one[0].stats.per_phase_recv["sample"] == headers + 4 * len(ids) + 4 * len(picks)
+            assert one[1].stats.per_phase_sent["sample"] == one[0].stats.per_phase_recv["sample"]
+            assert one[1].stats.per_phase_recv["sample-ids"] == one[0].stats.per_phase_sent["sample-ids"]
+        finally:
+            for s in one:
+                s.close()
+        # the asker names the owner and the owner's error
+        with pytest.raises(RuntimeError, match="worker 2 failed to answer a sample request: ValueError: asked to "
+                                               "sample nodes worker 2 does not own"):
+            services[0].submit(2, "sample", [3, 1], [np.array([0], dtype=np.int32)]).result()
+        with pytest.raises(RuntimeError, match="KeyError"):
+            services[0].submit(1, "nothing", [], []).result()
+    finally:
+        for s in services:
+            s.close()
+
+
+def test_a_silent_owner_times_out_and_close_ends_every_thread_at_once():
+    release = threading.Event()
+
+    def handlers_of(w: int):
+        def slow(params, arrays):
+            release.wait(5)
+            return [arrays[0]]
+        return {"slow": slow, "echo": lambda params, arrays: [arrays[0]]}
+
+    services = start_services(handlers_of, 2, timeout=0.5)
+    try:
+        before = time.perf_counter()
+        with pytest.raises(RuntimeError, match="worker 1 did not answer a slow request .no reply within"):
+            services[0].submit(1, "slow", [], [np.arange(3)]).result()
+        assert time.perf_counter() - before < 3
+        release.set()
+        # connections open both ways, one request pending on worker 0's server
+        assert services[1].submit(0, "echo", [], [np.arange(4)]).result()[0].tolist() == [0, 1, 2, 3]
+        assert services[0].submit(1, "echo", [], [np.arange(2)]).result()[0].tolist() == [0, 1]
+    finally:
+        before = time.perf_counter()
+        for s in services:
+            s.close()
+        assert time.perf_counter() - before < 3
+    time.sleep(0.2)
+    assert not any(t.is_alive() for s in services for t in s.threads)
+    with pytest.raises(RuntimeError, match="cannot reach worker 1"):
+        services[0].submit(1, "echo", [], [np.arange(2)])
