@@ -248,21 +248,22 @@ def test_bytegnn_scheduler_on_off_and_distdgl_train_the_same_model(store, tmp_pa
     finals = {}
     for name, strategy, extra in [("distdgl", "distdgl", ()), ("off", "bytegnn", ("--scheduler", "off")),
                                   ("on", "bytegnn", ("--launch-sigma", "0", "--sample-threads", "3",
-                                                     "--max-dags", "3"))]:
+                                                     "--max-dags", "3", "--task-nodes", "5"))]:
         plan = tmp_path / f"plan-{name}"
         r = invoke(["plan", str(part), "--strategy", strategy, "--hidden", "6", "--fanouts", "3,2", "--batch-size", "20",
-                    "--batch-order", "local", *extra, "-o", str(plan)])
+                    "--batch-order", "local", "-o", str(plan)])
         assert r.exit_code == 0, r.output
         run = tmp_path / f"run-{name}"
         r = invoke(["train", str(plan), "--epochs", "2", "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
-                    str(SEED), "--workers", "2", "--eval-every", "0", "--threads", "1", "-o", str(run)])
+                    str(SEED), "--workers", "2", "--eval-every", "0", "--threads", "1", *extra, "-o", str(run)])
         assert r.exit_code == 0, r.output
         finals[name] = torch.load(run / "model.pt", weights_only=True)
         if strategy == "bytegnn":
             rec = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
             assert all(w["dag_launches"] == rec["steps"] for w in rec["workers"])  # one DAG per step
-            if name == "on":  # sigma 0: DAGs launched while others run, up to --max-dags
+            if name == "on":  # sigma 0: DAGs launched while others run, up to --max-dags; chunks of 5 nodes
                 assert max(w["dags_in_flight_max"] for w in rec["workers"]) >= 2, rec["workers"]
+                assert max(w["ready_tasks_per_dag_max"] for w in rec["workers"]) >= 2, rec["workers"]
     for name in ("off", "on"):
         assert max_weight_diff(finals[name], finals["distdgl"]) == 0.0, name
 
@@ -270,10 +271,13 @@ def test_bytegnn_scheduler_on_off_and_distdgl_train_the_same_model(store, tmp_pa
 def test_bytegnn_launch_score_follows_algorithm_1():
     from stages.runtime.strategies.bytegnn import launch_score
 
-    assert launch_score(10, 0, 1.0, 1.0, 1) == pytest.approx(10 * 100 / 100 * 1.0)  # f(0) = 100
+    # T_gap x f(C_util) x balance, no other scaling; balance = T_sample / (T_train x Q_size)
+    assert launch_score(10, 0, 1.0, 1.0, 1) == pytest.approx(10 * 100 * 1.0)  # f(0) = 100
     assert launch_score(10, 100, 1.0, 1.0, 1) == pytest.approx(0.0)  # f(100) = 0: a busy CPU launches nothing
-    assert launch_score(10, 50, 2.0, 1.0, 4) == pytest.approx(10 * (101 - 101 ** 0.5) / 100 * 0.5)
-    assert launch_score(1, 50, 1.0, 1.0, 0) == float("inf")  # nothing queued: balance unbounded
+    assert launch_score(10, 50, 2.0, 1.0, 4) == pytest.approx(10 * (101 - 101 ** 0.5) * 0.5)
+    # nothing queued: Q_size taken as 1, so the score stays finite and a busy CPU still throttles
+    assert launch_score(1, 50, 1.0, 1.0, 0) == pytest.approx(launch_score(1, 50, 1.0, 1.0, 1))
+    assert launch_score(1e6, 100, 1.0, 1.0, 0) == pytest.approx(0.0)
 
 
 # --- g3 simulate ---------------------------------------------------------------------------------------------

@@ -1,66 +1,197 @@
-"""``bytegnn``: ByteGNN (seed 001 §4.2) — DistDGL's mini-batch training with sampling run as task DAGs by a
-pool of threads under ByteGNN's two-level scheduler, on its own partition (``g3 partition --method bytegnn``).
+"""``bytegnn``: ByteGNN (seed 001 §4.2) — DistDGL's mini-batch training with each step's sampling run as a DAG of
+small tasks on a pool of threads under ByteGNN's two-level scheduler, on its own partition
+(``g3 partition --method bytegnn``).
 
-Each step's sampling is one DAG: seed sampling (the step's targets) → one neighbourhood (NSC) task per hop →
-feature fetching. Tasks whose inputs are ready wait in one priority queue served by ``--sample-threads``
-threads, in ByteGNN's fine-grained order: the DAG with the smaller id (launched earlier) first, then the
-cheaper task (NSC: the neighbours of its input nodes; fetching: rows × feature width). A task that needs the
-other workers (the remote round of an NSC hop on a partitioned topology, the feature fetch) is a collective:
-those run on one communication thread strictly in (DAG id, task) order, which is the same on every rank
-whatever the local timing — local tasks of later DAGs proceed meanwhile.
+**The DAG of a step** (001 §4.2.1, Figure 9, supervised): a *seed* task (the step's targets), then per hop
+one *NSC* task per frontier chunk, a *merge* task per hop, one *fetch* task per NSC task, and an *end* task::
 
-Coarse-grained scheduling (its Algorithm 1) decides when to launch the next DAG: with ``balance`` =
-T_sample / (T_train × Q_size) (mean seconds to sample and to train a step; Q_size the finished DAGs waiting),
-``f(C_util)`` = 101 − e^(C_util / c), c = 100 / ln 101 (C_util: this process's CPU use over the last interval,
-in % of its threads' capacity), and T_gap the milliseconds since the last launch, a DAG is launched when
-``T_gap × f(C_util) / 100 × balance ≥ σ`` (``--launch-sigma``; the paper gives no value: σ = 5 launches after
-5 ms on an idle CPU with balance 1, later as the CPU fills or finished DAGs pile up), at most
-``--max-dags`` launched and not yet trained on, and always when none is under way. ``--scheduler off`` runs the DAGs one after another, every
-task in order on one thread.
+    seed ─▶ NSC(hop 0, chunk 0..c) ─▶ merge(hop 0) ─▶ NSC(hop 1, chunk 0..c') ─▶ merge(hop 1) ─▶ … ─▶ end
+      └▶ fetch(targets)   └▶ fetch(chunk's new neighbours)        └▶ fetch(…)                      ▲ (all fetches)
 
-Sampling draws are counter-based, so neither the order nor the thread that runs a task changes them: the
-scheduler on, off, and ``distdgl`` on the same partition train the same model (tested).
+The paper makes one NSC and one feature-fetching instance per sampled vertex and hop; g3 makes one per
+*chunk* of a hop's frontier (``g3 train --task-nodes``, nodes of one owner), because a Python task per vertex
+would cost more than the draw. A chunk's fetch is released the moment its NSC task finishes ("each small task
+of Feature Fetching can start immediately when the corresponding small NSC task finishes") and fetches the
+chunk's sampled neighbours not yet claimed by an earlier fetch of the same DAG (a per-DAG mask, so no row is
+fetched twice). The *merge* task is g3's addition: the message-flow block of a hop numbers new sources in
+order of first appearance over the whole frontier, so the hop's chunks are joined (in frontier order) before
+the next hop's chunks exist. *end* assembles the first block's source rows from the fetched rows.
+
+**Fine-grained scheduling** (§4.2.2): a task enters one priority queue when its parents are done and the
+pool's threads (``--sample-threads``) take the task of the DAG launched first (smallest id), then the cheaper
+one. Costs as the paper: NSC = the in-degrees of the chunk's nodes (a chunk another worker owns: nodes ×
+fanout, its degrees being unknown here); fetch = rows × feature width; merge = sampled arcs; seed and end 0.
+A chunk another worker owns is a request to that owner's sampling server (``sample``; the service of
+:mod:`stages.runtime.sampling_service`, started by :class:`DistDglStrategy`) and a fetch of rows another worker
+owns is a ``features0`` request (registered here on the same service; it also carries the rows' global
+degrees for GCN): the pool thread only sends it, one network thread takes the replies (in the order sent)
+and completes the task — the paper's "network operations processed concurrently with the CPU operations".
+No other worker takes part: there is no collective on the sampling side.
+
+**Coarse-grained scheduling** (Algorithm 1): a launcher thread launches the next DAG when ::
+
+    launch_score = T_gap × f(C_util) × balance ≥ σ        (σ: --launch-sigma, default 500)
+    balance = T_sample / (T_train × Q_size),  f(C) = 101 − e^(C / c),  c = 100 / ln 101
+
+and otherwise sleeps 5 ms, as the algorithm. g3's choices where the paper is silent:
+
+* units: T_gap in milliseconds since the last launch, C_util in % — so σ = 500 launches after 5 ms on an
+  idle CPU with balance 1, after ≈ 13 ms at 90 % CPU, ≈ 93 ms at 99 %, and never at 100 %;
+* C_util: the machine's CPU utilisation (``/proc/stat``: 1 − idle / total over the last window of at least
+  50 ms; elsewhere this process's CPU time over the machine's cores) — sampling contends with the training
+  of every worker on the machine, not only with its own;
+* T_sample: mean latency (launch → end) of the last 8 DAGs; T_train: mean time the trainer spent on each of
+  the last 8 steps between taking one step's inputs and asking for the next (its consumption period);
+  balance = 1 until both are measured;
+* Q_size = 0 (the trainer takes every DAG as it finishes): the formula divides by zero, which would make the
+  score infinite and the CPU never throttle; g3 takes Q_size as max(Q_size, 1), the paper's formula for
+  every Q_size ≥ 1 and finite always;
+* ``more_dag`` is also false while ``--max-dags`` DAGs are launched and not yet trained on (memory bound), and
+  a DAG is launched regardless of the score when none is in flight or queued (the trainer would otherwise
+  wait on nothing: at C_util = 100 % the score is 0 for ever).
+
+``--scheduler off`` runs one DAG at a time, its tasks on one thread in the same order, remote replies
+awaited in the task. Sampling draws are counter-based (by node, hop and step), so neither the order, the chunk
+nor the thread that runs a task changes them: scheduler on, off and ``distdgl`` on the same partition train
+bitwise the same model (tested). Each epoch's record has ``dag_launches``, ``dags_in_flight_max``,
+``ready_tasks_max`` (the most tasks waiting in the queue at once), ``ready_tasks_per_dag_max``, the tasks run
+and ``task_cpu_seconds`` (CPU time of the pool's threads in tasks: the sampling work ``g3 simulate`` scales).
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import os
+import queue
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
+import torch.distributed as dist
 
-from ..neighbor_sampler import block_from_sample, sample_key
+from ..config import KNOB_DEFAULTS
+from ..neighbor_sampler import block_from_sample, sample_key, sample_rows, signed64
+from ..sampling_service import SamplingService
 from .base import WorkerContext
-from .distdgl import DistDglStrategy
+from .distdgl import DistDglStrategy, regroup
 from .minibatch import PreparedStep
 
-C_UTIL_SCALE = 100.0 / math.log(101.0)
+C_UTIL_SCALE = 100.0 / math.log(101.0)  # c of f(C_util): f(0) = 100, f(100) = 0
+LAUNCH_POLL_SECONDS = 0.005  # Algorithm 1's sleep(5ms)
+MEAN_OF_LAST = 8  # T_sample, T_train: means of the last 8 DAGs / steps
+
+
+def f_cpu(c_util: float) -> float:
+    """Algorithm 1's f(C_util) = 101 − e^(C_util / c): 100 on an idle CPU, 0 on a busy one."""
+    return max(0.0, 101.0 - math.exp(min(max(c_util, 0.0), 100.0) / C_UTIL_SCALE))  # e^(100/c) rounds above 101
 
 
 def launch_score(t_gap_ms: float, c_util: float, t_sample: float, t_train: float, q_size: int) -> float:
-    """Algorithm 1's launch-score: T_gap × f(C_util) / 100 × balance (balance infinite with nothing queued)."""
-    f = 101.0 - math.exp(min(max(c_util, 0.0), 100.0) / C_UTIL_SCALE)
-    balance = math.inf if q_size == 0 or t_train <= 0 else t_sample / (t_train * q_size)
-    return t_gap_ms * f / 100.0 * balance
+    """Algorithm 1's launch-score T_gap × f(C_util) × balance, balance = T_sample / (T_train × max(Q_size, 1))
+    (1 until both times are measured)."""
+    if t_sample > 0 and t_train > 0:
+        balance = t_sample / (t_train * max(q_size, 1))
+    else:
+        balance = 1.0
+    return t_gap_ms * f_cpu(c_util) * balance
+
+
+class CpuMeter:
+    """C_util in %: the machine's CPU utilisation over the last complete window of at least ``window`` s
+    (``/proc/stat``); without it this process's CPU time over the machine's cores."""
+
+    def __init__(self, window: float = 0.05, stat_path: str = "/proc/stat"):
+        self.window, self.stat_path = window, stat_path
+        self.cores = os.cpu_count() or 1
+        self.last = self._read()
+        self.last_t = time.perf_counter()
+        self.value = 0.0
+
+    def _read(self) -> tuple[float, float]:
+        """(busy, total) CPU time counters of the machine, or (this process's CPU s, cores × wall s)."""
+        try:
+            with open(self.stat_path) as f:
+                fields = [float(x) for x in f.readline().split()[1:9]]
+            idle = fields[3] + fields[4]  # idle + iowait
+            return sum(fields) - idle, sum(fields)
+        except (OSError, ValueError, IndexError):
+            return time.process_time(), time.perf_counter() * self.cores
+
+    def read(self) -> float:
+        now = time.perf_counter()
+        if now - self.last_t >= self.window:
+            cur = self._read()
+            busy, total = cur[0] - self.last[0], cur[1] - self.last[1]
+            if total > 0:
+                self.value = min(100.0, max(0.0, 100.0 * busy / total))
+                self.last, self.last_t = cur, now
+        return self.value
+
+
+class LaunchRule:
+    """Algorithm 1 with ``--max-dags`` and the liveness rule (module docstring); measurements injected so the
+    rule is testable without a clock."""
+
+    def __init__(self, sigma: float, max_dags: int, cpu: Callable[[], float], sequential: bool = False):
+        self.sigma, self.max_dags, self.cpu, self.sequential = sigma, max_dags, cpu, sequential
+        self.last_launch = time.perf_counter()
+
+    def should_launch(self, now: float, in_flight: int, queued: int, t_sample: float, t_train: float) -> bool:
+        if in_flight + queued >= self.max_dags:
+            return False
+        if in_flight == 0 and (queued == 0 or self.sequential):  # --scheduler off: one DAG at a time
+            return True
+        if self.sequential:
+            return False
+        score = launch_score((now - self.last_launch) * 1e3, self.cpu(), t_sample, t_train, queued)
+        return score >= self.sigma
+
+    def launched(self, now: float) -> None:
+        self.last_launch = now
+
+
+# --- the DAG -----------------------------------------------------------------------------------------------
+@dataclass
+class Dag:
+    """One step's sampling DAG: what its tasks have produced so far."""
+
+    id: int  # launch order (= the step): the fine-grained scheduler's first key
+    epoch: int
+    started: float
+    targets: np.ndarray | None = None
+    global_targets: int | None = None
+    hop: int = 0
+    frontier: np.ndarray | None = None
+    parts: list = field(default_factory=list)  # per chunk of the hop: (positions, counts, neighbours)
+    parts_left: int = 0
+    blocks: list = field(default_factory=list)
+    claimed: np.ndarray | None = None  # bool [num_nodes]: rows some fetch task of this DAG has taken
+    fetched: list = field(default_factory=list)  # (global ids, rows, degrees or None) per fetch
+    remote_rows: int = 0
+    open_fetches: int = 0
+    sampled: bool = False  # every hop merged
+    ready: int = 0  # tasks of this DAG in the ready queue now
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    result: PreparedStep | None = None
 
 
 @dataclass
-class Dag:
-    """One step's sampling: its tasks in order and what they have produced so far."""
+class Task:
+    """One task of a DAG: ``run()`` does its CPU work and returns the requests it sent (each with what to do
+    with the reply); the task is done when they are answered."""
 
-    step: int
-    epoch: int
-    targets: np.ndarray | None = None
-    global_targets: int | None = None
-    frontier: np.ndarray | None = None
-    blocks: list = field(default_factory=list)
-    next_task: int = 0
-    started: float = 0.0
-    result: PreparedStep | None = None
+    dag: Dag
+    kind: str  # seed | nsc | merge | fetch | end
+    cost: int
+    run: Callable[[], list]
+    index: int = -1  # an NSC task's chunk
+    waits: int = 0
 
 
 class ByteGnnStrategy(DistDglStrategy):
@@ -68,97 +199,234 @@ class ByteGnnStrategy(DistDglStrategy):
 
     def __init__(self, ctx: WorkerContext, model):
         super().__init__(ctx, model)
-        opts = ctx.options
-        self.scheduler = opts.get("scheduler", "on") == "on"
-        self.sigma = float(opts.get("launch_sigma", 5.0))
-        self.pool_size = int(opts.get("sample_threads", 2))
-        self.max_dags = int(opts.get("max_dags", 4))
-        self.t_sample: list[float] = []
-        self.t_train: list[float] = []
-        self._t_forward = 0.0
+        cfg = ctx.cfg
+        self.scheduler = _knob(cfg, "scheduler") == "on"
+        self.sigma = float(_knob(cfg, "launch_sigma"))
+        self.pool_size = int(_knob(cfg, "sample_threads"))
+        self.max_dags = int(_knob(cfg, "max_dags"))
+        self.task_nodes = int(_knob(cfg, "task_nodes"))
+        self.width = self.features.shape[1]
+        self.t_train: deque[float] = deque(maxlen=MEAN_OF_LAST)
+        self._took_step: float | None = None
+        self._runner: DagRunner | None = None
+        self.cpu_meter = CpuMeter()
+        if self.service is None and ctx.world > 1 and dist.is_initialized():  # replicated topology: rows remain
+            self.service = SamplingService(self.rank, ctx.world, {}, self.tr.stats, self.tracer, self.cfg.timeout)
+        if self.service is not None:
+            self.service.handlers["features0"] = self._serve_rows
+            ctx.all_reduce_int(0)  # every worker serves rows before any asks for them
 
-    # --- the tasks of a DAG ----------------------------------------------------------------------------
-    def _tasks(self) -> list[str]:
-        return ["seed", *(f"nsc{h}" for h in range(len(self.fanouts))), "fetch"]
+    # --- serving peers -----------------------------------------------------------------------------------
+    def _serve_rows(self, params: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """A peer's ``features0`` request: the input rows of nodes this worker owns (and, for GCN, their global
+        (in, out) degrees)."""
+        ids = arrays[0].astype(np.int64)
+        if len(ids) and (self.book.owner[ids] != self.rank).any():
+            raise ValueError(f"asked for rows worker {self.rank} does not own")
+        local = self.book.local[ids]
+        reply = [self.features[torch.from_numpy(local)].numpy()]
+        if self.needs_degrees:
+            reply.append(np.stack([self.in_degree[local], self.out_degree[local]], axis=1))
+        return reply
 
-    def _is_collective(self, task: str) -> bool:
-        return task == "fetch" or (task.startswith("nsc") and task != "nsc0" and not self.replicated)
-
-    def _cost(self, dag: Dag, task: str) -> int:
-        if task == "seed":
-            return 0
-        if task == "fetch":
-            return len(dag.frontier) * self.features.shape[1]
-        if self.replicated:
-            return int((self.g_indptr[dag.frontier + 1] - self.g_indptr[dag.frontier]).sum())
-        return len(dag.frontier) * max(self.fanouts[int(task[3:])], 1)
-
-    def _run(self, dag: Dag, task: str) -> None:
-        if task == "seed":
-            dag.targets, dag.global_targets = self.batch(dag.epoch, dag.step)
+    # --- the tasks ---------------------------------------------------------------------------------------
+    def seed_task(self, dag: Dag) -> Task:
+        def run() -> list:
+            dag.targets, dag.global_targets = self.batch(dag.epoch, dag.id)
             dag.frontier = dag.targets
-        elif task.startswith("nsc"):
-            hop = int(task[3:])
-            key = sample_key(self.cfg.seed, dag.epoch, dag.step, hop)
-            counts, nbrs = self.sample(dag.frontier, self.fanouts[hop], key, remote=hop > 0)
-            dag.blocks.append(block_from_sample(dag.frontier, counts, nbrs, self.scratch()))
-            dag.frontier = dag.blocks[-1].src
+            dag.claimed = np.zeros(self.num_nodes, dtype=bool)
+            return []
+        return Task(dag, "seed", 0, run)
+
+    def hop_tasks(self, dag: Dag) -> list[Task]:
+        """The NSC tasks of the DAG's current hop: its frontier cut into chunks of one owner each (the whole
+        CSR is here with a replicated topology: chunks by position only)."""
+        frontier, hop = dag.frontier, dag.hop
+        if self.replicated or self.service is None:
+            owner = np.full(len(frontier), self.rank, dtype=np.int64)
         else:
-            x0, degrees, fetched = self.gather_inputs(dag.frontier)
+            owner = self.book.owner[frontier]
+        order = np.argsort(owner, kind="stable")
+        cuts = np.flatnonzero(np.diff(owner[order])) + 1
+        pieces = []
+        for group in np.split(order, cuts) if len(order) else []:
+            pieces += np.array_split(group, math.ceil(len(group) / self.task_nodes))
+        dag.parts, dag.parts_left = [None] * len(pieces), len(pieces)
+        return [self.nsc_task(dag, hop, i, at, int(owner[at[0]])) for i, at in enumerate(pieces)]
+
+    def nsc_task(self, dag: Dag, hop: int, index: int, at: np.ndarray, owner: int) -> Task:
+        nodes, fanout = dag.frontier[at], self.fanouts[hop]
+        key = sample_key(self.cfg.seed, dag.epoch, dag.id, hop)
+
+        def keep(counts: np.ndarray, nbrs: np.ndarray) -> None:
+            dag.parts[index] = (at, counts.astype(np.int64), nbrs.astype(np.int64))
+
+        if owner != self.rank:
+            def ask() -> list:
+                p = self.service.submit(owner, "sample", [fanout, signed64(key)], [nodes.astype(self.wire_ids)])
+                return [(p, lambda arrays: keep(arrays[0], arrays[1]))]
+            return Task(dag, "nsc", len(nodes) * (fanout if fanout > 0 else 1), ask, index)
+        if self.replicated:
+            indptr, nbrs, rows = self.g_indptr, self.g_nbrs, nodes
+        else:
+            indptr, nbrs, rows = self.indptr, self.nbrs, self.book.local[nodes]
+
+        def draw() -> list:
+            keep(*sample_rows(indptr, nbrs, rows, nodes, fanout, key))
+            return []
+        return Task(dag, "nsc", int((indptr[rows + 1] - indptr[rows]).sum()), draw, index)
+
+    def merge_task(self, dag: Dag) -> Task:
+        """Join the hop's chunks in frontier order into its block; the sources are the next hop's frontier."""
+        def run() -> list:
+            if dag.parts:
+                order = np.concatenate([p[0] for p in dag.parts])
+                counts, nbrs = regroup(order, np.concatenate([p[1] for p in dag.parts]),
+                                       np.concatenate([p[2] for p in dag.parts]))
+            else:
+                counts, nbrs = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            dag.blocks.append(block_from_sample(dag.frontier, counts, nbrs, self.scratch()))
+            dag.frontier, dag.hop, dag.parts = dag.blocks[-1].src, dag.hop + 1, []
+            return []
+        return Task(dag, "merge", sum(len(p[2]) for p in dag.parts if p is not None), run)
+
+    def fetch_task(self, dag: Dag, candidates: np.ndarray) -> Task:
+        """The input rows of ``candidates`` no other fetch of this DAG has taken: own rows copied here, the
+        others asked of their owners (one ``features0`` request per owner)."""
+        def run() -> list:
+            wanted = np.unique(candidates)
+            with dag.lock:
+                ids = wanted[~dag.claimed[wanted]]
+                dag.claimed[ids] = True
+            owner = self.book.owner[ids]
+            mine = ids[owner == self.rank]
+            local = self.book.local[mine]
+            degrees = (np.stack([self.in_degree[local], self.out_degree[local]], axis=1)
+                       if self.needs_degrees else None)
+            self._keep_rows(dag, mine, self.features[torch.from_numpy(local)], degrees)
+            waits = []
+            for q in np.unique(owner[owner != self.rank]):
+                theirs = ids[owner == q]
+                p = self.service.submit(int(q), "features0", [], [theirs.astype(self.wire_ids)])
+                waits.append((p, lambda arrays, theirs=theirs: self._keep_rows(
+                    dag, theirs, torch.from_numpy(arrays[0]), arrays[1] if self.needs_degrees else None, True)))
+            return waits
+        return Task(dag, "fetch", len(candidates) * self.width, run)
+
+    def _keep_rows(self, dag: Dag, ids: np.ndarray, rows: torch.Tensor, degrees, remote: bool = False) -> None:
+        with dag.lock:
+            dag.fetched.append((ids, rows, degrees))
+            dag.remote_rows += len(ids) if remote else 0
+
+    def end_task(self, dag: Dag) -> Task:
+        """The step's inputs: the first block's sources' rows, in their order, from the fetched rows."""
+        def run() -> list:
+            src = dag.blocks[-1].src
+            ids = np.concatenate([f[0] for f in dag.fetched])
+            by_id = np.argsort(ids, kind="stable")
+            at = by_id[np.searchsorted(ids[by_id], src)]
+            x0 = torch.cat([f[1] for f in dag.fetched])[torch.from_numpy(at)]
+            degrees = None
+            if self.needs_degrees:
+                degrees = torch.from_numpy(np.concatenate([f[2] for f in dag.fetched])[at].astype(np.int64))
             took = time.perf_counter() - dag.started
             dag.result = PreparedStep(dag.targets, dag.global_targets, dag.blocks[::-1], x0, degrees,
-                                      {"sample": took, "fetch": 0.0}, fetched_rows=fetched)
+                                      {"sample": took, "fetch": 0.0}, fetched_rows=dag.remote_rows)
+            return []
+        return Task(dag, "end", 0, run)
 
-    # --- scheduling -------------------------------------------------------------------------------------
-    def _start_sampler(self, epoch: int) -> None:
-        self._epoch_runner = EpochRunner(self, epoch)
-        self._epoch_runner.start()
+    def released(self, task: Task) -> list[Task]:
+        """What finishing ``task`` releases (called under the runner's lock): a chunk's fetch when its NSC task
+        is done, the hop's merge when its last NSC task is, the next hop after a merge, end after the last
+        merge and the last fetch."""
+        dag, out = task.dag, []
+        if task.kind == "seed":
+            dag.open_fetches += 1
+            out = [self.fetch_task(dag, dag.targets), *self.hop_tasks(dag)]
+        elif task.kind == "nsc":
+            dag.parts_left -= 1
+            dag.open_fetches += 1
+            out = [self.fetch_task(dag, dag.parts[task.index][2])]
+        elif task.kind == "merge":
+            if dag.hop < len(self.fanouts):
+                out = self.hop_tasks(dag)
+            else:
+                dag.sampled = True
+        elif task.kind == "fetch":
+            dag.open_fetches -= 1
+        if task.kind in ("seed", "nsc", "merge") and not dag.sampled and dag.parts_left == 0:
+            out.append(self.merge_task(dag))  # the hop's last chunk (or an empty frontier)
+        if task.kind in ("merge", "fetch") and dag.sampled and dag.open_fetches == 0:
+            out.append(self.end_task(dag))
+        return out
 
-    def _next(self, epoch: int, step: int) -> PreparedStep:
+    # --- the compute thread's side -------------------------------------------------------------------------
+    def _next(self, epoch: int, step: int, micro: int = 0) -> PreparedStep:
+        now = time.perf_counter()
         if step == 0:
-            self._start_sampler(epoch)
-        prep = self._epoch_runner.wait(step)
-        self.t_sample.append(prep.seconds["sample"])
+            self._took_step = None
+            self.batch(epoch, 0)  # the epoch's permutation, once, before the tasks read it
+            self._runner = DagRunner(self, epoch)
+            self._runner.start()
+        elif self._took_step is not None:
+            self.t_train.append(now - self._took_step)
+        prep = self._runner.wait(step)
         if step == self.steps(epoch) - 1:
-            self._epoch_runner.join()
-        self._t_forward = time.perf_counter()
+            self._runner.join()
+        self._took_step = time.perf_counter()
         return prep
 
-    def backward(self, grad_logits) -> None:
-        super().backward(grad_logits)
-        self.t_train.append(time.perf_counter() - self._t_forward)
-
     def stats(self) -> dict:
-        return {**super().stats(), "dag_launches": int(self.timers["dag_launches"]),
-                "dags_in_flight_max": int(self.timers["dags_in_flight_max"])}
+        t = self.timers
+        return {**super().stats(), "dag_launches": int(t["dag_launches"]),
+                "dags_in_flight_max": int(t["dags_in_flight_max"]), "ready_tasks_max": int(t["ready_tasks_max"]),
+                "ready_tasks_per_dag_max": int(t["ready_tasks_per_dag_max"]),
+                "sampling_tasks": int(t["tasks_nsc"]), "fetch_tasks": int(t["tasks_fetch"]),
+                "task_cpu_seconds": t["task_cpu"]}
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.stop()
+        super().close()
 
 
-class EpochRunner:
-    """The DAGs of one epoch: a launcher (coarse-grained), a task pool (fine-grained order), one communication
-    thread for the collective tasks in (DAG id, task) order, and the finished DAGs by step."""
+def _knob(cfg, name: str):
+    """A `g3 train` knob; its default where the launcher did not resolve it (e.g. `g3 eval`)."""
+    value = getattr(cfg, name, None)
+    return KNOB_DEFAULTS[name] if value is None else value
+
+
+class DagRunner:
+    """One epoch's DAGs: a launcher (coarse-grained, Algorithm 1), a pool of threads serving one priority queue
+    of ready tasks (fine-grained: (DAG id, cost)), a network thread completing the tasks whose requests are
+    answered, and the finished DAGs by step. ``--scheduler off``: one DAG at a time, one thread, replies
+    awaited in the task."""
 
     def __init__(self, strategy: ByteGnnStrategy, epoch: int):
         self.s, self.epoch = strategy, epoch
         self.steps = strategy.steps(epoch)
-        self.tasks = strategy._tasks()
+        self.on = strategy.scheduler
         self.cv = threading.Condition()
-        self.ready: list = []  # heap of (dag id, cost, task index) of local tasks whose inputs are ready
-        self.dags: dict[int, Dag] = {}
-        self.done: dict[int, PreparedStep] = {}
-        self.error: BaseException | None = None
+        self.ready: list = []  # heap of (DAG id, cost, sequence, task)
+        self.seq = itertools.count()
+        self.replies: queue.Queue = queue.Queue()  # (task, pending, apply), in the order sent
+        self.dags: dict[int, Dag] = {}  # launched, not finished
+        self.done: dict[int, PreparedStep] = {}  # finished, not yet taken by the trainer
+        self.t_sample: deque[float] = deque(maxlen=MEAN_OF_LAST)
         self.launched = 0
+        self.error: BaseException | None = None
+        self.stopped = False
+        self.rule = LaunchRule(strategy.sigma, strategy.max_dags, strategy.cpu_meter.read, sequential=not self.on)
         self.threads: list[threading.Thread] = []
 
     def start(self) -> None:
-        s = self.s
-        if not s.scheduler:  # one thread, DAG after DAG, task after task
-            self.threads = [threading.Thread(target=self._guard(self._sequential), daemon=True, name="bytegnn")]
-        else:
-            self.threads = [threading.Thread(target=self._guard(self._launcher), daemon=True, name="bytegnn-launch"),
-                            threading.Thread(target=self._guard(self._communicate), daemon=True, name="bytegnn-comm")]
-            self.threads += [threading.Thread(target=self._guard(self._work), daemon=True, name=f"bytegnn-{i}")
-                             for i in range(s.pool_size)]
-        for t in self.threads:
+        pool = self.s.pool_size if self.on else 1
+        targets = [("launch", self._launcher)] + [(f"task-{i}", self._work) for i in range(pool)]
+        if self.on:
+            targets.append(("net", self._network))
+        for name, fn in targets:
+            t = threading.Thread(target=self._guard(fn), daemon=True, name=f"bytegnn-{name}")
+            self.threads.append(t)
             t.start()
 
     def _guard(self, fn):
@@ -171,118 +439,121 @@ class EpochRunner:
                     self.cv.notify_all()
         return run
 
+    # --- the trainer's side ---------------------------------------------------------------------------------
     def wait(self, step: int) -> PreparedStep:
         with self.cv:
             while step not in self.done and self.error is None:
                 self.cv.wait()
             if self.error is not None:
                 raise self.error
-            return self.done.pop(step)
+            prep = self.done.pop(step)
+            self.cv.notify_all()  # a queue slot is free
+            return prep
 
     def join(self) -> None:
-        with self.cv:
-            self.launched = self.steps  # nothing more to launch
-            self.cv.notify_all()
         for t in self.threads:
-            t.join(timeout=5.0)
+            t.join(timeout=self.s.cfg.timeout)
 
-    # --- scheduler off ----------------------------------------------------------------------------------
-    def _sequential(self) -> None:
-        for step in range(self.steps):
-            dag = Dag(step, self.epoch, started=time.perf_counter())
-            for task in self.tasks:
-                self.s._run(dag, task)
-            self._finish(dag)
-            self.s.timers["dag_launches"] += 1
+    def stop(self) -> None:
+        with self.cv:
+            self.stopped = True
+            self.cv.notify_all()
 
-    # --- scheduler on -----------------------------------------------------------------------------------
+    def _over(self) -> bool:
+        return self.error is not None or self.stopped or (self.launched == self.steps and not self.dags)
+
+    # --- coarse-grained: when to launch the next DAG --------------------------------------------------------
     def _launcher(self) -> None:
         s = self.s
-        last, cpu0, wall0 = time.perf_counter(), time.process_time(), time.perf_counter()
-        capacity = max(1, min(os.cpu_count() or 1, s.pool_size + 1))
         while True:
             with self.cv:
-                if self.launched >= self.steps or self.error is not None:
+                if self.error is not None or self.stopped or self.launched == self.steps:
                     return
                 in_flight, queued = len(self.dags), len(self.done)
-            now, cpu = time.perf_counter(), time.process_time()
-            c_util = 100.0 * (cpu - cpu0) / max(now - wall0, 1e-6) / capacity
-            cpu0, wall0 = cpu, now
-            t_sample = float(np.mean(s.t_sample[-8:])) if s.t_sample else 0.0
-            t_train = float(np.mean(s.t_train[-8:])) if s.t_train else 0.0
-            score = launch_score((now - last) * 1e3, c_util, t_sample, t_train, queued)
-            # always one DAG when none is under way; never more than --max-dags made and not yet trained on
-            if in_flight + queued < s.max_dags and (in_flight == 0 or score >= s.sigma):
-                self._launch()
-                last = time.perf_counter()
+                t_sample = float(np.mean(self.t_sample)) if self.t_sample else 0.0
+            t_train = float(np.mean(s.t_train)) if s.t_train else 0.0
+            now = time.perf_counter()
+            if self.rule.should_launch(now, in_flight, queued, t_sample, t_train):
+                self._launch(now)
             else:
-                time.sleep(0.005)
+                with self.cv:  # Algorithm 1's sleep(5 ms); a finished or taken DAG wakes it sooner
+                    self.cv.wait(LAUNCH_POLL_SECONDS)
 
-    def _launch(self) -> None:
+    def _launch(self, now: float) -> None:
         with self.cv:
-            dag = Dag(self.launched, self.epoch, started=time.perf_counter())
-            self.dags[dag.step] = dag
-            t = self.s.timers
-            t["dags_in_flight_max"] = max(t["dags_in_flight_max"], len(self.dags))
+            dag = Dag(self.launched, self.epoch, started=now)
+            self.dags[dag.id] = dag
             self.launched += 1
-            self.s.timers["dag_launches"] += 1
-            self._release(dag)
+            self.rule.launched(now)
+            t = self.s.timers
+            t["dag_launches"] += 1
+            t["dags_in_flight_max"] = max(t["dags_in_flight_max"], len(self.dags))
+            self._push([self.s.seed_task(dag)])
 
-    def _release(self, dag: Dag) -> None:
-        """Make the DAG's next task runnable (caller holds the lock): local ones into the priority queue, a
-        collective one waits for the communication thread."""
-        if dag.next_task >= len(self.tasks):
-            return
-        task = self.tasks[dag.next_task]
-        if not self.s._is_collective(task):
-            heapq.heappush(self.ready, (dag.step, self.s._cost(dag, task), dag.next_task))
+    # --- fine-grained: ready tasks by (DAG id, cost) ---------------------------------------------------------
+    def _push(self, tasks: list[Task]) -> None:
+        """Make ``tasks`` ready (caller holds the lock)."""
+        t = self.s.timers
+        for task in tasks:
+            heapq.heappush(self.ready, (task.dag.id, task.cost, next(self.seq), task))
+            task.dag.ready += 1
+            t["ready_tasks_per_dag_max"] = max(t["ready_tasks_per_dag_max"], task.dag.ready)
+            t[f"tasks_{task.kind}"] += 1
+        t["ready_tasks_max"] = max(t["ready_tasks_max"], len(self.ready))
         self.cv.notify_all()
 
     def _work(self) -> None:
         while True:
             with self.cv:
-                while not self.ready and self.error is None and not self._all_done():
-                    self.cv.wait(timeout=0.05)
-                if self.error is not None or (self._all_done() and not self.ready):
+                while not self.ready and not self._over():
+                    self.cv.wait(0.05)
+                if not self.ready:
                     return
-                step, _cost, index = heapq.heappop(self.ready)
-                dag = self.dags[step]
-            self.s._run(dag, self.tasks[index])
-            self._advance(dag)
-
-    def _communicate(self) -> None:
-        """Collective tasks strictly in (DAG id, task) order: the same sequence of collectives on every rank."""
-        for step in range(self.steps):
-            for index, task in enumerate(self.tasks):
-                if not self.s._is_collective(task):
-                    continue
-                with self.cv:
-                    while (step not in self.dags or self.dags[step].next_task < index) and self.error is None:
-                        self.cv.wait(timeout=0.05)
-                    if self.error is not None:
-                        return
-                    dag = self.dags[step]
-                self.s._run(dag, task)
-                self._advance(dag)
-
-    def _advance(self, dag: Dag) -> None:
-        with self.cv:
-            dag.next_task += 1
-            if dag.next_task == len(self.tasks):
-                self._finish(dag, locked=True)
-            else:
-                self._release(dag)
-
-    def _finish(self, dag: Dag, locked: bool = False) -> None:
-        if not locked:
+                *_, task = heapq.heappop(self.ready)
+                task.dag.ready -= 1
+            c0 = time.thread_time()
+            waits = task.run()
             with self.cv:
-                return self._finish(dag, locked=True)
-        self.done[dag.step] = dag.result
-        self.dags.pop(dag.step, None)
-        self.cv.notify_all()
+                self.s.timers["task_cpu"] += time.thread_time() - c0
+            if not waits:
+                self._complete(task)
+            elif not self.on:  # one thread: the task waits for its replies
+                for pending, apply in waits:
+                    apply(pending.result())
+                self._complete(task)
+            else:
+                with self.cv:
+                    task.waits = len(waits)
+                for pending, apply in waits:
+                    self.replies.put((task, pending, apply))
 
-    def _all_done(self) -> bool:
-        return self.launched >= self.steps and not self.dags
+    def _network(self) -> None:
+        """Take the replies in the order the requests were sent; a task is done with its last reply."""
+        while True:
+            try:
+                task, pending, apply = self.replies.get(timeout=0.05)
+            except queue.Empty:
+                with self.cv:
+                    if self._over():
+                        return
+                continue
+            apply(pending.result())
+            with self.cv:
+                task.waits -= 1
+                last = task.waits == 0
+            if last:
+                self._complete(task)
+
+    def _complete(self, task: Task) -> None:
+        with self.cv:
+            if task.kind == "end":
+                dag = task.dag
+                self.done[dag.id] = dag.result
+                self.dags.pop(dag.id)
+                self.t_sample.append(dag.result.seconds["sample"])
+                self.cv.notify_all()
+            else:
+                self._push(self.s.released(task))
 
 
 STRATEGY = ByteGnnStrategy
