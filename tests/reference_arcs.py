@@ -1,5 +1,5 @@
 """Independent single-process references for the strategies that change what a *remote* in-neighbour
-contributes at the hidden layers: BNS-GCN's boundary sampling and SANCUS's stale embeddings.
+contributes at the hidden layers: BNS-GCN's boundary sampling and SANCUS's stale embeddings (checks E and A).
 
 Full-graph training written per arc (an edge list with ``index_add`` and plain autograd; nothing shared with
 ``stages/runtime`` but the specs: ``dropout_mask`` and ``keep_nodes``, the counter-based hashes both ends of an
@@ -103,9 +103,9 @@ def bns_substitute(part: torch.Tensor, p: float, seed: int):
 
 
 def sancus_substitute(part: torch.Tensor, bound: int, num_layers: int):
-    """SANCUS, check E (and A, its lock-step equivalent): owner j resends layer l's rows when the copy the others
-    hold would be more than ``bound`` epochs old; otherwise the arcs from j's nodes read the cached rows (ReLU'd,
-    before dropout) under the current epoch's mask, with the gradient going to j's current rows."""
+    """SANCUS, check E: owner j resends layer l's rows when the copy the others hold would be more than
+    ``bound`` epochs old; otherwise the arcs from j's nodes read the cached rows (ReLU'd, before dropout) under
+    the current epoch's mask, with the gradient going to j's current rows."""
     k = int(part.max()) + 1
     cache: dict[int, torch.Tensor] = {}
     version = {li: torch.full((k,), -1) for li in range(1, num_layers)}
@@ -120,5 +120,37 @@ def sancus_substitute(part: torch.Tensor, bound: int, num_layers: int):
                 version[li][j] = epoch
             stand_in = a + (cache[li] - a).detach()  # the cached value, the gradient to the current rows
             return (torch.relu(stand_in) * mask)[src_r]
+        return substitute
+    return for_epoch
+
+
+def sancus_ask_substitute(part: torch.Tensor, bound: int, num_layers: int):
+    """SANCUS, check A (001 Alg. 5, Fig. 14b), written from the receivers' side: every receiver r keeps its own
+    copy of each owner j's rows and its own version ``Ver_r(j)``. After computing layer l at epoch e with that
+    copy, r asks j when ``e − Ver_r(j) > bound``; j then sends, at epoch e + 1, to the receivers that asked.
+    A receiver without a copy asks before its first use. Only receivers that read some arc from j ask. Arcs
+    from j into r read r's copy (ReLU'd, before dropout) under the current mask, the gradient to j's rows."""
+    k = int(part.max()) + 1
+    copies: dict[int, dict[int, torch.Tensor]] = {li: {} for li in range(1, num_layers)}  # receiver -> [N, W]
+    version = {li: torch.full((k, k), -1) for li in range(1, num_layers)}  # [receiver, owner]
+    pending: dict[int, torch.Tensor] = {}  # layer -> bool [receiver, owner]: asks raised, served next epoch
+
+    def for_epoch(epoch: int):
+        def substitute(li, a, mask, src_r, dst_r):
+            reads = torch.zeros((k, k), dtype=torch.bool)
+            reads[part[dst_r], part[src_r]] = True
+            asked = pending.get(li, reads)  # no copy yet: every reader asks
+            for r, j in torch.nonzero(asked).tolist():  # owner j sends to receiver r
+                copy = copies[li].setdefault(r, torch.zeros_like(a.detach()))
+                copy[part == j] = a.detach()[part == j]
+                version[li][r, j] = epoch
+            rows = torch.empty((len(src_r), a.shape[1]), dtype=a.dtype)
+            for r in range(k):
+                arcs = part[dst_r] == r
+                if arcs.any():
+                    stand_in = a + (copies[li][r] - a).detach()  # r's copy, the gradient to the current rows
+                    rows[arcs] = (torch.relu(stand_in) * mask)[src_r[arcs]]
+            pending[li] = reads & (epoch - version[li] > bound)  # the asks r raises after this use
+            return rows
         return substitute
     return for_epoch

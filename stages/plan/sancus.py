@@ -65,10 +65,12 @@ OPTIONS = (
     PlanOption("staleness", "--staleness", "epoch:1", parse=parse_staleness, metavar="POLICY:BOUND",
                help="When a worker resends its rows (per layer; otherwise the others use their cached copy). "
                     "epoch:N (check E): when the receivers' copy would be more than N epochs old; ask:N (check A): "
-                    "any receiver whose copy is more than N epochs old asks (an OR all-reduce of flags; in a "
-                    "lock-step runtime it behaves as epoch:N); drift:X (check H): when the relative change since the "
-                    "last send exceeds X (--drift-norm). epoch:0 = exact full-graph training. Layer-0 features are "
-                    "static and fetched once; backward gradients are exchanged every epoch."),
+                    "the receivers decide - one whose copy was more than N epochs old after using it asks the "
+                    "owner, which sends at its next epoch (001 Fig. 14b), so copies get up to N+1 epochs old; "
+                    "in g3's lock-step runtime every receiver holds the same versions, so ask:N sends when "
+                    "epoch:N+1 does and adds the asks' traffic; drift:X (check H): when the relative change "
+                    "since the last send exceeds X (--drift-norm). epoch:0 = exact full-graph training. Layer-0 "
+                    "features are static and fetched once; backward gradients are exchanged every epoch."),
     PlanOption("drift_norm", "--drift-norm", "fro", parse=_choice("fro", "max"), metavar="fro|max",
                help="For drift:X, the norm of the change, relative to the last sent rows: 'fro' = Frobenius "
                     "(||H - H_sent||_F / ||H_sent||_F; the thesis leaves the norm open), 'max' = largest absolute "

@@ -6,9 +6,14 @@ sends this epoch follows ``--staleness``:
 
 * ``epoch:N`` (check E): when the copy the others hold would be more than N epochs old (deterministic: every
   worker computes every owner's decision itself);
-* ``ask:N`` (check A): every receiver flags the owners whose copy it holds is more than N epochs old, and an
-  OR all-reduce of the flags decides; every receiver holds the same versions here (the runtime is lock-step),
-  so this gives epoch:N's decisions at the price of the all-reduce — as the papers README notes;
+* ``ask:N`` (check A, 001 Alg. 5): the *receivers* decide. After computing with its copy of owner j's rows, a
+  receiver whose copy was more than N epochs old (``Ver − Ver_i(j) > N``) asks j for fresh rows, and j sends at
+  its next epoch — the paper's Fig. 14(b): too stale at epoch 9, sent at epoch 10. Only receivers that hold
+  rows of j ask. The asks travel as one word per (receiver, owner) pair (``p2p``: j sends to the askers alone)
+  or as an OR all-reduce of the K flags (``broadcast``: every worker must know the roots). A copy is thus used
+  up to N+1 epochs old; in this lock-step runtime every receiver of j holds the same version, so the sends fall
+  on epoch:N+1's epochs (no ask:N is exact) — the asymmetry check A is for, workers at different speeds, does
+  not arise here;
 * ``drift:X`` (check H): the owner sends when ``‖H − H_sent‖ / ‖H_sent‖ > X`` over the rows it sends (the
   relative Frobenius norm by default, ``--drift-norm max`` the relative largest change); the others learn it
   from the one-word headers (``p2p``) or an all-reduce of the K flags (``broadcast``).
@@ -19,7 +24,7 @@ of rows, every worker keeps the rows of its remote nodes (``broadcast_pick``), s
 one-word header (1: rows follow; 0: stale, use the cache), so a stale owner sends the header alone.
 
 What is cached is the owner's output *before* dropout: the receiver applies the current epoch's mask, keyed
-by (seed, epoch, layer, node) as everywhere in g3, so staleness 0 is exactly full-graph training. Layer-0
+by (seed, epoch, layer, node) as everywhere in g3, so epoch:0 and drift:0 are exactly full-graph training. Layer-0
 features are static: fetched once. Backward gradients are exchanged every epoch (the authors' code never
 skips them), peer-to-peer in both layouts: they are contributions to the owners' rows, not rows of a block
 (the thesis broadcasts δ_i; with in-edge row blocks the owners need the sum of the contributions). The
@@ -60,6 +65,9 @@ class SancusStrategy(LayerSyncStrategy):
         self.version = {li: torch.full((k,), -1, dtype=torch.int64) for li in range(1, L)}
         self.sent: dict[int, torch.Tensor | None] = {li: None for li in range(1, L)}
         self.sent_layers = self.skipped_layers = 0
+        # check A: the owners whose rows this worker holds (the only ones it ever asks)
+        self.holds = torch.from_numpy(np.diff(np.asarray(ctx.shard.remote_owner_ptr, dtype=np.int64)) > 0)
+        self.holds[self.rank] = False
         if self.layout == "p2p":  # the rows a peer receives from this worker: drift is measured on them
             ids = [i for i in self.send_ids if len(i)]
             self.send_rows = torch.unique(torch.cat(ids)) if ids else torch.zeros(0, dtype=torch.int64)
@@ -89,15 +97,12 @@ class SancusStrategy(LayerSyncStrategy):
         return bool(change > self.bound * scale) if float(scale) > 0 else bool(change > 0)
 
     def fresh_owners(self, li: int, h: torch.Tensor, epoch: int) -> torch.Tensor:
-        """Bool ``[K]``: the owners that send layer ``li``'s rows this epoch (known to every worker)."""
+        """Bool ``[K]``: the owners that send layer ``li``'s rows this epoch (known to every worker); checks E
+        and H, where the owner's side decides."""
         age = epoch - self.version[li]
         never = self.version[li] < 0
         if self.policy == "epoch":
             return never | (age > self.bound)
-        if self.policy == "ask":
-            flags = (never | (age > self.bound)).to(torch.int64)
-            flags[self.rank] = 0  # a worker asks its peers, not itself
-            return self.tr.all_reduce_max(flags, f"ask{li - 1}").bool()
         mine = self._drifted(li, h)
         if self.layout == "p2p":  # the others learn it from the headers
             out = torch.zeros(self.ctx.world, dtype=torch.bool)
@@ -107,16 +112,30 @@ class SancusStrategy(LayerSyncStrategy):
         flags[self.rank] = int(mine)
         return self.tr.all_reduce_max(flags, f"drift{li - 1}").bool()
 
+    def asks(self, li: int, epoch: int) -> torch.Tensor:
+        """Check A, the receiver's side: bool ``[K]``, the owners this worker asks for layer ``li``'s rows at
+        ``epoch``. It raised the asks at the end of the previous epoch, after computing with its copies: an owner
+        whose copy was then more than N epochs old, or of whom it holds no copy yet."""
+        version = self.version[li]
+        return self.holds & ((version < 0) | ((epoch - 1) - version > self.bound))
+
     # --- exchanges ------------------------------------------------------------------------------------------
     def exchange_forward(self, li: int, h: torch.Tensor, epoch: int, training: bool) -> torch.Tensor:
         if not training:  # exact inference: every boundary row, fresh; the caches are left alone
             return self.exact_exchange(li, h, f"eval{li - 1}")
-        fresh = self.fresh_owners(li, h, epoch)
         label = f"fwd{li - 1}"
-        if self.layout == "broadcast":
+        if self.policy == "ask":
+            asks = self.asks(li, epoch)
+            if self.layout == "broadcast":  # the roots of this layer's broadcasts: asked by someone
+                fresh = self.tr.all_reduce_max(asks, f"ask{li - 1}").bool()
+                self._broadcast(li, h, fresh, label)
+            else:
+                fresh = self._p2p_on_request(li, h, asks, label)
+        elif self.layout == "broadcast":
+            fresh = self.fresh_owners(li, h, epoch)
             self._broadcast(li, h, fresh, label)
         else:
-            fresh = self._p2p(li, h, bool(fresh[self.rank]), label)
+            fresh = self._p2p(li, h, bool(self.fresh_owners(li, h, epoch)[self.rank]), label)
         for j in range(self.ctx.world):
             if j != self.rank:
                 if bool(fresh[j]):
@@ -155,6 +174,25 @@ class SancusStrategy(LayerSyncStrategy):
         for q, rows in enumerate(parts):
             if q != self.rank and bool(fresh[q]) and len(rows):
                 self.cache[li][self.recv_ids[q]] = rows
+        return fresh
+
+    def _p2p_on_request(self, li: int, h: torch.Tensor, asks: torch.Tensor, label: str) -> torch.Tensor:
+        """Check A over p2p: a one-word ask to every peer (1: send me your rows), then each owner sends its
+        boundary rows to the peers that asked. Returns bool ``[K]``: the owners that sent here, and at this
+        worker's own position whether anyone asked it."""
+        k = self.ctx.world
+        words = [torch.tensor([[int(asks[q])]], dtype=torch.int64) for q in range(k)]
+        got = self.tr.all_to_all(words, [1] * k, f"ask{li - 1}")
+        asked_by = [q != self.rank and bool(got[q].reshape(-1)[0]) for q in range(k)]
+        chunks = [take_rows_at(h, ids) if asked_by[q] else h.new_zeros((0, h.shape[1]))
+                  for q, ids in enumerate(self.send_ids)]
+        parts = self.tr.all_to_all(chunks, [len(r) if bool(asks[q]) else 0 for q, r in enumerate(self.recv_ids)],
+                                   label)
+        for q, rows in enumerate(parts):
+            if bool(asks[q]) and len(rows):
+                self.cache[li][self.recv_ids[q]] = rows
+        fresh = asks.clone()
+        fresh[self.rank] = any(asked_by)
         return fresh
 
     def input_transform(self, li: int, x: torch.Tensor, epoch: int, training: bool) -> torch.Tensor:
