@@ -9,11 +9,13 @@ thread at once even with connections open both ways.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
 import numpy as np
 import pytest
+from test_strategies import partitions  # noqa: F401 - the fixture
 
 from stages.runtime.neighbor_sampler import sample_key, sample_rows, signed64
 from stages.runtime.sampling_service import SamplingService
@@ -164,3 +166,63 @@ def test_a_silent_owner_times_out_and_close_ends_every_thread_at_once():
     assert not any(t.is_alive() for s in services for t in s.threads)
     with pytest.raises(RuntimeError, match="cannot reach worker 1"):
         services[0].submit(1, "echo", [], [np.arange(2)])
+
+
+# --- local order: DistDGL's even split of the training set (001:205) ------------------------------------------
+def even_split_by_hand(train: list[np.ndarray]) -> list[list[int]]:
+    """The split written out node by node: shares N // K, one more for the N % K workers holding most (ties to
+    the lower rank); a worker over its share gives its largest ids, handed in rank order to those under it."""
+    k, n = len(train), sum(len(t) for t in train)
+    by_size = sorted(range(k), key=lambda w: (-len(train[w]), w))
+    share = [n // k + (1 if by_size.index(w) < n % k else 0) for w in range(k)]
+    kept = [sorted(t.tolist())[: share[w]] for w, t in enumerate(train)]
+    given = [v for w, t in enumerate(train) for v in sorted(t.tolist())[share[w]:]]
+    for w in range(k):
+        while len(kept[w]) < share[w]:
+            kept[w].append(given.pop(0))
+    assert not given
+    return [sorted(x) for x in kept]
+
+
+@pytest.mark.parametrize("sizes", [(5, 6), (10, 3, 0, 7), (4, 4, 4), (0, 9), (1, 1, 1, 9)])
+def test_the_even_split_gives_every_worker_the_same_count_keeping_its_own_first(sizes):
+    from stages.runtime.strategies.distdgl import balanced_split
+
+    rng = np.random.default_rng(sum(sizes))
+    ids = rng.permutation(100)[: sum(sizes)]
+    train = [np.sort(part) for part in np.split(ids, np.cumsum(sizes)[:-1])]
+    split = balanced_split(train)
+    assert [s.tolist() for s in split] == even_split_by_hand(train)
+    counts = [len(s) for s in split]
+    assert max(counts) - min(counts) <= 1 and sum(counts) == sum(sizes)
+    assert np.array_equal(np.sort(np.concatenate(split)), np.sort(ids))
+    for t, s in zip(train, split, strict=True):  # as many of its own as its share allows
+        assert len(np.intersect1d(t, s)) == min(len(t), len(s))
+
+
+def test_local_order_trains_the_even_split_as_one_process_fed_the_union_batches(store, partitions, tmp_path):  # noqa: F811
+    from reference_minibatch import labelled_train, minibatch_train, permutation
+    from test_minibatch import DROPOUT, EPOCHS, LR, SEED, run_distdgl, weights
+    from test_train import max_weight_diff, ref_graph
+
+    part = partitions("random", 2)
+    graph = ref_graph(store)
+    assignment = np.load(part / "assignment.npy").astype(np.int64)
+    train = labelled_train(graph)
+    own = [np.sort(train[assignment[train] == w]) for w in range(2)]
+    assert len(own[0]) != len(own[1])  # the precondition: the split moves training nodes between workers
+    split = [np.array(s, dtype=np.int64) for s in even_split_by_hand(own)]
+    batch = 15
+    steps = -(-max(len(s) for s in split) // batch)
+
+    def batches(epoch: int) -> list[np.ndarray]:
+        perms = [permutation(s, SEED, epoch) for s in split]
+        return [np.concatenate([p[i * batch : (i + 1) * batch] for p in perms]) for i in range(steps)]
+
+    run = run_distdgl(part, tmp_path, "sage", order="local", batch=batch)
+    init, final = weights(run)
+    expected = minibatch_train("sage", init, graph, batches, [3, 2], EPOCHS, LR, DROPOUT, SEED)
+    assert max_weight_diff(final, expected) <= 1e-5
+    rec = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    per_worker = -(-len(train) // 2)  # ceil(N / K) targets per epoch on the fuller worker, one fewer at most
+    assert rec[0]["steps"] == -(-per_worker // batch)

@@ -44,15 +44,15 @@ SAMPLING_OPTIONS = (
     PlanOption("batch_size", "--batch-size", "1000", parse=positive_int("the batch size"), metavar="B",
                help="Target (training) nodes per batch: per worker with --batch-order local, in all with global."),
     PlanOption("batch_order", "--batch-order", "local", parse=parse_order, metavar="local|global",
-               help="local (DistDGL): each worker shuffles its own training nodes every epoch; every rank runs "
-                    "the largest batch count, a rank out of batches adds zero gradient. global: one permutation "
-                    "of all training nodes per epoch, global step s = batch s, each worker computing the targets "
-                    "it owns — the same batches for any K."),
+               help="local (DistDGL): the training nodes are split evenly, every worker the same count "
+                    "(N/K, own nodes first, the surplus of fuller workers moved to emptier ones), each shuffling "
+                    "its share every epoch. global: one permutation of all training nodes per epoch, global step "
+                    "s = batch s, each worker computing the targets it owns — the same batches for any K."),
 )
 OPTIONS = SAMPLING_OPTIONS + (
     PlanOption("topology", "--topology", "partitioned", parse=parse_topology, metavar="partitioned|replicated",
-               help="distdgl: partitioned (DistDGL: a node's in-edges live with its owner, so every hop after "
-                    "the targets' asks the owners of remote frontier nodes, one round per hop) or replicated "
+               help="distdgl: partitioned (DistDGL: a node's in-edges live with its owner, so a worker asks "
+                    "the owners' sampling servers for its remote frontier nodes) or replicated "
                     "(the plan holds the store's whole CSR once, topology/, memory-mapped by every worker: "
                     "sampling needs no communication; features are still fetched). Same samples, same model."),
 )

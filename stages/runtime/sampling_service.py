@@ -92,6 +92,11 @@ def _send_arrays(sock: socket.socket, arrays: list[np.ndarray]) -> int:
     return len(head) + sum(a.nbytes for a in payloads)
 
 
+def _wire_size(arrays: list[np.ndarray]) -> int:
+    """The bytes :func:`_send_arrays` sends for ``arrays``."""
+    return _COUNT.size + sum(_ARRAY.size + 8 * np.ndim(a) + np.asarray(a).nbytes for a in arrays)
+
+
 def _recv_arrays(sock: socket.socket) -> tuple[list[np.ndarray], int]:
     """What :func:`_send_arrays` sent, each array received straight into its own buffer; and the bytes read."""
     (count,) = _COUNT.unpack(_recv_exact(sock, _COUNT.size))
@@ -209,10 +214,10 @@ class SamplingService:
                     _send_text(conn, f"{type(exc).__name__}: {exc}")
                     continue
                 t0 = now_us()
+                with self.lock:  # counted before it leaves: the asker may read the figures once it has the reply
+                    self.stats.sent(label, 1 + _wire_size(reply))
                 conn.sendall(bytes([_OK]))
-                sent = _send_arrays(conn, reply)
-                with self.lock:
-                    self.stats.sent(label, sent + 1)
+                _send_arrays(conn, reply)
                 self.tracer.span("send", f"{label} reply", t0, now_us())
         except OSError:  # shut down by close(), or the peer went away
             return

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 import torch.distributed as dist
 
 from ..neighbor_sampler import build_blocks, sample_key, sample_rows, signed64, sorted_rows_by_global
@@ -47,11 +48,15 @@ class DistDglStrategy(MiniBatchStrategy):
         shard = ctx.shard
         self.indptr = np.asarray(shard.indptr, dtype=np.int64)
         self.nbrs = sorted_rows_by_global(self.indptr, shard.indices, self.global_ids.numpy())
+        everyone = self._per_rank(self.train_global)
         if self.order == "global":
-            self.all_train = np.sort(self._all_gather(self.train_global))
+            self.all_train = np.sort(np.concatenate(everyone))
             self.num_steps = math.ceil(len(self.all_train) / self.batch_size)
-        else:
-            self.num_steps = ctx.all_reduce_int(math.ceil(len(self.train_global) / self.batch_size), "max")
+        else:  # DistDGL's even split: the same number of training nodes per worker, own ones first
+            split = balanced_split(everyone)
+            self.my_train = split[self.rank]
+            self.num_steps = math.ceil(max(len(t) for t in split) / self.batch_size)
+            self._adopt_labels(split)
         self._perm_epoch, self._perm = None, None
         self.replicated = opts.get("topology", "partitioned") == "replicated"
         if self.replicated:
@@ -63,12 +68,35 @@ class DistDglStrategy(MiniBatchStrategy):
             self.service = SamplingService(self.rank, ctx.world, {"sample": self._serve_sample}, self.tr.stats,
                                            self.tracer, self.cfg.timeout)
 
-    def _all_gather(self, ids: np.ndarray) -> np.ndarray:
+    def _per_rank(self, obj) -> list:
+        """``obj`` of every rank, in rank order (collective)."""
         if self.ctx.world == 1 or not dist.is_initialized():
-            return ids
+            return [obj]
         everyone = [None] * self.ctx.world
-        dist.all_gather_object(everyone, ids)
-        return np.concatenate(everyone)
+        dist.all_gather_object(everyone, obj)
+        return everyone
+
+    def _adopt_labels(self, split: list[np.ndarray]) -> None:
+        """The labels of the training nodes other workers gave this one (its targets that it does not own):
+        every owner sends those of its nodes that went elsewhere, once, at the start (collective)."""
+        gone = np.concatenate([t for r, t in enumerate(split) if r != self.rank] or [np.zeros(0, np.int64)])
+        gone = gone[self.book.owner[gone] == self.rank]
+        given = self._per_rank((gone, self.labels[torch.from_numpy(self.book.local[gone])].numpy()))
+        ids = np.concatenate([g for g, _ in given])
+        order = np.argsort(ids)
+        self.adopted_ids = ids[order]
+        self.adopted_labels = torch.from_numpy(np.concatenate([lab for _, lab in given])[order])
+
+    def target_labels(self, nodes: np.ndarray) -> torch.Tensor:
+        """Labels of a step's targets: own ones from the shard, adopted ones (local order) from the owners'."""
+        mine = self.book.owner[nodes] == self.rank
+        if mine.all():
+            return super().target_labels(nodes)
+        out = torch.empty(len(nodes), dtype=self.labels.dtype)
+        out[torch.from_numpy(mine)] = super().target_labels(nodes[mine])
+        at = np.searchsorted(self.adopted_ids, nodes[~mine])
+        out[torch.from_numpy(~mine)] = self.adopted_labels[torch.from_numpy(at)]
+        return out
 
     # --- batches --------------------------------------------------------------------------------------
     def steps(self, epoch: int) -> int:
@@ -76,7 +104,7 @@ class DistDglStrategy(MiniBatchStrategy):
 
     def batch(self, epoch: int, step: int) -> tuple[np.ndarray, int | None]:
         if self._perm_epoch != epoch:
-            pool = self.all_train if self.order == "global" else self.train_global
+            pool = self.all_train if self.order == "global" else self.my_train
             self._perm, self._perm_epoch = shuffled(pool, self.cfg.seed, epoch), epoch
         chunk = self._perm[step * self.batch_size : (step + 1) * self.batch_size]
         if self.order == "global":
@@ -142,6 +170,22 @@ def regroup(order: np.ndarray, counts_sorted: np.ndarray, picks_sorted: np.ndarr
     offsets = np.cumsum(counts) - counts
     take = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
     return counts, picks_sorted[take]
+
+
+def balanced_split(train: list[np.ndarray]) -> list[np.ndarray]:
+    """DistDGL's split of the training set (001 §4.1.5, 001:205): every worker gets the same number of training
+    nodes, ``N // K`` or one more (the extra ones to the workers holding most, ties to the lower rank), keeping
+    as many of its own as that allows. A worker over its share keeps its smallest ids and gives the rest; the
+    given ids, pooled in rank order (ascending within a worker), fill the workers under their share in rank
+    order. ``train[w]``: worker w's own training nodes (global ids, ascending). The same on every worker."""
+    sizes = np.array([len(t) for t in train], dtype=np.int64)
+    k, n = len(train), int(sizes.sum())
+    share = np.full(k, n // k, dtype=np.int64)
+    share[np.lexsort((np.arange(k), -sizes))[: n % k]] += 1
+    pool = np.concatenate([t[share[w]:] for w, t in enumerate(train)] or [np.zeros(0, np.int64)])
+    missing = np.maximum(share - sizes, 0)
+    cuts = np.split(pool, np.cumsum(missing)[:-1])
+    return [np.sort(np.concatenate([t[: share[w]], cuts[w]])).astype(np.int64) for w, t in enumerate(train)]
 
 
 def load_topology(plan_dir, plan_meta: dict) -> tuple[np.ndarray, np.ndarray]:

@@ -238,7 +238,7 @@ class MiniBatchStrategy(Strategy):
         self.timers["source_rows"] += len(prep.blocks[0].src) if prep.blocks else 0
         self.timers["fetched_rows"] += prep.fetched_rows
         out_nodes = prep.blocks[-1].dst if prep.blocks else prep.targets
-        labels = self.labels[torch.from_numpy(self.book.local[out_nodes])]
+        labels = self.target_labels(out_nodes)
         rows = torch.from_numpy(prep.target_rows) if prep.target_rows is not None else torch.arange(len(out_nodes))
         if len(prep.targets) == 0:  # out of batches (local order): no compute, zero gradient
             self._out = None
@@ -253,6 +253,10 @@ class MiniBatchStrategy(Strategy):
                 x = self.model.layer_forward(li, block, x, key, self.cfg.dropout, self.cfg.seed, True)
         self._out = x
         return StepOutput(x.detach().cpu(), labels, rows, prep.global_targets)
+
+    def target_labels(self, nodes: np.ndarray) -> torch.Tensor:
+        """Labels of a step's output nodes (global ids; this worker's own unless the strategy says otherwise)."""
+        return self.labels[torch.from_numpy(self.book.local[nodes])]
 
     def _block(self, sb: SampledBlock, degrees: torch.Tensor | None) -> Block:
         n_dst, n_src = len(sb.dst), len(sb.src)
