@@ -195,3 +195,34 @@ def test_eval_refuses_a_plan_the_run_was_not_trained_with(source, tmp_path):
     assert invoke(["plan", str(source / "part"), "--hidden", "7", "-o", str(other)]).exit_code == 0
     r = invoke(["eval", str(source / "reference"), "--plan", str(other), "--force"])
     assert r.exit_code == 2 and "not the plan this run was trained with: its model differs" in r.output, r.output
+
+
+def test_a_bundle_carries_every_layout_of_the_partition(store, tmp_path, monkeypatch):
+    """A method may write several layouts (P3: rows and columns; the further one's shards in PART/columns):
+    every node folder holds its ranks' shards of each, byte for byte, and a missing one is refused up front."""
+    import dataclasses
+
+    import numpy as np
+    from stages.partition.methods import METHODS
+
+    monkeypatch.setitem(METHODS, "random", dataclasses.replace(METHODS["random"], layouts=("rows", "columns")))
+    part, plan = tmp_path / "part", tmp_path / "plan"
+    assert invoke(["partition", str(store), "--workers", str(K), "--method", "random", "-o", str(part)]).exit_code == 0
+    assert json.loads((part / "partition.json").read_text())["layouts"] == ["rows", "columns"]
+    assert invoke(["plan", str(part), "--bin-size", "40", "--hidden", "6", "-o", str(plan)]).exit_code == 0
+    r = invoke(["bundle", str(plan), "--nodes", "2", "-o", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    for n, ranks in enumerate([(0, 1), (2, 3)]):
+        node = tmp_path / "b" / f"node-{n:05d}" / "partition"
+        for layout in (node, node / "columns"):
+            assert sorted(p.name for p in layout.glob("part-*")) == [f"part-{r:05d}" for r in ranks]
+        for r in ranks:
+            for name in ("shard.json", "features.npy", "in_degree.npy"):
+                got = node / "columns" / f"part-{r:05d}" / name
+                assert got.read_bytes() == (part / "columns" / f"part-{r:05d}" / name).read_bytes(), got
+            assert np.array_equal(np.load(node / f"part-{r:05d}" / "owned.npy"),
+                                  np.load(part / f"part-{r:05d}" / "owned.npy"))
+    shutil.rmtree(part / "columns" / "part-00003")
+    r = invoke(["bundle", str(plan), "--nodes", "2", "-o", str(tmp_path / "c")])
+    assert r.exit_code == 2 and "part-00003 is missing: cannot bundle rank 3" in r.output, r.output
+    assert not (tmp_path / "c").exists()

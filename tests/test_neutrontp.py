@@ -209,3 +209,62 @@ def test_more_workers_than_columns(store, feature_parts, tmp_path):
     without any): workers without columns aggregate nothing and still own rows; the model is exact."""
     run = plan_and_train(feature_parts(8), tmp_path, "sage", ("--chunk-size", "100"), epochs=EPOCHS)
     assert against_reference(store, run, "sage") <= 1e-5
+
+
+def test_the_plan_carries_the_topology_and_a_bundle_trains_without_the_store(store, tmp_path):
+    """The plan holds the store's CSR (topology/, arcs in the store's order): a bundle of it trains under
+    torchrun with the store, partition and plan moved away, bit for bit as `g3 train` of the plan beside them."""
+    import shutil
+
+    from stages.common.store import GraphStore
+    from test_multihost import TRAIN, finish, free_port, torchrun
+
+    src = tmp_path / "src"
+    shutil.copytree(store, src / "store")
+    assert invoke(["partition", str(src / "store"), "--workers", "2", "--method", "feature",
+                   "-o", str(src / "part")]).exit_code == 0
+    plan = src / "plan"
+    assert invoke(["plan", str(src / "part"), "--strategy", "neutrontp", "--chunk-size", "50", "--hidden", "6",
+                   "-o", str(plan)]).exit_code == 0
+    indptr, indices = GraphStore.open(src / "store").load_csr()
+    for name, want in (("indptr", np.asarray(indptr, dtype=np.int64)), ("indices", np.asarray(indices))):
+        got = np.load(plan / "topology" / f"{name}.npy")
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+    meta = json.loads((plan / "plan.json").read_text())
+    assert meta["schema_version"] == 4 and meta["topology"]["num_arcs"] == len(indices)
+    r = invoke(["train", str(plan), "--workers", "2", "-o", str(tmp_path / "reference"), *TRAIN])
+    assert r.exit_code == 0, r.output
+    assert invoke(["bundle", str(plan), "--nodes", "1", "-o", str(tmp_path / "bundle")]).exit_code == 0
+    node = tmp_path / "bundle" / "node-00000"
+    assert sorted(p.name for p in (node / "plan").iterdir()) == [
+        "chunks", "plan.json", "topology", "worker-00000", "worker-00001"]
+    away = src.with_name("src-away")
+    src.rename(away)  # the node folder is all there is: no store, partition or plan at their paths
+    try:
+        finish(torchrun(node, "plan", 1, 2, free_port()))
+    finally:
+        away.rename(src)
+    reference = torch.load(tmp_path / "reference" / "model.pt", weights_only=True)
+    assert max_weight_diff(reference, torch.load(node / "run" / "model.pt", weights_only=True)) == 0.0
+
+
+def test_a_plan_without_its_topology_is_one_line(feature_parts, tmp_path):
+    """A version 3 neutrontp plan (no topology/: its runtime read the store) must be re-planned; a damaged
+    topology file is named."""
+    import shutil
+
+    plan = tmp_path / "plan"
+    assert invoke(["plan", str(feature_parts(2)), "--strategy", "neutrontp", "-o", str(plan)]).exit_code == 0
+    train = ["train", str(plan), "--workers", "2", "--epochs", "1", "--threads", "1", "--eval-every", "0"]
+    indices = np.load(plan / "topology" / "indices.npy")
+    np.save(plan / "topology" / "indices.npy", indices[:-1])
+    r = invoke([*train, "-o", str(tmp_path / "damaged")])
+    assert r.exit_code == 2 and "file indices.npy holds" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    meta = json.loads((plan / "plan.json").read_text())
+    del meta["topology"]
+    (plan / "plan.json").write_text(json.dumps({**meta, "schema_version": 3}))
+    shutil.rmtree(plan / "topology")
+    r = invoke([*train, "-o", str(tmp_path / "old")])
+    assert r.exit_code == 2 and "plan.json has no `topology`): re-run `g3 plan`" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output

@@ -3,7 +3,8 @@
 Entry point: :func:`run_bundle`. Node n of N (``--procs-per-node P``, N × P = the plan's K) runs the ranks
 ``n·P … n·P + P − 1``; its folder holds exactly what those ranks read::
 
-    OUT/node-0000n/partition/   partition.json, assignment.npy, and the shards part-RRRRR of its ranks
+    OUT/node-0000n/partition/   partition.json, assignment.npy, and the shards part-RRRRR of its ranks, in
+                                every layout the partition records (a further layout L's under L/)
     OUT/node-0000n/plan/        plan.json (its partition referenced as ../partition; ``bundle``: node, ranks)
                                 and the worker-RRRRR folders of its ranks — the plan to give `g3 train`
     OUT/node-0000n/RUN.md       the torchrun command for that host
@@ -23,7 +24,7 @@ from pathlib import Path
 from ..common.artifact_json import reference
 from ..common.atomic import atomic_dir, check_target, write_json_atomic
 from ..common.errors import G3InputError
-from ..common.partition_artifact import load_partition_meta, shard_dir
+from ..common.partition_artifact import load_partition_meta, partition_layouts, shard_dir
 from ..common.plan_artifact import load_plan_meta
 
 BUNDLE_SCHEMA = "g3.bundle"
@@ -43,7 +44,7 @@ def run_bundle(plan: str | Path, nodes: int, procs_per_node: int | None = None, 
     if meta.get("bundle"):
         raise G3InputError("this plan is a node folder of a bundle already; bundle the original plan", path=plan)
     part = Path(meta["partition"]["path"])
-    load_partition_meta(part)
+    layouts = layout_folders(load_partition_meta(part))
     k = int(meta["num_workers"])
     if nodes < 1:
         raise G3InputError("--nodes must be >= 1")
@@ -56,7 +57,7 @@ def run_bundle(plan: str | Path, nodes: int, procs_per_node: int | None = None, 
         raise G3InputError(f"--nodes {nodes} x --procs-per-node {procs_per_node} = {nodes * procs_per_node} "
                            f"processes, the plan has {k} workers (each process runs one)", path=plan)
     for r in range(k):  # every input present before anything is written
-        for folder in (shard_dir(part, r), plan / f"worker-{r:05d}"):
+        for folder in (*(shard_dir(part, r, layout) for layout in layouts), plan / f"worker-{r:05d}"):
             if not folder.is_dir():
                 raise G3InputError(f"{folder.name} is missing: cannot bundle rank {r}", path=folder.parent)
     out = Path(out) if out else plan.parent / f"{plan.name}.bundle-{nodes}"
@@ -64,7 +65,7 @@ def run_bundle(plan: str | Path, nodes: int, procs_per_node: int | None = None, 
     ranks = [list(range(n * procs_per_node, (n + 1) * procs_per_node)) for n in range(nodes)]
     with atomic_dir(out, force=force) as tmp:
         for n, mine in enumerate(ranks):
-            _write_node(tmp / node_name(n), n, mine, nodes, procs_per_node, plan, part, meta)
+            _write_node(tmp / node_name(n), n, mine, nodes, procs_per_node, plan, part, meta, layouts)
         bundle = {"schema": BUNDLE_SCHEMA, "schema_version": BUNDLE_VERSION, "plan": reference(plan, out),
                   "strategy": meta["strategy"]["name"], "num_workers": k, "nodes": nodes,
                   "procs_per_node": procs_per_node, "ranks": ranks, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -72,8 +73,14 @@ def run_bundle(plan: str | Path, nodes: int, procs_per_node: int | None = None, 
     return {**bundle, "path": str(out)}
 
 
+def layout_folders(part_meta: dict) -> tuple[str | None, ...]:
+    """The :func:`shard_dir` layout argument of every layout a partition records: None for the primary one
+    (``PART/part-RRRRR``), the name of each further one (``PART/<layout>/part-RRRRR``)."""
+    return (None, *partition_layouts(part_meta)[1:])
+
+
 def _write_node(folder: Path, n: int, ranks: list[int], nodes: int, ppn: int, plan: Path, part: Path,
-                meta: dict) -> None:
+                meta: dict, layouts: tuple[str | None, ...]) -> None:
     node_part, node_plan = folder / "partition", folder / "plan"
     node_part.mkdir(parents=True)
     node_plan.mkdir()
@@ -81,9 +88,10 @@ def _write_node(folder: Path, n: int, ranks: list[int], nodes: int, ppn: int, pl
     if (part / "assignment.npy").is_file():  # global id -> owner, for strategies that fetch by global id
         shutil.copy2(part / "assignment.npy", node_part / "assignment.npy")
     for r in ranks:
-        shutil.copytree(shard_dir(part, r), shard_dir(node_part, r))
+        for layout in layouts:
+            shutil.copytree(shard_dir(part, r, layout), shard_dir(node_part, r, layout))
         shutil.copytree(plan / f"worker-{r:05d}", node_plan / f"worker-{r:05d}")
-    for shared in sorted(plan.iterdir()):  # what every rank of a plan reads (distdgl's replicated topology/)
+    for shared in sorted(plan.iterdir()):  # what every rank of a plan reads (a replicated topology/, chunks/)
         if shared.is_dir() and not shared.name.startswith("worker-"):
             shutil.copytree(shared, node_plan / shared.name)
     node_meta = json.loads((plan / "plan.json").read_text())

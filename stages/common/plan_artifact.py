@@ -1,4 +1,4 @@
-"""Reading a plan (``g3.plan`` v3): plan.json plus one folder per worker (docs/ARTIFACTS.md, "Plan").
+"""Reading a plan (``g3.plan`` v4): plan.json plus one folder per worker (docs/ARTIFACTS.md, "Plan").
 
 plan.json records the strategy that executes the plan and its options (``strategy: {name, options}``). Version
 2 plans predate strategies: they are read as ``g3`` plans, their bin options becoming the strategy's options.
@@ -26,9 +26,11 @@ from .strategies import LEGACY_STRATEGY
 
 PLAN_SCHEMA = "g3.plan"
 # 2: backward messages are numbered by the last bin (in plan order) that reads each node (version 1 plans
-# numbered them for a reversed backward order); 3: plan.json names the strategy and its options
-PLAN_VERSION = 3
-PLAN_READABLE = (2, 3)
+# numbered them for a reversed backward order); 3: plan.json names the strategy and its options; 4: neutrontp
+# plans carry the graph's CSR (``topology/``: its runtime no longer reads the store; a version 3 neutrontp plan is
+# refused by its runtime, every other version 3 plan reads as before)
+PLAN_VERSION = 4
+PLAN_READABLE = (2, 3, 4)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """`g3 plan`: how a strategy will execute a partition, written to disk (one JSON plus one folder per worker).
 
 Entry point: :func:`run_plan`. The strategy (``--strategy``, default ``g3``) and its options are recorded in
-plan.json (``g3.plan`` v3, docs/ARTIFACTS.md); its planner (``stages.plan.<planner>`` as the registry
+plan.json (``g3.plan`` v4, docs/ARTIFACTS.md); its planner (``stages.plan.<planner>`` as the registry
 ``stages.common.strategies`` names it) writes the worker folders: bins and P2P tables for ``g3``, the
 boundary exchange for the layer-synchronous strategies, each other strategy's own plan.
 """

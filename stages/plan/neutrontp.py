@@ -11,7 +11,9 @@ per layer, with the first chunk that reads it as a source (``first_use``): the d
 
 Artifact (docs/ARTIFACTS.md, "Plan: neutrontp"): ``chunks/bounds.npy`` int64 ``[n_chunks + 1]``,
 ``chunks/owner_bounds.npy`` int64 ``[n_chunks, K + 1]`` (absolute node ids), ``chunks/first_use.npy`` int32
-``[N]`` (``n_chunks`` = never read as a source), per worker ``owned.npy`` int64 (ascending global ids).
+``[N]`` (``n_chunks`` = never read as a source), per worker ``owned.npy`` int64 (ascending global ids), and
+``topology/`` the store's whole in-edge CSR in the store's arc order (what every worker aggregates over: the
+runtime reads it from the plan, never the store, so a bundled plan trains on hosts without the store).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 from ..common.artifact_json import resolve_reference
 from ..common.atomic import write_json_atomic
 from ..common.errors import G3InputError
+from ..common.plan_topology import write_csr
 from ..common.strategies import PlanOption, count_or_auto
 from ..common.tensor_parallel import chunk_bounds, collectives, first_use, owner_bounds
 from .context import PlanContext
@@ -83,6 +86,7 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     store = GraphStore.open(resolve_reference(ctx.partition["store"], ctx.part, "zarr.json"))
     indptr, indices = store.load_csr()
     indptr = np.asarray(indptr, dtype=np.int64)
+    topology = write_csr(tmp / "topology", indptr, indices)  # the store's arc order: bitwise the same sums
     budget = ctx.options["device_memory"] or auto_device_memory()
     bounds = chunk_bounds(np.diff(indptr), spec, k, ctx.options["chunk_size"], budget)
     ob = owner_bounds(bounds, k)
@@ -106,6 +110,7 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     sizes = np.diff(bounds)
     return {
         "device_memory": budget,
+        "topology": topology,
         "chunks": {"path": "chunks", "count": n_chunks, "max_nodes": int(sizes.max()) if n_chunks else 0,
                    "max_arcs": int(np.diff(indptr[bounds]).max()) if n_chunks else 0,
                    "sources_read": int(needed.sum())},

@@ -1,8 +1,9 @@
 """NeutronTP (002 §3–4): tensor parallelism on a feature split, naive or decoupled, chunk by chunk.
 
-Every worker holds the whole topology (read from the store) and a column slice of the input features (its
-``feature`` shard). The plan cuts the graph into chunks and interleaves row ownership across workers
-(``stages/plan/neutrontp.py``); :mod:`..tensor_parallel` holds the chunks' aggregation and the exchanges.
+Every worker holds the whole topology (the plan's ``topology/``, memory-mapped: never the store, so a bundled
+plan trains where the store is not) and a column slice of the input features (its ``feature`` shard). The
+plan cuts the graph into chunks and interleaves row ownership across workers (``stages/plan/neutrontp.py``);
+:mod:`..tensor_parallel` holds the chunks' aggregation and the exchanges.
 
 * **Naive TP** (002 §3.1), per layer ``l``: split the layer's input rows into column slices (layer 0: the
   shard's slice, nothing to send), aggregate the slice over every chunk (no communication), gather the
@@ -29,13 +30,22 @@ import torch
 
 from ...common.errors import G3InputError
 from ...common.partition_artifact import load_partition_meta
-from ...common.store import GraphStore
+from ...common.plan_topology import read_csr
 from ...common.tensor_parallel import slice_widths
 from ..tensor_parallel import ChunkAggregation, ChunkRouting, column_bounds
 from ..threads import helper_executor
 from .base import Inference, StepOutput, Strategy, WorkerContext, labelled_rows
 
 SPLIT_CODES = {"train": 1, "valid": 2, "test": 3}
+
+
+def plan_topology(ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray]:
+    """The whole graph's in-edge CSR the planner copied from the store into the plan (plan version 4)."""
+    info = ctx.plan_meta.get("topology")
+    if info is None:
+        raise G3InputError("this neutrontp plan predates plans that carry the graph's topology (plan.json has no "
+                           "`topology`): re-run `g3 plan`", path=ctx.plan_dir)
+    return read_csr(ctx.plan_dir, info)
 
 
 class NeutronTPStrategy(Strategy):
@@ -57,11 +67,10 @@ class NeutronTPStrategy(Strategy):
         root = ctx.plan_dir / "chunks"
         bounds, ob, first = (np.load(root / f"{n}.npy") for n in ("bounds", "owner_bounds", "first_use"))
         part_meta = load_partition_meta(ctx.part)
-        store = GraphStore.open(part_meta["store"]["path"])
         # the shards' contiguous ranges (labels and splits live there) and feature columns, from partition.json
         sizes = [int(p["nodes"]) for p in part_meta["partitions"]]
         self.shard_ranges = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        indptr, indices = store.load_csr()
+        indptr, indices = plan_topology(ctx)
         in_deg = np.asarray(shard.load("in_degree"), dtype=np.int64)
         out_deg = np.asarray(shard.load("out_degree"), dtype=np.int64)
         op = "mean" if self.kind == "sage" else "gcn"
@@ -70,7 +79,7 @@ class NeutronTPStrategy(Strategy):
         self.route = ChunkRouting(ob, first, self.rank, k, self.tr)
         self.owned = self.route.owned
         self.owned_t = torch.from_numpy(self.owned)
-        self.n = store.num_nodes
+        self.n = len(indptr) - 1
         # layer 0's columns: the shard's slice (padding dropped); hidden tensors: as even as possible
         cols = part_meta["feature_split"]["columns"]
         self.cols0 = column_bounds([c["stop"] - c["start"] for c in cols])
