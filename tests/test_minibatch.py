@@ -1,6 +1,7 @@
-"""Mini-batch strategies (`distdgl`): the sampler, batch orders against an independent single-process reference,
-the exact special case (fanout −1, one batch of every training node = full-graph training), prefetch and
-threads, resume, bad options.
+"""Mini-batch strategies (`distdgl`, `bytegnn`, `clustergcn`): batch orders against an independent single-process
+reference (which samples, permutes and clusters by itself from the specification), the exact special case
+(fanout −1, one batch of every training node = full-graph training), prefetch and threads, resume, `g3 eval`
+against the reference's accuracy, bad options.
 
 Every run is real: `g3 partition` (METIS included), `g3 plan --strategy distdgl`, `g3 train` with
 torch.distributed processes; remote neighbours are sampled by their owners and features fetched by id.
@@ -9,7 +10,6 @@ torch.distributed processes; remote neighbours are sampled by their owners and f
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +19,16 @@ from reference import reference_train
 from reference_minibatch import (
     cluster_batches,
     cluster_train,
+    every_worker_clusters,
     global_batches,
     minibatch_train,
     union_of_local_batches,
 )
+from test_eval import assert_eval_is_independent
 from test_strategies import partitions  # noqa: F401 - the fixture
 from test_train import invoke, max_weight_diff, ref_graph
 
-from stages.runtime.neighbor_sampler import build_blocks, sample_key, sample_rows, sorted_rows_by_global
+from stages.runtime.neighbor_sampler import build_blocks, sample_rows, sorted_rows_by_global
 
 EPOCHS, LR, DROPOUT, SEED = 3, 0.02, 0.3, 7
 
@@ -50,44 +52,7 @@ def weights(run: Path) -> tuple[dict, dict]:
     return torch.load(run / "init.pt", weights_only=True), torch.load(run / "model.pt", weights_only=True)
 
 
-# --- the sampler ---------------------------------------------------------------------------------------------
-def test_the_sampler_is_uniform_without_replacement_and_the_same_whoever_asks():
-    rng = np.random.default_rng(0)
-    n = 300
-    deg = rng.integers(0, 40, n)
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(deg, out=indptr[1:])
-    nbrs = np.concatenate([np.sort(rng.choice(n, d, replace=False)) for d in deg]).astype(np.int64)
-    nodes = np.arange(n)
-    key = sample_key(3, 1, 2, 0)
-    counts, got = sample_rows(indptr, nbrs, nodes, nodes, 8, key)
-    assert np.array_equal(counts, np.minimum(deg, 8))
-    per_node = np.split(got, np.cumsum(counts)[:-1])
-    for v, picked in enumerate(per_node):
-        row = nbrs[indptr[v] : indptr[v + 1]]
-        assert len(set(picked.tolist())) == len(picked) and set(picked.tolist()) <= set(row.tolist())
-        assert np.all(np.diff(picked) > 0)  # ascending global id
-        if deg[v] <= 8:
-            assert np.array_equal(picked, row)  # fewer than the fanout: all of them
-    # asked in another order, or a subset, by "another worker": the same neighbours per node
-    sub = rng.permutation(n)[:50]
-    c2, g2 = sample_rows(indptr, nbrs, sub, sub, 8, key)
-    for v, picked in zip(sub, np.split(g2, np.cumsum(c2)[:-1]), strict=True):
-        assert np.array_equal(picked, per_node[v])
-    # fanout -1: every neighbour
-    c3, g3 = sample_rows(indptr, nbrs, nodes, nodes, -1, key)
-    assert np.array_equal(c3, deg) and np.array_equal(g3, nbrs)
-    # uniform: each of a 39-neighbour row's entries drawn about 8/39 of the time over 4000 keys
-    v = int(np.argmax(deg))
-    hits = Counter()
-    for e in range(4000):
-        hits.update(sample_rows(indptr, nbrs, np.array([v]), np.array([v]), 8, sample_key(0, e, 0, 0))[1].tolist())
-    freq = np.array([hits[u] for u in nbrs[indptr[v] : indptr[v + 1]]]) / 4000
-    assert np.abs(freq - 8 / deg[v]).max() < 0.04, freq
-    # another key draws differently
-    assert not np.array_equal(sample_rows(indptr, nbrs, nodes, nodes, 8, sample_key(3, 1, 2, 1))[1], got)
-
-
+# --- blocks (the sampler's draws are tested against the specification in tests/test_sampler_spec.py) ----------
 def test_blocks_put_destinations_first_and_chain_layers():
     indptr = np.array([0, 2, 4, 5, 6, 6], dtype=np.int64)
     nbrs = sorted_rows_by_global(indptr, np.array([1, 2, 0, 3, 4, 0]), np.arange(5))
@@ -115,6 +80,8 @@ def test_global_order_is_the_reference_for_any_k(store, partitions, tmp_path, mo
     if k > 1:  # remote neighbours sampled by their owners, remote features fetched by id
         phases = rec[0]["workers"][0]["bytes_sent_per_phase"]
         assert phases.get("sample", 0) > 0 and phases.get("features0", 0) > 0
+    if k == 2:
+        assert_eval_is_independent(store, run, model)
 
 
 @pytest.mark.parametrize("k", [2, 4])
@@ -201,16 +168,19 @@ def test_clustergcn_equals_one_process_on_the_union_of_cluster_subgraphs(store, 
     part = partitions("metis", k)
     run = run_clustergcn(part, tmp_path, model, 6, 2)
     init, final = weights(run)
-    clusters = [np.load(tmp_path / "plan" / f"worker-{w:05d}" / "clusters.npy") for w in range(k)]
-    for w, c in enumerate(clusters):  # every owned node in exactly one of (at most) 6 clusters
-        assert len(c) == json.loads((part / "partition.json").read_text())["partitions"][w]["nodes"]
-        assert c.min() == 0 and c.max() < 6
-    assignment = np.load(part / "assignment.npy").astype(np.int64)
-    expected = cluster_train(model, init, ref_graph(store), cluster_batches(assignment, clusters, 2, SEED), EPOCHS,
-                             LR, DROPOUT, SEED)
+    graph, assignment = ref_graph(store), np.load(part / "assignment.npy").astype(np.int64)
+    clusters = every_worker_clusters(graph, assignment, 6, 0)  # METIS here, with the planner's count and seed
+    for w, c in enumerate(clusters):  # every owned node in exactly one of 6 clusters
+        assert sorted(set(c.tolist())) == list(range(6))
+        # METIS is deterministic for a given graph, part count and seed: the planner made these clusters too
+        assert np.array_equal(c, np.load(tmp_path / "plan" / f"worker-{w:05d}" / "clusters.npy")), w
+    expected = cluster_train(model, init, graph, cluster_batches(assignment, clusters, 2, SEED), EPOCHS, LR, DROPOUT,
+                             SEED)
     assert max_weight_diff(final, expected) <= 1e-5
-    full = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED)
+    full = reference_train(model, init, graph, EPOCHS, LR, 0.0, DROPOUT, SEED)
     assert max_weight_diff(final, full) > 1e-4  # dropping arcs changed the model
+    if k == 2:
+        assert_eval_is_independent(store, run, model)
 
 
 @pytest.mark.parametrize("args,message", [(("--clusters", "0"), "cluster count must be at least 1"),
@@ -255,7 +225,8 @@ def test_bytegnn_scheduler_on_off_and_distdgl_train_the_same_model(store, tmp_pa
         assert r.exit_code == 0, r.output
         run = tmp_path / f"run-{name}"
         r = invoke(["train", str(plan), "--epochs", "2", "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
-                    str(SEED), "--workers", "2", "--eval-every", "0", "--threads", "1", *extra, "-o", str(run)])
+                    str(SEED), "--workers", "2", "--dtype", "float64", "--eval-every", "0", "--threads", "1",
+                    *extra, "-o", str(run)])
         assert r.exit_code == 0, r.output
         finals[name] = torch.load(run / "model.pt", weights_only=True)
         if strategy == "bytegnn":
@@ -266,6 +237,7 @@ def test_bytegnn_scheduler_on_off_and_distdgl_train_the_same_model(store, tmp_pa
                 assert max(w["ready_tasks_per_dag_max"] for w in rec["workers"]) >= 2, rec["workers"]
     for name in ("off", "on"):
         assert max_weight_diff(finals[name], finals["distdgl"]) == 0.0, name
+    assert_eval_is_independent(store, tmp_path / "run-on", "sage")
 
 
 def test_bytegnn_launch_score_follows_algorithm_1():
