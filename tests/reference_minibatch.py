@@ -215,15 +215,34 @@ def global_batches(graph: RefGraph, batch_size: int, seed: int) -> Callable[[int
 
 def union_of_local_batches(graph: RefGraph, assignment: np.ndarray, k: int, batch_size: int, seed: int
                            ) -> Callable[[int], list[np.ndarray]]:
-    """DistDGL's local order seen by one process: step s trains on the union of every worker's batch s."""
+    """DistDGL's local order seen by one process: the training nodes split so every trainer has the same count
+    (001:205: N // K each, one more for the N % K trainers holding most, ties to the lower rank; a trainer over
+    its share keeps its smallest ids and gives the rest, pooled in rank order, to those under their share in
+    rank order), each trainer's set shuffled by its own permutation; step s trains on the union of every
+    trainer's batch s."""
     train = labelled_train(graph)
-    per_worker = [train[assignment[train] == w] for w in range(k)]
+    per_worker = even_split([np.sort(train[assignment[train] == w]) for w in range(k)])
     steps = max(-(-len(t) // batch_size) for t in per_worker)
 
     def batches(epoch: int) -> list[np.ndarray]:
         perms = [permutation(t, seed, epoch) for t in per_worker]
         return [np.concatenate([p[s * batch_size : (s + 1) * batch_size] for p in perms]) for s in range(steps)]
     return batches
+
+
+def even_split(own: list[np.ndarray]) -> list[np.ndarray]:
+    """Every trainer's training nodes after the even split (see :func:`union_of_local_batches`), ascending."""
+    k, n = len(own), sum(len(t) for t in own)
+    rank_by_size = sorted(range(k), key=lambda w: (-len(own[w]), w))
+    share = [n // k + (1 if rank_by_size.index(w) < n % k else 0) for w in range(k)]
+    pool = np.concatenate([t[share[w]:] for w, t in enumerate(own)] + [np.zeros(0, dtype=np.int64)])
+    out, taken = [], 0
+    for w, t in enumerate(own):
+        mine = t[: share[w]]
+        need = share[w] - len(mine)
+        out.append(np.sort(np.concatenate([mine, pool[taken : taken + need]])))
+        taken += need
+    return out
 
 
 def cluster_batches(assignment: np.ndarray, clusters: list[np.ndarray], per_batch: int, seed: int
