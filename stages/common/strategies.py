@@ -200,6 +200,19 @@ STRATEGIES: dict[str, StrategyInfo] = {
             planner="clustergcn", runtime="clustergcn",
             train_knobs=("prefetch",), mini_batch=True,
         ),
+        StrategyInfo(
+            name="hopgnn",
+            summary="HopGNN: the model migrates to the features — distdgl's global batches as per-root "
+                    "micrographs trained in K time steps on their home servers (--pregather, --merge, "
+                    "--migrate; --batch-order local-only: each server its own roots).",
+            methods=("distdgl", "metis", "g3"),
+            exactness="as distdgl --batch-order global (migration, pre-gathering and merging change where work "
+                      "runs, not the gradients); --batch-order local-only trains on batches stratified by "
+                      "partition (a different model)",
+            planner="hopgnn", runtime="hopgnn",
+            train_knobs=("prefetch",), mini_batch=True, samples_neighbours=True,
+            peer_options=("fanouts", "batch_size"),
+        ),
     )
 }
 

@@ -1,0 +1,214 @@
+"""`hopgnn` (HopGNN, paper 004): K workers with migration, pre-gathering and merging equal distdgl's global order
+and the independent single-process reference (tests/reference_minibatch.py); its schedule (time steps,
+merging) against hand-worked cases and the paper's Figure 10; migrated and fetched bytes against their
+formulas; auto merging agreed by every rank, replayed from the recorded times and repeated by a resumed run;
+the local-only variant against its own single-process reference; bad input.
+
+Every run is real: `g3 partition`, `g3 plan --strategy hopgnn`, `g3 train` with torch.distributed processes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from reference_minibatch import global_batches, labelled_train, minibatch_train, permutation
+from test_strategies import partitions  # noqa: F401 - the fixture
+from test_train import invoke, max_weight_diff, ref_graph
+
+from stages.runtime.strategies.hopgnn import merge_decision, time_steps
+
+EPOCHS, LR, DROPOUT, SEED, BATCH, FANOUTS = 3, 0.02, 0.3, 7, 40, "3,2"
+
+
+def run(part: Path, tmp: Path, strategy: str = "hopgnn", model: str = "sage", options: tuple[str, ...] = (),
+        train: tuple[str, ...] = (), epochs: int = EPOCHS, out: str = "run") -> Path:
+    plan, run_dir = tmp / f"plan-{out}", tmp / out
+    if not plan.exists():
+        order = () if strategy == "hopgnn" and "--batch-order" in options else ("--batch-order", "global")
+        r = invoke(["plan", str(part), "--strategy", strategy, "--model", model, "--hidden", "6", "--fanouts", FANOUTS,
+                    "--batch-size", str(BATCH), *order, *options, "-o", str(plan)])
+        assert r.exit_code == 0, r.output
+    k = json.loads((part / "partition.json").read_text())["num_partitions"]
+    r = invoke(["train", str(plan), "--epochs", str(epochs), "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
+                str(SEED), "--workers", str(k), "--dtype", "float64", "--eval-every", "0", "--threads", "1",
+                "-o", str(run_dir), *train])
+    assert r.exit_code == 0, r.output
+    return run_dir
+
+
+def weights(run_dir: Path) -> tuple[dict, dict]:
+    return torch.load(run_dir / "init.pt", weights_only=True), torch.load(run_dir / "model.pt", weights_only=True)
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+# --- the schedule --------------------------------------------------------------------------------------------
+def test_time_steps_put_each_root_on_its_home_server():
+    home = np.array([0, 1, 2, 0, 1, 2, 2, 2, 1, 0, 0, 1])
+    kept, model, step = time_steps(home, 3, 0)
+    assert kept.tolist() == [0, 1, 2] and model.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    assert np.array_equal((model + step) % 3, home)  # model d at step t is on server (d + t) mod K
+
+
+def test_merging_drops_the_emptiest_step_and_spreads_its_roots_over_the_same_model():
+    """The paper's Figure 10 in shape: three servers; each model's roots of the dropped step go to that model's
+    other steps, as evenly as possible, and the total per model is kept."""
+    home = np.array([0, 1, 2, 0, 1, 2, 2, 2, 1, 0, 0, 1])
+    _, _, before = time_steps(home, 3, 0)
+    assert np.bincount(before, minlength=3).tolist() == [3, 6, 3]  # step 0 the fewest (a tie with 2: the lower)
+    kept, model, step = time_steps(home, 3, 1)
+    assert kept.tolist() == [1, 2]
+    assert step.tolist() == [1, 1, 2, 2, 1, 1, 1, 1, 2, 1, 1, 2]  # model 0's two roots at step 0 -> steps 1, 2
+    moved = before != step
+    assert (before[moved] == 0).all() and set(step[moved]) <= {1, 2}
+    kept, _, step = time_steps(home, 3, 5)  # at most K - 1 steps merge away: one time step, every root in it
+    assert len(kept) == 1 and (step == kept[0]).all()
+    many = np.random.default_rng(0).integers(0, 4, 1000)
+    kept, model, step = time_steps(many, 4, 1)
+    gone = next(t for t in range(4) if t not in kept)
+    for d in range(4):  # the model's dropped roots spread over its 3 other steps within one of each other
+        old = (model == d) & ((many - d) % 4 == gone)
+        extra = np.bincount(step[old], minlength=4)[kept]
+        assert extra.max() - extra.min() <= 1 and extra.sum() == old.sum()
+
+
+def test_auto_merging_rule():
+    h = [{"merged": 0, "seconds": 5.0}]
+    assert merge_decision(h, 4) == (1, False)  # the examination starts at the second epoch
+    h.append({"merged": 1, "seconds": 4.0})
+    assert merge_decision(h, 4) == (2, False)  # faster: merge one more
+    h.append({"merged": 2, "seconds": 4.5})
+    assert merge_decision(h, 4) == (1, True)  # slower: back to the previous count, frozen (Fig. 17 settles)
+    assert merge_decision([{"merged": 0, "seconds": 2.0}, {"merged": 1, "seconds": 1.0}], 2) == (1, True)
+
+
+# --- exactness -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("model,k,method", [("sage", 1, "metis"), ("sage", 2, "distdgl"), ("gcn", 2, "metis"),
+                                            ("gcn", 4, "distdgl")])
+def test_hopgnn_equals_distdgl_global_order_and_the_reference(store, partitions, tmp_path, model, k, method):  # noqa: F811
+    part = partitions(method, k)
+    hop = run(part, tmp_path, model=model, options=("--merge", "off"), out="hop")
+    init, final = weights(hop)
+    graph = ref_graph(store)
+    expected = minibatch_train(model, init, graph, global_batches(graph, BATCH, SEED), [3, 2], EPOCHS, LR, DROPOUT,
+                               SEED)
+    assert max_weight_diff(final, expected) <= 1e-5
+    assert max_weight_diff(final, init) > 1e-3
+    dgl = run(part, tmp_path, "distdgl", model, out="dgl")
+    assert max_weight_diff(weights(dgl)[0], init) == 0.0
+    assert max_weight_diff(weights(dgl)[1], final) <= 1e-10
+    rec = records(hop)
+    steps = math.ceil(len(labelled_train(graph)) / BATCH)
+    assert rec[0]["steps"] == steps and rec[0].get("micro_steps", steps) == steps * k
+    w = rec[0]["workers"]
+    assert all(x["time_steps"] == k and x["merged_steps"] == 0 and x["away_roots"] == 0 for x in w)
+    if k > 1:  # every model moved K - 1 times per iteration with its parameters and gradients
+        p = w[0]["model_values"]
+        assert all(x["bytes_sent_per_phase"]["migrate"] == steps * (k - 1) * 2 * p * 8 for x in w)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_pregather_merge_and_migration_change_where_work_runs_not_the_model(partitions, tmp_path, k):  # noqa: F811
+    part = partitions("distdgl", k)
+    base = run(part, tmp_path, options=("--merge", "off", "--pregather", "off", "--migrate", "off"), out="base")
+    final = weights(base)[1]
+    for name, opts in [("pre", ("--merge", "off", "--pregather", "on")),
+                       ("merge", ("--merge", str(k - 1), "--pregather", "off")),
+                       ("all", ("--merge", "1", "--pregather", "on", "--migrate", "on"))]:
+        other = run(part, tmp_path, options=opts, out=name)
+        assert max_weight_diff(weights(other)[1], final) <= 1e-10, name
+    b, pre, merged = (records(tmp_path / n)[0]["workers"] for n in ("base", "pre", "merge"))
+    width, item, steps = 10, 8, records(base)[0]["steps"]
+    for x, y in zip(b, pre, strict=True):
+        # the same rows are read (the same micrographs), fewer are fetched once deduplicated over the iteration
+        assert x["source_rows"] == y["source_rows"] and x["feature_misses"] == y["feature_misses"]
+        assert x["fetched_rows"] == x["feature_misses"]  # without pre-gathering every miss is fetched
+        assert y["fetched_rows"] <= x["fetched_rows"]
+        assert x["feature_bytes"] == x["fetched_rows"] * width * item and "migrate" not in x["bytes_sent_per_phase"]
+        assert y["feature_bytes"] == y["fetched_rows"] * width * item
+        assert y["bytes_sent_per_phase"]["migrate"] == steps * (k - 1) * 2 * y["model_values"] * item
+    for w in (b, pre):  # what the owners served is what was fetched
+        assert sum(x["bytes_sent_per_phase"]["features0"] for x in w) == sum(x["feature_bytes"] for x in w)
+    assert sum(y["fetched_rows"] for y in pre) < sum(x["fetched_rows"] for x in b)
+    assert all(x["time_steps"] == 1 and x["merged_steps"] == k - 1 for x in merged)
+    assert sum(x["away_roots"] for x in merged) > 0  # merged roots ran away from home
+
+
+def test_auto_merging_is_agreed_replayed_and_resumed(partitions, tmp_path):  # noqa: F811
+    part = partitions("distdgl", 4)
+    opts = ("--merge", "auto")
+    cut = run(part, tmp_path, options=opts, train=("--checkpoint-every", "1"), epochs=2, out="cut")
+    resumed = run(part, tmp_path, options=opts, train=("--checkpoint-every", "1", "--resume"), epochs=4, out="cut")
+    assert resumed == cut
+    rec = records(cut)
+    assert [r["epoch"] for r in rec] == [0, 1, 2, 3]
+    history = []
+    for r in rec:
+        w = r["workers"]
+        assert len({(x["merged_steps"], x["merge_frozen"], x.get("merge_epoch_seconds")) for x in w}) == 1
+        merged = w[0]["merged_steps"]
+        if history:  # the recorded merged steps follow the rule from the recorded (agreed) times
+            assert merged == merge_decision(history, 4)[0]
+        if "merge_epoch_seconds" in w[0]:
+            history.append({"merged": merged, "seconds": w[0]["merge_epoch_seconds"]})
+    assert rec[1]["workers"][0]["merged_steps"] == 1  # the examination starts at the second epoch
+    uninterrupted = run(part, tmp_path, options=("--merge", "off"), epochs=4, out="plain")
+    assert max_weight_diff(weights(cut)[1], weights(uninterrupted)[1]) <= 1e-10
+
+
+# --- local-only ----------------------------------------------------------------------------------------------
+def local_only_batches(graph, assignment: np.ndarray, k: int, batch: int, seed: int):
+    """HopGNN's locality-optimised variant seen by one process: step s trains on the union of every server's
+    s-th slice of ceil(B/K) of its own shuffled training nodes."""
+    train = labelled_train(graph)
+    own = [train[assignment[train] == w] for w in range(k)]
+    b = -(-batch // k)
+    steps = max(-(-len(t) // b) for t in own)
+
+    def batches(epoch: int) -> list[np.ndarray]:
+        perms = [permutation(t, seed, epoch) for t in own]
+        return [np.concatenate([p[s * b : (s + 1) * b] for p in perms]) for s in range(steps)]
+    return batches
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_local_only_equals_its_own_reference_and_differs_from_global(store, partitions, tmp_path, k):  # noqa: F811
+    part = partitions("metis", k)
+    lo = run(part, tmp_path, options=("--batch-order", "local-only"), out="lo")
+    init, final = weights(lo)
+    graph = ref_graph(store)
+    assignment = np.load(part / "assignment.npy").astype(np.int64)
+    expected = minibatch_train("sage", init, graph, local_only_batches(graph, assignment, k, BATCH, SEED), [3, 2],
+                               EPOCHS, LR, DROPOUT, SEED)
+    assert max_weight_diff(final, expected) <= 1e-5
+    exact = minibatch_train("sage", init, graph, global_batches(graph, BATCH, SEED), [3, 2], EPOCHS, LR, DROPOUT,
+                            SEED)
+    assert max_weight_diff(final, exact) > 1e-4  # stratified batches: a different model
+    w = records(lo)[0]["workers"]
+    assert all(x["time_steps"] == 1 and "migrate" not in x["bytes_sent_per_phase"] for x in w)
+
+
+# --- bad input -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args,message", [
+    (("--batch-order", "local"), "global or local-only"), (("--pregather", "maybe"), "on or off"),
+    (("--merge", "x"), "auto, off or a number"), (("--merge", "-1"), "at least 0"),
+    (("--migrate", "1"), "on or off"), (("--fanouts", "3"), "1 hops but the model has 2 layers"),
+    (("--topology", "replicated"), "not of hopgnn"),
+])
+def test_bad_options_are_one_line(partitions, tmp_path, args, message):  # noqa: F811
+    r = invoke(["plan", str(partitions("metis", 2)), "--strategy", "hopgnn", *args, "-o", str(tmp_path / "p")])
+    assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_feature_partition_is_refused(partitions, tmp_path):  # noqa: F811
+    r = invoke(["plan", str(partitions("feature", 2)), "--strategy", "hopgnn", "-o", str(tmp_path / "p")])
+    assert r.exit_code == 2 and "hopgnn runs on distdgl, metis, g3 partitions" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1
