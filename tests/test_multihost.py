@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from test_train import invoke, max_weight_diff
@@ -202,7 +203,6 @@ def test_a_bundle_carries_every_layout_of_the_partition(store, tmp_path, monkeyp
     every node folder holds its ranks' shards of each, byte for byte, and a missing one is refused up front."""
     import dataclasses
 
-    import numpy as np
     from stages.partition.methods import METHODS
 
     monkeypatch.setitem(METHODS, "random", dataclasses.replace(METHODS["random"], layouts=("rows", "columns")))

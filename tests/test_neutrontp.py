@@ -7,6 +7,7 @@ input. Every run is real: `g3 partition --method feature`, `g3 plan`, `g3 train`
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,11 @@ import pytest
 import torch
 from reference import reference_train
 from test_eval import independent_accuracy
+from test_multihost import TRAIN, finish, free_port, torchrun
 from test_strategies import DROPOUT, EPOCHS, LR, SEED, records, run_strategy
 from test_train import invoke, max_weight_diff, ref_graph
+
+from stages.common.store import GraphStore
 
 HIDDEN = 6  # run_strategy's
 
@@ -214,11 +218,6 @@ def test_more_workers_than_columns(store, feature_parts, tmp_path):
 def test_the_plan_carries_the_topology_and_a_bundle_trains_without_the_store(store, tmp_path):
     """The plan holds the store's CSR (topology/, arcs in the store's order): a bundle of it trains under
     torchrun with the store, partition and plan moved away, bit for bit as `g3 train` of the plan beside them."""
-    import shutil
-
-    from stages.common.store import GraphStore
-    from test_multihost import TRAIN, finish, free_port, torchrun
-
     src = tmp_path / "src"
     shutil.copytree(store, src / "store")
     assert invoke(["partition", str(src / "store"), "--workers", "2", "--method", "feature",
@@ -251,8 +250,6 @@ def test_the_plan_carries_the_topology_and_a_bundle_trains_without_the_store(sto
 def test_a_plan_without_its_topology_is_one_line(feature_parts, tmp_path):
     """A version 3 neutrontp plan (no topology/: its runtime read the store) must be re-planned; a damaged
     topology file is named."""
-    import shutil
-
     plan = tmp_path / "plan"
     assert invoke(["plan", str(feature_parts(2)), "--strategy", "neutrontp", "-o", str(plan)]).exit_code == 0
     train = ["train", str(plan), "--workers", "2", "--epochs", "1", "--threads", "1", "--eval-every", "0"]
