@@ -38,16 +38,30 @@ def epochs_recorded(run: Path) -> list[int]:
     return [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def spawned_workers() -> list[psutil.Process]:
-    """This process's live worker processes (multiprocessing spawn children)."""
+def is_worker(p: psutil.Process) -> bool:
+    """A training worker: a spawned interpreter, or a child of multiprocessing's fork server (the server itself
+    is not one: it stays for the next run)."""
+    if "spawn_main" in " ".join(p.cmdline()):
+        return True
+    parent = p.parent()
+    return parent is not None and "forkserver" in " ".join(parent.cmdline())
+
+
+def workers_of(root: psutil.Process) -> list[psutil.Process]:
+    """The live worker processes under ``root``."""
     out = []
-    for p in psutil.Process().children(recursive=True):
+    for p in root.children(recursive=True):
         try:
-            if "spawn_main" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+            if is_worker(p) and p.status() != psutil.STATUS_ZOMBIE:
                 out.append(p)
         except psutil.Error:
             continue
     return out
+
+
+def spawned_workers() -> list[psutil.Process]:
+    """This process's live worker processes."""
+    return workers_of(psutil.Process())
 
 
 def test_resume_refuses_what_cannot_be_resumed(plan, tmp_path):
@@ -162,7 +176,7 @@ def test_the_launcher_stopped_leaves_no_worker_and_says_so(plan, tmp_path, sig, 
     run = tmp_path / "run"
     proc = _launch(plan, run, "--epochs", "400")
     _wait_for_epochs(run, 2, proc)
-    workers = [p for p in psutil.Process(proc.pid).children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
+    workers = workers_of(psutil.Process(proc.pid))
     assert len(workers) == 2
     proc.send_signal(sig)
     proc.wait(timeout=60)

@@ -63,6 +63,26 @@ def run_guarded(entry, rank: int, world: int, run_dir: Path, prefix: str, *args)
             dist.destroy_process_group()
 
 
+# Local workers fork from one server process that has already imported torch and the runtime (multiprocessing's
+# forkserver): K workers cost one import of torch instead of K, and a process that launches many runs (`g3 bench`,
+# the test suite) pays it once — on 2 cores, most of a small run's wall time was K interpreters importing torch.
+# The server is started before any thread or process group exists, so forking it is safe. Each worker takes the
+# launcher's current environment and working directory (the server's are those of its start).
+# G3_START_METHOD=spawn restores fresh interpreters.
+PRELOAD = ["torch", "torch.distributed", "numpy", "numba", "stages.train.loop", "stages.eval"]
+
+
+def start_method() -> str:
+    method = os.environ.get("G3_START_METHOD") or ("forkserver" if sys.platform.startswith("linux") else "spawn")
+    if method not in ("forkserver", "spawn"):
+        raise G3InputError(f"G3_START_METHOD={method} is not one of forkserver, spawn")
+    if method == "forkserver":
+        import multiprocessing
+
+        multiprocessing.set_forkserver_preload(PRELOAD)
+    return method
+
+
 def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: str, master_port: int, *args,
                   timeout: float = 60.0) -> None:
     """Start ``world`` local processes running ``entry(rank, world, init_method, *args)``; if any fails, or stops
@@ -75,8 +95,9 @@ def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: st
     started = time.time()
     for r in range(world):  # no stale heartbeat of an earlier attempt
         heartbeat_path(Path(run_dir), r, prefix).unlink(missing_ok=True)
-    ctx = mp.start_processes(_spawn_entry, args=(entry, world, str(run_dir), prefix, init_method, os.getpid(), args),
-                             nprocs=world, join=False, start_method="spawn")
+    launcher = {"env": dict(os.environ), "cwd": os.getcwd()}
+    ctx = mp.start_processes(_spawn_entry, args=(entry, world, str(run_dir), prefix, init_method, os.getpid(), args,
+                                                 launcher), nprocs=world, join=False, start_method=start_method())
     # Watched here rather than by ctx.join: on a failure, torch's join first SIGTERMs the other workers and waits
     # up to 30 s for each, so a stopped worker has been killed (and cannot be named) by the time it returns.
     procs = ctx.processes
@@ -182,9 +203,17 @@ STARTUP_GRACE = 60.0  # seconds a worker may take to start (imports, numba) befo
 
 def _beat(path: Path, parent: int) -> None:
     """A worker's heartbeat thread: touch ``path`` every second; leave at once if the launcher is gone (a
-    killed launcher must not leave its workers training)."""
+    killed launcher must not leave its workers training). Asked of the launcher itself, not of this process's
+    parent: a forked worker's parent is the fork server, which outlives a killed launcher while its workers
+    run (they hold its liveness pipe)."""
+    import psutil
+
+    try:
+        launcher = psutil.Process(parent)
+    except psutil.NoSuchProcess:
+        launcher = None
     while True:
-        if os.getppid() != parent:
+        if not _alive(launcher):
             log.error("the launcher (pid %d) is gone: leaving", parent)
             logging.shutdown()
             os._exit(3)
@@ -195,8 +224,21 @@ def _beat(path: Path, parent: int) -> None:
         time.sleep(HEARTBEAT_SECONDS)
 
 
+def _alive(proc) -> bool:
+    """``proc`` (a psutil.Process) still runs: the same process (pid and start time), not a zombie."""
+    import psutil
+
+    try:
+        return proc is not None and proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _spawn_entry(rank: int, entry, world: int, run_dir: str, prefix: str, init_method: str, parent: int,
-                 args: tuple) -> None:
+                 args: tuple, launcher: dict) -> None:
+    os.environ.clear()  # the launcher's environment now, not the fork server's at its start
+    os.environ.update(launcher["env"])
+    os.chdir(launcher["cwd"])
     os.environ.setdefault("LOCAL_WORLD_SIZE", str(world))
     hb = heartbeat_path(Path(run_dir), rank, prefix)
     hb.parent.mkdir(parents=True, exist_ok=True)
