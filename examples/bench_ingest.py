@@ -1,4 +1,4 @@
-"""Ingest throughput benchmarks (docs/BENCHMARKS.md, "Ingest"): OGB CSV edge parsing and WebGraph BV decoding.
+"""Ingest throughput benchmarks (docs/BENCHMARKS.md, "How fast is ingest?"): OGB CSV edge parsing and WebGraph BV decoding.
 
     .venv/bin/python examples/bench_ingest.py --edges 30000000 --nodes 2449029 [--bv ../shared/data/webgraph/cnr-2000]
 

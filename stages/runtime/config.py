@@ -67,7 +67,7 @@ class RuntimeConfig:
 
         auto = on for CUDA, where the copy runs on its own stream while the device computes; on the CPU only
         when the workers leave a core idle: otherwise the gather thread takes a core from the compute kernels
-        and every epoch gets slower (measured, docs/BENCHMARKS.md "Prefetch on the CPU")."""
+        and every epoch gets slower (measured: docs/BENCHMARKS.md, "g3's pipeline schedules on one machine", "Prefetch on the CPU")."""
         mode = self.prefetch or "auto"
         if mode != "auto":
             return mode == "on"

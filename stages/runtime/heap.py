@@ -6,7 +6,7 @@ to 32 MiB) with a fresh ``mmap`` and unmaps it on ``free``, so every epoch page-
 zeroes, memory the process held a moment earlier. ``keep_freed_memory`` switches that off for the training
 process: every block comes from the heap and freed memory stays there for the next allocation. One worker
 on the 500K-node / 24.5M-arc benchmark graph: 1.5M → 0.5M minor page faults over eight epochs, epoch
-0.63–0.69 s → 0.52–0.54 s, peak RSS +6–8 % (docs/BENCHMARKS.md, "Heap reuse"). The resident set stays near
+0.63–0.69 s → 0.52–0.54 s, peak RSS +6–8 % (docs/BENCHMARKS.md, "Single-worker options on the CPU": the heap paragraph). The resident set stays near
 its peak instead of shrinking between epochs; ``g3 train --heap system`` keeps the C library's defaults.
 """
 
