@@ -10,7 +10,7 @@ DEMO_PRESET ?= small
 DEMO_WORKERS ?= 4
 STAMP       := $(VENV)/.g3-installed
 
-.PHONY: setup demo test lint bench clean peers peers-dgl
+.PHONY: setup demo test test-fast lint bench clean peers peers-dgl
 
 # Peers for `g3 bench`: PyG in g3's own environment; DGL in a separate legacy environment (see docs/BENCHMARKS.md).
 DGL_VENV    ?= .venv-dgl
@@ -32,6 +32,10 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q tests
+
+# A developer's quick signal (< 2 min on 2 cores): every test but those marked slow (the ones that launch workers)
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" tests
 
 lint: setup
 	$(BIN)/ruff check g3cli stages tests

@@ -13,6 +13,23 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
 
+# `make test-fast` (pytest -m "not slow"): everything but the modules that train with launched worker
+# processes and the few other tests that take more than ~3 s (measured: docs/BENCHMARKS.md, "The test suite").
+# `make test` runs them all.
+SLOW_MODULES = {"test_demo", "test_eval", "test_runtime_v2", "test_multihost", "test_runs", "test_bench",
+                "test_bytegnn", "test_hopgnn", "test_minibatch", "test_neutrontp", "test_strategies", "test_train"}
+SLOW_TESTS = {"test_local_order_trains_the_even_split_as_one_process_fed_the_union_batches",
+              "test_transport_between_processes", "test_cnr2000_budget_is_infeasible_at_8_and_16_workers",
+              "test_simulate_real_plan_and_cli", "test_two_partitions_to_one_target", "test_csr_equals_scipy_reference",
+              "test_incremental_tracking_equals_recount_after_random_swaps", "test_several_runs_compare_and_scale"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__ in SLOW_MODULES or item.originalname in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
+
+
 def shared_path(*parts: str) -> Path:
     """A path under ../shared, or skip the test with a clear message when it is absent."""
     p = SHARED.joinpath(*parts)
