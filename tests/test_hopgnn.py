@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from reference_minibatch import global_batches, labelled_train, minibatch_train, permutation
+from test_eval import assert_eval_is_independent
 from test_strategies import partitions  # noqa: F401 - the fixture
 from test_train import invoke, max_weight_diff, ref_graph
 
@@ -112,6 +113,8 @@ def test_hopgnn_equals_distdgl_global_order_and_the_reference(store, partitions,
     if k > 1:  # every model moved K - 1 times per iteration with its parameters and gradients
         p = w[0]["model_values"]
         assert all(x["bytes_sent_per_phase"]["migrate"] == steps * (k - 1) * 2 * p * 8 for x in w)
+    if (model, k) == ("gcn", 2):  # g3 eval of a hopgnn run: the plain reference's accuracy from its weights
+        assert_eval_is_independent(store, hop, model)
 
 
 @pytest.mark.parametrize("k", [2, 4])
