@@ -40,7 +40,7 @@ import torch.distributed as dist
 
 from .base import StepOutput, WorkerContext
 from .distdgl import DistDglStrategy
-from .minibatch import PreparedStep, shuffled, step_key
+from .minibatch import PreparedStep, shuffled
 
 
 def time_steps(home: np.ndarray, k: int, merges: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -216,15 +216,8 @@ class HopGnnStrategy(DistDglStrategy):
             self._out = None
             empty = torch.zeros((0, self.ctx.spec.widths[-1]), dtype=self.features.dtype)
             return StepOutput(empty, labels, torch.arange(0), prep.global_targets)
-        key = step_key(epoch, step)
-        x = prep.x0.to(self.device)
-        for li, sb in enumerate(prep.blocks):
-            block = self._block(sb, prep.degrees)
-            with self.compute_span(f"L{li}", layer=li, phase="fwd", nodes=block.n_dst, arcs=block.nnz,
-                                   srcs=block.n_src), torch.enable_grad():
-                x = self.model.layer_forward(li, block, x, key, self.cfg.dropout, self.cfg.seed, True)
-        self._out = x
-        return StepOutput(x.detach().cpu(), labels, torch.arange(len(prep.targets)), prep.global_targets)
+        self._out = self.run_blocks(epoch, step, prep)
+        return StepOutput(self._out.detach().cpu(), labels, torch.arange(len(prep.targets)), prep.global_targets)
 
     def _count(self, prep: PreparedStep) -> None:
         t = self.timers

@@ -244,6 +244,12 @@ class MiniBatchStrategy(Strategy):
             self._out = None
             empty = torch.zeros((0, self.ctx.spec.widths[-1]), dtype=self.features.dtype)
             return StepOutput(empty, labels[:0], torch.arange(0), prep.global_targets)
+        self._out = self.run_blocks(epoch, step, prep)
+        return StepOutput(self._out.detach().cpu(), labels, rows, prep.global_targets)
+
+    def run_blocks(self, epoch: int, step: int, prep: PreparedStep) -> torch.Tensor:
+        """The model's forward over a prepared step's blocks (autograd kept for backward): the logits of the last
+        block's destinations."""
         key = step_key(epoch, step)
         x = prep.x0.to(self.device)
         for li, sb in enumerate(prep.blocks):
@@ -251,8 +257,7 @@ class MiniBatchStrategy(Strategy):
             with self.compute_span(f"L{li}", layer=li, phase="fwd", nodes=block.n_dst, arcs=block.nnz,
                                    srcs=block.n_src), torch.enable_grad():
                 x = self.model.layer_forward(li, block, x, key, self.cfg.dropout, self.cfg.seed, True)
-        self._out = x
-        return StepOutput(x.detach().cpu(), labels, rows, prep.global_targets)
+        return x
 
     def target_labels(self, nodes: np.ndarray) -> torch.Tensor:
         """Labels of a step's output nodes (global ids; this worker's own unless the strategy says otherwise)."""
