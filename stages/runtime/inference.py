@@ -78,11 +78,25 @@ class LayerwiseInference:
 
     def _remote_rows(self, li: int, h: torch.Tensor) -> torch.Tensor:
         """The remote rows of layer ``li``'s input from their owners (every boundary row, one message a peer)."""
-        tr = self.ctx.transport
-        parts = tr.all_to_all([take_rows_at(h, ids) for ids in self.send_ids], [len(r) for r in self.recv_ids],
-                              f"eval{li - 1}")
-        remote = h.new_zeros((self.n_rem, h.shape[1]))
-        for q, rows in enumerate(parts):
-            if q != self.ctx.rank and len(rows):
-                put_rows_at(remote, self.recv_ids[q], rows)
-        return remote
+        return exchange_boundary_rows(self.ctx.transport, self.ctx.rank, h, self.send_ids, self.recv_ids, self.n_rem,
+                                      f"eval{li - 1}")
+
+
+def per_peer_ids(table, world: int) -> list[torch.Tensor]:
+    """A boundary table's node ids per peer (one message per peer), empty for the others and for self."""
+    out = [torch.zeros(0, dtype=torch.int64) for _ in range(world)]
+    for _step, peer, sl in table.message_slices():
+        out[peer] = torch.from_numpy(np.asarray(table.nodes[sl], dtype=np.int64))
+    return out
+
+
+def exchange_boundary_rows(tr, rank: int, h: torch.Tensor, send_ids: list[torch.Tensor],
+                           recv_ids: list[torch.Tensor], n_remote: int, label: str) -> torch.Tensor:
+    """Every peer's boundary rows of ``h`` (this worker's owned rows): ``send_ids[q]`` go to peer q, and the rows
+    peer q sends land at remote offsets ``recv_ids[q]`` of the returned ``[n_remote, width]``."""
+    parts = tr.all_to_all([take_rows_at(h, ids) for ids in send_ids], [len(r) for r in recv_ids], label)
+    remote = h.new_zeros((n_remote, h.shape[1]))
+    for q, rows in enumerate(parts):
+        if q != rank and len(rows):
+            put_rows_at(remote, recv_ids[q], rows)
+    return remote

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from ..block import Block
-from ..kernels import add_rows_at, put_rows_at, take_rows_at
+from ..inference import exchange_boundary_rows, per_peer_ids
+from ..kernels import add_rows_at, take_rows_at
 from .base import Inference, StepOutput, Strategy, WorkerContext, labelled_rows, owned_splits
 
 
@@ -46,21 +47,14 @@ class LayerSyncStrategy(Strategy):
         ).to(self.device)
         plan = ctx.plan
         self.send_table, self.recv_table = plan.table("boundary_send"), plan.table("boundary_recv")
-        self.send_ids = self._per_peer(self.send_table)  # owned ids each peer needs
-        self.recv_ids = self._per_peer(self.recv_table)  # remote offsets each peer sends
+        self.send_ids = per_peer_ids(self.send_table, ctx.world)  # owned ids each peer needs
+        self.recv_ids = per_peer_ids(self.recv_table, ctx.world)  # remote offsets each peer sends
         self.static0 = cfg.layer0_cache_enabled() and model.static_input_rows(0) is not None
         self.x0: torch.Tensor | None = None  # layer 0's input: owned + remote features, fetched once
         self.saved: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: (input leaf, output) of a training step
         self.train_rows = labelled_rows(self.labels, self.splits["train"])
         self.global_train = ctx.all_reduce_int(len(self.train_rows))
         self.epoch = 0
-
-    def _per_peer(self, table) -> list[torch.Tensor]:
-        """The node ids of each peer's message (one message per peer), empty for the others and for self."""
-        out = [torch.zeros(0, dtype=torch.int64) for _ in range(self.ctx.world)]
-        for _step, peer, sl in table.message_slices():
-            out[peer] = torch.from_numpy(np.asarray(table.nodes[sl], dtype=np.int64))
-        return out
 
     @property
     def num_owned(self) -> int:
@@ -73,13 +67,7 @@ class LayerSyncStrategy(Strategy):
         return self.exact_exchange(li, h, f"{'fwd' if training else 'eval'}{li - 1}")
 
     def exact_exchange(self, li: int, h: torch.Tensor, label: str) -> torch.Tensor:
-        parts = self.tr.all_to_all([take_rows_at(h, ids) for ids in self.send_ids], [len(r) for r in self.recv_ids],
-                                   label)
-        remote = h.new_zeros((self.n_rem, h.shape[1]))
-        for q, rows in enumerate(parts):
-            if q != self.rank and len(rows):
-                put_rows_at(remote, self.recv_ids[q], rows)
-        return remote
+        return exchange_boundary_rows(self.tr, self.rank, h, self.send_ids, self.recv_ids, self.n_rem, label)
 
     def exchange_backward(self, li: int, grad_remote: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Send the gradient of layer ``li``'s remote input rows to their owners; returns, in peer order, the

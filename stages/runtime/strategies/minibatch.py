@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from ...common.partition_artifact import Shard
 from ..block import Block
-from ..inference import LayerwiseInference
+from ..inference import LayerwiseInference, per_peer_ids
 from ..neighbor_sampler import SampledBlock, sample_key, signed64
 from ..transport import PartitionBook, Transport
 from .base import Inference, StepOutput, Strategy, WorkerContext, labelled_rows, owned_splits
@@ -302,7 +302,7 @@ class MiniBatchStrategy(Strategy):
         out_deg = torch.from_numpy(np.asarray(shard.load("out_degree"), dtype=np.float64)).to(dtype)
         component = LayerwiseInference(
             self.ctx, self.model, np.asarray(shard.indptr), np.asarray(shard.indices), in_deg, out_deg,
-            self.global_ids[: self.n_own], _per_peer(send_table, self.ctx.world), _per_peer(recv_table, self.ctx.world),
+            self.global_ids[: self.n_own], per_peer_ids(send_table, self.ctx.world), per_peer_ids(recv_table, self.ctx.world),
             self.n_rem, batch_nodes=self.inference_batch_nodes)
         return component, remote
 
@@ -317,10 +317,3 @@ class MiniBatchStrategy(Strategy):
         if self._thread is not None:
             self._thread.join(timeout=1.0)
 
-
-def _per_peer(table, world: int) -> list[torch.Tensor]:
-    """A boundary table's node ids per peer (one message per peer), empty for the others."""
-    out = [torch.zeros(0, dtype=torch.int64) for _ in range(world)]
-    for _step, peer, sl in table.message_slices():
-        out[peer] = torch.from_numpy(np.asarray(table.nodes[sl], dtype=np.int64))
-    return out
