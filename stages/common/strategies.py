@@ -209,7 +209,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             exactness="as distdgl --batch-order global (migration, pre-gathering and merging change where work "
                       "runs, not the gradients); --batch-order local-only trains on batches stratified by "
                       "partition (a different model)",
-            planner="hopgnn", runtime="hopgnn",
+            planner="hopgnn", runtime="hopgnn", simulator="hopgnn",
             train_knobs=("prefetch",), mini_batch=True, samples_neighbours=True,
             peer_options=("fanouts", "batch_size"),
         ),

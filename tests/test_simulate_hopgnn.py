@@ -1,0 +1,121 @@
+"""`g3 simulate` of a hopgnn plan (stages/simulate/hopgnn.py): the modelled bytes and times against their formulas
+worked by hand, ``--merge auto`` as the runtime's rule on modelled epochs, the home share recovered from a merged
+run's miss share, and `g3 simulate PLAN --run RUN` on a real two-worker run reproducing its measured bytes."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from test_strategies import partitions  # noqa: F401 - the fixture
+from test_train import invoke
+
+from stages.simulate.hopgnn import HopProfile, _home_share, auto_merged, miss_share, simulate_hopgnn
+from stages.simulate.minibatch import MiniBatchProfile
+
+INF = math.inf
+
+
+def profiles(**hop) -> tuple[MiniBatchProfile, HopProfile]:
+    p = MiniBatchProfile(strategy="hopgnn", workers=2, order="global", batch_size=100, fanouts=[5, 3], feat_dim=8,
+                         num_train=1000, num_params=50, arcs_per_step=1000, rows_per_step=200, remote_share=0.3,
+                         t_sample=0.0, t_gather=0.0, t_compute=1e-6, prefetch=True, measured_epoch_seconds=1.0)
+    h = HopProfile(**{"local_only": False, "pregather": True, "migrate": True, "merge": 0, "itemsize": 4,
+                      "home_share": 0.3, "dedup": 0.5, "away_share": 0.0, "merged_measured": 0, **hop})
+    return p, h
+
+
+def test_bytes_follow_the_formulas():
+    p, h = profiles()
+    r = simulate_hopgnn(p, h, 4, INF, 0.0, merged=0)
+    # 10 iterations; per server 500 arcs and 100 rows; home share 0.3 at K0 = 2 -> 0.3 * (3/4) / (1/2) = 0.45
+    assert r["steps"] == 10 and r["time_steps"] == 4 and r["miss_rate"] == pytest.approx(0.45)
+    # 45 missed rows, 22.5 fetched once deduplicated; 8 float32 values a row; answers (3 + 1) * 8 per missed row
+    assert r["feature_bytes_per_epoch"] == 10 * 22.5 * 8 * 4 * 4
+    # 3 migrations a server and iteration of parameters and gradients: 2 * 50 values of 4 bytes
+    assert r["migrated_bytes_per_epoch"] == 10 * 3 * 2 * 50 * 4 * 4
+    assert r["bytes_per_epoch"] == 10 * 4 * (22.5 * 32 + 45 * 32 + 3 * 400)
+    # two steps merged away: T = 2, half the roots away: 0.5 * 0.45 + 0.5 * (1 - 0.45 / 3) = 0.65; one migration
+    m = simulate_hopgnn(p, h, 4, INF, 0.0, merged=2)
+    assert m["time_steps"] == 2 and m["miss_rate"] == pytest.approx(0.65)
+    assert m["migrated_bytes_per_epoch"] == 10 * 1 * 400 * 4
+    assert m["feature_bytes_per_epoch"] == pytest.approx(10 * 4 * 100 * 0.65 * 0.5 * 32)
+    # without pre-gathering every missed row is fetched
+    _, off = profiles(pregather=False)
+    assert simulate_hopgnn(p, off, 4, INF, 0.0, 0)["feature_bytes_per_epoch"] == 10 * 45 * 32 * 4
+    # no migration: nothing migrates; local-only: one time step of ceil(100 / 4) own roots, nothing migrates
+    _, still = profiles(migrate=False)
+    assert simulate_hopgnn(p, still, 4, INF, 0.0, 0)["migrated_bytes_per_epoch"] == 0
+    _, local = profiles(local_only=True)
+    lo = simulate_hopgnn(p, local, 4, INF, 0.0, 3)
+    assert (lo["steps"], lo["time_steps"], lo["migrated_bytes_per_epoch"], lo["merged_steps"]) == (10, 1, 0, 0)
+    # one worker: nothing remote, nothing migrates
+    one = simulate_hopgnn(p, h, 1, INF, 0.0, 0)
+    assert one["bytes_per_epoch"] == 0 and one["miss_rate"] == 0.0
+
+
+def test_times_follow_the_formulas():
+    p, h = profiles()
+    # no network: an iteration is its compute (500 arcs of 1 us)
+    assert simulate_hopgnn(p, h, 4, INF, 0.0, 0)["epoch_seconds"] == pytest.approx(10 * 500e-6)
+    # 1 ms latency: 4 sampling rounds + 1 pre-gathered fetch, 3 collectives each: 15 ms prepared under
+    # 0.5 ms compute + 3 migrations of 1 ms; one ring all-reduce per iteration: 2 (K - 1) latencies
+    r = simulate_hopgnn(p, h, 4, INF, 1e-3, 0)
+    assert r["step_parts"]["rounds"] == 5 and r["step_parts"]["migrate"] == pytest.approx(3e-3)
+    assert r["allreduce_seconds"] == pytest.approx(10 * 6e-3)
+    assert r["epoch_seconds"] == pytest.approx(10 * (15e-3 + 6e-3))
+    _, off = profiles(pregather=False)
+    assert simulate_hopgnn(p, off, 4, INF, 1e-3, 0)["step_parts"]["rounds"] == 8  # a fetch per time step
+    p.prefetch = False  # prepared in the step: the sum
+    assert simulate_hopgnn(p, h, 4, INF, 1e-3, 0)["epoch_seconds"] == pytest.approx(10 * (15e-3 + 3.5e-3 + 6e-3))
+    # bandwidth: the migration's 400 bytes at 400 B/s take a second each
+    p.prefetch, p.t_compute = True, 1.0
+    assert simulate_hopgnn(p, h, 2, 400.0, 0.0, 0)["step_parts"]["migrate"] == pytest.approx(1.0)
+
+
+def test_auto_merging_is_the_runtime_rule_on_modelled_epochs():
+    p, h = profiles(merge="auto")
+    # latency-bound: every merged step saves a sampling round and a migration -> merged down to one time step
+    epochs = [simulate_hopgnn(p, h, 4, INF, 1e-3, m)["epoch_seconds"] for m in range(4)]
+    assert epochs == sorted(epochs, reverse=True) and auto_merged(p, h, 4, INF, 1e-3) == 3
+    # bandwidth-bound on wide features: merging only adds remote rows -> try one, go back to none
+    p.feat_dim = 10_000
+    assert simulate_hopgnn(p, h, 4, 1e6, 0.0, 1)["epoch_seconds"] > simulate_hopgnn(p, h, 4, 1e6, 0.0, 0)["epoch_seconds"]
+    assert auto_merged(p, h, 4, 1e6, 0.0) == 0
+
+
+def test_home_share_is_recovered_from_a_merged_runs_miss_share():
+    p, h = profiles(home_share=0.2)
+    p.workers = 4
+    measured = miss_share(p, h, 4, 1)  # a = 1/4 of the roots away
+    assert measured > 0.2 and _home_share(measured, 0.25, 4) == pytest.approx(0.2)
+    assert _home_share(0.3, 0.0, 4) == 0.3 and _home_share(0.3, 0.5, 1) == 0.3
+
+
+def test_g3_simulate_a_hopgnn_plan_from_its_run(partitions, tmp_path):  # noqa: F811
+    part = partitions("distdgl", 2)
+    plan, run = tmp_path / "plan", tmp_path / "run"
+    r = invoke(["plan", str(part), "--strategy", "hopgnn", "--hidden", "6", "--fanouts", "3,2", "--batch-size", "40",
+                "--merge", "off", "-o", str(plan)])
+    assert r.exit_code == 0, r.output
+    r = invoke(["simulate", str(plan), "-o", str(tmp_path / "s0")])
+    assert r.exit_code == 2 and "--run RUN" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    r = invoke(["train", str(plan), "--epochs", "2", "--workers", "2", "--dtype", "float64", "--eval-every", "0",
+                "--threads", "1", "-o", str(run)])
+    assert r.exit_code == 0, r.output
+    r = invoke(["simulate", str(plan), "--run", str(run), "--scaling", "2,16", "-o", str(tmp_path / "sim"), "--json"])
+    assert r.exit_code == 0, r.output
+    sim = json.loads((tmp_path / "sim" / "simulate.json").read_text())
+    measured = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])  # the one epoch after the first
+    w = measured["workers"]
+    at_k = sim["systems"][0]
+    assert [s["system"] for s in sim["systems"]] == ["hopgnn"] and at_k["steps"] == measured["steps"]
+    # at the run's K the model gives back the run's bytes: migration (float64: 8-byte values) and features
+    assert at_k["migrated_bytes_per_epoch"] == sum(x["bytes_sent_per_phase"]["migrate"] for x in w)
+    assert at_k["migrated_bytes_per_epoch"] == measured["steps"] * 2 * 2 * w[0]["model_values"] * 8
+    assert abs(at_k["feature_bytes_per_epoch"] - sum(x["feature_bytes"] for x in w)) <= 1
+    assert at_k["miss_rate"] == pytest.approx(sum(x["feature_misses"] for x in w) / sum(x["source_rows"] for x in w))
+    k16 = sim["scaling"][-1]
+    assert k16["workers"] == 16 and k16["systems"]["hopgnn"]["time_steps"] == 16
+    assert k16["systems"]["hopgnn"]["migrated_bytes_per_epoch"] == measured["steps"] * 16 * 15 * 2 * w[0]["model_values"] * 8
