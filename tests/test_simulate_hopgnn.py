@@ -1,12 +1,16 @@
 """`g3 simulate` of a hopgnn plan (stages/simulate/hopgnn.py): the modelled bytes and times against their formulas
 worked by hand, ``--merge auto`` as the runtime's rule on modelled epochs, the home share recovered from a merged
-run's miss share, and `g3 simulate PLAN --run RUN` on a real two-worker run reproducing its measured bytes."""
+run's miss share, and `g3 simulate PLAN --run RUN` on a real two-worker run reproducing its measured bytes. Also
+HopGNN's Table 1 script (examples/hopgnn_locality.py) against micrographs built one root at a time."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 from test_strategies import partitions  # noqa: F401 - the fixture
 from test_train import invoke
@@ -119,3 +123,37 @@ def test_g3_simulate_a_hopgnn_plan_from_its_run(partitions, tmp_path):  # noqa: 
     k16 = sim["scaling"][-1]
     assert k16["workers"] == 16 and k16["systems"]["hopgnn"]["time_steps"] == 16
     assert k16["systems"]["hopgnn"]["migrated_bytes_per_epoch"] == measured["steps"] * 16 * 15 * 2 * w[0]["model_values"] * 8
+
+
+# --- examples/hopgnn_locality.py (Table 1 in shape) ------------------------------------------------------------
+def test_locality_shares_equal_micrographs_built_one_root_at_a_time(store):
+    from stages.common.store import GraphStore
+    from stages.runtime.neighbor_sampler import build_blocks
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "hopgnn_locality.py"
+    spec = importlib.util.spec_from_file_location("hopgnn_locality", path)
+    loc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loc)
+    g = GraphStore.open(store)
+    sample = loc.Sampler(g, seed=3)
+    k, fanouts = 3, [3, 2]
+    owner = np.random.default_rng(1).integers(0, k, g.num_nodes)
+    batches = [np.array([5, 17, 40, 41, 99, 120, 200]), np.array([1, 2, 3, 150, 230])]
+    micro, owned, sub_max = [], [], []
+    for step, roots in enumerate(batches):
+        def vertices(targets, step=step):
+            blocks = build_blocks(targets, fanouts, lambda nodes, fanout, hop: sample(nodes, fanout, hop, step))
+            return np.unique(blocks[0].src)
+        for root in roots:  # one micrograph: the root's own blocks
+            v = vertices(np.array([root]))
+            micro.append(np.mean(owner[v] == owner[root]))
+        for w in range(k):  # the subgraph of the roots worker w owns
+            mine = roots[owner[roots] == w]
+            if len(mine):
+                owned.append(np.mean(owner[vertices(mine)] == w))
+        v = vertices(roots)
+        sub_max.append(max(np.mean(owner[v] == w) for w in range(k)))
+    got = loc.locality(owner, k, batches, fanouts, sample)
+    assert got["R_micro"] == pytest.approx(np.mean(micro)) and got["R_owned"] == pytest.approx(np.mean(owned))
+    assert got["R_sub_max"] == pytest.approx(np.mean(sub_max)) and got["R_sub_mean"] == pytest.approx(1 / k)
+    assert got["R_micro"] > got["R_sub_mean"]  # a micrograph's vertices sit with its root more than 1/K do
