@@ -173,29 +173,41 @@ def layer_graphs(graph: RefGraph, nbrs: np.ndarray, targets: np.ndarray, fanouts
 
 
 def minibatch_train(kind: str, params_init: dict, graph: RefGraph, batches: Callable[[int], list[np.ndarray]],
-                    fanouts: list[int], epochs: int, lr: float, dropout: float, seed: int) -> dict:
-    """Train on ``batches(epoch)`` (the target node ids of every step); returns the final parameters."""
+                    fanouts: list[int], epochs: int, lr: float, dropout: float, seed: int, delay: int = 0) -> dict:
+    """Train on ``batches(epoch)`` (the target node ids of every step); returns the final parameters.
+
+    ``delay > 0``: stale gradients with weight stashing (P3's pipeline, Eq. 3): the t-th batch (counted over
+    epochs) computes its whole gradient with the weights as they were before update ``t - delay`` (the initial
+    ones while ``t < delay``), and that gradient updates the current weights: w_{t+1} = w_t - a·grad f(w_{t-d})."""
     params = {k: v.detach().clone().requires_grad_(True) for k, v in params_init.items()}
     opt = torch.optim.Adam(list(params.values()), lr=lr)
     nbrs = ascending_rows(graph.indptr.numpy(), graph.indices.numpy())
     num_layers = _num_layers(params)
     ids = torch.arange(graph.num_nodes)
+    versions, t = {}, 0
     for epoch in range(epochs):
         for step, targets in enumerate(batches(epoch)):
             opt.zero_grad()
+            versions[t] = {k: v.detach().clone() for k, v in params.items()}
+            used = params if delay == 0 else {k: v.clone().requires_grad_(True)
+                                               for k, v in versions[max(0, t - delay)].items()}
             graphs = layer_graphs(graph, nbrs, targets, fanouts, seed, epoch, step)
             h = graph.x.to(next(iter(params.values())).dtype)
             for li, g in enumerate(graphs):
-                h = (_sage if kind == "sage" else _gcn)(params, f"layers.{li}.", h, g)
+                h = (_sage if kind == "sage" else _gcn)(used, f"layers.{li}.", h, g)
                 if li < num_layers - 1:
                     h = torch.relu(h)
                     if dropout > 0:
                         mask_epoch = dropout_epoch(epoch, step)
                         h = h * dropout_mask(seed, mask_epoch, li, ids, h.shape[1], dropout, dtype=h.dtype)
-            t = torch.from_numpy(np.asarray(targets, dtype=np.int64))
-            loss = F.cross_entropy(h[t], graph.y[t], reduction="sum") / len(t)
+            tg = torch.from_numpy(np.asarray(targets, dtype=np.int64))
+            loss = F.cross_entropy(h[tg], graph.y[tg], reduction="sum") / len(tg)
             loss.backward()
+            if delay:
+                for k, v in params.items():
+                    v.grad = used[k].grad
             opt.step()
+            t += 1
     return {k: v.detach().clone() for k, v in params.items()}
 
 

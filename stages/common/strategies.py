@@ -98,6 +98,9 @@ class StrategyInfo:
     evaluator_method: str | None = None
     # `g3 bench` peers (DGL, PyG) run mini-batch with (fanouts, batch size): the plan options that give them
     peer_options: tuple[str, ...] = ()
+    # the values a train knob takes under this strategy when they differ from the runtime's (the first is its
+    # default), e.g. p3's --pipeline none|p3 instead of g3's bin schedules
+    knob_choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def simulator_module(self):
         return importlib.import_module(f"stages.simulate.{self.simulator}") if self.simulator else None
@@ -160,7 +163,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             name="distdgl",
             summary="DistDGL: mini-batch training, neighbour sampling (--fanouts, --batch-size, --batch-order), "
                     "remote neighbours sampled by their owners, features fetched by id, all-reduce per step.",
-            methods=("distdgl", "metis", "random", "g3", "chunk", "bytegnn"),
+            methods=("distdgl", "metis", "random", "g3", "chunk", "bytegnn", "p3"),
             exactness="samples neighbours (an approximation); --fanouts -1 with one batch of every training node "
                       "is exact full-graph training; evaluation is exact full-neighbour inference",
             planner="distdgl", runtime="distdgl",
@@ -199,6 +202,22 @@ STRATEGIES: dict[str, StrategyInfo] = {
                       "cluster is full-graph training; evaluation is exact full-neighbour inference",
             planner="clustergcn", runtime="clustergcn",
             train_knobs=("prefetch",), mini_batch=True,
+        ),
+        StrategyInfo(
+            name="p3",
+            summary="P3: structure hashed, features split by column; layer 1 model-parallel (the structure "
+                    "pushed, partial activations pulled, gradients pushed back), layers 2+ data-parallel; "
+                    "g3 train --pipeline p3: three batches in flight with weight stashing.",
+            methods=("p3",),
+            exactness="as distdgl on the same batches (samples neighbours; exact against distdgl --batch-order "
+                      "global); --pipeline p3 updates with gradients three steps stale (P3 Eq. 3, an "
+                      "approximation)",
+            planner="p3", runtime="p3",
+            train_knobs=("prefetch", "pipeline"), knob_choices={"pipeline": ("none", "p3")},
+            models=("sage", "gcn"), mini_batch=True, samples_neighbours=True,
+            peer_options=("fanouts", "batch_size"),
+            notes=("GAT is not built: its attention logits would need every head's scalars summed across the "
+                   "column slices per arc endpoint before the softmax, which P3 does not describe",),
         ),
         StrategyInfo(
             name="hopgnn",

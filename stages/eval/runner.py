@@ -27,7 +27,7 @@ def eval_rank(rank: int, world: int, init_method: str | None, plan_dir: str, run
     if "model" in state and isinstance(state["model"], dict):  # a training checkpoint
         state = state["model"]
     try:
-        worker.model.load_state_dict({k: v.to(cfg.torch_dtype) for k, v in state.items()})
+        worker.strategy.load_full_state_dict({k: v.to(cfg.torch_dtype) for k, v in state.items()})
     except RuntimeError as exc:
         raise G3InputError(f"{weights}: weights do not fit the plan's model: {exc}") from None
     t0 = time.perf_counter()

@@ -85,6 +85,10 @@ METHODS: dict[str, PartitionMethod] = {
                         assign="bytegnn:assign",
                         options=("seed", "balance_tol", "bytegnn_alpha", "bytegnn_beta", "bytegnn_gamma",
                                  "bytegnn_hops")),
+        PartitionMethod("p3", "P3's independent partitioning (P3 §3.1): the structure by a random hash of node id, each "
+                              "arc with its destination, and the features split by column, every worker a column "
+                              "slice of every node",
+                        assign="baselines:assign_random", layouts=("rows", "columns")),
         PartitionMethod("feature", "the whole topology on every worker and ceil(F/K) feature columns each "
                                    "(NeutronTP, P3)",
                         assign="feature:assign", layouts=("columns",), options=("hidden",)),

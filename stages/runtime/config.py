@@ -14,10 +14,13 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..common.errors import G3InputError
-from ..common.strategies import TRAIN_KNOBS, StrategyInfo
+from ..common.strategies import STRATEGIES, TRAIN_KNOBS, StrategyInfo
 from .pipeline import SCHEDULES
 
-PIPELINES = tuple(SCHEDULES)  # multi (the default), inter, intra, none
+# every --pipeline value some strategy takes: g3's bin schedules (multi, the default, inter, intra, none) and the
+# values strategies declare in their registry entry (knob_choices)
+PIPELINES = tuple(dict.fromkeys([*SCHEDULES, *(v for s in STRATEGIES.values() for v in s.knob_choices.get("pipeline", ()))]))
+KNOB_CHOICES = {"pipeline": tuple(SCHEDULES)}  # a strategy's knob_choices replace these
 LAYER0_CACHE = ("auto", "on", "off")
 PREFETCH = ("auto", "on", "off")
 BACKWARD = ("recompute", "keep")
@@ -100,8 +103,12 @@ def resolve_knobs(cfg: RuntimeConfig, info: StrategyInfo) -> None:
     for knob, flag in TRAIN_KNOBS.items():
         value = getattr(cfg, knob)
         if knob in info.train_knobs:
+            choices = info.knob_choices.get(knob) or KNOB_CHOICES.get(knob)
             if value is None:
-                setattr(cfg, knob, KNOB_DEFAULTS[knob])
+                setattr(cfg, knob, info.knob_choices[knob][0] if knob in info.knob_choices else KNOB_DEFAULTS[knob])
+            elif choices and value not in choices:
+                raise G3InputError(f"{flag} {value} does not apply to the {info.name} strategy of this plan "
+                                   f"(choose from {', '.join(choices)})")
             elif knob == "prefetch" and value not in PREFETCH and not info.mini_batch:
                 raise G3InputError(f"--prefetch {value}: a step count applies to mini-batch strategies; the "
                                    f"{info.name} strategy takes {', '.join(PREFETCH)}")

@@ -177,6 +177,25 @@ class Transport:
         parts = out.split(in_sizes)
         return [chunks[q] if q == self.rank else parts[q].view(recv_shapes[q]) for q in range(self.world)]
 
+    def start_all_to_all_v(self, chunks: list[torch.Tensor], recv_shapes: list[tuple[int, ...]], label: str
+                           ) -> PendingAllToAll:
+        """:meth:`all_to_all_v` posted without waiting (P3's pipeline overlaps a batch's partial activations in
+        flight with another batch's compute): :meth:`PendingAllToAll.wait` returns what the peers sent. Posted
+        exchanges of one group complete in the order they were posted, the same on every rank."""
+        if self.world == 1:
+            return PendingAllToAll(self, None, list(chunks), recv_shapes, [], label)
+        dtype = chunks[0].dtype
+        send = [c.reshape(-1) if q != self.rank else c.new_empty(0) for q, c in enumerate(chunks)]
+        in_sizes = [int(np.prod(s)) if q != self.rank else 0 for q, s in enumerate(recv_shapes)]
+        flat = torch.cat(send).contiguous()
+        out = torch.empty(sum(in_sizes), dtype=dtype)
+        work = dist.all_to_all_single(out, flat, in_sizes, [len(c) for c in send], group=self.group, async_op=True)
+        self.stats.sent(label, sum(_nbytes(c) for c in send), messages=sum(1 for c in send if len(c)))
+        self.stats.received(label, _nbytes(out))
+        pending = PendingAllToAll(self, work, list(chunks), recv_shapes, in_sizes, label)
+        pending.out, pending.flat = out, flat  # both buffers live until the exchange completes
+        return pending
+
     def broadcast(self, tensor: torch.Tensor, src: int, label: str) -> torch.Tensor:
         """``tensor`` of worker ``src`` into every worker's ``tensor`` (same shape everywhere). Counted as the
         root sending its rows to each other worker and each receiving them once."""
@@ -242,6 +261,29 @@ class Transport:
         out = torch.empty((len(ids), width), dtype=dtype)
         out[torch.from_numpy(order)] = torch.cat(rows) if rows else out[:0]
         return out
+
+
+class PendingAllToAll:
+    """An all-to-all in flight (:meth:`Transport.start_all_to_all_v`); :meth:`wait` blocks (counted as waiting
+    time) and returns what each peer sent, own chunk passed through."""
+
+    def __init__(self, tr: Transport, work, chunks, recv_shapes, in_sizes, label: str):
+        self.tr, self.work, self.chunks, self.recv_shapes, self.in_sizes, self.label = (
+            tr, work, chunks, recv_shapes, in_sizes, label)
+        self.out = self.flat = None
+        self._result: list[torch.Tensor] | None = None
+
+    def wait(self) -> list[torch.Tensor]:
+        if self._result is None:
+            if self.work is None:
+                self._result = self.chunks
+            else:
+                self.tr.wait_for(self.work, f"all-to-all {self.label}")
+                parts = self.out.split(self.in_sizes)
+                self._result = [self.chunks[q] if q == self.tr.rank else parts[q].view(self.recv_shapes[q])
+                                for q in range(self.tr.world)]
+                self.flat = None
+        return self._result
 
 
 class TableSender:

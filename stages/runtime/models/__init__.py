@@ -137,6 +137,13 @@ class GNNModel(nn.Module):
             relu_dropout_grad(y, grad_out, dropout)
         return layer.static_backward(block, x_src, grad)
 
+    def activate(self, l: int, h: torch.Tensor, node_ids: torch.Tensor, epoch: int, dropout: float, seed: int,  # noqa: E741
+                 training: bool) -> torch.Tensor:
+        """What follows layer ``l``'s linear part: ReLU and the dropout of ``node_ids`` for a hidden layer,
+        nothing for the last. A runtime that computes a layer's pre-activation itself (P3 sums partial
+        products from every worker) applies it with this."""
+        return self._activate(l, h, node_ids, epoch, dropout, seed, training)
+
     def _activate(self, l: int, h: torch.Tensor, node_ids: torch.Tensor, epoch: int, dropout: float, seed: int,  # noqa: E741
                   training: bool) -> torch.Tensor:
         if l < self.num_layers - 1 and getattr(self.layers[l], "activated", True):

@@ -75,6 +75,12 @@ class GCNConv(nn.Module):
         return True
 
     @staticmethod
+    def aggregate(block: Block, h: torch.Tensor) -> torch.Tensor:
+        """The normalised sum with self-loops of ``h [n_src, width]`` over the block (``[n_dst, width]``): the
+        layer's aggregation alone, for a runtime that applies the weight to a column slice (P3)."""
+        return GCNConv._aggregate(block, h)
+
+    @staticmethod
     def _aggregate(block: Block, h: torch.Tensor) -> torch.Tensor:
         """``D_dst^-1/2 (A + I) D_src^-1/2 h`` over the block (global degrees + 1), ``[n_dst, width]``."""
         n_dst = block.n_dst

@@ -160,6 +160,11 @@ class Strategy:
         strategy assembles its shards); the replicated weights by default."""
         return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
 
+    def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load weights as one process holds them (``g3 eval`` of model.pt): the strategy takes its shards of the
+        parameters it shards; the whole state by default. A mismatch raises RuntimeError."""
+        self.model.load_state_dict(state)
+
     def infer(self) -> Inference:
         raise NotImplementedError
 

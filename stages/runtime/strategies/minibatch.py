@@ -290,9 +290,9 @@ class MiniBatchStrategy(Strategy):
         logits = self._inference.logits(self.features, self._remote_x0)
         return Inference(logits, self.labels, self.splits)
 
-    def _layerwise_inference(self) -> tuple[LayerwiseInference, torch.Tensor]:
-        """The inference component over this worker's shard, and the remote nodes' input features (fetched once
-        through the plan's boundary tables)."""
+    def _layerwise_inference(self, model=None) -> tuple[LayerwiseInference, torch.Tensor]:
+        """The inference component over this worker's shard running ``model`` (the strategy's by default), and
+        the remote nodes' input features (fetched once through the plan's boundary tables)."""
         shard: Shard = self.ctx.shard
         send_table, recv_table = self.ctx.plan.table("boundary_send"), self.ctx.plan.table("boundary_recv")
         remote = torch.zeros((self.n_rem, self.features.shape[1]), dtype=self.features.dtype)
@@ -301,7 +301,7 @@ class MiniBatchStrategy(Strategy):
         in_deg = torch.from_numpy(np.asarray(shard.load("in_degree"), dtype=np.float64)).to(dtype)
         out_deg = torch.from_numpy(np.asarray(shard.load("out_degree"), dtype=np.float64)).to(dtype)
         component = LayerwiseInference(
-            self.ctx, self.model, np.asarray(shard.indptr), np.asarray(shard.indices), in_deg, out_deg,
+            self.ctx, model if model is not None else self.model, np.asarray(shard.indptr), np.asarray(shard.indices), in_deg, out_deg,
             self.global_ids[: self.n_own], per_peer_ids(send_table, self.ctx.world), per_peer_ids(recv_table, self.ctx.world),
             self.n_rem, batch_nodes=self.inference_batch_nodes)
         return component, remote
