@@ -22,8 +22,10 @@ from .output import console
                    "test nodes, arcs; each within 1.05 of the mean). bytegnn: ByteGNN's partitioner (seed paper 001 "
                    "§4.2.3) grows a block of every labelled (train/valid/test) node's --bytegnn-hops in-neighbourhood and "
                    "assigns blocks greedily by cross edges x balance of train/valid/test counts (Algorithm 2). "
-                   "feature: every worker keeps the whole topology and ceil(F/K) feature columns "
-                   "(NeutronTP, P3).")
+                   "p3: P3's independent partitioning (§3.1): the structure by a hash of node id and --seed (each "
+                   "arc with its destination) and, separately, ceil(F/K) feature columns of every node per worker "
+                   "(the last workers get the remainder; OUT/columns/). feature: every worker keeps the whole "
+                   "topology and ceil(F/K) feature columns (NeutronTP).")
 @click.option("-o", "--out", type=click.Path(), default=None,
               help="Output folder. Default: STORE.part-<method>-<K> beside the store.")
 @click.option("--gamma", type=float, default=0.005, show_default=True,

@@ -32,14 +32,17 @@ def _for(knob: str, default: str | None = None) -> str:
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Compute device (cuda: one GPU per rank, nccl for all-reduce, gloo for P2P host buffers).")
 @click.option("--pipeline", type=click.Choice(PIPELINES), default=None,
-              help=_for("pipeline", "multi") + " Bin scheduling (G3 §5.2): 'multi' = eager inter-layer bins in priority order plus the "
+              help=_for("pipeline", "multi; p3: none") + " Bin scheduling (G3 §5.2): 'multi' = eager inter-layer bins in priority order plus the "
                    "intra-layer overlap; 'inter' = eager inter-layer only, bins of consecutive node ids; 'intra' = "
                    "layer by layer with the intra-layer overlap: the next bin gathered/copied while one computes "
                    "(see --prefetch), messages packed and sent and arrived rows copied in by helper threads; "
                    "'none' = sequential. All give the same model. neutrontp: 'none' = one bulk all-to-all per "
                    "split/gather; any other value = the inter-chunk pipeline (NeutronTP §4.2.2: the split of the "
                    "next chunk and the gather of the last run on a communication thread while a chunk aggregates; "
-                   "the same model, bitwise).")
+                   "the same model, bitwise). p3 (default 'none'): 'p3' = P3's pipeline, three batches in flight "
+                   "with weight stashing: batch t computes with the weights before update t-3 and its gradient "
+                   "updates the current ones (P3 Eq. 3, a different model); its partials travel while the "
+                   "previous batch computes.")
 @click.option("--trace", is_flag=True,
               help="Time every span of every epoch but the first: the shares of communication time hidden under "
                    "compute, spent blocked on messages and overlapping the runtime's data movement go to each "

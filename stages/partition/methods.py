@@ -90,7 +90,7 @@ METHODS: dict[str, PartitionMethod] = {
                               "slice of every node",
                         assign="baselines:assign_random", layouts=("rows", "columns")),
         PartitionMethod("feature", "the whole topology on every worker and ceil(F/K) feature columns each "
-                                   "(NeutronTP, P3)",
+                                   "(NeutronTP)",
                         assign="feature:assign", layouts=("columns",), options=("hidden",)),
     )
 }
