@@ -215,7 +215,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             planner="p3", runtime="p3",
             train_knobs=("prefetch", "pipeline"), knob_choices={"pipeline": ("none", "p3")},
             models=("sage", "gcn"), mini_batch=True, samples_neighbours=True,
-            peer_options=("fanouts", "batch_size"),
+            simulator="p3", peer_options=("fanouts", "batch_size"),
             notes=("GAT is not built: its attention logits would need every head's scalars summed across the "
                    "column slices per arc endpoint before the softmax, which P3 does not describe",),
         ),
