@@ -17,7 +17,7 @@ SHARED = REPO.parent / "shared"
 # processes and the few other tests that take more than ~3 s (measured: docs/BENCHMARKS.md, "The test suite").
 # `make test` runs them all.
 SLOW_MODULES = {"test_demo", "test_eval", "test_runtime_v2", "test_multihost", "test_runs", "test_bench",
-                "test_bytegnn", "test_hopgnn", "test_minibatch", "test_neutrontp", "test_strategies", "test_train"}
+                "test_bytegnn", "test_hopgnn", "test_p3", "test_minibatch", "test_neutrontp", "test_strategies", "test_train"}
 SLOW_TESTS = {"test_local_order_trains_the_even_split_as_one_process_fed_the_union_batches",
               "test_transport_between_processes", "test_cnr2000_budget_is_infeasible_at_8_and_16_workers",
               "test_simulate_real_plan_and_cli", "test_two_partitions_to_one_target", "test_csr_equals_scipy_reference",

@@ -141,6 +141,25 @@ def test_strategies_side_by_side(tiny_store, tmp_path, cli_runner):
         "part-metis-2.plan-g3-sage", "part-metis-2.plan-sancus-staleness-epoch-0-sancus-comm-p2p-sage"]
 
 
+def test_p3_and_distdgl_side_by_side(tiny_store, tmp_path, cli_runner):
+    """`g3 bench --strategies p3,...` (issue 30): p3 on its own partition, pipelined through a train knob in its
+    spec, and distdgl on the same hash partition with the same global batches — the same model, so the same
+    accuracy; the bench's g3 --pipeline default is not passed to p3, which has other schedules."""
+    from g3cli.main import cli
+
+    out = tmp_path / "bench"
+    specs = ("p3{batch-order=global,fanouts=3,2,batch-size=50},p3{batch-order=global,fanouts=3,2,batch-size=50,"
+             "pipeline=p3},distdgl@p3{batch-order=global,fanouts=3,2,batch-size=50}")
+    res = cli_runner.invoke(cli, ["bench", str(tiny_store), "--strategies", specs, "--workers", "2", "--epochs", "2",
+                                  "--threads", "2", "--peers", "none", "--no-single", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    plain, piped, dgl = json.loads((out / "bench.json").read_text())["entries"]
+    assert all(e["status"] == "ok" and e["method"] == "p3" for e in (plain, piped, dgl)), res.output
+    assert "--pipeline p3" in piped["note"] and "--pipeline none" in plain["note"]  # p3's default, not g3's multi
+    assert plain["test_acc"] == dgl["test_acc"]
+    assert plain["bytes_per_epoch"] > 0 and dgl["bytes_per_epoch"] > 0
+
+
 def test_bad_strategy_specs(tiny_store, tmp_path, cli_runner):
     from g3cli.main import cli
 
@@ -148,7 +167,9 @@ def test_bad_strategy_specs(tiny_store, tmp_path, cli_runner):
                           ("bns-gcn@feature", "strategy bns-gcn runs on metis, chunk, g3, random partitions, not feature"),
                           ("bns-gcn{p=0.1}", "bns-gcn has no option 'p'"),
                           ("sancus{staleness}", "needs a value"),
-                          ("g3[x]", "is not NAME[@METHOD]")):
+                          ("g3[x]", "is not NAME[@METHOD]"),
+                          ("p3{pipeline=multi}", "p3 does not take pipeline=multi"),
+                          ("distdgl{pipeline=p3}", "distdgl has no option 'pipeline'")):
         res = cli_runner.invoke(cli, ["bench", str(tiny_store), "--strategies", spec, "--peers", "none", "-o",
                                       str(tmp_path / "b")])
         assert res.exit_code == 2 and message in res.output, (spec, res.output)

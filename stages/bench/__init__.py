@@ -199,7 +199,7 @@ def peer_modes(specs) -> list[tuple[tuple[int, ...], int] | None]:
             continue
         parse = {o.name: o.parse for o in info.options()}
         opts = {o.name: o.parse(o.default) for o in info.options() if o.default is not None}
-        opts.update({k: parse[k](v) for k, v in spec.options})
+        opts.update({k: parse[k](v) for k, v in spec.options if k in parse})  # train knobs do not matter here
         fanouts, batch_size = (opts[name] for name in info.peer_options)
         mode = (tuple(fanouts), int(batch_size))
         if mode not in modes:

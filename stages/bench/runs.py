@@ -19,6 +19,7 @@ from ..common.errors import G3InputError, G3RuntimeError
 from ..common.partition_artifact import partition_digest
 from ..common.store import GraphStore
 from ..common.strategies import check_partition_method, strategy_info
+from ..runtime.config import knob_accepts, parse_knob
 
 SPEC = re.compile(r"^(?P<name>[a-z0-9-]+)(?:@(?P<method>[a-z0-9-]+))?(?:\{(?P<opts>[^{}]*)\})?$")
 
@@ -65,7 +66,7 @@ def parse_spec(text: str) -> StrategySpec:
     info = strategy_info(m.group("name"))
     method = m.group("method") or info.default_method
     check_partition_method(info, method, f"--strategies {text}")
-    known = {o.name for o in info.options()}
+    known = {o.name for o in info.options()} | set(info.train_knobs)  # plan options and `g3 train` knobs
     opts = []
     # a comma starts the next option only where ``name=`` follows: values may hold commas (fanouts=25,10)
     for item in filter(None, (s.strip() for s in re.split(r",(?=\s*[-\w]+\s*=)", m.group("opts") or ""))):
@@ -76,6 +77,13 @@ def parse_spec(text: str) -> StrategySpec:
         if name not in known:
             raise G3InputError(f"--strategies: {text!r}: {info.name} has no option {key!r} "
                                f"(it has {', '.join(sorted(known)) or 'none'})")
+        if name in info.train_knobs:
+            try:
+                parsed = parse_knob(name, value)
+            except ValueError as exc:
+                raise G3InputError(f"--strategies: {text!r}: {key}={value}: {exc}") from None
+            if not knob_accepts(info, name, parsed):
+                raise G3InputError(f"--strategies: {text!r}: {info.name} does not take {key}={value}")
         opts.append((name, value))
     return StrategySpec(info.name, method, tuple(opts))
 
@@ -115,7 +123,9 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
         if not _reuse_partition(part, store, spec.method, k):
             run_partition(store.path, PartitionOptions(workers=k, method=spec.method, hidden=o.hidden), out=part,
                           force=True)
-        options = dict(spec.options)
+        info = strategy_info(spec.name)
+        knobs = {n: parse_knob(n, v) for n, v in spec.options if n in info.train_knobs}
+        options = {n: v for n, v in spec.options if n not in info.train_knobs}
         # the bench's memory options go to every strategy that has them (g3's bins, neutrontp's chunks)
         own = {opt.name for opt in strategy_info(spec.name).options()}
         options = {**{n: v for n, v in (("bin_size", o.bin_size), ("device_memory", o.device_memory)) if n in own},
@@ -130,9 +140,9 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
         if not (plan / "plan.json").is_file() or not stamp.is_file() or json.loads(stamp.read_text()) != want:
             run_plan(part, cfg, out=plan, force=True)
             write_json_atomic(stamp, want)
-        info = strategy_info(spec.name)
-        tc = TrainConfig(epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k,
-                         pipeline=o.pipeline if "pipeline" in info.train_knobs else None,
+        bench_pipeline = o.pipeline if knob_accepts(info, "pipeline", o.pipeline) else None
+        knobs = {"pipeline": bench_pipeline, **knobs}  # a spec's own knobs win over the bench's
+        tc = TrainConfig(epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k, **knobs,
                          eval_every=o.epochs,  # the final accuracy only: evaluation is not timed anyway
                          threads=per_worker, live=False,
                          timeout=max(60.0, min(o.timeout, 900.0)))  # big graphs: peers wait long for a bin

@@ -117,6 +117,25 @@ def resolve_knobs(cfg: RuntimeConfig, info: StrategyInfo) -> None:
                                f"{', '.join(s for s in _strategies_with(knob)) or 'no strategy'})")
 
 
+def knob_accepts(info: StrategyInfo, knob: str, value) -> bool:
+    """Whether the strategy ``info`` takes ``value`` for the train knob ``knob`` (``g3 bench`` passes its
+    ``--pipeline`` only to the strategies that take it: g3's schedules are not p3's)."""
+    if knob not in info.train_knobs:
+        return False
+    choices = info.knob_choices.get(knob) or KNOB_CHOICES.get(knob)
+    return not choices or value in choices
+
+
+def parse_knob(knob: str, text: str):
+    """A train knob's value from its text (``g3 bench``'s ``NAME{knob=value}``), typed as its default."""
+    default = KNOB_DEFAULTS[knob]
+    if isinstance(default, bool):
+        if text not in ("on", "off", "true", "false"):
+            raise ValueError("expected on or off")
+        return text in ("on", "true")
+    return type(default)(text)
+
+
 def _strategies_with(knob: str) -> list[str]:
     from ..common.strategies import STRATEGIES
 
