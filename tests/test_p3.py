@@ -33,12 +33,13 @@ def fanouts_for(layers: int) -> list[int]:
 
 
 def run(part: Path, tmp: Path, strategy: str = "p3", model: str = "sage", layers: int = 2, order: str = "global",
-        train: tuple[str, ...] = (), epochs: int = EPOCHS, out: str = "run", plan_name: str | None = None) -> Path:
+        train: tuple[str, ...] = (), epochs: int = EPOCHS, out: str = "run", plan_name: str | None = None,
+        options: tuple[str, ...] = ()) -> Path:
     plan, run_dir = tmp / (plan_name or f"plan-{out}"), tmp / out
     if not plan.exists():
         r = invoke(["plan", str(part), "--strategy", strategy, "--model", model, "--layers", str(layers),
                     "--hidden", str(HIDDEN), "--fanouts", ",".join(map(str, fanouts_for(layers))),
-                    "--batch-size", str(BATCH), "--batch-order", order, "-o", str(plan)])
+                    "--batch-size", str(BATCH), "--batch-order", order, *options, "-o", str(plan)])
         assert r.exit_code == 0, r.output
     k = json.loads((part / "partition.json").read_text())["num_partitions"]
     r = invoke(["train", str(plan), "--epochs", str(epochs), "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
@@ -109,6 +110,18 @@ def test_p3_equals_distdgl_and_moves_the_bytes_of_its_formulas(store, partitions
         assert x["allreduce_bytes"] == steps * replicated * 8
         assert "features0" not in sent  # no feature row ever moves in training
     assert_eval_is_independent(store, p3, "sage")  # g3 eval assembles the column slices
+
+
+def test_replicated_structure_samples_the_same_without_asking_anyone(partitions, tmp_path):  # noqa: F811
+    """--topology replicated (P3's choice when the structure fits): every worker samples from the plan's whole CSR,
+    so no sampling request crosses the network, and the model is the partitioned run's, bitwise."""
+    part = partitions("p3", 2)
+    shared = run(part, tmp_path, options=("--topology", "replicated"), epochs=2, out="replicated")
+    asked = run(part, tmp_path, epochs=2, out="partitioned")
+    assert max_weight_diff(weights(shared)[1], weights(asked)[1]) == 0.0
+    sent = [w["bytes_sent_per_phase"] for w in records(shared)[-1]["workers"]]
+    assert all("sample" not in s and "sample-ids" not in s and s["partials"] > 0 for s in sent)
+    assert all(w["bytes_sent_per_phase"]["sample"] > 0 for w in records(asked)[-1]["workers"])
 
 
 def test_p3_local_order_equals_the_union_of_local_batches(store, partitions, tmp_path):  # noqa: F811
