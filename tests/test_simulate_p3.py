@@ -57,6 +57,9 @@ def test_times_follow_the_formulas():
     assert parts["allreduce"] == pytest.approx(allreduce)
     train = parts["model_parallel"] + parts["partials"] + parts["data_parallel"] + parts["gradients"]
     assert r["epoch_seconds"] == pytest.approx(10 * (max(parts["prepare"], train) + allreduce))
+    # --topology replicated: the run sent no sampling requests, so sampling waits on no one
+    replicated = simulate_p3(profile(sample_bytes=0.0), 4, bw, lat, pipelined=False)["step_parts"]["sampling"]
+    assert replicated == pytest.approx(500 * 1e-6)
     off = simulate_p3(profile(prefetch=False), 4, bw, lat, pipelined=False)
     assert off["epoch_seconds"] == pytest.approx(10 * (parts["prepare"] + train + allreduce))
     # pipelined: the next batch's partials (2.5 ms) under this one's data-parallel compute (0.04 ms)

@@ -12,7 +12,8 @@ and parsing the structure messages (per node id handled, ``fetch_seconds``) and 
 counts scaled as the distdgl model scales them (``--batch-order global``: B/K targets per owner, counts × K₀/K;
 ``local``: unchanged), item = 4 bytes (float32) and node ids of 4 bytes:
 
-    sampling   = A × t_sample + sample bytes / bandwidth + (L − 1) × 3 × latency
+    sampling   = A × t_sample + sample bytes / bandwidth + (L − 1) × 3 × latency   (no latency when the run
+                  sent no sampling requests: ``--topology replicated``)
                   sample bytes: the run's per step × K₀/K × ((K−1)/K) / ((K₀−1)/K₀) (hash partition: a
                   frontier node is remote with probability (K−1)/K)
     structure  = K × (3 + V⁰ + V¹ + A₁) × t_struct + bytes / bandwidth + 2 × latency
@@ -145,7 +146,8 @@ def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipeline
               "structure": (k - 1) * (block_ids * ID + 8),
               "partials": (k - 1) * dst1 * p.hidden * ITEM,
               "gradients": (k - 1) * dst1 * p.hidden * ITEM}
-    sampling = arcs * p.t_sample + net.transfer(bytes_["sample"]) + (p.layers - 1) * 3 * lat
+    rounds = p.layers - 1 if p.sample_bytes > 0 else 0  # --topology replicated: sampling asks no one
+    sampling = arcs * p.t_sample + net.transfer(bytes_["sample"]) + rounds * 3 * lat
     structure = k * block_ids * p.t_struct + net.transfer(bytes_["structure"]) + 2 * lat
     prepare = sampling + structure
     mp = arcs1 * k * (p.feat_dim / k) * p.t_unit
