@@ -19,8 +19,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from reference_minibatch import (ascending_rows, draw, global_batches, key_of, labelled_train, minibatch_train,
-                                 union_of_local_batches)
+from reference_minibatch import (
+    ascending_rows,
+    draw,
+    global_batches,
+    key_of,
+    labelled_train,
+    minibatch_train,
+    union_of_local_batches,
+)
 from test_eval import assert_eval_is_independent
 from test_strategies import partitions  # noqa: F401 - the fixture
 from test_train import invoke, max_weight_diff, ref_graph

@@ -119,6 +119,11 @@ class MiniBatchStrategy(Strategy):
         """The sampler's own gloo group (its collectives run on the sampler thread while the compute thread
         all-reduces gradients on the default group, which on the CPU is also the P2P one), counting into the
         same statistics and tracer as the strategy's transport."""
+        return self.own_transport()
+
+    def own_transport(self) -> Transport:
+        """A transport on a new gloo group of all workers (collective: every rank creates its groups in the same
+        order), counting into the strategy transport's statistics and tracer."""
         if self.ctx.world == 1 or not dist.is_initialized():
             return self.tr
         from datetime import timedelta

@@ -36,6 +36,7 @@ which P3 does not describe; g3 does not build it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,7 +50,7 @@ from ..block import Block
 from ..kernels import block_transpose, csr_mean
 from ..models import GCNConv, SAGEConv, model_from_spec
 from ..neighbor_sampler import SampledBlock
-from ..transport import PendingAllToAll, Transport
+from ..transport import PendingAllToAll
 from .base import Inference, StepOutput, WorkerContext
 from .distdgl import DistDglStrategy
 from .minibatch import PreparedStep, step_key
@@ -112,17 +113,7 @@ class P3Strategy(DistDglStrategy):
         self._full_model = None
         self._dp: tuple | None = None  # the data-parallel phase in progress: (step, z leaf, output, restore)
         # partials travel on their own group: one batch's may be in flight while the loop all-reduces
-        self.partial_tr = self._own_transport()
-
-    def _own_transport(self) -> Transport:
-        if self.ctx.world == 1 or not dist.is_initialized():
-            return self.tr
-        from datetime import timedelta
-
-        group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.cfg.timeout))
-        tr = Transport(group, self.rank, self.ctx.world, self.tracer, self.cfg.timeout)
-        tr.stats = self.tr.stats
-        return tr
+        self.partial_tr = self.own_transport()
 
     def _shard_first_layer(self, start: int, stop: int) -> tuple[str, ...]:
         """Replace layer 1's weights by this worker's column slice (the model was initialised whole, identically
@@ -175,8 +166,6 @@ class P3Strategy(DistDglStrategy):
 
     # --- preparing a step: sample the structure, push layer 1 to every worker ---------------------------
     def prepare(self, epoch: int, step: int, batch=None, extra_seconds: float = 0.0) -> P3Step:
-        import time
-
         t0 = time.perf_counter()
         targets, global_targets = batch if batch is not None else self.batch(epoch, step)
         blocks = self.blocks(epoch, step, targets)
