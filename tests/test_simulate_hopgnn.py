@@ -97,6 +97,31 @@ def test_home_share_is_recovered_from_a_merged_runs_miss_share():
     assert _home_share(0.3, 0.0, 4) == 0.3 and _home_share(0.3, 0.5, 1) == 0.3
 
 
+def test_profile_takes_the_home_share_from_unmerged_epochs(tmp_path):
+    """--merge auto: the first epoch runs every root at home, so its miss share is s itself; a run that merged
+    in every epoch has s solved from its miss share and away roots."""
+    p, _ = profiles()
+
+    def worker(rows, misses, fetched, away, merged):
+        return {"source_rows": rows, "feature_misses": misses, "fetched_rows": fetched, "away_roots": away,
+                "merged_steps": merged}
+
+    def profile(epochs):
+        (tmp_path / "run.json").write_text(json.dumps({"config": {"dtype": "float64"}}))
+        (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps({"workers": w}) for w in epochs))
+        meta = {"strategy": {"options": {"batch_order": "global", "pregather": True, "migrate": True,
+                                         "merge": "auto"}}}
+        return HopProfile.from_run(tmp_path, meta, p)
+
+    h = profile([[worker(100, 10, 5, 0, 0)] * 2, [worker(100, 50, 40, 250, 1)] * 2])
+    assert (h.home_share, h.dedup, h.itemsize, h.merged_measured) == (0.1, 0.5, 8, 1)
+    assert h.away_share == 500 / 1000  # the steady epoch's away roots over the training nodes
+    # every epoch merged (K0 = 2 would leave s undetermined: take K0 = 4): s = (mu - a) / (1 - a K/(K-1))
+    p.workers = 4
+    h = profile([[worker(100, 40, 20, 125, 1)] * 2, [worker(100, 40, 20, 125, 1)] * 2])
+    assert h.home_share == pytest.approx((0.4 - 0.25) / (1 - 0.25 * 4 / 3)) and h.dedup == 0.5
+
+
 def test_g3_simulate_a_hopgnn_plan_from_its_run(partitions, tmp_path):  # noqa: F811
     part = partitions("distdgl", 2)
     plan, run = tmp_path / "plan", tmp_path / "run"

@@ -11,8 +11,9 @@ with m merged steps (T = K − m time steps; ``--batch-order local-only``: T = 1
     S          = ⌈N_train / B⌉ iterations (global batches; local-only ⌈N_train / (K·⌈B/K⌉)⌉)
     arcs, rows = the profiled run's per worker and iteration × K₀/K       (each server computes B/K roots)
     miss share = (1 − a)·s + a·(1 − s/(K−1))                              a = m/K roots away from home
-                 s: the home share, as a random partition's (K−1)/K scaled to the run's; an away root's rows
-                 not at home are spread over the other servers, the one computing it among them
+                 s: the home share, as a random partition's (K−1)/K scaled to the run's (its epochs without
+                 merging; a run that merged in every epoch: solved from its miss share and away roots); an away
+                 root's rows not at home are spread over the other servers, the one computing it among them
     fetched    = rows × miss share × d       d = the run's fetched / missed rows (pre-gathering on), else 1
     prepare    = arcs × t_sample + rows × t_gather + net(fetched rows × width × item + missed rows ×
                  (fanout₂ + 1) × 8) + rounds × 3 × latency
@@ -65,15 +66,19 @@ class HopProfile:
             raise G3InputError("--run: the run has no hopgnn statistics (feature_misses); train the plan again",
                                path=run)
         opts = plan_meta["strategy"]["options"]
-        rows = sum(w["source_rows"] for w in workers)
-        misses = sum(w["feature_misses"] for w in workers)
         away = sum(w["away_roots"] for w in workers) / max(len(steady) * p.num_train, 1)
+        # the shares are counts, not times: unmerged epochs (the steady ones, else the first of --merge auto)
+        # give s directly
+        unmerged = [w for w in workers if w.get("merged_steps", 0) == 0] or \
+            [w for r in records for w in r["workers"] if w.get("merged_steps", 0) == 0]
+        rows = sum(w["source_rows"] for w in unmerged or workers)
+        misses = sum(w["feature_misses"] for w in unmerged or workers)
+        home = misses / max(rows, 1) if unmerged else _home_share(misses / max(rows, 1), away, p.workers)
         dtype = str((info.get("config") or {}).get("dtype") or "float32")
         return cls(local_only=opts["batch_order"] == "local-only", pregather=bool(opts["pregather"]),
                    migrate=bool(opts["migrate"]), merge=opts["merge"], itemsize=_ITEMSIZE.get(dtype, 4),
-                   home_share=_home_share(misses / max(rows, 1), away, p.workers),
-                   dedup=sum(w["fetched_rows"] for w in workers) / misses if misses else 1.0,
-                   away_share=away, merged_measured=int(records[-1]["workers"][0].get("merged_steps", 0)))
+                   home_share=home, dedup=sum(w["fetched_rows"] for w in unmerged or workers) / misses if misses
+                   else 1.0, away_share=away, merged_measured=int(records[-1]["workers"][0].get("merged_steps", 0)))
 
 
 def _home_share(miss: float, away: float, k: int) -> float:
