@@ -33,6 +33,8 @@ the bytes a real ``g3 train`` of both strategies recorded.
         --fanouts 25,10 --batch-size 1000 --hidden 16 --batches 5
     python examples/p3_bytes.py --store /tmp/bm/medium --part /tmp/bm/medium-p3-2 --fanouts 25,10 \\
         --batches all --hidden 16,32,64,128,256,512 --feat-dim 64,100,128,256,512     # Fig. 15 per epoch
+    python examples/p3_bytes.py --store STORE --part PART --fanouts 10,5 --batches all --run RUN_P3 RUN_DISTDGL
+                                        # every epoch of real runs (--batch-order global on PART) against the script
 """
 
 from __future__ import annotations
@@ -180,6 +182,42 @@ def per_batch(figures: dict[str, np.ndarray]) -> dict[str, float]:
     return out
 
 
+def compare_run(run: Path, store: GraphStore, sampler: Sampler, owner: np.ndarray, k: int, batch_size: int,
+                fanouts: list[int], topology: str) -> bool:
+    """Every worker's bytes of every kind in every epoch of a real ``g3 train`` run (``metrics.jsonl``) against
+    this script's figures for the same batches; prints each difference. distdgl's all-reduce is not recorded
+    (a formula only); the run's plan must match the options given here. A ``sample`` figure can be recorded
+    short: a worker's sampling server counts a peer's request as it answers, and a peer's first request of an
+    epoch can arrive before this worker's loop has reset its counters (tests/test_p3_bytes_script.py)."""
+    meta = json.loads((run / "run.json").read_text())
+    strategy, opts, model = meta["strategy"]["name"], meta["strategy"]["options"], meta["plan"]["model"]
+    given = {"fanouts": fanouts, "batch_size": batch_size, "batch_order": "global", "topology": topology}
+    wrong = {o: opts.get(o) for o, v in given.items() if opts.get(o) != v}
+    if wrong or model["model"] != "sage" or model["layers"] != len(fanouts) or meta["plan"]["num_workers"] != k:
+        sys.exit(f"{run}: its plan ({opts}, {model}, K = {meta['plan']['num_workers']}) is not the options given "
+                 f"here ({given}, sage, {len(fanouts)} layers, K = {k})")
+    float_bytes = 8 if meta["config"]["dtype"] == "float64" else 4
+    ids = 4 if store.num_nodes < 2**31 else 8
+    same = True
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        epoch = rec["epoch"]
+        batches = global_batches(store, batch_size, meta["config"]["seed"], epoch)
+        sampler.seed, sampler.epoch = meta["config"]["seed"], epoch
+        c = count(sampler, owner, k, batches, fanouts, list(range(len(batches))))
+        kinds = bytes_by_kind(c, model["hidden"], store.feat_dim, store.num_classes, len(fanouts), float_bytes, ids,
+                              topology)[strategy]
+        for w, x in enumerate(rec["workers"]):
+            sent = dict(x["bytes_sent_per_phase"], allreduce=x.get("allreduce_bytes"))
+            diff = {kind: (int(v[:, w].sum()), sent.get(kind)) for kind, v in kinds.items()
+                    if int(v[:, w].sum()) != sent.get(kind) and sent.get(kind) is not None}
+            diff.update({kind: (None, n) for kind, n in sent.items() if kind not in kinds and n is not None})
+            same = same and not diff
+            print(f"{run} ({strategy}) epoch {epoch} worker {w}: {sum(n or 0 for n in sent.values()):,} bytes recorded, "
+                  + ("every kind equal to the script's" if not diff else f"differs (script, recorded): {diff}"))
+    return same
+
+
 def kib(x: float) -> str:
     return f"{x / 2**10:,.1f}"
 
@@ -216,6 +254,8 @@ def main() -> None:
     ap.add_argument("--topology", default="partitioned", choices=["partitioned", "replicated"],
                     help="as g3 plan --topology: replicated = no sampling request crosses the network")
     ap.add_argument("--json", help="also write the rows (and every worker's per-kind totals) here")
+    ap.add_argument("--run", nargs="*", default=[], help="g3 train run folders (p3 or distdgl, --batch-order global, "
+                    "on the first --part) whose recorded bytes are compared with the script's, epoch by epoch")
     a = ap.parse_args()
     fanouts = [int(f) for f in a.fanouts.split(",")]
     hiddens = [int(h) for h in a.hidden.split(",")]
@@ -249,6 +289,12 @@ def main() -> None:
                                  "per_epoch_total": per_batch(kinds)["total"] * len(steps) if every else None,
                                  "per_worker": {kind: v.sum(axis=0).tolist() for kind, v in kinds.items()}})
     table(rows, {"distdgl": DISTDGL_KINDS, "p3": P3_KINDS})
+    if a.run:
+        owner = np.asarray(np.load(Path(a.part[0]) / "assignment.npy"), dtype=np.int64)
+        k = int(json.loads((Path(a.part[0]) / "partition.json").read_text())["num_partitions"])
+        if not all([compare_run(Path(r), store, sampler, owner, k, a.batch_size, fanouts, a.topology)
+                    for r in a.run]):
+            sys.exit("the recorded bytes differ from the script's")
     print(f"({time.perf_counter() - t0:.1f} s)")
     if a.json:
         Path(a.json).write_text(json.dumps({"store": a.store, "fanouts": fanouts, "batch_size": a.batch_size,
