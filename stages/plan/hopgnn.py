@@ -67,7 +67,7 @@ OPTIONS = (
     PlanOption("merge", "--merge", "auto", parse=parse_merge, metavar="auto|off|N",
                help="hopgnn (§5.3): N = drop the N time steps with the fewest roots (one at a time), spreading "
                     "each dropped step's roots evenly over the same model's other steps (at most K-1); auto = "
-                    "merge one more step each epoch from the second on while the epoch time (the slowest "
+                    "merge one more step each epoch from the third on (the second, unmerged, is the baseline; the first is a warm-up) while the epoch time (the slowest "
                     "rank's) falls, then go back one and freeze; off = K time steps. Same model."),
     PlanOption("migrate", "--migrate", "on", parse=parse_on_off, metavar="on|off",
                help="hopgnn: on = between time steps every model moves to its next server with its parameters "
@@ -89,6 +89,6 @@ def summary_rows(plan: dict) -> list[tuple[str, str]]:
         return [("batches", f"local-only: each server its own training nodes, {-(-opts['batch_size'] // k)} "
                             "per batch, no migration")]
     merge = opts["merge"]
-    merged = "auto (from the second epoch)" if merge == "auto" else f"{min(int(merge), k - 1)} merged away"
+    merged = "auto (measured from the second epoch, merging from the third)" if merge == "auto" else f"{min(int(merge), k - 1)} merged away"
     return [("time steps", f"{k} per iteration, {merged}; pre-gathering {'on' if opts['pregather'] else 'off'}, "
                            f"migration {'on' if opts['migrate'] else 'off'}")]

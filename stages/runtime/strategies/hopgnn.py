@@ -266,6 +266,8 @@ class HopGnnStrategy(DistDglStrategy):
         epoch's merged steps by :func:`merge_decision` — the same on every rank."""
         mine = int((time.perf_counter() - self._epoch_start) * 1e6)
         seconds = self.ctx.all_reduce_int(mine, "max") / 1e6
+        if epoch == 0:  # the warm-up epoch pays first-use costs (caches, JIT, heap): comparing against it
+            return      # would favour the first merge, so the examination starts from the second epoch
         self.history.append({"epoch": epoch, "merged": self.merged, "seconds": seconds})
         self.merged, self.frozen = merge_decision(self.history, self.k)
         self.micro = self._time_step_count()
