@@ -82,6 +82,9 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
         t0, faults0 = time.perf_counter(), minor_page_faults()
         strategy.reset_stats()
         transport.stats.reset()
+        # every rank has reset before any rank starts the epoch: a peer's first sampling request, answered by this
+        # rank's server thread, would otherwise be counted and then wiped by a late reset here
+        dist.barrier()
         model.train()
         losses, sync_seconds, micro_total = [], 0.0, 0
         for step in range(strategy.steps(epoch)):

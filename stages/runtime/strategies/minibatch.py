@@ -301,7 +301,9 @@ class MiniBatchStrategy(Strategy):
         shard: Shard = self.ctx.shard
         send_table, recv_table = self.ctx.plan.table("boundary_send"), self.ctx.plan.table("boundary_recv")
         remote = torch.zeros((self.n_rem, self.features.shape[1]), dtype=self.features.dtype)
-        self.tr.exchange_table(send_table, recv_table, "features", 0, self.features, remote)
+        # labelled eval-1 (the rows of "layer -1's output", the input; eval{l}: layer l's output rows), so
+        # evaluation's one fetch is never counted as training's features0
+        self.tr.exchange_table(send_table, recv_table, "eval", -1, self.features, remote)
         dtype = self.features.dtype
         in_deg = torch.from_numpy(np.asarray(shard.load("in_degree"), dtype=np.float64)).to(dtype)
         out_deg = torch.from_numpy(np.asarray(shard.load("out_degree"), dtype=np.float64)).to(dtype)
