@@ -106,3 +106,17 @@ def test_partition_book_maps_every_node_to_its_owner_and_local_id():
     book = PartitionBook(a, 3)
     assert book.owner.tolist() == [2, 0, 2, 1, 0, 2]
     assert book.local.tolist() == [0, 0, 1, 0, 1, 2]
+
+
+def test_a_worker_keeps_the_threads_it_was_given():
+    """numba's OpenMP layer, started by numba.set_num_threads, resets the OpenMP thread count torch reads; the
+    worker's thread setting must survive it (torch and numba both at --threads), in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = ("from stages.runtime.config import RuntimeConfig; from stages.runtime.worker import set_threads; "
+            "import torch, numba; from stages.runtime import kernels; "
+            "n = set_threads(RuntimeConfig(threads=1), 2); "
+            "print(n, torch.get_num_threads(), numba.get_num_threads(), kernels._nb_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["1", "1", "1", "1"]

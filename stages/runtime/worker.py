@@ -63,13 +63,16 @@ def set_threads(cfg: RuntimeConfig, world: int) -> int:
     """Torch and numba threads of this worker: ``cfg.threads``, else the cores split over the local workers
     (numba's kernels use the same budget: oversubscribed pools spin and crawl)."""
     threads = cfg.threads or max(1, (os.cpu_count() or 1) // local_workers(world))
-    torch.set_num_threads(threads)
     try:
         import numba
 
         numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
     except ImportError:  # pragma: no cover - numba is a dependency
         pass
+    # after numba: starting its OpenMP layer resets this thread's OpenMP count, which torch reads, to every core
+    # (measured: 1 -> 2 on 2 cores); the kernels then ran numba on 2 spinning threads in every worker, ~28 ms of
+    # CPU per pass whatever its size
+    torch.set_num_threads(threads)
     return threads
 
 
