@@ -145,10 +145,10 @@ def test_one_run_folder_one_launcher(plan, tmp_path):
     """A second `g3 train` into a run folder while one trains there (a concurrent --resume) is refused."""
     run = tmp_path / "run"
     assert train(plan, run, "--epochs", "2", "--checkpoint-every", "1").exit_code == 0
-    proc = _launch(plan, run, "--epochs", "400", "--checkpoint-every", "1", "--resume")
+    proc = _launch(plan, run, "--epochs", "100000", "--checkpoint-every", "1", "--resume")
     try:
         _wait_for_epochs(run, 3, proc)
-        r = train(plan, run, "--epochs", "500", "--checkpoint-every", "1", "--resume")
+        r = train(plan, run, "--epochs", "200000", "--checkpoint-every", "1", "--resume")
         assert r.exit_code == 2 and "another g3 process is training into this" in r.output, r.output
     finally:
         proc.send_signal(signal.SIGINT)
@@ -174,7 +174,7 @@ def test_the_launcher_stopped_leaves_no_worker_and_says_so(plan, tmp_path, sig, 
     run.json stays `running`, but the workers notice their launcher is gone and leave, and `g3 report` sees
     that nobody holds the folder's lock (`interrupted`)."""
     run = tmp_path / "run"
-    proc = _launch(plan, run, "--epochs", "400")
+    proc = _launch(plan, run, "--epochs", "100000")
     _wait_for_epochs(run, 2, proc)
     workers = workers_of(psutil.Process(proc.pid))
     assert len(workers) == 2
