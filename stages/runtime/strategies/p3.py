@@ -111,7 +111,8 @@ class P3Strategy(DistDglStrategy):
         self.history: dict[int, dict[str, torch.Tensor]] = {}  # batch index -> the weights it started with
         self._ahead: dict[int, tuple[P3Step, ModelParallelPass]] = {}
         self._full_model = None
-        self._dp: tuple | None = None  # the data-parallel phase in progress: (step, z leaf, output, restore)
+        self._dp: tuple | None = None  # the data-parallel phase in progress: (z¹ leaf, output, restore weights)
+        self._mp: tuple | None = None  # its batch's prepared step and model-parallel pass, for the backward
         # partials travel on their own group: one batch's may be in flight while the loop all-reduces
         self.partial_tr = self.own_transport()
 
