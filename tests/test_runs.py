@@ -126,9 +126,23 @@ def test_force_keeps_the_old_run_until_the_new_one_finishes(plan, tmp_path, monk
 
 
 def _launch(plan: Path, run: Path, *args, env=None) -> subprocess.Popen:
+    """`g3 train` as a user starts it from a terminal: SIGINT at its default even when the test suite itself runs
+    as a background job (a non-interactive shell starts those with SIGINT ignored, which Python then keeps)."""
     cmd = [sys.executable, "-m", "g3cli.main", "train", str(plan), "-o", str(run), *COMMON, *args]
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+                            env={**os.environ, **(env or {})},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _stop(proc: subprocess.Popen, sig: int = signal.SIGINT) -> None:
+    """Signal the launcher and wait for it; killed if it does not end (no training left running)."""
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def _wait_for_epochs(run: Path, n: int, proc: subprocess.Popen, limit: float = 120) -> None:
@@ -151,8 +165,7 @@ def test_one_run_folder_one_launcher(plan, tmp_path):
         r = train(plan, run, "--epochs", "200000", "--checkpoint-every", "1", "--resume")
         assert r.exit_code == 2 and "another g3 process is training into this" in r.output, r.output
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        _stop(proc)
 
 
 def test_a_stopped_worker_is_named_and_the_run_ends_within_the_timeout(plan, tmp_path, monkeypatch):
@@ -178,8 +191,7 @@ def test_the_launcher_stopped_leaves_no_worker_and_says_so(plan, tmp_path, sig, 
     _wait_for_epochs(run, 2, proc)
     workers = workers_of(psutil.Process(proc.pid))
     assert len(workers) == 2
-    proc.send_signal(sig)
-    proc.wait(timeout=60)
+    _stop(proc, sig)
     gone, alive = psutil.wait_procs(workers, timeout=20)
     assert alive == [], alive
     assert json.loads((run / "run.json").read_text())["status"] == status
