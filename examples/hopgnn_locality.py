@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from stages.common.store import GraphStore  # noqa: E402
-from stages.runtime.neighbor_sampler import build_blocks, sample_key, sample_rows  # noqa: E402
+from stages.runtime.neighbor_sampler import ascending_rows, build_blocks, sample_key, sample_rows  # noqa: E402
 from stages.runtime.strategies.minibatch import shuffled  # noqa: E402
 
 
@@ -47,20 +47,12 @@ class Sampler:
     def __init__(self, store: GraphStore, seed: int):
         indptr, indices = store.load_csr()
         self.indptr = np.asarray(indptr, dtype=np.int64)
-        self.nbrs = _sorted_rows(self.indptr, np.asarray(indices, dtype=np.int64))
+        self.nbrs = ascending_rows(self.indptr, np.asarray(indices, dtype=np.int64))
         self.seed = seed
 
     def __call__(self, nodes: np.ndarray, fanout: int, hop: int, step: int) -> tuple[np.ndarray, np.ndarray]:
         return sample_rows(self.indptr, self.nbrs, nodes, nodes, fanout, sample_key(self.seed, 0, step, hop))
 
-
-def _sorted_rows(indptr: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
-    """The rows' neighbours ascending (the order sampling positions refer to); a store's usually are already."""
-    descending = np.flatnonzero(np.diff(nbrs) < 0) + 1  # positions where the next id is smaller ...
-    if np.isin(descending, indptr).all():  # ... only where a new row starts: sorted
-        return nbrs
-    row = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
-    return nbrs[np.lexsort((nbrs, row))]
 
 
 def micrographs(roots: np.ndarray, fanouts: list[int], sample: Sampler, step: int, n: int

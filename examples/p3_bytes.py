@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from stages.common.store import GraphStore  # noqa: E402
-from stages.runtime.neighbor_sampler import build_blocks, sample_key, sample_rows  # noqa: E402
+from stages.runtime.neighbor_sampler import ascending_rows, build_blocks, sample_key, sample_rows  # noqa: E402
 from stages.runtime.strategies.minibatch import shuffled  # noqa: E402
 
 REQUEST_HEAD = 62  # a sampling request's framing: name, array count, the (fanout, key) params, the ids' header
@@ -80,7 +80,7 @@ class Sampler:
     def __init__(self, store: GraphStore, seed: int, epoch: int):
         indptr, indices = store.load_csr()
         self.indptr = np.asarray(indptr, dtype=np.int64)
-        self.nbrs = sorted_rows(self.indptr, np.asarray(indices, dtype=np.int64))
+        self.nbrs = ascending_rows(self.indptr, np.asarray(indices, dtype=np.int64))
         self.seed, self.epoch = seed, epoch
         self.scratch = np.full(store.num_nodes, -1, dtype=np.int32)
 
@@ -94,14 +94,6 @@ class Sampler:
 
         return build_blocks(targets, fanouts, sample, self.scratch)
 
-
-def sorted_rows(indptr: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
-    """The rows' neighbours ascending (the order sampling positions refer to); a store's usually are already."""
-    descending = np.flatnonzero(np.diff(nbrs) < 0) + 1  # positions where the next id is smaller ...
-    if np.isin(descending, indptr).all():  # ... only where a new row starts: sorted
-        return nbrs
-    row = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
-    return nbrs[np.lexsort((nbrs, row))]
 
 
 def global_batches(store: GraphStore, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:

@@ -102,6 +102,15 @@ def sorted_rows_by_global(indptr: np.ndarray, local_indices: np.ndarray, global_
     """A CSR's neighbour lists as global ids, ascending within each row (the order sampling positions refer
     to), vectorised: one lexsort by (row, global id)."""
     nbrs = np.asarray(global_ids, dtype=np.int64)[np.asarray(local_indices, dtype=np.int64)]
+    return ascending_rows(indptr, nbrs)
+
+
+def ascending_rows(indptr: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
+    """``nbrs`` (a CSR's neighbour lists) ascending within each row: returned as it is when it already is (a
+    store's usually is: no sort of the whole arc array), else one lexsort by (row, id)."""
+    descending = np.flatnonzero(np.diff(nbrs) < 0) + 1  # positions where the next id is smaller ...
+    if np.isin(descending, indptr).all():  # ... only where a new row starts: sorted
+        return nbrs
     row = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
     return nbrs[np.lexsort((nbrs, row))]
 
@@ -176,4 +185,4 @@ def build_blocks(targets: np.ndarray, fanouts: list[int], sample: Sampler,
     return blocks[::-1]
 
 
-__all__ = ["sample_key", "signed64", "sample_rows", "sorted_rows_by_global", "build_blocks", "block_from_sample", "SampledBlock", "Sampler"]
+__all__ = ["sample_key", "signed64", "sample_rows", "sorted_rows_by_global", "ascending_rows", "build_blocks", "block_from_sample", "SampledBlock", "Sampler"]
