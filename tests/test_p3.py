@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from reference_minibatch import (
     ascending_rows,
     draw,
@@ -29,6 +28,7 @@ from reference_minibatch import (
     union_of_local_batches,
 )
 from test_eval import assert_eval_is_independent
+from test_hopgnn import records, weights
 from test_strategies import partitions  # noqa: F401 - the fixture
 from test_train import invoke, max_weight_diff, ref_graph
 
@@ -54,14 +54,6 @@ def run(part: Path, tmp: Path, strategy: str = "p3", model: str = "sage", layers
                 "-o", str(run_dir), *train])
     assert r.exit_code == 0, r.output
     return run_dir
-
-
-def weights(run_dir: Path) -> tuple[dict, dict]:
-    return torch.load(run_dir / "init.pt", weights_only=True), torch.load(run_dir / "model.pt", weights_only=True)
-
-
-def records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 # --- the model: exact unpipelined, delay 3 pipelined ----------------------------------------------------------
