@@ -30,8 +30,9 @@ $(STAMP): pyproject.toml
 demo: setup
 	DEMO_DIR=$(DEMO_DIR) DEMO_PRESET=$(DEMO_PRESET) DEMO_WORKERS=$(DEMO_WORKERS) G3=$(G3) bash examples/demo.sh
 
+# the 20 slowest tests are listed at the end (docs/BENCHMARKS.md, "The test suite")
 test: setup
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=20 tests
 
 # A developer's quick signal (< 2 min on 2 cores): every test but those marked slow (the ones that launch workers)
 test-fast: setup
