@@ -122,7 +122,7 @@ def test_every_option_exists_in_the_cli(tmp_path):
                    "pipeline-bench", "papers-bundle", "papers-slurm-eval"):
         cmds += dry_run(target, "DATA=/d", f"OUT={tmp_path}", "WORKER_COUNTS=2")
     for cmd in cmds:
-        command = cli.commands[cmd[1]]
+        command = cli.get_command(None, cmd[1])
         known = {o for p in command.params for o in p.opts + p.secondary_opts}
         unknown = [a for a in cmd[2:] if a.startswith("-") and a not in known]
         assert not unknown, (cmd, unknown)
@@ -150,7 +150,7 @@ def test_cluster_targets_bundle_submit_and_evaluate(tmp_path):
     assert "--workers" not in train_options
     from g3cli.main import cli
 
-    known = {o for p in cli.commands["train"].params for o in p.opts}
+    known = {o for p in cli.get_command(None, "train").params for o in p.opts}
     assert [a for a in train_options if a.startswith("-") and a not in known] == []
     ev, report = dry_run("papers-slurm-eval", "DATA=/d", f"OUT={tmp_path}", "WORKERS=16", "NODES=4")
     assert ev[1] == "eval" and ev[2] == sbatch[script + 2] + "/node-00000" and option(ev, "--plan") == option(plan, "-o")

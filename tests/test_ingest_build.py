@@ -204,9 +204,11 @@ def test_cli_debug_shows_traceback(tmp_path, cli_runner):
 def test_cli_version_and_help(cli_runner):
     r = cli_runner.invoke(cli, ["--version"])
     assert r.exit_code == 0 and "g3" in r.output
-    for cmd in cli.commands:
+    assert cli.list_commands(None) == sorted(["ingest", "info", "partition", "plan", "bundle", "train", "eval",
+                                              "report", "bench", "simulate"])
+    for cmd in cli.list_commands(None):
         r = cli_runner.invoke(cli, [cmd, "--help"])
         assert r.exit_code == 0 and "Usage" in r.output
-        for param in cli.commands[cmd].params:
+        for param in cli.get_command(None, cmd).params:
             if param.param_type_name == "option" and not param.hidden:
                 assert param.help, f"g3 {cmd} {param.opts[0]} has no help text"

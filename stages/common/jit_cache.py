@@ -1,0 +1,88 @@
+"""numba's on-disk cache, with each missing machine-code version compiled by one process while the others wait.
+
+A kernel compiled with ``cache=True`` is compiled on its first call in a process unless the cache on disk already
+holds that version. The K workers of a first run all call the same kernels at once, so on a fresh install each
+compiled every version itself — K times the compile time (measured: 74 compilations of 38 versions over
+tests/test_train.py), and the same version saved by several processes at once could lose another's index entry
+(numba rewrites a function's whole index on each save). :class:`CompileOnceCache` takes an exclusive file lock per
+function before a compilation: the first process compiles and saves; the others, once it is done, load what it
+saved. :func:`install` makes every ``cache=True`` function of the process use it; ``stages/__init__.py`` calls it,
+so every g3 stage's kernels do.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+
+from numba.core import dispatcher
+from numba.core.caching import FunctionCache
+
+# a lock older than this is not waited for any longer: its holder is stuck, and compiling here is only slower
+LOCK_PATIENCE_S = 600.0
+
+
+class CompileOnceCache(FunctionCache):
+    """A function's cache whose misses take the function's lock (``<cache dir>/<function>.lock``) until the
+    compiled version is saved: another process that misses meanwhile waits, then loads it."""
+
+    def __init__(self, py_func):
+        super().__init__(py_func)
+        self._lock_path = os.path.join(self._cache_path, f"{self._impl.filename_base}.lock")
+        self._held: int | None = None  # the lock's file descriptor while this process compiles
+        self._depth = 0  # nested misses of this function in this process (a literal-argument retry) share it
+
+    def load_overload(self, sig, target_context):
+        cres = super().load_overload(sig, target_context)
+        if cres is not None or not self._enabled:
+            return cres
+        if self._held is None and not self._acquire():
+            return None  # no lock to be had (a read-only cache folder): compile as numba would
+        self._depth += 1
+        cres = super().load_overload(sig, target_context)  # saved by the process this one waited for
+        if cres is not None:
+            self._release()
+        return cres
+
+    def save_overload(self, sig, data):
+        try:
+            super().save_overload(sig, data)
+        finally:
+            if self._held is not None:
+                self._release()
+
+    def _acquire(self) -> bool:
+        try:
+            self._impl.locator.ensure_cache_path()
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return False
+        deadline = time.monotonic() + LOCK_PATIENCE_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.02)
+        self._held = fd
+        return True
+
+    def _release(self) -> None:
+        self._depth -= 1
+        if self._depth <= 0 and self._held is not None:
+            fd, self._held, self._depth = self._held, None, 0
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def _enable_compile_once_caching(self) -> None:
+    self._cache = CompileOnceCache(self.py_func)
+
+
+def install() -> None:
+    """Every ``cache=True`` numba function decorated after this call caches through :class:`CompileOnceCache`."""
+    dispatcher.Dispatcher.enable_caching = _enable_compile_once_caching
