@@ -30,13 +30,16 @@ $(STAMP): pyproject.toml
 demo: setup
 	DEMO_DIR=$(DEMO_DIR) DEMO_PRESET=$(DEMO_PRESET) DEMO_WORKERS=$(DEMO_WORKERS) G3=$(G3) bash examples/demo.sh
 
-# the 20 slowest tests are listed at the end (docs/BENCHMARKS.md, "The test suite")
+# Tests run in TEST_PROCS pytest processes (pytest-xdist): much of a test that launches workers or a `g3`
+# subprocess is waiting, which the other process fills (on 2 cores: 15 min in one process, 11 in two; three
+# gained nothing). The 20 slowest tests are listed at the end (docs/BENCHMARKS.md, "The test suite").
+TEST_PROCS  ?= 2
 test: setup
-	$(BIN)/python -m pytest -q --durations=20 tests
+	$(BIN)/python -m pytest -q -n $(TEST_PROCS) --durations=20 tests
 
 # A developer's quick signal (< 2 min on 2 cores): every test but those marked slow (the ones that launch workers)
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow" tests
+	$(BIN)/python -m pytest -q -n $(TEST_PROCS) -m "not slow" tests
 
 lint: setup
 	$(BIN)/ruff check g3cli stages tests
