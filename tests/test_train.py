@@ -586,3 +586,20 @@ def test_a_workers_peak_memory_is_its_own(tmp_path):
                                 text=True, check=True, cwd=Path(__file__).resolve().parents[1]).stdout.split()[-1])
     child = int((tmp_path / "child").read_text())
     assert parent > 1_200_000_000 and child < parent - 700_000_000, (parent, child)
+
+
+def test_every_module_the_fork_server_preloads_imports():
+    """multiprocessing's fork server silently skips a preload module that fails to import, and the workers
+    would then each import it again: every name in PRELOAD must import (the launching script's main module
+    aside), and the preload leaves every strategy's runtime module and torch's lazily imported parts loaded."""
+    import importlib
+    import sys
+
+    from stages.common.strategies import STRATEGIES
+    from stages.runtime.launch import PRELOAD
+
+    for name in PRELOAD:
+        if name != "__main__":
+            importlib.import_module(name)
+    assert "torch._dynamo" in sys.modules and "torch.fx.experimental.symbolic_shapes" in sys.modules
+    assert all(f"stages.runtime.strategies.{s.runtime}" in sys.modules for s in STRATEGIES.values())

@@ -19,8 +19,9 @@ import time
 from numba.core import dispatcher
 from numba.core.caching import FunctionCache
 
-# a lock older than this is not waited for any longer: its holder is stuck, and compiling here is only slower
-LOCK_PATIENCE_S = 600.0
+# a lock held longer than this is not waited for any longer (one compilation takes seconds; a process whose
+# compilation failed holds its lock until it exits): compiling here as well is only slower
+LOCK_PATIENCE_S = 60.0
 
 
 class CompileOnceCache(FunctionCache):

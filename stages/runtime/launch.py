@@ -69,8 +69,9 @@ def run_guarded(entry, rank: int, world: int, run_dir: Path, prefix: str, *args)
 # The server is started before any thread or process group exists, so forking it is safe. Each worker takes the
 # launcher's current environment and working directory (the server's are those of its start).
 # G3_START_METHOD=spawn restores fresh interpreters. "__main__": the server runs the launching script's main
-# module once (the `g3` entry point imports the whole CLI), and the workers, finding it there, do not run it
-# again — before, every worker of `g3 train` re-imported the CLI (3.7 s of CPU each on the 2-core sandbox).
+# module once and the workers, finding it there, do not run it again (every worker of `g3 train` re-imported the
+# CLI, 3.7 s of CPU each on the 2-core sandbox before the CLI imported its commands lazily). The server ignores a
+# module it cannot import, so tests/test_train.py imports each of them.
 PRELOAD = ["__main__", "torch", "torch.distributed", "numpy", "numba", "stages.train.loop", "stages.eval",
            "stages.runtime.preload"]
 

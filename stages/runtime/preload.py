@@ -13,8 +13,6 @@ before a fork and re-creates after, as it does for numpy's, which every torch pr
 
 from __future__ import annotations
 
-import importlib
-
 import numba
 import torch._dynamo  # noqa: F401  (first optimizer)
 import torch.fx.experimental.symbolic_shapes  # noqa: F401  (first skip_init)
@@ -23,7 +21,7 @@ import torch.optim  # noqa: F401
 from ..common.strategies import STRATEGIES
 
 for _info in STRATEGIES.values():
-    importlib.import_module(f"stages.runtime.strategies.{_info.runtime}")
+    _info.runtime_class()
 
 
 @numba.njit(cache=True)
