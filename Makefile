@@ -31,8 +31,8 @@ demo: setup
 	DEMO_DIR=$(DEMO_DIR) DEMO_PRESET=$(DEMO_PRESET) DEMO_WORKERS=$(DEMO_WORKERS) G3=$(G3) bash examples/demo.sh
 
 # Tests run in TEST_PROCS pytest processes (pytest-xdist): much of a test that launches workers or a `g3`
-# subprocess is waiting, which the other process fills (on 2 cores: 15 min in one process, 11 in two; three
-# gained nothing). The 20 slowest tests are listed at the end (docs/BENCHMARKS.md, "The test suite").
+# subprocess is waiting, which the other process fills (in one process the suite used ~40 % of the 2 cores;
+# three processes were slower than two). The 20 slowest tests are listed at the end (docs/BENCHMARKS.md, "The test suite").
 TEST_PROCS  ?= 2
 test: setup
 	$(BIN)/python -m pytest -q -n $(TEST_PROCS) --durations=20 tests

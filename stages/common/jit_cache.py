@@ -32,7 +32,6 @@ class CompileOnceCache(FunctionCache):
         super().__init__(py_func)
         self._lock_path = os.path.join(self._cache_path, f"{self._impl.filename_base}.lock")
         self._held: int | None = None  # the lock's file descriptor while this process compiles
-        self._depth = 0  # nested misses of this function in this process (a literal-argument retry) share it
 
     def load_overload(self, sig, target_context):
         cres = super().load_overload(sig, target_context)
@@ -40,7 +39,6 @@ class CompileOnceCache(FunctionCache):
             return cres
         if self._held is None and not self._acquire():
             return None  # no lock to be had (a read-only cache folder): compile as numba would
-        self._depth += 1
         cres = super().load_overload(sig, target_context)  # saved by the process this one waited for
         if cres is not None:
             self._release()
@@ -50,8 +48,7 @@ class CompileOnceCache(FunctionCache):
         try:
             super().save_overload(sig, data)
         finally:
-            if self._held is not None:
-                self._release()
+            self._release()
 
     def _acquire(self) -> bool:
         try:
@@ -73,9 +70,8 @@ class CompileOnceCache(FunctionCache):
         return True
 
     def _release(self) -> None:
-        self._depth -= 1
-        if self._depth <= 0 and self._held is not None:
-            fd, self._held, self._depth = self._held, None, 0
+        if self._held is not None:
+            fd, self._held = self._held, None
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
