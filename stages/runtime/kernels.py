@@ -34,8 +34,10 @@ All three are checked against a dense reference and by ``torch.autograd.gradchec
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import math
+import os
 import threading
 import warnings
 from collections.abc import Iterator
@@ -322,18 +324,33 @@ if HAVE_NUMBA:
             out[i] = lo
         return out
 
+    @intrinsic
+    def _grab(typingctx, counter):
+        """``counter[0] += 1`` as one atomic step, returning the value before: the next chunk, for one thread."""
+        sig = types.int64(counter)
+
+        def codegen(context, builder, signature, args):
+            arr = context.make_array(signature.args[0])(context, builder, args[0])
+            return builder.atomic_rmw("add", arr.data, ir.Constant(ir.IntType(64), 1), "monotonic")
+
+        return sig, codegen
+
     def _make_nb_csr_sum(tile: int, tail: int, mode: int, ahead: int, hw: int, hw_tail: int):
-        """The row-parallel CSR sum specialised on its tiles (widths, columns per weight), weights, prefetch.
+        """The CSR sum specialised on its tiles (widths, columns per weight), weights, prefetch.
 
         A closure over compile-time constants (numba caches one machine-code version per value) rather than
-        ``numba.literally``, whose dispatch re-types the function on every call (~50 ms).
+        ``numba.literally``, whose dispatch re-types the function on every call (~50 ms). A serial function run
+        by :func:`_run_on_row_chunks` on several threads, each taking chunks from a shared counter, rather than a
+        ``prange`` loop: numba compiles a serial version in 0.35-0.6 s against 2.0-2.1 s for a parallel one
+        (measured on one tile width), and a run of g3 or its tests needs dozens of widths.
         """
 
-        @njit(parallel=True, cache=True, nogil=True)
-        def kernel(chunks, indptr, indices, x, out, w, perm, div, groups, group_w, n_tiles, tile_heads):
+        @njit(cache=True, nogil=True)
+        def kernel(counter, chunks, indptr, indices, x, out, w, perm, div, groups, group_w, n_tiles, tile_heads):
             # every row of out: `groups` groups of `group_w` columns (weight column g), each n_tiles tiles of `tile`
             # columns (tile_heads weight columns further per tile) and a tail of `tail` columns
-            for c in prange(chunks.shape[0] - 1):
+            c = _grab(counter)
+            while c < chunks.shape[0] - 1:
                 for v in range(chunks[c], chunks[c + 1]):
                     e0, e1 = indptr[v], indptr[v + 1]
                     for g in range(groups):
@@ -344,6 +361,7 @@ if HAVE_NUMBA:
                             h += tile_heads
                         if tail > 0:
                             _row_tile(x, indices, e0, e1, w, h, perm, out, v, c0, div, tail, mode, ahead, hw_tail)
+                c = _grab(counter)
 
         return kernel
 
@@ -431,13 +449,17 @@ if HAVE_NUMBA:
         return sig, codegen
 
     def _make_nb_sddmm(width: int, ahead: int):
-        @njit(parallel=True, cache=True, nogil=True)
-        def kernel(chunks, indptr, indices, a, b, out, heads):
+        """The per-edge dot products specialised on the head width; serial, run like the CSR sum (above)."""
+
+        @njit(cache=True, nogil=True)
+        def kernel(counter, chunks, indptr, indices, a, b, out, heads):
             # out[e, h] = a[row(e), head h] . b[indices[e], head h], heads of `width` columns
-            for c in prange(chunks.shape[0] - 1):
+            c = _grab(counter)
+            while c < chunks.shape[0] - 1:
                 for v in range(chunks[c], chunks[c + 1]):
                     for h in range(heads):
                         _row_dots(a, b, indices, indptr[v], indptr[v + 1], out, v, h * width, h, width, ahead)
+                c = _grab(counter)
 
         return kernel
 
@@ -659,6 +681,45 @@ def _nb_dynamic():
         numba.set_parallel_chunksize(old)
 
 
+# Below this much work (edges + 2 per row) a kernel runs on the calling thread alone: handing chunks to another
+# thread costs tens of microseconds, more than such a kernel takes.
+_PARALLEL_MIN_WORK = 1 << 15
+_pool: tuple[int, int, concurrent.futures.ThreadPoolExecutor] | None = None  # (pid, threads, pool)
+
+
+def _kernel_pool(threads: int) -> concurrent.futures.ThreadPoolExecutor:
+    """This process's pool of ``threads`` kernel threads, made on first use: a forked child (the fork server's
+    workers) inherits the parent's pool object without its threads, so a pool is tied to its pid."""
+    global _pool
+    pid = os.getpid()
+    if _pool is None or _pool[0] != pid or _pool[1] < threads:
+        if _pool is not None and _pool[0] == pid:
+            _pool[2].shutdown(wait=False)
+        _pool = (pid, threads, concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="g3-kernel"))
+    return _pool[2]
+
+
+def _run_on_row_chunks(kernel, indptr: np.ndarray, *args) -> None:
+    """``kernel(counter, chunks, indptr, *args)`` over all rows of ``indptr`` on :func:`_nb_threads` threads.
+
+    The rows are cut into equal-work chunks (8 per thread); each thread — the caller and the pool's — runs the
+    kernel, which takes chunks one at a time from the shared counter until none is left (a dynamic schedule:
+    robust to skewed rows and a busy machine). A row is computed whole by one thread, so the result does not
+    depend on the threads or the schedule. Helper threads (:func:`use_serial_kernels_in_this_thread`) and small
+    kernels run on the calling thread alone."""
+    n_rows = indptr.shape[0] - 1
+    threads = 1 if getattr(_thread_state, "serial", False) else _nb_threads()
+    if threads == 1 or n_rows < 2 or int(indptr[n_rows]) + 2 * n_rows < _PARALLEL_MIN_WORK:
+        kernel(np.zeros(1, np.int64), np.array([0, n_rows], np.int64), indptr, *args)
+        return
+    chunks = _nb_row_chunks(indptr, min(n_rows, threads * _CHUNKS_PER_THREAD))
+    counter = np.zeros(1, np.int64)
+    helpers = [_kernel_pool(threads - 1).submit(kernel, counter, chunks, indptr, *args) for _ in range(threads - 1)]
+    kernel(counter, chunks, indptr, *args)
+    for done in helpers:
+        done.result()
+
+
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy()
 
@@ -696,10 +757,8 @@ def _nb_sum(indptr, indices, x, n_out, weight=None, perm=None, mean=False) -> to
         w2, mode = _np(weight.to(x.dtype).reshape(weight.shape[0], -1)), 1 if perm is None else 2
     p = _np(perm) if perm is not None else np.zeros(1, dtype=np.int64)
     ip = _np(indptr)
-    with _nb_dynamic():
-        kernel = _nb_csr_sum(tile, tail, mode, _PREFETCH, hw, hw_tail)
-        kernel(_nb_chunks(ip), ip, _np(indices), _np(x2), out2.numpy(), w2, p, bool(mean), groups, group_w, n_tiles,
-               tile_heads)
+    _run_on_row_chunks(_nb_csr_sum(tile, tail, mode, _PREFETCH, hw, hw_tail), ip, _np(indices), _np(x2),
+                       out2.numpy(), w2, p, bool(mean), groups, group_w, n_tiles, tile_heads)
     return out
 
 
@@ -710,8 +769,7 @@ def _nb_edge_dots(indptr, indices, g, x, weight) -> torch.Tensor:
     g2, x2 = _rows2d(g), _rows2d(x)
     out = torch.empty((nnz, heads), dtype=x.dtype)
     ip = _np(indptr)
-    with _nb_dynamic():
-        _nb_sddmm(x2.shape[1] // heads)(_nb_chunks(ip), ip, _np(indices), _np(g2), _np(x2), out.numpy(), heads)
+    _run_on_row_chunks(_nb_sddmm(x2.shape[1] // heads), ip, _np(indices), _np(g2), _np(x2), out.numpy(), heads)
     return out.view(weight.shape)
 
 
