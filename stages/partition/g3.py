@@ -197,14 +197,14 @@ def _move(w, a, b, k, G, S, Q, shared):
     for x in range(k):
         _q_remove(w, a, x, k, deg, nb_cnt, Q)
     for e in range(sym_indptr[w], sym_indptr[w + 1]):
-        u = sym_indices[e]  # never w: the symmetrised adjacency has no self-loops
-        _q_remove(u, part[u], a, k, deg, nb_cnt, Q)
-        _q_remove(u, part[u], b, k, deg, nb_cnt, Q)
+        u = np.int64(sym_indices[e])  # never w: the symmetrised adjacency has no self-loops
+        _q_remove(u, np.int64(part[u]), a, k, deg, nb_cnt, Q)
+        _q_remove(u, np.int64(part[u]), b, k, deg, nb_cnt, Q)
     move_counts(w, a, b, G, S, shared)
     for e in range(sym_indptr[w], sym_indptr[w + 1]):
-        u = sym_indices[e]
-        _q_insert(u, part[u], a, k, deg, nb_cnt, Q)
-        _q_insert(u, part[u], b, k, deg, nb_cnt, Q)
+        u = np.int64(sym_indices[e])
+        _q_insert(u, np.int64(part[u]), a, k, deg, nb_cnt, Q)
+        _q_insert(u, np.int64(part[u]), b, k, deg, nb_cnt, Q)
     for x in range(k):
         _q_insert(w, b, x, k, deg, nb_cnt, Q)
 
@@ -451,7 +451,7 @@ def _balance(k, G, S, Q, shared, gamma, deg_limit, max_calls_swaps, table, round
                 break
         if found_x < 0:
             return STALLED, swaps, h
-        b = part[found_y]
+        b = np.int64(part[found_y])
         _move(found_x, a, b, k, G, S, Q, shared)
         _move(found_y, b, a, k, G, S, Q, shared)
         hx = _node_hash(found_x)
@@ -505,7 +505,7 @@ def _count_remote(part, arc_cnt, k):
 def _fill_queues(part, k, deg, nb_cnt, Q):
     for v in range(len(part)):
         for x in range(k):
-            _q_insert(v, part[v], x, k, deg, nb_cnt, Q)
+            _q_insert(v, np.int64(part[v]), x, k, deg, nb_cnt, Q)
 
 
 class CountedAssignment:

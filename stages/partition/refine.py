@@ -147,8 +147,8 @@ def anneal(first, last, phase_steps, norm_p, alpha, over_weight, t_hi, t_lo, G, 
         counters[0] += 1
         temperature = t_hi * (t_lo / t_hi) ** (s / phase_steps)
         w = boundary[np.random.randint(nb)]
-        a = part[w]
-        b = part[sym_indices[sym_indptr[w] + np.random.randint(sym_indptr[w + 1] - sym_indptr[w])]]
+        a = np.int64(part[w])  # node and part ids as int64 at every call: one compiled version of each callee
+        b = np.int64(part[sym_indices[sym_indptr[w] + np.random.randint(sym_indptr[w + 1] - sym_indptr[w])]])
         if b == a or node_cnt[b] + 1 > node_limit or deg_sum[b] + deg[w] > deg_limit:
             continue
         move_counts(w, a, b, G, S, shared)

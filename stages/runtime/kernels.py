@@ -15,7 +15,7 @@ Rows may be unsorted and may repeat a source (multi-edges): every arc counts onc
 
 Three implementations, chosen per call by :func:`backend`:
 
-* ``"numba"`` (default on CPU for float32/float64): parallel numba kernels, one thread per output row, the
+* ``"numba"`` (default on CPU for float32/float64): row-parallel numba kernels, one thread per output row, the
   row accumulated in vector registers by an LLVM routine specialised on the row width, with a software
   prefetch of the rows a few edges ahead; the mean is divided in the same pass, unweighted sums read no value
   array, backward is the same kernel on the cached transposed CSR (no atomics), weight gradients a row-parallel
