@@ -8,6 +8,7 @@ whole-graph training. That is exactly what the distributed runtime does, minus t
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 import torch
@@ -751,3 +752,58 @@ def test_sage_backward_reading_rows_equals_the_gathered_backward(dtype):
         model.zero_grad()  # without the sources' gradient: the weights' only
         assert model.layer_backward_rows(layer, block(), h, src, h[src[:n_dst]], grad_out, 2, 0.3, 5, False) is None
         assert all(torch.equal(p.grad, ref_params[k]) for k, p in model.named_parameters() if p.grad is not None)
+
+
+def _every_row_kernel(dtype):
+    """Outputs and gradients of every numba row kernel on one small input (CSR sum/mean, SDDMM, edge softmax,
+    ReLU-dropout, row gather / copy / add)."""
+    g = torch.Generator().manual_seed(12)
+    n, nnz, heads = 300, 2400, 2
+    indptr = torch.zeros(n + 1, dtype=torch.int64)
+    indptr[1:] = torch.sort(torch.randint(0, nnz + 1, (n,), generator=g)).values
+    indptr[-1] = nnz
+    indices = torch.randint(0, n, (nnz,), generator=g)
+    t = csr_transpose(indptr, indices, n)
+    x = torch.randn(n, heads, 6, generator=g, dtype=dtype, requires_grad=True)
+    s = torch.randn(nnz, heads, generator=g, dtype=dtype, requires_grad=True)
+    with use_backend("numba"):
+        alpha = edge_softmax(indptr, s)
+        h = csr_sum(indptr, indices, x, n, alpha, t) + csr_mean(indptr, indices, x, n, t)
+        y = relu_dropout(h.reshape(n, -1), 7, 3, 1, torch.arange(n), 0.3)
+        y.backward(torch.randn(y.shape, generator=g, dtype=dtype))
+        rows = torch.randn(n // 2, 12, generator=g, dtype=dtype)
+        ids = torch.randperm(n, generator=g)[: n // 2]
+        taken = take_rows_at(y.detach(), ids)
+        put, added = y.detach().clone(), y.detach().clone()
+        put_rows_at(put, ids, rows)
+        add_rows_at(added, ids, rows)
+    return [y.detach(), x.grad, s.grad, taken, put, added]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_row_kernels_on_the_kernel_pool_equal_one_thread_bitwise(dtype, monkeypatch):
+    """Every numba row kernel split into chunks over two threads (the pool; forced here on a small input by a zero
+    work threshold) gives bitwise what the calling thread gives alone; helper threads never use the pool."""
+    from stages.runtime import kernels
+
+    alone = _every_row_kernel(dtype)
+    monkeypatch.setattr(kernels, "_PARALLEL_MIN_WORK", 0)
+    used = []
+    real_pool = kernels._kernel_pool
+    monkeypatch.setattr(kernels, "_kernel_pool", lambda k: used.append(k) or real_pool(k))
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        pooled = _every_row_kernel(dtype)
+        assert used, "the pool was never used"
+        for a, b in zip(alone, pooled, strict=True):
+            assert torch.equal(a, b)
+        used.clear()
+        result = []
+        helper = threading.Thread(target=lambda: (kernels.use_serial_kernels_in_this_thread(),
+                                                  result.append(_every_row_kernel(dtype))))
+        helper.start()
+        helper.join()
+        assert used == [] and all(torch.equal(a, b) for a, b in zip(alone, result[0], strict=True))
+    finally:
+        torch.set_num_threads(old)

@@ -182,7 +182,7 @@ _U15, _U16, _U32 = np.uint64(15), np.uint64(16), np.uint64(32)
 try:  # numba is a dependency of g3; without it (or on exotic platforms) the CPU falls back to "sparse"
     import numba
     from llvmlite import ir
-    from numba import njit, prange, types
+    from numba import njit, types
     from numba.core import cgutils
     from numba.extending import intrinsic
 
@@ -470,10 +470,15 @@ if HAVE_NUMBA:
             _NB_SDDMM[width, ahead] = _make_nb_sddmm(width, ahead)
         return _NB_SDDMM[width, ahead]
 
-    @njit(parallel=True, cache=True, nogil=True, error_model="numpy")
-    def _nb_softmax(chunks, indptr, s, out):
+    # The kernels below have fixed signatures; they too are serial functions over chunks taken from a shared
+    # counter (run by _run_on_row_chunks / _run_on_ranges), not prange loops: numba compiles them 3-5x faster, a
+    # small call never wakes a thread pool, and helper threads run them as plain loops.
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def _nb_softmax(counter, chunks, indptr, s, out):
         """Row-wise softmax of ``s [nnz, H]``, the row maximum subtracted."""
-        for c in prange(chunks.shape[0] - 1):
+        c = _grab(counter)
+        while c < chunks.shape[0] - 1:
             for v in range(chunks[c], chunks[c + 1]):
                 e0, e1 = indptr[v], indptr[v + 1]
                 for h in range(s.shape[1]):
@@ -487,11 +492,13 @@ if HAVE_NUMBA:
                         tot += t
                     for e in range(e0, e1):
                         out[e, h] = out[e, h] / tot
+            c = _grab(counter)
 
-    @njit(parallel=True, cache=True, nogil=True)
-    def _nb_softmax_backward(chunks, indptr, alpha, g, out):
+    @njit(cache=True, nogil=True)
+    def _nb_softmax_backward(counter, chunks, indptr, alpha, g, out):
         """``out = g*alpha - alpha * rowsum(g*alpha)``."""
-        for c in prange(chunks.shape[0] - 1):
+        c = _grab(counter)
+        while c < chunks.shape[0] - 1:
             for v in range(chunks[c], chunks[c + 1]):
                 e0, e1 = indptr[v], indptr[v + 1]
                 for h in range(alpha.shape[1]):
@@ -502,14 +509,18 @@ if HAVE_NUMBA:
                         tot += t
                     for e in range(e0, e1):
                         out[e, h] = out[e, h] - alpha[e, h] * tot
+            c = _grab(counter)
 
-    @njit(parallel=True, cache=True, nogil=True)
-    def _nb_div_by_degree(indptr, g, out):
+    @njit(cache=True, nogil=True)
+    def _nb_div_by_degree(counter, chunks, indptr, g, out):
         """``out[v] = g[v] / max(1, row length of v)`` (the gradient of a mean, before the transposed sum)."""
-        for v in prange(g.shape[0]):
-            d = out.dtype.type(max(1, indptr[v + 1] - indptr[v]))
-            for c in range(g.shape[1]):
-                out[v, c] = g[v, c] / d
+        k = _grab(counter)
+        while k < chunks.shape[0] - 1:
+            for v in range(chunks[k], chunks[k + 1]):
+                d = out.dtype.type(max(1, indptr[v + 1] - indptr[v]))
+                for c in range(g.shape[1]):
+                    out[v, c] = g[v, c] / d
+            k = _grab(counter)
 
     @njit(inline="always")
     def _nb_mix(h):
@@ -520,8 +531,8 @@ if HAVE_NUMBA:
         h = (h * _UK2) & _UM32
         return h ^ (h >> _U16)
 
-    @njit(parallel=True, cache=True, nogil=True)
-    def _nb_relu_dropout(h, ids, k, col, threshold, scale, out):
+    @njit(cache=True, nogil=True)
+    def _nb_relu_dropout(counter, chunks, h, ids, k, col, threshold, scale, out):
         """``out = relu(h) * mask``: the mask entry is ``scale`` where ``final(node ^ col[c]) >= threshold``, else 0.
 
         ``node = mix(mix((id & M32) ^ k) ^ (id >> 32))`` and ``final`` (lowbias32's shape with the multipliers
@@ -529,26 +540,32 @@ if HAVE_NUMBA:
         no product overflows; ``tests/test_models.py`` checks the result against ``dropout_mask`` bit for bit.
         """
         zero = out.dtype.type(0)
-        for v in prange(h.shape[0]):
-            i = ids[v]
-            nv = _nb_mix(_nb_mix((i & _UM32) ^ k) ^ (i >> _U32))
-            for c in range(h.shape[1]):
-                x = nv ^ col[c]
-                x ^= x >> _U16
-                x = (x * _UF1) & _UM32
-                x ^= x >> _U15
-                x = (x * _UF2) & _UM32
-                x ^= x >> _U16
-                r = h[v, c]
-                out[v, c] = (r if r > zero else zero) * scale if x >= threshold else zero
+        t = _grab(counter)
+        while t < chunks.shape[0] - 1:
+            for v in range(chunks[t], chunks[t + 1]):
+                i = ids[v]
+                nv = _nb_mix(_nb_mix((i & _UM32) ^ k) ^ (i >> _U32))
+                for c in range(h.shape[1]):
+                    x = nv ^ col[c]
+                    x ^= x >> _U16
+                    x = (x * _UF1) & _UM32
+                    x ^= x >> _U15
+                    x = (x * _UF2) & _UM32
+                    x ^= x >> _U16
+                    r = h[v, c]
+                    out[v, c] = (r if r > zero else zero) * scale if x >= threshold else zero
+            t = _grab(counter)
 
-    @njit(parallel=True, cache=True, nogil=True)
-    def _nb_relu_dropout_backward(y, g, scale, out):
+    @njit(cache=True, nogil=True)
+    def _nb_relu_dropout_backward(counter, chunks, y, g, scale, out):
         """``out = g * scale`` where ``y > 0`` (kept and positive before the ReLU), else 0."""
         zero = out.dtype.type(0)
-        for v in prange(y.shape[0]):
-            for c in range(y.shape[1]):
-                out[v, c] = g[v, c] * scale if y[v, c] > zero else zero
+        t = _grab(counter)
+        while t < chunks.shape[0] - 1:
+            for v in range(chunks[t], chunks[t + 1]):
+                for c in range(y.shape[1]):
+                    out[v, c] = g[v, c] * scale if y[v, c] > zero else zero
+            t = _grab(counter)
 
     @njit(cache=True, nogil=True)
     def _nb_transpose(indptr, indices, t_indptr, t_indices, perm):
@@ -569,54 +586,43 @@ if HAVE_NUMBA:
                 cursor[u] = p + 1
 
 
-    @njit(parallel=True, cache=True, nogil=True)
-    def _nb_add_rows(h, ids, rows):
+    @njit(cache=True, nogil=True)
+    def _nb_add_rows(counter, chunks, h, ids, rows):
         """``h[ids[i]] += rows[i]`` for distinct ``ids`` (no two rows add into one: no races)."""
-        for i in prange(ids.shape[0]):
-            r = ids[i]
-            for c in range(h.shape[1]):
-                h[r, c] += rows[i, c]
+        t = _grab(counter)
+        while t < chunks.shape[0] - 1:
+            for i in range(chunks[t], chunks[t + 1]):
+                r = ids[i]
+                for c in range(h.shape[1]):
+                    h[r, c] += rows[i, c]
+            t = _grab(counter)
 
-
-    @njit(inline="always")
-    def _move_row(h, ids, rows, take, i):
-        r = ids[i]
-        if take:
-            for c in range(h.shape[1]):
-                rows[i, c] = h[r, c]
-        else:
-            for c in range(h.shape[1]):
-                h[r, c] = rows[i, c]
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _nb_move_rows(h, ids, rows, take):
-        """``rows[i] = h[ids[i]]`` (``take``) or ``h[ids[i]] = rows[i]`` (distinct ``ids``)."""
-        for i in prange(ids.shape[0]):
-            _move_row(h, ids, rows, take, i)
 
     @njit(cache=True, nogil=True)
-    def _nb_move_rows_serial(h, ids, rows, take):
-        """:func:`_nb_move_rows` as a plain loop, for helper threads (:func:`use_serial_kernels_in_this_thread`)."""
-        for i in range(ids.shape[0]):
-            _move_row(h, ids, rows, take, i)
+    def _nb_move_rows(counter, chunks, h, ids, rows, take):
+        """``rows[i] = h[ids[i]]`` (``take``) or ``h[ids[i]] = rows[i]`` (distinct ``ids``)."""
+        t = _grab(counter)
+        while t < chunks.shape[0] - 1:
+            for i in range(chunks[t], chunks[t + 1]):
+                r = ids[i]
+                if take:
+                    for c in range(h.shape[1]):
+                        rows[i, c] = h[r, c]
+                else:
+                    for c in range(h.shape[1]):
+                        h[r, c] = rows[i, c]
+            t = _grab(counter)
 
 
 _thread_state = threading.local()
 
 
 def use_serial_kernels_in_this_thread() -> None:
-    """Called by the runtime's helper threads (prefetch, sender, receiving): their row copies then run as plain
-    loops on the thread itself, never through numba's threading layer. That layer may not be thread-safe
-    (``workqueue``, numba's fallback where neither OpenMP nor TBB loads, aborts the process when two threads
-    launch parallel kernels at once), and a helper's single thread gains nothing from it."""
+    """Called by the runtime's helper threads (prefetch, sender, receiving): the row kernels they call then run
+    on the thread itself alone, never handing chunks to the kernel pool — a helper's single thread gains nothing
+    from it and would compete with the compute thread. (Before the row kernels were serial functions, this kept
+    them off numba's threading layer, whose ``workqueue`` fallback aborts when two threads launch at once.)"""
     _thread_state.serial = True
-
-
-def _row_mover():
-    if getattr(_thread_state, "serial", False):
-        return _nb_move_rows_serial
-    _nb_threads()
-    return _nb_move_rows
 
 
 def _rows_kernel_ok(h: torch.Tensor, ids: torch.Tensor) -> bool:
@@ -632,7 +638,7 @@ def take_rows_at(h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     if not _rows_kernel_ok(h, ids):
         return h.index_select(0, ids)
     out = torch.empty((len(ids), h.shape[1]), dtype=h.dtype)
-    _row_mover()(h.numpy(), _np(ids), out.numpy(), True)
+    _run_on_ranges(_nb_move_rows, len(ids), h.shape[1], h.numpy(), _np(ids), out.numpy(), True)
     return out
 
 
@@ -640,7 +646,7 @@ def put_rows_at(h: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> None:
     """``h.index_copy_(0, ids, rows)`` for **distinct** ``ids``; numba row copies where they apply (as
     :func:`take_rows_at`; 2.5–4× faster than ``index_copy_`` on CPU), else ``index_copy_``."""
     if _rows_kernel_ok(h, ids) and rows.dtype == h.dtype and rows.device.type == "cpu":
-        _row_mover()(h.numpy(), _np(ids), _np(_rows2d(rows)), False)
+        _run_on_ranges(_nb_move_rows, len(ids), h.shape[1], h.numpy(), _np(ids), _np(_rows2d(rows)), False)
     else:
         h.index_copy_(0, ids.long(), rows)
 
@@ -652,8 +658,7 @@ def add_rows_at(h: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> None:
     element either way) and 2–4× faster on one thread (20K of 60K rows, 16 floats: 0.31 → 0.07 ms; 200K of
     600K: 10.7 → 3.7 ms, 2026-11-22); elsewhere ``index_add_``."""
     if _rows_kernel_ok(h, ids) and rows.dtype == h.dtype and rows.device.type == "cpu":
-        _nb_threads()
-        _nb_add_rows(h.numpy(), _np(ids), _np(_rows2d(rows)))
+        _run_on_ranges(_nb_add_rows, len(ids), h.shape[1], h.numpy(), _np(ids), _np(_rows2d(rows)))
     else:
         h.index_add_(0, ids.long(), rows)
 
@@ -663,22 +668,6 @@ def _nb_threads() -> int:
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
     return n
-
-
-def _nb_chunks(indptr: np.ndarray) -> np.ndarray:
-    threads = _nb_threads()
-    n = indptr.shape[0] - 1
-    return _nb_row_chunks(indptr, max(1, min(n, threads * _CHUNKS_PER_THREAD if threads > 1 else 1)))
-
-
-@contextlib.contextmanager
-def _nb_dynamic():
-    """Chunks are grabbed one at a time (dynamic schedule: robust to skewed rows and a busy machine)."""
-    old = numba.set_parallel_chunksize(1)
-    try:
-        yield
-    finally:
-        numba.set_parallel_chunksize(old)
 
 
 # Below this much work (edges + 2 per row) a kernel runs on the calling thread alone: handing chunks to another
@@ -708,14 +697,32 @@ def _run_on_row_chunks(kernel, indptr: np.ndarray, *args) -> None:
     depend on the threads or the schedule. Helper threads (:func:`use_serial_kernels_in_this_thread`) and small
     kernels run on the calling thread alone."""
     n_rows = indptr.shape[0] - 1
-    threads = 1 if getattr(_thread_state, "serial", False) else _nb_threads()
+    threads = _kernel_threads()
     if threads == 1 or n_rows < 2 or int(indptr[n_rows]) + 2 * n_rows < _PARALLEL_MIN_WORK:
         kernel(np.zeros(1, np.int64), np.array([0, n_rows], np.int64), indptr, *args)
         return
-    chunks = _nb_row_chunks(indptr, min(n_rows, threads * _CHUNKS_PER_THREAD))
+    _run_chunks(kernel, _nb_row_chunks(indptr, min(n_rows, threads * _CHUNKS_PER_THREAD)), threads, (indptr, *args))
+
+
+def _kernel_threads() -> int:
+    return 1 if getattr(_thread_state, "serial", False) else _nb_threads()
+
+
+def _run_on_ranges(kernel, n: int, width: int, *args) -> None:
+    """``kernel(counter, chunks, *args)`` over ``range(n)`` cut into equal chunks (rows of ``width`` columns,
+    the same work each), on :func:`_nb_threads` threads as :func:`_run_on_row_chunks`."""
+    threads = _kernel_threads()
+    if threads == 1 or n < 2 or n * max(1, width) < _PARALLEL_MIN_WORK:
+        kernel(np.zeros(1, np.int64), np.array([0, n], np.int64), *args)
+        return
+    _run_chunks(kernel, np.linspace(0, n, min(n, threads * _CHUNKS_PER_THREAD) + 1).astype(np.int64), threads, args)
+
+
+def _run_chunks(kernel, chunks: np.ndarray, threads: int, args: tuple) -> None:
+    """The caller and ``threads - 1`` pool threads each run ``kernel(counter, chunks, *args)``."""
     counter = np.zeros(1, np.int64)
-    helpers = [_kernel_pool(threads - 1).submit(kernel, counter, chunks, indptr, *args) for _ in range(threads - 1)]
-    kernel(counter, chunks, indptr, *args)
+    helpers = [_kernel_pool(threads - 1).submit(kernel, counter, chunks, *args) for _ in range(threads - 1)]
+    kernel(counter, chunks, *args)
     for done in helpers:
         done.result()
 
@@ -946,7 +953,8 @@ def _nb_div_by_degree_of(indptr: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """``g[v] / max(1, row length of v)`` (``g [n_dst, *feat]``), a new tensor."""
     scaled = torch.empty(g.shape, dtype=g.dtype)
     _nb_threads()
-    _nb_div_by_degree(_np(indptr), _np(_rows2d(g)), scaled.view(g.shape[0], -1).numpy())
+    g2 = _rows2d(g)
+    _run_on_ranges(_nb_div_by_degree, g2.shape[0], g2.shape[1], _np(indptr), _np(g2), scaled.view(g.shape[0], -1).numpy())
     return scaled
 
 
@@ -982,8 +990,7 @@ class EdgeSoftmax(torch.autograd.Function):
             alpha = torch.empty_like(scores, memory_format=torch.contiguous_format)
             if nnz and alpha.numel():
                 ip = _np(indptr)
-                with _nb_dynamic():
-                    _nb_softmax(_nb_chunks(ip), ip, _np(_rows2d(scores)), alpha.view(nnz, -1).numpy())
+                _run_on_row_chunks(_nb_softmax, ip, _np(_rows2d(scores)), alpha.view(nnz, -1).numpy())
             ctx.save_for_backward(indptr, alpha)
             return alpha
         dst = row_ids(indptr, nnz)
@@ -1006,9 +1013,8 @@ class EdgeSoftmax(torch.autograd.Function):
             nnz = alpha.shape[0]
             if nnz and alpha.numel():
                 ip = _np(indptr)
-                with _nb_dynamic():
-                    _nb_softmax_backward(_nb_chunks(ip), ip, alpha.view(nnz, -1).numpy(),
-                                         _np(_rows2d(grad_alpha)), out.view(nnz, -1).numpy())
+                _run_on_row_chunks(_nb_softmax_backward, ip, alpha.view(nnz, -1).numpy(), _np(_rows2d(grad_alpha)),
+                                   out.view(nnz, -1).numpy())
             return None, out
         dst, alpha = ctx.saved_tensors
         ga = grad_alpha * alpha
@@ -1033,9 +1039,10 @@ class ReluDropout(torch.autograd.Function):
         scale = _dropout_scale(h.dtype, p)
         out = torch.empty(h.shape, dtype=h.dtype)
         if h.numel():
-            _nb_threads()
-            _nb_relu_dropout(_np(_rows2d(h)), ids.numpy().view(np.uint64), np.uint64(k), col.numpy().view(np.uint64),
-                             np.uint64(math.ceil(p * 2.0**32)), scale, out.view(h.shape[0], -1).numpy())
+            h2 = _rows2d(h)
+            _run_on_ranges(_nb_relu_dropout, h2.shape[0], h2.shape[1], _np(h2), ids.numpy().view(np.uint64),
+                           np.uint64(k), col.numpy().view(np.uint64), np.uint64(math.ceil(p * 2.0**32)), scale,
+                           out.view(h.shape[0], -1).numpy())
         ctx.scale = scale
         ctx.save_for_backward(out)
         return out
@@ -1055,9 +1062,9 @@ def _relu_dropout_backward_nb(y: torch.Tensor, grad: torch.Tensor, scale) -> tor
     """``grad * scale`` where ``y > 0``, else 0, in one numba pass (``y [n, width]``)."""
     out = torch.empty_like(y)
     if y.numel():
-        _nb_threads()
-        _nb_relu_dropout_backward(_np(_rows2d(y.contiguous())), _np(_rows2d(grad.contiguous())), scale,
-                                  out.view(y.shape[0], -1).numpy())
+        y2 = _rows2d(y.contiguous())
+        _run_on_ranges(_nb_relu_dropout_backward, y2.shape[0], y2.shape[1], _np(y2), _np(_rows2d(grad.contiguous())),
+                       scale, out.view(y.shape[0], -1).numpy())
     return out
 
 
