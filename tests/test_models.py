@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -807,3 +808,18 @@ def test_row_kernels_on_the_kernel_pool_equal_one_thread_bitwise(dtype, monkeypa
         assert used == [] and all(torch.equal(a, b) for a, b in zip(alone, result[0], strict=True))
     finally:
         torch.set_num_threads(old)
+
+
+def test_the_kernel_benchmark_script_runs(monkeypatch, capsys):
+    """examples/bench_kernels.py (the kernel timings of docs/BENCHMARKS.md) on a small graph prints every line."""
+    import runpy
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "bench_kernels.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--threads", "1", "--rows", "500", "--edges", "4000",
+                                      "--repeat", "1"])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines()] == [
+        "sum, 16 columns", "sum, 47 columns", "sum, 128 columns", "weighted sum, 8 heads of 8",
+        "weighted sum forward + backward (SDDMM)", "tiny (300 rows, 1,200 edges)"], out
