@@ -353,6 +353,14 @@ def random_csr(n_dst=9, n_src=14, seed=0):
     return indptr, indices, n_dst, n_src
 
 
+def random_square_csr(n, nnz, g):
+    """``n`` rows of random lengths summing to ``nnz`` (some empty), sources uniform in ``range(n)``."""
+    indptr = torch.zeros(n + 1, dtype=torch.int64)
+    indptr[1:] = torch.sort(torch.randint(0, nnz + 1, (n,), generator=g)).values
+    indptr[-1] = nnz
+    return indptr, torch.randint(0, n, (nnz,), generator=g)
+
+
 def dense_adjacency(indptr, indices, n_dst, n_src, weight=None):
     """``[*w, n_dst, n_src]`` with repeated arcs summed (written with a Python loop on purpose: tiny inputs)."""
     w = torch.ones(indices.numel(), dtype=torch.float64) if weight is None else weight.detach()
@@ -464,10 +472,7 @@ def test_numba_kernels_are_deterministic():
     """Same inputs, bitwise the same outputs and gradients: run to run and for 1 or 2 threads."""
     g = torch.Generator().manual_seed(5)
     n, nnz, heads = 3000, 60000, 4
-    indptr = torch.zeros(n + 1, dtype=torch.int64)
-    indptr[1:] = torch.sort(torch.randint(0, nnz + 1, (n,), generator=g)).values
-    indptr[-1] = nnz
-    indices = torch.randint(0, n, (nnz,), generator=g)
+    indptr, indices = random_square_csr(n, nnz, g)
     x = torch.randn(n, heads, 8, generator=g)
     w = torch.rand(nnz, heads, generator=g)
     gy = torch.randn(n, heads, 8, generator=g)
@@ -760,10 +765,7 @@ def _every_row_kernel(dtype):
     ReLU-dropout, row gather / copy / add)."""
     g = torch.Generator().manual_seed(12)
     n, nnz, heads = 300, 2400, 2
-    indptr = torch.zeros(n + 1, dtype=torch.int64)
-    indptr[1:] = torch.sort(torch.randint(0, nnz + 1, (n,), generator=g)).values
-    indptr[-1] = nnz
-    indices = torch.randint(0, n, (nnz,), generator=g)
+    indptr, indices = random_square_csr(n, nnz, g)
     t = csr_transpose(indptr, indices, n)
     x = torch.randn(n, heads, 6, generator=g, dtype=dtype, requires_grad=True)
     s = torch.randn(nnz, heads, generator=g, dtype=dtype, requires_grad=True)

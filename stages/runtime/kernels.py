@@ -678,12 +678,12 @@ _pool: tuple[int, int, concurrent.futures.ThreadPoolExecutor] | None = None  # (
 
 def _kernel_pool(threads: int) -> concurrent.futures.ThreadPoolExecutor:
     """This process's pool of ``threads`` kernel threads, made on first use: a forked child (the fork server's
-    workers) inherits the parent's pool object without its threads, so a pool is tied to its pid."""
+    workers) inherits the parent's pool object without its threads, so a pool is tied to its pid. A larger pool
+    replaces a smaller one without shutting it down: another thread may still be submitting to it, and its idle
+    threads end once it is no longer referenced."""
     global _pool
     pid = os.getpid()
     if _pool is None or _pool[0] != pid or _pool[1] < threads:
-        if _pool is not None and _pool[0] == pid:
-            _pool[2].shutdown(wait=False)
         _pool = (pid, threads, concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="g3-kernel"))
     return _pool[2]
 
