@@ -697,29 +697,24 @@ def _run_on_row_chunks(kernel, indptr: np.ndarray, *args) -> None:
     depend on the threads or the schedule. Helper threads (:func:`use_serial_kernels_in_this_thread`) and small
     kernels run on the calling thread alone."""
     n_rows = indptr.shape[0] - 1
-    threads = _kernel_threads()
-    if threads == 1 or n_rows < 2 or int(indptr[n_rows]) + 2 * n_rows < _PARALLEL_MIN_WORK:
-        kernel(np.zeros(1, np.int64), np.array([0, n_rows], np.int64), indptr, *args)
-        return
-    _run_chunks(kernel, _nb_row_chunks(indptr, min(n_rows, threads * _CHUNKS_PER_THREAD)), threads, (indptr, *args))
-
-
-def _kernel_threads() -> int:
-    return 1 if getattr(_thread_state, "serial", False) else _nb_threads()
+    _run_chunks(kernel, n_rows, int(indptr[n_rows]) + 2 * n_rows, lambda k: _nb_row_chunks(indptr, k), (indptr, *args))
 
 
 def _run_on_ranges(kernel, n: int, width: int, *args) -> None:
     """``kernel(counter, chunks, *args)`` over ``range(n)`` cut into equal chunks (rows of ``width`` columns,
     the same work each), on :func:`_nb_threads` threads as :func:`_run_on_row_chunks`."""
-    threads = _kernel_threads()
-    if threads == 1 or n < 2 or n * max(1, width) < _PARALLEL_MIN_WORK:
+    _run_chunks(kernel, n, n * max(1, width), lambda k: np.linspace(0, n, k + 1).astype(np.int64), args)
+
+
+def _run_chunks(kernel, n: int, work: int, cut, args: tuple) -> None:
+    """``kernel(counter, chunks, *args)`` over ``n`` items: on the calling thread alone for a helper thread, one
+    thread or under :data:`_PARALLEL_MIN_WORK` units of ``work``; else cut into ``cut(k)`` chunk boundaries (k
+    chunks) and run by the caller and ``threads - 1`` pool threads, each taking chunks from a shared counter."""
+    threads = 1 if getattr(_thread_state, "serial", False) else _nb_threads()
+    if threads == 1 or n < 2 or work < _PARALLEL_MIN_WORK:
         kernel(np.zeros(1, np.int64), np.array([0, n], np.int64), *args)
         return
-    _run_chunks(kernel, np.linspace(0, n, min(n, threads * _CHUNKS_PER_THREAD) + 1).astype(np.int64), threads, args)
-
-
-def _run_chunks(kernel, chunks: np.ndarray, threads: int, args: tuple) -> None:
-    """The caller and ``threads - 1`` pool threads each run ``kernel(counter, chunks, *args)``."""
+    chunks = cut(min(n, threads * _CHUNKS_PER_THREAD))
     counter = np.zeros(1, np.int64)
     helpers = [_kernel_pool(threads - 1).submit(kernel, counter, chunks, *args) for _ in range(threads - 1)]
     kernel(counter, chunks, *args)
