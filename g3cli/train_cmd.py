@@ -107,11 +107,31 @@ def _for(knob: str, default: str | None = None) -> str:
 @click.option("--master-addr", default="127.0.0.1", show_default=True,
               help="Rendezvous address for local workers (loopback unless told otherwise).")
 @click.option("--master-port", type=int, default=0, show_default=True, help="Rendezvous port (0: a free port).")
+@click.option("--emulate-link", default=None, metavar="RATE",
+              help="Run the workers on emulated hosts of this machine, joined by links of RATE per host and "
+                   "direction (e.g. 100mbit, 1gbit, 10gbit): one network namespace per host with its own cores, "
+                   "one torchrun agent per host, each host reading only its own copy of the plan. Needs root (or "
+                   "CAP_NET_ADMIN). Results equal a local run's; epoch times include the network's (docs/DESIGN.md, "
+                   "'Emulated hosts').")
+@click.option("--hosts", type=int, default=None,
+              help="With --emulate-link: emulated hosts; each runs K/H workers, which talk over its loopback "
+                   "[default: one host per worker].")
+@click.option("--emulate-subnet", default=None, metavar="CIDR",
+              help="With --emulate-link: the hosts' addresses (host n is address 100+n) [default: 198.18.0.0/24, "
+                   "set aside for benchmarking by RFC 2544].")
+@click.option("--max-restarts", type=int, default=0, show_default=True,
+              help="With --emulate-link: a worker group that lost a worker, or a host whose agent died, is "
+                   "restarted up to N times and resumes from the newest checkpoint every host has.")
+@click.option("--emulate-fault", "emulate_faults", multiple=True, metavar="SPEC",
+              help="With --emulate-link (repeatable): link-down:HOST:EPOCH:SECONDS takes HOST's link down half an "
+                   "epoch after epoch EPOCH for SECONDS; kill-agent:HOST:EPOCH kills HOST's torchrun agent then "
+                   "(a crashed host, started again under --max-restarts).")
 @click.option("-o", "--out", type=click.Path(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
 @click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
 def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipeline, trace, profile, eval_every,
             checkpoint_every, resume, no_feature_cache, layer0_cache, prefetch, backward, micro_batches, scheduler,
-            sample_threads, max_dags, launch_sigma, task_nodes, heap, dtype, threads, timeout, master_addr, master_port, out, force):
+            sample_threads, max_dags, launch_sigma, task_nodes, heap, dtype, threads, timeout, master_addr, master_port,
+            emulate_link, hosts, emulate_subnet, max_restarts, emulate_faults, out, force):
     """Train the plan's GNN with K workers, executed by the plan's strategy (`g3 plan --strategy`: g3's bins
     and peer-to-peer sharing, bns-gcn's or sancus's layer-synchronous exchange, ...); weight gradients are
     all-reduced and every rank takes the same Adam step. Writes RUN/run.json, per-epoch metrics
@@ -123,6 +143,8 @@ def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipe
                       backward=backward, micro_batches=micro_batches, scheduler=scheduler,
                       sample_threads=sample_threads, max_dags=max_dags, launch_sigma=launch_sigma,
                       task_nodes=task_nodes, heap=heap, dtype=dtype, threads=threads,
-                      timeout=timeout, master_addr=master_addr, master_port=master_port)
+                      timeout=timeout, master_addr=master_addr, master_port=master_port,
+                      emulate_link=emulate_link, hosts=hosts, emulate_subnet=emulate_subnet,
+                      max_restarts=max_restarts, emulate_faults=tuple(emulate_faults))
     info = run_train(plan, cfg, out=out, force=force)
     print_run_summary(info)

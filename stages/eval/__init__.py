@@ -16,7 +16,7 @@ from ..common.artifact_json import load_artifact_json, resolve_reference
 from ..common.atomic import check_result
 from ..common.errors import G3InputError
 from ..runtime.config import RuntimeConfig
-from ..runtime.launch import spawn_workers
+from ..runtime.launchers import HostFile, make_launcher
 from ..train import RUN_SCHEMA, RUN_VERSION, check_plan
 from .runner import eval_rank
 
@@ -51,10 +51,12 @@ def pick_weights(run: Path, checkpoint: str | None) -> Path:
 
 
 def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all", workers: int | None = None,
-             force: bool = False, plan: str | Path | None = None) -> dict:
+             force: bool = False, plan: str | Path | None = None, emulate_link: str | None = None,
+             hosts: int | None = None) -> dict:
     """Evaluate RUN's weights; writes RUN/eval.json (an earlier one only with ``force``) and returns it
     (filtered to ``split``). ``plan``: the plan the run was trained with, when it is not where run.json says
-    (a multi-host run's folder copied back: its node plan stayed on its host)."""
+    (a multi-host run's folder copied back: its node plan stayed on its host). ``emulate_link``/``hosts``: on
+    emulated hosts (stages/runtime/launchers.py), as `g3 train --emulate-link`."""
     run = Path(run)
     meta = load_run(run)
     check_result(run / "eval.json", force, "an earlier evaluation")
@@ -64,7 +66,7 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
         raise G3InputError("--workers must be >= 1")
     weights = pick_weights(run, checkpoint)
     plan = Path(plan) if plan else run_plan_path(run, meta)
-    cfg = _inference_config(meta)
+    cfg = _inference_config(meta, emulate_link, hosts)
     plan_meta = check_plan(plan, cfg)
     check_trained_with(plan_meta, meta, plan)
     if plan_meta.get("bundle"):
@@ -76,10 +78,10 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
         if workers is not None and workers != k:
             tmp = Path(tempfile.mkdtemp(prefix="g3-eval-"))
             plan, k = _temporary_plan(plan_meta, workers, tmp), workers
-            cfg = _inference_config(meta)
+            cfg = _inference_config(meta, emulate_link, hosts)
             check_plan(plan, cfg)
-        spawn_workers(eval_rank, k, run, "eval-", cfg.master_addr, cfg.master_port, str(plan), str(run), cfg,
-                      str(weights.resolve()), timeout=cfg.timeout)
+        make_launcher(cfg, k).run(eval_rank, k, run, "eval-", plan, cfg, HostFile(str(weights.resolve())),
+                                        str(weights.resolve()))
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -111,12 +113,14 @@ def check_trained_with(plan_meta: dict, run_meta: dict, plan: Path) -> None:
             raise G3InputError(f"not the plan this run was trained with: its {what} differs", path=plan)
 
 
-def _inference_config(run_meta: dict) -> RuntimeConfig:
+def _inference_config(run_meta: dict, emulate_link: str | None = None, hosts: int | None = None) -> RuntimeConfig:
     """The run's settings (device, dtype, threads, seed, …) with the strategy's default knobs: they change how a
-    strategy runs, not what it computes."""
+    strategy runs, not what it computes. Where the workers run is this evaluation's choice, not the run's."""
     base = {k: v for k, v in run_meta["config"].items() if k in RuntimeConfig.__dataclass_fields__}
     return RuntimeConfig(**{**base, "pipeline": None, "prefetch": None, "backward": None, "layer0_cache": None,
-                            "feature_cache": None, "trace": False, "master_port": 0})
+                            "feature_cache": None, "trace": False, "master_port": 0, "emulate_link": emulate_link,
+                            "hosts": hosts, "emulate_subnet": base.get("emulate_subnet"), "max_restarts": 0,
+                            "emulate_faults": (), "network": None})
 
 
 def _temporary_plan(plan_meta: dict, workers: int, tmp: Path) -> Path:

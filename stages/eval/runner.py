@@ -21,7 +21,9 @@ EVAL_VERSION = 1
 
 
 def eval_rank(rank: int, world: int, init_method: str | None, plan_dir: str, run_dir: str, cfg: RuntimeConfig,
-              weights: str) -> None:
+              weights: str, recorded_as: str | None = None) -> None:
+    """``weights``: the file this rank reads (on an emulated host, its host's copy); ``recorded_as``: the path
+    eval.json names (the user's file)."""
     worker = open_worker(rank, world, Path(plan_dir), cfg, init_method)
     state = torch.load(weights, map_location="cpu", weights_only=True)
     if "model" in state and isinstance(state["model"], dict):  # a training checkpoint
@@ -37,7 +39,7 @@ def eval_rank(rank: int, world: int, init_method: str | None, plan_dir: str, run
         write_json_atomic(Path(run_dir) / "eval.json", {
             "schema": EVAL_SCHEMA,
             "schema_version": EVAL_VERSION,
-            "weights": str(weights),
+            "weights": str(recorded_as or weights),
             "workers": world,
             "strategy": worker.ctx.plan_meta["strategy"]["name"],
             "metric": "accuracy",

@@ -30,6 +30,14 @@ KNOB_DEFAULTS = {"pipeline": "multi", "prefetch": "auto", "backward": "recompute
                  "scheduler": "on", "sample_threads": 2, "max_dags": 4, "launch_sigma": 500.0, "task_nodes": 256}
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: an emulated host's share, a cpuset), not the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def local_workers(world: int) -> int:
     """Workers on this machine: torchrun's LOCAL_WORLD_SIZE, else all of them (``g3 train --workers K``)."""
     return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
@@ -47,6 +55,13 @@ class RuntimeConfig:
     master_port: int = 0  # 0: pick a free port
     heap: str = "keep"  # keep | system: freed memory stays in the heap for the next epoch (heap.py)
     trace: bool = False  # time every span; write a Chrome-trace timeline of the last epoch per rank
+    # where the workers run (stages/runtime/launchers.py): local processes, or emulated hosts on this machine
+    emulate_link: str | None = None  # e.g. "100mbit": one network namespace per host, links shaped to this rate
+    hosts: int | None = None  # emulated hosts (None: one per worker)
+    emulate_subnet: str | None = None  # the emulated hosts' addresses (None: netemu.DEFAULT_SUBNET)
+    max_restarts: int = 0  # emulated hosts: torchrun's --max-restarts (a failed worker group restarts)
+    emulate_faults: tuple[str, ...] = ()  # emulated hosts: faults to inject (emulated_hosts.Fault)
+    network: dict | None = None  # set by the launcher for its workers: how they are connected (in every epoch record)
     # strategy knobs (None: the strategy's default; see resolve_knobs)
     pipeline: str | None = None
     prefetch: str | None = None  # auto | on | off | N: g3's next-bin gather thread; mini-batch: N steps ahead
@@ -74,7 +89,7 @@ class RuntimeConfig:
         mode = self.prefetch or "auto"
         if mode != "auto":
             return mode == "on"
-        return self.device == "cuda" or threads * local_workers < (os.cpu_count() or 1)
+        return self.device == "cuda" or threads * local_workers < usable_cores()
 
     def prefetch_depth(self) -> int:
         """Mini-batch strategies: how many steps the sampler thread prepares ahead (0: in the step itself).
@@ -169,5 +184,16 @@ def check_runtime(cfg: RuntimeConfig) -> None:
         raise G3InputError("--threads must be >= 1")
     if not (cfg.timeout > 0 and math.isfinite(cfg.timeout)):
         raise G3InputError("--timeout must be a positive number of seconds")
+    if cfg.emulate_link is not None:
+        from .netemu import parse_rate
+
+        try:
+            parse_rate(cfg.emulate_link)
+        except ValueError as exc:
+            raise G3InputError(f"--emulate-link: {exc}") from None
+    if cfg.hosts is not None and cfg.hosts < 1:
+        raise G3InputError("--hosts must be >= 1")
+    if cfg.max_restarts < 0:
+        raise G3InputError("--max-restarts must be >= 0")
     if cfg.pipeline is not None and cfg.pipeline not in PIPELINES:
         raise G3InputError(f"--pipeline {cfg.pipeline} is not available (choose from {', '.join(PIPELINES)})")

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from ..common.model_spec import ModelSpec
 from ..common.plan_artifact import load_plan_meta, plan_strategy
 from ..common.strategies import strategy_info
-from .config import RuntimeConfig, local_workers, resolve_knobs
+from .config import RuntimeConfig, local_workers, resolve_knobs, usable_cores
 from .heap import keep_freed_memory
 from .models import GNNModel, model_from_spec
 from .strategies.base import Inference, Strategy, WorkerContext, collective_device
@@ -36,7 +36,7 @@ def init_distributed(rank: int, world: int, cfg: RuntimeConfig, init_method: str
     timeout = datetime.timedelta(seconds=cfg.timeout)
     if cfg.device == "cuda":
         torch.cuda.set_device(torch.device(cfg.device_for(rank)))
-    store = elastic_attempt_store(timeout) if init_method == "env://" else None
+    store = (elastic_attempt_store(timeout) or torchrun_store(timeout)) if init_method == "env://" else None
     if store is not None:
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
     else:
@@ -59,10 +59,19 @@ def elastic_attempt_store(timeout: datetime.timedelta) -> dist.Store | None:
     return dist.PrefixStore(f"g3-attempt-{attempt}/", store)
 
 
+def torchrun_store(timeout: datetime.timedelta) -> dist.Store:
+    """Without the agent's store (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: a fresh store and port every
+    attempt, which an agent restarted from outside needs), the group's store at MASTER_ADDR:MASTER_PORT, served
+    by torchrun's rank 0 — the process on the host whose address torchrun published, which is not always g3's
+    rank 0 (a node folder of a bundle picks its ranks itself)."""
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), int(os.environ["WORLD_SIZE"]),
+                         is_master=int(os.environ["RANK"]) == 0, timeout=timeout)
+
+
 def set_threads(cfg: RuntimeConfig, world: int) -> int:
     """Torch and numba threads of this worker: ``cfg.threads``, else the cores split over the local workers
     (numba's kernels use the same budget: oversubscribed pools spin and crawl)."""
-    threads = cfg.threads or max(1, (os.cpu_count() or 1) // local_workers(world))
+    threads = cfg.threads or max(1, usable_cores() // local_workers(world))
     try:
         import numba
 

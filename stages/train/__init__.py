@@ -21,7 +21,8 @@ from ..common.partition_artifact import load_partition_meta, partition_digest
 from ..common.plan_artifact import load_plan_meta, plan_strategy
 from ..common.strategies import strategy_info
 from ..runtime.config import check_runtime, resolve_knobs
-from ..runtime.launch import run_guarded, spawn_workers, under_torchrun
+from ..runtime.launch import run_guarded, under_torchrun
+from ..runtime.launchers import make_launcher
 from .config import TrainConfig
 
 RUN_SCHEMA = "g3.run"
@@ -114,7 +115,10 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     world = int(meta["num_workers"])
     run_dir = Path(out) if out else plan.parent / f"{plan.name}.run"
     if under_torchrun():
+        if cfg.emulate_link:
+            raise G3InputError("--emulate-link starts its own hosts: run it without torchrun")
         return _run_torchrun(plan, run_dir, cfg, meta, force)
+    launcher = make_launcher(cfg, world)
     if meta.get("bundle"):
         raise G3InputError(f"this plan is node {meta['bundle']['node']} of a bundle: run it with torchrun on its "
                            "host (its RUN.md), or train the original plan", path=plan)
@@ -131,12 +135,12 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
         else:
             work = run_dir
             work.mkdir(parents=True)
-        _write_run_json(work, plan, meta, cfg, status="running", path=run_dir)
+        where = launcher.describe(world)
+        _write_run_json(work, plan, meta, cfg, status="running", path=run_dir, launcher=where)
         t0 = time.perf_counter()
         try:
             with _sigterm_as_interrupt():
-                spawn_workers(train_rank, world, work, "", cfg.master_addr, cfg.master_port, str(plan), str(work), cfg,
-                              timeout=cfg.timeout)
+                measured = launcher.run(train_rank, world, work, "", plan, cfg)
         except KeyboardInterrupt:
             _write_run_json(work, plan, meta, cfg, status="interrupted", path=run_dir)
             raise
@@ -146,7 +150,7 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
                 raise type(exc)(f"{exc}; the earlier run in {run_dir} is kept, this attempt is in {work}") from None
             raise
         info = _write_run_json(work, plan, meta, cfg, status="completed", seconds=time.perf_counter() - t0,
-                               path=run_dir)
+                               path=run_dir, launcher={**where, **measured})
         if work != run_dir:
             fsync_tree(work)
             publish_dir(work, run_dir, force=True)
@@ -276,6 +280,7 @@ def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, sta
                     **extra) -> dict:
     """run.json in ``run_dir`` (``path``: where the run is published, when it is built elsewhere first)."""
     previous = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
+    launcher = extra.pop("launcher", None) or previous.get("launcher")  # where the workers ran (launchers.py)
     info = {
         "schema": RUN_SCHEMA,
         "path": str(path or run_dir),
@@ -289,6 +294,8 @@ def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, sta
         "history": previous.get("history", []) + [{"status": status, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}],
         **extra,
     }
+    if launcher:
+        info["launcher"] = launcher
     write_json_atomic(run_dir / "run.json", info)
     return info
 

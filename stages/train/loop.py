@@ -37,7 +37,7 @@ from .checkpoint import (
     save_weights,
 )
 from .config import TrainConfig
-from .metrics import MetricsWriter, minor_page_faults, peak_memory_bytes
+from .metrics import MetricsWriter, NicCounter, minor_page_faults, peak_memory_bytes
 
 log = logging.getLogger("g3.train")
 
@@ -51,7 +51,10 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start_epoch = 0
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
-    if cfg.resume or restart:  # `--resume`, or a worker group torchrun restarted: no flag needed
+    # `--resume`, or a worker group torchrun restarted: no flag needed. Agreed by every rank: an agent restarted
+    # from outside (its host's agent killed, then started again) counts its restarts from 0 while its peers'
+    # agents count theirs, so a group where any rank was restarted resumes as a whole.
+    if ctx.all_reduce_int(int(cfg.resume or restart > 0), op="max"):
         epoch = agreed_checkpoint(run_dir, rank, has_rank_state(strategy))
         if epoch >= 0:
             ckpt = checkpoint_path(run_dir, epoch)
@@ -61,7 +64,9 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
             raise ValueError(f"--resume: no checkpoint that every worker has in {run_dir}")
     if start_epoch == 0:
         _save_full_weights(run_dir / "init.pt", strategy, rank)
-    metrics = MetricsWriter(run_dir, rank, world, live=cfg.live and rank == 0, epochs=cfg.epochs, start=start_epoch)
+    metrics = MetricsWriter(run_dir, rank, world, live=cfg.live and rank == 0, epochs=cfg.epochs, start=start_epoch,
+                            network=cfg.network)
+    nic = NicCounter()
     sharded = set(strategy.sharded_parameters())
     replicated = [p for n, p in model.named_parameters() if n not in sharded]  # all-reduced every step
     tracer, transport = ctx.tracer, ctx.transport
@@ -82,6 +87,7 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
         t0, faults0 = time.perf_counter(), minor_page_faults()
         strategy.reset_stats()
         transport.stats.reset()
+        nic.reset()
         # every rank has reset before any rank starts the epoch: a peer's first sampling request, answered by this
         # rank's server thread, would otherwise be counted and then wiped by a late reset here
         dist.barrier()
@@ -120,6 +126,7 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
             "bytes_sent_per_phase": dict(stats.per_phase_sent),
             "peak_memory_bytes": peak_memory_bytes(cfg.device_for(rank)),
             "page_faults": minor_page_faults() - faults0,
+            **nic.since_reset(),
         }
         workers = [None] * world
         dist.all_gather_object(workers, worker)

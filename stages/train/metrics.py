@@ -45,11 +45,46 @@ def peak_memory_bytes(device: str) -> int:
         return int(psutil.Process(os.getpid()).memory_info().rss)
 
 
+class NicCounter:
+    """Bytes through this host's network interface — the one gloo talks over (``GLOO_SOCKET_IFNAME``) — counted
+    by the host's first worker only (``LOCAL_RANK`` 0), so that summing over the workers counts each host once.
+    Everything that crossed the interface counts: gloo's collectives, the transport's messages, TCP/IP headers
+    and acknowledgements, and any other traffic of the host. None where there is no such interface (local
+    workers on loopback)."""
+
+    def __init__(self):
+        name = os.environ.get("GLOO_SOCKET_IFNAME", "")
+        folder = Path("/sys/class/net") / name / "statistics"
+        first = os.environ.get("LOCAL_RANK", "0") == "0"
+        self.folder = folder if name and name != "lo" and first and folder.is_dir() else None
+        self.start = self._read()
+
+    def _read(self) -> tuple[int, int] | None:
+        if self.folder is None:
+            return None
+        try:
+            return (int((self.folder / "tx_bytes").read_text()), int((self.folder / "rx_bytes").read_text()))
+        except (OSError, ValueError):
+            return None
+
+    def reset(self) -> None:
+        self.start = self._read()
+
+    def since_reset(self) -> dict:
+        """``{"nic_bytes_sent", "nic_bytes_recv"}`` since the last reset (empty where not counted)."""
+        now = self._read()
+        if now is None or self.start is None:
+            return {}
+        return {"nic_bytes_sent": now[0] - self.start[0], "nic_bytes_recv": now[1] - self.start[1]}
+
+
 class MetricsWriter:
     """Appends epoch records (rank 0 only) and renders them live."""
 
-    def __init__(self, run_dir: Path, rank: int, world: int, live: bool, epochs: int, start: int):
+    def __init__(self, run_dir: Path, rank: int, world: int, live: bool, epochs: int, start: int,
+                 network: dict | None = None):
         self.rank = rank
+        self.network = network  # where the workers ran, as their launcher put it: in every record
         self.path = Path(run_dir) / "metrics.jsonl"
         if rank == 0:  # a resumed run rewrites its record from the epoch it resumes at
             keep_epochs_before(self.path, start)
@@ -66,6 +101,11 @@ class MetricsWriter:
         record = dict(record)
         record["workers"] = workers
         record["bytes_sent"] = sum(w["bytes_sent"] for w in workers)
+        nic = [w["nic_bytes_sent"] for w in workers if "nic_bytes_sent" in w]
+        if nic:  # what crossed the hosts' network interfaces, next to the transport's own count
+            record["link_bytes_sent"] = sum(nic)
+        if self.network:
+            record["network"] = self.network
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
         if self.display is not None:

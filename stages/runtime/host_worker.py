@@ -1,0 +1,60 @@
+"""One worker process on an emulated host: what torchrun's agent runs there (``python -m
+stages.runtime.host_worker HOST/job.pkl``).
+
+The job file (written by :mod:`stages.runtime.emulated_hosts`) holds the entry and its arguments with the host's
+own paths. The process takes the rank ``ranks[LOCAL_RANK]`` of its host, as a node folder of ``g3 bundle``
+does, joins the group through torchrun's environment (``env://``) and runs the entry as a locally spawned
+worker would: its log and error files in the host's run folder, a heartbeat the launcher watches, and an exit
+without the interpreter's teardown once its work is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from .launch import _beat, heartbeat_path, run_guarded
+
+
+def main(job_file: str) -> None:
+    # a trainer's children start with SIGINT ignored when the launcher runs in the background; the launcher
+    # stops the workers itself, so the default is right here
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    with open(job_file, "rb") as f:
+        job = pickle.load(f)
+    rank = job["ranks"][int(os.environ.get("LOCAL_RANK", 0))]
+    if rank == 0 and job.get("console"):
+        _write_errors_to(job["console"])
+    run_dir = Path(job["run_dir"])
+    beat = heartbeat_path(run_dir, rank, job["prefix"])
+    beat.parent.mkdir(parents=True, exist_ok=True)
+    # leaves at once if the launcher is gone (a launcher killed with SIGKILL must not leave workers training)
+    threading.Thread(target=_beat, args=(beat, job["launcher_pid"]), daemon=True, name="heartbeat").start()
+    run_guarded(job["entry"], rank, job["world"], run_dir, job["prefix"], "env://", job["plan"], str(run_dir),
+                job["cfg"], *job["extra"])
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # as a spawned worker: no teardown of torch's native threads after the work is written
+
+
+def _write_errors_to(path: str) -> None:
+    """This process's standard error to ``path`` (the launcher's, through /proc), opened for appending: a
+    terminal or a pipe takes it as it comes, and a file the launcher's standard error was sent to is not
+    overwritten. Left as it is where that cannot be opened."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    except OSError:
+        return
+    sys.stderr.flush()
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,58 @@
+"""Where the workers of a run execute: one component that `g3 train`, `g3 eval` and `g3 bench` choose from.
+
+* :class:`LocalLauncher` — K processes on this machine, talking over loopback (``spawn_workers``);
+* :class:`~stages.runtime.emulated_hosts.EmulatedHostsLauncher` — H emulated hosts on this machine, each a
+  network namespace with its own cores and a link shaped to a rate, one torchrun agent per host
+  (``--emulate-link RATE``, docs/DESIGN.md "Emulated hosts");
+* under ``torchrun`` on real hosts, `g3 train` runs the one rank of its process itself (stages/train).
+
+Every launcher runs the same entry, ``entry(rank, world, init_method, plan_dir, run_dir, cfg, *extra)``
+(``train_rank``, ``eval_rank``), so nothing else — the loop, the strategies, the transport — knows where its
+workers run. An argument in ``extra`` that is an input file every host must hold a copy of is passed as a
+:class:`HostFile`; the launcher hands the entry a path to that file on the rank's host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..common.errors import G3InputError
+from .config import RuntimeConfig
+from .launch import spawn_workers
+
+
+@dataclass(frozen=True)
+class HostFile:
+    """An input file each host needs its own copy of (the weights `g3 eval` evaluates)."""
+
+    path: str
+
+
+class LocalLauncher:
+    """K processes on this machine (forked from one server), rendezvous on ``cfg.master_addr`` (loopback)."""
+
+    def describe(self, world: int) -> dict:
+        return {"kind": "local", "workers": world}
+
+    def run(self, entry, world: int, run_dir: Path, prefix: str, plan: Path, cfg: RuntimeConfig, *extra) -> dict:
+        """Run ``entry`` on every rank; returns what the launcher measured besides the workers (nothing here)."""
+        args = [str(a.path) if isinstance(a, HostFile) else a for a in extra]
+        spawn_workers(entry, world, run_dir, prefix, cfg.master_addr, cfg.master_port, str(plan), str(run_dir), cfg,
+                      *args, timeout=cfg.timeout)
+        return {}
+
+
+def make_launcher(cfg: RuntimeConfig, world: int):
+    """The launcher ``cfg`` asks for: emulated hosts with ``cfg.emulate_link``, else local processes."""
+    if not cfg.emulate_link:
+        for name, flag in (("hosts", "--hosts"), ("emulate_faults", "--emulate-fault"), ("max_restarts", "--max-restarts")):
+            if getattr(cfg, name):
+                raise G3InputError(f"{flag} applies to emulated hosts: give --emulate-link RATE too")
+        return LocalLauncher()
+    from .emulated_hosts import EmulatedHostsLauncher
+
+    return EmulatedHostsLauncher.from_config(cfg, world)
+
+
+__all__ = ["HostFile", "LocalLauncher", "make_launcher"]
