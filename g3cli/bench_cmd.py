@@ -44,6 +44,21 @@ def _memory(ctx, param, value):
         raise click.BadParameter(str(exc)) from None
 
 
+def _links(ctx, param, value):
+    if value is None:
+        return ()
+    from stages.runtime.netemu import parse_rate, rate_label
+
+    out = []
+    for text in str(value).split(","):
+        if text.strip():
+            try:
+                out.append(rate_label(parse_rate(text)))
+            except ValueError as exc:
+                raise click.BadParameter(str(exc)) from None
+    return tuple(dict.fromkeys(out))
+
+
 @click.command("bench")
 @click.argument("store", type=click.Path())
 @click.option("--model", type=click.Choice(["sage", "gcn", "gat"]), default="sage", show_default=True,
@@ -76,13 +91,19 @@ def _memory(ctx, param, value):
 @click.option("--dgl-python", type=click.Path(), default=None,
               help="Python of the DGL environment [default: $G3_DGL_PYTHON, else .venv-dgl/bin/python].")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds allowed per peer run.")
+@click.option("--emulate-link", "links", default=None, callback=_links, metavar="RATE[,RATE…]",
+              help="Run every strategy on emulated hosts joined by links of each RATE (e.g. 100mbit,1gbit,10gbit; "
+                   "`g3 train --emulate-link`, needs root): one table per rate, one of epoch time against the "
+                   "rate, and bench-links.png. The peers and single-process g3 run once, without a network.")
+@click.option("--hosts", type=int, default=None,
+              help="With --emulate-link: emulated hosts of every run [default: one per worker].")
 @click.option("-o", "--out", type=click.Path(), default=None,
               help="Output folder: bench.json, bench.png, graph.npz, g3's partitions/plans/runs, peer logs "
                    "[default: STORE.bench beside the store]. Its partitions and plans are reused while they match.")
 @click.option("--force", is_flag=True, help="Replace the bench.json of an earlier benchmark in OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print bench.json instead of the table.")
 def command(store, model, layers, hidden, heads, strategies, workers, epochs, threads, lr, dropout, pipeline, bin_size,
-            device_memory, peers, no_single, dgl_python, timeout, out, force, as_json):
+            device_memory, peers, no_single, dgl_python, timeout, links, hosts, out, force, as_json):
     """Compare training strategies side by side on STORE, next to DGL and PyG, in one invocation: each strategy
     with each worker count (its partition, plan and training run), single-process g3 full-graph, PyG and DGL
     full-graph training, all with the same model, optimizer, epochs and thread count. The table, bench.json
@@ -95,7 +116,7 @@ def command(store, model, layers, hidden, heads, strategies, workers, epochs, th
                         strategies=tuple(split_specs(strategies)), epochs=epochs,
                         threads=threads, lr=lr, dropout=dropout, pipeline=pipeline, bin_size=bin_size,
                         device_memory=device_memory, peers=peers, single=not no_single, dgl_python=dgl_python,
-                        timeout=timeout)
+                        timeout=timeout, links=links, hosts=hosts)
     result = run_bench(store, opts, out=out, force=force)
     if as_json:
         click.echo(json.dumps(result, indent=1))

@@ -80,6 +80,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
       g3 bench STORE              strategies side by side with DGL and PyG
       g3 simulate PLAN            a discrete-event model of an epoch on K workers
       g3 info PATH                summary of any g3 artifact
+      g3 cluster check|clean      the emulated hosts of --emulate-link (train, eval, bench)
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
@@ -91,7 +92,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 COMMANDS = {"ingest": "ingest_cmd:ingest", "info": "info_cmd:info", "partition": "partition_cmd:command",
             "plan": "plan_cmd:command", "bundle": "bundle_cmd:command", "train": "train_cmd:command",
             "eval": "eval_cmd:command", "report": "report_cmd:command", "bench": "bench_cmd:command",
-            "simulate": "simulate_cmd:command"}
+            "simulate": "simulate_cmd:command", "cluster": "cluster_cmd:command"}
 
 
 def main() -> None:

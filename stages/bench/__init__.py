@@ -64,6 +64,8 @@ class BenchOptions:
     single: bool = True
     dgl_python: str | None = None
     timeout: float = 3600.0
+    links: tuple[str, ...] = ()  # emulated link rates (`--emulate-link`): every strategy run once per rate
+    hosts: int | None = None  # emulated hosts per run (None: one per worker)
 
 
 def median_epoch(times: list[float]) -> float | None:
@@ -83,11 +85,12 @@ def entry(system: str, label: str, status: str = "ok", **kw) -> dict:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def run_strategy(store: GraphStore, o: BenchOptions, spec, k: int, out: Path, threads: int) -> dict:
-    """One strategy spec with K workers (see :mod:`.runs`)."""
+def run_strategy(store: GraphStore, o: BenchOptions, spec, k: int, out: Path, threads: int,
+                 link: str | None = None) -> dict:
+    """One strategy spec with K workers (see :mod:`.runs`), on emulated hosts joined by ``link`` if given."""
     from .runs import run_strategy as run
 
-    return run(store, o, spec, k, out, threads, entry)
+    return run(store, o, spec, k, out, threads, entry, link)
 
 
 def run_single(graph: dict, o: BenchOptions, threads: int) -> dict:
@@ -173,13 +176,19 @@ def finish(entries: list[dict]) -> dict:
     """Medians and ratios (to one-worker g3 and to DGL) of every entry; the goal check."""
     for e in entries:
         e["median_epoch_seconds"] = median_epoch(e["epoch_seconds"]) if e["status"] == "ok" else None
-    ref_g3 = next((e for e in entries if e["system"] == REFERENCE_STRATEGY and e.get("workers") == 1
-                   and e["median_epoch_seconds"] and not e.get("options")), None)
+    # one-worker g3 on the same link (emulated hosts: each rate has its own)
+    refs_g3 = {}
+    for e in entries:
+        if (e["system"] == REFERENCE_STRATEGY and e.get("workers") == 1 and e["median_epoch_seconds"]
+                and not e.get("options")):
+            refs_g3.setdefault(e.get("link"), e)
+    ref_g3 = refs_g3.get(None) or next(iter(refs_g3.values()), None)
     ref_dgl = next((e for e in entries if e["system"] == "dgl" and e["median_epoch_seconds"]
                     and e.get("mode", "full-graph") == "full-graph"), None)
     for e in entries:
         m = e["median_epoch_seconds"]
-        e["vs_g3_1"] = m / ref_g3["median_epoch_seconds"] if m and ref_g3 else None
+        ref = refs_g3.get(e.get("link"), ref_g3)
+        e["vs_g3_1"] = m / ref["median_epoch_seconds"] if m and ref else None
         e["vs_dgl"] = m / ref_dgl["median_epoch_seconds"] if m and ref_dgl else None
     goal = None
     if ref_g3 and ref_dgl:
@@ -230,7 +239,19 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
     load_before = list(os.getloadavg())
     t0 = time.perf_counter()
     graph_file = export_graph(store.path, out / "graph.npz")
-    entries = [run_strategy(store, o, spec, k, out, threads) for spec in specs for k in o.workers]
+    if o.links:
+        from ..runtime.netemu import parse_rate, why_not_available
+
+        for link in o.links:
+            try:
+                parse_rate(link)
+            except ValueError as exc:
+                raise G3InputError(f"--emulate-link: {exc}") from None
+        reason = why_not_available()
+        if reason:
+            raise G3InputError(f"--emulate-link: the emulated network cannot be built here: {reason}")
+    entries = [run_strategy(store, o, spec, k, out, threads, link) for spec in specs for k in o.workers
+               for link in (o.links or (None,))]
     if o.single:
         entries.append(run_single(read_graph(graph_file), o, threads))
     modes = peer_modes(specs)
@@ -255,6 +276,11 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
 
     plot_bench(result, out / "bench.png")
     result["files"] = {"json": str(out / "bench.json"), "png": str(out / "bench.png")}
+    if len(o.links) > 1:
+        from .report import plot_links
+
+        plot_links(result, out / "bench-links.png")
+        result["files"]["links_png"] = str(out / "bench-links.png")
     write_json_atomic(out / "bench.json", result)
     result["path"] = str(out)
     return result

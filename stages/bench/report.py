@@ -29,12 +29,12 @@ def _a(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f} %"
 
 
-def table_rows(result: dict) -> list[list[str]]:
+def table_rows(result: dict, entries: list[dict] | None = None) -> list[list[str]]:
     """One row per system: label, workers, threads, median epoch, bytes sent per epoch (all workers), final
     test accuracy, peak memory of the largest worker, compute max/mean over the workers, ratio to g3 (1 worker),
     ratio to DGL, note."""
     rows = []
-    for e in result["entries"]:
+    for e in result["entries"] if entries is None else entries:
         if e["status"] != "ok":
             done = e.get("completed_epoch_seconds") or []
             extra = f" (epochs it finished: {', '.join(_s(t) for t in done)})" if done else ""
@@ -53,11 +53,12 @@ FIGURES = (0, 1, 3, 4, 5, 6)  # the first table: what each system did
 RATIOS = (0, 2, 7, 8, 9, 10)  # the second: threads, balance, ratios, notes
 
 
-def footnotes(rows: list[list[str]], col: int) -> list[str]:
+def footnotes(rows: list[list[str]], col: int, notes: list[str] | None = None) -> list[str]:
     """Move column ``col`` (the notes) out of the rows: each cell becomes the number of its note (one per distinct
-    text, in order of appearance) and the notes are returned, to be printed below the table. A long note in a
-    cell would make the table wider than a terminal and fold every row into several lines."""
-    notes: list[str] = []
+    text, in order of appearance; ``notes``: those of earlier tables, numbered on) and the notes are returned, to
+    be printed below the tables. A long note in a cell would make the table wider than a terminal and fold every
+    row into several lines."""
+    notes = [] if notes is None else notes
     for row in rows:
         if row[col]:
             if row[col] not in notes:
@@ -76,18 +77,24 @@ def print_bench(result: dict, console=None) -> None:
     console = console or Console()
     s = result["store"]
     o = result["options"]
-    rows = table_rows(result)
-    notes = footnotes(rows, len(HEADER) - 1)
     title = (f"{s['name']}: {s['num_nodes']:,} nodes, {s['num_arcs']:,} arcs — {o['model']}, {o['layers']} layers, "
              f"hidden {o['hidden']}, {o['epochs']} epochs (median without the first)")
-    for cols, caption in ((FIGURES, title), (RATIOS, None)):
-        t = Table(title=caption)
-        for i in cols:
-            t.add_column(HEADER[i], justify="left" if HEADER[i] in ("system", "note") else "right",
-                         overflow="fold", min_width=6 if i else 16)
-        for row in rows:
-            t.add_row(*(escape(row[i]) for i in cols))
-        console.print(t)
+    notes: list[str] = []
+    for link, entries in link_groups(result["entries"]):  # one pair of tables per emulated link rate
+        rows = table_rows(result, entries)
+        footnotes(rows, len(HEADER) - 1, notes)
+        where = f" — emulated hosts, {link} links" if link else (" — no network (one process, loopback)"
+                                                                  if o.get("links") else "")
+        for cols, caption in ((FIGURES, title + where), (RATIOS, None)):
+            t = Table(title=caption)
+            for i in cols:
+                t.add_column(HEADER[i], justify="left" if HEADER[i] in ("system", "note") else "right",
+                             overflow="fold", min_width=6 if i else 16)
+            for row in rows:
+                t.add_row(*(escape(row[i]) for i in cols))
+            console.print(t)
+    if len(o.get("links") or ()) > 1:
+        console.print(rate_table(result))
     for i, note in enumerate(notes, 1):
         console.print(f"({i}) {escape(note)}")
     goal = result.get("goal")
@@ -98,6 +105,73 @@ def print_bench(result: dict, console=None) -> None:
     la = result["load_average"]
     console.print(f"load average before/after: {la['before'][0]:.2f} / {la['after'][0]:.2f} on {result['cpu_count']} "
                   f"cores; wrote {result['path']}/bench.json and bench.png")
+
+
+def link_groups(entries: list[dict]) -> list[tuple[str | None, list[dict]]]:
+    """The entries by emulated link rate, in order of appearance (entries without one first)."""
+    groups: dict = {}
+    for e in entries:
+        groups.setdefault(e.get("link"), []).append(e)
+    return sorted(groups.items(), key=lambda g: g[0] is not None)
+
+
+def rate_table(result: dict):
+    """Each strategy run's median epoch at each emulated link rate (rows: spec and K; columns: rates), and
+    its ratio to the fastest rate's."""
+    from rich.table import Table
+
+    links = list(result["options"]["links"])
+    rows: dict = {}
+    for e in result["entries"]:
+        if e.get("link"):
+            key = e["label"][: -len(e["link"]) - 2]  # the label without ", <link>"
+            rows.setdefault(key, {})[e["link"]] = e.get("median_epoch_seconds")
+    t = Table(title="median epoch at each link rate (emulated hosts), and ÷ the epoch at the fastest rate")
+    t.add_column("system", justify="left", overflow="fold", min_width=16)
+    for link in links:
+        t.add_column(link, justify="right", overflow="fold", min_width=6)
+    fastest = max(links, key=_rate_bits)
+    for key, times in rows.items():
+        base = times.get(fastest)
+        cells = [f"{_s(times.get(link))}" + (f" ({times[link] / base:.1f}×)" if times.get(link) and base else "")
+                 for link in links]
+        t.add_row(key, *cells)
+    return t
+
+
+def _rate_bits(link: str) -> float:
+    from ..runtime.netemu import parse_rate
+
+    return parse_rate(link)
+
+
+def plot_links(result: dict, path: Path) -> None:
+    """Median epoch time against the link rate, one line per strategy run (spec and K), log-log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series: dict = {}
+    for e in result["entries"]:
+        if e.get("link") and e.get("median_epoch_seconds"):
+            key = e["label"][: -len(e["link"]) - 2]
+            series.setdefault(key, []).append((_rate_bits(e["link"]) / 1e9, e["median_epoch_seconds"]))
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for key, pts in series.items():
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=key)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("link rate per host and direction (Gbit/s)")
+    ax.set_ylabel("median epoch (s)")
+    s = result["store"]
+    ax.set_title(f"{s['name']}: epoch time against the emulated link rate", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 PANELS = (("median_epoch_seconds", "median epoch time (s), lower is better", _s),

@@ -107,18 +107,22 @@ def _train_bytes(record: dict) -> int:
                if not phase.startswith("eval"))
 
 
-def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, threads: int, entry) -> dict:
-    """Partition, plan and train ``spec`` with K workers (the threads split over them); the bench entry."""
+def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, threads: int, entry,
+                 link: str | None = None) -> dict:
+    """Partition, plan and train ``spec`` with K workers (the threads split over them), on emulated hosts joined
+    by ``link`` when given (``--emulate-link``); the bench entry."""
     from ..partition import PartitionOptions, run_partition
     from ..plan import PlanConfig, run_plan
     from ..train import TrainConfig, run_train
 
-    label = f"{spec.label}, {k} worker{'s' if k > 1 else ''}"
+    label = f"{spec.label}, {k} worker{'s' if k > 1 else ''}" + (f", {link}" if link else "")
     per_worker = max(1, threads // k)
     part = out / f"part-{spec.method}-{k}"
     plan = out / f"part-{spec.method}-{k}.plan-{spec.slug}-{o.model}"
-    run = out / f"run-{spec.slug}-{spec.method}-{k}"
+    run = out / (f"run-{spec.slug}-{spec.method}-{k}" + (f"-{link}" if link else ""))
     common = dict(strategy=spec.name, method=spec.method, options=dict(spec.options), workers=k)
+    if link:
+        common.update(link=link, hosts=o.hosts or k)
     try:
         if not _reuse_partition(part, store, spec.method, k):
             run_partition(store.path, PartitionOptions(workers=k, method=spec.method, hidden=o.hidden), out=part,
@@ -145,7 +149,8 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
         tc = TrainConfig(epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k, **knobs,
                          eval_every=o.epochs,  # the final accuracy only: evaluation is not timed anyway
                          threads=per_worker, live=False,
-                         timeout=max(60.0, min(o.timeout, 900.0)))  # big graphs: peers wait long for a bin
+                         timeout=max(60.0, min(o.timeout, 900.0)),  # big graphs: peers wait long for a bin
+                         emulate_link=link, hosts=o.hosts if link else None)
         run_train(plan, tc, out=run, force=True)
     except (G3InputError, G3RuntimeError) as exc:  # the epochs it finished are kept, for the record
         return entry(spec.name, label, "failed", threads=per_worker * k, note=str(exc),
@@ -164,6 +169,9 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
                  epoch_seconds=[r["epoch_seconds"] for r in records], run=str(run),
                  # the mean, not the median: a strategy that skips sends every other epoch moves half per epoch
                  bytes_per_epoch=statistics.fmean(_train_bytes(r) for r in steady),
+                 # what crossed the emulated links (every byte: collectives, evaluation, TCP/IP headers)
+                 link_bytes_per_epoch=(statistics.fmean(r["link_bytes_sent"] for r in steady)
+                                       if link and all("link_bytes_sent" in r for r in steady) else None),
                  test_acc=records[-1].get("test_acc"), peak_memory_bytes=peak, seeds_per_epoch=seeds,
                  compute_balance=_compute_balance(steady),
                  seeds_per_second=seeds / median if median > 0 else None,
