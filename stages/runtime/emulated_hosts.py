@@ -46,7 +46,16 @@ from ..common.errors import G3InputError, G3RuntimeError
 from .config import RuntimeConfig
 from .launch import BAD_INPUT, ENVIRONMENT, STARTUP_GRACE, heartbeat_path, log_path
 from .launchers import HostFile
-from .netemu import NIC, PREFIX, EmulatedNetwork, clean_stale, host_cores, parse_rate, rate_label, why_not_available
+from .netemu import (
+    NIC,
+    PREFIX,
+    EmulatedNetwork,
+    clean_stale,
+    host_cores,
+    parse_rate,
+    rate_label,
+    why_not_available,
+)
 
 RDZV_PORT = 29400  # every host has its own port space: the rendezvous port is always free
 POLL_SECONDS = 0.2
@@ -221,6 +230,7 @@ class EmulatedHostsLauncher:
                # its host crashed counts restarts from 0, so the agent store's per-attempt keys would not match
                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
                "OMP_NUM_THREADS": str(max(1, len(host.cores) // per_host)),
+               "G3_HOST_RESTARTS": str(host.restarts),  # host_worker.py: a restarted host's workers resume
                # c10d warns at every connection that an emulated address has no host name
                "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
         with open(host.folder / "agent.log", "ab") as log:  # the agent's own messages and its workers' output
@@ -235,7 +245,7 @@ class EmulatedHostsLauncher:
         fire_at: dict[Fault, float] = {}
         link_back: list[tuple[float, int]] = []
         while True:
-            time.sleep(POLL_SECONDS)
+            time.sleep(POLL_SECONDS / 4 if pending else POLL_SECONDS)  # a fault fires close to its time
             now = time.time()
             for f in list(pending):
                 when = _fault_time(run_dir, f)
@@ -256,7 +266,7 @@ class EmulatedHostsLauncher:
             codes = [h.agent.poll() for h in hosts]
             if all(c == 0 for c in codes):
                 return None
-            for host, code in zip(hosts, codes):
+            for host, code in zip(hosts, codes, strict=True):
                 if code is None or code == 0:
                     continue
                 if code < 0 and host.restarts < self.max_restarts:  # the host crashed: started again

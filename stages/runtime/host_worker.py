@@ -28,6 +28,10 @@ def main(job_file: str) -> None:
     with open(job_file, "rb") as f:
         job = pickle.load(f)
     rank = job["ranks"][int(os.environ.get("LOCAL_RANK", 0))]
+    # a host started again after a crash: its agent counts restarts from 0, but its workers are a restart of the
+    # group (they resume from the newest checkpoint every host has), however the other hosts' agents saw it
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) + int(os.environ.get("G3_HOST_RESTARTS", 0))
+    os.environ["TORCHELASTIC_RESTART_COUNT"] = str(restarts)
     if rank == 0 and job.get("console"):
         _write_errors_to(job["console"])
     run_dir = Path(job["run_dir"])

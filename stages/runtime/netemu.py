@@ -13,8 +13,8 @@ of that speed would (the host side shapes what the host sends, the switch side w
 created in the machine's own namespace: the namespaces have no default route, no NAT and no link to the
 machine's interfaces, so traffic between hosts stays on this machine and nothing else is reachable from them.
 
-What it models and what it does not: the link's rate and its queue (``tbf``'s ``latency`` bounds the queue at
-20 ms); not propagation delay or loss (``netem`` is not in every kernel, nor in this sandbox's); the hosts share
+What it models and what it does not: the link's rate and its queue (the queue holds 20 ms at the rate, at least 16
+packets); not propagation delay or loss (``netem`` is not in every kernel, nor in this sandbox's); the hosts share
 this machine's CPU (each host gets its own cores where there are enough, ``host_cores``).
 
 Names start with ``g3e<launcher pid>-`` so that a launcher that was killed (SIGKILL, no clean-up) leaves names
@@ -178,11 +178,12 @@ class EmulatedNetwork:
                 "addresses": [self.address(n) for n in range(self.hosts)]}
 
     def _tbf(self) -> list[str]:
-        """tbf's arguments: the rate; a bucket of 2 ms at the rate (at least 32 KiB: several full packets, so a
-        fast link is not held to one packet per timer tick); a queue of QUEUE_SECONDS."""
-        burst = max(32 * 1024, int(self.rate_bits / 8 * 0.002))
-        return ["tbf", "rate", f"{self.rate_bits}bit", "burst", str(burst), "latency",
-                f"{int(QUEUE_SECONDS * 1000)}ms"]
+        """tbf's arguments: the rate; a bucket of 1 ms at the rate, at least two full packets (smaller buckets cost
+        throughput at 10 Gbit/s; a larger one lets a small message through faster than the rate); a queue of
+        QUEUE_SECONDS at the rate, at least 16 packets (a slow link's queue must hold some)."""
+        burst = max(2 * (MTU + 14), int(self.rate_bits / 8 * 0.001))
+        limit = burst + max(16 * (MTU + 14), int(self.rate_bits / 8 * QUEUE_SECONDS))
+        return ["tbf", "rate", f"{self.rate_bits}bit", "burst", str(burst), "limit", str(limit)]
 
     def create(self) -> None:
         what = "the emulated network"

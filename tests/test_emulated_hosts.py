@@ -1,0 +1,291 @@
+"""Emulated hosts (issue 38): network namespaces joined by tbf-shaped links, one torchrun agent per host.
+
+The parsing and refusals run everywhere; what builds namespaces skips, with the reason, where they cannot be
+made (no root / CAP_NET_ADMIN, no iproute2). CI runs as root, so CI runs them all."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from test_train import invoke, max_weight_diff
+
+from stages.common.errors import G3InputError
+from stages.runtime.emulated_hosts import Fault
+from stages.runtime.netemu import (
+    EmulatedNetwork,
+    g3_namespaces,
+    host_cores,
+    parse_rate,
+    rate_label,
+    why_not_available,
+)
+
+# 40 tiny epochs (~10 ms each): long enough that a fault injected after epoch 2 finds the run still going
+TRAIN = ["--epochs", "40", "--seed", "3", "--threads", "1", "--dtype", "float64", "--eval-every", "0", "--timeout", "30"]
+
+
+def needs_namespaces():
+    reason = why_not_available()
+    if reason:
+        pytest.skip(f"emulated hosts are not available here: {reason}")
+
+
+def mine(pid: int) -> list[str]:
+    return [n for n in g3_namespaces() if n.startswith(f"g3e{pid}-")]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Everywhere: rates, cores, faults, refusals
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_link_rates_parse_as_tc_spells_them():
+    assert parse_rate("100mbit") == 100_000_000
+    assert parse_rate("1gbit") == parse_rate("1Gbit") == parse_rate("1000mbit") == 1_000_000_000
+    assert parse_rate("2.5gbit") == 2_500_000_000
+    assert [rate_label(parse_rate(x)) for x in ("100mbit", "1gbit", "10gbit", "2.5gbit")] == [
+        "100mbit", "1gbit", "10gbit", "2.5gbit"]
+    for bad in ("fast", "", "10 gigabit", "0mbit", "5000gbit"):
+        with pytest.raises(ValueError):
+            parse_rate(bad)
+
+
+def test_hosts_get_their_own_cores_where_there_are_enough():
+    assert host_cores(2, [0, 1]) == [[0], [1]]
+    assert host_cores(2, [0, 1, 2, 3, 4]) == [[0, 1], [2, 3, 4]]
+    assert host_cores(1, [0, 1]) == [[0, 1]]
+    assert host_cores(4, [0, 1]) == [[0], [1], [0], [1]]  # more hosts than cores: shared, round robin
+
+
+def test_fault_specs_and_their_refusals():
+    assert Fault.parse("link-down:1:2:5", 2) == Fault("link-down", 1, 2, 5.0)
+    assert Fault.parse("kill-agent:1:3", 2) == Fault("kill-agent", 1, 3)
+    for spec, words in [("link-down:1:2", "is not link-down:HOST:EPOCH:SECONDS"),
+                        ("kill-agent:0:1", "host 0 serves the rendezvous"),
+                        ("kill-agent:2:1", "host 2 is not one of the 2 hosts"),
+                        ("reboot:1:1", "is not link-down")]:
+        with pytest.raises(G3InputError, match=words):
+            Fault.parse(spec, 2)
+
+
+def test_the_subnet_must_hold_the_hosts():
+    with pytest.raises(G3InputError, match="too small"):
+        EmulatedNetwork(4, 10**8, "10.0.0.0/28")
+    with pytest.raises(G3InputError, match="--emulate-subnet"):
+        EmulatedNetwork(2, 10**8, "10.0.0.300/24")
+
+
+@pytest.fixture(scope="module")
+def plans(store, tmp_path_factory) -> Path:
+    """A 2-worker g3 plan of the 240-node store and its local run (the reference: same threads, same settings)."""
+    root = tmp_path_factory.mktemp("emulated")
+    assert invoke(["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(root / "part")]).exit_code == 0
+    assert invoke(["plan", str(root / "part"), "--bin-size", "40", "--hidden", "6", "-o", str(root / "plan")]).exit_code == 0
+    r = invoke(["train", str(root / "plan"), "-o", str(root / "local"), "--checkpoint-every", "1", *TRAIN])
+    assert r.exit_code == 0, r.output
+    return root
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--emulate-link", "fast"], "--emulate-link: not a link rate: 'fast'"),
+    (["--emulate-link", "1gbit", "--hosts", "3"], "--hosts 3 does not divide the plan's 2 workers"),
+    (["--hosts", "2"], "--hosts applies to emulated hosts: give --emulate-link RATE too"),
+    (["--max-restarts", "1"], "--max-restarts applies to emulated hosts"),
+    (["--emulate-link", "1gbit", "--emulate-fault", "kill-agent:0:1"], "host 0 serves the rendezvous"),
+    (["--emulate-link", "1gbit", "--emulate-subnet", "10.1.0.0/30"], "is too small for 2 hosts"),
+])
+def test_bad_emulation_options_are_one_line(plans, tmp_path, args, words):
+    r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), *TRAIN, *args])
+    assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Where namespaces can be made
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _transfer_seconds(net: EmulatedNetwork, nbytes: int) -> float:
+    """Seconds to send ``nbytes`` from host 0 to host 1 over TCP, measured by the receiver."""
+    code = ("import socket,sys,time\n"
+            "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind((sys.argv[1],5001));s.listen(1)\n"
+            "print('ready',flush=True);c,_=s.accept();n=0;t=None\n"
+            "while n<int(sys.argv[2]):\n b=c.recv(1<<20)\n if not b: break\n t=t or time.perf_counter();n+=len(b)\n"
+            "print(time.perf_counter()-t)")
+    server = subprocess.Popen([*net.exec_prefix(1), sys.executable, "-c", code, net.address(1), str(nbytes)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        send = ("import socket,sys\nc=socket.create_connection((sys.argv[1],5001),timeout=20)\n"
+                "c.sendall(b'\\0'*int(sys.argv[2]));c.close()")
+        subprocess.run([*net.exec_prefix(0), sys.executable, "-c", send, net.address(1), str(nbytes)], check=True,
+                       timeout=60)
+        out, _ = server.communicate(timeout=60)
+    finally:
+        server.kill()
+    return float(out.strip())
+
+
+def test_links_carry_bytes_at_their_rate_and_nothing_is_left_after(tmp_path):
+    """4 MB at 100 Mbit/s take 0.32 s at line rate (the unshaped veth carries it in a few ms); the hosts reach
+    each other and nothing else (no default route); destroy leaves no namespace."""
+    needs_namespaces()
+    net = EmulatedNetwork(2, parse_rate("100mbit"))
+    net.create()
+    try:
+        assert len(mine(os.getpid())) == 3
+        seconds = _transfer_seconds(net, 4_000_000)
+        assert 0.30 <= seconds <= 0.45, seconds  # line rate 0.32 s; TCP/IP headers take ~4 %
+        routes = subprocess.run([*net.exec_prefix(0), "ip", "route", "show"], capture_output=True, text=True).stdout
+        assert "default" not in routes and routes.strip().startswith("198.18.0.0/24"), routes
+        sent = net.port_bytes()
+        assert sent[0]["sent"] >= 4_000_000 and sent[1]["received"] >= 4_000_000, sent
+    finally:
+        net.destroy()
+    assert mine(os.getpid()) == []
+
+
+def _weights(run: Path) -> dict:
+    return torch.load(run / "model.pt", weights_only=True)
+
+
+def test_a_run_on_emulated_hosts_equals_the_local_run_bitwise(plans, tmp_path):
+    """Two hosts at 1 Gbit/s: the same weights, bit for bit, as two local workers; every epoch records the
+    network and the bytes that crossed the links (at least the transport's own, which leaves out collectives
+    and headers); run.json says where the workers ran; both hosts' logs are in the run folder."""
+    needs_namespaces()
+    r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), "--emulate-link", "1gbit", *TRAIN])
+    assert r.exit_code == 0, r.output
+    assert max_weight_diff(_weights(plans / "local"), _weights(tmp_path / "run")) == 0.0
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in records] == list(range(40))
+    for x in records:
+        assert x["network"] == {"link": "1gbit", "hosts": 2, "workers_per_host": 1, "cores": host_cores(2)}
+        assert x["link_bytes_sent"] >= x["bytes_sent"] > 0
+        assert all("nic_bytes_sent" in w for w in x["workers"])  # each host's first worker counts its NIC
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["launcher"]["kind"] == "emulated-hosts" and info["launcher"]["link"] == "1gbit"
+    assert info["launcher"]["addresses"] == ["198.18.0.100", "198.18.0.101"]
+    assert all(h["sent"] > 0 and h["received"] > 0 for h in info["launcher"]["link_bytes"])
+    logs = sorted(p.name for p in (tmp_path / "run" / "logs").iterdir())
+    assert logs == ["host-00000.agent.log", "host-00001.agent.log", "rank-00000.log", "rank-00001.log"], logs
+    assert not list(tmp_path.glob(".g3e*")) and mine(os.getpid()) == []
+    # evaluated on emulated hosts too: the local evaluation's figures
+    assert invoke(["eval", str(plans / "local"), "--force"]).exit_code == 0
+    r = invoke(["eval", str(tmp_path / "run"), "--emulate-link", "10gbit"])
+    assert r.exit_code == 0, r.output
+    got, want = (json.loads((run / "eval.json").read_text()) for run in (tmp_path / "run", plans / "local"))
+    assert got["accuracy"] == want["accuracy"] and got["weights"] == str((tmp_path / "run" / "model.pt").resolve())
+
+
+def test_workers_on_one_host_talk_over_its_loopback(plans, tmp_path):
+    """--hosts 1: both workers on one host, nothing crosses its link but what the host sends to no one."""
+    needs_namespaces()
+    r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), "--emulate-link", "100mbit",
+                "--hosts", "1", *TRAIN])
+    assert r.exit_code == 0, r.output
+    assert max_weight_diff(_weights(plans / "local"), _weights(tmp_path / "run")) == 0.0
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(x["link_bytes_sent"] < 2000 < x["bytes_sent"] for x in records), [
+        (x["link_bytes_sent"], x["bytes_sent"]) for x in records]
+    assert records[0]["network"]["workers_per_host"] == 2
+
+
+def _weights_after(run: Path, epochs: int) -> dict:
+    """The weights of the local run after ``epochs`` epochs (its checkpoint), for shorter emulated runs."""
+    return torch.load(run / "checkpoints" / f"epoch-{epochs - 1:05d}.pt", weights_only=True)["model"]
+
+
+def test_a_link_down_for_5_s_mid_epoch_delays_it_and_changes_nothing(plans, tmp_path):
+    """Host 1's link is down for 5 s in the middle of epoch 3 (at 250 kbit/s an epoch takes ~0.25 s, so half an
+    epoch after epoch 2's record is inside epoch 3); TCP retransmits once it is back: the run completes with the
+    undisturbed weights, and the epoch took the outage."""
+    needs_namespaces()
+    r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), "--emulate-link", "250kbit",
+                "--emulate-fault", "link-down:1:2:5", *TRAIN[:1], "8", *TRAIN[2:]])
+    assert r.exit_code == 0, r.output
+    assert max_weight_diff(_weights_after(plans / "local", 8), _weights(tmp_path / "run")) == 0.0
+    seconds = [json.loads(x)["epoch_seconds"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    slow = [e for e, t in enumerate(seconds) if t >= 4.5]
+    assert slow == [3] and max(seconds[1:3] + seconds[4:]) < 2, seconds
+    assert mine(os.getpid()) == []
+
+
+def test_a_link_down_longer_than_the_timeout_fails_in_time_naming_the_host(plans, tmp_path):
+    needs_namespaces()
+    t0 = time.perf_counter()
+    r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), "--emulate-link", "1gbit",
+                "--emulate-fault", "link-down:1:1:120", *TRAIN[:-1], "8"])
+    took = time.perf_counter() - t0
+    assert r.exit_code == 1, r.output
+    assert "host 1 (198.18.0.101, ranks 1) lost its link" in r.output and "worker" in r.output, r.output
+    assert took < 60, took  # --timeout 8: the workers give up, the launcher reports, nothing waits for the link
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "failed"
+    assert mine(os.getpid()) == [] and not list(tmp_path.glob(".g3e*"))
+
+
+def test_a_crashed_host_restarts_and_the_run_ends_with_the_undisturbed_weights(plans, tmp_path):
+    """Host 1's agent is SIGKILLed after epoch 2: its host is started again (--max-restarts 1), the group
+    resumes from the newest checkpoint every host has and ends bitwise where an undisturbed run ends."""
+    needs_namespaces()
+    r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), "--emulate-link", "1gbit",
+                "--checkpoint-every", "1", "--max-restarts", "1", "--emulate-fault", "kill-agent:1:2", *TRAIN])
+    assert r.exit_code == 0, r.output
+    assert max_weight_diff(_weights(plans / "local"), _weights(tmp_path / "run")) == 0.0
+    epochs = [json.loads(x)["epoch"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == list(range(40))
+    resumed = (tmp_path / "run" / "logs" / "rank-00001.log").read_text()
+    assert "resumed from" in resumed, resumed[-2000:]
+    assert mine(os.getpid()) == []
+
+
+def _launch(args: list[str], tmp_path: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "g3cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _wait_for_epoch(run: Path, epoch: int, proc: subprocess.Popen, limit: float = 120) -> None:
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        f = run / "metrics.jsonl"
+        if f.is_file() and sum(1 for _ in f.read_text().splitlines()) > epoch:
+            return
+        assert proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("the run did not reach the epoch in time")
+
+
+def test_ctrl_c_removes_everything_and_a_sigkilled_launcher_leaves_names_g3_cluster_clean_removes(plans, tmp_path):
+    needs_namespaces()
+    long = ["--epochs", "100000", "--threads", "1", "--eval-every", "0", "--timeout", "30"]
+    proc = _launch(["train", str(plans / "plan"), "-o", str(tmp_path / "a"), "--emulate-link", "1gbit", *long], tmp_path)
+    _wait_for_epoch(tmp_path / "a", 1, proc)
+    assert len(mine(proc.pid)) == 3
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert mine(proc.pid) == [] and not list(tmp_path.glob(".g3e*"))
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["status"] == "interrupted"
+
+    proc = _launch(["train", str(plans / "plan"), "-o", str(tmp_path / "b"), "--emulate-link", "1gbit", *long], tmp_path)
+    _wait_for_epoch(tmp_path / "b", 1, proc)
+    left = mine(proc.pid)
+    pids = [int(p) for ns in left for p in subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                                                          text=True).stdout.split()]
+    proc.kill()
+    proc.communicate()
+    assert len(left) == 3 and pids
+    r = invoke(["cluster", "clean"])
+    assert r.exit_code == 0 and all(ns in r.output for ns in left), r.output
+    assert mine(proc.pid) == []
+    time.sleep(0.5)
+    assert not [p for p in pids if Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]]
