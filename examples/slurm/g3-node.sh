@@ -16,6 +16,9 @@
 #   G3_RESULTS         where to copy this host's run folder when done, as RESULTS/node-NNNNN (default: none)
 #   G3_MAX_RESTARTS    torchrun --max-restarts: restarts of the worker group after a failure (default 3)
 #   G3_PYTHON          the Python that has g3 and torch installed (default: python)
+#   G3_RDZV_IS_HOST    1 on the host that serves the rendezvous (default: 1 on node 0, else 0)
+#   G3_LOCAL_ADDR      this host's address as the other hosts reach it (torchrun --local-addr; default: none,
+#                      torchrun resolves the host name)
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then
@@ -51,8 +54,15 @@ if [[ $planned_nodes != "$nnodes" ]]; then
 fi
 cd "$here"
 status=0
+# node 0 serves the rendezvous (g3-train.sbatch points G3_RDZV at the job's first host); said explicitly, since
+# torchrun's guess compares host names, which do not always identify hosts. --local-addr: the address the other
+# hosts reach this one at (G3_LOCAL_ADDR), where the host name does not resolve to it.
+is_host=${G3_RDZV_IS_HOST:-$([[ $node == 0 ]] && echo 1 || echo 0)}
+local_addr=()
+[[ -n ${G3_LOCAL_ADDR:-} ]] && local_addr=(--local-addr "$G3_LOCAL_ADDR")
 "$python" -m torch.distributed.run --nnodes "$nnodes" --nproc-per-node "$procs" \
     --rdzv-backend c10d --rdzv-endpoint "$rdzv" --rdzv-id "$job" --max-restarts "${G3_MAX_RESTARTS:-3}" \
+    --rdzv-conf "is_host=$is_host" "${local_addr[@]}" \
     -m g3cli train plan -o run "$@" || status=$?
 if [[ -n ${G3_RESULTS:-} ]]; then
     mkdir -p "$G3_RESULTS/$name"

@@ -109,11 +109,18 @@ JSONs, references relative to this folder), install g3 there, and from this fold
 
 ```
 torchrun --nnodes {nodes} --nproc-per-node {ppn} --rdzv-backend c10d --rdzv-endpoint HOST0:{DEFAULT_PORT} \\
+         --rdzv-conf is_host={1 if n == 0 else 0} --local-addr THIS_HOST \\
          --rdzv-id JOB --max-restarts 3 -m g3cli.main train plan -o run --checkpoint-every 10 --epochs 100
 ```
 
-- `HOST0:{DEFAULT_PORT}`: one host's address and a free port, the same on every host (the rendezvous); `JOB`:
-  any id, the same on every host. Every host runs the same command; the hosts may start in any order.
+- `HOST0:{DEFAULT_PORT}`: the address of the host that serves the rendezvous (node 0 here) and a free port, the
+  same on every host; `JOB`: any id, the same on every host. The hosts may start in any order.
+- `--rdzv-conf is_host=1` on the host that serves the rendezvous, `is_host=0` on the others: torchrun otherwise
+  guesses by comparing HOST0 with the machine's host name, and where names do not identify the hosts (addresses
+  given as IPs, containers, several interfaces) no host, or every host, serves it.
+- `--local-addr THIS_HOST`: this host's address as the other hosts reach it. Without it, the workers of a host
+  publish the address its host name resolves to — often `localhost` or another interface — and the others cannot
+  dial it (the group fails after `--timeout`).
 - Each process takes the rank `ranks[LOCAL_RANK]` of this folder ({ranks}), whatever rank the rendezvous gives.
 - `run/` is this host's run folder: its ranks' logs and every checkpoint (weights are replicated, so any
   host can resume); the host with rank 0 also writes run.json, metrics.jsonl and model.pt.
