@@ -97,13 +97,16 @@ def _links(ctx, param, value):
                    "rate, and bench-links.png. The peers and single-process g3 run once, without a network.")
 @click.option("--hosts", type=int, default=None,
               help="With --emulate-link: emulated hosts of every run [default: one per worker].")
+@click.option("--trace", is_flag=True,
+              help="Train every strategy with `g3 train --trace`: the share of its communication hidden under "
+                   "compute goes into bench.json (tracing costs a little time per span).")
 @click.option("-o", "--out", type=click.Path(), default=None,
               help="Output folder: bench.json, bench.png, graph.npz, g3's partitions/plans/runs, peer logs "
                    "[default: STORE.bench beside the store]. Its partitions and plans are reused while they match.")
 @click.option("--force", is_flag=True, help="Replace the bench.json of an earlier benchmark in OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print bench.json instead of the table.")
 def command(store, model, layers, hidden, heads, strategies, workers, epochs, threads, lr, dropout, pipeline, bin_size,
-            device_memory, peers, no_single, dgl_python, timeout, links, hosts, out, force, as_json):
+            device_memory, peers, no_single, dgl_python, timeout, links, hosts, trace, out, force, as_json):
     """Compare training strategies side by side on STORE, next to DGL and PyG, in one invocation: each strategy
     with each worker count (its partition, plan and training run), single-process g3 full-graph, PyG and DGL
     full-graph training, all with the same model, optimizer, epochs and thread count. The table, bench.json
@@ -116,7 +119,7 @@ def command(store, model, layers, hidden, heads, strategies, workers, epochs, th
                         strategies=tuple(split_specs(strategies)), epochs=epochs,
                         threads=threads, lr=lr, dropout=dropout, pipeline=pipeline, bin_size=bin_size,
                         device_memory=device_memory, peers=peers, single=not no_single, dgl_python=dgl_python,
-                        timeout=timeout, links=links, hosts=hosts)
+                        timeout=timeout, links=links, hosts=hosts, trace=trace)
     result = run_bench(store, opts, out=out, force=force)
     if as_json:
         click.echo(json.dumps(result, indent=1))

@@ -78,7 +78,7 @@ def test_bench_command_without_peers(tiny_store, tmp_path, cli_runner, monkeypat
 
     calls = []
 
-    def fake_run(store, o, spec, k, out, threads):  # the strategies' runs are `g3 train`'s (test_train, below)
+    def fake_run(store, o, spec, k, out, threads, link=None):  # the strategies' runs are `g3 train`'s (test_train, below)
         calls.append((spec.name, k, threads, o.hidden))
         return bench.entry("g3", f"g3, {k} worker", workers=k, threads=threads, epoch_seconds=[1.0, 0.5, 0.25])
 

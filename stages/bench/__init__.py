@@ -66,6 +66,7 @@ class BenchOptions:
     timeout: float = 3600.0
     links: tuple[str, ...] = ()  # emulated link rates (`--emulate-link`): every strategy run once per rate
     hosts: int | None = None  # emulated hosts per run (None: one per worker)
+    trace: bool = False  # `g3 train --trace`: each strategy run's hidden share of communication
 
 
 def median_epoch(times: list[float]) -> float | None:

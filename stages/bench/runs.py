@@ -150,7 +150,7 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
                          eval_every=o.epochs,  # the final accuracy only: evaluation is not timed anyway
                          threads=per_worker, live=False,
                          timeout=max(60.0, min(o.timeout, 900.0)),  # big graphs: peers wait long for a bin
-                         emulate_link=link, hosts=o.hosts if link else None)
+                         emulate_link=link, hosts=o.hosts if link else None, trace=o.trace)
         run_train(plan, tc, out=run, force=True)
     except (G3InputError, G3RuntimeError) as exc:  # the epochs it finished are kept, for the record
         return entry(spec.name, label, "failed", threads=per_worker * k, note=str(exc),
@@ -172,10 +172,16 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
                  # what crossed the emulated links (every byte: collectives, evaluation, TCP/IP headers)
                  link_bytes_per_epoch=(statistics.fmean(r["link_bytes_sent"] for r in steady)
                                        if link and all("link_bytes_sent" in r for r in steady) else None),
+                 comm_hidden_share=_median_of(steady, "comm_hidden_share"),
                  test_acc=records[-1].get("test_acc"), peak_memory_bytes=peak, seeds_per_epoch=seeds,
                  compute_balance=_compute_balance(steady),
                  seeds_per_second=seeds / median if median > 0 else None,
                  note=note + (f" (more workers than the {threads} threads)" if k > threads else ""), **common)
+
+
+def _median_of(records: list[dict], key: str) -> float | None:
+    values = [r[key] for r in records if r.get(key) is not None]
+    return statistics.median(values) if values else None
 
 
 def _compute_balance(records: list[dict]) -> float | None:
