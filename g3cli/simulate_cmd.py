@@ -7,6 +7,7 @@ import json
 import click
 
 from stages.simulate import SimulateOptions, parse_bandwidth, parse_latency, parse_workers_list, run_simulate
+from stages.simulate.calibration import LINK_SHARE
 from stages.simulate.report import print_simulation
 from stages.simulate.schedules import SCHEDULES
 
@@ -45,6 +46,13 @@ def _pipelines(ctx, param, value):
               help="Link bandwidth per worker and direction, e.g. 10Gbit, 100Gbit, 1.25GB (bytes/s), inf.")
 @click.option("--latency", default="50us", show_default=True, callback=_parser(parse_latency),
               help="One-way latency per message, e.g. 50us, 0.2ms, 0.")
+@click.option("--link-share", type=float, default=LINK_SHARE, show_default="0.956: TCP over Ethernet, MTU 1500",
+              help="Share of each link's bytes that carry payload (headers take the rest; "
+                   "stages/simulate/calibration.py).")
+@click.option("--hosts", type=int, default=None,
+              help="Hosts the K workers run on, K/H consecutive ranks each, talking over the host's loopback and "
+                   "sharing its link, as `g3 train --emulate-link --hosts` [default: one per worker; full-graph "
+                   "plans only].")
 @click.option("--profile", type=click.Path(), default=None,
               help="PROFILE.json from `g3 train PLAN --profile PROFILE.json` (seconds per arc / node / bin per "
                    "layer on the real runtime). Without it, placeholder rates (not calibrated).")
@@ -74,7 +82,7 @@ def _pipelines(ctx, param, value):
               help="Output folder: simulate.json, workers.png, timeline.png, scaling.png [default: PLAN.sim].")
 @click.option("--force", is_flag=True, help="Replace the simulate.json (and plots) of an earlier simulation in OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print simulate.json instead of the tables.")
-def command(plan, workers, bandwidth, latency, profile, pipelines, baselines, boundary_sample, staleness_epochs,
+def command(plan, workers, bandwidth, latency, link_share, hosts, profile, pipelines, baselines, boundary_sample, staleness_epochs,
             scaling, run, cache, out, force, as_json):
     """Simulate one training epoch of PLAN on K workers (discrete events): the plan's exact bins and
     per-peer message bytes, compute rates from a profile of the real runtime, a network of full-duplex links.
@@ -85,7 +93,8 @@ def command(plan, workers, bandwidth, latency, profile, pipelines, baselines, bo
     its chunks and the plan's all-to-alls (naive or decoupled TP, bulk or pipelined)."""
     opts = SimulateOptions(workers=workers, bandwidth=bandwidth, latency=latency, profile=profile,
                            pipelines=pipelines, baselines=baselines, boundary_sample=boundary_sample,
-                           staleness_epochs=staleness_epochs, scaling=scaling, cache=cache, run=run)
+                           staleness_epochs=staleness_epochs, scaling=scaling, cache=cache, run=run,
+                           link_share=link_share, hosts=hosts)
     result = run_simulate(plan, opts, out=out, force=force)
     if as_json:
         click.echo(json.dumps(result, indent=1, default=str))

@@ -15,13 +15,14 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
+from .calibration import LINK_SHARE
 from .engine import Deadlock, Engine, Network
 from .profile import Rates
 from .schedules import BASELINES, SCHEDULES, SystemContext, skips_stale_sends, system_workers
@@ -45,6 +46,8 @@ class SimulateOptions:
     scaling: tuple[int, ...] = DEFAULT_SCALING
     cache: str | None = None
     run: str | None = None  # sampling strategies: the run their model is calibrated on
+    link_share: float = LINK_SHARE  # of a link's bytes that are payload (calibration.py)
+    hosts: int | None = None  # full-graph plans: hosts the K workers run on (None: one per worker)
 
 
 _BW_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
@@ -106,7 +109,7 @@ def parse_workers_list(text: str) -> tuple[int, ...]:
 
 def allreduce_seconds(num_params: int, k: int, net: Network) -> float:
     """Ring all-reduce of the float32 weight gradients: 2(K-1)/K of the bytes per link, 2(K-1) latencies."""
-    if k <= 1:
+    if k <= 1 or net.host(k - 1) == 0:  # one worker, or every worker on one host
         return 0.0
     return 2 * (k - 1) / k * net.transfer(num_params * 4) + 2 * (k - 1) * net.latency
 
@@ -209,10 +212,26 @@ def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | N
         raise G3InputError("--staleness-epochs must be >= 0")
     if options.bandwidth <= 0 or options.latency < 0:
         raise G3InputError("--bandwidth must be positive and --latency non-negative")
+    if not 0.0 < options.link_share <= 1.0:
+        raise G3InputError("--link-share must be in (0, 1]")
+    simulator = _simulator(meta)
+    if options.hosts is not None:
+        from ..common.strategies import strategy_info
+
+        k = options.workers or int(meta["num_workers"])
+        if options.hosts < 1 or k % options.hosts:
+            raise G3InputError(f"--hosts {options.hosts} does not divide the {k} workers")
+        if not strategy_info(meta["strategy"]["name"]).bins:
+            raise G3InputError("--hosts is modelled for the plans whose work is bins (g3, bns-gcn, sancus); the "
+                               f"{meta['strategy']['name']} model has one worker per host")
     out = Path(out) if out else plan.parent / f"{plan.name}.sim"
     check_result(out / "simulate.json", force, "an earlier simulation")
     t0 = time.perf_counter()
-    result, records = _simulator(meta).simulate(plan, meta, options, out)
+    # every model moves payload: the share of the link rate that headers leave (calibration.py)
+    payload = replace(options, bandwidth=options.bandwidth * options.link_share)
+    result, records = simulator.simulate(plan, meta, payload, out)
+    result["network_link"] = {"bandwidth_bytes_per_second": options.bandwidth, "link_share": options.link_share,
+                              "hosts": options.hosts}
     return _finish(result, out, t0, records=records)
 
 

@@ -25,9 +25,14 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, list[dic
     """simulate.json's body for a bins-workload plan, and the systems at K with their timeline spans."""
     from . import simulate_workload, systems_for
 
-    net = Network(options.bandwidth, options.latency)
     cache = Path(options.cache) if options.cache else plan.parent / f"{plan.name}.simcache"
     k = options.workers or int(meta["num_workers"])
+    per_host = k // options.hosts if options.hosts else 1  # workers of one host talk over its loopback
+
+    def network(kk: int) -> Network:
+        return Network(options.bandwidth, options.latency, workers_per_host=per_host if kk % per_host == 0 else 1)
+
+    net = network(k)
     systems = systems_for(options)
 
     target = plan_for_workers(plan, meta, k, cache)
@@ -41,7 +46,7 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, list[dic
     for kk in options.scaling:
         p = plan_for_workers(plan, meta, kk, cache)
         w2 = wl if kk == k else load_workload(p)
-        res = main if kk == k else simulate_workload(w2, systems, rates, net,
+        res = main if kk == k else simulate_workload(w2, systems, rates, network(kk),
                                                      halo=_halo_for(p, w2, csr) if csr else None, options=options)
         scaling.append({"workers": kk, "plan": str(p), "systems": {
             r["system"]: {"epoch_seconds": r["epoch_seconds"], "throughput": r["throughput"],
@@ -54,7 +59,8 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, list[dic
         "workers": k,
         "num_nodes": wl.num_nodes,
         "model": wl.config,
-        "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency},
+        "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency,
+                    "workers_per_host": per_host},
         "rates": {"source": rates.source, "notes": rates.notes, "overhead_per_bin": rates.overhead_per_bin,
                   "step_seconds": rates.step_seconds, "layers": [asdict(lr) for lr in rates.layers]},
         "systems": [{k_: v for k_, v in r.items() if k_ != "workers"} | {"workers": [

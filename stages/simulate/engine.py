@@ -10,10 +10,13 @@ A worker is a Python generator that yields requests and receives the current sim
 ``("wait_sends",)``              block until every message this worker posted has left it;
 ``("barrier", name)``            block until every worker has reached the barrier ``name``.
 
-**Network.** Every worker has one egress and one ingress link of ``bandwidth`` bytes/s. A message posted at t
-from s to r starts when both s's egress and r's ingress are free (first come, first served in posting order),
-occupies both for ``nbytes / bandwidth`` seconds, and arrives ``latency`` seconds after its last byte left.
-Its *send* completes when its last byte has left the sender (what waiting on a non-blocking send waits for).
+**Network.** Every host has one egress and one ingress link of ``bandwidth`` bytes/s, of which ``share`` carries
+payload (TCP/IP and Ethernet headers take the rest). A message posted at t from s to r starts when both s's
+host's egress and r's host's ingress are free (first come, first served in posting order), occupies both for
+``nbytes / (bandwidth · share)`` seconds, and arrives ``latency`` seconds after its last byte left. Its *send*
+completes when its last byte has left the sender (what waiting on a non-blocking send waits for). Workers of
+one host (``workers_per_host`` consecutive ranks; default one worker per host) exchange messages over its
+loopback: no link time, no latency.
 
 Events are processed in time order, so every message that arrives by time t has been posted (and its link
 time reserved) before any worker decides what to do at t, as long as ``latency > 0`` or messages have bytes.
@@ -28,11 +31,17 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Network:
-    bandwidth: float  # bytes per second
+    bandwidth: float  # bytes per second, per host and direction
     latency: float  # seconds
+    share: float = 1.0  # of the link's bytes that are payload (stages/simulate/calibration.py)
+    workers_per_host: int = 1  # consecutive ranks on one host, which talk over its loopback
 
     def transfer(self, nbytes: int) -> float:
-        return nbytes / self.bandwidth if self.bandwidth > 0 and math.isfinite(self.bandwidth) else 0.0
+        rate = self.bandwidth * self.share
+        return nbytes / rate if rate > 0 and math.isfinite(rate) else 0.0
+
+    def host(self, worker: int) -> int:
+        return worker // max(1, self.workers_per_host)
 
 
 @dataclass
@@ -70,11 +79,16 @@ class Engine:
 
     # --- network -------------------------------------------------------------------------------------------
     def post(self, t: float, key, src: int, dst: int, nbytes: int) -> float:
-        start = max(t, self.egress[src], self.ingress[dst])
-        end = start + self.net.transfer(nbytes)
-        self.egress[src] = self.ingress[dst] = end
-        self.left[key] = end
-        self.arrival[key] = end + self.net.latency
+        hs, hd = self.net.host(src), self.net.host(dst)
+        if hs == hd:  # one host's loopback
+            start = end = t
+            self.left[key] = self.arrival[key] = t
+        else:
+            start = max(t, self.egress[hs], self.ingress[hd])
+            end = start + self.net.transfer(nbytes)
+            self.egress[hs] = self.ingress[hd] = end
+            self.left[key] = end
+            self.arrival[key] = end + self.net.latency
         st = self.stats[src]
         st.bytes_sent += int(nbytes)
         st.messages += 1
