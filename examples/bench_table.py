@@ -11,7 +11,11 @@ graph, date, load and cores:
 * ``minibatch``  — mini-batch strategies per global step: step time, MiB (features, remote sampling), rows
                    fetched from other workers, sampled arcs;
 * ``tp``         — the tensor-parallel comparison: MiB per training epoch (epochs 1..n-2: no warm-up, no final
-                   evaluation) against the plan's collective volume, compute CPU max/mean, peak RSS, accuracy.
+                   evaluation) against the plan's collective volume, compute CPU max/mean, peak RSS, accuracy;
+* ``network``    — runs on emulated hosts (`g3 bench --emulate-link`): link, K, hosts, median epoch, MiB the
+                   transport sent per training epoch and MiB that crossed the links (every byte: collectives,
+                   evaluation, TCP/IP headers), the largest communication wait, the share of communication
+                   hidden under compute (`--trace`).
 
 Entries that did not run are listed below the table with their reason. Nothing is measured here: every
 figure comes from the folder.
@@ -27,7 +31,7 @@ from pathlib import Path
 
 MIB = 2**20
 GIB = 2**30
-KINDS = ("peers", "strategies", "minibatch", "tp")
+KINDS = ("peers", "strategies", "minibatch", "tp", "network")
 
 
 def load_bench(folder: Path) -> dict:
@@ -170,8 +174,26 @@ def tp_row(e: dict) -> list[str] | None:
 TP_HEADER = ["system", "K", "median epoch", "MiB sent / training epoch", "plan formula (MiB)",
              "compute max/mean (CPU s)", "peak RSS / worker", "test acc"]
 
+def network_row(e: dict) -> list[str] | None:
+    """A run on emulated hosts: its link, epoch, the transport's training bytes and what crossed the links."""
+    recs = steady(records(e))
+    if not recs or not e.get("link"):
+        return None
+    mib = statistics.fmean(sum(training_bytes(w) for w in r["workers"]) for r in recs) / MIB
+    link = [r["link_bytes_sent"] for r in recs if "link_bytes_sent" in r]
+    wait = max(per_worker_mean(recs, "comm_wait_seconds"))
+    hidden = e.get("comm_hidden_share")
+    return [e["link"], str(e["workers"]), str(e.get("hosts", e["workers"])), spec_label(e),
+            f3(e["median_epoch_seconds"]), f"{mib:.1f}", f"{statistics.fmean(link) / MIB:.1f}" if link else "-",
+            f3(wait), "-" if hidden is None else f"{100 * hidden:.0f} %"]
+
+
+NETWORK_HEADER = ["link", "K", "hosts", "strategy (partition)", "median epoch (s)", "MiB sent / epoch (transport)",
+                  "MiB on the links / epoch", "largest comm wait / epoch (s)", "comm hidden"]
+
 TABLES = {"peers": (PEERS_HEADER, peers_row, False), "strategies": (STRATEGIES_HEADER, strategies_row, True),
-          "minibatch": (MINIBATCH_HEADER, minibatch_row, True), "tp": (TP_HEADER, tp_row, True)}
+          "minibatch": (MINIBATCH_HEADER, minibatch_row, True), "tp": (TP_HEADER, tp_row, True),
+          "network": (NETWORK_HEADER, network_row, True)}
 
 
 def caption(bench: dict) -> str:
