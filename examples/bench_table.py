@@ -180,7 +180,8 @@ def network_row(e: dict) -> list[str] | None:
     if not recs or not e.get("link"):
         return None
     mib = statistics.fmean(sum(training_bytes(w) for w in r["workers"]) for r in recs) / MIB
-    link = [r["link_bytes_sent"] for r in recs if "link_bytes_sent" in r]
+    # the NIC counts evaluation's exchanges too: the epochs without one
+    link = [r["link_bytes_sent"] for r in recs if "link_bytes_sent" in r and "test_acc" not in r]
     wait = max(per_worker_mean(recs, "comm_wait_seconds"))
     hidden = e.get("comm_hidden_share")
     return [e["link"], str(e["workers"]), str(e.get("hosts", e["workers"])), spec_label(e),

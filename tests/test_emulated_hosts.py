@@ -289,3 +289,29 @@ def test_ctrl_c_removes_everything_and_a_sigkilled_launcher_leaves_names_g3_clus
     assert mine(proc.pid) == []
     time.sleep(0.5)
     assert not [p for p in pids if Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]]
+
+
+def test_bench_runs_every_strategy_at_every_rate(store, tmp_path, cli_runner):
+    """`g3 bench --emulate-link 250kbit,10gbit`: one entry per strategy and rate with the bytes that crossed
+    the links, a table per rate and one of the epoch against the rate, bench-links.png; at 250 kbit/s the
+    epochs take the network's time."""
+    needs_namespaces()
+    from g3cli.main import cli
+
+    r = cli_runner.invoke(cli, ["bench", str(store), "--strategies", "g3,bns-gcn", "--workers", "2", "--epochs", "3",
+                                "--peers", "none", "--no-single", "--hidden", "6", "--emulate-link", "250kbit,10gbit",
+                                "-o", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    bench = json.loads((tmp_path / "b" / "bench.json").read_text())
+    got = {(e["strategy"], e["link"]): e for e in bench["entries"]}
+    assert set(got) == {(s, link) for s in ("g3", "bns-gcn") for link in ("250kbit", "10gbit")}
+    for (_, link), e in got.items():
+        assert e["status"] == "ok" and e["hosts"] == 2 and e["link_bytes_per_epoch"] >= e["bytes_per_epoch"] > 0
+    for s in ("g3", "bns-gcn"):
+        slow, fast = got[(s, "250kbit")], got[(s, "10gbit")]
+        # at 250 kbit/s the epoch's bytes take at least their link time (per host, one direction)
+        assert slow["median_epoch_seconds"] >= slow["bytes_per_epoch"] / 2 * 8 / 250e3 * 0.9
+        assert slow["median_epoch_seconds"] > 3 * fast["median_epoch_seconds"]
+    assert "emulated hosts, 250kbit links" in r.output and "median epoch at each link rate" in r.output
+    assert (tmp_path / "b" / "bench-links.png").is_file()
+    assert mine(os.getpid()) == []

@@ -179,12 +179,14 @@ def _bench_folder(tmp: Path) -> Path:
                 "comm_wait_seconds": 0.1 * (rank + 1), "peak_memory_bytes": 2**30 * (1 + rank),
                 "fetched_rows": 100 * epoch, "sampled_arcs": 1000, "bytes_sent": (epoch + 1) * 2**20,
                 "bytes_sent_per_phase": {"features0": epoch * 2**20, "sample": 2**19, "eval0": 2**20}}
-    recs = [{"epoch": e, "epoch_seconds": 3.0 - e, "steps": 2, "workers": [worker(0, e), worker(1, e)]} for e in range(3)]
+    recs = [{"epoch": e, "epoch_seconds": 3.0 - e, "steps": 2, "workers": [worker(0, e), worker(1, e)],
+             "link_bytes_sent": (e + 2) * 2**20} for e in range(3)]
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     entries = [
         {"system": "x", "label": "x@metis, 2 workers", "status": "ok", "note": "", "strategy": "x", "method": "metis",
          "options": {"boundary_sample": 0.1}, "workers": 2, "run": str(run), "epoch_seconds": [3.0, 2.0, 1.0],
-         "median_epoch_seconds": 1.5, "peak_memory_bytes": [2**30, 2**31], "test_acc": 0.9021, "vs_dgl": 0.5},
+         "median_epoch_seconds": 1.5, "peak_memory_bytes": [2**30, 2**31], "test_acc": 0.9021, "vs_dgl": 0.5,
+         "link": "1gbit", "hosts": 2, "comm_hidden_share": 0.25},
         {"system": "dgl", "label": "DGL 2.1.0", "status": "ok", "note": "", "workers": 1, "epoch_seconds": [4.0, 3.0],
          "median_epoch_seconds": 3.0, "test_acc": 0.9, "vs_dgl": 1.0, "seeds_per_second": 12345.6},
         {"system": "pyg", "label": "PyG", "status": "not installed", "note": "PyG: not installed (make peers)",
@@ -223,6 +225,9 @@ def test_bench_table_regenerates_every_table_from_a_bench_folder(tmp_path, capsy
     assert rows("minibatch") == [["metis (x)", "2", "750 ms", "2.0", "1.5", "0.50", "150", "1,000"]]
     # tp: epoch 1 only (no warm-up, no final evaluation): bytes_sent 2 MiB per worker; formula 4 · 2^19 B = 2 MiB
     assert rows("tp") == [["x@metis, 2 workers", "2", "1.500 s", "4.0", "2.0", "1.333", "2048 MiB", "90.21 %"]]
+    # on emulated hosts: the links carried (2 + e) MiB in epochs 1, 2: mean 3.5
+    assert rows("network") == [["1gbit", "2", "2", "`x@metis {boundary-sample=0.1}`", "1.500", "4.0", "3.5", "0.200",
+                                "25 %"]]
     assert rows("peers") == [["x@metis, 2 workers", "2", "1.50 s", "0.50×", "90.21 %", "-", "3.000, 2.000, 1.000"],
                              ["DGL 2.1.0", "1", "3.00 s", "1.00×", "90.00 %", "12,346", "4.000, 3.000"]]
     with pytest.raises(SystemExit) as exc:

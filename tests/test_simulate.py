@@ -289,3 +289,44 @@ def test_bad_strategy_figures_are_refused(tiny_plan, tmp_path, cli_runner):
         res = cli_runner.invoke(cli, ["simulate", str(tiny_plan), "--scaling", "none", *args, "-o", str(tmp_path / "s")])
         assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
     assert not (tmp_path / "s").exists()
+
+
+def test_workers_of_one_host_skip_its_link_and_headers_slow_the_link(hand):
+    """``workers_per_host``: messages between workers of one host take no link time and no latency (K = 2 on
+    one host is the network-free epoch, and no all-reduce crosses a link); ``share``: the payload share of a
+    link's rate (calibration.py) — at half, each of the "none" schedule's two blocking 1-second sends on the
+    critical path takes 2 s."""
+    import math
+
+    wl, rates, net = hand
+    one_host = simulate_system(wl, "g3-none", rates, Network(4.0, 2.0, workers_per_host=2))
+    free = simulate_system(wl, "g3-none", rates, Network(math.inf, 0.0))
+    assert one_host["epoch_seconds"] == free["epoch_seconds"] == 14.0
+    assert allreduce_seconds(10**6, 2, Network(4.0, 2.0, workers_per_host=2)) == 0.0
+    base = simulate_system(wl, "g3-none", rates, net)
+    half = simulate_system(wl, "g3-none", rates, Network(4.0, 2.0, share=0.5))
+    assert base["epoch_seconds"] == 20.5 and half["epoch_seconds"] == pytest.approx(22.5)
+
+
+def test_hosts_and_link_share_on_a_real_plan(tiny_plan, tmp_path, cli_runner):
+    """`--hosts 1`: both workers on one host, nothing crosses a link; `--hosts`/`--link-share` bad values are one
+    line, exit 2."""
+    from g3cli.main import cli
+
+    def run(*extra):
+        out = tmp_path / f"sim{len(list(tmp_path.iterdir()))}"
+        res = cli_runner.invoke(cli, ["simulate", str(tiny_plan), "--scaling", "none", "--bandwidth", "100mbit",
+                                      "-o", str(out), *extra])
+        return res, (json.loads((out / "simulate.json").read_text()) if res.exit_code == 0 else None)
+
+    _, two = run()
+    _, one = run("--hosts", "1")
+    _, free = run("--bandwidth", "inf", "--latency", "0")
+    by = {name: {r["system"]: r for r in d["systems"]} for name, d in (("two", two), ("one", one), ("free", free))}
+    assert one["network"]["workers_per_host"] == 2 and one["network_link"]["hosts"] == 1
+    assert by["one"]["g3-none"]["epoch_seconds"] == pytest.approx(by["free"]["g3-none"]["epoch_seconds"])
+    assert by["two"]["g3-none"]["epoch_seconds"] > by["one"]["g3-none"]["epoch_seconds"]
+    for args, words in [(["--hosts", "3"], "--hosts 3 does not divide the 2 workers"),
+                        (["--link-share", "0"], "--link-share must be in (0, 1]")]:
+        res, _ = run(*args)
+        assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output, res.output

@@ -170,13 +170,21 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
                  # the mean, not the median: a strategy that skips sends every other epoch moves half per epoch
                  bytes_per_epoch=statistics.fmean(_train_bytes(r) for r in steady),
                  # what crossed the emulated links (every byte: collectives, evaluation, TCP/IP headers)
-                 link_bytes_per_epoch=(statistics.fmean(r["link_bytes_sent"] for r in steady)
-                                       if link and all("link_bytes_sent" in r for r in steady) else None),
+                 link_bytes_per_epoch=_link_bytes(steady) if link else None,
                  comm_hidden_share=_median_of(steady, "comm_hidden_share"),
                  test_acc=records[-1].get("test_acc"), peak_memory_bytes=peak, seeds_per_epoch=seeds,
                  compute_balance=_compute_balance(steady),
                  seeds_per_second=seeds / median if median > 0 else None,
                  note=note + (f" (more workers than the {threads} threads)" if k > threads else ""), **common)
+
+
+def _link_bytes(records: list[dict]) -> float | None:
+    """Mean bytes that crossed the hosts' links per epoch, over the epochs without an evaluation (the NIC counts
+    every byte, evaluation's exchanges too, which the transport's per-phase counts let the bench leave out)."""
+    plain = [r for r in records if "test_acc" not in r] or records
+    if not all("link_bytes_sent" in r for r in plain):
+        return None
+    return statistics.fmean(r["link_bytes_sent"] for r in plain)
 
 
 def _median_of(records: list[dict], key: str) -> float | None:

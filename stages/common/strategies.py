@@ -101,6 +101,9 @@ class StrategyInfo:
     # the values a train knob takes under this strategy when they differ from the runtime's (the first is its
     # default), e.g. p3's --pipeline none|p3 instead of g3's bin schedules
     knob_choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # the name `g3 simulate` gives the system that runs a plan of this strategy with these plan options and
+    # `g3 train` knobs (None: its knob's default), to set a prediction beside a run (examples/simulate_vs_emulated.py)
+    simulated_as: Callable[[dict, dict], str] | None = None
 
     def simulator_module(self):
         return importlib.import_module(f"stages.simulate.{self.simulator}") if self.simulator else None
@@ -140,6 +143,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             train_knobs=("pipeline", "prefetch", "backward", "layer0_cache", "feature_cache"),
             models=("sage", "gcn", "gat", "dgcn"),
             simulator="bins", bins=True, evaluator_method="chunk",
+            simulated_as=lambda options, knobs: f"g3-{knobs.get('pipeline') or 'multi'}",
         ),
         StrategyInfo(
             name="bns-gcn",
@@ -148,7 +152,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             methods=("metis", "chunk", "g3", "random"),
             exactness="exact with --boundary-sample 1; P < 1 samples boundary nodes (an approximation)",
             planner="bns_gcn", runtime="bns_gcn",
-            train_knobs=("layer0_cache",), simulator="bins",
+            train_knobs=("layer0_cache",), simulator="bins", simulated_as=lambda options, knobs: "bns-gcn",
         ),
         StrategyInfo(
             name="sancus",
@@ -158,6 +162,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             exactness="exact with --staleness epoch:0; otherwise stale remote embeddings (an approximation)",
             planner="sancus", runtime="sancus",
             train_knobs=("layer0_cache",), simulator="bins",
+            simulated_as=lambda options, knobs: f"sancus-{options.get('sancus_comm') or 'broadcast'}",
         ),
         StrategyInfo(
             name="distdgl",
@@ -169,6 +174,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             planner="distdgl", runtime="distdgl",
             train_knobs=("prefetch", "micro_batches"), mini_batch=True, samples_neighbours=True,
             simulator="minibatch", peer_options=("fanouts", "batch_size"),
+            simulated_as=lambda options, knobs: "distdgl",
         ),
         StrategyInfo(
             name="bytegnn",
@@ -180,6 +186,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             planner="bytegnn", runtime="bytegnn", mini_batch=True, samples_neighbours=True,
             train_knobs=("scheduler", "sample_threads", "max_dags", "launch_sigma", "task_nodes"),
             simulator="bytegnn", peer_options=("fanouts", "batch_size"),
+            simulated_as=lambda options, knobs: "bytegnn" if (knobs.get("scheduler") or "on") == "on" else "bytegnn-off",
         ),
         StrategyInfo(
             name="neutrontp",
@@ -192,6 +199,8 @@ STRATEGIES: dict[str, StrategyInfo] = {
             planner="neutrontp", runtime="neutrontp",
             train_knobs=("pipeline", "layer0_cache"),
             models=("sage", "gcn", "dgcn"), profiles=False, simulator="tensor_parallel",
+            simulated_as=lambda options, knobs: f"neutrontp-{options.get('tp') or 'naive'}"
+                                                + ("" if knobs.get("pipeline") == "none" else "+pipe"),
         ),
         StrategyInfo(
             name="clustergcn",
@@ -216,6 +225,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             train_knobs=("prefetch", "pipeline"), knob_choices={"pipeline": ("none", "p3")},
             models=("sage", "gcn"), mini_batch=True, samples_neighbours=True,
             simulator="p3", peer_options=("fanouts", "batch_size"),
+            simulated_as=lambda options, knobs: "p3" if knobs.get("pipeline") in (None, "none") else "p3-pipelined",
             notes=("GAT is not built: its attention logits would need every head's scalars summed across the "
                    "column slices per arc endpoint before the softmax, which P3 does not describe",),
         ),
@@ -229,6 +239,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
                       "runs, not the gradients); --batch-order local-only trains on batches stratified by "
                       "partition (a different model)",
             planner="hopgnn", runtime="hopgnn", simulator="hopgnn",
+            simulated_as=lambda options, knobs: "hopgnn",
             train_knobs=("prefetch",), mini_batch=True, samples_neighbours=True,
             peer_options=("fanouts", "batch_size"),
         ),
