@@ -44,7 +44,7 @@ def _pipelines(ctx, param, value):
                    "store again (same method, model and bins) into the --cache folder.")
 @click.option("--bandwidth", default="10Gbit", show_default=True, callback=_parser(parse_bandwidth),
               help="Link bandwidth per worker and direction, e.g. 10Gbit, 100Gbit, 1.25GB (bytes/s), inf.")
-@click.option("--latency", default="50us", show_default=True, callback=_parser(parse_latency),
+@click.option("--latency", default="100us", show_default="100us: a gloo message on this machine, calibration.py", callback=_parser(parse_latency),
               help="One-way latency per message, e.g. 50us, 0.2ms, 0.")
 @click.option("--link-share", type=float, default=LINK_SHARE, show_default="0.956: TCP over Ethernet, MTU 1500",
               help="Share of each link's bytes that carry payload (headers take the rest; "

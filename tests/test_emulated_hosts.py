@@ -108,6 +108,20 @@ def test_bad_emulation_options_are_one_line(plans, tmp_path, args, words):
     assert not (tmp_path / "run").exists()
 
 
+def test_where_namespaces_cannot_be_made_one_line_says_why(plans, tmp_path, monkeypatch):
+    """No root, no iproute2: `g3 train/bench --emulate-link` and `g3 cluster check` refuse in one line, exit 2,
+    before anything is written."""
+    import stages.runtime.netemu as netemu
+
+    monkeypatch.setattr(netemu, "_WHY_NOT", ["network namespaces need root or CAP_NET_ADMIN"])
+    r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), "--emulate-link", "1gbit", *TRAIN])
+    assert r.exit_code == 2 and "--emulate-link: the emulated network cannot be built here: network namespaces " \
+        "need root or CAP_NET_ADMIN" in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "run").exists()
+    r = invoke(["cluster", "check"])
+    assert r.exit_code == 2 and "not available here: network namespaces need root" in r.output, r.output
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Where namespaces can be made
 # ---------------------------------------------------------------------------------------------------------------

@@ -132,8 +132,12 @@ class EmulatedHostsLauncher:
         from .netemu import DEFAULT_SUBNET
 
         faults = tuple(Fault.parse(f, hosts) for f in cfg.emulate_faults)
-        return cls(rate, hosts, cfg.emulate_subnet or DEFAULT_SUBNET, cfg.max_restarts, faults,
-                   live=bool(getattr(cfg, "live", False)))
+        launcher = cls(rate, hosts, cfg.emulate_subnet or DEFAULT_SUBNET, cfg.max_restarts, faults,
+                       live=bool(getattr(cfg, "live", False)))
+        reason = why_not_available()
+        if reason:  # after the options are checked, before anything is written
+            raise G3InputError(f"--emulate-link: the emulated network cannot be built here: {reason}")
+        return launcher
 
     def describe(self, world: int) -> dict:
         return {"kind": "emulated-hosts", **self.net.describe(), "workers_per_host": world // self.hosts,
@@ -150,9 +154,6 @@ class EmulatedHostsLauncher:
 
     def run(self, entry, world: int, run_dir: Path, prefix: str, plan: Path, cfg: RuntimeConfig, *extra) -> dict:
         """Run ``entry`` on the emulated hosts; returns what the links carried (bytes per host)."""
-        reason = why_not_available()
-        if reason:
-            raise G3InputError(f"--emulate-link: the emulated network cannot be built here: {reason}")
         run_dir, plan = Path(run_dir).resolve(), Path(plan).resolve()  # the agents start in their hosts' folders
         clean_stale()
         clean_stale_host_folders(run_dir.parent)

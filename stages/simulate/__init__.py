@@ -22,7 +22,7 @@ import numpy as np
 
 from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
-from .calibration import LINK_SHARE
+from .calibration import LINK_SHARE, MESSAGE_SECONDS
 from .engine import Deadlock, Engine, Network
 from .profile import Rates
 from .schedules import BASELINES, SCHEDULES, SystemContext, skips_stale_sends, system_workers
@@ -37,7 +37,7 @@ DEFAULT_SCALING = (2, 4, 8, 16)
 class SimulateOptions:
     workers: int | None = None  # None: the plan's
     bandwidth: float = 10e9 / 8  # bytes per second per link direction
-    latency: float = 50e-6  # seconds
+    latency: float = MESSAGE_SECONDS  # seconds per message (calibration.py)
     profile: str | None = None
     pipelines: tuple[str, ...] = ("none", "intra", "inter", "multi")
     baselines: bool = True
@@ -221,7 +221,7 @@ def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | N
         k = options.workers or int(meta["num_workers"])
         if options.hosts < 1 or k % options.hosts:
             raise G3InputError(f"--hosts {options.hosts} does not divide the {k} workers")
-        if not strategy_info(meta["strategy"]["name"]).bins:
+        if strategy_info(meta["strategy"]["name"]).simulator != "bins":
             raise G3InputError("--hosts is modelled for the plans whose work is bins (g3, bns-gcn, sancus); the "
                                f"{meta['strategy']['name']} model has one worker per host")
     out = Path(out) if out else plan.parent / f"{plan.name}.sim"
