@@ -312,7 +312,7 @@ def test_bench_runs_every_strategy_at_every_rate(store, tmp_path, cli_runner):
     needs_namespaces()
     from g3cli.main import cli
 
-    r = cli_runner.invoke(cli, ["bench", str(store), "--strategies", "g3,bns-gcn", "--workers", "2", "--epochs", "3",
+    r = cli_runner.invoke(cli, ["bench", str(store), "--strategies", "g3,bns-gcn", "--workers", "2", "--epochs", "2",
                                 "--peers", "none", "--no-single", "--hidden", "6", "--emulate-link", "250kbit,10gbit",
                                 "-o", str(tmp_path / "b")])
     assert r.exit_code == 0, r.output
