@@ -238,3 +238,14 @@ def test_under_torchrun_a_host_folder_with_an_earlier_run_is_refused_before_the_
     r = train(plan, run)
     assert r.exit_code == 2 and "holds an earlier run" in r.output, r.output
     assert not (run / "logs" / "torchrun-job7.started").exists()
+
+
+def test_a_completed_run_leaves_nothing_on_standard_error(plan, tmp_path):
+    """`g3 train` as a user starts it: standard error holds the progress lines and nothing else — no warning of
+    semaphores that workers left behind (numcodecs' blosc takes a multiprocessing lock on first use; workers end
+    with os._exit, so launch.leave_now unlinks it first)."""
+    proc = _launch(plan, tmp_path / "run", "--epochs", "2", env={"G3_QUIET": "0"})
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert lines and all(ln.startswith("epoch ") for ln in lines), err

@@ -10,7 +10,6 @@ without the interpreter's teardown once its work is written.
 
 from __future__ import annotations
 
-import logging
 import os
 import pickle
 import signal
@@ -18,7 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .launch import _beat, heartbeat_path, run_guarded
+from .launch import _beat, heartbeat_path, leave_now, run_guarded
 
 
 def main(job_file: str) -> None:
@@ -41,10 +40,7 @@ def main(job_file: str) -> None:
     threading.Thread(target=_beat, args=(beat, job["launcher_pid"]), daemon=True, name="heartbeat").start()
     run_guarded(job["entry"], rank, job["world"], run_dir, job["prefix"], "env://", job["plan"], str(run_dir),
                 job["cfg"], *job["extra"])
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # as a spawned worker: no teardown of torch's native threads after the work is written
+    leave_now()  # as a spawned worker: no teardown of torch's native threads after the work is written
 
 
 def _write_errors_to(path: str) -> None:

@@ -254,6 +254,21 @@ def _spawn_entry(rank: int, entry, world: int, run_dir: str, prefix: str, init_m
     # interpreter's teardown: there, native threads of torch's libraries are destroyed in no fixed order, and
     # about one worker process in a few hundred aborted ("terminate called without an active exception",
     # SIGABRT) after logging "finished", which failed a run whose every artifact was complete.
+    leave_now()
+
+
+def leave_now() -> None:
+    """End a worker whose work is written, without the interpreter's teardown, after releasing what outlives
+    processes: the named semaphores that libraries created in it (numcodecs' blosc takes a
+    ``multiprocessing.Lock`` on its first use) are unlinked by multiprocessing's finalizers, which ``os._exit``
+    skips — the resource tracker, shared with the launcher, then warned of "leaked semaphore objects" on the
+    launcher's standard error when it exited."""
+    try:
+        from multiprocessing import util
+
+        util._run_finalizers(0)  # the finalizers of priority >= 0, as at a normal exit (semaphores: 0)
+    except Exception:  # pragma: no cover - best effort: the work is done
+        pass
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
