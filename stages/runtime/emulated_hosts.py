@@ -193,7 +193,7 @@ class EmulatedHostsLauncher:
             folder = work / "bundle" / node_name(n)
             host_run = run_dir if n == 0 else folder / "run"
             if n:  # a resumed run: every host starts from the run's checkpoints, as a host that kept its disk
-                if (run_dir / "checkpoints").is_dir():
+                if getattr(cfg, "resume", False) and (run_dir / "checkpoints").is_dir():
                     shutil.copytree(run_dir / "checkpoints", host_run / "checkpoints")
                 host_run.mkdir(parents=True, exist_ok=True)
             args = []
