@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=None, help="PROFILE.json of the K's g3 plan (`g3 train --profile`)")
     ap.add_argument("--latency", default="100us", help="per-message latency of the model (default: 100us, calibration.py)")
     ap.add_argument("--calibrate-on", default="10gbit", help="the link whose runs calibrate sampling strategies")
+    ap.add_argument("--strategies", default=None,
+                    help="only the entries of these strategies (comma-separated), e.g. to simulate bns-gcn and "
+                         "sancus with a profile of a bns-gcn run (whole-partition rates, no recomputed backward)")
     args = ap.parse_args(argv)
     bench = json.loads((args.folder / "bench.json").read_text())
     bench["path"] = str(args.folder)
@@ -79,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for e in bench["entries"]:
         if e["status"] != "ok" or not e.get("link") or not e.get("median_epoch_seconds"):
+            continue
+        if args.strategies and e["strategy"] not in args.strategies.split(","):
             continue
         calibration = runs.get((e["label"].rsplit(", ", 1)[0], args.calibrate_on))
         try:
