@@ -142,6 +142,15 @@ def test_pregather_merge_and_migration_change_where_work_runs_not_the_model(part
     assert sum(y["fetched_rows"] for y in pre) < sum(x["fetched_rows"] for x in b)
     assert all(x["time_steps"] == 1 and x["merged_steps"] == k - 1 for x in merged)
     assert sum(x["away_roots"] for x in merged) > 0  # merged roots ran away from home
+    # where the models are: without merging every root is computed on its home server, and server s sends every
+    # model it holds to server s + 1 alone (model d is at server d + t in time step t) — the reverse direction,
+    # which leaves the weights as they are (the all-reduce sums the gradients wherever they went), fails here at
+    # K = 4 (at K = 2 both directions are the one other server)
+    model_bytes = 2 * pre[0]["model_values"] * item
+    for s, x in enumerate(pre):
+        assert x["away_roots"] == 0
+        assert x["migrated_bytes_to"] == {str((s + 1) % k): steps * (k - 1) * model_bytes}, x["migrated_bytes_to"]
+    assert all(x["migrated_bytes_to"] == {} for x in b)  # --migrate off: nothing moves
 
 
 def test_auto_merging_is_agreed_replayed_and_resumed(partitions, tmp_path):  # noqa: F811

@@ -85,6 +85,31 @@ def test_global_order_is_the_reference_for_any_k(store, partitions, tmp_path, mo
 
 
 @pytest.mark.parametrize("k", [2, 4])
+def test_split_order_trains_globals_batches_anywhere_and_fetches_more(store, partitions, tmp_path, k):  # noqa: F811
+    """`--batch-order split` (model-centric data parallelism): worker k computes positions k, k+K, … of global
+    order's batches wherever their roots live. The same batches: the independent reference of global order;
+    but roots away from home: more input rows fetched than global order, which computes every root at its
+    owner, and a higher feature miss rate."""
+    part = partitions("distdgl", k)
+    run = run_distdgl(part, tmp_path / "split", "sage", order="split")
+    init, final = weights(run)
+    graph = ref_graph(store)
+    expected = minibatch_train("sage", init, graph, global_batches(graph, 40, SEED), [3, 2], EPOCHS, LR, DROPOUT, SEED)
+    assert max_weight_diff(final, expected) <= 1e-5
+    home = run_distdgl(part, tmp_path / "global", "sage", order="global")
+
+    def rows(r: Path) -> tuple[int, float]:
+        rec = [json.loads(line) for line in (r / "metrics.jsonl").read_text().splitlines()][-1]
+        fetched = sum(w["fetched_rows"] for w in rec["workers"])
+        return fetched, fetched / sum(w["source_rows"] for w in rec["workers"])
+
+    (split_rows, split_miss), (home_rows, home_miss) = rows(run), rows(home)
+    assert split_rows > 1.2 * home_rows and split_miss > home_miss, (split_rows, home_rows, split_miss, home_miss)
+    rec = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert all(0.0 < w["feature_miss_rate"] < 1.0 for w in rec["workers"])
+
+
+@pytest.mark.parametrize("k", [2, 4])
 def test_local_order_equals_one_process_fed_the_union_batches(store, partitions, tmp_path, k):  # noqa: F811
     part = partitions("distdgl", k)
     run = run_distdgl(part, tmp_path, "sage", order="local", batch=15)
@@ -120,7 +145,7 @@ def test_prefetch_and_threads_change_nothing_and_resume_equals_uninterrupted(par
     (("--fanouts", ""), "fanout"), (("--fanouts", "25,0"), "positive integer or -1"),
     (("--fanouts", "10,-2"), "positive integer or -1"), (("--fanouts", "a,b"), "comma-separated"),
     (("--fanouts", "5,5,5"), "3 hops but the model has 2 layers"), (("--batch-size", "0"), "at least 1"),
-    (("--batch-order", "random"), "local or global"),
+    (("--batch-order", "random"), "local, global or split"),
 ])
 def test_bad_sampling_options_are_one_line(partitions, tmp_path, args, message):  # noqa: F811
     r = invoke(["plan", str(partitions("metis", 2)), "--strategy", "distdgl", *args, "-o", str(tmp_path / "p")])

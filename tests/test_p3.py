@@ -167,3 +167,16 @@ def test_bad_input_is_one_line_and_exit_2(partitions, tmp_path):  # noqa: F811
         r = invoke(["train", str(plan), "--epochs", "1", flag, value, "-o", str(tmp_path / "r")])
         assert r.exit_code == 2 and flag in r.output and len(r.output.strip().splitlines()) == 1, r.output
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("strategy,method", [("p3", "p3"), ("bytegnn", "bytegnn")])
+def test_split_order_is_global_orders_model_for_every_strategy_that_takes_it(store, partitions, tmp_path,
+                                                                             strategy, method):  # noqa: F811
+    """`--batch-order split` (worker k computes positions k, k+K, … of each global batch wherever its roots live)
+    trains global order's batches in p3 and bytegnn too: the independent reference's model."""
+    run_dir = run(partitions(method, 2), tmp_path, strategy=strategy, order="split")
+    init, final = weights(run_dir)
+    graph = ref_graph(store)
+    expected = minibatch_train("sage", init, graph, global_batches(graph, BATCH, SEED), fanouts_for(2), EPOCHS, LR,
+                               DROPOUT, SEED)
+    assert max_weight_diff(final, expected) <= 1e-5

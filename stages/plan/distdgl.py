@@ -24,8 +24,8 @@ def parse_fanouts(text: str) -> list[int]:
 
 
 def parse_order(text: str) -> str:
-    if text not in ("local", "global"):
-        raise ValueError("expected local or global")
+    if text not in ("local", "global", "split"):
+        raise ValueError("expected local, global or split")
     return text
 
 
@@ -43,11 +43,14 @@ SAMPLING_OPTIONS = (
                     "step, hop, node, position): the same neighbours whatever K, threads or prefetch."),
     PlanOption("batch_size", "--batch-size", "1000", parse=positive_int("the batch size"), metavar="B",
                help="Target (training) nodes per batch: per worker with --batch-order local, in all with global."),
-    PlanOption("batch_order", "--batch-order", "local", parse=parse_order, metavar="local|global",
+    PlanOption("batch_order", "--batch-order", "local", parse=parse_order, metavar="local|global|split",
                help="local (DistDGL): the training nodes are split evenly, every worker the same count "
                     "(N/K, own nodes first, the surplus of fuller workers moved to emptier ones), each shuffling "
                     "its share every epoch. global: one permutation of all training nodes per epoch, global step "
-                    "s = batch s, each worker computing the targets it owns — the same batches for any K."),
+                    "s = batch s, each worker computing the targets it owns — the same batches for any K. split: "
+                    "global's batches, but worker k computes positions k, k+K, k+2K, … of each wherever the "
+                    "targets live, fetching what is not local (model-centric data parallelism, the baseline "
+                    "HopGNN and P3 compare against); the same model as global."),
 )
 OPTIONS = SAMPLING_OPTIONS + (
     PlanOption("topology", "--topology", "partitioned", parse=parse_topology, metavar="partitioned|replicated",

@@ -18,6 +18,11 @@ Batch order (``g3 plan --batch-order``):
   process fed, at each step, the union of the K local batches.
 * ``global``: one permutation of all training nodes per epoch; global step s is batch s, each worker computing
   the targets of it that it owns. The same batches whatever K: K workers equal one worker.
+* ``split``: global's batches, but worker k computes positions k, k+K, k+2K, … of batch s wherever those
+  targets live — model-centric data parallelism, where a trainer samples and fetches for roots another server
+  holds (HopGNN 004 §2–3, P3 §2). The same batches and global target count as ``global``, so the same model;
+  only where each root is computed, and so what is fetched, differs. Every worker holds every training node's
+  label (shared once at the start).
 """
 
 from __future__ import annotations
@@ -49,9 +54,11 @@ class DistDglStrategy(MiniBatchStrategy):
         self.indptr = np.asarray(shard.indptr, dtype=np.int64)
         self.nbrs = sorted_rows_by_global(self.indptr, shard.indices, self.global_ids.numpy())
         everyone = self._per_rank(self.train_global)
-        if self.order == "global":
+        if self.order in ("global", "split"):
             self.all_train = np.sort(np.concatenate(everyone))
             self.num_steps = math.ceil(len(self.all_train) / self.batch_size)
+            if self.order == "split":  # any worker may train any node: every label everywhere
+                self._adopt_labels([self.all_train] * ctx.world)
         else:  # DistDGL's even split: the same number of training nodes per worker, own ones first
             split = balanced_split(everyone)
             self.my_train = split[self.rank]
@@ -79,7 +86,7 @@ class DistDglStrategy(MiniBatchStrategy):
     def _adopt_labels(self, split: list[np.ndarray]) -> None:
         """The labels of the training nodes other workers gave this one (its targets that it does not own):
         every owner sends those of its nodes that went elsewhere, once, at the start (collective)."""
-        gone = np.concatenate([t for r, t in enumerate(split) if r != self.rank] or [np.zeros(0, np.int64)])
+        gone = np.unique(np.concatenate([t for r, t in enumerate(split) if r != self.rank] or [np.zeros(0, np.int64)]))
         gone = gone[self.book.owner[gone] == self.rank]
         given = self._per_rank((gone, self.labels[torch.from_numpy(self.book.local[gone])].numpy()))
         ids = np.concatenate([g for g, _ in given])
@@ -104,12 +111,14 @@ class DistDglStrategy(MiniBatchStrategy):
 
     def batch(self, epoch: int, step: int) -> tuple[np.ndarray, int | None]:
         if self._perm_epoch != epoch:
-            pool = self.all_train if self.order == "global" else self.my_train
+            pool = self.my_train if self.order == "local" else self.all_train
             self._perm, self._perm_epoch = shuffled(pool, self.cfg.seed, epoch), epoch
         chunk = self._perm[step * self.batch_size : (step + 1) * self.batch_size]
         if self.order == "global":
             mine = chunk[self.book.owner[chunk] == self.rank]
             return mine, len(chunk)
+        if self.order == "split":
+            return chunk[self.rank::self.ctx.world], len(chunk)
         return chunk, None
 
     # --- sampling -------------------------------------------------------------------------------------

@@ -103,6 +103,7 @@ class HopGnnStrategy(DistDglStrategy):
         opts = ctx.options
         super().__init__(_with_global_order(ctx), model)
         self.k = ctx.world
+        self.migrated_to: dict[int, int] = {}
         self.local_only = opts["batch_order"] == "local-only"
         self.pregather = bool(opts["pregather"])
         self.migrate = bool(opts["migrate"]) and not self.local_only
@@ -248,6 +249,7 @@ class HopGnnStrategy(DistDglStrategy):
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             flat = torch.cat([t.reshape(-1) for t in (*params, *grads)]).cpu().reshape(1, -1)
             to, frm = (self.rank + shift) % self.k, (self.rank - shift) % self.k
+            self.migrated_to[to] = self.migrated_to.get(to, 0) + flat.numel() * flat.element_size()
             chunks = [flat if q == to else flat[:0] for q in range(self.k)]
             got = self.tr.all_to_all(chunks, [int(q == frm) for q in range(self.k)], "migrate")[frm].reshape(-1)
             got = got.to(params[0].device)
@@ -260,6 +262,10 @@ class HopGnnStrategy(DistDglStrategy):
                     p.grad = torch.zeros_like(p)
                 p.grad.copy_(got[offset : offset + p.numel()].view_as(p))
                 offset += p.numel()
+
+    def reset_stats(self) -> None:
+        super().reset_stats()
+        self.migrated_to: dict[int, int] = {}  # bytes of models this server sent on, per receiving server
 
     def _decide_merge(self, epoch: int) -> None:
         """At an epoch's end (every rank, in its compute thread): the slowest rank's epoch time, and the next
@@ -291,7 +297,9 @@ class HopGnnStrategy(DistDglStrategy):
                 "feature_misses": int(t["feature_misses"]),
                 "miss_rate": t["feature_misses"] / t["source_rows"] if t["source_rows"] else 0.0,
                 "feature_bytes": int(t["fetched_rows"]) * width * itemsize,
-                "away_roots": int(t["away_roots"]), "model_values": self.param_count}
+                "away_roots": int(t["away_roots"]), "model_values": self.param_count,
+                # where this server's models went (a model at server s in time step t is at s + 1 in t + 1)
+                "migrated_bytes_to": {str(q): n for q, n in sorted(self.migrated_to.items())}}
 
 
 STRATEGY = HopGnnStrategy

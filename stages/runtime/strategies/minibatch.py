@@ -316,9 +316,11 @@ class MiniBatchStrategy(Strategy):
     inference_batch_nodes = 4096  # destinations per inference block
 
     def stats(self) -> dict:
+        source, fetched = int(self.timers["source_rows"]), int(self.timers["fetched_rows"])
         return {**super().stats(), "sample_seconds": self.timers["sample"], "fetch_seconds": self.timers["fetch"],
-                "sampled_arcs": int(self.timers["sampled_arcs"]), "fetched_rows": int(self.timers["fetched_rows"]),
-                "source_rows": int(self.timers["source_rows"])}
+                "sampled_arcs": int(self.timers["sampled_arcs"]), "fetched_rows": fetched, "source_rows": source,
+                # the share of input rows read that another worker held (HopGNN's "miss rate", 004 §2)
+                "feature_miss_rate": fetched / source if source else 0.0}
 
     def close(self) -> None:
         if self._thread is not None:
