@@ -170,8 +170,8 @@ def test_bad_input_is_one_line_and_exit_2(partitions, tmp_path):  # noqa: F811
 
 
 @pytest.mark.parametrize("strategy,method", [("p3", "p3"), ("bytegnn", "bytegnn")])
-def test_split_order_is_global_orders_model_for_every_strategy_that_takes_it(store, partitions, tmp_path,
-                                                                             strategy, method):  # noqa: F811
+def test_split_order_is_global_orders_model_for_every_strategy_that_takes_it(store, partitions, tmp_path,  # noqa: F811
+                                                                             strategy, method):
     """`--batch-order split` (worker k computes positions k, k+K, … of each global batch wherever its roots live)
     trains global order's batches in p3 and bytegnn too: the independent reference's model."""
     run_dir = run(partitions(method, 2), tmp_path, strategy=strategy, order="split")
