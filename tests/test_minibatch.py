@@ -77,9 +77,17 @@ def test_global_order_is_the_reference_for_any_k(store, partitions, tmp_path, mo
     assert max_weight_diff(final, init) > 1e-3
     rec = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rec[0]["steps"] == -(-int(graph.train_mask.sum()) // 40)
-    if k > 1:  # remote neighbours sampled by their owners, remote features fetched by id
+    if k > 1:  # remote neighbours sampled by their owners, remote features pulled from them
         phases = rec[0]["workers"][0]["bytes_sent_per_phase"]
         assert phases.get("sample", 0) > 0 and phases.get("features0", 0) > 0
+        # pulled request by request (DistDGL's KVStore), not a collective every rank joins: no round of sizes,
+        # and the rows every owner served are the rows the askers fetched: 10 float64 features (GCN: and two
+        # int64 degrees) a row, each reply framed in 29 bytes (GCN: 53, a second array)
+        assert not any(p.startswith("features0-sizes") for w in rec[0]["workers"] for p in w["bytes_sent_per_phase"])
+        row, frame = (10 * 8 + 16, 53) if model == "gcn" else (10 * 8, 29)
+        served = sum(w["bytes_sent_per_phase"].get("features0", 0) for w in rec[0]["workers"])
+        extra = served - sum(w["fetched_rows"] for w in rec[0]["workers"]) * row
+        assert 0 <= extra <= frame * rec[0]["steps"] * k * (k - 1) and extra % frame == 0, extra
     if k == 2:
         assert_eval_is_independent(store, run, model)
 

@@ -7,7 +7,8 @@ other workers, and the seconds of sampling, gathering inputs and computing — h
 
     prepare = arcs × t_sample + rows × t_gather + net(remote rows)           (the sampler thread)
     step    = max(prepare, arcs × t_compute) with --prefetch, their sum without; + the gradient all-reduce
-    net     = 2 fetch rounds × 3 collectives × latency + remote bytes / bandwidth
+    net     = L round trips × 2 × latency + remote bytes / bandwidth
+              (a request to the owners per hop beyond the targets' and one for the input rows, each answered)
 
 with remote bytes = remote rows × (feature width × 4 + (fanout + 1) × 8 for the frontier's sampling answers).
 How the workload moves with K: with ``--batch-order local`` a worker's batch (B targets) and so its arcs and
@@ -116,8 +117,8 @@ def simulate_minibatch(p: MiniBatchProfile, k: int, bandwidth: float, latency: f
     remote = rows * remote_share(p, k)
     frontier_answer = (p.fanouts[1] + 1) * 8 if len(p.fanouts) > 1 and p.fanouts[1] > 0 else 0
     remote_bytes = remote * (p.feat_dim * 4 + frontier_answer)
-    rounds = 2 if len(p.fanouts) > 1 else 1
-    comm = (net.transfer(remote_bytes) + rounds * 3 * latency) if k > 1 else 0.0
+    rounds = len(p.fanouts)  # L − 1 hops of remote sampling and the input rows' pull: request and reply each
+    comm = (net.transfer(remote_bytes) + rounds * 2 * latency) if k > 1 else 0.0
     prepare = arcs * p.t_sample + rows * p.t_gather + comm
     compute = arcs * p.t_compute
     step = max(prepare, compute) if p.prefetch else prepare + compute

@@ -23,8 +23,8 @@ one. Costs as the paper: NSC = the in-degrees of the chunk's nodes (a chunk anot
 fanout, its degrees being unknown here); fetch = rows × feature width; merge = sampled arcs; seed and end 0.
 A chunk another worker owns is a request to that owner's sampling server (``sample``; the service of
 :mod:`stages.runtime.sampling_service`, started by :class:`DistDglStrategy`) and a fetch of rows another worker
-owns is a ``features0`` request (registered here on the same service; it also carries the rows' global
-degrees for GCN): the pool thread only sends it, one network thread takes the replies (in the order sent)
+owns is a ``features0`` request (served by the same service, as distdgl pulls its rows; it also carries the
+rows' global degrees for GCN): the pool thread only sends it, one network thread takes the replies (in the order sent)
 and completes the task — the paper's "network operations processed concurrently with the CPU operations".
 No other worker takes part: there is no collective on the sampling side.
 
@@ -73,11 +73,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from ..config import KNOB_DEFAULTS
 from ..neighbor_sampler import block_from_sample, sample_key, sample_rows, signed64
-from ..sampling_service import SamplingService
 from .base import WorkerContext
 from .distdgl import DistDglStrategy, regroup
 from .minibatch import PreparedStep
@@ -210,24 +208,7 @@ class ByteGnnStrategy(DistDglStrategy):
         self._took_step: float | None = None
         self._runner: DagRunner | None = None
         self.cpu_meter = CpuMeter()
-        if self.service is None and ctx.world > 1 and dist.is_initialized():  # replicated topology: rows remain
-            self.service = SamplingService(self.rank, ctx.world, {}, self.tr.stats, self.tracer, self.cfg.timeout)
-        if self.service is not None:
-            self.service.handlers["features0"] = self._serve_rows
-            ctx.all_reduce_int(0)  # every worker serves rows before any asks for them
-
-    # --- serving peers -----------------------------------------------------------------------------------
-    def _serve_rows(self, params: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        """A peer's ``features0`` request: the input rows of nodes this worker owns (and, for GCN, their global
-        (in, out) degrees)."""
-        ids = arrays[0].astype(np.int64)
-        if len(ids) and (self.book.owner[ids] != self.rank).any():
-            raise ValueError(f"asked for rows worker {self.rank} does not own")
-        local = self.book.local[ids]
-        reply = [self.features[torch.from_numpy(local)].numpy()]
-        if self.needs_degrees:
-            reply.append(np.stack([self.in_degree[local], self.out_degree[local]], axis=1))
-        return reply
+        # the service (DistDglStrategy's) serves `sample` and `features0` (its rows) from the start
 
     # --- the tasks ---------------------------------------------------------------------------------------
     def seed_task(self, dag: Dag) -> Task:

@@ -8,7 +8,9 @@ servers, 001 §4.1.4; :mod:`stages.runtime.sampling_service`): the worker sends 
 with the hop's sampling key, draws its own nodes meanwhile, and gets back CSR replies sized by what was drawn
 (counts, concatenated picks; ``sample-ids`` / ``sample`` bytes). No other worker joins in, and the owner's
 answer is the same counter-based draw it would make for itself. Then the input features of every source it
-does not own are fetched by global id (``features0``).
+does not own are pulled from their owners' servers the same way, one ``features0`` request per owner (the
+KVStore's pull, 001 §4.1.3): no collective per step, so a slow peer delays only the workers that need its
+rows.
 
 Batch order (``g3 plan --batch-order``):
 
@@ -70,10 +72,13 @@ class DistDglStrategy(MiniBatchStrategy):
             self.g_indptr, self.g_nbrs = load_topology(ctx.plan_dir, ctx.plan_meta)
         # node ids on the wire: 4 bytes while they fit
         self.wire_ids = np.int32 if self.num_nodes < 2**31 else np.int64
-        self.service = None  # the sampling server (a thread) and client: partitioned topology, K > 1
-        if not self.replicated and ctx.world > 1 and dist.is_initialized():
-            self.service = SamplingService(self.rank, ctx.world, {"sample": self._serve_sample}, self.tr.stats,
-                                           self.tracer, self.cfg.timeout)
+        # the sampling and feature server (threads) and its client, K > 1: remote neighbours are drawn by their
+        # owners (partitioned topology) and remote input rows pulled from their owners, request by request
+        self.service = None
+        if ctx.world > 1 and dist.is_initialized():
+            self.service = SamplingService(self.rank, ctx.world, {"sample": self._serve_sample,
+                                                                  "features0": self._serve_rows},
+                                           self.tr.stats, self.tracer, self.cfg.timeout)
 
     def _per_rank(self, obj) -> list:
         """``obj`` of every rank, in rank order (collective)."""
@@ -162,6 +167,52 @@ class DistDglStrategy(MiniBatchStrategy):
             raise ValueError(f"asked to sample nodes worker {self.rank} does not own")
         counts, picks = sample_rows(self.indptr, self.nbrs, self.book.local[ids], ids, fanout, key)
         return [counts.astype(np.int32), picks.astype(self.wire_ids)]
+
+    # --- input rows -----------------------------------------------------------------------------------
+    def gather_inputs(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """Input features of ``nodes`` (global ids, in their order): own rows copied here, the others pulled
+        from their owners' servers — one ``features0`` request per owner, all sent before any reply is read
+        (DistDGL's KVStore pull, 001 §4.1.3). No other worker takes part: a slow peer delays only those that
+        need its rows. With GCN each reply carries the rows' global (in, out) degrees too."""
+        if self.service is None:
+            return super().gather_inputs(nodes)
+        owner = self.book.owner[nodes]
+        order = np.argsort(owner, kind="stable")  # the nodes grouped by owner, each group in the nodes' order
+        bounds = np.searchsorted(owner[order], np.arange(self.ctx.world + 1))
+        pending = {q: self.service.submit(q, "features0", [], [nodes[order[bounds[q]:bounds[q + 1]]]
+                                                                .astype(self.wire_ids)])
+                   for q in range(self.ctx.world) if q != self.rank and bounds[q + 1] > bounds[q]}
+        mine = order[bounds[self.rank]:bounds[self.rank + 1]]
+        local = self.book.local[nodes[mine]]
+        if not pending:  # every row is this worker's: one copy
+            x = self.features[torch.from_numpy(local)]
+        else:
+            x = torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
+            x[torch.from_numpy(mine)] = self.features[torch.from_numpy(local)]
+        degrees = None
+        if self.needs_degrees:
+            degrees = torch.empty((len(nodes), 2), dtype=torch.int64)
+            degrees[torch.from_numpy(mine)] = torch.from_numpy(np.stack([self.in_degree[local],
+                                                                         self.out_degree[local]], axis=1))
+        for q, p in pending.items():
+            arrays = p.result()
+            at = torch.from_numpy(order[bounds[q]:bounds[q + 1]])
+            x[at] = torch.from_numpy(arrays[0])
+            if degrees is not None:
+                degrees[at] = torch.from_numpy(arrays[1].astype(np.int64))
+        return x, degrees, len(nodes) - len(mine)
+
+    def _serve_rows(self, params: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """A peer's ``features0`` request: the input rows of nodes this worker owns (and, for GCN, their global
+        (in, out) degrees)."""
+        ids = arrays[0].astype(np.int64)
+        if len(ids) and (self.book.owner[ids] != self.rank).any():
+            raise ValueError(f"asked for rows worker {self.rank} does not own")
+        local = self.book.local[ids]
+        reply = [self.features[torch.from_numpy(local)].numpy()]
+        if self.needs_degrees:
+            reply.append(np.stack([self.in_degree[local], self.out_degree[local]], axis=1))
+        return reply
 
     def close(self) -> None:
         super().close()
