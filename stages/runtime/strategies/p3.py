@@ -22,11 +22,12 @@ One mini-batch (§3.2), the batches and samples being distdgl's (the same counte
    the gradient of its own column slice of ``W₁`` — a *sharded* parameter (never all-reduced; the loss is
    normalised by the step's global target count like every other gradient).
 
-Pipelining (``g3 train --pipeline p3``, §3.3): three batches in flight and weight stashing, so batch ``t`` runs
-all four phases with one weight version, ``w_{t−3}``, and its gradient updates the current weights:
+Pipelining (``g3 train --pipeline p3``, §3.3): P3's staleness and weight stashing, so batch ``t`` runs
+all four phases with one weight version, ``w_{t−3}``, and its gradient updates the current ones:
 ``w_{t+1} = w_t − α·∇f(w_{t−3})`` (Eq. 3; ``w_{<0} = w_0``). Because batch ``t + 1``'s weights are known one step
 early, its model-parallel forward runs (and its partials travel) while batch ``t``'s data-parallel phase
-computes. Unpipelined P3 (``--pipeline none``, the default) is exact; pipelined P3 is tested against its own
+computes — one batch ahead, on the same thread: P3's static schedule, which keeps three batches' phases in
+flight on their own streams, is not built yet (docs/DESIGN.md, "where g3 departs"). Unpipelined P3 (``--pipeline none``, the default) is exact; pipelined P3 is tested against its own
 single-process delay-3 reference.
 
 GAT is refused (the registry lists ``sage`` and ``gcn``): its attention logits are linear in ``W x`` and could be
@@ -55,7 +56,7 @@ from .base import Inference, StepOutput, WorkerContext
 from .distdgl import DistDglStrategy
 from .minibatch import PreparedStep, step_key
 
-DELAY = 3  # P3's pipeline delay (Eq. 3): three batches in flight
+DELAY = 3  # P3's pipeline delay (Eq. 3): batch t computes with the weights of t − 3
 
 
 @dataclass
