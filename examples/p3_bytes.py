@@ -10,8 +10,9 @@ them, as with ``--topology replicated``). From the blocks, per worker and step (
 nodes; ``V¹``/``V⁰`` = a worker's layer-1 destinations/sources, ``A¹`` its layer-1 arcs):
 
 distdgl
-  * ``features0`` — the rows of its nodes the others' ``V⁰`` need: Σ_{q≠w} |V⁰_q ∩ own(w)| · F · b
-  * ``features0-ids`` / ``-sizes`` — the ids it asks for (8 bytes each) / one int64 per peer
+  * ``features0`` — the rows of its nodes the others' ``V⁰`` need, pulled by request: Σ_{q≠w} (|V⁰_q ∩ own(w)| ·
+    F · b + 29), a reply's frame being 29 bytes (only to a q that asked)
+  * ``features0-ids`` — its requests, one per owner q of some of its ``V⁰``: 49 + i · n bytes (n ids)
   * ``sample-ids`` / ``sample`` (``--topology partitioned`` only) — per hop and per owner q of some frontier node:
     a request of 62 + i·n bytes (n ids), answered with 37 + 4·n + i·(picks) bytes (sent by the owner)
   * ``allreduce`` — every parameter (W₁ = 2·F·H for SAGE), once per step: *formula only*, ``g3 train`` does not
@@ -57,7 +58,9 @@ from stages.runtime.strategies.minibatch import shuffled  # noqa: E402
 
 REQUEST_HEAD = 62  # a sampling request's framing: name, array count, the (fanout, key) params, the ids' header
 REPLY_HEAD = 37  # a reply's: status byte, array count, the counts' and the picks' headers
-DISTDGL_KINDS = ("features0", "features0-ids", "features0-sizes", "sample-ids", "sample", "allreduce")
+FEATURE_REQUEST_HEAD = 49  # a feature pull's framing: name, array count, the empty params, the ids' header
+FEATURE_REPLY_HEAD = 29  # its reply's: status byte, array count, the rows' header
+DISTDGL_KINDS = ("features0", "features0-ids", "sample-ids", "sample", "allreduce")
 P3_KINDS = ("structure", "structure-sizes", "partials", "gradients", "sample-ids", "sample", "allreduce")
 
 
@@ -148,9 +151,9 @@ def bytes_by_kind(c: Counts, hidden: int, feat: int, classes: int, layers: int, 
     first, rest = parameters(feat, hidden, classes, layers)
     steps = np.ones_like(c.n_dst)
     distdgl = {
-        "features0": c.rows_from.sum(axis=1) * feat * float_bytes,  # [s, q]: rows q serves
-        "features0-ids": c.rows_from.sum(axis=2) * 8,
-        "features0-sizes": steps * peers * 8,
+        # [s, q]: the rows q serves, each asker's reply framed
+        "features0": (c.rows_from * feat * float_bytes + FEATURE_REPLY_HEAD * (c.rows_from > 0)).sum(axis=1),
+        "features0-ids": (FEATURE_REQUEST_HEAD * (c.rows_from > 0) + id_bytes * c.rows_from).sum(axis=2),
         "sample-ids": req, "sample": rep,
         "allreduce": steps * (first + rest) * float_bytes,
     }
