@@ -54,7 +54,10 @@ and otherwise sleeps 5 ms, as the algorithm. g3's choices where the paper is sil
 awaited in the task. Sampling draws are counter-based (by node, hop and step), so neither the order, the chunk
 nor the thread that runs a task changes them: scheduler on, off and ``distdgl`` on the same partition train
 bitwise the same model (tested). Each epoch's record has ``dag_launches``, ``dags_in_flight_max``,
-``ready_tasks_max`` (the most tasks waiting in the queue at once), ``ready_tasks_per_dag_max``, the tasks run
+``ready_tasks_max`` (the backlog: the most tasks ready and waiting for a thread at once), ``running_tasks_max``
+(the most tasks executing on the pool's threads at once: their sampling kernels release the GIL, so up to
+``--sample-threads`` run for real), ``awaiting_tasks_max`` (the most tasks whose requests were out at once),
+``ready_tasks_per_dag_max``, the tasks run
 and ``task_cpu_seconds`` (CPU time of the pool's threads in tasks: the sampling work ``g3 simulate`` scales).
 """
 
@@ -360,7 +363,11 @@ class ByteGnnStrategy(DistDglStrategy):
     def stats(self) -> dict:
         t = self.timers
         return {**super().stats(), "dag_launches": int(t["dag_launches"]),
-                "dags_in_flight_max": int(t["dags_in_flight_max"]), "ready_tasks_max": int(t["ready_tasks_max"]),
+                "dags_in_flight_max": int(t["dags_in_flight_max"]),
+                # three different counts: tasks waiting for a thread (the backlog), executing at once on the
+                # pool's threads (the concurrency), waiting for the owners' replies (the network in flight)
+                "ready_tasks_max": int(t["ready_tasks_max"]), "running_tasks_max": int(t["running_tasks_max"]),
+                "awaiting_tasks_max": int(t["awaiting_tasks_max"]),
                 "ready_tasks_per_dag_max": int(t["ready_tasks_per_dag_max"]),
                 "sampling_tasks": int(t["tasks_nsc"]), "fetch_tasks": int(t["tasks_fetch"]),
                 "task_cpu_seconds": t["task_cpu"]}
@@ -389,6 +396,8 @@ class DagRunner:
         self.on = strategy.scheduler
         self.cv = threading.Condition()
         self.ready: list = []  # heap of (DAG id, cost, sequence, task)
+        self.running = 0  # tasks a pool thread is executing now
+        self.awaiting = 0  # tasks whose requests are out, waiting for the owners' replies
         self.seq = itertools.count()
         self.replies: queue.Queue = queue.Queue()  # (task, pending, apply), in the order sent
         self.dags: dict[int, Dag] = {}  # launched, not finished
@@ -492,10 +501,16 @@ class DagRunner:
                     return
                 *_, task = heapq.heappop(self.ready)
                 task.dag.ready -= 1
+                self.running += 1
+                t = self.s.timers
+                t["running_tasks_max"] = max(t["running_tasks_max"], self.running)
             c0 = time.thread_time()
-            waits = task.run()
-            with self.cv:
-                self.s.timers["task_cpu"] += time.thread_time() - c0
+            try:
+                waits = task.run()
+            finally:
+                with self.cv:
+                    self.running -= 1
+                    self.s.timers["task_cpu"] += time.thread_time() - c0
             if not waits:
                 self._complete(task)
             elif not self.on:  # one thread: the task waits for its replies
@@ -505,6 +520,9 @@ class DagRunner:
             else:
                 with self.cv:
                     task.waits = len(waits)
+                    self.awaiting += 1
+                    t = self.s.timers
+                    t["awaiting_tasks_max"] = max(t["awaiting_tasks_max"], self.awaiting)
                 for pending, apply in waits:
                     self.replies.put((task, pending, apply))
 
@@ -522,6 +540,7 @@ class DagRunner:
             with self.cv:
                 task.waits -= 1
                 last = task.waits == 0
+                self.awaiting -= last
             if last:
                 self._complete(task)
 
