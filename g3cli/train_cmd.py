@@ -41,8 +41,8 @@ def _for(knob: str, default: str | None = None) -> str:
                    "next chunk and the gather of the last run on a communication thread while a chunk aggregates; "
                    "the same model, bitwise). p3 (default 'none'): 'p3' = P3's staleness with weight stashing: "
                    "batch t computes with the weights before update t-3 and its gradient updates the current ones "
-                   "(P3 Eq. 3, a different model); the next batch's partials travel while this one computes its "
-                   "data-parallel phase (one batch ahead: P3's full schedule keeps more in flight).")
+                   "(P3 Eq. 3, a different model); the next three batches' partials travel while this one computes its "
+                   "data-parallel phase (up to four batches in flight).")
 @click.option("--trace", is_flag=True,
               help="Time every span of every epoch but the first: the shares of communication time hidden under "
                    "compute, spent blocked on messages and overlapping the runtime's data movement go to each "

@@ -145,6 +145,13 @@ def test_pipelined_p3_is_the_delay_3_reference_and_resumes_bitwise(store, partit
     assert max_weight_diff(final, expected) <= 1e-5
     fresh = minibatch_train("sage", init, graph, batches, fanouts_for(2), 4, LR, DROPOUT, SEED)
     assert max_weight_diff(final, fresh) > 1e-4  # staleness changes the model
+    # batches really in flight: with the delay-3 weights known, batches t+1 … t+3's partials travel while batch t
+    # computes (4 at once when an epoch has that many steps); unpipelined, one at a time
+    steps = records(whole)[0]["steps"]
+    assert all(w["batches_in_flight_max"] == min(4, steps) for r in records(whole) for w in r["workers"])
+    plain = records(run(part, tmp_path, epochs=1, out="plain", plan_name="plan"))
+    assert all(w["batches_in_flight_max"] == 1 for r in plain for w in r["workers"])
+    assert all(0.0 <= w["partials_hidden_share"] <= 1.0 for r in records(whole) for w in r["workers"])
     run(part, tmp_path, train=(*pipe, "--checkpoint-every", "1"), epochs=2, out="cut", plan_name="plan")
     run(part, tmp_path, train=(*pipe, "--checkpoint-every", "1", "--resume"), epochs=4, out="cut", plan_name="plan")
     assert max_weight_diff(weights(tmp_path / "cut")[1], final) == 0.0

@@ -62,6 +62,9 @@ class ToyStrategy:
         torch.autograd.backward(self.out, grad)
         return self.due
 
+    def before_update(self):
+        self.calls.append("before_update")
+
     def sharded_parameters(self):
         return ("mine",)
 
@@ -116,7 +119,9 @@ def test_micro_steps_accumulate_and_sharded_parameters_stay_out_of_the_all_reduc
     for rank in range(world):
         got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
         want = _expected(rank, world)
-        assert got[True]["calls"] == [(0, 0, 0), (0, 0, 1)] and got[True]["micro"] == 2
+        # the micro-steps, then (after the all-reduce) before_update, once; with no update due, never
+        assert got[True]["calls"] == [(0, 0, 0), (0, 0, 1), "before_update"] and got[True]["micro"] == 2
+        assert got[False]["calls"] == [(0, 0, 0), (0, 0, 1)]
         # replicated: the sum over ranks and micro-steps; sharded: this rank's own gradient, never summed
         assert got[True]["shared"] == pytest.approx(want["shared"], abs=1e-12)
         assert got[True]["mine"] == pytest.approx(want["mine"], abs=1e-12)

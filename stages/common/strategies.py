@@ -216,7 +216,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             name="p3",
             summary="P3: structure hashed, features split by column; layer 1 model-parallel (the structure "
                     "pushed, partial activations pulled, gradients pushed back), layers 2+ data-parallel; "
-                    "g3 train --pipeline p3: P3's delay-3 staleness with weight stashing, one batch ahead.",
+                    "g3 train --pipeline p3: P3's delay-3 staleness with weight stashing, four batches in flight.",
             methods=("p3",),
             exactness="as distdgl on the same batches (samples neighbours; exact against distdgl --batch-order "
                       "global); --pipeline p3 updates with gradients three steps stale (P3 Eq. 3, an "

@@ -183,6 +183,7 @@ def optimizer_step(strategy, ctx, optimizer, replicated: list[torch.nn.Parameter
     t_sync = time.perf_counter()
     if due:
         _all_reduce_grads(replicated)
+        strategy.before_update()  # a gradient still in flight meanwhile (P3's push) is complete after this
         optimizer.step()
     sync_seconds = time.perf_counter() - t_sync
     return StepDone(_all_reduce_float(loss), n_micro, sync_seconds)

@@ -149,6 +149,11 @@ class Strategy:
         update; anything else: the accumulated gradients are this step's."""
         raise NotImplementedError
 
+    def before_update(self) -> None:
+        """Called by the loop after the replicated gradients' all-reduce and before the optimizer step: a strategy
+        whose backward left a gradient still in flight (P3's pushed ∂L/∂z¹, overlapping the all-reduce) completes
+        it here. Nothing by default."""
+
     def sharded_parameters(self) -> tuple[str, ...]:
         """Names (as in ``model.named_parameters()``) of the parameters this strategy shards: each rank's copy
         holds its own slice, gets its own (already complete) gradient, is never all-reduced, and is checkpointed

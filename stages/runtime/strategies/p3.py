@@ -24,11 +24,15 @@ One mini-batch (§3.2), the batches and samples being distdgl's (the same counte
 
 Pipelining (``g3 train --pipeline p3``, §3.3): P3's staleness and weight stashing, so batch ``t`` runs
 all four phases with one weight version, ``w_{t−3}``, and its gradient updates the current ones:
-``w_{t+1} = w_t − α·∇f(w_{t−3})`` (Eq. 3; ``w_{<0} = w_0``). Because batch ``t + 1``'s weights are known one step
-early, its model-parallel forward runs (and its partials travel) while batch ``t``'s data-parallel phase
-computes — one batch ahead, on the same thread: P3's static schedule, which keeps three batches' phases in
-flight on their own streams, is not built yet (docs/DESIGN.md, "where g3 departs"). Unpipelined P3 (``--pipeline none``, the default) is exact; pipelined P3 is tested against its own
-single-process delay-3 reference.
+``w_{t+1} = w_t − α·∇f(w_{t−3})`` (Eq. 3; ``w_{<0} = w_0``). When batch ``t`` starts, the layer-1 weights of
+batches ``t + 1 … t + 3`` (``w_{t−2} … w_t``) are known, so their model-parallel forwards run and their partials
+travel while batch ``t``'s data-parallel phase computes: up to four batches in flight (``batches_in_flight_max``
+per epoch, never across an epoch's end). The push of ``∂L/∂z¹`` is posted at the end of ``backward`` and completed
+in ``before_update``, so it travels while the loop all-reduces the replicated gradients (pipelined or not). Where
+g3 departs from P3's static schedule: the forwards ahead run on the compute thread before batch ``t``'s own
+phase (on one core a second thread would only share it), and the all-reduce of step ``t`` still completes before
+its update (Eq. 3 would let it finish as late as batch ``t + 4``). Unpipelined P3 (``--pipeline none``, the
+default) is exact; pipelined P3 is tested against its own single-process delay-3 reference.
 
 GAT is refused (the registry lists ``sage`` and ``gcn``): its attention logits are linear in ``W x`` and could be
 summed per head before the softmax, but every head's scalars would then cross the network per arc endpoint,
@@ -87,6 +91,7 @@ class ModelParallelPass:
     exchange: PendingAllToAll
     inputs: list[tuple[torch.Tensor, ...]]
     version: int
+    posted: float = 0.0  # when its partials were posted (perf_counter)
 
 
 class P3Strategy(DistDglStrategy):
@@ -113,6 +118,7 @@ class P3Strategy(DistDglStrategy):
         self._ahead: dict[int, tuple[P3Step, ModelParallelPass]] = {}
         self._full_model = None
         self._dp: tuple | None = None  # the data-parallel phase in progress: (z¹ leaf, output, restore weights)
+        self._push: tuple | None = None  # the gradient push in flight: (its model-parallel pass, the exchange)
         self._mp: tuple | None = None  # its batch's prepared step and model-parallel pass, for the backward
         # partials travel on their own group: one batch's may be in flight while the loop all-reduces
         self.partial_tr = self.own_transport()
@@ -207,9 +213,15 @@ class P3Strategy(DistDglStrategy):
             prep = self._next(epoch, step)
             mp = self._model_parallel_forward(prep, t)
         self._count(prep)
-        if self.pipelined and step + 1 < self.num_steps:  # the next batch's weights are known: start it now
-            nxt = self._next(epoch, step + 1)
-            self._ahead[t + 1] = (nxt, self._model_parallel_forward(nxt, t + 1))
+        if self.pipelined:
+            # batches t+1 … t+3 compute layer 1 with w_{t−2} … w_t, all known now (Eq. 3): their model-parallel
+            # forwards run and their partials travel while batch t's data-parallel phase computes — up to
+            # DELAY + 1 batches in flight (never across an epoch's end)
+            for ahead in range(t + 1, min(t + DELAY, epoch * self.num_steps + self.num_steps - 1) + 1):
+                if ahead not in self._ahead:
+                    nxt = self._next(epoch, ahead - epoch * self.num_steps)
+                    self._ahead[ahead] = (nxt, self._model_parallel_forward(nxt, ahead))
+            self.timers["batches_in_flight_max"] = max(self.timers["batches_in_flight_max"], 1 + len(self._ahead))
         z = self._sum_partials(mp)
         self._mp = (prep, mp)
         out_nodes = prep.blocks[-1].dst
@@ -235,12 +247,21 @@ class P3Strategy(DistDglStrategy):
                 torch.autograd.backward(out, grad_logits.to(out.device, dtype=out.dtype))
         restore()
         gz = z.grad if z.grad is not None else torch.zeros_like(z)
-        # push ∂L/∂z¹ to every worker; each gets every owner's
+        # push ∂L/∂z¹ to every worker; each gets every owner's. Posted here and completed in before_update, so
+        # it travels while the loop all-reduces the replicated gradients (on the partials' own group: posted in
+        # the same order on every rank, matched first in, first out)
         shapes = [(b.n_dst, self.hidden) for b in prep.layer1]
-        grads = self.tr.all_to_all_v([gz.detach().cpu()] * self.ctx.world, shapes, "gradients")
-        self._model_parallel_backward(mp, grads)
+        self._push = (mp, self.partial_tr.start_all_to_all_v([gz.detach().cpu()] * self.ctx.world, shapes,
+                                                             "gradients"))
         self.timers["updates"] += 1
         return True
+
+    def before_update(self) -> None:
+        """This worker's column slices' gradients, once every owner's ∂L/∂z¹ has arrived."""
+        if self._push is not None:
+            mp, pending = self._push
+            self._push = None
+            self._model_parallel_backward(mp, pending.wait())
 
     # --- layer 1, model-parallel ------------------------------------------------------------------------
     def _slice_weights(self, version: int) -> list[torch.Tensor]:
@@ -271,11 +292,16 @@ class P3Strategy(DistDglStrategy):
                 partials.append(part.cpu())
         mine = prep.layer1[self.rank].n_dst
         exchange = self.partial_tr.start_all_to_all_v(partials, [(mine, self.hidden)] * self.ctx.world, "partials")
-        return ModelParallelPass(exchange, inputs, version)
+        return ModelParallelPass(exchange, inputs, version, time.perf_counter())
 
     def _sum_partials(self, mp: ModelParallelPass) -> torch.Tensor:
         """The owner's pre-activation (without bias): the K partials added in rank order."""
+        t0 = time.perf_counter()
         parts = mp.exchange.wait()
+        now = time.perf_counter()
+        # the partials' exchange: seconds it was in flight before it was needed, and seconds waited for it
+        self.timers["partials_in_flight"] += now - mp.posted
+        self.timers["partials_wait"] += now - t0
         with self.compute_span("L0-sum", layer=0, phase="fwd"):
             z = parts[0].clone()
             for p in parts[1:]:
@@ -336,7 +362,13 @@ class P3Strategy(DistDglStrategy):
 
     def stats(self) -> dict:
         itemsize = torch.empty(0, dtype=self.cfg.torch_dtype).element_size()
-        return {**super().stats(), "allreduce_bytes": int(self.timers["updates"]) * self.replicated_values() * itemsize}
+        t = self.timers
+        in_flight = t["partials_in_flight"]
+        return {**super().stats(), "allreduce_bytes": int(t["updates"]) * self.replicated_values() * itemsize,
+                # the most batches in flight at once (the one in its data-parallel phase and those whose partials
+                # travel), and the share of the partials' time in flight that no one waited for
+                "batches_in_flight_max": int(t["batches_in_flight_max"]) or 1,
+                "partials_hidden_share": 1.0 - t["partials_wait"] / in_flight if in_flight > 0 else None}
 
     def infer(self) -> Inference:
         """Exact full-neighbour inference (as every strategy's) with layer 1's slices put together (collective)."""
