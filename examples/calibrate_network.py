@@ -34,14 +34,18 @@ def worker(rank: int, master: str, sizes: list[int], repeat: int) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"tcp://{master}:{PORT}", rank=rank, world_size=2)
+
+    def ping_pong(buf) -> None:  # rank 0 sends, rank 1 sends it back
+        if rank == 0:
+            dist.send(buf, 1)
+            dist.recv(buf, 1)
+        else:
+            dist.recv(buf, 0)
+            dist.send(buf, 0)
+
     warm = torch.zeros(1 << 18)
     for _ in range(5):  # the connection's first messages (set-up, TCP's slow start) are not what is fitted
-        if rank == 0:
-            dist.send(warm, 1)
-            dist.recv(warm, 1)
-        else:
-            dist.recv(warm, 0)
-            dist.send(warm, 0)
+        ping_pong(warm)
     out = {}
     for n in sizes:
         buf = torch.zeros(max(1, n // 4), dtype=torch.float32)
@@ -49,12 +53,7 @@ def worker(rank: int, master: str, sizes: list[int], repeat: int) -> None:
         for _ in range(repeat + 1):  # the first round warms the connection up
             dist.barrier()
             t0 = time.perf_counter()
-            if rank == 0:
-                dist.send(buf, 1)
-                dist.recv(buf, 1)
-            else:
-                dist.recv(buf, 0)
-                dist.send(buf, 0)
+            ping_pong(buf)
             times.append((time.perf_counter() - t0) / 2)
         out[n] = statistics.median(times[1:])
     if rank == 0:

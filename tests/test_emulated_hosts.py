@@ -76,6 +76,18 @@ def test_fault_specs_and_their_refusals():
             Fault.parse(spec, 2)
 
 
+def test_host_folders_a_killed_launcher_left_are_removed(tmp_path):
+    """Host folders beside a run carry their launcher's pid: those of a gone launcher are removed, a running
+    one's are kept."""
+    from stages.runtime.emulated_hosts import clean_stale_host_folders
+
+    gone, running = tmp_path / ".g3e999999999-hosts-run-abc", tmp_path / f".g3e{os.getpid()}-hosts-run-def"
+    for d in (gone, running):
+        (d / "bundle").mkdir(parents=True)
+    clean_stale_host_folders(tmp_path)
+    assert not gone.exists() and running.is_dir()
+
+
 def test_the_subnet_must_hold_the_hosts():
     with pytest.raises(G3InputError, match="too small"):
         EmulatedNetwork(4, 10**8, "10.0.0.0/28")

@@ -53,6 +53,7 @@ from .netemu import (
     clean_stale,
     host_cores,
     parse_rate,
+    pid_alive,
     rate_label,
     why_not_available,
 )
@@ -372,18 +373,8 @@ def clean_stale_host_folders(parent: Path) -> None:
         return
     for d in parent.iterdir():
         m = HOSTS_DIR.match(d.name)
-        if m and d.is_dir() and not _alive(int(m.group(1))):
+        if m and d.is_dir() and not pid_alive(int(m.group(1))):
             shutil.rmtree(d, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 __all__ = ["EmulatedHostsLauncher", "Fault", "clean_stale_host_folders"]

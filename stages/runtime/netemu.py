@@ -274,8 +274,8 @@ def g3_namespaces() -> list[str]:
     return [n for n in names if re.match(rf"^{PREFIX}\d+-", n)]
 
 
-def _owner_alive(name: str) -> bool:
-    pid = int(re.match(rf"^{PREFIX}(\d+)-", name).group(1))
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs (the launcher whose pid a name carries)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -283,6 +283,10 @@ def _owner_alive(name: str) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _owner_alive(name: str) -> bool:
+    return pid_alive(int(re.match(rf"^{PREFIX}(\d+)-", name).group(1)))
 
 
 def clean_stale(everything: bool = False) -> list[str]:
@@ -297,4 +301,4 @@ def clean_stale(everything: bool = False) -> list[str]:
 
 
 __all__ = ["EmulatedNetwork", "parse_rate", "rate_label", "host_cores", "why_not_available", "clean_stale",
-           "g3_namespaces", "DEFAULT_SUBNET", "NIC"]
+           "g3_namespaces", "pid_alive", "DEFAULT_SUBNET", "NIC"]
