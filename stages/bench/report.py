@@ -124,8 +124,7 @@ def rate_table(result: dict):
     rows: dict = {}
     for e in result["entries"]:
         if e.get("link"):
-            key = e["label"][: -len(e["link"]) - 2]  # the label without ", <link>"
-            rows.setdefault(key, {})[e["link"]] = e.get("median_epoch_seconds")
+            rows.setdefault(_without_link(e), {})[e["link"]] = e.get("median_epoch_seconds")
     t = Table(title="median epoch at each link rate (emulated hosts), and ÷ the epoch at the fastest rate")
     t.add_column("system", justify="left", overflow="fold", min_width=16)
     for link in links:
@@ -137,6 +136,11 @@ def rate_table(result: dict):
                  for link in links]
         t.add_row(key, *cells)
     return t
+
+
+def _without_link(e: dict) -> str:
+    """An emulated run's label without its ", <link>" (stages/bench/runs.py puts the link last): the spec and K."""
+    return e["label"].removesuffix(f", {e['link']}")
 
 
 def _rate_bits(link: str) -> float:
@@ -155,8 +159,7 @@ def plot_links(result: dict, path: Path) -> None:
     series: dict = {}
     for e in result["entries"]:
         if e.get("link") and e.get("median_epoch_seconds"):
-            key = e["label"][: -len(e["link"]) - 2]
-            series.setdefault(key, []).append((_rate_bits(e["link"]) / 1e9, e["median_epoch_seconds"]))
+            series.setdefault(_without_link(e), []).append((_rate_bits(e["link"]) / 1e9, e["median_epoch_seconds"]))
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for key, pts in series.items():
         pts.sort()

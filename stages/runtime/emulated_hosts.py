@@ -47,6 +47,7 @@ from .config import RuntimeConfig
 from .launch import BAD_INPUT, ENVIRONMENT, STARTUP_GRACE, heartbeat_path, log_path
 from .launchers import HostFile
 from .netemu import (
+    DEFAULT_SUBNET,
     NIC,
     PREFIX,
     EmulatedNetwork,
@@ -102,7 +103,6 @@ class _Host:
     cores: list[int]
     restarts: int = 0
     agent: subprocess.Popen | None = None
-    killed: bool = False  # by a kill-agent fault
 
 
 @dataclass
@@ -130,8 +130,6 @@ class EmulatedHostsLauncher:
         if world % hosts:
             raise G3InputError(f"--hosts {hosts} does not divide the plan's {world} workers (every host runs the "
                                "same number of workers)")
-        from .netemu import DEFAULT_SUBNET
-
         faults = tuple(Fault.parse(f, hosts) for f in cfg.emulate_faults)
         launcher = cls(rate, hosts, cfg.emulate_subnet or DEFAULT_SUBNET, cfg.max_restarts, faults,
                        live=bool(getattr(cfg, "live", False)))
@@ -141,8 +139,8 @@ class EmulatedHostsLauncher:
         return launcher
 
     def describe(self, world: int) -> dict:
-        return {"kind": "emulated-hosts", **self.net.describe(), "workers_per_host": world // self.hosts,
-                "cores": host_cores(self.hosts), "max_restarts": self.max_restarts,
+        return {"kind": "emulated-hosts", **self.net.describe(), **self.network_record(world),
+                "max_restarts": self.max_restarts,
                 "faults": [f"{f.kind}:{f.host}:{f.epoch}" + (f":{f.seconds:g}" if f.kind == "link-down" else "")
                            for f in self.faults]}
 
@@ -259,7 +257,6 @@ class EmulatedHostsLauncher:
                         self.net.set_link(f.host, up=False)
                         link_back.append((now + f.seconds, f.host))
                     else:
-                        hosts[f.host].killed = True
                         hosts[f.host].agent.kill()
             for t, h in list(link_back):
                 if now >= t:

@@ -14,10 +14,9 @@ import os
 import pickle
 import signal
 import sys
-import threading
 from pathlib import Path
 
-from .launch import _beat, heartbeat_path, leave_now, run_guarded
+from .launch import leave_now, run_guarded, start_heartbeat
 
 
 def main(job_file: str) -> None:
@@ -34,10 +33,8 @@ def main(job_file: str) -> None:
     if rank == 0 and job.get("console"):
         _write_errors_to(job["console"])
     run_dir = Path(job["run_dir"])
-    beat = heartbeat_path(run_dir, rank, job["prefix"])
-    beat.parent.mkdir(parents=True, exist_ok=True)
     # leaves at once if the launcher is gone (a launcher killed with SIGKILL must not leave workers training)
-    threading.Thread(target=_beat, args=(beat, job["launcher_pid"]), daemon=True, name="heartbeat").start()
+    start_heartbeat(run_dir, rank, job["prefix"], job["launcher_pid"])
     run_guarded(job["entry"], rank, job["world"], run_dir, job["prefix"], "env://", job["plan"], str(run_dir),
                 job["cfg"], *job["extra"])
     leave_now()  # as a spawned worker: no teardown of torch's native threads after the work is written

@@ -228,6 +228,14 @@ def _beat(path: Path, parent: int) -> None:
         time.sleep(HEARTBEAT_SECONDS)
 
 
+def start_heartbeat(run_dir: Path, rank: int, prefix: str, launcher: int) -> None:
+    """This worker's heartbeat thread (:func:`_beat`): its file in the run's logs, touched every second while the
+    launcher (pid ``launcher``) lives."""
+    hb = heartbeat_path(run_dir, rank, prefix)
+    hb.parent.mkdir(parents=True, exist_ok=True)
+    threading.Thread(target=_beat, args=(hb, launcher), daemon=True, name="heartbeat").start()
+
+
 def _alive(proc) -> bool:
     """``proc`` (a psutil.Process) still runs: the same process (pid and start time), not a zombie."""
     import psutil
@@ -244,9 +252,7 @@ def _spawn_entry(rank: int, entry, world: int, run_dir: str, prefix: str, init_m
     os.environ.update(launcher["env"])
     os.chdir(launcher["cwd"])
     os.environ.setdefault("LOCAL_WORLD_SIZE", str(world))
-    hb = heartbeat_path(Path(run_dir), rank, prefix)
-    hb.parent.mkdir(parents=True, exist_ok=True)
-    threading.Thread(target=_beat, args=(hb, parent), daemon=True, name="heartbeat").start()
+    start_heartbeat(Path(run_dir), rank, prefix, parent)
     run_guarded(entry, rank, world, Path(run_dir), prefix, init_method, *args)
     # the heartbeat file stays until the launcher has seen this process exit (it removes it): removed here, a
     # launcher polling between the removal and the exit took the rank for one that never started

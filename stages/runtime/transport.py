@@ -161,21 +161,7 @@ class Transport:
         """:meth:`all_to_all` with any shape per peer, both ways (one dtype): ``chunks[q]`` goes to worker q;
         returns what each peer sent here, shaped as ``recv_shapes[q]`` says. Tensor parallelism sends a row
         block of different column widths to each peer. Own chunk is passed through untouched."""
-        if self.world == 1:
-            return list(chunks)
-        dtype = chunks[0].dtype
-        send = [c.reshape(-1) if q != self.rank else c.new_empty(0) for q, c in enumerate(chunks)]
-        in_sizes = [int(np.prod(s)) if q != self.rank else 0 for q, s in enumerate(recv_shapes)]
-        out = torch.empty(sum(in_sizes), dtype=dtype)
-        t0 = now_us()
-        self._post_exchange(send, in_sizes, out).wait()
-        t1 = now_us()
-        self.stats.wait_seconds += (t1 - t0) / 1e6
-        self.tracer.span("wait", f"all-to-all {label}", t0, t1)
-        self.stats.sent(label, sum(_nbytes(c) for c in send), messages=sum(1 for c in send if len(c)))
-        self.stats.received(label, _nbytes(out))
-        parts = out.split(in_sizes)
-        return [chunks[q] if q == self.rank else parts[q].view(recv_shapes[q]) for q in range(self.world)]
+        return self.start_all_to_all_v(chunks, recv_shapes, label).wait()
 
     def start_all_to_all_v(self, chunks: list[torch.Tensor], recv_shapes: list[tuple[int, ...]], label: str
                            ) -> PendingAllToAll:
@@ -192,12 +178,12 @@ class Transport:
         self.stats.sent(label, sum(_nbytes(c) for c in send), messages=sum(1 for c in send if len(c)))
         self.stats.received(label, _nbytes(out))
         pending = PendingAllToAll(self, work, list(chunks), recv_shapes, in_sizes, label)
-        pending.out, pending.flat = out, send  # both buffers live until the exchange completes
+        pending.out, pending.sent = out, send  # both buffers live until the exchange completes
         return pending
 
     def _post_exchange(self, send: list[torch.Tensor], in_sizes: list[int], out: torch.Tensor) -> _Works:
-        """Every receive (into ``out``, split by ``in_sizes``) and every send of an all-to-all, posted at once as
-        point-to-point messages on their own tag: both directions of every link move at the same time.
+        """Every receive (into ``out``, split by ``in_sizes``) and every send (contiguous tensors) of an all-to-all,
+        posted at once as point-to-point messages on their own tag: both directions of every link move together.
 
         Not gloo's ``all_to_all_single``: measured on emulated hosts (docs/BENCHMARKS.md, "On an emulated
         network"), it moved the two directions one after the other — 26 MiB each way between two hosts took
@@ -210,7 +196,7 @@ class Transport:
                 works.append(dist.irecv(part, src=q, group=self.group, tag=EXCHANGE_TAG))
         for q, chunk in enumerate(send):
             if q != self.rank and len(chunk):
-                works.append(dist.isend(chunk.contiguous(), dst=q, group=self.group, tag=EXCHANGE_TAG))
+                works.append(dist.isend(chunk, dst=q, group=self.group, tag=EXCHANGE_TAG))
         return _Works(works)
 
     def broadcast(self, tensor: torch.Tensor, src: int, label: str) -> torch.Tensor:
@@ -298,7 +284,7 @@ class PendingAllToAll:
     def __init__(self, tr: Transport, work, chunks, recv_shapes, in_sizes, label: str):
         self.tr, self.work, self.chunks, self.recv_shapes, self.in_sizes, self.label = (
             tr, work, chunks, recv_shapes, in_sizes, label)
-        self.out = self.flat = None
+        self.out = self.sent = None
         self._result: list[torch.Tensor] | None = None
 
     def wait(self) -> list[torch.Tensor]:
@@ -310,7 +296,7 @@ class PendingAllToAll:
                 parts = self.out.split(self.in_sizes)
                 self._result = [self.chunks[q] if q == self.tr.rank else parts[q].view(self.recv_shapes[q])
                                 for q in range(self.tr.world)]
-                self.flat = None
+                self.sent = None
         return self._result
 
 

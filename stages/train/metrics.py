@@ -48,9 +48,9 @@ def peak_memory_bytes(device: str) -> int:
 class NicCounter:
     """Bytes through this host's network interface — the one gloo talks over (``GLOO_SOCKET_IFNAME``) — counted
     by the host's first worker only (``LOCAL_RANK`` 0), so that summing over the workers counts each host once.
-    Everything that crossed the interface counts: gloo's collectives, the transport's messages, TCP/IP headers
-    and acknowledgements, and any other traffic of the host. None where there is no such interface (local
-    workers on loopback)."""
+    Everything that crossed the interface counts: gloo's collectives, the transport's messages, acknowledgements
+    and any other traffic of the host; TCP/IP headers once per segmentation-offloaded packet (up to 64 KiB), not
+    per wire frame. Nothing where there is no such interface (local workers on loopback)."""
 
     def __init__(self):
         name = os.environ.get("GLOO_SOCKET_IFNAME", "")

@@ -285,8 +285,7 @@ class ByteGnnStrategy(DistDglStrategy):
             owner = self.book.owner[ids]
             mine = ids[owner == self.rank]
             local = self.book.local[mine]
-            degrees = (np.stack([self.in_degree[local], self.out_degree[local]], axis=1)
-                       if self.needs_degrees else None)
+            degrees = self.own_degrees(local) if self.needs_degrees else None
             self._keep_rows(dag, mine, self.features[torch.from_numpy(local)], degrees)
             waits = []
             for q in np.unique(owner[owner != self.rank]):

@@ -145,8 +145,7 @@ class DistDglStrategy(MiniBatchStrategy):
         owner = self.book.owner[nodes]
         if self.service is None or (owner == self.rank).all():
             return sample_rows(self.indptr, self.nbrs, self.book.local[nodes], nodes, fanout, key)
-        order = np.argsort(owner, kind="stable")  # the nodes grouped by owner, each group in the nodes' order
-        bounds = np.searchsorted(owner[order], np.arange(self.ctx.world + 1))
+        order, bounds = self._by_owner(owner)
         groups = [nodes[order[bounds[q]:bounds[q + 1]]] for q in range(self.ctx.world)]
         pending = {q: self.service.submit(q, "sample", [fanout, signed64(key)], [g.astype(self.wire_ids)])
                    for q, g in enumerate(groups) if q != self.rank and len(g)}
@@ -176,9 +175,7 @@ class DistDglStrategy(MiniBatchStrategy):
         need its rows. With GCN each reply carries the rows' global (in, out) degrees too."""
         if self.service is None:
             return super().gather_inputs(nodes)
-        owner = self.book.owner[nodes]
-        order = np.argsort(owner, kind="stable")  # the nodes grouped by owner, each group in the nodes' order
-        bounds = np.searchsorted(owner[order], np.arange(self.ctx.world + 1))
+        order, bounds = self._by_owner(self.book.owner[nodes])
         pending = {q: self.service.submit(q, "features0", [], [nodes[order[bounds[q]:bounds[q + 1]]]
                                                                 .astype(self.wire_ids)])
                    for q in range(self.ctx.world) if q != self.rank and bounds[q + 1] > bounds[q]}
@@ -192,8 +189,7 @@ class DistDglStrategy(MiniBatchStrategy):
         degrees = None
         if self.needs_degrees:
             degrees = torch.empty((len(nodes), 2), dtype=torch.int64)
-            degrees[torch.from_numpy(mine)] = torch.from_numpy(np.stack([self.in_degree[local],
-                                                                         self.out_degree[local]], axis=1))
+            degrees[torch.from_numpy(mine)] = torch.from_numpy(self.own_degrees(local))
         for q, p in pending.items():
             arrays = p.result()
             at = torch.from_numpy(order[bounds[q]:bounds[q + 1]])
@@ -211,8 +207,18 @@ class DistDglStrategy(MiniBatchStrategy):
         local = self.book.local[ids]
         reply = [self.features[torch.from_numpy(local)].numpy()]
         if self.needs_degrees:
-            reply.append(np.stack([self.in_degree[local], self.out_degree[local]], axis=1))
+            reply.append(self.own_degrees(local))
         return reply
+
+    def own_degrees(self, local: np.ndarray) -> np.ndarray:
+        """The global (in, out) degrees of this worker's nodes ``local`` (shard-local ids), ``[n, 2]`` int64."""
+        return np.stack([self.in_degree[local], self.out_degree[local]], axis=1)
+
+    def _by_owner(self, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(``order``, ``bounds``): positions grouped by owner, each group in its original order, and group q
+        at ``order[bounds[q]:bounds[q + 1]]``."""
+        order = np.argsort(owner, kind="stable")
+        return order, np.searchsorted(owner[order], np.arange(self.ctx.world + 1))
 
     def close(self) -> None:
         super().close()
