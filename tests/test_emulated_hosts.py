@@ -341,3 +341,12 @@ def test_bench_runs_every_strategy_at_every_rate(store, tmp_path, cli_runner):
     assert "emulated hosts, 250kbit links" in r.output and "median epoch at each link rate" in r.output
     assert (tmp_path / "b" / "bench-links.png").is_file()
     assert mine(os.getpid()) == []
+
+
+def test_bench_and_eval_refuse_a_bad_link_rate_in_one_line(plans, store, tmp_path):
+    r = invoke(["bench", str(store), "--strategies", "g3", "--workers", "2", "--peers", "none", "--no-single",
+                "--emulate-link", "100mbit,fast", "-o", str(tmp_path / "b")])
+    assert r.exit_code == 2 and "not a link rate: 'fast'" in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "b").exists()
+    r = invoke(["eval", str(plans / "local"), "--emulate-link", "fast", "--force"])
+    assert r.exit_code == 2 and "--emulate-link: not a link rate: 'fast'" in r.output, r.output
