@@ -10,7 +10,7 @@ DEMO_PRESET ?= small
 DEMO_WORKERS ?= 4
 STAMP       := $(VENV)/.g3-installed
 
-.PHONY: setup demo test test-fast lint bench clean peers peers-dgl
+.PHONY: setup demo test test-fast lint bench clean peers peers-dgl gpu-check
 
 # Peers for `g3 bench`: PyG in g3's own environment; DGL in a separate legacy environment (see docs/BENCHMARKS.md).
 DGL_VENV    ?= .venv-dgl
@@ -51,6 +51,15 @@ BENCH_PRESET ?= small
 bench: setup
 	test -d $(BENCH_DIR)/$(BENCH_PRESET) || $(G3) ingest synthetic:$(BENCH_PRESET) $(BENCH_DIR)/$(BENCH_PRESET)
 	$(G3) bench $(BENCH_DIR)/$(BENCH_PRESET) --workers 1,2,4 --epochs 5 -o $(BENCH_DIR)/bench-$(BENCH_PRESET) --force
+
+# Every strategy at K = 1 on CUDA against the same run on the CPU, epoch times and peak device memory, in under
+# 8 minutes on one GPU (docs/BENCHMARKS.md, "GPU check"): GPU_CHECK_DIR/gpu-check.json and gpu-check.md. Without
+# CUDA it says so and exits 0. GPU_PYTHON is a Python whose torch has CUDA (default: the venv's, set up with a
+# CUDA TORCH_SPEC, e.g. `make setup TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu128"`).
+GPU_CHECK_DIR ?= gpu-check
+GPU_PYTHON  ?= $(BIN)/python
+gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
+	$(GPU_PYTHON) examples/gpu_check.py --out $(GPU_CHECK_DIR)
 
 peers: setup
 	$(BIN)/python -m pip install -q -e ".[peers]"

@@ -32,15 +32,18 @@ def remote_marks(indptr, indices, part, k):
 @numba.njit(cache=True, parallel=True)
 def edge_cut(indptr, indices, part):
     """Arcs whose source and destination are in different partitions."""
-    total = 0
-    for v in numba.prange(len(indptr) - 1):
+    # one count per node, summed after the loop: numba's parfor reduction analysis of ``total += c`` fails in
+    # some numba releases ("unexpected cycle in lookup()", seen with the GPU machine's numba)
+    n = len(indptr) - 1
+    cut = np.zeros(n, dtype=np.int64)
+    for v in numba.prange(n):
         pv = part[v]
         c = 0
         for e in range(indptr[v], indptr[v + 1]):
             if part[indices[e]] != pv:
                 c += 1
-        total += c
-    return total
+        cut[v] = c
+    return cut.sum()
 
 
 def remote_sizes(indptr, indices, part, k) -> np.ndarray:

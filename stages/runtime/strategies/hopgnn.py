@@ -109,7 +109,9 @@ class HopGnnStrategy(DistDglStrategy):
         self.migrate = bool(opts["migrate"]) and not self.local_only
         merge = opts["merge"]
         self.auto = merge == "auto" and not self.local_only and self.k > 1
-        self.merged = 0 if (self.auto or self.local_only) else min(int(merge), self.k - 1)
+        # one worker has no peer to merge with: 'auto' means no merging there
+        fixed = 0 if merge == "auto" else min(int(merge), self.k - 1)
+        self.merged = 0 if (self.auto or self.local_only) else fixed
         self.frozen = not self.auto
         self.history: list[dict] = []  # auto merging: every measured epoch's merged steps and agreed seconds
         self._root_ids, self._root_labels = self._training_labels()
