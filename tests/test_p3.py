@@ -152,6 +152,10 @@ def test_pipelined_p3_is_the_delay_3_reference_and_resumes_bitwise(store, partit
     plain = records(run(part, tmp_path, epochs=1, out="plain", plan_name="plan"))
     assert all(w["batches_in_flight_max"] == 1 for r in plain for w in r["workers"])
     assert all(0.0 <= w["partials_hidden_share"] <= 1.0 for r in records(whole) for w in r["workers"])
+    # the replicated update of batch t trails its gradient: three all-reduces still in flight after a step (the
+    # weights above prove each is applied before batch t + 4 reads it); unpipelined, none (no such field)
+    assert all(w["updates_trailing_max"] == min(3, steps) for r in records(whole) for w in r["workers"])
+    assert all("updates_trailing_max" not in w for r in plain for w in r["workers"])
     run(part, tmp_path, train=(*pipe, "--checkpoint-every", "1"), epochs=2, out="cut", plan_name="plan")
     run(part, tmp_path, train=(*pipe, "--checkpoint-every", "1", "--resume"), epochs=4, out="cut", plan_name="plan")
     assert max_weight_diff(weights(tmp_path / "cut")[1], final) == 0.0

@@ -65,6 +65,11 @@ class ToyStrategy:
     def before_update(self):
         self.calls.append("before_update")
 
+    def update(self, optimizer, replicated):  # the default update of every strategy (all-reduce, step)
+        from stages.runtime.strategies.base import Strategy
+
+        return Strategy.update(self, optimizer, replicated)
+
     def sharded_parameters(self):
         return ("mine",)
 
@@ -91,7 +96,7 @@ def _toy_rank(rank: int, world: int, init: str, out: str) -> None:
         replicated = [p for n, p in model.named_parameters() if n not in strategy.sharded_parameters()]
         done = optimizer_step(strategy, _Ctx(rank, world), optimizer, replicated, 0, 0)
         results[due] = {"shared": model.shared.detach().tolist(), "mine": model.mine.detach().tolist(),
-                        "loss": done.loss, "micro": done.micro_steps, "calls": strategy.calls}
+                        "loss": done.loss.value(), "micro": done.micro_steps, "calls": strategy.calls}
     torch.save(results, Path(out) / f"rank{rank}.pt")
     dist.destroy_process_group()
 

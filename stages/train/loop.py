@@ -92,13 +92,16 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
         # rank's server thread, would otherwise be counted and then wiped by a late reset here
         dist.barrier()
         model.train()
-        losses, sync_seconds, micro_total = [], 0.0, 0
+        losses, sync_seconds, reduce_seconds, micro_total = [], 0.0, 0.0, 0
         for step in range(strategy.steps(epoch)):
             done = optimizer_step(strategy, ctx, optimizer, replicated, epoch, step)
             micro_total += done.micro_steps
             sync_seconds += done.sync_seconds
+            reduce_seconds += done.all_reduce_seconds
             if done.loss is not None:
                 losses.append(done.loss)
+        strategy.finish_updates(optimizer, replicated)  # every trailing update applied: the epoch's weights
+        losses = [summed.value() for summed in losses]
         epoch_seconds = time.perf_counter() - t0
         record = {"epoch": epoch, "loss": sum(losses) / max(len(losses), 1), "epoch_seconds": epoch_seconds}
         if len(losses) > 1:
@@ -121,6 +124,7 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
             # when workers share cores); num_owned; anything the strategy adds
             "comm_wait_seconds": stats.wait_seconds,
             "sync_seconds": sync_seconds,
+            "all_reduce_seconds": reduce_seconds,  # of sync_seconds: the gradient all-reduce (a rendezvous)
             "bytes_sent": stats.bytes_sent,
             "bytes_recv": stats.bytes_recv,
             "bytes_sent_per_phase": dict(stats.per_phase_sent),
@@ -148,9 +152,10 @@ class StepDone:
     """What one optimizer step did: its loss summed over ranks (None: no target on any rank, no update),
     its micro-steps, and the seconds spent in the gradient all-reduce and update."""
 
-    loss: float | None
+    loss: _SummedLater | None
     micro_steps: int
     sync_seconds: float = 0.0
+    all_reduce_seconds: float = 0.0  # the part of sync_seconds in the gradient all-reduce itself
 
 
 def optimizer_step(strategy, ctx, optimizer, replicated: list[torch.nn.Parameter], epoch: int, step: int) -> StepDone:
@@ -181,12 +186,11 @@ def optimizer_step(strategy, ctx, optimizer, replicated: list[torch.nn.Parameter
     if n_targets == 0:
         return StepDone(None, n_micro)
     t_sync = time.perf_counter()
-    if due:
-        _all_reduce_grads(replicated)
-        strategy.before_update()  # a gradient still in flight meanwhile (P3's push) is complete after this
-        optimizer.step()
+    # the all-reduce of the replicated gradients and the optimizer step (the strategy's: P3's pipeline lets the
+    # replicated update trail its gradient by three steps)
+    reduce_seconds = strategy.update(optimizer, replicated) if due else 0.0
     sync_seconds = time.perf_counter() - t_sync
-    return StepDone(_all_reduce_float(loss), n_micro, sync_seconds)
+    return StepDone(_start_all_reduce_float(loss), n_micro, sync_seconds, reduce_seconds)
 
 
 def _save_full_weights(path: Path, strategy, rank: int) -> None:
@@ -253,22 +257,19 @@ def _maybe_inject_fault(rank: int, epoch: int) -> None:
         raise RuntimeError(f"injected fault at epoch {epoch}")
 
 
-def _all_reduce_grads(params: list[torch.nn.Parameter]) -> None:
-    if not params:
-        return
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    offset = 0
-    for p in params:
-        n = p.numel()
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        p.grad.copy_(flat[offset : offset + n].view_as(p))
-        offset += n
+class _SummedLater:
+    """A float summed over ranks by an all-reduce still in flight: ``value()`` waits for it. The loss of a step
+    is summed this way so that no step waits on a collective of its own — a blocking one would queue behind an
+    update still travelling (P3's) and make every step a rendezvous again."""
+
+    def __init__(self, x: float):
+        self.t = torch.tensor([x], dtype=torch.float64, device=collective_device())
+        self.work = dist.all_reduce(self.t, async_op=True)
+
+    def value(self) -> float:
+        self.work.wait()
+        return float(self.t.item())
 
 
-def _all_reduce_float(x: float) -> float:
-    t = torch.tensor([x], dtype=torch.float64, device=collective_device())
-    dist.all_reduce(t)
-    return float(t.item())
+def _start_all_reduce_float(x: float) -> _SummedLater:
+    return _SummedLater(x)

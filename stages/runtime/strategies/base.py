@@ -150,9 +150,26 @@ class Strategy:
         raise NotImplementedError
 
     def before_update(self) -> None:
-        """Called by the loop after the replicated gradients' all-reduce and before the optimizer step: a strategy
-        whose backward left a gradient still in flight (P3's pushed ∂L/∂z¹, overlapping the all-reduce) completes
-        it here. Nothing by default."""
+        """Called by :meth:`update` after the replicated gradients' all-reduce and before the optimizer step: a
+        strategy whose backward left a gradient still in flight (P3's pushed ∂L/∂z¹, overlapping the all-reduce)
+        completes it here. Nothing by default."""
+
+    def update(self, optimizer: torch.optim.Optimizer, replicated: list[torch.nn.Parameter]) -> float:
+        """One step's update, called by the loop once the step's gradients are accumulated: by default the
+        replicated gradients summed over ranks (one all-reduce), :meth:`before_update`, and the optimizer step
+        of every parameter. Returns the seconds spent in the all-reduce. A strategy whose algorithm lets an
+        update trail its gradient (P3's pipeline, Eq. 3) overrides this and :meth:`finish_updates`."""
+        t0 = time.perf_counter()
+        all_reduce_gradients(replicated)
+        seconds = time.perf_counter() - t0
+        self.before_update()
+        optimizer.step()
+        return seconds
+
+    def finish_updates(self, optimizer: torch.optim.Optimizer, replicated: list[torch.nn.Parameter]) -> None:
+        """Called by the loop at the end of every epoch, before evaluation and checkpoints: every update still
+        trailing its gradient is applied, so the weights are those after the epoch's last step. Nothing by
+        default (every update is applied in :meth:`update`)."""
 
     def sharded_parameters(self) -> tuple[str, ...]:
         """Names (as in ``model.named_parameters()``) of the parameters this strategy shards: each rank's copy
@@ -220,3 +237,43 @@ def owned_splits(shard: Shard, new_id: np.ndarray | None = None) -> dict[str, to
         ids = np.asarray(shard.load(s), dtype=np.int64)
         out[s] = torch.from_numpy(np.sort(new_id[ids] if new_id is not None else ids))
     return out
+
+
+def flatten_gradients(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """The parameters' gradients (zeros where a gradient is missing) as one new flat tensor."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+
+
+def unflatten_gradients(flat: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
+    """Copy ``flat`` (as made by :func:`flatten_gradients`) back into the parameters' gradients."""
+    offset = 0
+    for p in params:
+        n = p.numel()
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        p.grad.copy_(flat[offset : offset + n].view_as(p))
+        offset += n
+
+
+def all_reduce_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Sum the parameters' gradients over every rank (one all-reduce of the flattened gradients)."""
+    if not params:
+        return
+    flat = flatten_gradients(params)
+    dist.all_reduce(flat)
+    unflatten_gradients(flat, params)
+
+
+def step_only(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> None:
+    """An optimizer step of ``params`` alone: every other parameter's gradient is hidden for the step (torch's
+    optimizers skip a parameter whose gradient is None, its state untouched), then put back."""
+    chosen = {id(p) for p in params}
+    hidden = [(p, p.grad) for group in optimizer.param_groups for p in group["params"] if id(p) not in chosen]
+    for p, _ in hidden:
+        p.grad = None
+    try:
+        optimizer.step()
+    finally:
+        for p, g in hidden:
+            p.grad = g
+

@@ -28,11 +28,13 @@ all four phases with one weight version, ``w_{t−3}``, and its gradient updates
 batches ``t + 1 … t + 3`` (``w_{t−2} … w_t``) are known, so their model-parallel forwards run and their partials
 travel while batch ``t``'s data-parallel phase computes: up to four batches in flight (``batches_in_flight_max``
 per epoch, never across an epoch's end). The push of ``∂L/∂z¹`` is posted at the end of ``backward`` and completed
-in ``before_update``, so it travels while the loop all-reduces the replicated gradients (pipelined or not). Where
-g3 departs from P3's static schedule: the forwards ahead run on the compute thread before batch ``t``'s own
-phase (on one core a second thread would only share it), and the all-reduce of step ``t`` still completes before
-its update (Eq. 3 would let it finish as late as batch ``t + 4``). Unpipelined P3 (``--pipeline none``, the
-default) is exact; pipelined P3 is tested against its own single-process delay-3 reference.
+in ``before_update``, so it travels while the replicated gradients are all-reduced (pipelined or not). Pipelined,
+that all-reduce trails its step (``update``): batch ``t``'s gradient is first needed by batch ``t + 4``, so its
+all-reduce stays in flight and is applied once three newer ones trail it (``updates_trailing_max``). Where g3
+departs from P3's static schedule: the forwards ahead run on the compute thread before batch ``t``'s own phase
+(on one core a second thread would only share it), and the gradient push completes before the next batch (its
+layer-1 update feeds the forward run ahead then). Unpipelined P3 (``--pipeline none``, the default) is exact;
+pipelined P3 is tested against its own single-process delay-3 reference.
 
 GAT is refused (the registry lists ``sage`` and ``gcn``): its attention logits are linear in ``W x`` and could be
 summed per head before the softmax, but every head's scalars would then cross the network per arc endpoint,
@@ -42,6 +44,7 @@ which P3 does not describe; g3 does not build it.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,7 +59,7 @@ from ..kernels import block_transpose, csr_mean
 from ..models import GCNConv, SAGEConv, model_from_spec
 from ..neighbor_sampler import SampledBlock
 from ..transport import PendingAllToAll
-from .base import Inference, StepOutput, WorkerContext
+from .base import Inference, StepOutput, WorkerContext, flatten_gradients, step_only, unflatten_gradients
 from .distdgl import DistDglStrategy
 from .minibatch import PreparedStep, step_key
 
@@ -114,7 +117,15 @@ class P3Strategy(DistDglStrategy):
         self.sharded = self._shard_first_layer(start, stop)
         self.hidden = int(ctx.spec.widths[1])
         self.pipelined = (ctx.cfg.pipeline or "none") == "p3"
-        self.history: dict[int, dict[str, torch.Tensor]] = {}  # batch index -> the weights it started with
+        # batch index -> the weights it starts with (layer 1's slices recorded when it starts, the replicated
+        # ones when the update that made them is applied, which may be later: see update)
+        self.history: dict[int, dict[str, torch.Tensor]] = {}
+        # pipelined: the replicated updates still trailing their gradients, oldest first: (the summed gradient
+        # as its all-reduce fills it, that all-reduce, the batch index) — (None, None, t) for a step without
+        # an update, which still moves the version count on
+        self._trailing: deque = deque()
+        self._t: int | None = None  # the batch index of the step in progress, and whether it updated
+        self._updated = True
         self._ahead: dict[int, tuple[P3Step, ModelParallelPass]] = {}
         self._full_model = None
         self._dp: tuple | None = None  # the data-parallel phase in progress: (z¹ leaf, output, restore weights)
@@ -207,6 +218,8 @@ class P3Strategy(DistDglStrategy):
             self._dp = None
         t = epoch * self.num_steps + step
         if self.pipelined:
+            self._close_step()
+            self._t, self._updated = t, False
             self._remember(t)
         prep, mp = self._ahead.pop(t, (None, None))
         if prep is None:
@@ -262,6 +275,62 @@ class P3Strategy(DistDglStrategy):
             mp, pending = self._push
             self._push = None
             self._model_parallel_backward(mp, pending.wait())
+
+    def update(self, optimizer, replicated: list[torch.nn.Parameter]) -> float:
+        """Pipelined (Eq. 3): batch t's data-parallel phase reads the replicated weights w_{t−3}, so the update
+        from batch t's gradient is first needed by batch t + 4. Its all-reduce is posted here and left in flight
+        while the next batches compute; it is completed and applied (in order, one optimizer step of the
+        replicated parameters alone) once three newer ones trail it — at the latest when batch t + 3 updates.
+        Layer 1's slices are updated at once: batch t + 4's model-parallel forward, run ahead during batch
+        t + 1, reads them. Returns the seconds spent posting and completing all-reduces."""
+        if not self.pipelined:
+            return super().update(optimizer, replicated)
+        t0 = time.perf_counter()
+        if replicated:
+            flat = flatten_gradients(replicated)
+            self._trailing.append((flat, dist.all_reduce(flat, async_op=True), self._t))
+        seconds = time.perf_counter() - t0
+        self.before_update()
+        params = dict(self.model.named_parameters())
+        step_only(optimizer, [params[n] for n in self.sharded])
+        self._updated = True
+        t1 = time.perf_counter()
+        while len(self._trailing) > DELAY:
+            self._apply_oldest(optimizer, replicated)
+        self.timers["updates_trailing_max"] = max(self.timers["updates_trailing_max"], len(self._trailing))
+        return seconds + time.perf_counter() - t1
+
+    def finish_updates(self, optimizer, replicated: list[torch.nn.Parameter]) -> None:
+        """The epoch's trailing updates applied (its weights are those after its last step)."""
+        if not self.pipelined:
+            return
+        self._close_step()
+        self._t, self._updated = None, True
+        t0 = time.perf_counter()
+        while self._trailing:
+            self._apply_oldest(optimizer, replicated)
+        self.timers["drain_seconds"] += time.perf_counter() - t0
+
+    def _close_step(self) -> None:
+        """A step that ended without an update (no target on any rank) still counts: w_{t+1} = w_t."""
+        if self._t is not None and not self._updated:
+            self._trailing.append((None, None, self._t))
+            self._updated = True
+
+    def _apply_oldest(self, optimizer, replicated: list[torch.nn.Parameter]) -> None:
+        """Complete the oldest trailing all-reduce, step the replicated parameters with it, and record the
+        replicated weights it makes (version t + 1)."""
+        flat, work, t = self._trailing.popleft()
+        if work is not None:
+            t0 = time.perf_counter()
+            work.wait()
+            self.timers["update_wait_seconds"] += time.perf_counter() - t0
+            unflatten_gradients(flat, replicated)
+            step_only(optimizer, replicated)
+        version = self.history.setdefault(t + 1, {})
+        for n, p in self.model.named_parameters():
+            if n not in self.sharded:
+                version[n] = p.detach().clone()
 
     # --- layer 1, model-parallel ------------------------------------------------------------------------
     def _slice_weights(self, version: int) -> list[torch.Tensor]:
@@ -327,8 +396,13 @@ class P3Strategy(DistDglStrategy):
 
     # --- weight stashing (pipelined) --------------------------------------------------------------------
     def _remember(self, t: int) -> None:
-        """The weights batch ``t`` would start with in the pipeline; versions no batch will read are dropped."""
-        self.history[t] = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        """The weights batch ``t`` starts with in the pipeline: layer 1's slices now; the replicated ones now only
+        when no update trails (else the update that makes them records them); versions no batch will read are
+        dropped."""
+        version = self.history.setdefault(t, {})
+        for n, p in self.model.named_parameters():
+            if n not in version and (n in self.sharded or not self._trailing):
+                version[n] = p.detach().clone()
         for old in [v for v in self.history if v < t - DELAY]:
             del self.history[old]
 
@@ -368,7 +442,12 @@ class P3Strategy(DistDglStrategy):
                 # the most batches in flight at once (the one in its data-parallel phase and those whose partials
                 # travel), and the share of the partials' time in flight that no one waited for
                 "batches_in_flight_max": int(t["batches_in_flight_max"]) or 1,
-                "partials_hidden_share": 1.0 - t["partials_wait"] / in_flight if in_flight > 0 else None}
+                "partials_hidden_share": 1.0 - t["partials_wait"] / in_flight if in_flight > 0 else None,
+                # pipelined: the most replicated updates trailing their gradients after a step (at most 3), the
+                # seconds spent waiting for a trailing all-reduce to complete, and applying the epoch's last ones
+                **({"updates_trailing_max": int(t["updates_trailing_max"]),
+                    "update_wait_seconds": t["update_wait_seconds"],
+                    "drain_seconds": t["drain_seconds"]} if self.pipelined else {})}
 
     def infer(self) -> Inference:
         """Exact full-neighbour inference (as every strategy's) with layer 1's slices put together (collective)."""
