@@ -212,6 +212,10 @@ def test_gcn_on_a_replicated_topology_equals_distdgl_bitwise(part, tmp_path):
     # the same remote rows as distdgl, asked of their owners (features0 requests) instead of a collective
     assert [w["fetched_rows"] for w in workers] == [w["fetched_rows"] for w in records["distdgl"]["workers"]]
     assert all(w["bytes_sent_per_phase"].get("features0-ids", 0) > 0 for w in workers)
+    # each owner queued its peer's requests and answered them by priority (step, cost); distdgl's owners answer
+    # first come, first served
+    assert all(w["served_queued"] > 0 and w["served_queued_max"] >= 1 for w in workers)
+    assert all("served_queued" not in w for w in records["distdgl"]["workers"])
     r = invoke(["simulate", str(tmp_path / "p-bytegnn"), "--run", str(tmp_path / "r-bytegnn"), "--scaling", "2,4",
                 "-o", str(tmp_path / "sim"), "--json"])
     assert r.exit_code == 0, r.output

@@ -34,7 +34,7 @@ def power_law_csr(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return indptr, nbrs
 
 
-def start_services(handlers_of, k: int, timeout: float = 10.0) -> list[SamplingService]:
+def start_services(handlers_of, k: int, timeout: float = 10.0, serve_threads: int = 0) -> list[SamplingService]:
     """K services in this process, worker w serving ``handlers_of(w)``."""
     addresses: list = [None] * k
     barrier = threading.Barrier(k)
@@ -45,7 +45,8 @@ def start_services(handlers_of, k: int, timeout: float = 10.0) -> list[SamplingS
             addresses[w] = own
             barrier.wait()
             return list(addresses)
-        services[w] = SamplingService(w, k, handlers_of(w), CommStats(), Tracer(w), timeout, exchange=exchange)
+        services[w] = SamplingService(w, k, handlers_of(w), CommStats(), Tracer(w), timeout, exchange=exchange,
+                                      serve_threads=serve_threads)
 
     threads = [threading.Thread(target=start, args=(w,)) for w in range(k)]
     for t in threads:
@@ -166,6 +167,55 @@ def test_a_silent_owner_times_out_and_close_ends_every_thread_at_once():
     assert not any(t.is_alive() for s in services for t in s.threads)
     with pytest.raises(RuntimeError, match="cannot reach worker 1"):
         services[0].submit(1, "echo", [], [np.arange(2)])
+
+
+@pytest.mark.parametrize("serve_threads", [0, 1])
+def test_a_scheduling_owner_answers_queued_requests_by_priority(serve_threads):
+    """ByteGNN's owners: with scheduled serving, requests queued while the serving thread is busy are answered
+    smallest priority first (not in arrival order); without it, each connection's thread answers at once."""
+    gate, started, order = threading.Event(), threading.Event(), []
+
+    def handlers_of(w: int):
+        def work(params, arrays):
+            order.append(int(params[0]))
+            if int(params[0]) == 0:
+                started.set()
+                gate.wait(5)
+            return [arrays[0]]
+        return {"work": work}
+
+    services = start_services(handlers_of, 2, serve_threads=serve_threads)
+    try:
+        ask = services[0]
+        first = ask.submit(1, "work", [0], [np.arange(1)], priority=(0, 0))
+        assert started.wait(5)
+        # arrival order 3, 1, 2 (priorities (step, cost)), while the owner's one serving thread is busy; each
+        # sent once the one before is queued (separate connections: their reader threads could reorder them)
+        later = []
+        for n, i in enumerate((3, 1, 2), start=2):
+            later.append(ask.submit(1, "work", [i], [np.arange(i)], priority=(i, 10 - i)))
+            deadline = time.perf_counter() + 5
+            while serve_threads and services[1].schedule_stats["queued"] < n and time.perf_counter() < deadline:
+                time.sleep(0.005)
+        if serve_threads:
+            assert order == [0]  # the others wait in the queue
+            gate.set()
+            replies = [p.result() for p in later]
+        else:  # each connection's thread answers at once: nobody waits for the busy one
+            replies = [p.result() for p in later]
+            gate.set()
+        assert [r[0].tolist() for r in replies] == [list(range(i)) for i in (3, 1, 2)]
+        assert first.result()[0].tolist() == [0]
+        stats = services[1].schedule_stats
+        if serve_threads:
+            assert order == [0, 1, 2, 3]
+            assert stats == {"queued_max": 3, "ahead": 2, "queued": 4}
+        else:
+            assert order[0] == 0 and sorted(order[1:]) == [1, 2, 3] and stats["queued"] == 0
+    finally:
+        gate.set()
+        for s in services:
+            s.close()
 
 
 # --- local order: DistDGL's even split of the training set (001:205) ------------------------------------------

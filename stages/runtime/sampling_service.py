@@ -14,6 +14,13 @@ The wire is plain TCP (why not gloo or torch RPC: docs/DESIGN.md, "DistDGL's sam
   while they work. A connection carries one request at a time (pipelined requests on one socket could
   deadlock, each side writing while the other is not reading); a worker opens another connection to the same
   peer when all of its connections to that peer are busy (threads, several requests in flight).
+* **Scheduled serving** (``serve_threads > 0``; ByteGNN's owners, 001 §4.2.2): a request may carry a priority
+  (a tuple of ints, smaller first: ByteGNN sends its DAG's (epoch, step, cost), so an owner serves the oldest
+  step's requests first, then the cheaper); a connection's thread then only reads it and queues it, and
+  ``serve_threads`` threads answer the queue in priority order (arrival order among equals). Without it, or for
+  a request without a priority, the connection's thread answers at once (first come, first served).
+  ``schedule_stats`` counts, since :meth:`reset_schedule_stats`: ``queued_max`` (the most requests queued at
+  once), ``ahead`` (those answered while one that arrived earlier was still waiting) and ``queued``.
 * **Addresses**: each worker advertises the address it reaches ``MASTER_ADDR`` from (127.0.0.1 under the
   local launcher), exchanged once with one ``all_gather_object`` when the service starts.
 * **Close**: the listening socket and every connection are shut down; threads blocked in ``accept`` or
@@ -27,6 +34,7 @@ other side); a client's time blocked on a reply is ``wait_seconds`` and a ``wait
 
 from __future__ import annotations
 
+import heapq
 import os
 import socket
 import struct
@@ -123,6 +131,12 @@ def _recv_text(sock: socket.socket) -> str:
     return _recv_exact(sock, n).decode()
 
 
+def _split_priority(text: str) -> tuple[str, tuple[int, ...] | None]:
+    """``name`` or ``name@p1,p2,…`` (a request's handler and its priority) split."""
+    name, _, priority = text.partition("@")
+    return name, (tuple(int(x) for x in priority.split(",")) if priority else None)
+
+
 def _all_gather(address: tuple[str, int]) -> list[tuple[str, int]]:
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, address)
@@ -161,9 +175,11 @@ class SamplingService:
     """One worker's server for ``handlers`` and its client to every other worker's (collective to start)."""
 
     def __init__(self, rank: int, world: int, handlers: dict[str, Handler], stats: CommStats, tracer: Tracer,
-                 timeout: float, exchange: Callable[[tuple[str, int]], list[tuple[str, int]]] | None = None):
+                 timeout: float, exchange: Callable[[tuple[str, int]], list[tuple[str, int]]] | None = None,
+                 serve_threads: int = 0):
         """``exchange(own (host, port))`` returns every worker's, in rank order (default: one
-        ``all_gather_object`` on the default group)."""
+        ``all_gather_object`` on the default group). ``serve_threads`` > 0: requests that carry a priority are
+        queued and answered by that many threads in priority order (scheduled serving)."""
         self.rank, self.world, self.handlers = rank, world, handlers
         self.stats, self.tracer, self.timeout = stats, tracer, timeout
         self.lock = threading.Lock()  # the stats and the connection pools are shared by threads
@@ -171,9 +187,20 @@ class SamplingService:
         self.served: list[socket.socket] = []
         self.threads: list[threading.Thread] = []
         self.closed = False
+        self.serve_threads = serve_threads
+        self._queue: list[tuple] = []  # (priority, arrival, connection, handler name, arrays): a heap
+        self._arrivals = 0
+        self._ready = threading.Condition()
+        self.schedule_stats = {"queued_max": 0, "ahead": 0, "queued": 0}
         self.listener = socket.create_server(("", 0), backlog=max(16, 4 * world))
         self.addresses = (exchange or _all_gather)((advertised_host(), self.listener.getsockname()[1]))
         self._start(self._accept, "serve-accept")
+        for i in range(serve_threads):
+            self._start(self._execute, f"serve-{i}")
+
+    def reset_schedule_stats(self) -> None:
+        with self._ready:
+            self.schedule_stats = {"queued_max": len(self._queue), "ahead": 0, "queued": 0}
 
     def _start(self, target, name: str, *args) -> None:
         t = threading.Thread(target=target, args=args, daemon=True, name=name)
@@ -196,33 +223,64 @@ class SamplingService:
             self._start(self._serve, "serve", conn)
 
     def _serve(self, conn: socket.socket) -> None:
-        """Answer the requests of one connection in order until the peer closes it (or the service does)."""
+        """Read the requests of one connection until the peer closes it (or the service does): each answered at
+        once, or queued for the serving threads when it carries a priority and serving is scheduled."""
         try:
             while True:
                 try:
-                    name = _recv_text(conn)
+                    text = _recv_text(conn)
                 except ConnectionError:
                     return
                 arrays, nbytes = _recv_arrays(conn)
-                label = name
+                name, priority = _split_priority(text)
                 with self.lock:
-                    self.stats.received(f"{label}-ids", nbytes + _COUNT.size + len(name.encode()))
-                try:
-                    reply = [np.asarray(a) for a in self.handlers[name](arrays[0], arrays[1:])]
-                except Exception as exc:  # the asker raises it, naming this worker
-                    conn.sendall(bytes([_FAILED]))
-                    _send_text(conn, f"{type(exc).__name__}: {exc}")
-                    continue
-                t0 = now_us()
-                with self.lock:  # counted before it leaves: the asker may read the figures once it has the reply
-                    self.stats.sent(label, 1 + _wire_size(reply))
-                conn.sendall(bytes([_OK]))
-                _send_arrays(conn, reply)
-                self.tracer.span("send", f"{label} reply", t0, now_us())
+                    self.stats.received(f"{name}-ids", nbytes + _COUNT.size + len(text.encode()))
+                if priority is not None and self.serve_threads:
+                    with self._ready:
+                        heapq.heappush(self._queue, (priority, self._arrivals, conn, name, arrays))
+                        self._arrivals += 1
+                        self.schedule_stats["queued"] += 1
+                        self.schedule_stats["queued_max"] = max(self.schedule_stats["queued_max"], len(self._queue))
+                        self._ready.notify()
+                    continue  # the connection carries one request at a time: the next comes after the reply
+                self._answer(conn, name, arrays)
         except OSError:  # shut down by close(), or the peer went away
             return
         finally:
+            # the peer closed it (it does only once it has its replies) or the service did: a reply still queued
+            # for it fails to send, and is dropped
             conn.close()
+
+    def _execute(self) -> None:
+        """A serving thread: answer the queued request of highest priority (smallest), oldest among equals."""
+        while True:
+            with self._ready:
+                while not self._queue and not self.closed:
+                    self._ready.wait()
+                if self.closed:
+                    return
+                _, arrival, conn, name, arrays = heapq.heappop(self._queue)
+                if any(other[1] < arrival for other in self._queue):
+                    self.schedule_stats["ahead"] += 1
+            try:
+                self._answer(conn, name, arrays)
+            except OSError:  # the asker went away, or close(): nothing to answer
+                pass
+
+    def _answer(self, conn: socket.socket, name: str, arrays: list[np.ndarray]) -> None:
+        """Call the handler and write its reply (or its error, which the asker raises naming this worker)."""
+        try:
+            reply = [np.asarray(a) for a in self.handlers[name](arrays[0], arrays[1:])]
+        except Exception as exc:  # noqa: BLE001 - every failure is the asker's to report
+            conn.sendall(bytes([_FAILED]))
+            _send_text(conn, f"{type(exc).__name__}: {exc}")
+            return
+        t0 = now_us()
+        with self.lock:  # counted before it leaves: the asker may read the figures once it has the reply
+            self.stats.sent(name, 1 + _wire_size(reply))
+        conn.sendall(bytes([_OK]))
+        _send_arrays(conn, reply)
+        self.tracer.span("send", f"{name} reply", t0, now_us())
 
     # --- client ----------------------------------------------------------------------------------------
     def _connection(self, peer: int) -> socket.socket:
@@ -245,20 +303,23 @@ class SamplingService:
             else:
                 self.idle.setdefault(peer, []).append(sock)
 
-    def submit(self, peer: int, handler: str, params: list[int], arrays: list[np.ndarray]) -> Pending:
-        """Send ``handler(params, arrays)`` to worker ``peer`` now; the reply is read by :meth:`Pending.result`."""
+    def submit(self, peer: int, handler: str, params: list[int], arrays: list[np.ndarray],
+               priority: tuple[int, ...] | None = None) -> Pending:
+        """Send ``handler(params, arrays)`` to worker ``peer`` now; the reply is read by :meth:`Pending.result`.
+        ``priority`` (smaller first) orders it among the requests an owner with scheduled serving has queued."""
         if peer == self.rank:
             raise ValueError("a worker answers its own requests without the service")
+        text = handler if priority is None else f"{handler}@{','.join(str(int(x)) for x in priority)}"
         sock = self._connection(peer)
         t0 = now_us()
         try:
-            _send_text(sock, handler)
+            _send_text(sock, text)
             sent = _send_arrays(sock, [np.asarray(params, dtype=np.int64), *arrays])
         except OSError as exc:
             sock.close()
             raise RuntimeError(f"cannot send a {handler} request to worker {peer} ({exc})") from None
         with self.lock:
-            self.stats.sent(f"{handler}-ids", sent + _COUNT.size + len(handler.encode()))
+            self.stats.sent(f"{handler}-ids", sent + _COUNT.size + len(text.encode()))
         self.tracer.span("send", f"{handler} → {peer}", t0, now_us(), peer=peer)
         return Pending(self, peer, sock, handler)
 
@@ -268,6 +329,10 @@ class SamplingService:
             if self.closed:
                 return
             self.closed = True
+        with self._ready:
+            self._queue.clear()
+            self._ready.notify_all()
+        with self.lock:
             socks = [s for pool in self.idle.values() for s in pool] + self.served
             self.idle.clear()
         for s in socks:

@@ -26,6 +26,9 @@ A chunk another worker owns is a request to that owner's sampling server (``samp
 owns is a ``features0`` request (served by the same service, as distdgl pulls its rows; it also carries the
 rows' global degrees for GCN): the pool thread only sends it, one network thread takes the replies (in the order sent)
 and completes the task — the paper's "network operations processed concurrently with the CPU operations".
+The owner schedules what it serves the same way: a request carries its DAG's (epoch, step, cost) and the
+owner's ``--sample-threads`` serving threads answer its queue oldest step first, then the cheaper
+(``serving_threads``; distdgl's owners answer first come, first served).
 No other worker takes part: there is no collective on the sampling side.
 
 **Coarse-grained scheduling** (Algorithm 1): a launcher thread launches the next DAG when ::
@@ -213,6 +216,22 @@ class ByteGnnStrategy(DistDglStrategy):
         self.cpu_meter = CpuMeter()
         # the service (DistDglStrategy's) serves `sample` and `features0` (its rows) from the start
 
+    def serving_threads(self, ctx: WorkerContext) -> int:
+        """With the scheduler on, an owner schedules the requests it serves as its own tasks: ``--sample-threads``
+        threads answer them oldest step first, then the cheaper (001 §4.2.2's priority, applied where the
+        work runs)."""
+        return int(_knob(ctx.cfg, "sample_threads")) if _knob(ctx.cfg, "scheduler") == "on" else 0
+
+    def request_priority(self, dag: Dag, cost: int) -> tuple[int, int, int] | None:
+        """A request's priority at its owner (the fine-grained scheduler's key: the step, then the cost); None
+        with the scheduler off (answered first come, first served)."""
+        return (dag.epoch, dag.id, int(cost)) if self.scheduler else None
+
+    def reset_stats(self) -> None:
+        super().reset_stats()
+        if self.service is not None:
+            self.service.reset_schedule_stats()
+
     # --- the tasks ---------------------------------------------------------------------------------------
     def seed_task(self, dag: Dag) -> Task:
         def run() -> list:
@@ -246,10 +265,13 @@ class ByteGnnStrategy(DistDglStrategy):
             dag.parts[index] = (at, counts.astype(np.int64), nbrs.astype(np.int64))
 
         if owner != self.rank:
+            cost = len(nodes) * (fanout if fanout > 0 else 1)
+
             def ask() -> list:
-                p = self.service.submit(owner, "sample", [fanout, signed64(key)], [nodes.astype(self.wire_ids)])
+                p = self.service.submit(owner, "sample", [fanout, signed64(key)], [nodes.astype(self.wire_ids)],
+                                        priority=self.request_priority(dag, cost))
                 return [(p, lambda arrays: keep(arrays[0], arrays[1]))]
-            return Task(dag, "nsc", len(nodes) * (fanout if fanout > 0 else 1), ask, index)
+            return Task(dag, "nsc", cost, ask, index)
         if self.replicated:
             indptr, nbrs, rows = self.g_indptr, self.g_nbrs, nodes
         else:
@@ -290,7 +312,8 @@ class ByteGnnStrategy(DistDglStrategy):
             waits = []
             for q in np.unique(owner[owner != self.rank]):
                 theirs = ids[owner == q]
-                p = self.service.submit(int(q), "features0", [], [theirs.astype(self.wire_ids)])
+                p = self.service.submit(int(q), "features0", [], [theirs.astype(self.wire_ids)],
+                                        priority=self.request_priority(dag, len(theirs) * self.width))
                 waits.append((p, lambda arrays, theirs=theirs: self._keep_rows(
                     dag, theirs, torch.from_numpy(arrays[0]), arrays[1] if self.needs_degrees else None, True)))
             return waits
@@ -369,7 +392,11 @@ class ByteGnnStrategy(DistDglStrategy):
                 "awaiting_tasks_max": int(t["awaiting_tasks_max"]),
                 "ready_tasks_per_dag_max": int(t["ready_tasks_per_dag_max"]),
                 "sampling_tasks": int(t["tasks_nsc"]), "fetch_tasks": int(t["tasks_fetch"]),
-                "task_cpu_seconds": t["task_cpu"]}
+                "task_cpu_seconds": t["task_cpu"],
+                # as an owner (scheduler on): the peers' requests it queued, the most queued at once, and those
+                # answered ahead of one that arrived earlier (by the older step or the lower cost)
+                **({f"served_{k}": int(v) for k, v in self.service.schedule_stats.items()}
+                   if self.service is not None and self.service.serve_threads else {})}
 
     def close(self) -> None:
         if self._runner is not None:

@@ -78,7 +78,13 @@ class DistDglStrategy(MiniBatchStrategy):
         if ctx.world > 1 and dist.is_initialized():
             self.service = SamplingService(self.rank, ctx.world, {"sample": self._serve_sample,
                                                                   "features0": self._serve_rows},
-                                           self.tr.stats, self.tracer, self.cfg.timeout)
+                                           self.tr.stats, self.tracer, self.cfg.timeout,
+                                           serve_threads=self.serving_threads(ctx))
+
+    def serving_threads(self, ctx: WorkerContext) -> int:
+        """Threads that answer the requests this worker serves in priority order (0: each connection's thread
+        answers at once, first come first served — DistDGL's servers)."""
+        return 0
 
     def _per_rank(self, obj) -> list:
         """``obj`` of every rank, in rank order (collective)."""
