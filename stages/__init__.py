@@ -1,5 +1,4 @@
-"""g3 pipeline stages: each subpackage is one stage with one entry function the CLI calls."""
+"""g3 pipeline stages: each subpackage is one stage with one entry function the CLI calls.
 
-from .common import jit_cache
-
-jit_cache.install()  # before any stage's kernels are decorated: each missing kernel version compiled by one process
+Importing it changes nothing outside g3 (numba's compile-once cache is given to g3's own kernels only:
+``stages.common.jit_cache.adopt``)."""

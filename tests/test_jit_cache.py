@@ -24,9 +24,10 @@ def kernel(x):
 PROBE = """
 import json, os, sys, time
 import numpy as np
-import stages  # installs g3's cache before the kernel is decorated
+from stages.common import jit_cache
 sys.path.insert(0, sys.argv[1])
 import kernel_module
+jit_cache.adopt(vars(kernel_module))  # what each g3 kernel module does at its end
 ready, n = os.path.join(sys.argv[1], "ready"), int(sys.argv[2])
 open(os.path.join(ready, str(os.getpid())), "w").close()
 while len(os.listdir(ready)) < n:

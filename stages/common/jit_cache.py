@@ -6,8 +6,9 @@ compiled every version itself — K times the compile time (measured: 74 compila
 tests/test_train.py), and the same version saved by several processes at once could lose another's index entry
 (numba rewrites a function's whole index on each save). :class:`CompileOnceCache` takes an exclusive file lock per
 function before a compilation: the first process compiles and saves; the others, once it is done, load what it
-saved. :func:`install` makes every ``cache=True`` function of the process use it; ``stages/__init__.py`` calls it,
-so every g3 stage's kernels do.
+saved. :func:`adopt` gives it to the ``cache=True`` kernels of one module (each g3 kernel module calls it on its
+own globals at its end); nothing else changes: numba's ``Dispatcher`` is never patched, so another library's
+kernels in the same process cache as numba does (importing g3 changes nothing global; tested).
 """
 
 from __future__ import annotations
@@ -76,10 +77,24 @@ class CompileOnceCache(FunctionCache):
             os.close(fd)
 
 
-def _enable_compile_once_caching(self) -> None:
-    self._cache = CompileOnceCache(self.py_func)
+def compile_once(kernel):
+    """Give one numba dispatcher with ``cache=True`` :class:`CompileOnceCache` (before its first call); returns
+    it. For kernels made at run time (closures over compile-time constants), which :func:`adopt` cannot see."""
+    if isinstance(kernel._cache, FunctionCache) and not isinstance(kernel._cache, CompileOnceCache):
+        kernel._cache = CompileOnceCache(kernel.py_func)
+    return kernel
 
 
-def install() -> None:
-    """Every ``cache=True`` numba function decorated after this call caches through :class:`CompileOnceCache`."""
-    dispatcher.Dispatcher.enable_caching = _enable_compile_once_caching
+def adopt(namespace: dict) -> int:
+    """Give :class:`CompileOnceCache` to the ``cache=True`` numba kernels defined in the module whose globals are
+    ``namespace`` (before their first call: a dispatcher's cache is only read when a version is compiled or
+    loaded). Returns how many it adopted."""
+    module = namespace.get("__name__")
+    adopted = 0
+    for value in list(namespace.values()):
+        if (isinstance(value, dispatcher.Dispatcher) and isinstance(value._cache, FunctionCache)
+                and not isinstance(value._cache, CompileOnceCache)
+                and getattr(value.py_func, "__module__", None) == module):
+            compile_once(value)
+            adopted += 1
+    return adopted

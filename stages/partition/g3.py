@@ -705,3 +705,8 @@ def assign(graphs: Graphs, store, o, timing: dict, progress) -> tuple[np.ndarray
         part, summary["refine"] = refine_after_algorithm1(graphs, result, o, timing, progress)
     return part, {"before": (first, result.initial_remote), "summary": summary,
                   "parameters": {"metis_ubvec": metis_ubvec(o)}}
+
+
+from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

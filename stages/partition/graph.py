@@ -156,3 +156,8 @@ def _merge_fill(indptr, indices, out_ptr, out_idx, sym_ptr, sym_idx):
         a = indices[indptr[v] : indptr[v + 1]]
         b = out_idx[out_ptr[v] : out_ptr[v + 1]]
         _merge_row(a, b, v, sym_idx[sym_ptr[v] : sym_ptr[v + 1]], True)
+
+
+from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

@@ -134,3 +134,8 @@ def summary_figures(graphs, part: np.ndarray, k: int, remote, cut: int | None = 
         "edge_cut": int(cut),
         "remote_per_partition": remote.tolist(),
     }
+
+
+from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

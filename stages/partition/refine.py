@@ -401,3 +401,8 @@ def _no_worse(refined: list[int], start: list[int], budget: float) -> bool:
     """A refinement that missed the goal is kept only if it shrinks the largest remote set (what the slowest
     worker receives) without raising the total above both the budget and the start's total."""
     return max(refined) < max(start) and sum(refined) <= max(budget, sum(start))
+
+
+from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

@@ -256,3 +256,8 @@ def write_feature_shards(root: Path, store: GraphStore, k: int, owned_bounds: np
     for mm in maps:
         mm.flush()
     return folders
+
+
+from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

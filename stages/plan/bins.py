@@ -147,3 +147,8 @@ def last_use_bin(edge_src, row_ptr, bin_ptr, n_owned, n_remote):
             if s >= n_owned:
                 out[s - n_owned] = b
     return out
+
+
+from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

@@ -242,3 +242,8 @@ def bin_dependencies(prev_bins: list[np.ndarray], bins: list[np.ndarray], row_pt
     ptr = np.zeros(n_deps + 1, dtype=np.int64)
     np.cumsum(np.bincount(on, minlength=n_deps), out=ptr[1:])
     return BinDependencies(ptr, waiting[order], n_prev, np.bincount(waiting, minlength=n_bins).astype(np.int64))
+
+
+from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

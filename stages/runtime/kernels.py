@@ -46,8 +46,12 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-# Building a CSR tensor warns once per process that sparse CSR is "beta"; the operations used here are stable.
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+from ..common import jit_cache
+
+# Building a CSR tensor warns once per process that sparse CSR is "beta" (the operations used here are stable):
+# the first one is built with that warning ignored (_csr), so no filter of the process is changed for good
+_CSR_FIRST = threading.Lock()
+_csr_warned = False
 
 BACKENDS = ("numba", "sparse", "index")
 _FORCED_BACKEND: str | None = None
@@ -363,7 +367,7 @@ if HAVE_NUMBA:
                             _row_tile(x, indices, e0, e1, w, h, perm, out, v, c0, div, tail, mode, ahead, hw_tail)
                 c = _grab(counter)
 
-        return kernel
+        return jit_cache.compile_once(kernel)  # made at run time: adopt() at the end cannot see it
 
     _NB_SUM: dict[tuple[int, ...], object] = {}
 
@@ -461,7 +465,7 @@ if HAVE_NUMBA:
                         _row_dots(a, b, indices, indptr[v], indptr[v + 1], out, v, h * width, h, width, ahead)
                 c = _grab(counter)
 
-        return kernel
+        return jit_cache.compile_once(kernel)  # made at run time: adopt() at the end cannot see it
 
     _NB_SDDMM: dict[tuple[int, int], object] = {}
 
@@ -789,6 +793,13 @@ def _nb_transpose_of(indptr, indices, n_src) -> CSRTranspose:
 
 # --- sparse-matrix helpers ------------------------------------------------------------------------------------
 def _csr(indptr, indices, values, n_dst, n_src) -> torch.Tensor:
+    global _csr_warned
+    if not _csr_warned:
+        with _CSR_FIRST, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+            csr = torch.sparse_csr_tensor(indptr, indices, values, (n_dst, n_src), check_invariants=False)
+            _csr_warned = True
+            return csr
     return torch.sparse_csr_tensor(indptr, indices, values, (n_dst, n_src), check_invariants=False)
 
 
@@ -1085,3 +1096,6 @@ def relu_dropout(h: torch.Tensor, seed: int, epoch: int, layer: int, node_ids: t
     from .dropout import dropout_mask
 
     return torch.relu(h) * dropout_mask(seed, epoch, layer, node_ids, h.shape[1], p, h.device, h.dtype)
+
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

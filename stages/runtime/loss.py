@@ -132,3 +132,8 @@ def cross_entropy_with_grad(logits: torch.Tensor, labels: torch.Tensor, train_id
         raise ValueError(f"a training row or its label is outside the logits ({z.shape[0]} rows, "
                          f"{z.shape[1]} classes)")
     return torch.tensor(row_loss.sum() / n_train, dtype=z.dtype), grad
+
+
+from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

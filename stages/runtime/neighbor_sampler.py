@@ -186,3 +186,8 @@ def build_blocks(targets: np.ndarray, fanouts: list[int], sample: Sampler,
 
 
 __all__ = ["sample_key", "signed64", "sample_rows", "sorted_rows_by_global", "ascending_rows", "build_blocks", "block_from_sample", "SampledBlock", "Sampler"]
+
+
+from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

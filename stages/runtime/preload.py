@@ -32,3 +32,8 @@ def _first_numba_function(x):
 # numba loads its typing and lowering registries (and scipy.linalg's BLAS, whose thread pool OpenBLAS re-creates
 # after a fork) on the first compilation or cache load in a process: 0.6 s of CPU per worker, paid here once.
 _first_numba_function(1)
+
+
+from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

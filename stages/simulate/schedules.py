@@ -508,3 +508,8 @@ def system_workers(system: str, context: SystemContext) -> list:
 def skips_stale_sends(system: str) -> bool:
     """Whether ``system`` sends nothing in some epochs (sancus's epoch:N): its epoch is a mean over epochs."""
     return SYSTEMS[_family(system)[0]][2]
+
+
+from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

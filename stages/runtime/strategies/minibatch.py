@@ -326,3 +326,8 @@ class MiniBatchStrategy(Strategy):
         if self._thread is not None:
             self._thread.join(timeout=1.0)
 
+
+
+from ...common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

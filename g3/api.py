@@ -1,0 +1,215 @@
+"""The Python API: each function is one stage's entry function (the one its `g3` command calls), with keyword
+arguments in place of options. Stage modules are imported when a function is first called."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from stages.common.errors import G3InputError, G3RuntimeError
+
+PathLike = str | Path
+
+
+def ingest(source: Any, out: PathLike, *, force: bool = False, name: str | None = None,
+           symmetrize: bool | None = None, split: tuple[float, float, float] = (0.8, 0.1, 0.1),
+           split_index: int | None = None, seed: int = 0, **node_data) -> Path:
+    """Write the graph store ``out`` from ``source``: a path (anything `g3 ingest` reads: an OGB folder, a
+    WebGraph basename, an edge list, ``synthetic:small``), a PyG ``Data``, a scipy sparse adjacency
+    (``A[u, v] ≠ 0``: arc u → v; ``x=``, ``y=``, ``train=``/``valid=``/``test=`` give its node data), or a dict of
+    arrays (``edge_index`` ``[2, E]``, optional ``num_nodes``, ``x``, ``y``, ``train``/``valid``/``test`` as
+    boolean masks or node ids). ``split`` is the ratio split drawn when the source has none; ``split_index``
+    picks one of several splits stored as ``[N, S]`` masks. Returns the store's path."""
+    from stages.ingest import IngestOptions, SourceArgs, run_ingest
+    from stages.ingest.build import build_store
+
+    options = IngestOptions(symmetrize=symmetrize, split=tuple(split), seed=seed)
+    if isinstance(source, str | Path):
+        if node_data:
+            raise G3InputError(f"{sorted(node_data)}: node data go with an in-memory graph, not a path",
+                               path=source)
+        run_ingest(str(source), str(out), "auto", SourceArgs(), options, force)
+        return Path(out)
+    from stages.common.atomic import check_target
+    from stages.ingest.arrays import source_of
+
+    check_target(Path(out), force)
+    build_store(source_of(source, name=name, split_index=split_index, **node_data), str(out), options, force=force)
+    return Path(out)
+
+
+def partition(store: PathLike, workers: int, *, method: str | None = None, out: PathLike | None = None,
+              force: bool = False, **options) -> Path:
+    """Partition ``store`` for ``workers`` workers (`g3 partition`; ``method`` as ``--method``, other options
+    by their ``PartitionOptions`` names, e.g. ``balance_tol=1.02``). Returns the partition's path."""
+    from stages.partition import DEFAULT_METHOD, PartitionOptions, default_output, run_partition
+
+    o = PartitionOptions(workers=workers, method=method or DEFAULT_METHOD, **options)
+    out = Path(out) if out is not None else default_output(store, o.method, workers)
+    run_partition(store, o, out=out, force=force)
+    return out
+
+
+def plan(partition: PathLike, *, strategy: str = "g3", model: str = "sage", layers: int = 2, hidden: int = 16,
+         heads: int = 8, out: PathLike | None = None, force: bool = False, **options) -> Path:
+    """Plan ``strategy`` on ``partition`` (`g3 plan`; the strategy's options by name, e.g. ``fanouts="10,5"``,
+    ``batch_size=1000``, ``bin_size=5000``: `g3 plan --help` lists them). Returns the plan's path."""
+    from stages.plan import PlanConfig, default_out, run_plan
+
+    cfg = PlanConfig(model=model, layers=layers, hidden=hidden, heads=heads, strategy=strategy, options=options)
+    out = Path(out) if out is not None else default_out(Path(partition), cfg)
+    run_plan(partition, cfg, out=out, force=force)
+    return out
+
+
+def train(plan: PathLike, *, out: PathLike | None = None, force: bool = False, **config) -> Run:
+    """Train ``plan`` (`g3 train`; options by their ``TrainConfig`` names: ``epochs``, ``lr``, ``dropout``,
+    ``workers``, ``seed``, ``dtype``, ``device``, ``eval_every``, ``checkpoint_every``, ``resume``, the strategy's
+    knobs such as ``pipeline``). Real worker processes, as the command; no live display. Returns the run."""
+    from stages.train import TrainConfig, run_train
+
+    meta = run_train(plan, TrainConfig(**{"live": False, **config}), out=out, force=force)
+    return Run(Path(meta["path"]))
+
+
+@dataclass
+class Run:
+    """A training run's folder: ``meta`` (run.json), ``metrics`` (metrics.jsonl's epochs), the final
+    accuracies, and where its plan and store are."""
+
+    path: Path
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self.path = Path(self.path)
+        if not (self.path / "run.json").is_file():
+            raise G3InputError("not a g3 run (no run.json)", path=self.path)
+
+    @property
+    def meta(self) -> dict:
+        return json.loads((self.path / "run.json").read_text())
+
+    @property
+    def metrics(self) -> list[dict]:
+        """One record per epoch (docs/ARTIFACTS.md, "Run")."""
+        path = self.path / "metrics.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+    def _last(self, key: str) -> float | None:
+        values = [r[key] for r in self.metrics if r.get(key) is not None]
+        return values[-1] if values else None
+
+    @property
+    def train_acc(self) -> float | None:
+        return self._last("train_acc")
+
+    @property
+    def valid_acc(self) -> float | None:
+        return self._last("valid_acc")
+
+    @property
+    def test_acc(self) -> float | None:
+        return self._last("test_acc")
+
+    @cached_property
+    def plan_path(self) -> Path:
+        from stages.eval import run_plan_path
+
+        return run_plan_path(self.path, self.meta)
+
+    @cached_property
+    def store_path(self) -> Path:
+        from stages.common.artifact_json import resolve_reference
+
+        plan = self.plan_path
+        plan_meta = json.loads((plan / "plan.json").read_text())
+        part = resolve_reference(plan_meta["partition"], plan, "partition.json")
+        return resolve_reference(plan_meta["store"], part, "zarr.json")
+
+
+class WholeGraphModel(nn.Module):
+    """A trained g3 model over a whole graph: ``forward(x, indptr, indices, in_degree, out_degree)`` gives the
+    logits ``[N, C]`` of every node (in-edge CSR: row v lists the sources of the arcs into v; degrees are the
+    graph's, used by GCN's normalisation). Evaluation mode: no dropout. ``gnn`` is g3's layer stack
+    (parameters ``layers.{l}.…``, as in model.pt)."""
+
+    def __init__(self, gnn: nn.Module):
+        super().__init__()
+        self.gnn = gnn
+
+    def forward(self, x: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
+                in_degree: torch.Tensor | None = None, out_degree: torch.Tensor | None = None) -> torch.Tensor:
+        from stages.runtime.block import Block
+
+        n = x.shape[0]
+        indptr = torch.as_tensor(indptr, dtype=torch.int64)
+        indices = torch.as_tensor(indices, dtype=torch.int64)
+        if in_degree is None:
+            in_degree = torch.diff(indptr)
+        if out_degree is None:
+            out_degree = torch.bincount(indices, minlength=n)
+        block = Block(n_dst=n, n_src=n, indptr=indptr, indices=indices,
+                      src_out_degree=torch.as_tensor(out_degree).to(torch.float64),
+                      dst_in_degree=torch.as_tensor(in_degree).to(torch.float64),
+                      dst_global=torch.arange(n, dtype=torch.int64))
+        with torch.no_grad():
+            return self.gnn(block.to(x.device), x, training=False)
+
+
+def load_model(run: Run | PathLike, checkpoint: str | None = None) -> WholeGraphModel:
+    """The run's trained model (model.pt, or the checkpoint of epoch ``checkpoint``, e.g. ``"3"``), in the
+    run's dtype, on the CPU."""
+    from stages.common.model_spec import ModelSpec
+    from stages.eval import pick_weights
+    from stages.runtime.models import model_from_spec
+
+    run = run if isinstance(run, Run) else Run(Path(run))
+    plan_meta = json.loads((run.plan_path / "plan.json").read_text())
+    gnn = model_from_spec(ModelSpec.from_plan(plan_meta))
+    dtype = {"float32": torch.float32, "float64": torch.float64}[run.meta["config"].get("dtype", "float32")]
+    weights_path = pick_weights(run.path, checkpoint)
+    try:
+        state = torch.load(weights_path, weights_only=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - a damaged file is the user's input error
+        raise G3InputError(f"cannot read the weights ({type(exc).__name__}: {exc})", path=weights_path) from None
+    if "model" in state and isinstance(state["model"], dict):  # a checkpoint: the weights beside the optimizer's
+        state = state["model"]
+    gnn = gnn.to(dtype)
+    try:
+        gnn.load_state_dict(state)
+    except RuntimeError as exc:
+        raise G3InputError(f"the weights do not fit the plan's model: {exc}", path=weights_path) from None
+    return WholeGraphModel(gnn).eval()
+
+
+def predict(run: Run | PathLike, store: PathLike | None = None, split: str | None = None,
+            checkpoint: str | None = None) -> torch.Tensor:
+    """Logits ``[N, C]`` of every node of ``store`` (default: the run's own) in node-id order, or of one split's
+    nodes (``"train"``, ``"valid"``, ``"test"``) in the split's order — what OGB's Evaluator takes after an
+    ``argmax``. Computed in this process on the whole graph."""
+    from stages.common.store import GraphStore
+
+    run = run if isinstance(run, Run) else Run(Path(run))
+    model = load_model(run, checkpoint)
+    g = GraphStore.open(store if store is not None else run.store_path)
+    indptr, indices = g.load_csr()
+    in_degree, out_degree = g.load_degrees()
+    dtype = next(model.parameters()).dtype
+    x = torch.from_numpy(np.asarray(g.features[:])).to(dtype)
+    logits = model(x, torch.from_numpy(np.asarray(indptr, dtype=np.int64)),
+                   torch.from_numpy(np.asarray(indices, dtype=np.int64)), torch.from_numpy(in_degree),
+                   torch.from_numpy(out_degree))
+    if split is None:
+        return logits
+    return logits[torch.from_numpy(g.split_index(split))]
+
+
+__all__ = ["G3InputError", "G3RuntimeError", "Run", "WholeGraphModel", "ingest", "load_model", "partition", "plan",
+           "predict", "train"]

@@ -1,0 +1,163 @@
+"""In-memory graphs as an ingest source (``g3.ingest`` from Python): arrays, a PyG ``Data``, a scipy matrix.
+
+Every reader here returns a :class:`~stages.ingest.source.GraphSource`, so the store is built by the same
+builder (and checked the same way) as a file's. Conventions, as PyG's:
+
+* ``edge_index`` ``[2, E]`` (or ``[E, 2]``): row 0 the sources, row 1 the targets; an arc ``u → v`` makes ``u`` an
+  in-neighbour of ``v``. Edges are taken as given (a PyG dataset usually stores both directions already); ask
+  for ``symmetrize`` to add the reverses.
+* a scipy sparse adjacency ``A``: ``A[u, v] ≠ 0`` is an arc ``u → v``.
+* ``x`` ``[N, F]`` numeric features; ``y`` ``[N]`` integer classes (``-1`` unlabelled); splits as boolean masks
+  ``[N]`` or node-id arrays (``train``/``valid``/``test``; a PyG ``Data``'s ``train_mask``/``val_mask``/
+  ``test_mask``); masks ``[N, S]`` (several splits, as the heterophilous benchmarks store them) need
+  ``split_index``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..common.errors import G3InputError
+from .edgelist import feature_blocks_from_array, iter_edge_array, labels_from_array
+from .source import GraphSource
+
+ARC_CHUNK = 1 << 22
+
+
+def _numpy(value: Any, what: str, where: str) -> np.ndarray:
+    """A numpy view of an array-like (numpy, torch tensor on any device, list)."""
+    if value is None:
+        return None
+    if hasattr(value, "detach"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    try:
+        return np.asarray(value)
+    except Exception as exc:  # noqa: BLE001 - anything that is not an array is the user's input error
+        raise G3InputError(f"{what} is not an array ({type(value).__name__}: {exc})", path=where) from None
+
+
+def _split_ids(value, num_nodes: int, what: str, where: str, split_index: int | None) -> np.ndarray | None:
+    """Node ids of one split from a boolean mask ``[N]`` (or ``[N, S]`` with ``split_index``) or an id array."""
+    arr = _numpy(value, what, where)
+    if arr is None:
+        return None
+    if arr.dtype == np.bool_:
+        if arr.ndim == 2:
+            if split_index is None:
+                raise G3InputError(f"{what} holds {arr.shape[1]} splits (shape {arr.shape}); choose one with "
+                                   "split_index", path=where)
+            if not 0 <= split_index < arr.shape[1]:
+                raise G3InputError(f"split_index {split_index} is out of range: {what} holds {arr.shape[1]} splits",
+                                   path=where)
+            arr = arr[:, split_index]
+        if arr.ndim != 1 or len(arr) != num_nodes:
+            raise G3InputError(f"{what} is a mask of shape {arr.shape}, not [{num_nodes}] (one flag per node)",
+                               path=where)
+        return np.flatnonzero(arr).astype(np.int64)
+    if arr.dtype.kind not in "iu" or arr.ndim != 1:
+        raise G3InputError(f"{what} must be a boolean mask [nodes] or a 1-D array of node ids, got {arr.dtype} of "
+                           f"shape {arr.shape}", path=where)
+    ids = arr.astype(np.int64)
+    if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
+        bad = ids[(ids < 0) | (ids >= num_nodes)][0]
+        raise G3InputError(f"{what} holds node id {bad}, out of range [0, {num_nodes})", path=where)
+    return ids
+
+
+def arrays_source(edge_index, num_nodes: int | None = None, x=None, y=None, train=None, valid=None, test=None,
+                  name: str = "arrays", split_index: int | None = None, where: str = "<arrays>") -> GraphSource:
+    """A graph given as arrays (see the module's conventions). ``num_nodes`` defaults to ``x``'s rows, else
+    the largest node id + 1. ``where`` names the input in error messages."""
+    edges = _numpy(edge_index, "edge_index", where)
+    if edges is None or edges.ndim != 2 or 2 not in edges.shape:
+        raise G3InputError(f"edge_index must be a [2, E] (or [E, 2]) array, got shape "
+                           f"{None if edges is None else edges.shape}", path=where)
+    if edges.dtype.kind not in "iu":
+        raise G3InputError(f"edge_index must hold integer node ids, got {edges.dtype}", path=where)
+    if edges.shape[0] != 2:
+        edges = edges.T
+    edges = np.ascontiguousarray(edges, dtype=np.int64)
+    feats = _numpy(x, "x", where)
+    if num_nodes is None:
+        if feats is not None:
+            num_nodes = int(feats.shape[0])
+        else:
+            num_nodes = int(edges.max()) + 1 if edges.size else 0
+    # ids checked against num_nodes once, here, so a bad one is named with its position
+    for _ in iter_edge_array(edges, where, num_nodes, chunk=ARC_CHUNK):
+        pass
+
+    def arcs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for start in range(0, edges.shape[1], ARC_CHUNK):
+            yield edges[0, start : start + ARC_CHUNK], edges[1, start : start + ARC_CHUNK]
+
+    feat_dim, blocks = (0, None)
+    if feats is not None:
+        feat_dim, blocks = feature_blocks_from_array(feats, where + " (x)", num_nodes)
+    labels, num_classes = (None, None)
+    if y is not None:
+        labels, num_classes = labels_from_array(_numpy(y, "y", where), where + " (y)", num_nodes)
+    splits = {s: _split_ids(v, num_nodes, f"the {s} split", where, split_index)
+              for s, v in (("train", train), ("valid", valid), ("test", test))}
+    given = {s: ids for s, ids in splits.items() if ids is not None}
+    if given and len(given) < 3:
+        missing = ", ".join(s for s in splits if s not in given)
+        raise G3InputError(f"splits given for {', '.join(given)} but not {missing}: give all three or none (a "
+                           "ratio split is drawn then)", path=where)
+    return GraphSource(name=name, num_nodes=num_nodes, arcs=arcs, path=where, feat_dim=feat_dim,
+                       feature_blocks=blocks, labels=labels, num_classes=num_classes,
+                       splits=given or None, expected_arcs=int(edges.shape[1]))
+
+
+def pyg_source(data, name: str = "pyg-data", split_index: int | None = None) -> GraphSource:
+    """A PyG ``Data`` (or anything with its attributes): ``edge_index``, ``num_nodes``, ``x``, ``y`` and
+    ``train_mask``/``val_mask``/``test_mask`` (or ``train_idx``/``val_idx``/``test_idx``)."""
+    def attr(*names):
+        for n in names:
+            value = getattr(data, n, None)
+            if value is not None:
+                return value
+        return None
+
+    if attr("edge_index") is None:
+        raise G3InputError("the object has no edge_index (a PyG Data is expected)", path=name)
+    num_nodes = getattr(data, "num_nodes", None)
+    return arrays_source(attr("edge_index"), num_nodes=int(num_nodes) if num_nodes is not None else None,
+                         x=attr("x"), y=attr("y"), train=attr("train_mask", "train_idx"),
+                         valid=attr("val_mask", "valid_mask", "val_idx", "valid_idx"),
+                         test=attr("test_mask", "test_idx"), name=name, split_index=split_index, where=name)
+
+
+def scipy_source(matrix, x=None, y=None, train=None, valid=None, test=None, name: str = "scipy-matrix",
+                 split_index: int | None = None) -> GraphSource:
+    """A square scipy sparse adjacency (``A[u, v] ≠ 0``: an arc ``u → v``) with optional node data."""
+    if not hasattr(matrix, "tocoo") or len(matrix.shape) != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise G3InputError(f"the adjacency must be a square scipy sparse matrix, got {type(matrix).__name__} of "
+                           f"shape {getattr(matrix, 'shape', None)}", path=name)
+    coo = matrix.tocoo()
+    keep = coo.data != 0
+    edges = np.stack([coo.row[keep].astype(np.int64), coo.col[keep].astype(np.int64)])
+    return arrays_source(edges, num_nodes=int(matrix.shape[0]), x=x, y=y, train=train, valid=valid, test=test,
+                         name=name, split_index=split_index, where=name)
+
+
+def source_of(obj, name: str | None = None, split_index: int | None = None, **node_data) -> GraphSource:
+    """The source of an in-memory graph: a PyG ``Data``, a scipy sparse matrix, or a dict of arrays
+    (``edge_index`` and optionally ``num_nodes``, ``x``, ``y``, ``train``/``valid``/``test``)."""
+    if isinstance(obj, dict):
+        unknown = set(obj) - {"edge_index", "num_nodes", "x", "y", "train", "valid", "test"}
+        if unknown:
+            raise G3InputError(f"unknown keys {sorted(unknown)} (expected edge_index, num_nodes, x, y, train, valid, "
+                               "test)", path=name or "<arrays>")
+        return arrays_source(**{"name": name or "arrays", "split_index": split_index, **obj})
+    if hasattr(obj, "edge_index"):
+        if node_data:
+            raise G3InputError("a PyG Data carries its own x, y and masks", path=name or "pyg-data")
+        return pyg_source(obj, name=name or "pyg-data", split_index=split_index)
+    if hasattr(obj, "tocoo"):
+        return scipy_source(obj, name=name or "scipy-matrix", split_index=split_index, **node_data)
+    raise G3InputError(f"cannot ingest a {type(obj).__name__}: give a path, a PyG Data, a scipy sparse matrix or a "
+                       "dict of arrays", path=name or "<input>")

@@ -1,0 +1,132 @@
+"""`import g3`: the Python API over the stages — an in-memory graph in, a run, its model and its predictions
+out — and importing g3 changes nothing outside g3."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+import g3
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def small_graph(n: int = 300, seed: int = 0) -> SimpleNamespace:
+    """A PyG-Data-like object: two planted communities, features that say the community with noise."""
+    rng = np.random.default_rng(seed)
+    y = (np.arange(n) >= n // 2).astype(np.int64)
+    src = rng.integers(0, n, 6 * n)
+    same = rng.random(6 * n) < 0.9
+    dst = np.where(same, (src + rng.integers(1, n // 2, 6 * n)) % (n // 2) + (y[src] * (n // 2)), rng.integers(0, n, 6 * n))
+    edge_index = torch.from_numpy(np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])]))
+    x = torch.from_numpy(rng.normal(size=(n, 8)) + y[:, None]).float()
+    order = rng.permutation(n)
+    masks = [np.zeros(n, dtype=bool) for _ in range(3)]
+    for m, part in zip(masks, np.split(order, [n // 2, 3 * n // 4]), strict=True):
+        m[part] = True
+    return SimpleNamespace(edge_index=edge_index, x=x, y=torch.from_numpy(y), num_nodes=n,
+                           train_mask=torch.from_numpy(masks[0]), val_mask=torch.from_numpy(masks[1]),
+                           test_mask=torch.from_numpy(masks[2]))
+
+
+@pytest.mark.slow
+def test_a_pyg_data_through_the_whole_pipeline_and_back(tmp_path):
+    data = small_graph()
+    store = g3.ingest(data, tmp_path / "g.g3", name="two-communities")
+    part = g3.partition(store, workers=2, out=tmp_path / "g.part")
+    plan = g3.plan(part, strategy="g3", hidden=8, out=tmp_path / "g.plan")
+    run = g3.train(plan, epochs=20, lr=0.05, dropout=0.0, workers=2, threads=1, dtype="float64",
+                   out=tmp_path / "g.run")
+    assert isinstance(run, g3.Run) and len(run.metrics) == 20 and run.test_acc > 0.8
+    assert run.store_path.resolve() == store.resolve() and run.plan_path.resolve() == plan.resolve()
+    # the store keeps the user's masks as its splits
+    from stages.common.store import GraphStore
+
+    g = GraphStore.open(store)
+    assert np.array_equal(np.sort(g.split_index("test")), np.flatnonzero(data.test_mask.numpy()))
+    # the whole-graph model computes in one process what the 2 workers' evaluation measured
+    logits = g3.predict(run)
+    assert logits.shape == (300, 2)
+    test = torch.from_numpy(g.split_index("test"))
+    acc = (logits[test].argmax(1) == data.y[test]).double().mean().item()
+    assert acc == pytest.approx(run.test_acc, abs=1e-12)
+    assert torch.equal(g3.predict(run, split="test"), logits[test])
+    model = g3.load_model(run)
+    assert isinstance(model, torch.nn.Module) and not model.training
+    again = model(data.x.double(), *(torch.from_numpy(a.astype(np.int64)) for a in g.load_csr()))
+    assert torch.allclose(again, logits)
+    with pytest.raises(g3.G3InputError, match="already exists"):
+        g3.ingest(data, store)
+
+
+def test_arrays_and_scipy_sources_and_their_bad_input(tmp_path):
+    data = small_graph(60)
+    from stages.common.store import GraphStore
+
+    adj = sp.coo_matrix((np.ones(data.edge_index.shape[1]), data.edge_index.numpy()), shape=(60, 60)).tocsr()
+    a = g3.ingest(adj, tmp_path / "a.g3", x=data.x.numpy(), y=data.y.numpy())
+    b = g3.ingest({"edge_index": data.edge_index.numpy(), "x": data.x, "y": data.y}, tmp_path / "b.g3")
+    ga, gb = GraphStore.open(a), GraphStore.open(b)
+    for one, two in zip(ga.load_csr(), gb.load_csr(), strict=True):
+        assert np.array_equal(one, two)
+    assert ga.num_classes == 2 and np.array_equal(ga.load_labels(), data.y.numpy())
+    bad = [({"edge_index": np.array([[0, 1], [1, 99]])}, {"num_nodes": 10}, "node id 99 .* out of range"),
+           ({"edge_index": np.array([[0.0, 1.0], [1.0, 0.0]])}, {}, "integer node ids"),
+           ({"edge_index": data.edge_index, "train": np.ones((60, 3), bool), "valid": np.ones(60, bool),
+             "test": np.ones(60, bool)}, {}, "holds 3 splits"),
+           ({"edge_index": data.edge_index, "train": np.arange(5)}, {}, "give all three or none"),
+           ({"edge_index": data.edge_index, "y": np.full(60, 0.5)}, {}, "not an integer class id"),
+           ({"edges": data.edge_index}, {}, "unknown keys")]
+    for i, (source, extra, message) in enumerate(bad):
+        obj = {**source, **extra}
+        with pytest.raises(g3.G3InputError, match=message):
+            g3.ingest(obj, tmp_path / f"bad{i}.g3")
+        assert not (tmp_path / f"bad{i}.g3").exists()
+    with pytest.raises(g3.G3InputError, match="cannot ingest a list"):
+        g3.ingest([1, 2], tmp_path / "list.g3")
+
+
+IMPORT_PROBE = """
+import json, sys
+import numba, torch
+from numba.core import dispatcher
+import warnings
+before = {"enable_caching": repr(dispatcher.Dispatcher.enable_caching), "threads": torch.get_num_threads(),
+          "g3_warning_filters": sum("Sparse CSR" in repr(f) for f in warnings.filters),
+          "dtype": str(torch.get_default_dtype()), "grad": torch.is_grad_enabled(),
+          "deterministic": torch.are_deterministic_algorithms_enabled(), "numba_threads": numba.config.NUMBA_NUM_THREADS}
+import g3, stages.runtime.kernels, stages.partition.g3, stages.ingest.webgraph, stages.runtime.loss
+after = {"enable_caching": repr(dispatcher.Dispatcher.enable_caching), "threads": torch.get_num_threads(),
+         "g3_warning_filters": sum("Sparse CSR" in repr(f) for f in warnings.filters),
+         "dtype": str(torch.get_default_dtype()), "grad": torch.is_grad_enabled(),
+         "deterministic": torch.are_deterministic_algorithms_enabled(), "numba_threads": numba.config.NUMBA_NUM_THREADS}
+
+@numba.njit(cache=True)
+def users_kernel(x):
+    return x + 1
+
+print(json.dumps({"before": before, "after": after, "users_cache": type(users_kernel._cache).__name__,
+                  "g3_cache": type(stages.runtime.kernels.__dict__[next(n for n, v in vars(stages.runtime.kernels).items()
+                                   if isinstance(v, dispatcher.Dispatcher))]._cache).__name__}))
+"""
+
+
+def test_importing_g3_changes_nothing_outside_g3(tmp_path):
+    probe = tmp_path / "probe.py"  # a file: numba caches only kernels defined in one
+    probe.write_text(IMPORT_PROBE)
+    p = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, cwd=REPO, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["before"] == out["after"]
+    assert out["users_cache"] == "FunctionCache"  # another library's kernels cache as numba does
+    assert out["g3_cache"] == "CompileOnceCache"  # g3's own compile once across processes
