@@ -68,13 +68,16 @@ def _ratios(ctx, param, value):
 @click.option("--train-idx", default=None, help="Edge lists: train node ids (text, one per line, or .npy).")
 @click.option("--valid-idx", default=None, help="Edge lists: validation node ids.")
 @click.option("--test-idx", default=None, help="Edge lists: test node ids.")
+@click.option("--split-index", type=click.IntRange(min=0), default=None,
+              help="Sources that store several splits (the heterophilous benchmarks' .npz: 10): which one.")
 @click.option("--nodes", type=int, default=None, help="Synthetic: number of nodes (with --avg-degree, no preset).")
 @click.option("--avg-degree", type=float, default=None, help="Synthetic: arcs per node after symmetrising.")
 @click.option("--communities", type=int, default=None, help="Synthetic: planted communities [default: nodes/400].")
 @click.option("--cross-ratio", type=float, default=None, help="Synthetic: share of edges leaving their community [0.25].")
 def ingest(source, out_store, fmt, symmetrize, keep_duplicates, keep_self_loops, feature_dtype, feat_dim,
            num_classes, labeled_ratio, split, seed, memory_limit, force, split_name, num_nodes, undirected,
-           features, labels, train_idx, valid_idx, test_idx, nodes, avg_degree, communities, cross_ratio):
+           features, labels, train_idx, valid_idx, test_idx, split_index, nodes, avg_degree, communities,
+           cross_ratio):
     """Read SOURCE and write the zarr graph store OUT_STORE.
 
     \b
@@ -85,6 +88,9 @@ def ingest(source, out_store, fmt, symmetrize, keep_duplicates, keep_self_loops,
       DIR                     OGB node-property-prediction folder (raw/*.csv.gz or raw/data.npz, split/)
       BASENAME[.graph]        WebGraph BV graph (BASENAME.graph + .properties [+ .offsets])
       FILE                    edge list: text (CSV or whitespace, # comments, optional header), .npy, .npz
+      FILE.npz                the heterophilous benchmarks' arrays (edges, node_features, node_labels,
+                              train/val/test_masks; e.g. tolokers.npz): give --split-index
+      FILE.pt                 torch.save of a PyG Data (needs torch_geometric) or of a dict of tensors
 
     The store holds the in-edge CSR, degrees, features, labels and splits; see docs/ARTIFACTS.md.
     """
@@ -92,7 +98,7 @@ def ingest(source, out_store, fmt, symmetrize, keep_duplicates, keep_self_loops,
                  "feat_dim": feat_dim, "num_classes": num_classes}
     args = SourceArgs(split_name=split_name, num_nodes=num_nodes, features=features, labels=labels,
                       train_idx=train_idx, valid_idx=valid_idx, test_idx=test_idx, undirected=undirected,
-                      synthetic=synthetic)
+                      synthetic=synthetic, split_index=split_index)
     options = IngestOptions(symmetrize=symmetrize, keep_duplicates=keep_duplicates, keep_self_loops=keep_self_loops,
                             feature_dtype=feature_dtype, feat_dim=feat_dim or 128, num_classes=num_classes or 100,
                             labeled_ratio=labeled_ratio, split=split, seed=seed, memory_limit=memory_limit)

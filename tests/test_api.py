@@ -130,3 +130,34 @@ def test_importing_g3_changes_nothing_outside_g3(tmp_path):
     assert out["before"] == out["after"]
     assert out["users_cache"] == "FunctionCache"  # another library's kernels cache as numba does
     assert out["g3_cache"] == "CompileOnceCache"  # g3's own compile once across processes
+
+
+def test_cli_reads_the_heterophilous_npz_and_torch_files(tmp_path, cli_runner):
+    from conftest import shared_path
+    from g3cli.main import cli
+
+    from stages.common.store import GraphStore
+
+    npz = shared_path("data", "real", "tolokers.npz")
+    r = cli_runner.invoke(cli, ["ingest", str(npz), str(tmp_path / "t.g3")])
+    assert r.exit_code == 2 and "holds 10 splits" in r.output and "--split-index" in r.output
+    assert not (tmp_path / "t.g3").exists()
+    r = cli_runner.invoke(cli, ["ingest", str(npz), str(tmp_path / "t.g3"), "--split-index", "3"])
+    assert r.exit_code == 0, r.output
+    g, z = GraphStore.open(tmp_path / "t.g3"), np.load(npz)
+    assert g.num_nodes == 11758 and g.num_arcs == 2 * 519000 and g.num_classes == 2  # made undirected
+    assert np.array_equal(np.sort(g.split_index("train")), np.flatnonzero(z["train_masks"][3]))
+    assert np.array_equal(np.sort(g.split_index("test")), np.flatnonzero(z["test_masks"][3]))
+    assert np.allclose(np.asarray(g.features[:]), z["node_features"])
+    # torch.save of a dict of tensors (PyG's attribute names) is read without unpickling code
+    data = small_graph(40)
+    saved = {"edge_index": data.edge_index, "x": data.x, "y": data.y, "train_mask": data.train_mask,
+             "val_mask": data.val_mask, "test_mask": data.test_mask}
+    torch.save(saved, tmp_path / "g.pt")
+    r = cli_runner.invoke(cli, ["ingest", str(tmp_path / "g.pt"), str(tmp_path / "pt.g3")])
+    assert r.exit_code == 0, r.output
+    assert np.array_equal(np.sort(GraphStore.open(tmp_path / "pt.g3").split_index("valid")),
+                          np.flatnonzero(data.val_mask.numpy()))
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "w.pt")
+    r = cli_runner.invoke(cli, ["ingest", str(tmp_path / "w.pt"), str(tmp_path / "w.g3")])
+    assert r.exit_code == 2 and "not a PyG Data or a dict with an edge_index" in r.output

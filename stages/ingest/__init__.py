@@ -25,6 +25,7 @@ class SourceArgs:
     test_idx: str | None = None
     undirected: bool = False
     synthetic: dict | None = None  # overrides for the synthetic generator
+    split_index: int | None = None  # sources with several stored splits: which one
 
 
 def detect_format(source: str) -> str:
@@ -66,7 +67,14 @@ def open_source(source: str, fmt: str, args: SourceArgs, seed: int) -> GraphSour
 
         return read_webgraph(source)
     if fmt == "edgelist":
-        from .edgelist import read_edgelist
+        from .arrays import HETEROPHILOUS_KEYS, heterophilous_source, torch_file_source
+        from .edgelist import npz_keys, read_edgelist
+
+        path = Path(source)
+        if path.suffix == ".pt":
+            return torch_file_source(path, args.split_index)
+        if path.suffix == ".npz" and HETEROPHILOUS_KEYS <= set(npz_keys(path)):
+            return heterophilous_source(path, args.split_index)
 
         return read_edgelist(
             source,

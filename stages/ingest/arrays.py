@@ -46,13 +46,15 @@ def _split_ids(value, num_nodes: int, what: str, where: str, split_index: int | 
         return None
     if arr.dtype == np.bool_:
         if arr.ndim == 2:
+            if arr.shape[0] == num_nodes and arr.shape[1] != num_nodes:
+                arr = arr.T  # [N, S] (PyG's multi-split masks) as [S, N] (the heterophilous benchmarks')
             if split_index is None:
-                raise G3InputError(f"{what} holds {arr.shape[1]} splits (shape {arr.shape}); choose one with "
-                                   "split_index", path=where)
-            if not 0 <= split_index < arr.shape[1]:
-                raise G3InputError(f"split_index {split_index} is out of range: {what} holds {arr.shape[1]} splits",
+                raise G3InputError(f"{what} holds {arr.shape[0]} splits (shape {tuple(arr.shape)}); choose one "
+                                   "with split_index (--split-index)", path=where)
+            if not 0 <= split_index < arr.shape[0]:
+                raise G3InputError(f"split index {split_index} is out of range: {what} holds {arr.shape[0]} splits",
                                    path=where)
-            arr = arr[:, split_index]
+            arr = arr[split_index]
         if arr.ndim != 1 or len(arr) != num_nodes:
             raise G3InputError(f"{what} is a mask of shape {arr.shape}, not [{num_nodes}] (one flag per node)",
                                path=where)
@@ -68,9 +70,11 @@ def _split_ids(value, num_nodes: int, what: str, where: str, split_index: int | 
 
 
 def arrays_source(edge_index, num_nodes: int | None = None, x=None, y=None, train=None, valid=None, test=None,
-                  name: str = "arrays", split_index: int | None = None, where: str = "<arrays>") -> GraphSource:
+                  name: str = "arrays", split_index: int | None = None, where: str = "<arrays>",
+                  undirected: bool = False) -> GraphSource:
     """A graph given as arrays (see the module's conventions). ``num_nodes`` defaults to ``x``'s rows, else
-    the largest node id + 1. ``where`` names the input in error messages."""
+    the largest node id + 1. ``where`` names the input in error messages; ``undirected``: each edge is listed
+    once (ingest then adds the reverses unless told not to)."""
     edges = _numpy(edge_index, "edge_index", where)
     if edges is None or edges.ndim != 2 or 2 not in edges.shape:
         raise G3InputError(f"edge_index must be a [2, E] (or [E, 2]) array, got shape "
@@ -109,7 +113,7 @@ def arrays_source(edge_index, num_nodes: int | None = None, x=None, y=None, trai
                            "ratio split is drawn then)", path=where)
     return GraphSource(name=name, num_nodes=num_nodes, arcs=arcs, path=where, feat_dim=feat_dim,
                        feature_blocks=blocks, labels=labels, num_classes=num_classes,
-                       splits=given or None, expected_arcs=int(edges.shape[1]))
+                       splits=given or None, expected_arcs=int(edges.shape[1]), undirected_once=undirected)
 
 
 def pyg_source(data, name: str = "pyg-data", split_index: int | None = None) -> GraphSource:
@@ -161,3 +165,56 @@ def source_of(obj, name: str | None = None, split_index: int | None = None, **no
         return scipy_source(obj, name=name or "scipy-matrix", split_index=split_index, **node_data)
     raise G3InputError(f"cannot ingest a {type(obj).__name__}: give a path, a PyG Data, a scipy sparse matrix or a "
                        "dict of arrays", path=name or "<input>")
+
+
+HETEROPHILOUS_KEYS = {"edges", "node_features", "node_labels", "train_masks", "val_masks", "test_masks"}
+
+
+def heterophilous_source(path, split_index: int | None) -> GraphSource:
+    """The ``.npz`` of the heterophilous-graph benchmarks (Platonov et al., ICLR 2023: roman-empire, amazon-ratings,
+    minesweeper, tolokers, questions): ``edges [E, 2]`` listed once per undirected edge (the authors' loader adds
+    the reverses, as ingest does by default here), ``node_features``, ``node_labels``, and ``train_masks`` /
+    ``val_masks`` / ``test_masks`` ``[S, N]`` (S fixed splits: ``split_index`` picks one). Node ids are row
+    positions."""
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in HETEROPHILOUS_KEYS}
+    except (OSError, ValueError, KeyError) as exc:
+        raise G3InputError(f"cannot read the heterophilous-benchmark arrays ({type(exc).__name__}: {exc})",
+                           path=path) from None
+    return arrays_source(arrays["edges"], num_nodes=len(arrays["node_labels"]), x=arrays["node_features"],
+                         y=arrays["node_labels"], train=arrays["train_masks"], valid=arrays["val_masks"],
+                         test=arrays["test_masks"], name=path.stem, split_index=split_index, where=str(path),
+                         undirected=True)
+
+
+def torch_file_source(path, split_index: int | None) -> GraphSource:
+    """A graph saved with ``torch.save``: a PyG ``Data`` (unpickling it needs torch_geometric, and runs the
+    file's pickled code: only load files you trust) or a dict of tensors (``edge_index``, ``x``, ``y``, masks
+    ``train_mask``/``val_mask``/``test_mask`` or ``train``/``valid``/``test``; read without running code)."""
+    from pathlib import Path
+
+    import torch
+
+    path = Path(path)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - not plain tensors: a pickled object such as a PyG Data
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=False)
+        except ModuleNotFoundError as exc:
+            raise G3InputError(f"the file holds a {exc.name} object: install it to read the file (a PyG Data "
+                               "needs torch_geometric: make peers)", path=path) from None
+        except Exception as exc:  # noqa: BLE001 - anything unreadable is the user's input error
+            raise G3InputError(f"cannot read with torch.load ({type(exc).__name__}: {exc})", path=path) from None
+    if isinstance(obj, dict) and "edge_index" in obj:
+        rename = {"train_mask": "train", "val_mask": "valid", "valid_mask": "valid", "test_mask": "test"}
+        given = {rename.get(k, k): v for k, v in obj.items()}
+        return source_of(given, name=path.stem, split_index=split_index)
+    if hasattr(obj, "edge_index"):
+        return pyg_source(obj, name=path.stem, split_index=split_index)
+    raise G3InputError(f"holds a {type(obj).__name__}, not a PyG Data or a dict with an edge_index", path=path)
+
