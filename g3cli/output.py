@@ -59,10 +59,44 @@ def print_summary(summary: dict) -> None:
         print_partition_summary(summary, console)
     elif kind == "plan":
         _print_plan(summary)
+    elif kind == "run":
+        _print_run(summary)
     else:
         from rich.pretty import Pretty
 
         console.print(Pretty(summary))
+
+
+def _print_run(run: dict) -> None:
+    """`g3 info RUN`: what was trained how, how far it got, and its figures (paths below the table)."""
+    from stages.common.units import human_bytes
+
+    p, cfg, strategy = run.get("progress", {}), run.get("config", {}), run.get("strategy", {})
+    model = run.get("plan", {}).get("model", {})
+    t = Table(title="g3 run", show_header=False, box=None)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("status", str(run.get("status")))
+    t.add_row("strategy", strategy.get("name", "?") + "".join(
+        f", {k} {_option_text(v)}" for k, v in (strategy.get("options") or {}).items() if v is not None))
+    if model:
+        t.add_row("model", f"{model.get('model')} × {model.get('layers')} layers, hidden {model.get('hidden')}")
+    t.add_row("workers", f"{run.get('plan', {}).get('num_workers')} on {cfg.get('device', 'cpu')}, {cfg.get('dtype')}")
+    t.add_row("epochs", f"{p.get('epochs_done', 0)} of {cfg.get('epochs')} (lr {cfg.get('lr')}, dropout "
+                        f"{cfg.get('dropout')}, seed {cfg.get('seed')})")
+    if p.get("epochs_done"):
+        t.add_row("last loss", f"{p['last_loss']:.4f}")
+        accs = [f"{s} {p[f'{s}_acc'] * 100:.2f} %" for s in ("train", "valid", "test") if p.get(f"{s}_acc") is not None]
+        if accs:
+            t.add_row("accuracy", ", ".join(accs))
+        t.add_row("median epoch", f"{p['median_epoch_seconds'] * 1e3:.1f} ms")
+        t.add_row("bytes sent / epoch", human_bytes(p["bytes_sent_per_epoch"]))
+        t.add_row("peak memory / worker", human_bytes(p["peak_memory_bytes"]))
+    if p.get("eval"):
+        t.add_row("g3 eval", ", ".join(f"{s} {a * 100:.2f} %" for s, a in p["eval"].items() if a is not None))
+    console.print(t)
+    console.print(f"run:  {run.get('path', '')}", soft_wrap=True)
+    console.print(f"plan: {run.get('plan', {}).get('path', '')}", soft_wrap=True)
 
 
 def _print_plan(plan: dict) -> None:

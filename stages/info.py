@@ -68,4 +68,38 @@ def summarize(path: str | Path, verify: bool = False) -> dict:
     with open(path / marker) as f:
         data = json.load(f)
     data["kind"] = kind
+    if kind == "run":
+        data["progress"] = run_progress(path)
     return data
+
+
+def run_progress(run: Path) -> dict:
+    """What a run's metrics.jsonl (and eval.json) say so far: epochs done, the last loss and accuracies, the
+    median epoch time (without the first epoch, which compiles), bytes sent and the largest peak memory."""
+    import statistics
+
+    records = []
+    metrics = run / "metrics.jsonl"
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut short by a crash: what came before still counts
+                break
+    out: dict = {"epochs_done": len(records)}
+    if records:
+        steady = records[1:] or records
+        out["last_loss"] = records[-1].get("loss")
+        for split in ("train", "valid", "test"):
+            values = [r[f"{split}_acc"] for r in records if r.get(f"{split}_acc") is not None]
+            out[f"{split}_acc"] = values[-1] if values else None
+        out["median_epoch_seconds"] = statistics.median(r["epoch_seconds"] for r in steady)
+        out["bytes_sent_per_epoch"] = statistics.median(r.get("bytes_sent", 0) for r in steady)
+        out["peak_memory_bytes"] = max((int(w.get("peak_memory_bytes", 0)) for r in records for w in r["workers"]),
+                                       default=0)
+    if (run / "eval.json").is_file():
+        try:
+            out["eval"] = json.loads((run / "eval.json").read_text()).get("accuracy")
+        except json.JSONDecodeError:
+            out["eval"] = None
+    return out

@@ -66,6 +66,15 @@ def test_a_pyg_data_through_the_whole_pipeline_and_back(tmp_path):
     assert torch.allclose(again, logits)
     with pytest.raises(g3.G3InputError, match="already exists"):
         g3.ingest(data, store)
+    # `g3 info RUN`: a summary like the other artifacts', figures from metrics.jsonl
+    from click.testing import CliRunner
+    from g3cli.main import cli
+
+    r = CliRunner().invoke(cli, ["info", str(run.path)], terminal_width=60)
+    assert r.exit_code == 0 and "completed" in r.output and "20 of 20" in r.output, r.output
+    assert f"test {run.test_acc * 100:.2f} %" in r.output and "'schema'" not in r.output
+    r = CliRunner().invoke(cli, ["info", str(run.path), "--json"])
+    assert json.loads(r.output)["progress"]["epochs_done"] == 20
 
 
 def test_arrays_and_scipy_sources_and_their_bad_input(tmp_path):
