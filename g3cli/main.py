@@ -38,6 +38,10 @@ class G3Group(click.Group):
         module, attr = COMMANDS[name].split(":")
         return getattr(importlib.import_module(f"g3cli.{module}"), attr)
 
+    def format_commands(self, ctx: click.Context, formatter) -> None:
+        """No generated command list: the group's help lists every command with its one line (each command's
+        module would otherwise be imported for its summary, and with it numba and torch: 2.4 s for --help)."""
+
     def invoke(self, ctx: click.Context):
         def debug() -> bool:  # read at the error: the group's callback sets it inside super().invoke
             return bool(ctx.obj and ctx.obj.get("debug"))
@@ -70,9 +74,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
     \b
     Pipeline (each stage reads the previous stage's artifact from disk):
-      g3 ingest SOURCE STORE      OGB / WebGraph / edge list / synthetic -> zarr graph store
+      g3 ingest SOURCE STORE      OGB / WebGraph / edge list / .npz / .pt / synthetic -> zarr graph store
       g3 partition STORE -w K     balanced partitions + per-worker shards
-      g3 plan PART --strategy S   how strategy S executes it: g3's bins and P2P tables, bns-gcn, sancus
+      g3 plan PART --strategy S   how strategy S executes it: g3, bns-gcn, sancus, distdgl, bytegnn,
+                                  clustergcn, neutrontp, p3, hopgnn (`g3 plan --help` compares them)
       g3 bundle PLAN --nodes N    one self-contained folder per host of a multi-host (torchrun) run
       g3 train PLAN               distributed training with the plan's strategy
       g3 eval RUN                 exact inference, accuracy per split
@@ -81,6 +86,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
       g3 simulate PLAN            a discrete-event model of an epoch on K workers
       g3 info PATH                summary of any g3 artifact
       g3 cluster check|clean      the emulated hosts of --emulate-link (train, eval, bench)
+
+    `g3 COMMAND --help` explains a command and every option.
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug

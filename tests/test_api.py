@@ -170,3 +170,16 @@ def test_cli_reads_the_heterophilous_npz_and_torch_files(tmp_path, cli_runner):
     torch.save({"weights": torch.zeros(3)}, tmp_path / "w.pt")
     r = cli_runner.invoke(cli, ["ingest", str(tmp_path / "w.pt"), str(tmp_path / "w.g3")])
     assert r.exit_code == 2 and "not a PyG Data or a dict with an edge_index" in r.output
+
+
+def test_g3_help_lists_every_command_without_importing_the_stages():
+    probe = ("import sys\nfrom g3cli.main import COMMANDS, cli\n"
+             "try:\n    cli(['--help'], prog_name='g3')\nexcept SystemExit:\n    pass\n"
+             "print('heavy:', sorted(m for m in ('numba', 'torch', 'stages.runtime') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "heavy: []"
+    from g3cli.main import COMMANDS
+
+    for name in COMMANDS:
+        assert f"g3 {name}" in p.stdout, name
