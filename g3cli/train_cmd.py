@@ -51,10 +51,11 @@ def _for(knob: str, default: str | None = None) -> str:
 @click.option("--profile", type=click.Path(), default=None,
               help="Write PROFILE.json: compute seconds per arc, node and bin of each layer on this device, fitted "
                    "from the last epoch's bins, the warmest (input of `g3 simulate --profile`).")
-@click.option("--eval-every", type=int, default=1, show_default=True,
-              help="Evaluate train/valid/test accuracy every N epochs (0: only never).")
-@click.option("--checkpoint-every", type=int, default=0, show_default=True,
-              help="Write a checkpoint every N epochs (0: never).")
+@click.option("--eval-every", type=int, default=None,
+              help="Evaluate train/valid/test accuracy every N epochs (0: never) [default: 1; with --resume: the "
+                   "run's].")
+@click.option("--checkpoint-every", type=int, default=None,
+              help="Write a checkpoint every N epochs (0: never) [default: 0; with --resume: the run's].")
 @click.option("--resume", is_flag=True, help="Continue the run in RUN from its latest checkpoint.")
 @click.option("--no-feature-cache", is_flag=True, default=None,
               help=_for("feature_cache") + " Resend remote input features every epoch instead of once.")
@@ -146,5 +147,20 @@ def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipe
                       timeout=timeout, master_addr=master_addr, master_port=master_port,
                       emulate_link=emulate_link, hosts=hosts, emulate_subnet=emulate_subnet,
                       max_restarts=max_restarts, emulate_faults=tuple(emulate_faults))
-    info = run_train(plan, cfg, out=out, force=force)
+    try:
+        info = run_train(plan, cfg, out=out, force=force)
+    except KeyboardInterrupt:
+        _say_how_to_resume(plan, out, epochs)
+        raise
     print_run_summary(info)
+
+
+def _say_how_to_resume(plan: str, out: str | None, epochs: int) -> None:
+    """After Ctrl-C: the command that continues the run, when it left a checkpoint to continue from."""
+    import shlex
+    from pathlib import Path
+
+    run = Path(out) if out else Path(plan).parent / f"{Path(plan).name}.run"
+    if (run / "checkpoints").is_dir() and any((run / "checkpoints").iterdir()):
+        click.echo(f"g3: the run keeps its checkpoints; continue it with: g3 train {shlex.quote(str(plan))} "
+                   f"-o {shlex.quote(str(run))} --resume --epochs {epochs}", err=True)

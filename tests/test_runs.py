@@ -100,9 +100,11 @@ def test_a_resumed_record_has_no_repeated_epochs(plan, tmp_path, monkeypatch):
     assert r.exit_code == 1 and "SIGKILL" in r.output
     assert epochs_recorded(run) == [0, 1, 2, 3]
     monkeypatch.delenv("G3_FAULT")
-    r = train(plan, run, "--epochs", "6", "--checkpoint-every", "2", "--resume")
+    r = train(plan, run, "--epochs", "6", "--resume")  # keeps the run's cadence: --checkpoint-every 2
     assert r.exit_code == 0, r.output
     assert epochs_recorded(run) == list(range(6))
+    assert json.loads((run / "run.json").read_text())["config"]["checkpoint_every"] == 2
+    assert sorted(p.name for p in (run / "checkpoints").iterdir())[-1] == "epoch-00005.pt"
     assert max_weight_diff(torch.load(full / "model.pt", weights_only=True),
                            torch.load(run / "model.pt", weights_only=True)) == 0.0
     assert [h["status"] for h in json.loads((run / "run.json").read_text())["history"]] == [
@@ -166,6 +168,9 @@ def test_one_run_folder_one_launcher(plan, tmp_path):
         assert r.exit_code == 2 and "another g3 process is training into this" in r.output, r.output
     finally:
         _stop(proc)
+    # Ctrl-C says how to continue the run from its checkpoints
+    err = proc.stderr.read()
+    assert "g3: interrupted" in err and f"continue it with: g3 train {plan} -o {run} --resume --epochs 100000" in err, err
 
 
 def test_a_stopped_worker_is_named_and_the_run_ends_within_the_timeout(plan, tmp_path, monkeypatch):

@@ -110,10 +110,11 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     from .loop import train_rank
 
     plan = Path(plan)
+    run_dir = Path(out) if out else plan.parent / f"{plan.name}.run"
+    cfg = with_cadences(cfg, run_dir)
     meta = check_plan(plan, cfg, cfg.workers)
     _check_training(cfg)
     world = int(meta["num_workers"])
-    run_dir = Path(out) if out else plan.parent / f"{plan.name}.run"
     if under_torchrun():
         if cfg.emulate_link:
             raise G3InputError("--emulate-link starts its own hosts: run it without torchrun")
@@ -155,6 +156,29 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
             fsync_tree(work)
             publish_dir(work, run_dir, force=True)
     return info
+
+
+CADENCE_DEFAULTS = {"eval_every": 1, "checkpoint_every": 0}
+
+
+def with_cadences(cfg: TrainConfig, run_dir: Path) -> TrainConfig:
+    """``cfg`` with its evaluation and checkpoint cadences set: those given, else — when resuming — the run's
+    own (a resumed run keeps checkpointing as it did, so a second crash does not lose what followed the first),
+    else the defaults (evaluate every epoch, no checkpoints)."""
+    import dataclasses
+
+    previous = {}
+    if cfg.resume and (run_dir / "run.json").is_file():
+        try:
+            previous = json.loads((run_dir / "run.json").read_text()).get("config") or {}
+        except (OSError, json.JSONDecodeError, AttributeError):
+            previous = {}  # check_resume names what is wrong with it
+    chosen = {}
+    for name, default in CADENCE_DEFAULTS.items():
+        given = getattr(cfg, name)
+        kept = previous.get(name) if isinstance(previous.get(name), int) else None
+        chosen[name] = given if given is not None else (kept if kept is not None else default)
+    return dataclasses.replace(cfg, **chosen)
 
 
 def check_resume(run_dir: Path, plan: Path, cfg: TrainConfig) -> int:

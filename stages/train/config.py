@@ -13,8 +13,8 @@ class TrainConfig(RuntimeConfig):
     lr: float = 0.01
     weight_decay: float = 0.0
     workers: int | None = None  # None: the plan's worker count
-    eval_every: int = 1  # 0: never
-    checkpoint_every: int = 0  # 0: never
+    eval_every: int | None = None  # 0: never; None: 1, or the run's own when resuming
+    checkpoint_every: int | None = None  # 0: never; None: 0, or the run's own when resuming
     resume: bool = False
     profile: str | None = None  # write PROFILE.json (compute rates, for `g3 simulate`) from the last epoch
     live: bool = True  # rich live display on rank 0
