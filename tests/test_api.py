@@ -68,6 +68,7 @@ def test_a_pyg_data_through_the_whole_pipeline_and_back(tmp_path):
         g3.ingest(data, store)
     # `g3 info RUN`: a summary like the other artifacts', figures from metrics.jsonl
     from click.testing import CliRunner
+
     from g3cli.main import cli
 
     r = CliRunner().invoke(cli, ["info", str(run.path)], terminal_width=60)
@@ -143,8 +144,8 @@ def test_importing_g3_changes_nothing_outside_g3(tmp_path):
 
 def test_cli_reads_the_heterophilous_npz_and_torch_files(tmp_path, cli_runner):
     from conftest import shared_path
-    from g3cli.main import cli
 
+    from g3cli.main import cli
     from stages.common.store import GraphStore
 
     npz = shared_path("data", "real", "tolokers.npz")
