@@ -218,13 +218,16 @@ def print_run_summary(info: dict) -> None:
 
 
 def print_eval(result: dict) -> None:
-    t = Table(title=f"eval of {result['weights']} ({result['workers']} workers, {result['seconds']:.2f} s)")
+    how = "the earlier evaluation of the same weights" if result.get("reused") else \
+        f"{result['workers']} workers, {result['seconds']:.2f} s"
+    t = Table(title=f"eval ({how})")
     for col in ("split", "accuracy", "correct", "labelled"):
         t.add_column(col, justify="right")
     for split, acc in result["accuracy"].items():
         t.add_row(split, "n/a" if acc is None else f"{100 * acc:.2f} %", f"{result['correct'][split]:,}",
                   f"{result['labelled'][split]:,}")
     console.print(t)
+    console.print(f"weights: {result['weights']}", soft_wrap=True)
 
 
 def print_report(result: dict) -> None:

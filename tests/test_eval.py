@@ -50,8 +50,14 @@ def test_eval_matches_independent_accuracy(store, tmp_path, model, k):  # noqa: 
     result = assert_eval_is_independent(store, run, model)
     expected = result["accuracy"]
     assert json.loads((run / "eval.json").read_text())["accuracy"] == result["accuracy"]
-    # a second evaluation does not replace eval.json silently
+    # the same weights again: the earlier result is read back (no --force, no workers started)
     before = (run / "eval.json").read_text()
+    r = invoke(["eval", str(run), "--split", "test", "--json"])
+    assert r.exit_code == 0, r.output
+    again = json.loads(r.output)
+    assert again["reused"] is True and again["accuracy"] == {"test": expected["test"]}
+    assert (run / "eval.json").read_text() == before
+    # another evaluation (another worker count) does not replace eval.json silently
     r = invoke(["eval", str(run), "--workers", "1", "--split", "test", "--json"])
     assert r.exit_code == 2 and "eval.json" in r.output and "--force" in r.output, r.output
     assert (run / "eval.json").read_text() == before

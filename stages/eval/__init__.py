@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from ..common.artifact_json import load_artifact_json, resolve_reference
-from ..common.atomic import check_result
+from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
 from ..runtime.config import RuntimeConfig
 from ..runtime.launchers import HostFile, make_launcher
@@ -59,12 +59,17 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
     emulated hosts (stages/runtime/launchers.py), as `g3 train --emulate-link`."""
     run = Path(run)
     meta = load_run(run)
-    check_result(run / "eval.json", force, "an earlier evaluation")
     if split not in (*SPLITS, "all"):
         raise G3InputError(f"--split must be one of train, valid, test, all (got {split!r})")
     if workers is not None and workers < 1:
         raise G3InputError("--workers must be >= 1")
     weights = pick_weights(run, checkpoint)
+    digest = file_digest(weights)
+    earlier = _earlier_evaluation(run / "eval.json", digest, workers)
+    if earlier is not None and not force and emulate_link is None:
+        # the same weights evaluated before: reading the result again needs no --force and no workers
+        return _answer(earlier, run, split, reused=True)
+    check_result(run / "eval.json", force, "an evaluation of other weights (or another worker count)")
     plan = Path(plan) if plan else run_plan_path(run, meta)
     cfg = _inference_config(meta, emulate_link, hosts)
     plan_meta = check_plan(plan, cfg)
@@ -86,7 +91,38 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     result = json.loads((run / "eval.json").read_text())
-    result["path"] = str(run / "eval.json")
+    result["weights_sha256"] = digest  # what a later `g3 eval` compares to reuse this result
+    write_json_atomic(run / "eval.json", result)
+    return _answer(result, run, split, reused=False)
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file (a model's weights: megabytes, read once)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def _earlier_evaluation(path: Path, digest: str, workers: int | None) -> dict | None:
+    """An earlier eval.json of the same weights (and worker count, when one is asked for), else None."""
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(earlier, dict) or earlier.get("weights_sha256") != digest:
+        return None
+    if workers is not None and earlier.get("workers") != workers:
+        return None
+    return earlier
+
+
+def _answer(result: dict, run: Path, split: str, reused: bool) -> dict:
+    """eval.json as returned: its path, whether it was reused, the accuracies of ``split``."""
+    result = {**result, "path": str(run / "eval.json"), "reused": reused}
     if split != "all":
         result["accuracy"] = {split: result["accuracy"][split]}
     return result
