@@ -47,6 +47,9 @@ def test_a_pyg_data_through_the_whole_pipeline_and_back(tmp_path):
     run = g3.train(plan, epochs=20, lr=0.05, dropout=0.0, workers=2, threads=1, dtype="float64",
                    out=tmp_path / "g.run")
     assert isinstance(run, g3.Run) and len(run.metrics) == 20 and run.test_acc > 0.8
+    prov = run.meta["provenance"]  # what produced the run
+    assert prov["torch"] == torch.__version__.split("+")[0] or prov["torch"] == torch.__version__
+    assert prov["g3"] and prov["numba"] and prov["host"] and isinstance(prov["command"], list)
     assert run.store_path.resolve() == store.resolve() and run.plan_path.resolve() == plan.resolve()
     # the store keeps the user's masks as its splits
     from stages.common.store import GraphStore

@@ -320,8 +320,41 @@ def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, sta
     }
     if launcher:
         info["launcher"] = launcher
+    info["provenance"] = previous.get("provenance") if status != "running" and previous.get("provenance") \
+        else provenance()
     write_json_atomic(run_dir / "run.json", info)
     return info
+
+
+def provenance() -> dict:
+    """What produced a run, for whoever reads it later: g3's version (and git commit when g3 runs from a
+    checkout), the versions of the libraries that compute, the command line, the host and the time."""
+    import platform
+    import subprocess
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
+
+    def package(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    repo = Path(__file__).resolve().parents[2]
+    commit = None
+    if (repo / ".git").exists():
+        try:
+            out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                 timeout=5)
+            dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=5)
+            if out.returncode == 0:
+                commit = out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+        except (OSError, subprocess.SubprocessError):
+            commit = None
+    return {"g3": package("g3"), "git_commit": commit, "python": platform.python_version(),
+            "torch": package("torch"), "numba": package("numba"), "numpy": package("numpy"),
+            "command": sys.argv, "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 __all__ = ["run_train", "check_plan", "TrainConfig", "RUN_SCHEMA", "RUN_VERSION"]
