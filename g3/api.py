@@ -40,7 +40,7 @@ def ingest(source: Any, out: PathLike, *, force: bool = False, name: str | None 
     from stages.common.atomic import check_target
     from stages.ingest.arrays import source_of
 
-    check_target(Path(out), force)
+    check_target(Path(out), force, "store")
     build_store(source_of(source, name=name, split_index=split_index, **node_data), str(out), options, force=force)
     return Path(out)
 

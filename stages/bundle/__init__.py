@@ -61,9 +61,9 @@ def run_bundle(plan: str | Path, nodes: int, procs_per_node: int | None = None, 
             if not folder.is_dir():
                 raise G3InputError(f"{folder.name} is missing: cannot bundle rank {r}", path=folder.parent)
     out = Path(out) if out else plan.parent / f"{plan.name}.bundle-{nodes}"
-    check_target(out, force)
+    check_target(out, force, "bundle", (plan, part))
     ranks = [list(range(n * procs_per_node, (n + 1) * procs_per_node)) for n in range(nodes)]
-    with atomic_dir(out, force=force) as tmp:
+    with atomic_dir(out, force=force, kind="bundle", inputs=(plan, part)) as tmp:
         for n, mine in enumerate(ranks):
             _write_node(tmp / node_name(n), n, mine, nodes, procs_per_node, plan, part, meta, layouts)
         bundle = {"schema": BUNDLE_SCHEMA, "schema_version": BUNDLE_VERSION, "plan": reference(plan, out),

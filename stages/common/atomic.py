@@ -14,19 +14,50 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .errors import G3InputError
 
 
-def check_target(target: Path, force: bool) -> None:
+# the file that makes a folder an artifact of each kind (what `--force` may replace)
+ARTIFACT_MARKERS = {"store": "zarr.json", "partition": "partition.json", "plan": "plan.json", "run": "run.json",
+                    "bundle": "bundle.json"}
+
+
+def check_target(target: Path, force: bool, kind: str | None = None, inputs: Iterable = ()) -> None:
     """Refuse an existing target unless ``force``, and a target that cannot be a folder's entry (a file where a
-    parent folder should be)."""
+    parent folder should be). With ``force``, an existing target is replaced only if it is an artifact of
+    ``kind`` (an empty folder too) and neither one of the command's ``inputs`` nor a folder holding one (paths
+    compared resolved, symbolic links followed): ``--force`` never destroys an input or the user's files."""
     target = Path(target)
-    if target.exists() and not force:
-        raise G3InputError("already exists; pass --force to replace it", path=target)
+    if target.exists() or target.is_symlink():
+        if not force:
+            raise G3InputError("already exists; pass --force to replace it", path=target)
+        check_replaceable(target, kind, inputs)
     make_parent(target)
+
+
+def check_replaceable(target: Path, kind: str | None, inputs: Iterable = ()) -> None:
+    """What ``--force`` may replace (see :func:`check_target`); one line naming the target otherwise."""
+    where = Path(target).resolve()
+    for given in inputs:
+        if given is None:
+            continue
+        source = Path(given).resolve()
+        if source == where or where in source.parents:
+            what = "is" if source == where else "holds"
+            raise G3InputError(f"{what} an input of this command ({given}): --force never replaces an input; "
+                               "choose another output", path=target)
+    if kind is None:
+        return
+    marker = ARTIFACT_MARKERS[kind]
+    if where.is_dir() and ((where / marker).is_file() or not any(where.iterdir())):
+        return
+    found = "a file" if not where.is_dir() else next(
+        (f"a g3 {other}" for other, m in ARTIFACT_MARKERS.items() if (where / m).is_file()), "a folder of other files")
+    raise G3InputError(f"is {found}, not a g3 {kind}: --force replaces only an earlier {kind}; remove it yourself "
+                       "or choose another output", path=target)
 
 
 def make_parent(target: Path) -> None:
@@ -121,13 +152,15 @@ def fsync_dir(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike, force: bool = False) -> Iterator[Path]:
+def atomic_dir(target: str | os.PathLike, force: bool = False, kind: str | None = None,
+               inputs: Iterable = ()) -> Iterator[Path]:
     """Yield a fresh temporary directory; on success it replaces ``target`` in one rename (see the module
-    docstring: locked, checked again at the rename, fsynced)."""
+    docstring: locked, checked again at the rename, fsynced). ``kind``/``inputs``: what ``force`` may replace
+    (:func:`check_target`)."""
     target = Path(target)
-    check_target(target, force)
+    check_target(target, force, kind, inputs)
     with target_lock(target):
-        check_target(target, force)
+        check_target(target, force, kind, inputs)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         try:
             yield tmp

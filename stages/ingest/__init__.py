@@ -93,7 +93,7 @@ def run_ingest(source: str, out: str, fmt: str, args: SourceArgs, options: Inges
     """Entry point of `g3 ingest`: parse the source and write the store atomically."""
     from ..common.atomic import check_target
 
-    check_target(Path(out), force)  # fail before parsing anything
+    check_target(Path(out), force, "store", (source,))  # fail before parsing anything
     graph = open_source(source, fmt, args, options.seed)
     return build_store(graph, out, options, force=force)
 

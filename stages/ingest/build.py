@@ -74,7 +74,7 @@ def build_store(source: GraphSource, out: str | os.PathLike, options: IngestOpti
         raise G3InputError("graph has no nodes", path=source.path)
     symmetrize = source.undirected_once if options.symmetrize is None else options.symmetrize
     t0 = time.perf_counter()
-    with atomic_dir(out, force=force) as tmp:
+    with atomic_dir(out, force=force, kind="store", inputs=(source.path,)) as tmp:
         writer = StoreWriter(tmp)
         spill_dir = Path(tempfile.mkdtemp(prefix="spill-", dir=tmp.parent))
         try:

@@ -111,11 +111,11 @@ def run_partition(store_path: str | Path, options: PartitionOptions, out: str | 
         raise G3InputError(f"--workers {options.workers} is more than the {store.num_nodes:,} nodes of the store",
                            path=store.path)
     out = Path(out) if out is not None else default_output(store.path, options.method, options.workers)
-    check_target(out, force)  # fail before any work
+    check_target(out, force, "partition", (store.path,))  # fail before any work
     if options.threads is not None:
         numba.set_num_threads(min(options.threads, numba.config.NUMBA_NUM_THREADS))
     timing: dict[str, float] = {}
-    with atomic_dir(out, force=force) as tmp:
+    with atomic_dir(out, force=force, kind="partition", inputs=(store.path,)) as tmp:
         summary = _partition_into(tmp, store, options, timing)
         summary["path"] = str(out.resolve())
         summary["store"].update(reference(store.path, out))

@@ -88,11 +88,11 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
     except ValueError as exc:
         raise G3InputError(str(exc)) from None
     out = Path(out) if out else default_out(part, cfg)
-    check_target(out, force)
+    check_target(out, force, "plan", (part,))
     k = int(meta["num_partitions"])
     shards = [open_shard(part, r, k) for r in range(k)]
     t0 = time.perf_counter()
-    with atomic_dir(out, force=force) as tmp, make_progress() as progress:
+    with atomic_dir(out, force=force, kind="plan", inputs=(part,)) as tmp, make_progress() as progress:
         ctx = PlanContext(part=part, partition=meta, shards=shards, spec=spec, options=options,
                           progress_display=progress)
         for r in range(k):

@@ -125,13 +125,13 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
                            "host (its RUN.md), or train the original plan", path=plan)
     check_worker_files(plan, meta)
     if not cfg.resume:
-        check_target(run_dir, force)
+        check_target(run_dir, force, "run", (plan,))
     with target_lock(run_dir, "training into"):
         if cfg.resume:
             check_resume(run_dir, plan, cfg)
             work = run_dir
         elif run_dir.exists():  # --force: the old run stays until the new one has finished
-            check_target(run_dir, force)
+            check_target(run_dir, force, "run", (plan,))
             work = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.tmp-", dir=run_dir.parent))
         else:
             work = run_dir

@@ -1,0 +1,68 @@
+"""`--force` replaces only an earlier artifact of the kind the command writes — never one of the command's inputs,
+another kind of artifact, a file or the user's own folder (issue 41 §1: each of these once lost data)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_train import invoke
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """A store, a partition, a plan and a run, made once."""
+    root = tmp_path_factory.mktemp("force")
+    store, part, plan, run = root / "s.g3", root / "s.part", root / "s.plan", root / "s.run"
+    for args in (["ingest", "synthetic:tiny", str(store)],
+                 ["partition", str(store), "--workers", "2", "-o", str(part)],
+                 ["plan", str(part), "--hidden", "4", "-o", str(plan)],
+                 ["train", str(plan), "--epochs", "1", "--threads", "1", "-o", str(run)]):
+        r = invoke(args)
+        assert r.exit_code == 0, r.output
+    return root, store, part, plan, run
+
+
+def snapshot(path):
+    return sorted((str(p.relative_to(path)), p.stat().st_size) for p in path.rglob("*")) if path.is_dir() \
+        else path.read_bytes()
+
+
+@pytest.mark.slow
+def test_force_never_replaces_an_input_or_something_else(chain, tmp_path):
+    root, store, part, plan, run = chain
+    edges = tmp_path / "edges.txt"
+    edges.write_text("0 1\n1 2\n2 0\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's own file")
+    cases = [
+        (["ingest", str(edges), str(edges), "--force"], edges, "is an input of this command"),
+        (["ingest", str(edges), str(mine), "--force"], mine, "is a folder of other files, not a g3 store"),
+        (["ingest", "synthetic:tiny", str(part), "--force"], part, "is a g3 partition, not a g3 store"),
+        (["partition", str(store), "--workers", "2", "-o", str(store), "--force"], store, "is an input"),
+        (["partition", str(store), "--workers", "2", "-o", str(root), "--force"], root, "holds an input"),
+        (["plan", str(part), "-o", str(part), "--force"], part, "is an input"),
+        (["plan", str(part), "-o", str(run), "--force"], run, "is a g3 run, not a g3 plan"),
+        (["train", str(plan), "--epochs", "1", "-o", str(plan), "--force"], plan, "is an input"),
+        (["train", str(plan), "--epochs", "1", "-o", str(edges), "--force"], edges, "is a file, not a g3 run"),
+        (["bundle", str(plan), "--nodes", "2", "-o", str(part), "--force"], part, "is an input"),
+        (["bundle", str(plan), "--nodes", "2", "-o", str(run), "--force"], run, "is a g3 run, not a g3 bundle"),
+    ]
+    for args, target, message in cases:
+        before = snapshot(target)
+        r = invoke(args)
+        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, (args, r.output)
+        assert snapshot(target) == before, args
+    # a symbolic link to an input is that input
+    link = tmp_path / "link"
+    link.symlink_to(store)
+    r = invoke(["partition", str(store), "--workers", "2", "-o", str(link), "--force"])
+    assert r.exit_code == 2 and "is an input" in r.output, r.output
+    # what --force is for still works: an earlier artifact of the same kind, or an empty folder
+    r = invoke(["plan", str(part), "--hidden", "4", "-o", str(plan), "--force"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((plan / "plan.json").read_text())["config"]["hidden"] == 4
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert invoke(["ingest", str(edges), str(empty), "--force"]).exit_code == 0
