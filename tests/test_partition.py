@@ -721,5 +721,11 @@ def test_cli_refuses_another_schema_and_an_existing_output(tiny_store, tmp_path)
     assert r.exit_code == 2 and "--force" in r.output and r.output.count("\n") == 1
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o2")]
+    # --force replaces an earlier partition, not a folder of the user's files
     r = _invoke(["partition", str(tiny_store), "-w", "2", "-o", str(out), "--force", "--method", "random"])
-    assert r.exit_code == 0 and (out / "partition.json").is_file() and not (out / "keep.txt").exists()
+    assert r.exit_code == 2 and "not a g3 partition" in r.output and (out / "keep.txt").is_file()
+    (out / "keep.txt").unlink()
+    r = _invoke(["partition", str(tiny_store), "-w", "2", "-o", str(out), "--force", "--method", "random"])
+    assert r.exit_code == 0 and (out / "partition.json").is_file()
+    r = _invoke(["partition", str(tiny_store), "-w", "2", "-o", str(out), "--force", "--method", "chunk"])
+    assert r.exit_code == 0 and json.loads((out / "partition.json").read_text())["method"] == "chunk"

@@ -151,7 +151,7 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
                          threads=per_worker, live=False,
                          timeout=max(60.0, min(o.timeout, 900.0)),  # big graphs: peers wait long for a bin
                          emulate_link=link, hosts=o.hosts if link else None, trace=o.trace)
-        run_train(plan, tc, out=run, force=True)
+        ran = run_train(plan, tc, out=run, force=True)["config"]  # the settings as resolved for the run
     except (G3InputError, G3RuntimeError) as exc:  # the epochs it finished are kept, for the record
         return entry(spec.name, label, "failed", threads=per_worker * k, note=str(exc),
                      completed_epoch_seconds=[r["epoch_seconds"] for r in _records(run)], **common)
@@ -163,8 +163,8 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
     labels = store.load_labels()
     seeds = int((labels[store.split_index("train")] >= 0).sum())
     median = statistics.median(r["epoch_seconds"] for r in steady)
-    if tc.pipeline:
-        note += f", --pipeline {tc.pipeline}"
+    if ran.get("pipeline"):
+        note += f", --pipeline {ran['pipeline']}"
     return entry(spec.name, label, threads=per_worker * k, threads_per_worker=per_worker,
                  epoch_seconds=[r["epoch_seconds"] for r in records], run=str(run),
                  # the mean, not the median: a strategy that skips sends every other epoch moves half per epoch

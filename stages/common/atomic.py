@@ -19,7 +19,6 @@ from pathlib import Path
 
 from .errors import G3InputError
 
-
 # the file that makes a folder an artifact of each kind (what `--force` may replace)
 ARTIFACT_MARKERS = {"store": "zarr.json", "partition": "partition.json", "plan": "plan.json", "run": "run.json",
                     "bundle": "bundle.json"}
