@@ -187,3 +187,26 @@ def test_g3_help_lists_every_command_without_importing_the_stages():
 
     for name in COMMANDS:
         assert f"g3 {name}" in p.stdout, name
+
+
+@pytest.mark.slow
+def test_predict_command_writes_the_logits(tmp_path, cli_runner):
+    from g3cli.main import cli
+
+    data = small_graph(120)
+    store = g3.ingest(data, tmp_path / "g.g3")
+    part = g3.partition(store, workers=1, out=tmp_path / "g.part")
+    plan = g3.plan(part, strategy="bns-gcn", hidden=4, out=tmp_path / "g.plan")
+    run = g3.train(plan, epochs=3, threads=1, out=tmp_path / "g.run")
+    r = cli_runner.invoke(cli, ["predict", str(run.path), "-o", str(tmp_path / "p.npy")])
+    assert r.exit_code == 0, r.output
+    assert np.array_equal(np.load(tmp_path / "p.npy"), g3.predict(run).numpy())
+    r = cli_runner.invoke(cli, ["predict", str(run.path), "-o", str(tmp_path / "t.zarr"), "--split", "test"])
+    assert r.exit_code == 0, r.output
+    import zarr
+
+    assert np.array_equal(zarr.open_array(str(tmp_path / "t.zarr"))[:], g3.predict(run, split="test").numpy())
+    r = cli_runner.invoke(cli, ["predict", str(run.path), "-o", str(tmp_path / "p.npy")])
+    assert r.exit_code == 2 and "--force" in r.output
+    r = cli_runner.invoke(cli, ["predict", str(run.path), "-o", str(tmp_path / "p.csv")])
+    assert r.exit_code == 2 and ".npy or .zarr" in r.output
