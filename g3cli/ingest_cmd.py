@@ -63,8 +63,12 @@ def _ratios(ctx, param, value):
 @click.option("--split-name", default=None, help="OGB: which folder under split/ to use when there are several.")
 @click.option("--num-nodes", type=int, default=None, help="Edge lists: node count (default: largest id + 1).")
 @click.option("--undirected", is_flag=True, help="Edge lists: each line is an undirected edge stored once.")
-@click.option("--features", default=None, help="Edge lists: node features, FILE.npy or FILE.h5:/dataset.")
-@click.option("--labels", default=None, help="Edge lists: node labels, FILE.npy or FILE.h5:/dataset.")
+@click.option("--features", default=None,
+              help="Edge lists: node features, FILE.npy, FILE.npz:KEY, FILE.h5:/dataset, or FILE.json mapping node "
+                   "ids to lists of feature ids (sparse features, made multi-hot; MUSAE's).")
+@click.option("--labels", default=None,
+              help="Edge lists: node labels, FILE.npy, FILE.h5:/dataset, or FILE.csv:COLUMN (a header row; rows "
+                   "placed by an 'id' column when there is one; class names numbered in sorted order).")
 @click.option("--train-idx", default=None, help="Edge lists: train node ids (text, one per line, or .npy).")
 @click.option("--valid-idx", default=None, help="Edge lists: validation node ids.")
 @click.option("--test-idx", default=None, help="Edge lists: test node ids.")

@@ -210,3 +210,41 @@ def test_predict_command_writes_the_logits(tmp_path, cli_runner):
     assert r.exit_code == 2 and "--force" in r.output
     r = cli_runner.invoke(cli, ["predict", str(run.path), "-o", str(tmp_path / "p.csv")])
     assert r.exit_code == 2 and ".npy or .zarr" in r.output
+
+
+def test_cli_reads_musae_csv_labels_and_json_sparse_features(tmp_path, cli_runner):
+    from conftest import shared_path
+    from g3cli.main import cli
+
+    from stages.common.store import GraphStore
+
+    real = shared_path("data", "real")
+    r = cli_runner.invoke(cli, ["ingest", str(real / "facebook_edges.csv"), str(tmp_path / "fb.g3"), "--undirected",
+                                "--features", str(real / "facebook.json"),
+                                "--labels", f"{real / 'facebook_target.csv'}:page_type"])
+    assert r.exit_code == 0, r.output
+    g = GraphStore.open(tmp_path / "fb.g3")
+    assert g.num_nodes == 22470 and g.num_classes == 4 and g.feat_dim == 4714
+    labels = g.load_labels()
+    names = sorted(["company", "government", "politician", "tvshow"])  # classes in the names' sorted order
+    rows = (real / "facebook_target.csv").read_text(encoding="utf-8").splitlines()[1:]
+    for line in rows[:50]:
+        node, *_, page_type = line.split(",")
+        assert labels[int(node)] == names.index(page_type)
+    feats = json.loads((real / "facebook.json").read_text())
+    x = np.asarray(g.features[:50])
+    for node in range(50):
+        assert np.flatnonzero(x[node]).tolist() == sorted(set(feats[str(node)]))
+    # bad specs: one line, exit 2
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n")
+    (tmp_path / "l.csv").write_text("id,kind\n0,a\n1,b\n2,a\n")
+    (tmp_path / "f.json").write_text('{"0": [1], "x": [2]}')
+    for extra, message in [(["--labels", str(tmp_path / "l.csv")], "name the labels column"),
+                           (["--labels", f"{tmp_path / 'l.csv'}:nope"], "has no column 'nope'"),
+                           (["--features", str(tmp_path / "f.json")], "must be integers")]:
+        r = cli_runner.invoke(cli, ["ingest", str(tmp_path / "e.txt"), str(tmp_path / "bad.g3"), *extra])
+        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, (extra, r.output)
+    r = cli_runner.invoke(cli, ["ingest", str(tmp_path / "e.txt"), str(tmp_path / "ok.g3"), "--labels",
+                                f"{tmp_path / 'l.csv'}:kind"])
+    assert r.exit_code == 0, r.output
+    assert GraphStore.open(tmp_path / "ok.g3").load_labels().tolist() == [0, 1, 0]

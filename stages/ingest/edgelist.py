@@ -184,6 +184,61 @@ def _split_spec(spec) -> tuple[Path, str | None]:
     raise G3InputError("no such file", path=s)
 
 
+def _csv_column(path: Path, column: str | None, what: str) -> np.ndarray:
+    """Column ``column`` of a CSV with a header row, one value per node: rows placed by an ``id`` column when
+    there is one (else in row order; nodes no row names get -1). Numbers are taken as they are; text (class
+    names, e.g. MUSAE's ``page_type``) becomes class ids in the sorted order of the names."""
+    import pyarrow.csv as pacsv
+
+    if column is None:
+        raise G3InputError(f"name the {what} column: {path}:COLUMN", path=path)
+    try:
+        table = pacsv.read_csv(path, parse_options=pacsv.ParseOptions(delimiter="\t" if path.suffix == ".tsv"
+                                                                       else ","))
+    except Exception as exc:  # noqa: BLE001 - pyarrow's errors name the line; one line for the user
+        raise G3InputError(f"cannot read as CSV with a header row: {exc}".splitlines()[0], path=path) from None
+    if column not in table.column_names:
+        raise G3InputError(f"has no column {column!r} (columns: {', '.join(table.column_names)})", path=path)
+    values = table.column(column).to_numpy(zero_copy_only=False)
+    if values.dtype.kind in "OUS":  # names: classes numbered in sorted order
+        names, values = np.unique(values.astype(str), return_inverse=True)
+    if "id" not in table.column_names or column == "id":
+        return values
+    ids = table.column("id").to_numpy(zero_copy_only=False)
+    if ids.dtype.kind not in "iu" or (len(ids) and ids.min() < 0):
+        raise G3InputError("its id column must hold node ids (integers >= 0)", path=path)
+    out = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int64 if values.dtype.kind in "iub"
+                  else np.float64)
+    out[ids] = values
+    return out
+
+
+def _json_multi_hot(path: Path) -> np.ndarray:
+    """A JSON object mapping node ids (as strings) to lists of feature ids (MUSAE's sparse features) as a
+    multi-hot float32 matrix ``[max node id + 1, max feature id + 1]``; nodes it does not list get zero rows."""
+    import json
+
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise G3InputError(f"cannot read as JSON: {exc}", path=path) from None
+    if not isinstance(obj, dict):
+        raise G3InputError("expected an object mapping node ids to lists of feature ids", path=path)
+    try:
+        nodes = np.fromiter((int(k) for k in obj), dtype=np.int64, count=len(obj))
+        lengths = np.fromiter((len(v) for v in obj.values()), dtype=np.int64, count=len(obj))
+        feats = np.fromiter((int(f) for v in obj.values() for f in v), dtype=np.int64, count=int(lengths.sum()))
+    except (TypeError, ValueError) as exc:
+        raise G3InputError(f"node ids and feature ids must be integers ({exc})", path=path) from None
+    if len(nodes) and (nodes.min() < 0 or (len(feats) and feats.min() < 0)):
+        raise G3InputError("node ids and feature ids must be >= 0", path=path)
+    n = int(nodes.max()) + 1 if len(nodes) else 0
+    width = int(feats.max()) + 1 if len(feats) else 1
+    x = np.zeros((n, width), dtype=np.float32)
+    x[np.repeat(nodes, lengths), feats] = 1.0
+    return x
+
+
 def open_array_spec(spec, what: str = "array"):
     """Open ``file.npy``, ``file.npz[:key]`` or ``file.h5:/dataset`` lazily; rows can be sliced (``a[i:j]``).
 
@@ -203,6 +258,12 @@ def open_array_spec(spec, what: str = "array"):
             raise G3InputError(f"cannot read as .npy: {exc}", path=path) from None
     if suffix == ".npz":
         return _npz_member(path, key, what)
+    if suffix in (".csv", ".tsv"):
+        return _csv_column(path, key, what)
+    if suffix == ".json":
+        if key is not None:
+            raise G3InputError(f"a .json feature file holds one matrix; drop ':{key}'", path=path)
+        return _json_multi_hot(path)
     import h5py
 
     if suffix in _H5_SUFFIXES or h5py.is_hdf5(path):
@@ -228,7 +289,8 @@ def open_array_spec(spec, what: str = "array"):
                 f"has no dataset {key!r} (datasets: {', '.join('/' + n for n in found[:10]) or 'none'})", path=path
             )
         return obj
-    raise G3InputError(f"unsupported {what} file type (use .npy, .npz[:key] or .h5:/dataset)", path=path)
+    raise G3InputError(f"unsupported {what} file type (use .npy, .npz[:key], .h5:/dataset, .csv:COLUMN or a .json "
+                       "of sparse features)", path=path)
 
 
 def feature_blocks_from_array(arr, path, num_nodes: int):
