@@ -214,8 +214,8 @@ def test_predict_command_writes_the_logits(tmp_path, cli_runner):
 
 def test_cli_reads_musae_csv_labels_and_json_sparse_features(tmp_path, cli_runner):
     from conftest import shared_path
-    from g3cli.main import cli
 
+    from g3cli.main import cli
     from stages.common.store import GraphStore
 
     real = shared_path("data", "real")
