@@ -66,3 +66,19 @@ def test_force_never_replaces_an_input_or_something_else(chain, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert invoke(["ingest", str(edges), str(empty), "--force"]).exit_code == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,message", [
+    (["partition", "{store}", "-w", "2", "--balance-tol", "nan"], "--balance-tol must be a finite number >= 1"),
+    (["partition", "{store}", "-w", "2", "--balance-tol", "inf"], "--balance-tol must be a finite number >= 1"),
+    (["partition", "{store}", "-w", "2", "--degree-tol", "inf"], "--degree-tol must be a finite number >= 1"),
+    (["partition", "{store}", "-w", "2", "--remote-budget", "nan"], "--remote-budget must be > 0"),
+    (["plan", "{part}", "--device-memory", "0"], "the device memory must be a positive size"),
+])
+def test_options_that_once_accepted_nonsense(chain, tmp_path, args, message):
+    """Issue 41 §4: each of these was accepted (a NaN tolerance, a device of 0 bytes)."""
+    root, store, part, plan, run = chain
+    r = invoke([a.format(store=store, part=part) for a in args] + ["-o", str(tmp_path / "out")])
+    assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "out").exists()

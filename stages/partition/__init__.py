@@ -72,10 +72,10 @@ def check_options(o: PartitionOptions) -> None:
         raise G3InputError(f"--workers must be at least 1, got {o.workers}")
     if not 0.0 < o.gamma < 1.0:
         raise G3InputError(f"--gamma must be in (0, 1), got {o.gamma}")
-    if o.balance_tol < 1.0:
-        raise G3InputError(f"--balance-tol must be >= 1 (a max/mean ratio), got {o.balance_tol}")
-    if o.degree_tol is not None and not o.degree_tol >= 1.0:
-        raise G3InputError(f"--degree-tol must be >= 1 (a max/mean ratio), got {o.degree_tol}")
+    if not (math.isfinite(o.balance_tol) and o.balance_tol >= 1.0):
+        raise G3InputError(f"--balance-tol must be a finite number >= 1 (a max/mean ratio), got {o.balance_tol}")
+    if o.degree_tol is not None and not (math.isfinite(o.degree_tol) and o.degree_tol >= 1.0):
+        raise G3InputError(f"--degree-tol must be a finite number >= 1 (a max/mean ratio), got {o.degree_tol}")
     if o.hidden < 1:
         raise G3InputError(f"--hidden must be >= 1, got {o.hidden}")
     if o.threads is not None and o.threads < 1:
@@ -84,7 +84,7 @@ def check_options(o: PartitionOptions) -> None:
         raise G3InputError(f"--max-swaps must be >= 0, got {o.max_swaps}")
     if o.refine_steps is not None and o.refine_steps < 0:
         raise G3InputError(f"--refine-steps must be >= 0, got {o.refine_steps}")
-    if not o.remote_budget > 0.0:
+    if not (math.isfinite(o.remote_budget) and o.remote_budget > 0.0):
         raise G3InputError(f"--remote-budget must be > 0 (a multiple of plain METIS's total remote), "
                            f"got {o.remote_budget}")
     for name in ("alpha", "beta", "gamma"):

@@ -26,7 +26,12 @@ from .tables import assemble
 
 
 def _memory(text: str) -> int | None:
-    return None if text in (None, "auto") else parse_size(text)
+    if text in (None, "auto"):
+        return None
+    size = parse_size(text)
+    if size <= 0:
+        raise ValueError("the device memory must be a positive size, e.g. 8GiB (or auto)")
+    return size
 
 
 OPTIONS = (
