@@ -82,3 +82,14 @@ def test_options_that_once_accepted_nonsense(chain, tmp_path, args, message):
     r = invoke([a.format(store=store, part=part) for a in args] + ["-o", str(tmp_path / "out")])
     assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
     assert not (tmp_path / "out").exists()
+
+
+def test_features_too_large_for_their_storage_type_are_refused_naming_the_feature_file(tmp_path):
+    import numpy as np
+
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n")
+    np.save(tmp_path / "x.npy", np.array([[1.0, 2.0], [3.0, 1e300], [0.0, 0.0]]))
+    r = invoke(["ingest", str(tmp_path / "e.txt"), str(tmp_path / "s.g3"), "--features", str(tmp_path / "x.npy")])
+    assert r.exit_code == 2 and not (tmp_path / "s.g3").exists()
+    assert "x.npy: feature value 1e+300 in row 1 (node 1), column 1 does not fit --feature-dtype float32" in r.output
+    assert "Warning" not in r.output, r.output

@@ -376,25 +376,33 @@ def _write_features(source: GraphSource, writer: StoreWriter, o: IngestOptions) 
                 progress.advance(task, m)
         return {"feat_dim": dim, "feature_dtype": str(dtype), "features": "random normal (seeded)"}
     dim = source.feat_dim
+    where = source.feature_path or source.path
     if dim < 1:
-        raise G3InputError("features have no columns", path=source.path)
+        raise G3InputError("features have no columns", path=where)
     w = writer.create("features", (n, dim), dtype)
     with make_progress() as progress:
         task = progress.add_task("features", total=n)
         for block in source.feature_blocks():
             block = np.asarray(block)
             if block.ndim != 2 or block.shape[1] != dim:
-                raise G3InputError(f"feature block of shape {block.shape}, expected [*, {dim}]", path=source.path)
+                raise G3InputError(f"feature block of shape {block.shape}, expected [*, {dim}]", path=where)
             if w.offset + len(block) > n:
-                raise G3InputError(f"more than {n} feature rows", path=source.path)
+                raise G3InputError(f"more than {n} feature rows", path=where)
             finite = np.isfinite(block)
             if not finite.all():
                 bad = int(np.argwhere(~finite)[0][0]) + w.offset
-                raise G3InputError(f"NaN or infinite feature value in row {bad} (node {bad})", path=source.path)
-            w.append(block.astype(dtype, copy=False))
+                raise G3InputError(f"NaN or infinite feature value in row {bad} (node {bad})", path=where)
+            with np.errstate(over="ignore"):  # an overflow is reported below, naming the value
+                stored = block.astype(dtype, copy=False)
+            if stored is not block and not np.isfinite(stored).all():  # finite in the source, too large here
+                r, c = (int(x) for x in np.argwhere(~np.isfinite(stored))[0])
+                raise G3InputError(f"feature value {block[r, c]:.6g} in row {r + w.offset} (node {r + w.offset}), "
+                                   f"column {c} does not fit --feature-dtype {dtype} (largest "
+                                   f"{float(np.finfo(dtype).max):.6g})", path=where)
+            w.append(stored)
             progress.advance(task, len(block))
     if w.offset != n:
-        raise G3InputError(f"{w.offset} feature rows for {n} nodes", path=source.path)
+        raise G3InputError(f"{w.offset} feature rows for {n} nodes", path=where)
     return {"feat_dim": dim, "feature_dtype": str(dtype), "features": "from source"}
 
 

@@ -862,6 +862,7 @@ def read_edgelist(
         path=source_path,
         feat_dim=feat_dim,
         feature_blocks=feature_blocks,
+        feature_path=str(feat_path) if feat_path is not None else None,
         labels=label_values,
         num_classes=num_classes,
         splits=splits,

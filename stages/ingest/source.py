@@ -28,7 +28,7 @@ class GraphSource:
     ``splits``: ``{"train": ids, "valid": ids, "test": ids}`` or ``None`` (a ratio split is drawn).
     ``expected_arcs``: the arc count the source claims (checked against what was read), or ``None``.
     ``undirected_once``: the source stores each undirected edge once (``--symmetrize`` defaults on).
-    ``path``: the file to name in messages about the source as a whole.
+    ``path``: the file to name in messages about the source as a whole; ``feature_path``: the features' file.
     """
 
     name: str
@@ -43,3 +43,4 @@ class GraphSource:
     expected_arcs: int | None = None
     undirected_once: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    feature_path: str | None = None  # the file the features come from, when not ``path`` (messages name it)
