@@ -213,12 +213,17 @@ def test_the_launcher_stopped_leaves_no_worker_and_says_so(plan, tmp_path, sig, 
     (["--checkpoint-every", "-1"], "must be >= 0 (0: never)"),
     (["--threads", "0"], "--threads must be >= 1"),
     (["--epochs", "0"], "--epochs must be >= 1"),
+    # once found only by a worker: a traceback or a ValueError per rank, and a run folder left behind
+    (["--master-port", "70000"], "--master-port must be a TCP port in [0, 65535]"),
+    (["--seed", str(2**70)], "--seed must be in [0, 2^63)"),
+    (["--master-addr", "no.such.host.invalid"], "--master-addr no.such.host.invalid does not resolve"),
+    (["--profile", "{plan}/plan.json/PROFILE.json"], "is a file, not a folder: cannot write the profile"),
 ])
 def test_bad_option_values_are_refused_before_anything_is_written(plan, tmp_path, args, message):
     """Before: rejected inside the workers (80 lines of C++ frames for --timeout 0) with a failed run folder
     left behind, or accepted silently."""
     run = tmp_path / "run"
-    r = train(plan, run, *args)
+    r = train(plan, run, *(a.format(plan=plan) for a in args))
     assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
     assert not run.exists()
 

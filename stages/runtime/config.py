@@ -184,6 +184,18 @@ def check_runtime(cfg: RuntimeConfig) -> None:
         raise G3InputError("--threads must be >= 1")
     if not (cfg.timeout > 0 and math.isfinite(cfg.timeout)):
         raise G3InputError("--timeout must be a positive number of seconds")
+    # values only a worker would have found out about (a traceback per rank, a run folder left behind)
+    if not 0 <= cfg.seed < 2**63:
+        raise G3InputError(f"--seed must be in [0, 2^63), got {cfg.seed}")
+    if not 0 <= cfg.master_port <= 65535:
+        raise G3InputError(f"--master-port must be a TCP port in [0, 65535] (0: a free one), got {cfg.master_port}")
+    if cfg.master_addr not in ("127.0.0.1", "localhost", "::1") and cfg.emulate_link is None:
+        import socket
+
+        try:
+            socket.getaddrinfo(cfg.master_addr, None)
+        except (OSError, UnicodeError) as exc:
+            raise G3InputError(f"--master-addr {cfg.master_addr} does not resolve to an address ({exc})") from None
     if cfg.emulate_link is not None:
         from .netemu import parse_rate
 

@@ -94,6 +94,16 @@ def _check_training(cfg: TrainConfig) -> None:
         raise G3InputError("--weight-decay must be >= 0")
     if cfg.eval_every < 0 or cfg.checkpoint_every < 0:
         raise G3InputError("--eval-every and --checkpoint-every must be >= 0 (0: never)")
+    if cfg.profile:
+        target = Path(cfg.profile)
+        if target.is_dir():
+            raise G3InputError("--profile names a folder; give the PROFILE.json file to write", path=target)
+        for ancestor in (target.parent, *target.parent.parents):  # the first that exists must be a folder
+            if ancestor.exists():
+                if not ancestor.is_dir():
+                    raise G3InputError(f"--profile: {ancestor} is a file, not a folder: cannot write the profile "
+                                       "there", path=target)
+                break
 
 
 # settings that change what a run computes: a resumed run must keep them (run.json's config)
