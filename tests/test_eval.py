@@ -63,6 +63,18 @@ def test_eval_matches_independent_accuracy(store, tmp_path, model, k):  # noqa: 
     assert (run / "eval.json").read_text() == before
     if model == "gat":  # the model does not change the 1-worker path below: one model checks it
         return
+    # damaged or foreign weights: one line, exit 2, before any worker starts
+    for content, message in [(b"garbage", "cannot read the weights"),
+                             (None, "which the plan's model does not have")]:
+        bad = run / "checkpoints" / "bad.pt"
+        bad.parent.mkdir(exist_ok=True)
+        if content is None:
+            torch.save({"nope.weight": torch.zeros(2)}, bad)
+        else:
+            bad.write_bytes(content)
+        r = invoke(["eval", str(run), "--checkpoint", str(bad), "--force"])
+        assert r.exit_code == 2 and message in r.output and "worker" not in r.output, r.output
+        bad.unlink()
     # another worker count (a temporary 1-way partition and plan) gives the same numbers
     r = invoke(["eval", str(run), "--workers", "1", "--split", "test", "--json", "--force"])
     assert r.exit_code == 0, r.output

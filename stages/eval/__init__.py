@@ -74,6 +74,7 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
     cfg = _inference_config(meta, emulate_link, hosts)
     plan_meta = check_plan(plan, cfg)
     check_trained_with(plan_meta, meta, plan)
+    check_weights(weights, plan_meta)
     if plan_meta.get("bundle"):
         raise G3InputError(f"this plan is node {plan_meta['bundle']['node']} of a bundle, with only its host's "
                            "ranks: give --plan PLAN, the plan that was bundled", path=plan)
@@ -126,6 +127,32 @@ def _answer(result: dict, run: Path, split: str, reused: bool) -> dict:
     if split != "all":
         result["accuracy"] = {split: result["accuracy"][split]}
     return result
+
+
+def check_weights(weights: Path, plan_meta: dict) -> None:
+    """The weights file reads as tensors (no code run) and each tensor fits the plan's model (name and shape) —
+    checked here, so that a damaged or foreign file is one line, not a failure in every worker."""
+    import torch
+
+    from ..common.model_spec import ModelSpec
+    from ..runtime.models import model_from_spec
+
+    try:
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - anything unreadable is the user's input error
+        raise G3InputError(f"cannot read the weights: not a file of tensors torch.load reads ({type(exc).__name__})",
+                           path=weights) from None
+    if isinstance(state, dict) and isinstance(state.get("model"), dict):  # a training checkpoint
+        state = state["model"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise G3InputError("holds no weights (expected a state dict of tensors, or a g3 checkpoint)", path=weights)
+    shapes = {k: tuple(v.shape) for k, v in model_from_spec(ModelSpec.from_plan(plan_meta)).state_dict().items()}
+    for name, tensor in state.items():
+        if name not in shapes:
+            raise G3InputError(f"holds {name!r}, which the plan's model does not have", path=weights)
+        if tuple(tensor.shape) != shapes[name] and tensor.dim() != 2:  # a sharded 2-D slice may be narrower
+            raise G3InputError(f"{name!r} has shape {tuple(tensor.shape)}, the plan's model {shapes[name]}",
+                               path=weights)
 
 
 def run_plan_path(run: Path, meta: dict) -> Path:
