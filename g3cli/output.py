@@ -221,10 +221,12 @@ def print_eval(result: dict) -> None:
     how = "the earlier evaluation of the same weights" if result.get("reused") else \
         f"{result['workers']} workers, {result['seconds']:.2f} s"
     t = Table(title=f"eval ({how})")
-    for col in ("split", "accuracy", "correct", "labelled"):
+    auc = result.get("rocauc")
+    for col in ("split", "accuracy", *(["ROC-AUC"] if auc else []), "correct", "labelled"):
         t.add_column(col, justify="right")
     for split, acc in result["accuracy"].items():
-        t.add_row(split, "n/a" if acc is None else f"{100 * acc:.2f} %", f"{result['correct'][split]:,}",
+        roc = [] if not auc else ["n/a" if auc.get(split) is None else f"{auc[split]:.4f}"]
+        t.add_row(split, "n/a" if acc is None else f"{100 * acc:.2f} %", *roc, f"{result['correct'][split]:,}",
                   f"{result['labelled'][split]:,}")
     console.print(t)
     console.print(f"weights: {result['weights']}", soft_wrap=True)

@@ -248,3 +248,41 @@ def test_cli_reads_musae_csv_labels_and_json_sparse_features(tmp_path, cli_runne
                                 f"{tmp_path / 'l.csv'}:kind"])
     assert r.exit_code == 0, r.output
     assert GraphStore.open(tmp_path / "ok.g3").load_labels().tolist() == [0, 1, 0]
+
+
+def pairwise_auc(score: np.ndarray, label: np.ndarray) -> float:
+    """ROC-AUC by its definition: the share of (positive, negative) pairs ranked right, ties one half."""
+    pos, neg = score[label == 1], score[label == 0]
+    diff = pos[:, None] - neg[None, :]
+    return float(((diff > 0).sum() + 0.5 * (diff == 0).sum()) / diff.size)
+
+
+@pytest.mark.slow
+def test_rocauc_over_two_workers_is_the_definition(tmp_path, cli_runner):
+    from g3cli.main import cli
+    from stages.common.store import GraphStore
+
+    data = small_graph(200, seed=3)
+    data.x = data.x + torch.randn_like(data.x) * 3  # a harder task: the area is not simply 1
+    store = g3.ingest(data, tmp_path / "b.g3")
+    plan = g3.plan(g3.partition(store, workers=2, out=tmp_path / "b.part"), strategy="bns-gcn", hidden=4,
+                   out=tmp_path / "b.plan")
+    run = g3.train(plan, epochs=3, threads=1, dtype="float64", metric="rocauc", out=tmp_path / "b.run")
+    last = run.metrics[-1]
+    g = GraphStore.open(store)
+    prob = torch.softmax(g3.predict(run).double(), dim=1)[:, 1].numpy()
+    y = g.load_labels()
+    for split in ("train", "valid", "test"):
+        idx = g.split_index(split)
+        assert last[f"{split}_rocauc"] == pytest.approx(pairwise_auc(prob[idx], y[idx]), abs=1e-9)
+    assert 0.0 < last["test_rocauc"] < 1.0  # not a degenerate area
+    r = cli_runner.invoke(cli, ["eval", str(run.path), "--json"])  # the run's metric by default
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["rocauc"]["test"] == pytest.approx(last["test_rocauc"], abs=1e-12)
+    # a task with more than two classes is refused before any worker starts
+    other = g3.ingest({"edge_index": data.edge_index, "x": data.x, "y": torch.arange(200) % 3}, tmp_path / "c.g3")
+    plan3 = g3.plan(g3.partition(other, workers=1, out=tmp_path / "c.part"), strategy="bns-gcn", hidden=4,
+                    out=tmp_path / "c.plan")
+    with pytest.raises(g3.G3InputError, match="--metric rocauc needs a binary task: the store has 3 classes"):
+        g3.train(plan3, epochs=1, metric="rocauc", out=tmp_path / "c.run")
+    assert not (tmp_path / "c.run").exists()

@@ -7,6 +7,7 @@ strategy's inference is exact full-neighbour inference, so any exact strategy me
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -52,7 +53,7 @@ def pick_weights(run: Path, checkpoint: str | None) -> Path:
 
 def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all", workers: int | None = None,
              force: bool = False, plan: str | Path | None = None, emulate_link: str | None = None,
-             hosts: int | None = None) -> dict:
+             hosts: int | None = None, metric: str | None = None) -> dict:
     """Evaluate RUN's weights; writes RUN/eval.json (an earlier one only with ``force``) and returns it
     (filtered to ``split``). ``plan``: the plan the run was trained with, when it is not where run.json says
     (a multi-host run's folder copied back: its node plan stayed on its host). ``emulate_link``/``hosts``: on
@@ -65,13 +66,14 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
         raise G3InputError("--workers must be >= 1")
     weights = pick_weights(run, checkpoint)
     digest = file_digest(weights)
-    earlier = _earlier_evaluation(run / "eval.json", digest, workers)
+    metric = metric or (meta.get("config") or {}).get("metric") or "accuracy"  # default: the run's
+    earlier = _earlier_evaluation(run / "eval.json", digest, workers, metric)
     if earlier is not None and not force and emulate_link is None:
         # the same weights evaluated before: reading the result again needs no --force and no workers
         return _answer(earlier, run, split, reused=True)
     check_result(run / "eval.json", force, "an evaluation of other weights (or another worker count)")
     plan = Path(plan) if plan else run_plan_path(run, meta)
-    cfg = _inference_config(meta, emulate_link, hosts)
+    cfg = dataclasses.replace(_inference_config(meta, emulate_link, hosts), metric=metric)
     plan_meta = check_plan(plan, cfg)
     check_trained_with(plan_meta, meta, plan)
     check_weights(weights, plan_meta)
@@ -84,7 +86,7 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
         if workers is not None and workers != k:
             tmp = Path(tempfile.mkdtemp(prefix="g3-eval-"))
             plan, k = _temporary_plan(plan_meta, workers, tmp), workers
-            cfg = _inference_config(meta, emulate_link, hosts)
+            cfg = dataclasses.replace(_inference_config(meta, emulate_link, hosts), metric=metric)
             check_plan(plan, cfg)
         make_launcher(cfg, k).run(eval_rank, k, run, "eval-", plan, cfg, HostFile(str(weights.resolve())),
                                         str(weights.resolve()))
@@ -108,8 +110,9 @@ def file_digest(path: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def _earlier_evaluation(path: Path, digest: str, workers: int | None) -> dict | None:
-    """An earlier eval.json of the same weights (and worker count, when one is asked for), else None."""
+def _earlier_evaluation(path: Path, digest: str, workers: int | None, metric: str) -> dict | None:
+    """An earlier eval.json of the same weights and metric (and worker count, when one is asked for), else
+    None."""
     try:
         earlier = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
@@ -118,6 +121,8 @@ def _earlier_evaluation(path: Path, digest: str, workers: int | None) -> dict | 
         return None
     if workers is not None and earlier.get("workers") != workers:
         return None
+    if earlier.get("metric", "accuracy") != metric:
+        return None
     return earlier
 
 
@@ -125,7 +130,9 @@ def _answer(result: dict, run: Path, split: str, reused: bool) -> dict:
     """eval.json as returned: its path, whether it was reused, the accuracies of ``split``."""
     result = {**result, "path": str(run / "eval.json"), "reused": reused}
     if split != "all":
-        result["accuracy"] = {split: result["accuracy"][split]}
+        for key in ("accuracy", "rocauc"):
+            if key in result:
+                result[key] = {split: result[key][split]}
     return result
 
 

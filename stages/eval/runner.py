@@ -33,7 +33,7 @@ def eval_rank(rank: int, world: int, init_method: str | None, plan_dir: str, run
     except RuntimeError as exc:
         raise G3InputError(f"{weights}: weights do not fit the plan's model: {exc}") from None
     t0 = time.perf_counter()
-    counts = evaluate(worker.strategy)
+    counts, extra = evaluate(worker.strategy, cfg.metric)
     seconds = time.perf_counter() - t0
     if rank == 0:
         write_json_atomic(Path(run_dir) / "eval.json", {
@@ -42,11 +42,12 @@ def eval_rank(rank: int, world: int, init_method: str | None, plan_dir: str, run
             "weights": str(recorded_as or weights),
             "workers": world,
             "strategy": worker.ctx.plan_meta["strategy"]["name"],
-            "metric": "accuracy",
+            "metric": cfg.metric,  # accuracy is always given; rocauc adds "rocauc" per split
             "accuracy": {s: (c / n if n else None) for s, (c, n) in counts.items()},
             "correct": {s: c for s, (c, _) in counts.items()},
             "labelled": {s: n for s, (_, n) in counts.items()},
             "seconds": seconds,
+            **extra,
         })
     worker.strategy.close()
     dist.barrier()

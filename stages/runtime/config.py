@@ -47,6 +47,7 @@ def local_workers(world: int) -> int:
 class RuntimeConfig:
     dropout: float = 0.5
     seed: int = 0
+    metric: str = "accuracy"  # accuracy | rocauc (binary tasks: ROC-AUC per split besides the accuracy)
     device: str = "cpu"  # cpu | cuda
     dtype: str = "float32"
     threads: int | None = None  # per worker; None: cores / local workers
@@ -165,6 +166,8 @@ def check_runtime(cfg: RuntimeConfig) -> None:
         raise G3InputError(f"--device {cfg.device} is not one of cpu, cuda")
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise G3InputError("--device cuda but CUDA is not available on this machine")
+    if cfg.metric not in ("accuracy", "rocauc"):
+        raise G3InputError(f"--metric {cfg.metric} is not one of accuracy, rocauc")
     if cfg.dtype not in DTYPES:
         raise G3InputError(f"--dtype {cfg.dtype} is not one of {', '.join(DTYPES)}")
     if not (0.0 <= cfg.dropout < 1.0):

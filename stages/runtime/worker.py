@@ -13,9 +13,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..common.errors import G3InputError
 from ..common.model_spec import ModelSpec
 from ..common.plan_artifact import load_plan_meta, plan_strategy
 from ..common.strategies import strategy_info
@@ -143,12 +145,47 @@ def accuracies(counts: dict[str, tuple[int, int]]) -> dict[str, float | None]:
     return {s: (c / n if n else None) for s, (c, n) in counts.items()}
 
 
-def evaluate(strategy: Strategy) -> dict[str, tuple[int, int]]:
-    """Exact inference with the model in eval mode (no dropout), counted per split."""
+def evaluate(strategy: Strategy, metric: str = "accuracy") -> tuple[dict[str, tuple[int, int]], dict]:
+    """Exact inference with the model in eval mode (no dropout): (correct, labelled) per split, and with
+    ``metric="rocauc"`` each split's ROC-AUC (collective)."""
     strategy.model.eval()
     try:
         with torch.no_grad():
             inference = strategy.infer()
     finally:
         strategy.model.train()
-    return split_counts(inference)
+    extra = {"rocauc": split_rocauc(inference)} if metric == "rocauc" else {}
+    return split_counts(inference), extra
+
+
+def split_rocauc(inference: Inference) -> dict[str, float | None]:
+    """ROC-AUC per split of a binary task over all ranks (collective): every rank's (score, label) pairs of the
+    split's labelled nodes gathered, the score being the softmax probability of class 1; the area is the
+    Mann-Whitney statistic (ties count one half). None where a split lacks one of the two classes."""
+    from scipy.stats import rankdata
+
+    if inference.logits.shape[1] != 2:
+        raise G3InputError(f"--metric rocauc needs a binary task (2 classes), the model has "
+                           f"{inference.logits.shape[1]}")
+    score = torch.softmax(inference.logits.double(), dim=1)[:, 1].cpu()
+    labels = inference.labels.cpu()
+    mine = {}
+    for split in SPLITS:
+        idx = inference.splits[split].cpu()
+        idx = idx[labels[idx] >= 0]
+        mine[split] = (score[idx].numpy(), labels[idx].numpy())
+    everyone = [mine]
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+    out = {}
+    for split in SPLITS:
+        s = np.concatenate([e[split][0] for e in everyone])
+        y = np.concatenate([e[split][1] for e in everyone])
+        pos, neg = int((y == 1).sum()), int((y == 0).sum())
+        if pos == 0 or neg == 0:
+            out[split] = None
+            continue
+        ranks = rankdata(s)  # average ranks for ties
+        out[split] = float((ranks[y == 1].sum() - pos * (pos + 1) / 2) / (pos * neg))
+    return out

@@ -50,6 +50,9 @@ def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
         raise G3InputError(f"--profile fits g3's per-bin rates from the trace; the {info.name} strategy has no "
                            "bins (profile a g3 plan of the same model and store for `g3 simulate`)")
     check_runtime(cfg)
+    classes = (meta.get("store") or {}).get("num_classes")
+    if getattr(cfg, "metric", "accuracy") == "rocauc" and classes is not None and int(classes) != 2:
+        raise G3InputError(f"--metric rocauc needs a binary task: the store has {classes} classes", path=plan)
     return meta
 
 

@@ -115,7 +115,9 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
             if profiling:  # PROFILE.json for `g3 simulate`
                 _write_profile(cfg, ctx, epoch, epoch_seconds, sync_seconds)
         if cfg.eval_every and ((epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
-            record.update({f"{s}_acc": a for s, a in accuracies(evaluate(strategy)).items()})
+            counts, extra = evaluate(strategy, cfg.metric)
+            record.update({f"{s}_acc": a for s, a in accuracies(counts).items()})
+            record.update({f"{s}_rocauc": a for s, a in extra.get("rocauc", {}).items()})
         stats = transport.stats
         worker = {
             "rank": rank,
