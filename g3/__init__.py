@@ -23,6 +23,7 @@ from .api import (
     G3RuntimeError,
     Run,
     WholeGraphModel,
+    export,
     ingest,
     load_model,
     partition,
@@ -31,5 +32,5 @@ from .api import (
     train,
 )
 
-__all__ = ["G3InputError", "G3RuntimeError", "Run", "WholeGraphModel", "ingest", "load_model", "partition", "plan",
-           "predict", "train"]
+__all__ = ["G3InputError", "G3RuntimeError", "Run", "WholeGraphModel", "export", "ingest", "load_model", "partition",
+           "plan", "predict", "train"]

@@ -82,6 +82,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
       g3 train PLAN               distributed training with the plan's strategy
       g3 eval RUN                 exact inference, accuracy per split
       g3 predict RUN -o FILE      the trained model's logits for every node (.npy or .zarr)
+      g3 export RUN -o FILE       the trained model as PyG's GraphSAGE / GCN / GAT loads it
       g3 report RUN...            plots and a summary of runs (strategies side by side)
       g3 bench STORE              strategies side by side with DGL and PyG
       g3 simulate PLAN            a discrete-event model of an epoch on K workers
@@ -99,8 +100,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
 # stage (3.7 s of imports on the 2-core sandbox, against 0.7 s for ingest's own).
 COMMANDS = {"ingest": "ingest_cmd:ingest", "info": "info_cmd:info", "partition": "partition_cmd:command",
             "plan": "plan_cmd:command", "bundle": "bundle_cmd:command", "train": "train_cmd:command",
-            "eval": "eval_cmd:command", "predict": "predict_cmd:command", "report": "report_cmd:command", "bench": "bench_cmd:command",
-            "simulate": "simulate_cmd:command", "cluster": "cluster_cmd:command"}
+            "eval": "eval_cmd:command", "predict": "predict_cmd:command", "export": "export_cmd:command",
+            "report": "report_cmd:command", "bench": "bench_cmd:command", "simulate": "simulate_cmd:command",
+            "cluster": "cluster_cmd:command"}
 
 
 def main() -> None:

@@ -30,6 +30,11 @@ class GATConv(nn.Module):
     Parameters: ``lin.weight [H*C, in_dim]``, ``att_src [1, H, C]``, ``att_dst [1, H, C]``, ``bias [H*C or C]``.
     """
 
+    # the same layer in PyG (`g3 export --format pyg`): torch_geometric.nn.models.GAT's GATConv (hidden layers
+    # concatenate their heads, the last averages them, as here)
+    PYG_MODEL = "GAT"
+    PYG_NAMES = {"lin.weight": "lin.weight", "att_src": "att_src", "att_dst": "att_dst", "bias": "bias"}
+
     def __init__(self, in_dim: int, out_dim: int, heads: int = 8, concat: bool = True, negative_slope: float = 0.2):
         super().__init__()
         self.in_dim, self.out_dim, self.heads = in_dim, out_dim, heads

@@ -28,6 +28,11 @@ class GCNConv(nn.Module):
     Parameters: ``lin.weight [out_dim, in_dim]``, ``bias [out_dim]``.
     """
 
+    # the same layer in PyG (`g3 export --format pyg`): torch_geometric.nn.models.GCN's GCNConv (self-loops,
+    # symmetric normalisation by degrees; PyG takes both from the in-degrees, equal on a symmetric graph)
+    PYG_MODEL = "GCN"
+    PYG_NAMES = {"lin.weight": "lin.weight", "bias": "bias"}
+
     static_input_rows = "none"  # forward(static_input=True) reads nothing of x_src once its aggregation is cached
 
     def __init__(self, in_dim: int, out_dim: int):

@@ -29,6 +29,11 @@ class SAGEConv(nn.Module):
     Parameters: ``lin_self.weight [out_dim, in_dim]``, ``lin_neigh.weight [out_dim, in_dim]``, ``bias [out_dim]``.
     """
 
+    # the same layer in PyG (`g3 export --format pyg`): torch_geometric.nn.models.GraphSAGE's SAGEConv (mean),
+    # whose lin_l takes the neighbours' mean (with the bias) and lin_r the node itself
+    PYG_MODEL = "GraphSAGE"
+    PYG_NAMES = {"lin_self.weight": "lin_r.weight", "lin_neigh.weight": "lin_l.weight", "bias": "lin_l.bias"}
+
     static_input_rows = "dst"  # what forward(static_input=True) reads of x_src once its aggregation is cached
 
     def __init__(self, in_dim: int, out_dim: int):
