@@ -57,6 +57,10 @@ def _for(knob: str, default: str | None = None) -> str:
 @click.option("--checkpoint-every", type=int, default=None,
               help="Write a checkpoint every N epochs (0: never) [default: 0; with --resume: the run's].")
 @click.option("--resume", is_flag=True, help="Continue the run in RUN from its latest checkpoint.")
+@click.option("--logger", "loggers", type=click.Choice(["csv", "tensorboard"]), multiple=True,
+              help="Also log every epoch's figures to RUN/metrics.csv (csv) or TensorBoard event files in "
+                   "RUN/tensorboard (tensorboard: pip install 'g3[tensorboard]'); repeatable. RUN/metrics.jsonl is "
+                   "always written.")
 @click.option("--metric", type=click.Choice(["accuracy", "rocauc"]), default="accuracy", show_default=True,
               help="Evaluation metric besides accuracy: rocauc adds each split's ROC-AUC (binary tasks, e.g. the "
                    "imbalanced Tolokers) to the metrics records.")
@@ -133,7 +137,7 @@ def _for(knob: str, default: str | None = None) -> str:
 @click.option("-o", "--out", type=click.Path(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
 @click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
 def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipeline, trace, profile, eval_every,
-            checkpoint_every, resume, metric, no_feature_cache, layer0_cache, prefetch, backward, micro_batches, scheduler,
+            checkpoint_every, resume, loggers, metric, no_feature_cache, layer0_cache, prefetch, backward, micro_batches, scheduler,
             sample_threads, max_dags, launch_sigma, task_nodes, heap, dtype, threads, timeout, master_addr, master_port,
             emulate_link, hosts, emulate_subnet, max_restarts, emulate_faults, out, force):
     """Train the plan's GNN with K workers, executed by the plan's strategy (`g3 plan --strategy`: g3's bins
@@ -143,7 +147,7 @@ def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipe
     strategies apply only to plans of those strategies (others are refused)."""
     cfg = TrainConfig(epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout, seed=seed, workers=workers,
                       device=device, pipeline=pipeline, trace=trace, profile=profile, eval_every=eval_every, checkpoint_every=checkpoint_every,
-                      resume=resume, metric=metric, feature_cache=False if no_feature_cache else None, layer0_cache=layer0_cache, prefetch=prefetch,
+                      resume=resume, logger=tuple(loggers), metric=metric, feature_cache=False if no_feature_cache else None, layer0_cache=layer0_cache, prefetch=prefetch,
                       backward=backward, micro_batches=micro_batches, scheduler=scheduler,
                       sample_threads=sample_threads, max_dags=max_dags, launch_sigma=launch_sigma,
                       task_nodes=task_nodes, heap=heap, dtype=dtype, threads=threads,

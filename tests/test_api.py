@@ -286,3 +286,31 @@ def test_rocauc_over_two_workers_is_the_definition(tmp_path, cli_runner):
     with pytest.raises(g3.G3InputError, match="--metric rocauc needs a binary task: the store has 3 classes"):
         g3.train(plan3, epochs=1, metric="rocauc", out=tmp_path / "c.run")
     assert not (tmp_path / "c.run").exists()
+
+
+@pytest.mark.slow
+def test_loggers_csv_and_tensorboard(tmp_path):
+    import csv
+    import importlib.util
+
+    data = small_graph(80)
+    store = g3.ingest(data, tmp_path / "g.g3")
+    plan = g3.plan(g3.partition(store, workers=1, out=tmp_path / "g.part"), strategy="bns-gcn", hidden=4,
+                   out=tmp_path / "g.plan")
+    run = g3.train(plan, epochs=3, threads=1, logger=("csv",), out=tmp_path / "g.run")
+    rows = list(csv.DictReader((run.path / "metrics.csv").read_text().splitlines()))
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2]
+    for row, record in zip(rows, run.metrics, strict=True):
+        assert float(row["loss"]) == pytest.approx(record["loss"]) and float(row["test_acc"]) == record["test_acc"]
+    if importlib.util.find_spec("tensorboard") is None:
+        with pytest.raises(g3.G3InputError, match="--logger tensorboard needs the tensorboard package"):
+            g3.train(plan, epochs=1, logger=("tensorboard",), out=tmp_path / "tb.run")
+        assert not (tmp_path / "tb.run").exists()
+        return
+    run = g3.train(plan, epochs=3, threads=1, logger=("tensorboard",), out=tmp_path / "tb.run")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run.path / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("accuracy/test")] == [0, 1, 2]
+    assert [e.value for e in events.Scalars("loss")] == pytest.approx([r["loss"] for r in run.metrics])

@@ -97,6 +97,9 @@ def _check_training(cfg: TrainConfig) -> None:
         raise G3InputError("--weight-decay must be >= 0")
     if cfg.eval_every < 0 or cfg.checkpoint_every < 0:
         raise G3InputError("--eval-every and --checkpoint-every must be >= 0 (0: never)")
+    from .loggers import check_loggers
+
+    check_loggers(cfg.logger)
     if cfg.profile:
         target = Path(cfg.profile)
         if target.is_dir():

@@ -15,6 +15,7 @@ class TrainConfig(RuntimeConfig):
     workers: int | None = None  # None: the plan's worker count
     eval_every: int | None = None  # 0: never; None: 1, or the run's own when resuming
     checkpoint_every: int | None = None  # 0: never; None: 0, or the run's own when resuming
+    logger: tuple[str, ...] = ()  # where epoch figures also go: csv (RUN/metrics.csv), tensorboard (RUN/tensorboard)
     resume: bool = False
     profile: str | None = None  # write PROFILE.json (compute rates, for `g3 simulate`) from the last epoch
     live: bool = True  # rich live display on rank 0

@@ -65,7 +65,7 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
     if start_epoch == 0:
         _save_full_weights(run_dir / "init.pt", strategy, rank)
     metrics = MetricsWriter(run_dir, rank, world, live=cfg.live and rank == 0, epochs=cfg.epochs, start=start_epoch,
-                            network=cfg.network)
+                            network=cfg.network, loggers=tuple(cfg.logger))
     nic = NicCounter()
     sharded = set(strategy.sharded_parameters())
     replicated = [p for n, p in model.named_parameters() if n not in sharded]  # all-reduced every step

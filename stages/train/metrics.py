@@ -82,13 +82,16 @@ class MetricsWriter:
     """Appends epoch records (rank 0 only) and renders them live."""
 
     def __init__(self, run_dir: Path, rank: int, world: int, live: bool, epochs: int, start: int,
-                 network: dict | None = None):
+                 network: dict | None = None, loggers: tuple[str, ...] = ()):
         self.rank = rank
         self.network = network  # where the workers ran, as their launcher put it: in every record
         self.path = Path(run_dir) / "metrics.jsonl"
         if rank == 0:  # a resumed run rewrites its record from the epoch it resumes at
             keep_epochs_before(self.path, start)
         self.file = open(self.path, "a") if rank == 0 else None  # noqa: SIM115 - closed in close()
+        from .loggers import make_loggers
+
+        self.loggers = make_loggers(loggers, run_dir, start) if rank == 0 else []  # --logger
         self.display = None
         if live:
             from .display import LiveDisplay
@@ -108,12 +111,16 @@ class MetricsWriter:
             record["network"] = self.network
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
+        for logger in self.loggers:
+            logger.epoch(record)
         if self.display is not None:
             self.display.update(record)
 
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
+        for logger in self.loggers:
+            logger.close()
         if self.display is not None:
             self.display.close()
 
