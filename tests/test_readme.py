@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def readme_commands() -> list[list[str]]:
     """The `g3 …` command lines of the README's code blocks (continuations joined, comments dropped)."""
-    blocks, current, fenced = [], [], False
+    blocks, current, fenced, plain = [], [], False, True
     for line in (REPO / "README.md").read_text().splitlines():
         if line.startswith("```"):
             if fenced:  # the block ends
