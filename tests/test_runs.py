@@ -259,3 +259,22 @@ def test_a_completed_run_leaves_nothing_on_standard_error(plan, tmp_path):
     assert proc.returncode == 0, err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert lines and all(ln.startswith("epoch ") for ln in lines), err
+
+
+def test_bad_input_found_by_a_worker_is_one_line_exit_2_and_leaves_nothing(plan, tmp_path, monkeypatch):
+    """Issue 41 §3: a G3InputError raised inside a worker reaches the user as bad input (exit 2, one line naming
+    the file), and the run folder this command created is gone; an earlier run --force would replace is kept."""
+    monkeypatch.setenv("G3_FAULT", "1:1:input")
+    run = tmp_path / "run"
+    r = train(plan, run, "--epochs", "3")
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert "worker-00000/rows.npy: a row of the shard is out of range" in r.output
+    assert not run.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".run")]
+    monkeypatch.delenv("G3_FAULT")
+    assert train(plan, run, "--epochs", "1").exit_code == 0
+    before = (run / "model.pt").read_bytes()
+    monkeypatch.setenv("G3_FAULT", "0:0:input")
+    r = train(plan, run, "--epochs", "2", "--force")
+    assert r.exit_code == 2 and (run / "model.pt").read_bytes() == before, r.output
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run")]
+

@@ -114,6 +114,9 @@ def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: st
             if failed is not None:
                 stopped = _stopped_rank(procs)  # a peer that timed out waiting for a stopped rank: name that one
                 _stop(ctx)
+                # a rank that found bad input is the cause: its peers' errors (a closed connection) follow from it
+                bad = [r for r in range(world) if _bad_input(Path(run_dir), r, prefix)]
+                failed = bad[0] if bad else failed
                 message = failure_message(Path(run_dir), failed, procs[failed].exitcode, prefix)
                 if stopped is not None and stopped != failed:
                     raise G3RuntimeError(f"worker {stopped} stopped answering (its process was stopped); every "

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import tempfile
 import time
@@ -162,6 +164,11 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
             _write_run_json(work, plan, meta, cfg, status="interrupted", path=run_dir)
             raise
         except (G3RuntimeError, G3InputError) as exc:
+            if isinstance(exc, G3InputError) and not cfg.resume:
+                # bad input found by a worker: nothing is left at the target (this attempt's folder goes; an
+                # earlier run that --force would have replaced stays)
+                shutil.rmtree(work, ignore_errors=True)
+                raise G3InputError(re.sub(r" \(log: [^)]*\)$", "", str(exc))) from None  # the log went with it
             _write_run_json(work, plan, meta, cfg, status="failed", error=str(exc), path=run_dir)
             if work != run_dir:
                 raise type(exc)(f"{exc}; the earlier run in {run_dir} is kept, this attempt is in {work}") from None

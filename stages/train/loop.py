@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from ..common.errors import G3InputError
 from ..common.model_spec import ModelSpec
 from ..runtime.loss import cross_entropy_with_grad
 from ..runtime.profile import samples_from_trace, write_profile
@@ -233,8 +234,8 @@ def _trace_record(tracer, run_dir: Path, world: int, write: bool) -> dict:
 
 
 def _maybe_inject_fault(rank: int, epoch: int) -> None:
-    """Test hook: G3_FAULT=RANK:EPOCH:kill|raise|stop|enospc makes that rank die (SIGKILL), raise, stop (SIGSTOP)
-    or meet a full disk at that epoch; G3_FAULT_ONCE=FILE makes it happen only while FILE does not exist (it is created then), so a
+    """Test hook: G3_FAULT=RANK:EPOCH:kill|raise|stop|enospc|input makes that rank die (SIGKILL), raise, stop
+    (SIGSTOP), meet a full disk or find bad input (a G3InputError only a worker could raise) at that epoch; G3_FAULT_ONCE=FILE makes it happen only while FILE does not exist (it is created then), so a
     restarted worker group runs through."""
     spec = os.environ.get("G3_FAULT")
     if not spec:
@@ -252,6 +253,8 @@ def _maybe_inject_fault(rank: int, epoch: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         if how == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
+        if how == "input":
+            raise G3InputError("a row of the shard is out of range (injected)", path="worker-00000/rows.npy")
         if how == "enospc":
             import errno
 
