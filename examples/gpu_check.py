@@ -49,7 +49,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from stages.common.strategies import STRATEGIES  # noqa: E402
+from stages.common.strategies import STRATEGIES, bins_strategy  # noqa: E402
+
+BINS = bins_strategy()  # the strategy whose plans size bins by device memory (g3)
+FORCED = f"{BINS.name} (bins)"  # its case with bins forced below the graph
 
 SCHEMA = "g3.gpu-check/1"
 TOL = {"float64": 1e-9, "float32": 1e-4}
@@ -70,7 +73,7 @@ def cases(bin_memory: str | None) -> list[Case]:
     out = [Case(name, name, info.methods[0]) for name, info in STRATEGIES.items()]
     if bin_memory:
         # the bin strategy with a device budget smaller than its one-bin footprint: several bins per layer
-        out.append(Case("g3 (bins)", "g3", STRATEGIES["g3"].methods[0], {"--device-memory": bin_memory}))
+        out.append(Case(FORCED, BINS.name, BINS.methods[0], {"--device-memory": bin_memory}))
     return out
 
 
@@ -272,14 +275,14 @@ def main(argv: list[str] | None = None) -> int:
     plans = {}
     with cf.ThreadPoolExecutor(parallel) as pool:
         # g3's one-bin plan is made whenever the forced-bins case runs: it sizes that case's budget
-        needed = [c for c in cases(None) if not wanted or c.label in wanted or (c.label == "g3" and "g3 (bins)" in wanted)]
+        needed = [c for c in cases(None) if not wanted or c.label in wanted or (c.label == BINS.name and FORCED in wanted)]
         todo = {(key, case.label): pool.submit(plan_case, r, work, ready, key, case, a.hidden)
                 for key in graphs for case in needed}
         plans.update({k: f.result() for k, f in todo.items()})
-    for key in graphs if not wanted or "g3 (bins)" in wanted else ():
-        ok, _, g3_plan = plans[(key, "g3")]
+    for key in graphs if not wanted or FORCED in wanted else ():
+        ok, _, g3_plan = plans[(key, BINS.name)]
         budget = str(2 * one_bin_bytes(g3_plan) // 3) if ok else None
-        forced = cases(budget)[-1] if budget else Case("g3 (bins)", "g3", "metis", {})
+        forced = cases(budget)[-1] if budget else Case(FORCED, BINS.name, BINS.methods[0], {})
         plans[(key, forced.label)] = (plan_case(r, work, ready, key, forced, a.hidden) if budget
                                       else (False, "the one-bin g3 plan failed", work / "none"))
     labels = [c.label for c in cases("forced") if not wanted or c.label in wanted]

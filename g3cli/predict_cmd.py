@@ -31,8 +31,6 @@ def command(run, out, split, checkpoint, store, force):
     out = Path(out)
     if out.suffix not in (".npy", ".zarr"):
         raise G3InputError("the output must end in .npy or .zarr", path=out)
-    if out.exists() and not force:
-        raise G3InputError("already exists; pass --force to replace it", path=out)
     check_target(out, force, None, (run,))
     logits = g3.predict(run, store=store, split=split, checkpoint=checkpoint).numpy()
     if out.suffix == ".npy":
