@@ -65,6 +65,9 @@ class ToyStrategy:
     def before_update(self):
         self.calls.append("before_update")
 
+    def updates_trail(self):
+        return False
+
     def update(self, optimizer, replicated):  # the default update of every strategy (all-reduce, step)
         from stages.runtime.strategies.base import Strategy
 

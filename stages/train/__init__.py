@@ -349,11 +349,29 @@ def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, sta
     return info
 
 
+def _git_head(repo: Path) -> str | None:
+    """The commit g3's checkout is at, read from its .git files (no git process: a worker under torchrun calls
+    this, and a subprocess there costs more than the answer is worth); None outside a git checkout."""
+    git = repo / ".git"
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head  # a detached head is the commit itself
+        ref = head[5:]
+        if (git / ref).is_file():
+            return (git / ref).read_text().strip()
+        for line in (git / "packed-refs").read_text().splitlines():
+            if line.endswith(" " + ref):
+                return line.split()[0]
+    except OSError:
+        return None
+    return None
+
+
 def provenance() -> dict:
     """What produced a run, for whoever reads it later: g3's version (and git commit when g3 runs from a
     checkout), the versions of the libraries that compute, the command line, the host and the time."""
     import platform
-    import subprocess
     import sys
     from importlib.metadata import PackageNotFoundError, version
 
@@ -363,19 +381,7 @@ def provenance() -> dict:
         except PackageNotFoundError:
             return None
 
-    repo = Path(__file__).resolve().parents[2]
-    commit = None
-    if (repo / ".git").exists():
-        try:
-            out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                 timeout=5)
-            dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=5)
-            if out.returncode == 0:
-                commit = out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-        except (OSError, subprocess.SubprocessError):
-            commit = None
-    return {"g3": package("g3"), "git_commit": commit, "python": platform.python_version(),
+    return {"g3": package("g3"), "git_commit": _git_head(Path(__file__).resolve().parents[2]), "python": platform.python_version(),
             "torch": package("torch"), "numba": package("numba"), "numpy": package("numpy"),
             "command": sys.argv, "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 

@@ -193,7 +193,9 @@ def optimizer_step(strategy, ctx, optimizer, replicated: list[torch.nn.Parameter
     # replicated update trail its gradient by three steps)
     reduce_seconds = strategy.update(optimizer, replicated) if due else 0.0
     sync_seconds = time.perf_counter() - t_sync
-    return StepDone(_start_all_reduce_float(loss), n_micro, sync_seconds, reduce_seconds)
+    # the step's loss summed over ranks: left in flight only where updates trail their steps (P3's pipeline),
+    # where a blocking collective here would queue behind them and make every step a rendezvous again
+    return StepDone(_SummedLater(loss, wait=not strategy.updates_trail()), n_micro, sync_seconds, reduce_seconds)
 
 
 def _save_full_weights(path: Path, strategy, rank: int) -> None:
@@ -263,18 +265,15 @@ def _maybe_inject_fault(rank: int, epoch: int) -> None:
 
 
 class _SummedLater:
-    """A float summed over ranks by an all-reduce still in flight: ``value()`` waits for it. The loss of a step
-    is summed this way so that no step waits on a collective of its own — a blocking one would queue behind an
-    update still travelling (P3's) and make every step a rendezvous again."""
+    """A float summed over ranks by an all-reduce, completed at once (``wait``) or left in flight until
+    ``value()``; the completed request is dropped then, so none outlives the epoch."""
 
-    def __init__(self, x: float):
+    def __init__(self, x: float, wait: bool = True):
         self.t = torch.tensor([x], dtype=torch.float64, device=collective_device())
-        self.work = dist.all_reduce(self.t, async_op=True)
+        self.work = dist.all_reduce(self.t, async_op=not wait)
 
     def value(self) -> float:
-        self.work.wait()
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
         return float(self.t.item())
-
-
-def _start_all_reduce_float(x: float) -> _SummedLater:
-    return _SummedLater(x)

@@ -166,6 +166,11 @@ class Strategy:
         optimizer.step()
         return seconds
 
+    def updates_trail(self) -> bool:
+        """Whether :meth:`update` leaves updates in flight after a step (then the loop leaves its per-step loss
+        reduction in flight too). False by default."""
+        return False
+
     def finish_updates(self, optimizer: torch.optim.Optimizer, replicated: list[torch.nn.Parameter]) -> None:
         """Called by the loop at the end of every epoch, before evaluation and checkpoints: every update still
         trailing its gradient is applied, so the weights are those after the epoch's last step. Nothing by

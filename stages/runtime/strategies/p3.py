@@ -300,6 +300,9 @@ class P3Strategy(DistDglStrategy):
         self.timers["updates_trailing_max"] = max(self.timers["updates_trailing_max"], len(self._trailing))
         return seconds + time.perf_counter() - t1
 
+    def updates_trail(self) -> bool:
+        return self.pipelined
+
     def finish_updates(self, optimizer, replicated: list[torch.nn.Parameter]) -> None:
         """The epoch's trailing updates applied (its weights are those after its last step)."""
         if not self.pipelined:
