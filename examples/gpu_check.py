@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         forced = cases(budget)[-1] if budget else Case(FORCED, BINS.name, BINS.methods[0], {})
         plans[(key, forced.label)] = (plan_case(r, work, ready, key, forced, a.hidden) if budget
                                       else (False, "the one-bin g3 plan failed", work / "none"))
-    labels = [c.label for c in cases("forced") if not wanted or c.label in wanted]
+    labels = [label for label in [c.label for c in cases(None)] + [FORCED] if not wanted or label in wanted]
     print(f"gpu-check: {len(labels)} plans per graph ({time.perf_counter() - t_start:.0f} s)", flush=True)
 
     # every case: float64 on the small exact graph; float32 (the device under test and the CPU) and a float64
