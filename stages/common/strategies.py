@@ -74,6 +74,21 @@ def count_or_auto(what: str) -> Callable[[str], int | None]:
 
 
 @dataclass(frozen=True)
+class AdviseVariant:
+    """One configuration of a strategy that `g3 advise` predicts: ``plan_options`` by name as `g3 plan` takes
+    them (text), ``train_knobs`` as `g3 train` takes them (TRAIN_KNOBS), and ``simulate``: the fields of
+    ``stages.simulate.SimulateOptions`` that model them (e.g. bns-gcn's boundary sample ratio)."""
+
+    label: str = "default"
+    plan_options: dict = field(default_factory=dict)
+    train_knobs: dict = field(default_factory=dict)
+    simulate: dict = field(default_factory=dict)
+
+
+FAMILIES = ("full-graph", "mini-batch", "tensor-parallel")
+
+
+@dataclass(frozen=True)
 class StrategyInfo:
     name: str
     summary: str  # one line for `g3 plan --help`
@@ -104,6 +119,9 @@ class StrategyInfo:
     # the name `g3 simulate` gives the system that runs a plan of this strategy with these plan options and
     # `g3 train` knobs (None: its knob's default), to set a prediction beside a run (examples/simulate_vs_emulated.py)
     simulated_as: Callable[[dict, dict], str] | None = None
+    # `g3 advise`: the family it belongs to (FAMILIES) and the configurations it predicts (its main options)
+    family: str = "full-graph"
+    advise_variants: tuple[AdviseVariant, ...] = (AdviseVariant(),)
 
     def simulator_module(self):
         return importlib.import_module(f"stages.simulate.{self.simulator}") if self.simulator else None
@@ -144,6 +162,8 @@ STRATEGIES: dict[str, StrategyInfo] = {
             models=("sage", "gcn", "gat", "dgcn"),
             simulator="bins", bins=True, evaluator_method="chunk",
             simulated_as=lambda options, knobs: f"g3-{knobs.get('pipeline') or 'multi'}",
+            advise_variants=(AdviseVariant("pipeline multi", train_knobs={"pipeline": "multi"}),
+                             AdviseVariant("pipeline none", train_knobs={"pipeline": "none"})),
         ),
         StrategyInfo(
             name="bns-gcn",
@@ -153,6 +173,10 @@ STRATEGIES: dict[str, StrategyInfo] = {
             exactness="exact with --boundary-sample 1; P < 1 samples boundary nodes (an approximation)",
             planner="bns_gcn", runtime="bns_gcn",
             train_knobs=("layer0_cache",), simulator="bins", simulated_as=lambda options, knobs: "bns-gcn",
+            advise_variants=(AdviseVariant("boundary sample 1 (exact)", plan_options={"boundary_sample": "1"},
+                                           simulate={"boundary_sample": 1.0}),
+                             AdviseVariant("boundary sample 0.1", plan_options={"boundary_sample": "0.1"},
+                                           simulate={"boundary_sample": 0.1})),
         ),
         StrategyInfo(
             name="sancus",
@@ -163,6 +187,11 @@ STRATEGIES: dict[str, StrategyInfo] = {
             planner="sancus", runtime="sancus",
             train_knobs=("layer0_cache",), simulator="bins",
             simulated_as=lambda options, knobs: f"sancus-{options.get('sancus_comm') or 'broadcast'}",
+            advise_variants=(AdviseVariant("broadcast, epoch:1", plan_options={"sancus_comm": "broadcast",
+                                                                                "staleness": "epoch:1"},
+                                           simulate={"staleness_epochs": 1}),
+                             AdviseVariant("p2p, epoch:1", plan_options={"sancus_comm": "p2p", "staleness": "epoch:1"},
+                                           simulate={"staleness_epochs": 1})),
         ),
         StrategyInfo(
             name="distdgl",
@@ -175,6 +204,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             train_knobs=("prefetch", "micro_batches"), mini_batch=True, samples_neighbours=True,
             simulator="minibatch", peer_options=("fanouts", "batch_size"),
             simulated_as=lambda options, knobs: "distdgl",
+            family="mini-batch",
         ),
         StrategyInfo(
             name="bytegnn",
@@ -186,6 +216,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             planner="bytegnn", runtime="bytegnn", mini_batch=True, samples_neighbours=True,
             train_knobs=("scheduler", "sample_threads", "max_dags", "launch_sigma", "task_nodes"),
             simulator="bytegnn", peer_options=("fanouts", "batch_size"),
+            family="mini-batch",
             simulated_as=lambda options, knobs: "bytegnn" if (knobs.get("scheduler") or "on") == "on" else "bytegnn-off",
         ),
         StrategyInfo(
@@ -201,6 +232,9 @@ STRATEGIES: dict[str, StrategyInfo] = {
             models=("sage", "gcn", "dgcn"), profiles=False, simulator="tensor_parallel",
             simulated_as=lambda options, knobs: f"neutrontp-{options.get('tp') or 'naive'}"
                                                 + ("" if knobs.get("pipeline") == "none" else "+pipe"),
+            family="tensor-parallel",
+            advise_variants=(AdviseVariant("naive, pipelined"),
+                             AdviseVariant("naive, bulk", train_knobs={"pipeline": "none"})),
         ),
         StrategyInfo(
             name="clustergcn",
@@ -210,7 +244,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             exactness="drops the arcs between clusters and workers (an approximation); one worker with one "
                       "cluster is full-graph training; evaluation is exact full-neighbour inference",
             planner="clustergcn", runtime="clustergcn",
-            train_knobs=("prefetch",), mini_batch=True,
+            train_knobs=("prefetch",), mini_batch=True, family="mini-batch",
         ),
         StrategyInfo(
             name="p3",
@@ -226,6 +260,9 @@ STRATEGIES: dict[str, StrategyInfo] = {
             models=("sage", "gcn"), mini_batch=True, samples_neighbours=True,
             simulator="p3", peer_options=("fanouts", "batch_size"),
             simulated_as=lambda options, knobs: "p3" if knobs.get("pipeline") in (None, "none") else "p3-pipelined",
+            family="mini-batch",
+            advise_variants=(AdviseVariant("unpipelined", train_knobs={"pipeline": "none"}),
+                             AdviseVariant("pipelined (delay 3)", train_knobs={"pipeline": "p3"})),
             notes=("GAT is not built: its attention logits would need every head's scalars summed across the "
                    "column slices per arc endpoint before the softmax, which P3 does not describe",),
         ),
@@ -240,6 +277,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
                       "partition (a different model)",
             planner="hopgnn", runtime="hopgnn", simulator="hopgnn",
             simulated_as=lambda options, knobs: "hopgnn",
+            family="mini-batch",
             train_knobs=("prefetch",), mini_batch=True, samples_neighbours=True,
             peer_options=("fanouts", "batch_size"),
         ),

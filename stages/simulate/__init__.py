@@ -197,6 +197,20 @@ def simulate_workload(wl: Workload, systems: list[str], rates: Rates, net: Netwo
 def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | None = None,
                  force: bool = False) -> dict:
     """Entry point of `g3 simulate`: simulate PLAN (or its store at ``--workers K``) and the scaling table."""
+    plan = Path(plan)
+    out = Path(out) if out else plan.parent / f"{plan.name}.sim"
+    check_result(out / "simulate.json", force, "an earlier simulation")
+    t0 = time.perf_counter()
+    result, records = simulate_plan(plan, options, out)
+    return _finish(result, out, t0, records=records)
+
+
+def simulate_plan(plan: str | Path, options: SimulateOptions, out: str | Path | None = None
+                  ) -> tuple[dict, list[dict] | None]:
+    """What `g3 simulate` computes, without writing simulate.json or plots: (simulate.json's body, the systems
+    with their timeline spans or None). The same checks as `g3 simulate` (bad options are G3InputError); ``out``
+    is where a simulator may put files of its own (none of today's do) [default: PLAN.sim]. `g3 advise` calls
+    it for every candidate."""
     from ..common.plan_artifact import load_plan_meta
 
     plan = Path(plan)
@@ -225,14 +239,12 @@ def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | N
             raise G3InputError("--hosts is modelled for the plans whose work is bins (g3, bns-gcn, sancus); the "
                                f"{meta['strategy']['name']} model has one worker per host")
     out = Path(out) if out else plan.parent / f"{plan.name}.sim"
-    check_result(out / "simulate.json", force, "an earlier simulation")
-    t0 = time.perf_counter()
     # every model moves payload: the share of the link rate that headers leave (calibration.py)
     payload = replace(options, bandwidth=options.bandwidth * options.link_share)
     result, records = simulator.simulate(plan, meta, payload, out)
     result["network_link"] = {"bandwidth_bytes_per_second": options.bandwidth, "link_share": options.link_share,
                               "hosts": options.hosts}
-    return _finish(result, out, t0, records=records)
+    return result, records
 
 
 def _simulator(meta: dict):
@@ -267,5 +279,5 @@ def _finish(result: dict, out: Path, t0: float, records: list[dict] | None = Non
     return result
 
 
-__all__ = ["run_simulate", "SimulateOptions", "simulate_system", "simulate_workload", "parse_bandwidth",
+__all__ = ["run_simulate", "simulate_plan", "SimulateOptions", "simulate_system", "simulate_workload", "parse_bandwidth",
            "parse_latency", "parse_workers_list", "allreduce_seconds", "Network"]

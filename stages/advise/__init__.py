@@ -1,0 +1,566 @@
+"""`g3 advise STORE`: which strategy, and how many workers, for this graph, model and cluster — predicted,
+explained, ranked.
+
+For every registered strategy (stages/common/strategies.py: each entry's ``advise_variants``, its main
+options), every worker count K and every link rate it partitions and plans the store (through the stages' own
+entry functions, cached), calibrates the simulator on this machine — one short `g3 train --profile` of the bins
+strategy's plan gives the compute rates of every full-graph and tensor-parallel model, one short run of each
+sampling strategy's plan calibrates its per-step model, as `g3 simulate --run` takes it — and asks `g3 simulate`'s
+models (:func:`stages.simulate.simulate_plan`) for the epoch at that K and link rate. Memory per worker comes
+from the plan (its bins or chunks sized by ``--device-memory``, else its per-worker estimate). What cannot run
+is refused with its reason; what cannot be predicted says why. Ranked best first: fitting and predicted
+candidates by predicted epoch time, then those that do not fit, then the rest. Writes ``OUT/advise.json``
+(schema ``g3.advise``, docs/ARTIFACTS.md); with ``plans`` every candidate's plan is kept there, ready for
+``g3 train PLAN --emulate-link RATE``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..common.atomic import check_result, write_json_atomic
+from ..common.errors import G3InputError
+from ..common.strategies import STRATEGIES, TRAIN_KNOBS, bins_strategy, strategy_info
+from ..common.units import parse_size
+
+ADVISE_SCHEMA = "g3.advise"
+ADVISE_VERSION = 1
+DEFAULT_BUDGET = 600.0
+CALIBRATION_EPOCHS = 3  # the first epoch is dropped by every model: two steady epochs remain
+
+# how many epochs every candidate is taken to need (`--target-epochs`); see CONVERGENCE_MODEL
+DEFAULT_TARGET_EPOCHS = 100
+CONVERGENCE_MODEL = (
+    "time to target = target epochs x predicted epoch: every candidate is taken to need the same number of epochs "
+    "(--target-epochs). Exact for the exact strategies (they train the same model step for step); not validated "
+    "for the approximations (sampling, staleness, dropped arcs), which take more optimizer steps per epoch "
+    "(mini-batch) or use stale or sampled rows and may need fewer or more epochs")
+
+
+@dataclass
+class AdviseOptions:
+    """Everything `g3 advise` can be told (see ``g3 advise --help``)."""
+
+    workers: tuple[int, ...] = (2,)
+    links: tuple[str, ...] = ("1gbit",)  # rates as `g3 train --emulate-link` takes them
+    device_memory: str = "16GiB"  # one worker's device memory, as `g3 plan --device-memory` takes it
+    model: str = "sage"
+    layers: int = 2
+    hidden: int = 16
+    heads: int = 8
+    strategies: tuple[str, ...] | None = None  # None: every registered strategy
+    budget: float = DEFAULT_BUDGET  # seconds of calibration runs at most (those past it are not predicted)
+    plans: str | None = None  # keep every candidate's partition and plan here (entries name their plan)
+    cache: str | None = None  # partitions, plans, profiles and calibration runs to reuse [default: OUT/cache]
+    target_epochs: int = DEFAULT_TARGET_EPOCHS
+    calibration_epochs: int = CALIBRATION_EPOCHS
+    latency: float | None = None  # seconds per message [default: g3 simulate's]
+
+
+def parse_links(text: str) -> tuple[str, ...]:
+    """``1gbit,10gbit`` → the rates as given (lower case), each checked as `--emulate-link` checks it."""
+    from ..runtime.netemu import parse_rate
+
+    out = []
+    for part in str(text).split(","):
+        part = part.strip().lower()
+        if not part:
+            continue
+        parse_rate(part)  # ValueError: one line naming the rate
+        if part not in out:
+            out.append(part)
+    if not out:
+        raise ValueError("no link rate given (examples: 1gbit, 100mbit,10gbit)")
+    return tuple(out)
+
+
+def parse_workers(text: str) -> tuple[int, ...]:
+    """``2`` or ``2,4,8``: worker counts >= 1."""
+    try:
+        ks = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"not a list of worker counts: {text!r} (examples: 2 or 2,4,8)") from None
+    if not ks:
+        raise ValueError("no worker count given")
+    if any(k < 1 for k in ks):
+        raise ValueError("worker counts must be at least 1")
+    return tuple(dict.fromkeys(ks))
+
+
+def _check(options: AdviseOptions, num_nodes: int) -> int:
+    from ..common.model_spec import MODEL_KINDS
+    from ..runtime.netemu import parse_rate
+
+    if not options.workers or any(int(k) < 1 for k in options.workers):
+        raise G3InputError("--workers: worker counts must be at least 1")
+    if max(options.workers) > num_nodes:
+        raise G3InputError(f"--workers {max(options.workers)}: more workers than the store's {num_nodes} nodes")
+    if not options.links:
+        raise G3InputError("--link: no link rate given")
+    for link in options.links:
+        try:
+            parse_rate(link)
+        except ValueError as exc:
+            raise G3InputError(f"--link: {exc}") from None
+    try:
+        memory = parse_size(options.device_memory)
+    except ValueError as exc:
+        raise G3InputError(f"--device-memory: {exc}") from None
+    if memory <= 0:
+        raise G3InputError("--device-memory must be positive")
+    if options.model not in MODEL_KINDS:
+        raise G3InputError(f"--model {options.model}: not a model (choose from {', '.join(MODEL_KINDS)})")
+    if options.layers < 1 or options.hidden < 1 or options.heads < 1:
+        raise G3InputError("--layers, --hidden and --heads must be at least 1")
+    for name in options.strategies or ():
+        strategy_info(name)
+    if not options.budget > 0:
+        raise G3InputError("--budget must be positive (seconds of calibration runs)")
+    if options.target_epochs < 1:
+        raise G3InputError("--target-epochs must be at least 1")
+    if options.calibration_epochs < 2:
+        raise G3InputError("--calibration-epochs must be at least 2 (the models drop the first epoch)")
+    return memory
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The cache: partitions, plans, the profile and calibration runs, reused while what made them is unchanged
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Cache:
+    root: Path
+    plans: Path
+    reused: list[str] = field(default_factory=list)
+    made: list[str] = field(default_factory=list)
+
+    def _stamp(self, folder: Path) -> Path:
+        return self.root / "stamps" / f"{folder.resolve().as_posix().strip('/').replace('/', '__')}.json"
+
+    def fresh(self, folder: Path, key: dict, marker: str) -> bool:
+        """Whether ``folder`` was made by advise from ``key`` and is still whole (its ``marker`` file there)."""
+        stamp = self._stamp(folder)
+        if not (folder / marker).is_file() or not stamp.is_file():
+            return False
+        try:
+            ok = json.loads(stamp.read_text()) == json.loads(json.dumps(key, default=str))
+        except json.JSONDecodeError:
+            return False
+        if ok and str(folder) not in self.reused:
+            self.reused.append(str(folder))
+        return ok
+
+    def done(self, folder: Path, key: dict) -> None:
+        write_json_atomic(self._stamp(folder), json.loads(json.dumps(key, default=str)))
+        self.made.append(str(folder))
+
+
+def _store_key(store: Path) -> dict:
+    from ..common.store import GraphStore
+
+    s = GraphStore.open(store)
+    return {"path": str(store.resolve()), "checksums": s.meta.get("checksums"), "num_nodes": int(s.num_nodes)}
+
+
+def _partition(cache: Cache, store: Path, skey: dict, method: str, k: int) -> Path:
+    from ..partition import PartitionOptions, run_partition
+
+    folder = cache.plans / f"part-{method}-k{k}"
+    key = {"store": skey, "method": method, "workers": k}
+    if not cache.fresh(folder, key, "partition.json"):
+        run_partition(store, PartitionOptions(workers=k, method=method), out=folder, force=True)
+        cache.done(folder, key)
+    return folder
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "default"
+
+
+def _plan(cache: Cache, part: Path, pkey: dict, strategy: str, plan_options: dict, options: AdviseOptions,
+          memory_text: str | None) -> Path:
+    """The plan of ``strategy`` with ``plan_options`` (text) on ``part``, made once."""
+    from ..plan import PlanConfig, run_plan
+
+    info = strategy_info(strategy)
+    given = dict(plan_options)
+    if memory_text is not None and any(o.name == "device_memory" for o in info.options()):
+        given["device_memory"] = memory_text
+    opts = "-".join(f"{_slug(k)}-{_slug(str(v))}" for k, v in sorted(plan_options.items()))
+    folder = cache.plans / (f"{part.name}.plan-{strategy}-{options.model}" + (f"-{opts}" if opts else ""))
+    cfg = PlanConfig(model=options.model, layers=options.layers, hidden=options.hidden, heads=options.heads,
+                     strategy=strategy, options=given)
+    key = {"partition": pkey, "strategy": strategy, "options": given, "model": [options.model, options.layers,
+                                                                              options.hidden, options.heads]}
+    if not cache.fresh(folder, key, "plan.json"):
+        run_plan(part, cfg, out=folder, force=True)
+        cache.done(folder, key)
+    return folder
+
+
+def _train(cache: Cache, plan: Path, out: Path, key: dict, epochs: int, profile: Path | None = None) -> Path:
+    """A short run of ``plan`` (no evaluation): a calibration run, or with ``profile`` the profile it writes."""
+    from ..train import run_train
+    from ..train.config import TrainConfig
+
+    marker = profile if profile is not None else out / "run.json"
+    if marker.is_file() and cache.fresh(out, key, "run.json"):
+        return out
+    cfg = TrainConfig(epochs=epochs, eval_every=0, checkpoint_every=0, live=False,
+                      profile=str(profile) if profile is not None else None)
+    if profile is not None and profile.exists():
+        profile.unlink()
+    run_train(plan, cfg, out=out, force=True)
+    cache.done(out, key)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Memory and the reason for a place
+# ------------------------------------------------------------------------------------------------------------
+
+
+def plan_memory(meta: dict) -> tuple[int | None, str]:
+    """Peak memory of the plan's largest worker, and where it comes from: bins sized by the device (two bins
+    resident: one computes while the next is copied in), a plan sized by its ``device_memory`` (chunks: at most
+    half each, two resident), else the plan's per-worker estimate (the whole partition as one bin, every layer's
+    activations kept for backward)."""
+    workers = meta.get("workers") or []
+    bins = [lay.get("max_bin_bytes") for w in workers for lay in (w.get("layers") or []) if lay.get("max_bin_bytes")]
+    if bins:
+        return 2 * int(max(bins)), "plan: two of its largest bins (sized by --device-memory)"
+    per_worker = [w.get("memory_bytes") for w in workers if w.get("memory_bytes")]
+    if per_worker:
+        return int(max(per_worker)), "plan: per-worker estimate (memory_bytes)"
+    if meta.get("device_memory"):
+        return int(meta["device_memory"]), "plan: sized to fit --device-memory (no finer estimate)"
+    return None, "the plan has no memory estimate"
+
+
+def breakdown(system: dict) -> dict:
+    """Shares of the predicted epoch: computing, waiting on the network (and the gradient all-reduce), the rest
+    (idle: waiting for a peer, sampling, the optimizer step)."""
+    epoch = float(system["epoch_seconds"]) or 1e-12
+    net = float(system.get("comm_wait_mean") or 0.0) + float(system.get("allreduce_seconds") or 0.0)
+    parts = system.get("step_parts") or {}
+    if not system.get("comm_wait_mean") and parts.get("network") and system.get("steps"):
+        net += float(parts["network"]) * int(system["steps"])
+    compute = float(system.get("busy_mean") or 0.0)
+    net, compute = min(net, epoch), min(compute, epoch)
+    return {"compute_share": compute / epoch, "network_share": net / epoch,
+            "other_share": max(0.0, 1.0 - (compute + net) / epoch)}
+
+
+def describe(b: dict, link: str) -> str:
+    """What bounds the epoch, from the simulation's breakdown."""
+    net, comp, other = b["network_share"], b["compute_share"], b["other_share"]
+    if net >= 0.5:
+        return f"communication-bound: {net:.0%} of the epoch is waiting on the network at {link}"
+    if comp >= 0.5:
+        return f"compute-bound: {comp:.0%} of the epoch computes ({net:.0%} network at {link})"
+    if other >= 0.5:
+        return (f"latency/idle-bound: {other:.0%} of the epoch is neither compute nor transfer (sampling, waiting "
+                f"for peers, per-message latency; {net:.0%} network at {link})")
+    return f"mixed: {comp:.0%} compute, {net:.0%} network at {link}, {other:.0%} other"
+
+
+def train_command(plan: str | None, link: str, knobs: dict, k: int) -> str | None:
+    if plan is None:
+        return None
+    flags = "".join(f" {TRAIN_KNOBS[key]} {value}" for key, value in knobs.items())
+    return f"g3 train {plan} --emulate-link {link}{flags}"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Entry point
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Candidate:
+    strategy: str
+    variant: str
+    k: int
+    plan_options: dict
+    knobs: dict
+    simulate: dict
+    plan: Path | None = None
+    calibration: Path | None = None  # run (sampling strategies) or profile
+    refused: str | None = None  # cannot run: why
+    unpredicted: str | None = None  # runs, but no prediction: why
+
+
+def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None = None, force: bool = False,
+               progress=None) -> dict:
+    """Entry point of `g3 advise`: predict, explain and rank every strategy x variant x K x link rate; writes
+    OUT/advise.json [default: STORE.advise beside the store] and returns it."""
+    from ..common.progress import make_progress
+    from ..common.store import GraphStore
+
+    t0 = time.perf_counter()
+    store = Path(store)
+    if not (store / "zarr.json").is_file():
+        raise G3InputError("not a g3 store (no zarr.json; make one with `g3 ingest`)", path=store)
+    gs = GraphStore.open(store)
+    memory = _check(options, int(gs.num_nodes))
+    out = Path(out) if out else store.parent / f"{store.name}.advise"
+    if out.exists() and not out.is_dir():
+        raise G3InputError("is a file, not a folder: -o takes the folder advise.json goes in", path=out)
+    check_result(out / "advise.json", force, "an earlier advice")
+    cache_root = Path(options.cache) if options.cache else out / "cache"
+    cache = Cache(cache_root, Path(options.plans) if options.plans else cache_root / "plans")
+    cache.plans.mkdir(parents=True, exist_ok=True)
+    skey = _store_key(store)
+    names = list(options.strategies) if options.strategies else list(STRATEGIES)
+    ks = sorted(options.workers)
+    k0 = next((k for k in ks if k >= 2), 2)  # calibration runs: one worker moves nothing to measure
+
+    # candidates ------------------------------------------------------------------------------------------
+    cands: list[Candidate] = []
+    for name in names:
+        info = STRATEGIES[name]
+        for v in info.advise_variants:
+            for k in ks:
+                c = Candidate(name, v.label, k, dict(v.plan_options), dict(v.train_knobs), dict(v.simulate))
+                if options.model not in info.models:
+                    why = f"{name} does not train {options.model} (it trains {', '.join(info.models)})"
+                    c.refused = why + (f": {info.notes[0]}" if info.notes else "")
+                elif info.simulator is None:
+                    c.unpredicted = f"g3 simulate has no model of {name}"
+                cands.append(c)
+
+    bins = bins_strategy()
+    progress = progress if progress is not None else make_progress()
+    calib: dict = {"profile": None, "runs": [], "budget_seconds": options.budget, "epochs": options.calibration_epochs}
+    with progress:
+        # partitions and plans ----------------------------------------------------------------------------
+        todo = [c for c in cands if c.refused is None]
+        task = progress.add_task("advise: partitions and plans", total=len(todo))
+        plans: dict = {}
+        for c in todo:
+            info = STRATEGIES[c.strategy]
+            key = (c.strategy, json.dumps(c.plan_options, sort_keys=True), c.k)
+            if key not in plans:
+                try:
+                    part = _partition(cache, store, skey, info.default_method, c.k)
+                    pkey = {"store": skey, "method": info.default_method, "workers": c.k}
+                    plans[key] = _plan(cache, part, pkey, c.strategy, c.plan_options, options,
+                                       options.device_memory)
+                except G3InputError as exc:
+                    plans[key] = exc
+            got = plans[key]
+            if isinstance(got, G3InputError):
+                c.refused = f"cannot be planned: {got}"
+            else:
+                c.plan = got
+            progress.advance(task)
+
+        # calibration: the profile of the bins strategy's plan at K0, a short run of each sampling plan ------
+        need_profile = any(c.refused is None and c.unpredicted is None and not STRATEGIES[c.strategy].mini_batch
+                           for c in cands)
+        runs_needed: dict = {}
+        for c in cands:
+            if c.refused is None and c.unpredicted is None and STRATEGIES[c.strategy].mini_batch:
+                runs_needed.setdefault((c.strategy, json.dumps(c.plan_options, sort_keys=True)), c.plan_options)
+        jobs = (1 if need_profile else 0) + len(runs_needed)
+        task = progress.add_task(f"advise: calibration runs (budget {options.budget:.0f} s)", total=jobs)
+        spent = 0.0
+        calib_dir = cache.root / "calibration"
+        profile_path: Path | None = None
+        profile_error: str | None = None
+        if need_profile:
+            t = time.perf_counter()
+            try:
+                part = _partition(cache, store, skey, bins.default_method, k0)
+                pkey = {"store": skey, "method": bins.default_method, "workers": k0}
+                variant = bins.advise_variants[0]
+                try:
+                    plan = _plan(cache, part, pkey, bins.name, variant.plan_options, options, options.device_memory)
+                except G3InputError:  # too little memory for bins of one node: profile a plan sized by default
+                    plan = _plan(cache, part, pkey, bins.name, variant.plan_options, options, None)
+                profile_path = calib_dir / f"profile-{plan.name}.json"
+                run = calib_dir / f"profile-{plan.name}.run"
+                _train(cache, plan, run, {"plan": str(plan.resolve()), "epochs": options.calibration_epochs,
+                                          "profile": True}, options.calibration_epochs, profile=profile_path)
+            except G3InputError as exc:
+                profile_error = f"the profile run failed: {exc}"
+                profile_path = None
+            dt = time.perf_counter() - t
+            spent += dt
+            calib["profile"] = {"plan": str(plan) if profile_path else None,
+                                "path": str(profile_path) if profile_path else None, "workers": k0,
+                                "seconds": round(dt, 3), "status": "ok" if profile_path else profile_error}
+            progress.advance(task)
+        calibration_runs: dict = {}
+        for (name, okey), plan_options in runs_needed.items():
+            if spent >= options.budget:
+                calibration_runs[(name, okey)] = f"not calibrated: --budget {options.budget:g} s spent"
+                calib["runs"].append({"strategy": name, "plan_options": plan_options, "status": "skipped (budget)"})
+                progress.advance(task)
+                continue
+            t = time.perf_counter()
+            info = STRATEGIES[name]
+            try:
+                part = _partition(cache, store, skey, info.default_method, k0)
+                pkey = {"store": skey, "method": info.default_method, "workers": k0}
+                plan = _plan(cache, part, pkey, name, plan_options, options, options.device_memory)
+                run = calib_dir / f"{plan.name}.run"
+                _train(cache, plan, run, {"plan": str(plan.resolve()), "epochs": options.calibration_epochs},
+                       options.calibration_epochs)
+                calibration_runs[(name, okey)] = (plan, run)
+                status = "ok"
+            except G3InputError as exc:
+                calibration_runs[(name, okey)] = f"the calibration run failed: {exc}"
+                status, plan, run = str(exc), None, None
+            dt = time.perf_counter() - t
+            spent += dt
+            calib["runs"].append({"strategy": name, "plan_options": plan_options, "workers": k0,
+                                  "plan": str(plan) if plan else None, "run": str(run) if run else None,
+                                  "seconds": round(dt, 3), "status": status})
+            progress.advance(task)
+        calib["spent_seconds"] = round(spent, 3)
+
+        # predictions --------------------------------------------------------------------------------------
+        entries = []
+        live = [c for c in cands if c.refused is None]
+        task = progress.add_task("advise: simulating", total=len(live) * len(options.links))
+        sims: dict = {}
+        for c in cands:
+            info = STRATEGIES[c.strategy]
+            meta = json.loads((c.plan / "plan.json").read_text()) if c.plan else None
+            peak, source = plan_memory(meta) if meta else (None, "not planned")
+            fits = None if peak is None else peak <= memory
+            for link in options.links:
+                e = _entry(c, info, link, peak, source, fits, options)
+                if c.refused is None:
+                    if c.unpredicted is None:
+                        _predict(c, info, link, e, meta, options, profile_path, profile_error, calibration_runs,
+                                 cache, sims)
+                    else:
+                        e["status"], e["reason"] = "not predicted", f"not predicted: {c.unpredicted}"
+                    progress.advance(task)
+                entries.append(e)
+
+    ranking = rank(entries, memory)
+    result = {
+        "schema": ADVISE_SCHEMA, "schema_version": ADVISE_VERSION,
+        "store": {"path": str(store), "name": gs.name, "num_nodes": int(gs.num_nodes),
+                  "num_arcs": int(gs.num_arcs)},
+        "model": {"model": options.model, "layers": options.layers, "hidden": options.hidden, "heads": options.heads},
+        "workers": ks, "links": list(options.links), "device_memory_bytes": memory,
+        "latency_seconds": _latency(options),
+        "calibration": {**calib, "calibration_workers": k0,
+                        "notes": ["rates measured on this machine: the profile (full-graph and tensor-parallel "
+                                  "models) and each sampling strategy's run are at K0 workers over the loopback; "
+                                  "the models carry them to every K and link rate (docs/DESIGN.md 'Simulator')"]},
+        "time_to_target": {"model": "target-epochs", "epochs": options.target_epochs, "note": CONVERGENCE_MODEL},
+        "cache": {"path": str(cache.root), "plans": str(cache.plans), "reused": cache.reused, "made": cache.made},
+        "ranking": ranking,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "advise.json", result)
+    result["path"] = str(out)
+    return result
+
+
+def _latency(options: AdviseOptions) -> float:
+    from ..simulate import SimulateOptions
+
+    return options.latency if options.latency is not None else SimulateOptions().latency
+
+
+def _entry(c: Candidate, info, link: str, peak, source: str, fits, options: AdviseOptions) -> dict:
+    e = {"strategy": c.strategy, "variant": c.variant, "family": info.family, "workers": c.k, "link": link,
+         "plan_options": c.plan_options, "train_options": c.knobs, "status": "refused",
+         "predicted_epoch_seconds": None, "bytes_per_epoch": None, "peak_memory_bytes": peak,
+         "memory_source": source, "fits": fits, "time_to_target_seconds": None, "breakdown": None,
+         "simulated_system": None, "exactness": info.exactness, "reason": c.refused}
+    if options.plans and c.plan is not None:
+        e["plan"] = str(c.plan)
+        e["train_command"] = train_command(str(c.plan), link, c.knobs, c.k)
+    return e
+
+
+def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: AdviseOptions, profile_path,
+             profile_error, calibration_runs: dict, cache: Cache, sims: dict) -> None:
+    from ..runtime.netemu import parse_rate
+    from ..simulate import SimulateOptions, simulate_plan
+
+    if info.mini_batch:
+        got = calibration_runs.get((c.strategy, json.dumps(c.plan_options, sort_keys=True)))
+        if not isinstance(got, tuple):
+            e["status"], e["reason"] = "not predicted", f"not predicted: {got or 'no calibration run'}"
+            return
+        plan, run, profile = got[0], got[1], None
+    else:
+        if profile_path is None:
+            e["status"], e["reason"] = "not predicted", f"not predicted: {profile_error or 'no profile'}"
+            return
+        plan, run, profile = c.plan, None, profile_path
+    so = SimulateOptions(workers=c.k, bandwidth=parse_rate(link) / 8, latency=_latency(options),
+                         profile=str(profile) if profile else None, run=str(run) if run else None, scaling=(),
+                         cache=str(cache.root / "simcache"), **c.simulate)
+    key = (str(plan), c.k, link, json.dumps(c.simulate, sort_keys=True))
+    if key not in sims:
+        try:
+            sims[key] = simulate_plan(plan, so, out=cache.root / "sim")[0]
+        except G3InputError as exc:
+            sims[key] = exc
+    result = sims[key]
+    if isinstance(result, G3InputError):
+        e["status"], e["reason"] = "not predicted", f"not predicted: {result}"
+        return
+    from ..plan import parse_options
+
+    parsed = parse_options(c.strategy, {k: v for k, v in c.plan_options.items()})
+    want = info.simulated_as(parsed, c.knobs) if info.simulated_as else None
+    system = next((s for s in result["systems"] if s["system"] == want), None)
+    if system is None:
+        e["status"], e["reason"] = "not predicted", f"not predicted: the model has no system {want!r}"
+        return
+    epoch = float(system["epoch_seconds"])
+    b = breakdown(system)
+    e.update(status="ok" if e["fits"] is not False else "does not fit", predicted_epoch_seconds=epoch,
+             bytes_per_epoch=int(system["bytes_per_epoch"]), breakdown=b, simulated_system=want,
+             time_to_target_seconds=epoch * options.target_epochs, reason=describe(b, link))
+
+
+def rank(entries: list[dict], memory: int) -> list[dict]:
+    """Best first: predicted and fitting by epoch time; then predicted but not fitting; then not predicted; then
+    refused. Each entry's reason says why it is where it is."""
+    from ..common.units import human_bytes
+
+    def tier(e):
+        if e["status"] == "ok":
+            return 0
+        if e["status"] == "does not fit":
+            return 1
+        return 2 if e["status"] == "not predicted" else 3
+
+    order = sorted(entries, key=lambda e: (tier(e), e["predicted_epoch_seconds"] if e["predicted_epoch_seconds"]
+                                           is not None else math.inf, e["strategy"], e["variant"], e["workers"]))
+    best = next((e for e in order if e["status"] == "ok"), None)
+    for i, e in enumerate(order, start=1):
+        e["rank"] = i
+        if e["status"] == "ok":
+            lead = ("fastest predicted epoch" if e is best else
+                    f"{e['predicted_epoch_seconds'] / best['predicted_epoch_seconds']:.2f}x the best's epoch")
+            e["reason"] = f"{lead}; {e['reason']}"
+        elif e["status"] == "does not fit":
+            e["reason"] = (f"does not fit: needs {human_bytes(e['peak_memory_bytes'])} per worker, the device has "
+                           f"{human_bytes(memory)} ({e['memory_source']}); predicted: {e['reason']}")
+        elif e["status"] == "refused" and e["reason"] and not e["reason"].startswith("refused"):
+            e["reason"] = f"refused: {e['reason']}"
+    return order
+
+
+__all__ = ["run_advise", "AdviseOptions", "parse_links", "parse_workers", "plan_memory", "breakdown", "rank",
+           "ADVISE_SCHEMA", "ADVISE_VERSION", "CONVERGENCE_MODEL"]
