@@ -86,6 +86,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
       g3 report RUN...            plots and a summary of runs (strategies side by side)
       g3 bench STORE              strategies side by side with DGL and PyG
       g3 simulate PLAN            a discrete-event model of an epoch on K workers
+      g3 advise STORE             which strategy and K for this graph and cluster: predicted, ranked
       g3 info PATH                summary of any g3 artifact
       g3 cluster check|clean      the emulated hosts of --emulate-link (train, eval, bench)
 
@@ -102,7 +103,7 @@ COMMANDS = {"ingest": "ingest_cmd:ingest", "info": "info_cmd:info", "partition":
             "plan": "plan_cmd:command", "bundle": "bundle_cmd:command", "train": "train_cmd:command",
             "eval": "eval_cmd:command", "predict": "predict_cmd:command", "export": "export_cmd:command",
             "report": "report_cmd:command", "bench": "bench_cmd:command", "simulate": "simulate_cmd:command",
-            "cluster": "cluster_cmd:command"}
+            "cluster": "cluster_cmd:command", "advise": "advise_cmd:command"}
 
 
 def main() -> None:

@@ -63,7 +63,8 @@ class AdviseOptions:
 
 
 def parse_links(text: str) -> tuple[str, ...]:
-    """``1gbit,10gbit`` → the rates as given (lower case), each checked as `--emulate-link` checks it."""
+    """``1gbit,10gbit`` → the rates (lower case), each checked as `--emulate-link` checks it; bad input is one
+    line naming --link."""
     from ..runtime.netemu import parse_rate
 
     out = []
@@ -71,25 +72,41 @@ def parse_links(text: str) -> tuple[str, ...]:
         part = part.strip().lower()
         if not part:
             continue
-        parse_rate(part)  # ValueError: one line naming the rate
+        try:
+            parse_rate(part)
+        except ValueError as exc:
+            raise G3InputError(f"--link: {exc}") from None
         if part not in out:
             out.append(part)
     if not out:
-        raise ValueError("no link rate given (examples: 1gbit, 100mbit,10gbit)")
+        raise G3InputError("--link: no link rate given (examples: 1gbit or 100mbit,10gbit)")
     return tuple(out)
 
 
 def parse_workers(text: str) -> tuple[int, ...]:
-    """``2`` or ``2,4,8``: worker counts >= 1."""
+    """``2`` or ``2,4,8``: worker counts >= 1; bad input is one line naming --workers."""
     try:
         ks = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"not a list of worker counts: {text!r} (examples: 2 or 2,4,8)") from None
+        raise G3InputError(f"--workers: not a list of worker counts: {text!r} (examples: 2 or 2,4,8)") from None
     if not ks:
-        raise ValueError("no worker count given")
+        raise G3InputError("--workers: no worker count given")
     if any(k < 1 for k in ks):
-        raise ValueError("worker counts must be at least 1")
+        raise G3InputError(f"--workers {text}: worker counts must be at least 1")
     return tuple(dict.fromkeys(ks))
+
+
+def parse_strategies(text: str | None) -> tuple[str, ...] | None:
+    """``g3,distdgl`` → those registered strategies (None: all); an unknown name is one line naming the choices."""
+    if text is None or not str(text).strip() or str(text).strip().lower() == "all":
+        return None
+    names = tuple(dict.fromkeys(x.strip() for x in str(text).split(",") if x.strip()))
+    for name in names:
+        try:
+            strategy_info(name)
+        except G3InputError as exc:
+            raise G3InputError(f"--strategies: {exc}") from None
+    return names
 
 
 def _check(options: AdviseOptions, num_nodes: int) -> int:
@@ -117,8 +134,7 @@ def _check(options: AdviseOptions, num_nodes: int) -> int:
         raise G3InputError(f"--model {options.model}: not a model (choose from {', '.join(MODEL_KINDS)})")
     if options.layers < 1 or options.hidden < 1 or options.heads < 1:
         raise G3InputError("--layers, --hidden and --heads must be at least 1")
-    for name in options.strategies or ():
-        strategy_info(name)
+    parse_strategies(",".join(options.strategies or ()))
     if not options.budget > 0:
         raise G3InputError("--budget must be positive (seconds of calibration runs)")
     if options.target_epochs < 1:
@@ -562,5 +578,5 @@ def rank(entries: list[dict], memory: int) -> list[dict]:
     return order
 
 
-__all__ = ["run_advise", "AdviseOptions", "parse_links", "parse_workers", "plan_memory", "breakdown", "rank",
+__all__ = ["run_advise", "AdviseOptions", "parse_links", "parse_workers", "parse_strategies", "plan_memory", "breakdown", "rank",
            "ADVISE_SCHEMA", "ADVISE_VERSION", "CONVERGENCE_MODEL"]

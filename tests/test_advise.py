@@ -1,0 +1,173 @@
+"""`g3 advise`: on the tiny synthetic graph at K = 2, the ranking is g3 simulate's prediction from this machine's
+profile and calibration runs (recomputed here), it moves with the link rate as the model says, memory decides
+what fits, refusals carry their reason, --plans gives plans `g3 train` runs, caches are reused, bad input is one
+line and exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stages.advise import ADVISE_SCHEMA, ADVISE_VERSION, AdviseOptions, run_advise
+from stages.common.strategies import STRATEGIES
+
+STRATS = ("g3", "bns-gcn", "neutrontp", "distdgl", "clustergcn")
+LINKS = ("100mbit", "10gbit")
+KEYS = ("strategy", "workers", "link", "predicted_epoch_seconds", "bytes_per_epoch", "peak_memory_bytes", "fits",
+        "reason", "plan", "rank", "status")
+
+
+@pytest.fixture(scope="module")
+def advice(tiny_store, tmp_path_factory):
+    root = tmp_path_factory.mktemp("advise")
+    opts = AdviseOptions(workers=(2,), links=LINKS, device_memory="1GiB", strategies=STRATS,
+                         plans=str(root / "plans"), cache=str(root / "cache"))
+    result = run_advise(tiny_store, opts, out=root / "out")
+    return root, result
+
+
+def _predicted(result, link=None):
+    return [e for e in result["ranking"] if e["status"] == "ok" and (link is None or e["link"] == link)]
+
+
+def test_advise_json_has_the_schema_and_every_candidate(advice):
+    root, result = advice
+    on_disk = json.loads((root / "out" / "advise.json").read_text())
+    assert on_disk["schema"] == ADVISE_SCHEMA and on_disk["schema_version"] == ADVISE_VERSION
+    ranking = on_disk["ranking"]
+    want = {(s, v.label, link) for s in STRATS for v in STRATEGIES[s].advise_variants for link in LINKS}
+    assert {(e["strategy"], e["variant"], e["link"]) for e in ranking} == want
+    for e in ranking:
+        assert all(k in e for k in KEYS), e
+        assert Path(e["plan"], "plan.json").is_file()
+        assert e["train_command"].startswith(f"g3 train {e['plan']} --emulate-link {e['link']}")
+    assert [e["rank"] for e in ranking] == list(range(1, len(ranking) + 1))
+    # clustergcn has no simulator: listed, after every prediction, with the reason
+    cgcn = [e for e in ranking if e["strategy"] == "clustergcn"]
+    assert all(e["status"] == "not predicted" and "no model" in e["reason"] for e in cgcn)
+    assert min(e["rank"] for e in cgcn) > max(e["rank"] for e in _predicted(on_disk))
+    # the profile and the sampling strategy's run were made on this machine
+    assert on_disk["calibration"]["profile"]["status"] == "ok"
+    assert [r["status"] for r in on_disk["calibration"]["runs"]] == ["ok"]
+
+
+def test_the_order_is_the_predicted_epoch_and_the_prediction_is_the_simulators(advice):
+    _, result = advice
+    ok = _predicted(result)
+    assert len(ok) == 2 * 7  # 2 links x (g3: 2, bns-gcn: 2, neutrontp: 2, distdgl: 1)
+    times = [e["predicted_epoch_seconds"] for e in ok]
+    assert times == sorted(times)
+    assert ok[0]["reason"].startswith("fastest predicted epoch")
+    assert all(e["reason"].split(";")[1].strip().split(":")[0] in
+               ("communication-bound", "compute-bound", "latency/idle-bound", "mixed") for e in ok)
+    # recompute one candidate with g3 simulate's own entry point and the profile advise recorded
+    from stages.simulate import SimulateOptions, simulate_plan
+
+    e = next(x for x in ok if x["strategy"] == "bns-gcn" and x["link"] == "100mbit"
+             and x["plan_options"]["boundary_sample"] == "1")
+    prof = result["calibration"]["profile"]["path"]
+    sim, _ = simulate_plan(e["plan"], SimulateOptions(workers=2, bandwidth=100e6 / 8, profile=prof, scaling=(),
+                                                      cache=str(Path(prof).parent / "simcache-test")))
+    system = next(s for s in sim["systems"] if s["system"] == e["simulated_system"])
+    assert e["predicted_epoch_seconds"] == pytest.approx(system["epoch_seconds"], rel=1e-9)
+    assert e["bytes_per_epoch"] == system["bytes_per_epoch"]
+
+
+def test_a_slower_link_slows_the_communication_heavy_candidates_most(advice):
+    """From 10 Gbit/s to 100 Mbit/s every epoch grows, and by more the more bytes the candidate sends (the
+    simulator's network model); the sampling strategy that sends the most falls furthest."""
+    _, result = advice
+    fast = {(e["strategy"], e["variant"]): e for e in _predicted(result, "10gbit")}
+    slow = {(e["strategy"], e["variant"]): e for e in _predicted(result, "100mbit")}
+    assert fast.keys() == slow.keys()
+    grow = {key: slow[key]["predicted_epoch_seconds"] - fast[key]["predicted_epoch_seconds"] for key in fast}
+    sent = {key: fast[key]["bytes_per_epoch"] for key in fast}
+    assert all(g > 0 for g in grow.values())
+    by_bytes = sorted({sent[k] for k in fast})
+    mean_growth = [max(grow[k] for k in fast if sent[k] == b) for b in by_bytes]
+    assert mean_growth == sorted(mean_growth)  # more bytes, more growth
+    heaviest = max(fast, key=sent.get)
+    assert grow[heaviest] == max(grow.values())
+    assert "100mbit" in slow[heaviest]["reason"]
+
+
+def test_too_little_device_memory_is_refused_or_ranked_after_what_fits(advice, tiny_store):
+    root, first = advice
+    opts = AdviseOptions(workers=(2,), links=("1gbit",), device_memory="4MiB", strategies=("g3", "bns-gcn", "distdgl"),
+                         plans=str(root / "plans"), cache=str(root / "cache"))
+    result = run_advise(tiny_store, opts, out=root / "small")
+    ranking = result["ranking"]
+    fits = [e for e in ranking if e["fits"]]
+    not_fit = [e for e in ranking if e["fits"] is False]
+    assert fits and not_fit
+    assert all(e["peak_memory_bytes"] <= 4 * 2**20 for e in fits)
+    assert all(e["peak_memory_bytes"] > 4 * 2**20 for e in not_fit)
+    assert {e["strategy"] for e in fits} == {"g3"}  # g3 sizes its bins by the device; the others hold a partition
+    assert max(e["rank"] for e in fits) < min(e["rank"] for e in not_fit)
+    for e in not_fit:
+        assert e["status"] == "does not fit" and e["reason"].startswith("does not fit: needs")
+        assert e["predicted_epoch_seconds"] is not None  # still predicted, for what a bigger device would give
+    # the distdgl run of the first call was reused, not made again
+    assert not any("distdgl" in m and m.endswith(".run") for m in result["cache"]["made"])
+    assert any(m.endswith(".run") and "distdgl" in m for m in result["cache"]["reused"])
+
+
+def test_gat_is_refused_by_the_strategies_that_do_not_train_it(advice, tiny_store):
+    root, _ = advice
+    opts = AdviseOptions(workers=(2,), links=("1gbit",), model="gat", strategies=("neutrontp", "p3"),
+                         plans=str(root / "plans"), cache=str(root / "cache"))
+    result = run_advise(tiny_store, opts, out=root / "gat")
+    assert result["ranking"] and all(e["status"] == "refused" for e in result["ranking"])
+    assert all("does not train gat" in e["reason"] for e in result["ranking"])
+    assert result["calibration"]["profile"] is None and result["calibration"]["runs"] == []
+
+
+def test_the_budget_bounds_the_calibration_runs(advice, tiny_store):
+    root, _ = advice
+    opts = AdviseOptions(workers=(2,), links=("1gbit",), strategies=("distdgl", "bytegnn"), budget=1e-6,
+                         plans=str(root / "plans"), cache=str(root / "cache"))
+    result = run_advise(tiny_store, opts, out=root / "budget")
+    status = {r["strategy"]: r["status"] for r in result["calibration"]["runs"]}
+    assert status == {"distdgl": "ok", "bytegnn": "skipped (budget)"}  # distdgl's run is the cached one
+    skipped = next(e for e in result["ranking"] if e["strategy"] == "bytegnn")
+    assert skipped["status"] == "not predicted" and "--budget" in skipped["reason"]
+
+
+def test_a_plan_from_plans_trains(advice, tmp_path):
+    from stages.train import run_train
+    from stages.train.config import TrainConfig
+
+    _, result = advice
+    e = next(x for x in result["ranking"] if x["strategy"] == "bns-gcn" and x["status"] == "ok")
+    info = run_train(e["plan"], TrainConfig(epochs=1, eval_every=0, live=False), out=tmp_path / "run")
+    assert info["plan"]["num_workers"] == 2
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--link", "3zbit"], "--link"),
+    (["--workers", "0"], "--workers"),
+    (["--workers", "two"], "--workers"),
+    (["--strategies", "nope"], "--strategies"),
+    (["--device-memory", "lots"], "--device-memory"),
+])
+def test_bad_input_is_one_line_and_exit_2(cli_runner, tiny_store, tmp_path, args, says):
+    from g3cli.main import cli
+
+    r = cli_runner.invoke(cli, ["advise", str(tiny_store), "-o", str(tmp_path / "o"), *args])
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("g3: error:") and says in lines[0]
+
+
+def test_an_earlier_advice_is_not_replaced_without_force(advice, cli_runner, tiny_store):
+    from g3cli.main import cli
+
+    root, _ = advice
+    before = (root / "out" / "advise.json").read_bytes()
+    r = cli_runner.invoke(cli, ["advise", str(tiny_store), "-o", str(root / "out")])
+    assert r.exit_code == 2 and "--force" in r.output
+    assert (root / "out" / "advise.json").read_bytes() == before
+    r = cli_runner.invoke(cli, ["advise", "/nonexistent/store", "-o", str(root / "x")])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
