@@ -9,6 +9,7 @@
     print(run.test_acc, run.metrics[-1]["epoch_seconds"])
     model = g3.load_model(run)                               # a torch.nn.Module over a whole graph
     logits = g3.predict(run)                                 # [N, C], node-id order
+    best = g3.advise(store, workers=(2, 4), link="1gbit")["ranking"][0]   # which strategy and K
 
 Each function checks its input as the matching `g3` command does and raises :class:`G3InputError` (bad input:
 its message names the file and what is wrong) or :class:`G3RuntimeError`; nothing is half-written, and an
@@ -23,6 +24,7 @@ from .api import (
     G3RuntimeError,
     Run,
     WholeGraphModel,
+    advise,
     export,
     ingest,
     load_model,
@@ -32,5 +34,5 @@ from .api import (
     train,
 )
 
-__all__ = ["G3InputError", "G3RuntimeError", "Run", "WholeGraphModel", "export", "ingest", "load_model", "partition",
+__all__ = ["G3InputError", "G3RuntimeError", "Run", "WholeGraphModel", "advise", "export", "ingest", "load_model", "partition",
            "plan", "predict", "train"]

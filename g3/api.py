@@ -248,5 +248,25 @@ def predict(run: Run | PathLike, store: PathLike | None = None, split: str | Non
     return logits[torch.from_numpy(g.split_index(split))]
 
 
-__all__ = ["G3InputError", "G3RuntimeError", "Run", "WholeGraphModel", "export", "ingest", "load_model", "partition",
+def advise(store: PathLike, *, workers: int | tuple[int, ...] = 2, link: str | tuple[str, ...] = "1gbit",
+           device_memory: str = "16GiB", out: PathLike | None = None, force: bool = False, **options) -> dict:
+    """Which strategy and K for ``store`` on a cluster of ``workers`` workers joined by ``link`` (`g3 advise`;
+    several of either as tuples or comma-separated text; other options by their ``AdviseOptions`` names:
+    ``model``, ``hidden``, ``layers``, ``strategies``, ``budget``, ``plans``, ``cache``, ``target_epochs``).
+    Returns advise.json: its ``ranking``, best first."""
+    from stages.advise import AdviseOptions, parse_links, parse_strategies, parse_workers, run_advise
+
+    ks = parse_workers(workers if isinstance(workers, str) else ",".join(map(str, _as_tuple(workers))))
+    links = parse_links(link if isinstance(link, str) else ",".join(_as_tuple(link)))
+    if "strategies" in options and not isinstance(options["strategies"], tuple | type(None)):
+        options["strategies"] = parse_strategies(",".join(_as_tuple(options["strategies"])))
+    return run_advise(store, AdviseOptions(workers=ks, links=links, device_memory=device_memory, **options),
+                      out=out, force=force)
+
+
+def _as_tuple(x) -> tuple:
+    return (x,) if isinstance(x, str | int) else tuple(x)
+
+
+__all__ = ["G3InputError", "G3RuntimeError", "Run", "WholeGraphModel", "advise", "export", "ingest", "load_model", "partition",
            "plan", "predict", "train"]

@@ -171,3 +171,16 @@ def test_an_earlier_advice_is_not_replaced_without_force(advice, cli_runner, tin
     assert (root / "out" / "advise.json").read_bytes() == before
     r = cli_runner.invoke(cli, ["advise", "/nonexistent/store", "-o", str(root / "x")])
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
+
+
+def test_the_python_facade_advises_as_the_command(advice, tiny_store):
+    import g3
+
+    root, _ = advice
+    result = g3.advise(tiny_store, workers=2, link=("100mbit", "10gbit"), strategies="g3,distdgl",
+                       plans=str(root / "plans"), cache=str(root / "cache"), out=root / "api")
+    assert {e["strategy"] for e in result["ranking"]} == {"g3", "distdgl"}
+    assert {e["link"] for e in result["ranking"]} == {"100mbit", "10gbit"}
+    assert json.loads((root / "api" / "advise.json").read_text())["ranking"] == result["ranking"]
+    with pytest.raises(g3.G3InputError, match="--link"):
+        g3.advise(tiny_store, link="fast", out=root / "api2")
