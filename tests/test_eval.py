@@ -8,6 +8,10 @@ neutrontp in tests/test_neutrontp.py), so every strategy's evaluation is checked
 from __future__ import annotations
 
 import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,7 +49,7 @@ def assert_eval_is_independent(store_path, run, model: str) -> dict:
 
 
 @pytest.mark.parametrize("model,k", [("sage", 2), ("gat", 2)])
-def test_eval_matches_independent_accuracy(store, tmp_path, model, k):  # noqa: F811
+def test_eval_matches_independent_accuracy(store, tmp_path, model, k, monkeypatch):  # noqa: F811
     run = pipeline(store, tmp_path, k, "random", model, 2, "12", dtype="float64")
     result = assert_eval_is_independent(store, run, model)
     expected = result["accuracy"]
@@ -75,10 +79,40 @@ def test_eval_matches_independent_accuracy(store, tmp_path, model, k):  # noqa: 
         r = invoke(["eval", str(run), "--checkpoint", str(bad), "--force"])
         assert r.exit_code == 2 and message in r.output and "worker" not in r.output, r.output
         bad.unlink()
-    # another worker count (a temporary 1-way partition and plan) gives the same numbers
+    # another worker count (a temporary 1-way partition and plan) gives the same numbers; one worker evaluates in
+    # this process (no worker process, no fork server to start), its log where a worker's would be
+    def no_workers(*args, **kwargs):
+        raise AssertionError("a 1-worker evaluation started worker processes")
+
+    monkeypatch.setattr("stages.runtime.launchers.spawn_workers", no_workers)
+    handlers = logging.getLogger("g3").handlers[:]
     r = invoke(["eval", str(run), "--workers", "1", "--split", "test", "--json", "--force"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["accuracy"]["test"] == pytest.approx(expected["test"], abs=1e-12)
+    assert "evaluated" in (run / "logs" / "eval-rank-00000.log").read_text()
+    assert logging.getLogger("g3").handlers == handlers  # this process's logging is left as it was
+
+
+def test_eval_imports_only_what_it_needs():
+    """Importing stages.eval (`g3 eval` does) imports no torch, and the fork server of an evaluation's workers preloads
+    every strategy but not training's torch._dynamo (1.4 s of its start on the 2-core sandbox): a fresh
+    interpreter, as `g3 eval` is."""
+    code = """if True:
+        import importlib, sys
+        import stages.eval
+        assert "torch" not in sys.modules, "stages.eval imports torch"
+        from stages.common.strategies import STRATEGIES
+        from stages.runtime.launch import INFERENCE_PRELOAD
+        for name in INFERENCE_PRELOAD:
+            if name != "__main__":
+                importlib.import_module(name)
+        assert "torch._dynamo" not in sys.modules
+        assert "torch.fx.experimental.symbolic_shapes" in sys.modules
+        assert all(f"stages.runtime.strategies.{s.runtime}" in sys.modules for s in STRATEGIES.values())
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0 and not r.stderr, r.stderr
 
 
 def test_eval_bad_input(tmp_path):

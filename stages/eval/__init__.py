@@ -12,14 +12,18 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..common.artifact_json import load_artifact_json, resolve_reference
 from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
-from ..runtime.config import RuntimeConfig
-from ..runtime.launchers import HostFile, make_launcher
-from ..train import RUN_SCHEMA, RUN_VERSION, check_plan
-from .runner import eval_rank
+
+if TYPE_CHECKING:
+    from ..runtime.config import RuntimeConfig
+
+# torch, the runtime and the training stage are imported where they are needed, not with this module: a new
+# evaluation starts the workers' fork server first, so that the server's imports overlap this process's
+# (docs/BENCHMARKS.md, "g3 eval start-up").
 
 SPLITS = ("train", "valid", "test")
 CKPT_GLOB = "epoch-*.pt"
@@ -27,6 +31,8 @@ CKPT_GLOB = "epoch-*.pt"
 
 def load_run(run: Path) -> dict:
     """run.json, checked for schema and version."""
+    from ..train import RUN_SCHEMA, RUN_VERSION
+
     return load_artifact_json(run, "run.json", RUN_SCHEMA, RUN_VERSION, "run", "g3 train")
 
 
@@ -73,6 +79,15 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
         return _answer(earlier, run, split, reused=True)
     check_result(run / "eval.json", force, "an evaluation of other weights (or another worker count)")
     plan = Path(plan) if plan else run_plan_path(run, meta)
+    if emulate_link is None:  # the local workers' fork server starts while the plan and the weights are checked
+        from ..runtime.launch import INFERENCE_PRELOAD, start_server_early
+
+        if (workers or int(meta["plan"]["num_workers"])) > 1:
+            start_server_early(INFERENCE_PRELOAD)
+    from ..runtime.launchers import HostFile, make_launcher
+    from ..train import check_plan
+    from .runner import eval_rank
+
     cfg = dataclasses.replace(_inference_config(meta, emulate_link, hosts), metric=metric)
     plan_meta = check_plan(plan, cfg)
     check_trained_with(plan_meta, meta, plan)
@@ -88,8 +103,9 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
             plan, k = _temporary_plan(plan_meta, workers, tmp), workers
             cfg = dataclasses.replace(_inference_config(meta, emulate_link, hosts), metric=metric)
             check_plan(plan, cfg)
-        make_launcher(cfg, k).run(eval_rank, k, run, "eval-", plan, cfg, HostFile(str(weights.resolve())),
-                                        str(weights.resolve()))
+        # one worker evaluates in this process; more fork from the server started above
+        make_launcher(cfg, k, inference=True).run(eval_rank, k, run, "eval-", plan, cfg,
+                                                  HostFile(str(weights.resolve())), str(weights.resolve()))
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -186,6 +202,8 @@ def check_trained_with(plan_meta: dict, run_meta: dict, plan: Path) -> None:
 def _inference_config(run_meta: dict, emulate_link: str | None = None, hosts: int | None = None) -> RuntimeConfig:
     """The run's settings (device, dtype, threads, seed, …) with the strategy's default knobs: they change how a
     strategy runs, not what it computes. Where the workers run is this evaluation's choice, not the run's."""
+    from ..runtime.config import RuntimeConfig
+
     base = {k: v for k, v in run_meta["config"].items() if k in RuntimeConfig.__dataclass_fields__}
     return RuntimeConfig(**{**base, "pipeline": None, "prefetch": None, "backward": None, "layer0_cache": None,
                             "feature_cache": None, "trace": False, "master_port": 0, "emulate_link": emulate_link,

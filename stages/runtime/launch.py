@@ -18,8 +18,6 @@ import time
 import traceback
 from pathlib import Path
 
-import torch.distributed as dist
-
 from ..common.errors import G3InputError, G3RuntimeError
 
 log = logging.getLogger("g3.runtime")
@@ -59,6 +57,8 @@ def run_guarded(entry, rank: int, world: int, run_dir: Path, prefix: str, *args)
         log_path(run_dir, rank, prefix, "error").write_text(f"{type(exc).__name__}: {exc}\n")
         raise
     finally:
+        import torch.distributed as dist  # imported by the entry already; not at import (`g3 eval` starts faster)
+
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -72,26 +72,64 @@ def run_guarded(entry, rank: int, world: int, run_dir: Path, prefix: str, *args)
 # module once and the workers, finding it there, do not run it again (every worker of `g3 train` re-imported the
 # CLI, 3.7 s of CPU each on the 2-core sandbox before the CLI imported its commands lazily). The server ignores a
 # module it cannot import, so tests/test_train.py imports each of them.
-PRELOAD = ["__main__", "torch", "torch.distributed", "numpy", "numba", "stages.train.loop", "stages.eval",
+PRELOAD = ["__main__", "torch", "torch.distributed", "numpy", "numba", "stages.train.loop", "stages.eval.runner",
            "stages.runtime.preload"]
+# What the workers of an evaluation (`g3 eval`: forward only) need: no optimizer, so not torch._dynamo (1.4 s of
+# the server's 3.5 s start on the 2-core sandbox; docs/BENCHMARKS.md, "g3 eval start-up"). Used when this process
+# starts the server; one already running (a process that trained first) has PRELOAD, a superset.
+INFERENCE_PRELOAD = ["__main__", "torch", "torch.distributed", "numpy", "numba", "stages.eval.runner",
+                     "stages.runtime.preload_inference"]
 
 
-def start_method() -> str:
+def start_method(preload: list[str] | None = None) -> str:
+    """The start method of local workers; for the fork server, what it imports when this process starts it
+    (``preload``, default :data:`PRELOAD`)."""
     method = os.environ.get("G3_START_METHOD") or ("forkserver" if sys.platform.startswith("linux") else "spawn")
     if method not in ("forkserver", "spawn"):
         raise G3InputError(f"G3_START_METHOD={method} is not one of forkserver, spawn")
     if method == "forkserver":
         import multiprocessing
 
-        multiprocessing.set_forkserver_preload(PRELOAD)
+        multiprocessing.set_forkserver_preload(PRELOAD if preload is None else preload)
     return method
 
 
+def start_server_early(preload: list[str] | None = None) -> None:
+    """Start the fork server now (if local workers fork from one and it is not running), so that its imports
+    overlap what this process does before it launches the workers (`g3 eval` checks the weights meanwhile).
+    Nothing here waits for the server: the first worker's start does."""
+    if start_method(preload) == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
+def run_in_process(entry, run_dir: Path, prefix: str, master_addr: str, master_port: int, *args) -> None:
+    """Run the one rank of a 1-worker job in this process (``entry(0, 1, init_method, *args)``), as
+    :func:`spawn_workers` would in a worker — its log and error file, failures named the same way — without
+    starting a worker process (`g3 eval` of a 1-worker run: no fork server, whose start is most of the command's
+    time on a small graph). This process's "g3" log handlers are restored afterwards."""
+    port = master_port or free_port(master_addr)
+    root = logging.getLogger("g3")
+    saved = root.handlers[:], root.level
+    try:
+        run_guarded(entry, 0, 1, Path(run_dir), prefix, f"tcp://{master_addr}:{port}", *args)
+    except Exception as exc:  # named as a failed worker is (spawn_workers): the error file's first line, the log
+        message = failure_message(Path(run_dir), 0, None, prefix)
+        raise (G3InputError if _bad_input(Path(run_dir), 0, prefix) else G3RuntimeError)(message) from exc
+    finally:
+        for handler in root.handlers:
+            if handler not in saved[0]:
+                handler.close()
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+
+
 def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: str, master_port: int, *args,
-                  timeout: float = 60.0) -> None:
+                  timeout: float = 60.0, preload: list[str] | None = None) -> None:
     """Start ``world`` local processes running ``entry(rank, world, init_method, *args)``; if any fails, or stops
     answering (no heartbeat for ``timeout`` seconds: stopped, or stuck), every one is stopped and the rank is
-    named."""
+    named. ``preload``: what the fork server imports if this call starts it (default :data:`PRELOAD`)."""
     import torch.multiprocessing as mp
 
     port = master_port or free_port(master_addr)
@@ -101,7 +139,8 @@ def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: st
         heartbeat_path(Path(run_dir), r, prefix).unlink(missing_ok=True)
     launcher = {"env": dict(os.environ), "cwd": os.getcwd()}
     ctx = mp.start_processes(_spawn_entry, args=(entry, world, str(run_dir), prefix, init_method, os.getpid(), args,
-                                                 launcher), nprocs=world, join=False, start_method=start_method())
+                                                 launcher), nprocs=world, join=False,
+                             start_method=start_method(preload))
     # Watched here rather than by ctx.join: on a failure, torch's join first SIGTERMs the other workers and waits
     # up to 30 s for each, so a stopped worker has been killed (and cannot be named) by the time it returns.
     procs = ctx.processes

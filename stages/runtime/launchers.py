@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..common.errors import G3InputError
 from .config import RuntimeConfig
-from .launch import spawn_workers
+from .launch import INFERENCE_PRELOAD, run_in_process, spawn_workers
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,13 @@ class HostFile:
 
 
 class LocalLauncher:
-    """K processes on this machine (forked from one server), rendezvous on ``cfg.master_addr`` (loopback)."""
+    """K processes on this machine (forked from one server), rendezvous on ``cfg.master_addr`` (loopback).
+
+    ``inference``: the job only evaluates (`g3 eval`): one rank runs in this process instead of a worker, and
+    the fork server this process starts imports what inference needs, not training's optimizer machinery."""
+
+    def __init__(self, inference: bool = False):
+        self.inference = inference
 
     def describe(self, world: int) -> dict:
         return {"kind": "local", "workers": world}
@@ -38,18 +44,23 @@ class LocalLauncher:
     def run(self, entry, world: int, run_dir: Path, prefix: str, plan: Path, cfg: RuntimeConfig, *extra) -> dict:
         """Run ``entry`` on every rank; returns what the launcher measured besides the workers (nothing here)."""
         args = [str(a.path) if isinstance(a, HostFile) else a for a in extra]
+        if self.inference and world == 1:
+            run_in_process(entry, run_dir, prefix, cfg.master_addr, cfg.master_port, str(plan), str(run_dir), cfg,
+                           *args)
+            return {}
         spawn_workers(entry, world, run_dir, prefix, cfg.master_addr, cfg.master_port, str(plan), str(run_dir), cfg,
-                      *args, timeout=cfg.timeout)
+                      *args, timeout=cfg.timeout, preload=INFERENCE_PRELOAD if self.inference else None)
         return {}
 
 
-def make_launcher(cfg: RuntimeConfig, world: int):
-    """The launcher ``cfg`` asks for: emulated hosts with ``cfg.emulate_link``, else local processes."""
+def make_launcher(cfg: RuntimeConfig, world: int, inference: bool = False):
+    """The launcher ``cfg`` asks for: emulated hosts with ``cfg.emulate_link``, else local processes
+    (``inference``: see :class:`LocalLauncher`)."""
     if not cfg.emulate_link:
         for name, flag in (("hosts", "--hosts"), ("emulate_faults", "--emulate-fault"), ("max_restarts", "--max-restarts")):
             if getattr(cfg, name):
                 raise G3InputError(f"{flag} applies to emulated hosts: give --emulate-link RATE too")
-        return LocalLauncher()
+        return LocalLauncher(inference)
     from .emulated_hosts import EmulatedHostsLauncher
 
     return EmulatedHostsLauncher.from_config(cfg, world)
