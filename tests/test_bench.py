@@ -234,3 +234,32 @@ def test_bench_summary_reads_cleanly_through_a_pipe(tmp_path, cli_runner, monkey
     res = cli_runner.invoke(cli, ["bench", str(tmp_path), "--json"])
     assert res.exit_code == 0, res.output
     assert [e["note"] for e in json.loads(res.stdout)["entries"]] == [long_note, long_note, entries[2]["note"]]
+
+
+def test_bench_png_axes_in_human_units():
+    """bench.png: bytes on an axis named in binary units (MiB, as the table), with no "1e8" offset, and accuracy
+    in % (as the bar labels)."""
+    import matplotlib.pyplot as plt
+
+    from stages.bench import entry
+    from stages.bench.report import bench_figure, byte_unit
+
+    entries = [entry("g3", f"g3, {k} workers", workers=k, threads=1, epoch_seconds=[1.0, 0.5], bytes_per_epoch=3e8 * k,
+                     test_acc=0.35, peak_memory_bytes=[3 * 2**30] * k) for k in (1, 2)]
+    result = {"store": {"name": "tiny"}, "options": {"model": "sage", "layers": 2, "hidden": 8, "epochs": 2},
+              "threads": 2, **finish(entries)}
+    fig = bench_figure(result)
+    fig.canvas.draw()
+    axes = {ax.get_title(): ax for ax in fig.axes}
+    nbytes, acc, peak = (axes[t] for t in ("bytes sent per epoch (all workers)", "final test accuracy",
+                                           "peak memory of the largest worker"))
+    assert nbytes.get_xlabel() == "MiB" and peak.get_xlabel() == "GiB"
+    for ax in (nbytes, peak):
+        assert ax.xaxis.get_offset_text().get_text() == ""
+        ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert ticks and all("e" not in t for t in ticks), ticks
+    assert nbytes.get_xlim()[1] == pytest.approx(1.35 * 6e8 / 2**20)  # bars drawn in MiB
+    assert acc.xaxis.get_major_formatter()(0.35, 0) in ("35%", "35.0%")
+    assert all(t.get_text().endswith("%") for t in acc.get_xticklabels() if t.get_text())
+    assert byte_unit(1000) == (1.0, "B") and byte_unit(2**30) == (2.0**30, "GiB")
+    plt.close(fig)

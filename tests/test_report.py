@@ -334,3 +334,66 @@ def test_bytes_per_epoch_is_the_mean_of_training_phases(tmp_path):
     s = run_report([run], out=tmp_path / "rep")["runs"][0]
     # epochs 1-4, two workers: fwd 200, 0, 200, 0 and bwd 20 each
     assert s["bytes_sent_per_epoch"] == pytest.approx(120.0)
+
+
+def _lines(ax) -> list[list[float]]:
+    return [list(map(float, line.get_xdata())) for line in ax.get_lines() if len(line.get_xdata()) > 2]
+
+
+def test_time_axes_leave_out_epoch_0_and_count_epochs_from_0(tmp_path):
+    """Time to accuracy starts after epoch 0 (its JIT compilation would shift every curve), says so on its axis,
+    and the throughput and per-worker plots number epochs from 0, as `g3 train` prints them."""
+    import matplotlib.pyplot as plt
+
+    from stages.report.data import load_run
+    from stages.report.plots import throughput_figure, time_to_accuracy_figure, worker_breakdown_figure
+
+    run = make_run(tmp_path, trace=False, epochs=6, eval_every=2)
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    lines[0]["epoch_seconds"] = 10.0  # epoch 0: compilation
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    data = load_run(run)
+
+    fig = time_to_accuracy_figure([data])
+    ax = fig.axes[0]
+    # evaluated after epochs 1, 3, 5: 2, 6, 10 s of training after epoch 0 (not 12, 16, 20)
+    assert [list(map(float, line.get_xdata())) for line in ax.get_lines()] == [[2.0, 6.0, 10.0]] * 2
+    assert ax.get_xlim()[0] == 0.0 and "after epoch 0" in ax.get_xlabel() and "JIT" in ax.get_xlabel()
+    plt.close(fig)
+
+    fig = throughput_figure([data])
+    ax = fig.axes[0]
+    assert _lines(ax) == [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]] and "from 0" in ax.get_xlabel()
+    plt.close(fig)
+
+    fig = worker_breakdown_figure(data)
+    assert "mean of epochs 1–5" in fig.axes[0].get_title()  # epoch 0 left out, numbered as the CLI does
+    plt.close(fig)
+
+
+def test_a_comparisons_worker_plots_share_their_y_scale(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from stages.report import plots
+    from stages.report.data import load_run
+
+    fast = make_run(tmp_path / "a", trace=False, epoch_seconds=2.0)
+    slow = make_run(tmp_path / "b", trace=False, epoch_seconds=6.0)
+    data = [load_run(fast), load_run(slow)]
+    top = plots.workers_top(data)
+    assert top == pytest.approx(1.05 * 6.0)  # the slow run's stack: its epoch time (idle fills it)
+    figs = [plots.worker_breakdown_figure(r, top) for r in data]
+    assert [f.axes[0].get_ylim() for f in figs] == [(0.0, top)] * 2
+    for f in figs:
+        plt.close(f)
+    alone = plots.worker_breakdown_figure(data[0])  # one run: its own scale
+    assert alone.axes[0].get_ylim()[1] < 3.0
+    plt.close(alone)
+
+    drawn = []
+    original = plots.worker_breakdown
+    monkeypatch.setattr(plots, "worker_breakdown", lambda r, path, top=None: drawn.append(top) or original(r, path, top))
+    run_report([fast, slow], out=tmp_path / "rep")
+    assert drawn == [pytest.approx(top)] * 2
+    run_report([slow], out=tmp_path / "rep1")
+    assert drawn[-1] is None

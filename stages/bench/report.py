@@ -181,23 +181,45 @@ PANELS = (("median_epoch_seconds", "median epoch time (s), lower is better", _s)
           ("bytes_per_epoch", "bytes sent per epoch (all workers)", _b),
           ("test_acc", "final test accuracy", _a),
           ("peak", "peak memory of the largest worker", _b))
+BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def byte_unit(largest: float) -> tuple[float, str]:
+    """(divisor, name) of the binary unit (as the table's, _b) in which ``largest`` bytes is 1 to 1023."""
+    k = 0
+    while k + 1 < len(BYTE_UNITS) and largest >= 1024 ** (k + 1):
+        k += 1
+    return float(1024 ** k), BYTE_UNITS[k]
 
 
 def plot_bench(result: dict, path: Path) -> None:
     """One row of bars per entry, a panel per figure (epoch time, bytes, accuracy, peak memory); entries that did
     not run are greyed with the reason, figures an entry lacks (a peer's bytes) left empty."""
+    import matplotlib.pyplot as plt
+
+    fig = bench_figure(result)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def bench_figure(result: dict):
+    """The figure of :func:`plot_bench`. Bytes are drawn in one binary unit per panel, named on its axis (as the
+    table writes them: MiB, GiB; no "1e8" offset), accuracy in % (as the bar labels)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import PercentFormatter
 
     ok = [e for e in result["entries"] if e["status"] == "ok" and e["median_epoch_seconds"]]
     missing = [e for e in result["entries"] if e["status"] != "ok"]
+    value = {id(e): {"peak": max(e["peak_memory_bytes"]) if e.get("peak_memory_bytes") else None} for e in ok}
     for e in ok:
-        e["peak"] = max(e["peak_memory_bytes"]) if e.get("peak_memory_bytes") else None
+        value[id(e)].update({key: e.get(key) for key, _, _ in PANELS if key != "peak"})
     labels = [e["label"] for e in ok] + [e["label"] for e in missing]
     y = list(range(len(labels)))
-    panels = [pn for pn in PANELS if any(e.get(pn[0]) is not None for e in ok)]
+    panels = [pn for pn in PANELS if any(value[id(e)][pn[0]] is not None for e in ok)]
     fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 2.5, 0.8 + 0.42 * max(1, len(labels))),
                              sharey=True, squeeze=False)
     from ..common.strategies import STRATEGIES
@@ -205,16 +227,23 @@ def plot_bench(result: dict, path: Path) -> None:
     palette = ("#4C72B0", "#55A868", "#8172B2", "#C44E52", "#CCB974", "#64B5CD", "#8C8C8C", "#E377C2")
     colors = {name: palette[i % len(palette)] for i, name in enumerate(STRATEGIES)}  # peers: orange
     for ax, (key, title, fmt) in zip(axes[0], panels, strict=True):
-        vals = [e.get(key) or 0.0 for e in ok] + [0.0] * len(missing)
+        raw = [value[id(e)][key] for e in ok]
+        scale, unit = byte_unit(max(v or 0.0 for v in raw)) if fmt is _b else (1.0, None)
+        vals = [(v or 0.0) / scale for v in raw] + [0.0] * len(missing)
         ax.barh(y, vals, color=[colors.get(e.get("strategy", ""), "#DD8452") for e in ok] + ["#cccccc"] * len(missing))
-        for yi, e in zip(y, ok, strict=False):
-            if e.get(key) is not None:
-                ax.text(e[key], yi, f" {fmt(e[key])}", va="center", fontsize=7)
+        for yi, v in zip(y, raw, strict=False):
+            if v is not None:
+                ax.text(v / scale, yi, f" {fmt(v)}", va="center", fontsize=7)
         if key == "median_epoch_seconds":
             for yi, e in zip(y[len(ok):], missing, strict=True):
                 ax.text(0, yi, "  " + (e["note"] or e["status"])[:60], va="center", fontsize=7, color="#666666")
         ax.set_title(title, fontsize=8)
         ax.set_xlim(0, max(vals + [1e-9]) * 1.35)
+        if key == "test_acc":
+            ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+        else:  # plain numbers in the unit the axis names: no offset, no scientific notation
+            ax.ticklabel_format(axis="x", style="plain", useOffset=False)
+            ax.set_xlabel(unit or "s", fontsize=7)
         ax.tick_params(axis="x", labelsize=7)
     axes[0][0].set_yticks(y)
     axes[0][0].set_yticklabels(labels, fontsize=8)
@@ -222,8 +251,4 @@ def plot_bench(result: dict, path: Path) -> None:
     s, o = result["store"], result["options"]
     fig.suptitle(f"{s['name']} — {o['model']}, {o['layers']} layers, hidden {o['hidden']}, {o['epochs']} epochs, "
                  f"{result['threads']} threads", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    for e in ok:
-        e.pop("peak", None)
+    return fig

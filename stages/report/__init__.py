@@ -4,7 +4,7 @@ Entry point: :func:`run_report`. Reads only run folders (run.json, metrics.jsonl
 and partition they name; writes PNGs, ``summary.json`` and ``index.html`` into the output folder (documented
 in docs/ARTIFACTS.md, "Report"):
 
-- ``time_to_accuracy.png`` — valid/test accuracy against cumulative training time (runs that evaluated);
+- ``time_to_accuracy.png`` — valid/test accuracy against training time after epoch 0 (runs that evaluated);
 - ``throughput.png`` — throughput of every epoch (Σ over workers of owned nodes / epoch time, as in the paper);
 - ``scaling.png`` — median throughput against the worker count (only when the runs span several counts);
 - ``workers*.png`` — per run, stacked bars per worker: compute, communication wait, all-reduce + step, idle;
@@ -87,7 +87,8 @@ def run_report(runs: list[str | Path], out: str | Path | None = None, labels: li
 
     if plots.time_to_accuracy(data, out / "time_to_accuracy.png"):
         add(compare, "time_to_accuracy", "time_to_accuracy.png",
-            "Time to accuracy: test (solid) and validation (dashed) accuracy against cumulative training time.", data)
+            "Time to accuracy: test (solid) and validation (dashed) accuracy against training time after epoch 0 "
+            "(epoch 0 compiles the kernels: its time is left out).", data)
     else:
         notes.append("no time-to-accuracy plot: no run evaluated during training (g3 train --eval-every 0)")
     if plots.throughput(data, out / "throughput.png"):
@@ -104,9 +105,10 @@ def run_report(runs: list[str | Path], out: str | Path | None = None, labels: li
 
     drawn_partitions: dict[str, dict] = {}
     untraced: list[str] = []
+    top = plots.workers_top(data) if len(data) > 1 else None  # a comparison's worker plots share their y-scale
     for r, suffix in zip(data, file_suffixes([r.label for r in data]), strict=True):
         f = f"workers{suffix}.png"
-        if plots.worker_breakdown(r, out / f):
+        if plots.worker_breakdown(r, out / f, top):
             add(per_run, "workers", f, f"{r.label}: compute, communication wait, all-reduce + step and idle seconds "
                 f"per epoch of each of the {r.num_workers} workers (balance and overlap).", [r])
         if r.partition:
