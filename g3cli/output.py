@@ -33,8 +33,15 @@ class _StdoutConsole:
 console = _StdoutConsole()
 
 
+def print_path(what: str, path) -> None:
+    """``what: PATH`` on a line of its own, below the table it belongs to. Paths are not put in table titles: rich
+    wraps a title to the table's width, which folds a long path mid-word (``…plan-sag⏎e.run``) at any terminal
+    width; here it is printed whole (soft wrap: copied from the terminal, it is one piece)."""
+    console.print(f"{what}: {path}", soft_wrap=True, highlight=False)
+
+
 def print_ingest_report(report) -> None:
-    t = Table(title=f"ingested → {report.path}", show_header=False, box=None)
+    t = Table(title="ingested", show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column(justify="right")
     t.add_row("nodes", f"{report.num_nodes:,}")
@@ -46,6 +53,7 @@ def print_ingest_report(report) -> None:
     t.add_row("external sort", f"yes, {report.buckets} buckets" if report.spilled else "no (fits the memory limit)")
     t.add_row("time", ", ".join(f"{k} {v:.1f}s" for k, v in report.seconds.items()))
     console.print(t)
+    print_path("store", report.path)
 
 
 def print_summary(summary: dict) -> None:
@@ -102,7 +110,7 @@ def _print_run(run: dict) -> None:
 def _print_plan(plan: dict) -> None:
     """`g3 info PLAN`: the strategy and its options, the model, the partition, per-worker sizes."""
     strategy = plan.get("strategy") or {"name": LEGACY_STRATEGY, "options": {}}
-    t = Table(title=f"g3 plan: {plan.get('path', '')}", show_header=False, box=None)
+    t = Table(title="g3 plan", show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column()
     t.add_row("strategy", strategy["name"])
@@ -115,11 +123,12 @@ def _print_plan(plan: dict) -> None:
     t.add_row("workers", str(plan["num_workers"]))
     t.add_row("schema", f"g3.plan v{plan['schema_version']}")
     console.print(t)
+    print_path("plan", plan.get("path", ""))
     print_plan_report({**plan, "strategy": strategy, "path": plan.get("path", "")})
 
 
 def _print_store(s: dict) -> None:
-    t = Table(title=f"g3 store: {s['name']}  ({s['path']})", show_header=False, box=None)
+    t = Table(title=f"g3 store {s['name']}", show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column(justify="right")
     t.add_row("nodes", f"{s['num_nodes']:,}")
@@ -135,6 +144,7 @@ def _print_store(s: dict) -> None:
     t.add_row("size on disk", human_bytes(s["size_on_disk"]))
     t.add_row("schema", f"{s['schema']} v{s['schema_version']}")
     console.print(t)
+    print_path("store", s["path"])
 
 
 def print_plan_report(plan: dict, detailed: bool = False) -> None:
@@ -204,7 +214,7 @@ def print_run_summary(info: dict) -> None:
         console.print(f"run {info.get('status', '')}")
         return
     last = history[-1]
-    t = Table(title=f"run → {info['path']} ({info['status']})", show_header=False, box=None)
+    t = Table(title=f"run {info['status']}", show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column(justify="right")
     t.add_row("epochs", str(len(history)))
@@ -215,6 +225,7 @@ def print_run_summary(info: dict) -> None:
         if last.get(f"{split}_acc") is not None:
             t.add_row(f"{split} accuracy", f"{100 * last[f'{split}_acc']:.2f} %")
     console.print(t)
+    print_path("run", info["path"])
 
 
 def print_eval(result: dict) -> None:
@@ -239,7 +250,7 @@ def print_report(result: dict) -> None:
     runs = result["runs"]
     for start in range(0, len(runs), 3):
         chunk = runs[start:start + 3]
-        t = Table(title=f"g3 report → {result['out']}" if start == 0 else None, show_lines=False)
+        t = Table(title="g3 report" if start == 0 else None, show_lines=False)
         t.add_column("", style="bold")
         for s in chunk:
             t.add_column(s["label"], justify="right", overflow="fold")
