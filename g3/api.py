@@ -167,14 +167,17 @@ def load_model(run: Run | PathLike, checkpoint: str | None = None) -> WholeGraph
     """The run's trained model (model.pt, or the checkpoint of epoch ``checkpoint``, e.g. ``"3"``), in the
     run's dtype, on the CPU."""
     from stages.common.model_spec import ModelSpec
+    from stages.common.npy import check_digest
+    from stages.common.plan_artifact import load_plan_meta
     from stages.eval import pick_weights
     from stages.runtime.models import model_from_spec
 
     run = run if isinstance(run, Run) else Run(Path(run))
-    plan_meta = json.loads((run.plan_path / "plan.json").read_text())
+    plan_meta = load_plan_meta(run.plan_path)
     gnn = model_from_spec(ModelSpec.from_plan(plan_meta))
     dtype = {"float32": torch.float32, "float64": torch.float64}[run.meta["config"].get("dtype", "float32")]
     weights_path = pick_weights(run.path, checkpoint)
+    check_digest(weights_path)
     try:
         state = torch.load(weights_path, weights_only=True, map_location="cpu")
     except Exception as exc:  # noqa: BLE001 - a damaged file is the user's input error

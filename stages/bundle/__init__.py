@@ -97,7 +97,7 @@ def _write_node(folder: Path, n: int, ranks: list[int], nodes: int, ppn: int, pl
     node_meta = json.loads((plan / "plan.json").read_text())
     node_meta["partition"] = {**node_meta["partition"], "relpath": "../partition"}
     node_meta["bundle"] = {"node": n, "nodes": nodes, "procs_per_node": ppn, "ranks": ranks}
-    write_json_atomic(node_plan / "plan.json", node_meta)
+    write_json_atomic(node_plan / "plan.json", node_meta, seal=True)
     (folder / "RUN.md").write_text(run_instructions(n, nodes, ppn, ranks, meta))
 
 

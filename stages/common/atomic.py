@@ -207,8 +207,14 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
-def write_json_atomic(path: str | os.PathLike, obj: object, indent: int | None = 2) -> None:
-    """Write JSON to ``path`` through :func:`atomic_file`."""
+def write_json_atomic(path: str | os.PathLike, obj: object, indent: int | None = 2, seal: bool = False) -> None:
+    """Write JSON to ``path`` through :func:`atomic_file`; ``seal``: with the ``content_sha256`` of what it holds
+    (an artifact's own JSON: :func:`stages.common.artifact_json.sealed`), so that a reader can tell an edited or
+    damaged file from the one g3 wrote."""
+    if seal:
+        from .artifact_json import sealed
+
+        obj = sealed(json.loads(json.dumps(obj, default=_json_default)))
     with atomic_file(path) as tmp, open(tmp, "w") as f:
         json.dump(obj, f, indent=indent, sort_keys=False, default=_json_default)
         f.write("\n")

@@ -10,13 +10,12 @@ shard costs nothing until an array is used.
 
 from __future__ import annotations
 
-import json
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
-from .artifact_json import load_artifact_json, resolve_reference
+from .artifact_json import load_artifact_json, read_json_file, resolve_reference
 from .errors import G3InputError
 from .npy import load_checked
 from .store import check_csr
@@ -59,6 +58,21 @@ def load_partition_meta(part: str | Path) -> dict:
     return meta
 
 
+def load_assignment(part: str | Path, meta: dict | None = None) -> np.ndarray | None:
+    """``assignment.npy`` (global node id -> owner), checked against partition.json's ``files`` (shape, dtype,
+    sha256; a partition written before it listed the file: header only) and its owners in [0, K); None when the
+    partition has none."""
+    part = Path(part)
+    meta = meta if meta is not None else load_partition_meta(part)
+    if not (part / "assignment.npy").exists() and "assignment.npy" not in (meta.get("files") or {}):
+        return None
+    owner = np.asarray(load_checked(part, "assignment.npy", meta.get("files") or {}, mmap=True))
+    k = int(meta["num_partitions"])
+    if owner.ndim != 1 or (len(owner) and (int(owner.min()) < 0 or int(owner.max()) >= k)):
+        raise G3InputError(f"file assignment.npy holds owners outside [0, {k})", path=part)
+    return owner
+
+
 class Shard:
     """One worker's shard: owned nodes, local in-edge CSR (owned first, then remote), P2P raw material."""
 
@@ -70,15 +84,14 @@ class Shard:
             raise G3InputError("shard folder missing", path=self.path)
 
     @cached_property
+    def info(self) -> dict:
+        """shard.json, its seal and required keys checked (:func:`read_json_file`)."""
+        return read_json_file(self.path / "shard.json")
+
+    @cached_property
     def manifest(self) -> dict:
-        """shard.json's ``files`` (shape and dtype of every array); empty for a folder without shard.json."""
-        f = self.path / "shard.json"
-        if not f.is_file():
-            return {}
-        try:
-            return dict(json.loads(f.read_text()).get("files") or {})
-        except json.JSONDecodeError as exc:
-            raise G3InputError(f"invalid JSON: {exc}", path=f) from None
+        """shard.json's ``files`` (shape, dtype and sha256 of every array)."""
+        return dict(self.info["files"])
 
     def load(self, name: str, mmap: bool = True) -> np.ndarray:
         """``name.npy`` of the shard, checked against shard.json's shape and dtype."""

@@ -12,14 +12,13 @@ n_owned) for what it receives (forward) or returns (backward).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
-from .artifact_json import load_artifact_json, resolve_reference
+from .artifact_json import load_artifact_json, read_json_file, resolve_reference
 from .errors import G3InputError
 from .npy import load_checked
 from .strategies import LEGACY_STRATEGY
@@ -103,7 +102,7 @@ class WorkerPlan:
         self.path = self.root / f"worker-{rank:05d}"
         if not self.path.is_dir():
             raise G3InputError(f"plan has no folder for worker {rank}", path=self.root)
-        self.meta = json.loads((self.path / "worker.json").read_text())
+        self.meta = read_json_file(self.path / "worker.json")
 
     @cached_property
     def plan_meta(self) -> dict:
@@ -130,7 +129,14 @@ class WorkerPlan:
         if not (self.path / f"{name}_nodes.npy").is_file():
             return Table.empty()
         table = Table(self.array(f"{name}_nodes"), self.array(f"{name}_msgs").reshape(-1, 3))
+        k = int(self.plan_meta["num_workers"])
+        if len(table.msgs) and (int(table.msgs[:, 1].min()) < 0 or int(table.msgs[:, 1].max()) >= k
+                                or int(table.msgs[:, 2].min()) < 0 or int(table.msgs[:, 0].min()) < 0):
+            raise G3InputError(f"table {name}: a message names a peer outside [0, {k}) or a negative step or count",
+                               path=self.path)
         if table.total != len(table.nodes):
             raise G3InputError(f"table {name}: its messages count {table.total} nodes, the file holds "
                                f"{len(table.nodes)}", path=self.path)
+        if len(table.nodes) and int(table.nodes.min()) < 0:
+            raise G3InputError(f"table {name}: a negative node id", path=self.path)
         return table

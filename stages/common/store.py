@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from .artifact_json import check_json, sealed
 from .errors import G3InputError
 
 STORE_SCHEMA = "g3.store"
@@ -103,7 +104,15 @@ class StoreWriter:
         meta["schema"] = STORE_SCHEMA
         meta["schema_version"] = STORE_VERSION
         meta["checksums"] = self.checksums
-        self.group.attrs["g3"] = json.loads(json.dumps(meta, default=_plain))
+        meta["metadata_sha256"] = _metadata_digests(self.path)
+        self.group.attrs["g3"] = sealed(json.loads(json.dumps(meta, default=_plain)))
+
+
+def _metadata_digests(root: Path) -> dict[str, str]:
+    """sha256 of every array's and subgroup's ``zarr.json`` (the root's holds this record itself): a damaged
+    shape, dtype or codec is refused when the store is opened, before zarr decodes anything with it."""
+    return {str(f.relative_to(root)): "sha256:" + hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(Path(root).rglob("zarr.json")) if f.parent != Path(root)}
 
 
 def _plain(o):
@@ -135,7 +144,10 @@ class GraphStore:
             group = zarr.open_group(str(path), mode="r")
         except Exception as exc:  # zarr raises several types for a broken group
             raise G3InputError(f"cannot open as a zarr group: {exc}", path=path) from None
-        meta = dict(group.attrs.get("g3") or {})
+        meta = group.attrs.get("g3") or {}
+        if not isinstance(meta, dict):
+            raise G3InputError("not a g3 store (its g3 metadata in zarr.json is not an object)", path=path)
+        meta = check_json(dict(meta), path / "zarr.json")
         if meta.get("schema") != STORE_SCHEMA:
             raise G3InputError("not a g3 store (no g3 metadata in zarr.json)", path=path)
         if meta.get("schema_version") != STORE_VERSION:
@@ -144,6 +156,12 @@ class GraphStore:
                 f"(this g3 reads version {STORE_VERSION}); re-run `g3 ingest`",
                 path=path,
             )
+        for rel, digest in (meta.get("metadata_sha256") or {}).items():
+            f = path / rel
+            if not f.is_file():
+                raise G3InputError(f"{rel} is missing (the store was damaged; re-run `g3 ingest`)", path=path)
+            if "sha256:" + hashlib.sha256(f.read_bytes()).hexdigest() != digest:
+                raise G3InputError(f"{rel} was altered or damaged after `g3 ingest` wrote it", path=path)
         store = cls(path, group, meta)
         store.check_layout()
         return store
@@ -196,6 +214,9 @@ class GraphStore:
             return self.group[name]
         except KeyError:
             raise G3InputError(f"store has no array {name!r}", path=self.path) from None
+        except Exception as exc:  # its zarr.json damaged: zarr raises several types
+            raise G3InputError(f"array {name} cannot be opened: {type(exc).__name__}: {exc}",
+                               path=self.path / name) from None
 
     @property
     def indptr(self) -> zarr.Array:
@@ -256,7 +277,12 @@ class GraphStore:
         try:
             self.group[key]
         except KeyError:
+            if key in (self.meta.get("checksums") or {}):  # ingest wrote it: it was deleted since
+                raise G3InputError(f"array {key} is missing (the store was damaged; re-run `g3 ingest`)",
+                                   path=self.path) from None
             return np.zeros(0, dtype=np.int64)
+        except Exception as exc:  # its zarr.json damaged
+            raise G3InputError(f"array {key} cannot be opened: {type(exc).__name__}: {exc}", path=self.path) from None
         ids = np.asarray(self.read(key), dtype=np.int64)
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes):
             raise G3InputError(f"array {key} holds node ids outside [0, {self.num_nodes})", path=self.path)

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from ..common.artifact_json import load_artifact_json, resolve_reference
 from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
+from ..common.npy import check_digest
+from ..common.run_artifact import RUN_SCHEMA, RUN_VERSION
 
 if TYPE_CHECKING:
     from ..runtime.config import RuntimeConfig
@@ -31,8 +33,6 @@ CKPT_GLOB = "epoch-*.pt"
 
 def load_run(run: Path) -> dict:
     """run.json, checked for schema and version."""
-    from ..train import RUN_SCHEMA, RUN_VERSION
-
     return load_artifact_json(run, "run.json", RUN_SCHEMA, RUN_VERSION, "run", "g3 train")
 
 
@@ -160,6 +160,7 @@ def check_weights(weights: Path, plan_meta: dict) -> None:
     from ..common.model_spec import ModelSpec
     from ..runtime.models import model_from_spec
 
+    check_digest(weights)
     try:
         state = torch.load(weights, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - anything unreadable is the user's input error

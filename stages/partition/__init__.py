@@ -20,6 +20,7 @@ import numpy as np
 from ..common.artifact_json import reference
 from ..common.atomic import atomic_dir, check_target, write_json_atomic
 from ..common.errors import G3InputError
+from ..common.npy import npy_entry
 from ..common.partition_artifact import PARTITION_SCHEMA, PARTITION_VERSION
 from ..common.progress import make_progress
 from ..common.store import GraphStore
@@ -119,7 +120,8 @@ def run_partition(store_path: str | Path, options: PartitionOptions, out: str | 
         summary = _partition_into(tmp, store, options, timing)
         summary["path"] = str(out.resolve())
         summary["store"].update(reference(store.path, out))
-        write_json_atomic(tmp / "partition.json", summary)
+        summary["files"] = {"assignment.npy": npy_entry(tmp / "assignment.npy")}  # readers verify it
+        write_json_atomic(tmp / "partition.json", summary, seal=True)
     if plot is not None:
         from .report import plot_remote
 
@@ -200,7 +202,7 @@ def _summary(store, o: PartitionOptions, graphs, part, in_degree, extra: dict, t
 
 def _write_shards(tmp: Path, store, graphs, part, o: PartitionOptions, extra: dict, progress) -> None:
     """Every layout's shards: the primary layout's in PART, each further layout's in PART/<layout>."""
-    from .shards import store_reference
+    from .shards import seal_shards, store_reference
 
     info = {"method": o.method, "num_workers": o.workers, "store": store_reference(store)}
     for i, name in enumerate(partition_method(o.method).layouts):
@@ -209,6 +211,7 @@ def _write_shards(tmp: Path, store, graphs, part, o: PartitionOptions, extra: di
         marks = extra["mark"] if i == 0 else None
         layout_function(name, "write")(root, store, graphs, part, o.workers, {**info, "layout": name}, marks,
                                        progress)
+    seal_shards(tmp)
 
 
 def _version() -> str:

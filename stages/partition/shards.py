@@ -17,7 +17,9 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from ..common.atomic import write_json_atomic
 from ..common.errors import G3InputError
+from ..common.npy import file_sha256
 from ..common.store import SPLITS, GraphStore
 from .feature import feature_columns
 
@@ -71,11 +73,20 @@ class ShardFolder:
         self.files[f"{name}.npy"] = {"shape": [int(s) for s in shape], "dtype": str(np.dtype(dtype))}
 
     def write_manifest(self, info: dict) -> None:
+        """shard.json, every file with its shape and dtype (:func:`seal_shards` adds their sha256 once written)."""
         manifest = {"schema": SHARD_SCHEMA, "schema_version": SHARD_VERSION, "worker": self.worker, **info,
                     "files": self.files}
-        with open(self.path / "shard.json", "w") as f:
-            json.dump(manifest, f, indent=2)
-            f.write("\n")
+        write_json_atomic(self.path / "shard.json", manifest)
+
+
+def seal_shards(root: Path) -> None:
+    """Once every file of every shard below ``root`` is written: each shard.json gains its files' sha256 (the
+    readers verify them) and its seal."""
+    for manifest_file in sorted(Path(root).rglob("shard.json")):
+        manifest = json.loads(manifest_file.read_text())
+        manifest["files"] = {name: {**entry, "sha256": file_sha256(manifest_file.parent / name)}
+                             for name, entry in manifest["files"].items()}
+        write_json_atomic(manifest_file, manifest, seal=True)
 
 
 @numba.njit(cache=True, parallel=True)

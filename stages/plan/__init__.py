@@ -101,7 +101,7 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
         for r in range(k):  # every file of a worker's folder, with its shape and dtype, for the readers' checks
             wdir = tmp / f"worker-{r:05d}"
             worker = json.loads((wdir / "worker.json").read_text())
-            write_json_atomic(wdir / "worker.json", {**worker, "files": npy_manifest(wdir)})
+            write_json_atomic(wdir / "worker.json", {**worker, "files": npy_manifest(wdir)}, seal=True)
         shapes = spec.layer_shapes()
         plan = {
             "schema": PLAN_SCHEMA,
@@ -116,7 +116,7 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
             **planned,
             "seconds": round(time.perf_counter() - t0, 3),
         }
-        write_json_atomic(tmp / "plan.json", plan)
+        write_json_atomic(tmp / "plan.json", plan, seal=True)
     plan["path"] = str(out)
     return plan
 

@@ -120,9 +120,7 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
 
 
 def _shard_columns(shard) -> dict:
-    import json
-
-    return json.loads((shard.path / "shard.json").read_text())["feature_columns"]
+    return shard.info["feature_columns"]
 
 
 def summary_rows(plan: dict) -> list[tuple[str, str]]:

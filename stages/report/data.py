@@ -10,47 +10,26 @@ is the number of nodes it processes per second in a training epoch = its owned n
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..common.artifact_json import read_json_file
 from ..common.errors import G3InputError
+from ..common.run_artifact import load_run_meta, read_metrics
 from ..common.strategies import LEGACY_STRATEGY
 
-RUN_SCHEMA = "g3.run"
-RUN_VERSION = 1
 SPLITS = ("train", "valid", "test")
 
 
 def _read_json(path: Path, what: str) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise G3InputError(f"invalid JSON in {what}: {exc}", path=path) from None
-    except OSError as exc:
-        raise G3InputError(f"cannot read {what}: {exc.strerror}", path=path) from None
+    """A JSON file of a run or of the artifacts it refers to, checked (seal, an object)."""
+    return read_json_file(path, required={})
 
 
 def read_epochs(run: Path) -> list[dict]:
     """metrics.jsonl as one record per epoch, ascending; a resumed run's repeated epochs keep their last record."""
-    path = run / "metrics.jsonl"
-    if not path.is_file():
-        raise G3InputError("no metrics.jsonl: the run recorded no epoch (did `g3 train` start?)", path=run)
-    by_epoch: dict[int, dict] = {}
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise G3InputError(f"not a JSON object: {exc.msg}", path=path, line=n) from None
-        if not isinstance(rec, dict) or "epoch" not in rec or "epoch_seconds" not in rec:
-            raise G3InputError("an epoch record needs 'epoch' and 'epoch_seconds'", path=path, line=n)
-        by_epoch[int(rec["epoch"])] = rec
-    if not by_epoch:
-        raise G3InputError("metrics.jsonl is empty: the run recorded no epoch", path=path)
-    return [by_epoch[e] for e in sorted(by_epoch)]
+    return read_metrics(run)
 
 
 def _artifact(ref: str | None, run: Path, marker: str, relpath: str | None = None) -> Path | None:
@@ -230,12 +209,7 @@ def load_run(path: str | Path) -> RunData:
         raise G3InputError("not a g3 run folder (no such folder)", path=run)
     if not (run / "run.json").is_file():
         raise G3InputError("not a g3 run (no run.json; run `g3 train` first)", path=run)
-    meta = _read_json(run / "run.json", "run.json")
-    if not isinstance(meta, dict) or meta.get("schema") != RUN_SCHEMA:
-        raise G3InputError("not a g3 run (run.json has another schema)", path=run / "run.json")
-    if meta.get("schema_version") != RUN_VERSION:
-        raise G3InputError(f"run.json schema version {meta.get('schema_version')} is not supported (this g3 reads "
-                           f"version {RUN_VERSION}); re-run `g3 train`", path=run / "run.json")
+    meta = load_run_meta(run)
     if meta.get("status") == "running":
         from ..common.atomic import lock_is_held
 

@@ -29,6 +29,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..common.errors import G3InputError
+from ..common.partition_artifact import load_assignment
 from ..common.plan_artifact import Table
 from .dataflow import complete_messages, node_messages
 from .kernels import put_rows_at, take_rows_at
@@ -90,7 +92,10 @@ class PartitionBook:
 
     @classmethod
     def open(cls, part: str | Path, k: int) -> PartitionBook:
-        return cls(np.load(Path(part) / "assignment.npy", mmap_mode="r"), k)
+        owner = load_assignment(part)
+        if owner is None:
+            raise G3InputError("the partition has no assignment.npy (re-run g3 partition)", path=part)
+        return cls(owner, k)
 
 
 class Transport:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..common.atomic import write_json_atomic
 from ..common.errors import G3InputError
+from ..common.partition_artifact import load_assignment
 from .engine import Network
 from .profile import default_rates, load_rates
 from .schedules import halo_loads
@@ -120,10 +121,10 @@ def _halo_for(plan: Path, wl: Workload, csr) -> list | None:
     if csr is None:
         return None
     meta = load_plan_meta(plan)
-    assign = Path(meta["partition"]["path"]) / "assignment.npy"
-    if not assign.is_file():
+    assign = load_assignment(meta["partition"]["path"])
+    if assign is None:
         return None
-    return halo_loads(csr[0], csr[1], np.load(assign), wl.k, wl)
+    return halo_loads(csr[0], csr[1], np.asarray(assign), wl.k, wl)
 
 
 def _load_csr(store_path: str | None):

@@ -21,12 +21,12 @@ sampling and training: the launch rule's throttle never binds), rates do not cha
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..common.errors import G3InputError
+from ..common.run_artifact import load_run_meta, read_metrics
 from .minibatch import MiniBatchProfile, remote_share, run_minibatch_simulation
 
 
@@ -41,8 +41,8 @@ class SchedulerProfile:
 
     @classmethod
     def from_run(cls, run: Path) -> SchedulerProfile:
-        info = json.loads((run / "run.json").read_text())
-        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        info = load_run_meta(run)
+        records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
         workers = [w for r in (records[1:] or records) for w in r["workers"]]
         if not workers or "task_cpu_seconds" not in workers[0]:
             raise G3InputError("--run: the run has no task statistics (train the bytegnn plan again)", path=run)

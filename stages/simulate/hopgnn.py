@@ -33,12 +33,12 @@ step's rows do not depend on how many roots it holds.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..common.errors import G3InputError
+from ..common.run_artifact import load_run_meta, read_metrics
 from .minibatch import MiniBatchProfile, remote_share, run_minibatch_simulation
 
 _ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
@@ -58,8 +58,8 @@ class HopProfile:
 
     @classmethod
     def from_run(cls, run: Path, plan_meta: dict, p: MiniBatchProfile) -> HopProfile:
-        info = json.loads((run / "run.json").read_text())
-        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        info = load_run_meta(run)
+        records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
         steady = records[1:] or records
         workers = [w for r in steady for w in r["workers"]]
         if "feature_misses" not in workers[0]:

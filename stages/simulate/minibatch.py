@@ -22,7 +22,6 @@ profiled mean (no imbalance).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import asdict, dataclass
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from ..common.artifact_json import resolve_reference
 from ..common.errors import G3InputError
+from ..common.run_artifact import load_run_meta, read_metrics
 
 
 @dataclass
@@ -56,8 +56,8 @@ class MiniBatchProfile:
         run = Path(run)
         if not (run / "metrics.jsonl").is_file():
             raise G3InputError("--run: no metrics.jsonl (train the plan first: g3 train PLAN -o RUN)", path=run)
-        info = json.loads((run / "run.json").read_text())
-        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        info = load_run_meta(run)
+        records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
         steady = records[1:] or records
         workers = [w for r in steady for w in r["workers"]]
         if not workers or "sampled_arcs" not in workers[0]:
@@ -146,9 +146,7 @@ def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict
         raise G3InputError(f"a {meta['strategy']['name']} plan is simulated from a run of it: give --run RUN "
                            "(g3 train PLAN -o RUN)", path=plan)
     run = Path(options.run)
-    info = json.loads((run / "run.json").read_text()) if (run / "run.json").is_file() else None
-    if info is None:
-        raise G3InputError("--run: not a run folder (no run.json)", path=run)
+    info = load_run_meta(run)
     trained = resolve_reference(info["plan"], run, "plan.json").resolve()
     if trained != plan.resolve():
         raise G3InputError(f"--run was trained from {trained}, not from this plan", path=run)

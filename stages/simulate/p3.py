@@ -45,12 +45,12 @@ within a batch unchanged).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..common.errors import G3InputError
+from ..common.run_artifact import load_run_meta, read_metrics
 from .minibatch import run_minibatch_simulation
 
 ITEM = 4  # bytes of a modelled value (float32), as the other models
@@ -82,8 +82,8 @@ class P3Profile:
 
     @classmethod
     def from_run(cls, run: Path, plan_meta: dict) -> P3Profile:
-        info = json.loads((run / "run.json").read_text())
-        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        info = load_run_meta(run)
+        records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
         steady = records[1:] or records
         workers = [w for r in steady for w in r["workers"]]
         k0 = len(steady[0]["workers"])

@@ -19,16 +19,14 @@ from pathlib import Path
 from ..common.artifact_json import load_artifact_json, reference, resolve_reference
 from ..common.atomic import check_target, fsync_tree, publish_dir, target_lock, write_json_atomic
 from ..common.errors import G3InputError, G3RuntimeError
-from ..common.partition_artifact import load_partition_meta, partition_digest
+from ..common.partition_artifact import load_assignment, load_partition_meta, partition_digest
 from ..common.plan_artifact import load_plan_meta, plan_strategy
+from ..common.run_artifact import RUN_SCHEMA, RUN_VERSION, load_run_meta
 from ..common.strategies import strategy_info
 from ..runtime.config import check_runtime, resolve_knobs
 from ..runtime.launch import run_guarded, under_torchrun
 from ..runtime.launchers import make_launcher
 from .config import TrainConfig
-
-RUN_SCHEMA = "g3.run"
-RUN_VERSION = 1
 
 
 def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
@@ -80,6 +78,7 @@ def check_worker_files(plan: Path, meta: dict) -> None:
     from ..common.plan_artifact import WorkerPlan
 
     part, k = Path(meta["partition"]["path"]), int(meta["num_workers"])
+    load_assignment(part)  # small (4 bytes a node): verified whole here
     for r in range(k):
         wp, shard = WorkerPlan(plan, r), open_shard(part, r, k)
         for name in wp.meta.get("files") or {}:
@@ -193,8 +192,8 @@ def with_cadences(cfg: TrainConfig, run_dir: Path) -> TrainConfig:
     previous = {}
     if cfg.resume and (run_dir / "run.json").is_file():
         try:
-            previous = json.loads((run_dir / "run.json").read_text()).get("config") or {}
-        except (OSError, json.JSONDecodeError, AttributeError):
+            previous = load_run_meta(run_dir).get("config") or {}
+        except G3InputError:
             previous = {}  # check_resume names what is wrong with it
     chosen = {}
     for name, default in CADENCE_DEFAULTS.items():
@@ -345,7 +344,7 @@ def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, sta
         info["launcher"] = launcher
     info["provenance"] = previous.get("provenance") if status != "running" and previous.get("provenance") \
         else provenance()
-    write_json_atomic(run_dir / "run.json", info)
+    write_json_atomic(run_dir / "run.json", info, seal=True)
     return info
 
 

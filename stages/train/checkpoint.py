@@ -14,13 +14,16 @@ import torch
 
 from ..common.atomic import atomic_file
 from ..common.errors import G3InputError
+from ..common.npy import check_digest, write_digest
 
 CKPT_RE = re.compile(r"epoch-(\d+)\.pt$")
 
 
 def _save(obj, path: Path) -> None:
+    """``obj`` to ``path`` atomically, with its sha256 beside it (FILE.pt.sha256: readers verify it)."""
     with atomic_file(path) as tmp:
         torch.save(obj, tmp)
+        write_digest(path, tmp)
 
 
 def save_weights(path: Path, weights: torch.nn.Module | dict) -> None:
@@ -119,6 +122,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def _load(path: Path, what: str) -> dict:
+    check_digest(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:

@@ -1,0 +1,55 @@
+"""Reading a run folder (``g3.run`` v1, written by ``g3 train``): run.json and metrics.jsonl, checked.
+
+run.json is sealed (:mod:`.artifact_json`); metrics.jsonl is appended to while a run trains, so it carries no
+seal: every line is checked where it is read — one JSON object per epoch with the fields the reader needs —
+and a damaged line is one message naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .artifact_json import load_artifact_json
+from .errors import G3InputError
+
+RUN_SCHEMA = "g3.run"
+RUN_VERSION = 1
+
+
+def load_run_meta(run: str | Path) -> dict:
+    """run.json, checked (seal, schema, version, required keys)."""
+    return load_artifact_json(run, "run.json", RUN_SCHEMA, RUN_VERSION, "run", "g3 train")
+
+
+def read_metrics(run: str | Path, need: tuple[str, ...] = ("epoch", "epoch_seconds")) -> list[dict]:
+    """metrics.jsonl as one record per epoch, ascending (a resumed run's repeated epochs keep their last record);
+    every record an object with the ``need`` fields, ``epoch`` an integer and ``workers`` (when needed) a list of
+    objects."""
+    run = Path(run)
+    path = run / "metrics.jsonl"
+    if not path.is_file():
+        raise G3InputError("no metrics.jsonl: the run recorded no epoch (did `g3 train` start?)", path=run)
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise G3InputError(f"cannot be read ({exc})", path=path) from None
+    by_epoch: dict[int, dict] = {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise G3InputError(f"not a JSON object: {getattr(exc, 'msg', exc)}", path=path, line=n) from None
+        if not isinstance(rec, dict) or any(k not in rec for k in need):
+            raise G3InputError(f"an epoch record needs {', '.join(repr(k) for k in need)}", path=path, line=n)
+        if not isinstance(rec["epoch"], int) or isinstance(rec["epoch"], bool) or rec["epoch"] < 0:
+            raise G3InputError(f"'epoch' is {rec['epoch']!r}, not an epoch number", path=path, line=n)
+        if "workers" in need and not (isinstance(rec["workers"], list) and rec["workers"]
+                                      and all(isinstance(w, dict) for w in rec["workers"])):
+            raise G3InputError("'workers' is not a list of per-worker records", path=path, line=n)
+        by_epoch[rec["epoch"]] = rec
+    if not by_epoch:
+        raise G3InputError("metrics.jsonl is empty: the run recorded no epoch", path=path)
+    return [by_epoch[e] for e in sorted(by_epoch)]
