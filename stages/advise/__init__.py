@@ -168,7 +168,7 @@ class Cache:
             ok = json.loads(stamp.read_text()) == json.loads(json.dumps(key, default=str))
         except json.JSONDecodeError:
             return False
-        if ok and str(folder) not in self.reused:
+        if ok and str(folder) not in self.reused and str(folder) not in self.made:
             self.reused.append(str(folder))
         return ok
 
@@ -266,7 +266,9 @@ def breakdown(system: dict) -> dict:
     net = float(system.get("comm_wait_mean") or 0.0) + float(system.get("allreduce_seconds") or 0.0)
     parts = system.get("step_parts") or {}
     if not system.get("comm_wait_mean") and parts.get("network") and system.get("steps"):
-        net += float(parts["network"]) * int(system["steps"])
+        # a model that overlaps the network with sampling (bytegnn's DAGs): at most its period per step
+        per_step = min(float(parts["network"]), float(parts.get("period") or parts["network"]))
+        net += per_step * int(system["steps"])
     compute = float(system.get("busy_mean") or 0.0)
     net, compute = min(net, epoch), min(compute, epoch)
     return {"compute_share": compute / epoch, "network_share": net / epoch,
