@@ -230,11 +230,11 @@ def test_trace_variants(tmp_path):
 @pytest.mark.parametrize("case, message", [
     ("missing", "no such folder"),
     ("no_run_json", "no run.json"),
-    ("other_schema", "another schema"),
+    ("other_schema", "wrong schema"),
     ("no_metrics", "no metrics.jsonl"),
     ("empty_metrics", "metrics.jsonl is empty"),
     ("bad_line", ":2: not a JSON object"),
-    ("no_epoch_seconds", "needs 'epoch' and 'epoch_seconds'"),
+    ("no_epoch_seconds", "needs 'epoch', 'epoch_seconds'"),
 ])
 def test_bad_input(tmp_path, cli_runner, case, message):
     from g3cli.main import cli
