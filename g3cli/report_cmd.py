@@ -25,7 +25,7 @@ def command(runs, out, labels, as_json):
 
     \b
     Writes into OUT:
-      time_to_accuracy.png   valid/test accuracy against cumulative training time
+      time_to_accuracy.png   valid/test accuracy against training time after epoch 0 (JIT compile)
       throughput.png         throughput of every epoch: sum over workers of owned nodes / epoch time
       scaling.png            median throughput against the worker count (runs with several counts)
       workers*.png           per run: compute / communication wait / all-reduce + step / idle per worker
