@@ -22,7 +22,7 @@ def _version() -> str:
 
 # what the machine refused, rather than a bug: a full disk, a read-only or forbidden path, a path under a file
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
-                      errno.EDQUOT, errno.EMFILE, errno.ENAMETOOLONG}
+                      errno.EDQUOT, errno.EMFILE, errno.ENAMETOOLONG, errno.EIO}
 
 
 class G3Group(click.Group):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .common.artifact_json import read_json_file
 from .common.errors import G3InputError
 from .common.store import GraphStore
 
@@ -64,9 +65,14 @@ def summarize(path: str | Path, verify: bool = False) -> dict:
         data.setdefault("path", str(path))
         data["kind"] = kind
         return data
-    marker = {"partition": "partition.json", "run": "run.json"}[kind]
-    with open(path / marker) as f:
-        data = json.load(f)
+    if kind == "partition":
+        from .common.partition_artifact import load_partition_meta
+
+        data = load_partition_meta(path)
+    else:
+        from .common.run_artifact import load_run_meta
+
+        data = load_run_meta(path)
     data["kind"] = kind
     if kind == "run":
         data["progress"] = run_progress(path)
@@ -81,11 +87,14 @@ def run_progress(run: Path) -> dict:
     records = []
     metrics = run / "metrics.jsonl"
     if metrics.is_file():
-        for line in metrics.read_text().splitlines():
+        for line in metrics.read_text(errors="replace").splitlines():
             try:
-                records.append(json.loads(line))
+                rec = json.loads(line)
             except json.JSONDecodeError:  # a line cut short by a crash: what came before still counts
                 break
+            if not isinstance(rec, dict) or not isinstance(rec.get("epoch_seconds"), (int, float)):
+                raise G3InputError("an epoch record needs 'epoch_seconds' (damaged?)", path=metrics)
+            records.append(rec)
     out: dict = {"epochs_done": len(records)}
     if records:
         steady = records[1:] or records
@@ -95,11 +104,11 @@ def run_progress(run: Path) -> dict:
             out[f"{split}_acc"] = values[-1] if values else None
         out["median_epoch_seconds"] = statistics.median(r["epoch_seconds"] for r in steady)
         out["bytes_sent_per_epoch"] = statistics.median(r.get("bytes_sent", 0) for r in steady)
-        out["peak_memory_bytes"] = max((int(w.get("peak_memory_bytes", 0)) for r in records for w in r["workers"]),
-                                       default=0)
+        out["peak_memory_bytes"] = max((int(w.get("peak_memory_bytes", 0)) for r in records
+                                        for w in r.get("workers") or [] if isinstance(w, dict)), default=0)
     if (run / "eval.json").is_file():
         try:
-            out["eval"] = json.loads((run / "eval.json").read_text()).get("accuracy")
-        except json.JSONDecodeError:
+            out["eval"] = read_json_file(run / "eval.json", required={}).get("accuracy")
+        except G3InputError:
             out["eval"] = None
     return out

@@ -3,7 +3,7 @@
 Used by tests/test_corruption.py (a few hypothesis cases in `make test`) and, as a script, for the larger
 sweep whose counts are in docs/BENCHMARKS.md ("Validating what is read"):
 
-    .venv/bin/python -m tests.corruption --cases 200 --seed 1
+    .venv/bin/python tests/corruption.py --cases 200 --seed 1
 
 A case: copy a set of artifacts built once on ``synthetic:tiny`` (store, g3 partition K = 2, g3 plan, a 2-epoch
 run), damage one file of one artifact — truncate it, delete it, flip a byte, edit a JSON field, or write an

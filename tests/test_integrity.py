@@ -31,7 +31,11 @@ def store(tiny_store, tmp_path) -> Path:
     return out
 
 
-def set_meta(store: Path, **changes) -> None:
+def set_meta(store: Path, reseal: bool = True, **changes) -> None:
+    """Edit the store's g3 metadata; ``reseal``: as a writer would that wrote it so (its seal recomputed), to
+    reach the checks behind the seal."""
+    from stages.common.artifact_json import sealed
+
     meta_file = store / "zarr.json"
     meta = json.loads(meta_file.read_text())
     g3 = meta["attributes"]["g3"]
@@ -40,6 +44,8 @@ def set_meta(store: Path, **changes) -> None:
             g3["checksums"].update(value)
         else:
             g3[key] = value
+    if reseal:
+        meta["attributes"]["g3"] = sealed(g3)
     meta_file.write_text(json.dumps(meta))
 
 
@@ -92,6 +98,9 @@ def test_deleted_and_garbage_chunks(store, tmp_path, cli_runner):
     ("feature_dtype", "float16", "array features has dtype float32, the metadata says float16"),
 ])
 def test_altered_attributes(store, tmp_path, cli_runner, key, value, message):
+    set_meta(store, reseal=False, **{key: value})  # an edit: the seal tells
+    one_line_error(run(cli_runner, "partition", store, "--workers", "2", "-o", tmp_path / "p"),
+                   "does not match its content_sha256")
     set_meta(store, **{key: value})
     r = run(cli_runner, "partition", store, "--workers", "2", "-o", tmp_path / "p")
     one_line_error(r, message)

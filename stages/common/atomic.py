@@ -10,6 +10,7 @@ the rename that publishes them, so a crash leaves the old artifact or the whole 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -88,7 +89,10 @@ def target_lock(target: Path, what: str = "writing") -> Iterator[None]:
     make_parent(target)
     lock = target.parent / f".{target.name}.lock"
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # a full or read-only disk: named by the target the user gave
+            raise OSError(exc.errno, exc.strerror, str(target)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -158,16 +162,39 @@ def atomic_dir(target: str | os.PathLike, force: bool = False, kind: str | None 
     (:func:`check_target`)."""
     target = Path(target)
     check_target(target, force, kind, inputs)
-    with target_lock(target):
-        check_target(target, force, kind, inputs)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        try:
-            yield tmp
-            fsync_tree(tmp)
-            publish_dir(tmp, target, force)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+    try:
+        with target_lock(target):
+            check_target(target, force, kind, inputs)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+            try:
+                yield tmp
+                fsync_tree(tmp)
+                publish_dir(tmp, target, force)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+    except OSError as exc:
+        raise as_environment_error(exc, target) from None
+
+
+def as_environment_error(exc: OSError, target: Path) -> OSError:
+    """What the machine refused while ``target`` was written, with an errno and the path the user gave: a copy
+    of several files (shutil.Error: a list of errors) as its first, and a short write without an errno (numpy's
+    ``tofile``: "12121 requested and 4064 written") as the disk being full when its filesystem has no room."""
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        why = str(exc.args[0][0][2])
+        for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+            if f"[Errno {code}]" in why:
+                return OSError(code, os.strerror(code), str(target))
+        return OSError(errno.EIO, f"copying into it failed: {why}", str(target))
+    if exc.errno is None and "requested and" in str(exc):
+        with contextlib.suppress(OSError):
+            if shutil.disk_usage(target.parent).free < (1 << 20):
+                return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
+        return OSError(errno.EIO, f"a write stopped short ({exc})", str(target))
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):  # a write refused: where the target is, whatever
+        return OSError(exc.errno, os.strerror(exc.errno), str(target))  # file (ours, or a copy's source) it names
+    return exc
 
 
 def publish_dir(tmp: Path, target: Path, force: bool) -> None:

@@ -18,8 +18,16 @@ RUN_VERSION = 1
 
 
 def load_run_meta(run: str | Path) -> dict:
-    """run.json, checked (seal, schema, version, required keys)."""
-    return load_artifact_json(run, "run.json", RUN_SCHEMA, RUN_VERSION, "run", "g3 train")
+    """run.json, checked (seal, schema, version, required keys). A run whose status says ``running`` while no
+    process holds its lock was stopped without a word (kill -9 of the launcher, a disk too full to record the
+    end): it reads as ``interrupted``."""
+    meta = load_artifact_json(run, "run.json", RUN_SCHEMA, RUN_VERSION, "run", "g3 train")
+    if meta.get("status") == "running":
+        from .atomic import lock_is_held
+
+        if not lock_is_held(Path(run)):
+            meta["status"] = "interrupted"
+    return meta
 
 
 def read_metrics(run: str | Path, need: tuple[str, ...] = ("epoch", "epoch_seconds")) -> list[dict]:

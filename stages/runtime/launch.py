@@ -7,6 +7,7 @@ the others and raises :class:`G3RuntimeError` naming that rank and its error (or
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing.connection
 import os
@@ -37,10 +38,18 @@ def log_path(run_dir: Path, rank: int, prefix: str, suffix: str) -> Path:
     return Path(run_dir) / "logs" / f"{prefix}rank-{rank:05d}.{suffix}"
 
 
+class _LogFileHandler(logging.FileHandler):
+    """A rank's log file; a record it cannot write (a full disk) is dropped rather than printed with a traceback
+    on the launcher's standard error — the launcher names the full disk (:func:`failure_message`)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+
 def setup_logging(run_dir: Path, rank: int, prefix: str = "") -> None:
     path = log_path(run_dir, rank, prefix, "log")
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path)
+    handler = _LogFileHandler(path)
     handler.setFormatter(logging.Formatter(f"%(asctime)s rank {rank} %(levelname)s %(message)s"))
     root = logging.getLogger("g3")
     root.handlers[:] = [handler]
@@ -54,7 +63,8 @@ def run_guarded(entry, rank: int, world: int, run_dir: Path, prefix: str, *args)
         entry(rank, world, *args)
     except BaseException as exc:
         log.error("failed: %s\n%s", exc, traceback.format_exc())
-        log_path(run_dir, rank, prefix, "error").write_text(f"{type(exc).__name__}: {exc}\n")
+        with contextlib.suppress(OSError):  # a full disk: the launcher finds it without the file (disk_full)
+            log_path(run_dir, rank, prefix, "error").write_text(f"{type(exc).__name__}: {exc}\n")
         raise
     finally:
         import torch.distributed as dist  # imported by the entry already; not at import (`g3 eval` starts faster)
@@ -328,18 +338,37 @@ ENVIRONMENT = ("No space left on device", "Read-only file system", "Disk quota e
                "file write failed")  # the last: torch.save's words for a write the disk refused
 
 
-def _bad_input(run_dir: Path, rank: int, prefix: str) -> bool:
-    """The failed rank's error is bad input or the environment (a damaged file, a full disk), not a crash."""
+def disk_full(folder: Path) -> bool:
+    """Whether the filesystem holding ``folder`` has no room left (under 1 MiB for an unprivileged writer)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < (1 << 20)
+
+
+def _error_text(run_dir: Path, rank: int, prefix: str) -> str:
     err = log_path(run_dir, rank, prefix, "error")
-    text = err.read_text() if err.is_file() else ""
-    return text.startswith(BAD_INPUT) or any(e in text for e in ENVIRONMENT)
+    try:
+        return err.read_text().strip() if err.is_file() else ""
+    except OSError:
+        return ""
+
+
+def _bad_input(run_dir: Path, rank: int, prefix: str) -> bool:
+    """The failed rank's error is bad input or the environment (a damaged file, a full disk), not a crash; a rank
+    that could not even write its error file on a full disk is the environment too."""
+    text = _error_text(run_dir, rank, prefix)
+    return text.startswith(BAD_INPUT) or any(e in text for e in ENVIRONMENT) or (not text and disk_full(run_dir))
 
 
 def failure_message(run_dir: Path, rank: int, exitcode: int | None, prefix: str = "") -> str:
     """Name the rank that failed and its error (its .error file), or the signal that killed it."""
-    err, log_file = log_path(run_dir, rank, prefix, "error"), log_path(run_dir, rank, prefix, "log")
-    if err.is_file() and err.read_text().strip():
-        return f"worker {rank} failed: {err.read_text().strip().splitlines()[0]} (log: {log_file})"
+    log_file = log_path(run_dir, rank, prefix, "log")
+    if text := _error_text(run_dir, rank, prefix):
+        return f"worker {rank} failed: {text.splitlines()[0]} (log: {log_file})"
+    if disk_full(run_dir):
+        return f"{run_dir}: No space left on device (worker {rank} could not write there)"
     if exitcode is not None and exitcode < 0:
         try:
             how = f"was killed by {signal.Signals(-exitcode).name}"

@@ -7,6 +7,7 @@ under ``torchrun`` (RANK/WORLD_SIZE/MASTER_ADDR set) it runs the one rank of thi
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -153,31 +154,47 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
         else:
             work = run_dir
             work.mkdir(parents=True)
-        where = launcher.describe(world)
-        _write_run_json(work, plan, meta, cfg, status="running", path=run_dir, launcher=where)
-        t0 = time.perf_counter()
         try:
-            with _sigterm_as_interrupt():
-                measured = launcher.run(train_rank, world, work, "", plan, cfg)
-        except KeyboardInterrupt:
-            _write_run_json(work, plan, meta, cfg, status="interrupted", path=run_dir)
-            raise
-        except (G3RuntimeError, G3InputError) as exc:
-            if isinstance(exc, G3InputError) and not cfg.resume:
-                # bad input found by a worker: nothing is left at the target (this attempt's folder goes; an
-                # earlier run that --force would have replaced stays)
-                shutil.rmtree(work, ignore_errors=True)
-                raise G3InputError(re.sub(r" \(log: [^)]*\)$", "", str(exc))) from None  # the log went with it
-            _write_run_json(work, plan, meta, cfg, status="failed", error=str(exc), path=run_dir)
+            where = launcher.describe(world)
+            _write_run_json(work, plan, meta, cfg, status="running", path=run_dir, launcher=where)
+            t0 = time.perf_counter()
+            try:
+                with _sigterm_as_interrupt():
+                    measured = launcher.run(train_rank, world, work, "", plan, cfg)
+            except KeyboardInterrupt:
+                _write_run_json(work, plan, meta, cfg, status="interrupted", path=run_dir)
+                raise
+            except (G3RuntimeError, G3InputError) as exc:
+                if isinstance(exc, G3InputError) and not cfg.resume and not _has_checkpoint(work):
+                    # bad input found by a worker, or a full disk, with nothing to resume from: nothing is left
+                    # at the target (this attempt's folder goes; an earlier run --force would replace stays)
+                    shutil.rmtree(work, ignore_errors=True)
+                    # the log went with the folder
+                    raise G3InputError(re.sub(r" \(log: [^)]*\)$", "", str(exc))) from None
+                with contextlib.suppress(OSError):  # a full disk: readers see the free lock and say "interrupted"
+                    _write_run_json(work, plan, meta, cfg, status="failed", error=str(exc), path=run_dir)
+                if work != run_dir:
+                    raise type(exc)(f"{exc}; the earlier run in {run_dir} is kept, this attempt is in {work}") \
+                        from None
+                raise
+            info = _write_run_json(work, plan, meta, cfg, status="completed", seconds=time.perf_counter() - t0,
+                                   path=run_dir, launcher={**where, **measured})
             if work != run_dir:
-                raise type(exc)(f"{exc}; the earlier run in {run_dir} is kept, this attempt is in {work}") from None
+                fsync_tree(work)
+                publish_dir(work, run_dir, force=True)
+        except OSError as exc:  # the disk refused (full, read-only): named by the run's path, nothing to resume lost
+            if not cfg.resume and not _has_checkpoint(work):
+                shutil.rmtree(work, ignore_errors=True)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                raise OSError(exc.errno, os.strerror(exc.errno), str(run_dir)) from None
             raise
-        info = _write_run_json(work, plan, meta, cfg, status="completed", seconds=time.perf_counter() - t0,
-                               path=run_dir, launcher={**where, **measured})
-        if work != run_dir:
-            fsync_tree(work)
-            publish_dir(work, run_dir, force=True)
     return info
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    from .checkpoint import latest_checkpoint
+
+    return latest_checkpoint(run_dir) is not None
 
 
 CADENCE_DEFAULTS = {"eval_every": 1, "checkpoint_every": 0}
