@@ -120,3 +120,22 @@ def test_eval_bad_input(tmp_path):
 
     r = CliRunner().invoke(cli, ["eval", str(tmp_path)])
     assert r.exit_code == 2 and "not a g3 run" in r.output
+
+
+def _fails(rank, world, init_method, error):
+    raise error
+
+
+def test_a_rank_run_in_process_fails_as_a_worker_does(tmp_path):
+    """A 1-worker evaluation's rank runs in the launching process: its error is written and named as a worker's
+    (bad input: G3InputError, exit 2; anything else: G3RuntimeError), and the process's "g3" logging is restored."""
+    from stages.common.errors import G3InputError, G3RuntimeError
+    from stages.runtime.launch import run_in_process
+
+    handlers = logging.getLogger("g3").handlers[:]
+    for error, kind in ((G3InputError("bad weights"), G3InputError), (ValueError("oops"), G3RuntimeError)):
+        with pytest.raises(kind, match=f"worker 0 failed: {type(error).__name__}: {error}") as info:
+            run_in_process(_fails, tmp_path, "eval-", "127.0.0.1", 0, error)
+        assert type(info.value) is kind
+        assert (tmp_path / "logs" / "eval-rank-00000.error").read_text().startswith(type(error).__name__)
+        assert logging.getLogger("g3").handlers == handlers
