@@ -139,3 +139,24 @@ def test_a_rank_run_in_process_fails_as_a_worker_does(tmp_path):
         assert type(info.value) is kind
         assert (tmp_path / "logs" / "eval-rank-00000.error").read_text().startswith(type(error).__name__)
         assert logging.getLogger("g3").handlers == handlers
+
+
+def test_in_a_process_group_one_rank_still_runs_in_a_worker(tmp_path, monkeypatch):
+    """g3's Python API inside a distributed job: the rank cannot start a process group of its own there, so a
+    1-worker evaluation goes to a worker process; elsewhere it runs in this process, whose torch threads it
+    restores."""
+    import torch.distributed as dist
+
+    from stages.runtime import launchers
+    from stages.runtime.config import RuntimeConfig
+
+    ran = []
+    monkeypatch.setattr(launchers, "spawn_workers", lambda *a, **k: ran.append("worker"))
+    monkeypatch.setattr(launchers, "run_in_process", lambda *a, **k: (torch.set_num_threads(1), ran.append("here")))
+    threads = torch.get_num_threads()
+    launcher = launchers.LocalLauncher(inference=True)
+    launcher.run(_fails, 1, tmp_path, "eval-", tmp_path, RuntimeConfig())
+    assert ran == ["here"] and torch.get_num_threads() == threads
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    launcher.run(_fails, 1, tmp_path, "eval-", tmp_path, RuntimeConfig())
+    assert ran == ["here", "worker"]

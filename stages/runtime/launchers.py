@@ -32,8 +32,9 @@ class HostFile:
 class LocalLauncher:
     """K processes on this machine (forked from one server), rendezvous on ``cfg.master_addr`` (loopback).
 
-    ``inference``: the job only evaluates (`g3 eval`): one rank runs in this process instead of a worker, and
-    the fork server this process starts imports what inference needs, not training's optimizer machinery."""
+    ``inference``: the job only evaluates (`g3 eval`): one rank runs in this process instead of a worker (unless
+    this process is in a process group already), and the fork server this process starts imports what inference
+    needs, not training's optimizer machinery."""
 
     def __init__(self, inference: bool = False):
         self.inference = inference
@@ -44,13 +45,27 @@ class LocalLauncher:
     def run(self, entry, world: int, run_dir: Path, prefix: str, plan: Path, cfg: RuntimeConfig, *extra) -> dict:
         """Run ``entry`` on every rank; returns what the launcher measured besides the workers (nothing here)."""
         args = [str(a.path) if isinstance(a, HostFile) else a for a in extra]
-        if self.inference and world == 1:
-            run_in_process(entry, run_dir, prefix, cfg.master_addr, cfg.master_port, str(plan), str(run_dir), cfg,
-                           *args)
+        if self.inference and world == 1 and not _process_group_exists():
+            import torch
+
+            threads = torch.get_num_threads()  # the rank sets its own; the caller's (a Python session) is restored
+            try:
+                run_in_process(entry, run_dir, prefix, cfg.master_addr, cfg.master_port, str(plan), str(run_dir),
+                               cfg, *args)
+            finally:
+                torch.set_num_threads(threads)
             return {}
         spawn_workers(entry, world, run_dir, prefix, cfg.master_addr, cfg.master_port, str(plan), str(run_dir), cfg,
                       *args, timeout=cfg.timeout, preload=INFERENCE_PRELOAD if self.inference else None)
         return {}
+
+
+def _process_group_exists() -> bool:
+    """This process already belongs to a process group (g3's Python API called inside a distributed job): a rank
+    run here could not start its own, so it runs in a worker process."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
 
 
 def make_launcher(cfg: RuntimeConfig, world: int, inference: bool = False):
