@@ -152,11 +152,12 @@ def test_in_a_process_group_one_rank_still_runs_in_a_worker(tmp_path, monkeypatc
 
     ran = []
     monkeypatch.setattr(launchers, "spawn_workers", lambda *a, **k: ran.append("worker"))
-    monkeypatch.setattr(launchers, "run_in_process", lambda *a, **k: (torch.set_num_threads(1), ran.append("here")))
+    monkeypatch.setattr(launchers, "run_in_process", lambda *a, **k: (torch.set_num_threads(1), ran.append(a[7].heap)))
     threads = torch.get_num_threads()
     launcher = launchers.LocalLauncher(inference=True)
     launcher.run(_fails, 1, tmp_path, "eval-", tmp_path, RuntimeConfig())
-    assert ran == ["here"] and torch.get_num_threads() == threads
+    # the caller's allocator policy is left alone (process-wide, for good), its thread count restored
+    assert ran == ["system"] and torch.get_num_threads() == threads
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     launcher.run(_fails, 1, tmp_path, "eval-", tmp_path, RuntimeConfig())
-    assert ran == ["here", "worker"]
+    assert ran == ["system", "worker"]

@@ -14,6 +14,7 @@ workers run. An argument in ``extra`` that is an input file every host must hold
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,9 +50,12 @@ class LocalLauncher:
             import torch
 
             threads = torch.get_num_threads()  # the rank sets its own; the caller's (a Python session) is restored
+            # the allocator's policy is process-wide and cannot be undone: the caller's process keeps its own (one
+            # forward pass gains nothing from keeping freed memory for a next epoch)
+            here = dataclasses.replace(cfg, heap="system")
             try:
-                run_in_process(entry, run_dir, prefix, cfg.master_addr, cfg.master_port, str(plan), str(run_dir),
-                               cfg, *args)
+                run_in_process(entry, run_dir, prefix, here.master_addr, here.master_port, str(plan), str(run_dir),
+                               here, *args)
             finally:
                 torch.set_num_threads(threads)
             return {}
