@@ -19,6 +19,8 @@ def _int_list(ctx, param, value):
         ks = tuple(int(x) for x in str(value).split(",") if x.strip())
     except ValueError:
         raise click.BadParameter(f"expected a comma-separated list of integers, got {value!r}") from None
+    if not ks:
+        raise click.BadParameter("give at least one worker count, e.g. 1,2,4")
     if any(k < 1 for k in ks):
         raise click.BadParameter("worker counts must be >= 1")
     return ks

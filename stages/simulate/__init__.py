@@ -83,8 +83,10 @@ def parse_latency(text: str) -> float:
 def parse_workers_list(text: str) -> tuple[int, ...]:
     """``2,4,8,16`` or ``2-16`` (powers of two) or ``none``."""
     t = str(text).strip().lower()
-    if t in ("", "none", "0"):
+    if t == "none":
         return ()
+    if not t:
+        raise ValueError("empty: give worker counts (2,4,8,16), a range (2-16) or 'none'")
     if re.fullmatch(r"\d+-\d+", t):
         lo, hi = (int(x) for x in t.split("-"))
         out, k = [], 1
