@@ -80,8 +80,9 @@ def _for(knob: str, default: str | None = None) -> str:
                    "get slower. Mini-batch strategies: a sampler thread prepares up to N steps ahead (sampling, "
                    "feature fetch); auto/on = 2, off = 0 (in the step). Same model either way.")
 @click.option("--backward", "backward", type=click.Choice(BACKWARD), default=None,
-              help=_for("backward", "recompute") + " Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep "
-                   "every bin's activations from the forward pass (faster, more memory).")
+              help=_for("backward", "auto") + " Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep "
+                   "every bin's activations from the forward pass (faster, more memory); auto keeps them where "
+                   "every layer of a worker is one bin (its whole partition fits), recomputes otherwise.")
 @click.option("--micro-batches", type=int, default=None, metavar="N",
               help=_for("micro_batches", "1") + " Split each step's batch into N micro-batches whose gradients "
                    "accumulate into the step's one optimizer update (gradient accumulation: about 1/N of the "

@@ -603,3 +603,20 @@ def test_every_module_the_fork_server_preloads_imports():
             importlib.import_module(name)
     assert "torch._dynamo" in sys.modules and "torch.fx.experimental.symbolic_shapes" in sys.modules
     assert all(f"stages.runtime.strategies.{s.runtime}" in sys.modules for s in STRATEGIES.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bin_size,recomputes", [("100000", False), ("300", True)])
+def test_backward_auto_keeps_activations_only_where_every_layer_is_one_bin(tiny_store, tmp_path, bin_size,
+                                                                             recomputes):
+    """`--backward auto` (the default): a worker whose layers are one bin each keeps the forward's activations
+    (no second forward: G3 at K = 1 has no per-bin cost over the layer-synchronous baseline); with several bins
+    it recomputes each bin's forward in backward, as the bin limit requires. Read from the trace's backward
+    spans (layer 0 never recomputes: its inputs are fixed)."""
+    run = pipeline(tiny_store, tmp_path, 1, "random", "sage", 2, bin_size, extra_train=("--trace",))
+    spans = [e for e in json.loads((run / "trace" / "rank-00000.json").read_text())["traceEvents"]
+             if e["ph"] == "X" and e["cat"] == "compute" and e["args"].get("phase") == "bwd"]
+    upper = [e["args"]["recomputed"] for e in spans if e["args"]["layer"] > 0]
+    assert upper and all(r == recomputes for r in upper), upper
+    bins = json.loads((run.parent / "plan" / "plan.json").read_text())["workers"][0]["layers"]
+    assert all(layer["num_bins"] == 1 for layer in bins) == (not recomputes)

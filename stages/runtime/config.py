@@ -23,9 +23,9 @@ PIPELINES = tuple(dict.fromkeys([*SCHEDULES, *(v for s in STRATEGIES.values() fo
 KNOB_CHOICES = {"pipeline": tuple(SCHEDULES)}  # a strategy's knob_choices replace these
 LAYER0_CACHE = ("auto", "on", "off")
 PREFETCH = ("auto", "on", "off")
-BACKWARD = ("recompute", "keep")
+BACKWARD = ("auto", "recompute", "keep")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-KNOB_DEFAULTS = {"pipeline": "multi", "prefetch": "auto", "backward": "recompute", "layer0_cache": "auto",
+KNOB_DEFAULTS = {"pipeline": "multi", "prefetch": "auto", "backward": "auto", "layer0_cache": "auto",
                  "feature_cache": True, "micro_batches": 1,
                  "scheduler": "on", "sample_threads": 2, "max_dags": 4, "launch_sigma": 500.0, "task_nodes": 256}
 
@@ -66,7 +66,7 @@ class RuntimeConfig:
     # strategy knobs (None: the strategy's default; see resolve_knobs)
     pipeline: str | None = None
     prefetch: str | None = None  # auto | on | off | N: g3's next-bin gather thread; mini-batch: N steps ahead
-    backward: str | None = None  # recompute | keep (each bin's activations)
+    backward: str | None = None  # auto | recompute | keep (each bin's activations; auto: keep for one bin)
     layer0_cache: str | None = None  # auto | on | off: keep layer 0's aggregation of the (fixed) input features
     feature_cache: bool | None = None  # fetch remote input features once (False: every epoch)
     micro_batches: int | None = None  # mini-batch: micro-batches accumulated into each optimizer step

@@ -21,9 +21,11 @@ Backward, per layer in reverse: the plan's bins in plan order (or, with ``--back
 own bins with their saved activations, in the order they ran) — not reversed, so that the bins that read
 remote inputs (first in the priority list) return those inputs' gradients to their owners first; each bin's input gradients are scattered (owned rows stay, remote
 rows are returned to their owners as soon as the last bin that reads them is done), weight gradients
-accumulate locally, and the loop all-reduces them. With ``--backward recompute`` (default) a bin's forward
-is recomputed, so its memory stays within the bin limit in backward too; with ``intra`` and ``multi`` the
-next bin's inputs are gathered (on CUDA copied in) while one bin recomputes and backpropagates, as in forward.
+accumulate locally, and the loop all-reduces them. With ``--backward recompute`` a bin's forward is
+recomputed, so its memory stays within the bin limit in backward too; with ``intra`` and ``multi`` the next
+bin's inputs are gathered (on CUDA copied in) while one bin recomputes and backpropagates, as in forward. The
+default ``auto`` recomputes only where a worker's layers have several bins: with one bin per layer the whole
+partition fits, and keeping its activations costs no memory the bin limit did not allow, but saves a forward.
 """
 
 from __future__ import annotations
@@ -156,7 +158,9 @@ class G3Strategy(Strategy):
         self.phase = "fwd"  # the pass running now: "fwd", "eval" or "bwd" (gather spans carry it)
         self.blocks = [self._plan_blocks(li) for li in range(self.num_layers)]
         self.remote_features: torch.Tensor | None = None
-        self.keep = cfg.backward == "keep"
+        # auto: a worker whose every layer is one bin (its whole partition fits the bin limit) keeps the forward's
+        # activations — the memory is the one bin's, which fits — instead of paying a second forward per epoch
+        self.keep = cfg.backward == "keep" or (cfg.backward == "auto" and all(len(b) == 1 for b in self.blocks))
         self.saved: list[list] = [[] for _ in range(self.num_layers)]
         self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
         self.bwd_recvs: dict[int, TableReceiver] = {}  # backward's receives, posted early by a training forward
