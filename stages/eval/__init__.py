@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ..common.artifact_json import load_artifact_json, resolve_reference
 from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
-from ..common.npy import check_digest
+from ..common.npy import check_digest, digest_path
 from ..common.run_artifact import RUN_SCHEMA, RUN_VERSION
 
 if TYPE_CHECKING:
@@ -51,6 +51,9 @@ def pick_weights(run: Path, checkpoint: str | None) -> Path:
         return p
     if (Path(run) / "model.pt").is_file():
         return Path(run) / "model.pt"
+    if digest_path(Path(run) / "model.pt").is_file():  # written after model.pt: the weights were lost since
+        raise G3InputError("model.pt is missing (its sha256 file is there: deleted or lost since training ended)",
+                           path=run)
     ckpt = _latest_checkpoint(Path(run))
     if ckpt is None:
         raise G3InputError("the run has no model.pt and no checkpoint to evaluate", path=run)

@@ -223,7 +223,7 @@ def with_cadences(cfg: TrainConfig, run_dir: Path) -> TrainConfig:
 def check_resume(run_dir: Path, plan: Path, cfg: TrainConfig) -> int:
     """What `--resume` needs, checked before anything starts; returns the epoch it resumes at. Refused: no run
     or no checkpoint there, another plan, a setting that changes the computation, nothing left to train."""
-    from .checkpoint import checkpoint_epoch, latest_checkpoint
+    from .checkpoint import check_checkpoints, checkpoint_epoch, latest_checkpoint
 
     if not (run_dir / "run.json").is_file():
         raise G3InputError("--resume: no run to resume here (no run.json)", path=run_dir)
@@ -237,6 +237,7 @@ def check_resume(run_dir: Path, plan: Path, cfg: TrainConfig) -> int:
             raise G3InputError(f"--resume: --{name.replace('_', '-')} {getattr(cfg, name)} differs from the run's "
                                f"{old[name]} (run.json); a resumed run keeps the settings that change what it "
                                "computes", path=run_dir)
+    check_checkpoints(run_dir)
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise G3InputError("--resume: the run has no checkpoint to resume from (train with --checkpoint-every N)",

@@ -20,10 +20,12 @@ CKPT_RE = re.compile(r"epoch-(\d+)\.pt$")
 
 
 def _save(obj, path: Path) -> None:
-    """``obj`` to ``path`` atomically, with its sha256 beside it (FILE.pt.sha256: readers verify it)."""
+    """``obj`` to ``path`` atomically, then its sha256 beside it (FILE.pt.sha256: readers verify it). In that
+    order: a crash between leaves a file without its digest (read unverified), never a digest without its file
+    — which is therefore damage (:func:`check_checkpoints`)."""
     with atomic_file(path) as tmp:
         torch.save(obj, tmp)
-        write_digest(path, tmp)
+    write_digest(path)
 
 
 def save_weights(path: Path, weights: torch.nn.Module | dict) -> None:
@@ -111,6 +113,16 @@ def agreed_checkpoint(run_dir: Path, rank: int, has_state: bool) -> int:
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
         mine = int(t.item())
     return mine
+
+
+def check_checkpoints(run_dir: Path) -> None:
+    """Every checkpoint file whose digest is in the run's checkpoints/ is there too (g3 writes a digest only after
+    its file: a digest alone means the file was deleted or lost since)."""
+    folder = Path(run_dir) / "checkpoints"
+    for side in sorted(folder.glob("*.pt.sha256")) if folder.is_dir() else []:
+        if not side.with_name(side.name.removesuffix(".sha256")).is_file():
+            raise G3InputError(f"{side.name.removesuffix('.sha256')} is missing (its sha256 file is there: "
+                               "deleted or lost since it was written)", path=folder)
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
