@@ -44,6 +44,12 @@ from .output import stdout_console
 @click.option("--calibration-epochs", type=int, default=CALIBRATION_EPOCHS, show_default=True,
               help="Epochs of each calibration run (the profile and each sampling strategy's run; the first is "
                    "dropped by the models).")
+@click.option("--calibrate-link", default=None, metavar="RATE",
+              help="Run the calibration runs on emulated hosts joined at RATE (`g3 train --emulate-link`: each host "
+                   "its own cores, as the cluster's hosts have; needs root) instead of as local processes.")
+@click.option("--anchor/--no-anchor", default=True, show_default=True,
+              help="Add to every prediction what its model missed on its own calibration run (measured minus "
+                   "modelled epoch there; per step for sampling models); --no-anchor: the bare model.")
 @click.option("--target-epochs", type=int, default=DEFAULT_TARGET_EPOCHS, show_default=True,
               help="Epochs to the target accuracy, the same for every candidate (the stated convergence model: "
                    "exact for the exact strategies, not validated for the approximations).")
@@ -59,7 +65,7 @@ from .output import stdout_console
 @click.option("--top", type=int, default=None, help="Print only the first N rows of the ranking.")
 @click.option("--json", "as_json", is_flag=True, help="Print advise.json instead of the table.")
 def command(store, workers, link, device_memory, model, layers, hidden, heads, strategies, budget,
-            calibration_epochs, target_epochs, plans, cache, out, force, top, as_json):
+            calibration_epochs, calibrate_link, anchor, target_epochs, plans, cache, out, force, top, as_json):
     """Which strategy, and how many workers, for this graph, model and cluster: every strategy (and its main
     options) at every K and link rate, partitioned, planned and predicted by `g3 simulate`'s models calibrated
     on this machine (a short profile run and a short run of each sampling strategy); epoch time, bytes per
@@ -68,7 +74,8 @@ def command(store, workers, link, device_memory, model, layers, hidden, heads, s
     opts = AdviseOptions(workers=parse_workers(workers), links=parse_links(link), device_memory=device_memory,
                          model=model, layers=layers, hidden=hidden, heads=heads,
                          strategies=parse_strategies(strategies), budget=budget, plans=plans, cache=cache,
-                         target_epochs=target_epochs, calibration_epochs=calibration_epochs)
+                         target_epochs=target_epochs, calibration_epochs=calibration_epochs,
+                         calibrate_link=calibrate_link, anchor=anchor)
     result = run_advise(store, opts, out=out, force=force)
     if as_json:
         click.echo(json.dumps(result, indent=1, default=str))

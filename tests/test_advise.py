@@ -71,8 +71,19 @@ def test_the_order_is_the_predicted_epoch_and_the_prediction_is_the_simulators(a
     sim, _ = simulate_plan(e["plan"], SimulateOptions(workers=2, bandwidth=100e6 / 8, profile=prof, scaling=(),
                                                       cache=str(Path(prof).parent / "simcache-test")))
     system = next(s for s in sim["systems"] if s["system"] == e["simulated_system"])
-    assert e["predicted_epoch_seconds"] == pytest.approx(system["epoch_seconds"], rel=1e-9)
+    assert e["model_epoch_seconds"] == pytest.approx(system["epoch_seconds"], rel=1e-9)
     assert e["bytes_per_epoch"] == system["bytes_per_epoch"]
+    # the anchor: what the model missed on the profile run, at the profile run's K (per epoch)
+    check = result["calibration"]["profile"]["model_check"]
+    residual = check["measured_epoch_seconds"] - check["predicted_epoch_seconds"]
+    assert e["predicted_epoch_seconds"] == pytest.approx(max(e["model_epoch_seconds"] + residual,
+                                                             e["model_epoch_seconds"] / 2), rel=1e-9)
+    # a sampling strategy's: from its own run, which the anchored model reproduces at the run's K and network
+    d = next(x for x in ok if x["strategy"] == "distdgl")
+    run = next(r for r in result["calibration"]["runs"] if r["strategy"] == "distdgl")["model_check"]
+    assert d["model_check_error"] == pytest.approx(run["error"])
+    assert run["measured_epoch_seconds"] + d["model_epoch_seconds"] - run["predicted_epoch_seconds"] == \
+        pytest.approx(d["predicted_epoch_seconds"], rel=1e-9) or d["anchor_seconds"] < 0
 
 
 def test_a_slower_link_slows_the_communication_heavy_candidates_most(advice):
@@ -151,6 +162,7 @@ def test_a_plan_from_plans_trains(advice, tmp_path):
     (["--workers", "two"], "--workers"),
     (["--strategies", "nope"], "--strategies"),
     (["--device-memory", "lots"], "--device-memory"),
+    (["--calibrate-link", "fast"], "--calibrate-link"),
 ])
 def test_bad_input_is_one_line_and_exit_2(cli_runner, tiny_store, tmp_path, args, says):
     from g3cli.main import cli

@@ -32,6 +32,7 @@ ADVISE_SCHEMA = "g3.advise"
 ADVISE_VERSION = 1
 DEFAULT_BUDGET = 600.0
 CALIBRATION_EPOCHS = 3  # the first epoch is dropped by every model: two steady epochs remain
+ANCHOR_FLOOR = 0.5  # a negative anchor (the model slower than its calibration run) takes at most half the epoch
 
 # how many epochs every candidate is taken to need (`--target-epochs`); see CONVERGENCE_MODEL
 DEFAULT_TARGET_EPOCHS = 100
@@ -59,6 +60,11 @@ class AdviseOptions:
     cache: str | None = None  # partitions, plans, profiles and calibration runs to reuse [default: OUT/cache]
     target_epochs: int = DEFAULT_TARGET_EPOCHS
     calibration_epochs: int = CALIBRATION_EPOCHS
+    # run the calibration runs on emulated hosts joined at this rate (`g3 train --emulate-link`: each host its own
+    # cores, as the hosts of the cluster would have) instead of as local processes; None: local
+    calibrate_link: str | None = None
+    # add to every prediction what its model missed at its calibration point (anchor_seconds); False: the bare model
+    anchor: bool = True
     latency: float | None = None  # seconds per message [default: g3 simulate's]
 
 
@@ -139,6 +145,11 @@ def _check(options: AdviseOptions, num_nodes: int) -> int:
         raise G3InputError("--budget must be positive (seconds of calibration runs)")
     if options.target_epochs < 1:
         raise G3InputError("--target-epochs must be at least 1")
+    if options.calibrate_link is not None:
+        try:
+            parse_rate(options.calibrate_link)
+        except ValueError as exc:
+            raise G3InputError(f"--calibrate-link: {exc}") from None
     if options.calibration_epochs < 2:
         raise G3InputError("--calibration-epochs must be at least 2 (the models drop the first epoch)")
     return memory
@@ -220,16 +231,19 @@ def _plan(cache: Cache, part: Path, pkey: dict, strategy: str, plan_options: dic
     return folder
 
 
-def _train(cache: Cache, plan: Path, out: Path, key: dict, epochs: int, profile: Path | None = None) -> Path:
+def _train(cache: Cache, plan: Path, out: Path, key: dict, options: AdviseOptions, profile: Path | None = None
+           ) -> Path:
     """A short run of ``plan`` (no evaluation): a calibration run, or with ``profile`` the profile it writes."""
     from ..train import run_train
     from ..train.config import TrainConfig
 
+    key = {**key, "epochs": options.calibration_epochs, "link": options.calibrate_link}
     marker = profile if profile is not None else out / "run.json"
     if marker.is_file() and cache.fresh(out, key, "run.json"):
         return out
-    cfg = TrainConfig(epochs=epochs, eval_every=0, checkpoint_every=0, live=False,
-                      profile=str(profile) if profile is not None else None)
+    cfg = TrainConfig(epochs=options.calibration_epochs, eval_every=0, checkpoint_every=0, live=False,
+                      profile=str(profile.resolve()) if profile is not None else None,
+                      emulate_link=options.calibrate_link)
     if profile is not None and profile.exists():
         profile.unlink()
     run_train(plan, cfg, out=out, force=True)
@@ -259,10 +273,11 @@ def plan_memory(meta: dict) -> tuple[int | None, str]:
     return None, "the plan has no memory estimate"
 
 
-def breakdown(system: dict) -> dict:
-    """Shares of the predicted epoch: computing, waiting on the network (and the gradient all-reduce), the rest
-    (idle: waiting for a peer, sampling, the optimizer step)."""
-    epoch = float(system["epoch_seconds"]) or 1e-12
+def breakdown(system: dict, epoch: float | None = None) -> dict:
+    """Shares of the predicted epoch (``epoch``: the model's, or the model's plus its anchor): computing, waiting
+    on the network (and the gradient all-reduce), the rest (idle: waiting for a peer, sampling, the optimizer
+    step, and the anchor: what the model missed at its calibration point)."""
+    epoch = float(epoch if epoch is not None else system["epoch_seconds"]) or 1e-12
     net = float(system.get("comm_wait_mean") or 0.0) + float(system.get("allreduce_seconds") or 0.0)
     parts = system.get("step_parts") or {}
     if not system.get("comm_wait_mean") and parts.get("network") and system.get("steps"):
@@ -404,8 +419,8 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                     plan = _plan(cache, part, pkey, bins.name, variant.plan_options, options, None)
                 profile_path = calib_dir / f"profile-{plan.name}.json"
                 run = calib_dir / f"profile-{plan.name}.run"
-                _train(cache, plan, run, {"plan": str(plan.resolve()), "epochs": options.calibration_epochs,
-                                          "profile": True}, options.calibration_epochs, profile=profile_path)
+                _train(cache, plan, run, {"plan": str(plan.resolve()), "profile": True}, options,
+                       profile=profile_path)
             except G3InputError as exc:
                 profile_error = f"the profile run failed: {exc}"
                 profile_path = None
@@ -413,7 +428,9 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
             spent += dt
             calib["profile"] = {"plan": str(plan) if profile_path else None,
                                 "path": str(profile_path) if profile_path else None, "workers": k0,
-                                "seconds": round(dt, 3), "status": "ok" if profile_path else profile_error}
+                                "seconds": round(dt, 3), "status": "ok" if profile_path else profile_error,
+                                "model_check": model_check(plan, run, k0, options, cache, profile=profile_path)
+                                if profile_path else None}
             progress.advance(task)
         calibration_runs: dict = {}
         for (name, okey), plan_options in runs_needed.items():
@@ -429,9 +446,8 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                 pkey = {"store": skey, "method": info.default_method, "workers": k0}
                 plan = _plan(cache, part, pkey, name, plan_options, options, options.device_memory)
                 run = calib_dir / f"{plan.name}.run"
-                _train(cache, plan, run, {"plan": str(plan.resolve()), "epochs": options.calibration_epochs},
-                       options.calibration_epochs)
-                calibration_runs[(name, okey)] = (plan, run)
+                _train(cache, plan, run, {"plan": str(plan.resolve())}, options)
+                calibration_runs[(name, okey)] = (plan, run, model_check(plan, run, k0, options, cache))
                 status = "ok"
             except G3InputError as exc:
                 calibration_runs[(name, okey)] = f"the calibration run failed: {exc}"
@@ -440,7 +456,8 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
             spent += dt
             calib["runs"].append({"strategy": name, "plan_options": plan_options, "workers": k0,
                                   "plan": str(plan) if plan else None, "run": str(run) if run else None,
-                                  "seconds": round(dt, 3), "status": status})
+                                  "seconds": round(dt, 3), "status": status,
+                                  "model_check": calibration_runs[(name, okey)][2] if plan else None})
             progress.advance(task)
         calib["spent_seconds"] = round(spent, 3)
 
@@ -458,8 +475,8 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                 e = _entry(c, info, link, peak, source, fits, options)
                 if c.refused is None:
                     if c.unpredicted is None:
-                        _predict(c, info, link, e, meta, options, profile_path, profile_error, calibration_runs,
-                                 cache, sims)
+                        _predict(c, info, link, e, meta, options, profile_path, profile_error,
+                                 (calib["profile"] or {}).get("model_check"), calibration_runs, cache, sims)
                     else:
                         e["status"], e["reason"] = "not predicted", f"not predicted: {c.unpredicted}"
                     progress.advance(task)
@@ -473,10 +490,12 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
         "model": {"model": options.model, "layers": options.layers, "hidden": options.hidden, "heads": options.heads},
         "workers": ks, "links": list(options.links), "device_memory_bytes": memory,
         "latency_seconds": _latency(options),
-        "calibration": {**calib, "calibration_workers": k0,
+        "calibration": {**calib, "calibration_workers": k0, "calibrate_link": options.calibrate_link,
                         "notes": ["rates measured on this machine: the profile (full-graph and tensor-parallel "
-                                  "models) and each sampling strategy's run are at K0 workers over the loopback; "
-                                  "the models carry them to every K and link rate (docs/DESIGN.md 'Simulator')"]},
+                                  "models) and each sampling strategy's run are at K0 workers, "
+                                  + (f"on emulated hosts at {options.calibrate_link}" if options.calibrate_link
+                                     else "local processes over the loopback")
+                                  + "; the models carry them to every K and link rate (docs/DESIGN.md 'Simulator')"]},
         "time_to_target": {"model": "target-epochs", "epochs": options.target_epochs, "note": CONVERGENCE_MODEL},
         "cache": {"path": str(cache.root), "plans": str(cache.plans), "reused": cache.reused, "made": cache.made},
         "ranking": ranking,
@@ -487,6 +506,39 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
     write_json_atomic(out / "advise.json", result)
     result["path"] = str(out)
     return result
+
+
+def model_check(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Cache,
+                profile: Path | None = None) -> dict | None:
+    """How well the model reproduces the calibration run it was calibrated on: its epoch at the run's K and
+    network (the calibration link, or the loopback: no bandwidth limit) against the run's mean epoch after the
+    first. A large error here means the model misses something this machine does (docs/BENCHMARKS.md)."""
+    from ..plan import parse_options
+    from ..runtime.netemu import parse_rate
+    from ..simulate import SimulateOptions, simulate_plan
+
+    try:
+        records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        steady = [r["epoch_seconds"] for r in records[1:]] or [r["epoch_seconds"] for r in records]
+        measured = sum(steady) / len(steady)
+        meta = json.loads((plan / "plan.json").read_text())
+        info = strategy_info(meta["strategy"]["name"])
+        knobs = {key: value for key, value in (json.loads((run / "run.json").read_text()).get("config") or {}).items()
+                 if key in info.train_knobs and value is not None}
+        bandwidth = parse_rate(options.calibrate_link) / 8 if options.calibrate_link else math.inf
+        so = SimulateOptions(workers=k, bandwidth=bandwidth, latency=_latency(options), scaling=(),
+                             profile=str(profile) if profile else None, run=None if profile else str(run),
+                             cache=str(cache.root / "simcache"))
+        sim, _ = simulate_plan(plan, so, out=run.parent / "sim")
+        want = info.simulated_as(parse_options(info.name, {}) | meta["strategy"]["options"], knobs)
+        system = next(x for x in sim["systems"] if x["system"] == want)
+    except (G3InputError, OSError, KeyError, StopIteration, ValueError):
+        return None
+    predicted = float(system["epoch_seconds"])
+    return {"system": want, "measured_epoch_seconds": measured, "predicted_epoch_seconds": predicted,
+            "steps": system.get("steps"),
+            "error": (predicted - measured) / measured if measured > 0 else None,
+            "network": options.calibrate_link or "loopback (no bandwidth limit)"}
 
 
 def _latency(options: AdviseOptions) -> float:
@@ -500,7 +552,7 @@ def _entry(c: Candidate, info, link: str, peak, source: str, fits, options: Advi
          "plan_options": c.plan_options, "train_options": c.knobs, "status": "refused",
          "predicted_epoch_seconds": None, "bytes_per_epoch": None, "peak_memory_bytes": peak,
          "memory_source": source, "fits": fits, "time_to_target_seconds": None, "breakdown": None,
-         "simulated_system": None, "exactness": info.exactness, "reason": c.refused}
+         "model_epoch_seconds": None, "anchor_seconds": None, "simulated_system": None, "model_check_error": None, "exactness": info.exactness, "reason": c.refused}
     if options.plans and c.plan is not None:
         e["plan"] = str(c.plan)
         e["train_command"] = train_command(str(c.plan), link, c.knobs, c.k)
@@ -508,7 +560,7 @@ def _entry(c: Candidate, info, link: str, peak, source: str, fits, options: Advi
 
 
 def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: AdviseOptions, profile_path,
-             profile_error, calibration_runs: dict, cache: Cache, sims: dict) -> None:
+             profile_error, profile_check, calibration_runs: dict, cache: Cache, sims: dict) -> None:
     from ..runtime.netemu import parse_rate
     from ..simulate import SimulateOptions, simulate_plan
 
@@ -517,12 +569,12 @@ def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: Advise
         if not isinstance(got, tuple):
             e["status"], e["reason"] = "not predicted", f"not predicted: {got or 'no calibration run'}"
             return
-        plan, run, profile = got[0], got[1], None
+        plan, run, profile, check = got[0], got[1], None, got[2]
     else:
         if profile_path is None:
             e["status"], e["reason"] = "not predicted", f"not predicted: {profile_error or 'no profile'}"
             return
-        plan, run, profile = c.plan, None, profile_path
+        plan, run, profile, check = c.plan, None, profile_path, profile_check
     so = SimulateOptions(workers=c.k, bandwidth=parse_rate(link) / 8, latency=_latency(options),
                          profile=str(profile) if profile else None, run=str(run) if run else None, scaling=(),
                          cache=str(cache.root / "simcache"), **c.simulate)
@@ -544,11 +596,27 @@ def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: Advise
     if system is None:
         e["status"], e["reason"] = "not predicted", f"not predicted: the model has no system {want!r}"
         return
-    epoch = float(system["epoch_seconds"])
-    b = breakdown(system)
+    model = float(system["epoch_seconds"])
+    anchor = anchor_seconds(check, system) if options.anchor else 0.0
+    epoch = max(model + anchor, model * ANCHOR_FLOOR)
+    b = breakdown(system, epoch)
     e.update(status="ok" if e["fits"] is not False else "does not fit", predicted_epoch_seconds=epoch,
+             model_epoch_seconds=model, anchor_seconds=epoch - model,
              bytes_per_epoch=int(system["bytes_per_epoch"]), breakdown=b, simulated_system=want,
-             time_to_target_seconds=epoch * options.target_epochs, reason=describe(b, link))
+             time_to_target_seconds=epoch * options.target_epochs, reason=describe(b, link),
+             model_check_error=(check or {}).get("error"))
+
+
+def anchor_seconds(check: dict | None, system: dict) -> float:
+    """What the model misses at its calibration point, carried to this candidate: the calibration run's measured
+    epoch minus the model's epoch for that run (model_check), per step of a sampling model (scaled by this
+    epoch's steps over the calibration's), per epoch otherwise. Zero without a check."""
+    if not check or check.get("predicted_epoch_seconds") is None:
+        return 0.0
+    residual = float(check["measured_epoch_seconds"]) - float(check["predicted_epoch_seconds"])
+    if check.get("steps") and system.get("steps"):
+        residual *= int(system["steps"]) / int(check["steps"])
+    return residual
 
 
 def rank(entries: list[dict], memory: int) -> list[dict]:
