@@ -44,9 +44,10 @@ from .output import stdout_console
 @click.option("--calibration-epochs", type=int, default=CALIBRATION_EPOCHS, show_default=True,
               help="Epochs of each calibration run (the profile and each sampling strategy's run; the first is "
                    "dropped by the models).")
-@click.option("--calibrate-link", default=None, metavar="RATE",
-              help="Run the calibration runs on emulated hosts joined at RATE (`g3 train --emulate-link`: each host "
-                   "its own cores, as the cluster's hosts have; needs root) instead of as local processes.")
+@click.option("--calibrate-link", default="auto", show_default=True, metavar="RATE|local|auto",
+              help="Where the calibration runs run: on emulated hosts joined at RATE (`g3 train --emulate-link`: each "
+                   "host its own cores, as the cluster's hosts have; needs root), or 'local' processes sharing the "
+                   "machine's cores; 'auto': emulated hosts at 10gbit where this machine can build them, else local.")
 @click.option("--anchor/--no-anchor", default=True, show_default=True,
               help="Add to every prediction what its model missed on its own calibration run (measured minus "
                    "modelled epoch there; per step for sampling models); --no-anchor: the bare model.")

@@ -23,7 +23,7 @@ KEYS = ("strategy", "workers", "link", "predicted_epoch_seconds", "bytes_per_epo
 def advice(tiny_store, tmp_path_factory):
     root = tmp_path_factory.mktemp("advise")
     opts = AdviseOptions(workers=(2,), links=LINKS, device_memory="1GiB", strategies=STRATS,
-                         plans=str(root / "plans"), cache=str(root / "cache"))
+                         plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local")
     result = run_advise(tiny_store, opts, out=root / "out")
     return root, result
 
@@ -107,7 +107,7 @@ def test_a_slower_link_slows_the_communication_heavy_candidates_most(advice):
 def test_too_little_device_memory_is_refused_or_ranked_after_what_fits(advice, tiny_store):
     root, first = advice
     opts = AdviseOptions(workers=(2,), links=("1gbit",), device_memory="4MiB", strategies=("g3", "bns-gcn", "distdgl"),
-                         plans=str(root / "plans"), cache=str(root / "cache"))
+                         plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local")
     result = run_advise(tiny_store, opts, out=root / "small")
     ranking = result["ranking"]
     fits = [e for e in ranking if e["fits"]]
@@ -128,7 +128,7 @@ def test_too_little_device_memory_is_refused_or_ranked_after_what_fits(advice, t
 def test_gat_is_refused_by_the_strategies_that_do_not_train_it(advice, tiny_store):
     root, _ = advice
     opts = AdviseOptions(workers=(2,), links=("1gbit",), model="gat", strategies=("neutrontp", "p3"),
-                         plans=str(root / "plans"), cache=str(root / "cache"))
+                         plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local")
     result = run_advise(tiny_store, opts, out=root / "gat")
     assert result["ranking"] and all(e["status"] == "refused" for e in result["ranking"])
     assert all("does not train gat" in e["reason"] for e in result["ranking"])
@@ -138,7 +138,7 @@ def test_gat_is_refused_by_the_strategies_that_do_not_train_it(advice, tiny_stor
 def test_the_budget_bounds_the_calibration_runs(advice, tiny_store):
     root, _ = advice
     opts = AdviseOptions(workers=(2,), links=("1gbit",), strategies=("distdgl", "bytegnn"), budget=1e-6,
-                         plans=str(root / "plans"), cache=str(root / "cache"))
+                         plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local")
     result = run_advise(tiny_store, opts, out=root / "budget")
     status = {r["strategy"]: r["status"] for r in result["calibration"]["runs"]}
     assert status == {"distdgl": "ok", "bytegnn": "skipped (budget)"}  # distdgl's run is the cached one
@@ -190,9 +190,21 @@ def test_the_python_facade_advises_as_the_command(advice, tiny_store):
 
     root, _ = advice
     result = g3.advise(tiny_store, workers=2, link=("100mbit", "10gbit"), strategies="g3,distdgl",
-                       plans=str(root / "plans"), cache=str(root / "cache"), out=root / "api")
+                       plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local",
+                       out=root / "api")
     assert {e["strategy"] for e in result["ranking"]} == {"g3", "distdgl"}
     assert {e["link"] for e in result["ranking"]} == {"100mbit", "10gbit"}
     assert json.loads((root / "api" / "advise.json").read_text())["ranking"] == result["ranking"]
     with pytest.raises(g3.G3InputError, match="--link"):
         g3.advise(tiny_store, link="fast", out=root / "api2")
+
+
+def test_calibrate_link_auto_uses_emulated_hosts_only_where_they_can_be_built(monkeypatch):
+    from stages.advise import AUTO_CALIBRATE_LINK, resolve_calibrate_link
+    from stages.runtime import netemu
+
+    monkeypatch.setattr(netemu, "why_not_available", lambda: None)
+    assert resolve_calibrate_link("auto") == AUTO_CALIBRATE_LINK
+    monkeypatch.setattr(netemu, "why_not_available", lambda: "network namespaces need root or CAP_NET_ADMIN")
+    assert resolve_calibrate_link("auto") is None
+    assert resolve_calibrate_link("local") is None and resolve_calibrate_link("1gbit") == "1gbit"

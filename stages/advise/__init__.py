@@ -20,7 +20,7 @@ import json
 import math
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..common.atomic import check_result, write_json_atomic
@@ -32,6 +32,7 @@ ADVISE_SCHEMA = "g3.advise"
 ADVISE_VERSION = 1
 DEFAULT_BUDGET = 600.0
 CALIBRATION_EPOCHS = 3  # the first epoch is dropped by every model: two steady epochs remain
+AUTO_CALIBRATE_LINK = "10gbit"  # fast enough that the calibration runs measure compute, not this link
 ANCHOR_FLOOR = 0.5  # a negative anchor (the model slower than its calibration run) takes at most half the epoch
 
 # how many epochs every candidate is taken to need (`--target-epochs`); see CONVERGENCE_MODEL
@@ -61,8 +62,9 @@ class AdviseOptions:
     target_epochs: int = DEFAULT_TARGET_EPOCHS
     calibration_epochs: int = CALIBRATION_EPOCHS
     # run the calibration runs on emulated hosts joined at this rate (`g3 train --emulate-link`: each host its own
-    # cores, as the hosts of the cluster would have) instead of as local processes; None: local
-    calibrate_link: str | None = None
+    # cores, as the hosts of the cluster would have) instead of as local processes; None or "local": local;
+    # "auto": AUTO_CALIBRATE_LINK where this machine can build emulated hosts, else local
+    calibrate_link: str | None = "auto"
     # add to every prediction what its model missed at its calibration point (anchor_seconds); False: the bare model
     anchor: bool = True
     latency: float | None = None  # seconds per message [default: g3 simulate's]
@@ -115,6 +117,16 @@ def parse_strategies(text: str | None) -> tuple[str, ...] | None:
     return names
 
 
+def resolve_calibrate_link(text: str | None) -> str | None:
+    """``auto`` → AUTO_CALIBRATE_LINK where emulated hosts can be built here (root or CAP_NET_ADMIN, ip and tc),
+    else None (local processes); ``local`` → None; a rate stays."""
+    if text == "auto":
+        from ..runtime.netemu import why_not_available
+
+        return AUTO_CALIBRATE_LINK if why_not_available() is None else None
+    return None if text in (None, "local") else text
+
+
 def _check(options: AdviseOptions, num_nodes: int) -> int:
     from ..common.model_spec import MODEL_KINDS
     from ..runtime.netemu import parse_rate
@@ -145,7 +157,7 @@ def _check(options: AdviseOptions, num_nodes: int) -> int:
         raise G3InputError("--budget must be positive (seconds of calibration runs)")
     if options.target_epochs < 1:
         raise G3InputError("--target-epochs must be at least 1")
-    if options.calibrate_link is not None:
+    if options.calibrate_link not in (None, "local", "auto"):
         try:
             parse_rate(options.calibrate_link)
         except ValueError as exc:
@@ -342,6 +354,7 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
         raise G3InputError("not a g3 store (no zarr.json; make one with `g3 ingest`)", path=store)
     gs = GraphStore.open(store)
     memory = _check(options, int(gs.num_nodes))
+    options = replace(options, calibrate_link=resolve_calibrate_link(options.calibrate_link))
     out = Path(out) if out else store.parent / f"{store.name}.advise"
     if out.exists() and not out.is_dir():
         raise G3InputError("is a file, not a folder: -o takes the folder advise.json goes in", path=out)
@@ -648,5 +661,5 @@ def rank(entries: list[dict], memory: int) -> list[dict]:
     return order
 
 
-__all__ = ["run_advise", "AdviseOptions", "parse_links", "parse_workers", "parse_strategies", "plan_memory", "breakdown", "rank",
+__all__ = ["run_advise", "AdviseOptions", "resolve_calibrate_link", "AUTO_CALIBRATE_LINK", "parse_links", "parse_workers", "parse_strategies", "plan_memory", "breakdown", "rank",
            "ADVISE_SCHEMA", "ADVISE_VERSION", "CONVERGENCE_MODEL"]
