@@ -61,7 +61,7 @@ def test_the_order_is_the_predicted_epoch_and_the_prediction_is_the_simulators(a
     assert times == sorted(times)
     assert ok[0]["reason"].startswith("fastest predicted epoch")
     assert all(e["reason"].split(";")[1].strip().split(":")[0] in
-               ("communication-bound", "compute-bound", "latency/idle-bound", "mixed") for e in ok)
+               ("communication-bound", "compute-bound", "overhead-bound", "mixed") for e in ok)
     # recompute one candidate with g3 simulate's own entry point and the profile advise recorded
     from stages.simulate import SimulateOptions, simulate_plan
 

@@ -310,8 +310,9 @@ def describe(b: dict, link: str) -> str:
     if comp >= 0.5:
         return f"compute-bound: {comp:.0%} of the epoch computes ({net:.0%} network at {link})"
     if other >= 0.5:
-        return (f"latency/idle-bound: {other:.0%} of the epoch is neither compute nor transfer (sampling, waiting "
-                f"for peers, per-message latency; {net:.0%} network at {link})")
+        return (f"overhead-bound: {other:.0%} of the epoch is neither compute nor transfer (sampling, waiting for "
+                f"peers, per-message latency, the overhead measured on the calibration run; {net:.0%} network at "
+                f"{link})")
     return f"mixed: {comp:.0%} compute, {net:.0%} network at {link}, {other:.0%} other"
 
 
@@ -434,6 +435,9 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                 run = calib_dir / f"profile-{plan.name}.run"
                 _train(cache, plan, run, {"plan": str(plan.resolve()), "profile": True}, options,
                        profile=profile_path)
+                # the model is checked (and anchored) on a plain run: a profiled run is traced, and slower
+                run = calib_dir / f"{plan.name}.run"
+                _train(cache, plan, run, {"plan": str(plan.resolve())}, options)
             except G3InputError as exc:
                 profile_error = f"the profile run failed: {exc}"
                 profile_path = None
