@@ -40,21 +40,27 @@ def _g3(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProc
 
 
 def build_artifacts(base: Path) -> Path:
-    """store/, part/, plan/, run/ in ``base`` (once; every case copies them)."""
-    base.mkdir(parents=True, exist_ok=True)
+    """store/, part/, plan/, run/ in ``base`` (once; every case copies them). Built in a sibling folder that is
+    then renamed, so the absolute paths the artifacts record lead nowhere: a case's copies find each other by
+    their relative references only, and a damaged copy cannot be bypassed by reaching the intact original."""
+    base = Path(base)
+    build = base.with_name(base.name + "-build")
+    build.mkdir(parents=True, exist_ok=True)
     steps = [("ingest", "synthetic:tiny", "store"), ("partition", "store", "-w", "2", "-o", "part"),
              ("plan", "part", "--strategy", "g3", "-o", "plan"),
              ("train", "plan", "-o", "run", "--epochs", "2", "--checkpoint-every", "1")]
     for step in steps:
-        r = _g3(*step, cwd=base)
+        r = _g3(*step, cwd=build)
         if r.returncode != 0:
             raise RuntimeError(f"g3 {' '.join(step)} failed: {r.stderr[-2000:]}")
+    build.rename(base)
     return base
 
 
 FOLDERS = {"store": "store", "partition": "part", "plan": "plan", "run": "run"}
 
 
+# the command that reads each artifact (run in the case's folder)
 def command_for(kind: str, damaged: str) -> tuple[tuple[str, ...], str]:
     """The command that reads the damaged file (run in the case's folder) and its own output (relative)."""
     if kind == "store":
