@@ -6,6 +6,11 @@ Prints the best of ``--repeat`` runs (the first call, which may compile the kern
 unweighted CSR sum forward and on the transposed CSR (backward) at 16, 47 and 128 columns; a per-head weighted
 sum (GAT, 8 heads of 8); its forward + backward (the backward adds the SDDMM of the attention gradient); and one
 call on a tiny graph (300 rows, 1,200 edges), where the cost is the call's overhead, not the work.
+
+Beside each sum, the bytes it must move at the least and the rate that makes: ``sum_bytes`` below is the
+estimate's arithmetic (docs/BENCHMARKS.md, "How close to memory bandwidth?"): per edge its source index and one
+source row (gathered: whole 64-byte lines), per row its pointer and its written output row. ``--stream`` also
+times a plain copy of a large array (torch), the machine's sequential bandwidth to compare with.
 """
 
 from __future__ import annotations
@@ -39,12 +44,29 @@ def power_law_csr(rows: int, edges: int, seed: int = 0) -> tuple[torch.Tensor, t
     return indptr, torch.randint(0, rows, (edges,), generator=g)
 
 
+def sum_bytes(rows: int, edges: int, width: int, index_bytes: int = 8, value_bytes: int = 4) -> int:
+    """Least bytes an unweighted CSR sum moves: each edge reads its index and its source row (rounded up to whole
+    64-byte cache lines: a gathered row costs its lines), each output row reads its pointer and writes ``width``
+    values. Rows reused from cache make the real traffic smaller; lines pulled in by prefetch make it larger."""
+    row = -(-width * value_bytes // 64) * 64
+    return edges * (index_bytes + row) + rows * (8 + width * value_bytes)
+
+
+def stream_gbs(repeat: int, mib: int = 512) -> float:
+    """A copy of ``mib`` MiB (read + write), best of ``repeat``: the sequential rate the kernels compare with."""
+    a = torch.empty(mib << 18, dtype=torch.float32).fill_(1.0)
+    b = torch.empty_like(a)
+    ms = best_ms(lambda: b.copy_(a), repeat)
+    return 2 * a.numel() * 4 / (ms / 1e3) / 1e9
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2, help="torch (and kernel) threads")
     parser.add_argument("--rows", type=int, default=200_000, help="rows (destinations = sources)")
     parser.add_argument("--edges", type=int, default=4_000_000, help="edges")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per kernel; the best is printed")
+    parser.add_argument("--stream", action="store_true", help="also time a 512 MiB copy (sequential GB/s)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     n = args.rows
@@ -55,7 +77,9 @@ def main() -> None:
             x = torch.randn(n, width)
             fw = best_ms(lambda x=x: csr_sum(indptr, indices, x, n), args.repeat)
             bw = best_ms(lambda x=x: csr_sum(t.indptr, t.indices, x, n), args.repeat)
-            print(f"sum, {width} columns: forward {fw:.1f} ms, transposed {bw:.1f} ms")
+            gb = sum_bytes(n, args.edges, width, indices.element_size()) / 1e9
+            print(f"sum, {width} columns: forward {fw:.1f} ms ({gb / (fw / 1e3):.1f} GB/s of {gb * 1e3:.0f} MB), "
+                  f"transposed {bw:.1f} ms ({gb / (bw / 1e3):.1f} GB/s)")
         x3 = torch.randn(n, 8, 8)
         w = torch.rand(args.edges, 8)
         print(f"weighted sum, 8 heads of 8: {best_ms(lambda: csr_sum(indptr, indices, x3, n, w), args.repeat):.1f} ms")
@@ -68,6 +92,8 @@ def main() -> None:
         ip, ix = torch.arange(0, 1201, 4), torch.randint(0, 300, (1200,))
         xs = torch.randn(300, 16)
         print(f"tiny (300 rows, 1,200 edges): {best_ms(lambda: csr_sum(ip, ix, xs, 300), 200) * 1e3:.1f} us")
+    if args.stream:
+        print(f"copy of 512 MiB (torch, {args.threads} threads): {stream_gbs(args.repeat):.1f} GB/s")
 
 
 if __name__ == "__main__":

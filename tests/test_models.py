@@ -825,3 +825,14 @@ def test_the_kernel_benchmark_script_runs(monkeypatch, capsys):
     assert [line.split(":")[0] for line in out.splitlines()] == [
         "sum, 16 columns", "sum, 47 columns", "sum, 128 columns", "weighted sum, 8 heads of 8",
         "weighted sum forward + backward (SDDMM)", "tiny (300 rows, 1,200 edges)"], out
+
+
+def test_the_kernel_benchmark_counts_the_least_bytes_a_sum_moves():
+    """The bandwidth estimate's arithmetic (docs/BENCHMARKS.md, "How close to memory bandwidth?"): per edge an
+    index and the source row in whole 64-byte lines, per output row its pointer and its written row."""
+    import runpy
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "bench_kernels.py"
+    sum_bytes = runpy.run_path(str(script))["sum_bytes"]
+    assert sum_bytes(2, 10, 16) == 10 * (8 + 64) + 2 * (8 + 64)
+    assert sum_bytes(2, 10, 47, index_bytes=4) == 10 * (4 + 192) + 2 * (8 + 188)  # 188 bytes span 3 lines
