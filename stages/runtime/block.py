@@ -36,6 +36,10 @@ class Block:
         src_out_degree: float ``[n_src]``, GLOBAL out-degree of each source (from the store), for GCN.
         dst_in_degree: float ``[n_dst]``, GLOBAL in-degree of each destination, for GCN.
         dst_global: int64 ``[n_dst]``, global node ids of the destinations (the dropout masks use them).
+        order_by_cost: how a layer whose weights commute with its aggregation (SAGE, GCN) orders the two:
+            False (the default), by width alone — project first when that narrows the rows (``in > out``,
+            DGL's rule); True, by this block's sizes (:func:`project_first`) — for sampled blocks, whose
+            sources far outnumber their destinations. The same value either way, rounded differently.
     """
 
     n_dst: int
@@ -45,6 +49,7 @@ class Block:
     src_out_degree: torch.Tensor
     dst_in_degree: torch.Tensor
     dst_global: torch.Tensor
+    order_by_cost: bool = False
     # structures derived from the block by the layers (transposed CSR, CSR with self-loops), computed on first
     # use and kept as long as the block: the runtime keeps its blocks across epochs, so they are built once
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
@@ -96,6 +101,19 @@ class Block:
             raise ValueError("degree vectors do not match n_src / n_dst")
         if self.dst_global.shape[0] != self.n_dst:
             raise ValueError("dst_global does not match n_dst")
+
+
+def project_first(block: Block, in_dim: int, out_dim: int) -> bool:
+    """Whether a layer ``in_dim → out_dim`` that may apply its weight before or after its aggregation over
+    ``block`` projects the sources first. By width (``in_dim > out_dim``) unless ``block.order_by_cost``; then
+    by the multiply-adds of the forward on this block: projecting first costs ``n_src·in·out`` for the product
+    and ``nnz·out`` for the aggregation, aggregating first ``nnz·in`` and ``n_dst·in·out`` (the backward's
+    products scale alike). A sampled block of fanouts (25, 10) has about 7 sources per destination, so its
+    first layer at 100 → 16 aggregates first: 5× fewer multiply-adds than projecting its 150,000 sources."""
+    if not block.order_by_cost:
+        return in_dim > out_dim
+    nnz = block.nnz
+    return block.n_src * in_dim * out_dim + nnz * out_dim < nnz * in_dim + block.n_dst * in_dim * out_dim
 
 
 def gather_rows(indptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -55,9 +55,13 @@ def _mix64(z):
 
 @numba.njit(cache=True, nogil=True)  # nogil: ByteGNN's task pool samples on several threads at once
 def _draw(indptr, nbrs, rows, nodes, fanout, key, offsets, out):
-    """Floyd's algorithm per row, positions hashed from (key, node, j), written in ascending order."""
+    """Floyd's algorithm per row, positions hashed from (key, node, j), written in ascending order.
+
+    The taken positions are kept sorted in the row's own slice of ``out`` as they are drawn (an insertion,
+    ``fanout`` is small), then replaced by the neighbours at them: no scratch array, no sort, no allocation.
+    Floyd's "already taken" test is then a look at the slot where ``t`` would go; a repeat takes ``j``, larger
+    than every position taken so far, so it goes last."""
     ukey = np.uint64(key)
-    chosen = np.empty(max(fanout, 1), dtype=np.int64)
     for i in range(len(rows)):
         start = indptr[rows[i]]
         d = indptr[rows[i] + 1] - start
@@ -70,16 +74,18 @@ def _draw(indptr, nbrs, rows, nodes, fanout, key, offsets, out):
         m = 0
         for j in range(d - fanout, d):
             t = np.int64(_mix64(node_key ^ np.uint64(j)) % np.uint64(j + 1))
-            seen = False
-            for c in range(m):
-                if chosen[c] == t:
-                    seen = True
-                    break
-            chosen[m] = j if seen else t
+            p = o + m  # where t goes among the m sorted positions out[o:o + m]
+            while p > o and out[p - 1] > t:
+                p -= 1
+            if p > o and out[p - 1] == t:  # taken: j, the largest position yet
+                out[o + m] = j
+            else:
+                for c in range(o + m, p, -1):
+                    out[c] = out[c - 1]
+                out[p] = t
             m += 1
-        picked = np.sort(chosen[:m])
-        for c in range(m):
-            out[o + c] = nbrs[start + picked[c]]
+        for c in range(o, o + m):
+            out[c] = nbrs[start + out[c]]
 
 
 def sample_rows(indptr: np.ndarray, nbrs: np.ndarray, rows: np.ndarray, nodes: np.ndarray, fanout: int,

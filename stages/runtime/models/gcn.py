@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..block import Block
+from ..block import Block, project_first
 from ..kernels import block_transpose, csr_sum
 from .grads import accumulate_linear_grads
 
@@ -55,9 +55,9 @@ class GCNConv(nn.Module):
                 raise ValueError("static_input: x_src must not need a gradient")
             agg = block.cached(self._static_key(x_src), lambda: self._aggregate(block, x_src))
             return F.linear(agg, self.lin.weight, self.bias)
-        project_first = self.in_dim > self.out_dim
-        agg = self._aggregate(block, F.linear(x_src, self.lin.weight) if project_first else x_src)
-        if not project_first:
+        project = project_first(block, self.in_dim, self.out_dim)
+        agg = self._aggregate(block, F.linear(x_src, self.lin.weight) if project else x_src)
+        if not project:
             return F.linear(agg, self.lin.weight, self.bias)
         return agg.add_(self.bias)
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..block import Block
+from ..block import Block, project_first
 from ..kernels import block_transpose, csr_mean, csr_mean_grad, csr_mean_rows
 from .grads import accumulate_linear_grads
 
@@ -62,11 +62,12 @@ class SAGEConv(nn.Module):
             agg = block.cached(self._static_key(x_src), lambda: csr_mean(
                 block.indptr, block.indices, x_src, n_dst, block_transpose(block, x_src)).detach())
             return F.linear(x_src[:n_dst], self.lin_self.weight, self.bias).add_(F.linear(agg, self.lin_neigh.weight))
-        t = block_transpose(block, x_src)
         # the mean is fused into the aggregation kernel (numba backend): no degree vector, no extra pass
-        if self.in_dim > self.out_dim:
-            neigh = csr_mean(block.indptr, block.indices, F.linear(x_src, self.lin_neigh.weight), n_dst, t)
-        else:
+        if project_first(block, self.in_dim, self.out_dim):
+            neigh = csr_mean(block.indptr, block.indices, F.linear(x_src, self.lin_neigh.weight), n_dst,
+                             block_transpose(block, x_src))
+        else:  # the transposed CSR serves the backward to x_src: none needed for inputs without a gradient
+            t = block_transpose(block, x_src) if x_src.requires_grad else None
             neigh = F.linear(csr_mean(block.indptr, block.indices, x_src, n_dst, t), self.lin_neigh.weight)
         # self term and bias in one addmm, then the neighbours added in place: one [n_dst, out] result
         return F.linear(x_src[:n_dst], self.lin_self.weight, self.bias).add_(neigh)

@@ -70,6 +70,9 @@ class DistDglStrategy(MiniBatchStrategy):
         self.replicated = opts.get("topology", "partitioned") == "replicated"
         if self.replicated:
             self.g_indptr, self.g_nbrs = load_topology(ctx.plan_dir, ctx.plan_meta)
+        # DistDGL's step computes on its inputs and is done with them after its backward (subclasses that keep
+        # them longer, or gather elsewhere, make new ones every step)
+        self.reuse_inputs = type(self) is DistDglStrategy
         # node ids on the wire: 4 bytes while they fit
         self.wire_ids = np.int32 if self.num_nodes < 2**31 else np.int64
         # the sampling and feature server (threads) and its client, K > 1: remote neighbours are drawn by their
@@ -174,13 +177,15 @@ class DistDglStrategy(MiniBatchStrategy):
         return [counts.astype(np.int32), picks.astype(self.wire_ids)]
 
     # --- input rows -----------------------------------------------------------------------------------
-    def gather_inputs(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+    def gather_inputs(self, nodes: np.ndarray, out: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         """Input features of ``nodes`` (global ids, in their order): own rows copied here, the others pulled
         from their owners' servers — one ``features0`` request per owner, all sent before any reply is read
         (DistDGL's KVStore pull, 001 §4.1.3). No other worker takes part: a slow peer delays only those that
-        need its rows. With GCN each reply carries the rows' global (in, out) degrees too."""
+        need its rows. With GCN each reply carries the rows' global (in, out) degrees too. ``out``: where to
+        gather (``[len(nodes), width]``), else a new tensor."""
         if self.service is None:
-            return super().gather_inputs(nodes)
+            return super().gather_inputs(nodes, out)
         order, bounds = self._by_owner(self.book.owner[nodes])
         pending = {q: self.service.submit(q, "features0", [], [nodes[order[bounds[q]:bounds[q + 1]]]
                                                                 .astype(self.wire_ids)])
@@ -188,10 +193,11 @@ class DistDglStrategy(MiniBatchStrategy):
         mine = order[bounds[self.rank]:bounds[self.rank + 1]]
         local = self.book.local[nodes[mine]]
         if not pending:  # every row is this worker's: one copy
-            x = self.features[torch.from_numpy(local)]
+            x = torch.index_select(self.features, 0, torch.from_numpy(local), out=out) if out is not None else \
+                self.features.index_select(0, torch.from_numpy(local))
         else:
-            x = torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
-            x[torch.from_numpy(mine)] = self.features[torch.from_numpy(local)]
+            x = out if out is not None else torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
+            x.index_copy_(0, torch.from_numpy(mine), self.features.index_select(0, torch.from_numpy(local)))
         degrees = None
         if self.needs_degrees:
             degrees = torch.empty((len(nodes), 2), dtype=torch.int64)
@@ -211,7 +217,7 @@ class DistDglStrategy(MiniBatchStrategy):
         if len(ids) and (self.book.owner[ids] != self.rank).any():
             raise ValueError(f"asked for rows worker {self.rank} does not own")
         local = self.book.local[ids]
-        reply = [self.features[torch.from_numpy(local)].numpy()]
+        reply = [self.features.index_select(0, torch.from_numpy(local)).numpy()]
         if self.needs_degrees:
             reply.append(self.own_degrees(local))
         return reply
