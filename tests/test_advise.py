@@ -189,11 +189,13 @@ def test_the_python_facade_advises_as_the_command(advice, tiny_store):
     import g3
 
     root, _ = advice
-    result = g3.advise(tiny_store, workers=2, link=("100mbit", "10gbit"), strategies="g3,distdgl",
+    result = g3.advise(tiny_store, workers=2, link=("100mbit", "10gbit"), strategies="g3,distdgl", device_memory="1GiB",
                        plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local",
                        out=root / "api")
     assert {e["strategy"] for e in result["ranking"]} == {"g3", "distdgl"}
     assert {e["link"] for e in result["ranking"]} == {"100mbit", "10gbit"}
+    # partitions, plans and calibration runs of the first call are reused, nothing is made again
+    assert result["cache"]["made"] == [] and any(".plan-g3-" in m for m in result["cache"]["reused"])
     assert json.loads((root / "api" / "advise.json").read_text())["ranking"] == result["ranking"]
     with pytest.raises(g3.G3InputError, match="--link"):
         g3.advise(tiny_store, link="fast", out=root / "api2")

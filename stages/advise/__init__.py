@@ -180,7 +180,8 @@ class Cache:
     made: list[str] = field(default_factory=list)
 
     def _stamp(self, folder: Path) -> Path:
-        return self.root / "stamps" / f"{folder.resolve().as_posix().strip('/').replace('/', '__')}.json"
+        """Beside the item (a --plans folder keeps its own stamps, whichever cache a later call uses)."""
+        return folder.parent / ".advise-stamps" / f"{folder.name}.json"
 
     def fresh(self, folder: Path, key: dict, marker: str) -> bool:
         """Whether ``folder`` was made by advise from ``key`` and is still whole (its ``marker`` file there)."""
