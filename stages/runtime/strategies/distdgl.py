@@ -73,6 +73,8 @@ class DistDglStrategy(MiniBatchStrategy):
         # DistDGL's step computes on its inputs and is done with them after its backward (subclasses that keep
         # them longer, or gather elsewhere, make new ones every step)
         self.reuse_inputs = type(self) is DistDglStrategy
+        # one worker holds every input row: its first layer may read them in the feature table
+        self.inputs_in_place = self.reuse_inputs and ctx.world == 1
         # node ids on the wire: 4 bytes while they fit
         self.wire_ids = np.int32 if self.num_nodes < 2**31 else np.int64
         # the sampling and feature server (threads) and its client, K > 1: remote neighbours are drawn by their

@@ -34,8 +34,10 @@ import torch
 import torch.distributed as dist
 
 from ...common.partition_artifact import Shard
-from ..block import Block
+from ..block import Block, cheaper_to_project
 from ..inference import LayerwiseInference, per_peer_ids
+from ..kernels import backend
+from ..models.sage import ROW_INDICES, SAGEConv
 from ..neighbor_sampler import SampledBlock, sample_key, signed64
 from ..transport import PartitionBook, Transport
 from .base import Inference, StepOutput, Strategy, WorkerContext, labelled_rows, owned_splits
@@ -82,6 +84,9 @@ class PreparedStep:
     target_rows: np.ndarray | None = None  # rows of the last block's destinations that carry the loss (None: all)
     fetched_rows: int = 0  # input rows fetched from other workers
     buffer: torch.Tensor | None = None  # the reused buffer ``x0`` is a view of (:class:`RowBuffers`), if any
+    # set when the first layer reads its sources' rows in the feature table itself: the table's row of each arc
+    # of the first block (int32), and ``x0`` holds only the first block's destinations' rows
+    arc_rows: np.ndarray | None = None
 
 
 class RowBuffers:
@@ -147,6 +152,9 @@ class MiniBatchStrategy(Strategy):
         self.reuse_inputs = False
         self.row_buffers = RowBuffers(self.features.shape[1], self.features.dtype)
         self._held: torch.Tensor | None = None  # the buffer of the step being computed
+        # the first layer may aggregate its sources' rows where they lie in the feature table instead of a copy
+        # of them (a subclass that reads x0 itself leaves this off; all rows must be this worker's, on the CPU)
+        self.inputs_in_place = False
 
     def _sampling_transport(self) -> Transport:
         """The sampler's own gloo group (its collectives run on the sampler thread while the compute thread
@@ -191,12 +199,30 @@ class MiniBatchStrategy(Strategy):
         blocks = self.blocks(epoch, step, targets)
         t1 = time.perf_counter()
         sources = blocks[0].src if blocks else targets
+        arc_rows = None
+        if blocks and self.reads_inputs_in_place(blocks[0]):
+            # the aggregation reads every source's row in the table, by arc; only the destinations' own rows
+            # (the self term, the first n_dst sources) are gathered
+            local = self.book.local[sources]
+            arc_rows = local[blocks[0].indices].astype(np.int32 if len(self.features) < 2**31 - 1 else np.int64)
+            sources = sources[: len(blocks[0].dst)]
         buffer = self.row_buffers.take(len(sources)) if self.reuse_inputs else None
         x0, degrees, fetched = self.gather_inputs(sources, None if buffer is None else buffer[: len(sources)])
         t2 = time.perf_counter()
         return PreparedStep(targets, global_targets, blocks, x0, degrees,
                             {"sample": t1 - t0 + extra_seconds, "fetch": t2 - t1}, fetched_rows=fetched,
-                            buffer=buffer)
+                            buffer=buffer, arc_rows=arc_rows)
+
+    def reads_inputs_in_place(self, first: SampledBlock) -> bool:
+        """Whether the first layer aggregates ``first``'s source rows in the feature table itself (no gathered
+        copy of them): where :attr:`inputs_in_place` allows, for a SAGE layer that aggregates before it
+        projects on this block (:func:`~stages.runtime.block.project_first`) — the same sums in the same
+        order as over a gathered copy, bitwise."""
+        if not self.inputs_in_place or backend(self.features) != "numba" or self.cfg.device != "cpu":
+            return False
+        layer = self.model.layers[0]
+        return isinstance(layer, SAGEConv) and not cheaper_to_project(
+            len(first.src), len(first.dst), len(first.indices), layer.in_dim, layer.out_dim)
 
     def gather_inputs(self, nodes: np.ndarray, out: torch.Tensor | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
@@ -311,7 +337,12 @@ class MiniBatchStrategy(Strategy):
             block = self._block(sb, prep.degrees)
             with self.compute_span(f"L{li}", layer=li, phase="fwd", nodes=block.n_dst, arcs=block.nnz,
                                    srcs=block.n_src), torch.enable_grad():
-                x = self.model.layer_forward(li, block, x, key, self.cfg.dropout, self.cfg.seed, True)
+                if li == 0 and prep.arc_rows is not None:  # sources read in the feature table, x = their rows
+                    block.cached(ROW_INDICES, lambda: torch.from_numpy(prep.arc_rows))
+                    x = self.model.layer_forward_rows(0, block, self.features, None, x, key, self.cfg.dropout,
+                                                      self.cfg.seed, True)
+                else:
+                    x = self.model.layer_forward(li, block, x, key, self.cfg.dropout, self.cfg.seed, True)
         return x
 
     def target_labels(self, nodes: np.ndarray) -> torch.Tensor:
