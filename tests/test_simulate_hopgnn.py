@@ -107,8 +107,10 @@ def test_profile_takes_the_home_share_from_unmerged_epochs(tmp_path):
                 "merged_steps": merged}
 
     def profile(epochs):
-        (tmp_path / "run.json").write_text(json.dumps({"config": {"dtype": "float64"}}))
-        (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps({"workers": w}) for w in epochs))
+        (tmp_path / "run.json").write_text(json.dumps({"schema": "g3.run", "schema_version": 1, "plan": {},
+                                                       "status": "completed", "config": {"dtype": "float64"}}))
+        (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps({"epoch": e, "epoch_seconds": 1.0, "workers": w})
+                                                          for e, w in enumerate(epochs)))
         meta = {"strategy": {"options": {"batch_order": "global", "pregather": True, "migrate": True,
                                          "merge": "auto"}}}
         return HopProfile.from_run(tmp_path, meta, p)

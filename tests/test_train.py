@@ -264,9 +264,11 @@ def test_bad_plans_and_mismatched_artifacts(store, tmp_path):
     (tmp_path / "v1" / "plan.json").write_text(json.dumps(meta))
     cases.append((invoke(["train", str(tmp_path / "v1"), "-o", str(tmp_path / "r4")]), "schema version 1"))
     # the partition changed after planning
+    from stages.common.artifact_json import sealed
+
     pmeta = json.loads((part / "partition.json").read_text())
-    pmeta["created"] = "changed"
-    (part / "partition.json").write_text(json.dumps(pmeta))
+    pmeta["created"] = "changed"  # a partition written again (sealed as g3 writes it), not an edit
+    (part / "partition.json").write_text(json.dumps(sealed(pmeta)))
     cases.append((invoke(["train", str(plan), "-o", str(tmp_path / "r4")]), "does not match its partition"))
     cases.append((invoke(["plan", str(tmp_path / "nope")]), "not a g3 partition"))
     cases.append((invoke(["plan", str(part), "--layers", "0", "-o", str(tmp_path / "p2")]), "must be >= 1"))

@@ -60,9 +60,11 @@ def check_json(meta: object, path: Path, required: dict[str, tuple[type, ...]] |
     return meta
 
 
-def read_json_file(path: str | Path, required: dict[str, tuple[type, ...]] | None = None) -> dict:
+def read_json_file(path: str | Path, required: dict[str, tuple[type, ...]] | None = None,
+                   check: bool = True) -> dict:
     """A g3 JSON file as a dict: unreadable, not JSON, not an object, seal broken or a required key missing is
-    one line naming the file (``required`` defaults to :data:`REQUIRED` for the file's name)."""
+    one line naming the file (``required`` defaults to :data:`REQUIRED` for the file's name); ``check`` False:
+    only that it is a JSON object (the caller checks the rest once it knows the version)."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -74,6 +76,8 @@ def read_json_file(path: str | Path, required: dict[str, tuple[type, ...]] | Non
         meta = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise G3InputError(f"invalid JSON: {exc}", path=path) from None
+    if not check:
+        return check_json(meta, path, {}) if not isinstance(meta, dict) else meta
     return check_json(meta, path, REQUIRED.get(path.name) if required is None else required)
 
 
@@ -88,7 +92,7 @@ def load_artifact_json(folder: str | Path, marker: str, schema: str, version: in
     path = folder / marker
     if not path.is_file():
         raise G3InputError(f"not a g3 {kind} (no {marker}; run `{stage}` first)", path=folder)
-    meta = read_json_file(path, required={})
+    meta = read_json_file(path, check=False)  # the version first: another g3's seal or fields may differ
     if meta.get("schema") != schema:
         raise G3InputError(f"not a g3 {kind} (wrong schema)", path=path)
     versions = version if isinstance(version, tuple) else (version,)

@@ -147,7 +147,7 @@ class GraphStore:
         meta = group.attrs.get("g3") or {}
         if not isinstance(meta, dict):
             raise G3InputError("not a g3 store (its g3 metadata in zarr.json is not an object)", path=path)
-        meta = check_json(dict(meta), path / "zarr.json")
+        meta = dict(meta)
         if meta.get("schema") != STORE_SCHEMA:
             raise G3InputError("not a g3 store (no g3 metadata in zarr.json)", path=path)
         if meta.get("schema_version") != STORE_VERSION:
@@ -156,6 +156,7 @@ class GraphStore:
                 f"(this g3 reads version {STORE_VERSION}); re-run `g3 ingest`",
                 path=path,
             )
+        meta = check_json(meta, path / "zarr.json")  # its seal, once the version says it is ours
         for rel, digest in (meta.get("metadata_sha256") or {}).items():
             f = path / rel
             if not f.is_file():
