@@ -232,7 +232,7 @@ def _plan(cache: Cache, part: Path, pkey: dict, strategy: str, plan_options: dic
     given = dict(plan_options)
     if memory_text is not None and any(o.name == "device_memory" for o in info.options()):
         given["device_memory"] = memory_text
-    opts = "-".join(f"{_slug(k)}-{_slug(str(v))}" for k, v in sorted(plan_options.items()))
+    opts = "-".join(f"{_slug(k)}-{_slug(str(v))}" for k, v in sorted(given.items()))
     folder = cache.plans / (f"{part.name}.plan-{strategy}-{options.model}" + (f"-{opts}" if opts else ""))
     cfg = PlanConfig(model=options.model, layers=options.layers, hidden=options.hidden, heads=options.heads,
                      strategy=strategy, options=given)
