@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .common.artifact_json import read_json_file
+from .common.artifact_json import check_json, read_json_file
 from .common.errors import G3InputError
 from .common.store import GraphStore
 
@@ -94,6 +94,7 @@ def run_progress(run: Path) -> dict:
                 break
             if not isinstance(rec, dict) or not isinstance(rec.get("epoch_seconds"), (int, float)):
                 raise G3InputError("an epoch record needs 'epoch_seconds' (damaged?)", path=metrics)
+            check_json(rec, metrics)  # the line's seal
             records.append(rec)
     out: dict = {"epochs_done": len(records)}
     if records:

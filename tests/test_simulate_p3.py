@@ -120,7 +120,9 @@ def test_g3_simulate_reproduces_a_real_p3_run_at_its_worker_count(store, partiti
     one.mkdir()
     for name in ("run.json", "init.pt"):
         (one / name).write_bytes((run / name).read_bytes())
-    rec = {**last, "workers": last["workers"][:1]}
+    from stages.common.artifact_json import sealed
+
+    rec = sealed({**last, "workers": last["workers"][:1]})  # a record g3 could have written (sealed)
     (one / "metrics.jsonl").write_text(json.dumps(rec) + "\n")
     r = invoke(["simulate", str(plan), "--run", str(one), "-o", str(tmp_path / "sim1")])
     assert r.exit_code == 2 and "two or more workers" in r.output and len(r.output.strip().splitlines()) == 1, r.output

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
+from ..common.plan_artifact import load_plan_meta
+from ..common.run_artifact import load_run_meta, read_metrics
 from ..common.strategies import STRATEGIES, TRAIN_KNOBS, bins_strategy, strategy_info
 from ..common.units import parse_size
 
@@ -486,7 +488,7 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
         sims: dict = {}
         for c in cands:
             info = STRATEGIES[c.strategy]
-            meta = json.loads((c.plan / "plan.json").read_text()) if c.plan else None
+            meta = load_plan_meta(c.plan) if c.plan else None
             peak, source = plan_memory(meta) if meta else (None, "not planned")
             fits = None if peak is None else peak <= memory
             for link in options.links:
@@ -536,12 +538,12 @@ def model_check(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Ca
     from ..simulate import SimulateOptions, simulate_plan
 
     try:
-        records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        records = read_metrics(run)
         steady = [r["epoch_seconds"] for r in records[1:]] or [r["epoch_seconds"] for r in records]
         measured = sum(steady) / len(steady)
-        meta = json.loads((plan / "plan.json").read_text())
+        meta = load_plan_meta(plan)
         info = strategy_info(meta["strategy"]["name"])
-        knobs = {key: value for key, value in (json.loads((run / "run.json").read_text()).get("config") or {}).items()
+        knobs = {key: value for key, value in (load_run_meta(run).get("config") or {}).items()
                  if key in info.train_knobs and value is not None}
         bandwidth = parse_rate(options.calibrate_link) / 8 if options.calibrate_link else math.inf
         so = SimulateOptions(workers=k, bandwidth=bandwidth, latency=_latency(options), scaling=(),

@@ -12,6 +12,7 @@ pass a launcher makes over every file before any worker starts; the workers veri
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import numpy as np
@@ -52,9 +53,12 @@ def check_digest(path: Path) -> None:
     if not side.is_file():
         return
     try:
-        expected = side.read_text().strip()
+        text = side.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise G3InputError(f"cannot be read ({exc})", path=side) from None
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}\n", text):  # exactly as write_digest writes it
+        raise G3InputError("is not a sha256 line as g3 writes it (damaged)", path=side)
+    expected = text.strip()
     if not Path(path).is_file():
         raise G3InputError("file missing", path=path)
     _verify(Path(path), Path(path).name, expected, Path(path))
@@ -109,6 +113,13 @@ def _verify(f: Path, name: str, expected: str, folder: Path) -> None:
         raise G3InputError(f"file {name} does not match the sha256 its folder's JSON records (damaged or altered "
                            "after it was written); re-run the command that made it", path=folder)
     _VERIFIED.add(key)
+
+
+def verify_files(folder: Path, manifest: dict | None) -> None:
+    """Every file ``manifest`` lists, header and sha256 (each once per process): a rank's own shard and plan
+    folder when it starts, so that a damaged file is refused even where this strategy never reads it."""
+    for name in manifest or {}:
+        load_checked(folder, name, manifest, verify=True)
 
 
 def check_headers(folder: Path, manifest: dict | None) -> None:

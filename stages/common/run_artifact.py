@@ -1,8 +1,8 @@
 """Reading a run folder (``g3.run`` v1, written by ``g3 train``): run.json and metrics.jsonl, checked.
 
-run.json is sealed (:mod:`.artifact_json`); metrics.jsonl is appended to while a run trains, so it carries no
-seal: every line is checked where it is read — one JSON object per epoch with the fields the reader needs —
-and a damaged line is one message naming the file and the line.
+run.json is sealed (:mod:`.artifact_json`); metrics.jsonl is appended to while a run trains, so each line
+carries its own seal (``content_sha256`` of the record) and is checked where it is read — one JSON object per
+epoch with the fields the reader needs — a damaged line is one message naming the file and the line.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .artifact_json import load_artifact_json
+from .artifact_json import SEAL, load_artifact_json, sealed
 from .errors import G3InputError
 
 RUN_SCHEMA = "g3.run"
@@ -50,6 +50,9 @@ def read_metrics(run: str | Path, need: tuple[str, ...] = ("epoch", "epoch_secon
             rec = json.loads(line)
         except (json.JSONDecodeError, RecursionError) as exc:
             raise G3InputError(f"not a JSON object: {getattr(exc, 'msg', exc)}", path=path, line=n) from None
+        if isinstance(rec, dict) and SEAL in rec and rec[SEAL] != sealed(rec)[SEAL]:
+            raise G3InputError("the record does not match its content_sha256 (edited or damaged)", path=path,
+                               line=n)
         if not isinstance(rec, dict) or any(k not in rec for k in need):
             raise G3InputError(f"an epoch record needs {', '.join(repr(k) for k in need)}", path=path, line=n)
         if not isinstance(rec["epoch"], int) or isinstance(rec["epoch"], bool) or rec["epoch"] < 0:

@@ -305,7 +305,13 @@ def _spawn_entry(rank: int, entry, world: int, run_dir: str, prefix: str, init_m
     os.chdir(launcher["cwd"])
     os.environ.setdefault("LOCAL_WORLD_SIZE", str(world))
     start_heartbeat(Path(run_dir), rank, prefix, parent)
-    run_guarded(entry, rank, world, Path(run_dir), prefix, init_method, *args)
+    try:
+        run_guarded(entry, rank, world, Path(run_dir), prefix, init_method, *args)
+    except BaseException:
+        # a failed rank leaves through torch's wrapper and the fork server's os._exit: release its semaphores
+        # first, or the resource tracker warns of "leaked semaphore objects" on the launcher's standard error
+        release_process_resources()
+        raise
     # the heartbeat file stays until the launcher has seen this process exit (it removes it): removed here, a
     # launcher polling between the removal and the exit took the rank for one that never started
     # The rank's work is done and written (model, metrics, logs; the process group destroyed). Leave without the
@@ -315,18 +321,24 @@ def _spawn_entry(rank: int, entry, world: int, run_dir: str, prefix: str, init_m
     leave_now()
 
 
+def release_process_resources() -> None:
+    """Run multiprocessing's finalizers of priority >= 0, as a normal exit would (the named semaphores libraries
+    created in this process are unlinked by them)."""
+    try:
+        from multiprocessing import util
+
+        util._run_finalizers(0)
+    except Exception:  # pragma: no cover - best effort
+        pass
+
+
 def leave_now() -> None:
     """End a worker whose work is written, without the interpreter's teardown, after releasing what outlives
     processes: the named semaphores that libraries created in it (numcodecs' blosc takes a
     ``multiprocessing.Lock`` on its first use) are unlinked by multiprocessing's finalizers, which ``os._exit``
     skips — the resource tracker, shared with the launcher, then warned of "leaked semaphore objects" on the
     launcher's standard error when it exited."""
-    try:
-        from multiprocessing import util
-
-        util._run_finalizers(0)  # the finalizers of priority >= 0, as at a normal exit (semaphores: 0)
-    except Exception:  # pragma: no cover - best effort: the work is done
-        pass
+    release_process_resources()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from ..common.errors import G3InputError
 from ..common.model_spec import ModelSpec
+from ..common.npy import verify_files
 from ..common.plan_artifact import load_plan_meta, plan_strategy
 from ..common.strategies import strategy_info
 from .config import RuntimeConfig, local_workers, resolve_knobs, usable_cores
@@ -114,6 +115,9 @@ def open_worker(rank: int, world: int, plan_dir: Path, cfg: RuntimeConfig, init_
     ctx = WorkerContext(rank=rank, world=world, cfg=cfg, plan_dir=Path(plan_dir), plan_meta=plan_meta,
                         part=Path(plan_meta["partition"]["path"]),
                         transport=Transport(p2p, rank, world, tracer, cfg.timeout), tracer=tracer)
+    # this rank's own files, whole, before any is used: what the launcher checked were their headers
+    verify_files(ctx.shard.path, ctx.shard.manifest)
+    verify_files(ctx.plan.path, ctx.plan.meta.get("files"))
     model = build_model(ctx.spec, cfg, rank)
     strategy = info.runtime_class()(ctx, model)
     return Worker(ctx, model, strategy)

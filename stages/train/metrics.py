@@ -9,6 +9,8 @@ from pathlib import Path
 import psutil
 import torch
 
+from ..common.artifact_json import sealed
+
 
 def minor_page_faults() -> int:
     """This process's minor page faults so far (0 where ``resource`` is missing): per epoch, how much memory
@@ -109,7 +111,9 @@ class MetricsWriter:
             record["link_bytes_sent"] = sum(nic)
         if self.network:
             record["network"] = self.network
-        self.file.write(json.dumps(record) + "\n")
+        # each line sealed (content_sha256, as an artifact's JSON): the file is appended to, so it has no seal of
+        # its own, and a damaged line is refused by whoever reads it
+        self.file.write(json.dumps(sealed(json.loads(json.dumps(record)))) + "\n")
         self.file.flush()
         for logger in self.loggers:
             logger.epoch(record)
