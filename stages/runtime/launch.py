@@ -91,12 +91,30 @@ INFERENCE_PRELOAD = ["__main__", "torch", "torch.distributed", "numpy", "numba",
                      "stages.runtime.preload_inference"]
 
 
+def start_resource_tracker_quietly() -> None:
+    """Start multiprocessing's resource tracker (if this process has none yet) with its "leaked semaphore"
+    warning off. When a worker fails, the launcher stops its peers with a signal, and a stopped peer cannot
+    release the named semaphores a library made in it; the tracker, shared with the launcher, then unlinks them
+    — as it should — but also printed a warning on the launcher's standard error, under the one line that names
+    the failure. The tracker takes its warning filters from this interpreter's flags when it starts; they are
+    set only for that moment (nothing else in the process changes)."""
+    from multiprocessing import resource_tracker
+
+    quiet = "ignore:resource_tracker:UserWarning"
+    sys.warnoptions.append(quiet)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions.remove(quiet)
+
+
 def start_method(preload: list[str] | None = None) -> str:
     """The start method of local workers; for the fork server, what it imports when this process starts it
     (``preload``, default :data:`PRELOAD`)."""
     method = os.environ.get("G3_START_METHOD") or ("forkserver" if sys.platform.startswith("linux") else "spawn")
     if method not in ("forkserver", "spawn"):
         raise G3InputError(f"G3_START_METHOD={method} is not one of forkserver, spawn")
+    start_resource_tracker_quietly()
     if method == "forkserver":
         import multiprocessing
 
