@@ -276,3 +276,37 @@ def test_local_order_trains_the_even_split_as_one_process_fed_the_union_batches(
     rec = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     per_worker = -(-len(train) // 2)  # ceil(N / K) targets per epoch on the fuller worker, one fewer at most
     assert rec[0]["steps"] == -(-per_worker // batch)
+
+
+def test_scheduled_serving_does_not_hold_a_large_reply_the_asker_reads_later():
+    """An owner answers queued requests in priority order, an asker reads its replies in its own order (ByteGNN's
+    network thread: the order it sent them). A reply larger than the sockets' buffers, written by the serving
+    thread, held that thread until the asker read it — while the reply the asker was waiting for sat queued
+    behind it: a deadlock until the timeout (Facebook page-page's 4,714-wide feature rows). Replies are written
+    off the serving thread now."""
+    gate = threading.Event()
+    big = np.ones(24 << 20, dtype=np.uint8)  # 24 MiB: far beyond a loopback socket's buffers
+
+    def handlers_of(w: int):
+        def gated(params, arrays):
+            gate.wait(10)
+            return [np.zeros(1, dtype=np.int64)]
+
+        def large(params, arrays):
+            return [big]
+        return {"gated": gated, "large": large}
+
+    services = start_services(handlers_of, 2, timeout=8.0, serve_threads=1)
+    try:
+        first = services[0].submit(1, "gated", [], [np.zeros(1, dtype=np.int64)], priority=(0,))
+        time.sleep(0.3)  # the one serving thread of worker 1 is inside `gated` now: the next two queue
+        later = services[0].submit(1, "large", [], [np.zeros(1, dtype=np.int64)], priority=(2,))
+        earlier = services[0].submit(1, "large", [], [np.zeros(1, dtype=np.int64)], priority=(1,))
+        time.sleep(0.3)
+        gate.set()
+        first.result()
+        assert later.result()[0].nbytes == big.nbytes  # read before `earlier`, which was answered first
+        assert earlier.result()[0].nbytes == big.nbytes
+    finally:
+        for s in services:
+            s.close()

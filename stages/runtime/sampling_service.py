@@ -262,18 +262,37 @@ class SamplingService:
                 _, arrival, conn, name, arrays = heapq.heappop(self._queue)
                 if any(other[1] < arrival for other in self._queue):
                     self.schedule_stats["ahead"] += 1
-            try:
-                self._answer(conn, name, arrays)
-            except OSError:  # the asker went away, or close(): nothing to answer
-                pass
+            # the handler's work runs here, in priority order; writing the reply does not: an asker reads its
+            # replies in its own order (ByteGNN's network thread: the order it sent them), so a reply larger
+            # than the socket's buffers, written here, would hold this thread until the asker reads it — while
+            # the reply the asker is waiting for sits in this queue behind it (a deadlock both ways, seen with
+            # 4,714-wide features on Facebook page-page)
+            reply = self._compute(name, arrays)
+            # (not kept in self.threads: one per reply; close() shuts the socket, which ends the write)
+            threading.Thread(target=self._write_reply, args=(conn, name, reply), daemon=True,
+                             name="serve-reply").start()
+
+    def _write_reply(self, conn: socket.socket, name: str, reply) -> None:
+        try:
+            self._send_reply(conn, name, reply)
+        except OSError:  # the asker went away, or close(): nothing to answer
+            pass
 
     def _answer(self, conn: socket.socket, name: str, arrays: list[np.ndarray]) -> None:
         """Call the handler and write its reply (or its error, which the asker raises naming this worker)."""
+        self._send_reply(conn, name, self._compute(name, arrays))
+
+    def _compute(self, name: str, arrays: list[np.ndarray]) -> list[np.ndarray] | Exception:
+        """The handler's reply, or the exception it raised (the asker's to report)."""
         try:
-            reply = [np.asarray(a) for a in self.handlers[name](arrays[0], arrays[1:])]
+            return [np.asarray(a) for a in self.handlers[name](arrays[0], arrays[1:])]
         except Exception as exc:  # noqa: BLE001 - every failure is the asker's to report
+            return exc
+
+    def _send_reply(self, conn: socket.socket, name: str, reply: list[np.ndarray] | Exception) -> None:
+        if isinstance(reply, Exception):
             conn.sendall(bytes([_FAILED]))
-            _send_text(conn, f"{type(exc).__name__}: {exc}")
+            _send_text(conn, f"{type(reply).__name__}: {reply}")
             return
         t0 = now_us()
         with self.lock:  # counted before it leaves: the asker may read the figures once it has the reply
