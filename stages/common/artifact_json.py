@@ -76,8 +76,10 @@ def read_json_file(path: str | Path, required: dict[str, tuple[type, ...]] | Non
         meta = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise G3InputError(f"invalid JSON: {exc}", path=path) from None
-    if not check:
-        return check_json(meta, path, {}) if not isinstance(meta, dict) else meta
+    if not check:  # only that it is an object: the caller checks the rest once it knows the version
+        if not isinstance(meta, dict):
+            raise G3InputError(f"holds a JSON {type(meta).__name__}, not an object (damaged?)", path=path)
+        return meta
     return check_json(meta, path, REQUIRED.get(path.name) if required is None else required)
 
 

@@ -14,11 +14,11 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..common.artifact_json import load_artifact_json, resolve_reference
+from ..common.artifact_json import resolve_reference
 from ..common.atomic import check_result, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.npy import check_digest, digest_path
-from ..common.run_artifact import RUN_SCHEMA, RUN_VERSION
+from ..common.run_artifact import load_run_meta
 
 if TYPE_CHECKING:
     from ..runtime.config import RuntimeConfig
@@ -32,8 +32,8 @@ CKPT_GLOB = "epoch-*.pt"
 
 
 def load_run(run: Path) -> dict:
-    """run.json, checked for schema and version."""
-    return load_artifact_json(run, "run.json", RUN_SCHEMA, RUN_VERSION, "run", "g3 train")
+    """run.json, checked (stages.common.run_artifact)."""
+    return load_run_meta(run)
 
 
 def _latest_checkpoint(run: Path) -> Path | None:

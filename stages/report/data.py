@@ -209,12 +209,7 @@ def load_run(path: str | Path) -> RunData:
         raise G3InputError("not a g3 run folder (no such folder)", path=run)
     if not (run / "run.json").is_file():
         raise G3InputError("not a g3 run (no run.json; run `g3 train` first)", path=run)
-    meta = load_run_meta(run)
-    if meta.get("status") == "running":
-        from ..common.atomic import lock_is_held
-
-        if not lock_is_held(run):  # the launcher was killed (SIGKILL): nobody is training it
-            meta["status"] = "interrupted"
+    meta = load_run_meta(run)  # a "running" run nobody holds the lock of reads as interrupted
     data = RunData(path=run, meta=meta, epochs=read_epochs(run))
     if (run / "eval.json").is_file():
         data.eval = _read_json(run / "eval.json", "eval.json")

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..common.artifact_json import load_artifact_json, reference, resolve_reference
+from ..common.artifact_json import reference, resolve_reference
 from ..common.atomic import check_target, fsync_tree, publish_dir, target_lock, write_json_atomic
 from ..common.errors import G3InputError, G3RuntimeError
 from ..common.partition_artifact import load_assignment, load_partition_meta, partition_digest
@@ -227,7 +227,7 @@ def check_resume(run_dir: Path, plan: Path, cfg: TrainConfig) -> int:
 
     if not (run_dir / "run.json").is_file():
         raise G3InputError("--resume: no run to resume here (no run.json)", path=run_dir)
-    prev = load_artifact_json(run_dir, "run.json", RUN_SCHEMA, RUN_VERSION, "run", "g3 train")
+    prev = load_run_meta(run_dir)
     trained = resolve_reference(prev["plan"], run_dir, "plan.json").resolve()
     if trained != plan.resolve():
         raise G3InputError(f"--resume: the run was trained from the plan {trained}, not {plan.resolve()}", path=run_dir)
