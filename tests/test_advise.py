@@ -44,19 +44,19 @@ def test_advise_json_has_the_schema_and_every_candidate(advice):
         assert Path(e["plan"], "plan.json").is_file()
         assert e["train_command"].startswith(f"g3 train {e['plan']} --emulate-link {e['link']}")
     assert [e["rank"] for e in ranking] == list(range(1, len(ranking) + 1))
-    # clustergcn has no simulator: listed, after every prediction, with the reason
+    # clustergcn is predicted by its own model, calibrated on its own short run
     cgcn = [e for e in ranking if e["strategy"] == "clustergcn"]
-    assert all(e["status"] == "not predicted" and "no model" in e["reason"] for e in cgcn)
-    assert min(e["rank"] for e in cgcn) > max(e["rank"] for e in _predicted(on_disk))
-    # the profile and the sampling strategy's run were made on this machine
+    assert cgcn and all(e["status"] == "ok" and e["simulated_system"] == "clustergcn"
+                        and e["predicted_epoch_seconds"] > 0 for e in cgcn)
+    # the profile and the mini-batch strategies' runs were made on this machine
     assert on_disk["calibration"]["profile"]["status"] == "ok"
-    assert [r["status"] for r in on_disk["calibration"]["runs"]] == ["ok"]
+    assert {r["strategy"]: r["status"] for r in on_disk["calibration"]["runs"]} == {"distdgl": "ok", "clustergcn": "ok"}
 
 
 def test_the_order_is_the_predicted_epoch_and_the_prediction_is_the_simulators(advice):
     _, result = advice
     ok = _predicted(result)
-    assert len(ok) == 2 * 7  # 2 links x (g3: 2, bns-gcn: 2, neutrontp: 2, distdgl: 1)
+    assert len(ok) == 2 * 8  # 2 links x (g3: 2, bns-gcn: 2, neutrontp: 2, distdgl: 1, clustergcn: 1)
     times = [e["predicted_epoch_seconds"] for e in ok]
     assert times == sorted(times)
     assert ok[0]["reason"].startswith("fastest predicted epoch")
@@ -96,8 +96,11 @@ def test_a_slower_link_slows_the_communication_heavy_candidates_most(advice):
     grow = {key: slow[key]["predicted_epoch_seconds"] - fast[key]["predicted_epoch_seconds"] for key in fast}
     sent = {key: fast[key]["bytes_per_epoch"] for key in fast}
     assert all(g > 0 for g in grow.values())
-    by_bytes = sorted({sent[k] for k in fast})
-    mean_growth = [max(grow[k] for k in fast if sent[k] == b) for b in by_bytes]
+    # bytes_per_epoch leaves the gradient all-reduce out: clustergcn sends nothing else (0 bytes) and grows by its
+    # per-step all-reduce alone (tests/test_simulate_clustergcn.py), so it has no place in this order
+    sending = [k for k in fast if sent[k] > 0]
+    by_bytes = sorted({sent[k] for k in sending})
+    mean_growth = [max(grow[k] for k in sending if sent[k] == b) for b in by_bytes]
     assert mean_growth == sorted(mean_growth)  # more bytes, more growth
     heaviest = max(fast, key=sent.get)
     assert grow[heaviest] == max(grow.values())

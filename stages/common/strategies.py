@@ -245,6 +245,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
                       "cluster is full-graph training; evaluation is exact full-neighbour inference",
             planner="clustergcn", runtime="clustergcn",
             train_knobs=("prefetch",), mini_batch=True, family="mini-batch",
+            simulator="clustergcn", simulated_as=lambda options, knobs: "clustergcn",
         ),
         StrategyInfo(
             name="p3",
