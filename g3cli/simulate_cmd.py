@@ -74,8 +74,9 @@ def _pipelines(ctx, param, value):
               help="Worker counts of the scaling table (like the paper's Figs. 7-11, 16, 17): a list, a range "
                    "of powers of two (2-16), or 'none'. Each K is partitioned and planned once into --cache.")
 @click.option("--run", "run", type=click.Path(), default=None,
-              help="Sampling strategies (distdgl, bytegnn): a run of PLAN whose metrics calibrate the model of a "
-                   "step (seconds per sampled arc and per source row, remote share; docs/DESIGN.md 'Simulator').")
+              help="A mini-batch strategy's plan (distdgl, bytegnn, clustergcn, p3, hopgnn): a run of PLAN whose "
+                   "metrics calibrate the model of a step (seconds per sampled arc and per source row, remote "
+                   "share; docs/DESIGN.md 'Simulator').")
 @click.option("--cache", type=click.Path(), default=None,
               help="Folder for the partitions and plans of other worker counts [default: PLAN.simcache].")
 @click.option("-o", "--out", type=click.Path(), default=None,
@@ -88,8 +89,8 @@ def command(plan, workers, bandwidth, latency, link_share, hosts, profile, pipel
     per-peer message bytes, compute rates from a profile of the real runtime, a network of full-duplex links.
     Reports per-worker busy / communication-wait / idle time and the epoch time of g3 with each --pipeline
     schedule and of the other strategies, and a scaling table over --scaling worker counts. A plan of
-    another strategy is simulated through a g3 plan of its partition (the bins give the work); a sampling
-    strategy's (distdgl, bytegnn) by a per-step model calibrated on a run of it (--run); a neutrontp plan by
+    another strategy is simulated through a g3 plan of its partition (the bins give the work); a mini-batch
+    strategy's (distdgl, bytegnn, clustergcn, p3, hopgnn) by a per-step model calibrated on a run of it (--run); a neutrontp plan by
     its chunks and the plan's all-to-alls (naive or decoupled TP, bulk or pipelined)."""
     opts = SimulateOptions(workers=workers, bandwidth=bandwidth, latency=latency, profile=profile,
                            pipelines=pipelines, baselines=baselines, boundary_sample=boundary_sample,
