@@ -17,6 +17,7 @@ from stages.advise import (
     run_advise,
 )
 from stages.advise.report import print_advice
+from stages.common.errors import G3InputError
 from stages.plan import MODELS
 
 from .output import stdout_console
@@ -32,6 +33,11 @@ from .output import stdout_console
 @click.option("--device-memory", default="16GiB", show_default=True, metavar="SIZE",
               help="Memory of one worker's device (24GiB, 512MiB, …): g3 and neutrontp size bins and chunks by it; "
                    "every candidate's peak memory per worker is checked against it.")
+@click.option("--cluster", "cluster", type=click.Path(), default=None, metavar="FILE",
+              help="A cluster of more than one kind of host (a g3.cluster JSON file: per host kind its count, "
+                   "workers_per_host, device_memory, link and speed relative to this machine; docs/ARTIFACTS.md "
+                   "'Cluster file'): K is its workers, each worker gets its host's link, speed and memory. "
+                   "Replaces --workers, --link and --device-memory.")
 @click.option("--model", type=click.Choice(MODELS), default="sage", show_default=True, help="GNN model.")
 @click.option("--layers", type=int, default=2, show_default=True, help="GNN layers L.")
 @click.option("--hidden", type=int, default=16, show_default=True, help="Hidden width H (per head for GAT).")
@@ -65,18 +71,27 @@ from .output import stdout_console
 @click.option("--force", is_flag=True, help="Replace the advise.json of an earlier call in OUT (its cache is reused).")
 @click.option("--top", type=int, default=None, help="Print only the first N rows of the ranking.")
 @click.option("--json", "as_json", is_flag=True, help="Print advise.json instead of the table.")
-def command(store, workers, link, device_memory, model, layers, hidden, heads, strategies, budget,
+def command(store, workers, link, device_memory, cluster, model, layers, hidden, heads, strategies, budget,
             calibration_epochs, calibrate_link, anchor, target_epochs, plans, cache, out, force, top, as_json):
     """Which strategy, and how many workers, for this graph, model and cluster: every strategy (and its main
     options) at every K and link rate, partitioned, planned and predicted by `g3 simulate`'s models calibrated
     on this machine (a short profile run and a short run of each sampling strategy); epoch time, bytes per
     epoch, peak memory per worker against --device-memory, time to --target-epochs; ranked best first with
-    the reason for each place, refusals with theirs. Writes OUT/advise.json."""
+    the reason for each place, refusals with theirs. With --cluster FILE, a cluster of unlike hosts: each worker
+    its host kind's link, compute speed and device memory. Writes OUT/advise.json."""
+    if cluster is not None:
+        from click.core import ParameterSource
+
+        ctx = click.get_current_context()
+        given = [f"--{name.replace('_', '-')}" for name in ("workers", "link", "device_memory")
+                 if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT]
+        if given:
+            raise G3InputError(f"--cluster gives the workers, links and device memory: drop {', '.join(given)}")
     opts = AdviseOptions(workers=parse_workers(workers), links=parse_links(link), device_memory=device_memory,
                          model=model, layers=layers, hidden=hidden, heads=heads,
                          strategies=parse_strategies(strategies), budget=budget, plans=plans, cache=cache,
                          target_epochs=target_epochs, calibration_epochs=calibration_epochs,
-                         calibrate_link=calibrate_link, anchor=anchor)
+                         calibrate_link=calibrate_link, anchor=anchor, cluster=cluster)
     result = run_advise(store, opts, out=out, force=force)
     if as_json:
         click.echo(json.dumps(result, indent=1, default=str))

@@ -12,6 +12,10 @@ is refused with its reason; what cannot be predicted says why. Ranked best first
 candidates by predicted epoch time, then those that do not fit, then the rest. Writes ``OUT/advise.json``
 (schema ``g3.advise``, docs/ARTIFACTS.md); with ``plans`` every candidate's plan is kept there, ready for
 ``g3 train PLAN --emulate-link RATE``.
+
+With ``cluster`` (a ``g3.cluster`` file, :mod:`.cluster`) the hosts are not alike: K is the cluster's workers,
+every candidate is planned for the smallest device memory among its hosts (so every worker's bins fit), its fit
+is checked per host kind, and the simulator gives each worker its host kind's compute speed and link.
 """
 
 from __future__ import annotations
@@ -70,6 +74,9 @@ class AdviseOptions:
     # add to every prediction what its model missed at its calibration point (anchor_seconds); False: the bare model
     anchor: bool = True
     latency: float | None = None  # seconds per message [default: g3 simulate's]
+    # a cluster file (schema g3.cluster, stages/advise/cluster.py): its hosts give K, every worker's link, speed and
+    # device memory, in place of workers, links and device_memory
+    cluster: str | None = None
 
 
 def parse_links(text: str) -> tuple[str, ...]:
@@ -129,17 +136,20 @@ def resolve_calibrate_link(text: str | None) -> str | None:
     return None if text in (None, "local") else text
 
 
-def _check(options: AdviseOptions, num_nodes: int) -> int:
+def _check(options: AdviseOptions, num_nodes: int, cluster=None) -> int:
     from ..common.model_spec import MODEL_KINDS
     from ..runtime.netemu import parse_rate
 
     if not options.workers or any(int(k) < 1 for k in options.workers):
         raise G3InputError("--workers: worker counts must be at least 1")
     if max(options.workers) > num_nodes:
+        if cluster is not None:
+            raise G3InputError(f"its {cluster.workers} workers are more than the store's {num_nodes} nodes",
+                               path=cluster.path)
         raise G3InputError(f"--workers {max(options.workers)}: more workers than the store's {num_nodes} nodes")
     if not options.links:
         raise G3InputError("--link: no link rate given")
-    for link in options.links:
+    for link in options.links if cluster is None else ():  # a cluster's links are checked by its reader
         try:
             parse_rate(link)
         except ValueError as exc:
@@ -288,6 +298,18 @@ def plan_memory(meta: dict) -> tuple[int | None, str]:
     return None, "the plan has no memory estimate"
 
 
+def worker_memory(meta: dict) -> list[int | None]:
+    """Peak memory of every worker (by rank), from where :func:`plan_memory` takes the plan's: two of the
+    worker's largest bins, else its per-worker estimate, else the plan's ``device_memory`` (None: no estimate)."""
+    workers = sorted(meta.get("workers") or [], key=lambda w: int(w.get("rank", 0)))
+    bins = [[lay["max_bin_bytes"] for lay in (w.get("layers") or []) if lay.get("max_bin_bytes")] for w in workers]
+    if any(bins):
+        return [2 * int(max(b)) if b else None for b in bins]
+    if any(w.get("memory_bytes") for w in workers):
+        return [int(w["memory_bytes"]) if w.get("memory_bytes") else None for w in workers]
+    return [int(meta["device_memory"]) if meta.get("device_memory") else None for _ in workers]
+
+
 def breakdown(system: dict, epoch: float | None = None) -> dict:
     """Shares of the predicted epoch (``epoch``: the model's, or the model's plus its anchor): computing, waiting
     on the network (and the gradient all-reduce), the rest (idle: waiting for a peer, sampling, the optimizer
@@ -319,11 +341,13 @@ def describe(b: dict, link: str) -> str:
     return f"mixed: {comp:.0%} compute, {net:.0%} network at {link}, {other:.0%} other"
 
 
-def train_command(plan: str | None, link: str, knobs: dict, k: int) -> str | None:
+def train_command(plan: str | None, link: str | None, knobs: dict, k: int) -> str | None:
+    """``g3 train PLAN --emulate-link RATE [knobs]``; ``link`` None (a cluster of unlike hosts: run it on the
+    cluster's hosts): no emulated link."""
     if plan is None:
         return None
     flags = "".join(f" {TRAIN_KNOBS[key]} {value}" for key, value in knobs.items())
-    return f"g3 train {plan} --emulate-link {link}{flags}"
+    return f"g3 train {plan}" + (f" --emulate-link {link}" if link else "") + flags
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -357,7 +381,15 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
     if not (store / "zarr.json").is_file():
         raise G3InputError("not a g3 store (no zarr.json; make one with `g3 ingest`)", path=store)
     gs = GraphStore.open(store)
-    memory = _check(options, int(gs.num_nodes))
+    cluster = None
+    if options.cluster:
+        from .cluster import load_cluster
+
+        cluster = load_cluster(options.cluster)
+        # K = the cluster's workers; one "link" column: the cluster; plans sized by the smallest device memory
+        options = replace(options, workers=(cluster.workers,), links=(cluster.label,),
+                          device_memory=cluster.smallest_memory().device_memory)
+    memory = _check(options, int(gs.num_nodes), cluster)
     options = replace(options, calibrate_link=resolve_calibrate_link(options.calibrate_link))
     out = Path(out) if out else store.parent / f"{store.name}.advise"
     if out.exists() and not out.is_dir():
@@ -491,12 +523,16 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
             meta = load_plan_meta(c.plan) if c.plan else None
             peak, source = plan_memory(meta) if meta else (None, "not planned")
             fits = None if peak is None else peak <= memory
+            hosts = cluster.fit(worker_memory(meta)) if cluster is not None and meta else None
+            if hosts is not None:  # every host kind's workers within its own device
+                fits = None if any(h["fits"] is None for h in hosts) else all(h["fits"] for h in hosts)
             for link in options.links:
-                e = _entry(c, info, link, peak, source, fits, options)
+                e = _entry(c, info, link, peak, source, fits, options, cluster, hosts)
                 if c.refused is None:
                     if c.unpredicted is None:
                         _predict(c, info, link, e, meta, options, profile_path, profile_error,
-                                 (calib["profile"] or {}).get("model_check"), calibration_runs, cache, sims)
+                                 (calib["profile"] or {}).get("model_check"), calibration_runs, cache, sims,
+                                 cluster)
                     else:
                         e["status"], e["reason"] = "not predicted", f"not predicted: {c.unpredicted}"
                     progress.advance(task)
@@ -510,6 +546,7 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
         "model": {"model": options.model, "layers": options.layers, "hidden": options.hidden, "heads": options.heads},
         "workers": ks, "links": list(options.links), "device_memory_bytes": memory,
         "latency_seconds": _latency(options),
+        "cluster": cluster.to_json() if cluster is not None else None,
         "calibration": {**calib, "calibration_workers": k0, "calibrate_link": options.calibrate_link,
                         "notes": ["rates measured on this machine: the profile (full-graph and tensor-parallel "
                                   "models) and each sampling strategy's run are at K0 workers, "
@@ -567,20 +604,31 @@ def _latency(options: AdviseOptions) -> float:
     return options.latency if options.latency is not None else SimulateOptions().latency
 
 
-def _entry(c: Candidate, info, link: str, peak, source: str, fits, options: AdviseOptions) -> dict:
+def _entry(c: Candidate, info, link: str, peak, source: str, fits, options: AdviseOptions, cluster=None,
+           hosts: list[dict] | None = None) -> dict:
     e = {"strategy": c.strategy, "variant": c.variant, "family": info.family, "workers": c.k, "link": link,
          "plan_options": c.plan_options, "train_options": c.knobs, "status": "refused",
          "predicted_epoch_seconds": None, "bytes_per_epoch": None, "peak_memory_bytes": peak,
          "memory_source": source, "fits": fits, "time_to_target_seconds": None, "breakdown": None,
          "model_epoch_seconds": None, "anchor_seconds": None, "simulated_system": None, "model_check_error": None, "exactness": info.exactness, "reason": c.refused}
+    if cluster is not None:
+        e["hosts"] = hosts  # per host kind: its device memory, its workers' peak, whether it fits
+        short = next((h for h in hosts or () if h["fits"] is False), None)
+        if short is not None:
+            from ..common.units import human_bytes
+
+            kind = next(x for x in cluster.kinds if x.name == short["name"])
+            e["misfit"] = (f"on host kind {kind.name!r} ({kind.count} host{'s' if kind.count > 1 else ''}, "
+                           f"{human_bytes(kind.memory_bytes)} per worker) its workers need "
+                           f"{human_bytes(short['peak_memory_bytes'])}")
     if options.plans and c.plan is not None:
         e["plan"] = str(c.plan)
-        e["train_command"] = train_command(str(c.plan), link, c.knobs, c.k)
+        e["train_command"] = train_command(str(c.plan), None if cluster is not None else link, c.knobs, c.k)
     return e
 
 
 def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: AdviseOptions, profile_path,
-             profile_error, profile_check, calibration_runs: dict, cache: Cache, sims: dict) -> None:
+             profile_error, profile_check, calibration_runs: dict, cache: Cache, sims: dict, cluster=None) -> None:
     from ..runtime.netemu import parse_rate
     from ..simulate import SimulateOptions, simulate_plan
 
@@ -595,9 +643,14 @@ def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: Advise
             e["status"], e["reason"] = "not predicted", f"not predicted: {profile_error or 'no profile'}"
             return
         plan, run, profile, check = c.plan, None, profile_path, profile_check
-    so = SimulateOptions(workers=c.k, bandwidth=parse_rate(link) / 8, latency=_latency(options),
-                         profile=str(profile) if profile else None, run=str(run) if run else None, scaling=(),
-                         cache=str(cache.root / "simcache"), **c.simulate)
+    if cluster is None:
+        per_worker = {"bandwidth": parse_rate(link) / 8}
+    else:  # each rank its host kind's link and speed, and its host (docs/DESIGN.md "Advisor")
+        per_worker = {"bandwidth": cluster.slowest_link().link_bits / 8, "worker_bandwidth": cluster.link_bytes(),
+                      "worker_speed": cluster.speeds(), "worker_hosts": tuple(cluster.rank_hosts())}
+    so = SimulateOptions(workers=c.k, latency=_latency(options), profile=str(profile) if profile else None,
+                         run=str(run) if run else None, scaling=(), cache=str(cache.root / "simcache"),
+                         **per_worker, **c.simulate)
     key = (str(plan), c.k, link, json.dumps(c.simulate, sort_keys=True))
     if key not in sims:
         try:
@@ -623,7 +676,8 @@ def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: Advise
     e.update(status="ok" if e["fits"] is not False else "does not fit", predicted_epoch_seconds=epoch,
              model_epoch_seconds=model, anchor_seconds=epoch - model,
              bytes_per_epoch=int(system["bytes_per_epoch"]), breakdown=b, simulated_system=want,
-             time_to_target_seconds=epoch * options.target_epochs, reason=describe(b, link),
+             time_to_target_seconds=epoch * options.target_epochs,
+             reason=describe(b, link if cluster is None else f"{cluster.name}'s links"),
              model_check_error=(check or {}).get("error"))
 
 
@@ -660,6 +714,8 @@ def rank(entries: list[dict], memory: int) -> list[dict]:
             lead = ("fastest predicted epoch" if e is best else
                     f"{e['predicted_epoch_seconds'] / best['predicted_epoch_seconds']:.2f}x the best's epoch")
             e["reason"] = f"{lead}; {e['reason']}"
+        elif e["status"] == "does not fit" and e.get("misfit"):
+            e["reason"] = f"does not fit: {e['misfit']} ({e['memory_source']}); predicted: {e['reason']}"
         elif e["status"] == "does not fit":
             e["reason"] = (f"does not fit: needs {human_bytes(e['peak_memory_bytes'])} per worker, the device has "
                            f"{human_bytes(memory)} ({e['memory_source']}); predicted: {e['reason']}")
@@ -668,5 +724,5 @@ def rank(entries: list[dict], memory: int) -> list[dict]:
     return order
 
 
-__all__ = ["run_advise", "AdviseOptions", "resolve_calibrate_link", "AUTO_CALIBRATE_LINK", "parse_links", "parse_workers", "parse_strategies", "plan_memory", "breakdown", "rank",
+__all__ = ["run_advise", "AdviseOptions", "resolve_calibrate_link", "AUTO_CALIBRATE_LINK", "parse_links", "parse_workers", "parse_strategies", "plan_memory", "worker_memory", "breakdown", "rank",
            "ADVISE_SCHEMA", "ADVISE_VERSION", "CONVERGENCE_MODEL"]

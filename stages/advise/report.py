@@ -22,12 +22,18 @@ def print_advice(result: dict, console=None, top: int | None = None) -> None:
 
     console = console or Console()
     store, model = result["store"], result["model"]
+    cluster = result.get("cluster")
+    if cluster:  # a cluster of unlike hosts: its host kinds, K, and the memory every plan is sized for
+        where = (f"cluster {cluster['description']}; workers {cluster['workers']}; plans sized for the smallest "
+                 f"device memory, {human_bytes(result['device_memory_bytes'])}")
+    else:
+        where = (f"workers {', '.join(map(str, result['workers']))}; links {', '.join(result['links'])}; "
+                 f"device memory {human_bytes(result['device_memory_bytes'])}")
     console.print(f"[bold]g3 advise[/bold] {store['name']} ({store['num_nodes']:,} nodes, {store['num_arcs']:,} arcs), "
-                  f"{model['model']} L={model['layers']} H={model['hidden']}; workers {', '.join(map(str, result['workers']))}; "
-                  f"links {', '.join(result['links'])}; device memory {human_bytes(result['device_memory_bytes'])}")
+                  f"{model['model']} L={model['layers']} H={model['hidden']}; {where}")
     t = Table(title="ranking (best first)", expand=False)
     for c, kw in (("#", {"justify": "right"}), ("strategy", {"overflow": "fold"}), ("variant", {"overflow": "fold"}),
-                  ("K", {"justify": "right"}), ("link", {}), ("epoch", {"justify": "right"}),
+                  ("K", {"justify": "right"}), ("cluster" if result.get("cluster") else "link", {}), ("epoch", {"justify": "right"}),
                   (f"{result['time_to_target']['epochs']} epochs", {"justify": "right"}),
                   ("sent / epoch", {"justify": "right"}), ("peak / worker", {"justify": "right"}),
                   ("fits", {}), ("why this place", {"overflow": "fold", "ratio": 1, "min_width": 24})):

@@ -48,6 +48,12 @@ class SimulateOptions:
     run: str | None = None  # sampling strategies: the run their model is calibrated on
     link_share: float = LINK_SHARE  # of a link's bytes that are payload (calibration.py)
     hosts: int | None = None  # full-graph plans: hosts the K workers run on (None: one per worker)
+    # a cluster of unlike hosts (`g3 advise --cluster`): per rank of the K workers its compute speed relative to
+    # the profiled machine, its host's link rate (bytes/s per direction, as ``bandwidth``) and its host (full-graph
+    # plans: ranks of one host share its link and talk over its loopback); None: uniform, as without them
+    worker_speed: tuple[float, ...] | None = None
+    worker_bandwidth: tuple[float, ...] | None = None
+    worker_hosts: tuple[int, ...] | None = None
 
 
 _BW_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
@@ -110,10 +116,39 @@ def parse_workers_list(text: str) -> tuple[int, ...]:
 
 
 def allreduce_seconds(num_params: int, k: int, net: Network) -> float:
-    """Ring all-reduce of the float32 weight gradients: 2(K-1)/K of the bytes per link, 2(K-1) latencies."""
-    if k <= 1 or net.host(k - 1) == 0:  # one worker, or every worker on one host
+    """Ring all-reduce of the float32 weight gradients: 2(K-1)/K of the bytes per link, 2(K-1) latencies (at
+    the slowest link when the links differ: every worker's part passes through it)."""
+    if k <= 1 or net.one_host(k):  # one worker, or every worker on one host
         return 0.0
     return 2 * (k - 1) / k * net.transfer(num_params * 4) + 2 * (k - 1) * net.latency
+
+
+def network(options: SimulateOptions, k: int, workers_per_host: int = 1) -> Network:
+    """The network of ``options`` (bandwidth already the payload's, see :func:`simulate_plan`) at ``k`` workers:
+    with the per-worker links, speeds and hosts of a cluster, which are given for that K."""
+    per_worker = options.worker_speed is not None or options.worker_bandwidth is not None \
+        or options.worker_hosts is not None
+    if not per_worker:
+        return Network(options.bandwidth, options.latency, workers_per_host=workers_per_host)
+    if any(v is not None and len(v) != k for v in (options.worker_speed, options.worker_bandwidth,
+                                                   options.worker_hosts)):
+        raise G3InputError(f"per-worker speeds, links and hosts are given for another K than {k}")
+    return Network(options.bandwidth, options.latency, workers_per_host=workers_per_host,
+                   links=options.worker_bandwidth, speeds=options.worker_speed, hosts=options.worker_hosts)
+
+
+def rates_at(rates: Rates, speed: float) -> Rates:
+    """``rates`` on a worker ``speed`` times as fast as the profiled one: every duration divided by it."""
+    if speed == 1.0:
+        return rates
+    from .profile import LayerRates, PhaseRates
+
+    def phase(p: PhaseRates) -> PhaseRates:
+        return PhaseRates(p.per_arc / speed, p.per_node / speed, p.per_bin / speed)
+
+    return replace(rates, layers=[LayerRates(phase(lr.forward), phase(lr.backward), lr.gather_per_row / speed)
+                                  for lr in rates.layers],
+                   overhead_per_bin=rates.overhead_per_bin / speed, step_seconds=rates.step_seconds / speed)
 
 
 def simulate_system(wl: Workload, system: str, rates: Rates, net: Network, halo=None, record: bool = False,
@@ -137,14 +172,19 @@ def _simulate(wl: Workload, system: str, rates: Rates, net: Network, halo, recor
               fresh: bool) -> dict:
     k = wl.k
     engine = Engine(k, net, record=record)
-    gens = system_workers(system, SystemContext(wl, rates, engine, halo, boundary_sample, fresh))
+    context = SystemContext(wl, rates, engine, halo, boundary_sample, fresh)
+    if net.speeds is None:
+        gens = system_workers(system, context)
+    else:  # each worker's generator from its speed's rates (generators are lazy: the others are never run)
+        by_speed = {s: system_workers(system, replace(context, rates=rates_at(rates, s))) for s in set(net.speeds)}
+        gens = [by_speed[net.speed(r)][r] for r in range(k)]
     try:
         stats = engine.run(gens)
     except Deadlock as exc:
         raise G3InputError(f"{system}: {exc} (the plan's send and receive tables do not match)") from None
     t_end = max((s.end for s in stats), default=0.0)
     ar = allreduce_seconds(wl.num_params, k, net)
-    sync = ar + rates.step_seconds
+    sync = ar + rates.step_seconds / net.slowest_speed()  # the optimizer step: every worker's, the slowest's last
     epoch = t_end + sync
     workers = []
     for r, s in enumerate(stats):
@@ -231,6 +271,7 @@ def simulate_plan(plan: str | Path, options: SimulateOptions, out: str | Path | 
     if not 0.0 < options.link_share <= 1.0:
         raise G3InputError("--link-share must be in (0, 1]")
     simulator = _simulator(meta)
+    options = _per_worker(options, options.workers or int(meta["num_workers"]))
     if options.hosts is not None:
         from ..common.strategies import strategy_info
 
@@ -242,11 +283,52 @@ def simulate_plan(plan: str | Path, options: SimulateOptions, out: str | Path | 
                                f"{meta['strategy']['name']} model has one worker per host")
     out = Path(out) if out else plan.parent / f"{plan.name}.sim"
     # every model moves payload: the share of the link rate that headers leave (calibration.py)
-    payload = replace(options, bandwidth=options.bandwidth * options.link_share)
+    payload = replace(options, bandwidth=options.bandwidth * options.link_share,
+                      worker_bandwidth=None if options.worker_bandwidth is None else
+                      tuple(b * options.link_share for b in options.worker_bandwidth))
     result, records = simulator.simulate(plan, meta, payload, out)
     result["network_link"] = {"bandwidth_bytes_per_second": options.bandwidth, "link_share": options.link_share,
                               "hosts": options.hosts}
+    if options.worker_speed is not None or options.worker_bandwidth is not None or options.worker_hosts is not None:
+        result["network_link"]["per_worker"] = {
+            "speed": list(options.worker_speed) if options.worker_speed else None,
+            "bandwidth_bytes_per_second": list(options.worker_bandwidth) if options.worker_bandwidth else None,
+            "hosts": list(options.worker_hosts) if options.worker_hosts else None}
     return result, records
+
+
+def _per_worker(options: SimulateOptions, k: int) -> SimulateOptions:
+    """Check the per-worker speeds, links and hosts (one per rank of the K workers, positive, hosts numbered
+    0 … H−1 in order of first rank) and drop what is uniform: all speeds 1 → None; one link rate for all → that
+    rate as ``bandwidth``; one worker per host → None. So a uniform cluster is simulated exactly as without."""
+    speed, bandwidth, hosts = options.worker_speed, options.worker_bandwidth, options.worker_hosts
+    if speed is None and bandwidth is None and hosts is None:
+        return options
+    for name, values in (("worker_speed", speed), ("worker_bandwidth", bandwidth), ("worker_hosts", hosts)):
+        if values is not None and len(values) != k:
+            raise G3InputError(f"{name}: {len(values)} values for {k} workers")
+    if speed is not None and not all(math.isfinite(s) and s > 0 for s in speed):
+        raise G3InputError("worker_speed: every speed must be positive")
+    if bandwidth is not None and not all(b > 0 for b in bandwidth):
+        raise G3InputError("worker_bandwidth: every link rate must be positive")
+    if hosts is not None:
+        if options.hosts is not None:
+            raise G3InputError("--hosts and per-worker hosts are exclusive")
+        first = list(dict.fromkeys(hosts))
+        if first != list(range(len(first))):
+            raise G3InputError("worker_hosts: hosts must be numbered 0, 1, … in order of their first rank")
+    if any(kk != k for kk in options.scaling):
+        raise G3InputError(f"per-worker speeds, links and hosts are given for K = {k}: no scaling table at other K")
+    if speed is not None and all(s == 1.0 for s in speed):
+        speed = None
+    if bandwidth is not None and len(set(bandwidth)) == 1:
+        options = replace(options, bandwidth=bandwidth[0])
+        bandwidth = None
+    if hosts is not None and len(set(hosts)) == k:
+        hosts = None
+    return replace(options, worker_speed=None if speed is None else tuple(float(s) for s in speed),
+                   worker_bandwidth=None if bandwidth is None else tuple(float(b) for b in bandwidth),
+                   worker_hosts=None if hosts is None else tuple(int(h) for h in hosts))
 
 
 def _simulator(meta: dict):
@@ -282,4 +364,4 @@ def _finish(result: dict, out: Path, t0: float, records: list[dict] | None = Non
 
 
 __all__ = ["run_simulate", "simulate_plan", "SimulateOptions", "simulate_system", "simulate_workload", "parse_bandwidth",
-           "parse_latency", "parse_workers_list", "allreduce_seconds", "Network"]
+           "parse_latency", "parse_workers_list", "allreduce_seconds", "Network", "network", "rates_at"]

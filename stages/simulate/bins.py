@@ -24,14 +24,15 @@ from .workload import Workload, load_workload
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, list[dict]]:
     """simulate.json's body for a bins-workload plan, and the systems at K with their timeline spans."""
+    from . import network as options_network
     from . import simulate_workload, systems_for
 
     cache = Path(options.cache) if options.cache else plan.parent / f"{plan.name}.simcache"
     k = options.workers or int(meta["num_workers"])
     per_host = k // options.hosts if options.hosts else 1  # workers of one host talk over its loopback
 
-    def network(kk: int) -> Network:
-        return Network(options.bandwidth, options.latency, workers_per_host=per_host if kk % per_host == 0 else 1)
+    def network(kk: int) -> Network:  # at K, a cluster's per-worker links, speeds and hosts (one K only)
+        return options_network(options, kk, workers_per_host=per_host if kk % per_host == 0 else 1)
 
     net = network(k)
     systems = systems_for(options)
@@ -61,13 +62,19 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, list[dic
         "num_nodes": wl.num_nodes,
         "model": wl.config,
         "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency,
-                    "workers_per_host": per_host},
+                    "workers_per_host": per_host, **_per_worker(net)},
         "rates": {"source": rates.source, "notes": rates.notes, "overhead_per_bin": rates.overhead_per_bin,
                   "step_seconds": rates.step_seconds, "layers": [asdict(lr) for lr in rates.layers]},
         "systems": [{k_: v for k_, v in r.items() if k_ != "workers"} | {"workers": [
             {k_: v for k_, v in w.items() if k_ != "spans"} for w in r["workers"]]} for r in main],
         "scaling": scaling,
     }, main
+
+
+def _per_worker(net: Network) -> dict:
+    """The per-worker links, speeds and hosts of a cluster of unlike hosts (nothing when uniform)."""
+    out = {"worker_bandwidth_bytes_per_second": net.links, "worker_speed": net.speeds, "worker_hosts": net.hosts}
+    return {key: list(value) for key, value in out.items() if value is not None}
 
 
 def plan_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> Path:

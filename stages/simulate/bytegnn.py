@@ -55,11 +55,16 @@ class SchedulerProfile:
 
 
 def simulate_bytegnn(p: MiniBatchProfile, s: SchedulerProfile, k: int, bandwidth: float, latency: float,
-                     scheduler: bool) -> dict:
-    """The modelled epoch at ``k`` workers (a system entry of simulate.json)."""
+                     scheduler: bool, net=None) -> dict:
+    """The modelled epoch at ``k`` workers (a system entry of simulate.json). ``net``: per-worker links and speeds
+    (a cluster of unlike hosts, as :func:`.minibatch.simulate_minibatch`): each worker's task CPU and compute
+    ÷ its speed, its remote bytes from its peers evenly at the slower link of each pair; the slowest worker's
+    step bounds every step."""
     from . import Network, allreduce_seconds
+    from .minibatch import mean_of
 
-    net = Network(bandwidth, latency)
+    net = net or Network(bandwidth, latency)
+    latency = net.latency
     steps = math.ceil(p.num_train / (k * p.batch_size)) if p.order == "local" else math.ceil(p.num_train / p.batch_size)
     scale = 1.0 if p.order == "local" else p.workers / k
     arcs, rows = p.arcs_per_step * scale, p.rows_per_step * scale
@@ -67,26 +72,33 @@ def simulate_bytegnn(p: MiniBatchProfile, s: SchedulerProfile, k: int, bandwidth
     answers = (p.fanouts[1] + 1) * 8 if len(p.fanouts) > 1 and p.fanouts[1] > 0 else 0  # sized by the draw
     remote_bytes = remote * (p.feat_dim * 4 + answers) if k > 1 else 0.0
     threads, dags = (s.threads, s.max_dags) if scheduler else (1, 1)
-    cpu = arcs * s.t_task
-    link = net.transfer(remote_bytes) if k > 1 else 0.0
-    network = (len(p.fanouts) * 2 * latency + link) if k > 1 else 0.0
-    dag_latency = cpu / threads + network
-    period = max(cpu / threads, link, dag_latency / dags)
-    compute = arcs * p.t_compute
+    per = []  # per worker: its step and the parts of it
+    for w in range(k):
+        speed = net.speed(w)
+        cpu = arcs * s.t_task / speed
+        link = net.peer_transfer(remote_bytes, w, k) if k > 1 else 0.0
+        network = (len(p.fanouts) * 2 * latency + link) if k > 1 else 0.0
+        dag_latency = cpu / threads + network
+        period = max(cpu / threads, link, dag_latency / dags)
+        compute = arcs * p.t_compute / speed
+        per.append({"step": max(period, compute), "sampling_cpu": cpu, "dag_latency": dag_latency, "period": period,
+                    "compute": compute, "network": network, "link": link})
+    slowest = max(per, key=lambda x: x["step"])
     allreduce = allreduce_seconds(p.num_params, k, net)
-    epoch = steps * (max(period, compute) + allreduce)
-    busy = steps * compute
+    epoch = steps * (slowest["step"] + allreduce)
     name = "bytegnn" if scheduler else "bytegnn-off"
-    worker = {"busy": busy, "overhead": 0.0, "comm_wait": 0.0, "idle": max(0.0, epoch - busy),
-              "sync": steps * allreduce, "link_seconds": steps * link, "bytes_sent": steps * remote_bytes}
+    workers = [{"rank": r, "busy": steps * x["compute"], "overhead": 0.0, "comm_wait": 0.0,
+                "idle": max(0.0, epoch - steps * x["compute"]), "sync": steps * allreduce,
+                "link_seconds": steps * x["link"], "bytes_sent": steps * remote_bytes} for r, x in enumerate(per)]
     return {"system": name, "workers_count": k, "epoch_seconds": epoch,
             "throughput": p.num_train / epoch if epoch > 0 else None, "allreduce_seconds": steps * allreduce,
-            "step_seconds": 0.0, "bytes_per_epoch": int(steps * remote_bytes * k), "busy_max": busy,
-            "busy_mean": busy, "comm_wait_mean": 0.0, "idle_mean": worker["idle"], "steps": steps,
-            "step_parts": {"sampling_cpu": cpu, "dag_latency": dag_latency, "period": period, "compute": compute,
-                           "network": network, "allreduce": allreduce, "dags_in_flight": dags,
-                           "threads": threads},
-            "workers": [{"rank": r, **worker} for r in range(k)]}
+            "step_seconds": 0.0, "bytes_per_epoch": int(steps * remote_bytes * k),
+            "busy_max": max(w["busy"] for w in workers), "busy_mean": mean_of(w["busy"] for w in workers),
+            "comm_wait_mean": 0.0, "idle_mean": mean_of(w["idle"] for w in workers), "steps": steps,
+            "step_parts": {**{key: slowest[key] for key in ("sampling_cpu", "dag_latency", "period", "compute",
+                                                            "network")},
+                           "allreduce": allreduce, "dags_in_flight": dags, "threads": threads},
+            "workers": workers}
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
@@ -96,9 +108,13 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
     p = MiniBatchProfile(**result["rates"]["profile"])
     s = SchedulerProfile.from_run(run)
     k = result["workers"]
+    from . import network
+
+    net = network(options, k)
 
     def both(kk: int) -> list[dict]:
-        return [simulate_bytegnn(p, s, kk, options.bandwidth, options.latency, on) for on in (True, False)]
+        return [simulate_bytegnn(p, s, kk, options.bandwidth, options.latency, on, net=net if kk == k else None)
+                for on in (True, False)]
 
     result["systems"] = both(k)
     result["scaling"] = [{"workers": kk, "systems": {r["system"]: {key: r[key] for key in (

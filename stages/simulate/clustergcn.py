@@ -254,12 +254,18 @@ def clusters_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> list[Wo
 # ------------------------------------------------------------------------------------------------------------
 
 
-def simulate_clustergcn(p: ClusterProfile, workers: list[WorkerClusters], bandwidth: float, latency: float) -> dict:
-    """The modelled epoch on ``workers``' clusters (their count is K; a system entry of simulate.json)."""
+def simulate_clustergcn(p: ClusterProfile, workers: list[WorkerClusters], bandwidth: float, latency: float,
+                        net=None) -> dict:
+    """The modelled epoch on ``workers``' clusters (their count is K; a system entry of simulate.json).
+    ``net``: per-worker links and speeds (a cluster of unlike hosts): worker w's sampler and compute seconds ÷
+    its speed (the slowest worker still bounds each step), the all-reduces at the slowest link, the optimizer
+    step at the slowest speed."""
     from . import Network, allreduce_seconds
 
     k = len(workers)
-    net = Network(bandwidth, latency)
+    net = net or Network(bandwidth, latency)
+    speed = np.array([net.speed(r) for r in range(k)], dtype=np.float64)
+    t_opt = p.t_opt / net.slowest_speed()
     allreduce = allreduce_seconds(p.num_params, k, net)
     scalar = allreduce_seconds(SCALAR_VALUES, k, net)
     ring_bytes = 2 * (k - 1) / k * p.num_params * 4 if k > 1 else 0.0
@@ -267,17 +273,17 @@ def simulate_clustergcn(p: ClusterProfile, workers: list[WorkerClusters], bandwi
     nodes = arcs = 0.0
     for epoch in p.epochs:
         b = batches(workers, p.clusters_per_batch, p.seed, epoch)
-        prepare = b.scanned * p.t_scan + b.nodes * p.t_row
-        compute = np.where(b.train > 0, units(p.layers, b.arcs, b.nodes) * p.t_unit, 0.0)
+        prepare = (b.scanned * p.t_scan + b.nodes * p.t_row) / speed
+        compute = np.where(b.train > 0, units(p.layers, b.arcs, b.nodes) * p.t_unit / speed, 0.0)
         per_worker = np.maximum(prepare, compute) if p.prefetch else prepare + compute
         update = b.train.sum(axis=1) > 0  # a step without a target on any worker takes no update
         n_up = int(update.sum())
         steps = len(update)
         epochs.append(float(per_worker.max(axis=1, initial=0.0).sum()) + steps * scalar
-                      + n_up * (allreduce + scalar + p.t_opt))
+                      + n_up * (allreduce + scalar + t_opt))
         updates.append(n_up)
         busy.append(compute.sum(axis=0))
-        sync.append(n_up * (allreduce + p.t_opt))
+        sync.append(n_up * (allreduce + t_opt))
         comm.append((steps + n_up) * scalar)
         prep_max.append(float(prepare.max(axis=1, initial=0.0).mean()) if steps else 0.0)
         comp_max.append(float(compute.max(axis=1, initial=0.0).mean()) if steps else 0.0)
@@ -294,7 +300,7 @@ def simulate_clustergcn(p: ClusterProfile, workers: list[WorkerClusters], bandwi
                    for r in range(k)]
     return {"system": "clustergcn", "workers_count": k, "epoch_seconds": epoch,
             "throughput": p.num_train / epoch if epoch > 0 else None,
-            "allreduce_seconds": mean_updates * allreduce, "step_seconds": mean_updates * p.t_opt,
+            "allreduce_seconds": mean_updates * allreduce, "step_seconds": mean_updates * t_opt,
             "bytes_per_epoch": 0, "allreduce_bytes_per_epoch": round(mean_updates * k * ring_bytes),
             "busy_max": float(busy_w.max(initial=0.0)), "busy_mean": float(busy_w.mean()) if k else 0.0,
             "comm_wait_mean": sum(comm) / n, "idle_mean": float(np.mean([w["idle"] for w in workers_out])),
@@ -303,7 +309,7 @@ def simulate_clustergcn(p: ClusterProfile, workers: list[WorkerClusters], bandwi
             "batch": {"nodes": nodes / n, "arcs": arcs / n},
             "bytes_per_step": {"allreduce": ring_bytes},
             "step_parts": {"prepare": sum(prep_max) / n, "compute": sum(comp_max) / n, "allreduce": allreduce,
-                           "scalars": 2 * scalar, "optimizer": p.t_opt},
+                           "scalars": 2 * scalar, "optimizer": t_opt},
             "workers": workers_out}
 
 
@@ -321,13 +327,15 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
         raise G3InputError(f"--run was trained from {trained}, not from this plan", path=run)
     p = ClusterProfile.from_run(run, plan, meta)
     cache = Path(options.cache) if options.cache else plan.parent / f"{plan.name}.simcache"
+    from . import network
+
     k = options.workers or int(meta["num_workers"])
     at_k = {}
 
     def system(kk: int) -> dict:
         if kk not in at_k:
             at_k[kk] = simulate_clustergcn(p, clusters_for_workers(plan, meta, kk, cache), options.bandwidth,
-                                           options.latency)
+                                           options.latency, net=network(options, k) if kk == k else None)
         return at_k[kk]
 
     main = system(k)

@@ -15,8 +15,16 @@ payload (TCP/IP and Ethernet headers take the rest). A message posted at t from 
 host's egress and r's host's ingress are free (first come, first served in posting order), occupies both for
 ``nbytes / (bandwidth · share)`` seconds, and arrives ``latency`` seconds after its last byte left. Its *send*
 completes when its last byte has left the sender (what waiting on a non-blocking send waits for). Workers of
-one host (``workers_per_host`` consecutive ranks; default one worker per host) exchange messages over its
-loopback: no link time, no latency.
+one host (``workers_per_host`` consecutive ranks, or the ranks ``hosts`` maps to it; default one worker per
+host) exchange messages over its loopback: no link time, no latency.
+
+**A cluster of unlike hosts.** ``links`` gives each rank its host's link rate (bytes/s per direction, before
+``share``) and ``speeds`` its compute speed relative to the machine the rates were measured on; the defaults
+(None) are ``bandwidth`` and 1.0 for every rank, and every result is then what it was without them. A message
+between two workers runs at the slower of their two links; a collective or transfer that every worker joins
+(the ring all-reduce) at the slowest link of all. The engine applies the links; a worker's compute durations
+are divided by its speed where its requests are made (the models' own modules: each builds its worker's
+durations from its rates).
 
 Events are processed in time order, so every message that arrives by time t has been posted (and its link
 time reserved) before any worker decides what to do at t, as long as ``latency > 0`` or messages have bytes.
@@ -35,13 +43,52 @@ class Network:
     latency: float  # seconds
     share: float = 1.0  # of the link's bytes that are payload (stages/simulate/calibration.py)
     workers_per_host: int = 1  # consecutive ranks on one host, which talk over its loopback
+    links: tuple[float, ...] | None = None  # per rank: its host's link, bytes/s per direction (None: bandwidth)
+    speeds: tuple[float, ...] | None = None  # per rank: compute speed relative to the profiled machine (None: 1)
+    hosts: tuple[int, ...] | None = None  # per rank: its host, 0 … H−1 (None: workers_per_host consecutive ranks)
 
-    def transfer(self, nbytes: int) -> float:
-        rate = self.bandwidth * self.share
+    def link(self, worker: int) -> float:
+        """Bytes/s of ``worker``'s host's link (before ``share``)."""
+        return self.bandwidth if self.links is None else self.links[worker]
+
+    def speed(self, worker: int) -> float:
+        return 1.0 if self.speeds is None else self.speeds[worker]
+
+    def slowest_speed(self) -> float:
+        """The slowest worker's speed: what a step every worker must finish (the optimizer's) waits for."""
+        return 1.0 if self.speeds is None else min(self.speeds)
+
+    def transfer(self, nbytes: int, src: int | None = None, dst: int | None = None) -> float:
+        """Seconds for ``nbytes`` of payload from ``src`` to ``dst``: at the slower of their two links; without
+        the two ends (a collective every worker joins), at the slowest link of all."""
+        if self.links is None:
+            bandwidth = self.bandwidth
+        elif src is None or dst is None:
+            bandwidth = min(self.links)
+        else:
+            bandwidth = min(self.links[src], self.links[dst])
+        rate = bandwidth * self.share
         return nbytes / rate if rate > 0 and math.isfinite(rate) else 0.0
 
+    def peer_transfer(self, nbytes: float, worker: int, k: int) -> float:
+        """Seconds for ``worker`` to move ``nbytes`` spread evenly over its K − 1 peers (an all-to-all's share,
+        remote rows fetched from every owner), one peer after the other, each part at the slower of the two
+        links; a peer on the same host (``hosts``) over its loopback, free. With one link rate for all and no
+        host map: ``transfer(nbytes)``."""
+        if (self.links is None and self.hosts is None) or k <= 1:
+            return self.transfer(nbytes)
+        part = nbytes / (k - 1)
+        home = self.host(worker)
+        return sum(self.transfer(part, worker, p) for p in range(k) if p != worker and self.host(p) != home)
+
     def host(self, worker: int) -> int:
+        if self.hosts is not None:
+            return self.hosts[worker]
         return worker // max(1, self.workers_per_host)
+
+    def one_host(self, k: int) -> bool:
+        """Whether all ``k`` workers are on one host (nothing crosses a link)."""
+        return all(self.host(w) == self.host(0) for w in range(k))
 
 
 @dataclass
@@ -85,7 +132,7 @@ class Engine:
             self.left[key] = self.arrival[key] = t
         else:
             start = max(t, self.egress[hs], self.ingress[hd])
-            end = start + self.net.transfer(nbytes)
+            end = start + self.net.transfer(nbytes, src, dst)
             self.egress[hs] = self.ingress[hd] = end
             self.left[key] = end
             self.arrival[key] = end + self.net.latency

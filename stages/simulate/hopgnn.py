@@ -100,11 +100,16 @@ def miss_share(p: MiniBatchProfile, h: HopProfile, k: int, merged: int) -> float
 
 
 def simulate_hopgnn(p: MiniBatchProfile, h: HopProfile, k: int, bandwidth: float, latency: float,
-                    merged: int, name: str = "hopgnn") -> dict:
-    """The modelled epoch at ``k`` workers with ``merged`` time steps merged away (a system of simulate.json)."""
+                    merged: int, name: str = "hopgnn", net=None) -> dict:
+    """The modelled epoch at ``k`` workers with ``merged`` time steps merged away (a system of simulate.json).
+    ``net``: per-worker links and speeds (a cluster of unlike hosts): each server's sampling, gathering and
+    compute ÷ its speed, its fetched rows from its peers evenly at the slower link of each pair, the migrations
+    (every server at once) at the slowest link; the slowest server's iteration bounds every iteration."""
     from . import Network, allreduce_seconds
+    from .minibatch import mean_of
 
-    net = Network(bandwidth, latency)
+    net = net or Network(bandwidth, latency)
+    latency = net.latency
     merged = 0 if h.local_only else min(merged, k - 1)
     t_steps = 1 if h.local_only else k - merged
     if h.local_only:
@@ -118,52 +123,59 @@ def simulate_hopgnn(p: MiniBatchProfile, h: HopProfile, k: int, bandwidth: float
     feature_bytes = fetched * p.feat_dim * h.itemsize
     fetch_bytes = feature_bytes + missed * answers
     rounds = t_steps * (len(p.fanouts) - 1) + (1 if h.pregather else t_steps)
-    network = (net.transfer(fetch_bytes) + rounds * 3 * latency) if k > 1 else 0.0
-    prepare = arcs * p.t_sample + rows * p.t_gather + network
     migrations = (t_steps - 1) if (h.migrate and k > 1) else 0
     migrate_bytes = migrations * 2 * p.num_params * h.itemsize
-    migrate = migrations * latency + net.transfer(migrate_bytes)
-    compute = arcs * p.t_compute
-    iteration = max(prepare, compute + migrate) if p.prefetch else prepare + compute + migrate
+    migrate = migrations * latency + (0.0 if net.one_host(k) else net.transfer(migrate_bytes))
+    per = []  # per server: (iteration, prepare, compute, network)
+    for w in range(k):
+        speed = net.speed(w)
+        network = (net.peer_transfer(fetch_bytes, w, k) + rounds * 3 * latency) if k > 1 else 0.0
+        prepare = (arcs * p.t_sample + rows * p.t_gather) / speed + network
+        compute = arcs * p.t_compute / speed
+        iteration = max(prepare, compute + migrate) if p.prefetch else prepare + compute + migrate
+        per.append((iteration, prepare, compute, network))
+    iteration, prepare, compute, network = max(per, key=lambda x: x[0])
     allreduce = allreduce_seconds(p.num_params, k, net)
     epoch = steps * (iteration + allreduce)
-    busy = steps * compute
     sent = steps * (fetch_bytes + migrate_bytes)
-    worker = {"busy": busy, "overhead": 0.0, "comm_wait": steps * (network + migrate),
-              "idle": max(0.0, epoch - busy), "sync": steps * allreduce, "link_seconds": steps * (network + migrate),
-              "bytes_sent": sent}
+    workers = [{"rank": r, "busy": steps * c, "overhead": 0.0, "comm_wait": steps * (n + migrate),
+                "idle": max(0.0, epoch - steps * c), "sync": steps * allreduce, "link_seconds": steps * (n + migrate),
+                "bytes_sent": sent} for r, (_, _, c, n) in enumerate(per)]
     return {"system": name, "workers_count": k, "epoch_seconds": epoch,
             "throughput": p.num_train / epoch if epoch > 0 else None, "allreduce_seconds": steps * allreduce,
-            "step_seconds": 0.0, "bytes_per_epoch": round(sent * k), "busy_max": busy, "busy_mean": busy,
-            "comm_wait_mean": worker["comm_wait"], "idle_mean": worker["idle"], "steps": steps,
+            "step_seconds": 0.0, "bytes_per_epoch": round(sent * k), "busy_max": max(w["busy"] for w in workers),
+            "busy_mean": mean_of(w["busy"] for w in workers),
+            "comm_wait_mean": mean_of(w["comm_wait"] for w in workers),
+            "idle_mean": mean_of(w["idle"] for w in workers), "steps": steps,
             "time_steps": t_steps, "merged_steps": merged,
             "feature_bytes_per_epoch": round(steps * feature_bytes * k),
             "migrated_bytes_per_epoch": round(steps * migrate_bytes * k),
             "miss_rate": miss_share(p, h, k, merged),
             "step_parts": {"prepare": prepare, "compute": compute, "network": network, "migrate": migrate,
                            "allreduce": allreduce, "rounds": rounds},
-            "workers": [{"rank": r, **worker} for r in range(k)]}
+            "workers": workers}
 
 
-def auto_merged(p: MiniBatchProfile, h: HopProfile, k: int, bandwidth: float, latency: float) -> int:
+def auto_merged(p: MiniBatchProfile, h: HopProfile, k: int, bandwidth: float, latency: float, net=None) -> int:
     """The merged steps ``--merge auto`` settles at on modelled epochs: the runtime's rule (merge_decision)."""
     from ..runtime.strategies.hopgnn import merge_decision
 
     history, merged, frozen = [], 0, k <= 1 or h.local_only
     while not frozen:
-        seconds = simulate_hopgnn(p, h, k, bandwidth, latency, merged)["epoch_seconds"]
+        seconds = simulate_hopgnn(p, h, k, bandwidth, latency, merged, net=net)["epoch_seconds"]
         history.append({"merged": merged, "seconds": seconds})
         merged, frozen = merge_decision(history, k)
     return merged
 
 
-def systems_at(p: MiniBatchProfile, h: HopProfile, k: int, bandwidth: float, latency: float) -> list[dict]:
+def systems_at(p: MiniBatchProfile, h: HopProfile, k: int, bandwidth: float, latency: float,
+               net=None) -> list[dict]:
     """The plan's hopgnn at ``k`` workers, and without merging when the plan merges."""
     merges = h.merge != 0 and not h.local_only
-    merged = auto_merged(p, h, k, bandwidth, latency) if h.merge == "auto" else int(h.merge)
-    out = [simulate_hopgnn(p, h, k, bandwidth, latency, merged)]
+    merged = auto_merged(p, h, k, bandwidth, latency, net=net) if h.merge == "auto" else int(h.merge)
+    out = [simulate_hopgnn(p, h, k, bandwidth, latency, merged, net=net)]
     if merges:
-        out.append(simulate_hopgnn(p, h, k, bandwidth, latency, 0, name="hopgnn-merge-off"))
+        out.append(simulate_hopgnn(p, h, k, bandwidth, latency, 0, name="hopgnn-merge-off", net=net))
     return out
 
 
@@ -172,12 +184,16 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
     result = run_minibatch_simulation(plan, meta, options, out)  # checks --run, calibrates the profile
     p = MiniBatchProfile(**result["rates"]["profile"])
     h = HopProfile.from_run(Path(options.run), meta, p)
+    from . import network
+
     k = result["workers"]
-    result["systems"] = systems_at(p, h, k, options.bandwidth, options.latency)
+    net = network(options, k)
+    result["systems"] = systems_at(p, h, k, options.bandwidth, options.latency, net=net)
     result["scaling"] = [{"workers": kk, "systems": {r["system"]: {key: r[key] for key in (
         "epoch_seconds", "throughput", "bytes_per_epoch", "busy_max", "comm_wait_mean", "idle_mean",
         "time_steps", "feature_bytes_per_epoch", "migrated_bytes_per_epoch")}
-        for r in systems_at(p, h, kk, options.bandwidth, options.latency)}} for kk in options.scaling]
+        for r in systems_at(p, h, kk, options.bandwidth, options.latency, net=net if kk == k else None)}}
+        for kk in options.scaling]
     result["rates"]["hopgnn"] = asdict(h)
     result["rates"]["notes"] = result["rates"]["notes"][:1] + [
         "hopgnn: T = K - merged time steps per iteration, (T-1) migrations of 2P values per server (--migrate "

@@ -102,11 +102,25 @@ def remote_share(p: MiniBatchProfile, k: int) -> float:
     return min(1.0, p.remote_share * random_share / ((p.workers - 1) / p.workers))
 
 
-def simulate_minibatch(p: MiniBatchProfile, k: int, bandwidth: float, latency: float) -> dict:
-    """The modelled epoch at ``k`` workers (a system entry of simulate.json)."""
+def mean_of(values) -> float:
+    """The mean of ``values``; exactly the value when they are all equal (a uniform cluster's numbers stay
+    bit for bit what one worker's were)."""
+    values = [float(v) for v in values]
+    if all(v == values[0] for v in values):
+        return values[0]
+    return sum(values) / len(values)
+
+
+def simulate_minibatch(p: MiniBatchProfile, k: int, bandwidth: float, latency: float, net=None) -> dict:
+    """The modelled epoch at ``k`` workers (a system entry of simulate.json). ``net``: a :class:`Network` of
+    ``k`` workers with per-worker links and speeds (a cluster of unlike hosts; default: ``bandwidth`` and
+    ``latency`` for every worker): each worker's sampling, gathering and compute take its seconds ÷ its speed,
+    its remote rows come from its peers evenly, each part at the slower of the two links, and the slowest
+    worker's step bounds every step (the all-reduce waits for it), at the slowest link."""
     from . import Network, allreduce_seconds
 
-    net = Network(bandwidth, latency)
+    net = net or Network(bandwidth, latency)
+    latency = net.latency
     if p.order == "local":
         steps = math.ceil(p.num_train / (k * p.batch_size))
         scale = 1.0
@@ -118,21 +132,27 @@ def simulate_minibatch(p: MiniBatchProfile, k: int, bandwidth: float, latency: f
     frontier_answer = (p.fanouts[1] + 1) * 8 if len(p.fanouts) > 1 and p.fanouts[1] > 0 else 0
     remote_bytes = remote * (p.feat_dim * 4 + frontier_answer)
     rounds = len(p.fanouts)  # L − 1 hops of remote sampling and the input rows' pull: request and reply each
-    comm = (net.transfer(remote_bytes) + rounds * 2 * latency) if k > 1 else 0.0
-    prepare = arcs * p.t_sample + rows * p.t_gather + comm
-    compute = arcs * p.t_compute
-    step = max(prepare, compute) if p.prefetch else prepare + compute
+    per = []  # per worker: (step, prepare, compute, network)
+    for w in range(k):
+        speed = net.speed(w)
+        comm = (net.peer_transfer(remote_bytes, w, k) + rounds * 2 * latency) if k > 1 else 0.0
+        prepare = (arcs * p.t_sample + rows * p.t_gather) / speed + comm
+        compute = arcs * p.t_compute / speed
+        per.append((max(prepare, compute) if p.prefetch else prepare + compute, prepare, compute, comm))
+    step, prepare, compute, comm = max(per, key=lambda x: x[0])  # the slowest worker bounds the step
     allreduce = allreduce_seconds(p.num_params, k, net)
     epoch = steps * (step + allreduce)
-    busy = steps * compute
-    worker = {"busy": busy, "overhead": 0.0, "comm_wait": steps * comm, "idle": max(0.0, epoch - busy),
-              "sync": steps * allreduce, "link_seconds": steps * comm, "bytes_sent": steps * remote_bytes}
+    workers = [{"rank": r, "busy": steps * c, "overhead": 0.0, "comm_wait": steps * n,
+                "idle": max(0.0, epoch - steps * c), "sync": steps * allreduce, "link_seconds": steps * n,
+                "bytes_sent": steps * remote_bytes} for r, (_, _, c, n) in enumerate(per)]
     return {"system": p.strategy, "workers_count": k, "epoch_seconds": epoch,
             "throughput": p.num_train / epoch if epoch > 0 else None, "allreduce_seconds": steps * allreduce,
-            "step_seconds": 0.0, "bytes_per_epoch": int(steps * remote_bytes * k), "busy_max": busy,
-            "busy_mean": busy, "comm_wait_mean": steps * comm, "idle_mean": worker["idle"], "steps": steps,
+            "step_seconds": 0.0, "bytes_per_epoch": int(steps * remote_bytes * k),
+            "busy_max": max(w["busy"] for w in workers), "busy_mean": mean_of(w["busy"] for w in workers),
+            "comm_wait_mean": mean_of(w["comm_wait"] for w in workers),
+            "idle_mean": mean_of(w["idle"] for w in workers), "steps": steps,
             "step_parts": {"prepare": prepare, "compute": compute, "network": comm, "allreduce": allreduce},
-            "workers": [{"rank": r, **worker} for r in range(k)]}
+            "workers": workers}
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
@@ -151,8 +171,10 @@ def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict
     if trained != plan.resolve():
         raise G3InputError(f"--run was trained from {trained}, not from this plan", path=run)
     profile = MiniBatchProfile.from_run(run, meta)
+    from . import network
+
     k = options.workers or int(meta["num_workers"])
-    main = simulate_minibatch(profile, k, options.bandwidth, options.latency)
+    main = simulate_minibatch(profile, k, options.bandwidth, options.latency, net=network(options, k))
     scaling = []
     for kk in options.scaling:
         r = main if kk == k else simulate_minibatch(profile, kk, options.bandwidth, options.latency)

@@ -130,12 +130,16 @@ def remote_ratio(p: P3Profile, k: int) -> float:
     return ((k - 1) / k) / ((p.workers - 1) / p.workers) if k > 1 else 0.0
 
 
-def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipelined: bool) -> dict:
-    """The modelled epoch of p3 at ``k`` workers, unpipelined or pipelined (a system entry of simulate.json)."""
+def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipelined: bool, net=None) -> dict:
+    """The modelled epoch of p3 at ``k`` workers, unpipelined or pipelined (a system entry of simulate.json).
+    ``net``: per-worker links and speeds (a cluster of unlike hosts): each worker's phases at its speed, its
+    bytes to and from its peers evenly at the slower link of each pair; the phases synchronise every worker
+    (a worker's partials and gradients are every owner's), so each phase is the slowest worker's."""
     from . import Network, allreduce_seconds
+    from .minibatch import mean_of
 
-    net = Network(bandwidth, latency)
-    lat = latency if k > 1 else 0.0
+    net = net or Network(bandwidth, latency)
+    lat = net.latency if k > 1 else 0.0
     if p.order == "local":
         steps, scale = math.ceil(p.num_train / (k * p.batch_size)), 1.0
     else:
@@ -147,32 +151,45 @@ def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipeline
               "partials": (k - 1) * dst1 * p.hidden * ITEM,
               "gradients": (k - 1) * dst1 * p.hidden * ITEM}
     rounds = p.layers - 1 if p.sample_bytes > 0 else 0  # --topology replicated: sampling asks no one
-    sampling = arcs * p.t_sample + net.transfer(bytes_["sample"]) + rounds * 3 * lat
-    structure = k * block_ids * p.t_struct + net.transfer(bytes_["structure"]) + 2 * lat
-    prepare = sampling + structure
-    mp = arcs1 * k * (p.feat_dim / k) * p.t_unit
-    dp = (arcs - arcs1) * p.hidden * p.t_unit
-    partials = net.transfer(bytes_["partials"]) + lat
-    gradients = net.transfer(bytes_["gradients"]) + lat
+    per = []  # per worker: its phases
+    for w in range(k):
+        speed = net.speed(w)
+        wire = {key: net.peer_transfer(b, w, k) for key, b in bytes_.items()}
+        sampling = arcs * p.t_sample / speed + wire["sample"] + rounds * 3 * lat
+        structure = k * block_ids * p.t_struct / speed + wire["structure"] + 2 * lat
+        per.append({"sampling": sampling, "structure": structure, "prepare": sampling + structure,
+                    "model_parallel": arcs1 * k * (p.feat_dim / k) * p.t_unit / speed,
+                    "partials": wire["partials"] + lat,
+                    "data_parallel": (arcs - arcs1) * p.hidden * p.t_unit / speed,
+                    "gradients": wire["gradients"] + lat, "wire_sample": wire["sample"],
+                    "wire_structure": wire["structure"]})
+    phase = {key: max(x[key] for x in per) for key in per[0]}  # each phase waits for its slowest worker
+    prepare, mp, dp = phase["prepare"], phase["model_parallel"], phase["data_parallel"]
+    partials, gradients = phase["partials"], phase["gradients"]
     train = train_seconds(steps, mp, partials, dp, gradients, pipelined)
     allreduce = allreduce_seconds(p.replicated, k, net)
     epoch = (max(steps * prepare, train) if p.prefetch else steps * prepare + train) + steps * allreduce
-    busy = steps * (mp + dp)
-    wire = steps * (partials + gradients + net.transfer(bytes_["sample"]) + net.transfer(bytes_["structure"]))
-    comm_wait = max(0.0, train - busy)  # the compute thread's wait for partials and the gradient push
     sent = sum(bytes_.values())
-    worker = {"busy": busy, "overhead": 0.0, "comm_wait": comm_wait,
-              "idle": max(0.0, epoch - busy - comm_wait - steps * allreduce), "sync": steps * allreduce,
-              "link_seconds": wire, "bytes_sent": steps * sent}
+    workers = []
+    for r, x in enumerate(per):
+        busy = steps * (x["model_parallel"] + x["data_parallel"])
+        comm_wait = max(0.0, train - busy)  # the compute thread's wait for partials and the gradient push
+        workers.append({"rank": r, "busy": busy, "overhead": 0.0, "comm_wait": comm_wait,
+                        "idle": max(0.0, epoch - busy - comm_wait - steps * allreduce), "sync": steps * allreduce,
+                        "link_seconds": steps * (x["partials"] + x["gradients"] + x["wire_sample"]
+                                                 + x["wire_structure"]),
+                        "bytes_sent": steps * sent})
     return {"system": "p3-pipelined" if pipelined else "p3", "workers_count": k, "epoch_seconds": epoch,
             "throughput": p.num_train / epoch if epoch > 0 else None, "allreduce_seconds": steps * allreduce,
-            "step_seconds": 0.0, "bytes_per_epoch": round(steps * sent * k), "busy_max": busy, "busy_mean": busy,
-            "comm_wait_mean": comm_wait, "idle_mean": worker["idle"], "steps": steps,
+            "step_seconds": 0.0, "bytes_per_epoch": round(steps * sent * k),
+            "busy_max": max(w["busy"] for w in workers), "busy_mean": mean_of(w["busy"] for w in workers),
+            "comm_wait_mean": mean_of(w["comm_wait"] for w in workers),
+            "idle_mean": mean_of(w["idle"] for w in workers), "steps": steps,
             "bytes_per_step": {**bytes_, "allreduce": 2 * (k - 1) / k * p.replicated * ITEM},
-            "step_parts": {"sampling": sampling, "structure": structure, "prepare": prepare,
-                           "model_parallel": mp, "partials": partials, "data_parallel": dp,
-                           "gradients": gradients, "allreduce": allreduce},
-            "workers": [{"rank": r, **worker} for r in range(k)]}
+            "step_parts": {key: phase[key] for key in ("sampling", "structure", "prepare", "model_parallel",
+                                                        "partials", "data_parallel", "gradients")}
+            | {"allreduce": allreduce},
+            "workers": workers}
 
 
 def train_seconds(steps: int, mp: float, partials: float, dp: float, gradients: float, pipelined: bool) -> float:
@@ -184,18 +201,22 @@ def train_seconds(steps: int, mp: float, partials: float, dp: float, gradients: 
     return steps * (mp + gradients) + partials + (steps - 1) * overlapped + dp
 
 
-def both(p: P3Profile, k: int, bandwidth: float, latency: float) -> list[dict]:
-    return [simulate_p3(p, k, bandwidth, latency, pipelined) for pipelined in (False, True)]
+def both(p: P3Profile, k: int, bandwidth: float, latency: float, net=None) -> list[dict]:
+    return [simulate_p3(p, k, bandwidth, latency, pipelined, net=net) for pipelined in (False, True)]
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
     """The simulator registered with the p3 strategy (stages/common/strategies.py ``simulator``)."""
     result = run_minibatch_simulation(plan, meta, options, out)  # checks --run and that it trained this plan
     p = P3Profile.from_run(Path(options.run), meta)
+    from . import network
+
     k = result["workers"]
-    result["systems"] = both(p, k, options.bandwidth, options.latency)
-    result["scaling"] = [{"workers": kk, "systems": {r["system"]: {key: r[key] for key in SCALING_KEYS}
-                                                     for r in both(p, kk, options.bandwidth, options.latency)}}
+    net = network(options, k)
+    result["systems"] = both(p, k, options.bandwidth, options.latency, net=net)
+    result["scaling"] = [{"workers": kk, "systems": {r["system"]: {key: r[key] for key in SCALING_KEYS} for r in
+                                                     both(p, kk, options.bandwidth, options.latency,
+                                                          net=net if kk == k else None)}}
                          for kk in options.scaling]
     result["rates"]["profile"] = asdict(p)
     result["rates"]["notes"] = [

@@ -40,7 +40,7 @@ evaluation, the loss.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -200,14 +200,21 @@ class Collective:
         return np.maximum(self.sent.sum(axis=0), self.recv.sum(axis=0)) * ELEM_BYTES
 
     def seconds(self, net: Network, per_chunk: bool) -> np.ndarray | float:
-        """Latency + the slowest worker's busier direction / bandwidth: [C] per chunk, else the bulk one."""
+        """Latency + the slowest worker's busier direction / bandwidth: [C] per chunk, else the bulk one. With
+        per-worker links (a cluster of unlike hosts) each worker's bytes go to and come from its peers evenly,
+        each part at the slower link of the pair, and the slowest worker ends the collective."""
         c, k = self.sent.shape
+        per_byte = _per_byte(net, k)
         if per_chunk:
             if k <= 1:
                 return np.zeros(c)
+            if per_byte is not None:
+                return (self.chunk_link * per_byte[None, :]).max(axis=1, initial=0) + net.latency
             return _transfer(self.chunk_link.max(axis=1, initial=0), net) + net.latency
         if k <= 1:
             return 0.0
+        if per_byte is not None:
+            return float((self.bulk_link * per_byte).max(initial=0)) + net.latency
         return float(_transfer(self.bulk_link.max(initial=0), net)) + net.latency
 
 
@@ -215,6 +222,22 @@ def _transfer(nbytes, net: Network) -> np.ndarray:
     """Seconds on a link of ``net`` for each of ``nbytes`` (vectorised :meth:`Network.transfer`)."""
     b = np.asarray(nbytes, dtype=np.float64)
     return b / net.bandwidth if net.bandwidth > 0 and np.isfinite(net.bandwidth) else np.zeros_like(b)
+
+
+@lru_cache(maxsize=64)
+def _per_byte(net: Network, k: int) -> np.ndarray | None:
+    """[K]: seconds per byte of each worker's share of an all-to-all when the links differ or workers share
+    hosts (its bytes spread evenly over its peers, each part at the slower link of the pair, free to a peer on
+    its host: :meth:`Network.peer_transfer`); None with one link rate for all (then :func:`_transfer`)."""
+    if (net.links is None and net.hosts is None) or k <= 1:
+        return None
+    return np.array([net.peer_transfer(1.0, w, k) for w in range(k)], dtype=np.float64)
+
+
+def _link_seconds(nbytes: np.ndarray, net: Network) -> np.ndarray:
+    """[K]: seconds each worker's link carries its ``nbytes`` [K]."""
+    per_byte = _per_byte(net, len(nbytes))
+    return _transfer(nbytes, net) if per_byte is None else np.asarray(nbytes, dtype=np.float64) * per_byte
 
 
 def _to_rows(cols: np.ndarray, ids: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -307,11 +330,13 @@ def _per_column(rates: Rates, li: int, shape: LayerShape, phase: str) -> float:
 
 
 def epoch_program(spec: ModelSpec, shapes: list[LayerShape], lay: TPLayout, rates: Rates,
-                  colls: list[Collective], first_epoch: bool = False) -> list:
-    """The steps of one epoch on every worker (a steady-state one, or the first with the layer-0 work)."""
+                  colls: list[Collective], first_epoch: bool = False, speed: np.ndarray | None = None) -> list:
+    """The steps of one epoch on every worker (a steady-state one, or the first with the layer-0 work);
+    ``speed`` [K]: each worker's compute speed (a cluster of unlike hosts: its seconds ÷ its speed)."""
     from ..common.tensor_parallel import slice_widths
 
     k, by_name = lay.k, {c.name: c for c in colls}
+    speed = np.ones(k) if speed is None else np.asarray(speed, dtype=np.float64)
     own = lay.owned.astype(np.float64)
     asc = np.arange(lay.n_chunks)
     desc = asc[::-1].copy()
@@ -323,11 +348,12 @@ def epoch_program(spec: ModelSpec, shapes: list[LayerShape], lay: TPLayout, rate
         oh = np.full(k, rates.overhead_per_bin)  # the runtime's bookkeeping per chunk, as g3's per bin
         compute = lay.arcs[:, None].astype(np.float64) * np.asarray(width_cols, dtype=np.float64)[None, :] * per_col
         compute += r.per_bin + oh[None, :]
-        prog.append(ChunkPass(asc if phase == "fwd" else desc, compute, oh, pre, post, label))
+        prog.append(ChunkPass(asc if phase == "fwd" else desc, compute / speed[None, :], oh / speed, pre, post,
+                              label))
 
     def dense(li, phase, label):
         r = rates.layers[li].forward if phase == "fwd" else rates.layers[li].backward
-        prog.append(Dense(own * r.per_node, label))
+        prog.append(Dense(own * r.per_node / speed, label))
 
     if first_epoch and "features" in by_name:
         prog.append(Bulk(by_name["features"]))
@@ -402,7 +428,7 @@ class _State:
         else:
             sent, link = coll.sent[per_chunk_index], coll.chunk_link[per_chunk_index]
         self.sent += sent * ELEM_BYTES
-        self.link += _transfer(link, net)
+        self.link += _link_seconds(link, net)
         self.messages += self.k - 1
         self.calls += 1
         self.coll_seconds[coll.name] = self.coll_seconds.get(coll.name, 0.0) + float(seconds)
@@ -517,10 +543,12 @@ def simulate_tp(spec: ModelSpec, shapes: list[LayerShape], lay: TPLayout, rates:
 
     k = lay.k
     colls = collectives(spec, lay)
-    st = run_program(epoch_program(spec, shapes, lay, rates, colls), k, net, pipelined, record)
-    first = run_program(epoch_program(spec, shapes, lay, rates, colls, first_epoch=True), k, net, pipelined)
+    speed = np.array([net.speed(w) for w in range(k)], dtype=np.float64)
+    st = run_program(epoch_program(spec, shapes, lay, rates, colls, speed=speed), k, net, pipelined, record)
+    first = run_program(epoch_program(spec, shapes, lay, rates, colls, first_epoch=True, speed=speed), k, net,
+                        pipelined)
     ar = allreduce_seconds(num_params(spec), k, net)
-    sync = ar + rates.step_seconds
+    sync = ar + rates.step_seconds / net.slowest_speed()  # the optimizer step: the slowest worker's
     t_end = float(st.t.max()) if k else 0.0
     epoch = t_end + sync
     n = lay.n
@@ -581,11 +609,14 @@ def run_tp_simulation(plan: Path, meta: dict, options) -> tuple[dict, list[dict]
     spec = ModelSpec.from_plan(meta)
     tp = meta["strategy"]["options"]["tp"]
     shapes = [LayerShape(**s) for s in meta["layers"]]
+    from . import network
+
     rates = load_rates(options.profile, shapes) if options.profile else default_rates(shapes)
-    net = Network(options.bandwidth, options.latency)
     k = options.workers or int(meta["num_workers"])
     if k < 1:
         raise G3InputError("--workers must be >= 1")
+    net = network(options, k)  # at K: a cluster's per-worker links and speeds
+    uniform = Network(options.bandwidth, options.latency)
     which = tp_systems(options.pipelines)
     csr: dict = {}
     layouts = {k: load_layout(plan, meta, k, csr)}
@@ -594,7 +625,7 @@ def run_tp_simulation(plan: Path, meta: dict, options) -> tuple[dict, list[dict]
     for kk in options.scaling:
         if kk not in layouts:
             layouts[kk] = load_layout(plan, meta, kk, csr)
-        res = main if kk == k else [simulate_tp(spec, shapes, layouts[kk], rates, net, tp, p) for p in which]
+        res = main if kk == k else [simulate_tp(spec, shapes, layouts[kk], rates, uniform, tp, p) for p in which]
         scaling.append({"workers": kk, "plan": str(plan.resolve()), "chunks": layouts[kk].n_chunks,
                         "systems": {r["system"]: _summary(r) for r in res}})
     notes = list(rates.notes) + [
