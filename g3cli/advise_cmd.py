@@ -8,7 +8,9 @@ import click
 
 from stages.advise import (
     CALIBRATION_EPOCHS,
+    CONVERGENCE_MODELS,
     DEFAULT_BUDGET,
+    DEFAULT_CONVERGENCE,
     DEFAULT_TARGET_EPOCHS,
     AdviseOptions,
     parse_links,
@@ -58,8 +60,11 @@ from .output import stdout_console
               help="Add to every prediction what its model missed on its own calibration run (measured minus "
                    "modelled epoch there; per step for sampling models); --no-anchor: the bare model.")
 @click.option("--target-epochs", type=int, default=DEFAULT_TARGET_EPOCHS, show_default=True,
-              help="Epochs to the target accuracy, the same for every candidate (the stated convergence model: "
-                   "exact for the exact strategies, not validated for the approximations).")
+              help="Epochs exact full-graph training needs to your target accuracy (one optimizer step each).")
+@click.option("--convergence", type=click.Choice(list(CONVERGENCE_MODELS)), default=DEFAULT_CONVERGENCE, show_default=True,
+              help="How the other candidates' epochs to the target follow: 'steps', the same optimizer steps "
+                   "(a mini-batch candidate with S steps an epoch needs target/S epochs), or 'epochs', the same "
+                   "epochs for all (checked on a real graph: docs/BENCHMARKS.md 'Time to target').")
 @click.option("--plans", type=click.Path(), default=None, metavar="PLANS_DIR",
               help="Keep every candidate's partition and plan here; each ranking entry then names its plan and "
                    "the `g3 train PLAN --emulate-link RATE` command that runs it as predicted.")
@@ -72,7 +77,7 @@ from .output import stdout_console
 @click.option("--top", type=int, default=None, help="Print only the first N rows of the ranking.")
 @click.option("--json", "as_json", is_flag=True, help="Print advise.json instead of the table.")
 def command(store, workers, link, device_memory, cluster, model, layers, hidden, heads, strategies, budget,
-            calibration_epochs, calibrate_link, anchor, target_epochs, plans, cache, out, force, top, as_json):
+            calibration_epochs, calibrate_link, anchor, target_epochs, convergence, plans, cache, out, force, top, as_json):
     """Which strategy, and how many workers, for this graph, model and cluster: every strategy (and its main
     options) at every K and link rate, partitioned, planned and predicted by `g3 simulate`'s models calibrated
     on this machine (a short profile run and a short run of each sampling strategy); epoch time, bytes per
@@ -90,7 +95,7 @@ def command(store, workers, link, device_memory, cluster, model, layers, hidden,
     opts = AdviseOptions(workers=parse_workers(workers), links=parse_links(link), device_memory=device_memory,
                          model=model, layers=layers, hidden=hidden, heads=heads,
                          strategies=parse_strategies(strategies), budget=budget, plans=plans, cache=cache,
-                         target_epochs=target_epochs, calibration_epochs=calibration_epochs,
+                         target_epochs=target_epochs, convergence=convergence, calibration_epochs=calibration_epochs,
                          calibrate_link=calibrate_link, anchor=anchor, cluster=cluster)
     result = run_advise(store, opts, out=out, force=force)
     if as_json:

@@ -107,6 +107,39 @@ def test_a_slower_link_slows_the_communication_heavy_candidates_most(advice):
     assert "100mbit" in slow[heaviest]["reason"]
 
 
+def test_time_to_target_takes_the_same_optimizer_steps_or_the_same_epochs(advice, tiny_store):
+    """'steps' (the default): a mini-batch candidate with S updates an epoch needs ceil(target / S) epochs, a
+    full-graph one the target; 'epochs': every candidate the target. Time to target = those epochs x epoch."""
+    import math
+
+    from stages.advise import epochs_to_target
+
+    steps_model = AdviseOptions(target_epochs=100)
+    assert epochs_to_target({"epoch_seconds": 1.0}, steps_model) == 100  # full graph: one step an epoch
+    assert epochs_to_target({"steps": 7}, steps_model) == 15  # ceil(100 / 7)
+    assert epochs_to_target({"steps": 7, "optimizer_steps": 5}, steps_model) == 20  # the updates it takes
+    assert epochs_to_target({"steps": 300}, steps_model) == 1
+    assert epochs_to_target({"steps": 7}, AdviseOptions(target_epochs=100, convergence="epochs")) == 100
+    root, result = advice
+    assert result["time_to_target"]["model"] == "steps"
+    target = result["time_to_target"]["epochs"]
+    families = set()
+    for e in _predicted(result):
+        steps = e["optimizer_steps_per_epoch"]
+        families.add(e["family"])
+        assert e["epochs_to_target"] == math.ceil(target / steps) and (steps == 1 or e["family"] == "mini-batch")
+        assert e["time_to_target_seconds"] == pytest.approx(e["predicted_epoch_seconds"] * e["epochs_to_target"])
+    assert {"full-graph", "mini-batch"} <= families
+    opts = AdviseOptions(workers=(2,), links=("1gbit",), device_memory="1GiB", strategies=("g3", "distdgl"),
+                         plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local",
+                         convergence="epochs", target_epochs=40)
+    same = run_advise(tiny_store, opts, out=root / "epochs")
+    assert same["time_to_target"]["model"] == "epochs"
+    for e in _predicted(same):
+        assert e["epochs_to_target"] == 40
+        assert e["time_to_target_seconds"] == pytest.approx(e["predicted_epoch_seconds"] * 40)
+
+
 def test_too_little_device_memory_is_refused_or_ranked_after_what_fits(advice, tiny_store):
     root, first = advice
     opts = AdviseOptions(workers=(2,), links=("1gbit",), device_memory="4MiB", strategies=("g3", "bns-gcn", "distdgl"),

@@ -41,13 +41,25 @@ CALIBRATION_EPOCHS = 3  # the first epoch is dropped by every model: two steady 
 AUTO_CALIBRATE_LINK = "10gbit"  # fast enough that the calibration runs measure compute, not this link
 ANCHOR_FLOOR = 0.5  # a negative anchor (the model slower than its calibration run) takes at most half the epoch
 
-# how many epochs every candidate is taken to need (`--target-epochs`); see CONVERGENCE_MODEL
+# epochs of exact full-graph training to the target (`--target-epochs`): one optimizer step each; how the other
+# candidates' epochs follow from it is the convergence model (`--convergence`, CONVERGENCE_MODELS)
 DEFAULT_TARGET_EPOCHS = 100
-CONVERGENCE_MODEL = (
-    "time to target = target epochs x predicted epoch: every candidate is taken to need the same number of epochs "
-    "(--target-epochs). Exact for the exact strategies (they train the same model step for step); not validated "
-    "for the approximations (sampling, staleness, dropped arcs), which take more optimizer steps per epoch "
-    "(mini-batch) or use stale or sampled rows and may need fewer or more epochs")
+DEFAULT_CONVERGENCE = "steps"
+CONVERGENCE_MODELS = {
+    "steps": (
+        "time to target = epochs to target x predicted epoch, where every candidate takes the same number of "
+        "optimizer steps as --target-epochs epochs of full-graph training (one step each): a mini-batch candidate "
+        "with S steps an epoch needs ceil(target / S) epochs. Exact for the exact full-graph strategies; for "
+        "mini-batch ones checked on Tolokers, K = 2 (docs/BENCHMARKS.md 'Time to target'): they needed 1.25-2x "
+        "the epochs it gives (sampled gradients are noisier than full-graph ones), the 'epochs' model gave "
+        "2.25-7x too many"),
+    "epochs": (
+        "time to target = target epochs x predicted epoch: every candidate is taken to need the same number of "
+        "epochs (--target-epochs). Exact for the exact full-graph strategies; overestimates mini-batch ones, "
+        "which take several optimizer steps an epoch (2.25-7x on Tolokers, K = 2: docs/BENCHMARKS.md 'Time to "
+        "target')"),
+}
+CONVERGENCE_MODEL = CONVERGENCE_MODELS["epochs"]  # the model of advise.json files written before --convergence
 
 
 @dataclass
@@ -66,6 +78,7 @@ class AdviseOptions:
     plans: str | None = None  # keep every candidate's partition and plan here (entries name their plan)
     cache: str | None = None  # partitions, plans, profiles and calibration runs to reuse [default: OUT/cache]
     target_epochs: int = DEFAULT_TARGET_EPOCHS
+    convergence: str = DEFAULT_CONVERGENCE  # CONVERGENCE_MODELS: how a candidate's epochs to target follow
     calibration_epochs: int = CALIBRATION_EPOCHS
     # run the calibration runs on emulated hosts joined at this rate (`g3 train --emulate-link`: each host its own
     # cores, as the hosts of the cluster would have) instead of as local processes; None or "local": local;
@@ -167,6 +180,8 @@ def _check(options: AdviseOptions, num_nodes: int, cluster=None) -> int:
     parse_strategies(",".join(options.strategies or ()))
     if not options.budget > 0:
         raise G3InputError("--budget must be positive (seconds of calibration runs)")
+    if options.convergence not in CONVERGENCE_MODELS:
+        raise G3InputError(f"--convergence must be one of {', '.join(CONVERGENCE_MODELS)}, not {options.convergence!r}")
     if options.target_epochs < 1:
         raise G3InputError("--target-epochs must be at least 1")
     if options.calibrate_link not in (None, "local", "auto"):
@@ -553,7 +568,8 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                                   + (f"on emulated hosts at {options.calibrate_link}" if options.calibrate_link
                                      else "local processes over the loopback")
                                   + "; the models carry them to every K and link rate (docs/DESIGN.md 'Simulator')"]},
-        "time_to_target": {"model": "target-epochs", "epochs": options.target_epochs, "note": CONVERGENCE_MODEL},
+        "time_to_target": {"model": options.convergence, "epochs": options.target_epochs,
+                           "note": CONVERGENCE_MODELS[options.convergence]},
         "cache": {"path": str(cache.root), "plans": str(cache.plans), "reused": cache.reused, "made": cache.made},
         "ranking": ranking,
         "seconds": round(time.perf_counter() - t0, 3),
@@ -609,7 +625,8 @@ def _entry(c: Candidate, info, link: str, peak, source: str, fits, options: Advi
     e = {"strategy": c.strategy, "variant": c.variant, "family": info.family, "workers": c.k, "link": link,
          "plan_options": c.plan_options, "train_options": c.knobs, "status": "refused",
          "predicted_epoch_seconds": None, "bytes_per_epoch": None, "peak_memory_bytes": peak,
-         "memory_source": source, "fits": fits, "time_to_target_seconds": None, "breakdown": None,
+         "memory_source": source, "fits": fits, "time_to_target_seconds": None, "epochs_to_target": None,
+         "optimizer_steps_per_epoch": None, "breakdown": None,
          "model_epoch_seconds": None, "anchor_seconds": None, "simulated_system": None, "model_check_error": None, "exactness": info.exactness, "reason": c.refused}
     if cluster is not None:
         e["hosts"] = hosts  # per host kind: its device memory, its workers' peak, whether it fits
@@ -676,9 +693,23 @@ def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: Advise
     e.update(status="ok" if e["fits"] is not False else "does not fit", predicted_epoch_seconds=epoch,
              model_epoch_seconds=model, anchor_seconds=epoch - model,
              bytes_per_epoch=int(system["bytes_per_epoch"]), breakdown=b, simulated_system=want,
-             time_to_target_seconds=epoch * options.target_epochs,
+             time_to_target_seconds=epoch * epochs_to_target(system, options),
+             epochs_to_target=epochs_to_target(system, options), optimizer_steps_per_epoch=updates_per_epoch(system),
              reason=describe(b, link if cluster is None else f"{cluster.name}'s links"),
              model_check_error=(check or {}).get("error"))
+
+
+def updates_per_epoch(system: dict) -> float:
+    """Optimizer steps a modelled epoch takes: a mini-batch model's steps (the updates it takes, where it says:
+    clustergcn skips a step with no training node), one for full-graph training."""
+    return float(system.get("optimizer_steps") or system.get("steps") or 1)
+
+
+def epochs_to_target(system: dict, options: AdviseOptions) -> int:
+    """Epochs this candidate needs under the convergence model (CONVERGENCE_MODELS)."""
+    if options.convergence == "epochs":
+        return options.target_epochs
+    return max(1, math.ceil(options.target_epochs / updates_per_epoch(system)))
 
 
 def anchor_seconds(check: dict | None, system: dict) -> float:
@@ -725,4 +756,4 @@ def rank(entries: list[dict], memory: int) -> list[dict]:
 
 
 __all__ = ["run_advise", "AdviseOptions", "resolve_calibrate_link", "AUTO_CALIBRATE_LINK", "parse_links", "parse_workers", "parse_strategies", "plan_memory", "worker_memory", "breakdown", "rank",
-           "ADVISE_SCHEMA", "ADVISE_VERSION", "CONVERGENCE_MODEL"]
+           "ADVISE_SCHEMA", "ADVISE_VERSION", "CONVERGENCE_MODEL", "CONVERGENCE_MODELS", "epochs_to_target"]

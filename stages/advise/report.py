@@ -5,6 +5,14 @@ from __future__ import annotations
 from ..common.units import human_bytes
 
 
+def _to_target(e: dict) -> str:
+    """Time to the target and the epochs it takes (the convergence model's)."""
+    if e.get("time_to_target_seconds") is None:
+        return "-"
+    epochs = e.get("epochs_to_target")
+    return _seconds(e["time_to_target_seconds"]) + (f" ({epochs} ep)" if epochs is not None else "")
+
+
 def _seconds(x: float | None) -> str:
     if x is None:
         return "-"
@@ -34,14 +42,14 @@ def print_advice(result: dict, console=None, top: int | None = None) -> None:
     t = Table(title="ranking (best first)", expand=False)
     for c, kw in (("#", {"justify": "right"}), ("strategy", {"overflow": "fold"}), ("variant", {"overflow": "fold"}),
                   ("K", {"justify": "right"}), ("cluster" if result.get("cluster") else "link", {}), ("epoch", {"justify": "right"}),
-                  (f"{result['time_to_target']['epochs']} epochs", {"justify": "right"}),
+                  ("to target", {"justify": "right"}),
                   ("sent / epoch", {"justify": "right"}), ("peak / worker", {"justify": "right"}),
                   ("fits", {}), ("why this place", {"overflow": "fold", "ratio": 1, "min_width": 24})):
         t.add_column(c, **kw)
     rows = result["ranking"][:top] if top else result["ranking"]
     for e in rows:
         t.add_row(str(e["rank"]), e["strategy"], e["variant"], str(e["workers"]), e["link"],
-                  _seconds(e["predicted_epoch_seconds"]), _seconds(e["time_to_target_seconds"]),
+                  _seconds(e["predicted_epoch_seconds"]), _to_target(e),
                   "-" if e["bytes_per_epoch"] is None else human_bytes(e["bytes_per_epoch"]),
                   "-" if e["peak_memory_bytes"] is None else human_bytes(e["peak_memory_bytes"]),
                   {True: "yes", False: "no", None: "-"}[e["fits"]], e["reason"] or "")
@@ -54,5 +62,7 @@ def print_advice(result: dict, console=None, top: int | None = None) -> None:
                   f"{sum(r['status'] == 'ok' for r in cal['runs'])}/{len(cal['runs'])} sampling runs; "
                   f"{cal['spent_seconds']:.1f} s of the {cal['budget_seconds']:g} s budget; "
                   f"{len(result['cache']['reused'])} cached artifacts reused")
-    console.print(f"time to target: {result['time_to_target']['note']}")
+    ttt = result["time_to_target"]
+    console.print(f"to target: exact full-graph training taken to need {ttt['epochs']} epochs; "
+                  f"convergence model '{ttt['model']}': {ttt['note']}")
     console.print(f"wrote {result['path']}/advise.json ({result['seconds']:.1f} s)")
