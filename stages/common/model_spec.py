@@ -1,8 +1,8 @@
 """The model a plan trains, in one place: kind, depth and widths of every layer, and a layer's memory per node.
 
 ``g3 plan`` records a :class:`ModelSpec` in plan.json; the runtime builds its layers from the same spec
-(``stages.runtime.models.build_model``), the planners size their bins with :func:`node_bytes`, and the
-simulator reads the layer shapes back. Widths: ``feat_dim → hidden → … → num_classes``; GAT's hidden layers
+(``stages.runtime.models.build_model``), the planners size g3's bins with :func:`bin_cost` (what a bin holds on
+the device, per destination, distinct source and in-arc), and the simulator reads the layer shapes back. Widths: ``feat_dim → hidden → … → num_classes``; GAT's hidden layers
 concatenate their heads (``heads × hidden`` wide) and its last layer averages them.
 
 ``dgcn`` is the decoupled GCN of NeutronTP (002 §4.1.2): an MLP of ``layers`` linear layers
@@ -109,12 +109,99 @@ class ModelSpec:
                    num_classes=int(st["num_classes"]), layers=int(mc["layers"]), heads=int(mc["heads"]))
 
 
+ARC_INDEX_BYTES = 3 * INDEX_BYTES  # per arc: the block's index, and its row id or its transposed index + permutation
+
+
+@dataclass(frozen=True)
+class BinCost:
+    """Device bytes of one bin of a layer, training (forward, then backward with the same bin's gradients):
+    ``fixed + per_dst × destinations + per_src × distinct sources + per_arc × in-arcs``. See :func:`bin_cost`."""
+
+    per_dst: int
+    per_src: int
+    per_arc: int
+    fixed: int = 0
+
+    def bytes(self, n_dst, n_src, arcs):
+        """The bin's bytes (ints or int64 arrays of bins)."""
+        return self.fixed + self.per_dst * n_dst + self.per_src * n_src + self.per_arc * arcs
+
+
+def bin_cost(shape: LayerShape, mlp_widths: list[int] | None = None) -> BinCost:
+    """What one bin of a layer of ``shape`` holds on the device, by destination, distinct source and in-arc.
+
+    Derived from what the runtime allocates for a bin (stages/runtime/strategies/g3.py, the layers of
+    stages/runtime/models and the kernels of stages/runtime/kernels.py), float32 rows and int64 indices:
+
+    * **sources**: the bin's input is one gathered row per distinct source (``x_src [n_src, d_in]``: the bin's
+      destinations, then their other in-neighbours), never one per arc; with it its gradient (autograd adds
+      two partial ones: through the aggregation and through the destinations' own rows, so up to two more
+      rows), the rows the kernel aggregates when they are not the input itself (a projected ``W x`` when the
+      layer projects first, GCN's normalised copy; GAT's ``z`` and its partial gradients) and the per-source
+      degree, normalisation and transposed-CSR row pointer;
+    * **arcs**: the block's index, and the arc's row id (the index backend) or its transposed index and
+      permutation (numba, sparse); per-arc feature rows only where a kernel makes them: the index backend
+      (CUDA's) gathers one ``edge_width``-wide message per arc (``x_src.index_select``), or backward its
+      gradient, then ``index_add_``s them; the numba CPU kernels are fused CSR sums and make none, but a plan
+      does not know the device it will run on, so the larger is counted. GAT's per-arc tensors are counted
+      as its index backend holds them at once in backward (the message gradient, the weighted one, the
+      gathered source and their product: 4 × edge_width) plus its scores, attention and their gradients
+      (3 per head), over the self-loop CSR it caches (one more index per arc, one self-loop arc per
+      destination);
+    * **destinations**: the block's row pointer, degree and global id; the aggregation's output, its
+      gradient and the destinations' own input rows' gradient; and the output side at its widest moment:
+      the hash dropout mask as the index backend builds it (two int64 ``[n_dst, d_out]`` temporaries) beside
+      the pre-activation and the ReLU (24 bytes per output column);
+    * **fixed**: one gradient per parameter of the layer (each bin's weight-gradient product, before autograd
+      adds it into ``.grad``).
+
+    Each group is charged at its largest moment, so the sum bounds the peak from above: measured with
+    torch's memory profiler on random blocks, every kind, both backends, it is 1.0–3× the peak
+    (tests/test_bin_memory.py). A bin's block stays on the device for the run (the runtime moves every
+    bin's block there at start), which this cost of one bin does not add up over bins. dgcn's MLP (block 0,
+    ``op = "mlp"``) reads only its destinations' rows but is given every source's gathered row; its hidden
+    widths (``mlp_widths``, ``ModelSpec.mlp_widths``; by default none wider than its input and output) size
+    its per-destination part.
+    """
+    a, b, w, heads = shape.d_in, shape.d_out, shape.edge_width, max(1, shape.heads)
+    e, i = ELEM_BYTES, INDEX_BYTES
+    block_dst = 2 * i + e  # indptr, global id, in-degree
+    out_side = 6 * e * b  # pre-activation, ReLU and two int64 dropout temporaries per output column
+    if shape.op == "mlp":
+        widths = list(mlp_widths) if mlp_widths else [a, b]
+        hidden = max(widths[1:-1], default=0)
+        params = sum(p * q + q for p, q in zip(widths[:-1], widths[1:], strict=True))
+        return BinCost(per_dst=block_dst + 2 * e * sum(widths) + 6 * e * hidden, per_src=e * (a + 1), per_arc=i,
+                       fixed=e * params)
+    if shape.attention:
+        per_arc = 4 * i + e * (4 * w + 3 * heads)
+        return BinCost(per_dst=block_dst + per_arc + e * (a + 3 * w + heads) + out_side,
+                       per_src=e + i + e * (2 * a + 4 * w + 2 * heads), per_arc=per_arc,
+                       fixed=e * (a * w + 2 * w + b))
+    # SAGE and GCN (their shapes are alike): x, the rows summed when they are not x (SAGE projecting first: W x;
+    # GCN: its normalised copy), and the gradients of both
+    per_src = 2 * e + i + e * (3 * a + 2 * w)
+    per_arc = ARC_INDEX_BYTES + e * w
+    if shape.op == "propagate":  # dgcn's Â: no weights, no activation
+        return BinCost(per_dst=block_dst + e * (a + 2 * w) + 4 * e * b, per_src=per_src, per_arc=per_arc)
+    return BinCost(per_dst=block_dst + e * (a + 2 * w) + out_side, per_src=per_src, per_arc=per_arc,
+                   fixed=e * (2 * a * b + b))  # SAGE's two weights and bias (GCN has one weight)
+
+
+def bin_costs(spec: ModelSpec) -> list[BinCost]:
+    """:func:`bin_cost` of every block of ``spec``."""
+    widths = spec.mlp_widths if spec.kind == "dgcn" else None
+    return [bin_cost(s, widths) for s in spec.layer_shapes()]
+
+
 def node_bytes(in_degree: np.ndarray, shape: LayerShape) -> np.ndarray:
-    """Estimated device bytes one destination node needs in a bin (training: values and gradients).
+    """A per-node upper bound of a layer's device bytes (training: values and gradients), for packing whole
+    graph ranges without counting their distinct sources (neutrontp's chunks, stages/common/tensor_parallel.py).
 
     Per node: its input and output rows; per in-edge: one gathered source row (an upper bound: sources are
     shared between nodes of a bin), its index, and for GAT the score, attention and message per head.
-    The factor 2 keeps room for the gradients of the same tensors in backward.
+    The factor 2 keeps room for the gradients of the same tensors in backward. g3's bins count what they hold
+    instead (:func:`bin_cost`).
     """
     per_node = (shape.d_in + shape.d_out) * ELEM_BYTES
     if shape.op == "mlp":  # reads no arcs

@@ -11,7 +11,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from ..common.packing import pack_by_bytes, pack_by_count  # noqa: F401 - the planners' bin packing
+from ..common.packing import pack_by_count  # noqa: F401 - the planners' bin packing by count
 
 # ------------------------------------------------------------------------------------------------------------
 # Step 1: BFS priority list
@@ -61,8 +61,8 @@ def priority_list(indptr: np.ndarray, indices: np.ndarray, n_owned: int, sends: 
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Step 3: index-based bin packing (stages.common.packing; step 2, the memory per node, is
-# stages.common.model_spec.node_bytes)
+# Step 3: index-based bin packing (by count: stages.common.packing; by bytes: stages.common.bin_memory, with
+# step 2, what a bin holds on the device, from stages.common.model_spec.bin_cost)
 # ------------------------------------------------------------------------------------------------------------
 
 

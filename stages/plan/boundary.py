@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..common.atomic import write_json_atomic
-from ..common.model_spec import ELEM_BYTES, node_bytes
+from ..common.model_spec import ELEM_BYTES, bin_costs
 from .context import PlanContext
 from .tables import assemble
 
@@ -46,13 +46,13 @@ def save_table(wdir: Path, name: str, table) -> dict:
 def plan_boundary(tmp: Path, ctx: PlanContext, description: str) -> list[dict]:
     """Write every worker's boundary tables and worker.json; returns the per-worker summaries of plan.json."""
     shapes = ctx.spec.layer_shapes()
+    costs = bin_costs(ctx.spec)
     workers = []
     for shard in ctx.progress(ctx.shards, description):
         wdir = tmp / f"worker-{shard.rank:05d}"
         send, recv = boundary_tables(shard, ctx.num_workers)
         tables = {"boundary_send": save_table(wdir, "boundary_send", send),
                   "boundary_recv": save_table(wdir, "boundary_recv", recv)}
-        in_deg = np.diff(np.asarray(shard.indptr, dtype=np.int64))
         n_own, n_rem, arcs = shard.num_owned, shard.num_remote, int(len(shard.indices))
         estimate = []
         for li, s in enumerate(shapes):
@@ -63,8 +63,9 @@ def plan_boundary(tmp: Path, ctx: PlanContext, description: str) -> list[dict]:
                 "recv_bytes": int(recv.total * s.d_in * ELEM_BYTES),
                 "send_bytes": int(send.total * s.d_in * ELEM_BYTES),
                 "recv_is_static_features": li == 0,
-                # the whole partition at once: the layer's memory as one bin holding every owned node
-                "memory_bytes": int(node_bytes(in_deg, s).sum()),
+                # the whole partition at once: the layer's memory as one bin holding every owned node, its
+                # sources every owned and remote node (bin_cost: what the layer holds on the device)
+                "memory_bytes": int(costs[li].bytes(n_own, n_own + n_rem, arcs)),
             })
         info = {"rank": shard.rank, "num_owned": n_own, "num_remote": n_rem, "num_arcs": arcs,
                 "send_rows": send.per_peer_total(ctx.num_workers).tolist(),

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 
 from ..common.atomic import write_json_atomic
-from ..common.model_spec import LayerShape, node_bytes
+from ..common.bin_memory import pack_within
+from ..common.model_spec import BinCost, LayerShape, bin_costs
 from ..common.strategies import PlanOption, count_or_auto
 from ..common.units import parse_size
 from .bins import (
     build_layer_bins,
     last_use_bin,
-    pack_by_bytes,
     pack_by_count,
     priority_list,
     rows_in_priority_order,
@@ -62,6 +62,7 @@ def auto_device_memory() -> int:
 def plan(tmp: Path, ctx: PlanContext) -> dict:
     """Write every worker's folder into ``tmp``; returns plan.json's ``workers`` and the g3 fields."""
     shapes = ctx.spec.layer_shapes()
+    costs = bin_costs(ctx.spec)
     bin_size = ctx.options["bin_size"]
     budget = ctx.options["device_memory"] or auto_device_memory()
     bin_limit_bytes = budget // 2  # two bins fit: one computes while the next is copied in (§5.2)
@@ -70,7 +71,7 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     sends = {r: {} for r in range(k)}  # per worker: table name -> list of parts
     recvs = {r: {} for r in range(k)}
     for shard in ctx.progress(ctx.shards, "planning workers"):
-        info, bins_state = _plan_worker(tmp, shard, shapes, bin_size, bin_limit_bytes)
+        info, bins_state = _plan_worker(tmp, shard, costs, bin_size, bin_limit_bytes)
         workers.append(info)
         per_worker_bins.append(bins_state)
     _collect_tables(ctx.shards, per_worker_bins, len(shapes), sends, recvs)
@@ -87,8 +88,11 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     }
 
 
-def _plan_worker(tmp: Path, shard, shapes: list[LayerShape], bin_size: int | None, limit: int):
-    """Priority list and bins of one worker; writes its block arrays and returns what the tables need."""
+def _plan_worker(tmp: Path, shard, costs: list[BinCost], bin_size: int | None, limit: int):
+    """Priority list and bins of one worker; writes its block arrays and returns what the tables need.
+
+    Bins by bytes: runs of the priority list while what the bin holds on the device (:func:`bin_cost`: its
+    destinations, in-arcs and distinct sources) stays within ``limit``."""
     n_own, n_rem = shard.num_owned, shard.num_remote
     indptr, indices = shard.indptr, shard.indices
     prio = priority_list(indptr, indices, n_own, shard.send)
@@ -99,29 +103,28 @@ def _plan_worker(tmp: Path, shard, shapes: list[LayerShape], bin_size: int | Non
     wdir.mkdir(exist_ok=True)
     np.save(wdir / "priority.npy", prio)
     np.save(wdir / "row_ptr.npy", row_ptr)
-    in_deg = np.diff(row_ptr)
     layers, state = [], {"pos": pos, "row_bin": [], "last_use": [], "num_bins": []}
-    for li, shape in enumerate(shapes):
-        cost = node_bytes(in_deg, shape)
+    for li, cost in enumerate(costs):
         if bin_size:
             bin_ptr = pack_by_count(n_own, bin_size)
         else:
-            bin_ptr = pack_by_bytes(cost, limit)
+            bin_ptr = pack_within(cost, row_ptr, edge_src, prio, n_own + n_rem, limit).bounds
         lb = build_layer_bins(bin_ptr, prio, row_ptr, edge_src, n_own, n_own + n_rem)
         ldir = wdir / f"layer-{li}"
         ldir.mkdir()
         for name in ("bin_ptr", "src_ptr", "src", "indices"):
             np.save(ldir / f"{name}.npy", getattr(lb, name))
-        cum = np.concatenate([[0], np.cumsum(cost)])
-        bin_bytes = cum[bin_ptr[1:]] - cum[bin_ptr[:-1]]
         bin_nodes = np.diff(bin_ptr)
+        bin_srcs = np.diff(lb.src_ptr)
+        bin_bytes = cost.bytes(bin_nodes, bin_srcs, row_ptr[bin_ptr[1:]] - row_ptr[bin_ptr[:-1]])
+        per_node = max(1, int(bin_bytes.sum()) // n_own) if n_own else 1  # the layer's bytes per node, on average
         layers.append({
             "num_bins": lb.num_bins,
-            "bin_limit_nodes": int(bin_size) if bin_size else int(limit // max(1, int(cost.mean()) if n_own else 1)),
+            "bin_limit_nodes": int(bin_size) if bin_size else int(limit // per_node),
             "bin_limit_bytes": None if bin_size else int(limit),
             "max_bin_nodes": int(bin_nodes.max()) if n_own else 0,
             "max_bin_bytes": int(bin_bytes.max()) if n_own else 0,
-            "max_bin_sources": int(np.diff(lb.src_ptr).max()) if n_own else 0,
+            "max_bin_sources": int(bin_srcs.max()) if n_own else 0,
             "arcs": int(row_ptr[-1]),
         })
         state["row_bin"].append(np.repeat(np.arange(lb.num_bins, dtype=np.int64), bin_nodes))

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from ..common.model_spec import node_bytes
+from ..common.bin_memory import NO_LIMIT, pack_bins
+from ..common.model_spec import BinCost, bin_cost
 from ..runtime.dataflow import (
-    bins_in_order,
     complete_messages,
     lowest_runnable_bin,
     node_messages,
@@ -120,25 +120,13 @@ def _forward_layerwise(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rate
     return now
 
 
-@numba.njit(cache=True)
-def _distinct_sources(rows, row_ptr, edge_src, prio, mark, stamp):
-    """Sources of a bin of arbitrary rows: its own nodes plus their distinct in-neighbours (``mark`` scratch)."""
-    n = 0
-    for i in range(len(rows)):
-        v = prio[rows[i]]
-        if mark[v] != stamp:
-            mark[v] = stamp
-            n += 1
-    arcs = 0
-    for i in range(len(rows)):
-        p = rows[i]
-        for j in range(row_ptr[p], row_ptr[p + 1]):
-            s = edge_src[j]
-            arcs += 1
-            if mark[s] != stamp:
-                mark[s] = stamp
-                n += 1
-    return n, arcs
+def _bin_costs(wl: Workload) -> list[BinCost]:
+    """What a bin of each layer holds on the device (:func:`bin_cost`); dgcn's MLP widths from the plan's config."""
+    mlp = None
+    if wl.config.get("model") == "dgcn" and wl.shapes:
+        layers, hidden = int(wl.config.get("layers", 1)), int(wl.config.get("hidden", 0))
+        mlp = [wl.shapes[0].d_in] + [hidden] * (layers - 1) + [wl.shapes[0].d_out]
+    return [bin_cost(s, mlp) for s in wl.shapes]
 
 
 def _forward_bins(wl: Workload, w: WorkerLoad, sched: Schedule) -> list[list[tuple[np.ndarray, int, int]]]:
@@ -148,20 +136,18 @@ def _forward_bins(wl: Workload, w: WorkerLoad, sched: Schedule) -> list[list[tup
     if sched.order == "priority":
         return [[(np.arange(lb.bin_ptr[b], lb.bin_ptr[b + 1], dtype=np.int64), int(lb.bin_srcs[b]), int(lb.bin_arcs[b]))
                  for b in range(lb.num_bins)] for lb in w.layers]
-    in_deg = np.diff(w.row_ptr).astype(np.int64)
     pos = np.empty(n_own, dtype=np.int64)
     pos[w.priority] = np.arange(n_own)  # shard owned id (ascending global id) -> row position
-    mark = np.zeros(n_local, dtype=np.int64)
-    stamp = 0  # a fresh marker value per bin
     out = []
-    for li in range(wl.num_layers):
-        cost = node_bytes(in_deg, wl.shapes[li])
-        limit_b = np.iinfo(np.int64).max if w.bin_limit_bytes[li] is None else int(w.bin_limit_bytes[li])
+    for li, cost in enumerate(_bin_costs(wl)):
+        limit_b = NO_LIMIT if w.bin_limit_bytes[li] is None else int(w.bin_limit_bytes[li])
+        packed = pack_bins(cost, w.row_ptr, w.edge_src, w.priority, n_local, limit_b, order=pos,
+                           max_rows=int(w.bin_limit_nodes[li]))
         bins = []
-        for rows in bins_in_order(pos, int(w.bin_limit_nodes[li]), cost, limit_b):
-            stamp += 1
-            n_src, arcs = _distinct_sources(rows, w.row_ptr, w.edge_src, w.priority, mark, stamp)
-            bins.append((rows, n_src, arcs))
+        for b in range(packed.num_bins):
+            rows = np.sort(pos[packed.bounds[b] : packed.bounds[b + 1]])
+            arcs = int((w.row_ptr[rows + 1] - w.row_ptr[rows]).sum())
+            bins.append((rows, int(packed.sources[b]), arcs))
         out.append(bins)
     return out
 
@@ -403,12 +389,13 @@ def halo_loads(indptr: np.ndarray, indices: np.ndarray, assignment: np.ndarray, 
     indptr = np.asarray(indptr, dtype=np.int64)
     indices = np.asarray(indices)
     seen = np.zeros(len(indptr) - 1, dtype=np.int64)
+    costs = _bin_costs(wl)
     out = []
     for r in range(k):
         members = np.flatnonzero(assignment == r).astype(np.int64)
         counts, arcs = _hop_sizes(indptr, indices, members, L, seen, r + 1)
         layers = []
-        for li, shape in enumerate(wl.shapes):
+        for li in range(L):
             d = L - 1 - li
             nodes, a = int(counts[d]), int(arcs[d])
             w = wl.workers[r] if r < len(wl.workers) else None
@@ -416,9 +403,8 @@ def halo_loads(indptr: np.ndarray, indices: np.ndarray, assignment: np.ndarray, 
             if limit_b is None:
                 limit_n = w.bin_limit_nodes[li] if w is not None else max(1, nodes)
                 bins = max(1, math.ceil(nodes / max(1, limit_n)))
-            else:
-                per_node, per_edge = node_bytes(np.array([0, 1]), shape)
-                total = nodes * int(per_node) + a * int(per_edge - per_node)
+            else:  # the layer's one bin: its nodes, their in-arcs and the (d+1)-hop set as its sources
+                total = costs[li].bytes(nodes, int(counts[d + 1]), a)
                 bins = max(1, math.ceil(total / limit_b))
             # gathered rows: bins read their sources separately, so shared in-neighbours are gathered once per bin
             # that reads them; the plan's bins of this worker give the ratio (1 when unknown)

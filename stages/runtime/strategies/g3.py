@@ -24,8 +24,9 @@ rows are returned to their owners as soon as the last bin that reads them is don
 accumulate locally, and the loop all-reduces them. With ``--backward recompute`` a bin's forward is
 recomputed, so its memory stays within the bin limit in backward too; with ``intra`` and ``multi`` the next
 bin's inputs are gathered (on CUDA copied in) while one bin recomputes and backpropagates, as in forward. The
-default ``auto`` recomputes only where a worker's layers have several bins: with one bin per layer the whole
-partition fits, and keeping its activations costs no memory the bin limit did not allow, but saves a forward.
+default ``auto`` keeps where a worker's every layer is one bin and those bins fit the device together (their
+sum within the device memory, twice the bin limit: each alone may take the whole limit), which saves a forward,
+and recomputes otherwise.
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ import time
 import numpy as np
 import torch
 
-from ...common.model_spec import LayerShape, node_bytes
+from ...common.bin_memory import NO_LIMIT, pack_bins
+from ...common.model_spec import bin_costs
 from ...common.partition_artifact import Shard
 from ...common.plan_artifact import Table, WorkerPlan
 from ..block import Block
 from ..config import local_workers
-from ..dataflow import bin_dependencies, bins_in_order, build_block_arrays, lowest_runnable_bin
+from ..dataflow import bin_dependencies, build_block_arrays, lowest_runnable_bin
 from ..kernels import add_rows_at, backend, put_rows_at, take_rows_at
 from ..pipeline import SCHEDULES
 from ..threads import helper_executor
@@ -159,8 +161,9 @@ class G3Strategy(Strategy):
         self.blocks = [self._plan_blocks(li) for li in range(self.num_layers)]
         self.remote_features: torch.Tensor | None = None
         # auto: a worker whose every layer is one bin (its whole partition fits the bin limit) keeps the forward's
-        # activations — the memory is the one bin's, which fits — instead of paying a second forward per epoch
-        self.keep = cfg.backward == "keep" or (cfg.backward == "auto" and all(len(b) == 1 for b in self.blocks))
+        # activations instead of paying a second forward per epoch, where they fit (:meth:`_kept_layers_fit`)
+        self.keep = cfg.backward == "keep" or (cfg.backward == "auto" and all(len(b) == 1 for b in self.blocks)
+                                               and self._kept_layers_fit())
         self.saved: list[list] = [[] for _ in range(self.num_layers)]
         self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
         self.bwd_recvs: dict[int, TableReceiver] = {}  # backward's receives, posted early by a training forward
@@ -180,6 +183,17 @@ class G3Strategy(Strategy):
     @property
     def num_owned(self) -> int:
         return self.data.num_owned
+
+    def _kept_layers_fit(self) -> bool:
+        """Whether every layer's one bin fits the device at once, as keeping their activations needs: the
+        layers' bins together (each :func:`bin_cost`, the forward and backward of its layer, recorded by the plan
+        as ``max_bin_bytes``) within the device memory the plan sized its bins by (twice the bin limit). A plan
+        of fixed bin sizes (``--bin-size``) promises no memory: its one-bin layers are kept."""
+        layers = self.data.plan.meta["layers"]
+        limits = [layer.get("bin_limit_bytes") for layer in layers]
+        if any(lim is None for lim in limits) or any(layer.get("max_bin_bytes") is None for layer in layers):
+            return True
+        return sum(int(layer["max_bin_bytes"]) for layer in layers) <= 2 * min(int(lim) for lim in limits)
 
     def _gather_pool(self, cfg):
         """The prefetch thread of ``intra``/``multi`` (see ``RuntimeConfig.prefetch_enabled``); its own torch
@@ -531,13 +545,17 @@ class G3Strategy(Strategy):
         layer = d.plan.meta["layers"][li]
         fixed = layer["bin_limit_bytes"] is None
         limit = int(layer["bin_limit_nodes"]) if fixed else n_own
-        limit_bytes = np.iinfo(np.int64).max if fixed else int(layer["bin_limit_bytes"])
-        cost = node_bytes(np.diff(d.row_ptr).astype(np.int64), LayerShape(**d.plan.plan_meta["layers"][li]))
+        limit_bytes = NO_LIMIT if fixed else int(layer["bin_limit_bytes"])
         prio = np.asarray(d.priority, dtype=np.int64)
+        order = np.asarray(d.new_id, dtype=np.int64)  # rows in node-id order
+        # what each bin holds on the device, its distinct sources counted as it grows (the plan's rule)
+        packed = pack_bins(bin_costs(self.ctx.spec)[li], self.row_ptr, self.edge_src, prio, n_local, limit_bytes,
+                           order=order, max_rows=limit)
         mark = np.full(n_local, -1, dtype=np.int64)
         out = []
         # rows ascending inside a bin: the block keeps the BFS locality
-        for rows in bins_in_order(np.asarray(d.new_id, dtype=np.int64), limit, cost, limit_bytes):
+        for b in range(packed.num_bins):
+            rows = np.sort(order[packed.bounds[b] : packed.bounds[b + 1]])
             src, indptr, indices = build_block_arrays(rows, self.row_ptr, self.edge_src, prio, mark)
             out.append((rows, *self._block(torch.from_numpy(src), torch.from_numpy(prio[rows]), indptr, indices)))
         return out
