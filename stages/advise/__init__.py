@@ -50,7 +50,7 @@ CONVERGENCE_MODELS = {
         "time to target = epochs to target x predicted epoch, where every candidate takes the same number of "
         "optimizer steps as --target-epochs epochs of full-graph training (one step each): a mini-batch candidate "
         "with S steps an epoch needs ceil(target / S) epochs. Exact for the exact full-graph strategies; for "
-        "mini-batch ones checked on Tolokers, K = 2 (docs/BENCHMARKS.md 'Time to target'): they needed 1.25-2x "
+        "mini-batch ones checked on Tolokers, K = 2 (docs/BENCHMARKS.md 'Time to target'): they needed 1.05-2.5x "
         "the epochs it gives (sampled gradients are noisier than full-graph ones), the 'epochs' model gave "
         "2.25-7x too many"),
     "epochs": (
