@@ -118,7 +118,8 @@ def test_the_estimate_bounds_what_a_bin_allocates(kind, backend):
     """One bin as the runtime trains it (its block and gathered inputs made, the forward with gradients, the
     backward, the input gradient read): the most bytes alive at once never exceed ``bin_cost``'s — with
     arcs, sources or destinations dominating, projecting first or not, with and without dropout (the last
-    layer), and on the index backend (CUDA's: one message per arc) as on the fused numba kernels."""
+    layer), on the index backend (CUDA's: one message per arc) against the ``cuda`` estimate and on the fused
+    numba kernels against the ``cpu`` one (no message rows)."""
     from stages.runtime.block import Block
     from stages.runtime.kernels import use_backend
     from stages.runtime.models import model_from_spec
@@ -127,7 +128,10 @@ def test_the_estimate_bounds_what_a_bin_allocates(kind, backend):
         spec = ModelSpec(kind, *dims, heads=3)
         torch.manual_seed(0)
         model = model_from_spec(spec)
-        for li, (shape, cost) in enumerate(zip(spec.layer_shapes(), bin_costs(spec), strict=True)):
+        # the numba kernels (the CPU's) against the estimate for bins sized for the CPU, the index backend
+        # (CUDA's) against the one for CUDA
+        costs = bin_costs(spec, "cpu" if backend == "numba" else "cuda")
+        for li, (shape, cost) in enumerate(zip(spec.layer_shapes(), costs, strict=True)):
             for n_dst, n_src, arcs in [(100, 400, 4000), (100, 2000, 2000), (1500, 1500, 1500)]:
                 proto = _random_block(n_dst, n_src, arcs)
 
@@ -156,7 +160,9 @@ def test_a_partition_that_fits_is_one_bin_of_what_it_holds(tiny_store, tmp_path,
 
     part = tmp_path / "part"
     assert cli_runner.invoke(cli, ["partition", str(tiny_store), "-w", "1", "-o", str(part)]).exit_code == 0
-    r = cli_runner.invoke(cli, ["plan", str(part), "--device-memory", "1GiB", "-o", str(tmp_path / "g3")])
+    # bns-gcn's layer memory is CUDA's (it has no --bins-for)
+    r = cli_runner.invoke(cli, ["plan", str(part), "--device-memory", "1GiB", "--bins-for", "cuda",
+                                "-o", str(tmp_path / "g3")])
     assert r.exit_code == 0, r.output
     r = cli_runner.invoke(cli, ["plan", str(part), "--strategy", "bns-gcn", "-o", str(tmp_path / "bns")])
     assert r.exit_code == 0, r.output
@@ -173,6 +179,40 @@ def test_a_partition_that_fits_is_one_bin_of_what_it_holds(tiny_store, tmp_path,
     cut = json.loads((tmp_path / "bins" / "plan.json").read_text())["workers"][0]["layers"]
     assert max(layer["num_bins"] for layer in cut) >= 3
     assert all(layer["max_bin_bytes"] <= layer["bin_limit_bytes"] == budget // 2 for layer in cut)
+
+
+def test_bins_sized_for_the_cpu_count_no_message_rows(tiny_store, tmp_path, cli_runner):
+    """``--bins-for cpu`` sizes bins without CUDA's per-arc message rows: never more bins than ``cuda``'s, and
+    under a device memory between the two estimates of the whole layer, one bin where CUDA's needs several;
+    plan.json records the kind (an old plan without it reads as cuda), and `g3 train --device cuda` refuses a
+    plan sized for the CPU in one line."""
+    from g3cli.main import cli
+    from stages.common.model_spec import bins_device
+
+    part = tmp_path / "part"
+    assert cli_runner.invoke(cli, ["partition", str(tiny_store), "-w", "1", "-o", str(part)]).exit_code == 0
+
+    def layers(name, *opts):
+        r = cli_runner.invoke(cli, ["plan", str(part), *opts, "-o", str(tmp_path / name)])
+        assert r.exit_code == 0, r.output
+        meta = json.loads((tmp_path / name / "plan.json").read_text())
+        return meta["strategy"]["options"]["bins_for"], meta["workers"][0]["layers"]
+
+    kind_cpu, cpu = layers("cpu", "--device-memory", "1GiB", "--bins-for", "cpu")
+    kind_cuda, cuda = layers("cuda", "--device-memory", "1GiB", "--bins-for", "cuda")
+    assert (kind_cpu, kind_cuda) == ("cpu", "cuda") and bins_device({}) == "cuda"
+    assert all(a["num_bins"] == b["num_bins"] == 1 for a, b in zip(cpu, cuda, strict=True))
+    li = max(range(len(cpu)), key=lambda i: cuda[i]["max_bin_bytes"] - cpu[i]["max_bin_bytes"])
+    lo, hi = cpu[li]["max_bin_bytes"], cuda[li]["max_bin_bytes"]
+    assert hi > 1.2 * lo  # tiny's per-arc message rows are a good part of the layer
+    memory = str(lo + hi)  # bin limit (lo + hi) / 2: the cpu estimate of the layer fits, CUDA's does not
+    _, cpu = layers("cpu-mid", "--device-memory", memory, "--bins-for", "cpu")
+    _, cuda = layers("cuda-mid", "--device-memory", memory, "--bins-for", "cuda")
+    assert cpu[li]["num_bins"] == 1 < cuda[li]["num_bins"]
+    assert all(a["num_bins"] <= b["num_bins"] for a, b in zip(cpu, cuda, strict=True))
+    r = cli_runner.invoke(cli, ["train", str(tmp_path / "cpu-mid"), "--device", "cuda", "--epochs", "1"])
+    assert r.exit_code != 0 and "re-plan with --bins-for cuda" in r.output and "cpu-mid" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
 
 
 @pytest.mark.slow  # trains

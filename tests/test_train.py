@@ -153,7 +153,7 @@ def test_bins_respect_their_limits(store, tmp_path):
     part = tmp_path / "part"
     assert invoke(["partition", str(store), "--workers", "2", "-o", str(part)]).exit_code == 0
     r = invoke(["plan", str(part), "--model", "gat", "--hidden", "6", "--heads", "2", "--device-memory", "300KiB",
-                "-o", str(tmp_path / "mem")])
+                "--bins-for", "cuda", "-o", str(tmp_path / "mem")])
     assert r.exit_code == 0, r.output
     meta = load_plan_meta(tmp_path / "mem")
     for w in meta["workers"]:

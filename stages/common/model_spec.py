@@ -110,6 +110,16 @@ class ModelSpec:
 
 
 ARC_INDEX_BYTES = 3 * INDEX_BYTES  # per arc: the block's index, and its row id or its transposed index + permutation
+BIN_DEVICES = ("cpu", "cuda")  # the device kinds a plan's bins can be sized for (g3 plan --bins-for)
+
+
+def bins_device(strategy_options: dict | None) -> str:
+    """The device kind a plan's bins were sized for (its strategy option ``bins_for``, g3's ``--bins-for``);
+    a plan made before the option read as ``cuda``, the model it was sized with."""
+    kind = (strategy_options or {}).get("bins_for") or "cuda"
+    if kind not in BIN_DEVICES:
+        raise ValueError(f"bins sized for {kind!r}: expected one of {', '.join(BIN_DEVICES)}")
+    return str(kind)
 
 
 @dataclass(frozen=True)
@@ -127,7 +137,7 @@ class BinCost:
         return self.fixed + self.per_dst * n_dst + self.per_src * n_src + self.per_arc * arcs
 
 
-def bin_cost(shape: LayerShape, mlp_widths: list[int] | None = None) -> BinCost:
+def bin_cost(shape: LayerShape, mlp_widths: list[int] | None = None, device: str = "cuda") -> BinCost:
     """What one bin of a layer of ``shape`` holds on the device, by destination, distinct source and in-arc.
 
     Derived from what the runtime allocates for a bin (stages/runtime/strategies/g3.py, the layers of
@@ -142,12 +152,14 @@ def bin_cost(shape: LayerShape, mlp_widths: list[int] | None = None) -> BinCost:
     * **arcs**: the block's index, and the arc's row id (the index backend) or its transposed index and
       permutation (numba, sparse); per-arc feature rows only where a kernel makes them: the index backend
       (CUDA's) gathers one ``edge_width``-wide message per arc (``x_src.index_select``), or backward its
-      gradient, then ``index_add_``s them; the numba CPU kernels are fused CSR sums and make none, but a plan
-      does not know the device it will run on, so the larger is counted. GAT's per-arc tensors are counted
-      as its index backend holds them at once in backward (the message gradient, the weighted one, the
-      gathered source and their product: 4 × edge_width) plus its scores, attention and their gradients
-      (3 per head), over the self-loop CSR it caches (one more index per arc, one self-loop arc per
-      destination);
+      gradient, then ``index_add_``s them; the numba CPU kernels are fused CSR sums and make none. ``device``
+      is the kind the bins are sized for (the plan's ``--bins-for``): ``"cuda"`` counts the index backend's
+      rows, ``"cpu"`` the numba backend's, none (a plan made on a CPU machine for a GPU cluster says
+      ``cuda``). GAT's per-arc tensors are counted as its index backend holds them at once in backward (the
+      message gradient, the weighted one, the gathered source and their product: 4 × edge_width; on the
+      CPU its weighted sum and the weight gradient are fused too, so none) plus its scores, attention and
+      their gradients (3 per head, on both: the CPU path makes them as tensors too), over the self-loop CSR
+      it caches (one more index per arc, one self-loop arc per destination);
     * **destinations**: the block's row pointer, degree and global id; the aggregation's output, its
       gradient and the destinations' own input rows' gradient; and the output side at its widest moment:
       the hash dropout mask as the index backend builds it (two int64 ``[n_dst, d_out]`` temporaries) beside
@@ -156,15 +168,18 @@ def bin_cost(shape: LayerShape, mlp_widths: list[int] | None = None) -> BinCost:
       adds it into ``.grad``).
 
     Each group is charged at its largest moment, so the sum bounds the peak from above: measured with
-    torch's memory profiler on random blocks, every kind, both backends, it is 1.0–3× the peak
-    (tests/test_bin_memory.py). A bin's block stays on the device for the run (the runtime moves every
+    torch's memory profiler on random blocks, every kind, it is 1.0–3× the index backend's peak (``"cuda"``)
+    and 1.1–3.7× the numba backend's (``"cpu"``) (tests/test_bin_memory.py). A bin's block stays on the device for the run (the runtime moves every
     bin's block there at start), which this cost of one bin does not add up over bins. dgcn's MLP (block 0,
     ``op = "mlp"``) reads only its destinations' rows but is given every source's gathered row; its hidden
     widths (``mlp_widths``, ``ModelSpec.mlp_widths``; by default none wider than its input and output) size
     its per-destination part.
     """
+    if device not in BIN_DEVICES:
+        raise ValueError(f"bins sized for {device!r}: expected one of {', '.join(BIN_DEVICES)}")
     a, b, w, heads = shape.d_in, shape.d_out, shape.edge_width, max(1, shape.heads)
     e, i = ELEM_BYTES, INDEX_BYTES
+    msg = w if device == "cuda" else 0  # the per-arc message row's width: the index backend's only
     block_dst = 2 * i + e  # indptr, global id, in-degree
     out_side = 6 * e * b  # pre-activation, ReLU and two int64 dropout temporaries per output column
     if shape.op == "mlp":
@@ -174,24 +189,24 @@ def bin_cost(shape: LayerShape, mlp_widths: list[int] | None = None) -> BinCost:
         return BinCost(per_dst=block_dst + 2 * e * sum(widths) + 6 * e * hidden, per_src=e * (a + 1), per_arc=i,
                        fixed=e * params)
     if shape.attention:
-        per_arc = 4 * i + e * (4 * w + 3 * heads)
+        per_arc = 4 * i + e * (4 * msg + 3 * heads)
         return BinCost(per_dst=block_dst + per_arc + e * (a + 3 * w + heads) + out_side,
                        per_src=e + i + e * (2 * a + 4 * w + 2 * heads), per_arc=per_arc,
                        fixed=e * (a * w + 2 * w + b))
     # SAGE and GCN (their shapes are alike): x, the rows summed when they are not x (SAGE projecting first: W x;
     # GCN: its normalised copy), and the gradients of both
     per_src = 2 * e + i + e * (3 * a + 2 * w)
-    per_arc = ARC_INDEX_BYTES + e * w
+    per_arc = ARC_INDEX_BYTES + e * msg
     if shape.op == "propagate":  # dgcn's Â: no weights, no activation
         return BinCost(per_dst=block_dst + e * (a + 2 * w) + 4 * e * b, per_src=per_src, per_arc=per_arc)
     return BinCost(per_dst=block_dst + e * (a + 2 * w) + out_side, per_src=per_src, per_arc=per_arc,
                    fixed=e * (2 * a * b + b))  # SAGE's two weights and bias (GCN has one weight)
 
 
-def bin_costs(spec: ModelSpec) -> list[BinCost]:
-    """:func:`bin_cost` of every block of ``spec``."""
+def bin_costs(spec: ModelSpec, device: str = "cuda") -> list[BinCost]:
+    """:func:`bin_cost` of every block of ``spec``, for bins sized for ``device`` (``"cuda"`` or ``"cpu"``)."""
     widths = spec.mlp_widths if spec.kind == "dgcn" else None
-    return [bin_cost(s, widths) for s in spec.layer_shapes()]
+    return [bin_cost(s, widths, device) for s in spec.layer_shapes()]
 
 
 def node_bytes(in_degree: np.ndarray, shape: LayerShape) -> np.ndarray:

@@ -46,7 +46,7 @@ def save_table(wdir: Path, name: str, table) -> dict:
 def plan_boundary(tmp: Path, ctx: PlanContext, description: str) -> list[dict]:
     """Write every worker's boundary tables and worker.json; returns the per-worker summaries of plan.json."""
     shapes = ctx.spec.layer_shapes()
-    costs = bin_costs(ctx.spec)
+    costs = bin_costs(ctx.spec, "cuda")  # no --bins-for here: CUDA's kernels, the larger (per-arc message rows)
     workers = []
     for shard in ctx.progress(ctx.shards, description):
         wdir = tmp / f"worker-{shard.rank:05d}"

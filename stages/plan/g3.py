@@ -11,7 +11,7 @@ import numpy as np
 
 from ..common.atomic import write_json_atomic
 from ..common.bin_memory import pack_within
-from ..common.model_spec import BinCost, LayerShape, bin_costs
+from ..common.model_spec import BIN_DEVICES, BinCost, LayerShape, bin_costs, bins_device
 from ..common.strategies import PlanOption, count_or_auto
 from ..common.units import parse_size
 from .bins import (
@@ -34,6 +34,20 @@ def _memory(text: str) -> int | None:
     return size
 
 
+def _bins_for(text: str) -> str:
+    """``--bins-for``: the device kind bins are sized for; ``auto``: this machine's (cuda if torch sees CUDA)."""
+    if text in (None, "auto"):
+        try:
+            import torch
+
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        except Exception:
+            return "cpu"
+    if text not in BIN_DEVICES:
+        raise ValueError(f"expected one of {', '.join(BIN_DEVICES)} or auto")
+    return text
+
+
 OPTIONS = (
     PlanOption("device_memory", "--device-memory", "auto", parse=_memory, metavar="SIZE",
                help="Memory of one worker's device, e.g. 24GiB; 'auto' reads GPU 0 (or RAM without CUDA). Each bin "
@@ -42,6 +56,12 @@ OPTIONS = (
     PlanOption("bin_size", "--bin-size", "auto", parse=count_or_auto("the bin size"), metavar="N",
                help="Fixed nodes per bin (the paper uses 1000 and 5000); 'auto' derives it per layer from "
                     "--device-memory and the layer's per-node memory."),
+    PlanOption("bins_for", "--bins-for", "auto", parse=_bins_for, metavar="cpu|cuda",
+               help="The device kind the bins are sized for: cuda counts the per-arc message rows of CUDA's "
+                    "gather/scatter kernels, cpu the fused numba kernels' (none), so its bins are larger. "
+                    "'auto': cuda if this machine has CUDA, else cpu. Auto device memory is this machine's too "
+                    "(host RAM on a CPU machine): to plan for a GPU cluster on a CPU machine give --device-memory "
+                    "and --bins-for cuda. g3 train --device cuda refuses a plan sized for cpu."),
 )
 
 
@@ -62,7 +82,7 @@ def auto_device_memory() -> int:
 def plan(tmp: Path, ctx: PlanContext) -> dict:
     """Write every worker's folder into ``tmp``; returns plan.json's ``workers`` and the g3 fields."""
     shapes = ctx.spec.layer_shapes()
-    costs = bin_costs(ctx.spec)
+    costs = bin_costs(ctx.spec, ctx.options.get("bins_for") or "cuda")
     bin_size = ctx.options["bin_size"]
     budget = ctx.options["device_memory"] or auto_device_memory()
     bin_limit_bytes = budget // 2  # two bins fit: one computes while the next is copied in (§5.2)
@@ -207,4 +227,5 @@ def summary_rows(plan: dict) -> list[tuple[str, str]]:
     opts = plan["strategy"]["options"]
     if opts.get("bin_size"):
         return [("bins", f"bins of {opts['bin_size']} nodes")]
-    return [("bins", f"bin limit {human_bytes(plan['bin_limit_bytes'])} (half of the device memory)")]
+    return [("bins", f"bin limit {human_bytes(plan['bin_limit_bytes'])} (half of the device memory), sized for "
+                     f"{bins_device(opts)}")]

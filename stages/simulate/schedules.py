@@ -121,12 +121,13 @@ def _forward_layerwise(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rate
 
 
 def _bin_costs(wl: Workload) -> list[BinCost]:
-    """What a bin of each layer holds on the device (:func:`bin_cost`); dgcn's MLP widths from the plan's config."""
+    """What a bin of each layer holds on the device (:func:`bin_cost`, for the device kind the plan's bins were
+    sized for, as the runtime packs them); dgcn's MLP widths from the plan's config."""
     mlp = None
     if wl.config.get("model") == "dgcn" and wl.shapes:
         layers, hidden = int(wl.config.get("layers", 1)), int(wl.config.get("hidden", 0))
         mlp = [wl.shapes[0].d_in] + [hidden] * (layers - 1) + [wl.shapes[0].d_out]
-    return [bin_cost(s, mlp) for s in wl.shapes]
+    return [bin_cost(s, mlp, wl.bins_for) for s in wl.shapes]
 
 
 def _forward_bins(wl: Workload, w: WorkerLoad, sched: Schedule) -> list[list[tuple[np.ndarray, int, int]]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.model_spec import LayerShape, ModelSpec
+from ..common.model_spec import LayerShape, ModelSpec, bins_device
 from ..common.plan_artifact import Table
 
 ELEM_BYTES = 4
@@ -70,6 +70,7 @@ class Workload:
     source: str = "hand-made"
     store_path: str | None = None
     config: dict = field(default_factory=dict)
+    bins_for: str = "cuda"  # the device kind the plan's bins were sized for (g3 plan --bins-for)
 
     @property
     def k(self) -> int:
@@ -150,7 +151,8 @@ def load_workload(plan: str | Path) -> Workload:
     mlp = ModelSpec.from_plan(meta).mlp_widths if model == "dgcn" else None
     return Workload(workers=workers, shapes=shapes, num_params=count_params(shapes, model, mlp),
                     num_nodes=int(meta["store"]["num_nodes"]), source=str(plan.resolve()),
-                    store_path=meta["store"].get("path"), config=dict(meta["config"]))
+                    store_path=meta["store"].get("path"), config=dict(meta["config"]),
+                    bins_for=bins_device(meta["strategy"].get("options")))
 
 
 def _edge_sources(row_ptr: np.ndarray, lp) -> np.ndarray:

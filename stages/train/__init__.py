@@ -46,6 +46,10 @@ def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
     if workers is not None and workers != k:
         raise G3InputError(f"the plan is for {k} workers, not {workers}; re-run g3 partition/plan", path=plan)
     info = strategy_info(plan_strategy(meta))
+    if getattr(cfg, "device", "cpu") == "cuda" and (meta["strategy"].get("options") or {}).get("bins_for") == "cpu":
+        # its bins count no per-arc message rows, which CUDA's kernels make: they could overflow the GPU
+        raise G3InputError("the plan's bins were sized for the CPU (g3 plan --bins-for cpu) and could overflow "
+                           "the GPU under --device cuda; re-plan with --bins-for cuda", path=plan)
     resolve_knobs(cfg, info)
     if getattr(cfg, "profile", None) and not info.profiles:
         raise G3InputError(f"--profile fits g3's per-bin rates from the trace; the {info.name} strategy has no "

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from ...common.bin_memory import NO_LIMIT, pack_bins
-from ...common.model_spec import bin_costs
+from ...common.model_spec import bin_costs, bins_device
 from ...common.partition_artifact import Shard
 from ...common.plan_artifact import Table, WorkerPlan
 from ..block import Block
@@ -548,8 +548,10 @@ class G3Strategy(Strategy):
         limit_bytes = NO_LIMIT if fixed else int(layer["bin_limit_bytes"])
         prio = np.asarray(d.priority, dtype=np.int64)
         order = np.asarray(d.new_id, dtype=np.int64)  # rows in node-id order
-        # what each bin holds on the device, its distinct sources counted as it grows (the plan's rule)
-        packed = pack_bins(bin_costs(self.ctx.spec)[li], self.row_ptr, self.edge_src, prio, n_local, limit_bytes,
+        # what each bin holds on the device, its distinct sources counted as it grows (the plan's rule, for the
+        # device kind the plan's bins were sized for)
+        cost = bin_costs(self.ctx.spec, bins_device(self.ctx.options))[li]
+        packed = pack_bins(cost, self.row_ptr, self.edge_src, prio, n_local, limit_bytes,
                            order=order, max_rows=limit)
         mark = np.full(n_local, -1, dtype=np.int64)
         out = []
