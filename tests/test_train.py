@@ -391,7 +391,7 @@ def test_eager_bin_dependencies_match_a_recount(store, tmp_path, order):
     ``bin_dependencies``' counts and dependents equal a recount from the plan's arcs, for every worker and
     layer, for `multi`'s bins (the plan's) and for bins of consecutive node ids (`inter`'s)."""
     from stages.common.partition_artifact import open_shard
-    from stages.runtime.dataflow import bin_dependencies, bins_in_order
+    from stages.runtime.dataflow import bin_dependencies
 
     part, plan = tmp_path / "part", tmp_path / "plan"
     assert invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code == 0
@@ -411,7 +411,7 @@ def test_eager_bin_dependencies_match_a_recount(store, tmp_path, order):
             bins = [[np.arange(p[b], p[b + 1]) for b in range(len(p) - 1)]
                     for p in (np.asarray(wp.layer(li).bin_ptr) for li in range(3))]
         else:  # rows in node-id order, cut every 11 nodes
-            layer_bins = bins_in_order(pos, 11, np.ones(n_own, dtype=np.int64), 10**9)
+            layer_bins = [np.sort(pos[i:i + 11]) for i in range(0, len(pos), 11)]
             ids = [prio[rows] for rows in layer_bins]
             assert all(a.max() < b.min() for a, b in zip(ids, ids[1:], strict=False))
             bins = [layer_bins] * 3
@@ -485,19 +485,6 @@ def test_heap_setting_gives_the_same_model(store, tmp_path):
         assert json.loads((run / "run.json").read_text())["config"]["heap"] == policy
         log = (run / "logs" / "rank-00000.log").read_text()
         assert ("heap keeps freed memory" if policy == "keep" else "heap system defaults") in log
-
-
-def test_bins_in_order_cut_at_the_node_and_byte_limits():
-    """`inter`'s bins: consecutive rows along the order, closed at the node limit or before the row that would
-    pass the byte limit (a row larger than the limit still gets a bin of its own); rows ascending in a bin."""
-    from stages.runtime.dataflow import bins_in_order
-
-    order = np.array([4, 0, 3, 1, 2, 5])
-    cost = np.array([1, 1, 1, 9, 1, 1])  # row 3 alone is over the byte limit
-    got = [b.tolist() for b in bins_in_order(order, 2, cost, 5)]
-    assert got == [[0, 4], [3], [1, 2], [5]]
-    assert [b.tolist() for b in bins_in_order(order, 10, np.ones(6, dtype=np.int64), 10**9)] == [[0, 1, 2, 3, 4, 5]]
-    assert bins_in_order(np.zeros(0, dtype=np.int64), 3, np.zeros(0, dtype=np.int64), 10) == []
 
 
 THREADS_PROBE = """

@@ -59,7 +59,6 @@ CONVERGENCE_MODELS = {
         "which take several optimizer steps an epoch (2.25-7x on Tolokers, K = 2: docs/BENCHMARKS.md 'Time to "
         "target')"),
 }
-CONVERGENCE_MODEL = CONVERGENCE_MODELS["epochs"]  # the model of advise.json files written before --convergence
 
 
 @dataclass
@@ -756,4 +755,4 @@ def rank(entries: list[dict], memory: int) -> list[dict]:
 
 
 __all__ = ["run_advise", "AdviseOptions", "resolve_calibrate_link", "AUTO_CALIBRATE_LINK", "parse_links", "parse_workers", "parse_strategies", "plan_memory", "worker_memory", "breakdown", "rank",
-           "ADVISE_SCHEMA", "ADVISE_VERSION", "CONVERGENCE_MODEL", "CONVERGENCE_MODELS", "epochs_to_target"]
+           "ADVISE_SCHEMA", "ADVISE_VERSION", "CONVERGENCE_MODELS", "epochs_to_target"]

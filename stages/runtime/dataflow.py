@@ -120,39 +120,6 @@ def lowest_runnable_bin(wait: list[np.ndarray], ran: list[np.ndarray], left: lis
 
 
 @numba.njit(cache=True)
-def _bin_bounds(order, limit, cost, byte_limit):
-    """Where consecutive bins along ``order`` start: a bin closes at ``limit`` rows, or before the row whose
-    ``cost`` would take it past ``byte_limit`` (a bin holds at least one row). Returns n_bins + 1 bounds."""
-    n = len(order)
-    bounds = np.empty(n + 1, dtype=np.int64)
-    bounds[0] = 0
-    k = 0
-    count = 0
-    used = 0
-    for i in range(n):
-        c = cost[order[i]]
-        if count > 0 and (count == limit or used + c > byte_limit):
-            k += 1
-            bounds[k] = i
-            count = 0
-            used = 0
-        count += 1
-        used += c
-    if n > 0:
-        k += 1
-        bounds[k] = n
-    return bounds[: k + 1]
-
-
-def bins_in_order(order: np.ndarray, limit: int, cost: np.ndarray, byte_limit: int) -> list[np.ndarray]:
-    """Every row, cut into consecutive bins along ``order`` (``order[i]``: the i-th row): at most ``limit`` rows
-    per bin whose summed ``cost`` stays within ``byte_limit`` (at least one row); each bin's rows ascending."""
-    order = np.asarray(order, dtype=np.int64)
-    bounds = _bin_bounds(order, int(limit), np.asarray(cost, dtype=np.int64), int(byte_limit))
-    return [np.sort(order[bounds[j] : bounds[j + 1]]) for j in range(len(bounds) - 1)]
-
-
-@numba.njit(cache=True)
 def build_block_arrays(rows, row_ptr, edge_src, prio, mark):
     """A block for arbitrary rows: sources = the rows' own nodes first, then their other in-neighbours in
     first-seen order; indices = each arc's source position. ``mark`` is an all -1 scratch array of n_local
