@@ -50,7 +50,9 @@ def test_advise_json_has_the_schema_and_every_candidate(advice):
                         and e["predicted_epoch_seconds"] > 0 for e in cgcn)
     # the profile and the mini-batch strategies' runs were made on this machine
     assert on_disk["calibration"]["profile"]["status"] == "ok"
-    assert {r["strategy"]: r["status"] for r in on_disk["calibration"]["runs"]} == {"distdgl": "ok", "clustergcn": "ok"}
+    # (and neutrontp's own run, which fits its compute speed: test_neutrontp_computes_at_the_speed_its_own_run_shows)
+    assert {r["strategy"]: r["status"] for r in on_disk["calibration"]["runs"]} == \
+        {"distdgl": "ok", "clustergcn": "ok", "neutrontp": "ok"}
 
 
 def test_the_order_is_the_predicted_epoch_and_the_prediction_is_the_simulators(advice):
@@ -84,6 +86,46 @@ def test_the_order_is_the_predicted_epoch_and_the_prediction_is_the_simulators(a
     assert d["model_check_error"] == pytest.approx(run["error"])
     assert run["measured_epoch_seconds"] + d["model_epoch_seconds"] - run["predicted_epoch_seconds"] == \
         pytest.approx(d["predicted_epoch_seconds"], rel=1e-9) or d["anchor_seconds"] < 0
+
+
+def test_neutrontp_computes_at_the_speed_its_own_run_shows(advice):
+    """neutrontp's kernels are not the ones the bins profile times: a run of its own plan fits one compute speed
+    (the model's busy seconds over the run's compute seconds), at which the model computes exactly what the run
+    computed, and its candidates are predicted at that speed and anchored on that run, not on the profile's."""
+    from stages.simulate import SimulateOptions, simulate_plan
+
+    _, result = advice
+    fit_run = next(r for r in result["calibration"]["runs"] if r["strategy"] == "neutrontp")
+    assert fit_run["purpose"] == "compute speed"
+    fit = fit_run["speed_fit"]
+    assert fit["speed"] == pytest.approx(fit["modelled_compute_seconds"] / fit["measured_compute_seconds"])
+    # the run's own record: mean compute_seconds per worker over the epochs after the first
+    records = [json.loads(line) for line in Path(fit_run["run"], "metrics.jsonl").read_text().splitlines()]
+    per_epoch = [sum(w["compute_seconds"] for w in r["workers"]) / len(r["workers"]) for r in records[1:]]
+    assert fit["measured_compute_seconds"] == pytest.approx(sum(per_epoch) / len(per_epoch), rel=1e-9)
+    prof = result["calibration"]["profile"]["path"]
+
+    def simulated(plan, speed, bandwidth):
+        opts = SimulateOptions(workers=2, bandwidth=bandwidth, profile=prof, scaling=(),
+                               worker_speed=None if speed is None else (speed, speed),
+                               cache=str(Path(prof).parent / "simcache-test"))
+        sim, _ = simulate_plan(plan, opts)
+        return next(s for s in sim["systems"] if s["system"] == fit["system"])
+
+    # at the fitted speed the model's compute is the run's (the calibration ran on the loopback: no limit)
+    at_speed = simulated(fit_run["plan"], fit["speed"], float("inf"))
+    assert at_speed["busy_mean"] == pytest.approx(fit["measured_compute_seconds"], rel=1e-6)
+    if abs(fit["speed"] - 1) > 0.05:  # and not at the profile's own speed
+        assert simulated(fit_run["plan"], None, float("inf"))["busy_mean"] != \
+            pytest.approx(fit["measured_compute_seconds"], rel=0.04)
+    ntp = [e for e in _predicted(result) if e["strategy"] == "neutrontp"]
+    assert ntp and all(e["compute_speed"] == pytest.approx(fit["speed"]) for e in ntp)
+    assert all(e["compute_speed"] is None for e in _predicted(result) if e["strategy"] != "neutrontp")
+    for e in ntp:  # the prediction is the simulator's at that speed, anchored on neutrontp's own run
+        system = simulated(e["plan"], fit["speed"], 100e6 / 8 if e["link"] == "100mbit" else 10e9 / 8)
+        if e["simulated_system"] == fit["system"]:
+            assert e["model_epoch_seconds"] == pytest.approx(system["epoch_seconds"], rel=1e-9)
+        assert e["model_check_error"] == pytest.approx(fit_run["model_check"]["error"])
 
 
 def test_a_slower_link_slows_the_communication_heavy_candidates_most(advice):

@@ -464,7 +464,11 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
         for c in cands:
             if c.refused is None and c.unpredicted is None and STRATEGIES[c.strategy].mini_batch:
                 runs_needed.setdefault((c.strategy, json.dumps(c.plan_options, sort_keys=True)), c.plan_options)
-        jobs = (1 if need_profile else 0) + len(runs_needed)
+        speed_needed: dict = {}  # strategies whose compute speed a run of their own plan fits (advise_fits_speed)
+        for c in cands:
+            if c.refused is None and c.unpredicted is None and STRATEGIES[c.strategy].advise_fits_speed:
+                speed_needed.setdefault((c.strategy, json.dumps(c.plan_options, sort_keys=True)), c.plan_options)
+        jobs = (1 if need_profile else 0) + len(runs_needed) + len(speed_needed)
         task = progress.add_task(f"advise: calibration runs (budget {options.budget:.0f} s)", total=jobs)
         spent = 0.0
         calib_dir = cache.root / "calibration"
@@ -525,6 +529,39 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                                   "seconds": round(dt, 3), "status": status,
                                   "model_check": calibration_runs[(name, okey)][2] if plan else None})
             progress.advance(task)
+        speed_fits: dict = {}
+        for (name, okey), plan_options in speed_needed.items():
+            if profile_path is None or spent >= options.budget:
+                why = "no profile" if profile_path is None else f"--budget {options.budget:g} s spent"
+                speed_fits[(name, okey)] = f"compute speed not fitted: {why}"
+                calib["runs"].append({"strategy": name, "plan_options": plan_options, "purpose": "compute speed",
+                                      "status": f"skipped ({why})"})
+                progress.advance(task)
+                continue
+            t = time.perf_counter()
+            info = STRATEGIES[name]
+            plan = run = None
+            try:
+                part = _partition(cache, store, skey, info.default_method, k0)
+                pkey = {"store": skey, "method": info.default_method, "workers": k0}
+                plan = _plan(cache, part, pkey, name, plan_options, options, options.device_memory)
+                run = calib_dir / f"{plan.name}.run"
+                _train(cache, plan, run, {"plan": str(plan.resolve())}, options)
+                fit = fit_compute_speed(plan, run, k0, options, cache, profile_path)
+                if fit is None:
+                    raise G3InputError("its run recorded no compute time to fit", path=run)
+                check = model_check(plan, run, k0, options, cache, profile=profile_path, speed=fit["speed"])
+                speed_fits[(name, okey)] = (fit, check)
+                status = "ok"
+            except G3InputError as exc:
+                speed_fits[(name, okey)] = f"compute speed not fitted: {exc}"
+                status, fit, check = str(exc), None, None
+            dt = time.perf_counter() - t
+            spent += dt
+            calib["runs"].append({"strategy": name, "plan_options": plan_options, "purpose": "compute speed",
+                                  "workers": k0, "plan": str(plan) if plan else None, "run": str(run) if run else None,
+                                  "seconds": round(dt, 3), "status": status, "speed_fit": fit, "model_check": check})
+            progress.advance(task)
         calib["spent_seconds"] = round(spent, 3)
 
         # predictions --------------------------------------------------------------------------------------
@@ -546,7 +583,7 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                     if c.unpredicted is None:
                         _predict(c, info, link, e, meta, options, profile_path, profile_error,
                                  (calib["profile"] or {}).get("model_check"), calibration_runs, cache, sims,
-                                 cluster)
+                                 cluster, speed_fits)
                     else:
                         e["status"], e["reason"] = "not predicted", f"not predicted: {c.unpredicted}"
                     progress.advance(task)
@@ -580,30 +617,37 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
     return result
 
 
-def model_check(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Cache,
-                profile: Path | None = None) -> dict | None:
-    """How well the model reproduces the calibration run it was calibrated on: its epoch at the run's K and
-    network (the calibration link, or the loopback: no bandwidth limit) against the run's mean epoch after the
-    first. A large error here means the model misses something this machine does (docs/BENCHMARKS.md)."""
+def _simulate_run(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Cache, profile: Path | None,
+                  speed: float = 1.0) -> tuple[str, dict]:
+    """The modelled system of a calibration run: the plan simulated at the run's K and network (the calibration
+    link, or the loopback: no bandwidth limit) with the run's train knobs, every worker at ``speed``."""
     from ..plan import parse_options
     from ..runtime.netemu import parse_rate
     from ..simulate import SimulateOptions, simulate_plan
 
+    meta = load_plan_meta(plan)
+    info = strategy_info(meta["strategy"]["name"])
+    knobs = {key: value for key, value in (load_run_meta(run).get("config") or {}).items()
+             if key in info.train_knobs and value is not None}
+    bandwidth = parse_rate(options.calibrate_link) / 8 if options.calibrate_link else math.inf
+    so = SimulateOptions(workers=k, bandwidth=bandwidth, latency=_latency(options), scaling=(),
+                         profile=str(profile) if profile else None, run=None if profile else str(run),
+                         cache=str(cache.root / "simcache"), worker_speed=None if speed == 1.0 else (speed,) * k)
+    sim, _ = simulate_plan(plan, so, out=run.parent / "sim")
+    want = info.simulated_as(parse_options(info.name, {}) | meta["strategy"]["options"], knobs)
+    return want, next(x for x in sim["systems"] if x["system"] == want)
+
+
+def model_check(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Cache,
+                profile: Path | None = None, speed: float = 1.0) -> dict | None:
+    """How well the model reproduces the calibration run it was calibrated on: its epoch at the run's K and
+    network (the calibration link, or the loopback: no bandwidth limit) against the run's mean epoch after the
+    first. A large error here means the model misses something this machine does (docs/BENCHMARKS.md)."""
     try:
         records = read_metrics(run)
         steady = [r["epoch_seconds"] for r in records[1:]] or [r["epoch_seconds"] for r in records]
         measured = sum(steady) / len(steady)
-        meta = load_plan_meta(plan)
-        info = strategy_info(meta["strategy"]["name"])
-        knobs = {key: value for key, value in (load_run_meta(run).get("config") or {}).items()
-                 if key in info.train_knobs and value is not None}
-        bandwidth = parse_rate(options.calibrate_link) / 8 if options.calibrate_link else math.inf
-        so = SimulateOptions(workers=k, bandwidth=bandwidth, latency=_latency(options), scaling=(),
-                             profile=str(profile) if profile else None, run=None if profile else str(run),
-                             cache=str(cache.root / "simcache"))
-        sim, _ = simulate_plan(plan, so, out=run.parent / "sim")
-        want = info.simulated_as(parse_options(info.name, {}) | meta["strategy"]["options"], knobs)
-        system = next(x for x in sim["systems"] if x["system"] == want)
+        want, system = _simulate_run(plan, run, k, options, cache, profile, speed)
     except (G3InputError, OSError, KeyError, StopIteration, ValueError):
         return None
     predicted = float(system["epoch_seconds"])
@@ -611,6 +655,29 @@ def model_check(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Ca
             "steps": system.get("steps"),
             "error": (predicted - measured) / measured if measured > 0 else None,
             "network": options.calibrate_link or "loopback (no bandwidth limit)"}
+
+
+def fit_compute_speed(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Cache,
+                      profile: Path) -> dict | None:
+    """The compute speed, relative to the profile's rates, at which the model computes what ``run`` computed:
+    the model's mean busy seconds per worker for the run's plan, K and network over the run's mean
+    ``compute_seconds`` per worker and epoch after the first (the first fills caches: neutrontp's layer 0). The
+    model then runs every worker at that speed (``worker_speed``, as a cluster's slower hosts), so its compute
+    follows the plan to every K; None where the run recorded no compute."""
+    try:
+        records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
+        steady = records[1:] or records
+        per_epoch = [sum(float(w.get("compute_seconds") or 0.0) for w in r["workers"]) / len(r["workers"])
+                     for r in steady if r["workers"]]
+        measured = sum(per_epoch) / len(per_epoch) if per_epoch else 0.0
+        want, system = _simulate_run(plan, run, k, options, cache, profile)
+        modelled = float(system.get("busy_mean") or 0.0)
+    except (G3InputError, OSError, KeyError, StopIteration, ValueError):
+        return None
+    if measured <= 0 or modelled <= 0:
+        return None
+    return {"system": want, "speed": modelled / measured, "measured_compute_seconds": measured,
+            "modelled_compute_seconds": modelled}
 
 
 def _latency(options: AdviseOptions) -> float:
@@ -626,7 +693,8 @@ def _entry(c: Candidate, info, link: str, peak, source: str, fits, options: Advi
          "predicted_epoch_seconds": None, "bytes_per_epoch": None, "peak_memory_bytes": peak,
          "memory_source": source, "fits": fits, "time_to_target_seconds": None, "epochs_to_target": None,
          "optimizer_steps_per_epoch": None, "breakdown": None,
-         "model_epoch_seconds": None, "anchor_seconds": None, "simulated_system": None, "model_check_error": None, "exactness": info.exactness, "reason": c.refused}
+         "model_epoch_seconds": None, "anchor_seconds": None, "simulated_system": None, "model_check_error": None, "compute_speed": None, "exactness": info.exactness,
+         "reason": c.refused}
     if cluster is not None:
         e["hosts"] = hosts  # per host kind: its device memory, its workers' peak, whether it fits
         short = next((h for h in hosts or () if h["fits"] is False), None)
@@ -644,10 +712,19 @@ def _entry(c: Candidate, info, link: str, peak, source: str, fits, options: Advi
 
 
 def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: AdviseOptions, profile_path,
-             profile_error, profile_check, calibration_runs: dict, cache: Cache, sims: dict, cluster=None) -> None:
+             profile_error, profile_check, calibration_runs: dict, cache: Cache, sims: dict, cluster=None,
+             speed_fits: dict | None = None) -> None:
     from ..runtime.netemu import parse_rate
     from ..simulate import SimulateOptions, simulate_plan
 
+    speed = 1.0
+    if info.advise_fits_speed:
+        got = (speed_fits or {}).get((c.strategy, json.dumps(c.plan_options, sort_keys=True)))
+        if isinstance(got, tuple):  # its own run's speed and check, in place of the profile plan's check
+            speed, profile_check = float(got[0]["speed"]), got[1]
+            e["compute_speed"] = speed
+        else:  # predicted from the profile's rates as they are
+            e["compute_speed_note"] = got or "compute speed not fitted: no run of its own plan"
     if info.mini_batch:
         got = calibration_runs.get((c.strategy, json.dumps(c.plan_options, sort_keys=True)))
         if not isinstance(got, tuple):
@@ -661,13 +738,16 @@ def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: Advise
         plan, run, profile, check = c.plan, None, profile_path, profile_check
     if cluster is None:
         per_worker = {"bandwidth": parse_rate(link) / 8}
+        if speed != 1.0:
+            per_worker["worker_speed"] = (speed,) * c.k
     else:  # each rank its host kind's link and speed, and its host (docs/DESIGN.md "Advisor")
         per_worker = {"bandwidth": cluster.slowest_link().link_bits / 8, "worker_bandwidth": cluster.link_bytes(),
-                      "worker_speed": cluster.speeds(), "worker_hosts": tuple(cluster.rank_hosts())}
+                      "worker_speed": tuple(speed * s for s in cluster.speeds()),
+                      "worker_hosts": tuple(cluster.rank_hosts())}
     so = SimulateOptions(workers=c.k, latency=_latency(options), profile=str(profile) if profile else None,
                          run=str(run) if run else None, scaling=(), cache=str(cache.root / "simcache"),
                          **per_worker, **c.simulate)
-    key = (str(plan), c.k, link, json.dumps(c.simulate, sort_keys=True))
+    key = (str(plan), c.k, link, json.dumps(c.simulate, sort_keys=True), speed)
     if key not in sims:
         try:
             sims[key] = simulate_plan(plan, so, out=cache.root / "sim")[0]

@@ -59,7 +59,8 @@ def print_advice(result: dict, console=None, top: int | None = None) -> None:
     cal = result["calibration"]
     prof = cal.get("profile") or {}
     console.print(f"calibrated on this machine at K0 = {cal['calibration_workers']}: profile {prof.get('status', '-')}; "
-                  f"{sum(r['status'] == 'ok' for r in cal['runs'])}/{len(cal['runs'])} sampling runs; "
+                  f"{sum(r['status'] == 'ok' for r in cal['runs'])}/{len(cal['runs'])} runs of their own plans "
+                  "(sampling models, fitted speeds); "
                   f"{cal['spent_seconds']:.1f} s of the {cal['budget_seconds']:g} s budget; "
                   f"{len(result['cache']['reused'])} cached artifacts reused")
     ttt = result["time_to_target"]

@@ -122,6 +122,10 @@ class StrategyInfo:
     # `g3 advise`: the family it belongs to (FAMILIES) and the configurations it predicts (its main options)
     family: str = "full-graph"
     advise_variants: tuple[AdviseVariant, ...] = (AdviseVariant(),)
+    # `g3 advise`: its model's compute rates come from the bins strategy's profile, but its kernels are not the
+    # ones that profile times (neutrontp aggregates whole-graph column slices of the input width), so a short run
+    # of its own plan fits its compute speed against the profile's rates (and anchors it) before it is predicted
+    advise_fits_speed: bool = False
 
     def simulator_module(self):
         return importlib.import_module(f"stages.simulate.{self.simulator}") if self.simulator else None
@@ -232,7 +236,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             models=("sage", "gcn", "dgcn"), profiles=False, simulator="tensor_parallel",
             simulated_as=lambda options, knobs: f"neutrontp-{options.get('tp') or 'naive'}"
                                                 + ("" if knobs.get("pipeline") == "none" else "+pipe"),
-            family="tensor-parallel",
+            family="tensor-parallel", advise_fits_speed=True,
             advise_variants=(AdviseVariant("naive, pipelined"),
                              AdviseVariant("naive, bulk", train_knobs={"pipeline": "none"})),
         ),
