@@ -52,13 +52,15 @@ def _system(entry: dict, result: dict, speeds=None, links=None, bandwidth=10e9 /
     from stages.common.strategies import STRATEGIES
 
     variant = next(v for v in STRATEGIES[entry["strategy"]].advise_variants if v.label == entry["variant"])
-    runs = {r["strategy"]: r["run"] for r in result["calibration"]["runs"]}
+    calibrated = [r for r in result["calibration"]["runs"] if r.get("purpose") != "compute speed"]  # step models
+    runs = {r["strategy"]: r["run"] for r in calibrated}
     prof = None if entry["strategy"] in runs else result["calibration"]["profile"]["path"]
+    if entry["compute_speed"] is not None:  # a speed fitted on the strategy's own run scales every host's
+        speeds = tuple(entry["compute_speed"] * s for s in (speeds or (1.0,) * entry["workers"]))
     so = SimulateOptions(workers=entry["workers"], bandwidth=bandwidth, profile=prof, run=runs.get(entry["strategy"]), scaling=(),
                          worker_speed=speeds, worker_bandwidth=links, cache=str(Path(result["cache"]["path"]) / "simcache"),
                          **variant.simulate)
-    plan = entry["plan"] if prof else next(r["plan"] for r in result["calibration"]["runs"]
-                                           if r["strategy"] == entry["strategy"])
+    plan = entry["plan"] if prof else next(r["plan"] for r in calibrated if r["strategy"] == entry["strategy"])
     sim, _ = simulate_plan(plan, so)
     return next(s for s in sim["systems"] if s["system"] == entry["simulated_system"])
 

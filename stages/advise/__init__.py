@@ -467,7 +467,8 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
         speed_needed: dict = {}  # strategies whose compute speed a run of their own plan fits (advise_fits_speed)
         for c in cands:
             if c.refused is None and c.unpredicted is None and STRATEGIES[c.strategy].advise_fits_speed:
-                speed_needed.setdefault((c.strategy, json.dumps(c.plan_options, sort_keys=True)), c.plan_options)
+                speed_needed.setdefault((c.strategy, json.dumps(c.plan_options, sort_keys=True)),
+                                        (c.plan_options, c.simulate))
         jobs = (1 if need_profile else 0) + len(runs_needed) + len(speed_needed)
         task = progress.add_task(f"advise: calibration runs (budget {options.budget:.0f} s)", total=jobs)
         spent = 0.0
@@ -530,7 +531,7 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                                   "model_check": calibration_runs[(name, okey)][2] if plan else None})
             progress.advance(task)
         speed_fits: dict = {}
-        for (name, okey), plan_options in speed_needed.items():
+        for (name, okey), (plan_options, simulate) in speed_needed.items():
             if profile_path is None or spent >= options.budget:
                 why = "no profile" if profile_path is None else f"--budget {options.budget:g} s spent"
                 speed_fits[(name, okey)] = f"compute speed not fitted: {why}"
@@ -547,10 +548,11 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                 plan = _plan(cache, part, pkey, name, plan_options, options, options.device_memory)
                 run = calib_dir / f"{plan.name}.run"
                 _train(cache, plan, run, {"plan": str(plan.resolve())}, options)
-                fit = fit_compute_speed(plan, run, k0, options, cache, profile_path)
+                fit = fit_compute_speed(plan, run, k0, options, cache, profile_path, simulate)
                 if fit is None:
                     raise G3InputError("its run recorded no compute time to fit", path=run)
-                check = model_check(plan, run, k0, options, cache, profile=profile_path, speed=fit["speed"])
+                check = model_check(plan, run, k0, options, cache, profile=profile_path, speed=fit["speed"],
+                                    simulate=simulate)
                 speed_fits[(name, okey)] = (fit, check)
                 status = "ok"
             except G3InputError as exc:
@@ -618,9 +620,10 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
 
 
 def _simulate_run(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Cache, profile: Path | None,
-                  speed: float = 1.0) -> tuple[str, dict]:
+                  speed: float = 1.0, simulate: dict | None = None) -> tuple[str, dict]:
     """The modelled system of a calibration run: the plan simulated at the run's K and network (the calibration
-    link, or the loopback: no bandwidth limit) with the run's train knobs, every worker at ``speed``."""
+    link, or the loopback: no bandwidth limit) with the run's train knobs and the variant's ``simulate`` options
+    (bns-gcn's boundary sampling, sancus's staleness), every worker at ``speed``."""
     from ..plan import parse_options
     from ..runtime.netemu import parse_rate
     from ..simulate import SimulateOptions, simulate_plan
@@ -632,14 +635,15 @@ def _simulate_run(plan: Path, run: Path, k: int, options: AdviseOptions, cache: 
     bandwidth = parse_rate(options.calibrate_link) / 8 if options.calibrate_link else math.inf
     so = SimulateOptions(workers=k, bandwidth=bandwidth, latency=_latency(options), scaling=(),
                          profile=str(profile) if profile else None, run=None if profile else str(run),
-                         cache=str(cache.root / "simcache"), worker_speed=None if speed == 1.0 else (speed,) * k)
+                         cache=str(cache.root / "simcache"), worker_speed=None if speed == 1.0 else (speed,) * k,
+                         **(simulate or {}))
     sim, _ = simulate_plan(plan, so, out=run.parent / "sim")
     want = info.simulated_as(parse_options(info.name, {}) | meta["strategy"]["options"], knobs)
     return want, next(x for x in sim["systems"] if x["system"] == want)
 
 
 def model_check(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Cache,
-                profile: Path | None = None, speed: float = 1.0) -> dict | None:
+                profile: Path | None = None, speed: float = 1.0, simulate: dict | None = None) -> dict | None:
     """How well the model reproduces the calibration run it was calibrated on: its epoch at the run's K and
     network (the calibration link, or the loopback: no bandwidth limit) against the run's mean epoch after the
     first. A large error here means the model misses something this machine does (docs/BENCHMARKS.md)."""
@@ -647,7 +651,7 @@ def model_check(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Ca
         records = read_metrics(run)
         steady = [r["epoch_seconds"] for r in records[1:]] or [r["epoch_seconds"] for r in records]
         measured = sum(steady) / len(steady)
-        want, system = _simulate_run(plan, run, k, options, cache, profile, speed)
+        want, system = _simulate_run(plan, run, k, options, cache, profile, speed, simulate)
     except (G3InputError, OSError, KeyError, StopIteration, ValueError):
         return None
     predicted = float(system["epoch_seconds"])
@@ -658,7 +662,7 @@ def model_check(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Ca
 
 
 def fit_compute_speed(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Cache,
-                      profile: Path) -> dict | None:
+                      profile: Path, simulate: dict | None = None) -> dict | None:
     """The compute speed, relative to the profile's rates, at which the model computes what ``run`` computed:
     the model's mean busy seconds per worker for the run's plan, K and network over the run's mean
     ``compute_seconds`` per worker and epoch after the first (the first fills caches: neutrontp's layer 0). The
@@ -670,7 +674,7 @@ def fit_compute_speed(plan: Path, run: Path, k: int, options: AdviseOptions, cac
         per_epoch = [sum(float(w.get("compute_seconds") or 0.0) for w in r["workers"]) / len(r["workers"])
                      for r in steady if r["workers"]]
         measured = sum(per_epoch) / len(per_epoch) if per_epoch else 0.0
-        want, system = _simulate_run(plan, run, k, options, cache, profile)
+        want, system = _simulate_run(plan, run, k, options, cache, profile, simulate=simulate)
         modelled = float(system.get("busy_mean") or 0.0)
     except (G3InputError, OSError, KeyError, StopIteration, ValueError):
         return None

@@ -123,8 +123,9 @@ class StrategyInfo:
     family: str = "full-graph"
     advise_variants: tuple[AdviseVariant, ...] = (AdviseVariant(),)
     # `g3 advise`: its model's compute rates come from the bins strategy's profile, but its kernels are not the
-    # ones that profile times (neutrontp aggregates whole-graph column slices of the input width), so a short run
-    # of its own plan fits its compute speed against the profile's rates (and anchors it) before it is predicted
+    # ones that profile times (neutrontp aggregates whole-graph column slices of the input width; bns-gcn and
+    # sancus run each layer as one block, without g3's bins), so a short run of its own plan fits its compute
+    # speed against the profile's rates (and anchors it) before it is predicted
     advise_fits_speed: bool = False
 
     def simulator_module(self):
@@ -177,6 +178,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             exactness="exact with --boundary-sample 1; P < 1 samples boundary nodes (an approximation)",
             planner="bns_gcn", runtime="bns_gcn",
             train_knobs=("layer0_cache",), simulator="bins", simulated_as=lambda options, knobs: "bns-gcn",
+            advise_fits_speed=True,
             advise_variants=(AdviseVariant("boundary sample 1 (exact)", plan_options={"boundary_sample": "1"},
                                            simulate={"boundary_sample": 1.0}),
                              AdviseVariant("boundary sample 0.1", plan_options={"boundary_sample": "0.1"},
@@ -191,6 +193,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             planner="sancus", runtime="sancus",
             train_knobs=("layer0_cache",), simulator="bins",
             simulated_as=lambda options, knobs: f"sancus-{options.get('sancus_comm') or 'broadcast'}",
+            advise_fits_speed=True,
             advise_variants=(AdviseVariant("broadcast, epoch:1", plan_options={"sancus_comm": "broadcast",
                                                                                 "staleness": "epoch:1"},
                                            simulate={"staleness_epochs": 1}),
