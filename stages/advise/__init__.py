@@ -245,6 +245,19 @@ def _partition(cache: Cache, store: Path, skey: dict, method: str, k: int) -> Pa
     return folder
 
 
+def _own_run(cache: Cache, store: Path, skey: dict, name: str, plan_options: dict, options: AdviseOptions,
+             k0: int) -> tuple[Path, Path]:
+    """(plan, run): a short calibration run of strategy ``name``'s own plan at K0, on its default partition
+    (cached like every plan and run)."""
+    method = STRATEGIES[name].default_method
+    part = _partition(cache, store, skey, method, k0)
+    plan = _plan(cache, part, {"store": skey, "method": method, "workers": k0}, name, plan_options, options,
+                 options.device_memory)
+    run = cache.root / "calibration" / f"{plan.name}.run"
+    _train(cache, plan, run, {"plan": str(plan.resolve())}, options)
+    return plan, run
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "default"
 
@@ -511,13 +524,8 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                 progress.advance(task)
                 continue
             t = time.perf_counter()
-            info = STRATEGIES[name]
             try:
-                part = _partition(cache, store, skey, info.default_method, k0)
-                pkey = {"store": skey, "method": info.default_method, "workers": k0}
-                plan = _plan(cache, part, pkey, name, plan_options, options, options.device_memory)
-                run = calib_dir / f"{plan.name}.run"
-                _train(cache, plan, run, {"plan": str(plan.resolve())}, options)
+                plan, run = _own_run(cache, store, skey, name, plan_options, options, k0)
                 calibration_runs[(name, okey)] = (plan, run, model_check(plan, run, k0, options, cache))
                 status = "ok"
             except G3InputError as exc:
@@ -540,14 +548,9 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                 progress.advance(task)
                 continue
             t = time.perf_counter()
-            info = STRATEGIES[name]
             plan = run = None
             try:
-                part = _partition(cache, store, skey, info.default_method, k0)
-                pkey = {"store": skey, "method": info.default_method, "workers": k0}
-                plan = _plan(cache, part, pkey, name, plan_options, options, options.device_memory)
-                run = calib_dir / f"{plan.name}.run"
-                _train(cache, plan, run, {"plan": str(plan.resolve())}, options)
+                plan, run = _own_run(cache, store, skey, name, plan_options, options, k0)
                 fit = fit_compute_speed(plan, run, k0, options, cache, profile_path, simulate)
                 if fit is None:
                     raise G3InputError("its run recorded no compute time to fit", path=run)
