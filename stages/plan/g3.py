@@ -37,12 +37,9 @@ def _memory(text: str) -> int | None:
 def _bins_for(text: str) -> str:
     """``--bins-for``: the device kind bins are sized for; ``auto``: this machine's (cuda if torch sees CUDA)."""
     if text in (None, "auto"):
-        try:
-            import torch
+        import torch
 
-            return "cuda" if torch.cuda.is_available() else "cpu"
-        except Exception:
-            return "cpu"
+        return "cuda" if torch.cuda.is_available() else "cpu"
     if text not in BIN_DEVICES:
         raise ValueError(f"expected one of {', '.join(BIN_DEVICES)} or auto")
     return text
@@ -82,7 +79,7 @@ def auto_device_memory() -> int:
 def plan(tmp: Path, ctx: PlanContext) -> dict:
     """Write every worker's folder into ``tmp``; returns plan.json's ``workers`` and the g3 fields."""
     shapes = ctx.spec.layer_shapes()
-    costs = bin_costs(ctx.spec, ctx.options.get("bins_for") or "cuda")
+    costs = bin_costs(ctx.spec, bins_device(ctx.options))
     bin_size = ctx.options["bin_size"]
     budget = ctx.options["device_memory"] or auto_device_memory()
     bin_limit_bytes = budget // 2  # two bins fit: one computes while the next is copied in (§5.2)

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..common.artifact_json import reference, resolve_reference
 from ..common.atomic import check_target, fsync_tree, publish_dir, target_lock, write_json_atomic
 from ..common.errors import G3InputError, G3RuntimeError
+from ..common.model_spec import bins_device
 from ..common.partition_artifact import load_assignment, load_partition_meta, partition_digest
 from ..common.plan_artifact import load_plan_meta, plan_strategy
 from ..common.run_artifact import RUN_SCHEMA, RUN_VERSION, load_run_meta
@@ -46,7 +47,7 @@ def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
     if workers is not None and workers != k:
         raise G3InputError(f"the plan is for {k} workers, not {workers}; re-run g3 partition/plan", path=plan)
     info = strategy_info(plan_strategy(meta))
-    if getattr(cfg, "device", "cpu") == "cuda" and (meta["strategy"].get("options") or {}).get("bins_for") == "cpu":
+    if getattr(cfg, "device", "cpu") == "cuda" and bins_device(meta["strategy"].get("options")) == "cpu":
         # its bins count no per-arc message rows, which CUDA's kernels make: they could overflow the GPU
         raise G3InputError("the plan's bins were sized for the CPU (g3 plan --bins-for cpu) and could overflow "
                            "the GPU under --device cuda; re-plan with --bins-for cuda", path=plan)
