@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from stages.common.strategies import STRATEGIES
-from stages.runtime.config import BACKWARD, DTYPES, LAYER0_CACHE, PIPELINES
+from stages.runtime.config import BACKWARD, DTYPES, LAYER0_CACHE, PIPELINES, RESIDENCY
 from stages.runtime.heap import HEAP_POLICIES
 from stages.train import TrainConfig, run_train
 
@@ -31,6 +31,13 @@ def _for(knob: str, default: str | None = None) -> str:
                    "Under torchrun, RANK/WORLD_SIZE/MASTER_ADDR come from the environment instead.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Compute device (cuda: one GPU per rank, nccl for all-reduce, gloo for P2P host buffers).")
+@click.option("--residency", type=click.Choice(RESIDENCY), default="auto", show_default=True,
+              help="Where each worker's partition, activations and gradients live. 'device': on the compute device "
+                   "for the whole run, computed by the device's own kernels with no copy in or out (the device "
+                   "path; on the CPU it runs what a GPU runs, for checking it). 'host': in host memory, the CPU "
+                   "kernels; on a GPU each layer or bin is copied in and out (g3's bins on a copy stream). 'auto': "
+                   "'device' on a GPU where the plan found the partition fits the device memory (g3 plan "
+                   "--device-memory), else 'host'.")
 @click.option("--pipeline", type=click.Choice(PIPELINES), default=None,
               help=_for("pipeline", "multi; p3: none") + " Bin scheduling (G3 §5.2): 'multi' = eager inter-layer bins in priority order plus the "
                    "intra-layer overlap; 'inter' = eager inter-layer only, bins of consecutive node ids; 'intra' = "
@@ -51,6 +58,11 @@ def _for(knob: str, default: str | None = None) -> str:
 @click.option("--profile", type=click.Path(), default=None,
               help="Write PROFILE.json: compute seconds per arc, node and bin of each layer on this device, fitted "
                    "from the last epoch's bins, the warmest (input of `g3 simulate --profile`).")
+@click.option("--count-ops", is_flag=True,
+              help="Count the aten operations one steady-state training step dispatches (the first step of the second "
+                   "epoch) and those that make the host wait for the device (a value read back, nonzero, unique, "
+                   "a boolean mask, a copy to the host): ops_per_step, sync_ops_per_step and both by operation name "
+                   "in that epoch's metrics record, per worker. What a GPU pays per step besides the arithmetic.")
 @click.option("--eval-every", type=int, default=None,
               help="Evaluate train/valid/test accuracy every N epochs (0: never) [default: 1; with --resume: the "
                    "run's].")
@@ -137,7 +149,7 @@ def _for(knob: str, default: str | None = None) -> str:
                    "(a crashed host, started again under --max-restarts).")
 @click.option("-o", "--out", type=click.Path(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
 @click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
-def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipeline, trace, profile, eval_every,
+def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, residency, pipeline, trace, profile, count_ops, eval_every,
             checkpoint_every, resume, loggers, metric, no_feature_cache, layer0_cache, prefetch, backward, micro_batches, scheduler,
             sample_threads, max_dags, launch_sigma, task_nodes, heap, dtype, threads, timeout, master_addr, master_port,
             emulate_link, hosts, emulate_subnet, max_restarts, emulate_faults, out, force):
@@ -147,7 +159,7 @@ def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, pipe
     (RUN/metrics.jsonl), logs per rank, checkpoints and the final weights RUN/model.pt. Options marked with
     strategies apply only to plans of those strategies (others are refused)."""
     cfg = TrainConfig(epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout, seed=seed, workers=workers,
-                      device=device, pipeline=pipeline, trace=trace, profile=profile, eval_every=eval_every, checkpoint_every=checkpoint_every,
+                      device=device, residency=residency, pipeline=pipeline, trace=trace, profile=profile, count_ops=count_ops, eval_every=eval_every, checkpoint_every=checkpoint_every,
                       resume=resume, logger=tuple(loggers), metric=metric, feature_cache=False if no_feature_cache else None, layer0_cache=layer0_cache, prefetch=prefetch,
                       backward=backward, micro_batches=micro_batches, scheduler=scheduler,
                       sample_threads=sample_threads, max_dags=max_dags, launch_sigma=launch_sigma,

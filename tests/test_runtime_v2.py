@@ -65,9 +65,6 @@ class ToyStrategy:
     def before_update(self):
         self.calls.append("before_update")
 
-    def updates_trail(self):
-        return False
-
     def update(self, optimizer, replicated):  # the default update of every strategy (all-reduce, step)
         from stages.runtime.strategies.base import Strategy
 
@@ -88,7 +85,7 @@ class _Ctx:
 
 
 def _toy_rank(rank: int, world: int, init: str, out: str) -> None:
-    from stages.train.loop import optimizer_step
+    from stages.train.loop import optimizer_step, summed_over_ranks
 
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     results = {}
@@ -99,7 +96,7 @@ def _toy_rank(rank: int, world: int, init: str, out: str) -> None:
         replicated = [p for n, p in model.named_parameters() if n not in strategy.sharded_parameters()]
         done = optimizer_step(strategy, _Ctx(rank, world), optimizer, replicated, 0, 0)
         results[due] = {"shared": model.shared.detach().tolist(), "mine": model.mine.detach().tolist(),
-                        "loss": done.loss.value(), "micro": done.micro_steps, "calls": strategy.calls}
+                        "loss": summed_over_ranks(done.loss, world), "micro": done.micro_steps, "calls": strategy.calls}
     torch.save(results, Path(out) / f"rank{rank}.pt")
     dist.destroy_process_group()
 

@@ -13,6 +13,7 @@ import torch.distributed as dist
 from ..common.atomic import write_json_atomic
 from ..common.errors import G3InputError
 from ..runtime.config import RuntimeConfig
+from ..runtime.device.path import device_kernels
 from ..runtime.worker import evaluate, open_worker
 
 log = logging.getLogger("g3.eval")
@@ -33,7 +34,8 @@ def eval_rank(rank: int, world: int, init_method: str | None, plan_dir: str, run
     except RuntimeError as exc:
         raise G3InputError(f"{weights}: weights do not fit the plan's model: {exc}") from None
     t0 = time.perf_counter()
-    counts, extra = evaluate(worker.strategy, cfg.metric)
+    with device_kernels(worker.ctx.resident, worker.ctx.device.type):
+        counts, extra = evaluate(worker.strategy, cfg.metric)
     seconds = time.perf_counter() - t0
     if rank == 0:
         write_json_atomic(Path(run_dir) / "eval.json", {

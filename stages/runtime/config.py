@@ -25,6 +25,7 @@ LAYER0_CACHE = ("auto", "on", "off")
 PREFETCH = ("auto", "on", "off")
 BACKWARD = ("auto", "recompute", "keep")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+RESIDENCY = ("auto", "device", "host")
 KNOB_DEFAULTS = {"pipeline": "multi", "prefetch": "auto", "backward": "auto", "layer0_cache": "auto",
                  "feature_cache": True, "micro_batches": 1,
                  "scheduler": "on", "sample_threads": 2, "max_dags": 4, "launch_sigma": 500.0, "task_nodes": 256}
@@ -63,6 +64,10 @@ class RuntimeConfig:
     max_restarts: int = 0  # emulated hosts: torchrun's --max-restarts (a failed worker group restarts)
     emulate_faults: tuple[str, ...] = ()  # emulated hosts: faults to inject (emulated_hosts.Fault)
     network: dict | None = None  # set by the launcher for its workers: how they are connected (in every epoch record)
+    # where a worker's partition lives (RESIDENCY): auto = on the device when it is a GPU and the plan says the
+    # partition fits there; device = there whatever the device (the device path, also on the CPU); host = in host
+    # memory (the CPU kernels; on a GPU, bins streamed in)
+    residency: str = "auto"
     # strategy knobs (None: the strategy's default; see resolve_knobs)
     pipeline: str | None = None
     prefetch: str | None = None  # auto | on | off | N: g3's next-bin gather thread; mini-batch: N steps ahead
@@ -76,20 +81,33 @@ class RuntimeConfig:
     launch_sigma: float | None = None  # ByteGNN: σ of Algorithm 1's launch rule
     task_nodes: int | None = None  # ByteGNN: frontier nodes per sampling task
 
-    def layer0_cache_enabled(self) -> bool:
-        """auto = on for the CPU; on CUDA the cache would sit on the device outside the bins' memory budget."""
-        mode = self.layer0_cache or "auto"
-        return mode == "on" or (mode == "auto" and self.device == "cpu")
+    def resident(self, plan_says: str | None = None) -> bool:
+        """Whether a worker runs the device path: its partition, activations and gradients live on its device
+        for the whole run. ``plan_says``: the plan's residency for the worker (``"device"`` when the partition
+        fits the device memory the plan was made for, ``"host"`` when it does not; None: no record)."""
+        if self.residency != "auto":
+            return self.residency == "device"
+        return self.device == "cuda" and plan_says != "host"
 
-    def prefetch_enabled(self, threads: int, local_workers: int) -> bool:
+    def layer0_cache_enabled(self, resident: bool = False) -> bool:
+        """auto = on, except for bins streamed to a GPU, where the cache would sit on the device outside the
+        bins' memory budget (a resident partition's budget counts it)."""
+        mode = self.layer0_cache or "auto"
+        return mode == "on" or (mode == "auto" and (self.device == "cpu" or resident))
+
+    def prefetch_enabled(self, threads: int, local_workers: int, resident: bool = False) -> bool:
         """Whether ``intra``/``multi`` gather (on CUDA: gather and copy in) the next bin on a second thread.
 
-        auto = on for CUDA, where the copy runs on its own stream while the device computes; on the CPU only
-        when the workers leave a core idle: otherwise the gather thread takes a core from the compute kernels
-        and every epoch gets slower (measured: docs/BENCHMARKS.md, "g3's pipeline schedules on one machine", "Prefetch on the CPU")."""
+        auto = on for bins streamed to CUDA, where the copy runs on its own stream while the device computes;
+        never for a resident partition (a gather is a device kernel, queued behind the compute anyway); on the
+        CPU only when the workers leave a core idle: otherwise the gather thread takes a core from the compute
+        kernels and every epoch gets slower (measured: docs/BENCHMARKS.md, "g3's pipeline schedules on one
+        machine", "Prefetch on the CPU")."""
         mode = self.prefetch or "auto"
         if mode != "auto":
             return mode == "on"
+        if resident:
+            return False
         return self.device == "cuda" or threads * local_workers < usable_cores()
 
     def prefetch_depth(self) -> int:
@@ -168,6 +186,8 @@ def check_runtime(cfg: RuntimeConfig) -> None:
         raise G3InputError("--device cuda but CUDA is not available on this machine")
     if cfg.metric not in ("accuracy", "rocauc"):
         raise G3InputError(f"--metric {cfg.metric} is not one of accuracy, rocauc")
+    if cfg.residency not in RESIDENCY:
+        raise G3InputError(f"--residency {cfg.residency} is not one of {', '.join(RESIDENCY)}")
     if cfg.dtype not in DTYPES:
         raise G3InputError(f"--dtype {cfg.dtype} is not one of {', '.join(DTYPES)}")
     if not (0.0 <= cfg.dropout < 1.0):

@@ -4,7 +4,7 @@
 training nodes over *all* workers, and ``dloss/dz_v = (softmax(z_v) - onehot(y_v)) / n_train`` for a training
 node (0 for every other row). Computing both in one row-parallel numba pass replaces torch's gather of the
 training rows, log-softmax, NLL and their backward (index-put into a zero matrix): on the 500K-node benchmark
-graph that was a third of a single-worker epoch. CUDA tensors take the torch path.
+graph that was a third of a single-worker epoch. The device path (CUDA, or forced on the CPU) takes torch's.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import numba
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from .kernels import backend
 
 # float32 exp for x <= 0, written out so the loop over a row's classes vectorises: numba's np.exp on float32
 # is a scalar libm call (pip's llvmlite has no SVML), which made the loss ~10 % of a one-worker epoch on the
@@ -117,7 +119,7 @@ def cross_entropy_with_grad(logits: torch.Tensor, labels: torch.Tensor, train_id
 
     ``logits [n, C]``, ``labels [n]`` (int64), ``train_idx [m]`` (rows with a label), ``n_train`` over all ranks.
     """
-    if logits.device.type != "cpu" or logits.dtype not in (torch.float32, torch.float64):
+    if backend(logits) != "numba":  # CUDA, the device path on the CPU, other dtypes
         z = logits.detach().requires_grad_(True)
         loss = F.cross_entropy(z[train_idx], labels[train_idx], reduction="sum") / n_train
         loss.backward()

@@ -172,4 +172,4 @@ class ChunkRouting:
         n = len(ids[self.rank])
         parts = self.tr.all_to_all_v(send, [(n, cols[w + 1] - cols[w]) for w in range(self.world)], label)
         if n:
-            put_rows_at(out, self.local(ids[self.rank]), torch.cat(parts, dim=1))
+            put_rows_at(out, self.local(ids[self.rank]), torch.cat([p.to(out.device) for p in parts], dim=1))

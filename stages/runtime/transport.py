@@ -72,6 +72,13 @@ class CommStats:
         self.per_phase_recv[label] = self.per_phase_recv.get(label, 0) + nbytes
 
 
+def host(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in host memory, where the P2P group's messages travel (gloo): a device-resident worker's rows are
+    copied out when they leave it, and received rows are placed into device tensors by the row helpers
+    (``kernels.put_rows_at``/``add_rows_at``), which copy them in."""
+    return t if t.device.type == "cpu" else t.cpu()
+
+
 def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
@@ -176,7 +183,8 @@ class Transport:
         if self.world == 1:
             return PendingAllToAll(self, None, list(chunks), recv_shapes, [], label)
         dtype = chunks[0].dtype
-        send = [c.reshape(-1).contiguous() if q != self.rank else c.new_empty(0) for q, c in enumerate(chunks)]
+        send = [host(c.reshape(-1).contiguous()) if q != self.rank else c.new_empty(0, device="cpu")
+                for q, c in enumerate(chunks)]
         in_sizes = [int(np.prod(s)) if q != self.rank else 0 for q, s in enumerate(recv_shapes)]
         out = torch.empty(sum(in_sizes), dtype=dtype)
         work = self._post_exchange(send, in_sizes, out)
@@ -353,7 +361,7 @@ class TableSender:
         step, peer, sl = self.slices[m]
         tracer = self.tr.tracer
         t_pack = now_us()
-        payload = take_rows_at(rows, self.nodes[sl] + index_offset)
+        payload = host(take_rows_at(rows, self.nodes[sl] + index_offset))
         work = dist.isend(payload, dst=peer, group=self.tr.group, tag=(self.phase << TAG_SHIFT) + step)
         tracer.span("pack", f"{self.label} → {peer}", t_pack, now_us(), step=step, peer=peer,
                     thread=threading.current_thread().name)

@@ -19,3 +19,4 @@ class TrainConfig(RuntimeConfig):
     resume: bool = False
     profile: str | None = None  # write PROFILE.json (compute rates, for `g3 simulate`) from the last epoch
     live: bool = True  # rich live display on rank 0
+    count_ops: bool = False  # count one steady-state step's aten operations and synchronisations (metrics.jsonl)

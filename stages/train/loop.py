@@ -24,6 +24,8 @@ import torch.distributed as dist
 
 from ..common.errors import G3InputError
 from ..common.model_spec import ModelSpec
+from ..runtime.device.op_counter import OpCounter
+from ..runtime.device.path import device_kernels
 from ..runtime.loss import cross_entropy_with_grad
 from ..runtime.profile import samples_from_trace, write_profile
 from ..runtime.strategies.base import collective_device
@@ -46,9 +48,15 @@ log = logging.getLogger("g3.train")
 def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, run_dir: str, cfg: TrainConfig) -> None:
     """Entry of one training process (spawned locally or started by torchrun), run by
     ``stages.runtime.launch.run_guarded``."""
-    run_dir = Path(run_dir)
     worker = open_worker(rank, world, Path(plan_dir), cfg, init_method)
+    with device_kernels(worker.ctx.resident, worker.ctx.device.type):
+        _train(worker, Path(run_dir), cfg)
+
+
+def _train(worker, run_dir: Path, cfg: TrainConfig) -> None:
+    """The epochs of one rank, from its checkpoint when resuming, to the saved model."""
     strategy, model, ctx = worker.strategy, worker.model, worker.ctx
+    rank, world = ctx.rank, ctx.world
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start_epoch = 0
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
@@ -76,6 +84,7 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
     # --profile: the last epoch, the warmest (with several workers the second still pays first-use costs: on
     # `small`, two workers, 0.10-0.15 s against 0.09-0.10 s for the later ones, which inflated the rates)
     profile_epoch = cfg.epochs - 1
+    counted = counted_step(start_epoch, cfg.epochs, strategy) if cfg.count_ops else None
     for epoch in range(start_epoch, cfg.epochs):
         _maybe_inject_fault(rank, epoch)
         # --trace: every epoch from trace_epoch on is timed per span (the hidden share of one epoch is noisy on a
@@ -93,20 +102,28 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
         # rank's server thread, would otherwise be counted and then wiped by a late reset here
         dist.barrier()
         model.train()
-        losses, sync_seconds, reduce_seconds, micro_total = [], 0.0, 0.0, 0
+        # the epoch's local losses stay where they were computed (no read-back per step): summed over the
+        # ranks once, after the epoch
+        loss_sum, loss_steps, sync_seconds, reduce_seconds, micro_total, ops = None, 0, 0.0, 0.0, 0, None
         for step in range(strategy.steps(epoch)):
-            done = optimizer_step(strategy, ctx, optimizer, replicated, epoch, step)
+            if (epoch, step) == counted:  # --count-ops: what this one steady-state step dispatches
+                with OpCounter(ctx.device) as counter:
+                    done = optimizer_step(strategy, ctx, optimizer, replicated, epoch, step)
+                ops = counter.count.to_json()
+            else:
+                done = optimizer_step(strategy, ctx, optimizer, replicated, epoch, step)
             micro_total += done.micro_steps
             sync_seconds += done.sync_seconds
             reduce_seconds += done.all_reduce_seconds
             if done.loss is not None:
-                losses.append(done.loss)
+                loss_sum = done.loss if loss_sum is None else loss_sum + done.loss
+                loss_steps += 1
         strategy.finish_updates(optimizer, replicated)  # every trailing update applied: the epoch's weights
-        losses = [summed.value() for summed in losses]
+        epoch_loss = summed_over_ranks(loss_sum, ctx.world) / max(loss_steps, 1)
         epoch_seconds = time.perf_counter() - t0
-        record = {"epoch": epoch, "loss": sum(losses) / max(len(losses), 1), "epoch_seconds": epoch_seconds}
-        if len(losses) > 1:
-            record["steps"] = len(losses)
+        record = {"epoch": epoch, "loss": epoch_loss, "epoch_seconds": epoch_seconds}
+        if loss_steps > 1:
+            record["steps"] = loss_steps
         if micro_total > strategy.steps(epoch):
             record["micro_steps"] = micro_total
         if tracing:
@@ -134,6 +151,7 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
             "peak_memory_bytes": peak_memory_bytes(cfg.device_for(rank)),
             "page_faults": minor_page_faults() - faults0,
             **nic.since_reset(),
+            **(ops or {}),  # --count-ops, in the counted epoch: operations and synchronisations of one step
         }
         workers = [None] * world
         dist.all_gather_object(workers, worker)
@@ -152,10 +170,11 @@ def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, ru
 
 @dataclass
 class StepDone:
-    """What one optimizer step did: its loss summed over ranks (None: no target on any rank, no update),
-    its micro-steps, and the seconds spent in the gradient all-reduce and update."""
+    """What one optimizer step did: this rank's share of its loss (a float64 tensor where it was computed: read
+    once per epoch; None: no target on any rank, no update), its micro-steps, and the seconds spent in the
+    gradient all-reduce and update."""
 
-    loss: _SummedLater | None
+    loss: torch.Tensor | None
     micro_steps: int
     sync_seconds: float = 0.0
     all_reduce_seconds: float = 0.0  # the part of sync_seconds in the gradient all-reduce itself
@@ -167,7 +186,7 @@ def optimizer_step(strategy, ctx, optimizer, replicated: list[torch.nn.Parameter
     and every rank updates — unless the strategy's backward says no gradient is due (a pipeline filling)."""
     optimizer.zero_grad(set_to_none=False)
     n_micro = strategy.micro_steps(epoch, step)
-    loss, due, n_targets = 0.0, True, 0
+    loss, due, n_targets = None, True, 0
     for micro in range(n_micro):
         out = strategy.forward(epoch, step, micro)
         t_loss = now_us()
@@ -185,7 +204,8 @@ def optimizer_step(strategy, ctx, optimizer, replicated: list[torch.nn.Parameter
         # the loss is computation too: messages still in flight meanwhile are hidden under it
         ctx.tracer.span("compute", "loss", t_loss, now_us(), phase="loss")
         due = strategy.backward(grad_logits) is not False
-        loss += float(loss_local.detach())
+        share = loss_local.detach().to(torch.float64)
+        loss = share if loss is None else loss + share
     if n_targets == 0:
         return StepDone(None, n_micro)
     t_sync = time.perf_counter()
@@ -193,9 +213,26 @@ def optimizer_step(strategy, ctx, optimizer, replicated: list[torch.nn.Parameter
     # replicated update trail its gradient by three steps)
     reduce_seconds = strategy.update(optimizer, replicated) if due else 0.0
     sync_seconds = time.perf_counter() - t_sync
-    # the step's loss summed over ranks: left in flight only where updates trail their steps (P3's pipeline),
-    # where a blocking collective here would queue behind them and make every step a rendezvous again
-    return StepDone(_SummedLater(loss, wait=not strategy.updates_trail()), n_micro, sync_seconds, reduce_seconds)
+    return StepDone(loss, n_micro, sync_seconds, reduce_seconds)
+
+
+def counted_step(start_epoch: int, epochs: int, strategy) -> tuple[int, int]:
+    """The step ``--count-ops`` counts: the first of the second epoch run (the first pays one-time costs:
+    caches, transposes, the exchange of input features), else the second step of a single epoch that has one."""
+    if start_epoch + 1 < epochs:
+        return start_epoch + 1, 0
+    return start_epoch, 1 if strategy.steps(start_epoch) > 1 else 0
+
+
+def summed_over_ranks(local: torch.Tensor | None, world: int) -> float:
+    """A loss share summed over every rank (collective: every rank calls it, also one with no share) and read
+    on the host: the one read-back of an epoch's losses."""
+    t = torch.zeros(1, dtype=torch.float64, device=collective_device())
+    if local is not None:
+        t += local.to(t.device)
+    if world > 1:
+        dist.all_reduce(t)
+    return float(t.item())
 
 
 def _save_full_weights(path: Path, strategy, rank: int) -> None:
@@ -262,18 +299,3 @@ def _maybe_inject_fault(rank: int, epoch: int) -> None:
 
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "checkpoints/epoch-00001.pt")
         raise RuntimeError(f"injected fault at epoch {epoch}")
-
-
-class _SummedLater:
-    """A float summed over ranks by an all-reduce, completed at once (``wait``) or left in flight until
-    ``value()``; the completed request is dropped then, so none outlives the epoch."""
-
-    def __init__(self, x: float, wait: bool = True):
-        self.t = torch.tensor([x], dtype=torch.float64, device=collective_device())
-        self.work = dist.all_reduce(self.t, async_op=not wait)
-
-    def value(self) -> float:
-        if self.work is not None:
-            self.work.wait()
-            self.work = None
-        return float(self.t.item())

@@ -64,6 +64,19 @@ class WorkerContext:
     def device(self) -> torch.device:
         return torch.device(self.cfg.device_for(self.rank))
 
+    @cached_property
+    def resident(self) -> bool:
+        """Whether this worker runs the device path (:meth:`RuntimeConfig.resident`, from the plan's record)."""
+        workers = self.plan_meta.get("workers") or []
+        mine = workers[self.rank] if self.rank < len(workers) else {}
+        return self.cfg.resident((mine.get("residency") or {}).get("mode"))
+
+    @property
+    def home(self) -> torch.device:
+        """Where the worker's tables live: its partition's features, labels, every layer's rows and their
+        gradients — the device when resident, else host memory."""
+        return self.device if self.resident else torch.device("cpu")
+
     @property
     def options(self) -> dict:
         """The strategy's options as the plan recorded them."""
@@ -93,8 +106,9 @@ def collective_device() -> str:
 
 @dataclass
 class StepOutput:
-    """A step's result: ``logits [n, C]`` (host) of the nodes the step computed, their ``labels [n]``, and
-    ``targets``, the rows of ``logits`` that carry the loss (labelled targets of the step).
+    """A step's result: ``logits [n, C]`` of the nodes the step computed, their ``labels [n]``, and
+    ``targets``, the rows of ``logits`` that carry the loss (labelled targets of the step), all three on one
+    device (the worker's :attr:`WorkerContext.home`).
     ``global_targets``: the number of targets of the step over all ranks when the strategy knows it without
     communicating (else the loop all-reduces ``len(targets)``)."""
 
@@ -102,6 +116,12 @@ class StepOutput:
     labels: torch.Tensor
     targets: torch.Tensor
     global_targets: int | None = None
+
+    def __post_init__(self):
+        # the loss is computed where the logits are: labels and target rows made on the host go there (a copy
+        # in, nothing on the CPU or for a resident worker's tables)
+        self.labels = self.labels.to(self.logits.device)
+        self.targets = self.targets.to(self.logits.device)
 
 
 @dataclass
@@ -165,11 +185,6 @@ class Strategy:
         self.before_update()
         optimizer.step()
         return seconds
-
-    def updates_trail(self) -> bool:
-        """Whether :meth:`update` leaves updates in flight after a step (then the loop leaves its per-step loss
-        reduction in flight too). False by default."""
-        return False
 
     def finish_updates(self, optimizer: torch.optim.Optimizer, replicated: list[torch.nn.Parameter]) -> None:
         """Called by the loop at the end of every epoch, before evaluation and checkpoints: every update still
@@ -261,8 +276,9 @@ def unflatten_gradients(flat: torch.Tensor, params: list[torch.nn.Parameter]) ->
 
 
 def all_reduce_gradients(params: list[torch.nn.Parameter]) -> None:
-    """Sum the parameters' gradients over every rank (one all-reduce of the flattened gradients)."""
-    if not params:
+    """Sum the parameters' gradients over every rank (one all-reduce of the flattened gradients); nothing to do
+    for one rank."""
+    if not params or not dist.is_initialized() or dist.get_world_size() == 1:
         return
     flat = flatten_gradients(params)
     dist.all_reduce(flat)

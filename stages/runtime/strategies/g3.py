@@ -55,6 +55,7 @@ LAYER0_ROWS = "g3_layer0_input_rows"  # block cache key: the layer-0 input rows 
 SRC_RANGE, DST_RANGE = "g3_src_range", "g3_dst_range"  # block cache keys: the ids as a slice, when contiguous
 READ_ROWS = object()  # a bin input that is not gathered: the layer reads h[src] itself (GNNModel.reads_rows)
 REMOTE_USES = "g3_remote_uses"  # block cache key: (remote offsets read by the block, arcs reading each)
+SRC_IDS, DST_IDS = "g3_src_ids", "g3_dst_ids"  # block cache keys: the ids where the worker's tables live
 
 
 def id_range(ids: torch.Tensor) -> slice | None:
@@ -101,7 +102,8 @@ class WorkerData:
     # P2P tables whose node lists are owned-local ids (the others hold remote offsets)
     OWNED_ID_TABLES = ("features_send", "fwd_send_", "bwd_recv_")
 
-    def __init__(self, shard: Shard, plan: WorkerPlan, num_layers: int, dtype: torch.dtype):
+    def __init__(self, shard: Shard, plan: WorkerPlan, num_layers: int, dtype: torch.dtype,
+                 home: torch.device | str = "cpu"):
         self.rank = shard.rank
         self.shard = shard
         self.plan = plan
@@ -116,11 +118,12 @@ class WorkerData:
         local_order = np.concatenate([self.order, np.arange(n_own, n_own + self.num_remote, dtype=np.int64)])
         self.global_ids = torch.from_numpy(np.concatenate([shard.owned, shard.remote]).astype(np.int64)[local_order])
         # one copy each: fancy indexing reads the memory-mapped shard straight into the reordered array
-        self.features = torch.from_numpy(np.asarray(shard.load("features"))[self.order]).to(dtype)
-        self.labels = torch.from_numpy(np.asarray(shard.load("labels"))[self.order].astype(np.int64))
+        # what the loss and the first layer read live where the worker's tables do (``home``)
+        self.features = torch.from_numpy(np.asarray(shard.load("features"))[self.order]).to(home, dtype)
+        self.labels = torch.from_numpy(np.asarray(shard.load("labels"))[self.order].astype(np.int64)).to(home)
         self.in_degree = torch.from_numpy(np.asarray(shard.load("in_degree"), dtype=np.float64)[local_order]).to(dtype)
         self.out_degree = torch.from_numpy(np.asarray(shard.load("out_degree"), dtype=np.float64)[local_order]).to(dtype)
-        self.splits = {s: torch.from_numpy(np.sort(self.new_id[np.asarray(shard.load(s), dtype=np.int64)]))
+        self.splits = {s: torch.from_numpy(np.sort(self.new_id[np.asarray(shard.load(s), dtype=np.int64)])).to(home)
                        for s in ("train", "valid", "test")}
         self.priority = np.arange(n_own, dtype=np.int64)
         self.row_ptr = plan.row_ptr
@@ -154,7 +157,10 @@ class G3Strategy(Strategy):
     def __init__(self, ctx: WorkerContext, model):
         super().__init__(ctx, model)
         cfg = ctx.cfg
-        self.data = data = WorkerData(ctx.shard, ctx.plan, ctx.spec.num_blocks, cfg.torch_dtype)
+        # resident: the partition, every layer's rows and their gradients live on the device for the run;
+        # otherwise in host memory, each bin copied in (on CUDA on a copy stream) and its outputs copied out
+        self.resident, self.home = ctx.resident, ctx.home
+        self.data = data = WorkerData(ctx.shard, ctx.plan, ctx.spec.num_blocks, cfg.torch_dtype, self.home)
         self.schedule = SCHEDULES[cfg.pipeline]
         self.num_layers = len(data.layers)
         self.phase = "fwd"  # the pass running now: "fwd", "eval" or "bwd" (gather spans carry it)
@@ -168,10 +174,10 @@ class G3Strategy(Strategy):
         self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
         self.bwd_recvs: dict[int, TableReceiver] = {}  # backward's receives, posted early by a training forward
         self.pool = self._gather_pool(cfg)
-        self.copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.copy_stream = torch.cuda.Stream(self.device) if self.device != self.home else None
         # layer 0 reads the fixed input features: SAGE/GCN aggregate them once per block and keep the result
         # (--layer0-cache); from then on the bin's input is only the rows the layer still reads, kept too
-        self.layer0_rows = self.model.static_input_rows(0) if cfg.layer0_cache_enabled() else None
+        self.layer0_rows = self.model.static_input_rows(0) if cfg.layer0_cache_enabled(self.resident) else None
         self.send_structure: dict[int, tuple] = {}  # id(table) → (table, slices, nodes, msg_ptr, msg_ids)
         self._fwd_bins: list | None = None  # eager schedules: per layer, the forward's bins (built on first use)
         self._bin_deps: list | None = None  # eager schedules: per layer, what each of those bins waits for
@@ -198,7 +204,8 @@ class G3Strategy(Strategy):
     def _gather_pool(self, cfg):
         """The prefetch thread of ``intra``/``multi`` (see ``RuntimeConfig.prefetch_enabled``); its own torch
         ops run on one thread, so a gather never spreads over the cores the compute kernels use."""
-        if not (self.schedule.prefetch and cfg.prefetch_enabled(torch.get_num_threads(), local_workers(self.ctx.world))):
+        if not (self.schedule.prefetch and cfg.prefetch_enabled(torch.get_num_threads(), local_workers(self.ctx.world),
+                                                                self.resident)):
             return None
         return helper_executor("g3-gather")
 
@@ -280,12 +287,13 @@ class G3Strategy(Strategy):
         if read_rows and rng is None and self._reads_rows(layer, h):
             return READ_ROWS  # no gather: the layer's aggregation reads h[src] itself
         t0 = now_us()
-        x = take_rows(h, src, rng).detach() if rng is not None else take_rows_at(h, src)
+        ids = self._ids(block, SRC_IDS, src) if block is not None else src
+        x = take_rows(h, ids, rng).detach() if rng is not None else take_rows_at(h, ids)
         t1 = now_us()
         self.tracer.span("gather", f"L{layer} bin {b}", t0, t1, layer=layer, bin=b, phase=self.phase, rows=len(src),
                          prefetched=threading.current_thread() is not threading.main_thread(),
                          view=rng is not None)  # a view: contiguous sources, nothing copied
-        if self.device.type != "cuda":
+        if self.copy_stream is None:  # the rows are where the layer runs
             return x
         with torch.cuda.stream(self.copy_stream):
             x_dev = x.pin_memory().to(self.device, non_blocking=True)
@@ -293,6 +301,10 @@ class G3Strategy(Strategy):
             event.record(self.copy_stream)
         self.tracer.span("copy_in", f"L{layer} bin {b}", t1, now_us(), layer=layer, bin=b)
         return (x_dev, event)
+
+    def _ids(self, block, key: str, ids: torch.Tensor) -> torch.Tensor:
+        """A bin's source or destination ids (host) where the worker's tables live, copied there once."""
+        return block.cached(key, lambda: ids.to(self.home))
 
     def _reads_rows(self, layer: int, h: torch.Tensor) -> bool:
         """The CPU layer can read its sources from ``h`` itself: in a forward without gradient
@@ -314,7 +326,7 @@ class G3Strategy(Strategy):
             self.layer0_input = None
             buf = torch.zeros((d.num_remote, d.features.shape[1]), dtype=d.features.dtype)
             self.tr.exchange_table(d.table("features_send"), d.table("features_recv"), "features", 0, d.features, buf)
-            self.remote_features = buf
+            self.remote_features = buf.to(self.home)
         if getattr(self, "layer0_input", None) is None:  # built once while the cache holds: it is read-only
             self.layer0_input = torch.cat([d.features, self.remote_features]) if d.num_remote else d.features
         return self.layer0_input
@@ -345,7 +357,7 @@ class G3Strategy(Strategy):
         hs = [h0]
         for li in range(L):
             rows = d.num_owned + (0 if li == L - 1 else d.num_remote)
-            h = torch.empty((rows, self.model.widths[li + 1]), dtype=h0.dtype)  # owned rows: all computed
+            h = torch.empty((rows, self.model.widths[li + 1]), dtype=h0.dtype, device=self.home)  # owned: all computed
             h[d.num_owned :].zero_()
             hs.append(h)
         sends = [self.tr.sender(d.table(f"fwd_send_{li}"), kind, li, d.num_owned, blocking=not self.schedule.async_send,
@@ -416,10 +428,8 @@ class G3Strategy(Strategy):
     def _finish_bin(self, li, block, y, dst, hs, t0, c0, b, training) -> None:
         """A bin's outputs into ``h[li + 1]``; its compute span and timers."""
         t1 = now_us()
-        out = y.detach()
-        if out.device.type == "cuda":
-            out = out.to("cpu", non_blocking=False)
-        put_rows(hs[li + 1], dst, block.cached(DST_RANGE, lambda: None), out.to(hs[li + 1].dtype))
+        out = y.detach().to(hs[li + 1].device, hs[li + 1].dtype)  # streamed bins: copied out
+        put_rows(hs[li + 1], self._ids(block, DST_IDS, dst), block.cached(DST_RANGE, lambda: None), out)
         self.timers["compute"] += (now_us() - t0) / 1e6
         self.timers["compute_cpu"] += time.thread_time() - c0
         self.tracer.span("compute", f"L{li} bin {b}", t0, t1, layer=li, bin=b, nodes=int(block.n_dst),
@@ -429,8 +439,8 @@ class G3Strategy(Strategy):
         """After a block's first static layer-0 call: keep only the input rows the layer will still read."""
         if self.layer0_rows == "dst":
             rows = x_src[: block.n_dst]
-            if block.cached(SRC_RANGE, lambda: None) is None or not self.cfg.feature_cache or x_src.device.type != "cpu":
-                rows = rows.clone()  # a gathered input (or one rebuilt every epoch): keep only these rows
+            if block.cached(SRC_RANGE, lambda: None) is None or not self.cfg.feature_cache or x_src.device != self.home:
+                rows = rows.clone()  # a gathered or copied-in input (or one rebuilt every epoch): keep only these rows
             # else: a view of the layer-0 input, which stays as it is while the feature cache holds it
         else:
             rows = x_src.new_empty((0, x_src.shape[1]))
@@ -596,7 +606,8 @@ class G3Strategy(Strategy):
             for step, (block, src, dst, x_saved, y_saved) in enumerate(bins):
                 t0, c0 = now_us(), time.thread_time()
                 dst_rng = block.cached(DST_RANGE, lambda: None)
-                grad_rows = take_rows(grad_out, dst, dst_rng)
+                dst_ids = self._ids(block, DST_IDS, dst)
+                grad_rows = take_rows(grad_out, dst_ids, dst_rng)
                 x = None
                 if y_saved is not None:
                     x_src, y = x_saved, y_saved
@@ -608,7 +619,7 @@ class G3Strategy(Strategy):
                     # a cached layer 0: the weight gradients come from its kept output and cached aggregation,
                     # with no forward run again (bitwise what the recomputation below gives)
                     done = self.model.layer_backward_static(li, block, self._ready_input(x),
-                                                            take_rows(self.inputs[li + 1], dst, dst_rng),
+                                                            take_rows(self.inputs[li + 1], dst_ids, dst_rng),
                                                             grad_rows.to(dtype=h.dtype), self.cfg.dropout)
                     if not done:
                         raise RuntimeError(f"layer {li}: the block's cached aggregation is missing")
@@ -631,9 +642,9 @@ class G3Strategy(Strategy):
                             # see the fixed features here: keep their rows now, or every epoch gathers them again
                             self._keep_layer0_rows(block, x_src)
                     torch.autograd.backward(y, grad_rows.to(y.device, dtype=y.dtype))
-                    grad_src = x_src.grad.to("cpu", dtype=h.dtype) if need_input_grad else None
+                    grad_src = x_src.grad.to(h.device, h.dtype) if need_input_grad else None
                 if need_input_grad:
-                    add_rows(grad_in, src, block.cached(SRC_RANGE, lambda: None), grad_src)
+                    add_rows(grad_in, self._ids(block, SRC_IDS, src), block.cached(SRC_RANGE, lambda: None), grad_src)
                 self.timers["compute"] += (now_us() - t0) / 1e6
                 self.timers["compute_cpu"] += time.thread_time() - c0
                 self.tracer.span("compute", f"L{li} bin {step}", t0, now_us(), layer=li, bin=step, phase="bwd",

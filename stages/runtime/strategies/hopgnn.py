@@ -220,7 +220,7 @@ class HopGnnStrategy(DistDglStrategy):
             empty = torch.zeros((0, self.ctx.spec.widths[-1]), dtype=self.features.dtype)
             return StepOutput(empty, labels, torch.arange(0), prep.global_targets)
         self._out = self.run_blocks(epoch, step, prep)
-        return StepOutput(self._out.detach().cpu(), labels, torch.arange(len(prep.targets)), prep.global_targets)
+        return StepOutput(self._out.detach(), labels, torch.arange(len(prep.targets)), prep.global_targets)
 
     def _count(self, prep: PreparedStep) -> None:
         t = self.timers

@@ -34,9 +34,12 @@ class LayerSyncStrategy(Strategy):
         self.n_own, self.n_rem = shard.num_owned, shard.num_remote
         self.num_layers = ctx.spec.num_blocks
         self.global_ids = torch.from_numpy(np.concatenate([shard.owned, shard.remote]).astype(np.int64))
+        # resident: every layer's rows and gradients stay on the device (``home``); else each layer's outputs
+        # and input gradients are copied out to host memory, where the exchanges run
+        self.home = ctx.home
         self.features = torch.from_numpy(np.array(shard.load("features"))).to(dtype)
-        self.labels = torch.from_numpy(np.asarray(shard.load("labels")).astype(np.int64))
-        self.splits = owned_splits(shard)
+        self.labels = torch.from_numpy(np.asarray(shard.load("labels")).astype(np.int64)).to(self.home)
+        self.splits = {s: rows.to(self.home) for s, rows in owned_splits(shard).items()}
         in_deg = torch.from_numpy(np.asarray(shard.load("in_degree"), dtype=np.float64)).to(dtype)
         out_deg = torch.from_numpy(np.asarray(shard.load("out_degree"), dtype=np.float64)).to(dtype)
         self.block = Block(
@@ -49,7 +52,7 @@ class LayerSyncStrategy(Strategy):
         self.send_table, self.recv_table = plan.table("boundary_send"), plan.table("boundary_recv")
         self.send_ids = per_peer_ids(self.send_table, ctx.world)  # owned ids each peer needs
         self.recv_ids = per_peer_ids(self.recv_table, ctx.world)  # remote offsets each peer sends
-        self.static0 = cfg.layer0_cache_enabled() and model.static_input_rows(0) is not None
+        self.static0 = cfg.layer0_cache_enabled(ctx.resident) and model.static_input_rows(0) is not None
         self.x0: torch.Tensor | None = None  # layer 0's input: owned + remote features, fetched once
         self.saved: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: (input leaf, output) of a training step
         self.train_rows = labelled_rows(self.labels, self.splits["train"])
@@ -119,7 +122,7 @@ class LayerSyncStrategy(Strategy):
                                              static_input=li == 0 and self.static0)
             if training:
                 self.saved.append((x_leaf, y))
-            h = y.detach().cpu()
+            h = y.detach().to(self.home)
         return h
 
     def backward(self, grad_logits: torch.Tensor) -> None:
@@ -131,7 +134,7 @@ class LayerSyncStrategy(Strategy):
                 torch.autograd.backward(y, grad.to(y.device, dtype=y.dtype))
             if li == 0:
                 break
-            g = x_leaf.grad.cpu()
+            g = x_leaf.grad.to(self.home)
             grad = g[: self.n_own].clone()
             for ids, rows in self.exchange_backward(li, self.clip_gradient(g[self.n_own :])):
                 add_rows_at(grad, ids, rows)  # peer order: the same sum in every run

@@ -326,7 +326,7 @@ class MiniBatchStrategy(Strategy):
             empty = torch.zeros((0, self.ctx.spec.widths[-1]), dtype=self.features.dtype)
             return StepOutput(empty, labels[:0], torch.arange(0), prep.global_targets)
         self._out = self.run_blocks(epoch, step, prep)
-        return StepOutput(self._out.detach().cpu(), labels, rows, prep.global_targets)
+        return StepOutput(self._out.detach(), labels, rows, prep.global_targets)
 
     def run_blocks(self, epoch: int, step: int, prep: PreparedStep) -> torch.Tensor:
         """The model's forward over a prepared step's blocks (autograd kept for backward): the logits of the last

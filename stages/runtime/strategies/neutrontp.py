@@ -32,6 +32,7 @@ from ...common.errors import G3InputError
 from ...common.partition_artifact import load_partition_meta
 from ...common.plan_topology import read_csr
 from ...common.tensor_parallel import slice_widths
+from ..kernels import add_rows_at
 from ..tensor_parallel import ChunkAggregation, ChunkRouting, column_bounds
 from ..threads import helper_executor
 from .base import Inference, StepOutput, Strategy, WorkerContext, labelled_rows
@@ -55,6 +56,7 @@ class NeutronTPStrategy(Strategy):
         super().__init__(ctx, model)
         shard, cfg, k = ctx.shard, ctx.cfg, ctx.world
         self.dtype = cfg.torch_dtype
+        self.home = ctx.home  # resident: every slice and row block on the device; else in host memory
         self.tp = ctx.options["tp"]
         self.kind = ctx.spec.kind
         self.num_layers = ctx.spec.layers
@@ -78,7 +80,7 @@ class NeutronTPStrategy(Strategy):
                                        in_deg, out_deg, self.dtype, self.device)
         self.route = ChunkRouting(ob, first, self.rank, k, self.tr)
         self.owned = self.route.owned
-        self.owned_t = torch.from_numpy(self.owned)
+        self.owned_t = torch.from_numpy(self.owned).to(self.device)  # the dropout masks' node ids
         self.n = len(indptr) - 1
         # layer 0's columns: the shard's slice (padding dropped); hidden tensors: as even as possible
         cols = part_meta["feature_split"]["columns"]
@@ -107,10 +109,10 @@ class NeutronTPStrategy(Strategy):
     def _ensure_inputs(self) -> None:
         if self.labels is not None:
             return
-        self.x0_slice = torch.from_numpy(np.array(self.features[:, : self.c0])).to(self.dtype)
+        self.x0_slice = torch.from_numpy(np.array(self.features[:, : self.c0])).to(self.home, self.dtype)
         self._fetch_labels()
         if self.kind in ("sage", "dgcn"):
-            self.x0_rows = torch.zeros((self.num_owned, self.cols0[-1]), dtype=self.dtype)
+            self.x0_rows = torch.zeros((self.num_owned, self.cols0[-1]), dtype=self.dtype, device=self.home)
             self.route.slices_to_rows(self.x0_slice, self.route.rows, self.cols0, self.x0_rows, "features")
         self.train_rows = labelled_rows(self.labels, self.splits["train"])
         self.global_train = self.ctx.all_reduce_int(len(self.train_rows))
@@ -133,6 +135,7 @@ class NeutronTPStrategy(Strategy):
         want = [int(((self.owned >= a) & (self.owned < b)).sum()) for a, b in ranges]
         parts = self.tr.all_to_all_v(send, [(n, 2) for n in want], "labels")
         got = torch.cat(parts) if parts else torch.zeros((0, 2), dtype=torch.int64)
+        got = got.to(self.home)
         self.labels = got[:, 0].clone()
         self.splits = {s: torch.nonzero(got[:, 1] == c).flatten() for s, c in SPLIT_CODES.items()}
 
@@ -193,7 +196,7 @@ class NeutronTPStrategy(Strategy):
         def compute(j):
             a, b = chunks.span(j)
             with self.compute_span(f"{layer} chunk {j}", phase="fwd", nodes=b - a):
-                out_slice[a:b] = chunks.forward(j, x_slice).cpu()
+                out_slice[a:b] = chunks.forward(j, x_slice)
         self._run_chunks(list(self._all()), compute, pre, post)
 
     def _transposed_pass(self, grad_dst: torch.Tensor, grad_src: torch.Tensor, layer: str, pre=None, post=None
@@ -205,8 +208,7 @@ class NeutronTPStrategy(Strategy):
             a, b = chunks.span(j)
             blk = chunks.blocks[j]
             with self.compute_span(f"{layer} chunk {j} bwd", phase="bwd", nodes=b - a):
-                g = chunks.backward(j, grad_dst[a:b]).cpu()
-                grad_src.index_add_(0, blk.src_ids, g)
+                add_rows_at(grad_src, blk.src_ids, chunks.backward(j, grad_dst[a:b]))
         self._run_chunks(list(reversed(self._all())), compute, pre, post)
 
     def _split(self, rows: torch.Tensor, which: str, cols: list[int], out: torch.Tensor, label: str, chunks) -> None:
@@ -251,8 +253,8 @@ class NeutronTPStrategy(Strategy):
     def _layer0_aggregation(self) -> torch.Tensor:
         if self.agg0_rows is not None:
             return self.agg0_rows
-        out_slice = torch.zeros((self.n, self.c0), dtype=self.dtype)
-        rows = torch.zeros((self.num_owned, self.cols0[-1]), dtype=self.dtype)
+        out_slice = torch.zeros((self.n, self.c0), dtype=self.dtype, device=self.home)
+        rows = torch.zeros((self.num_owned, self.cols0[-1]), dtype=self.dtype, device=self.home)
         self._aggregate_pass(self.x0_slice, out_slice, "L0",
                              post=partial(self._gather, out_slice, "dst", self.cols0, rows, "gather L0"))
         if self.cache0:
@@ -268,9 +270,9 @@ class NeutronTPStrategy(Strategy):
             else:
                 width = h.shape[1]
                 cols = column_bounds(slice_widths(width, k))
-                x_slice = torch.zeros((self.n, self._width(cols)), dtype=self.dtype)
+                x_slice = torch.zeros((self.n, self._width(cols)), dtype=self.dtype, device=self.home)
                 out_slice = torch.zeros_like(x_slice)
-                agg = torch.zeros((self.num_owned, width), dtype=self.dtype)
+                agg = torch.zeros((self.num_owned, width), dtype=self.dtype, device=self.home)
                 self._aggregate_pass(x_slice, out_slice, f"L{li}",
                                      partial(self._split, h, "new", cols, x_slice, f"split L{li}"),
                                      partial(self._gather, out_slice, "dst", cols, agg, f"gather L{li}"))
@@ -282,11 +284,11 @@ class NeutronTPStrategy(Strategy):
             with self.compute_span(f"L{li} dense", layer=li, phase="fwd" if training else "eval",
                                    nodes=self.num_owned), torch.set_grad_enabled(training):
                 y = self.model.dense_forward(li, x.to(self.device) if x is not None else None, agg.to(self.device),
-                                             self.owned_t.to(self.device), epoch, self.cfg.dropout, self.cfg.seed,
+                                             self.owned_t, epoch, self.cfg.dropout, self.cfg.seed,
                                              training)
             if training:
                 self.saved.append((x, agg, y))
-            h = y.detach().cpu()
+            h = y.detach().to(self.home)
         return h
 
     def _backward_naive(self, grad_logits: torch.Tensor) -> None:
@@ -301,27 +303,27 @@ class NeutronTPStrategy(Strategy):
             g_agg = agg.grad
             cols = column_bounds(slice_widths(g_agg.shape[1], k))
             c = self._width(cols)
-            grad_dst = torch.zeros((self.n, c), dtype=self.dtype)
-            grad_src = torch.zeros((self.n, c), dtype=self.dtype)
+            grad_dst = torch.zeros((self.n, c), dtype=self.dtype, device=self.home)
+            grad_src = torch.zeros((self.n, c), dtype=self.dtype, device=self.home)
             grad = torch.zeros_like(g_agg)
             self._transposed_pass(grad_dst, grad_src, f"L{li}",
                                   partial(self._split, g_agg, "dst", cols, grad_dst, f"bwd split L{li}"),
                                   partial(self._gather, grad_src, "new", cols, grad, f"bwd gather L{li}"))
             if x.grad is not None:
-                grad += x.grad.cpu()
+                grad += x.grad.to(self.home)
 
     # --- decoupled TP ------------------------------------------------------------------------------------
     def _forward_decoupled(self, epoch: int, training: bool) -> torch.Tensor:
         mlp = self.model.layers[0]
         with self.compute_span("MLP", phase="fwd" if training else "eval", nodes=self.num_owned), \
                 torch.set_grad_enabled(training):
-            z = mlp.forward_rows(self.x0_rows.to(self.device), self.owned_t.to(self.device), epoch,
+            z = mlp.forward_rows(self.x0_rows.to(self.device), self.owned_t, epoch,
                                  self.cfg.dropout, self.cfg.seed, training)
-        z_rows = z.detach().cpu()
+        z_rows = z.detach().to(self.home)
         cols = column_bounds(slice_widths(z_rows.shape[1], self.ctx.world))
         c = self._width(cols)
         logits = torch.zeros_like(z_rows)
-        current = torch.zeros((self.n, c), dtype=self.dtype)
+        current = torch.zeros((self.n, c), dtype=self.dtype, device=self.home)
         for r in range(1, self.num_layers + 1):
             nxt = torch.zeros_like(current)
             pre = partial(self._split, z_rows, "new", cols, current, "split") if r == 1 else None
@@ -338,7 +340,7 @@ class NeutronTPStrategy(Strategy):
         cols = column_bounds(slice_widths(g_rows.shape[1], self.ctx.world))
         c = self._width(cols)
         grad_z = torch.zeros_like(g_rows)
-        current = torch.zeros((self.n, c), dtype=self.dtype)
+        current = torch.zeros((self.n, c), dtype=self.dtype, device=self.home)
         for r in range(self.num_layers, 0, -1):
             prev = torch.zeros_like(current)
             pre = partial(self._split, g_rows, "dst", cols, current, "bwd split") if r == self.num_layers else None

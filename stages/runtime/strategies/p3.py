@@ -249,7 +249,7 @@ class P3Strategy(DistDglStrategy):
                 x = self.model.layer_forward(li, self._block(sb, prep.degrees), x, key, self.cfg.dropout,
                                              self.cfg.seed, True)
         self._dp = (z, x, restore)
-        return StepOutput(x.detach().cpu(), labels, torch.arange(len(out_nodes)), prep.global_targets)
+        return StepOutput(x.detach(), labels, torch.arange(len(out_nodes)), prep.global_targets)
 
     def backward(self, grad_logits: torch.Tensor) -> bool:
         z, out, restore = self._dp
@@ -299,9 +299,6 @@ class P3Strategy(DistDglStrategy):
             self._apply_oldest(optimizer, replicated)
         self.timers["updates_trailing_max"] = max(self.timers["updates_trailing_max"], len(self._trailing))
         return seconds + time.perf_counter() - t1
-
-    def updates_trail(self) -> bool:
-        return self.pipelined
 
     def finish_updates(self, optimizer, replicated: list[torch.nn.Parameter]) -> None:
         """The epoch's trailing updates applied (its weights are those after its last step)."""

@@ -1,0 +1,137 @@
+"""The device path checked on the CPU: `g3 train --residency device` runs what a GPU runs (every table on the
+compute device, torch's kernels and loss, no copy in or out) and must compute what the host path computes;
+`--count-ops` counts one steady-state step's operations and host synchronisations, held against PyG's
+full-graph SAGE step counted the same way.
+
+Every run is real (`g3 partition`, `g3 plan`, `g3 train` with torch.distributed processes). The PyG step is
+written here from PyG's documented API, as a user would (GraphSAGE, Adam, cross-entropy over integer training
+rows), and counted with the same counter.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_strategies import records
+from test_train import invoke, max_weight_diff
+
+from stages.common.strategies import STRATEGIES
+from stages.runtime.device.op_counter import OpCounter
+
+HIDDEN, EPOCHS = 16, 3
+FULL_GRAPH = ("g3", "bns-gcn", "neutrontp")  # whose step is one full-graph pass, like PyG's
+TRAIN = ("--epochs", str(EPOCHS), "--lr", "0.02", "--dropout", "0.3", "--seed", "7", "--eval-every", "0",
+         "--threads", "1")
+
+
+@pytest.fixture(scope="module")
+def plans(store, tmp_path_factory):
+    """A plan per (strategy, K) on its default partition method, made once."""
+    root = tmp_path_factory.mktemp("device-path")
+    made = {}
+
+    def get(strategy: str, k: int) -> Path:
+        if (strategy, k) not in made:
+            method = STRATEGIES[strategy].methods[0]
+            part = root / f"part-{method}-{k}"
+            if not part.exists():
+                r = invoke(["partition", str(store), "--workers", str(k), "--method", method, "-o", str(part),
+                            "--seed", "1"])
+                assert r.exit_code == 0, r.output
+            plan = root / f"plan-{strategy}-{k}"
+            r = invoke(["plan", str(part), "--strategy", strategy, "--hidden", str(HIDDEN), "-o", str(plan)])
+            assert r.exit_code == 0, r.output
+            made[(strategy, k)] = plan
+        return made[(strategy, k)]
+    return get
+
+
+def train(plan: Path, out: Path, *extra: str) -> Path:
+    k = json.loads((plan / "plan.json").read_text())["num_workers"]
+    r = invoke(["train", str(plan), "--workers", str(k), *TRAIN, "-o", str(out), *extra])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_the_device_path_computes_what_the_host_path_computes(plans, tmp_path, strategy):
+    """Every strategy at K = 2 (the exchanges then leave and enter device-resident tables through the host),
+    float64: the same final weights, whichever path ran."""
+    plan = plans(strategy, 2)
+    host = train(plan, tmp_path / "host", "--dtype", "float64")
+    device = train(plan, tmp_path / "device", "--dtype", "float64", "--residency", "device")
+    assert max_weight_diff(*(torch.load(r / "model.pt", weights_only=True) for r in (host, device))) <= 1e-9
+    assert [r["loss"] for r in records(host)] == pytest.approx([r["loss"] for r in records(device)], abs=1e-9)
+
+
+def test_count_ops_counts_one_steady_step_and_its_synchronisations(plans, tmp_path):
+    """`--count-ops`: the figures appear in the counted epoch's record only (the second), per worker, and add up."""
+    run = train(plans("g3", 2), tmp_path / "run", "--residency", "device", "--count-ops")
+    recs = records(run)
+    assert [("ops_per_step" in w) for r in recs for w in r["workers"]] == [False, False, True, True, False, False]
+    for w in recs[1]["workers"]:
+        assert w["ops_per_step"] == sum(w["ops_by_name"].values()) > 0
+        assert w["sync_ops_per_step"] == sum(w["sync_ops_by_name"].values())
+        assert set(w["sync_ops_by_name"]) <= set(w["ops_by_name"])
+
+
+def pyg_step_counts(store: Path, hidden: int, dropout: float) -> dict:
+    """One steady-state step of PyG's full-graph GraphSAGE (mean) with Adam on the store's graph, counted."""
+    pyg_nn = pytest.importorskip("torch_geometric.nn", reason="PyG (torch_geometric) is not installed")
+    from stages.common.store import GraphStore
+
+    g = GraphStore.open(store)
+    indptr, indices = np.asarray(g.indptr, dtype=np.int64), np.asarray(g.indices, dtype=np.int64)
+    dst = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    edge_index = torch.from_numpy(np.stack([indices, dst]))
+    x = torch.from_numpy(np.asarray(g.features, dtype=np.float32))
+    y = torch.from_numpy(np.asarray(g.labels, dtype=np.int64))
+    train_rows = torch.from_numpy(np.asarray(g.split_index("train"), dtype=np.int64))
+    torch.manual_seed(0)
+    model = pyg_nn.GraphSAGE(x.shape[1], hidden, 2, int(y.max()) + 1, dropout=dropout)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def step():
+        optimizer.zero_grad()
+        out = model(x, edge_index)
+        torch.nn.functional.cross_entropy(out[train_rows], y[train_rows]).backward()
+        optimizer.step()
+
+    step()
+    with OpCounter("cpu") as counter:
+        step()
+    return counter.count.to_json()
+
+
+@pytest.mark.parametrize("strategy", FULL_GRAPH)
+def test_a_full_graph_step_costs_no_more_than_pygs(store, plans, tmp_path, strategy):
+    """The device path's full-graph step at K = 1 synchronises no more often than PyG's SAGE step with Adam
+    (on the CPU both counts are Adam's host-side step counters: the runtime adds none) and dispatches at most
+    twice PyG's operations."""
+    pyg = pyg_step_counts(store, HIDDEN, 0.3)
+    run = train(plans(strategy, 1), tmp_path / "run", "--residency", "device", "--count-ops")
+    ours = records(run)[1]["workers"][0]
+    assert ours["sync_ops_per_step"] <= pyg["sync_ops_per_step"], (ours["sync_ops_by_name"], pyg["sync_ops_by_name"])
+    assert ours["ops_per_step"] <= 2 * pyg["ops_per_step"], (ours["ops_by_name"], pyg["ops_by_name"])
+
+
+def test_the_counter_sees_what_synchronises():
+    """The counter's own rule: reading a value back, data-dependent shapes and boolean masks synchronise;
+    shape arithmetic, index gathers with integer ids and a repeat with its output size do not."""
+    x, ids, mask = torch.arange(6.0), torch.tensor([0, 2]), torch.tensor([True, False] * 3)
+    cases = {
+        "item": (lambda: x.sum().item(), 1), "int": (lambda: int(x[0]), 1), "nonzero": (lambda: mask.nonzero(), 1),
+        "unique": (lambda: torch.unique(ids), 1), "mask": (lambda: x[mask], 1),
+        "repeat without size": (lambda: torch.repeat_interleave(ids, ids), 1),
+        "repeat with size": (lambda: torch.repeat_interleave(ids, ids, output_size=2), 0),
+        "gather": (lambda: x.index_select(0, ids) * 2, 0), "shape": (lambda: x.reshape(2, 3).shape[0] + len(x), 0),
+    }
+    for name, (run, syncs) in cases.items():
+        with OpCounter("cpu") as c:
+            run()
+        assert c.count.sync_ops == syncs, name
+        assert c.count.ops >= syncs, name
