@@ -156,6 +156,7 @@ def print_plan_report(plan: dict, detailed: bool = False) -> None:
     rows, table = strategy_info(strategy["name"]).plan_summary(plan)  # from the strategy's planner
     head += "".join(f"; {label}: {text}" for label, text in rows)
     console.print(head)
+    _print_residency(plan["workers"])
     if table is not None:
         _print_planner_table(table)
         return
@@ -182,6 +183,18 @@ def print_plan_report(plan: dict, detailed: bool = False) -> None:
                       human_bytes(est["send_bytes"]) + (" (once)" if est["recv_is_static_features"] and not bins
                                                         else ""))
     console.print(t)
+
+
+def _print_residency(workers: list[dict]) -> None:
+    """One line: how many workers' partitions fit their device (plan.json ``residency``; absent in older plans)."""
+    records = [w["residency"] for w in workers if w.get("residency")]
+    if not records:
+        return
+    fit = sum(r["mode"] == "device" for r in records)
+    largest = max(records, key=lambda r: r["bytes"])
+    rest = "" if fit == len(records) else f"; the other {len(records) - fit} stay in host memory, moved to the device in parts"
+    console.print(f"on the device: {fit} of {len(records)} workers' partitions fit for the whole run (the largest "
+                  f"needs {human_bytes(largest['bytes'])} of {human_bytes(largest['device_memory'])}){rest}")
 
 
 def _print_planner_table(table: dict) -> None:

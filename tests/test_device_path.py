@@ -19,6 +19,7 @@ import torch
 from test_strategies import records
 from test_train import invoke, max_weight_diff
 
+from stages.common.model_spec import ModelSpec
 from stages.common.strategies import STRATEGIES
 from stages.runtime.device.op_counter import OpCounter
 
@@ -135,3 +136,37 @@ def test_the_counter_sees_what_synchronises():
             run()
         assert c.count.sync_ops == syncs, name
         assert c.count.ops >= syncs, name
+
+
+def test_the_plan_records_whether_each_partition_fits_the_device(store, tmp_path):
+    """plan.json says per worker where its partition will live: on the device when its footprint fits the
+    device memory, in host memory when it does not, with the bytes and the reason; every strategy takes
+    --device-memory."""
+    from stages.plan.residency import resident_bytes
+
+    part = tmp_path / "part"
+    assert invoke(["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code == 0
+    for strategy in ("g3", "bns-gcn", "distdgl"):
+        for memory, mode in (("1GiB", "device"), ("64KiB", "host")):
+            plan = tmp_path / f"{strategy}-{memory}"
+            r = invoke(["plan", str(part), "--strategy", strategy, "--device-memory", memory, "-o", str(plan)])
+            assert r.exit_code == 0, r.output
+            assert "on the device: " in r.output
+            meta = json.loads((plan / "plan.json").read_text())
+            for w in meta["workers"]:
+                res = w["residency"]
+                arcs = len(np.load(part / f"part-{w['rank']:05d}" / "indices.npy"))
+                n_own, n_rem = (len(np.load(part / f"part-{w['rank']:05d}" / f"{a}.npy")) for a in ("owned", "remote"))
+                need = resident_bytes(ModelSpec.from_plan(meta), n_own, n_rem, arcs)
+                assert res["bytes"] == need and res["mode"] == mode
+                assert res["device_memory"] == {"1GiB": 2**30, "64KiB": 2**16}[memory]
+                assert ("within" if mode == "device" else "more than") in res["why"]
+
+
+def test_residency_follows_the_plan_on_a_gpu_and_the_option_anywhere():
+    from stages.runtime.config import RuntimeConfig
+
+    gpu, cpu = RuntimeConfig(device="cuda"), RuntimeConfig(device="cpu")
+    assert gpu.resident("device") and gpu.resident(None) and not gpu.resident("host")
+    assert not cpu.resident("device")  # the CPU's own kernels unless asked
+    assert RuntimeConfig(residency="device").resident("host") and not RuntimeConfig(device="cuda", residency="host").resident("device")

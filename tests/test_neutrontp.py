@@ -231,7 +231,7 @@ def test_the_plan_carries_the_topology_and_a_bundle_trains_without_the_store(sto
         got = np.load(plan / "topology" / f"{name}.npy")
         assert got.dtype == want.dtype and np.array_equal(got, want), name
     meta = json.loads((plan / "plan.json").read_text())
-    assert meta["schema_version"] == 4 and meta["topology"]["num_arcs"] == len(indices)
+    assert meta["schema_version"] == 5 and meta["topology"]["num_arcs"] == len(indices)
     r = invoke(["train", str(plan), "--workers", "2", "-o", str(tmp_path / "reference"), *TRAIN])
     assert r.exit_code == 0, r.output
     assert invoke(["bundle", str(plan), "--nodes", "1", "-o", str(tmp_path / "bundle")]).exit_code == 0

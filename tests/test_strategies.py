@@ -282,10 +282,11 @@ def test_plan_help_lists_every_strategy_and_info_shows_it(partitions, tmp_path):
     plan = tmp_path / "plan"
     assert invoke(["plan", str(part), "--strategy", "sancus", "--staleness", "drift:0.02", "-o", str(plan)]).exit_code == 0
     meta = json.loads((plan / "plan.json").read_text())
-    assert meta["schema_version"] == 4
+    assert meta["schema_version"] == 5
     assert meta["strategy"] == {"name": "sancus", "options": {"sancus_comm": "broadcast",
                                                               "staleness": {"policy": "drift", "bound": 0.02},
-                                                              "drift_norm": "fro", "grad_clip": 0.0}}
+                                                              "drift_norm": "fro", "grad_clip": 0.0,
+                                                              "device_memory": None}}
     r = invoke(["info", str(plan), "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["strategy"]["name"] == "sancus"
     r = invoke(["info", str(plan)])

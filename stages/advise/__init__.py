@@ -269,7 +269,7 @@ def _plan(cache: Cache, part: Path, pkey: dict, strategy: str, plan_options: dic
 
     info = strategy_info(strategy)
     given = dict(plan_options)
-    if memory_text is not None and any(o.name == "device_memory" for o in info.options()):
+    if memory_text is not None and any(o.name == "device_memory" and o.layout for o in info.options()):
         given["device_memory"] = memory_text
     opts = "-".join(f"{_slug(k)}-{_slug(str(v))}" for k, v in sorted(given.items()))
     folder = cache.plans / (f"{part.name}.plan-{strategy}-{options.model}" + (f"-{opts}" if opts else ""))

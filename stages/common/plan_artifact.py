@@ -27,9 +27,10 @@ PLAN_SCHEMA = "g3.plan"
 # 2: backward messages are numbered by the last bin (in plan order) that reads each node (version 1 plans
 # numbered them for a reversed backward order); 3: plan.json names the strategy and its options; 4: neutrontp
 # plans carry the graph's CSR (``topology/``: its runtime no longer reads the store; a version 3 neutrontp plan is
-# refused by its runtime, every other version 3 plan reads as before)
-PLAN_VERSION = 4
-PLAN_READABLE = (2, 3, 4)
+# refused by its runtime, every other version 3 plan reads as before); 5: every strategy takes --device-memory and
+# every worker records its ``residency`` (older plans: a GPU worker runs resident)
+PLAN_VERSION = 5
+PLAN_READABLE = (2, 3, 4, 5)
 
 
 @dataclass

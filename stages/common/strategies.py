@@ -43,6 +43,9 @@ class PlanOption:
     help: str
     parse: Callable[[str], object] = str
     metavar: str = "VALUE"
+    # False: the option changes only what plan.json records, not how a run of the plan computes or moves data
+    # (``g3 advise`` then reuses one calibration run across its values)
+    layout: bool = True
 
 
 def positive_int(what: str) -> Callable[[str], int]:

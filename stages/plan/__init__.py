@@ -23,6 +23,7 @@ from ..common.plan_artifact import PLAN_SCHEMA, PLAN_VERSION
 from ..common.progress import make_progress
 from ..common.strategies import LEGACY_STRATEGY, STRATEGIES, check_partition_method, strategy_info
 from .context import PlanContext
+from .residency import auto_device_memory, residency
 
 MODELS = MODEL_KINDS
 
@@ -98,6 +99,7 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
         for r in range(k):
             (tmp / f"worker-{r:05d}").mkdir()
         planned = planner.plan(tmp, ctx)
+        _record_residency(planned, shards, spec, options.get("device_memory") or auto_device_memory())
         for r in range(k):  # every file of a worker's folder, with its shape and dtype, for the readers' checks
             wdir = tmp / f"worker-{r:05d}"
             worker = json.loads((wdir / "worker.json").read_text())
@@ -119,6 +121,14 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
         write_json_atomic(tmp / "plan.json", plan, seal=True)
     plan["path"] = str(out)
     return plan
+
+
+def _record_residency(planned: dict, shards, spec: ModelSpec, device_memory: int) -> None:
+    """Every worker's ``residency`` (:func:`.residency.residency`: whether its partition fits the device), where
+    its planner, which knows its strategy's footprint better (neutrontp's column slices), did not write it."""
+    for w, shard in zip(planned["workers"], shards, strict=True):
+        if "residency" not in w:
+            w["residency"] = residency(spec, shard.num_owned, shard.num_remote, len(shard.indices), device_memory)
 
 
 def _store_reference(meta: dict) -> dict:

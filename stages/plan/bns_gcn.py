@@ -10,6 +10,7 @@ from ..common.errors import G3InputError
 from ..common.strategies import PlanOption
 from .boundary import plan_boundary
 from .context import PlanContext
+from .residency import DEVICE_MEMORY_RECORDED
 
 
 def parse_fraction(text: str) -> float:
@@ -30,6 +31,7 @@ OPTIONS = (
                     "scaled by 1/P (BNS-GCN's estimator: the mean still divides by the full in-degree). Applies to "
                     "the hidden layers; layer 0 reads the input features, fetched once. 1 = exact full-graph "
                     "training; GAT needs 1."),
+    DEVICE_MEMORY_RECORDED,
 )
 
 

@@ -17,6 +17,7 @@ from ..common.errors import G3InputError
 from ..common.strategies import PlanOption, positive_int
 from .boundary import plan_boundary
 from .context import PlanContext
+from .residency import DEVICE_MEMORY_RECORDED
 
 
 def _seed(text: str) -> int:
@@ -36,6 +37,7 @@ OPTIONS = (
                     "(arcs between clusters, and from other workers, dropped). ceil(C/Q) steps per epoch."),
     PlanOption("cluster_seed", "--cluster-seed", "0", parse=_seed, metavar="SEED",
                help="ClusterGCN: METIS's seed for the clusters."),
+    DEVICE_MEMORY_RECORDED,
 )
 
 

@@ -11,6 +11,7 @@ from ..common.errors import G3InputError
 from ..common.strategies import PlanOption, positive_int
 from .boundary import plan_boundary
 from .context import PlanContext
+from .residency import DEVICE_MEMORY_RECORDED
 
 
 def parse_fanouts(text: str) -> list[int]:
@@ -51,6 +52,7 @@ SAMPLING_OPTIONS = (
                     "global's batches, but worker k computes positions k, k+K, k+2K, … of each wherever the "
                     "targets live, fetching what is not local (model-centric data parallelism, the baseline "
                     "HopGNN and P3 compare against); the same model as global."),
+    DEVICE_MEMORY_RECORDED,
 )
 OPTIONS = SAMPLING_OPTIONS + (
     PlanOption("topology", "--topology", "partitioned", parse=parse_topology, metavar="partitioned|replicated",

@@ -22,16 +22,8 @@ from .bins import (
     rows_in_priority_order,
 )
 from .context import PlanContext
+from .residency import DEVICE_MEMORY, auto_device_memory
 from .tables import assemble
-
-
-def _memory(text: str) -> int | None:
-    if text in (None, "auto"):
-        return None
-    size = parse_size(text)
-    if size <= 0:
-        raise ValueError("the device memory must be a positive size, e.g. 8GiB (or auto)")
-    return size
 
 
 def _bins_for(text: str) -> str:
@@ -46,10 +38,7 @@ def _bins_for(text: str) -> str:
 
 
 OPTIONS = (
-    PlanOption("device_memory", "--device-memory", "auto", parse=_memory, metavar="SIZE",
-               help="Memory of one worker's device, e.g. 24GiB; 'auto' reads GPU 0 (or RAM without CUDA). Each bin "
-                    "(g3) or chunk (neutrontp) uses at most half of it, so one computes while the next is copied "
-                    "in."),
+    DEVICE_MEMORY,
     PlanOption("bin_size", "--bin-size", "auto", parse=count_or_auto("the bin size"), metavar="N",
                help="Fixed nodes per bin (the paper uses 1000 and 5000); 'auto' derives it per layer from "
                     "--device-memory and the layer's per-node memory."),
@@ -60,20 +49,6 @@ OPTIONS = (
                     "(host RAM on a CPU machine): to plan for a GPU cluster on a CPU machine give --device-memory "
                     "and --bins-for cuda. g3 train --device cuda refuses a plan sized for cpu."),
 )
-
-
-def auto_device_memory() -> int:
-    """The memory of the device training will use: GPU 0 when CUDA is available, else system RAM."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return int(torch.cuda.get_device_properties(0).total_memory)
-    except Exception:
-        pass
-    import psutil
-
-    return int(psutil.virtual_memory().total)
 
 
 def plan(tmp: Path, ctx: PlanContext) -> dict:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..common.strategies import PlanOption
 from .context import PlanContext
+from .residency import DEVICE_MEMORY_RECORDED
 from .distdgl import SAMPLING_OPTIONS, check_sampling
 from .distdgl import plan as plan_distdgl
 
@@ -46,6 +47,7 @@ _FANOUTS, _BATCH_SIZE = (o for o in SAMPLING_OPTIONS if o.name in ("fanouts", "b
 
 OPTIONS = (
     _FANOUTS,
+    DEVICE_MEMORY_RECORDED,
     PlanOption(_BATCH_SIZE.name, _BATCH_SIZE.flag, _BATCH_SIZE.default, parse=_BATCH_SIZE.parse,
                metavar=_BATCH_SIZE.metavar,
                help="Target (training) nodes per batch: per worker with distdgl's --batch-order local, in all "

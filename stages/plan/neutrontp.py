@@ -29,10 +29,7 @@ from ..common.plan_topology import write_csr
 from ..common.strategies import PlanOption, count_or_auto
 from ..common.tensor_parallel import chunk_bounds, collectives, first_use, owner_bounds
 from .context import PlanContext
-from .g3 import OPTIONS as G3_OPTIONS
-from .g3 import auto_device_memory
-
-DEVICE_MEMORY = next(o for o in G3_OPTIONS if o.name == "device_memory")  # the same option as g3's
+from .residency import DEVICE_MEMORY, auto_device_memory, residency_record, tensor_parallel_bytes
 
 
 def parse_tp(text: str) -> str:
@@ -115,7 +112,8 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
                    "max_arcs": int(np.diff(indptr[bounds]).max()) if n_chunks else 0,
                    "sources_read": int(needed.sum())},
         "collectives": collectives(spec, owned, needed, layer0_columns, store.num_nodes),
-        "workers": [{"rank": q, "num_owned": int(len(owned[q]))} for q in range(k)],
+        "workers": [{"rank": q, "num_owned": int(len(owned[q])), "residency": residency_record(
+            tensor_parallel_bytes(spec, store.num_nodes, len(indices), len(owned[q]), k), budget)} for q in range(k)],
     }
 
 

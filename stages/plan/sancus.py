@@ -13,6 +13,7 @@ import numpy as np
 from ..common.strategies import PlanOption
 from .boundary import plan_boundary, save_table
 from .context import PlanContext
+from .residency import DEVICE_MEMORY_RECORDED
 from .tables import assemble
 
 POLICIES = {"epoch": "check E", "ask": "check A", "drift": "check H"}
@@ -79,6 +80,7 @@ OPTIONS = (
                help="Clip the embedding gradients a worker returns to its peers (per layer, L2 norm over all "
                     "its boundary rows) at TH/sqrt(K), the local share of a global threshold TH for K i.i.d. workers "
                     "(the thesis's local-threshold rule); 0 = off (the default: the thesis does not say it is on)."),
+    DEVICE_MEMORY_RECORDED,
 )
 
 
