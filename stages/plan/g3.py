@@ -13,7 +13,6 @@ from ..common.atomic import write_json_atomic
 from ..common.bin_memory import pack_within
 from ..common.model_spec import BIN_DEVICES, BinCost, LayerShape, bin_costs, bins_device
 from ..common.strategies import PlanOption, count_or_auto
-from ..common.units import parse_size
 from .bins import (
     build_layer_bins,
     last_use_bin,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from ..common.strategies import PlanOption
 from .context import PlanContext
-from .residency import DEVICE_MEMORY_RECORDED
 from .distdgl import SAMPLING_OPTIONS, check_sampling
 from .distdgl import plan as plan_distdgl
+from .residency import DEVICE_MEMORY_RECORDED
 
 BATCH_ORDERS = ("global", "local-only")
 
