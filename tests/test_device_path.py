@@ -170,3 +170,18 @@ def test_residency_follows_the_plan_on_a_gpu_and_the_option_anywhere():
     assert gpu.resident("device") and gpu.resident(None) and not gpu.resident("host")
     assert not cpu.resident("device")  # the CPU's own kernels unless asked
     assert RuntimeConfig(residency="device").resident("host") and not RuntimeConfig(device="cuda", residency="host").resident("device")
+
+
+def test_distdgl_alone_samples_on_the_device(plans, tmp_path):
+    """One resident distdgl worker samples, relabels and gathers on the device (the torch sampler): the same
+    model as the host sampler's, and a step — sampling included (--prefetch off) — reads back two numbers per
+    hop (the picks' and the new sources' counts) besides Adam's step counters."""
+    plan = plans("distdgl", 1)
+    host = train(plan, tmp_path / "host", "--dtype", "float64")
+    device = train(plan, tmp_path / "device", "--dtype", "float64", "--residency", "device", "--prefetch", "off",
+                   "--count-ops")
+    assert max_weight_diff(*(torch.load(r / "model.pt", weights_only=True) for r in (host, device))) <= 1e-9
+    step = records(device)[1]["workers"][0]
+    layers, params = 2, 6  # SAGE: two weights and a bias per layer, each with Adam's step counter
+    assert step["sync_ops_by_name"].get("_unique2") == layers
+    assert step["sync_ops_per_step"] == params + 2 * layers, step["sync_ops_by_name"]

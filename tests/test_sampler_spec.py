@@ -186,3 +186,63 @@ def test_batch_permutations_put_every_id_first_equally_often():
     first = np.array([shuffled(ids, 7, e)[0] for e in range(2000)])
     seen = np.bincount(first, minlength=10)
     assert float(((seen - 200) ** 2 / 200).sum()) < chi2.isf(P_VALUE, 9)
+
+
+@pytest.mark.parametrize("fanout", FANOUTS + [0])
+def test_the_device_sampler_draws_exactly_the_specified_neighbours(graph, fanout):
+    """The torch sampler (the device path's, stages/runtime/device/sampler.py) draws the specification's picks
+    too, pick by pick, for every key and rows asked in any order: a run sampling on a GPU equals one sampling
+    on the host."""
+    import torch
+
+    from stages.runtime.device.sampler import sample_rows as device_sample_rows
+
+    indptr, _, nbrs = graph
+    n = len(indptr) - 1
+    asked = np.random.default_rng(fanout + 5).permutation(n)[:200]
+    for parts in KEY_PARTS:
+        key = key_of(*parts)
+        counts, picks = draw(indptr, nbrs, asked, fanout, key)
+        got = device_sample_rows(torch.from_numpy(indptr), torch.from_numpy(nbrs), torch.from_numpy(asked),
+                                 torch.from_numpy(asked), fanout, key)
+        assert np.array_equal(got[0].numpy(), counts) and np.array_equal(got[1].numpy(), picks), parts
+
+
+def test_the_device_relabel_numbers_sources_as_the_host_does():
+    """A hop's block on the device: destinations first, then the other picks in order of first appearance,
+    exactly the host's block (checked here against the rule, written out with a dict)."""
+    import torch
+
+    from stages.runtime.device.sampler import block_arrays
+
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        dst = rng.choice(400, int(rng.integers(1, 40)), replace=False).astype(np.int64)
+        counts = rng.integers(0, 7, len(dst)).astype(np.int64)
+        picks = rng.integers(0, 400, int(counts.sum())).astype(np.int64)
+        where = {int(v): i for i, v in enumerate(dst)}
+        for v in picks:
+            where.setdefault(int(v), len(where))
+        scratch = torch.full((400,), -1, dtype=torch.int64)
+        src, indptr, indices = block_arrays(torch.from_numpy(dst), torch.from_numpy(counts), torch.from_numpy(picks),
+                                            scratch)
+        assert src.tolist() == list(where) and indices.tolist() == [where[int(v)] for v in picks]
+        assert indptr.tolist() == [0, *np.cumsum(counts).tolist()] and bool((scratch == -1).all())
+
+
+def test_a_device_hop_reads_back_two_numbers(graph):
+    """The device sampler's cost in host synchronisations: a hop reads back how many picks it made and how many
+    new sources they bring (the output sizes), nothing else."""
+    import torch
+
+    from stages.runtime.device.op_counter import OpCounter
+    from stages.runtime.device.sampler import block_arrays
+    from stages.runtime.device.sampler import sample_rows as device_sample_rows
+
+    indptr, _, nbrs = (torch.from_numpy(a) for a in graph)
+    nodes = torch.arange(50)
+    scratch = torch.full((len(indptr) - 1,), -1, dtype=torch.int64)
+    with OpCounter("cpu") as c:
+        counts, picks = device_sample_rows(indptr, nbrs, nodes, nodes, 10, key_of(1, 2, 3, 0))
+        block_arrays(nodes, counts, picks, scratch)
+    assert c.count.sync_ops == 2, c.count.sync_by_name

@@ -30,15 +30,17 @@ Batch order (``g3 plan --batch-order``):
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..device.sampler import DeviceGraph
 from ..neighbor_sampler import build_blocks, sample_key, sample_rows, signed64, sorted_rows_by_global
 from ..sampling_service import SamplingService
 from .base import WorkerContext
-from .minibatch import MiniBatchStrategy, shuffled
+from .minibatch import MiniBatchStrategy, PreparedStep, shuffled
 
 _M64 = (1 << 64) - 1
 
@@ -75,6 +77,14 @@ class DistDglStrategy(MiniBatchStrategy):
         self.reuse_inputs = type(self) is DistDglStrategy
         # one worker holds every input row: its first layer may read them in the feature table
         self.inputs_in_place = self.reuse_inputs and ctx.world == 1
+        # resident and alone, every node's in-edges and input row are here: a step is sampled, relabelled and
+        # gathered on the device (the same draws as the host sampler's), DGL's GPU sampling
+        self.on_device = None
+        if type(self) is DistDglStrategy and ctx.resident and ctx.world == 1:
+            degrees = torch.from_numpy(np.stack([self.in_degree, self.out_degree], axis=1)) if self.needs_degrees \
+                else None
+            self.on_device = DeviceGraph(self.indptr, self.nbrs, self.book.local, self.features, self.labels, degrees,
+                                         self.device)
         # node ids on the wire: 4 bytes while they fit
         self.wire_ids = np.int32 if self.num_nodes < 2**31 else np.int64
         # the sampling and feature server (threads) and its client, K > 1: remote neighbours are drawn by their
@@ -112,6 +122,8 @@ class DistDglStrategy(MiniBatchStrategy):
 
     def target_labels(self, nodes: np.ndarray) -> torch.Tensor:
         """Labels of a step's targets: own ones from the shard, adopted ones (local order) from the owners'."""
+        if self.on_device is not None:
+            return self.on_device.target_labels(nodes)
         mine = self.book.owner[nodes] == self.rank
         if mine.all():
             return super().target_labels(nodes)
@@ -120,6 +132,19 @@ class DistDglStrategy(MiniBatchStrategy):
         at = np.searchsorted(self.adopted_ids, nodes[~mine])
         out[torch.from_numpy(~mine)] = self.adopted_labels[torch.from_numpy(at)]
         return out
+
+    def prepare(self, epoch: int, step: int, batch=None, extra_seconds: float = 0.0) -> PreparedStep:
+        """A step's inputs; on the device when the worker samples there (:class:`DeviceGraph`)."""
+        if self.on_device is None:
+            return super().prepare(epoch, step, batch, extra_seconds)
+        t0 = time.perf_counter()
+        targets, global_targets = batch if batch is not None else self.batch(epoch, step)
+        seed = self.cfg.seed
+        blocks = self.on_device.blocks(targets, self.fanouts, lambda hop: sample_key(seed, epoch, step, hop))
+        t1 = time.perf_counter()
+        x0, degrees = self.on_device.inputs(blocks[0].src)
+        return PreparedStep(targets, global_targets, blocks, x0, degrees,
+                            {"sample": t1 - t0 + extra_seconds, "fetch": time.perf_counter() - t1})
 
     # --- batches --------------------------------------------------------------------------------------
     def steps(self, epoch: int) -> int:

@@ -357,9 +357,10 @@ class MiniBatchStrategy(Strategy):
             in_deg, out_deg = degrees[:n_dst, 0].double(), degrees[:n_src, 1].double()
         # a sampled block has many more sources than destinations: its layers order projection and aggregation
         # by the block's sizes (aggregating first where projecting every source costs more)
-        return Block(n_dst=n_dst, n_src=n_src, indptr=torch.from_numpy(sb.indptr),
-                     indices=torch.from_numpy(sb.indices), src_out_degree=out_deg, dst_in_degree=in_deg,
-                     dst_global=torch.from_numpy(sb.dst), order_by_cost=True).to(self.device)
+        return Block(n_dst=n_dst, n_src=n_src, indptr=torch.as_tensor(sb.indptr),
+                     indices=torch.as_tensor(sb.indices), src_out_degree=out_deg,
+                     dst_in_degree=in_deg, dst_global=torch.as_tensor(sb.dst),
+                     order_by_cost=True).to(self.device)
 
     def backward(self, grad_logits: torch.Tensor) -> None:
         if self._out is not None and self._out.requires_grad:

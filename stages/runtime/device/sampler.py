@@ -1,0 +1,158 @@
+"""Neighbour sampling, relabelling and block building with torch operations, on the device that holds the graph.
+
+The host sampler (:mod:`stages.runtime.neighbor_sampler`, numba) and this one compute the same rule
+(docs/DESIGN.md, "Sampling specification"): node ``v`` of degree ``d`` keeps all its in-neighbours when the
+fanout is −1 or ``d <= fanout``, else Floyd's algorithm over positions ``j = d − f … d − 1`` with
+``t = mix(node_key ^ j) mod (j + 1)`` (``node_key = mix(key ^ mix(v))``, ``mix`` splitmix64's finaliser),
+the picks in ascending position. So both draw the same neighbours, and a mini-batch run whose sampling runs on
+a GPU computes what one sampling on the host computes.
+
+Vectorised over the frontier rather than per node: Floyd's ``f`` rounds run for every node at once (a node
+with ``d <= f`` takes its whole row instead), the "already taken" test compares against the positions taken so
+far (``[n, f]``). 64-bit words are torch int64 with wrapping arithmetic; shifts are made logical by masking
+and the modulo of an unsigned word is taken in two halves. The output sizes depend on the data, so a hop reads
+two numbers back from the device: how many picks it made and how many new sources they bring (the relabel's
+``unique``). That is the device sampler's whole cost in host synchronisations: two per hop.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_GOLDEN = 0x9E3779B97F4A7C15
+_C1, _C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
+def _signed(x: int) -> int:
+    """A 64-bit word as the int64 with the same bits."""
+    x &= (1 << 64) - 1
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+def _shr(z: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of 64-bit words held in int64 (torch's ``>>`` is arithmetic)."""
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def mix64(z: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser on int64 words (wrapping arithmetic, the bits of the uint64 result)."""
+    z = z + _signed(_GOLDEN)
+    z = (z ^ _shr(z, 30)) * _signed(_C1)
+    z = (z ^ _shr(z, 27)) * _signed(_C2)
+    return z ^ _shr(z, 31)
+
+
+def unsigned_mod(z: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """``z mod m`` with ``z`` read as an unsigned 64-bit word and ``0 < m < 2^62``: the high 63 bits first."""
+    hi = torch.remainder(_shr(z, 1), m)
+    return torch.remainder(2 * hi + (z & 1), m)
+
+
+def sample_rows(indptr: torch.Tensor, nbrs: torch.Tensor, rows: torch.Tensor, nodes: torch.Tensor, fanout: int,
+                key: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`stages.runtime.neighbor_sampler.sample_rows` on the device: the neighbours of ``nodes`` (global ids),
+    whose rows of the CSR ``indptr``/``nbrs`` (global ids, ascending within a row) are ``rows``. Returns
+    ``(counts [n], neighbours [sum(counts)])``, each node's picks in ascending global id, on ``nbrs``'s device."""
+    dev = nbrs.device
+    rows, nodes = rows.to(dev, torch.int64), nodes.to(dev, torch.int64)
+    starts = indptr[rows]
+    degree = indptr[rows + 1] - starts
+    counts = degree if fanout < 0 else torch.clamp(degree, max=fanout)
+    offsets = torch.cumsum(counts, 0)
+    total = int(offsets[-1]) if len(counts) else 0  # the one read-back of the draw: its output's size
+    row_of = torch.repeat_interleave(torch.arange(len(rows), device=dev), counts, output_size=total)
+    # every pick's position in its row: 0, 1, … for a row kept whole, overwritten below for a drawn one
+    pos = torch.arange(total, device=dev) - (offsets - counts)[row_of]
+    if fanout >= 0 and total:
+        drawn = degree > fanout  # rows Floyd's algorithm draws from: exactly ``fanout`` picks each
+        node_key = mix64(_signed(key) ^ mix64(nodes))
+        # every round's candidate at once (the hashes do not depend on earlier rounds); only "already taken?"
+        # is sequential: round i takes j_i, larger than anything taken before, where t_i was taken
+        j = degree[:, None] - fanout + torch.arange(fanout, device=dev)
+        t = unsigned_mod(mix64(node_key[:, None] ^ j), torch.clamp(j + 1, min=1))
+        taken = t.clone()
+        for i in range(1, fanout):
+            repeat = (taken[:, :i] == t[:, i, None]).any(dim=1)
+            taken[:, i] = torch.where(repeat, j[:, i], t[:, i])
+        taken = torch.sort(taken, dim=1).values
+        # a drawn row's picks are its ``fanout`` slots in order: the i-th pick of the row is taken[row, i]
+        slot = torch.clamp(pos, max=fanout - 1)
+        pos = torch.where(drawn[row_of], taken[row_of, slot], pos)
+    return counts, nbrs[starts[row_of] + pos]
+
+
+def relabel(dst: torch.Tensor, nbrs: torch.Tensor, scratch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sources a hop adds and where each pick lands among the block's sources, as
+    ``neighbor_sampler.block_from_sample`` numbers them: ``dst`` first, then the picks that are not
+    destinations in order of first appearance. ``scratch``: int64 ``[num_nodes]`` all −1 on the device (left
+    so). Returns ``(new [m], positions [len(nbrs)])``."""
+    dev = nbrs.device
+    n_dst = len(dst)
+    scratch[dst] = torch.arange(n_dst, device=dev)
+    pos = scratch[nbrs]
+    scratch[dst] = -1
+    is_new = pos < 0
+    # the new ones in order of first appearance: unique ids, each one's first position, ranked; a −1 stands for
+    # every destination, and one more is appended so that the sentinel is always there (no second read-back)
+    ids = torch.cat([torch.where(is_new, nbrs, -1), torch.full((1,), -1, dtype=torch.int64, device=dev)])
+    uniq, inv = torch.unique(ids, return_inverse=True)  # sorted: the sentinel −1 first
+    inv = inv[:-1]
+    first = torch.full((len(uniq),), len(nbrs), dtype=torch.int64, device=dev)
+    first.scatter_reduce_(0, inv, torch.arange(len(nbrs), device=dev), reduce="amin")
+    first[0] = len(nbrs) + 1  # the sentinel sorts last, past every real first place
+    order = torch.argsort(first)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=dev)
+    new = uniq[order[:-1]]
+    pos = torch.where(is_new, n_dst + rank[inv], pos)
+    return new, pos
+
+
+def block_arrays(dst: torch.Tensor, counts: torch.Tensor, nbrs: torch.Tensor, scratch: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One hop's block as ``(src, indptr, indices)`` on the device (``block_from_sample``'s numbering):
+    ``src`` = ``dst`` then the new sources, the next hop's destinations."""
+    new, pos = relabel(dst, nbrs, scratch)
+    indptr = torch.zeros(len(dst) + 1, dtype=torch.int64, device=dst.device)
+    torch.cumsum(counts, 0, out=indptr[1:])
+    return torch.cat([dst, new]), indptr, pos
+
+
+class DeviceGraph:
+    """A worker's whole sampling input on its device: the in-edge CSR (neighbours as global ids, ascending
+    within a row), each global id's row (−1: not here), the input features, labels and, for GCN, the global
+    degrees. :meth:`blocks` samples a step's message-flow graph there and :meth:`inputs` gathers its first
+    layer's rows, so a step is prepared without leaving the device."""
+
+    def __init__(self, indptr, nbrs, row_of_global, features: torch.Tensor, labels: torch.Tensor,
+                 degrees: torch.Tensor | None, device: torch.device):
+        def put(a):
+            return torch.as_tensor(a).to(device, torch.int64)
+
+        self.indptr, self.nbrs, self.row_of = put(indptr), put(nbrs), put(row_of_global)
+        self.features, self.labels = features.to(device), labels.to(device)
+        self.degrees = None if degrees is None else degrees.to(device)
+        self.scratch = torch.full((len(self.row_of),), -1, dtype=torch.int64, device=device)
+        self.device = device
+
+    def blocks(self, targets, fanouts: list[int], key_of_hop) -> list:
+        """The blocks of a step whose targets are ``targets`` (global ids), first layer first, as
+        ``neighbor_sampler.build_blocks`` makes them on the host (``SampledBlock``s of device tensors)."""
+        from ..neighbor_sampler import SampledBlock
+
+        dst = torch.as_tensor(targets).to(self.device, torch.int64)
+        out = []
+        for hop, fanout in enumerate(fanouts):
+            counts, picks = sample_rows(self.indptr, self.nbrs, self.row_of[dst], dst, fanout, key_of_hop(hop))
+            src, indptr, indices = block_arrays(dst, counts, picks, self.scratch)
+            out.append(SampledBlock(dst, src, indptr, indices))
+            dst = src
+        return out[::-1]
+
+    def inputs(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The input rows of ``nodes`` (global ids on the device) and, for GCN, their global (in, out) degrees."""
+        rows = self.row_of[nodes]
+        return self.features.index_select(0, rows), None if self.degrees is None else self.degrees.index_select(0, rows)
+
+    def target_labels(self, nodes: torch.Tensor) -> torch.Tensor:
+        return self.labels[self.row_of[nodes]]
