@@ -2,9 +2,11 @@
 
 What it runs (each through the real CLI, ``python -m g3cli``: ingest, partition, plan, train):
 
-* every registered strategy with its default partition method and plan options, K = 1, plus ``g3`` with its
-  device memory set so that the largest layer needs several bins (``g3 (bins)``: the bin path, copies and
-  recomputation, not one bin holding the whole graph);
+* every registered strategy with its default partition method and plan options, K = 1, each worker's
+  partition resident on the device where its plan says it fits (``g3 train --residency auto``: the device
+  path), plus ``g3`` with its device memory set so that the largest layer needs several bins (``g3 (bins)``:
+  the partition in host memory, bins streamed in on a copy stream), and ``g3`` and ``distdgl`` at K = 2 on the
+  one GPU (``… K=2``: two ranks sharing it over gloo, their rows staged through the host);
 * **exactness**, float64 on ``synthetic:tiny``: the CUDA run's final weights against the CPU run's
   (max |Δ| ≤ 1e-9);
 * **float32 and time**, on ``synthetic:small`` (100 000 nodes, 2.5 M arcs): the CUDA run's final weights against
@@ -12,9 +14,14 @@ What it runs (each through the real CLI, ``python -m g3cli``: ingest, partition,
   far more than that on any device, each against the CPU float64 run: the CUDA run passes when it is no further
   from it than twice the CPU's own float32 run (``float32_verdict``); the median epoch time (epochs 2..N) on
   both devices; the peak device memory against the plan's bound
-  (``device_memory`` of a plan that sizes bins by it, else the plan's per-worker ``memory_bytes``);
-* PyG's ``SAGEConv`` full-graph epoch on the same GPU, same model, when torch_geometric imports there (DGL is
-  reported as not installed unless it imports).
+  (``device_memory`` of a plan that sizes bins by it, else the plan's per-worker ``memory_bytes``); the
+  operations and host synchronisations of one steady step (``g3 train --count-ops``);
+* **time on a products-sized graph** (``synthetic:products``, 2.4 M nodes, 122 M arcs): the same cases on the
+  device only (the CPU's exactness is the smaller graphs'), while ``--budget`` allows;
+* PyG on the same GPU, same model, when torch_geometric imports there: the full-graph ``SAGEConv`` epoch and
+  the ``NeighborLoader`` epoch (fanouts 25,10, batch 1000, its CPU sampling with worker processes; it needs
+  pyg-lib or torch-sparse), and each case's epoch over PyG's (``vs_pyg``: full-graph cases against the
+  full-graph epoch, mini-batch ones against the loader's). DGL is reported as not installed unless it imports.
 
 The CPU runs go first, several at a time (they share the host's cores); the CUDA runs follow one at a time so
 that their epoch times are not disturbed. Every dropout mask is a hash of its coordinates
@@ -67,10 +74,15 @@ class Case:
     strategy: str
     method: str
     options: dict = field(default_factory=dict)  # g3 plan flag -> value
+    workers: int = 1
+
+
+SHARED = ("g3", "distdgl")  # the strategies also run at K = 2 on the one GPU
 
 
 def cases(bin_memory: str | None) -> list[Case]:
     out = [Case(name, name, info.methods[0]) for name, info in STRATEGIES.items()]
+    out += [Case(f"{name} K=2", name, STRATEGIES[name].methods[0], workers=2) for name in SHARED]
     if bin_memory:
         # the bin strategy with a device budget smaller than its one-bin footprint: several bins per layer
         out.append(Case(FORCED, BINS.name, BINS.methods[0], {"--device-memory": bin_memory}))
@@ -111,9 +123,12 @@ def run_facts(run: Path) -> dict:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     times = [r["epoch_seconds"] for r in records]
     steady = times[1:] if len(times) > 1 else times
+    counted = [w for r in records for w in r["workers"] if "ops_per_step" in w]
     return {"epoch_seconds": times, "median_epoch_s": statistics.median(steady),
             "peak_memory_bytes": max(int(w["peak_memory_bytes"]) for r in records for w in r["workers"]),
-            "test_acc": records[-1].get("test_acc")}
+            "test_acc": records[-1].get("test_acc"),
+            **({"ops_per_step": counted[0]["ops_per_step"], "sync_ops_per_step": counted[0]["sync_ops_per_step"]}
+               if counted else {})}
 
 
 def plan_bound(plan: Path) -> tuple[int | None, str | None]:
@@ -184,6 +199,53 @@ def pyg_epoch(store: Path, device: str, hidden: int, epochs: int) -> dict:
             "median_epoch_s": statistics.median(times[1:] or times)}
 
 
+def pyg_loader_epoch(store: Path, device: str, hidden: int, epochs: int) -> dict:
+    """PyG's mini-batch epoch: ``NeighborLoader`` (fanouts 25,10, batch 1000, shuffled, CPU sampling in worker
+    processes, as PyG's examples run it) feeding GraphSAGE on ``device``; needs pyg-lib or torch-sparse."""
+    try:
+        import torch_geometric
+        from torch_geometric.data import Data
+        from torch_geometric.loader import NeighborLoader
+        from torch_geometric.nn import GraphSAGE
+    except Exception as exc:  # noqa: BLE001 - any import failure is reported, not raised
+        return {"status": "not installed", "note": f"{type(exc).__name__}: {exc}"}
+    import numpy as np
+
+    from stages.common.store import GraphStore
+
+    g = GraphStore.open(store)
+    indptr, indices = g.load_csr()
+    dst = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
+    data = Data(x=torch.from_numpy(np.asarray(g.features[:], dtype=np.float32)),
+                y=torch.from_numpy(g.load_labels().astype(np.int64)),
+                edge_index=torch.from_numpy(np.stack([np.asarray(indices, dtype=np.int64), dst])))
+    train = torch.from_numpy(g.split_index("train"))
+    train = train[data.y[train] >= 0]
+    try:
+        loader = NeighborLoader(data, num_neighbors=[25, 10], batch_size=1000, input_nodes=train, shuffle=True,
+                                num_workers=min(4, os.cpu_count() or 1), persistent_workers=True)
+        next(iter(loader))
+    except Exception as exc:  # noqa: BLE001 - no sampler backend (pyg-lib / torch-sparse) and the like
+        return {"status": "unavailable", "note": f"{type(exc).__name__}: {exc}"}
+    torch.manual_seed(SEED)
+    model = GraphSAGE(data.num_features, hidden, 2, g.num_classes, dropout=DROPOUT).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    times = []
+    for _ in range(epochs):
+        sync(device)
+        t0 = time.perf_counter()
+        for batch in loader:
+            batch = batch.to(device, non_blocking=True)
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[: batch.batch_size]
+            torch.nn.functional.cross_entropy(out, batch.y[: batch.batch_size]).backward()
+            opt.step()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return {"status": "ok", "version": torch_geometric.__version__, "epoch_seconds": times,
+            "median_epoch_s": statistics.median(times[1:] or times)}
+
+
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -201,25 +263,25 @@ def environment(device: str) -> dict:
 
 
 def prepare(r: Runner, work: Path, graphs: dict[str, str], all_cases: list[Case]) -> dict:
-    """Ingest each graph and partition it once per method (K = 1)."""
+    """Ingest each graph and partition it once per (method, worker count)."""
     ready = {}
     for key, source in graphs.items():
         store = work / f"{key}.g3"
         ok, last = r.cli(f"ingest-{key}", "ingest", source, str(store), "--force")
         if not ok:
             raise SystemExit(f"gpu-check: ingesting {source} failed: {last} (see {r.out}/logs/ingest-{key}.log)")
-        for method in sorted({c.method for c in all_cases}):
-            part = work / f"{key}.part-{method}"
-            ok, last = r.cli(f"partition-{key}-{method}", "partition", str(store), "--workers", "1", "--method",
-                             method, "-o", str(part), "--force", "--seed", "1")
-            ready[(key, method)] = (ok, last, part)
+        for method, k in sorted({(c.method, c.workers) for c in all_cases}):
+            part = work / f"{key}.part-{method}-{k}"
+            ok, last = r.cli(f"partition-{key}-{method}-{k}", "partition", str(store), "--workers", str(k),
+                             "--method", method, "-o", str(part), "--force", "--seed", "1")
+            ready[(key, method, k)] = (ok, last, part)
         ready[key] = store
     return ready
 
 
 def plan_case(r: Runner, work: Path, ready: dict, key: str, case: Case, hidden: int) -> tuple[bool, str, Path]:
-    ok, last, part = ready[(key, case.method)]
-    slug = case.label.replace(" ", "").replace("(", "-").replace(")", "")
+    ok, last, part = ready[(key, case.method, case.workers)]
+    slug = case.label.replace(" ", "").replace("(", "-").replace(")", "").replace("=", "")
     plan = work / f"{key}.plan-{slug}"
     if not ok:
         return False, f"partition failed: {last}", plan
@@ -229,10 +291,19 @@ def plan_case(r: Runner, work: Path, ready: dict, key: str, case: Case, hidden: 
     return ok, last, plan
 
 
-def train(r: Runner, plan: Path, run: Path, device: str, dtype: str, epochs: int, threads: int) -> tuple[bool, str]:
+def train(r: Runner, plan: Path, run: Path, device: str, dtype: str, epochs: int, threads: int, workers: int,
+          count_ops: bool, residency: str = "auto") -> tuple[bool, str]:
     return r.cli(f"train-{run.name}", "train", str(plan), "--device", device, "--dtype", dtype, "--epochs",
-                 str(epochs), "--lr", str(LR), "--dropout", str(DROPOUT), "--seed", str(SEED), "--workers", "1",
-                 "--threads", str(threads), "--eval-every", str(epochs), "-o", str(run), "--force")
+                 str(epochs), "--lr", str(LR), "--dropout", str(DROPOUT), "--seed", str(SEED), "--workers",
+                 str(workers), "--threads", str(threads), "--eval-every", str(epochs), "-o", str(run), "--force",
+                 "--residency", residency, *(("--count-ops",) if count_ops else ()))
+
+
+def planned_residency(plan: Path) -> str:
+    """``device`` when the plan found every worker's partition fits the device, else ``host``: what
+    ``--residency auto`` does on a GPU, given explicitly to the CPU standing in for one."""
+    workers = json.loads((plan / "plan.json").read_text())["workers"]
+    return "device" if all(w.get("residency", {}).get("mode", "device") == "device" for w in workers) else "host"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="the device under test; cpu stands in for a GPU (tests)")
     ap.add_argument("--exact-graph", default="synthetic:tiny", help="graph of the float64 exactness runs")
-    ap.add_argument("--graph", default="synthetic:small", help="graph of the float32 and timing runs")
+    ap.add_argument("--graph", default="synthetic:small,synthetic:products",
+                    help="graphs of the timed runs, comma-separated: the first is also run on the CPU (float32 "
+                         "agreement), the others on the device only")
     ap.add_argument("--epochs", type=int, default=4, help="epochs of the runs on the timed graph (exact: 3)")
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--parallel", type=int, default=0, help="CPU runs at a time [default: cores / 4]")
@@ -264,9 +337,13 @@ def main(argv: list[str] | None = None) -> int:
     (out / "runs.jsonl").write_text("")
     r = Runner(out, a.python, a.timeout)
     t_start = time.perf_counter()
-    graphs = {"exact": a.exact_graph, "timed": a.graph}
+    timed = [g for g in a.graph.split(",") if g]
+    # the first timed graph keeps the key "timed" (the CPU comparisons run on it); the others "timed-N"
+    timed_keys = ["timed"] + [f"timed-{i}" for i in range(1, len(timed))]
+    graphs = {"exact": a.exact_graph, **dict(zip(timed_keys, timed, strict=True))}
     wanted = set(filter(None, a.strategies.split(",")))
-    ready = prepare(r, work, graphs, cases(None))
+    ready = prepare(r, work, graphs, [c for c in cases(None) if not wanted or c.label in wanted
+                                      or c.label == BINS.name])
     print(f"gpu-check: graphs ingested and partitioned ({time.perf_counter() - t_start:.0f} s)", flush=True)
 
     # the one-bin plans first: the largest layer's one-bin memory sets the forced-bins budget (a third of it
@@ -285,11 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         forced = cases(budget)[-1] if budget else Case(FORCED, BINS.name, BINS.methods[0], {})
         plans[(key, forced.label)] = (plan_case(r, work, ready, key, forced, a.hidden) if budget
                                       else (False, "the one-bin g3 plan failed", work / "none"))
-    labels = [label for label in [c.label for c in cases(None)] + [FORCED] if not wanted or label in wanted]
+    every = {c.label: c for c in cases("0")}
+    labels = [label for label in every if not wanted or label in wanted]
     print(f"gpu-check: {len(labels)} plans per graph ({time.perf_counter() - t_start:.0f} s)", flush=True)
 
     # every case: float64 on the small exact graph; float32 (the device under test and the CPU) and a float64
-    # CPU reference on the timed graph
+    # CPU reference on the first timed graph; float32 on the device alone on the others
     kinds = (("exact", "float64"), ("timed", "float32")) + ((("timed", "float64"),) if a.float64_reference else ())
     jobs = [(key, label, dtype) for label in labels for key, dtype in kinds]
     cpu_threads = a.cpu_threads
@@ -307,32 +385,42 @@ def main(argv: list[str] | None = None) -> int:
             facts = {"status": "skipped", "note": f"not run: past --budget {a.budget:.0f} s"}
         else:
             t0 = time.perf_counter()
+            timed_run = key != "exact" and device == dut
             ok, last = train(r, plan, run, a.device if device == dut else "cpu", dtype,
-                             3 if key == "exact" else a.epochs, cpu_threads if device == "cpu" else 2)
+                             3 if key == "exact" else a.epochs, cpu_threads if device == "cpu" else 2,
+                             every[label].workers, count_ops=timed_run,
+                             residency=planned_residency(plan) if a.device == "cpu" and device == dut else "auto")
             facts = {"status": "ok" if ok else "failed", "run": str(run), "wall_s": time.perf_counter() - t0}
             facts.update(run_facts(run) if ok else {"note": last})
         results[(job, device)] = facts
         with open(out / "runs.jsonl", "a") as f:  # kept as it goes: a run cut short still leaves its figures
             f.write(json.dumps({"case": label, "graph": key, "dtype": dtype, "device": device, **facts},
                                default=str) + "\n")
-        print(f"  {label:<10} {key:<5} {dtype} {device:<4} {facts['status']:<6} {facts.get('wall_s', 0):6.1f} s"
+        print(f"  {label:<14} {key:<7} {dtype} {device:<4} {facts['status']:<6} {facts.get('wall_s', 0):6.1f} s"
               + (f"  {facts['note']}" if facts.get("note") else ""), flush=True)
 
     # the CPU references and the untimed exactness runs on the device, several at a time; then the timed runs
-    # on the device one at a time, alone
+    # on the device one at a time, alone, the first timed graph's first
     exact_on_dut = [(job, dut) for job in jobs if job[0] == "exact"]
     timed_on_dut = [(job, dut) for job in jobs if job[0] == "timed" and job[2] == "float32"]
+    larger_on_dut = [((key, label, "float32"), dut) for key in timed_keys[1:] for label in labels]
     with cf.ThreadPoolExecutor(parallel) as pool:
         list(pool.map(lambda jd: run_one(*jd), [(job, "cpu") for job in jobs] + exact_on_dut))
     print(f"gpu-check: CPU references and exactness runs done ({time.perf_counter() - t_start:.0f} s)", flush=True)
-    for job, device in timed_on_dut:
+    for job, device in timed_on_dut + larger_on_dut:
         run_one(job, device)
 
-    rows = []
-    for label in labels:
-        rows.append(compare(label, results, dut, plans))
-    pyg = pyg_epoch(ready["timed"], a.device, a.hidden, a.epochs) if a.device == "cuda" else {
-        "status": "skipped", "note": "no GPU under test"}
+    peers = {}
+    for key in timed_keys:
+        if a.device == "cuda":
+            peers[key] = {"pyg": pyg_epoch(ready[key], a.device, a.hidden, a.epochs),
+                          "pyg_loader": pyg_loader_epoch(ready[key], a.device, a.hidden, a.epochs)}
+        else:
+            peers[key] = {"pyg": {"status": "skipped", "note": "no GPU under test"},
+                          "pyg_loader": {"status": "skipped", "note": "no GPU under test"}}
+    rows = [compare(label, results, dut, plans, "timed", peers["timed"]) for label in labels]
+    larger = {graphs[key]: [device_row(label, results.get(((key, label, "float32"), dut)), peers[key])
+                            for label in labels] for key in timed_keys[1:]}
     try:
         import dgl  # noqa: F401
 
@@ -340,10 +428,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # noqa: BLE001 - absent or broken: reported
         dgl_note = {"status": "not installed"}
     report = {"schema": SCHEMA, "environment": environment(a.device), "tolerance": TOL,
-              "settings": {"exact_graph": a.exact_graph, "graph": a.graph, "epochs": a.epochs, "hidden": a.hidden,
-                           "model": "sage", "layers": 2, "lr": LR, "dropout": DROPOUT, "seed": SEED,
-                           "cpu_threads": a.cpu_threads, "device_threads": 2},
-              "cases": rows, "peers": {"pyg": pyg, "dgl": dgl_note},
+              "settings": {"exact_graph": a.exact_graph, "graph": timed[0], "graphs": timed, "epochs": a.epochs,
+                           "hidden": a.hidden, "model": "sage", "layers": 2, "lr": LR, "dropout": DROPOUT,
+                           "seed": SEED, "cpu_threads": a.cpu_threads, "device_threads": 2},
+              "cases": rows, "larger_graphs": larger,
+              "peers": {**peers["timed"], "dgl": dgl_note, "per_graph": {graphs[k]: v for k, v in peers.items()}},
               "passed": all(row["passed"] for row in rows), "seconds": time.perf_counter() - t_start}
     (out / "gpu-check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     table = markdown(report)
@@ -352,11 +441,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def compare(label: str, results: dict, dut: str, plans: dict) -> dict:
+def vs_pyg(label: str, epoch_s: float | None, peers: dict) -> float | None:
+    """A case's epoch over PyG's on the same graph and device: the full-graph epoch for full-graph strategies,
+    the NeighborLoader's for mini-batch ones (None: no PyG figure)."""
+    strategy = label.split(" ")[0]
+    peer = peers.get("pyg_loader" if STRATEGIES[strategy].mini_batch else "pyg") or {}
+    if epoch_s is None or peer.get("status") != "ok":
+        return None
+    return epoch_s / peer["median_epoch_s"]
+
+
+def device_row(label: str, facts: dict | None, peers: dict) -> dict:
+    """A case on a device-only graph: its epoch, memory, operation counts and ratio to PyG."""
+    if not facts or facts["status"] != "ok":
+        return {"case": label, "status": (facts or {}).get("status", "not run"), "note": (facts or {}).get("note")}
+    return {"case": label, "status": "ok", "dut_epoch_s": facts["median_epoch_s"],
+            "dut_peak_bytes": facts["peak_memory_bytes"], "ops_per_step": facts.get("ops_per_step"),
+            "sync_ops_per_step": facts.get("sync_ops_per_step"),
+            "vs_pyg": vs_pyg(label, facts["median_epoch_s"], peers)}
+
+
+def compare(label: str, results: dict, dut: str, plans: dict, key: str = "timed", peers: dict | None = None) -> dict:
     """One row: exactness in float64, float32 agreement, epoch times and memory on both devices."""
     ex_cpu, ex_dut = results.get((("exact", label, "float64"), "cpu")), results.get((("exact", label, "float64"), dut))
-    t_cpu, t_dut = results.get((("timed", label, "float32"), "cpu")), results.get((("timed", label, "float32"), dut))
-    t_ref = results.get((("timed", label, "float64"), "cpu"))
+    t_cpu, t_dut = results.get(((key, label, "float32"), "cpu")), results.get(((key, label, "float32"), dut))
+    t_ref = results.get(((key, label, "float64"), "cpu"))
     row: dict = {"case": label, "notes": []}
     for name, facts in (("exact cpu", ex_cpu), ("exact " + dut, ex_dut), ("float32 cpu", t_cpu),
                         ("float32 " + dut, t_dut), ("float64 cpu", t_ref)):
@@ -382,10 +491,15 @@ def compare(label: str, results: dict, dut: str, plans: dict) -> dict:
             row[f"{side}_epoch_s"] = facts["median_epoch_s"]
             row[f"{side}_peak_bytes"] = facts["peak_memory_bytes"]
             row[f"{side}_test_acc"] = facts["test_acc"]
-    plan_ok, _, plan = plans[("timed", label)]
+    if ok(t_dut):
+        row["ops_per_step"], row["sync_ops_per_step"] = t_dut.get("ops_per_step"), t_dut.get("sync_ops_per_step")
+        row["vs_pyg"] = vs_pyg(label, t_dut["median_epoch_s"], peers or {})
+    plan_ok, _, plan = plans[(key, label)]
     if plan_ok:
         bound, source = plan_bound(plan)
         row["plan_bound_bytes"], row["plan_bound_source"] = bound, source
+        row["residency"] = [w.get("residency", {}).get("mode") for w in
+                            json.loads((plan / "plan.json").read_text())["workers"]]
         if bound and row.get("dut_peak_bytes"):
             row["peak_over_bound"] = row["dut_peak_bytes"] / bound
     # a device budget the plan sized its bins by is a promise; a plan's memory_bytes is only an estimate
@@ -422,28 +536,42 @@ def markdown(report: dict) -> str:
     head = (f"GPU check {env['date']}: {env.get('gpu', env['device'])}, torch {env['torch']}, "
             f"{env['cpu_cores']} CPU cores; SAGE 2 layers hidden {report['settings']['hidden']}, "
             f"{report['settings']['epochs']} epochs on {report['settings']['graph']}\n\n")
-    lines = [f"| case | f64 max Δ | f32 max Δ | f32 Δ to f64: cpu / dev | epoch cpu ({report['settings']['cpu_threads']} "
-             "threads) | epoch dev | speed-up "
+    lines = [f"| case | residency | f64 max Δ | f32 max Δ | f32 Δ to f64: cpu / dev | epoch cpu "
+             f"({report['settings']['cpu_threads']} threads) | epoch dev | speed-up | ÷ PyG | ops / syncs per step "
              "| peak dev | plan bound | passed |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in report["cases"]:
         cpu_t, dev_t = row.get("cpu_epoch_s"), row.get("dut_epoch_s")
         bound = row.get("plan_bound_bytes")
         lines.append(
-            f"| {row['case']} | {_fmt(row['float64_max_diff'])} | {_fmt(row['float32_max_diff'])} | "
+            f"| {row['case']} | {'/'.join(m or '—' for m in row.get('residency') or []) or '—'} | "
+            f"{_fmt(row['float64_max_diff'])} | {_fmt(row['float32_max_diff'])} | "
             f"{_fmt(row.get('float32_cpu_vs_float64'))} / {_fmt(row.get('float32_dut_vs_float64'))} | "
             f"{_fmt(cpu_t and cpu_t * 1e3, '.1f')} ms | {_fmt(dev_t and dev_t * 1e3, '.1f')} ms | "
-            f"{_fmt(cpu_t / dev_t if cpu_t and dev_t else None, '.1f')}× | "
+            f"{_fmt(cpu_t / dev_t if cpu_t and dev_t else None, '.1f')}× | {_fmt(row.get('vs_pyg'), '.2f')}× | "
+            f"{_fmt(row.get('ops_per_step'), 'd')} / {_fmt(row.get('sync_ops_per_step'), 'd')} | "
             f"{_fmt(row.get('dut_peak_bytes') and row['dut_peak_bytes'] / 2**20, '.0f')} MiB | "
             f"{_fmt(bound and bound / 2**20, '.0f')} MiB ({row.get('plan_bound_source') or '—'}) | "
             f"{('yes' + (' (f32 as the CPU)' if row['float32_passed'] == 'as the CPU' else '')) if row['passed'] else 'NO'} |")
     notes = [f"- {row['case']}: {n}" for row in report["cases"] for n in row["notes"]]
-    pyg = report["peers"]["pyg"]
-    peer = (f"\nPyG {pyg['version']} SAGEConv on the same device: {pyg['median_epoch_s'] * 1e3:.1f} ms per epoch.\n"
-            if pyg["status"] == "ok" else f"\nPyG: {pyg['status']} {pyg.get('note', '')}\n")
-    peer += f"DGL: {report['peers']['dgl']['status']}.\n"
-    return head + "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "") + peer + \
-        f"\nAll passed: {'yes' if report['passed'] else 'NO'} ({report['seconds']:.0f} s)\n"
+    text = head + "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "")
+    for graph, rows in (report.get("larger_graphs") or {}).items():
+        text += (f"\nOn {graph}, the device alone:\n\n| case | epoch dev | ÷ PyG | ops / syncs per step | peak dev |\n"
+                 "|---|---|---|---|---|\n")
+        for row in rows:
+            if row["status"] != "ok":
+                text += f"| {row['case']} | {row['status']} {row.get('note') or ''} | | | |\n"
+                continue
+            text += (f"| {row['case']} | {row['dut_epoch_s'] * 1e3:.1f} ms | {_fmt(row.get('vs_pyg'), '.2f')}× | "
+                     f"{_fmt(row.get('ops_per_step'), 'd')} / {_fmt(row.get('sync_ops_per_step'), 'd')} | "
+                     f"{row['dut_peak_bytes'] / 2**20:.0f} MiB |\n")
+    for graph, peers in report["peers"].get("per_graph", {}).items():
+        for name, what in (("pyg", "SAGEConv full-graph"), ("pyg_loader", "NeighborLoader (25,10, batch 1000)")):
+            peer = peers[name]
+            text += (f"\nPyG {peer['version']} {what} on {graph}: {peer['median_epoch_s'] * 1e3:.1f} ms per epoch."
+                     if peer["status"] == "ok" else f"\nPyG {what} on {graph}: {peer['status']} {peer.get('note', '')}")
+    text += f"\nDGL: {report['peers']['dgl']['status']}.\n"
+    return text + f"\nAll passed: {'yes' if report['passed'] else 'NO'} ({report['seconds']:.0f} s)\n"
 
 
 if __name__ == "__main__":

@@ -60,21 +60,24 @@ def test_float32_verdict(row, verdict):
 def test_the_procedure_with_the_cpu_standing_in(tmp_path):
     out = tmp_path / "gc"
     p = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--out", str(out), "--graph", "synthetic:tiny",
-                        "--strategies", "g3 (bins),distdgl", "--epochs", "2", "--timeout", "240"],
-                       capture_output=True, text=True, timeout=600, cwd=REPO)
+                        "--strategies", "g3 (bins),distdgl", "--epochs", "2", "--timeout", "240",
+                        "--no-float64-reference"], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert p.returncode == 0, p.stdout + p.stderr
     report = json.loads((out / "gpu-check.json").read_text())
     assert report["schema"] == "g3.gpu-check/1" and report["passed"], p.stdout
     rows = {row["case"]: row for row in report["cases"]}
     assert set(rows) == {"g3 (bins)", "distdgl"}
-    for row in rows.values():  # the same runs twice on the same CPU: bitwise equal
-        assert row["float64_max_diff"] == 0.0 and row["float32_max_diff"] == 0.0
+    for row in rows.values():  # the host path and the device path on the same CPU: the same model
+        assert row["float64_max_diff"] <= 1e-9 and row["float32_max_diff"] <= 1e-4
         assert row["float32_passed"] == "absolute" and row["cpu_epoch_s"] > 0 and row["dut_epoch_s"] > 0
+        assert row["ops_per_step"] > 0 and row["sync_ops_per_step"] >= 0  # --count-ops on the device's runs
+    # distdgl's partition fits: the stand-in ran it resident (the device path); the forced bins stream
+    assert rows["distdgl"]["residency"] == ["device"] and rows["g3 (bins)"]["residency"] == ["host"]
     # the forced-bins case really has several bins in its largest layer, under a budget the plan records
     assert rows["g3 (bins)"]["plan_bound_source"] == "device_memory"
     plan = out / "work" / "timed.plan-g3-bins"
     layers = json.loads((plan / "worker-00000" / "worker.json").read_text())["layers"]
     assert max(layer["num_bins"] for layer in layers) >= 3
     assert "| g3 (bins) |" in (out / "gpu-check.md").read_text()
-    # per case: exact on both, float32 on both, the float64 reference
-    assert len((out / "runs.jsonl").read_text().splitlines()) == 2 * 5
+    # per case: exact on both, float32 on both
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 2 * 4

@@ -33,9 +33,10 @@ log = logging.getLogger("g3.runtime")
 
 
 def init_distributed(rank: int, world: int, cfg: RuntimeConfig, init_method: str | None):
-    """The default group (nccl when every rank has a GPU, else gloo) and the P2P group (always gloo:
-    embeddings move through host buffers)."""
-    backend = "nccl" if cfg.device == "cuda" else "gloo"
+    """The default group (nccl when every rank has a GPU of its own, else gloo: NCCL refuses two ranks on one
+    device, so K workers sharing a GPU reduce through the host) and the P2P group (always gloo: embeddings move
+    through host buffers)."""
+    backend = "nccl" if cfg.device == "cuda" and local_workers(world) <= torch.cuda.device_count() else "gloo"
     timeout = datetime.timedelta(seconds=cfg.timeout)
     if cfg.device == "cuda":
         torch.cuda.set_device(torch.device(cfg.device_for(rank)))

@@ -281,7 +281,12 @@ def all_reduce_gradients(params: list[torch.nn.Parameter]) -> None:
     if not params or not dist.is_initialized() or dist.get_world_size() == 1:
         return
     flat = flatten_gradients(params)
-    dist.all_reduce(flat)
+    if flat.device.type != collective_device():  # device gradients, a gloo group (ranks sharing a GPU)
+        host = flat.cpu()
+        dist.all_reduce(host)
+        flat.copy_(host)
+    else:
+        dist.all_reduce(flat)
     unflatten_gradients(flat, params)
 
 
