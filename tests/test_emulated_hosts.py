@@ -169,7 +169,10 @@ def test_links_carry_bytes_at_their_rate_and_nothing_is_left_after(tmp_path):
     try:
         assert len(mine(os.getpid())) == 3
         seconds = _transfer_seconds(net, 4_000_000)
-        assert 0.30 <= seconds <= 0.45, seconds  # line rate 0.32 s; TCP/IP headers take ~4 %
+        # line rate 0.32 s (TCP/IP headers take ~4 %); the unshaped link takes a few ms, so an upper bound well
+        # above the rate still tells shaping from none, and leaves room for the sender's process being descheduled
+        # on a loaded machine (0.46 s seen with the test suite running beside it)
+        assert 0.30 <= seconds <= 0.65, seconds
         routes = subprocess.run([*net.exec_prefix(0), "ip", "route", "show"], capture_output=True, text=True).stdout
         assert "default" not in routes and routes.strip().startswith("198.18.0.0/24"), routes
         sent = net.port_bytes()
