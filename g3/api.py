@@ -205,7 +205,9 @@ def export(run: Run | PathLike, out: PathLike, format: str = "pyg", checkpoint: 
         raise G3InputError(f"unknown export format {format!r} (available: pyg)")
     run = run if isinstance(run, Run) else Run(Path(run))
     out = Path(out)
-    check_target(out, force, None, (run.path,))
+    spec_file = out.with_name(out.name + ".json")
+    for target in (out, spec_file):  # neither may be an input, or part of one (the run's own weights)
+        check_target(target, force, None, (run.path, checkpoint))
     model = load_model(run, checkpoint).gnn
     layers = list(model.layers)
     kinds = {type(layer) for layer in layers}
@@ -224,7 +226,7 @@ def export(run: Run | PathLike, out: PathLike, format: str = "pyg", checkpoint: 
         kwargs["heads"] = int(heads)
     with atomic_file(out) as tmp:
         torch.save(state, tmp)
-    write_json_atomic(out.with_name(out.name + ".json"), {"class": layers[0].PYG_MODEL, "kwargs": kwargs,
+    write_json_atomic(spec_file, {"class": layers[0].PYG_MODEL, "kwargs": kwargs,
                                                          "dtype": str(next(model.parameters()).dtype)})
     return out
 

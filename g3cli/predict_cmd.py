@@ -31,7 +31,10 @@ def command(run, out, split, checkpoint, store, force):
     out = Path(out)
     if out.suffix not in (".npy", ".zarr"):
         raise G3InputError("the output must end in .npy or .zarr", path=out)
-    check_target(out, force, None, (run,))
+    # never an input (the run, the store predicted on, the weights) or part of one; a .zarr replaces only logits
+    inputs = (run, store, checkpoint)
+    kind = "logits" if out.suffix == ".zarr" else None
+    check_target(out, force, kind, inputs)
     logits = g3.predict(run, store=store, split=split, checkpoint=checkpoint).numpy()
     if out.suffix == ".npy":
         with atomic_file(out) as tmp, open(tmp, "wb") as f:
@@ -41,6 +44,6 @@ def command(run, out, split, checkpoint, store, force):
 
         from stages.common.atomic import atomic_dir
 
-        with atomic_dir(out, force=force, inputs=(run,)) as tmp:
+        with atomic_dir(out, force=force, kind=kind, inputs=inputs) as tmp:
             zarr.create_array(str(tmp), data=logits, chunks=(min(len(logits), 65536), logits.shape[1]))
     click.echo(f"wrote {out}: logits {logits.shape[0]:,} × {logits.shape[1]} ({logits.dtype})")

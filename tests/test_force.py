@@ -69,6 +69,48 @@ def test_force_never_replaces_an_input_or_something_else(chain, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_later_commands_never_replace_an_input_or_the_users_files(chain, tmp_path):
+    """predict, export and advise (issue 51 §1, each once lost data): the input store, a folder of the user's
+    files, the run's own weights; a link to the store is the store, and a replaced link leaves nothing behind."""
+    root, store, part, plan, run = chain
+    zstore = tmp_path / "s.zarr"  # a store whose name a .zarr output could take
+    assert invoke(["ingest", "synthetic:tiny", str(zstore)]).exit_code == 0
+    mine = tmp_path / "mine.zarr"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's own file")
+    link = tmp_path / "link.zarr"
+    link.symlink_to(zstore)
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "notes.txt").write_text("the user's own file")
+    cases = [
+        (["predict", str(run), "--store", str(zstore), "-o", str(zstore), "--force"], zstore, "is an input"),
+        (["predict", str(run), "--store", str(zstore), "-o", str(link), "--force"], zstore, "is an input"),
+        (["predict", str(run), "-o", str(mine), "--force"], mine, "is a folder of other files, not a g3 logits"),
+        (["export", str(run), "-o", str(run / "model.pt"), "--force"], run, "is part of an input"),
+        (["advise", str(store), "--plans", str(plans), "--workers", "2", "--force", "-o", str(tmp_path / "a")], plans,
+         "holds files g3 advise did not make"),
+        (["advise", str(store), "--cache", str(store / "x"), "--workers", "2", "-o", str(tmp_path / "a")], store,
+         "lies inside the store"),
+    ]
+    for args, target, message in cases:
+        before = snapshot(target)
+        r = invoke(args)
+        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, (args, r.output)
+        assert snapshot(target) == before, args
+    assert invoke(["eval", str(run)]).exit_code == 0  # the run is whole
+    # an earlier prediction is replaced, also through a link, which is replaced and leaves nothing behind
+    out = tmp_path / "logits.zarr"
+    assert invoke(["predict", str(run), "-o", str(out)]).exit_code == 0
+    assert invoke(["predict", str(run), "-o", str(out), "--force"]).exit_code == 0
+    to_logits = tmp_path / "to-logits.zarr"
+    to_logits.symlink_to(out)
+    assert invoke(["predict", str(run), "-o", str(to_logits), "--force"]).exit_code == 0
+    assert to_logits.is_dir() and not to_logits.is_symlink() and out.is_dir()
+    assert not [p for p in tmp_path.iterdir() if ".old-" in p.name or ".tmp" in p.name]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("args,message", [
     (["partition", "{store}", "-w", "2", "--balance-tol", "nan"], "--balance-tol must be a finite number >= 1"),
     (["partition", "{store}", "-w", "2", "--balance-tol", "inf"], "--balance-tol must be a finite number >= 1"),

@@ -227,6 +227,24 @@ class Cache:
         self.made.append(str(folder))
 
 
+def check_work_folder(folder: Path, flag: str, store: Path) -> None:
+    """A folder advise fills (``--plans``, ``--cache``) is new, empty, or one an earlier ``g3 advise`` filled (its
+    ``.advise-stamps``, or its ``plans/``'s): never a folder of the user's own files, nor the store or a part of
+    it — advise writes partitions and plans into it and may replace what it made there before."""
+    where, source = folder.resolve(), store.resolve()
+    if where == source or source in where.parents or where in source.parents:
+        raise G3InputError(f"{flag} {folder}: is, holds or lies inside the store advise reads; choose another folder",
+                           path=folder)
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise G3InputError(f"{flag} takes a folder, and this is a file", path=folder)
+    ours = (folder / ".advise-stamps").is_dir() or (folder / "plans" / ".advise-stamps").is_dir()
+    if not ours and any(folder.iterdir()):
+        raise G3InputError(f"{flag}: holds files g3 advise did not make (no .advise-stamps); give a new or empty "
+                           "folder, or one an earlier g3 advise filled", path=folder)
+
+
 def _store_key(store: Path) -> dict:
     from ..common.store import GraphStore
 
@@ -423,6 +441,9 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
         raise G3InputError("is a file, not a folder: -o takes the folder advise.json goes in", path=out)
     check_result(out / "advise.json", force, "an earlier advice")
     cache_root = Path(options.cache) if options.cache else out / "cache"
+    for folder, flag in ((options.cache, "--cache"), (options.plans, "--plans")):
+        if folder:
+            check_work_folder(Path(folder), flag, store)
     cache = Cache(cache_root, Path(options.plans) if options.plans else cache_root / "plans")
     cache.plans.mkdir(parents=True, exist_ok=True)
     skey = _store_key(store)

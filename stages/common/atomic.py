@@ -22,7 +22,22 @@ from .errors import G3InputError
 
 # the file that makes a folder an artifact of each kind (what `--force` may replace)
 ARTIFACT_MARKERS = {"store": "zarr.json", "partition": "partition.json", "plan": "plan.json", "run": "run.json",
-                    "bundle": "bundle.json"}
+                    "bundle": "bundle.json", "logits": "zarr.json"}
+
+
+def _is_artifact(folder: Path, kind: str) -> bool:
+    """Whether ``folder`` is a g3 artifact of ``kind``: its marker file, and for the two zarr kinds the node
+    type in it (a store is a zarr group, `g3 predict`'s logits a zarr array)."""
+    marker = folder / ARTIFACT_MARKERS[kind]
+    if not marker.is_file():
+        return False
+    if kind not in ("store", "logits"):
+        return True
+    try:
+        node = json.loads(marker.read_text()).get("node_type")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return node == ("group" if kind == "store" else "array")
 
 
 def check_target(target: Path, force: bool, kind: str | None = None, inputs: Iterable = ()) -> None:
@@ -45,17 +60,16 @@ def check_replaceable(target: Path, kind: str | None, inputs: Iterable = ()) -> 
         if given is None:
             continue
         source = Path(given).resolve()
-        if source == where or where in source.parents:
-            what = "is" if source == where else "holds"
+        if source == where or where in source.parents or source in where.parents:
+            what = "is" if source == where else "holds" if where in source.parents else "is part of"
             raise G3InputError(f"{what} an input of this command ({given}): --force never replaces an input; "
                                "choose another output", path=target)
     if kind is None:
         return
-    marker = ARTIFACT_MARKERS[kind]
-    if where.is_dir() and ((where / marker).is_file() or not any(where.iterdir())):
+    if where.is_dir() and (_is_artifact(where, kind) or not any(where.iterdir())):
         return
     found = "a file" if not where.is_dir() else next(
-        (f"a g3 {other}" for other, m in ARTIFACT_MARKERS.items() if (where / m).is_file()), "a folder of other files")
+        (f"a g3 {other}" for other in ARTIFACT_MARKERS if _is_artifact(where, other)), "a folder of other files")
     raise G3InputError(f"is {found}, not a g3 {kind}: --force replaces only an earlier {kind}; remove it yourself "
                        "or choose another output", path=target)
 
@@ -207,7 +221,10 @@ def publish_dir(tmp: Path, target: Path, force: bool) -> None:
         old = target.parent / f".{target.name}.old-{os.getpid()}"
         os.rename(target, old)
         os.rename(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
+        if old.is_symlink() or old.is_file():  # a link is removed, never what it points to
+            old.unlink()
+        else:
+            shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, target)
     fsync_dir(target.parent)
