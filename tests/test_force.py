@@ -135,3 +135,20 @@ def test_features_too_large_for_their_storage_type_are_refused_naming_the_featur
     assert r.exit_code == 2 and not (tmp_path / "s.g3").exists()
     assert "x.npy: feature value 1e+300 in row 1 (node 1), column 1 does not fit --feature-dtype float32" in r.output
     assert "Warning" not in r.output, r.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--lr", "nan"], "--lr must be a positive number"),
+    (["--dropout", "2"], "--dropout must be in [0, 1)"),
+    (["--bin-size", "0"], "the bin size must be at least 1 node"),
+    (["--threads", "0"], "--threads must be >= 1"),
+    (["--timeout", "-1"], "--timeout must be a positive number of seconds"),
+    (["--strategies", "bns-gcn{boundary-sample=0}"], "--boundary-sample 0: the sampling ratio must be in (0, 1]"),
+])
+def test_bench_checks_every_candidate_before_the_first_run(tiny_store, tmp_path, args, message):
+    """g3 bench refuses a bad option in one line with the checks g3 plan and g3 train apply, before any run
+    (issue 51 §2: these were a traceback, or every run failing, or accepted)."""
+    out = tmp_path / "bench"
+    r = invoke(["bench", str(tiny_store), "--workers", "1", "--peers", "none", "--no-single", *args, "-o", str(out)])
+    assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
+    assert not out.exists()

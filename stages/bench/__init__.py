@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -34,7 +35,7 @@ from ..common.errors import G3InputError
 from ..common.store import GraphStore
 from ..common.strategies import REFERENCE_STRATEGY, strategy_info
 from .export import export_graph, read_graph
-from .runs import parse_spec
+from .runs import check_candidate, parse_spec
 
 BENCH_SCHEMA = "g3.bench"
 BENCH_VERSION = 2  # 2: entries of several strategies (strategy, method, bytes, accuracy, memory)
@@ -233,6 +234,12 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
     specs = [parse_spec(s) for s in o.strategies]
     if not specs and not o.single and not o.peers:
         raise G3InputError("nothing to benchmark: no --strategies, --no-single and --peers none")
+    if o.threads is not None and o.threads < 1:
+        raise G3InputError("--threads must be >= 1")
+    if not (o.timeout > 0 and math.isfinite(o.timeout)):
+        raise G3InputError("--timeout must be a positive number of seconds")
+    for spec in specs:  # every candidate's plan options and train settings, before the first run starts
+        check_candidate(o, spec)
     threads = o.threads or os.cpu_count() or 1
     out = (Path(out) if out else Path(store.path).parent / f"{Path(store.path).name}.bench").resolve()
     check_result(out / "bench.json", force, "an earlier benchmark")

@@ -88,6 +88,35 @@ def parse_spec(text: str) -> StrategySpec:
     return StrategySpec(info.name, method, tuple(opts))
 
 
+def candidate_configs(o, spec: StrategySpec, k: int = 1) -> tuple[dict, dict]:
+    """A spec's plan options (the bench's memory options where the strategy has them, its own winning) and the
+    ``TrainConfig`` keywords of its run with K workers."""
+    info = strategy_info(spec.name)
+    knobs = {n: parse_knob(n, v) for n, v in spec.options if n in info.train_knobs}
+    options = {n: v for n, v in spec.options if n not in info.train_knobs}
+    # the bench's memory options go to every strategy that has them (g3's bins, neutrontp's chunks)
+    own = {opt.name for opt in info.options()}
+    options = {**{n: v for n, v in (("bin_size", o.bin_size), ("device_memory", o.device_memory)) if n in own},
+               **options}
+    bench_pipeline = o.pipeline if knob_accepts(info, "pipeline", o.pipeline) else None
+    train = dict(epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k, **{"pipeline": bench_pipeline, **knobs})
+    return options, train
+
+
+def check_candidate(o, spec: StrategySpec) -> None:
+    """The checks `g3 plan` and `g3 train` apply to a spec's options and settings (their own definitions), so a
+    bad value is one line before the first run, not a failure per run."""
+    from ..plan import parse_options
+    from ..train import TrainConfig
+
+    options, train = candidate_configs(o, spec)
+    try:
+        parse_options(spec.name, {n: None if v is None else str(v) for n, v in options.items()})
+    except G3InputError as exc:
+        raise G3InputError(f"--strategies {spec.label}: {exc}") from None
+    TrainConfig(**train).check()  # the bench's own --lr, --dropout, ... (a spec's knobs were parsed already)
+
+
 def _reuse_partition(part: Path, store: GraphStore, method: str, k: int) -> bool:
     f = part / "partition.json"
     if not f.is_file():
@@ -127,13 +156,7 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
         if not _reuse_partition(part, store, spec.method, k):
             run_partition(store.path, PartitionOptions(workers=k, method=spec.method, hidden=o.hidden), out=part,
                           force=True)
-        info = strategy_info(spec.name)
-        knobs = {n: parse_knob(n, v) for n, v in spec.options if n in info.train_knobs}
-        options = {n: v for n, v in spec.options if n not in info.train_knobs}
-        # the bench's memory options go to every strategy that has them (g3's bins, neutrontp's chunks)
-        own = {opt.name for opt in strategy_info(spec.name).options()}
-        options = {**{n: v for n, v in (("bin_size", o.bin_size), ("device_memory", o.device_memory)) if n in own},
-                   **options}
+        options, train = candidate_configs(o, spec, k)
         cfg = PlanConfig(model=o.model, layers=o.layers, hidden=o.hidden, heads=o.heads, strategy=spec.name,
                          options=options)
         # the plan is reused while it was made from the same partition and configuration (a stamp beside it)
@@ -144,9 +167,7 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
         if not (plan / "plan.json").is_file() or not stamp.is_file() or json.loads(stamp.read_text()) != want:
             run_plan(part, cfg, out=plan, force=True)
             write_json_atomic(stamp, want)
-        bench_pipeline = o.pipeline if knob_accepts(info, "pipeline", o.pipeline) else None
-        knobs = {"pipeline": bench_pipeline, **knobs}  # a spec's own knobs win over the bench's
-        tc = TrainConfig(epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k, **knobs,
+        tc = TrainConfig(**train,  # a spec's own knobs win over the bench's
                          eval_every=o.epochs,  # the final accuracy only: evaluation is not timed anyway
                          threads=per_worker, live=False,
                          timeout=max(60.0, min(o.timeout, 900.0)),  # big graphs: peers wait long for a bin

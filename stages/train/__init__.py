@@ -94,14 +94,7 @@ def check_worker_files(plan: Path, meta: dict) -> None:
 
 
 def _check_training(cfg: TrainConfig) -> None:
-    import math
-
-    if cfg.epochs < 1:
-        raise G3InputError("--epochs must be >= 1")
-    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
-        raise G3InputError("--lr must be a positive number")
-    if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
-        raise G3InputError("--weight-decay must be >= 0")
+    cfg.check()
     if cfg.eval_every < 0 or cfg.checkpoint_every < 0:
         raise G3InputError("--eval-every and --checkpoint-every must be >= 0 (0: never)")
     from .loggers import check_loggers

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from ..runtime.config import RuntimeConfig
+from ..common.errors import G3InputError
+from ..runtime.config import RuntimeConfig, check_runtime
 
 
 @dataclass
@@ -20,3 +22,14 @@ class TrainConfig(RuntimeConfig):
     profile: str | None = None  # write PROFILE.json (compute rates, for `g3 simulate`) from the last epoch
     live: bool = True  # rich live display on rank 0
     count_ops: bool = False  # count one steady-state step's aten operations and synchronisations (metrics.jsonl)
+
+    def check(self) -> None:
+        """The settings' own checks, one line each (``g3 train`` and ``g3 bench``, before any work): the runtime's
+        and training's."""
+        check_runtime(self)
+        if self.epochs < 1:
+            raise G3InputError("--epochs must be >= 1")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise G3InputError("--lr must be a positive number")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise G3InputError("--weight-decay must be >= 0")
