@@ -185,3 +185,17 @@ def test_distdgl_alone_samples_on_the_device(plans, tmp_path):
     layers, params = 2, 6  # SAGE: two weights and a bias per layer, each with Adam's step counter
     assert step["sync_ops_by_name"].get("_unique2") == layers
     assert step["sync_ops_per_step"] == params + 2 * layers, step["sync_ops_by_name"]
+
+
+@pytest.mark.parametrize("strategy, knobs", [("distdgl", ("--micro-batches", "2")), ("bytegnn", ("--scheduler", "off")),
+                                             ("p3", ()), ("hopgnn", ()), ("clustergcn", ()), ("sancus", ())])
+def test_eval_at_another_worker_count_whatever_knobs_the_run_had(plans, tmp_path, strategy, knobs):
+    """`g3 eval RUN --workers K'` evaluates with the full-graph evaluator's plan, so none of the run's strategy
+    knobs carry over to it (issue 51 §2: a distdgl run's --micro-batches was refused there)."""
+    run = tmp_path / "run"
+    r = invoke(["train", str(plans(strategy, 2)), "--workers", "2", "--epochs", "1", "--threads", "1",
+                "--eval-every", "0", *knobs, "-o", str(run)])
+    assert r.exit_code == 0, r.output
+    r = invoke(["eval", str(run), "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((run / "eval.json").read_text())["workers"] == 1
