@@ -239,10 +239,19 @@ def check_work_folder(folder: Path, flag: str, store: Path) -> None:
         return
     if not folder.is_dir():
         raise G3InputError(f"{flag} takes a folder, and this is a file", path=folder)
-    ours = (folder / ".advise-stamps").is_dir() or (folder / "plans" / ".advise-stamps").is_dir()
-    if not ours and any(folder.iterdir()):
+    if not is_advise_folder(folder) and any(folder.iterdir()):
         raise G3InputError(f"{flag}: holds files g3 advise did not make (no .advise-stamps); give a new or empty "
                            "folder, or one an earlier g3 advise filled", path=folder)
+
+
+ADVISE_MARK = ".g3-advise"  # in every folder g3 advise fills: what --plans and --cache may reuse
+
+
+def is_advise_folder(folder: Path) -> bool:
+    """Whether g3 advise filled ``folder``: its mark, or (folders filled before the mark existed) the stamps it
+    keeps beside what it made, in the folder or one of its subfolders."""
+    return (folder / ADVISE_MARK).is_file() or (folder / ".advise-stamps").is_dir() or any(
+        (sub / ".advise-stamps").is_dir() for sub in folder.iterdir() if sub.is_dir())
 
 
 def _store_key(store: Path) -> dict:
@@ -445,7 +454,9 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
         if folder:
             check_work_folder(Path(folder), flag, store)
     cache = Cache(cache_root, Path(options.plans) if options.plans else cache_root / "plans")
-    cache.plans.mkdir(parents=True, exist_ok=True)
+    for folder in (cache.root, cache.plans):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / ADVISE_MARK).touch()
     skey = _store_key(store)
     names = list(options.strategies) if options.strategies else list(STRATEGIES)
     ks = sorted(options.workers)
