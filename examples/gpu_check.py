@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         forced = cases(budget)[-1] if budget else Case(FORCED, BINS.name, BINS.methods[0], {})
         plans[(key, forced.label)] = (plan_case(r, work, ready, key, forced, a.hidden) if budget
                                       else (False, "the one-bin g3 plan failed", work / "none"))
-    every = {c.label: c for c in cases("0")}
+    every = {c.label: c for c in cases("0")}  # every label, the forced-bins one included (its budget unused here)
     labels = [label for label in every if not wanted or label in wanted]
     print(f"gpu-check: {len(labels)} plans per graph ({time.perf_counter() - t_start:.0f} s)", flush=True)
 

@@ -89,9 +89,9 @@ def test_the_later_commands_never_replace_an_input_or_the_users_files(chain, tmp
         (["predict", str(run), "-o", str(mine), "--force"], mine, "is a folder of other files, not a g3 logits"),
         (["export", str(run), "-o", str(run / "model.pt"), "--force"], run, "is part of an input"),
         (["advise", str(store), "--plans", str(plans), "--workers", "2", "--force", "-o", str(tmp_path / "a")], plans,
-         "holds files g3 advise did not make"),
+         "holds files this command did not make"),
         (["advise", str(store), "--cache", str(store / "x"), "--workers", "2", "-o", str(tmp_path / "a")], store,
-         "lies inside the store"),
+         "is part of an input"),
     ]
     for args, target, message in cases:
         before = snapshot(target)

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..common.atomic import check_result, write_json_atomic
+from ..common.atomic import check_result, check_work_folder, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.plan_artifact import load_plan_meta
 from ..common.run_artifact import load_run_meta, read_metrics
@@ -225,23 +225,6 @@ class Cache:
     def done(self, folder: Path, key: dict) -> None:
         write_json_atomic(self._stamp(folder), json.loads(json.dumps(key, default=str)))
         self.made.append(str(folder))
-
-
-def check_work_folder(folder: Path, flag: str, store: Path) -> None:
-    """A folder advise fills (``--plans``, ``--cache``) is new, empty, or one an earlier ``g3 advise`` filled (its
-    ``.advise-stamps``, or its ``plans/``'s): never a folder of the user's own files, nor the store or a part of
-    it — advise writes partitions and plans into it and may replace what it made there before."""
-    where, source = folder.resolve(), store.resolve()
-    if where == source or source in where.parents or where in source.parents:
-        raise G3InputError(f"{flag} {folder}: is, holds or lies inside the store advise reads; choose another folder",
-                           path=folder)
-    if not folder.exists():
-        return
-    if not folder.is_dir():
-        raise G3InputError(f"{flag} takes a folder, and this is a file", path=folder)
-    if not is_advise_folder(folder) and any(folder.iterdir()):
-        raise G3InputError(f"{flag}: holds files g3 advise did not make (no .advise-stamps); give a new or empty "
-                           "folder, or one an earlier g3 advise filled", path=folder)
 
 
 ADVISE_MARK = ".g3-advise"  # in every folder g3 advise fills: what --plans and --cache may reuse
@@ -452,7 +435,7 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
     cache_root = Path(options.cache) if options.cache else out / "cache"
     for folder, flag in ((options.cache, "--cache"), (options.plans, "--plans")):
         if folder:
-            check_work_folder(Path(folder), flag, store)
+            check_work_folder(Path(folder), flag, is_advise_folder, (store,))
     cache = Cache(cache_root, Path(options.plans) if options.plans else cache_root / "plans")
     for folder in (cache.root, cache.plans):
         folder.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from .errors import G3InputError
@@ -56,14 +56,9 @@ def check_target(target: Path, force: bool, kind: str | None = None, inputs: Ite
 def check_replaceable(target: Path, kind: str | None, inputs: Iterable = ()) -> None:
     """What ``--force`` may replace (see :func:`check_target`); one line naming the target otherwise."""
     where = Path(target).resolve()
-    for given in inputs:
-        if given is None:
-            continue
-        source = Path(given).resolve()
-        if source == where or where in source.parents or source in where.parents:
-            what = "is" if source == where else "holds" if where in source.parents else "is part of"
-            raise G3InputError(f"{what} an input of this command ({given}): --force never replaces an input; "
-                               "choose another output", path=target)
+    for given, what in _inputs_touched(where, inputs):
+        raise G3InputError(f"{what} an input of this command ({given}): --force never replaces an input; "
+                           "choose another output", path=target)
     if kind is None:
         return
     if where.is_dir() and (_is_artifact(where, kind) or not any(where.iterdir())):
@@ -72,6 +67,32 @@ def check_replaceable(target: Path, kind: str | None, inputs: Iterable = ()) -> 
         (f"a g3 {other}" for other in ARTIFACT_MARKERS if _is_artifact(where, other)), "a folder of other files")
     raise G3InputError(f"is {found}, not a g3 {kind}: --force replaces only an earlier {kind}; remove it yourself "
                        "or choose another output", path=target)
+
+
+def _inputs_touched(where: Path, inputs: Iterable) -> Iterator[tuple[object, str]]:
+    """Each input that the resolved path ``where`` is (``"is"``), holds (``"holds"``) or lies inside
+    (``"is part of"``), with that relation."""
+    for given in inputs:
+        if given is None:
+            continue
+        source = Path(given).resolve()
+        if source == where or where in source.parents or source in where.parents:
+            yield given, "is" if source == where else "holds" if where in source.parents else "is part of"
+
+
+def check_work_folder(folder: Path, flag: str, ours: Callable[[Path], bool], inputs: Iterable = ()) -> None:
+    """A folder a command fills and reuses across calls (``g3 advise --plans``, ``--cache``): new, empty, or one
+    that ``ours(folder)`` recognises as this command's; never an input, a folder holding one or one inside one
+    (symbolic links followed) — the command writes into it and replaces what it made there before."""
+    for given, what in _inputs_touched(Path(folder).resolve(), inputs):
+        raise G3InputError(f"{flag}: {what} an input of this command ({given}); choose another folder", path=folder)
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise G3InputError(f"{flag} takes a folder, and this is a file", path=folder)
+    if any(folder.iterdir()) and not ours(folder):
+        raise G3InputError(f"{flag}: holds files this command did not make; give a new or empty folder, or one an "
+                           "earlier run of it filled", path=folder)
 
 
 def make_parent(target: Path) -> None:
