@@ -41,10 +41,10 @@ def init_distributed(rank: int, world: int, cfg: RuntimeConfig, init_method: str
     if cfg.device == "cuda":
         torch.cuda.set_device(torch.device(cfg.device_for(rank)))
     store = (elastic_attempt_store(timeout) or torchrun_store(timeout)) if init_method == "env://" else None
-    if store is not None:
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
-    else:
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=timeout)
+    where = {"store": store} if store is not None else {"init_method": init_method}
+    # NCCL bound to this rank's GPU up front: otherwise it guesses the device from the rank (and says so)
+    bound = {"device_id": torch.device(cfg.device_for(rank))} if backend == "nccl" else {}
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **where, **bound)
     return dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
 
 

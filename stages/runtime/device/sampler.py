@@ -17,6 +17,8 @@ two numbers back from the device: how many picks it made and how many new source
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -126,8 +128,10 @@ class DeviceGraph:
 
     def __init__(self, indptr, nbrs, row_of_global, features: torch.Tensor, labels: torch.Tensor,
                  degrees: torch.Tensor | None, device: torch.device):
-        def put(a):
-            return torch.as_tensor(a).to(device, torch.int64)
+        def put(a):  # a shard's arrays are read-only maps, only ever read here: torch's warning does not apply
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                return torch.as_tensor(a).to(device, torch.int64)
 
         self.indptr, self.nbrs, self.row_of = put(indptr), put(nbrs), put(row_of_global)
         self.features, self.labels = features.to(device), labels.to(device)
