@@ -42,7 +42,7 @@ test-fast: setup
 	$(BIN)/python -m pytest -q -n $(TEST_PROCS) -m "not slow" tests
 
 lint: setup
-	$(BIN)/ruff check g3 g3cli stages tests examples/gpu_check.py
+	$(BIN)/ruff check g3 g3cli stages tests examples/gpu_check.py examples/gpu_kernels.py
 
 # g3 against its peers on the built-in `small` graph (PyG with `make peers`, DGL with `make peers-dgl`);
 # the other benchmarks of docs/BENCHMARKS.md are listed there with their commands.

@@ -125,7 +125,7 @@ def measure(n: int, deg: int, feat: int, device: str, repeat: int, compile_timeo
     out = CsrMean.apply(a, a_t, inv, x)
     out.backward(g)
     res["csr"]["max_diff"] = max((out - ref_out).abs().max().item(), (x.grad - ref_grad).abs().max().item())
-    del a, a_t
+    a = a_t = None  # freed before the next graph is built
 
     # the same graph with each row's sources unsorted and one source repeated per row: does cuSPARSE still sum
     # every arc once?
