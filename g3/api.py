@@ -94,13 +94,17 @@ class Run:
 
     @property
     def meta(self) -> dict:
-        return json.loads((self.path / "run.json").read_text())
+        """run.json, checked as every command reads it (seal, schema, version)."""
+        from stages.common.run_artifact import load_run_meta
+
+        return load_run_meta(self.path)
 
     @property
     def metrics(self) -> list[dict]:
-        """One record per epoch (docs/ARTIFACTS.md, "Run")."""
-        path = self.path / "metrics.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+        """One record per epoch (docs/ARTIFACTS.md, "Run"), each checked; none before the first epoch ends."""
+        from stages.common.run_artifact import read_metrics
+
+        return read_metrics(self.path, need=("epoch",)) if (self.path / "metrics.jsonl").is_file() else []
 
     def _last(self, key: str) -> float | None:
         values = [r[key] for r in self.metrics if r.get(key) is not None]

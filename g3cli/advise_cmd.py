@@ -23,6 +23,7 @@ from stages.common.errors import G3InputError
 from stages.plan import MODELS
 
 from .output import stdout_console
+from .paths import OutputPath
 
 
 @click.command("advise")
@@ -65,13 +66,13 @@ from .output import stdout_console
               help="How the other candidates' epochs to the target follow: 'steps', the same optimizer steps "
                    "(a mini-batch candidate with S steps an epoch needs target/S epochs), or 'epochs', the same "
                    "epochs for all (checked on a real graph: docs/BENCHMARKS.md 'Time to target').")
-@click.option("--plans", type=click.Path(), default=None, metavar="PLANS_DIR",
+@click.option("--plans", type=OutputPath(), default=None, metavar="PLANS_DIR",
               help="Keep every candidate's partition and plan here; each ranking entry then names its plan and "
                    "the `g3 train PLAN --emulate-link RATE` command that runs it as predicted.")
-@click.option("--cache", type=click.Path(), default=None,
+@click.option("--cache", type=OutputPath(), default=None,
               help="Partitions, plans, the profile and calibration runs, reused by later calls while the store, "
                    "model and options are unchanged [default: OUT/cache].")
-@click.option("-o", "--out", type=click.Path(), default=None,
+@click.option("-o", "--out", type=OutputPath(), default=None,
               help="Output folder: advise.json [default: STORE.advise beside the store].")
 @click.option("--force", is_flag=True, help="Replace the advise.json of an earlier call in OUT (its cache is reused).")
 @click.option("--top", type=int, default=None, help="Print only the first N rows of the ranking.")

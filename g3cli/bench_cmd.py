@@ -12,6 +12,7 @@ from stages.common.units import parse_size
 from stages.runtime.config import PIPELINES
 
 from .output import stdout_console
+from .paths import OutputPath
 
 
 def _int_list(ctx, param, value):
@@ -102,7 +103,7 @@ def _links(ctx, param, value):
 @click.option("--trace", is_flag=True,
               help="Train every strategy with `g3 train --trace`: the share of its communication hidden under "
                    "compute goes into bench.json (tracing costs a little time per span).")
-@click.option("-o", "--out", type=click.Path(), default=None,
+@click.option("-o", "--out", type=OutputPath(), default=None,
               help="Output folder: bench.json, bench.png, graph.npz, g3's partitions/plans/runs, peer logs "
                    "[default: STORE.bench beside the store]. Its partitions and plans are reused while they match.")
 @click.option("--force", is_flag=True, help="Replace the bench.json of an earlier benchmark in OUT.")

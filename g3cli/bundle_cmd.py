@@ -6,6 +6,8 @@ import click
 
 from stages.bundle import run_bundle
 
+from .paths import OutputPath
+
 
 @click.command("bundle")
 @click.argument("plan", type=click.Path())
@@ -13,7 +15,7 @@ from stages.bundle import run_bundle
 @click.option("--procs-per-node", type=int, default=None,
               help="Processes (ranks) per host; nodes x procs-per-node must be the plan's worker count "
                    "[default: workers / nodes].")
-@click.option("-o", "--out", type=click.Path(), default=None,
+@click.option("-o", "--out", type=OutputPath(), default=None,
               help="Bundle folder: node-00000 … node-<N-1>, bundle.json [default: PLAN.bundle-N beside PLAN].")
 @click.option("--force", is_flag=True, help="Replace the bundle folder if it exists.")
 def command(plan, nodes, procs_per_node, out, force):

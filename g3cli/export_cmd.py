@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import click
 
+from .paths import OutputPath
+
 
 @click.command("export")
 @click.argument("run", type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["pyg"]), default="pyg", show_default=True,
               help="pyg: a state dict torch_geometric.nn.models.GraphSAGE / GCN / GAT loads.")
-@click.option("-o", "--out", type=click.Path(), required=True, help="The state dict file (FILE.json beside it).")
+@click.option("-o", "--out", type=OutputPath(), required=True, help="The state dict file (FILE.json beside it).")
 @click.option("--checkpoint", default=None,
               help="Weights to export: a checkpoint file of the run [default: RUN/model.pt, else its latest].")
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")

@@ -8,6 +8,7 @@ from stages.common.units import parse_size
 from stages.ingest import FORMATS, IngestOptions, SourceArgs, run_ingest
 
 from .output import print_ingest_report
+from .paths import OutputPath
 
 
 def _size(ctx, param, value):
@@ -34,7 +35,7 @@ def _ratios(ctx, param, value):
 
 @click.command()
 @click.argument("source")
-@click.argument("out_store", type=click.Path())
+@click.argument("out_store", type=OutputPath())
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
               help="Source format; 'auto' detects: 'synthetic[:PRESET]', an OGB folder (has raw/), "
                    "a WebGraph BASENAME(.graph) with .properties, else an edge list.")

@@ -8,6 +8,7 @@ from stages.partition import METHODS, PartitionOptions, run_partition
 from stages.partition.report import print_partition_summary
 
 from .output import console
+from .paths import OutputPath
 
 
 @click.command(name="partition")
@@ -26,7 +27,7 @@ from .output import console
                    "arc with its destination) and, separately, ceil(F/K) feature columns of every node per worker "
                    "(the last workers get the remainder; OUT/columns/). feature: every worker keeps the whole "
                    "topology and ceil(F/K) feature columns (NeutronTP).")
-@click.option("-o", "--out", type=click.Path(), default=None,
+@click.option("-o", "--out", type=OutputPath(), default=None,
               help="Output folder. Default: STORE.part-<method>-<K> beside the store.")
 @click.option("--gamma", type=float, default=0.005, show_default=True,
               help="g3: Algorithm 1 stops once min/max of the remote set sizes is at least 1 - gamma.")
@@ -82,7 +83,7 @@ from .output import console
                    "depend on it.")
 @click.option("--hidden", type=int, default=16, show_default=True,
               help="Hidden width used to report bytes sent and received per layer (float32).")
-@click.option("--plot", type=click.Path(), default=None,
+@click.option("--plot", type=OutputPath(), default=None,
               help="Also draw the per-partition remote-set sizes as bars into this PNG file.")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 def command(store, workers, method, out, gamma, balance_tol, degree_tol, max_swaps, refine_steps, remote_budget,

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import click
 
+from .paths import OutputPath
+
 
 @click.command("predict")
 @click.argument("run", type=click.Path())
-@click.option("-o", "--out", type=click.Path(), required=True,
+@click.option("-o", "--out", type=OutputPath(), required=True,
               help="Output file: .npy (numpy) or .zarr (a zarr array, chunked by rows).")
 @click.option("--split", type=click.Choice(["train", "valid", "test"]), default=None,
               help="Only this split's nodes, in the split's order [default: every node, in node-id order].")

@@ -9,13 +9,15 @@ import click
 from stages.report import run_report
 
 from .output import print_report
+from .paths import OutputPath
 
 
 @click.command("report")
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--out", type=click.Path(), default=None,
-              help="Folder for the PNGs, summary.json and index.html (created; files of an earlier report are "
-                   "overwritten) [default: RUN/report for one run, ./g3-report for several].")
+@click.option("-o", "--out", type=OutputPath(), default=None,
+              help="Folder for the PNGs, summary.json and index.html: new, empty or an earlier report (whose files "
+                   "are replaced), never a run or a folder of other files [default: RUN/report for one run, "
+                   "./g3-report for several].")
 @click.option("--label", "labels", multiple=True,
               help="Name of a run in legends and tables; repeat once per RUN, in the same order "
                    "[default: the run folder's name, with parent folders when names clash].")

@@ -12,6 +12,7 @@ from stages.simulate.report import print_simulation
 from stages.simulate.schedules import SCHEDULES
 
 from .output import stdout_console
+from .paths import OutputPath
 
 
 def _parser(fn):
@@ -77,9 +78,9 @@ def _pipelines(ctx, param, value):
               help="A mini-batch strategy's plan (distdgl, bytegnn, clustergcn, p3, hopgnn): a run of PLAN whose "
                    "metrics calibrate the model of a step (seconds per sampled arc and per source row, remote "
                    "share; docs/DESIGN.md 'Simulator').")
-@click.option("--cache", type=click.Path(), default=None,
+@click.option("--cache", type=OutputPath(), default=None,
               help="Folder for the partitions and plans of other worker counts [default: PLAN.simcache].")
-@click.option("-o", "--out", type=click.Path(), default=None,
+@click.option("-o", "--out", type=OutputPath(), default=None,
               help="Output folder: simulate.json, workers.png, timeline.png, scaling.png [default: PLAN.sim].")
 @click.option("--force", is_flag=True, help="Replace the simulate.json (and plots) of an earlier simulation in OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print simulate.json instead of the tables.")

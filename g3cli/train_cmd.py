@@ -10,6 +10,7 @@ from stages.runtime.heap import HEAP_POLICIES
 from stages.train import TrainConfig, run_train
 
 from .output import print_run_summary
+from .paths import OutputPath
 
 
 def _for(knob: str, default: str | None = None) -> str:
@@ -55,7 +56,7 @@ def _for(knob: str, default: str | None = None) -> str:
                    "compute, spent blocked on messages and overlapping the runtime's data movement go to each "
                    "epoch's metrics record, and the last epoch's timeline to RUN/trace/rank-N.json "
                    "(Chrome trace, for Perfetto or chrome://tracing).")
-@click.option("--profile", type=click.Path(), default=None,
+@click.option("--profile", type=OutputPath(), default=None,
               help="Write PROFILE.json: compute seconds per arc, node and bin of each layer on this device, fitted "
                    "from the last epoch's bins, the warmest (input of `g3 simulate --profile`).")
 @click.option("--count-ops", is_flag=True,
@@ -147,7 +148,7 @@ def _for(knob: str, default: str | None = None) -> str:
               help="With --emulate-link (repeatable): link-down:HOST:EPOCH:SECONDS takes HOST's link down half an "
                    "epoch after epoch EPOCH for SECONDS; kill-agent:HOST:EPOCH kills HOST's torchrun agent then "
                    "(a crashed host, started again under --max-restarts).")
-@click.option("-o", "--out", type=click.Path(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
+@click.option("-o", "--out", type=OutputPath(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
 @click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
 def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, residency, pipeline, trace, profile, count_ops, eval_every,
             checkpoint_every, resume, loggers, metric, no_feature_cache, layer0_cache, prefetch, backward, micro_batches, scheduler,

@@ -303,3 +303,23 @@ def test_calibrate_link_auto_uses_emulated_hosts_only_where_they_can_be_built(mo
     monkeypatch.setattr(netemu, "why_not_available", lambda: "network namespaces need root or CAP_NET_ADMIN")
     assert resolve_calibrate_link("auto") is None
     assert resolve_calibrate_link("local") is None and resolve_calibrate_link("1gbit") == "1gbit"
+
+
+def test_a_damaged_store_is_refused_before_calibration_naming_the_array(cli_runner, tiny_store, tmp_path):
+    """One damaged chunk: one line naming the array, exit 2, nothing written — not every candidate "refused"."""
+    import shutil
+
+    from g3cli.main import cli
+
+    store = tmp_path / "tiny"
+    shutil.copytree(tiny_store, store)
+    chunk = max((p for p in (store / "indices").rglob("*") if p.is_file() and p.name != "zarr.json"),
+                key=lambda p: p.stat().st_size)
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
+    chunk.write_bytes(bytes(data))
+    r = cli_runner.invoke(cli, ["advise", str(store), "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and "indices" in lines[0] and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "o").exists()

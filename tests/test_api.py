@@ -210,6 +210,15 @@ def test_predict_command_writes_the_logits(tmp_path, cli_runner):
     assert r.exit_code == 2 and "--force" in r.output
     r = cli_runner.invoke(cli, ["predict", str(run.path), "-o", str(tmp_path / "p.csv")])
     assert r.exit_code == 2 and ".npy or .zarr" in r.output
+    # a damaged run.json is refused by the run reader every command uses: one line, no traceback
+    import shutil
+
+    damaged = tmp_path / "damaged.run"
+    shutil.copytree(run.path, damaged)
+    (damaged / "run.json").write_text("nope")
+    r = cli_runner.invoke(cli, ["predict", str(damaged), "-o", str(tmp_path / "d.npy")])
+    assert r.exit_code == 2 and "run.json: invalid JSON" in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "d.npy").exists()
 
 
 def test_cli_reads_musae_csv_labels_and_json_sparse_features(tmp_path, cli_runner):

@@ -71,7 +71,9 @@ def test_fault_specs_and_their_refusals():
     for spec, words in [("link-down:1:2", "is not link-down:HOST:EPOCH:SECONDS"),
                         ("kill-agent:0:1", "host 0 serves the rendezvous"),
                         ("kill-agent:2:1", "host 2 is not one of the 2 hosts"),
-                        ("reboot:1:1", "is not link-down")]:
+                        ("reboot:1:1", "is not link-down"),
+                        ("link-down:1:0:nan", "must be finite and >= 0"),
+                        ("link-down:1:0:inf", "must be finite and >= 0")]:
         with pytest.raises(G3InputError, match=words):
             Fault.parse(spec, 2)
 
@@ -93,6 +95,28 @@ def test_the_subnet_must_hold_the_hosts():
         EmulatedNetwork(4, 10**8, "10.0.0.0/28")
     with pytest.raises(G3InputError, match="--emulate-subnet"):
         EmulatedNetwork(2, 10**8, "10.0.0.300/24")
+
+
+def test_subnets_that_are_not_the_hosts_to_take_are_refused(tmp_path):
+    """Loopback, link-local, multicast, 'this network' and reserved addresses, and any subnet the machine
+    already routes (read from its route table, here a copy), are refused before a namespace is made."""
+    import ipaddress
+
+    from stages.runtime.netemu import unusable_subnet
+
+    routes = tmp_path / "route"  # /proc/net/route's format: a default route and 192.0.2.0/24 on eth0
+    routes.write_text("Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT\n"
+                      "eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
+                      "eth0\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n")
+    for subnet, words in [("127.0.0.0/8", "loopback"), ("169.254.3.0/24", "link-local"), ("224.0.0.0/24", "multicast"),
+                          ("0.0.0.0/24", "this network"), ("240.0.0.0/24", "reserved"),
+                          ("192.0.2.0/25", "overlaps 192.0.2.0/24, a subnet this machine routes"),
+                          ("192.0.0.0/16", "overlaps 192.0.2.0/24")]:
+        assert words in (unusable_subnet(ipaddress.IPv4Network(subnet), str(routes)) or ""), subnet
+    for subnet in ("198.18.0.0/24", "10.77.0.0/24"):  # the default, a private one: the default route does not count
+        assert unusable_subnet(ipaddress.IPv4Network(subnet), str(routes)) is None
+    with pytest.raises(G3InputError, match="--emulate-subnet 127.0.0.0/8: loopback"):
+        EmulatedNetwork(2, 10**8, "127.0.0.0/8")
 
 
 @pytest.fixture(scope="module")

@@ -152,3 +152,81 @@ def test_bench_checks_every_candidate_before_the_first_run(tiny_store, tmp_path,
     r = invoke(["bench", str(tiny_store), "--workers", "1", "--peers", "none", "--no-single", *args, "-o", str(out)])
     assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
     assert not out.exists()
+
+
+def output_params() -> set[tuple[str, str]]:
+    """(command, parameter) of every output the CLI declares (``g3cli.paths.OutputPath``), from its definition."""
+    import click
+
+    from g3cli.main import cli
+    from g3cli.paths import OutputPath
+
+    found = set()
+
+    def walk(cmd, name):
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd)
+            for sub in cmd.list_commands(ctx):
+                walk(cmd.get_command(ctx, sub), f"{name} {sub}".strip())
+            return
+        for p in cmd.params:
+            if isinstance(p.type, OutputPath):
+                found.add((name, p.name))
+            elif isinstance(p.type, click.Path):  # an output must be declared as one to be covered here
+                assert p.name not in ("out", "out_store", "plot", "plans"), (name, p.name)
+
+    walk(cli, "")
+    return found
+
+
+def output_cases(root, store, part, plan, run, edges, spare):
+    """For each declared output: (the command's arguments with the output at T, the input it reads, the file
+    suffix its output takes). ``spare`` is a fresh folder for other outputs the command needs."""
+    return {
+        ("ingest", "out_store"): (lambda t: ["ingest", str(edges), t, "--force"], edges, ""),
+        ("partition", "out"): (lambda t: ["partition", str(store), "--workers", "2", "-o", t, "--force"], store, ""),
+        ("partition", "plot"): (lambda t: ["partition", str(store), "--workers", "2", "-o", str(spare / "p"),
+                                           "--plot", t, "--force"], store, ".png"),
+        ("plan", "out"): (lambda t: ["plan", str(part), "-o", t, "--force"], part, ""),
+        ("train", "out"): (lambda t: ["train", str(plan), "--epochs", "1", "-o", t, "--force"], plan, ""),
+        ("train", "profile"): (lambda t: ["train", str(plan), "--epochs", "1", "-o", str(spare / "r"), "--profile", t,
+                                          "--force"], plan, ".json"),
+        ("bundle", "out"): (lambda t: ["bundle", str(plan), "--nodes", "2", "-o", t, "--force"], plan, ""),
+        ("export", "out"): (lambda t: ["export", str(run), "--format", "pyg", "-o", t, "--force"], run, ".pt"),
+        ("predict", "out"): (lambda t: ["predict", str(run), "-o", t, "--force"], run, ".zarr"),
+        ("report", "out"): (lambda t: ["report", str(run), "-o", t], run, ""),  # it has no --force
+        ("simulate", "out"): (lambda t: ["simulate", str(plan), "-o", t, "--force"], plan, ""),
+        ("simulate", "cache"): (lambda t: ["simulate", str(plan), "--workers", "4", "--cache", t, "-o",
+                                           str(spare / "s"), "--force"], plan, ""),
+        ("advise", "out"): (lambda t: ["advise", str(store), "-o", t, "--force"], store, ""),
+        ("advise", "plans"): (lambda t: ["advise", str(store), "--plans", t, "-o", str(spare / "a"), "--force"],
+                              store, ""),
+        ("advise", "cache"): (lambda t: ["advise", str(store), "--cache", t, "-o", str(spare / "a"), "--force"],
+                              store, ""),
+        ("bench", "out"): (lambda t: ["bench", str(store), "--strategies", "g3", "--workers", "2", "--epochs", "1",
+                                      "-o", t, "--force"], store, ""),
+    }
+
+
+@pytest.mark.slow
+def test_every_declared_output_refuses_its_input_a_part_of_it_and_the_users_files(chain, tmp_path):
+    """Every output option of every command, found in the CLI's definition: pointed with --force at the
+    command's input, at a file inside that input, or at a folder of the user's own files, it is refused in one
+    line (exit 2) and nothing there changes. A command added with an output and no case here fails the test."""
+    root, store, part, plan, run = chain
+    edges = tmp_path / "edges.txt"
+    edges.write_text("0 1\n1 2\n2 0\n")
+    cases = output_cases(root, store, part, plan, run, edges, tmp_path / "spare")
+    assert output_params() == set(cases), "outputs without a data-loss case (or cases of no output)"
+    for (command, param), (args_for, source, suffix) in sorted(cases.items()):
+        mine = tmp_path / f"mine-{command}-{param}{suffix}"
+        mine.mkdir()
+        (mine / "notes.txt").write_text("the user's own file")
+        inside = next((p for p in sorted(source.rglob("*")) if p.is_file()), None) if source.is_dir() else None
+        for target in [t for t in (source, inside, mine) if t is not None]:
+            before, before_src = snapshot(target), snapshot(source)
+            r = invoke(args_for(str(target)))
+            lines = r.output.strip().splitlines()
+            assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, \
+                (command, param, str(target), r.output)
+            assert snapshot(target) == before and snapshot(source) == before_src, (command, param, str(target))

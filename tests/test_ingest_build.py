@@ -186,6 +186,8 @@ def test_cli_ingest_info_and_refuses_overwrite(tmp_path, cli_runner):
         (["synthetic"], "needs --nodes and --avg-degree"),
         (["/nonexistent/graph.txt"], "no such file"),
         (["synthetic:tiny", "--split", "0.5,0.5,0.5"], "summing to 1"),
+        (["synthetic:tiny", "--split", "nan,0.1,0.1"], "summing to 1"),
+        (["synthetic:tiny", "--seed", "-1"], "--seed must be an integer in [0, 2^63)"),
     ],
 )
 def test_cli_bad_input_one_line_exit_2(tmp_path, cli_runner, args, message):
@@ -194,6 +196,38 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, cli_runner, args, message):
     assert message in r.output
     assert "Traceback" not in r.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "files, args, message",
+    [
+        ({"e.txt": "0 1\n1 2\n2 1099511627776\n"}, ["e.txt"],
+         "e.txt:3: node id 1099511627776 would make the graph 1,099,511,627,777 nodes"),
+        ({"e.npy": np.array([[0, 1], [1, 2], [2, 2**40]])}, ["e.npy"], "e.npy: edge_index[2]: node id 1099511627776"),
+        ({"e.txt": "0 1\n1 0\n"}, ["e.txt", "--num-nodes", str(2**40)], "more nodes than this machine's memory holds"),
+        ({"e.txt": "0 1\n1 0\n", "f.json": '{"0": [1099511627776], "1": [1]}'}, ["e.txt", "--features", "f.json"],
+         "f.json: feature id 1099511627776 (node 0) makes a 2 x 1,099,511,627,777 feature matrix"),
+        ({"e.txt": "0 1\n1 0\n", "f.json": '{"0": "12", "1": [3]}'}, ["e.txt", "--features", "f.json"],
+         "f.json: node '0': expected a list of integer feature ids, got \"12\""),
+        ({"e.npy": np.array([[0, 1, 5], [1, 2, 6], [2, 0, 7], [0, 2, 1]])}, ["e.npy"],
+         "edge array must have shape [2, E] or [E, 2], got (4, 3)"),
+    ],
+)
+def test_ids_beyond_memory_and_malformed_files_are_refused_before_allocating(tmp_path, cli_runner, files, args,
+                                                                              message, monkeypatch):
+    """A node or feature id far beyond the rest (2^40: 8 TiB of per-node arrays) is a numbering ingest cannot
+    hold: one line naming the file (and line), not an allocation error; strings are not lists of ids."""
+    for name, content in files.items():
+        if isinstance(content, str):
+            (tmp_path / name).write_text(content)
+        else:
+            np.save(tmp_path / name, content)
+    monkeypatch.chdir(tmp_path)
+    r = cli_runner.invoke(cli, ["ingest", *args[:1], "out.g3", *args[1:]])
+    assert r.exit_code == 2, r.output
+    assert message in r.output, r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out.g3").exists()
 
 
 def test_cli_debug_shows_traceback(tmp_path, cli_runner):

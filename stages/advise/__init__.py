@@ -418,6 +418,12 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
     if not (store / "zarr.json").is_file():
         raise G3InputError("not a g3 store (no zarr.json; make one with `g3 ingest`)", path=store)
     gs = GraphStore.open(store)
+    # every candidate reads the whole store: a damaged array is the user's one input error, not a refusal of
+    # every candidate after minutes of calibration
+    bad = gs.verify()
+    if bad:
+        raise G3InputError(f"array {', '.join(bad)} does not match its checksum (damaged or edited since "
+                           "`g3 ingest`); ingest the graph again", path=store)
     cluster = None
     if options.cluster:
         from .cluster import load_cluster
@@ -431,11 +437,13 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
     out = Path(out) if out else store.parent / f"{store.name}.advise"
     if out.exists() and not out.is_dir():
         raise G3InputError("is a file, not a folder: -o takes the folder advise.json goes in", path=out)
+    inputs = (store, *((options.cluster,) if options.cluster else ()))
+    check_work_folder(out, "-o", lambda f: (f / "advise.json").is_file() or is_advise_folder(f), inputs)
     check_result(out / "advise.json", force, "an earlier advice")
     cache_root = Path(options.cache) if options.cache else out / "cache"
     for folder, flag in ((options.cache, "--cache"), (options.plans, "--plans")):
         if folder:
-            check_work_folder(Path(folder), flag, is_advise_folder, (store,))
+            check_work_folder(Path(folder), flag, is_advise_folder, inputs)
     cache = Cache(cache_root, Path(options.plans) if options.plans else cache_root / "plans")
     for folder in (cache.root, cache.plans):
         folder.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..common.atomic import check_result, write_json_atomic
+from ..common.atomic import check_result, check_work_folder, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.store import GraphStore
 from ..common.strategies import REFERENCE_STRATEGY, strategy_info
@@ -242,6 +242,8 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
         check_candidate(o, spec)
     threads = o.threads or os.cpu_count() or 1
     out = (Path(out) if out else Path(store.path).parent / f"{Path(store.path).name}.bench").resolve()
+    check_work_folder(out, "-o", lambda f: (f / "bench.json").is_file() or any(f.glob("*.bench-stamp.json")),
+                      (store.path,))
     check_result(out / "bench.json", force, "an earlier benchmark")
     out.mkdir(parents=True, exist_ok=True)
     load_before = list(os.getloadavg())

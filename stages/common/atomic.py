@@ -80,11 +80,16 @@ def _inputs_touched(where: Path, inputs: Iterable) -> Iterator[tuple[object, str
             yield given, "is" if source == where else "holds" if where in source.parents else "is part of"
 
 
-def check_work_folder(folder: Path, flag: str, ours: Callable[[Path], bool], inputs: Iterable = ()) -> None:
+def check_work_folder(folder: Path, flag: str, ours: Callable[[Path], bool], inputs: Iterable = (),
+                      inside_ok: bool = False) -> None:
     """A folder a command fills and reuses across calls (``g3 advise --plans``, ``--cache``): new, empty, or one
     that ``ours(folder)`` recognises as this command's; never an input, a folder holding one or one inside one
-    (symbolic links followed) — the command writes into it and replaces what it made there before."""
+    (symbolic links followed) — the command writes into it and replaces what it made there before.
+    ``inside_ok``: a folder inside an input is allowed (``g3 report``'s ``RUN/report``), still only new, empty or
+    the command's own."""
     for given, what in _inputs_touched(Path(folder).resolve(), inputs):
+        if inside_ok and what == "is part of":
+            continue
         raise G3InputError(f"{flag}: {what} an input of this command ({given}); choose another folder", path=folder)
     if not folder.exists():
         return

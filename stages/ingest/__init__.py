@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.errors import G3InputError
-from .build import IngestOptions, IngestReport, build_store
+from .build import IngestOptions, IngestReport, build_store, check_options
 from .source import GraphSource
 
 FORMATS = ("auto", "ogb", "webgraph", "edgelist", "synthetic")
@@ -94,6 +94,7 @@ def run_ingest(source: str, out: str, fmt: str, args: SourceArgs, options: Inges
     from ..common.atomic import check_target
 
     check_target(Path(out), force, "store", (source,))  # fail before parsing anything
+    check_options(options)
     graph = open_source(source, fmt, args, options.seed)
     return build_store(graph, out, options, force=force)
 

@@ -16,6 +16,7 @@ none), with checks, and the metadata last; the caller renames the finished direc
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -69,7 +70,7 @@ class IngestReport:
 def build_store(source: GraphSource, out: str | os.PathLike, options: IngestOptions, force: bool = False) -> IngestReport:
     """Write ``source`` as a g3 store at ``out`` (atomically; refuses an existing ``out`` unless ``force``)."""
     out = Path(out)
-    _check_options(options)
+    check_options(options)
     if source.num_nodes <= 0:
         raise G3InputError("graph has no nodes", path=source.path)
     symmetrize = source.undirected_once if options.symmetrize is None else options.symmetrize
@@ -127,10 +128,11 @@ def _version() -> str:
         return "unknown"
 
 
-def _check_options(o: IngestOptions) -> None:
+def check_options(o: IngestOptions) -> None:
+    """Refuse nonsense options before a source is opened (one line each)."""
     if o.feature_dtype not in ("float32", "float16"):
         raise G3InputError(f"--feature-dtype must be float32 or float16, not {o.feature_dtype!r}")
-    if len(o.split) != 3 or any(x < 0 for x in o.split) or abs(sum(o.split) - 1.0) > 1e-6:
+    if len(o.split) != 3 or not all(math.isfinite(x) and x >= 0 for x in o.split) or abs(sum(o.split) - 1.0) > 1e-6:
         raise G3InputError(f"--split needs three non-negative ratios summing to 1, got {','.join(map(str, o.split))}")
     if not 0.0 < o.labeled_ratio <= 1.0:
         raise G3InputError(f"--labeled-ratio must be in (0, 1], got {o.labeled_ratio}")
@@ -138,6 +140,8 @@ def _check_options(o: IngestOptions) -> None:
         raise G3InputError("--feat-dim must be >= 1 and --num-classes >= 2")
     if o.memory_limit <= 0:
         raise G3InputError("--memory-limit must be positive")
+    if not 0 <= o.seed < 2**63:
+        raise G3InputError(f"--seed must be an integer in [0, 2^63), got {o.seed}")
 
 
 # ------------------------------------------------------------------------------------------------------------

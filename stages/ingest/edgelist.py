@@ -46,6 +46,7 @@ _H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
 _COMMENT_START = (b"#", b"%")
 _INT_FIELD = re.compile(rb"\s*[+-]?\d+\s*")
 _NUMBER_FIELD = re.compile(rb"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+NODE_BYTES = 16  # ingest's per-node arrays at the least: in-degree counts and the CSR's row pointers (int64)
 MAX_COMMENT_CUTS = 4096  # comment marks per block cut out by slicing; more: parse the block in Python
 
 
@@ -119,6 +120,19 @@ class NpzMember:
             h.close()
         self._handles.clear()
 
+
+
+def max_node_count() -> int:
+    """The most nodes whose per-node arrays (``NODE_BYTES`` each) fit this machine's memory: a node id beyond
+    it is a numbering ingest cannot hold (ids must run 0 .. N-1), refused before anything is allocated."""
+    import psutil
+
+    return max(1, psutil.virtual_memory().total // NODE_BYTES)
+
+
+def _too_many_nodes(value: int, limit: int) -> str:
+    return (f"node id {value} would make the graph {value + 1:,} nodes, more than this machine's memory holds "
+            f"({limit:,} at {NODE_BYTES} bytes each); node ids must be numbered 0 .. N-1: relabel them")
 
 def npz_keys(path: Path) -> list[str]:
     """Names of the arrays in an ``.npz`` archive."""
@@ -224,16 +238,28 @@ def _json_multi_hot(path: Path) -> np.ndarray:
         raise G3InputError(f"cannot read as JSON: {exc}", path=path) from None
     if not isinstance(obj, dict):
         raise G3InputError("expected an object mapping node ids to lists of feature ids", path=path)
+    for node, ids in obj.items():  # a string is iterable and would read as its digits
+        if not isinstance(ids, list) or not all(isinstance(f, int) and not isinstance(f, bool) for f in ids):
+            raise G3InputError(f"node {node!r}: expected a list of integer feature ids, got {json.dumps(ids)[:60]}",
+                               path=path)
     try:
         nodes = np.fromiter((int(k) for k in obj), dtype=np.int64, count=len(obj))
         lengths = np.fromiter((len(v) for v in obj.values()), dtype=np.int64, count=len(obj))
-        feats = np.fromiter((int(f) for v in obj.values() for f in v), dtype=np.int64, count=int(lengths.sum()))
-    except (TypeError, ValueError) as exc:
+        feats = np.fromiter((f for v in obj.values() for f in v), dtype=np.int64, count=int(lengths.sum()))
+    except (TypeError, ValueError, OverflowError) as exc:
         raise G3InputError(f"node ids and feature ids must be integers ({exc})", path=path) from None
     if len(nodes) and (nodes.min() < 0 or (len(feats) and feats.min() < 0)):
         raise G3InputError("node ids and feature ids must be >= 0", path=path)
     n = int(nodes.max()) + 1 if len(nodes) else 0
     width = int(feats.max()) + 1 if len(feats) else 1
+    if n > max_node_count():
+        raise G3InputError(_too_many_nodes(n - 1, max_node_count()), path=path)
+    memory = max_node_count() * NODE_BYTES
+    if n * width * 4 > memory // 2:  # the dense multi-hot matrix, float32
+        node = int(np.repeat(nodes, lengths)[int(np.argmax(feats))])
+        raise G3InputError(f"feature id {width - 1} (node {node}) makes a {n:,} x {width:,} feature matrix "
+                           f"({n * width * 4 / 2**30:,.1f} GiB), more than half this machine's memory; feature "
+                           f"ids must be numbered 0 .. F-1", path=path)
     x = np.zeros((n, width), dtype=np.float32)
     x[np.repeat(nodes, lengths), feats] = 1.0
     return x
@@ -587,14 +613,17 @@ class _TextEdges:
             return
         lo = min(int(s.min()), int(d.min()))
         hi = max(int(s.max()), int(d.max()))
-        if lo >= 0 and (num_nodes is None or hi < num_nodes):
+        limit = num_nodes if num_nodes is not None else max_node_count()
+        if lo >= 0 and hi < limit:
             return
-        limit = num_nodes if num_nodes is not None else 2**63 - 1
         bad = (s < 0) | (s >= limit) | (d < 0) | (d >= limit)
         row = int(np.flatnonzero(bad)[0])
         value = s[row] if (s[row] < 0 or s[row] >= limit) else d[row]
+        line = self.line_of_row(line0, chunk, row)
+        if num_nodes is None and value >= 0:
+            raise G3InputError(_too_many_nodes(int(value), limit), path=self.path, line=line)
         rng = f"[0, {num_nodes})" if num_nodes is not None else "(ids must be >= 0)"
-        raise G3InputError(f"node id {value} is out of range {rng}", path=self.path, line=self.line_of_row(line0, chunk, row))
+        raise G3InputError(f"node id {value} is out of range {rng}", path=self.path, line=line)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -640,12 +669,14 @@ def iter_edge_array(arr, path, num_nodes: int | None, chunk: int | None = None, 
         if n:
             lo = min(int(s.min()), int(d.min()))
             hi = max(int(s.max()), int(d.max()))
-            if lo < 0 or (num_nodes is not None and hi >= num_nodes):
-                limit = num_nodes if num_nodes is not None else 2**63 - 1
+            limit = num_nodes if num_nodes is not None else max_node_count()
+            if lo < 0 or hi >= limit:
                 bad = (s < 0) | (s >= limit) | (d < 0) | (d >= limit)
                 k = int(np.flatnonzero(bad)[0])
                 value = s[k] if (s[k] < 0 or s[k] >= limit) else d[k]
                 idx = f"{name}[:, {start + k}]" if planar else f"{name}[{start + k}]"
+                if num_nodes is None and value >= 0:
+                    raise G3InputError(f"{idx}: {_too_many_nodes(int(value), limit)}", path=path)
                 rng = f"[0, {num_nodes})" if num_nodes is not None else "(ids must be >= 0)"
                 raise G3InputError(f"node id {value} at {idx} (edge {start + k}) is out of range {rng}", path=path)
         yield s, d
@@ -764,6 +795,9 @@ def read_edgelist(
         raise G3InputError("is a folder; an edge list is a file (use --format ogb for OGB folders)", path=p)
     if num_nodes is not None and num_nodes < 0:
         raise G3InputError(f"--num-nodes must be >= 0, got {num_nodes}")
+    if num_nodes is not None and num_nodes > max_node_count():
+        raise G3InputError(f"--num-nodes {num_nodes:,} is more nodes than this machine's memory holds "
+                           f"({max_node_count():,} at {NODE_BYTES} bytes each)")
 
     feat_arr = open_array_spec(features, "features") if features is not None else None
     label_arr = open_array_spec(labels, "labels") if labels is not None else None

@@ -19,6 +19,7 @@ import os
 import re
 from pathlib import Path
 
+from ..common.atomic import check_work_folder
 from ..common.errors import G3InputError
 from . import plots
 from .data import RunData, label_runs, load_run
@@ -74,6 +75,9 @@ def run_report(runs: list[str | Path], out: str | Path | None = None, labels: li
     out = Path(out) if out is not None else default_out(runs)
     if out.exists() and not out.is_dir():
         raise G3InputError("the report output exists and is not a folder", path=out)
+    # new, empty or an earlier report (whose files it replaces); never a run, nor the user's own folder
+    check_work_folder(out, "-o", lambda f: (f / "summary.json").is_file() and (f / "index.html").is_file(), runs,
+                      inside_ok=True)
     out.mkdir(parents=True, exist_ok=True)
 
     notes: list[str] = []

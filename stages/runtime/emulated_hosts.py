@@ -31,6 +31,7 @@ killed with SIGKILL leaves them to the next launcher or ``g3 cluster clean`` (na
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import re
@@ -89,8 +90,8 @@ class Fault:
         if fault.kind == "kill-agent" and fault.host == 0:
             raise G3InputError(f"--emulate-fault {text!r}: host 0 serves the rendezvous; its agent's death ends "
                                "the job (kill another host's)")
-        if fault.epoch < 0 or fault.seconds < 0:
-            raise G3InputError(f"--emulate-fault {text!r}: EPOCH and SECONDS must be >= 0")
+        if fault.epoch < 0 or not (math.isfinite(fault.seconds) and fault.seconds >= 0):
+            raise G3InputError(f"--emulate-fault {text!r}: EPOCH and SECONDS must be finite and >= 0")
         return fault
 
 

@@ -36,6 +36,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..common.errors import G3InputError, G3RuntimeError
 
@@ -135,6 +136,45 @@ def _has_net_admin() -> bool:
         return False
 
 
+def routed_subnets(route_table: str = "/proc/net/route") -> list[ipaddress.IPv4Network]:
+    """The IPv4 destinations this machine routes to (its own subnets), default route left out."""
+    nets = []
+    try:
+        lines = Path(route_table).read_text().splitlines()[1:]
+    except OSError:
+        return nets
+    for line in lines:
+        f = line.split()
+        if len(f) < 8:
+            continue
+        try:  # little-endian hex, as the kernel prints them
+            dest = ipaddress.IPv4Address(int(f[1], 16).to_bytes(4, "little"))
+            mask = ipaddress.IPv4Address(int(f[7], 16).to_bytes(4, "little"))
+            net = ipaddress.IPv4Network(f"{dest}/{mask}", strict=False)
+        except ValueError:
+            continue
+        if net.prefixlen:
+            nets.append(net)
+    return nets
+
+
+def unusable_subnet(net: ipaddress.IPv4Network, route_table: str = "/proc/net/route") -> str | None:
+    """Why the emulated hosts cannot take addresses in ``net`` (None: they can): addresses that are not a
+    host's to take (loopback, link-local, multicast, unspecified, reserved) or a subnet this machine already
+    routes, whose traffic would leave the namespaces or shadow a real network."""
+    for kind in ("loopback", "link_local", "multicast", "unspecified", "reserved"):
+        if getattr(net, f"is_{kind}"):
+            return f"{kind.replace('_', '-')} addresses cannot be given to emulated hosts; use a private or " \
+                   f"benchmark subnet such as the default {DEFAULT_SUBNET}"
+    if net.overlaps(ipaddress.IPv4Network("0.0.0.0/8")):
+        return "0.0.0.0/8 means 'this network', not addresses a host can take; use a private or benchmark " \
+               f"subnet such as the default {DEFAULT_SUBNET}"
+    for own in routed_subnets(route_table):
+        if net.overlaps(own):
+            return f"overlaps {own}, a subnet this machine routes; choose one it does not (default {DEFAULT_SUBNET})"
+    return None
+
+
 @dataclass
 class EmulatedNetwork:
     """H hosts on one switch, every link shaped to ``rate_bits`` per direction. ``create`` builds it and
@@ -151,6 +191,9 @@ class EmulatedNetwork:
             net = ipaddress.IPv4Network(self.subnet, strict=False)
         except ValueError as exc:
             raise G3InputError(f"--emulate-subnet {self.subnet}: {exc}") from None
+        why = unusable_subnet(net)
+        if why:
+            raise G3InputError(f"--emulate-subnet {self.subnet}: {why}")
         if not 1 <= self.hosts <= MAX_HOSTS:
             raise G3InputError(f"--hosts {self.hosts}: the emulated network holds 1-{MAX_HOSTS} hosts")
         if net.num_addresses < FIRST_HOST + self.hosts + 1:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.atomic import check_result, write_json_atomic
+from ..common.atomic import check_result, check_work_folder, write_json_atomic
 from ..common.errors import G3InputError
 from .calibration import LINK_SHARE, MESSAGE_SECONDS
 from .engine import Deadlock, Engine, Network
@@ -241,6 +241,11 @@ def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | N
     """Entry point of `g3 simulate`: simulate PLAN (or its store at ``--workers K``) and the scaling table."""
     plan = Path(plan)
     out = Path(out) if out else plan.parent / f"{plan.name}.sim"
+    inputs = (plan, options.profile, options.run)
+    check_work_folder(out, "-o", lambda f: (f / "simulate.json").is_file(), inputs)
+    if options.cache:  # the partitions and plans of other K it made before, each a part-* folder
+        check_work_folder(Path(options.cache), "--cache",
+                          lambda f: all(p.name.startswith("part-") for p in f.iterdir()), inputs)
     check_result(out / "simulate.json", force, "an earlier simulation")
     t0 = time.perf_counter()
     result, records = simulate_plan(plan, options, out)

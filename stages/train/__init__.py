@@ -18,7 +18,14 @@ import time
 from pathlib import Path
 
 from ..common.artifact_json import reference, resolve_reference
-from ..common.atomic import check_target, fsync_tree, publish_dir, target_lock, write_json_atomic
+from ..common.atomic import (
+    check_replaceable,
+    check_target,
+    fsync_tree,
+    publish_dir,
+    target_lock,
+    write_json_atomic,
+)
 from ..common.errors import G3InputError, G3RuntimeError
 from ..common.model_spec import bins_device
 from ..common.partition_artifact import load_assignment, load_partition_meta, partition_digest
@@ -28,6 +35,7 @@ from ..common.strategies import strategy_info
 from ..runtime.config import check_runtime, resolve_knobs
 from ..runtime.launch import run_guarded, under_torchrun
 from ..runtime.launchers import make_launcher
+from ..runtime.profile import PROFILE_SCHEMA
 from .config import TrainConfig
 
 
@@ -93,7 +101,7 @@ def check_worker_files(plan: Path, meta: dict) -> None:
             load_checked(shard.path, name, shard.manifest, verify=False)
 
 
-def _check_training(cfg: TrainConfig) -> None:
+def _check_training(cfg: TrainConfig, plan: Path) -> None:
     cfg.check()
     if cfg.eval_every < 0 or cfg.checkpoint_every < 0:
         raise G3InputError("--eval-every and --checkpoint-every must be >= 0 (0: never)")
@@ -110,6 +118,17 @@ def _check_training(cfg: TrainConfig) -> None:
                     raise G3InputError(f"--profile: {ancestor} is a file, not a folder: cannot write the profile "
                                        "there", path=target)
                 break
+        check_replaceable(target, None, (plan,))  # never the plan or a file in it
+        if target.is_file() and not _is_profile(target):
+            raise G3InputError("--profile: exists and is not a profile g3 train wrote; it replaces only an earlier "
+                               "PROFILE.json (remove the file yourself, or name another)", path=target)
+
+
+def _is_profile(path: Path) -> bool:
+    try:
+        return json.loads(path.read_text()).get("schema") == PROFILE_SCHEMA
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 # settings that change what a run computes: a resumed run must keep them (run.json's config)
@@ -129,7 +148,7 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     run_dir = Path(out) if out else plan.parent / f"{plan.name}.run"
     cfg = with_cadences(cfg, run_dir)
     meta = check_plan(plan, cfg, cfg.workers)
-    _check_training(cfg)
+    _check_training(cfg, plan)
     world = int(meta["num_workers"])
     if under_torchrun():
         if cfg.emulate_link:
