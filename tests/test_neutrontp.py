@@ -266,3 +266,38 @@ def test_a_plan_without_its_topology_is_one_line(feature_parts, tmp_path):
     r = invoke([*train, "-o", str(tmp_path / "old")])
     assert r.exit_code == 2 and "plan.json has no `topology`): re-run `g3 plan`" in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_the_chunk_arrays_are_checked_where_they_are_read(feature_parts, tmp_path):
+    """chunks/*.npy are covered by the plan's checksums (a truncated bounds.npy is one line, not an EOF in a
+    worker) and their invariants are checked (a decreasing bound is refused even with the checksum made to
+    match, as another tool or an edit-and-reseal would)."""
+    import json
+    import shutil
+
+    from stages.common.errors import G3InputError
+    from stages.common.npy import npy_manifest
+    from stages.runtime.strategies.neutrontp import load_chunks
+
+    plan = tmp_path / "plan"
+    assert invoke(["plan", str(feature_parts(2)), "--strategy", "neutrontp", "--chunk-size", "50",
+                   "-o", str(plan)]).exit_code == 0
+    meta = json.loads((plan / "plan.json").read_text())
+    assert set(meta["chunks"]["files"]) == {"bounds.npy", "owner_bounds.npy", "first_use.npy"}
+    damaged = tmp_path / "damaged"
+    shutil.copytree(plan, damaged)
+    f = damaged / "chunks" / "bounds.npy"
+    f.write_bytes(f.read_bytes()[:-8])
+    r = invoke(["train", str(damaged), "--epochs", "1", "--threads", "1", "-o", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "bounds.npy" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    bounds = np.load(plan / "chunks" / "bounds.npy")
+    bounds[2] = bounds[1] - 1  # decreasing, checksum recomputed
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    for name in ("owner_bounds", "first_use"):
+        shutil.copy(plan / "chunks" / f"{name}.npy", wrong / f"{name}.npy")
+    np.save(wrong / "bounds.npy", bounds)
+    (tmp_path / "w").mkdir()
+    shutil.move(wrong, tmp_path / "w" / "chunks")
+    with pytest.raises(G3InputError, match="does not run from 0 to 240 without decreasing"):
+        load_chunks(tmp_path / "w", {**meta, "chunks": {"files": npy_manifest(tmp_path / "w" / "chunks")}}, 2)

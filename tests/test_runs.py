@@ -278,3 +278,25 @@ def test_bad_input_found_by_a_worker_is_one_line_exit_2_and_leaves_nothing(plan,
     assert r.exit_code == 2 and (run / "model.pt").read_bytes() == before, r.output
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run")]
 
+
+
+def test_artifacts_made_from_relative_paths_record_absolute_ones_and_a_moved_run_still_evaluates(
+        tiny_store, tmp_path, monkeypatch):
+    """plan.json and run.json record where their inputs are as absolute paths (beside the relative ones), not
+    relative to the folder the command ran in: a run moved elsewhere still finds its plan, partition and store."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(tiny_store, "s.g3")
+    for args in (["partition", "s.g3", "--workers", "1", "-o", "p"], ["plan", "p", "--hidden", "4", "-o", "P"],
+                 ["train", "P", "--epochs", "1", "--threads", "1", "-o", "R"]):
+        r = invoke(args)
+        assert r.exit_code == 0, r.output
+    plan, run = json.loads(Path("P/plan.json").read_text()), json.loads(Path("R/run.json").read_text())
+    for ref in (plan["store"], plan["partition"], run["plan"], run["partition"], run["store"]):
+        assert Path(ref["path"]).is_absolute(), ref
+    (tmp_path / "elsewhere").mkdir()
+    shutil.move("R", tmp_path / "elsewhere" / "R")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    r = invoke(["eval", "R"])
+    assert r.exit_code == 0, r.output

@@ -116,9 +116,9 @@ def reference(target: str | Path, from_dir: str | Path) -> dict:
 
 
 def resolve_reference(ref: dict, from_dir: str | Path, marker: str) -> Path:
-    """Where a reference points now: ``relpath`` from ``from_dir`` first, then the absolute ``path``; the
-    first candidate holding ``marker`` wins (the relative one, when neither does: the reader's error then names
-    it)."""
+    """Where a reference points now, as an absolute path: ``relpath`` from ``from_dir`` first, then the absolute
+    ``path``; the first candidate holding ``marker`` wins (the relative one, when neither does: the reader's
+    error then names it)."""
     candidates = []
     if ref.get("relpath"):
         candidates.append(Path(from_dir) / ref["relpath"])
@@ -126,5 +126,5 @@ def resolve_reference(ref: dict, from_dir: str | Path, marker: str) -> Path:
         candidates.append(Path(ref["path"]))
     for cand in candidates:
         if (cand / marker).exists():
-            return cand
+            return cand.resolve()  # absolute: a path relative to where the reader ran means nothing elsewhere
     return candidates[0] if candidates else Path(from_dir)

@@ -25,6 +25,7 @@ import numpy as np
 from ..common.artifact_json import resolve_reference
 from ..common.atomic import write_json_atomic
 from ..common.errors import G3InputError
+from ..common.npy import npy_manifest
 from ..common.plan_topology import write_csr
 from ..common.strategies import PlanOption, count_or_auto
 from ..common.tensor_parallel import chunk_bounds, collectives, first_use, owner_bounds
@@ -108,7 +109,8 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     return {
         "device_memory": budget,
         "topology": topology,
-        "chunks": {"path": "chunks", "count": n_chunks, "max_nodes": int(sizes.max()) if n_chunks else 0,
+        "chunks": {"path": "chunks", "files": npy_manifest(folder), "count": n_chunks,
+                   "max_nodes": int(sizes.max()) if n_chunks else 0,
                    "max_arcs": int(np.diff(indptr[bounds]).max()) if n_chunks else 0,
                    "sources_read": int(needed.sum())},
         "collectives": collectives(spec, owned, needed, layer0_columns, store.num_nodes),

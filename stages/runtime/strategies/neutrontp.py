@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ...common.errors import G3InputError
+from ...common.npy import load_checked
 from ...common.partition_artifact import load_partition_meta
 from ...common.plan_topology import read_csr
 from ...common.tensor_parallel import slice_widths
@@ -49,6 +50,28 @@ def plan_topology(ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray]:
     return read_csr(ctx.plan_dir, info)
 
 
+
+def load_chunks(plan_dir, plan_meta: dict, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The plan's chunk bounds, owners' bounds and first uses, checked against the plan's checksums (when it
+    has them) and their invariants: bounds from 0 to N, non-decreasing; [chunks, K + 1] owners' bounds inside
+    each chunk; a first use per node."""
+    root = plan_dir / "chunks"
+    files = (plan_meta.get("chunks") or {}).get("files")
+    bounds, ob, first = (np.asarray(load_checked(root, f"{n}.npy", files, mmap=False))
+                         for n in ("bounds", "owner_bounds", "first_use"))
+    n = int(plan_meta["store"]["num_nodes"])
+    if bounds.ndim != 1 or len(bounds) < 1 or bounds[0] != 0 or bounds[-1] != n or (np.diff(bounds) < 0).any():
+        raise G3InputError(f"chunks/bounds.npy does not run from 0 to {n} without decreasing", path=plan_dir)
+    c = len(bounds) - 1
+    if ob.shape != (c, k + 1) or (c and ((ob[:, 0] != bounds[:-1]).any() or (ob[:, -1] != bounds[1:]).any()
+                                         or (np.diff(ob, axis=1) < 0).any())):
+        raise G3InputError(f"chunks/owner_bounds.npy is not [{c}, {k + 1}] owners' bounds inside each chunk",
+                           path=plan_dir)
+    if first.shape != (n,) or (n and (first.min() < 0 or first.max() > c)):
+        raise G3InputError(f"chunks/first_use.npy is not ({n},) chunk numbers in [0, {c}]", path=plan_dir)
+    return bounds, ob, first
+
+
 class NeutronTPStrategy(Strategy):
     name = "neutrontp"
 
@@ -66,8 +89,7 @@ class NeutronTPStrategy(Strategy):
         if "in_degree.npy" not in manifest:
             raise G3InputError("feature shard without in_degree/out_degree (schema version 1): re-run `g3 "
                                "partition --method feature --force`", path=shard.path)
-        root = ctx.plan_dir / "chunks"
-        bounds, ob, first = (np.load(root / f"{n}.npy") for n in ("bounds", "owner_bounds", "first_use"))
+        bounds, ob, first = load_chunks(ctx.plan_dir, ctx.plan_meta, k)
         part_meta = load_partition_meta(ctx.part)
         # the shards' contiguous ranges (labels and splits live there) and feature columns, from partition.json
         sizes = [int(p["nodes"]) for p in part_meta["partitions"]]
