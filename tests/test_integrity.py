@@ -220,3 +220,47 @@ def test_a_full_disk_is_one_line_in_a_stage_and_in_a_worker(store, tmp_path, cli
     monkeypatch.setenv("G3_FAULT", "1:1:enospc")
     r = run(cli_runner, "train", tmp_path / "plan", "--epochs", "3", "--threads", "1", "-o", tmp_path / "run")
     one_line_error(r, "worker 1 failed: OSError: [Errno 28] No space left on device")
+
+
+@pytest.mark.parametrize("strategy, change, message", [
+    ("distdgl", {"options": {"fanouts": "a"}}, "records --fanouts 'a': expected comma-separated integers"),
+    ("distdgl", {"options": {"batch_size": 0}}, "records --batch-size 0"),
+    ("sancus", {"options": {"staleness": "x"}}, "records --staleness 'x'"),
+    ("distdgl", {"options": {"fanouts": [25, 10], "no_such": 1}}, "records option 'no_such'"),
+    ("g3", {"num_workers": 0}, "num_workers is 0, not a worker count >= 1"),
+    ("g3", {"num_workers": 3}, "lists 2 workers for num_workers 3"),
+])
+def test_a_sealed_but_wrong_plan_is_refused_where_it_is_read(store, tmp_path, cli_runner, strategy, change, message):
+    """plan.json edited and re-sealed (as another tool or a buggy version would write it): its strategy options
+    are parsed back by the command line's parsers and its worker count checked, before any worker starts."""
+    from stages.common.artifact_json import sealed
+
+    part, plan = tmp_path / "part", tmp_path / "plan"
+    method = "metis"
+    assert run(cli_runner, "partition", store, "--workers", "2", "--method", method, "-o", part).exit_code == 0
+    assert run(cli_runner, "plan", part, "--strategy", strategy, "-o", plan).exit_code == 0
+    meta = json.loads((plan / "plan.json").read_text())
+    for key, value in change.items():
+        if key == "options":
+            meta["strategy"]["options"].update(value)
+        else:
+            meta[key] = value
+    (plan / "plan.json").write_text(json.dumps(sealed({k: v for k, v in meta.items() if k != "content_sha256"})))
+    r = run(cli_runner, "train", plan, "--epochs", "1", "-o", tmp_path / "run")
+    one_line_error(r, message)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("key", ["degree", "num_classes", "checksums"])
+def test_a_store_without_a_field_its_readers_need_is_refused_by_every_reader(store, tmp_path, cli_runner, key):
+    """A store's attributes without a field every reader relies on (written by another tool and sealed) are
+    refused when the store is opened, naming the field — `g3 info` once raised KeyError: 'degree'."""
+    from stages.common.artifact_json import sealed
+
+    meta_file = store / "zarr.json"
+    meta = json.loads(meta_file.read_text())
+    g3 = {k: v for k, v in meta["attributes"]["g3"].items() if k not in (key, "content_sha256")}
+    meta["attributes"]["g3"] = sealed(g3)
+    meta_file.write_text(json.dumps(meta))
+    for args in (["info", store], ["partition", store, "--workers", "2", "-o", tmp_path / "p"]):
+        one_line_error(run(cli_runner, *args), f"lacks the field {key!r}")

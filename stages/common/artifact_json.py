@@ -28,6 +28,9 @@ REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "run.json": {"plan": _OBJ, "status": _STR, "config": _OBJ},
     "shard.json": {"files": _OBJ, "num_owned": _INT},
     "worker.json": {"rank": _INT},
+    # a store's g3 attributes (zarr.json's attributes.g3)
+    "store": {"num_nodes": _INT, "num_arcs": _INT, "feat_dim": _INT, "num_classes": _INT, "feature_dtype": _STR,
+              "degree": _OBJ, "checksums": _OBJ},
 }
 
 
@@ -55,7 +58,8 @@ def check_json(meta: object, path: Path, required: dict[str, tuple[type, ...]] |
             raise G3InputError(f"lacks the field {key!r} (damaged, or not written by g3)", path=path)
         value = meta[key]
         if not isinstance(value, types) or (types == _INT and isinstance(value, bool)):
-            want = "/".join({int: "integer", str: "string", dict: "object", list: "list"}[t] for t in types)
+            want = "/".join({int: "integer", str: "string", dict: "object", list: "list", bool: "boolean"}[t]
+                            for t in types)
             raise G3InputError(f"field {key!r} is {json.dumps(value)[:40]}, not a {want}", path=path)
     return meta
 

@@ -21,7 +21,7 @@ import numpy as np
 from .artifact_json import load_artifact_json, read_json_file, resolve_reference
 from .errors import G3InputError
 from .npy import load_checked
-from .strategies import LEGACY_STRATEGY
+from .strategies import LEGACY_STRATEGY, check_stored_options
 
 PLAN_SCHEMA = "g3.plan"
 # 2: backward messages are numbered by the last bin (in plan order) that reads each node (version 1 plans
@@ -68,6 +68,13 @@ def load_plan_meta(plan: str | Path) -> dict:
         cfg = meta.get("config", {})
         meta["strategy"] = {"name": LEGACY_STRATEGY, "options": {"bin_size": cfg.get("bin_size"),
                                                       "device_memory": cfg.get("device_memory")}}
+    where = Path(plan) / "plan.json"
+    k, workers = meta.get("num_workers"), meta.get("workers")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise G3InputError(f"num_workers is {k!r}, not a worker count >= 1", path=where)
+    if isinstance(workers, list) and len(workers) != k:
+        raise G3InputError(f"lists {len(workers)} workers for num_workers {k}", path=where)
+    check_stored_options(plan_strategy(meta), meta["strategy"].get("options") or {}, where)
     return meta
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from .artifact_json import check_json, sealed
+from .artifact_json import REQUIRED, check_json, sealed
 from .errors import G3InputError
 
 STORE_SCHEMA = "g3.store"
@@ -156,7 +156,7 @@ class GraphStore:
                 f"(this g3 reads version {STORE_VERSION}); re-run `g3 ingest`",
                 path=path,
             )
-        meta = check_json(meta, path / "zarr.json")  # its seal, once the version says it is ours
+        meta = check_json(meta, path / "zarr.json", REQUIRED["store"])  # its seal, once the version says it is ours
         for rel, digest in (meta.get("metadata_sha256") or {}).items():
             f = path / rel
             if not f.is_file():

@@ -319,6 +319,40 @@ def strategy_info(name: str) -> StrategyInfo:
     return STRATEGIES[name]
 
 
+def option_text(value: object) -> str | None:
+    """The command-line text of a value as plan.json keeps it (the inverse of the options' parsers)."""
+    if value is None:
+        return "auto"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    if isinstance(value, dict) and set(value) == {"policy", "bound"}:
+        return f"{value['policy']}:{value['bound']}"
+    return str(value)
+
+
+def check_stored_options(strategy: str, stored: object, where: object) -> None:
+    """A plan's recorded strategy options are what `g3 plan` itself writes: each one of the strategy's, parsed
+    back from its text by the same parser as on the command line and equal to the recorded value — a plan
+    sealed by another tool or edited and re-sealed is refused here, in one line, not in a worker."""
+    info = strategy_info(strategy)
+    if not isinstance(stored, dict):
+        raise G3InputError("the strategy's options are not an object", path=where)
+    own = {o.name: o for o in info.options()}
+    for name, value in stored.items():
+        opt = own.get(name)
+        if opt is None:
+            raise G3InputError(f"records option {name!r}, which the {strategy} strategy does not have", path=where)
+        try:
+            again = opt.parse(option_text(value))
+        except (ValueError, TypeError) as exc:
+            raise G3InputError(f"records {opt.flag} {value!r}: {exc}", path=where) from None
+        if again != value:
+            raise G3InputError(f"records {opt.flag} {value!r}, which `g3 plan` would record as {again!r}",
+                               path=where)
+
+
 def check_partition_method(info: StrategyInfo, method: str | None, part: object) -> None:
     """Refuse a partition the strategy cannot run on, naming what to run instead."""
     if method in info.methods:
