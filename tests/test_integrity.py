@@ -264,3 +264,57 @@ def test_a_store_without_a_field_its_readers_need_is_refused_by_every_reader(sto
     meta_file.write_text(json.dumps(meta))
     for args in (["info", store], ["partition", store, "--workers", "2", "-o", tmp_path / "p"]):
         one_line_error(run(cli_runner, *args), f"lacks the field {key!r}")
+
+
+def _rewrite(folder: Path, json_name: str, array: str, values: np.ndarray) -> None:
+    """Replace ``folder/array.npy`` and record it in ``json_name``'s ``files`` with a fresh checksum and seal, as
+    another tool (or a buggy version) would write a wrong but consistent artifact."""
+    from stages.common.artifact_json import sealed
+    from stages.common.npy import npy_entry
+
+    np.save(folder / f"{array}.npy", values)
+    meta = json.loads((folder / json_name).read_text())
+    meta["files"][f"{array}.npy"] = npy_entry(folder / f"{array}.npy")
+    (folder / json_name).write_text(json.dumps(sealed({k: v for k, v in meta.items() if k != "content_sha256"})))
+
+
+@pytest.mark.parametrize("where, array, edit, message", [
+    ("shard", "send", lambda a: a + 10**6, "file send.npy holds id"),
+    ("shard", "owned", lambda a: np.where(np.arange(len(a)) == 0, 10**9, a), "file owned.npy holds id 1000000000"),
+    ("shard", "train", lambda a: a - 10**6, "file train.npy holds id"),
+    ("shard", "send_ptr", lambda a: a[::-1].copy(), "file send_ptr.npy is not 3 pointers"),
+    ("plan", "layer-0/bin_ptr", lambda a: a[::-1].copy(), "file bin_ptr.npy is not pointers from 0"),
+    ("plan", "priority", lambda a: a - 1, "file priority.npy holds an id outside the worker's"),
+    ("plan", "layer-1/indices", lambda a: a + 10**6, "file indices.npy holds a source position outside"),
+])
+def test_a_sealed_but_wrong_shard_or_bin_array_is_refused_before_a_worker_uses_it(store, tmp_path, cli_runner,
+                                                                                   where, array, edit, message):
+    """Ids out of range and pointers that decrease, with checksums and seals made to match: one line naming
+    the file, from the reader every stage uses, before training starts."""
+    part, plan = tmp_path / "part", tmp_path / "plan"
+    assert run(cli_runner, "partition", store, "--workers", "2", "--method", "metis", "-o", part).exit_code == 0
+    if where == "plan":
+        assert run(cli_runner, "plan", part, "--bin-size", "300", "-o", plan).exit_code == 0
+    folder = (part / "part-00000") if where == "shard" else (plan / "worker-00000")
+    name = "shard.json" if where == "shard" else "worker.json"
+    sub, _, leaf = array.rpartition("/")
+    target = folder / sub if sub else folder
+    values = edit(np.load(target / f"{leaf}.npy"))
+    if sub:  # a layer's array: worker.json lists it by its relative path
+        from stages.common.artifact_json import sealed
+        from stages.common.npy import npy_entry
+
+        np.save(target / f"{leaf}.npy", values.astype(np.load(target / f"{leaf}.npy").dtype))
+        meta = json.loads((folder / name).read_text())
+        meta["files"][f"{array}.npy"] = npy_entry(target / f"{leaf}.npy")
+        (folder / name).write_text(json.dumps(sealed({k: v for k, v in meta.items() if k != "content_sha256"})))
+    else:
+        _rewrite(folder, name, leaf, values)
+    if where == "shard":  # the planner reads the shard first (its P2P raw material); the worker after it
+        r = run(cli_runner, "plan", part, "--bin-size", "300", "-o", plan)
+        if r.exit_code == 0:
+            r = run(cli_runner, "train", plan, "--epochs", "1", "-o", tmp_path / "run")
+    else:
+        r = run(cli_runner, "train", plan, "--epochs", "1", "-o", tmp_path / "run")
+    one_line_error(r, message)
+    assert not (tmp_path / "run").exists()

@@ -76,10 +76,11 @@ def load_assignment(part: str | Path, meta: dict | None = None) -> np.ndarray | 
 class Shard:
     """One worker's shard: owned nodes, local in-edge CSR (owned first, then remote), P2P raw material."""
 
-    def __init__(self, path: Path, rank: int, num_parts: int):
+    def __init__(self, path: Path, rank: int, num_parts: int, num_nodes: int | None = None):
         self.path = Path(path)
         self.rank = rank
         self.num_parts = num_parts
+        self.num_nodes = num_nodes  # the graph's, when known: global ids are checked against it
         if not self.path.is_dir():
             raise G3InputError("shard folder missing", path=self.path)
 
@@ -94,12 +95,37 @@ class Shard:
         return dict(self.info["files"])
 
     def load(self, name: str, mmap: bool = True) -> np.ndarray:
-        """``name.npy`` of the shard, checked against shard.json's shape and dtype."""
-        return load_checked(self.path, f"{name}.npy", self.manifest, mmap)
+        """``name.npy`` of the shard, checked against shard.json's shape and dtype, and its ids against what
+        they index (a shard sealed by another tool or a buggy version is refused here, not in a worker)."""
+        a = load_checked(self.path, f"{name}.npy", self.manifest, mmap)
+        self._check_ids(name, a)
+        return a
+
+    def _check_ids(self, name: str, a: np.ndarray) -> None:
+        if name in ("owned", "remote"):
+            limit, what = self.num_nodes, "the graph's node ids"
+        elif name in ("send", "train", "valid", "test"):
+            limit, what = self.num_owned, "the owned-local ids"
+        elif name in ("send_ptr", "remote_owner_ptr"):
+            end = len(self.send) if name == "send_ptr" else self.num_remote
+            if a.shape != (self.num_parts + 1,) or (len(a) and (a[0] != 0 or a[-1] != end)) \
+                    or (np.diff(a) < 0).any():
+                raise G3InputError(f"file {name}.npy is not {self.num_parts + 1} pointers from 0 to {end} that "
+                                   "never decrease", path=self.path)
+            return
+        else:
+            return
+        if limit is not None and a.size and (int(a.min()) < 0 or int(a.max()) >= limit):
+            bad = int(a.max()) if int(a.max()) >= limit else int(a.min())
+            raise G3InputError(f"file {name}.npy holds id {bad}, outside {what} [0, {limit})", path=self.path)
 
     @cached_property
     def owned(self) -> np.ndarray:
         return np.asarray(self.load("owned"))
+
+    @property
+    def num_owned(self) -> int:
+        return len(self.owned)
 
     @cached_property
     def remote(self) -> np.ndarray:
@@ -129,10 +155,6 @@ class Shard:
         return indices
 
     @property
-    def num_owned(self) -> int:
-        return len(self.owned)
-
-    @property
     def num_remote(self) -> int:
         return len(self.remote)
 
@@ -146,4 +168,5 @@ class Shard:
 
 
 def open_shard(part: str | Path, rank: int, num_parts: int) -> Shard:
-    return Shard(shard_dir(Path(part), rank), rank, num_parts)
+    num_nodes = (load_partition_meta(part).get("store") or {}).get("num_nodes")
+    return Shard(shard_dir(Path(part), rank), rank, num_parts, int(num_nodes) if num_nodes is not None else None)

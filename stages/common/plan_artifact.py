@@ -88,13 +88,41 @@ def _npy(worker: Path, name: str, manifest: dict | None) -> np.ndarray:
     return np.asarray(load_checked(worker, f"{name}.npy", manifest, mmap=False))
 
 
-class LayerPlan:
-    """Bins and blocks of one layer (arrays over the worker's priority list)."""
+def _check_pointers(a: np.ndarray, end: int, name: str, where: Path, length: int | None = None) -> None:
+    """``a`` runs from 0 to ``end`` without decreasing (and has ``length`` entries when given)."""
+    if a.ndim != 1 or len(a) < 1 or (length is not None and len(a) != length) or int(a[0]) != 0 \
+            or int(a[-1]) != end or (np.diff(a) < 0).any():
+        raise G3InputError(f"file {name}.npy is not pointers from 0 to {end} that never decrease"
+                           + (f" ({length} of them)" if length is not None else ""), path=where)
 
-    def __init__(self, worker: Path, layer: int, manifest: dict | None = None):
+
+class LayerPlan:
+    """Bins and blocks of one layer (arrays over the worker's priority list), checked: bins cover the priority
+    list in order, every bin's sources are a slice of ``src``, and every arc's source position lies in its
+    bin's source list (``row_ptr``: the worker's in-edge row pointers in priority order, when given)."""
+
+    def __init__(self, worker: Path, layer: int, manifest: dict | None = None, row_ptr: np.ndarray | None = None):
         self.path = worker / f"layer-{layer}"
         self.bin_ptr, self.src_ptr, self.src, self.indices = (_npy(worker, f"layer-{layer}/{n}", manifest)
                                                               for n in ("bin_ptr", "src_ptr", "src", "indices"))
+        if row_ptr is not None:
+            self._check(row_ptr)
+
+    def _check(self, row_ptr: np.ndarray) -> None:
+        where = self.path
+        _check_pointers(self.bin_ptr, len(row_ptr) - 1, "bin_ptr", where)
+        _check_pointers(self.src_ptr, len(self.src), "src_ptr", where, length=len(self.bin_ptr))
+        if len(self.src) and int(self.src.min()) < 0:
+            raise G3InputError("file src.npy holds a negative local id", path=where)
+        arcs = np.diff(row_ptr[self.bin_ptr])  # in-arcs of each bin
+        if int(arcs.sum()) != len(self.indices):
+            raise G3InputError(f"file indices.npy holds {len(self.indices)} arcs, the bins {int(arcs.sum())}",
+                               path=where)
+        if len(self.indices):
+            limit = np.repeat(np.diff(self.src_ptr), arcs)  # each arc's bin's source count
+            if int(self.indices.min()) < 0 or (self.indices >= limit).any():
+                raise G3InputError("file indices.npy holds a source position outside its bin's sources",
+                                   path=where)
 
     @property
     def num_bins(self) -> int:
@@ -123,14 +151,23 @@ class WorkerPlan:
 
     @cached_property
     def priority(self) -> np.ndarray:
-        return self.array("priority")
+        """Owned-local ids in priority order: each owned node once."""
+        p = self.array("priority")
+        if len(p) and (int(p.min()) < 0 or int(p.max()) >= len(p)):
+            raise G3InputError(f"file priority.npy holds an id outside the worker's {len(p)} owned nodes",
+                               path=self.path)
+        return p
 
     @cached_property
     def row_ptr(self) -> np.ndarray:
-        return self.array("row_ptr")
+        row_ptr = self.array("row_ptr")
+        _check_pointers(row_ptr, int(row_ptr[-1]) if len(row_ptr) else 0, "row_ptr", self.path,
+                        length=len(self.priority) + 1)
+        return row_ptr
 
     def layer(self, li: int) -> LayerPlan:
-        return LayerPlan(self.path, li, self.meta.get("files"))
+        rows = self.row_ptr if (self.path / "row_ptr.npy").is_file() else None
+        return LayerPlan(self.path, li, self.meta.get("files"), rows)
 
     def table(self, name: str) -> Table:
         """A P2P table by name (``features_send``, ``fwd_recv_0``, ``bwd_send_1`` …); empty when absent."""
