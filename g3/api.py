@@ -18,6 +18,89 @@ from stages.common.errors import G3InputError, G3RuntimeError
 PathLike = str | Path
 
 
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether ``value`` fits the annotation ``hint`` (the simple ones the API uses; others are not checked)."""
+    import types
+    import typing
+
+    if hint is Any or hint is None:
+        return hint is Any or value is None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, h) for h in typing.get_args(hint))
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, tuple | list):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_matches(v, args[0]) for v in value)
+        return len(value) == len(args) and all(_matches(v, a) for v, a in zip(value, args, strict=True))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _hint_text(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("pathlib.", "").replace("typing.", "")
+
+
+def _options(cls, func: str, given: dict):
+    """``cls(**given)`` (a stage's options dataclass), each keyword checked against the field it sets: an unknown
+    name or a wrong type is a :class:`G3InputError` naming it."""
+    import dataclasses
+    import sys
+    import typing
+
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls, globalns=vars(sys.modules[cls.__module__]))
+    for name, value in given.items():
+        if name not in fields:
+            raise G3InputError(f"g3.{func}: no option {name!r} (options: {', '.join(sorted(fields))})")
+        if name in hints and not _matches(value, hints[name]):
+            raise G3InputError(f"g3.{func}: {name} must be {_hint_text(hints[name])}, not "
+                               f"{type(value).__name__} {value!r}")
+    return cls(**given)
+
+
+def _api(func):
+    """Checks the call's arguments against ``func``'s annotations — a wrong type is a :class:`G3InputError`
+    naming the argument, as the CLI names an option — and words the "pass --force" of the stages' messages as
+    the API's ``force=True``."""
+    import functools
+    import inspect
+    import typing
+
+    sig = inspect.signature(func)
+
+    @functools.wraps(func)
+    def checked(*args, **kwargs):
+        hints = typing.get_type_hints(func, globalns={**globals(), "Run": Run})
+        bound = sig.bind(*args, **kwargs)
+        for name, value in bound.arguments.items():
+            hint = hints.get(name)
+            kind = sig.parameters[name].kind
+            if hint is None or kind in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL):
+                continue
+            if not _matches(value, hint):
+                raise G3InputError(f"g3.{func.__name__}: {name} must be {_hint_text(hint)}, not "
+                                   f"{type(value).__name__} {value!r}")
+        try:
+            return func(*args, **kwargs)
+        except G3InputError as exc:
+            if "--force" not in str(exc):
+                raise
+            worded = G3InputError(str(exc).replace("pass --force", "pass force=True").replace("--force", "force=True"))
+            worded.path, worded.line = exc.path, exc.line
+            raise worded from None
+
+    return checked
+
+
+@_api
 def ingest(source: Any, out: PathLike, *, force: bool = False, name: str | None = None,
            symmetrize: bool | None = None, split: tuple[float, float, float] = (0.8, 0.1, 0.1),
            split_index: int | None = None, seed: int = 0, **node_data) -> Path:
@@ -45,18 +128,20 @@ def ingest(source: Any, out: PathLike, *, force: bool = False, name: str | None 
     return Path(out)
 
 
+@_api
 def partition(store: PathLike, workers: int, *, method: str | None = None, out: PathLike | None = None,
               force: bool = False, **options) -> Path:
     """Partition ``store`` for ``workers`` workers (`g3 partition`; ``method`` as ``--method``, other options
     by their ``PartitionOptions`` names, e.g. ``balance_tol=1.02``). Returns the partition's path."""
     from stages.partition import DEFAULT_METHOD, PartitionOptions, default_output, run_partition
 
-    o = PartitionOptions(workers=workers, method=method or DEFAULT_METHOD, **options)
+    o = _options(PartitionOptions, "partition", {"workers": workers, "method": method or DEFAULT_METHOD, **options})
     out = Path(out) if out is not None else default_output(store, o.method, workers)
     run_partition(store, o, out=out, force=force)
     return out
 
 
+@_api
 def plan(partition: PathLike, *, strategy: str = "g3", model: str = "sage", layers: int = 2, hidden: int = 16,
          heads: int = 8, out: PathLike | None = None, force: bool = False, **options) -> Path:
     """Plan ``strategy`` on ``partition`` (`g3 plan`; the strategy's options by name, e.g. ``fanouts="10,5"``,
@@ -69,13 +154,14 @@ def plan(partition: PathLike, *, strategy: str = "g3", model: str = "sage", laye
     return out
 
 
+@_api
 def train(plan: PathLike, *, out: PathLike | None = None, force: bool = False, **config) -> Run:
     """Train ``plan`` (`g3 train`; options by their ``TrainConfig`` names: ``epochs``, ``lr``, ``dropout``,
     ``workers``, ``seed``, ``dtype``, ``device``, ``eval_every``, ``checkpoint_every``, ``resume``, the strategy's
     knobs such as ``pipeline``). Real worker processes, as the command; no live display. Returns the run."""
     from stages.train import TrainConfig, run_train
 
-    meta = run_train(plan, TrainConfig(**{"live": False, **config}), out=out, force=force)
+    meta = run_train(plan, _options(TrainConfig, "train", {"live": False, **config}), out=out, force=force)
     return Run(Path(meta["path"]))
 
 
@@ -167,6 +253,7 @@ class WholeGraphModel(nn.Module):
             return self.gnn(block.to(x.device), x, training=False)
 
 
+@_api
 def load_model(run: Run | PathLike, checkpoint: str | None = None) -> WholeGraphModel:
     """The run's trained model (model.pt, or the checkpoint of epoch ``checkpoint``, e.g. ``"3"``), in the
     run's dtype, on the CPU."""
@@ -196,6 +283,7 @@ def load_model(run: Run | PathLike, checkpoint: str | None = None) -> WholeGraph
     return WholeGraphModel(gnn).eval()
 
 
+@_api
 def export(run: Run | PathLike, out: PathLike, format: str = "pyg", checkpoint: str | None = None,
            force: bool = False) -> Path:
     """The run's weights as another library loads them. ``format="pyg"``: ``out`` is a state dict that
@@ -235,6 +323,7 @@ def export(run: Run | PathLike, out: PathLike, format: str = "pyg", checkpoint: 
     return out
 
 
+@_api
 def predict(run: Run | PathLike, store: PathLike | None = None, split: str | None = None,
             checkpoint: str | None = None) -> torch.Tensor:
     """Logits ``[N, C]`` of every node of ``store`` (default: the run's own) in node-id order, or of one split's
@@ -257,7 +346,8 @@ def predict(run: Run | PathLike, store: PathLike | None = None, split: str | Non
     return logits[torch.from_numpy(g.split_index(split))]
 
 
-def advise(store: PathLike, *, workers: int | tuple[int, ...] = 2, link: str | tuple[str, ...] = "1gbit",
+@_api
+def advise(store: PathLike, *, workers: int | str | tuple[int, ...] = 2, link: str | tuple[str, ...] = "1gbit",
            device_memory: str = "16GiB", out: PathLike | None = None, force: bool = False, **options) -> dict:
     """Which strategy and K for ``store`` on a cluster of ``workers`` workers joined by ``link`` (`g3 advise`;
     several of either as tuples or comma-separated text; other options by their ``AdviseOptions`` names:
@@ -269,7 +359,8 @@ def advise(store: PathLike, *, workers: int | tuple[int, ...] = 2, link: str | t
     links = parse_links(link if isinstance(link, str) else ",".join(_as_tuple(link)))
     if "strategies" in options and not isinstance(options["strategies"], tuple | type(None)):
         options["strategies"] = parse_strategies(",".join(_as_tuple(options["strategies"])))
-    return run_advise(store, AdviseOptions(workers=ks, links=links, device_memory=device_memory, **options),
+    return run_advise(store, _options(AdviseOptions, "advise", {"workers": ks, "links": links,
+                                                                 "device_memory": device_memory, **options}),
                       out=out, force=force)
 
 

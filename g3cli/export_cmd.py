@@ -26,5 +26,6 @@ def command(run, fmt, out, checkpoint, force):
     computes what g3 computes (GCN: on a symmetric graph, as PyG normalises by in-degrees)."""
     import g3
 
-    path = g3.export(run, out, format=fmt, checkpoint=checkpoint, force=force)
+    # the function itself, not the API's wrapper: its messages then speak of --force, as a command's do
+    path = g3.export.__wrapped__(run, out, format=fmt, checkpoint=checkpoint, force=force)
     click.echo(f"wrote {path} and {path}.json")

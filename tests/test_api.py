@@ -174,6 +174,17 @@ def test_cli_reads_the_heterophilous_npz_and_torch_files(tmp_path, cli_runner):
     torch.save({"weights": torch.zeros(3)}, tmp_path / "w.pt")
     r = cli_runner.invoke(cli, ["ingest", str(tmp_path / "w.pt"), str(tmp_path / "w.g3")])
     assert r.exit_code == 2 and "not a PyG Data or a dict with an edge_index" in r.output
+    # what is wrong inside the file is said naming the file, not "<arrays>"
+    for bad, says in [({"edge_index": torch.tensor([[0, 1, 2]] * 3)}, "edge_index must be a [2, E]"),
+                      ({"edge_index": torch.tensor([[0.0, 1.0], [1.0, 0.0]])}, "must hold integer node ids"),
+                      ({"edge_index": torch.tensor([[0, 1], [1, 5]]), "num_nodes": 2}, "node id 5"),
+                      ({"edge_index": torch.tensor([[0, 1], [1, 0]]), "y": torch.tensor([0.5, 1.0])}, "label 0.5"),
+                      ({"edge_index": torch.tensor([[0, 1], [1, 0]]), "train_mask": torch.tensor([True] * 3)},
+                       "the train split is a mask of shape (3,)")]:
+        torch.save(bad, tmp_path / "bad.pt")
+        r = cli_runner.invoke(cli, ["ingest", str(tmp_path / "bad.pt"), str(tmp_path / "bad.g3")])
+        assert r.exit_code == 2 and f"{tmp_path / 'bad.pt'}" in r.output and says in r.output, r.output
+        assert "<arrays>" not in r.output
 
 
 def test_g3_help_lists_every_command_without_importing_the_stages():
@@ -323,3 +334,20 @@ def test_loggers_csv_and_tensorboard(tmp_path):
     events.Reload()
     assert [e.step for e in events.Scalars("accuracy/test")] == [0, 1, 2]
     assert [e.value for e in events.Scalars("loss")] == pytest.approx([r["loss"] for r in run.metrics])
+
+
+def test_the_api_checks_its_arguments_and_speaks_of_force_true(tmp_path):
+    """A wrong type or an unknown option is a G3InputError naming the argument (not a TypeError from deep
+    inside), and "already exists" says what the API takes: force=True."""
+    store = g3.ingest(small_graph(40), tmp_path / "s.g3")
+    cases = [(lambda: g3.partition(store, workers="2"), "g3.partition: workers must be int, not str '2'"),
+             (lambda: g3.partition(store, workers=2, balance_tol="x"), "g3.partition: balance_tol must be float"),
+             (lambda: g3.plan(tmp_path / "none", hidden=4.5), "g3.plan: hidden must be int, not float 4.5"),
+             (lambda: g3.train(tmp_path / "none", epochs="3"), "g3.train: epochs must be int"),
+             (lambda: g3.train(tmp_path / "none", epoch=3), "g3.train: no option 'epoch'"),
+             (lambda: g3.ingest(small_graph(40), tmp_path / "s.g3"), "pass force=True to replace it")]
+    for call, says in cases:
+        with pytest.raises(g3.G3InputError) as exc:
+            call()
+        assert says in str(exc.value) and "--force" not in str(exc.value), str(exc.value)
+    assert not (tmp_path / "none").exists()

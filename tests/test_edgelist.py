@@ -403,9 +403,10 @@ def test_labels_and_features_disagree(tmp_path):
 def test_edge_id_beyond_feature_rows(tmp_path):
     p = _edges_file(tmp_path)
     np.save(tmp_path / "f.npy", np.zeros((5, 2), dtype=np.float32))
-    with pytest.raises(G3InputError, match=r"node id 5 is out of range \[0, 5\)") as exc:
+    with pytest.raises(G3InputError, match=r"node id 5 is out of range \[0, 5\): the node count 5 is the rows of "
+                                           r".*f\.npy") as exc:
         consume(read_edgelist(p, features=tmp_path / "f.npy"))
-    assert exc.value.line == 6
+    assert exc.value.line == 6  # both inputs named: the edge's line, and the file that set the node count
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

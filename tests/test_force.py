@@ -230,3 +230,12 @@ def test_every_declared_output_refuses_its_input_a_part_of_it_and_the_users_file
             assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, \
                 (command, param, str(target), r.output)
             assert snapshot(target) == before and snapshot(source) == before_src, (command, param, str(target))
+
+
+def test_export_to_a_folder_names_the_folder_not_a_temporary_file(chain, tmp_path):
+    root, store, part, plan, run = chain
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    r = invoke(["export", str(run), "--format", "pyg", "-o", str(folder), "--force"])
+    assert r.exit_code == 2 and f"{folder}: is a folder: give the file to write" in r.output, r.output
+    assert ".tmp" not in r.output and "force=True" not in r.output

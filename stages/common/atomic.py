@@ -59,7 +59,10 @@ def check_replaceable(target: Path, kind: str | None, inputs: Iterable = ()) -> 
     for given, what in _inputs_touched(where, inputs):
         raise G3InputError(f"{what} an input of this command ({given}): --force never replaces an input; "
                            "choose another output", path=target)
-    if kind is None:
+    if kind is None:  # a file output (`g3 export`): a folder there is never replaced by a file
+        if where.is_dir():
+            raise G3InputError("is a folder: give the file to write (--force replaces only an earlier file)",
+                               path=target)
         return
     if where.is_dir() and (_is_artifact(where, kind) or not any(where.iterdir())):
         return

@@ -116,7 +116,8 @@ def arrays_source(edge_index, num_nodes: int | None = None, x=None, y=None, trai
                        splits=given or None, expected_arcs=int(edges.shape[1]), undirected_once=undirected)
 
 
-def pyg_source(data, name: str = "pyg-data", split_index: int | None = None) -> GraphSource:
+def pyg_source(data, name: str = "pyg-data", split_index: int | None = None, where: str | None = None
+               ) -> GraphSource:
     """A PyG ``Data`` (or anything with its attributes): ``edge_index``, ``num_nodes``, ``x``, ``y`` and
     ``train_mask``/``val_mask``/``test_mask`` (or ``train_idx``/``val_idx``/``test_idx``)."""
     def attr(*names):
@@ -127,12 +128,12 @@ def pyg_source(data, name: str = "pyg-data", split_index: int | None = None) -> 
         return None
 
     if attr("edge_index") is None:
-        raise G3InputError("the object has no edge_index (a PyG Data is expected)", path=name)
+        raise G3InputError("the object has no edge_index (a PyG Data is expected)", path=where or name)
     num_nodes = getattr(data, "num_nodes", None)
     return arrays_source(attr("edge_index"), num_nodes=int(num_nodes) if num_nodes is not None else None,
                          x=attr("x"), y=attr("y"), train=attr("train_mask", "train_idx"),
                          valid=attr("val_mask", "valid_mask", "val_idx", "valid_idx"),
-                         test=attr("test_mask", "test_idx"), name=name, split_index=split_index, where=name)
+                         test=attr("test_mask", "test_idx"), name=name, split_index=split_index, where=where or name)
 
 
 def scipy_source(matrix, x=None, y=None, train=None, valid=None, test=None, name: str = "scipy-matrix",
@@ -148,19 +149,22 @@ def scipy_source(matrix, x=None, y=None, train=None, valid=None, test=None, name
                          name=name, split_index=split_index, where=name)
 
 
-def source_of(obj, name: str | None = None, split_index: int | None = None, **node_data) -> GraphSource:
+def source_of(obj, name: str | None = None, split_index: int | None = None, where: str | None = None,
+              **node_data) -> GraphSource:
     """The source of an in-memory graph: a PyG ``Data``, a scipy sparse matrix, or a dict of arrays
-    (``edge_index`` and optionally ``num_nodes``, ``x``, ``y``, ``train``/``valid``/``test``)."""
+    (``edge_index`` and optionally ``num_nodes``, ``x``, ``y``, ``train``/``valid``/``test``). ``where``: what
+    error messages name (the file the object came from; default: the object's kind)."""
     if isinstance(obj, dict):
         unknown = set(obj) - {"edge_index", "num_nodes", "x", "y", "train", "valid", "test"}
         if unknown:
             raise G3InputError(f"unknown keys {sorted(unknown)} (expected edge_index, num_nodes, x, y, train, valid, "
-                               "test)", path=name or "<arrays>")
-        return arrays_source(**{"name": name or "arrays", "split_index": split_index, **obj})
+                               "test)", path=where or name or "<arrays>")
+        return arrays_source(**{"name": name or "arrays", "split_index": split_index, "where": where or "<arrays>",
+                                **obj})
     if hasattr(obj, "edge_index"):
         if node_data:
             raise G3InputError("a PyG Data carries its own x, y and masks", path=name or "pyg-data")
-        return pyg_source(obj, name=name or "pyg-data", split_index=split_index)
+        return pyg_source(obj, name=name or "pyg-data", split_index=split_index, where=where)
     if hasattr(obj, "tocoo"):
         return scipy_source(obj, name=name or "scipy-matrix", split_index=split_index, **node_data)
     raise G3InputError(f"cannot ingest a {type(obj).__name__}: give a path, a PyG Data, a scipy sparse matrix or a "
@@ -213,8 +217,8 @@ def torch_file_source(path, split_index: int | None) -> GraphSource:
     if isinstance(obj, dict) and "edge_index" in obj:
         rename = {"train_mask": "train", "val_mask": "valid", "valid_mask": "valid", "test_mask": "test"}
         given = {rename.get(k, k): v for k, v in obj.items()}
-        return source_of(given, name=path.stem, split_index=split_index)
+        return source_of(given, name=path.stem, split_index=split_index, where=str(path))
     if hasattr(obj, "edge_index"):
-        return pyg_source(obj, name=path.stem, split_index=split_index)
+        return pyg_source(obj, name=path.stem, split_index=split_index, where=str(path))
     raise G3InputError(f"holds a {type(obj).__name__}, not a PyG Data or a dict with an edge_index", path=path)
 

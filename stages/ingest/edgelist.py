@@ -21,6 +21,7 @@ per line, or arrays).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import struct
 import zipfile
@@ -768,6 +769,21 @@ def _is_array_file(path: Path) -> bool:
     return path.suffix.lower() in (".npy", ".npz", *_H5_SUFFIXES)
 
 
+@contextlib.contextmanager
+def _naming_the_count(num_nodes: int, count_source: str | None):
+    """An edge's node id beyond the node count is named with what set the count (the side files' rows or
+    --num-nodes): the edge list alone cannot say which of the two inputs is wrong."""
+    try:
+        yield
+    except G3InputError as exc:
+        if count_source is None or "is out of range" not in str(exc):
+            raise
+        named = G3InputError(f"{exc}: the node count {num_nodes:,} is {count_source}; an edge names a node "
+                             "beyond them (give features and labels for every node, or a larger --num-nodes)")
+        named.path, named.line = exc.path, exc.line
+        raise named from None
+
+
 def read_edgelist(
     path,
     *,
@@ -803,6 +819,7 @@ def read_edgelist(
     label_arr = open_array_spec(labels, "labels") if labels is not None else None
     feat_path = _split_spec(features)[0] if features is not None else None
     label_path = _split_spec(labels)[0] if labels is not None else None
+    count_source: str | None = None  # what set the node count, when not the edges themselves
     if num_nodes is None:
         # the side arrays give the node count (isolated trailing nodes included); they must agree
         rows = {str(q): int(a.shape[0]) for q, a in ((feat_path, feat_arr), (label_path, label_arr)) if a is not None}
@@ -813,6 +830,9 @@ def read_edgelist(
             )
         if rows:
             num_nodes = next(iter(rows.values()))
+            count_source = f"the rows of {' and '.join(rows)}"
+    else:
+        count_source = "--num-nodes"
 
     info: dict[str, Any] = {"format": "edgelist"}
     cached: list[tuple[np.ndarray, np.ndarray]] | None = None
@@ -835,7 +855,8 @@ def read_edgelist(
         n_fixed = num_nodes
 
         def arcs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-            yield from iter_edge_array(open_array_spec(spec, "edge array"), arr_path, n_fixed)
+            with _naming_the_count(n_fixed, count_source):
+                yield from iter_edge_array(open_array_spec(spec, "edge array"), arr_path, n_fixed)
 
         source_path = str(arr_path)
     else:
@@ -865,9 +886,10 @@ def read_edgelist(
             if cached is not None:
                 yield from cached
                 return
-            for line0, chunk, s, d in text.chunks():
-                text.check_ids(line0, chunk, s, d, n_fixed)
-                yield s, d
+            with _naming_the_count(n_fixed, count_source):
+                for line0, chunk, s, d in text.chunks():
+                    text.check_ids(line0, chunk, s, d, n_fixed)
+                    yield s, d
 
         source_path = str(p)
 
