@@ -4,6 +4,7 @@ arguments in place of options. Stage modules are imported when a function is fir
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -78,6 +79,13 @@ def _api(func):
 
     @functools.wraps(func)
     def checked(*args, **kwargs):
+        caller = sys._getframe(1)
+        if caller.f_globals.get("__name__") == "__mp_main__" and caller.f_code.co_name == "<module>":
+            # a worker process importing the user's script (Python's multiprocessing does): its top-level calls
+            # would run the whole pipeline again in every worker
+            raise SystemExit(f"g3: {caller.f_code.co_filename} calls g3.{func.__name__} at its top level, and g3's "
+                             "worker processes import that script: put its calls under "
+                             "`if __name__ == \"__main__\":`")
         hints = typing.get_type_hints(func, globalns={**globals(), "Run": Run})
         bound = sig.bind(*args, **kwargs)
         for name, value in bound.arguments.items():

@@ -351,3 +351,22 @@ def test_the_api_checks_its_arguments_and_speaks_of_force_true(tmp_path):
             call()
         assert says in str(exc.value) and "--force" not in str(exc.value), str(exc.value)
     assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_is_told_what_to_do(tmp_path):
+    """A user's script run as written, calling g3.train at its top level: the fork server never runs it, and
+    the one line says what to do (workers import the script) instead of naming a log that does not exist."""
+    script = tmp_path / "noguard.py"
+    script.write_text("import g3\n"
+                      "store = g3.ingest('synthetic:tiny', 'work/t.g3')\n"
+                      "part = g3.partition(store, workers=2, out='work/t.part')\n"
+                      "plan = g3.plan(part, hidden=4, out='work/t.plan')\n"
+                      "run = g3.train(plan, epochs=1, threads=1, out='work/t.run')\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env=env)
+    assert p.returncode != 0
+    last = p.stderr.strip().splitlines()[-1]
+    assert "put that script's calls under `if __name__ == \"__main__\":`" in last, p.stderr[-2000:]
+    assert "already exists" not in p.stderr and "rank-00000.log" not in p.stderr, p.stderr[-2000:]

@@ -118,7 +118,7 @@ def start_method(preload: list[str] | None = None) -> str:
     if method == "forkserver":
         import multiprocessing
 
-        multiprocessing.set_forkserver_preload(PRELOAD if preload is None else preload)
+        multiprocessing.set_forkserver_preload(_preload(PRELOAD if preload is None else preload))
     return method
 
 
@@ -406,4 +406,24 @@ def failure_message(run_dir: Path, rank: int, exitcode: int | None, prefix: str 
             how = f"was killed by signal {-exitcode}"
     else:
         how = f"exited with code {exitcode}"
+    if not log_file.is_file():  # it never reached its own code: the interpreter's start failed
+        hint = (f"; a worker imports the script that started it ({user_script()}): put that script's calls under "
+                "`if __name__ == \"__main__\":`") if user_script() else ""
+        return f"worker {rank} {how} before it started (no log){hint}"
     return f"worker {rank} {how} (log: {log_file})"
+
+
+def user_script() -> str | None:
+    """The launching process's main script when it is a user's (not g3's CLI): worker processes import it."""
+    main = sys.modules.get("__main__")
+    spec_name = getattr(getattr(main, "__spec__", None), "name", "") or ""
+    path = getattr(main, "__file__", None)
+    if path is None or spec_name.startswith("g3cli") or Path(path).name in ("g3", "g3.exe"):
+        return None
+    return str(path)
+
+
+def _preload(modules: list[str]) -> list[str]:
+    """The fork server's imports: the launching script's main module only when it is g3's own CLI — a user's
+    script is never run in the server (one without a ``__main__`` guard would run its whole pipeline there)."""
+    return [m for m in modules if m != "__main__" or user_script() is None]
