@@ -100,3 +100,27 @@ def test_a_run_whose_launcher_was_killed_reads_as_interrupted(tiny_store, tmp_pa
                                          "status": "running"}, seal=True)
     assert json.loads((run / "run.json").read_text())["status"] == "running"
     assert load_run_meta(run)["status"] == "interrupted"
+
+
+def test_eval_of_a_run_on_a_read_only_file_system_is_one_line(tiny_store, tmp_path):
+    """A run on a read-only file system: `g3 eval` says it cannot write there (exit 2), not "worker 0 exited"."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a tmpfs")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        for args in (["partition", str(tiny_store), "--workers", "1", "-o", str(mount / "p")],
+                     ["plan", str(mount / "p"), "--hidden", "4", "-o", str(mount / "P")],
+                     ["train", str(mount / "P"), "--epochs", "1", "--threads", "1", "-o", str(mount / "R")]):
+            assert _g3(*args, cwd=tmp_path).returncode == 0
+        assert subprocess.run(["mount", "-o", "remount,ro", str(mount)], capture_output=True).returncode == 0
+        for extra in ([], ["--workers", "1"]):
+            r = _g3("eval", str(mount / "R"), *extra, cwd=tmp_path)
+            assert r.returncode == 2, r.stderr
+            assert r.stderr.strip() == f"g3: error: {mount / 'R'}: cannot write eval.json and the workers' logs " \
+                                       "here (Read-only file system)", r.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)

@@ -113,6 +113,18 @@ def make_parent(target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
 
 
+def check_writable(folder: Path, what: str) -> None:
+    """``folder`` takes new files (``what`` says which): a read-only file system or a folder without write
+    permission is one line naming it, before any work (not a worker that cannot open its log)."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".g3-write-check-"):
+            pass
+    except OSError as exc:
+        raise G3InputError(f"cannot write {what} here ({exc.strerror or exc})", path=folder) from None
+
+
 def check_result(path: Path, force: bool, what: str) -> None:
     """Refuse to replace an earlier result file (``eval.json``, ``simulate.json``, ``bench.json``) unless
     ``force``; checked before any work starts."""

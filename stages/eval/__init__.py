@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..common.artifact_json import resolve_reference
-from ..common.atomic import check_result, write_json_atomic
+from ..common.atomic import check_result, check_writable, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.npy import check_digest, digest_path
 from ..common.run_artifact import load_run_meta
@@ -81,6 +81,7 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
         # the same weights evaluated before: reading the result again needs no --force and no workers
         return _answer(earlier, run, split, reused=True)
     check_result(run / "eval.json", force, "an evaluation of other weights (or another worker count)")
+    check_writable(run, "eval.json and the workers' logs")
     plan = Path(plan) if plan else run_plan_path(run, meta)
     if emulate_link is None:  # the local workers' fork server starts while the plan and the weights are checked
         from ..runtime.launch import INFERENCE_PRELOAD, start_server_early
