@@ -59,8 +59,8 @@ class G3Group(click.Group):
             where = f"{exc.filename}: " if exc.filename else ""
             click.echo(f"g3: error: {where}{exc.strerror or exc}", err=True)
             sys.exit(2)
-        except KeyboardInterrupt:
-            click.echo("g3: interrupted", err=True)
+        except KeyboardInterrupt as exc:  # its message, when it has one, says what was kept
+            click.echo(f"g3: interrupted{f': {exc}' if str(exc) else ''}", err=True)
             sys.exit(130)
 
 

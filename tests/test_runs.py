@@ -300,3 +300,33 @@ def test_artifacts_made_from_relative_paths_record_absolute_ones_and_a_moved_run
     monkeypatch.chdir(tmp_path / "elsewhere")
     r = invoke(["eval", "R"])
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("after_epochs", [0, 2])
+def test_ctrl_c_during_a_force_rerun_keeps_the_earlier_run_and_leaves_nothing_else(plan, tmp_path, after_epochs):
+    """Ctrl-C at a terminal (SIGINT to the whole process group: launcher, fork server, workers) while
+    `--force` retrains over a run — at its start or mid-training: one line saying the earlier run is kept, no
+    traceback from the fork server, and no `.RUN.tmp-…` folder left beside it."""
+    run = tmp_path / "run"
+    assert train(plan, run, "--epochs", "1").exit_code == 0
+    before = sorted(p.name for p in run.iterdir())
+    cmd = [sys.executable, "-m", "g3cli.main", "train", str(plan), "-o", str(run), *COMMON, "--epochs", "100000",
+           "--force"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        t0 = time.monotonic()  # the attempt's folder made (workers starting), or some epochs trained in it
+        while not any(after_epochs == 0 or ((p / "metrics.jsonl").is_file() and len(epochs_recorded(p)) >= after_epochs)
+                      for p in tmp_path.glob(".run.tmp-*")):
+            assert proc.poll() is None and time.monotonic() - t0 < 120, proc.communicate()
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == f"g3: interrupted: the earlier run in {run} is kept", err
+    assert "Traceback" not in err, err
+    time.sleep(1.5)  # a worker that started late would notice its launcher gone within a heartbeat
+    assert not list(tmp_path.glob(".run.tmp-*")) and sorted(p.name for p in run.iterdir()) == before

@@ -119,7 +119,23 @@ def start_method(preload: list[str] | None = None) -> str:
         import multiprocessing
 
         multiprocessing.set_forkserver_preload(_preload(PRELOAD if preload is None else preload))
+        _start_server_deaf_to_ctrl_c()
     return method
+
+
+def _start_server_deaf_to_ctrl_c() -> None:
+    """Start the fork server (if not running) with SIGINT blocked, a mask it and the workers forked from it
+    inherit. A Ctrl-C at a terminal reaches the whole process group; it is the launcher's to answer (it kills
+    its workers and says what was kept): the server, still starting its interpreter or importing torch, printed
+    a traceback (or "Fatal Python error") under the launcher's one line. Blocked, not ignored, in this thread
+    while the server starts: a Ctrl-C in that moment stays pending and reaches the launcher right after."""
+    from multiprocessing import forkserver
+
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def start_server_early(preload: list[str] | None = None) -> None:
@@ -288,7 +304,8 @@ def _beat(path: Path, parent: int) -> None:
         launcher = None
     while True:
         if not _alive(launcher):
-            log.error("the launcher (pid %d) is gone: leaving", parent)
+            if logging.getLogger("g3").handlers:  # into the rank's log; never onto the terminal's stderr
+                log.error("the launcher (pid %d) is gone: leaving", parent)
             logging.shutdown()
             os._exit(3)
         try:
@@ -302,7 +319,7 @@ def start_heartbeat(run_dir: Path, rank: int, prefix: str, launcher: int) -> Non
     """This worker's heartbeat thread (:func:`_beat`): its file in the run's logs, touched every second while the
     launcher (pid ``launcher``) lives."""
     hb = heartbeat_path(run_dir, rank, prefix)
-    hb.parent.mkdir(parents=True, exist_ok=True)
+    hb.parent.mkdir(exist_ok=True)  # in the run folder the launcher made: never re-made after it was removed
     threading.Thread(target=_beat, args=(hb, launcher), daemon=True, name="heartbeat").start()
 
 
@@ -322,6 +339,8 @@ def _spawn_entry(rank: int, entry, world: int, run_dir: str, prefix: str, init_m
     os.environ.update(launcher["env"])
     os.chdir(launcher["cwd"])
     os.environ.setdefault("LOCAL_WORLD_SIZE", str(world))
+    if not Path(run_dir).is_dir():  # the launcher stopped, and removed its attempt, before this worker started
+        os._exit(3)
     start_heartbeat(Path(run_dir), rank, prefix, parent)
     try:
         run_guarded(entry, rank, world, Path(run_dir), prefix, init_method, *args)

@@ -199,6 +199,14 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
             if work != run_dir:
                 fsync_tree(work)
                 publish_dir(work, run_dir, force=True)
+        except KeyboardInterrupt as exc:  # whenever it comes: a --force attempt leaves nothing it cannot use
+            if work != run_dir and not _has_checkpoint(work):
+                shutil.rmtree(work, ignore_errors=True)  # nothing to resume from; the earlier run stays
+                raise KeyboardInterrupt(f"the earlier run in {run_dir} is kept") from None
+            if work != run_dir:
+                raise KeyboardInterrupt(f"the earlier run in {run_dir} is kept; this attempt, with its "
+                                        f"checkpoints, is in {work}") from exc
+            raise
         except OSError as exc:  # the disk refused (full, read-only): named by the run's path, nothing to resume lost
             if not cfg.resume and not _has_checkpoint(work):
                 shutil.rmtree(work, ignore_errors=True)
