@@ -280,6 +280,46 @@ def test_engine_wait_any_resumes_once():
     assert stats[1].comm_wait == pytest.approx(1.5) and stats[1].busy == pytest.approx(3.0)
 
 
+@pytest.mark.parametrize("k", [2, 3, 4, 5, 8])
+def test_connections_share_links_fairly_so_an_all_to_all_takes_k_minus_1_link_times(k):
+    """Every worker sends 1 MB to every peer at once over 1 MB/s links: with the links shared fairly between the
+    connections (what TCP flows converge to, and what g3's emulated hosts measure) each link carries K − 1 MB
+    in K − 1 s; first come, first served per link took 2K − 3 s."""
+    from stages.simulate.engine import Engine
+
+    def worker(w):
+        for p in range(k):
+            if p != w:
+                yield ("send", (w, p), p, 10**6, False)
+        yield ("wait_all", [(p, w) for p in range(k) if p != w])
+        yield ("wait_sends",)
+
+    stats = Engine(k, Network(1e6, 0.001)).run([worker(w) for w in range(k)])
+    assert max(s.end for s in stats) == pytest.approx(k - 1 + 0.001)
+
+
+def test_one_connection_is_first_in_first_out_and_shares_the_sender_link_with_another():
+    """Two messages to one peer go one after the other (one connection); a third to another peer, posted with
+    them, shares the sender's egress half and half while both connections send."""
+    from stages.simulate.engine import Engine
+
+    def sender():
+        yield ("send", "a", 1, 2, False)
+        yield ("send", "b", 1, 2, False)
+        yield ("send", "c", 2, 2, False)
+        yield ("wait_sends",)
+
+    def receiver(keys):
+        def gen():
+            yield ("wait_all", keys)
+        return gen()
+
+    engine = Engine(3, Network(2.0, 0.0))
+    engine.run([sender(), receiver(["a", "b"]), receiver(["c"])])
+    # a and c share the egress (1 B/s each): both leave at 2; b then has it alone: 2 bytes at 2 B/s, leaves at 3
+    assert engine.left == pytest.approx({"a": 2.0, "c": 2.0, "b": 3.0})
+
+
 def test_bad_strategy_figures_are_refused(tiny_plan, tmp_path, cli_runner):
     from g3cli.main import cli
 

@@ -11,12 +11,15 @@ A worker is a Python generator that yields requests and receives the current sim
 ``("barrier", name)``            block until every worker has reached the barrier ``name``.
 
 **Network.** Every host has one egress and one ingress link of ``bandwidth`` bytes/s, of which ``share`` carries
-payload (TCP/IP and Ethernet headers take the rest). A message posted at t from s to r starts when both s's
-host's egress and r's host's ingress are free (first come, first served in posting order), occupies both for
-``nbytes / (bandwidth · share)`` seconds, and arrives ``latency`` seconds after its last byte left. Its *send*
-completes when its last byte has left the sender (what waiting on a non-blocking send waits for). Workers of
-one host (``workers_per_host`` consecutive ranks, or the ranks ``hosts`` maps to it; default one worker per
-host) exchange messages over its loopback: no link time, no latency.
+payload (TCP/IP and Ethernet headers take the rest). Messages from one host to another travel in order over one
+connection (FIFO within the pair, as over one TCP connection); the connections that are sending at a moment
+share the links fairly (a fluid model: max-min fair rates over every egress and ingress link, recomputed
+whenever a message starts or finishes), as TCP flows converge to on a switched network. A uniform all-to-all
+of K hosts then takes K − 1 link times, as measured on g3's emulated hosts, where first come, first served
+took 2K − 3. A message's *send* completes when its last byte has left the sender (what a blocking send and
+waiting on sends wait for); it arrives ``latency`` seconds later. Workers of one host (``workers_per_host``
+consecutive ranks, or the ranks ``hosts`` maps to it; default one worker per host) exchange messages over its
+loopback: no link time, no latency.
 
 **A cluster of unlike hosts.** ``links`` gives each rank its host's link rate (bytes/s per direction, before
 ``share``) and ``speeds`` its compute speed relative to the machine the rates were measured on; the defaults
@@ -26,8 +29,8 @@ between two workers runs at the slower of their two links; a collective or trans
 are divided by its speed where its requests are made (the models' own modules: each builds its worker's
 durations from its rates).
 
-Events are processed in time order, so every message that arrives by time t has been posted (and its link
-time reserved) before any worker decides what to do at t, as long as ``latency > 0`` or messages have bytes.
+Events are processed in time order; the network's own events (a message finishing) are interleaved with the
+workers', so a wait that a message completes resumes at the message's arrival.
 """
 
 from __future__ import annotations
@@ -109,11 +112,13 @@ class Deadlock(RuntimeError):
     pass
 
 
+NET = -1  # the heap entries of the network's own events (a message finishing), not a worker's
+_DONE = 1e-9  # a message is sent when this share of its bytes (or one byte in a billion) is left
+
+
 class Engine:
     def __init__(self, k: int, net: Network, record: bool = False):
         self.k, self.net, self.record = k, net, record
-        self.egress = [0.0] * k
-        self.ingress = [0.0] * k
         self.arrival: dict = {}  # key -> arrival time at the receiver
         self.left: dict = {}  # key -> time the last byte left the sender
         self.posted_by = [[] for _ in range(k)]  # keys each worker posted
@@ -123,27 +128,82 @@ class Engine:
         self._waiting: dict[int, tuple] = {}  # worker -> (kind, keys, since, wait id)
         self._wait_id = 0
         self._barriers: dict = {}
+        # the fluid network: per (sending host, receiving host) connection, its messages in order, each
+        # [key, bytes left, bytes, sender, receiver]; the first one of each is sending at ``_rate[pair]``
+        self._queues: dict[tuple[int, int], list] = {}
+        self._rate: dict[tuple[int, int], float] = {}
+        self._t_net = 0.0
+        self._net_tag = 0
 
     # --- network -------------------------------------------------------------------------------------------
-    def post(self, t: float, key, src: int, dst: int, nbytes: int) -> float:
+    def post(self, t: float, key, src: int, dst: int, nbytes: int) -> None:
+        """Post a message at ``t``; its ``left`` and ``arrival`` times are known once it has been sent."""
         hs, hd = self.net.host(src), self.net.host(dst)
-        if hs == hd:  # one host's loopback
-            start = end = t
-            self.left[key] = self.arrival[key] = t
-        else:
-            start = max(t, self.egress[hs], self.ingress[hd])
-            end = start + self.net.transfer(nbytes, src, dst)
-            self.egress[hs] = self.ingress[hd] = end
-            self.left[key] = end
-            self.arrival[key] = end + self.net.latency
         st = self.stats[src]
         st.bytes_sent += int(nbytes)
         st.messages += 1
-        st.link_seconds += end - start
         self.posted_by[src].append(key)
-        if dst in self._waiting:
-            self._reschedule(dst)
-        return end
+        seconds = self.net.transfer(nbytes, src, dst)
+        st.link_seconds += seconds if hs != hd else 0.0
+        if hs == hd or seconds <= 0.0:  # one host's loopback, or nothing to carry: there at once
+            self._finish(t, key, src, dst, latency=0.0 if hs == hd else self.net.latency)
+            return
+        self._progress(t)
+        self._queues.setdefault((hs, hd), []).append([key, float(nbytes), float(nbytes), src, dst])
+        self._reallocate(t)
+
+    def _capacity(self, worker: int) -> float:
+        return self.net.link(worker) * self.net.share
+
+    def _progress(self, t: float) -> None:
+        """Every sending connection's first message, carried on at its rate up to ``t``."""
+        dt = t - self._t_net
+        if dt > 0:
+            for pair, rate in self._rate.items():
+                self._queues[pair][0][1] -= rate * dt
+        self._t_net = max(self._t_net, t)
+
+    def _reallocate(self, t: float) -> None:
+        """Max-min fair rates of the sending connections (progressive filling over the egress and ingress
+        links), and the network's next event: the first message to finish at those rates."""
+        heads = {pair: q[0] for pair, q in self._queues.items() if q}
+        left_cap: dict = {}
+        users: dict = {}
+        for (hs, hd), msg in heads.items():
+            for link, cap in ((("out", hs), self._capacity(msg[3])), (("in", hd), self._capacity(msg[4]))):
+                left_cap[link] = min(left_cap.get(link, cap), cap)
+                users.setdefault(link, set()).add((hs, hd))
+        rate: dict = {}
+        while len(rate) < len(heads):
+            share, link = min((left_cap[lk] / len(u), lk) for lk, u in users.items() if u)
+            for pair in list(users[link]):
+                rate[pair] = share
+                for lk in (("out", pair[0]), ("in", pair[1])):
+                    users[lk].discard(pair)
+                    left_cap[lk] -= share
+        self._rate = rate
+        self._net_tag += 1
+        if rate:
+            t_next = min(t + max(0.0, heads[p][1]) / r for p, r in rate.items() if r > 0)
+            self._push(t_next, NET, self._net_tag)
+
+    def _net_event(self, t: float) -> None:
+        """At ``t``: the messages whose last byte has left are sent; the next in their connections start."""
+        self._progress(t)
+        for pair in list(self._rate):
+            queue = self._queues[pair]
+            key, remaining, size, src, dst = queue[0]
+            if remaining <= _DONE * max(1.0, size):
+                queue.pop(0)
+                self._finish(t, key, src, dst, self.net.latency)
+        self._reallocate(t)
+
+    def _finish(self, t: float, key, src: int, dst: int, latency: float) -> None:
+        self.left[key] = t
+        self.arrival[key] = t + latency
+        for w in (src, dst):
+            if w in self._waiting:
+                self._reschedule(w)
 
     # --- scheduling ----------------------------------------------------------------------------------------
     def _push(self, t: float, w: int, tag=None) -> None:
@@ -151,7 +211,11 @@ class Engine:
         heapq.heappush(self._heap, (t, self._seq, w, tag))
 
     def _wait_time(self, kind: str, keys) -> float:
-        """When the wait can end given what is posted so far (inf: not yet known)."""
+        """When the wait can end given what has been sent so far (inf: not yet known)."""
+        if kind in ("sent", "sends"):  # a blocking send; every send of this worker
+            if any(k not in self.left for k in keys):
+                return math.inf
+            return max((self.left[k] for k in keys), default=0.0)
         if kind == "all":
             if any(k not in self.arrival for k in keys):
                 return math.inf
@@ -174,6 +238,10 @@ class Engine:
             self._push(0.0, w)
         while self._heap:
             t, _, w, tag = heapq.heappop(self._heap)
+            if w == NET:
+                if tag == self._net_tag:  # not superseded by a later reallocation
+                    self._net_event(t)
+                continue
             if done[w]:
                 continue
             if w in self._waiting:
@@ -192,10 +260,10 @@ class Engine:
 
     def _account_wait(self, w: int, kind: str, since: float, t: float) -> None:
         st = self.stats[w]
-        if kind in ("all", "any", "sends"):
+        if kind in ("all", "any", "sends", "sent"):
             st.comm_wait += t - since
         if self.record and t > since:
-            st.spans.append((since, t, "wait", kind))
+            st.spans.append((since, t, "wait", "send" if kind == "sent" else kind))
 
     def _advance(self, w: int, gen, t: float, done: list, started: list) -> None:
         """Resume worker ``w`` at time ``t`` and handle its requests until it has to wait."""
@@ -227,13 +295,9 @@ class Engine:
                 return
             if op == "send":
                 _, key, peer, nbytes, blocking = req
-                end = self.post(t, key, w, peer, nbytes)
+                self.post(t, key, w, peer, nbytes)
                 if blocking:
-                    st.comm_wait += end - t
-                    if self.record and end > t:
-                        st.spans.append((t, end, "wait", "send"))
-                    self._push(end, w)
-                    st.end = end
+                    self._wait(w, "sent", [key], t)
                     return
                 continue
             if op in ("wait_all", "wait_any"):
@@ -244,14 +308,9 @@ class Engine:
                 self._wait(w, kind, keys, t)
                 return
             if op == "wait_sends":
-                t_next = max((self.left[k] for k in self.posted_by[w]), default=t)
-                if t_next <= t:
+                if self._wait_time("sends", self.posted_by[w]) <= t:
                     continue
-                st.comm_wait += t_next - t
-                if self.record:
-                    st.spans.append((t, t_next, "wait", "sends"))
-                self._push(t_next, w)
-                st.end = t_next
+                self._wait(w, "sends", list(self.posted_by[w]), t)
                 return
             if op == "barrier":
                 name = req[1]
