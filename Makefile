@@ -34,7 +34,8 @@ demo: setup
 # subprocess is waiting, which the other process fills (in one process the suite used ~40 % of the 2 cores;
 # three processes were slower than two). The 20 slowest tests are listed at the end (docs/BENCHMARKS.md, "The test suite").
 TEST_PROCS  ?= 2
-test: setup
+# The linter first (a second): CI runs `make test`, so the rules it checks hold on main.
+test: setup lint
 	$(BIN)/python -m pytest -q -n $(TEST_PROCS) --durations=20 tests
 
 # A developer's quick signal (< 2 min on 2 cores): every test but those marked slow (the ones that launch workers)
@@ -42,7 +43,7 @@ test-fast: setup
 	$(BIN)/python -m pytest -q -n $(TEST_PROCS) -m "not slow" tests
 
 lint: setup
-	$(BIN)/ruff check g3 g3cli stages tests examples/gpu_check.py examples/gpu_kernels.py
+	$(BIN)/ruff check g3 g3cli stages tests examples
 
 # g3 against its peers on the built-in `small` graph (PyG with `make peers`, DGL with `make peers-dgl`);
 # the other benchmarks of docs/BENCHMARKS.md are listed there with their commands.
