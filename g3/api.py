@@ -299,7 +299,7 @@ def export(run: Run | PathLike, out: PathLike, format: str = "pyg", checkpoint: 
     what g3 computes (on a symmetric graph for GCN: PyG normalises by in-degrees at both ends); beside it
     ``out.json`` = ``{"class": …, "kwargs": {…}}``, the constructor call
     (``getattr(torch_geometric.nn.models, class)(**kwargs)``). Returns ``out``."""
-    from stages.common.atomic import atomic_file, check_target, write_json_atomic
+    from stages.common.atomic import FILE, atomic_file, check_target, write_json_atomic
 
     if format != "pyg":
         raise G3InputError(f"unknown export format {format!r} (available: pyg)")
@@ -307,7 +307,7 @@ def export(run: Run | PathLike, out: PathLike, format: str = "pyg", checkpoint: 
     out = Path(out)
     spec_file = out.with_name(out.name + ".json")
     for target in (out, spec_file):  # neither may be an input, or part of one (the run's own weights)
-        check_target(target, force, None, (run.path, checkpoint))
+        check_target(target, force, FILE, (run.path, checkpoint))
     model = load_model(run, checkpoint).gnn
     layers = list(model.layers)
     kinds = {type(layer) for layer in layers}

@@ -73,6 +73,17 @@ def print_summary(summary: dict) -> None:
         from rich.pretty import Pretty
 
         console.print(Pretty(summary))
+    if isinstance(summary.get("cost"), dict):
+        console.print(cost_line(summary["cost"]))
+
+
+def cost_line(cost: dict) -> str:
+    """What the stage that made an artifact took: its time and peak memory (with the workers' share)."""
+    line = f"made in {cost.get('seconds', 0):.1f} s, peak memory {human_bytes(int(cost.get('peak_memory_bytes', 0)))}"
+    if cost.get("workers_peak_bytes"):
+        line += (f" (the command {human_bytes(int(cost.get('process_peak_bytes', 0)))}, its workers "
+                 f"{human_bytes(int(cost['workers_peak_bytes']))})")
+    return line
 
 
 def _print_run(run: dict) -> None:

@@ -44,6 +44,7 @@ def store_summary(store: GraphStore, verify: bool = False) -> dict:
         "removed": m["removed"],
         "source": m["source"],
         "size_on_disk": store.size_on_disk(),
+        "cost": m.get("cost"),  # what `g3 ingest` took (stores made before it was recorded: None)
     }
     if verify:
         bad = store.verify()

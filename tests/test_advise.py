@@ -144,8 +144,9 @@ def test_neutrontp_computes_at_the_speed_its_own_run_shows(advice):
 
 
 def test_a_slower_link_slows_the_communication_heavy_candidates_most(advice):
-    """From 10 Gbit/s to 100 Mbit/s every epoch grows, and by more the more bytes the candidate sends (the
-    simulator's network model); the sampling strategy that sends the most falls furthest."""
+    """From 10 Gbit/s to 100 Mbit/s every epoch grows, and broadly by more the more bytes the candidate sends (with links shared fairly, a
+    candidate whose messages overlap well can grow less than one sending a little fewer bytes: the order is
+    checked between byte counts at least twice apart); the candidate that sends the most falls furthest."""
     _, result = advice
     fast = {(e["strategy"], e["variant"]): e for e in _predicted(result, "10gbit")}
     slow = {(e["strategy"], e["variant"]): e for e in _predicted(result, "100mbit")}
@@ -157,8 +158,11 @@ def test_a_slower_link_slows_the_communication_heavy_candidates_most(advice):
     # per-step all-reduce alone (tests/test_simulate_clustergcn.py), so it has no place in this order
     sending = [k for k in fast if sent[k] > 0]
     by_bytes = sorted({sent[k] for k in sending})
-    mean_growth = [max(grow[k] for k in sending if sent[k] == b) for b in by_bytes]
-    assert mean_growth == sorted(mean_growth)  # more bytes, more growth
+    growth_at = {b: max(grow[k] for k in sending if sent[k] == b) for b in by_bytes}
+    for small in by_bytes:  # more bytes (twice or more), more growth
+        for large in by_bytes:
+            if large >= 2 * small:
+                assert growth_at[large] > growth_at[small], (small, large, growth_at)
     heaviest = max(fast, key=sent.get)
     assert grow[heaviest] == max(grow.values())
     assert "100mbit" in slow[heaviest]["reason"]

@@ -25,6 +25,8 @@ ARTIFACT_MARKERS = {"store": "zarr.json", "partition": "partition.json", "plan":
                     "bundle": "bundle.json", "logits": "zarr.json"}
 
 
+FILE = "file"  # the kind of a single-file output (check_target): a folder in its place is refused
+
 def _is_artifact(folder: Path, kind: str) -> bool:
     """Whether ``folder`` is a g3 artifact of ``kind``: its marker file, and for the two zarr kinds the node
     type in it (a store is a zarr group, `g3 predict`'s logits a zarr array)."""
@@ -59,10 +61,12 @@ def check_replaceable(target: Path, kind: str | None, inputs: Iterable = ()) -> 
     for given, what in _inputs_touched(where, inputs):
         raise G3InputError(f"{what} an input of this command ({given}): --force never replaces an input; "
                            "choose another output", path=target)
-    if kind is None:  # a file output (`g3 export`): a folder there is never replaced by a file
+    if kind == FILE:  # a file output (`g3 export`): a folder there is never replaced by a file
         if where.is_dir():
             raise G3InputError("is a folder: give the file to write (--force replaces only an earlier file)",
                                path=target)
+        return
+    if kind is None:
         return
     if where.is_dir() and (_is_artifact(where, kind) or not any(where.iterdir())):
         return

@@ -11,11 +11,13 @@ import dataclasses
 import json
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..common.artifact_json import resolve_reference
 from ..common.atomic import check_result, check_writable, write_json_atomic
+from ..common.cost import stage_cost
 from ..common.errors import G3InputError
 from ..common.npy import check_digest, digest_path
 from ..common.run_artifact import load_run_meta
@@ -67,6 +69,7 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
     (filtered to ``split``). ``plan``: the plan the run was trained with, when it is not where run.json says
     (a multi-host run's folder copied back: its node plan stayed on its host). ``emulate_link``/``hosts``: on
     emulated hosts (stages/runtime/launchers.py), as `g3 train --emulate-link`."""
+    t_stage = time.perf_counter()
     run = Path(run)
     meta = load_run(run)
     if split not in (*SPLITS, "all"):
@@ -115,6 +118,7 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
             shutil.rmtree(tmp, ignore_errors=True)
     result = json.loads((run / "eval.json").read_text())
     result["weights_sha256"] = digest  # what a later `g3 eval` compares to reuse this result
+    result["cost"] = stage_cost(t_stage)  # this process (one worker evaluates in it; more report no peak)
     write_json_atomic(run / "eval.json", result)
     return _answer(result, run, split, reused=False)
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..common.atomic import atomic_dir
+from ..common.cost import stage_cost
 from ..common.errors import G3InputError
 from ..common.progress import make_progress
 from ..common.store import SPLITS, StoreWriter, index_dtype
@@ -102,6 +103,7 @@ def build_store(source: GraphSource, out: str | os.PathLike, options: IngestOpti
             **label_info,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "g3_version": _version(),
+            "cost": stage_cost(t0),
         }
         writer.finish(meta)
         t_end = time.perf_counter()

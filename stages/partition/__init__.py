@@ -19,6 +19,7 @@ import numpy as np
 
 from ..common.artifact_json import reference
 from ..common.atomic import atomic_dir, check_target, write_json_atomic
+from ..common.cost import stage_cost
 from ..common.errors import G3InputError
 from ..common.npy import npy_entry
 from ..common.partition_artifact import PARTITION_SCHEMA, PARTITION_VERSION
@@ -116,8 +117,10 @@ def run_partition(store_path: str | Path, options: PartitionOptions, out: str | 
     if options.threads is not None:
         numba.set_num_threads(min(options.threads, numba.config.NUMBA_NUM_THREADS))
     timing: dict[str, float] = {}
+    t0 = time.perf_counter()
     with atomic_dir(out, force=force, kind="partition", inputs=(store.path,)) as tmp:
         summary = _partition_into(tmp, store, options, timing)
+        summary["cost"] = stage_cost(t0)
         summary["path"] = str(out.resolve())
         summary["store"].update(reference(store.path, out))
         summary["files"] = {"assignment.npy": npy_entry(tmp / "assignment.npy")}  # readers verify it

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..common.artifact_json import reference
 from ..common.atomic import atomic_dir, check_target, write_json_atomic
+from ..common.cost import stage_cost
 from ..common.errors import G3InputError
 from ..common.model_spec import MODEL_KINDS, ModelSpec
 from ..common.npy import npy_manifest
@@ -117,6 +118,7 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
             "widths": spec.widths,
             **planned,
             "seconds": round(time.perf_counter() - t0, 3),
+            "cost": stage_cost(t0),
         }
         write_json_atomic(tmp / "plan.json", plan, seal=True)
     plan["path"] = str(out)

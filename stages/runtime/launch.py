@@ -437,7 +437,9 @@ def user_script() -> str | None:
     main = sys.modules.get("__main__")
     spec_name = getattr(getattr(main, "__spec__", None), "name", "") or ""
     path = getattr(main, "__file__", None)
-    if path is None or spec_name.startswith("g3cli") or Path(path).name in ("g3", "g3.exe"):
+    # `python -m g3cli…`, or the console script, whose module holds the CLI's own main function
+    cli_script = getattr(getattr(main, "main", None), "__module__", "") == "g3cli.main"
+    if path is None or spec_name.startswith("g3cli.") or spec_name == "g3cli" or cli_script:
         return None
     return str(path)
 

@@ -26,6 +26,7 @@ from ..common.atomic import (
     target_lock,
     write_json_atomic,
 )
+from ..common.cost import stage_cost
 from ..common.errors import G3InputError, G3RuntimeError
 from ..common.model_spec import bins_device
 from ..common.partition_artifact import load_assignment, load_partition_meta, partition_digest
@@ -144,6 +145,7 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     resumed run must keep the settings that change the computation and have a checkpoint to start from."""
     from .loop import train_rank
 
+    t_stage = time.perf_counter()
     plan = Path(plan)
     run_dir = Path(out) if out else plan.parent / f"{plan.name}.run"
     cfg = with_cadences(cfg, run_dir)
@@ -195,7 +197,8 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
                         from None
                 raise
             info = _write_run_json(work, plan, meta, cfg, status="completed", seconds=time.perf_counter() - t0,
-                                   path=run_dir, launcher={**where, **measured})
+                                   path=run_dir, launcher={**where, **measured},
+                                   cost=stage_cost(t_stage, _workers_peak(work)))
             if work != run_dir:
                 fsync_tree(work)
                 publish_dir(work, run_dir, force=True)
@@ -214,6 +217,17 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
                 raise OSError(exc.errno, os.strerror(exc.errno), str(run_dir)) from None
             raise
     return info
+
+
+def _workers_peak(run_dir: Path) -> int:
+    """The workers' peak memory summed (each worker's last epoch record: its high-water mark), 0 if unknown."""
+    from ..common.run_artifact import read_metrics
+
+    try:
+        last = read_metrics(run_dir, need=("epoch",))[-1]
+    except (G3InputError, IndexError):
+        return 0
+    return sum(int(w.get("peak_memory_bytes") or 0) for w in last.get("workers") or [] if isinstance(w, dict))
 
 
 def _has_checkpoint(run_dir: Path) -> bool:
