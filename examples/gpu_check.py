@@ -16,7 +16,8 @@ What it runs (each through the real CLI, ``python -m g3cli``: ingest, partition,
   both devices; the peak device memory against the plan's bound
   (``device_memory`` of a plan that sizes bins by it, else the plan's per-worker ``memory_bytes``); the
   operations and host synchronisations of one steady step (``g3 train --count-ops``);
-* **time on a products-sized graph** (``synthetic:products``, 2.4 M nodes, 122 M arcs): the same cases on the
+* **time on a larger graph** (``synthetic:medium``, 500 K nodes, 25 M arcs, by default: preparing
+  ``synthetic:products``, 122 M arcs, takes minutes of a lent machine's 15; ``--graph`` takes it): the same cases on the
   device only (the CPU's exactness is the smaller graphs'), while ``--budget`` allows;
 * PyG on the same GPU, same model, when torch_geometric imports there: the full-graph ``SAGEConv`` epoch and
   the ``NeighborLoader`` epoch (fanouts 25,10, batch 1000, its CPU sampling with worker processes; it needs
@@ -321,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="the device under test; cpu stands in for a GPU (tests)")
     ap.add_argument("--exact-graph", default="synthetic:tiny", help="graph of the float64 exactness runs")
-    ap.add_argument("--graph", default="synthetic:small,synthetic:products",
+    ap.add_argument("--graph", default="synthetic:small,synthetic:medium",
                     help="graphs of the timed runs, comma-separated: the first is also run on the CPU (float32 "
                          "agreement), the others on the device only")
     ap.add_argument("--epochs", type=int, default=4, help="epochs of the runs on the timed graph (exact: 3)")
