@@ -76,6 +76,8 @@ def _api(func):
     import typing
 
     sig = inspect.signature(func)
+    # resolved at the first call (the annotations name Run, defined after the functions)
+    hints_of = functools.cache(lambda: typing.get_type_hints(func, globalns={**globals(), "Run": Run}))
 
     @functools.wraps(func)
     def checked(*args, **kwargs):
@@ -86,7 +88,7 @@ def _api(func):
             raise SystemExit(f"g3: {caller.f_code.co_filename} calls g3.{func.__name__} at its top level, and g3's "
                              "worker processes import that script: put its calls under "
                              "`if __name__ == \"__main__\":`")
-        hints = typing.get_type_hints(func, globalns={**globals(), "Run": Run})
+        hints = hints_of()
         bound = sig.bind(*args, **kwargs)
         for name, value in bound.arguments.items():
             hint = hints.get(name)

@@ -4,6 +4,7 @@ a run's status never stays ``running`` once its command has ended. Needs root (m
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -34,20 +35,26 @@ def _digests(folder: Path) -> dict[str, str]:
             for f in sorted(folder.rglob("*")) if f.is_file() and "logs" not in f.parts}
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 1 MiB tmpfs at tmp_path/disk, unmounted afterwards whatever happens."""
-    mount = tmp_path / "disk"
+@contextlib.contextmanager
+def tmpfs(mount: Path, size: str):
+    """A tmpfs of ``size`` at ``mount`` (skipped without root or mount), unmounted afterwards whatever happens."""
     mount.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("needs root to mount a small tmpfs")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+        pytest.skip("needs root to mount a tmpfs")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
     try:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs at tmp_path/disk."""
+    with tmpfs(tmp_path / "disk", "1m") as mount:
+        yield mount
 
 
 def _fill(disk: Path) -> None:
@@ -104,14 +111,7 @@ def test_a_run_whose_launcher_was_killed_reads_as_interrupted(tiny_store, tmp_pa
 
 def test_eval_of_a_run_on_a_read_only_file_system_is_one_line(tiny_store, tmp_path):
     """A run on a read-only file system: `g3 eval` says it cannot write there (exit 2), not "worker 0 exited"."""
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("needs root to mount a tmpfs")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "ro", "64m") as mount:
         for args in (["partition", str(tiny_store), "--workers", "1", "-o", str(mount / "p")],
                      ["plan", str(mount / "p"), "--hidden", "4", "-o", str(mount / "P")],
                      ["train", str(mount / "P"), "--epochs", "1", "--threads", "1", "-o", str(mount / "R")]):
@@ -122,5 +122,3 @@ def test_eval_of_a_run_on_a_read_only_file_system_is_one_line(tiny_store, tmp_pa
             assert r.returncode == 2, r.stderr
             assert r.stderr.strip() == f"g3: error: {mount / 'R'}: cannot write eval.json and the workers' logs " \
                                        "here (Read-only file system)", r.stderr
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)

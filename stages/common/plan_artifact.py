@@ -118,9 +118,10 @@ class LayerPlan:
         if int(arcs.sum()) != len(self.indices):
             raise G3InputError(f"file indices.npy holds {len(self.indices)} arcs, the bins {int(arcs.sum())}",
                                path=where)
-        if len(self.indices):
-            limit = np.repeat(np.diff(self.src_ptr), arcs)  # each arc's bin's source count
-            if int(self.indices.min()) < 0 or (self.indices >= limit).any():
+        busy = arcs > 0
+        if busy.any():  # each bin's largest source position against its source count: no arcs-sized array
+            largest = np.maximum.reduceat(self.indices, row_ptr[self.bin_ptr[:-1]][busy])
+            if int(self.indices.min()) < 0 or (largest >= np.diff(self.src_ptr)[busy]).any():
                 raise G3InputError("file indices.npy holds a source position outside its bin's sources",
                                    path=where)
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 
@@ -130,7 +131,7 @@ class Engine:
         self._barriers: dict = {}
         # the fluid network: per (sending host, receiving host) connection, its messages in order, each
         # [key, bytes left, bytes, sender, receiver]; the first one of each is sending at ``_rate[pair]``
-        self._queues: dict[tuple[int, int], list] = {}
+        self._queues: dict[tuple[int, int], deque] = {}
         self._rate: dict[tuple[int, int], float] = {}
         self._t_net = 0.0
         self._net_tag = 0
@@ -149,7 +150,7 @@ class Engine:
             self._finish(t, key, src, dst, latency=0.0 if hs == hd else self.net.latency)
             return
         self._progress(t)
-        self._queues.setdefault((hs, hd), []).append([key, float(nbytes), float(nbytes), src, dst])
+        self._queues.setdefault((hs, hd), deque()).append([key, float(nbytes), float(nbytes), src, dst])
         self._reallocate(t)
 
     def _capacity(self, worker: int) -> float:
@@ -194,7 +195,7 @@ class Engine:
             queue = self._queues[pair]
             key, remaining, size, src, dst = queue[0]
             if remaining <= _DONE * max(1.0, size):
-                queue.pop(0)
+                queue.popleft()
                 self._finish(t, key, src, dst, self.net.latency)
         self._reallocate(t)
 

@@ -10,6 +10,7 @@ import psutil
 import torch
 
 from ..common.artifact_json import sealed
+from ..common.cost import process_peak_bytes
 
 
 def minor_page_faults() -> int:
@@ -24,27 +25,12 @@ def minor_page_faults() -> int:
 
 
 def peak_memory_bytes(device: str) -> int:
-    """Peak device memory: CUDA's max allocated, else this process's peak resident set.
-
-    On Linux the resident peak is ``VmHWM`` of /proc/self/status, the high-water mark of this process's own
-    address space. ``getrusage``'s ``ru_maxrss`` is kept across ``execve``, so a worker spawned by a process
-    that had grown large (``g3 bench`` after exporting the graph) would report its parent's peak instead
-    (seen: every worker of a bench at 2.55 GiB whatever its share); it is the fallback elsewhere."""
+    """Peak device memory: CUDA's max allocated, else this process's peak resident set
+    (:func:`stages.common.cost.process_peak_bytes`: ``VmHWM``, not ``ru_maxrss``, which is kept across
+    ``execve`` — a worker spawned by a process that had grown large would report its parent's peak)."""
     if device.startswith("cuda"):
         return int(torch.cuda.max_memory_allocated(torch.device(device)))
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        import resource
-
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-    except Exception:
-        return int(psutil.Process(os.getpid()).memory_info().rss)
+    return process_peak_bytes() or int(psutil.Process(os.getpid()).memory_info().rss)
 
 
 class NicCounter:
