@@ -30,12 +30,15 @@ killed with SIGKILL leaves them to the next launcher or ``g3 cluster clean`` (na
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import pickle
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -159,8 +162,15 @@ class EmulatedHostsLauncher:
         clean_stale_host_folders(run_dir.parent)
         work = Path(tempfile.mkdtemp(prefix=f".{PREFIX}{os.getpid()}-hosts-{run_dir.name}-", dir=run_dir.parent))
         self._world, self._job = world, work.name
+        with _stderr_appending() if self.live else contextlib.nullcontext():
+            failure, carried = self._run_hosts(world, run_dir, prefix, plan, cfg, extra, entry, work)
+        if failure is not None:
+            raise failure
+        return {"link_bytes": carried}
+
+    def _run_hosts(self, world, run_dir, prefix, plan, cfg, extra, entry, work: Path) -> tuple[Exception | None, dict]:
+        """Prepare, start and supervise the hosts; everything they made is removed whatever happens."""
         hosts: list[_Host] = []
-        failure = None
         try:
             hosts = self._prepare(world, run_dir, prefix, plan, cfg, extra, entry, work)
             self.net.create()
@@ -177,9 +187,7 @@ class EmulatedHostsLauncher:
             finally:
                 self.net.destroy()
                 shutil.rmtree(work, ignore_errors=True)
-        if failure is not None:
-            raise failure
-        return {"link_bytes": carried}
+        return failure, carried
 
     def _prepare(self, world, run_dir, prefix, plan, cfg, extra, entry, work: Path) -> list[_Host]:
         """The bundle's node folders as the hosts' disks, each with its job file and copies of input files."""
@@ -363,6 +371,30 @@ def _gather(hosts: list[_Host], run_dir: Path, prefix: str) -> None:
             shutil.copy2(agent_log, logs / f"{prefix}host-{host.n:05d}.agent.log")
     for f in logs.glob(f"{prefix}rank-*.alive"):
         f.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _stderr_appending():
+    """Standard error appended to while rank 0 writes into it too: rank 0 opens the same file through /proc
+    (a file description of its own, appending), so a launcher writing at its own offset would write over the
+    workers' lines, and its last error line would end in a fragment of an epoch's progress. Nothing changes
+    for a terminal or a pipe."""
+    try:
+        regular = stat.S_ISREG(os.fstat(2).st_mode)
+    except OSError:
+        regular = False
+    if not regular:
+        yield
+        return
+    sys.stderr.flush()
+    flags = fcntl.fcntl(2, fcntl.F_GETFL)
+    fcntl.fcntl(2, fcntl.F_SETFL, flags | os.O_APPEND)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        fcntl.fcntl(2, fcntl.F_SETFL, flags)
+        os.lseek(2, 0, os.SEEK_END)  # what the launcher writes next follows what the workers wrote
 
 
 def clean_stale_host_folders(parent: Path) -> None:

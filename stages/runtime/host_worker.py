@@ -35,8 +35,14 @@ def main(job_file: str) -> None:
     run_dir = Path(job["run_dir"])
     # leaves at once if the launcher is gone (a launcher killed with SIGKILL must not leave workers training)
     start_heartbeat(run_dir, rank, job["prefix"], job["launcher_pid"])
-    run_guarded(job["entry"], rank, job["world"], run_dir, job["prefix"], "env://", job["plan"], str(run_dir),
-                job["cfg"], *job["extra"])
+    try:
+        run_guarded(job["entry"], rank, job["world"], run_dir, job["prefix"], "env://", job["plan"], str(run_dir),
+                    job["cfg"], *job["extra"])
+    except BaseException:
+        # logged with its traceback and written to the rank's .error file, from which the launcher says it in one
+        # line; rank 0's standard error is the user's console, where a traceback would stand above that line
+        sys.stderr.flush()
+        os._exit(1)
     leave_now()  # as a spawned worker: no teardown of torch's native threads after the work is written
 
 
