@@ -38,20 +38,23 @@ NOT_RUN = {"make demo": "tests/test_demo.py runs the demo", "make test": "the su
 COMMAND_SECONDS = 900  # each command's bound
 
 
-def readme_blocks(readme: Path = REPO / "README.md") -> list[str]:
-    """The README's plain code blocks (not ```python or ```text): the ones that hold shell commands."""
-    blocks, current, fenced, plain = [], [], False, True
+def readme_blocks(readme: Path = REPO / "README.md") -> list[tuple[str, str]]:
+    """The README's plain code blocks (not ```python or ```text), the ones that hold shell commands, each with the
+    title of the section it stands in."""
+    blocks, current, fenced, plain, title = [], [], False, True, ""
     for line in readme.read_text().splitlines():
         if line.startswith("```"):
             if fenced:
                 if plain:
-                    blocks.append("\n".join(current))
+                    blocks.append((title, "\n".join(current)))
                 current, fenced = [], False
             else:
                 fenced, plain = True, line.strip() == "```"
             continue
         if fenced:
             current.append(line)
+        elif line.startswith("#"):
+            title = line.lstrip("#").strip()
     return blocks
 
 
@@ -59,16 +62,47 @@ def strip_comment(line: str) -> str:
     return line.split("  #")[0].split(" # ")[0].strip()
 
 
-def readme_lines() -> list[str]:
-    """Every command line of the README in order: continuations joined, comments and the overview diagram
-    (``g3 ingest  →  …``) dropped; a line with ``&&`` stays one line (bash runs it as written)."""
+def readme_sections() -> list[tuple[str, str]]:
+    """Every command line of the README in order, with its section's title: continuations joined, comments and the
+    overview diagram (``g3 ingest  →  …``) dropped; a line with ``&&`` stays one line (bash runs it as written)."""
     lines = []
-    for block in readme_blocks():
+    for title, block in readme_blocks():
         for line in block.replace("\\\n", " ").splitlines():
             line = strip_comment(re.sub(r"\s+", " ", line))
             if line and not line.startswith("#") and "→" not in line and not line.startswith("("):
-                lines.append(line)
+                lines.append((title, line))
     return lines
+
+
+def readme_lines() -> list[str]:
+    """Every command line of the README in order (:func:`readme_sections` without the titles)."""
+    return [line for _, line in readme_sections()]
+
+
+# The README in lanes that run side by side (tests/test_readme.py spreads them over the pytest processes): a
+# section's commands run in its lane, in the README's order; a lane that starts from PREPARE runs in a copy of
+# what PREPARE's commands made (the store, the partitions and the plans). A section not named runs in MAIN.
+PREPARE, MAIN = "prepare", "main"
+SECTION_LANES = {
+    "Quick start": MAIN,
+    "Which strategy should I use?": "advise",
+    "`g3 ingest SOURCE OUT_STORE`": PREPARE,
+    "`g3 info PATH`": PREPARE,
+    "`g3 partition STORE --workers K`": PREPARE,
+    "`g3 plan PART --strategy NAME`": PREPARE,
+    "An emulated cluster on one machine: `--emulate-link RATE`": "emulated",
+}
+STARTS_FROM_PREPARE = {MAIN, "emulated"}
+
+
+def lane_of(title: str) -> str:
+    return SECTION_LANES.get(title, MAIN)
+
+
+def lanes() -> list[str]:
+    """Every lane the README's commands fall in, PREPARE first."""
+    names = {lane_of(title) for title, _ in readme_sections()}
+    return sorted(names, key=lambda n: (n != PREPARE, n))
 
 
 def g3_commands() -> list[str]:
@@ -163,15 +197,21 @@ def run_torchrun(command: str, work: Path, env: dict) -> tuple[int, str]:
     return rc, "\n".join(outputs)
 
 
-def walk(work: Path, shared: Path, scale: str = "tiny", echo=print) -> list[Step]:
-    """Run the README in ``work`` (which must be empty or absent); stops at the first failing command."""
+def walk(work: Path, shared: Path, scale: str = "tiny", echo=print, lane: str | None = None) -> list[Step]:
+    """Run the README in ``work`` (which must be empty or absent; with ``lane``, a lane starting from PREPARE
+    finds PREPARE's output there); stops at the first failing command. ``lane``: that lane's commands only."""
     work.mkdir(parents=True, exist_ok=True)
-    make_user_files(work, shared)
+    if lane is None or lane not in STARTS_FROM_PREPARE:
+        make_user_files(work, shared)
     bindir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{bindir}:{os.environ.get('PATH', '')}", "GLOO_SOCKET_IFNAME": "lo"}
     no_emulation = can_emulate()
     steps, done = [], set()
-    for line in readme_lines():
+    for title, line in readme_sections():
+        if lane is not None and lane_of(title) != lane:
+            if lane in STARTS_FROM_PREPARE and lane_of(title) == PREPARE:
+                done.add(line)  # ran before this lane started, in the folder it starts from
+            continue
         step = Step(line)
         steps.append(step)
         if line in NOT_RUN:
