@@ -42,8 +42,10 @@ test: setup lint
 test-fast: setup
 	$(BIN)/python -m pytest -q -n $(TEST_PROCS) -m "not slow" tests
 
+# ruff, then the architecture's rules (.importlinter: the layers, each stage's internals its own, no import circles)
 lint: setup
 	$(BIN)/ruff check g3 g3cli stages tests examples
+	$(BIN)/lint-imports --no-cache
 
 # g3 against its peers on the built-in `small` graph (PyG with `make peers`, DGL with `make peers-dgl`);
 # the other benchmarks of docs/BENCHMARKS.md are listed there with their commands.

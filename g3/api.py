@@ -120,8 +120,7 @@ def ingest(source: Any, out: PathLike, *, force: bool = False, name: str | None 
     arrays (``edge_index`` ``[2, E]``, optional ``num_nodes``, ``x``, ``y``, ``train``/``valid``/``test`` as
     boolean masks or node ids). ``split`` is the ratio split drawn when the source has none; ``split_index``
     picks one of several splits stored as ``[N, S]`` masks. Returns the store's path."""
-    from stages.ingest import IngestOptions, SourceArgs, run_ingest
-    from stages.ingest.build import build_store
+    from stages.ingest import IngestOptions, SourceArgs, build_store, run_ingest
 
     options = IngestOptions(symmetrize=symmetrize, split=tuple(split), seed=seed)
     if isinstance(source, str | Path):
@@ -131,7 +130,7 @@ def ingest(source: Any, out: PathLike, *, force: bool = False, name: str | None 
         run_ingest(str(source), str(out), "auto", SourceArgs(), options, force)
         return Path(out)
     from stages.common.atomic import check_target
-    from stages.ingest.arrays import source_of
+    from stages.ingest import source_of
 
     check_target(Path(out), force, "store")
     build_store(source_of(source, name=name, split_index=split_index, **node_data), str(out), options, force=force)

@@ -16,9 +16,9 @@ from stages.advise import (
     parse_links,
     parse_strategies,
     parse_workers,
+    print_advice,
     run_advise,
 )
-from stages.advise.report import print_advice
 from stages.common.errors import G3InputError
 from stages.plan import MODELS
 

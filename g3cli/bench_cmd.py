@@ -6,8 +6,7 @@ import json
 
 import click
 
-from stages.bench import PEERS, BenchOptions, run_bench
-from stages.bench.report import print_bench
+from stages.bench import PEERS, BenchOptions, print_bench, run_bench
 from stages.common.units import parse_size
 from stages.runtime.config import PIPELINES
 
@@ -116,7 +115,7 @@ def command(store, model, layers, hidden, heads, strategies, workers, epochs, th
     and bench.png give the median epoch time, bytes sent per epoch, final test accuracy, peak memory per
     worker and the ratios. A peer that is not installed is reported as such. The peers read the graph from a
     neutral .npz exported once."""
-    from stages.bench.runs import split_specs
+    from stages.bench import split_specs
 
     opts = BenchOptions(model=model, layers=layers, hidden=hidden, heads=heads, workers=workers,
                         strategies=tuple(split_specs(strategies)), epochs=epochs,

@@ -62,7 +62,7 @@ def print_summary(summary: dict) -> None:
     if kind == "store":
         _print_store(summary)
     elif kind == "partition":
-        from stages.partition.report import print_partition_summary
+        from stages.partition import print_partition_summary
 
         print_partition_summary(summary, console)
     elif kind == "plan":
@@ -229,11 +229,15 @@ def _option_text(v) -> str:
 def print_run_summary(info: dict) -> None:
     from pathlib import Path
 
-    from stages.train.metrics import read_metrics
+    from stages.common.errors import G3InputError
+    from stages.common.run_artifact import read_metrics
 
     if info.get("rank", 0) != 0:
         return  # under torchrun only rank 0 reports
-    history = read_metrics(Path(info["path"]))
+    try:
+        history = read_metrics(Path(info["path"]), need=("epoch",))
+    except G3InputError:  # no epoch recorded
+        history = []
     if not history:
         console.print(f"run {info.get('status', '')}")
         return
@@ -269,7 +273,7 @@ def print_eval(result: dict) -> None:
 
 def print_report(result: dict) -> None:
     """`g3 report`: the summary (a column per run, three runs per table), the plots written, what was skipped."""
-    from stages.report.html import COLUMNS, cell
+    from stages.report import COLUMNS, cell
 
     runs = result["runs"]
     for start in range(0, len(runs), 3):

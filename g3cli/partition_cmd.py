@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from stages.partition import METHODS, PartitionOptions, run_partition
-from stages.partition.report import print_partition_summary
+from stages.partition import METHODS, PartitionOptions, print_partition_summary, run_partition
 
 from .output import console
 from .paths import OutputPath

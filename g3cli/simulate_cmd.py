@@ -6,10 +6,16 @@ import json
 
 import click
 
-from stages.simulate import SimulateOptions, parse_bandwidth, parse_latency, parse_workers_list, run_simulate
-from stages.simulate.calibration import LINK_SHARE
-from stages.simulate.report import print_simulation
-from stages.simulate.schedules import SCHEDULES
+from stages.simulate import (
+    LINK_SHARE,
+    SCHEDULES,
+    SimulateOptions,
+    parse_bandwidth,
+    parse_latency,
+    parse_workers_list,
+    print_simulation,
+    run_simulate,
+)
 
 from .output import stdout_console
 from .paths import OutputPath

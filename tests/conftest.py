@@ -26,10 +26,22 @@ SLOW_TESTS = {"test_local_order_trains_the_even_split_as_one_process_fed_the_uni
               "test_g3_simulate_a_hopgnn_plan_from_its_run", "test_processes_missing_the_same_version_compile_it_once"}
 
 
+# The tests of minutes each (docs/BENCHMARKS.md, "The test suite"), collected first: pytest-xdist hands tests out in
+# collection order, so the longest start at once and the short ones fill the gaps, instead of one of them
+# starting last and running alone while the other process idles.
+# The README's lanes that start from its prepare lane come after a test of minutes: by then it is made.
+LONGEST_FIRST = ("test_every_readme_command_runs_in_order[prepare]", "test_every_readme_command_runs_in_order[advise]",
+                 "test_the_procedure_with_the_cpu_standing_in", "test_every_stage_on_a_full_disk",
+                 "test_every_readme_command_runs_in_order[main]", "test_every_readme_command_runs_in_order[emulated]",
+                 "test_demo_script_runs_the_whole_pipeline", "test_bench_runs_every_strategy_at_every_rate")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module.__name__ in SLOW_MODULES or item.originalname in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.name, len(rank)))  # stable: the rest keep their order
 
 
 def shared_path(*parts: str) -> Path:

@@ -187,6 +187,24 @@ def test_distdgl_alone_samples_on_the_device(plans, tmp_path):
     assert step["sync_ops_per_step"] == params + 2 * layers, step["sync_ops_by_name"]
 
 
+@pytest.mark.parametrize("model", ["sage", "gcn"])
+def test_clustergcn_induces_its_subgraphs_on_the_device(store, plans, tmp_path, model):
+    """A resident clustergcn worker induces each step's subgraph on the device (torch operations): the same
+    model as the host's subgraphs, GCN's subgraph degrees included, and a step reads back four sizes (its
+    nodes', its arcs' before and after the cut, its targets') besides Adam's step counters."""
+    plan = tmp_path / "plan"
+    r = invoke(["plan", str(plans("clustergcn", 1).parent / "part-metis-1"), "--strategy", "clustergcn", "--model",
+                model, "--hidden", str(HIDDEN), "--clusters", "6", "--clusters-per-batch", "2", "-o", str(plan)])
+    assert r.exit_code == 0, r.output
+    host = train(plan, tmp_path / "host", "--dtype", "float64")
+    device = train(plan, tmp_path / "device", "--dtype", "float64", "--residency", "device", "--prefetch", "off",
+                   "--count-ops")
+    assert max_weight_diff(*(torch.load(r / "model.pt", weights_only=True) for r in (host, device))) <= 1e-9
+    step = records(device)[1]["workers"][0]
+    params = 6 if model == "sage" else 4  # SAGE: two weights and a bias per layer; GCN: a weight and a bias
+    assert step["sync_ops_per_step"] == params + 4, step["sync_ops_by_name"]
+
+
 @pytest.mark.parametrize("strategy, knobs", [("distdgl", ("--micro-batches", "2")), ("bytegnn", ("--scheduler", "off")),
                                              ("p3", ()), ("hopgnn", ()), ("clustergcn", ()), ("sancus", ())])
 def test_eval_at_another_worker_count_whatever_knobs_the_run_had(plans, tmp_path, strategy, knobs):

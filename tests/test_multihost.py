@@ -209,7 +209,7 @@ def test_a_bundle_carries_every_layout_of_the_partition(store, tmp_path, monkeyp
     every node folder holds its ranks' shards of each, byte for byte, and a missing one is refused up front."""
     import dataclasses
 
-    from stages.partition.methods import METHODS
+    from stages.common.partition_methods import METHODS
 
     monkeypatch.setitem(METHODS, "random", dataclasses.replace(METHODS["random"], layouts=("rows", "columns")))
     part, plan = tmp_path / "part", tmp_path / "plan"

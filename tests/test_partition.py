@@ -610,7 +610,7 @@ def test_layouts_are_recorded_and_implied_for_version_1_partitions(tiny_store, t
 def test_a_method_with_two_layouts_writes_the_shards_of_both(tiny_store, tmp_path, monkeypatch):
     """A method declaring ("rows", "columns") (P3's need: hashed structure and column-split features at once)
     gets node shards in PART and column shards in PART/columns, and partition.json records both."""
-    from stages.partition.methods import METHODS, PartitionMethod
+    from stages.common.partition_methods import METHODS, PartitionMethod
 
     monkeypatch.setitem(METHODS, "both", PartitionMethod("both", "test: hashed rows and split columns",
                                                          assign="baselines:assign_random",

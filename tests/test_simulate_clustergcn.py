@@ -136,10 +136,17 @@ def test_clusters_of_another_worker_count_are_what_g3_plan_writes(partitions, tm
             assert np.array_equal(getattr(g, name), getattr(w, name)), name
     # every node in one worker's cluster
     assert sum(int(w.nodes.sum()) for w in got) == load_plan_meta(plan4)["store"]["num_nodes"]
-    # reused from the cache: the same tables without partitioning again
-    (cache / "clustergcn-part-metis-4").rename(tmp_path / "moved")
+    # reused from the cache: the same tables without partitioning or planning again
+    made = [(cache / name / f"{kind}.json").stat().st_mtime_ns
+            for name, kind in (("clustergcn-part-metis-4", "partition"), ("clustergcn-part-metis-4.plan", "plan"))]
     again = clusters_for_workers(plan2, load_plan_meta(plan2), 4, cache)
     assert all(np.array_equal(a.arcs, b.arcs) for a, b in zip(again, got, strict=True))
+    assert [(cache / name / f"{kind}.json").stat().st_mtime_ns
+            for name, kind in (("clustergcn-part-metis-4", "partition"), ("clustergcn-part-metis-4.plan", "plan"))] == made
+    # a cached plan that was removed is made again
+    shutil.rmtree(cache / "clustergcn-part-metis-4.plan")
+    third = clusters_for_workers(plan2, load_plan_meta(plan2), 4, cache)
+    assert all(np.array_equal(a.arcs, b.arcs) for a, b in zip(third, got, strict=True))
 
 
 def test_g3_simulate_a_clustergcn_plan_from_its_run(partitions, tmp_path):  # noqa: F811

@@ -33,6 +33,7 @@ from ..common.plan_artifact import load_plan_meta
 from ..common.run_artifact import load_run_meta, read_metrics
 from ..common.strategies import STRATEGIES, TRAIN_KNOBS, bins_strategy, strategy_info
 from ..common.units import parse_size
+from .report import print_advice
 
 ADVISE_SCHEMA = "g3.advise"
 ADVISE_VERSION = 1
@@ -296,8 +297,7 @@ def _plan(cache: Cache, part: Path, pkey: dict, strategy: str, plan_options: dic
 def _train(cache: Cache, plan: Path, out: Path, key: dict, options: AdviseOptions, profile: Path | None = None
            ) -> Path:
     """A short run of ``plan`` (no evaluation): a calibration run, or with ``profile`` the profile it writes."""
-    from ..train import run_train
-    from ..train.config import TrainConfig
+    from ..train import TrainConfig, run_train
 
     key = {**key, "epochs": options.calibration_epochs, "link": options.calibrate_link}
     marker = profile if profile is not None else out / "run.json"
@@ -864,5 +864,5 @@ def rank(entries: list[dict], memory: int) -> list[dict]:
     return order
 
 
-__all__ = ["run_advise", "AdviseOptions", "resolve_calibrate_link", "AUTO_CALIBRATE_LINK", "parse_links", "parse_workers", "parse_strategies", "plan_memory", "worker_memory", "breakdown", "rank",
+__all__ = ["print_advice", "run_advise", "AdviseOptions", "resolve_calibrate_link", "AUTO_CALIBRATE_LINK", "parse_links", "parse_workers", "parse_strategies", "plan_memory", "worker_memory", "breakdown", "rank",
            "ADVISE_SCHEMA", "ADVISE_VERSION", "CONVERGENCE_MODELS", "epochs_to_target"]

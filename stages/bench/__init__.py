@@ -35,7 +35,8 @@ from ..common.errors import G3InputError
 from ..common.store import GraphStore
 from ..common.strategies import REFERENCE_STRATEGY, strategy_info
 from .export import export_graph, read_graph
-from .runs import check_candidate, parse_spec
+from .report import print_bench
+from .runs import check_candidate, parse_spec, split_specs
 
 BENCH_SCHEMA = "g3.bench"
 BENCH_VERSION = 2  # 2: entries of several strategies (strategy, method, bytes, accuracy, memory)
@@ -296,5 +297,5 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
     return result
 
 
-__all__ = ["run_bench", "BenchOptions", "finish", "median_epoch", "not_installed", "run_peer", "run_strategy",
+__all__ = ["split_specs", "print_bench", "run_bench", "BenchOptions", "finish", "median_epoch", "not_installed", "run_peer", "run_strategy",
            "export_graph", "read_graph"]

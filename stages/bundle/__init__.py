@@ -73,6 +73,13 @@ def run_bundle(plan: str | Path, nodes: int, procs_per_node: int | None = None, 
     return {**bundle, "path": str(out)}
 
 
+def host_folders(plan: Path, hosts: int, out: Path) -> list[tuple[Path, list[int]]]:
+    """PLAN's node folders for ``hosts`` hosts written to ``out``, each with the ranks it runs: the disks of the
+    emulated hosts (`--emulate-link`), which launch their workers from them as real hosts do."""
+    bundle = run_bundle(plan, nodes=hosts, out=out)
+    return [(Path(bundle["path"]) / node_name(n), ranks) for n, ranks in enumerate(bundle["ranks"])]
+
+
 def layout_folders(part_meta: dict) -> tuple[str | None, ...]:
     """The :func:`shard_dir` layout argument of every layout a partition records: None for the primary one
     (``PART/part-RRRRR``), the name of each further one (``PART/<layout>/part-RRRRR``)."""
@@ -132,4 +139,4 @@ See docs/MULTINODE.md.
 """
 
 
-__all__ = ["run_bundle", "BUNDLE_SCHEMA", "BUNDLE_VERSION", "node_name"]
+__all__ = ["run_bundle", "host_folders", "BUNDLE_SCHEMA", "BUNDLE_VERSION", "node_name"]

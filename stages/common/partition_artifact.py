@@ -2,7 +2,7 @@
 
 partition.json's ``layouts`` names how the shards hold the graph (``rows``, ``columns``; the first is the
 primary layout, whose shards are ``PART/part-RRRRR``). Version 1 partitions predate the field: they are read
-with the layouts their method implies (stages/partition/methods.py).
+with the layouts their method implies (stages/common/partition_methods.py).
 
 A shard folder holds plain ``.npy`` files (see docs/ARTIFACTS.md). Arrays are memory-mapped, so opening a
 shard costs nothing until an array is used.
@@ -50,7 +50,7 @@ def load_partition_meta(part: str | Path) -> dict:
     meta = load_artifact_json(part, "partition.json", PARTITION_SCHEMA, PARTITION_READABLE, "partition",
                               "g3 partition")
     if "layouts" not in meta:
-        from ..partition.methods import implied_layouts
+        from .partition_methods import implied_layouts
 
         meta["layouts"] = list(implied_layouts(meta.get("method")))
     if isinstance(meta.get("store"), dict):  # the store relative to the partition first (moved together)

@@ -91,6 +91,7 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
 
         if (workers or int(meta["plan"]["num_workers"])) > 1:
             start_server_early(INFERENCE_PRELOAD)
+    from ..bundle import host_folders
     from ..runtime.launchers import HostFile, make_launcher
     from ..train import check_plan
     from .runner import eval_rank
@@ -111,7 +112,7 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
             cfg = dataclasses.replace(_inference_config(meta, emulate_link, hosts), metric=metric)
             check_plan(plan, cfg)
         # one worker evaluates in this process; more fork from the server started above
-        make_launcher(cfg, k, inference=True).run(eval_rank, k, run, "eval-", plan, cfg,
+        make_launcher(cfg, k, inference=True, host_folders=host_folders).run(eval_rank, k, run, "eval-", plan, cfg,
                                                   HostFile(str(weights.resolve())), str(weights.resolve()))
     finally:
         if tmp is not None:

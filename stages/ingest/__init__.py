@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.errors import G3InputError
+from .arrays import source_of
 from .build import IngestOptions, IngestReport, build_store, check_options
 from .source import GraphSource
 
@@ -99,4 +100,4 @@ def run_ingest(source: str, out: str, fmt: str, args: SourceArgs, options: Inges
     return build_store(graph, out, options, force=force)
 
 
-__all__ = ["run_ingest", "detect_format", "open_source", "SourceArgs", "IngestOptions", "IngestReport", "FORMATS"]
+__all__ = ["source_of", "run_ingest", "detect_format", "open_source", "SourceArgs", "IngestOptions", "IngestReport", "FORMATS"]

@@ -1,6 +1,6 @@
 """`g3 partition`: split a store's nodes over K workers and write one self-contained shard per worker.
 
-Methods are the entries of :data:`~stages.partition.methods.METHODS` (``g3``: multi-constraint METIS +
+Methods are the entries of :data:`~stages.common.partition_methods.METHODS` (``g3``: multi-constraint METIS +
 Algorithm 1, paper §4.2; ``metis``, ``random``, ``chunk``, ``distdgl``, ``bytegnn``, ``feature``, ...): each names
 the function that assigns nodes to workers and the layouts its shards are written in (``rows``: node
 partitions; ``columns``: a feature-column split). This module runs the chosen method, measures the result in
@@ -23,9 +23,10 @@ from ..common.cost import stage_cost
 from ..common.errors import G3InputError
 from ..common.npy import npy_entry
 from ..common.partition_artifact import PARTITION_SCHEMA, PARTITION_VERSION
+from ..common.partition_methods import DEFAULT_METHOD, LAYOUTS, METHODS, layout_function, partition_method
 from ..common.progress import make_progress
 from ..common.store import GraphStore
-from .methods import DEFAULT_METHOD, LAYOUTS, METHODS, layout_function, partition_method
+from .report import print_partition_summary
 
 DEFINITIONS = {
     "remote": "V_i^remote = distinct nodes outside partition i with an arc into a node of i",
@@ -226,4 +227,4 @@ def _version() -> str:
         return "unknown"
 
 
-__all__ = ["run_partition", "PartitionOptions", "METHODS", "default_output", "PARTITION_SCHEMA", "PARTITION_VERSION"]
+__all__ = ["print_partition_summary", "run_partition", "PartitionOptions", "METHODS", "default_output", "PARTITION_SCHEMA", "PARTITION_VERSION"]

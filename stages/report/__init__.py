@@ -23,7 +23,7 @@ from ..common.atomic import check_work_folder
 from ..common.errors import G3InputError
 from . import plots
 from .data import RunData, label_runs, load_run
-from .html import write_index
+from .html import COLUMNS, cell, write_index
 from .timeline import NO_TRACE, find_trace, plot_timeline
 
 DEFINITIONS = [
@@ -165,4 +165,4 @@ def run_report(runs: list[str | Path], out: str | Path | None = None, labels: li
     return result
 
 
-__all__ = ["run_report", "default_out", "load_run", "RunData"]
+__all__ = ["COLUMNS", "cell", "run_report", "default_out", "load_run", "RunData"]

@@ -255,7 +255,7 @@ def _owned_nodes(data: RunData) -> None:
 def _row_layout(partition: dict) -> bool:
     """Whether a partition.json's primary layout is ``rows`` (its per-partition node counts are owned nodes);
     a version 1 file without ``layouts`` has those its method implies."""
-    from ..partition.methods import implied_layouts
+    from ..common.partition_methods import implied_layouts
 
     layouts = partition.get("layouts") or implied_layouts(partition.get("method"))
     return layouts[0] == "rows"

@@ -43,13 +43,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..common.errors import G3InputError, G3RuntimeError
 from .config import RuntimeConfig
-from .launch import BAD_INPUT, ENVIRONMENT, STARTUP_GRACE, heartbeat_path, log_path
-from .launchers import HostFile
+from .launch import BAD_INPUT, ENVIRONMENT, STARTUP_GRACE, HostFile, heartbeat_path, log_path
 from .netemu import (
     DEFAULT_SUBNET,
     NIC,
@@ -117,6 +117,8 @@ class EmulatedHostsLauncher:
     max_restarts: int
     faults: tuple[Fault, ...] = ()
     live: bool = False
+    # (plan, hosts, out) -> [(folder, ranks)] per host: what each host's disk holds (g3 bundle's node folders)
+    host_folders: Callable[[Path, int, Path], list[tuple[Path, list[int]]]] | None = None
     net: EmulatedNetwork = field(init=False)
     _world: int = field(init=False, default=0)
     _job: str = field(init=False, default="")  # the rendezvous id: the run's host folder, unique per launch
@@ -125,7 +127,7 @@ class EmulatedHostsLauncher:
         self.net = EmulatedNetwork(self.hosts, self.rate_bits, self.subnet)
 
     @classmethod
-    def from_config(cls, cfg: RuntimeConfig, world: int) -> EmulatedHostsLauncher:
+    def from_config(cls, cfg: RuntimeConfig, world: int, host_folders=None) -> EmulatedHostsLauncher:
         try:
             rate = parse_rate(cfg.emulate_link)
         except ValueError as exc:
@@ -135,8 +137,10 @@ class EmulatedHostsLauncher:
             raise G3InputError(f"--hosts {hosts} does not divide the plan's {world} workers (every host runs the "
                                "same number of workers)")
         faults = tuple(Fault.parse(f, hosts) for f in cfg.emulate_faults)
+        if host_folders is None:
+            raise G3InputError("--emulate-link: this command cannot run on emulated hosts")
         launcher = cls(rate, hosts, cfg.emulate_subnet or DEFAULT_SUBNET, cfg.max_restarts, faults,
-                       live=bool(getattr(cfg, "live", False)))
+                       live=bool(getattr(cfg, "live", False)), host_folders=host_folders)
         reason = why_not_available()
         if reason:  # after the options are checked, before anything is written
             raise G3InputError(f"--emulate-link: the emulated network cannot be built here: {reason}")
@@ -191,14 +195,11 @@ class EmulatedHostsLauncher:
 
     def _prepare(self, world, run_dir, prefix, plan, cfg, extra, entry, work: Path) -> list[_Host]:
         """The bundle's node folders as the hosts' disks, each with its job file and copies of input files."""
-        from ..bundle import node_name, run_bundle
-
-        bundle = run_bundle(plan, nodes=self.hosts, out=work / "bundle")
+        folders = self.host_folders(plan, self.hosts, work / "bundle")
         cores = host_cores(self.hosts)
         host_cfg = replace(cfg, network=self.network_record(world))
         hosts = []
-        for n, ranks in enumerate(bundle["ranks"]):
-            folder = work / "bundle" / node_name(n)
+        for n, (folder, ranks) in enumerate(folders):
             host_run = run_dir if n == 0 else folder / "run"
             if n:  # a resumed run: every host starts from the run's checkpoints, as a host that kept its disk
                 if getattr(cfg, "resume", False) and (run_dir / "checkpoints").is_dir():

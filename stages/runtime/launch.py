@@ -17,11 +17,19 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.errors import G3InputError, G3RuntimeError
 
 log = logging.getLogger("g3.runtime")
+
+
+@dataclass(frozen=True)
+class HostFile:
+    """An input file each host needs its own copy of (the weights `g3 eval` evaluates)."""
+
+    path: str
 
 
 def under_torchrun() -> bool:

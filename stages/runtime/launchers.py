@@ -15,19 +15,11 @@ workers run. An argument in ``extra`` that is an input file every host must hold
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.errors import G3InputError
 from .config import RuntimeConfig
-from .launch import INFERENCE_PRELOAD, run_in_process, spawn_workers
-
-
-@dataclass(frozen=True)
-class HostFile:
-    """An input file each host needs its own copy of (the weights `g3 eval` evaluates)."""
-
-    path: str
+from .launch import INFERENCE_PRELOAD, HostFile, run_in_process, spawn_workers
 
 
 class LocalLauncher:
@@ -72,9 +64,11 @@ def _process_group_exists() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def make_launcher(cfg: RuntimeConfig, world: int, inference: bool = False):
+def make_launcher(cfg: RuntimeConfig, world: int, inference: bool = False, host_folders=None):
     """The launcher ``cfg`` asks for: emulated hosts with ``cfg.emulate_link``, else local processes
-    (``inference``: see :class:`LocalLauncher`)."""
+    (``inference``: see :class:`LocalLauncher`). ``host_folders(plan, hosts, out)``: what emulated hosts hold
+    on their disks, each host's folder and its ranks (`g3 bundle`'s node folders, given by the stage that
+    launches: the runtime calls no stage)."""
     if not cfg.emulate_link:
         for name, flag in (("hosts", "--hosts"), ("emulate_faults", "--emulate-fault"), ("max_restarts", "--max-restarts")):
             if getattr(cfg, name):
@@ -82,7 +76,7 @@ def make_launcher(cfg: RuntimeConfig, world: int, inference: bool = False):
         return LocalLauncher(inference)
     from .emulated_hosts import EmulatedHostsLauncher
 
-    return EmulatedHostsLauncher.from_config(cfg, world)
+    return EmulatedHostsLauncher.from_config(cfg, world, host_folders)
 
 
 __all__ = ["HostFile", "LocalLauncher", "make_launcher"]

@@ -25,6 +25,7 @@ from ..common.errors import G3InputError
 from .calibration import LINK_SHARE, MESSAGE_SECONDS
 from .engine import Deadlock, Engine, Network
 from .profile import Rates
+from .report import print_simulation
 from .schedules import BASELINES, SCHEDULES, SystemContext, skips_stale_sends, system_workers
 from .workload import Workload
 
@@ -368,5 +369,5 @@ def _finish(result: dict, out: Path, t0: float, records: list[dict] | None = Non
     return result
 
 
-__all__ = ["run_simulate", "simulate_plan", "SimulateOptions", "simulate_system", "simulate_workload", "parse_bandwidth",
+__all__ = ["print_simulation", "run_simulate", "simulate_plan", "SimulateOptions", "simulate_system", "simulate_workload", "parse_bandwidth",
            "parse_latency", "parse_workers_list", "allreduce_seconds", "Network", "network", "rates_at"]

@@ -88,9 +88,9 @@ def plan_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> Path:
     if int(meta["num_workers"]) == k and same_strategy:
         return plan
     from ..common.partition_artifact import load_partition_meta
+    from ..common.partition_methods import partition_method
     from ..common.plan_artifact import load_plan_meta
     from ..partition import PartitionOptions, run_partition
-    from ..partition.methods import partition_method
     from ..plan import PlanConfig, run_plan
 
     part_meta = load_partition_meta(meta["partition"]["path"])

@@ -215,38 +215,39 @@ def plan_clusters(plan: Path, meta: dict) -> list[WorkerClusters]:
 
 
 def clusters_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> list[WorkerClusters]:
-    """Every worker's clusters at ``k`` workers: the plan's at its own K; else the plan's store partitioned again
-    with its method and parameters (into ``cache``) and each worker's nodes clustered by the planner's function
-    with the plan's ``--clusters`` and ``--cluster-seed`` — what `g3 plan` would write — kept in ``cache``."""
+    """Every worker's clusters at ``k`` workers: the plan's at its own K; else those of a clustergcn plan for
+    ``k`` workers in ``cache`` — the plan's store partitioned again with its method and parameters, planned with
+    the plan's model and options (`g3 partition` and `g3 plan` through their entries) — built once, reused while
+    the store and the options match."""
     if k == int(meta["num_workers"]):
         return plan_clusters(plan, meta)
-    from ..common.partition_artifact import load_partition_meta, open_shard
+    from ..common.partition_artifact import load_partition_meta
+    from ..common.partition_methods import partition_method
+    from ..common.plan_artifact import load_plan_meta
     from ..partition import PartitionOptions, run_partition
-    from ..partition.methods import partition_method
-    from ..plan.clustergcn import worker_clusters
+    from ..plan import PlanConfig, run_plan
 
     part_meta = load_partition_meta(meta["partition"]["path"])
     method, params = part_meta["method"], part_meta.get("parameters", {})
     same = {f: params[f] for f in partition_method(method).options if params.get(f) is not None}
-    opts = meta["strategy"]["options"]
-    want = {"store": meta["store"].get("checksums"), "method": method, "parameters": same,
-            "clusters": int(opts["clusters"]), "cluster_seed": int(opts["cluster_seed"]), "workers": k}
+    config = {key: meta["config"][key] for key in ("model", "layers", "hidden", "heads")}
+    options = meta["strategy"]["options"]
+    want = {"store": meta["store"].get("checksums"), "method": method, "parameters": same, "config": config,
+            "options": options, "workers": k}
     part_dir = cache / f"clustergcn-part-{method}-{k}"
-    tables, stamp = cache / f"clustergcn-part-{method}-{k}.clusters.npz", cache / f"clustergcn-part-{method}-{k}.json"
-    if stamp.is_file() and tables.is_file() and json.loads(stamp.read_text()) == json.loads(json.dumps(want)):
-        with np.load(tables) as z:
-            return [WorkerClusters(*(z[f"{name}_{r}"] for name in ("nodes", "train", "scanned", "arcs")))
-                    for r in range(k)]
+    plan_dir = cache / f"clustergcn-part-{method}-{k}.plan"
+    stamp = cache / f"clustergcn-part-{method}-{k}.json"
+    fresh = stamp.is_file() and json.loads(stamp.read_text()) == json.loads(json.dumps(want))
+    if fresh:
+        try:
+            return plan_clusters(plan_dir, load_plan_meta(plan_dir))
+        except G3InputError:  # the cached plan was damaged or removed: made again
+            pass
     cache.mkdir(parents=True, exist_ok=True)
     run_partition(meta["store"]["path"], PartitionOptions(workers=k, method=method, **same), out=part_dir, force=True)
-    out = []
-    for r in range(k):
-        shard = open_shard(part_dir, r, k)
-        out.append(WorkerClusters.of(shard, worker_clusters(shard, int(opts["clusters"]), int(opts["cluster_seed"]))))
-    np.savez(tables, **{f"{name}_{r}": getattr(w, name) for r, w in enumerate(out)
-                        for name in ("nodes", "train", "scanned", "arcs")})
+    run_plan(part_dir, PlanConfig(**config, strategy="clustergcn", options=options), out=plan_dir, force=True)
     write_json_atomic(stamp, want)
-    return out
+    return plan_clusters(plan_dir, load_plan_meta(plan_dir))
 
 
 # ------------------------------------------------------------------------------------------------------------

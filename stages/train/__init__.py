@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..bundle import host_folders
 from ..common.artifact_json import reference, resolve_reference
 from ..common.atomic import (
     check_replaceable,
@@ -156,7 +157,7 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
         if cfg.emulate_link:
             raise G3InputError("--emulate-link starts its own hosts: run it without torchrun")
         return _run_torchrun(plan, run_dir, cfg, meta, force)
-    launcher = make_launcher(cfg, world)
+    launcher = make_launcher(cfg, world, host_folders=host_folders)
     if meta.get("bundle"):
         raise G3InputError(f"this plan is node {meta['bundle']['node']} of a bundle: run it with torchrun on its "
                            "host (its RUN.md), or train the original plan", path=plan)

@@ -120,6 +120,14 @@ def block_arrays(dst: torch.Tensor, counts: torch.Tensor, nbrs: torch.Tensor, sc
     return torch.cat([dst, new]), indptr, pos
 
 
+def device_array(a, device: torch.device, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """A copy of ``a`` on ``device``. A shard's arrays are read-only maps, only ever read through these copies:
+    torch's warning about tensors over read-only arrays does not apply."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.as_tensor(a).to(device, dtype, copy=True)
+
+
 class DeviceGraph:
     """A worker's whole sampling input on its device: the in-edge CSR (neighbours as global ids, ascending
     within a row), each global id's row (−1: not here), the input features, labels and, for GCN, the global
@@ -128,12 +136,7 @@ class DeviceGraph:
 
     def __init__(self, indptr, nbrs, row_of_global, features: torch.Tensor, labels: torch.Tensor,
                  degrees: torch.Tensor | None, device: torch.device):
-        def put(a):  # a shard's arrays are read-only maps, only ever read here: torch's warning does not apply
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-                return torch.as_tensor(a).to(device, torch.int64)
-
-        self.indptr, self.nbrs, self.row_of = put(indptr), put(nbrs), put(row_of_global)
+        self.indptr, self.nbrs, self.row_of = (device_array(a, device) for a in (indptr, nbrs, row_of_global))
         self.features, self.labels = features.to(device), labels.to(device)
         self.degrees = None if degrees is None else degrees.to(device)
         self.scratch = torch.full((len(self.row_of),), -1, dtype=torch.int64, device=device)
@@ -160,3 +163,28 @@ class DeviceGraph:
 
     def target_labels(self, nodes: torch.Tensor) -> torch.Tensor:
         return self.labels[self.row_of[nodes]]
+
+
+def induced_subgraph(indptr: torch.Tensor, indices: torch.Tensor, nodes: torch.Tensor, scratch: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The subgraph the rows ``nodes`` (ascending) induce in the CSR ``indptr``/``indices``: ``(indptr [n + 1],
+    sources [m])``, each row's in-arcs from other chosen rows in CSR order, a source numbered by its place in
+    ``nodes`` — what clustergcn's host sampler makes. ``scratch``: int64 ``[rows]`` all −1 (left so).
+
+    Two read-backs: the chosen rows' arc count (the gather's size) and the kept arcs' (the mask's)."""
+    dev = indices.device
+    n = len(nodes)
+    scratch[nodes] = torch.arange(n, device=dev)
+    starts = indptr[nodes]
+    counts = indptr[nodes + 1] - starts
+    ends = torch.cumsum(counts, 0)
+    total = int(ends[-1]) if n else 0
+    row = torch.repeat_interleave(torch.arange(n, device=dev), counts, output_size=total)
+    arc = (starts - (ends - counts))[row] + torch.arange(total, device=dev)
+    src = scratch[indices[arc]]
+    scratch[nodes] = -1
+    kept = torch.nonzero(src >= 0).flatten()  # one read-back for both (a boolean mask would take one each)
+    src, row = src[kept], row[kept]
+    # ``row`` ascends: each row's first kept arc is where the row's number would be inserted
+    out_indptr = torch.searchsorted(row, torch.arange(n + 1, device=dev))
+    return out_indptr, src

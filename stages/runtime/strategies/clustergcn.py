@@ -9,6 +9,10 @@ all-reduced every step, the loss normalised by the step's global target count. G
 subgraph's degrees (the normalised adjacency of the cluster subgraph, as ClusterGCN). Every rank runs the
 largest step count; a rank out of clusters adds zero gradient.
 
+A resident worker (the device path) keeps its structure, clusters, features and labels on its device and
+induces each step's subgraph there (:func:`~stages.runtime.device.sampler.induced_subgraph`): the same
+subgraph, numbered alike, so the same model; nothing of a step crosses to the host but four sizes.
+
 One worker with one cluster trains on the whole graph: full-graph training. Evaluation is exact full-neighbour
 inference, as for every strategy.
 """
@@ -21,6 +25,7 @@ import time
 import numpy as np
 import torch
 
+from ..device.sampler import device_array, induced_subgraph
 from ..neighbor_sampler import SampledBlock
 from .base import WorkerContext
 from .minibatch import MiniBatchStrategy, PreparedStep, shuffled
@@ -40,6 +45,8 @@ class ClusterGcnStrategy(MiniBatchStrategy):
         self.indices = np.asarray(ctx.shard.indices, dtype=np.int64)
         self.is_train = np.zeros(self.n_own, dtype=bool)
         self.is_train[self.train_rows.numpy()] = True
+        # a step reads only this worker's own rows: a resident worker induces its subgraphs on the device
+        self.on_device = DeviceClusters(self) if ctx.resident else None
 
     def steps(self, epoch: int) -> int:
         return self.num_steps
@@ -47,11 +54,17 @@ class ClusterGcnStrategy(MiniBatchStrategy):
     def _sampling_transport(self):
         return self.tr  # nothing is exchanged while preparing a step
 
-    def prepare(self, epoch: int, step: int) -> PreparedStep:
-        t0 = time.perf_counter()
+    def _chosen(self, epoch: int, step: int) -> np.ndarray:
+        """The clusters of a step."""
         order = shuffled(self.cluster_ids, self.cfg.seed, epoch, stream=self.rank)
+        return order[step * self.per_batch : (step + 1) * self.per_batch]
+
+    def prepare(self, epoch: int, step: int) -> PreparedStep:
+        if self.on_device is not None:
+            return self.on_device.prepare(self._chosen(epoch, step))
+        t0 = time.perf_counter()
         chosen = np.zeros(len(self.cluster_ids), dtype=bool)
-        chosen[order[step * self.per_batch : (step + 1) * self.per_batch]] = True
+        chosen[self._chosen(epoch, step)] = True
         nodes = np.flatnonzero(chosen[self.clusters]) if len(self.clusters) else np.zeros(0, dtype=np.int64)
         block, degrees = self._induced(nodes)
         target_rows = np.flatnonzero(self.is_train[nodes])
@@ -76,6 +89,51 @@ class ClusterGcnStrategy(MiniBatchStrategy):
         gids = self.owned_global[nodes]
         degrees = torch.from_numpy(np.stack([np.diff(indptr), np.bincount(src, minlength=len(nodes))], axis=1))
         return SampledBlock(gids, gids, indptr, src), degrees
+
+    def target_labels(self, nodes) -> torch.Tensor:
+        if self.on_device is not None:
+            return self.on_device.labels_of(nodes)
+        return super().target_labels(nodes)
+
+
+class DeviceClusters:
+    """A resident clustergcn worker's structure, clusters, features and labels on its device, and a step's
+    subgraph induced there: what :meth:`ClusterGcnStrategy.prepare` makes on the host, as device tensors. A
+    step reads back four sizes: its nodes', its arcs' before and after the subgraph's cut, its targets'."""
+
+    def __init__(self, strategy: ClusterGcnStrategy):
+        dev = strategy.device
+        self.strategy = strategy
+        self.indptr, self.indices, self.clusters, self.owned_global = (
+            device_array(a, dev) for a in (strategy.indptr, strategy.indices, strategy.clusters, strategy.owned_global))
+        self.is_train = device_array(strategy.is_train, dev, torch.bool)
+        self.features = strategy.features.to(dev)
+        self.labels = strategy.labels[: strategy.n_own].to(dev)
+        # an owned row's in-arcs come from owned and remote rows: every one has its place
+        self.scratch = torch.full((strategy.n_own + strategy.n_rem,), -1, dtype=torch.int64, device=dev)
+        self.num_clusters = len(strategy.cluster_ids)
+        self.device = dev
+
+    def prepare(self, clusters: np.ndarray) -> PreparedStep:
+        t0 = time.perf_counter()
+        chosen = torch.zeros(self.num_clusters, dtype=torch.bool, device=self.device)
+        chosen[torch.as_tensor(clusters).to(self.device)] = True
+        nodes = torch.nonzero(chosen[self.clusters]).flatten()
+        indptr, src = induced_subgraph(self.indptr, self.indices, nodes, self.scratch)
+        target_rows = torch.nonzero(self.is_train[nodes]).flatten()
+        gids = self.owned_global[nodes]
+        out_degree = torch.zeros(len(nodes), dtype=torch.int64, device=self.device)
+        out_degree.index_add_(0, src, torch.ones_like(src))
+        degrees = torch.stack([indptr[1:] - indptr[:-1], out_degree], dim=1)
+        t1 = time.perf_counter()
+        x0 = self.features.index_select(0, nodes)
+        return PreparedStep(gids[target_rows], None, [SampledBlock(gids, gids, indptr, src)] *
+                            self.strategy.ctx.spec.num_blocks, x0, degrees,
+                            {"sample": t1 - t0, "fetch": time.perf_counter() - t1}, target_rows)
+
+    def labels_of(self, nodes: torch.Tensor) -> torch.Tensor:
+        """Labels of owned nodes given by global id (the owned ids ascend)."""
+        return self.labels[torch.searchsorted(self.owned_global, nodes)]
 
 
 STRATEGY = ClusterGcnStrategy

@@ -320,7 +320,7 @@ class MiniBatchStrategy(Strategy):
         self.timers["fetched_rows"] += prep.fetched_rows
         out_nodes = prep.blocks[-1].dst if prep.blocks else prep.targets
         labels = self.target_labels(out_nodes)
-        rows = torch.from_numpy(prep.target_rows) if prep.target_rows is not None else torch.arange(len(out_nodes))
+        rows = torch.as_tensor(prep.target_rows) if prep.target_rows is not None else torch.arange(len(out_nodes))
         if len(prep.targets) == 0:  # out of batches (local order): no compute, zero gradient
             self._out = None
             empty = torch.zeros((0, self.ctx.spec.widths[-1]), dtype=self.features.dtype)

@@ -25,7 +25,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..common.errors import G3InputError
+from .errors import G3InputError
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ METHODS: dict[str, PartitionMethod] = {
     for m in (
         PartitionMethod("g3", "multi-constraint METIS (feature size, degree) then Algorithm 1 swaps that balance the "
                               "remote sets (G3 §4.2), refined when they stop short",
-                        assign="g3:assign",
+                        assign="g3_method:assign",
                         options=("seed", "gamma", "balance_tol", "degree_tol", "hidden", "max_swaps",
                                  "refine_steps", "remote_budget")),
         PartitionMethod("metis", "plain edge-cut METIS (DGL, BNS-GCN)", assign="metis:assign"),

@@ -1,0 +1,55 @@
+"""The architecture's rules are checked by a tool (`make lint` runs lint-imports on .importlinter): the CLI and the
+API on top, the stages on the runtime, everything on common; a stage's modules reached by other packages only
+through the stage's package (its entry and public names); no import circles inside a package. Here: the rules
+hold on the code, and each one fails on a copy of the code with one import that breaks it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LINT), "--no-cache", "--config", str(root / ".importlinter")], cwd=root,
+                          capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(root), "PATH": ""})
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory) -> Path:
+    """The packages' sources and the rules, copied (no caches, no tests)."""
+    root = tmp_path_factory.mktemp("arch")
+    for package in ("g3", "g3cli", "stages"):
+        shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(REPO / ".importlinter", root / ".importlinter")
+    return root
+
+
+def test_the_rules_hold_on_the_code():
+    r = lint(REPO)
+    assert r.returncode == 0 and "0 broken" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("module, line, broken", [
+    ("stages/runtime/_probe.py", "from stages.train import run_train", "stages.runtime is not allowed to import stages.train"),
+    ("stages/common/_probe.py", "import stages.plan", "stages.common is not allowed to import stages.plan"),
+    ("stages/plan/_probe.py", "import g3cli.main", "stages.plan is not allowed to import g3cli"),
+    ("stages/simulate/_probe.py", "from stages.plan.bins import build_layer_bins", "Illegal imports of protected package stages.plan.bins"),
+    ("g3cli/_probe.py", "from stages.train.loop import train_rank", "Illegal imports of protected package stages.train.loop"),
+    ("stages/partition/metis.py", "from . import g3_method", "No cycles are allowed in stages.partition"),
+])
+def test_each_rule_fails_on_an_import_that_breaks_it(copy, module, line, broken):
+    path = copy / module
+    before = path.read_text() if path.exists() else None
+    path.write_text((before or "") + f"\n{line}\n")
+    try:
+        r = lint(copy)
+    finally:
+        path.unlink() if before is None else path.write_text(before)
+    assert r.returncode == 1 and broken in r.stdout, r.stdout + r.stderr
