@@ -10,7 +10,9 @@ the README says, once per host: the bundle's node folders are copied to ``host0/
 "hosts", HOST0 and THIS_HOST = 127.0.0.1, the rendezvous on a free port), and ``host0-run`` is host 0's run
 copied back. ``--scale tiny`` (what ``make test`` runs, tests/test_readme.py) replaces the built-in
 ``synthetic:small`` graph by ``synthetic:tiny`` and changes nothing else; ``--scale as-written`` runs the
-README verbatim (tens of minutes on 2 cores).
+README verbatim (tens of minutes on 2 cores). Run from here, the README runs top to bottom in one folder;
+tests/test_readme.py runs it in lanes (:data:`SECTION_LANES`) side by side, each lane's commands in the
+README's order in a copy of what the prepare lane made.
 
 Not run: the ``make`` lines (``make test`` is the suite this runs in; ``make demo`` is tests/test_demo.py),
 a command identical to one already run (the README repeats ``g3 ingest synthetic:small demo/small``), and,
