@@ -13,6 +13,9 @@ far (``[n, f]``). 64-bit words are torch int64 with wrapping arithmetic; shifts 
 and the modulo of an unsigned word is taken in two halves. The output sizes depend on the data, so a hop reads
 two numbers back from the device: how many picks it made and how many new sources they bring (the relabel's
 ``unique``). That is the device sampler's whole cost in host synchronisations: two per hop.
+
+:func:`induced_subgraph` is clustergcn's step on the device: the subgraph a step's rows induce, numbered as its
+host path numbers it.
 """
 
 from __future__ import annotations
