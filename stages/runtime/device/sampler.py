@@ -124,11 +124,12 @@ def block_arrays(dst: torch.Tensor, counts: torch.Tensor, nbrs: torch.Tensor, sc
 
 
 def device_array(a, device: torch.device, dtype: torch.dtype = torch.int64) -> torch.Tensor:
-    """A copy of ``a`` on ``device``. A shard's arrays are read-only maps, only ever read through these copies:
-    torch's warning about tensors over read-only arrays does not apply."""
+    """``a`` on ``device`` as ``dtype``: a copy on another device or in another dtype, else ``a``'s own memory (the
+    CPU standing in for a device holds no second arcs-sized array). A shard's arrays are read-only maps, only
+    ever read through these tensors: torch's warning about tensors over read-only arrays does not apply."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.as_tensor(a).to(device, dtype, copy=True)
+        return torch.as_tensor(a).to(device, dtype)
 
 
 class DeviceGraph:

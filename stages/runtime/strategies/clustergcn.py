@@ -103,7 +103,7 @@ class DeviceClusters:
 
     def __init__(self, strategy: ClusterGcnStrategy):
         dev = strategy.device
-        self.strategy = strategy
+        self.num_blocks = strategy.ctx.spec.num_blocks
         self.indptr, self.indices, self.clusters, self.owned_global = (
             device_array(a, dev) for a in (strategy.indptr, strategy.indices, strategy.clusters, strategy.owned_global))
         self.is_train = device_array(strategy.is_train, dev, torch.bool)
@@ -127,8 +127,7 @@ class DeviceClusters:
         degrees = torch.stack([indptr[1:] - indptr[:-1], out_degree], dim=1)
         t1 = time.perf_counter()
         x0 = self.features.index_select(0, nodes)
-        return PreparedStep(gids[target_rows], None, [SampledBlock(gids, gids, indptr, src)] *
-                            self.strategy.ctx.spec.num_blocks, x0, degrees,
+        return PreparedStep(gids[target_rows], None, [SampledBlock(gids, gids, indptr, src)] * self.num_blocks, x0, degrees,
                             {"sample": t1 - t0, "fetch": time.perf_counter() - t1}, target_rows)
 
     def labels_of(self, nodes: torch.Tensor) -> torch.Tensor:
