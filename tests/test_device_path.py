@@ -187,6 +187,52 @@ def test_distdgl_alone_samples_on_the_device(plans, tmp_path):
     assert step["sync_ops_per_step"] == params + 2 * layers, step["sync_ops_by_name"]
 
 
+@pytest.mark.parametrize("model, options", [("sage", ("--batch-order", "split")), ("gcn", ()),
+                                            ("sage", ("--batch-order", "global", "--topology", "replicated"))])
+def test_distdgl_with_peers_samples_on_the_device(plans, tmp_path, model, options):
+    """Resident distdgl workers with a peer draw their own nodes and gather their own rows on the device while
+    the peer's are asked of it (split batches: targets the other worker owns; GCN: degrees in the replies;
+    replicated: every draw here, only rows asked): the host sampler's model, relabelled on the device."""
+    plan = tmp_path / "plan"
+    r = invoke(["plan", str(plans("distdgl", 2).parent / "part-distdgl-2"), "--strategy", "distdgl", "--model", model,
+                "--hidden", str(HIDDEN), *options, "-o", str(plan)])
+    assert r.exit_code == 0, r.output
+    host = train(plan, tmp_path / "host", "--dtype", "float64")
+    device = train(plan, tmp_path / "device", "--dtype", "float64", "--residency", "device", "--prefetch", "off",
+                   "--count-ops")
+    assert max_weight_diff(*(torch.load(r / "model.pt", weights_only=True) for r in (host, device))) <= 1e-9
+    # read back per step: Adam's step counters; per hop the relabel's new sources, the picks' count and (rows
+    # split between workers) how many of the hop's nodes are here; how many input rows are here; and in the
+    # local batch order the step's global target count (all-reduced)
+    layers, params = 2, 6 if model == "sage" else 4
+    replicated, local_order = "replicated" in options, "--batch-order" not in options
+    expected = params + layers * (2 if replicated else 3) + 1 + local_order
+    for worker in records(device)[1]["workers"]:
+        assert worker["sync_ops_by_name"].get("_unique2") == layers, worker["sync_ops_by_name"]
+        assert worker["sync_ops_per_step"] == expected, worker["sync_ops_by_name"]
+
+
+@pytest.mark.parametrize("strategy, options", [("p3", ("--model", "gcn")), ("hopgnn", ("--pregather", "off")),
+                                               ("hopgnn", ("--pregather", "on", "--batch-size", "64"))])
+def test_p3_and_hopgnn_sample_on_the_device(plans, tmp_path, strategy, options):
+    """p3 and hopgnn prepare their steps with distdgl's device sampler when resident: p3's layer-1 structure
+    leaves the device only to be pushed to its peers, hopgnn's pre-gathered union is made there. The host
+    sampler's model, and a relabel on the device per hop (per time step, for hopgnn's micrographs)."""
+    plan = tmp_path / "plan"
+    method = STRATEGIES[strategy].methods[0]
+    r = invoke(["plan", str(plans(strategy, 2).parent / f"part-{method}-2"), "--strategy", strategy,
+                "--hidden", str(HIDDEN), *options, "-o", str(plan)])
+    assert r.exit_code == 0, r.output
+    host = train(plan, tmp_path / "host", "--dtype", "float64")
+    device = train(plan, tmp_path / "device", "--dtype", "float64", "--residency", "device", "--prefetch", "off",
+                   "--count-ops")
+    assert max_weight_diff(*(torch.load(r / "model.pt", weights_only=True) for r in (host, device))) <= 1e-9
+    for worker in records(device)[1]["workers"]:
+        assert worker["sync_ops_by_name"].get("_unique2", 0) >= 2, worker["sync_ops_by_name"]
+    assert [w.get("feature_misses") for w in records(host)[-1]["workers"]] == \
+        [w.get("feature_misses") for w in records(device)[-1]["workers"]]
+
+
 @pytest.mark.parametrize("model", ["sage", "gcn"])
 def test_clustergcn_induces_its_subgraphs_on_the_device(store, plans, tmp_path, model):
     """A resident clustergcn worker induces each step's subgraph on the device (torch operations): the same

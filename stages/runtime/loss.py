@@ -121,6 +121,9 @@ def cross_entropy_with_grad(logits: torch.Tensor, labels: torch.Tensor, train_id
     """
     if backend(logits) != "numba":  # CUDA, the device path on the CPU, other dtypes
         z = logits.detach().requires_grad_(True)
+        # labels and rows may have been made on the host (a strategy preparing its steps there): moved, not
+        # mixed (CUDA refuses a loss over tensors of two devices)
+        labels, train_idx = labels.to(z.device), train_idx.to(z.device)
         loss = F.cross_entropy(z[train_idx], labels[train_idx], reduction="sum") / n_train
         loss.backward()
         return loss.detach(), z.grad

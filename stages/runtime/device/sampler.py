@@ -12,7 +12,9 @@ with ``d <= f`` takes its whole row instead), the "already taken" test compares 
 far (``[n, f]``). 64-bit words are torch int64 with wrapping arithmetic; shifts are made logical by masking
 and the modulo of an unsigned word is taken in two halves. The output sizes depend on the data, so a hop reads
 two numbers back from the device: how many picks it made and how many new sources they bring (the relabel's
-``unique``). That is the device sampler's whole cost in host synchronisations: two per hop.
+``unique``). That is the device sampler's whole cost in host synchronisations: two per hop. With peers, a hop and the
+input gather each read back how many of their nodes are here, and the ids of the others leave the device for
+their owners (:class:`Owners`).
 
 :func:`induced_subgraph` is clustergcn's step on the device: the subgraph a step's rows induce, numbered as its
 host path numbers it.
@@ -133,18 +135,25 @@ def device_array(a, device: torch.device, dtype: torch.dtype = torch.int64) -> t
 
 
 class DeviceGraph:
-    """A worker's whole sampling input on its device: the in-edge CSR (neighbours as global ids, ascending
-    within a row), each global id's row (−1: not here), the input features, labels and, for GCN, the global
-    degrees. :meth:`blocks` samples a step's message-flow graph there and :meth:`inputs` gathers its first
-    layer's rows, so a step is prepared without leaving the device."""
+    """A worker's sampling input on its device: the in-edge CSR (neighbours as global ids, ascending within a
+    row), each global id's structure row and input row here (−1: another worker's), the input features, labels
+    and, for GCN, the degrees of the input rows. :meth:`blocks` samples a step's message-flow graph there and
+    :meth:`inputs` gathers its first layer's rows, so a step is prepared without leaving the device.
 
-    def __init__(self, indptr, nbrs, row_of_global, features: torch.Tensor, labels: torch.Tensor,
-                 degrees: torch.Tensor | None, device: torch.device):
-        self.indptr, self.nbrs, self.row_of = (device_array(a, device) for a in (indptr, nbrs, row_of_global))
+    ``owners``: how to reach the rows another worker holds (:class:`Owners`; None: every row is here). Their
+    nodes are drawn by their owners and their input rows pulled from them, on the host (the service is
+    sockets): the ids leave the device, the answers enter it, and the rest of the step stays there.
+    ``row_of`` None: the CSR is the whole graph's (rows are global ids)."""
+
+    def __init__(self, indptr, nbrs, row_of, features: torch.Tensor, labels: torch.Tensor,
+                 degrees: torch.Tensor | None, device: torch.device, input_row_of=None, owners: Owners | None = None):
+        self.indptr, self.nbrs = device_array(indptr, device), device_array(nbrs, device)
+        self.row_of = None if row_of is None else device_array(row_of, device)
+        self.input_row_of = self.row_of if input_row_of is None else device_array(input_row_of, device)
         self.features, self.labels = features.to(device), labels.to(device)
         self.degrees = None if degrees is None else degrees.to(device)
-        self.scratch = torch.full((len(self.row_of),), -1, dtype=torch.int64, device=device)
-        self.device = device
+        self.scratch = torch.full((len(self.input_row_of),), -1, dtype=torch.int64, device=device)
+        self.device, self.owners = device, owners
 
     def blocks(self, targets, fanouts: list[int], key_of_hop) -> list:
         """The blocks of a step whose targets are ``targets`` (global ids), first layer first, as
@@ -154,19 +163,89 @@ class DeviceGraph:
         dst = torch.as_tensor(targets).to(self.device, torch.int64)
         out = []
         for hop, fanout in enumerate(fanouts):
-            counts, picks = sample_rows(self.indptr, self.nbrs, self.row_of[dst], dst, fanout, key_of_hop(hop))
+            counts, picks = self.draw(dst, fanout, key_of_hop(hop))
             src, indptr, indices = block_arrays(dst, counts, picks, self.scratch)
             out.append(SampledBlock(dst, src, indptr, indices))
             dst = src
         return out[::-1]
 
-    def inputs(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The input rows of ``nodes`` (global ids on the device) and, for GCN, their global (in, out) degrees."""
-        rows = self.row_of[nodes]
-        return self.features.index_select(0, rows), None if self.degrees is None else self.degrees.index_select(0, rows)
+    def draw(self, nodes: torch.Tensor, fanout: int, key: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(counts, picks)`` of ``nodes`` in their order: the rows here drawn on the device while their
+        owners draw the others (the same rule, so the same picks)."""
+        rows = nodes if self.row_of is None else self.row_of[nodes]
+        if self.owners is None or self.row_of is None:
+            return sample_rows(self.indptr, self.nbrs, rows, nodes, fanout, key)
+        order, n_here = _here_first(rows)
+        if n_here == len(nodes):
+            return sample_rows(self.indptr, self.nbrs, rows, nodes, fanout, key)
+        waiting = self.owners.sample(nodes[order[n_here:]].cpu().numpy(), fanout, key)
+        here = order[:n_here]
+        counts_here, picks_here = sample_rows(self.indptr, self.nbrs, rows[here], nodes[here], fanout, key)
+        counts_away, picks_away = (torch.as_tensor(a).to(self.device, torch.int64) for a in waiting())
+        return regroup(order, torch.cat([counts_here, counts_away]), torch.cat([picks_here, picks_away]))
+
+    def inputs(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """The input rows of ``nodes`` (global ids on the device), for GCN their global (in, out) degrees, and
+        how many rows came from other workers."""
+        rows = self.input_row_of[nodes]
+        if self.owners is not None:
+            order, n_here = _here_first(rows)
+            if n_here < len(nodes):
+                return self._inputs_with_peers(nodes, rows, order, n_here)
+        return (self.features.index_select(0, rows),
+                None if self.degrees is None else self.degrees.index_select(0, rows), 0)
+
+    def _inputs_with_peers(self, nodes, rows, order, n_here) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        away = order[n_here:]
+        waiting = self.owners.rows(nodes[away].cpu().numpy())
+        here = order[:n_here]
+        x = torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype, device=self.device)
+        x.index_copy_(0, here, self.features.index_select(0, rows[here]))
+        degrees = None
+        if self.degrees is not None:
+            degrees = torch.empty((len(nodes), 2), dtype=self.degrees.dtype, device=self.device)
+            degrees.index_copy_(0, here, self.degrees.index_select(0, rows[here]))
+        x_away, degrees_away = waiting()
+        x.index_copy_(0, away, x_away.to(self.device, x.dtype))
+        if degrees is not None:
+            degrees.index_copy_(0, away, torch.as_tensor(degrees_away).to(self.device, degrees.dtype))
+        return x, degrees, len(away)
 
     def target_labels(self, nodes: torch.Tensor) -> torch.Tensor:
-        return self.labels[self.row_of[nodes]]
+        """The labels of ``nodes``, each one's input row here."""
+        return self.labels[self.input_row_of[nodes]]
+
+
+class Owners:
+    """How a :class:`DeviceGraph` reaches what other workers hold: ``sample(ids, fanout, key)`` and ``rows(ids)``
+    send the requests (host arrays of global ids, none of them here) and return a function that waits for the
+    answers — ``(counts, picks)`` as the host sampler gives them, and ``(rows [n, width], degrees [n, 2] or
+    None)`` — so that the device works on the rows here while the requests travel."""
+
+    def __init__(self, sample, rows):
+        self.sample, self.rows = sample, rows
+
+
+def _here_first(rows: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Positions with their rows here (``rows >= 0``) first, then the others, each group in its order; and how
+    many are here (the one number read back)."""
+    away = (rows < 0).to(torch.int8)
+    n_here = len(rows) - int(away.sum())
+    return torch.argsort(away, stable=True), n_here
+
+
+def regroup(order: torch.Tensor, counts_sorted: torch.Tensor, picks_sorted: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSR answers given for ``nodes[order]`` put back in the order of ``nodes`` (the host's
+    ``distdgl.regroup`` in torch operations; the picks' count is their length, so nothing is read back)."""
+    counts = torch.empty_like(counts_sorted)
+    counts[order] = counts_sorted
+    starts = torch.empty_like(counts_sorted)
+    starts[order] = torch.cumsum(counts_sorted, 0) - counts_sorted
+    offsets = torch.cumsum(counts, 0) - counts
+    total = len(picks_sorted)
+    take = torch.repeat_interleave(starts - offsets, counts, output_size=total)
+    return counts, picks_sorted[take + torch.arange(total, device=picks_sorted.device)]
 
 
 def induced_subgraph(indptr: torch.Tensor, indices: torch.Tensor, nodes: torch.Tensor, scratch: torch.Tensor

@@ -200,6 +200,9 @@ class Task:
 
 class ByteGnnStrategy(DistDglStrategy):
     name = "bytegnn"
+    # ByteGNN's contribution is how the host's threads run sampling tasks (a CPU scheduler): its steps are
+    # prepared on the host and their blocks copied in, on a GPU too
+    samples_on_device = False
 
     def __init__(self, ctx: WorkerContext, model):
         super().__init__(ctx, model)

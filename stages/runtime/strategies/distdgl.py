@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..device.sampler import DeviceGraph
+from ..device.sampler import DeviceGraph, Owners
 from ..neighbor_sampler import build_blocks, sample_key, sample_rows, signed64, sorted_rows_by_global
 from ..sampling_service import SamplingService
 from .base import WorkerContext
@@ -47,6 +47,9 @@ _M64 = (1 << 64) - 1
 
 class DistDglStrategy(MiniBatchStrategy):
     name = "distdgl"
+    # a resident worker samples through :class:`DeviceGraph` (this class's :meth:`blocks` and :meth:`prepare`,
+    # which p3 and hopgnn use too); bytegnn's steps are its DAGs of host tasks
+    samples_on_device = True
 
     def __init__(self, ctx: WorkerContext, model):
         super().__init__(ctx, model)
@@ -77,14 +80,11 @@ class DistDglStrategy(MiniBatchStrategy):
         self.reuse_inputs = type(self) is DistDglStrategy
         # one worker holds every input row: its first layer may read them in the feature table
         self.inputs_in_place = self.reuse_inputs and ctx.world == 1
-        # resident and alone, every node's in-edges and input row are here: a step is sampled, relabelled and
-        # gathered on the device (the same draws as the host sampler's), DGL's GPU sampling
+        # a resident worker samples, relabels and gathers its steps on the device (the host sampler's draws; DGL's
+        # GPU sampling); with peers, their nodes are drawn and their rows pulled by them, through the service
         self.on_device = None
-        if type(self) is DistDglStrategy and ctx.resident and ctx.world == 1:
-            degrees = torch.from_numpy(np.stack([self.in_degree, self.out_degree], axis=1)) if self.needs_degrees \
-                else None
-            self.on_device = DeviceGraph(self.indptr, self.nbrs, self.book.local, self.features, self.labels, degrees,
-                                         self.device)
+        if self.samples_on_device and ctx.resident:
+            self.on_device = self._device_graph()
         # node ids on the wire: 4 bytes while they fit
         self.wire_ids = np.int32 if self.num_nodes < 2**31 else np.int64
         # the sampling and feature server (threads) and its client, K > 1: remote neighbours are drawn by their
@@ -95,6 +95,18 @@ class DistDglStrategy(MiniBatchStrategy):
                                                                   "features0": self._serve_rows},
                                            self.tr.stats, self.tracer, self.cfg.timeout,
                                            serve_threads=self.serving_threads(ctx))
+            if self.on_device is not None:
+                self.on_device.owners = Owners(self._owners_sample, self._owners_rows)
+
+    def _device_graph(self) -> DeviceGraph:
+        """This worker's sampling input on its device: its rows (or, replicated, the whole CSR) and its input rows,
+        each global id mapped to its row here (−1: another worker's)."""
+        degrees = torch.from_numpy(np.stack([self.in_degree, self.out_degree], axis=1)) if self.needs_degrees else None
+        here = np.where(self.book.owner == self.rank, self.book.local, -1)
+        if self.replicated:
+            return DeviceGraph(self.g_indptr, self.g_nbrs, None, self.features, self.labels, degrees, self.device,
+                               input_row_of=here)
+        return DeviceGraph(self.indptr, self.nbrs, here, self.features, self.labels, degrees, self.device)
 
     def serving_threads(self, ctx: WorkerContext) -> int:
         """Threads that answer the requests this worker serves in priority order (0: each connection's thread
@@ -123,14 +135,21 @@ class DistDglStrategy(MiniBatchStrategy):
     def target_labels(self, nodes: np.ndarray) -> torch.Tensor:
         """Labels of a step's targets: own ones from the shard, adopted ones (local order) from the owners'."""
         if self.on_device is not None:
-            return self.on_device.target_labels(nodes)
+            if self.ctx.world == 1:
+                return self.on_device.target_labels(nodes)
+            return self._host_target_labels(nodes.cpu().numpy()).to(self.device)
+        return self._host_target_labels(nodes)
+
+    def _host_target_labels(self, nodes: np.ndarray) -> torch.Tensor:
         mine = self.book.owner[nodes] == self.rank
         if mine.all():
             return super().target_labels(nodes)
         out = torch.empty(len(nodes), dtype=self.labels.dtype)
-        out[torch.from_numpy(mine)] = super().target_labels(nodes[mine])
-        at = np.searchsorted(self.adopted_ids, nodes[~mine])
-        out[torch.from_numpy(~mine)] = self.adopted_labels[torch.from_numpy(at)]
+        # integer positions, not boolean masks: the same rows, and on a device no size to read back
+        own_at, other_at = np.flatnonzero(mine), np.flatnonzero(~mine)
+        out[torch.from_numpy(own_at)] = super().target_labels(nodes[own_at])
+        at = np.searchsorted(self.adopted_ids, nodes[other_at])
+        out[torch.from_numpy(other_at)] = self.adopted_labels[torch.from_numpy(at)]
         return out
 
     def prepare(self, epoch: int, step: int, batch=None, extra_seconds: float = 0.0) -> PreparedStep:
@@ -139,12 +158,12 @@ class DistDglStrategy(MiniBatchStrategy):
             return super().prepare(epoch, step, batch, extra_seconds)
         t0 = time.perf_counter()
         targets, global_targets = batch if batch is not None else self.batch(epoch, step)
-        seed = self.cfg.seed
-        blocks = self.on_device.blocks(targets, self.fanouts, lambda hop: sample_key(seed, epoch, step, hop))
+        blocks = self.blocks(epoch, step, targets)
         t1 = time.perf_counter()
-        x0, degrees = self.on_device.inputs(blocks[0].src)
+        x0, degrees, fetched = self.on_device.inputs(blocks[0].src)
         return PreparedStep(targets, global_targets, blocks, x0, degrees,
-                            {"sample": t1 - t0 + extra_seconds, "fetch": time.perf_counter() - t1})
+                            {"sample": t1 - t0 + extra_seconds, "fetch": time.perf_counter() - t1},
+                            fetched_rows=fetched)
 
     # --- batches --------------------------------------------------------------------------------------
     def steps(self, epoch: int) -> int:
@@ -164,7 +183,10 @@ class DistDglStrategy(MiniBatchStrategy):
 
     # --- sampling -------------------------------------------------------------------------------------
     def blocks(self, epoch: int, step: int, targets: np.ndarray):
+        """The step's blocks, first layer first: of device tensors when the worker samples there."""
         seed = self.cfg.seed
+        if self.on_device is not None:
+            return self.on_device.blocks(targets, self.fanouts, lambda hop: sample_key(seed, epoch, step, hop))
 
         def sample(nodes: np.ndarray, fanout: int, hop: int):
             return self.sample(nodes, fanout, sample_key(seed, epoch, step, hop), remote=hop > 0)
@@ -181,17 +203,49 @@ class DistDglStrategy(MiniBatchStrategy):
         owner = self.book.owner[nodes]
         if self.service is None or (owner == self.rank).all():
             return sample_rows(self.indptr, self.nbrs, self.book.local[nodes], nodes, fanout, key)
+        return self._ask_owners(nodes, owner, fanout, key)()
+
+    def _ask_owners(self, nodes: np.ndarray, owner: np.ndarray, fanout: int, key: int):
+        """Send the owners of ``nodes`` their sampling requests now; returns a function that draws this worker's
+        own nodes meanwhile and waits for the answers, ``(counts, picks)`` in the order of ``nodes``."""
         order, bounds = self._by_owner(owner)
         groups = [nodes[order[bounds[q]:bounds[q + 1]]] for q in range(self.ctx.world)]
         pending = {q: self.service.submit(q, "sample", [fanout, signed64(key)], [g.astype(self.wire_ids)])
                    for q, g in enumerate(groups) if q != self.rank and len(g)}
-        answers = {self.rank: sample_rows(self.indptr, self.nbrs, self.book.local[groups[self.rank]],
-                                          groups[self.rank], fanout, key)}
-        for q, p in pending.items():
-            counts_q, picks_q = p.result()
-            answers[q] = (counts_q.astype(np.int64), picks_q.astype(np.int64))
-        answered = [answers[q] for q in range(self.ctx.world) if q in answers]
-        return regroup(order, np.concatenate([c for c, _ in answered]), np.concatenate([n for _, n in answered]))
+
+        def wait() -> tuple[np.ndarray, np.ndarray]:
+            answers = {self.rank: sample_rows(self.indptr, self.nbrs, self.book.local[groups[self.rank]],
+                                              groups[self.rank], fanout, key)}
+            for q, p in pending.items():
+                counts_q, picks_q = p.result()
+                answers[q] = (counts_q.astype(np.int64), picks_q.astype(np.int64))
+            answered = [answers[q] for q in range(self.ctx.world) if q in answers]
+            return regroup(order, np.concatenate([c for c, _ in answered]), np.concatenate([n for _, n in answered]))
+        return wait
+
+    def _owners_sample(self, nodes: np.ndarray, fanout: int, key: int):
+        """The device sampler's requests for nodes other workers own."""
+        return self._ask_owners(nodes, self.book.owner[nodes], fanout, key)
+
+    def _owners_rows(self, nodes: np.ndarray):
+        """The device gather's requests for input rows other workers own (and, for GCN, their global degrees):
+        one ``features0`` request per owner, sent now; the function returned waits for the replies."""
+        order, bounds = self._by_owner(self.book.owner[nodes])
+        pending = {q: self.service.submit(q, "features0", [], [nodes[order[bounds[q]:bounds[q + 1]]]
+                                                                .astype(self.wire_ids)])
+                   for q in range(self.ctx.world) if bounds[q + 1] > bounds[q]}
+
+        def wait() -> tuple[torch.Tensor, np.ndarray | None]:
+            x = torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
+            degrees = np.empty((len(nodes), 2), dtype=np.int64) if self.needs_degrees else None
+            for q, p in pending.items():
+                arrays = p.result()
+                at = order[bounds[q]:bounds[q + 1]]
+                x[torch.from_numpy(at)] = torch.from_numpy(arrays[0])
+                if degrees is not None:
+                    degrees[at] = arrays[1]
+            return x, degrees
+        return wait
 
     def _serve_sample(self, params: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """A peer's ``sample`` request: the same counter-based draw this worker makes for its own nodes,

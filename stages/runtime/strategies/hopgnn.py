@@ -188,12 +188,17 @@ class HopGnnStrategy(DistDglStrategy):
         t0 = time.perf_counter()
         blocks = [self.blocks(epoch, step, r) for r in roots]
         t1 = time.perf_counter()
-        union = np.unique(np.concatenate([b[0].src for b in blocks]))
-        x, degrees, fetched = self.gather_inputs(union)
+        if self.on_device is not None:  # sampled on the device: the union and the gather stay there
+            union = torch.unique(torch.cat([b[0].src for b in blocks]))
+            x, degrees, fetched = self.on_device.inputs(union)
+        else:
+            union = np.unique(np.concatenate([b[0].src for b in blocks]))
+            x, degrees, fetched = self.gather_inputs(union)
         t2 = time.perf_counter()
         out = []
         for i, (r, b) in enumerate(zip(roots, blocks, strict=True)):
-            at = torch.from_numpy(np.searchsorted(union, b[0].src))
+            at = torch.searchsorted(union, b[0].src) if self.on_device is not None else \
+                torch.from_numpy(np.searchsorted(union, b[0].src))
             first = i == 0  # the iteration's sampling and fetch are counted once
             out.append(PreparedStep(r, total, b, x[at], degrees[at] if degrees is not None else None,
                                     {"sample": (t1 - t0 + seconds) if first else 0.0,
@@ -229,7 +234,10 @@ class HopGnnStrategy(DistDglStrategy):
         t["sampled_arcs"] += sum(len(b.indices) for b in prep.blocks)
         src = prep.blocks[0].src if prep.blocks else prep.targets
         t["source_rows"] += len(src)
-        t["feature_misses"] += int((self.book.owner[src] != self.rank).sum())  # rows this time step reads remotely
+        if isinstance(src, torch.Tensor):  # sampled on the device: counted there, read once per epoch
+            t["feature_misses"] += (self.on_device.input_row_of[src] < 0).sum()
+        else:  # the rows this time step reads remotely
+            t["feature_misses"] += int((self.book.owner[src] != self.rank).sum())
         t["fetched_rows"] += prep.fetched_rows
         t["away_roots"] += int((self.book.owner[prep.targets] != self.rank).sum())
 
@@ -297,7 +305,7 @@ class HopGnnStrategy(DistDglStrategy):
                 "merged_steps": self._epoch_merged, "merge_frozen": self.frozen,
                 **({"merge_epoch_seconds": measured[0]} if measured else {}),
                 "feature_misses": int(t["feature_misses"]),
-                "miss_rate": t["feature_misses"] / t["source_rows"] if t["source_rows"] else 0.0,
+                "miss_rate": int(t["feature_misses"]) / t["source_rows"] if t["source_rows"] else 0.0,
                 "feature_bytes": int(t["fetched_rows"]) * width * itemsize,
                 "away_roots": int(t["away_roots"]), "model_values": self.param_count,
                 # where this server's models went (a model at server s in time step t is at s + 1 in t + 1)

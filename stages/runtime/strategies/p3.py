@@ -189,8 +189,11 @@ class P3Strategy(DistDglStrategy):
         targets, global_targets = batch if batch is not None else self.batch(epoch, step)
         blocks = self.blocks(epoch, step, targets)
         t1 = time.perf_counter()
-        layer1 = self.push_structure(blocks[0])
-        src = torch.from_numpy(blocks[0].src)
+        first = blocks[0]
+        if isinstance(first.src, torch.Tensor):  # sampled on the device: the pushed structure leaves it
+            first = SampledBlock(*(a.cpu().numpy() for a in (first.dst, first.src, first.indptr, first.indices)))
+        layer1 = self.push_structure(first)
+        src = torch.from_numpy(first.src)
         degrees = torch.stack([self.g_in_degree[src], self.g_out_degree[src]], dim=1) if self.needs_degrees else None
         t2 = time.perf_counter()
         return P3Step(targets, global_targets, blocks, None, degrees,
