@@ -30,9 +30,19 @@ def _strategies_help() -> str:
     return "\n".join(lines)
 
 
+def _metavar(name: str) -> str | None:
+    """The values an option takes under any strategy: the union of its strategies' ``a|b|c`` metavars."""
+    values: list[str] = []
+    for s in STRATEGIES.values():
+        for o in s.options():
+            if o.name == name and o.metavar:
+                values += [v for v in o.metavar.split("|") if v not in values]
+    return "|".join(values) or None
+
+
 def _add_strategy_options(fn):
     for opt, owners in reversed(_strategy_options()):
-        fn = click.option(opt.flag, opt.name, default=None, metavar=opt.metavar,
+        fn = click.option(opt.flag, opt.name, default=None, metavar=_metavar(opt.name),
                           help=f"[{', '.join(owners)}] {opt.help} [default: {opt.default}]")(fn)
     return fn
 
