@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import click
 
+from stages.common.units import parse_size
 from stages.partition import METHODS, PartitionOptions, print_partition_summary, run_partition
 
 from .output import console
 from .paths import OutputPath
+
+
+def _size(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command(name="partition")
@@ -80,13 +90,21 @@ from .paths import OutputPath
               help="CPU threads for the parallel steps (candidate-swap search, counting, refinement restarts, "
                    "shard CSR) [default: all cores]. METIS itself is single-threaded. The partition does not "
                    "depend on it.")
+@click.option("--metis-memory", "metis_memory", default=None, callback=_size, metavar="SIZE",
+              help="Memory METIS may hold (8GiB, 512MB). METIS needs about 70 bytes per symmetrised arc; a graph "
+                   "that needs more is first coarsened by size-constrained label propagation in memory bounded by "
+                   "its nodes, METIS partitions the clusters (every balance constraint summed per cluster, so "
+                   "balance and cut carry over) and the result is projected back (partition.json: "
+                   "metis_memory). The cut is a little worse than METIS's on the whole graph (docs/BENCHMARKS.md) "
+                   "[default: half the memory available when the stage starts].")
 @click.option("--hidden", type=int, default=16, show_default=True,
               help="Hidden width used to report bytes sent and received per layer (float32).")
 @click.option("--plot", type=OutputPath(), default=None,
               help="Also draw the per-partition remote-set sizes as bars into this PNG file.")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 def command(store, workers, method, out, gamma, balance_tol, degree_tol, max_swaps, refine_steps, remote_budget,
-            bytegnn_alpha, bytegnn_beta, bytegnn_gamma, bytegnn_hops, seed, threads, hidden, plot, force):
+            bytegnn_alpha, bytegnn_beta, bytegnn_gamma, bytegnn_hops, seed, threads, metis_memory, hidden, plot,
+            force):
     """Partition the nodes of STORE over K workers and write one shard folder per worker.
 
     \b
@@ -103,7 +121,7 @@ def command(store, workers, method, out, gamma, balance_tol, degree_tol, max_swa
                                degree_tol=degree_tol, seed=seed, threads=threads, hidden=hidden,
                                max_swaps=max_swaps, refine_steps=refine_steps, remote_budget=remote_budget,
                                bytegnn_alpha=bytegnn_alpha, bytegnn_beta=bytegnn_beta, bytegnn_gamma=bytegnn_gamma,
-                               bytegnn_hops=bytegnn_hops)
+                               bytegnn_hops=bytegnn_hops, metis_memory=metis_memory)
     summary = run_partition(store, options, out=out, force=force, plot=plot)
     print_partition_summary(summary, console)
     if plot:

@@ -56,6 +56,7 @@ class PartitionOptions:
     bytegnn_beta: float = 0.25
     bytegnn_gamma: float = 0.25
     bytegnn_hops: int = 2  # block radius in in-hops: the model's layers
+    metis_memory: int | None = None  # bytes METIS may hold; a graph needing more is coarsened (None: half free)
 
     @property
     def degree_limit(self) -> float:
@@ -98,6 +99,31 @@ def check_options(o: PartitionOptions) -> None:
         raise G3InputError("--bytegnn-alpha, --bytegnn-beta and --bytegnn-gamma must not all be 0")
     if o.bytegnn_hops < 1:
         raise G3InputError(f"--bytegnn-hops must be >= 1 (the model's layers), got {o.bytegnn_hops}")
+    if o.metis_memory is not None and o.metis_memory < METIS_MEMORY_FLOOR:
+        raise G3InputError(f"--metis-memory must be at least {METIS_MEMORY_FLOOR >> 20} MiB, got {o.metis_memory:,} "
+                           "bytes")
+
+
+# METIS's own memory per symmetrised arc beyond the graph g3 holds (68.5 measured on synthetic:medium, K = 8,
+# docs/BENCHMARKS.md "Partitioning in bounded memory"): a graph whose METIS would need more than --metis-memory
+# is coarsened first (stages/partition/coarsen.py)
+METIS_BYTES_PER_ARC = 70
+METIS_MEMORY_FLOOR = 1 << 20
+
+
+def metis_memory(o: PartitionOptions) -> tuple[int, str]:
+    """The bytes METIS may hold and where the figure comes from: ``--metis-memory``, else half the memory the
+    machine has available now (``MemAvailable``; the rest is the stage's own arrays and the shards)."""
+    if o.metis_memory is not None:
+        return o.metis_memory, "--metis-memory"
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2, "half of MemAvailable"
+    except OSError:
+        pass
+    return 1 << 62, "no limit (MemAvailable unknown)"
 
 
 def run_partition(store_path: str | Path, options: PartitionOptions, out: str | Path | None = None,
@@ -140,11 +166,16 @@ def _partition_into(tmp: Path, store: GraphStore, o: PartitionOptions, timing: d
     with make_progress() as progress:
         task = progress.add_task("loading graph", total=None)
         graphs = load_graphs(store)
+        limit, source = metis_memory(o)
+        graphs.metis_arc_budget = limit // METIS_BYTES_PER_ARC
         in_degree = np.diff(graphs.indptr)
         progress.update(task, total=1, completed=1)
         timing["load"] = time.perf_counter() - t_start
         part, extra = _assign(graphs, store, o, timing, progress)
         summary = _summary(store, o, graphs, part, in_degree, extra, timing, progress)
+        summary["metis_memory"] = {"bytes": int(min(limit, 1 << 62)), "from": source,
+                                   "arc_budget": int(graphs.metis_arc_budget), "bytes_per_arc": METIS_BYTES_PER_ARC,
+                                   "coarsened": graphs.coarsenings}
         t0 = time.perf_counter()
         np.save(tmp / "assignment.npy", part.astype(np.int32))
         _write_shards(tmp, store, graphs, part, o, extra, progress)

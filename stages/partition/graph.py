@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba
 import numpy as np
@@ -30,6 +30,9 @@ class Graphs:
     sym_indices: np.ndarray  # same dtype as indices
     degree: np.ndarray  # int64 [N], |N(v)| in the symmetrised graph
     reload_indices: Callable[[], np.ndarray] | None = None  # reads the in-CSR indices again (see below)
+    # METIS takes a graph of at most this many symmetrised arcs; a larger one is coarsened first (None: any)
+    metis_arc_budget: int | None = None
+    coarsenings: list = field(default_factory=list)  # what each coarsened METIS call did (partition.json)
 
     @property
     def symmetric(self) -> bool:

@@ -77,6 +77,9 @@ def metis_partition(graphs: Graphs, k: int, seed: int, vertex_weights: np.ndarra
         ub = np.array(ubvec, dtype=REAL_T)
         if ub.shape != (ncon,) or not np.all(ub > 1.0):
             raise ValueError(f"ubvec needs {ncon} values above 1, got {list(ubvec)}")
+    budget = graphs.metis_arc_budget
+    if budget is not None and len(graphs.sym_indices) > budget:
+        return _coarsened(graphs, k, seed, vwgt, ncon, ufactor, ub, budget)
     part = np.empty(n, dtype=np.int64)
     with graphs.adjacency_int64() as adjncy:
         rc = _call_kway(graphs.sym_indptr, adjncy, vwgt, ncon, k, metis_options(seed, ufactor), part, ub)
@@ -85,17 +88,48 @@ def metis_partition(graphs: Graphs, k: int, seed: int, vertex_weights: np.ndarra
     return part.astype(np.int32)
 
 
+def _coarsened(graphs: Graphs, k: int, seed: int, vwgt: np.ndarray | None, ncon: int, ufactor: int | None,
+               ub: np.ndarray | None, budget: int) -> np.ndarray:
+    """METIS on the graph coarsened to at most ``budget`` arcs (:mod:`.coarsen`), projected back: every
+    constraint summed per cluster and the arcs between clusters counted, so the fine partition's balance and
+    edge cut are the coarse one's."""
+    from .coarsen import coarsen, refine
+
+    n = graphs.num_nodes
+    weights = np.ones((n, 1), dtype=np.int64) if vwgt is None else vwgt.reshape(n, ncon)
+    c = coarsen(graphs.sym_indptr, graphs.sym_indices, weights, k, budget, seed)
+    coarse_k = min(k, len(c.indptr) - 1)
+    part = np.zeros(len(c.indptr) - 1, dtype=np.int64)
+    if coarse_k > 1:
+        rc = _call_kway(c.indptr, c.indices, np.ascontiguousarray(c.node_weights.ravel()), ncon, k,
+                        metis_options(seed, ufactor), part, ub, adjwgt=c.arc_weights)
+        if rc != METIS_OK:
+            raise G3RuntimeError(f"METIS_PartGraphKway failed with status {rc} on the coarsened graph (K={k}, "
+                                 f"ncon={ncon})")
+    graphs.coarsenings.append(c.record(len(graphs.sym_indices), budget))
+    part = part[c.labels]
+    if ncon == 1 and coarse_k > 1:  # one constraint: the fine graph's own moves recover part of the cut
+        limit = float(ub[0]) if ub is not None else 1.0 + (ufactor if ufactor is not None else 30) / 1000
+        part = refine(graphs.sym_indptr, graphs.sym_indices, part, weights[:, 0], k, limit, seed)
+    return part.astype(np.int32)
+
+
 def _call_kway(xadj: np.ndarray, adjncy: np.ndarray, vwgt: np.ndarray | None, ncon: int, k: int,
-               options: np.ndarray, part: np.ndarray, ubvec: np.ndarray | None = None) -> int:
+               options: np.ndarray, part: np.ndarray, ubvec: np.ndarray | None = None,
+               adjwgt: np.ndarray | None = None) -> int:
     lib, _ = _library()
     n = len(xadj) - 1
     xadj = np.ascontiguousarray(xadj, dtype=np.int64)
+    if adjwgt is not None:  # held here: METIS reads it after this line
+        adjwgt = np.ascontiguousarray(adjwgt, dtype=np.int64)
     if len(adjncy) == 0:
         adjncy = np.zeros(1, dtype=np.int64)  # METIS reads adjncy[0] even for an edgeless graph
+        adjwgt = None if adjwgt is None else np.zeros(1, dtype=np.int64)
     objval = np.zeros(1, dtype=np.int64)
     scalars = [np.array([v], dtype=np.int64) for v in (n, ncon, k)]
     return lib.METIS_PartGraphKway(
-        _ptr(scalars[0]), _ptr(scalars[1]), _ptr(xadj), _ptr(adjncy), _ptr(vwgt), None, None,
+        _ptr(scalars[0]), _ptr(scalars[1]), _ptr(xadj), _ptr(adjncy), _ptr(vwgt), None,
+        _ptr(adjwgt),
         _ptr(scalars[2]), None, None if ubvec is None else ubvec.ctypes.data_as(ctypes.c_void_p), _ptr(options),
         _ptr(objval), _ptr(part),
     )

@@ -53,6 +53,10 @@ def facts_table(summary: dict) -> Table:
     t.add_column()
     t.add_row("edge-cut", f"{summary['totals']['edge_cut']:,} arcs")
     t.add_row("total remote", f"{summary['totals']['remote']:,} rows per layer")
+    for c in (summary.get("metis_memory") or {}).get("coarsened", []):
+        t.add_row("coarsened", f"METIS ran on {c['clusters']:,} clusters ({c['fine_arcs']:,} → {c['coarse_arcs']:,} "
+                               f"arcs in {c['levels']} level(s)): METIS on the whole graph would need more than "
+                               f"{human_bytes(summary['metis_memory']['bytes'])} ({summary['metis_memory']['from']})")
     if summary.get("stop_reason"):
         before, after = summary["before"], summary["after"]
         t.add_row("Algorithm 1", f"{summary['stop_reason']} after {summary['swaps']:,} swaps "
