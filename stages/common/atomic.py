@@ -321,3 +321,19 @@ def _json_default(o: object):
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def check_free_space(out: Path, parts: dict[str, int], what: str) -> None:
+    """Refuse, before any work, an output whose file system has less free space than ``parts`` (bytes ``what``
+    writes at least, by kind) add up to: one line with the figures, naming the output."""
+    from .units import human_bytes
+
+    need = sum(parts.values())
+    folder = Path(out).resolve().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        detail = ", ".join(f"{name} {human_bytes(n)}" for name, n in parts.items() if n)
+        raise G3InputError(f"the disk holding it has {human_bytes(free)} free, and {what} writes at least "
+                           f"{human_bytes(need)} there ({detail}): free space or write elsewhere", path=out)

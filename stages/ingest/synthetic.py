@@ -201,6 +201,7 @@ def synthetic_source(spec: SyntheticSpec, name: str | None = None) -> GraphSourc
         num_classes=spec.num_classes,
         splits=None,
         expected_arcs=None,
+        arcs_hint=int(round(spec.nodes * spec.avg_degree / 2 * 1.13)),  # what _edge_chunks draws
         undirected_once=True,
         info={"format": "synthetic", "spec": asdict(spec), "communities": layout.num_communities},
     )

@@ -18,7 +18,7 @@ import numba
 import numpy as np
 
 from ..common.artifact_json import reference
-from ..common.atomic import atomic_dir, check_target, write_json_atomic
+from ..common.atomic import atomic_dir, check_free_space, check_target, write_json_atomic
 from ..common.cost import stage_cost
 from ..common.errors import G3InputError
 from ..common.npy import npy_entry
@@ -126,6 +126,16 @@ def metis_memory(o: PartitionOptions) -> tuple[int, str]:
     return 1 << 62, "no limit (MemAvailable unknown)"
 
 
+def shard_bytes(store: GraphStore, o: PartitionOptions) -> dict[str, int]:
+    """What the shards hold at least (plain .npy, uncompressed): every node's feature row once, and the in-CSR's
+    indices (int32) for a layout with topology."""
+    layouts = partition_method(o.method).layouts
+    parts = {"features": store.num_nodes * store.feat_dim * store.feature_dtype.itemsize}
+    if "rows" in layouts:
+        parts["indices"] = 4 * store.num_arcs
+    return parts
+
+
 def run_partition(store_path: str | Path, options: PartitionOptions, out: str | Path | None = None,
                   force: bool = False, plot: str | Path | None = None) -> dict:
     """Entry point of `g3 partition`: partition, measure, write OUT atomically; returns the partition.json dict."""
@@ -141,6 +151,7 @@ def run_partition(store_path: str | Path, options: PartitionOptions, out: str | 
                            path=store.path)
     out = Path(out) if out is not None else default_output(store.path, options.method, options.workers)
     check_target(out, force, "partition", (store.path,))  # fail before any work
+    check_free_space(out, shard_bytes(store, options), "this partition")
     if options.threads is not None:
         numba.set_num_threads(min(options.threads, numba.config.NUMBA_NUM_THREADS))
     timing: dict[str, float] = {}
