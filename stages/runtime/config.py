@@ -26,6 +26,15 @@ PREFETCH = ("auto", "on", "off")
 BACKWARD = ("auto", "recompute", "keep")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 RESIDENCY = ("auto", "device", "host")
+def prefetch_depth(prefetch: str | None) -> int:
+    """What ``--prefetch`` means to a mini-batch strategy (and to a simulator reading a run's config): how many
+    steps the sampler thread prepares ahead, 0 for in the step itself. auto, on and None = 2, off = 0, N = N."""
+    mode = prefetch or "auto"
+    if mode in ("auto", "on"):
+        return 2
+    return 0 if mode == "off" else int(mode)
+
+
 KNOB_DEFAULTS = {"pipeline": "multi", "prefetch": "auto", "backward": "auto", "layer0_cache": "auto",
                  "feature_cache": True, "micro_batches": 1,
                  "scheduler": "on", "sample_threads": 2, "max_dags": 4, "launch_sigma": 500.0, "task_nodes": 256}
@@ -111,12 +120,8 @@ class RuntimeConfig:
         return self.device == "cuda" or threads * local_workers < usable_cores()
 
     def prefetch_depth(self) -> int:
-        """Mini-batch strategies: how many steps the sampler thread prepares ahead (0: in the step itself).
-        auto and on = 2, off = 0, N = N."""
-        mode = self.prefetch or "auto"
-        if mode in ("auto", "on"):
-            return 2
-        return 0 if mode == "off" else int(mode)
+        """Mini-batch strategies: how many steps the sampler thread prepares ahead (0: in the step itself)."""
+        return prefetch_depth(self.prefetch)
 
     @property
     def torch_dtype(self) -> torch.dtype:

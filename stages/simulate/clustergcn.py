@@ -156,6 +156,7 @@ class ClusterProfile:
         if any(len(r["workers"]) != k0 for r in steady) or "sampled_arcs" not in steady[0]["workers"][0]:
             raise G3InputError("--run: the run has no per-worker sampling statistics (sampled_arcs): train the plan "
                                "again", path=run)
+        from ..runtime.config import prefetch_depth  # here: the runtime imports torch
         opts, cfg = meta["strategy"]["options"], info.get("config") or {}
         spec = ModelSpec.from_plan(meta)
         layers = [(s.edge_width, s.d_in * s.d_out) for s in spec.layer_shapes()]
@@ -195,7 +196,7 @@ class ClusterProfile:
             num_train=int(sum(int(w.train.sum()) for w in workers)), num_params=_num_params(run),
             t_unit=compute / work if work > 0 else 0.0, t_scan=sample / scanned if scanned > 0 else 0.0,
             t_row=fetch / rows if rows > 0 else 0.0, t_opt=opt / total_updates if total_updates else 0.0,
-            prefetch=cfg.get("prefetch") not in ("off", "0"),
+            prefetch=prefetch_depth(cfg.get("prefetch")) > 0,
             measured_epoch_seconds=statistics.median(r["epoch_seconds"] for r in steady), updates_per_epoch=updates)
 
 

@@ -71,6 +71,7 @@ class MiniBatchProfile:
         rows = sum(w["source_rows"] for w in workers)
         store = plan_meta["store"]
         labels_train = sum(int(x["num_train"]) for x in plan_meta["workers"] if "num_train" in x)
+        from ..runtime.config import prefetch_depth  # here: the runtime imports torch
         cfg = info.get("config") or {}
         return cls(
             strategy=info["strategy"]["name"], workers=int(info["plan"]["num_workers"]),
@@ -82,7 +83,7 @@ class MiniBatchProfile:
             t_sample=sum(w["sample_seconds"] for w in workers) / max(arcs, 1),
             t_gather=sum(w["fetch_seconds"] for w in workers) / max(rows, 1),
             t_compute=sum(w["compute_seconds"] for w in workers) / max(arcs, 1),
-            prefetch=cfg.get("prefetch") not in ("off", "0"),
+            prefetch=prefetch_depth(cfg.get("prefetch")) > 0,
             measured_epoch_seconds=statistics.median(r["epoch_seconds"] for r in steady))
 
 

@@ -94,6 +94,7 @@ class P3Profile:
         if "bytes_sent_per_phase" not in workers[0] or "gradients" not in workers[0]["bytes_sent_per_phase"]:
             raise G3InputError("--run: the run has no p3 byte counts (structure, partials, gradients): train the "
                                "p3 plan again", path=run)
+        from ..runtime.config import prefetch_depth  # here: the runtime imports torch
         cfg = info.get("config") or {}
         item = _ITEMSIZE.get(str(cfg.get("dtype") or "float32"), 4)
         opts = plan_meta["strategy"]["options"]
@@ -121,7 +122,7 @@ class P3Profile:
             t_sample=total("sample_seconds") / max(total("sampled_arcs"), 1),
             t_struct=total("fetch_seconds") / (ws * k0 * (3 + src0 + dst1 + arcs1)),
             t_unit=total("compute_seconds") / (ws * units) if units > 0 else 0.0,
-            prefetch=cfg.get("prefetch") not in ("off", "0"),
+            prefetch=prefetch_depth(cfg.get("prefetch")) > 0,
             measured_epoch_seconds=sorted(r["epoch_seconds"] for r in steady)[len(steady) // 2])
 
 
