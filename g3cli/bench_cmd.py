@@ -12,6 +12,7 @@ from stages.runtime.config import PIPELINES
 
 from .output import stdout_console
 from .paths import OutputPath
+from .values import parsed
 
 
 def _int_list(ctx, param, value):
@@ -35,15 +36,6 @@ def _peers(ctx, param, value):
         if p not in PEERS:
             raise click.BadParameter(f"{p!r} is not one of {', '.join(PEERS)} (or 'none')")
     return out
-
-
-def _memory(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 def _links(ctx, param, value):
@@ -85,7 +77,7 @@ def _links(ctx, param, value):
               help="The bin schedule of g3 and the chunk pipeline of neutrontp (see g3 train --help).")
 @click.option("--bin-size", type=int, default=None,
               help="The g3 strategy's plan: fixed nodes per bin [default: from memory].")
-@click.option("--device-memory", default=None, callback=_memory,
+@click.option("--device-memory", default=None, callback=parsed(parse_size),
               help="Device memory per worker of the plans that size bins or chunks by it (g3, neutrontp), e.g. 8GiB [default: auto].")
 @click.option("--peers", "peers", default="pyg,dgl", show_default=True, callback=_peers,
               help="Peers to run: pyg, dgl (comma-separated) or none. PyG needs `make peers`, DGL `make peers-dgl`.")

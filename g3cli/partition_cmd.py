@@ -9,15 +9,7 @@ from stages.partition import METHODS, PartitionOptions, print_partition_summary,
 
 from .output import console
 from .paths import OutputPath
-
-
-def _size(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+from .values import parsed
 
 
 @click.command(name="partition")
@@ -90,7 +82,7 @@ def _size(ctx, param, value):
               help="CPU threads for the parallel steps (candidate-swap search, counting, refinement restarts, "
                    "shard CSR) [default: all cores]. METIS itself is single-threaded. The partition does not "
                    "depend on it.")
-@click.option("--metis-memory", "metis_memory", default=None, callback=_size, metavar="SIZE",
+@click.option("--metis-memory", "metis_memory", default=None, callback=parsed(parse_size), metavar="SIZE",
               help="Memory METIS may hold (8GiB, 512MB). METIS needs about 70 bytes per symmetrised arc; a graph "
                    "that needs more is first coarsened by size-constrained label propagation in memory bounded by "
                    "its nodes, METIS partitions the clusters (every balance constraint summed per cluster, so "

@@ -19,17 +19,7 @@ from stages.simulate import (
 
 from .output import stdout_console
 from .paths import OutputPath
-
-
-def _parser(fn):
-    def callback(ctx, param, value):
-        if value is None:
-            return None
-        try:
-            return fn(value)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc)) from None
-    return callback
+from .values import parsed
 
 
 def _pipelines(ctx, param, value):
@@ -49,9 +39,9 @@ def _pipelines(ctx, param, value):
 @click.option("--workers", "-w", type=int, default=None,
               help="Worker count K to simulate [default: the plan's]. Another K partitions and plans the plan's "
                    "store again (same method, model and bins) into the --cache folder.")
-@click.option("--bandwidth", default="10Gbit", show_default=True, callback=_parser(parse_bandwidth),
+@click.option("--bandwidth", default="10Gbit", show_default=True, callback=parsed(parse_bandwidth),
               help="Link bandwidth per worker and direction, e.g. 10Gbit, 100Gbit, 1.25GB (bytes/s), inf.")
-@click.option("--latency", default="100us", show_default="100us: a gloo message on this machine, calibration.py", callback=_parser(parse_latency),
+@click.option("--latency", default="100us", show_default="100us: a gloo message on this machine, calibration.py", callback=parsed(parse_latency),
               help="One-way latency per message, e.g. 50us, 0.2ms, 0.")
 @click.option("--link-share", type=float, default=LINK_SHARE, show_default="0.956: TCP over Ethernet, MTU 1500",
               help="Share of each link's bytes that carry payload (headers take the rest; "
@@ -77,7 +67,7 @@ def _pipelines(ctx, param, value):
 @click.option("--staleness-epochs", type=int, default=1, show_default=True,
               help="sancus's epoch:N: hidden layers' rows move every N+1 epochs; the epoch reported is the mean of a "
                    "sending epoch and N skipping ones.")
-@click.option("--scaling", default="2,4,8,16", show_default=True, callback=_parser(parse_workers_list),
+@click.option("--scaling", default="2,4,8,16", show_default=True, callback=parsed(parse_workers_list),
               help="Worker counts of the scaling table (like the paper's Figs. 7-11, 16, 17): a list, a range "
                    "of powers of two (2-16), or 'none'. Each K is partitioned and planned once into --cache.")
 @click.option("--run", "run", type=click.Path(), default=None,
