@@ -35,7 +35,7 @@ def entry_knobs(e: dict) -> tuple[dict, dict]:
 
 def predict(e: dict, bench: dict, profile: str | None, latency: float, calibration_run: str | None) -> float | None:
     from stages.common.strategies import strategy_info
-    from stages.runtime.netemu import parse_rate
+    from stages.runtime.launch.netemu import parse_rate
     from stages.simulate import SimulateOptions, run_simulate
 
     info = strategy_info(e["strategy"])

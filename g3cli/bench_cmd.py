@@ -41,7 +41,7 @@ def _peers(ctx, param, value):
 def _links(ctx, param, value):
     if value is None:
         return ()
-    from stages.runtime.netemu import parse_rate, rate_label
+    from stages.runtime.launch.netemu import parse_rate, rate_label
 
     out = []
     for text in str(value).split(","):

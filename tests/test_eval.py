@@ -84,7 +84,7 @@ def test_eval_matches_independent_accuracy(store, tmp_path, model, k, monkeypatc
     def no_workers(*args, **kwargs):
         raise AssertionError("a 1-worker evaluation started worker processes")
 
-    monkeypatch.setattr("stages.runtime.launchers.spawn_workers", no_workers)
+    monkeypatch.setattr("stages.runtime.launch.launchers.spawn_workers", no_workers)
     handlers = logging.getLogger("g3").handlers[:]
     r = invoke(["eval", str(run), "--workers", "1", "--split", "test", "--json", "--force"])
     assert r.exit_code == 0, r.output
@@ -102,7 +102,7 @@ def test_eval_imports_only_what_it_needs():
         import stages.eval
         assert "torch" not in sys.modules, "stages.eval imports torch"
         from stages.common.strategies import STRATEGIES
-        from stages.runtime.launch import INFERENCE_PRELOAD
+        from stages.runtime.launch.processes import INFERENCE_PRELOAD
         for name in INFERENCE_PRELOAD:
             if name != "__main__":
                 importlib.import_module(name)
@@ -130,7 +130,7 @@ def test_a_rank_run_in_process_fails_as_a_worker_does(tmp_path):
     """A 1-worker evaluation's rank runs in the launching process: its error is written and named as a worker's
     (bad input: G3InputError, exit 2; anything else: G3RuntimeError), and the process's "g3" logging is restored."""
     from stages.common.errors import G3InputError, G3RuntimeError
-    from stages.runtime.launch import run_in_process
+    from stages.runtime.launch.processes import run_in_process
 
     handlers = logging.getLogger("g3").handlers[:]
     for error, kind in ((G3InputError("bad weights"), G3InputError), (ValueError("oops"), G3RuntimeError)):

@@ -228,7 +228,7 @@ def test_train_profile_feeds_simulate(tiny_store, tmp_path, cli_runner):
     from g3cli.main import cli
     from stages.partition import PartitionOptions, run_partition
     from stages.plan import PlanConfig, run_plan
-    from stages.runtime.launch import run_guarded
+    from stages.runtime.launch.processes import run_guarded
     from stages.train.config import TrainConfig
     from stages.train.loop import train_rank
 

@@ -585,7 +585,7 @@ def test_every_module_the_fork_server_preloads_imports():
     import sys
 
     from stages.common.strategies import STRATEGIES
-    from stages.runtime.launch import PRELOAD
+    from stages.runtime.launch.processes import PRELOAD
 
     for name in PRELOAD:
         if name != "__main__":

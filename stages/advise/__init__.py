@@ -95,7 +95,7 @@ class AdviseOptions:
 def parse_links(text: str) -> tuple[str, ...]:
     """``1gbit,10gbit`` → the rates (lower case), each checked as `--emulate-link` checks it; bad input is one
     line naming --link."""
-    from ..runtime.netemu import parse_rate
+    from ..runtime.launch.netemu import parse_rate
 
     out = []
     for part in str(text).split(","):
@@ -143,7 +143,7 @@ def resolve_calibrate_link(text: str | None) -> str | None:
     """``auto`` → AUTO_CALIBRATE_LINK where emulated hosts can be built here (root or CAP_NET_ADMIN, ip and tc),
     else None (local processes); ``local`` → None; a rate stays."""
     if text == "auto":
-        from ..runtime.netemu import why_not_available
+        from ..runtime.launch.netemu import why_not_available
 
         return AUTO_CALIBRATE_LINK if why_not_available() is None else None
     return None if text in (None, "local") else text
@@ -151,7 +151,7 @@ def resolve_calibrate_link(text: str | None) -> str | None:
 
 def _check(options: AdviseOptions, num_nodes: int, cluster=None) -> int:
     from ..common.model_spec import MODEL_KINDS
-    from ..runtime.netemu import parse_rate
+    from ..runtime.launch.netemu import parse_rate
 
     if not options.workers or any(int(k) < 1 for k in options.workers):
         raise G3InputError("--workers: worker counts must be at least 1")
@@ -651,7 +651,7 @@ def _simulate_run(plan: Path, run: Path, k: int, options: AdviseOptions, cache: 
     link, or the loopback: no bandwidth limit) with the run's train knobs and the variant's ``simulate`` options
     (bns-gcn's boundary sampling, sancus's staleness), every worker at ``speed``."""
     from ..plan import parse_options
-    from ..runtime.netemu import parse_rate
+    from ..runtime.launch.netemu import parse_rate
     from ..simulate import SimulateOptions, simulate_plan
 
     meta = load_plan_meta(plan)
@@ -744,7 +744,7 @@ def _entry(c: Candidate, info, link: str, peak, source: str, fits, options: Advi
 def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: AdviseOptions, profile_path,
              profile_error, profile_check, calibration_runs: dict, cache: Cache, sims: dict, cluster=None,
              speed_fits: dict | None = None) -> None:
-    from ..runtime.netemu import parse_rate
+    from ..runtime.launch.netemu import parse_rate
     from ..simulate import SimulateOptions, simulate_plan
 
     speed = 1.0

@@ -128,7 +128,7 @@ class Cluster:
 def load_cluster(path: str | Path) -> Cluster:
     """The cluster file at ``path``, checked; any bad field is one line naming the file and the field."""
     from ..common.artifact_json import read_json_file
-    from ..runtime.netemu import parse_rate
+    from ..runtime.launch.netemu import parse_rate
 
     path = Path(path)
     data = read_json_file(path, check=False)  # unreadable, not JSON, not an object: one line naming the file

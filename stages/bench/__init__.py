@@ -251,7 +251,7 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
     t0 = time.perf_counter()
     graph_file = export_graph(store.path, out / "graph.npz")
     if o.links:
-        from ..runtime.netemu import parse_rate, why_not_available
+        from ..runtime.launch.netemu import parse_rate, why_not_available
 
         for link in o.links:
             try:

@@ -144,7 +144,7 @@ def _without_link(e: dict) -> str:
 
 
 def _rate_bits(link: str) -> float:
-    from ..runtime.netemu import parse_rate
+    from ..runtime.launch.netemu import parse_rate
 
     return parse_rate(link)
 

@@ -46,3 +46,27 @@ def human_count(n: float) -> str:
         if abs(n) >= div:
             return f"{n / div:.2f}{unit}"
     return f"{int(n)}"
+
+
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|bps|b)?\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+
+
+def parse_rate(text: str) -> int:
+    """A link rate in bits per second: ``100mbit``, ``1gbit``, ``10gbit``, ``2.5gbit``, ``500kbit`` (bits: a
+    trailing ``bit``/``bps`` or none; the ``b`` of ``100mb`` also means bits, as in tc)."""
+    m = _RATE.match(str(text))
+    if not m:
+        raise ValueError(f"not a link rate: {text!r} (examples: 100mbit, 1gbit, 10gbit)")
+    bits = float(m.group(1)) * _SCALE[m.group(2).lower()]
+    if not 1e5 <= bits <= 1e12:
+        raise ValueError(f"link rate {text!r} is outside 100kbit-1000gbit")
+    return int(bits)
+
+
+def rate_label(bits: float) -> str:
+    """``100mbit``, ``1gbit``, ``2.5gbit``: the rate as tc and ``--emulate-link`` spell it."""
+    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bits >= scale:
+            return f"{bits / scale:g}{unit}"
+    return f"{bits:g}bit"

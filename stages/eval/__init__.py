@@ -68,7 +68,7 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
     """Evaluate RUN's weights; writes RUN/eval.json (an earlier one only with ``force``) and returns it
     (filtered to ``split``). ``plan``: the plan the run was trained with, when it is not where run.json says
     (a multi-host run's folder copied back: its node plan stayed on its host). ``emulate_link``/``hosts``: on
-    emulated hosts (stages/runtime/launchers.py), as `g3 train --emulate-link`."""
+    emulated hosts (stages/runtime/launch/launchers.py), as `g3 train --emulate-link`."""
     t_stage = time.perf_counter()
     run = Path(run)
     meta = load_run(run)
@@ -87,12 +87,12 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
     check_writable(run, "eval.json and the workers' logs")
     plan = Path(plan) if plan else run_plan_path(run, meta)
     if emulate_link is None:  # the local workers' fork server starts while the plan and the weights are checked
-        from ..runtime.launch import INFERENCE_PRELOAD, start_server_early
+        from ..runtime.launch.processes import INFERENCE_PRELOAD, start_server_early
 
         if (workers or int(meta["plan"]["num_workers"])) > 1:
             start_server_early(INFERENCE_PRELOAD)
     from ..bundle import host_folders
-    from ..runtime.launchers import HostFile, make_launcher
+    from ..runtime.launch.launchers import HostFile, make_launcher
     from ..train import check_plan
     from .runner import eval_rank
 

@@ -66,7 +66,7 @@ class RuntimeConfig:
     master_port: int = 0  # 0: pick a free port
     heap: str = "keep"  # keep | system: freed memory stays in the heap for the next epoch (heap.py)
     trace: bool = False  # time every span; write a Chrome-trace timeline of the last epoch per rank
-    # where the workers run (stages/runtime/launchers.py): local processes, or emulated hosts on this machine
+    # where the workers run (stages/runtime/launch/launchers.py): local processes, or emulated hosts on this machine
     emulate_link: str | None = None  # e.g. "100mbit": one network namespace per host, links shaped to this rate
     hosts: int | None = None  # emulated hosts (None: one per worker)
     emulate_subnet: str | None = None  # the emulated hosts' addresses (None: netemu.DEFAULT_SUBNET)
@@ -225,7 +225,7 @@ def check_runtime(cfg: RuntimeConfig) -> None:
         except (OSError, UnicodeError) as exc:
             raise G3InputError(f"--master-addr {cfg.master_addr} does not resolve to an address ({exc})") from None
     if cfg.emulate_link is not None:
-        from .netemu import parse_rate
+        from ..common.units import parse_rate
 
         try:
             parse_rate(cfg.emulate_link)

@@ -1,6 +1,6 @@
 """The network constants `g3 simulate` takes from measurements, in one place, with the command that fits them.
 
-``python examples/calibrate_network.py`` (root: it builds g3's emulated hosts, stages/runtime/netemu.py) times
+``python examples/calibrate_network.py`` (root: it builds g3's emulated hosts, stages/runtime/launch/netemu.py) times
 gloo ping-pongs of 4 B … 8 MiB between two hosts at 100 Mbit/s, 1 Gbit/s and 10 Gbit/s and fits
 ``t(n) = overhead + n / (share × rate)``; docs/BENCHMARKS.md ("On an emulated network: the simulator's
 constants") has its output.

@@ -35,8 +35,8 @@ from ..common.plan_artifact import load_plan_meta, plan_strategy
 from ..common.run_artifact import RUN_SCHEMA, RUN_VERSION, load_run_meta
 from ..common.strategies import strategy_info
 from ..runtime.config import check_runtime, resolve_knobs
-from ..runtime.launch import run_guarded, under_torchrun
-from ..runtime.launchers import make_launcher
+from ..runtime.launch.launchers import make_launcher
+from ..runtime.launch.processes import run_guarded, under_torchrun
 from ..runtime.profile import PROFILE_SCHEMA
 from .config import TrainConfig
 

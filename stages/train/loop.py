@@ -47,7 +47,7 @@ log = logging.getLogger("g3.train")
 
 def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, run_dir: str, cfg: TrainConfig) -> None:
     """Entry of one training process (spawned locally or started by torchrun), run by
-    ``stages.runtime.launch.run_guarded``."""
+    ``stages.runtime.launch.processes.run_guarded``."""
     worker = open_worker(rank, world, Path(plan_dir), cfg, init_method)
     with device_kernels(worker.ctx.resident, worker.ctx.device.type):
         _train(worker, Path(run_dir), cfg)

@@ -47,9 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..common.errors import G3InputError, G3RuntimeError
-from .config import RuntimeConfig
-from .launch import BAD_INPUT, ENVIRONMENT, STARTUP_GRACE, HostFile, heartbeat_path, log_path
+from ...common.errors import G3InputError, G3RuntimeError
+from ..config import RuntimeConfig
 from .netemu import (
     DEFAULT_SUBNET,
     NIC,
@@ -62,6 +61,7 @@ from .netemu import (
     rate_label,
     why_not_available,
 )
+from .processes import BAD_INPUT, ENVIRONMENT, STARTUP_GRACE, HostFile, heartbeat_path, log_path
 
 RDZV_PORT = 29400  # every host has its own port space: the rendezvous port is always free
 POLL_SECONDS = 0.2
@@ -234,7 +234,7 @@ class EmulatedHostsLauncher:
                 "--rdzv-endpoint", f"{net.address(0)}:{RDZV_PORT}", "--rdzv-id", self._job,
                 "--rdzv-conf", f"is_host={int(host.n == 0)},join_timeout={join_timeout}",
                 "--local-addr", net.address(host.n), "--max-restarts", str(self.max_restarts),
-                "--monitor-interval", "0.5", "-m", "stages.runtime.host_worker", str(host.folder / "job.pkl")]
+                "--monitor-interval", "0.5", "-m", "stages.runtime.launch.host_worker", str(host.folder / "job.pkl")]
         env = {**os.environ, "GLOO_SOCKET_IFNAME": NIC, "PYTHONUNBUFFERED": "1",
                # a fresh store (and port) per attempt, served by the group's rank 0: an agent started again after
                # its host crashed counts restarts from 0, so the agent store's per-attempt keys would not match

@@ -38,7 +38,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..common.errors import G3InputError, G3RuntimeError
+from ...common.errors import G3InputError, G3RuntimeError
+from ...common.units import parse_rate, rate_label  # noqa: F401  (netemu's names too)
 
 PREFIX = "g3e"
 DEFAULT_SUBNET = "198.18.0.0/24"
@@ -48,30 +49,6 @@ MTU = 1500  # an Ethernet NIC's; jumbo frames would lower per-packet CPU cost, n
 QUEUE_SECONDS = 0.020  # tbf's latency: how long a packet may wait in the link's queue
 NIC = "eth0"  # the host's interface name inside its namespace
 COMMAND_SECONDS = 20.0  # any one `ip`/`tc` command
-
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|bps|b)?\s*$", re.IGNORECASE)
-_SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-
-
-def parse_rate(text: str) -> int:
-    """A link rate in bits per second: ``100mbit``, ``1gbit``, ``10gbit``, ``2.5gbit``, ``500kbit`` (bits: a
-    trailing ``bit``/``bps`` or none; the ``b`` of ``100mb`` also means bits, as in tc)."""
-    m = _RATE.match(str(text))
-    if not m:
-        raise ValueError(f"not a link rate: {text!r} (examples: 100mbit, 1gbit, 10gbit)")
-    bits = float(m.group(1)) * _SCALE[m.group(2).lower()]
-    if not 1e5 <= bits <= 1e12:
-        raise ValueError(f"link rate {text!r} is outside 100kbit-1000gbit")
-    return int(bits)
-
-
-def rate_label(bits: float) -> str:
-    """``100mbit``, ``1gbit``, ``2.5gbit``: the rate as tc and ``--emulate-link`` spell it."""
-    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
-        if bits >= scale:
-            return f"{bits / scale:g}{unit}"
-    return f"{bits:g}bit"
-
 
 def host_cores(hosts: int, cores: list[int] | None = None) -> list[list[int]]:
     """The cores each host runs on: the machine's cores (those this process may use) split into ``hosts``

@@ -1,4 +1,4 @@
-"""What the fork server imports once so that no forked worker pays for it (``stages/runtime/launch.py``).
+"""What the fork server imports once so that no forked worker pays for it (``stages/runtime/launch/processes.py``).
 
 Importing this module imports every registered strategy's runtime module and what torch and numba load only
 on first use (what an evaluation needs too is in ``preload_inference.py``): ``torch._dynamo`` (the first

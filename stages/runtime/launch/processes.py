@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common.errors import G3InputError, G3RuntimeError
+from ...common.errors import G3InputError, G3RuntimeError
 
 log = logging.getLogger("g3.runtime")
 
@@ -91,12 +91,12 @@ def run_guarded(entry, rank: int, world: int, run_dir: Path, prefix: str, *args)
 # CLI, 3.7 s of CPU each on the 2-core sandbox before the CLI imported its commands lazily). The server ignores a
 # module it cannot import, so tests/test_train.py imports each of them.
 PRELOAD = ["__main__", "torch", "torch.distributed", "numpy", "numba", "stages.train.loop", "stages.eval.runner",
-           "stages.runtime.preload"]
+           "stages.runtime.launch.preload"]
 # What the workers of an evaluation (`g3 eval`: forward only) need: no optimizer, so not torch._dynamo (1.4 s of
 # the server's 3.5 s start on the 2-core sandbox; docs/BENCHMARKS.md, "g3 eval start-up"). Used when this process
 # starts the server; one already running (a process that trained first) has PRELOAD, a superset.
 INFERENCE_PRELOAD = ["__main__", "torch", "torch.distributed", "numpy", "numba", "stages.eval.runner",
-                     "stages.runtime.preload_inference"]
+                     "stages.runtime.launch.preload_inference"]
 
 
 def start_resource_tracker_quietly() -> None:

@@ -1,7 +1,7 @@
 """Where the workers of a run execute: one component that `g3 train`, `g3 eval` and `g3 bench` choose from.
 
 * :class:`LocalLauncher` — K processes on this machine, talking over loopback (``spawn_workers``);
-* :class:`~stages.runtime.emulated_hosts.EmulatedHostsLauncher` — H emulated hosts on this machine, each a
+* :class:`~stages.runtime.launch.emulated_hosts.EmulatedHostsLauncher` — H emulated hosts on this machine, each a
   network namespace with its own cores and a link shaped to a rate, one torchrun agent per host
   (``--emulate-link RATE``, docs/DESIGN.md "Emulated hosts");
 * under ``torchrun`` on real hosts, `g3 train` runs the one rank of its process itself (stages/train).
@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..common.errors import G3InputError
-from .config import RuntimeConfig
-from .launch import INFERENCE_PRELOAD, HostFile, run_in_process, spawn_workers
+from ...common.errors import G3InputError
+from ..config import RuntimeConfig
+from .processes import INFERENCE_PRELOAD, HostFile, run_in_process, spawn_workers
 
 
 class LocalLauncher:

@@ -1,6 +1,6 @@
 """What the fork server of an evaluation imports once so that no forked worker pays for it: every registered
 strategy's runtime module, ``torch.fx.experimental.symbolic_shapes`` (the first ``empty_like`` of
-``nn.utils.skip_init`` imports it) and numba's registries (below). ``stages/runtime/preload.py`` adds what only
+``nn.utils.skip_init`` imports it) and numba's registries (below). ``stages/runtime/launch/preload.py`` adds what only
 training needs (``torch._dynamo``, imported by the first optimizer); docs/BENCHMARKS.md, "g3 eval start-up".
 
 Nothing here starts a thread of its own or a process group, so the server stays safe to fork (preload.py says
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import torch.fx.experimental.symbolic_shapes  # noqa: F401  (first skip_init)
 
-from ..common.strategies import STRATEGIES
+from ...common.strategies import STRATEGIES
 
 for _info in STRATEGIES.values():
     _info.runtime_class()
@@ -28,6 +28,6 @@ def _first_numba_function(x):
 _first_numba_function(1)
 
 
-from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+from ...common import jit_cache  # noqa: E402 - after every kernel of the module is defined
 
 jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

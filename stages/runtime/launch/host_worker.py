@@ -1,7 +1,7 @@
 """One worker process on an emulated host: what torchrun's agent runs there (``python -m
-stages.runtime.host_worker HOST/job.pkl``).
+stages.runtime.launch.host_worker HOST/job.pkl``).
 
-The job file (written by :mod:`stages.runtime.emulated_hosts`) holds the entry and its arguments with the host's
+The job file (written by :mod:`stages.runtime.launch.emulated_hosts`) holds the entry and its arguments with the host's
 own paths. The process takes the rank ``ranks[LOCAL_RANK]`` of its host, as a node folder of ``g3 bundle``
 does, joins the group through torchrun's environment (``env://``) and runs the entry as a locally spawned
 worker would: its log and error files in the host's run folder, a heartbeat the launcher watches, and an exit
@@ -16,7 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
-from .launch import leave_now, run_guarded, start_heartbeat
+from .processes import leave_now, run_guarded, start_heartbeat
 
 
 def main(job_file: str) -> None:
