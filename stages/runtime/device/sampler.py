@@ -175,7 +175,7 @@ class DeviceGraph:
         rows = nodes if self.row_of is None else self.row_of[nodes]
         if self.owners is None or self.row_of is None:
             return sample_rows(self.indptr, self.nbrs, rows, nodes, fanout, key)
-        order, n_here = _here_first(rows)
+        order, n_here = here_first(rows)
         if n_here == len(nodes):
             return sample_rows(self.indptr, self.nbrs, rows, nodes, fanout, key)
         waiting = self.owners.sample(nodes[order[n_here:]].cpu().numpy(), fanout, key)
@@ -189,7 +189,7 @@ class DeviceGraph:
         how many rows came from other workers."""
         rows = self.input_row_of[nodes]
         if self.owners is not None:
-            order, n_here = _here_first(rows)
+            order, n_here = here_first(rows)
             if n_here < len(nodes):
                 return self._inputs_with_peers(nodes, rows, order, n_here)
         return (self.features.index_select(0, rows),
@@ -226,7 +226,7 @@ class Owners:
         self.sample, self.rows = sample, rows
 
 
-def _here_first(rows: torch.Tensor) -> tuple[torch.Tensor, int]:
+def here_first(rows: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Positions with their rows here (``rows >= 0``) first, then the others, each group in its order; and how
     many are here (the one number read back)."""
     away = (rows < 0).to(torch.int8)

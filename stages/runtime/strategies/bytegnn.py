@@ -81,7 +81,10 @@ import numpy as np
 import torch
 
 from ..config import KNOB_DEFAULTS
-from ..neighbor_sampler import block_from_sample, sample_key, sample_rows, signed64
+from ..device.sampler import block_arrays, here_first
+from ..device.sampler import regroup as device_regroup
+from ..device.sampler import sample_rows as device_sample_rows
+from ..neighbor_sampler import SampledBlock, block_from_sample, sample_key, sample_rows, signed64
 from .base import WorkerContext
 from .distdgl import DistDglStrategy, regroup
 from .minibatch import PreparedStep
@@ -200,9 +203,8 @@ class Task:
 
 class ByteGnnStrategy(DistDglStrategy):
     name = "bytegnn"
-    # ByteGNN's contribution is how the host's threads run sampling tasks (a CPU scheduler): its steps are
-    # prepared on the host and their blocks copied in, on a GPU too
-    samples_on_device = False
+    # resident: the tasks' draws, merges and gathers run on the device (torch operations from the pool's threads),
+    # the DAG, its scheduler and the owners' requests as on the host
 
     def __init__(self, ctx: WorkerContext, model):
         super().__init__(ctx, model)
@@ -241,6 +243,9 @@ class ByteGnnStrategy(DistDglStrategy):
             dag.targets, dag.global_targets = self.batch(dag.epoch, dag.id)
             dag.frontier = dag.targets
             dag.claimed = np.zeros(self.num_nodes, dtype=bool)
+            if self.on_device is not None:  # the frontier and the claims live on the device
+                dag.frontier = torch.as_tensor(dag.targets).to(self.device, torch.int64)
+                dag.claimed = torch.zeros(self.num_nodes, dtype=torch.bool, device=self.device)
             return []
         return Task(dag, "seed", 0, run)
 
@@ -248,6 +253,8 @@ class ByteGnnStrategy(DistDglStrategy):
         """The NSC tasks of the DAG's current hop: its frontier cut into chunks of one owner each (the whole
         CSR is here with a replicated topology: chunks by position only)."""
         frontier, hop = dag.frontier, dag.hop
+        if isinstance(frontier, torch.Tensor):  # the owners decide the chunks: the ids leave the device once a hop
+            frontier = frontier.cpu().numpy()
         if self.replicated or self.service is None:
             owner = np.full(len(frontier), self.rank, dtype=np.int64)
         else:
@@ -261,8 +268,11 @@ class ByteGnnStrategy(DistDglStrategy):
         return [self.nsc_task(dag, hop, i, at, int(owner[at[0]])) for i, at in enumerate(pieces)]
 
     def nsc_task(self, dag: Dag, hop: int, index: int, at: np.ndarray, owner: int) -> Task:
-        nodes, fanout = dag.frontier[at], self.fanouts[hop]
+        fanout = self.fanouts[hop]
         key = sample_key(self.cfg.seed, dag.epoch, dag.id, hop)
+        if self.on_device is not None:
+            return self._device_nsc_task(dag, index, at, owner, fanout, key)
+        nodes = dag.frontier[at]
 
         def keep(counts: np.ndarray, nbrs: np.ndarray) -> None:
             dag.parts[index] = (at, counts.astype(np.int64), nbrs.astype(np.int64))
@@ -288,6 +298,8 @@ class ByteGnnStrategy(DistDglStrategy):
     def merge_task(self, dag: Dag) -> Task:
         """Join the hop's chunks in frontier order into its block; the sources are the next hop's frontier."""
         def run() -> list:
+            if self.on_device is not None:
+                return self._device_merge(dag)
             if dag.parts:
                 order = np.concatenate([p[0] for p in dag.parts])
                 counts, nbrs = regroup(order, np.concatenate([p[1] for p in dag.parts]),
@@ -303,6 +315,8 @@ class ByteGnnStrategy(DistDglStrategy):
         """The input rows of ``candidates`` no other fetch of this DAG has taken: own rows copied here, the
         others asked of their owners (one ``features0`` request per owner)."""
         def run() -> list:
+            if self.on_device is not None:
+                return self._device_fetch(dag, candidates)
             wanted = np.unique(candidates)
             with dag.lock:
                 ids = wanted[~dag.claimed[wanted]]
@@ -330,6 +344,8 @@ class ByteGnnStrategy(DistDglStrategy):
     def end_task(self, dag: Dag) -> Task:
         """The step's inputs: the first block's sources' rows, in their order, from the fetched rows."""
         def run() -> list:
+            if self.on_device is not None:
+                return self._device_end(dag)
             src = dag.blocks[-1].src
             ids = np.concatenate([f[0] for f in dag.fetched])
             by_id = np.argsort(ids, kind="stable")
@@ -343,6 +359,90 @@ class ByteGnnStrategy(DistDglStrategy):
                                       {"sample": took, "fetch": 0.0}, fetched_rows=dag.remote_rows)
             return []
         return Task(dag, "end", 0, run)
+
+    # --- the same tasks on the device (a resident worker) ------------------------------------------------
+    def _device_nsc_task(self, dag: Dag, index: int, at: np.ndarray, owner: int, fanout: int, key: int) -> Task:
+        """A chunk's draw on the device (own nodes), or its owner's answer entering the device."""
+        g = self.on_device
+        at_d = torch.from_numpy(at).to(self.device)
+        nodes = dag.frontier[at_d]
+
+        def keep(counts, picks) -> None:
+            dag.parts[index] = (at_d, torch.as_tensor(counts).to(self.device, torch.int64),
+                                torch.as_tensor(picks).to(self.device, torch.int64))
+
+        if owner != self.rank:
+            cost = len(at) * (fanout if fanout > 0 else 1)
+            ids = dag.frontier[at_d].cpu().numpy()
+
+            def ask() -> list:
+                p = self.service.submit(owner, "sample", [fanout, signed64(key)], [ids.astype(self.wire_ids)],
+                                        priority=self.request_priority(dag, cost))
+                return [(p, lambda arrays: keep(arrays[0], arrays[1]))]
+            return Task(dag, "nsc", cost, ask, index)
+        rows = nodes if g.row_of is None else g.row_of[nodes]
+
+        def draw() -> list:
+            keep(*device_sample_rows(g.indptr, g.nbrs, rows, nodes, fanout, key))
+            return []
+        return Task(dag, "nsc", int((g.indptr[rows + 1] - g.indptr[rows]).sum()), draw, index)
+
+    def _device_scratch(self) -> torch.Tensor:
+        """This thread's relabelling scratch on the device (all −1 between uses)."""
+        a = getattr(self._scratch, "device_array", None)
+        if a is None:
+            a = self._scratch.device_array = torch.full((self.num_nodes,), -1, dtype=torch.int64, device=self.device)
+        return a
+
+    def _device_merge(self, dag: Dag) -> list:
+        if dag.parts:
+            order = torch.cat([p[0] for p in dag.parts])
+            counts, picks = device_regroup(order, torch.cat([p[1] for p in dag.parts]),
+                                           torch.cat([p[2] for p in dag.parts]))
+        else:
+            counts = picks = torch.zeros(0, dtype=torch.int64, device=self.device)
+        src, indptr, indices = block_arrays(dag.frontier, counts, picks, self._device_scratch())
+        dag.blocks.append(SampledBlock(dag.frontier, src, indptr, indices))
+        dag.frontier, dag.hop, dag.parts = src, dag.hop + 1, []
+        return []
+
+    def _device_fetch(self, dag: Dag, candidates) -> list:
+        """Own rows gathered on the device, the others asked of their owners (their ids leave the device)."""
+        g = self.on_device
+        wanted = torch.unique(torch.as_tensor(candidates).to(self.device, torch.int64))
+        with dag.lock:
+            ids = wanted[~dag.claimed[wanted]]
+            dag.claimed[ids] = True
+        rows = g.input_row_of[ids]
+        order, n_here = here_first(rows)
+        mine = ids[order[:n_here]]
+        local = rows[order[:n_here]]
+        degrees = None if g.degrees is None else g.degrees.index_select(0, local)
+        self._keep_rows(dag, mine, g.features.index_select(0, local), degrees)
+        theirs_all = ids[order[n_here:]].cpu().numpy()
+        owner = self.book.owner[theirs_all]
+        waits = []
+        for q in np.unique(owner):
+            theirs = theirs_all[owner == q]
+            p = self.service.submit(int(q), "features0", [], [theirs.astype(self.wire_ids)],
+                                    priority=self.request_priority(dag, len(theirs) * self.width))
+            waits.append((p, lambda arrays, theirs=theirs: self._keep_rows(
+                dag, torch.from_numpy(theirs).to(self.device), torch.from_numpy(arrays[0]).to(self.device),
+                torch.from_numpy(arrays[1].astype(np.int64)).to(self.device) if self.needs_degrees else None,
+                True)))
+        return waits
+
+    def _device_end(self, dag: Dag) -> list:
+        src = dag.blocks[-1].src
+        ids = torch.cat([f[0] for f in dag.fetched])
+        by_id = torch.argsort(ids, stable=True)
+        at = by_id[torch.searchsorted(ids[by_id], src)]
+        x0 = torch.cat([f[1] for f in dag.fetched])[at]
+        degrees = torch.cat([f[2] for f in dag.fetched])[at] if self.needs_degrees else None
+        took = time.perf_counter() - dag.started
+        dag.result = PreparedStep(dag.targets, dag.global_targets, dag.blocks[::-1], x0, degrees,
+                                  {"sample": took, "fetch": 0.0}, fetched_rows=dag.remote_rows)
+        return []
 
     def released(self, task: Task) -> list[Task]:
         """What finishing ``task`` releases (called under the runner's lock): a chunk's fetch when its NSC task

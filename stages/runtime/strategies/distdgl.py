@@ -313,6 +313,10 @@ class DistDglStrategy(MiniBatchStrategy):
         order = np.argsort(owner, kind="stable")
         return order, np.searchsorted(owner[order], np.arange(self.ctx.world + 1))
 
+    def stats(self) -> dict:
+        # where this worker's steps were sampled, relabelled and gathered: its device (resident) or the host
+        return {**super().stats(), "sampling_on": "device" if self.on_device is not None else "host"}
+
     def close(self) -> None:
         super().close()
         if self.service is not None:
