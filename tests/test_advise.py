@@ -300,7 +300,7 @@ def test_the_python_facade_advises_as_the_command(advice, tiny_store):
 
 def test_calibrate_link_auto_uses_emulated_hosts_only_where_they_can_be_built(monkeypatch):
     from stages.advise import AUTO_CALIBRATE_LINK, resolve_calibrate_link
-    from stages.runtime import netemu
+    from stages.runtime.launch import netemu
 
     monkeypatch.setattr(netemu, "why_not_available", lambda: None)
     assert resolve_calibrate_link("auto") == AUTO_CALIBRATE_LINK

@@ -147,7 +147,7 @@ def test_in_a_process_group_one_rank_still_runs_in_a_worker(tmp_path, monkeypatc
     restores."""
     import torch.distributed as dist
 
-    from stages.runtime import launchers
+    from stages.runtime.launch import launchers
     from stages.runtime.config import RuntimeConfig
 
     ran = []
