@@ -147,8 +147,8 @@ def test_in_a_process_group_one_rank_still_runs_in_a_worker(tmp_path, monkeypatc
     restores."""
     import torch.distributed as dist
 
-    from stages.runtime.launch import launchers
     from stages.runtime.config import RuntimeConfig
+    from stages.runtime.launch import launchers
 
     ran = []
     monkeypatch.setattr(launchers, "spawn_workers", lambda *a, **k: ran.append("worker"))
