@@ -175,6 +175,7 @@ class Dag:
     global_targets: int | None = None
     hop: int = 0
     frontier: np.ndarray | None = None
+    frontier_ids: np.ndarray | None = None  # resident: the device frontier's ids on the host, read once a hop
     parts: list = field(default_factory=list)  # per chunk of the hop: (positions, counts, neighbours)
     parts_left: int = 0
     blocks: list = field(default_factory=list)
@@ -254,7 +255,7 @@ class ByteGnnStrategy(DistDglStrategy):
         CSR is here with a replicated topology: chunks by position only)."""
         frontier, hop = dag.frontier, dag.hop
         if isinstance(frontier, torch.Tensor):  # the owners decide the chunks: the ids leave the device once a hop
-            frontier = frontier.cpu().numpy()
+            frontier = dag.frontier_ids = frontier.cpu().numpy()
         if self.replicated or self.service is None:
             owner = np.full(len(frontier), self.rank, dtype=np.int64)
         else:
@@ -365,7 +366,6 @@ class ByteGnnStrategy(DistDglStrategy):
         """A chunk's draw on the device (own nodes), or its owner's answer entering the device."""
         g = self.on_device
         at_d = torch.from_numpy(at).to(self.device)
-        nodes = dag.frontier[at_d]
 
         def keep(counts, picks) -> None:
             dag.parts[index] = (at_d, torch.as_tensor(counts).to(self.device, torch.int64),
@@ -373,13 +373,14 @@ class ByteGnnStrategy(DistDglStrategy):
 
         if owner != self.rank:
             cost = len(at) * (fanout if fanout > 0 else 1)
-            ids = dag.frontier[at_d].cpu().numpy()
+            ids = dag.frontier_ids[at]
 
             def ask() -> list:
                 p = self.service.submit(owner, "sample", [fanout, signed64(key)], [ids.astype(self.wire_ids)],
                                         priority=self.request_priority(dag, cost))
                 return [(p, lambda arrays: keep(arrays[0], arrays[1]))]
             return Task(dag, "nsc", cost, ask, index)
+        nodes = dag.frontier[at_d]
         rows = nodes if g.row_of is None else g.row_of[nodes]
 
         def draw() -> list:

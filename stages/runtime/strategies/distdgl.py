@@ -228,22 +228,15 @@ class DistDglStrategy(MiniBatchStrategy):
         return self._ask_owners(nodes, self.book.owner[nodes], fanout, key)
 
     def _owners_rows(self, nodes: np.ndarray):
-        """The device gather's requests for input rows other workers own (and, for GCN, their global degrees):
-        one ``features0`` request per owner, sent now; the function returned waits for the replies."""
+        """The device gather's requests for input rows other workers own (and, for GCN, their global degrees),
+        sent now; the function returned waits for the replies."""
         order, bounds = self._by_owner(self.book.owner[nodes])
-        pending = {q: self.service.submit(q, "features0", [], [nodes[order[bounds[q]:bounds[q + 1]]]
-                                                                .astype(self.wire_ids)])
-                   for q in range(self.ctx.world) if bounds[q + 1] > bounds[q]}
+        pending = self._ask_rows(nodes, order, bounds)
 
-        def wait() -> tuple[torch.Tensor, np.ndarray | None]:
+        def wait() -> tuple[torch.Tensor, torch.Tensor | None]:
             x = torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
-            degrees = np.empty((len(nodes), 2), dtype=np.int64) if self.needs_degrees else None
-            for q, p in pending.items():
-                arrays = p.result()
-                at = order[bounds[q]:bounds[q + 1]]
-                x[torch.from_numpy(at)] = torch.from_numpy(arrays[0])
-                if degrees is not None:
-                    degrees[at] = arrays[1]
+            degrees = torch.empty((len(nodes), 2), dtype=torch.int64) if self.needs_degrees else None
+            self._take_rows(pending, order, bounds, x, degrees)
             return x, degrees
         return wait
 
@@ -268,9 +261,7 @@ class DistDglStrategy(MiniBatchStrategy):
         if self.service is None:
             return super().gather_inputs(nodes, out)
         order, bounds = self._by_owner(self.book.owner[nodes])
-        pending = {q: self.service.submit(q, "features0", [], [nodes[order[bounds[q]:bounds[q + 1]]]
-                                                                .astype(self.wire_ids)])
-                   for q in range(self.ctx.world) if q != self.rank and bounds[q + 1] > bounds[q]}
+        pending = self._ask_rows(nodes, order, bounds)
         mine = order[bounds[self.rank]:bounds[self.rank + 1]]
         local = self.book.local[nodes[mine]]
         if not pending:  # every row is this worker's: one copy
@@ -283,13 +274,25 @@ class DistDglStrategy(MiniBatchStrategy):
         if self.needs_degrees:
             degrees = torch.empty((len(nodes), 2), dtype=torch.int64)
             degrees[torch.from_numpy(mine)] = torch.from_numpy(self.own_degrees(local))
+        self._take_rows(pending, order, bounds, x, degrees)
+        return x, degrees, len(nodes) - len(mine)
+
+    def _ask_rows(self, nodes: np.ndarray, order: np.ndarray, bounds: np.ndarray) -> dict:
+        """One ``features0`` request to every other owner of ``nodes`` (grouped by :meth:`_by_owner`), all sent
+        before any reply is read."""
+        return {q: self.service.submit(q, "features0", [], [nodes[order[bounds[q]:bounds[q + 1]]]
+                                                             .astype(self.wire_ids)])
+                for q in range(self.ctx.world) if q != self.rank and bounds[q + 1] > bounds[q]}
+
+    def _take_rows(self, pending: dict, order: np.ndarray, bounds: np.ndarray, x: torch.Tensor,
+                   degrees: torch.Tensor | None) -> None:
+        """The replies of :meth:`_ask_rows` written where their nodes stand (and, for GCN, their degrees)."""
         for q, p in pending.items():
             arrays = p.result()
             at = torch.from_numpy(order[bounds[q]:bounds[q + 1]])
             x[at] = torch.from_numpy(arrays[0])
             if degrees is not None:
                 degrees[at] = torch.from_numpy(arrays[1].astype(np.int64))
-        return x, degrees, len(nodes) - len(mine)
 
     def _serve_rows(self, params: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """A peer's ``features0`` request: the input rows of nodes this worker owns (and, for GCN, their global
