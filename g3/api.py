@@ -56,8 +56,14 @@ def _options(cls, func: str, given: dict):
     import sys
     import typing
 
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    from stages.common.strategies import knob_declarations
+
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "knobs"}
     hints = typing.get_type_hints(cls, globalns=vars(sys.modules[cls.__module__]))
+    if "knobs" in hints:  # a run's settings: the strategies' knobs are keywords too (stages/common/knobs.py)
+        knobs = knob_declarations()
+        fields.update(knobs)
+        hints.update({name: uses[0][1].type | None for name, uses in knobs.items()})
     for name, value in given.items():
         if name not in fields:
             raise G3InputError(f"g3.{func}: no option {name!r} (options: {', '.join(sorted(fields))})")

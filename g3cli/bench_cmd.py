@@ -7,8 +7,8 @@ import json
 import click
 
 from stages.bench import PEERS, BenchOptions, print_bench, run_bench
+from stages.common.strategies import knob_values
 from stages.common.units import parse_size
-from stages.runtime.config import PIPELINES
 
 from .output import stdout_console
 from .paths import OutputPath
@@ -73,7 +73,7 @@ def _links(ctx, param, value):
               help="Total threads of every system (g3 splits them over its workers) [default: all cores].")
 @click.option("--lr", type=float, default=0.01, show_default=True, help="Adam learning rate (every system).")
 @click.option("--dropout", type=float, default=0.5, show_default=True, help="Dropout between layers (every system).")
-@click.option("--pipeline", type=click.Choice(PIPELINES), default="multi", show_default=True,
+@click.option("--pipeline", type=click.Choice(knob_values("pipeline")), default="multi", show_default=True,
               help="The bin schedule of g3 and the chunk pipeline of neutrontp (see g3 train --help).")
 @click.option("--bin-size", type=int, default=None,
               help="The g3 strategy's plan: fixed nodes per bin [default: from memory].")

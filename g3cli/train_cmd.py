@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from stages.common.strategies import STRATEGIES
-from stages.runtime.config import BACKWARD, DTYPES, LAYER0_CACHE, PIPELINES, RESIDENCY
+from stages.common.strategies import knob_declarations
+from stages.runtime.config import DTYPES, RESIDENCY
 from stages.runtime.heap import HEAP_POLICIES
 from stages.train import TrainConfig, run_train
 
@@ -13,10 +13,35 @@ from .output import print_run_summary
 from .paths import OutputPath
 
 
-def _for(knob: str, default: str | None = None) -> str:
-    """The strategies that have a `g3 train` knob (from the registry), to prefix its help."""
-    owners = ", ".join(s.name for s in STRATEGIES.values() if knob in s.train_knobs)
-    return f"[{owners} plans{'; default ' + default if default else ''}]"
+def knob_option(uses: list):
+    """The `g3 train` option of one knob, from every strategy's declaration of it (stages/common/knobs.py): its
+    type (the values any of them takes) and a help naming the strategies, their defaults and what each says the
+    knob does there."""
+    knob = uses[0][1]
+
+    def shown(value) -> str:
+        return ("on" if value else "off") if knob.type is bool else str(value)
+
+    default = shown(knob.default)
+    others = "".join(f"; {s.name}: {shown(k.default)}" for s, k in uses if shown(k.default) != default)
+    head = f"[{', '.join(s.name for s, _ in uses)} plans; default {default}{others}]"
+    text = " ".join([head, *dict.fromkeys(k.help for _, k in uses)])
+    if knob.type is bool:
+        return click.option(f"{knob.flag}/--no-{knob.flag[2:]}", knob.name, default=None, help=text)
+    if all(k.choices for _, k in uses):
+        kind = click.Choice(list(dict.fromkeys(v for _, k in uses for v in k.choices)))
+    else:
+        kind = knob.type
+    metavar = next((k.metavar for _, k in uses if k.metavar), None)
+    return click.option(knob.flag, knob.name, type=kind, default=None, metavar=metavar, help=text)
+
+
+def knob_options(f):
+    """Every strategy knob's option on the command ``f``, in the registry's order (they reach ``f`` as keywords
+    by their names)."""
+    for uses in reversed(knob_declarations().values()):  # the last option added is shown first
+        f = knob_option(uses)(f)
+    return f
 
 
 @click.command("train")
@@ -39,18 +64,6 @@ def _for(knob: str, default: str | None = None) -> str:
                    "kernels; on a GPU each layer or bin is copied in and out (g3's bins on a copy stream). 'auto': "
                    "'device' on a GPU where the plan found the partition fits the device memory (g3 plan "
                    "--device-memory), else 'host'.")
-@click.option("--pipeline", type=click.Choice(PIPELINES), default=None,
-              help=_for("pipeline", "multi; p3: none") + " Bin scheduling (G3 §5.2): 'multi' = eager inter-layer bins in priority order plus the "
-                   "intra-layer overlap; 'inter' = eager inter-layer only, bins of consecutive node ids; 'intra' = "
-                   "layer by layer with the intra-layer overlap: the next bin gathered/copied while one computes "
-                   "(see --prefetch), messages packed and sent and arrived rows copied in by helper threads; "
-                   "'none' = sequential. All give the same model. neutrontp: 'none' = one bulk all-to-all per "
-                   "split/gather; any other value = the inter-chunk pipeline (NeutronTP §4.2.2: the split of the "
-                   "next chunk and the gather of the last run on a communication thread while a chunk aggregates; "
-                   "the same model, bitwise). p3 (default 'none'): 'p3' = P3's staleness with weight stashing: "
-                   "batch t computes with the weights before update t-3 and its gradient updates the current ones "
-                   "(P3 Eq. 3, a different model); the next three batches' partials travel while this one computes its "
-                   "data-parallel phase (up to four batches in flight).")
 @click.option("--trace", is_flag=True,
               help="Time every span of every epoch but the first: the shares of communication time hidden under "
                    "compute, spent blocked on messages and overlapping the runtime's data movement go to each "
@@ -77,44 +90,7 @@ def _for(knob: str, default: str | None = None) -> str:
 @click.option("--metric", type=click.Choice(["accuracy", "rocauc"]), default="accuracy", show_default=True,
               help="Evaluation metric besides accuracy: rocauc adds each split's ROC-AUC (binary tasks, e.g. the "
                    "imbalanced Tolokers) to the metrics records.")
-@click.option("--no-feature-cache", is_flag=True, default=None,
-              help=_for("feature_cache") + " Resend remote input features every epoch instead of once.")
-@click.option("--layer0-cache", type=click.Choice(LAYER0_CACHE), default=None,
-              help=_for("layer0_cache", "auto") + " Layer 0's inputs are the fixed node features, so SAGE and GCN can aggregate them once per bin and "
-                   "keep the result: later epochs run layer 0 as dense products, with no sparse aggregation forward "
-                   "or backward (same model; GAT ignores it). Costs owned nodes x features of extra memory. "
-                   "'auto' = on for --device cpu, off for cuda (the cache would sit outside the bins' memory budget). "
-                   "neutrontp (naive TP): layer 0's aggregation of the feature slices and its gather into owned rows "
-                   "happen in the first epoch only, unless 'off'.")
-@click.option("--prefetch", type=str, default=None, metavar="[auto|on|off|N]",
-              help=_for("prefetch", "auto") + " g3: under --pipeline intra/multi, gather (on CUDA also copy in) the next bin on a second thread while "
-                   "one computes. 'auto' = on for cuda; on the CPU only when the workers leave a core idle (threads x "
-                   "local workers < cores): otherwise the thread takes a core from the compute kernels and epochs "
-                   "get slower. Mini-batch strategies: a sampler thread prepares up to N steps ahead (sampling, "
-                   "feature fetch); auto/on = 2, off = 0 (in the step). Same model either way.")
-@click.option("--backward", "backward", type=click.Choice(BACKWARD), default=None,
-              help=_for("backward", "auto") + " Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep "
-                   "every bin's activations from the forward pass (faster, more memory); auto keeps them where "
-                   "every layer of a worker is one bin (its whole partition fits), recomputes otherwise.")
-@click.option("--micro-batches", type=int, default=None, metavar="N",
-              help=_for("micro_batches", "1") + " Split each step's batch into N micro-batches whose gradients "
-                   "accumulate into the step's one optimizer update (gradient accumulation: about 1/N of the "
-                   "step's blocks and activations alive at once). The loss of each is normalised by the whole "
-                   "step's target count and the sampler draws by node, so the model is the same as with N = 1.")
-@click.option("--scheduler", type=click.Choice(["on", "off"]), default=None,
-              help=_for("scheduler", "on") + " ByteGNN's two-level scheduler: each step's sampling a DAG of chunk "
-                   "tasks on a thread pool, launched by Algorithm 1's launch-score; off = one DAG at a time on one "
-                   "thread. The same model either way.")
-@click.option("--sample-threads", type=int, default=None, metavar="N",
-              help=_for("sample_threads", "2") + " Threads of the sampling task pool (besides a launcher and a "
-                   "network thread).")
-@click.option("--max-dags", type=int, default=None, metavar="N",
-              help=_for("max_dags", "4") + " At most N DAGs launched and not yet trained on.")
-@click.option("--launch-sigma", type=float, default=None, metavar="SIGMA",
-              help=_for("launch_sigma", "500") + " σ of Algorithm 1: launch a DAG when T_gap[ms] x f(C_util) x "
-                   "balance >= SIGMA (500: after 5 ms on an idle CPU with balance 1; docs/DESIGN.md).")
-@click.option("--task-nodes", type=int, default=None, metavar="N",
-              help=_for("task_nodes", "256") + " Frontier nodes per sampling task (a chunk of one owner's nodes).")
+@knob_options
 @click.option("--heap", type=click.Choice(HEAP_POLICIES), default="keep", show_default=True,
               help="Host memory of each worker process: 'keep' = the C library's malloc serves every block from the "
                    "heap and keeps freed memory there, so each epoch reuses the pages of the last instead of "
@@ -150,21 +126,18 @@ def _for(knob: str, default: str | None = None) -> str:
                    "(a crashed host, started again under --max-restarts).")
 @click.option("-o", "--out", type=OutputPath(), default=None, help="Run folder [default: PLAN.run beside PLAN].")
 @click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
-def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, residency, pipeline, trace, profile, count_ops, eval_every,
-            checkpoint_every, resume, loggers, metric, no_feature_cache, layer0_cache, prefetch, backward, micro_batches, scheduler,
-            sample_threads, max_dags, launch_sigma, task_nodes, heap, dtype, threads, timeout, master_addr, master_port,
-            emulate_link, hosts, emulate_subnet, max_restarts, emulate_faults, out, force):
+def command(plan, epochs, lr, weight_decay, dropout, seed, workers, device, residency, trace, profile, count_ops, eval_every,
+            checkpoint_every, resume, loggers, metric, heap, dtype, threads, timeout, master_addr, master_port,
+            emulate_link, hosts, emulate_subnet, max_restarts, emulate_faults, out, force, **knobs):
     """Train the plan's GNN with K workers, executed by the plan's strategy (`g3 plan --strategy`: g3's bins
     and peer-to-peer sharing, bns-gcn's or sancus's layer-synchronous exchange, ...); weight gradients are
     all-reduced and every rank takes the same Adam step. Writes RUN/run.json, per-epoch metrics
     (RUN/metrics.jsonl), logs per rank, checkpoints and the final weights RUN/model.pt. Options marked with
     strategies apply only to plans of those strategies (others are refused)."""
     cfg = TrainConfig(epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout, seed=seed, workers=workers,
-                      device=device, residency=residency, pipeline=pipeline, trace=trace, profile=profile, count_ops=count_ops, eval_every=eval_every, checkpoint_every=checkpoint_every,
-                      resume=resume, logger=tuple(loggers), metric=metric, feature_cache=False if no_feature_cache else None, layer0_cache=layer0_cache, prefetch=prefetch,
-                      backward=backward, micro_batches=micro_batches, scheduler=scheduler,
-                      sample_threads=sample_threads, max_dags=max_dags, launch_sigma=launch_sigma,
-                      task_nodes=task_nodes, heap=heap, dtype=dtype, threads=threads,
+                      device=device, residency=residency, trace=trace, profile=profile, count_ops=count_ops,
+                      eval_every=eval_every, checkpoint_every=checkpoint_every, resume=resume, logger=tuple(loggers),
+                      metric=metric, knobs=knobs, heap=heap, dtype=dtype, threads=threads,
                       timeout=timeout, master_addr=master_addr, master_port=master_port,
                       emulate_link=emulate_link, hosts=hosts, emulate_subnet=emulate_subnet,
                       max_restarts=max_restarts, emulate_faults=tuple(emulate_faults))

@@ -31,7 +31,7 @@ from ..common.atomic import check_result, check_work_folder, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.plan_artifact import load_plan_meta
 from ..common.run_artifact import load_run_meta, read_metrics
-from ..common.strategies import STRATEGIES, TRAIN_KNOBS, bins_strategy, strategy_info
+from ..common.strategies import STRATEGIES, bins_strategy, knob_declarations, strategy_info
 from ..common.units import parse_size
 from .report import print_advice
 
@@ -383,7 +383,7 @@ def train_command(plan: str | None, link: str | None, knobs: dict, k: int) -> st
     cluster's hosts): no emulated link."""
     if plan is None:
         return None
-    flags = "".join(f" {TRAIN_KNOBS[key]} {value}" for key, value in knobs.items())
+    flags = "".join(f" {knob_declarations()[key][0][1].command_line(value)}" for key, value in knobs.items())
     return f"g3 train {plan}" + (f" --emulate-link {link}" if link else "") + flags
 
 

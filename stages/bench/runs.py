@@ -19,7 +19,7 @@ from ..common.errors import G3InputError, G3RuntimeError
 from ..common.partition_artifact import partition_digest
 from ..common.store import GraphStore
 from ..common.strategies import check_partition_method, strategy_info
-from ..runtime.config import knob_accepts, parse_knob
+from ..runtime.config import knob_accepts
 
 SPEC = re.compile(r"^(?P<name>[a-z0-9-]+)(?:@(?P<method>[a-z0-9-]+))?(?:\{(?P<opts>[^{}]*)\})?$")
 
@@ -77,13 +77,11 @@ def parse_spec(text: str) -> StrategySpec:
         if name not in known:
             raise G3InputError(f"--strategies: {text!r}: {info.name} has no option {key!r} "
                                f"(it has {', '.join(sorted(known)) or 'none'})")
-        if name in info.train_knobs:
+        if info.knob(name):
             try:
-                parsed = parse_knob(name, value)
+                info.knob(name).parse(value)
             except ValueError as exc:
-                raise G3InputError(f"--strategies: {text!r}: {key}={value}: {exc}") from None
-            if not knob_accepts(info, name, parsed):
-                raise G3InputError(f"--strategies: {text!r}: {info.name} does not take {key}={value}")
+                raise G3InputError(f"--strategies: {text!r}: {info.name} does not take {key}={value} ({exc})") from None
         opts.append((name, value))
     return StrategySpec(info.name, method, tuple(opts))
 
@@ -92,7 +90,7 @@ def candidate_configs(o, spec: StrategySpec, k: int = 1) -> tuple[dict, dict]:
     """A spec's plan options (the bench's memory options where the strategy has them, its own winning) and the
     ``TrainConfig`` keywords of its run with K workers."""
     info = strategy_info(spec.name)
-    knobs = {n: parse_knob(n, v) for n, v in spec.options if n in info.train_knobs}
+    knobs = {n: info.knob(n).parse(v) for n, v in spec.options if n in info.train_knobs}
     options = {n: v for n, v in spec.options if n not in info.train_knobs}
     # the bench's memory options go to every strategy that has them (g3's bins, neutrontp's chunks)
     own = {opt.name for opt in info.options()}

@@ -12,24 +12,20 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .errors import G3InputError
-
-# `g3 train` options that change how a strategy runs, not what it computes; each strategy lists those it has
-TRAIN_KNOBS = {
-    "pipeline": "--pipeline",
-    "prefetch": "--prefetch",
-    "backward": "--backward",
-    "layer0_cache": "--layer0-cache",
-    "feature_cache": "--no-feature-cache",
-    "micro_batches": "--micro-batches",
-    "scheduler": "--scheduler",
-    "sample_threads": "--sample-threads",
-    "max_dags": "--max-dags",
-    "launch_sigma": "--launch-sigma",
-    "task_nodes": "--task-nodes",
-}
+from .knobs import (
+    BACKWARD,
+    FEATURE_CACHE,
+    LAYER0_CACHE,
+    MICRO_BATCHES,
+    PIPELINE,
+    PREFETCH,
+    TrainKnob,
+    at_least_one,
+    finite_non_negative,
+)
 
 
 @dataclass(frozen=True)
@@ -79,7 +75,7 @@ def count_or_auto(what: str) -> Callable[[str], int | None]:
 @dataclass(frozen=True)
 class AdviseVariant:
     """One configuration of a strategy that `g3 advise` predicts: ``plan_options`` by name as `g3 plan` takes
-    them (text), ``train_knobs`` as `g3 train` takes them (TRAIN_KNOBS), and ``simulate``: the fields of
+    them (text), ``train_knobs`` by the names of the strategy's knobs (``StrategyInfo.knobs``), and ``simulate``: the fields of
     ``stages.simulate.SimulateOptions`` that model them (e.g. bns-gcn's boundary sample ratio)."""
 
     label: str = "default"
@@ -99,7 +95,8 @@ class StrategyInfo:
     exactness: str  # what it computes, against single-process full-graph training
     planner: str  # module under stages.plan
     runtime: str  # module under stages.runtime.strategies
-    train_knobs: tuple[str, ...] = ()
+    # the `g3 train` knobs it has (stages/common/knobs.py): how it runs, not what it computes
+    knobs: tuple[TrainKnob, ...] = ()
     models: tuple[str, ...] = ("sage", "gcn", "gat")  # model kinds it trains (`g3 plan --model`)
     mini_batch: bool = False
     samples_neighbours: bool = False  # neighbour sampling with --fanouts/--batch-size (peers match it, simulate models it)
@@ -116,9 +113,6 @@ class StrategyInfo:
     evaluator_method: str | None = None
     # `g3 bench` peers (DGL, PyG) run mini-batch with (fanouts, batch size): the plan options that give them
     peer_options: tuple[str, ...] = ()
-    # the values a train knob takes under this strategy when they differ from the runtime's (the first is its
-    # default), e.g. p3's --pipeline none|p3 instead of g3's bin schedules
-    knob_choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # the name `g3 simulate` gives the system that runs a plan of this strategy with these plan options and
     # `g3 train` knobs (None: its knob's default), to set a prediction beside a run (examples/simulate_vs_emulated.py)
     simulated_as: Callable[[dict, dict], str] | None = None
@@ -130,6 +124,15 @@ class StrategyInfo:
     # sancus run each layer as one block, without g3's bins), so a short run of its own plan fits its compute
     # speed against the profile's rates (and anchors it) before it is predicted
     advise_fits_speed: bool = False
+
+    @property
+    def train_knobs(self) -> tuple[str, ...]:
+        """The names of its knobs."""
+        return tuple(k.name for k in self.knobs)
+
+    def knob(self, name: str) -> TrainKnob | None:
+        """Its declaration of the knob ``name`` (None: it does not have that knob)."""
+        return next((k for k in self.knobs if k.name == name), None)
 
     def simulator_module(self):
         return importlib.import_module(f"stages.simulate.{self.simulator}") if self.simulator else None
@@ -157,6 +160,43 @@ class StrategyInfo:
         return self.methods[0]
 
 
+# the knobs some strategies declare for themselves, or their variant of a shared one (stages/common/knobs.py)
+G3_PREFETCH = replace(
+    PREFETCH, choices=("auto", "on", "off"), check=None, metavar=None,
+    help="g3: under --pipeline intra/multi, gather (on CUDA also copy in) the next bin on a second thread while "
+         "one computes. 'auto' = on for cuda; on the CPU only when the workers leave a core idle (threads x local "
+         "workers < cores): otherwise the thread takes a core from the compute kernels and epochs get slower.")
+NEUTRONTP_PIPELINE = replace(
+    PIPELINE,
+    help="neutrontp: 'none' = one bulk all-to-all per split/gather; any other value = the inter-chunk pipeline "
+         "(NeutronTP §4.2.2: the split of the next chunk and the gather of the last run on a communication thread "
+         "while a chunk aggregates; the same model, bitwise).")
+NEUTRONTP_LAYER0_CACHE = replace(
+    LAYER0_CACHE,
+    help="neutrontp (naive TP): layer 0's aggregation of the feature slices and its gather into owned rows happen in "
+         "the first epoch only, unless 'off'.")
+P3_PIPELINE = replace(
+    PIPELINE, choices=("none", "p3"), default="none",
+    help="p3: 'p3' = P3's staleness with weight stashing: batch t computes with the weights before update t-3 and "
+         "its gradient updates the current ones (P3 Eq. 3, a different model); the next three batches' partials "
+         "travel while this one computes its data-parallel phase (up to four batches in flight).")
+BYTEGNN_KNOBS = (
+    TrainKnob("scheduler", str, "on", choices=("on", "off"),
+              help="ByteGNN's two-level scheduler: each step's sampling a DAG of chunk tasks on a thread pool, "
+                   "launched by Algorithm 1's launch-score; off = one DAG at a time on one thread. The same model "
+                   "either way."),
+    TrainKnob("sample_threads", int, 2, metavar="N", check=at_least_one,
+              help="Threads of the sampling task pool (besides a launcher and a network thread)."),
+    TrainKnob("max_dags", int, 4, metavar="N", check=at_least_one,
+              help="At most N DAGs launched and not yet trained on."),
+    TrainKnob("launch_sigma", float, 500.0, metavar="SIGMA", check=finite_non_negative,
+              help="σ of Algorithm 1: launch a DAG when T_gap[ms] x f(C_util) x balance >= SIGMA (500: after 5 ms "
+                   "on an idle CPU with balance 1; docs/DESIGN.md)."),
+    TrainKnob("task_nodes", int, 256, metavar="N", check=at_least_one,
+              help="Frontier nodes per sampling task (a chunk of one owner's nodes)."),
+)
+
+
 STRATEGIES: dict[str, StrategyInfo] = {
     s.name: s
     for s in (
@@ -166,7 +206,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             methods=("g3", "metis", "random", "chunk"),
             exactness="exact: the same model as single-process full-graph training",
             planner="g3", runtime="g3",
-            train_knobs=("pipeline", "prefetch", "backward", "layer0_cache", "feature_cache"),
+            knobs=(PIPELINE, G3_PREFETCH, BACKWARD, LAYER0_CACHE, FEATURE_CACHE),
             models=("sage", "gcn", "gat", "dgcn"),
             simulator="bins", bins=True, evaluator_method="chunk",
             simulated_as=lambda options, knobs: f"g3-{knobs.get('pipeline') or 'multi'}",
@@ -180,7 +220,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             methods=("metis", "chunk", "g3", "random"),
             exactness="exact with --boundary-sample 1; P < 1 samples boundary nodes (an approximation)",
             planner="bns_gcn", runtime="bns_gcn",
-            train_knobs=("layer0_cache",), simulator="bins", simulated_as=lambda options, knobs: "bns-gcn",
+            knobs=(LAYER0_CACHE,), simulator="bins", simulated_as=lambda options, knobs: "bns-gcn",
             advise_fits_speed=True,
             advise_variants=(AdviseVariant("boundary sample 1 (exact)", plan_options={"boundary_sample": "1"},
                                            simulate={"boundary_sample": 1.0}),
@@ -194,7 +234,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             methods=("chunk", "metis", "g3", "random"),
             exactness="exact with --staleness epoch:0; otherwise stale remote embeddings (an approximation)",
             planner="sancus", runtime="sancus",
-            train_knobs=("layer0_cache",), simulator="bins",
+            knobs=(LAYER0_CACHE,), simulator="bins",
             simulated_as=lambda options, knobs: f"sancus-{options.get('sancus_comm') or 'broadcast'}",
             advise_fits_speed=True,
             advise_variants=(AdviseVariant("broadcast, epoch:1", plan_options={"sancus_comm": "broadcast",
@@ -211,7 +251,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             exactness="samples neighbours (an approximation); --fanouts -1 with one batch of every training node "
                       "is exact full-graph training; evaluation is exact full-neighbour inference",
             planner="distdgl", runtime="distdgl",
-            train_knobs=("prefetch", "micro_batches"), mini_batch=True, samples_neighbours=True,
+            knobs=(PREFETCH, MICRO_BATCHES), mini_batch=True, samples_neighbours=True,
             simulator="minibatch", peer_options=("fanouts", "batch_size"),
             simulated_as=lambda options, knobs: "distdgl",
             family="mini-batch",
@@ -224,7 +264,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             exactness="as distdgl (the scheduler only reorders work): samples neighbours; --fanouts -1 with one "
                       "batch of every training node is exact full-graph training",
             planner="bytegnn", runtime="bytegnn", mini_batch=True, samples_neighbours=True,
-            train_knobs=("scheduler", "sample_threads", "max_dags", "launch_sigma", "task_nodes"),
+            knobs=BYTEGNN_KNOBS,
             simulator="bytegnn", peer_options=("fanouts", "batch_size"),
             family="mini-batch",
             simulated_as=lambda options, knobs: "bytegnn" if (knobs.get("scheduler") or "on") == "on" else "bytegnn-off",
@@ -238,7 +278,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             exactness="--tp naive: exact (the same model as single-process full-graph training); --tp decoupled "
                       "trains a different model, the decoupled GCN (dgcn: an MLP followed by Â^L), exactly",
             planner="neutrontp", runtime="neutrontp",
-            train_knobs=("pipeline", "layer0_cache"),
+            knobs=(NEUTRONTP_PIPELINE, NEUTRONTP_LAYER0_CACHE),
             models=("sage", "gcn", "dgcn"), profiles=False, simulator="tensor_parallel",
             simulated_as=lambda options, knobs: f"neutrontp-{options.get('tp') or 'naive'}"
                                                 + ("" if knobs.get("pipeline") == "none" else "+pipe"),
@@ -254,7 +294,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             exactness="drops the arcs between clusters and workers (an approximation); one worker with one "
                       "cluster is full-graph training; evaluation is exact full-neighbour inference",
             planner="clustergcn", runtime="clustergcn",
-            train_knobs=("prefetch",), mini_batch=True, family="mini-batch",
+            knobs=(PREFETCH,), mini_batch=True, family="mini-batch",
             simulator="clustergcn", simulated_as=lambda options, knobs: "clustergcn",
         ),
         StrategyInfo(
@@ -267,7 +307,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
                       "global); --pipeline p3 updates with gradients three steps stale (P3 Eq. 3, an "
                       "approximation)",
             planner="p3", runtime="p3",
-            train_knobs=("prefetch", "pipeline"), knob_choices={"pipeline": ("none", "p3")},
+            knobs=(PREFETCH, P3_PIPELINE),
             models=("sage", "gcn"), mini_batch=True, samples_neighbours=True,
             simulator="p3", peer_options=("fanouts", "batch_size"),
             simulated_as=lambda options, knobs: "p3" if knobs.get("pipeline") in (None, "none") else "p3-pipelined",
@@ -289,7 +329,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
             planner="hopgnn", runtime="hopgnn", simulator="hopgnn",
             simulated_as=lambda options, knobs: "hopgnn",
             family="mini-batch",
-            train_knobs=("prefetch",), mini_batch=True, samples_neighbours=True,
+            knobs=(PREFETCH,), mini_batch=True, samples_neighbours=True,
             peer_options=("fanouts", "batch_size"),
         ),
     )
@@ -300,6 +340,21 @@ STRATEGIES: dict[str, StrategyInfo] = {
 LEGACY_STRATEGY = "g3"
 # the project's own system: `g3 bench` reports every entry against it at one worker (and its goal against DGL)
 REFERENCE_STRATEGY = "g3"
+
+
+def knob_declarations() -> dict[str, list[tuple[StrategyInfo, TrainKnob]]]:
+    """Every `g3 train` knob by name, with each strategy's declaration of it (registry order). Read at each call,
+    so a strategy registered later (a test's fixture) is seen."""
+    out: dict[str, list[tuple[StrategyInfo, TrainKnob]]] = {}
+    for info in STRATEGIES.values():
+        for knob in info.knobs:
+            out.setdefault(knob.name, []).append((info, knob))
+    return out
+
+
+def knob_values(name: str) -> tuple[str, ...]:
+    """Every value some strategy takes for the text knob ``name`` (e.g. every --pipeline)."""
+    return tuple(dict.fromkeys(v for _, k in knob_declarations().get(name, ()) for v in k.choices))
 
 
 def full_graph_evaluator() -> StrategyInfo:

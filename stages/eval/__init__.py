@@ -212,14 +212,12 @@ def check_trained_with(plan_meta: dict, run_meta: dict, plan: Path) -> None:
 def _inference_config(run_meta: dict, emulate_link: str | None = None, hosts: int | None = None) -> RuntimeConfig:
     """The run's settings (device, dtype, threads, seed, …) with the strategy's default knobs: they change how a
     strategy runs, not what it computes. Where the workers run is this evaluation's choice, not the run's."""
-    from ..common.strategies import TRAIN_KNOBS
     from ..runtime.config import RuntimeConfig
 
-    base = {k: v for k, v in run_meta["config"].items() if k in RuntimeConfig.__dataclass_fields__}
-    # every strategy knob back to "the strategy's default" (the registry's list: the evaluating plan may be
-    # another strategy's, which would refuse the run's knobs)
-    defaults = {knob: None for knob in TRAIN_KNOBS}
-    return RuntimeConfig(**{**base, **defaults, "trace": False, "master_port": 0, "emulate_link": emulate_link,
+    # no strategy knob: each is its strategy's default (the evaluating plan may be another strategy's, which
+    # would refuse the run's knobs); the knobs are no field, so none is carried over
+    base = {k: v for k, v in run_meta["config"].items() if k in RuntimeConfig.__dataclass_fields__ and k != "knobs"}
+    return RuntimeConfig(**{**base, "trace": False, "master_port": 0, "emulate_link": emulate_link,
                             "hosts": hosts, "emulate_subnet": base.get("emulate_subnet"), "max_restarts": 0,
                             "emulate_faults": (), "network": None})
 

@@ -1,43 +1,25 @@
 """How the workers of a run execute: one small dataclass shared by the launcher, the strategies, training and
 evaluation (``stages.train.TrainConfig`` and ``stages.eval`` extend it with what only they need).
 
-None in a strategy knob (``pipeline``, ``prefetch``, ``backward``, ``layer0_cache``) means "this strategy's
-default": the launcher resolves it (:func:`resolve_knobs`) against the strategies registry, refusing a knob the
-plan's strategy does not have.
+The strategy knobs (``cfg.pipeline``, ``cfg.prefetch``, …: declared once each, stages/common/knobs.py, and listed
+by the strategies that have them) live in ``cfg.knobs`` and read as attributes; one not given is None, "this
+strategy's default", until the launcher resolves it (:func:`resolve_knobs`) against the plan's strategy, refusing a
+knob that strategy does not have.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
 from ..common.errors import G3InputError
-from ..common.strategies import STRATEGIES, TRAIN_KNOBS, StrategyInfo
-from .pipeline import SCHEDULES
+from ..common.knobs import prefetch_depth
+from ..common.strategies import StrategyInfo, knob_declarations
 
-# every --pipeline value some strategy takes: g3's bin schedules (multi, the default, inter, intra, none) and the
-# values strategies declare in their registry entry (knob_choices)
-PIPELINES = tuple(dict.fromkeys([*SCHEDULES, *(v for s in STRATEGIES.values() for v in s.knob_choices.get("pipeline", ()))]))
-KNOB_CHOICES = {"pipeline": tuple(SCHEDULES)}  # a strategy's knob_choices replace these
-LAYER0_CACHE = ("auto", "on", "off")
-PREFETCH = ("auto", "on", "off")
-BACKWARD = ("auto", "recompute", "keep")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 RESIDENCY = ("auto", "device", "host")
-def prefetch_depth(prefetch: str | None) -> int:
-    """What ``--prefetch`` means to a mini-batch strategy (and to a simulator reading a run's config): how many
-    steps the sampler thread prepares ahead, 0 for in the step itself. auto, on and None = 2, off = 0, N = N."""
-    mode = prefetch or "auto"
-    if mode in ("auto", "on"):
-        return 2
-    return 0 if mode == "off" else int(mode)
-
-
-KNOB_DEFAULTS = {"pipeline": "multi", "prefetch": "auto", "backward": "auto", "layer0_cache": "auto",
-                 "feature_cache": True, "micro_batches": 1,
-                 "scheduler": "on", "sample_threads": 2, "max_dags": 4, "launch_sigma": 500.0, "task_nodes": 256}
 
 
 def usable_cores() -> int:
@@ -77,18 +59,24 @@ class RuntimeConfig:
     # partition fits there; device = there whatever the device (the device path, also on the CPU); host = in host
     # memory (the CPU kernels; on a GPU, bins streamed in)
     residency: str = "auto"
-    # strategy knobs (None: the strategy's default; see resolve_knobs)
-    pipeline: str | None = None
-    prefetch: str | None = None  # auto | on | off | N: g3's next-bin gather thread; mini-batch: N steps ahead
-    backward: str | None = None  # auto | recompute | keep (each bin's activations; auto: keep for one bin)
-    layer0_cache: str | None = None  # auto | on | off: keep layer 0's aggregation of the (fixed) input features
-    feature_cache: bool | None = None  # fetch remote input features once (False: every epoch)
-    micro_batches: int | None = None  # mini-batch: micro-batches accumulated into each optimizer step
-    scheduler: str | None = None  # on | off: ByteGNN's two-level scheduler, or one DAG at a time
-    sample_threads: int | None = None  # threads of ByteGNN's sampling task pool
-    max_dags: int | None = None  # ByteGNN: DAGs launched and not yet trained on, at most
-    launch_sigma: float | None = None  # ByteGNN: σ of Algorithm 1's launch rule
-    task_nodes: int | None = None  # ByteGNN: frontier nodes per sampling task
+    # the strategy knobs given (by name; see the module's docstring): read as attributes, set by keyword
+    knobs: dict = field(default_factory=dict)
+
+    def __getattr__(self, name: str):
+        # only reached where no field has the name: a knob not given reads None
+        if name.startswith("_") or name == "knobs":
+            raise AttributeError(name)
+        if name in self.__dict__.get("knobs", {}) or name in knob_declarations():
+            return self.__dict__.get("knobs", {}).get(name)
+        raise AttributeError(f"{type(self).__name__} has no setting {name!r}")
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in self.__dataclass_fields__ or name.startswith("_"):
+            object.__setattr__(self, name, value)
+        elif name in knob_declarations():
+            self.knobs[name] = value
+        else:
+            raise AttributeError(f"{type(self).__name__} has no setting {name!r}")
 
     def resident(self, plan_says: str | None = None) -> bool:
         """Whether a worker runs the device path: its partition, activations and gradients live on its device
@@ -134,51 +122,70 @@ class RuntimeConfig:
         return "cpu"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The settings as run.json keeps them: one key per field and one per knob of any strategy (None: not
+        given, or not the run's strategy's)."""
+        out = asdict(self)
+        given = out.pop("knobs")
+        return {**out, **{name: given.get(name) for name in knob_declarations()}}
+
+
+def takes_knob_keywords(cls):
+    """Let the dataclass ``cls`` (RuntimeConfig or one extending it) take the knobs as keywords besides its fields,
+    as ``dataclasses.replace`` and the Python API pass them: ``TrainConfig(epochs=2, pipeline="none")``."""
+    init = cls.__init__
+
+    def __init__(self, *args, knobs: dict | None = None, **given):
+        named = {name: given.pop(name) for name in list(given) if name not in cls.__dataclass_fields__}
+        init(self, *args, knobs=dict(knobs or {}), **given)
+        for name, value in named.items():
+            if name not in knob_declarations():
+                raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {name!r}")
+            self.knobs[name] = value
+
+    __init__.__doc__ = init.__doc__
+    cls.__init__ = __init__
+    return cls
+
+
+RuntimeConfig = takes_knob_keywords(RuntimeConfig)
 
 
 def resolve_knobs(cfg: RuntimeConfig, info: StrategyInfo) -> None:
-    """Fill the strategy knobs the plan's strategy has with their defaults; refuse one it does not have."""
-    for knob, flag in TRAIN_KNOBS.items():
-        value = getattr(cfg, knob)
-        if knob in info.train_knobs:
-            choices = info.knob_choices.get(knob) or KNOB_CHOICES.get(knob)
-            if value is None:
-                setattr(cfg, knob, info.knob_choices[knob][0] if knob in info.knob_choices else KNOB_DEFAULTS[knob])
-            elif choices and value not in choices:
-                raise G3InputError(f"{flag} {value} does not apply to the {info.name} strategy of this plan "
-                                   f"(choose from {', '.join(choices)})")
-            elif knob == "prefetch" and value not in PREFETCH and not info.mini_batch:
-                raise G3InputError(f"--prefetch {value}: a step count applies to mini-batch strategies; the "
-                                   f"{info.name} strategy takes {', '.join(PREFETCH)}")
-        elif value is not None:
-            raise G3InputError(f"{flag} does not apply to the {info.name} strategy of this plan (it applies to "
-                               f"{', '.join(s for s in _strategies_with(knob)) or 'no strategy'})")
+    """Fill the knobs the plan's strategy has with its defaults and check the given ones against its declaration;
+    refuse one it does not have."""
+    for name, uses in knob_declarations().items():
+        value = cfg.knobs.get(name)
+        own = info.knob(name)
+        if own is None:
+            if value is not None:
+                raise G3InputError(f"{uses[0][1].flag} does not apply to the {info.name} strategy of this plan (it "
+                                   f"applies to {', '.join(s.name for s, _ in uses)})")
+        elif value is None:
+            cfg.knobs[name] = own.default
+        elif own.problem(value):
+            raise G3InputError(f"{own.flag} {value} does not apply to the {info.name} strategy of this plan "
+                               f"({own.problem(value)})")
 
 
 def knob_accepts(info: StrategyInfo, knob: str, value) -> bool:
     """Whether the strategy ``info`` takes ``value`` for the train knob ``knob`` (``g3 bench`` passes its
     ``--pipeline`` only to the strategies that take it: g3's schedules are not p3's)."""
-    if knob not in info.train_knobs:
-        return False
-    choices = info.knob_choices.get(knob) or KNOB_CHOICES.get(knob)
-    return not choices or value in choices
+    own = info.knob(knob)
+    return own is not None and own.problem(value) is None
 
 
-def parse_knob(knob: str, text: str):
-    """A train knob's value from its text (``g3 bench``'s ``NAME{knob=value}``), typed as its default."""
-    default = KNOB_DEFAULTS[knob]
-    if isinstance(default, bool):
-        if text not in ("on", "off", "true", "false"):
-            raise ValueError("expected on or off")
-        return text in ("on", "true")
-    return type(default)(text)
-
-
-def _strategies_with(knob: str) -> list[str]:
-    from ..common.strategies import STRATEGIES
-
-    return [s.name for s in STRATEGIES.values() if knob in s.train_knobs]
+def check_knobs(cfg: RuntimeConfig) -> None:
+    """Each knob given is a value some strategy that has it takes (the plan's strategy is checked when it is
+    known: :func:`resolve_knobs`)."""
+    for name, value in cfg.knobs.items():
+        uses = [k for _, k in knob_declarations().get(name, ())]
+        if value is None or not uses or any(k.problem(value) is None for k in uses):
+            continue
+        if all(k.choices for k in uses):
+            values = dict.fromkeys(v for k in uses for v in k.choices)
+            raise G3InputError(f"{uses[0].flag} {value} is not one of {', '.join(values)}")
+        free = next(k for k in uses if not k.choices)
+        raise G3InputError(f"{free.flag} {free.problem(value)}")
 
 
 def check_runtime(cfg: RuntimeConfig) -> None:
@@ -197,17 +204,7 @@ def check_runtime(cfg: RuntimeConfig) -> None:
         raise G3InputError(f"--dtype {cfg.dtype} is not one of {', '.join(DTYPES)}")
     if not (0.0 <= cfg.dropout < 1.0):
         raise G3InputError("--dropout must be in [0, 1)")
-    if cfg.prefetch is not None and cfg.prefetch not in PREFETCH and not (cfg.prefetch.isdigit()):
-        raise G3InputError(f"--prefetch {cfg.prefetch} is not one of {', '.join(PREFETCH)} or a step count >= 0")
-    if cfg.micro_batches is not None and cfg.micro_batches < 1:
-        raise G3InputError("--micro-batches must be >= 1")
-    for knob in ("sample_threads", "max_dags", "task_nodes"):
-        if getattr(cfg, knob) is not None and getattr(cfg, knob) < 1:
-            raise G3InputError(f"{TRAIN_KNOBS[knob]} must be >= 1")
-    if cfg.launch_sigma is not None and not (math.isfinite(cfg.launch_sigma) and cfg.launch_sigma >= 0):
-        raise G3InputError("--launch-sigma must be a finite number >= 0")
-    if cfg.scheduler is not None and cfg.scheduler not in ("on", "off"):
-        raise G3InputError(f"--scheduler {cfg.scheduler} is not one of on, off")
+    check_knobs(cfg)
     if cfg.threads is not None and cfg.threads < 1:
         raise G3InputError("--threads must be >= 1")
     if not (cfg.timeout > 0 and math.isfinite(cfg.timeout)):
@@ -235,5 +232,3 @@ def check_runtime(cfg: RuntimeConfig) -> None:
         raise G3InputError("--hosts must be >= 1")
     if cfg.max_restarts < 0:
         raise G3InputError("--max-restarts must be >= 0")
-    if cfg.pipeline is not None and cfg.pipeline not in PIPELINES:
-        raise G3InputError(f"--pipeline {cfg.pipeline} is not available (choose from {', '.join(PIPELINES)})")

@@ -50,6 +50,7 @@ import numpy as np
 from ..common.artifact_json import resolve_reference
 from ..common.atomic import write_json_atomic
 from ..common.errors import G3InputError
+from ..common.knobs import prefetch_depth
 from ..common.run_artifact import load_run_meta, read_metrics
 
 SCALING_KEYS = ("epoch_seconds", "throughput", "bytes_per_epoch", "busy_max", "comm_wait_mean", "idle_mean",
@@ -156,7 +157,6 @@ class ClusterProfile:
         if any(len(r["workers"]) != k0 for r in steady) or "sampled_arcs" not in steady[0]["workers"][0]:
             raise G3InputError("--run: the run has no per-worker sampling statistics (sampled_arcs): train the plan "
                                "again", path=run)
-        from ..runtime.config import prefetch_depth  # here: the runtime imports torch
         opts, cfg = meta["strategy"]["options"], info.get("config") or {}
         spec = ModelSpec.from_plan(meta)
         layers = [(s.edge_width, s.d_in * s.d_out) for s in spec.layer_shapes()]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..common.artifact_json import resolve_reference
 from ..common.errors import G3InputError
+from ..common.knobs import prefetch_depth
 from ..common.run_artifact import load_run_meta, read_metrics
 
 
@@ -71,7 +72,6 @@ class MiniBatchProfile:
         rows = sum(w["source_rows"] for w in workers)
         store = plan_meta["store"]
         labels_train = sum(int(x["num_train"]) for x in plan_meta["workers"] if "num_train" in x)
-        from ..runtime.config import prefetch_depth  # here: the runtime imports torch
         cfg = info.get("config") or {}
         return cls(
             strategy=info["strategy"]["name"], workers=int(info["plan"]["num_workers"]),

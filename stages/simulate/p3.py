@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..common.errors import G3InputError
+from ..common.knobs import prefetch_depth
 from ..common.run_artifact import load_run_meta, read_metrics
 from .minibatch import run_minibatch_simulation
 
@@ -94,7 +95,6 @@ class P3Profile:
         if "bytes_sent_per_phase" not in workers[0] or "gradients" not in workers[0]["bytes_sent_per_phase"]:
             raise G3InputError("--run: the run has no p3 byte counts (structure, partials, gradients): train the "
                                "p3 plan again", path=run)
-        from ..runtime.config import prefetch_depth  # here: the runtime imports torch
         cfg = info.get("config") or {}
         item = _ITEMSIZE.get(str(cfg.get("dtype") or "float32"), 4)
         opts = plan_meta["strategy"]["options"]

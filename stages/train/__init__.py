@@ -34,7 +34,7 @@ from ..common.partition_artifact import load_assignment, load_partition_meta, pa
 from ..common.plan_artifact import load_plan_meta, plan_strategy
 from ..common.run_artifact import RUN_SCHEMA, RUN_VERSION, load_run_meta
 from ..common.strategies import strategy_info
-from ..runtime.config import check_runtime, resolve_knobs
+from ..runtime.config import check_knobs, check_runtime, resolve_knobs
 from ..runtime.launch.launchers import make_launcher
 from ..runtime.launch.processes import run_guarded, under_torchrun
 from ..runtime.profile import PROFILE_SCHEMA
@@ -61,6 +61,7 @@ def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
         # its bins count no per-arc message rows, which CUDA's kernels make: they could overflow the GPU
         raise G3InputError("the plan's bins were sized for the CPU (g3 plan --bins-for cpu) and could overflow "
                            "the GPU under --device cuda; re-plan with --bins-for cuda", path=plan)
+    check_knobs(cfg)  # a value no strategy takes is named as such before the plan's strategy weighs it
     resolve_knobs(cfg, info)
     if getattr(cfg, "profile", None) and not info.profiles:
         raise G3InputError(f"--profile fits g3's per-bin rates from the trace; the {info.name} strategy has no "

@@ -6,9 +6,10 @@ import math
 from dataclasses import dataclass
 
 from ..common.errors import G3InputError
-from ..runtime.config import RuntimeConfig, check_runtime
+from ..runtime.config import RuntimeConfig, check_runtime, takes_knob_keywords
 
 
+@takes_knob_keywords
 @dataclass
 class TrainConfig(RuntimeConfig):
     epochs: int = 10

@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..config import KNOB_DEFAULTS
+from ...common.strategies import BYTEGNN_KNOBS
 from ..device.sampler import block_arrays, here_first
 from ..device.sampler import regroup as device_regroup
 from ..device.sampler import sample_rows as device_sample_rows
@@ -511,7 +511,7 @@ class ByteGnnStrategy(DistDglStrategy):
 def _knob(cfg, name: str):
     """A `g3 train` knob; its default where the launcher did not resolve it (e.g. `g3 eval`)."""
     value = getattr(cfg, name, None)
-    return KNOB_DEFAULTS[name] if value is None else value
+    return next(k.default for k in BYTEGNN_KNOBS if k.name == name) if value is None else value
 
 
 class DagRunner:
