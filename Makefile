@@ -10,7 +10,7 @@ DEMO_PRESET ?= small
 DEMO_WORKERS ?= 4
 STAMP       := $(VENV)/.g3-installed
 
-.PHONY: setup demo test test-fast lint bench clean peers peers-dgl gpu-check
+.PHONY: setup demo test test-fast lint format bench clean peers peers-dgl gpu-check
 
 # Peers for `g3 bench`: PyG in g3's own environment; DGL in a separate legacy environment (see docs/BENCHMARKS.md).
 DGL_VENV    ?= .venv-dgl
@@ -42,9 +42,12 @@ test: setup lint
 test-fast: setup
 	$(BIN)/python -m pytest -q -n $(TEST_PROCS) -m "not slow" tests
 
-# ruff, then the architecture's rules (.importlinter: the layers, each stage's internals its own, no import circles)
+# ruff's linter and formatter, then the architecture's rules (.importlinter: the layers, each stage's internals
+# its own, no import circles); `make format` rewrites what the formatter would change
+LINTED      := g3 g3cli stages tests examples
 lint: setup
-	$(BIN)/ruff check g3 g3cli stages tests examples
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/lint-imports --no-cache
 
 # g3 against its peers on the built-in `small` graph (PyG with `make peers`, DGL with `make peers-dgl`);
@@ -63,6 +66,10 @@ GPU_CHECK_DIR ?= gpu-check
 GPU_PYTHON  ?= $(BIN)/python
 gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
 	$(GPU_PYTHON) examples/gpu_check.py --out $(GPU_CHECK_DIR)
+
+format: setup
+	$(BIN)/ruff check --fix $(LINTED)
+	$(BIN)/ruff format $(LINTED)
 
 peers: setup
 	$(BIN)/python -m pip install -q -e ".[peers]"

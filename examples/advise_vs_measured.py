@@ -48,15 +48,27 @@ def measure(e: dict, epochs: int, runs: Path) -> dict:
     from stages.train import run_train
     from stages.train.config import TrainConfig
 
-    name = f"{Path(e['plan']).name}-{e['link']}-" + "-".join(f"{k}-{v}" for k, v in e["train_options"].items())
+    name = f"{Path(e['plan']).name}-{e['link']}-" + "-".join(
+        f"{k}-{v}" for k, v in e["train_options"].items()
+    )
     out = runs / name
     if not (out / "run.json").is_file():
-        cfg = TrainConfig(epochs=epochs, eval_every=0, checkpoint_every=0, live=False, emulate_link=e["link"],
-                          **e["train_options"])
+        cfg = TrainConfig(
+            epochs=epochs,
+            eval_every=0,
+            checkpoint_every=0,
+            live=False,
+            emulate_link=e["link"],
+            **e["train_options"],
+        )
         run_train(e["plan"], cfg, out=out, force=True)
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
     steady = [r["epoch_seconds"] for r in records[1:]] or [r["epoch_seconds"] for r in records]
-    return {"run": str(out), "epochs": [r["epoch_seconds"] for r in records], "mean": sum(steady) / len(steady)}
+    return {
+        "run": str(out),
+        "epochs": [r["epoch_seconds"] for r in records],
+        "mean": sum(steady) / len(steady),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({**e, "measured": None, "error_text": str(exc).splitlines()[0]})
             continue
         rows.append({**e, "measured": m, "wall_seconds": round(time.perf_counter() - t, 1)})
-        print(f"measured {e['strategy']} ({e['variant']}) K={e['workers']} {e['link']}: {m['mean']:.3f} s "
-              f"(predicted {e['predicted_epoch_seconds']:.3f} s)", file=sys.stderr)
+        print(
+            f"measured {e['strategy']} ({e['variant']}) K={e['workers']} {e['link']}: {m['mean']:.3f} s "
+            f"(predicted {e['predicted_epoch_seconds']:.3f} s)",
+            file=sys.stderr,
+        )
     summary = []
     for link in advice["links"]:
         for k in advice["workers"]:
@@ -93,29 +108,45 @@ def main(argv: list[str] | None = None) -> int:
             meas = [r["measured"]["mean"] for r in here]
             top = min(here, key=lambda r: r["predicted_epoch_seconds"])
             best = min(here, key=lambda r: r["measured"]["mean"])
-            summary.append({"link": link, "workers": k, "candidates": len(here), "spearman": spearman(pred, meas),
-                            "top_pick": f"{top['strategy']} ({top['variant']})",
-                            "measured_best": f"{best['strategy']} ({best['variant']})",
-                            "top_pick_over_best": top["measured"]["mean"] / best["measured"]["mean"]})
-    print("| link | K | strategy (variant) | predicted epoch (s) | measured epoch (s), mean of 2..E | error |")
+            summary.append(
+                {
+                    "link": link,
+                    "workers": k,
+                    "candidates": len(here),
+                    "spearman": spearman(pred, meas),
+                    "top_pick": f"{top['strategy']} ({top['variant']})",
+                    "measured_best": f"{best['strategy']} ({best['variant']})",
+                    "top_pick_over_best": top["measured"]["mean"] / best["measured"]["mean"],
+                }
+            )
+    print(
+        "| link | K | strategy (variant) | predicted epoch (s) | measured epoch (s), mean of 2..E | error |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for r in sorted(rows, key=lambda r: (r["link"], r["workers"], r["predicted_epoch_seconds"])):
         if not r["measured"]:
-            print(f"| {r['link']} | {r['workers']} | {r['strategy']} ({r['variant']}) | "
-                  f"{r['predicted_epoch_seconds']:.3f} | failed: {r['error_text']} | - |")
+            print(
+                f"| {r['link']} | {r['workers']} | {r['strategy']} ({r['variant']}) | "
+                f"{r['predicted_epoch_seconds']:.3f} | failed: {r['error_text']} | - |"
+            )
             continue
         m = r["measured"]["mean"]
-        print(f"| {r['link']} | {r['workers']} | {r['strategy']} ({r['variant']}) | {r['predicted_epoch_seconds']:.3f} | "
-              f"{m:.3f} | {100 * (r['predicted_epoch_seconds'] - m) / m:+.0f} % |")
+        print(
+            f"| {r['link']} | {r['workers']} | {r['strategy']} ({r['variant']}) | {r['predicted_epoch_seconds']:.3f} | "
+            f"{m:.3f} | {100 * (r['predicted_epoch_seconds'] - m) / m:+.0f} % |"
+        )
     print()
     print("| link | K | candidates | Spearman ρ | top pick | measured best | top pick / best (measured) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for s in summary:
         rho = "-" if s["spearman"] is None else f"{s['spearman']:.2f}"
-        print(f"| {s['link']} | {s['workers']} | {s['candidates']} | {rho} | {s['top_pick']} | {s['measured_best']} | "
-              f"{s['top_pick_over_best']:.2f} |")
-    (runs / "advise-vs-measured.json").write_text(json.dumps({"rows": rows, "summary": summary}, indent=1,
-                                                             default=str))
+        print(
+            f"| {s['link']} | {s['workers']} | {s['candidates']} | {rho} | {s['top_pick']} | {s['measured_best']} | "
+            f"{s['top_pick_over_best']:.2f} |"
+        )
+    (runs / "advise-vs-measured.json").write_text(
+        json.dumps({"rows": rows, "summary": summary}, indent=1, default=str)
+    )
     return 0
 
 

@@ -34,8 +34,8 @@ def worker(rank: int, world: int, master: str, nbytes: int, repeat: int) -> None
         if way == "all_to_all_single":
             dist.all_to_all_single(out, send, [per] * world, [per] * world)
         else:
-            works = [dist.irecv(out[q * per:(q + 1) * per], q) for q in range(world) if q != rank]
-            works += [dist.isend(send[q * per:(q + 1) * per], q) for q in range(world) if q != rank]
+            works = [dist.irecv(out[q * per : (q + 1) * per], q) for q in range(world) if q != rank]
+            works += [dist.isend(send[q * per : (q + 1) * per], q) for q in range(world) if q != rank]
             for w in works:
                 w.wait()
         times.setdefault(way, []).append(time.perf_counter() - t0)
@@ -51,7 +51,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rate")
     ap.add_argument("hosts", type=int)
-    ap.add_argument("--bytes", type=int, default=26 << 20, help="bytes each host sends in all (default 26 MiB)")
+    ap.add_argument(
+        "--bytes", type=int, default=26 << 20, help="bytes each host sends in all (default 26 MiB)"
+    )
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     from stages.runtime.launch.netemu import EmulatedNetwork, parse_rate, why_not_available
@@ -63,17 +65,35 @@ def main() -> None:
     net.create()
     try:
         env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0", "TORCH_CPP_LOG_LEVEL": "ERROR"}
-        procs = [subprocess.Popen([*net.exec_prefix(r), sys.executable, __file__, "--worker", str(r), str(args.hosts),
-                                   net.address(0), str(args.bytes), str(args.repeat)], stdout=subprocess.PIPE,
-                                  text=True, env=env) for r in range(args.hosts)]
+        procs = [
+            subprocess.Popen(
+                [
+                    *net.exec_prefix(r),
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    str(r),
+                    str(args.hosts),
+                    net.address(0),
+                    str(args.bytes),
+                    str(args.repeat),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for r in range(args.hosts)
+        ]
         out = procs[0].communicate(timeout=600)[0].strip().splitlines()[-1]
         for p in procs:
             p.wait(timeout=60)
     finally:
         net.destroy()
     medians = json.loads(out)
-    print(f"{args.rate}, {args.hosts} hosts, {args.bytes:,} bytes per host: "
-          + ", ".join(f"{way} {t * 1e3:.2f} ms" for way, t in medians.items()))
+    print(
+        f"{args.rate}, {args.hosts} hosts, {args.bytes:,} bytes per host: "
+        + ", ".join(f"{way} {t * 1e3:.2f} ms" for way, t in medians.items())
+    )
 
 
 if __name__ == "__main__":

@@ -31,7 +31,9 @@ def write_ogb_folder(folder: Path, edges: int, nodes: int) -> None:
             n = min(4_000_000, edges - start)
             table = pa.table({"a": rng.integers(0, nodes, n), "b": rng.integers(0, nodes, n)})
             if writer is None:
-                writer = pacsv.CSVWriter(f, table.schema, write_options=pacsv.WriteOptions(include_header=False))
+                writer = pacsv.CSVWriter(
+                    f, table.schema, write_options=pacsv.WriteOptions(include_header=False)
+                )
             writer.write_table(table)
         writer.close()
     for name, value in (("num-node-list", nodes), ("num-edge-list", edges)):

@@ -61,7 +61,9 @@ def stream_gbs(repeat: int, mib: int = 512) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch (and kernel) threads")
     parser.add_argument("--rows", type=int, default=200_000, help="rows (destinations = sources)")
     parser.add_argument("--edges", type=int, default=4_000_000, help="edges")
@@ -78,17 +80,23 @@ def main() -> None:
             fw = best_ms(lambda x=x: csr_sum(indptr, indices, x, n), args.repeat)
             bw = best_ms(lambda x=x: csr_sum(t.indptr, t.indices, x, n), args.repeat)
             gb = sum_bytes(n, args.edges, width, indices.element_size()) / 1e9
-            print(f"sum, {width} columns: forward {fw:.1f} ms ({gb / (fw / 1e3):.1f} GB/s of {gb * 1e3:.0f} MB), "
-                  f"transposed {bw:.1f} ms ({gb / (bw / 1e3):.1f} GB/s)")
+            print(
+                f"sum, {width} columns: forward {fw:.1f} ms ({gb / (fw / 1e3):.1f} GB/s of {gb * 1e3:.0f} MB), "
+                f"transposed {bw:.1f} ms ({gb / (bw / 1e3):.1f} GB/s)"
+            )
         x3 = torch.randn(n, 8, 8)
         w = torch.rand(args.edges, 8)
-        print(f"weighted sum, 8 heads of 8: {best_ms(lambda: csr_sum(indptr, indices, x3, n, w), args.repeat):.1f} ms")
+        print(
+            f"weighted sum, 8 heads of 8: {best_ms(lambda: csr_sum(indptr, indices, x3, n, w), args.repeat):.1f} ms"
+        )
         x3g, wg = x3.clone().requires_grad_(True), w.clone().requires_grad_(True)
 
         def forward_backward():
             csr_sum(indptr, indices, x3g, n, wg, t).sum().backward()
 
-        print(f"weighted sum forward + backward (SDDMM): {best_ms(forward_backward, max(1, args.repeat // 2)):.1f} ms")
+        print(
+            f"weighted sum forward + backward (SDDMM): {best_ms(forward_backward, max(1, args.repeat // 2)):.1f} ms"
+        )
         ip, ix = torch.arange(0, 1201, 4), torch.randint(0, 300, (1200,))
         xs = torch.randn(300, 16)
         print(f"tiny (300 rows, 1,200 edges): {best_ms(lambda: csr_sum(ip, ix, xs, 300), 200) * 1e3:.1f} us")

@@ -35,12 +35,17 @@ def free_port() -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("plan", type=Path)
-    ap.add_argument("--steps", type=int, default=40, help="prepare calls timed (an epoch of medium's bench: 40)")
+    ap.add_argument(
+        "--steps", type=int, default=40, help="prepare calls timed (an epoch of medium's bench: 40)"
+    )
     ap.add_argument("--compute-steps", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=2, help="threads of the sampler's own kernels (index_select)")
+    ap.add_argument(
+        "--threads", type=int, default=2, help="threads of the sampler's own kernels (index_select)"
+    )
     a = ap.parse_args()
-    worker = open_worker(0, 1, a.plan, RuntimeConfig(threads=a.threads, prefetch="off"),
-                         f"tcp://127.0.0.1:{free_port()}")
+    worker = open_worker(
+        0, 1, a.plan, RuntimeConfig(threads=a.threads, prefetch="off"), f"tcp://127.0.0.1:{free_port()}"
+    )
     st = worker.strategy
     st.prepare(0, 0)  # compiles or loads the kernels
     for epoch in (1, 2):
@@ -52,8 +57,10 @@ def main() -> None:
             if hasattr(st, "row_buffers"):  # (code before the buffers: nothing to give back)
                 st.row_buffers.give(held)
             held = getattr(prep, "buffer", None)
-        print(f"sampler, epoch {epoch}: {time.process_time() - cpu:.3f} s CPU for {a.steps} steps "
-              f"({time.perf_counter() - wall:.3f} s wall: sampling {sample:.3f}, input rows {rows:.3f})")
+        print(
+            f"sampler, epoch {epoch}: {time.process_time() - cpu:.3f} s CPU for {a.steps} steps "
+            f"({time.perf_counter() - wall:.3f} s wall: sampling {sample:.3f}, input rows {rows:.3f})"
+        )
     torch.set_num_threads(1)
     import numba
 
@@ -73,8 +80,10 @@ def main() -> None:
     cpu, wall = time.process_time(), time.perf_counter()
     steps()
     n = len(preps)
-    print(f"compute, one thread: {(time.process_time() - cpu) / n * 1e3:.1f} ms CPU a step "
-          f"({(time.perf_counter() - wall) / n * 1e3:.1f} ms wall)")
+    print(
+        f"compute, one thread: {(time.process_time() - cpu) / n * 1e3:.1f} ms CPU a step "
+        f"({(time.perf_counter() - wall) / n * 1e3:.1f} ms wall)"
+    )
     st.close()
 
 

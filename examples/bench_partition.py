@@ -29,13 +29,33 @@ G3_METHOD = "g3"  # the partition method whose goals (G3 §4, Algorithm 1) this 
 RSS_LIMIT_GB = 12.0
 
 
-def run_one(g3: str, store: str, method: str, k: int, workdir: Path, extra: list[str] | None = None,
-            label: str | None = None) -> dict:
+def run_one(
+    g3: str,
+    store: str,
+    method: str,
+    k: int,
+    workdir: Path,
+    extra: list[str] | None = None,
+    label: str | None = None,
+) -> dict:
     """One `g3 partition` under /usr/bin/time -v; returns its figures, wall/CPU seconds and peak RSS."""
     tag = (label or method).replace(" ", "_").replace("=", "")
     out = workdir / f"{Path(store).name}-{tag}-{k}"
-    cmd = ["/usr/bin/time", "-v", g3, "partition", store, "--workers", str(k), "--method", method,
-           *(extra or []), "-o", str(out), "--force"]
+    cmd = [
+        "/usr/bin/time",
+        "-v",
+        g3,
+        "partition",
+        store,
+        "--workers",
+        str(k),
+        "--method",
+        method,
+        *(extra or []),
+        "-o",
+        str(out),
+        "--force",
+    ]
     env = dict(os.environ, G3_QUIET="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -69,18 +89,24 @@ def row(name: str, k: int, method: str, r: dict) -> str:
         outcome = "converged" if refine["converged"] else "not converged"
         kept = "" if refine["kept"] == "refined" else ", not kept"
         bound = refine.get("lower_bound") or {}
-        infeasible = f", budget infeasible: total >= {bound['total_remote']}" if bound.get("exceeds_budget") else ""
+        infeasible = (
+            f", budget infeasible: total >= {bound['total_remote']}" if bound.get("exceeds_budget") else ""
+        )
         rounds = f" in {len(refine['rounds'])} rounds" if len(refine.get("rounds", [])) > 1 else ""
         note += f"; refine {outcome} ({refine['steps'] / 1e6:.0f} M steps{rounds}{kept}{infeasible})"
-    return (f"| {name} | {k} | {method} | {remote['max_over_mean']:.3f} | {remote['min_over_max']:.3f} | "
-            f"{s['totals']['remote']:,} | {s['totals']['edge_cut']:,} | "
-            f"{s['balance']['degree_sum']['max_over_mean']:.2f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
-            f"{r['rss_gb']:.2f} | {note} |")
+    return (
+        f"| {name} | {k} | {method} | {remote['max_over_mean']:.3f} | {remote['min_over_max']:.3f} | "
+        f"{s['totals']['remote']:,} | {s['totals']['edge_cut']:,} | "
+        f"{s['balance']['degree_sum']['max_over_mean']:.2f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
+        f"{r['rss_gb']:.2f} | {note} |"
+    )
 
 
-HEADER = ("| graph | K | method | remote max/mean | remote min/max | total remote | edge-cut | degree sum max/mean | "
-          "time (s) | CPU (s) | peak RSS (GB) | Algorithm 1; refinement |\n"
-          "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+HEADER = (
+    "| graph | K | method | remote max/mean | remote min/max | total remote | edge-cut | degree sum max/mean | "
+    "time (s) | CPU (s) | peak RSS (GB) | Algorithm 1; refinement |\n"
+    "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+)
 
 
 def _infeasible(summary: dict) -> str:
@@ -88,8 +114,10 @@ def _infeasible(summary: dict) -> str:
     bound = (summary.get("refine") or {}).get("lower_bound") or {}
     if not bound.get("exceeds_budget"):
         return ""
-    return (f" (infeasible under this degree limit: every assignment within it has a total remote >= "
-            f"{bound['total_remote']}; below --degree-tol {bound['degree_tol_needed']} none fits)")
+    return (
+        f" (infeasible under this degree limit: every assignment within it has a total remote >= "
+        f"{bound['total_remote']}; below --degree-tol {bound['degree_tol_needed']} none fits)"
+    )
 
 
 def goals(results: dict, names: list[str], workers: list[int], g3_labels: list[str]) -> list[str]:
@@ -105,19 +133,25 @@ def goals(results: dict, names: list[str], workers: list[int], g3_labels: list[s
                 total = g3["summary"]["totals"]["remote"] / max(1, metis["summary"]["totals"]["remote"])
                 deg = g3["summary"]["balance"]["degree_sum"]["max_over_mean"]
                 ok = ratio >= 1 - GAMMA and total <= 1.05
-                lines.append(f"- {name}, K={k}, {label}: remote min/max {ratio:.4f} (goal >= {1 - GAMMA}), total "
-                             f"remote {total:.3f} x METIS (goal <= 1.05), degree sum max/mean {deg:.2f}: "
-                             f"{'met' if ok else 'MISSED'}" + _infeasible(g3["summary"]))
+                lines.append(
+                    f"- {name}, K={k}, {label}: remote min/max {ratio:.4f} (goal >= {1 - GAMMA}), total "
+                    f"remote {total:.3f} x METIS (goal <= 1.05), degree sum max/mean {deg:.2f}: "
+                    f"{'met' if ok else 'MISSED'}" + _infeasible(g3["summary"])
+                )
         k = max(workers)
         g3, metis = results.get((name, k, "g3")), results.get((name, k, "metis"))
         if g3 and metis:
             t = g3["wall_s"] / metis["wall_s"]
             c = g3["cpu_s"] / metis["cpu_s"]
-            lines.append(f"- {name}, K={k}: g3 time {t:.2f} x plain METIS wall, {c:.2f} x CPU (goal <= 2): "
-                         f"{'met' if t <= 2 else 'MISSED'}")
+            lines.append(
+                f"- {name}, K={k}: g3 time {t:.2f} x plain METIS wall, {c:.2f} x CPU (goal <= 2): "
+                f"{'met' if t <= 2 else 'MISSED'}"
+            )
     peak = max(r["rss_gb"] for r in results.values())
-    lines.append(f"- peak RSS over all runs {peak:.2f} GB (goal <= {RSS_LIMIT_GB}): "
-                 f"{'met' if peak <= RSS_LIMIT_GB else 'MISSED'}")
+    lines.append(
+        f"- peak RSS over all runs {peak:.2f} GB (goal <= {RSS_LIMIT_GB}): "
+        f"{'met' if peak <= RSS_LIMIT_GB else 'MISSED'}"
+    )
     return lines
 
 
@@ -126,8 +160,13 @@ def main() -> None:
     ap.add_argument("--store", action="append", required=True, help="NAME=PATH of a g3 store (repeatable)")
     ap.add_argument("--workers", type=int, nargs="+", default=[4, 8, 16])
     ap.add_argument("--methods", nargs="+", default=["random", "chunk", "metis", "g3"])
-    ap.add_argument("--variant", action="append", default=[], metavar="LABEL=ARGS",
-                    help="also run g3 with extra options, e.g. 'g3 d4=--degree-tol 4' (repeatable)")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=ARGS",
+        help="also run g3 with extra options, e.g. 'g3 d4=--degree-tol 4' (repeatable)",
+    )
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/g3-bench-partition"))
     ap.add_argument("--g3", default=str(Path(sys.executable).parent / "g3"), help="the g3 executable")
     ap.add_argument("--json", type=Path, default=None, help="also write all results to this JSON file")
@@ -150,11 +189,20 @@ def main() -> None:
     g3_labels = [label for label, method, _ in runs if method == G3_METHOD]
     print("\n".join(goals(results, [n for n, _ in stores], args.workers, g3_labels)))
     print()
-    print("Each row: `/usr/bin/time -v g3 partition STORE --workers K --method METHOD [ARGS] -o OUT --force`.")
+    print(
+        "Each row: `/usr/bin/time -v g3 partition STORE --workers K --method METHOD [ARGS] -o OUT --force`."
+    )
     if args.json:
-        args.json.write_text(json.dumps({f"{n}|{k}|{m}": {key: v for key, v in r.items() if key != "summary"}
-                                         | {"summary": r["summary"]} for (n, k, m), r in results.items()},
-                                        indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    f"{n}|{k}|{m}": {key: v for key, v in r.items() if key != "summary"}
+                    | {"summary": r["summary"]}
+                    for (n, k, m), r in results.items()
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -53,8 +53,14 @@ def load_store(path: str):
     y = torch.from_numpy(store.load_labels().astype(np.int64))
     train = torch.from_numpy(store.split_index("train"))
     train = train[y[train] >= 0]
-    return (torch.from_numpy(indptr.astype(np.int64)), torch.from_numpy(indices.astype(np.int64)), x, y, train,
-            store.num_classes)
+    return (
+        torch.from_numpy(indptr.astype(np.int64)),
+        torch.from_numpy(indices.astype(np.int64)),
+        x,
+        y,
+        train,
+        store.num_classes,
+    )
 
 
 def median_epoch(times: list[float]) -> tuple[float, float]:
@@ -72,7 +78,9 @@ def bench_pyg(data, hidden: int, epochs: int, lr: float, dropout: float) -> dict
     indptr, indices, x, y, train, classes = data
     n = x.shape[0]
     # adj_t[v, u] = 1 for every arc u -> v: the store's in-edge CSR is exactly PyG's adj_t
-    adj_t = torch.sparse_csr_tensor(indptr, indices, torch.ones(indices.numel()), (n, n), check_invariants=False)
+    adj_t = torch.sparse_csr_tensor(
+        indptr, indices, torch.ones(indices.numel()), (n, n), check_invariants=False
+    )
 
     class Net(torch.nn.Module):
         def __init__(self):
@@ -126,8 +134,15 @@ def bench_g3_layers(data, hidden: int, epochs: int, lr: float, dropout: float, b
     indptr, indices, x, y, train, classes = data
     n = x.shape[0]
     deg = (indptr[1:] - indptr[:-1]).float()
-    block = Block(n_dst=n, n_src=n, indptr=indptr, indices=indices, src_out_degree=deg, dst_in_degree=deg,
-                  dst_global=torch.arange(n))
+    block = Block(
+        n_dst=n,
+        n_src=n,
+        indptr=indptr,
+        indices=indices,
+        src_out_degree=deg,
+        dst_in_degree=deg,
+        dst_global=torch.arange(n),
+    )
     torch.manual_seed(0)
     model = build_model("sage", x.shape[1], hidden, classes, 2)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -146,11 +161,38 @@ def bench_g3_layers(data, hidden: int, epochs: int, lr: float, dropout: float, b
     return {"median": med, "min": best, "loss": losses[-1]}
 
 
-def bench_g3_cli(g3: str, plan: str, epochs: int, threads: int, lr: float, dropout: float, backward: str,
-                 pipeline: str | None, workdir: Path) -> dict:
+def bench_g3_cli(
+    g3: str,
+    plan: str,
+    epochs: int,
+    threads: int,
+    lr: float,
+    dropout: float,
+    backward: str,
+    pipeline: str | None,
+    workdir: Path,
+) -> dict:
     run = workdir / f"run-{backward}-{pipeline or 'default'}"
-    cmd = [g3, "train", plan, "--epochs", str(epochs), "--threads", str(threads), "--eval-every", "0",
-           "--lr", str(lr), "--dropout", str(dropout), "--backward", backward, "-o", str(run), "--force"]
+    cmd = [
+        g3,
+        "train",
+        plan,
+        "--epochs",
+        str(epochs),
+        "--threads",
+        str(threads),
+        "--eval-every",
+        "0",
+        "--lr",
+        str(lr),
+        "--dropout",
+        str(dropout),
+        "--backward",
+        backward,
+        "-o",
+        str(run),
+        "--force",
+    ]
     if pipeline:
         cmd += ["--pipeline", pipeline]
     env = dict(os.environ, G3_QUIET="1")
@@ -172,11 +214,16 @@ def _micro_ops(indptr, indices, x, gy, w, t, heads, g):
     xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
     mean = csr_mean(indptr, indices, xg, n, t)
     wsum = csr_sum(indptr, indices, xg, n, wg, t)
-    ops = [("sum A x", lambda: csr_sum(indptr, indices, x, n)),
-           ("mean (fused on numba)", lambda: csr_mean(indptr, indices, x, n)),
-           ("mean backward", lambda: torch.autograd.grad(mean, xg, gy, retain_graph=True)),
-           ("weighted sum", lambda: csr_sum(indptr, indices, x, n, w)),
-           ("weighted sum backward (x and w)", lambda: torch.autograd.grad(wsum, (xg, wg), gy, retain_graph=True))]
+    ops = [
+        ("sum A x", lambda: csr_sum(indptr, indices, x, n)),
+        ("mean (fused on numba)", lambda: csr_mean(indptr, indices, x, n)),
+        ("mean backward", lambda: torch.autograd.grad(mean, xg, gy, retain_graph=True)),
+        ("weighted sum", lambda: csr_sum(indptr, indices, x, n, w)),
+        (
+            "weighted sum backward (x and w)",
+            lambda: torch.autograd.grad(wsum, (xg, wg), gy, retain_graph=True),
+        ),
+    ]
     if heads > 1:
         x3, w3 = x.view(n, heads, -1), torch.rand(nnz, heads, generator=g)
         ops.append((f"per-head weighted sum ({heads} heads)", lambda: csr_sum(indptr, indices, x3, n, w3)))
@@ -210,7 +257,9 @@ def micro(data, backends: list[str], widths: list[int], reps: int) -> list[tuple
             if be == "index" and width > 16:  # [nnz, width] temporaries: gigabytes, minutes
                 continue
             with use_backend(be):
-                ops = _micro_ops(indptr, indices, x, gy, w, transposes.get(be), heads if be != "index" else 1, g)
+                ops = _micro_ops(
+                    indptr, indices, x, gy, w, transposes.get(be), heads if be != "index" else 1, g
+                )
                 for name, fn in ops:
                     out.append((name, width, be, timed(fn)))
                     print(f"{name:34s} F={width:3d} {be:7s} {out[-1][3]:.3f} s", file=sys.stderr, flush=True)
@@ -228,12 +277,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dropout", type=float, default=0.5)
     ap.add_argument("--backwards", nargs="+", default=["recompute", "keep"], choices=["recompute", "keep"])
     ap.add_argument("--pipelines", nargs="+", default=[""], help="g3 train --pipeline values ('' = default)")
-    ap.add_argument("--backends", nargs="+", default=["numba", "sparse"], help="aggregation backends of g3-layers")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["pyg", "g3-layers", "g3"], help="variants to skip")
+    ap.add_argument(
+        "--backends", nargs="+", default=["numba", "sparse"], help="aggregation backends of g3-layers"
+    )
+    ap.add_argument(
+        "--skip", nargs="*", default=[], choices=["pyg", "g3-layers", "g3"], help="variants to skip"
+    )
     ap.add_argument("--g3", default=shutil.which("g3") or str(Path(sys.executable).with_name("g3")))
     ap.add_argument("--workdir", default="/tmp/g3-bench-single-worker")
     ap.add_argument("--dgl", type=float, default=0.96, help="DGL 2.1's epoch on the reference machine (s)")
-    ap.add_argument("--pyg-quiet", type=float, default=5.0, help="PyG 2.8's epoch on the same quiet machine (s)")
+    ap.add_argument(
+        "--pyg-quiet", type=float, default=5.0, help="PyG 2.8's epoch on the same quiet machine (s)"
+    )
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--micro", action="store_true", help="time the aggregation kernels alone instead")
     ap.add_argument("--widths", nargs="+", type=int, default=[16, 47], help="--micro: feature widths")
@@ -249,8 +304,10 @@ def main(argv: list[str] | None = None) -> None:
         graph = reorder(data, plan_order(args.plan)) if args.plan else data
         res = micro(graph, args.backends, args.widths, args.reps)
         order = "the plan's BFS order" if args.plan else "store order"
-        print(f"\n{n:,} rows, {nnz:,} arcs ({order}), {args.threads} threads, float32, median of {args.reps} "
-              f"(seconds); load average {os.getloadavg()[0]:.2f}\n")
+        print(
+            f"\n{n:,} rows, {nnz:,} arcs ({order}), {args.threads} threads, float32, median of {args.reps} "
+            f"(seconds); load average {os.getloadavg()[0]:.2f}\n"
+        )
         print("| operation | F | " + " | ".join(args.backends) + " |")
         print("| --- | --- | " + " | ".join("---" for _ in args.backends) + " |")
         table = {(op, w, be): t for op, w, be, t in res}
@@ -273,14 +330,27 @@ def main(argv: list[str] | None = None) -> None:
     if args.plan and "g3" not in args.skip:
         for bw in args.backwards:
             for pl in args.pipelines:
-                r = bench_g3_cli(args.g3, args.plan, args.epochs, args.threads, args.lr, args.dropout, bw, pl or None,
-                                 workdir)
+                r = bench_g3_cli(
+                    args.g3,
+                    args.plan,
+                    args.epochs,
+                    args.threads,
+                    args.lr,
+                    args.dropout,
+                    bw,
+                    pl or None,
+                    workdir,
+                )
                 rows.append(("g3 train", f"--backward {bw}" + (f" --pipeline {pl}" if pl else ""), r))
 
-    print(f"\n{n:,} nodes, {nnz:,} arcs, SAGE {data[2].shape[1]} → {args.hidden} → {data[5]}, {args.threads} threads, "
-          f"{args.epochs} epochs (median of epochs 2..{args.epochs}); load average {os.getloadavg()[0]:.2f}\n")
+    print(
+        f"\n{n:,} nodes, {nnz:,} arcs, SAGE {data[2].shape[1]} → {args.hidden} → {data[5]}, {args.threads} threads, "
+        f"{args.epochs} epochs (median of epochs 2..{args.epochs}); load average {os.getloadavg()[0]:.2f}\n"
+    )
     pyg = next((r["median"] for name, _, r in rows if name.startswith("PyG") and "error" not in r), None)
-    print(f"| system | variant | epoch (median) | epoch (min) | ÷ DGL 2.1 ({args.dgl:.2f} s) | ÷ PyG, same run | final loss |")
+    print(
+        f"| system | variant | epoch (median) | epoch (min) | ÷ DGL 2.1 ({args.dgl:.2f} s) | ÷ PyG, same run | final loss |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, variant, r in rows:
         if "error" in r:
@@ -288,12 +358,18 @@ def main(argv: list[str] | None = None) -> None:
             continue
         loss = f"{r['loss']:.4f}" if r.get("loss") is not None else "–"
         rel = f"{r['median'] / pyg:.2f}" if pyg else "–"
-        print(f"| {name} | {variant} | {r['median']:.3f} s | {r['min']:.3f} s | {r['median'] / args.dgl:.2f} | {rel} | {loss} |")
+        print(
+            f"| {name} | {variant} | {r['median']:.3f} s | {r['min']:.3f} s | {r['median'] / args.dgl:.2f} | {rel} | {loss} |"
+        )
     if pyg:
-        print(f"\nOn a quiet machine of this kind DGL 2.1 took {args.dgl:.2f} s and PyG 2.8 {args.pyg_quiet:.1f} s "
-              f"(DGL ÷ PyG = {args.dgl / args.pyg_quiet:.2f}); the ÷ PyG column compares under this run's load.")
+        print(
+            f"\nOn a quiet machine of this kind DGL 2.1 took {args.dgl:.2f} s and PyG 2.8 {args.pyg_quiet:.1f} s "
+            f"(DGL ÷ PyG = {args.dgl / args.pyg_quiet:.2f}); the ÷ PyG column compares under this run's load."
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps([{"system": a, "variant": b, **r} for a, b, r in rows], indent=1))
+        Path(args.json).write_text(
+            json.dumps([{"system": a, "variant": b, **r} for a, b, r in rows], indent=1)
+        )
 
 
 if __name__ == "__main__":

@@ -62,7 +62,9 @@ def training_bytes(worker: dict) -> int:
 
 
 def phase_bytes(worker: dict, prefix: str) -> int:
-    return sum(n for phase, n in (worker.get("bytes_sent_per_phase") or {}).items() if phase.startswith(prefix))
+    return sum(
+        n for phase, n in (worker.get("bytes_sent_per_phase") or {}).items() if phase.startswith(prefix)
+    )
 
 
 def per_worker_mean(recs: list[dict], key: str) -> list[float]:
@@ -104,9 +106,15 @@ def seconds(x: float | None) -> str:
 def peers_row(e: dict) -> list[str]:
     epochs = ", ".join(f"{t:.3f}" for t in e.get("epoch_seconds") or [])
     sps = e.get("seeds_per_second")
-    return [e["label"], str(e.get("workers", 1)), seconds(e["median_epoch_seconds"]),
-            "-" if e.get("vs_dgl") is None else f"{e['vs_dgl']:.2f}×", acc(e.get("test_acc")),
-            "-" if sps is None else f"{sps:,.0f}", epochs]
+    return [
+        e["label"],
+        str(e.get("workers", 1)),
+        seconds(e["median_epoch_seconds"]),
+        "-" if e.get("vs_dgl") is None else f"{e['vs_dgl']:.2f}×",
+        acc(e.get("test_acc")),
+        "-" if sps is None else f"{sps:,.0f}",
+        epochs,
+    ]
 
 
 PEERS_HEADER = ["system", "workers", "median epoch", "÷ DGL", "test acc", "seeds/s", "epochs (s)"]
@@ -122,12 +130,26 @@ def strategies_row(e: dict) -> list[str] | None:
     mib = statistics.fmean(sum(training_bytes(w) for w in r["workers"]) for r in recs) / MIB
     peak = e.get("peak_memory_bytes") or []
     rss = f"{min(peak) / GIB:.2f}–{max(peak) / GIB:.2f}" if peak else "-"
-    return [str(e["workers"]), spec_label(e), f3(e["median_epoch_seconds"]), f"{mib:.1f}",
-            f"{f3(wall)}, {f3(cpu)}", f3(wait), rss]
+    return [
+        str(e["workers"]),
+        spec_label(e),
+        f3(e["median_epoch_seconds"]),
+        f"{mib:.1f}",
+        f"{f3(wall)}, {f3(cpu)}",
+        f3(wait),
+        rss,
+    ]
 
 
-STRATEGIES_HEADER = ["K", "strategy (partition)", "median epoch (s)", "MiB sent / epoch",
-                     "compute max/mean (wall, CPU)", "largest comm wait / epoch (s)", "peak RSS per worker (GiB)"]
+STRATEGIES_HEADER = [
+    "K",
+    "strategy (partition)",
+    "median epoch (s)",
+    "MiB sent / epoch",
+    "compute max/mean (wall, CPU)",
+    "largest comm wait / epoch (s)",
+    "peak RSS per worker (GiB)",
+]
 
 
 def minibatch_row(e: dict) -> list[str] | None:
@@ -139,14 +161,28 @@ def minibatch_row(e: dict) -> list[str] | None:
         return statistics.fmean(sum(value(w) for w in r["workers"]) / r["steps"] for r in recs)
 
     step = e["median_epoch_seconds"] / statistics.median(r["steps"] for r in recs)
-    return [f"{e['method']} ({e['strategy']})", str(e["workers"]), f"{step * 1e3:.0f} ms",
-            f"{per_step(training_bytes) / MIB:.1f}", f"{per_step(lambda w: phase_bytes(w, 'features')) / MIB:.1f}",
-            f"{per_step(lambda w: phase_bytes(w, 'sample')) / MIB:.2f}",
-            f"{per_step(lambda w: w.get('fetched_rows', 0)):,.0f}", f"{per_step(lambda w: w.get('sampled_arcs', 0)):,.0f}"]
+    return [
+        f"{e['method']} ({e['strategy']})",
+        str(e["workers"]),
+        f"{step * 1e3:.0f} ms",
+        f"{per_step(training_bytes) / MIB:.1f}",
+        f"{per_step(lambda w: phase_bytes(w, 'features')) / MIB:.1f}",
+        f"{per_step(lambda w: phase_bytes(w, 'sample')) / MIB:.2f}",
+        f"{per_step(lambda w: w.get('fetched_rows', 0)):,.0f}",
+        f"{per_step(lambda w: w.get('sampled_arcs', 0)):,.0f}",
+    ]
 
 
-MINIBATCH_HEADER = ["partition (strategy)", "K", "step", "MiB / step", "of which features", "remote sampling",
-                    "fetched rows / step", "sampled arcs / step"]
+MINIBATCH_HEADER = [
+    "partition (strategy)",
+    "K",
+    "step",
+    "MiB / step",
+    "of which features",
+    "remote sampling",
+    "fetched rows / step",
+    "sampled arcs / step",
+]
 
 
 def plan_formula_mib(e: dict) -> str:
@@ -165,14 +201,33 @@ def tp_row(e: dict) -> list[str] | None:
     if not mid:
         return None
     sent = statistics.fmean(sum(w["bytes_sent"] for w in r["workers"]) for r in mid) / MIB
-    bal = statistics.median(max_over_mean([w["compute_cpu_seconds"] for w in r["workers"]]) or 0.0 for r in mid)
+    bal = statistics.median(
+        max_over_mean([w["compute_cpu_seconds"] for w in r["workers"]]) or 0.0 for r in mid
+    )
     peak = max(e["peak_memory_bytes"]) / MIB
-    return [e["label"], str(e["workers"]), f"{e['median_epoch_seconds']:.3f} s", f"{sent:.1f}", plan_formula_mib(e),
-            f"{bal:.3f}", f"{peak:.0f} MiB", acc(e.get("test_acc"))]
+    return [
+        e["label"],
+        str(e["workers"]),
+        f"{e['median_epoch_seconds']:.3f} s",
+        f"{sent:.1f}",
+        plan_formula_mib(e),
+        f"{bal:.3f}",
+        f"{peak:.0f} MiB",
+        acc(e.get("test_acc")),
+    ]
 
 
-TP_HEADER = ["system", "K", "median epoch", "MiB sent / training epoch", "plan formula (MiB)",
-             "compute max/mean (CPU s)", "peak RSS / worker", "test acc"]
+TP_HEADER = [
+    "system",
+    "K",
+    "median epoch",
+    "MiB sent / training epoch",
+    "plan formula (MiB)",
+    "compute max/mean (CPU s)",
+    "peak RSS / worker",
+    "test acc",
+]
+
 
 def network_row(e: dict) -> list[str] | None:
     """A run on emulated hosts: its link, epoch, the transport's training bytes and what crossed the links."""
@@ -184,27 +239,53 @@ def network_row(e: dict) -> list[str] | None:
     link = [r["link_bytes_sent"] for r in recs if "link_bytes_sent" in r and "test_acc" not in r]
     wait = max(per_worker_mean(recs, "comm_wait_seconds"))
     hidden = e.get("comm_hidden_share")
-    return [e["link"], str(e["workers"]), str(e.get("hosts", e["workers"])), spec_label(e),
-            f3(e["median_epoch_seconds"]), f"{mib:.1f}", f"{statistics.fmean(link) / MIB:.1f}" if link else "-",
-            f3(wait), "-" if hidden is None else f"{100 * hidden:.0f} %"]
+    return [
+        e["link"],
+        str(e["workers"]),
+        str(e.get("hosts", e["workers"])),
+        spec_label(e),
+        f3(e["median_epoch_seconds"]),
+        f"{mib:.1f}",
+        f"{statistics.fmean(link) / MIB:.1f}" if link else "-",
+        f3(wait),
+        "-" if hidden is None else f"{100 * hidden:.0f} %",
+    ]
 
 
-NETWORK_HEADER = ["link", "K", "hosts", "strategy (partition)", "median epoch (s)", "MiB sent / epoch (transport)",
-                  "MiB on the links / epoch", "largest comm wait / epoch (s)", "comm hidden"]
+NETWORK_HEADER = [
+    "link",
+    "K",
+    "hosts",
+    "strategy (partition)",
+    "median epoch (s)",
+    "MiB sent / epoch (transport)",
+    "MiB on the links / epoch",
+    "largest comm wait / epoch (s)",
+    "comm hidden",
+]
 
-TABLES = {"peers": (PEERS_HEADER, peers_row, False), "strategies": (STRATEGIES_HEADER, strategies_row, True),
-          "minibatch": (MINIBATCH_HEADER, minibatch_row, True), "tp": (TP_HEADER, tp_row, True),
-          "network": (NETWORK_HEADER, network_row, True)}
+TABLES = {
+    "peers": (PEERS_HEADER, peers_row, False),
+    "strategies": (STRATEGIES_HEADER, strategies_row, True),
+    "minibatch": (MINIBATCH_HEADER, minibatch_row, True),
+    "tp": (TP_HEADER, tp_row, True),
+    "network": (NETWORK_HEADER, network_row, True),
+}
 
 
 def caption(bench: dict) -> str:
     """Graph, date, load and cores of one bench folder: what BENCHMARKS writes beside the figures."""
     s, la = bench["store"], bench.get("load_average") or {}
-    load = (f"load {la['before'][0]:.2f} → {la['after'][0]:.2f}" if la.get("before") and la.get("after")
-            else "load not recorded")
-    return (f"`{s['name']}` ({s['num_nodes']:,} nodes, {s['num_arcs']:,} arcs), {bench['options']['model']} "
-            f"hidden {bench['options']['hidden']}, {bench['options']['epochs']} epochs; {bench.get('created', '?')}, "
-            f"{load} on {bench.get('cpu_count', '?')} cores")
+    load = (
+        f"load {la['before'][0]:.2f} → {la['after'][0]:.2f}"
+        if la.get("before") and la.get("after")
+        else "load not recorded"
+    )
+    return (
+        f"`{s['name']}` ({s['num_nodes']:,} nodes, {s['num_arcs']:,} arcs), {bench['options']['model']} "
+        f"hidden {bench['options']['hidden']}, {bench['options']['epochs']} epochs; {bench.get('created', '?')}, "
+        f"{load} on {bench.get('cpu_count', '?')} cores"
+    )
 
 
 def render(kind: str, folders: list[Path]) -> str:

@@ -69,8 +69,11 @@ def fit(times: dict[int, float], rate_bits: int) -> dict:
     overhead = min(times[n] for n in sizes[:2])
     big, bigger = sizes[-2], sizes[-1]
     slope = (times[bigger] - times[big]) / (bigger - big)  # seconds per byte
-    return {"overhead_seconds": overhead, "share": 1.0 / (slope * rate_bits / 8),
-            "one_way_seconds": {str(n): times[n] for n in sizes}}
+    return {
+        "overhead_seconds": overhead,
+        "share": 1.0 / (slope * rate_bits / 8),
+        "one_way_seconds": {str(n): times[n] for n in sizes},
+    }
 
 
 def measure(rate: str, repeat: int) -> dict:
@@ -81,9 +84,24 @@ def measure(rate: str, repeat: int) -> dict:
     net.create()
     try:
         env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0", "TORCH_CPP_LOG_LEVEL": "ERROR"}
-        cmd = [sys.executable, __file__, "--worker", "RANK", net.address(0), ",".join(map(str, SIZES)), str(repeat)]
-        procs = [subprocess.Popen([*net.exec_prefix(r), *[str(r) if c == "RANK" else c for c in cmd]],
-                                  stdout=subprocess.PIPE, text=True, env=env) for r in range(2)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            "RANK",
+            net.address(0),
+            ",".join(map(str, SIZES)),
+            str(repeat),
+        ]
+        procs = [
+            subprocess.Popen(
+                [*net.exec_prefix(r), *[str(r) if c == "RANK" else c for c in cmd]],
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for r in range(2)
+        ]
         outs = [p.communicate(timeout=300)[0] for p in procs]
         if any(p.returncode for p in procs):
             raise SystemExit(f"calibrate_network.py: a worker failed at {rate}")
@@ -110,9 +128,13 @@ def main() -> None:
     fits = [measure(r, args.repeat) for r in args.rates.split(",")]
     for f in fits:
         sizes = "  ".join(f"{int(n):>8} B {t * 1e3:8.3f} ms" for n, t in f["one_way_seconds"].items())
-        print(f"{f['rate']:>8}: overhead {f['overhead_seconds'] * 1e6:7.0f} us  share {f['share']:.3f}   {sizes}")
+        print(
+            f"{f['rate']:>8}: overhead {f['overhead_seconds'] * 1e6:7.0f} us  share {f['share']:.3f}   {sizes}"
+        )
     if args.out:
-        Path(args.out).write_text(json.dumps({"created": time.strftime("%Y-%m-%dT%H:%M:%S"), "fits": fits}, indent=1))
+        Path(args.out).write_text(
+            json.dumps({"created": time.strftime("%Y-%m-%dT%H:%M:%S"), "fits": fits}, indent=1)
+        )
 
 
 if __name__ == "__main__":

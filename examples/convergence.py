@@ -43,11 +43,15 @@ def epochs_to(points: list[tuple[int, float]], target: float) -> int | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--targets", default="0.97,0.99,0.995", help="fractions of the exact run's best validation figure")
+    ap.add_argument(
+        "--targets", default="0.97,0.99,0.995", help="fractions of the exact run's best validation figure"
+    )
     a = ap.parse_args()
     fractions = [float(x) for x in a.targets.split(",")]
-    print("| graph | target | strategy | steps / epoch | epochs to target | steps to target | "
-          "'epochs' model ÷ measured | 'steps' model ÷ measured |")
+    print(
+        "| graph | target | strategy | steps / epoch | epochs to target | steps to target | "
+        "'epochs' model ÷ measured | 'steps' model ÷ measured |"
+    )
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
     graphs = sorted({p.name.split(".run-")[0] for p in a.out.glob("*.run-*")})
     for graph in graphs:
@@ -63,8 +67,10 @@ def main() -> int:
                 e = epochs_to(points, target)
                 by_epochs = f"{ref_epochs / e:.2f}" if e else "-"
                 by_steps = f"{math.ceil(ref_epochs / steps) / e:.2f}" if e else "-"
-                print(f"| {graph} | {frac:g} × {best:.4f} ({key}) | {strategy} | {steps} | {e if e else 'not reached'} | "
-                      f"{e * steps if e else '-'} | {by_epochs} | {by_steps} |")
+                print(
+                    f"| {graph} | {frac:g} × {best:.4f} ({key}) | {strategy} | {steps} | {e if e else 'not reached'} | "
+                    f"{e * steps if e else '-'} | {by_epochs} | {by_steps} |"
+                )
     return 0
 
 

@@ -134,8 +134,10 @@ def measure(n: int, deg: int, feat: int, device: str, repeat: int, compile_timeo
     us[ui[:-1][ui[1:] - ui[:-1] >= 2] + 1] = us[ui[:-1][ui[1:] - ui[:-1] >= 2]]  # a repeated source per row
     xu = torch.randn(m, feat, device=device)
     au, _, invu = csr_pair(ui, us, m)
-    res["csr-unsorted"] = {"nodes": m, "max_diff": (torch.sparse.mm(au, xu) * invu
-                                                    - csr_mean(ui, us, xu, m)).abs().max().item()}
+    res["csr-unsorted"] = {
+        "nodes": m,
+        "max_diff": (torch.sparse.mm(au, xu) * invu - csr_mean(ui, us, xu, m)).abs().max().item(),
+    }
     del au
 
     if compile_timeout is None:
@@ -157,31 +159,48 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="gpu-kernels.json")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    ap.add_argument("--sizes", default="100000:25:64,100000:25:16,2400000:50:100,2400000:50:64",
-                    help="graphs as nodes:degree:features, comma-separated")
+    ap.add_argument(
+        "--sizes",
+        default="100000:25:64,100000:25:16,2400000:50:100,2400000:50:64",
+        help="graphs as nodes:degree:features, comma-separated",
+    )
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--compile-timeout", type=float, default=120.0)
     a = ap.parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():
         print(f"gpu-kernels: no CUDA device (torch {torch.__version__}); nothing run.")
         return 0
-    env = {"torch": torch.__version__, "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu"}
+    env = {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
+    }
     rows = []
     for i, spec in enumerate(a.sizes.split(",")):
         n, deg, feat = (int(v) for v in spec.split(":"))
         try:  # compiling takes tens of seconds per shape: the first size only
             rows.append(measure(n, deg, feat, a.device, a.repeat, a.compile_timeout if i == 0 else None))
         except Exception as exc:  # noqa: BLE001 - e.g. out of memory on the largest size: say so, go on
-            rows.append({"nodes": n, "arcs": n * deg, "features": feat, "status": "failed",
-                         "note": f"{type(exc).__name__}: {str(exc)[:200]}"})
+            rows.append(
+                {
+                    "nodes": n,
+                    "arcs": n * deg,
+                    "features": feat,
+                    "status": "failed",
+                    "note": f"{type(exc).__name__}: {str(exc)[:200]}",
+                }
+            )
         if a.device == "cuda":
             torch.cuda.empty_cache()
         r = rows[-1]
-        line = " ".join(f"{k}={r[k]['median_s'] * 1e3:.2f}ms" for k in ("index", "csr", "index-compiled")
-                        if isinstance(r.get(k), dict) and "median_s" in r[k])
+        line = " ".join(
+            f"{k}={r[k]['median_s'] * 1e3:.2f}ms"
+            for k in ("index", "csr", "index-compiled")
+            if isinstance(r.get(k), dict) and "median_s" in r[k]
+        )
         print(f"gpu-kernels {spec}: {line} {r.get('note', '')}", flush=True)
-        Path(a.out).write_text(json.dumps({"schema": "g3.gpu-kernels/1", "environment": env, "rows": rows},
-                                          indent=1))
+        Path(a.out).write_text(
+            json.dumps({"schema": "g3.gpu-kernels/1", "environment": env, "rows": rows}, indent=1)
+        )
     return 0
 
 

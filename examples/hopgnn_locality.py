@@ -54,9 +54,9 @@ class Sampler:
         return sample_rows(self.indptr, self.nbrs, nodes, nodes, fanout, sample_key(self.seed, 0, step, hop))
 
 
-
-def micrographs(roots: np.ndarray, fanouts: list[int], sample: Sampler, step: int, n: int
-                ) -> tuple[np.ndarray, np.ndarray]:
+def micrographs(
+    roots: np.ndarray, fanouts: list[int], sample: Sampler, step: int, n: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Every root's micrograph as (root index, vertex) pairs, each pair once: hop h samples every vertex found
     so far (``build_blocks``: a hop's destinations are the previous block's sources) with hop h's key; a
     node's draw does not depend on who else is sampled, so one call per hop serves all roots."""
@@ -73,7 +73,9 @@ def micrographs(roots: np.ndarray, fanouts: list[int], sample: Sampler, step: in
     return r, v
 
 
-def check_against_build_blocks(roots: np.ndarray, fanouts: list[int], sample: Sampler, n: int, count: int) -> None:
+def check_against_build_blocks(
+    roots: np.ndarray, fanouts: list[int], sample: Sampler, n: int, count: int
+) -> None:
     """The pairs equal ``build_blocks``' vertices, per root and for the whole batch (or the script stops)."""
     r, v = micrographs(roots, fanouts, sample, 0, n)
 
@@ -88,7 +90,9 @@ def check_against_build_blocks(roots: np.ndarray, fanouts: list[int], sample: Sa
         sys.exit("the batch's union of micrographs differs from build_blocks' subgraph")
 
 
-def locality(owner: np.ndarray, k: int, batches: list[np.ndarray], fanouts: list[int], sample: Sampler) -> dict:
+def locality(
+    owner: np.ndarray, k: int, batches: list[np.ndarray], fanouts: list[int], sample: Sampler
+) -> dict:
     """R_micro, R_sub (mean = 1/K, max) and R_owned over the batches (see the module's docstring)."""
     n = len(owner)
     micro, sub_max, owned = [], [], []
@@ -104,9 +108,14 @@ def locality(owner: np.ndarray, k: int, batches: list[np.ndarray], fanouts: list
         size = np.bincount(w, minlength=k)
         local = np.bincount(w, owner[x] == w, k)
         owned.append(local[size > 0] / size[size > 0])
-    return {"K": k, "R_micro": float(np.concatenate(micro).mean()), "R_sub_mean": 1.0 / k,
-            "R_sub_max": float(np.mean(sub_max)), "R_owned": float(np.concatenate(owned).mean()),
-            "roots": int(sum(len(b) for b in batches))}
+    return {
+        "K": k,
+        "R_micro": float(np.concatenate(micro).mean()),
+        "R_sub_mean": 1.0 / k,
+        "R_sub_max": float(np.mean(sub_max)),
+        "R_owned": float(np.concatenate(owned).mean()),
+        "roots": int(sum(len(b) for b in batches)),
+    }
 
 
 def main() -> None:
@@ -128,8 +137,10 @@ def main() -> None:
     batches = [perm[s * a.batch_size : (s + 1) * a.batch_size] for s in range(a.batches)]
     batches = [b for b in batches if len(b)]
     check_against_build_blocks(batches[0], fanouts, sample, store.num_nodes, a.check)
-    print(f"store {a.store}: {store.num_nodes:,} nodes, {store.num_arcs:,} arcs; fanouts {a.fanouts}, "
-          f"batch {a.batch_size}, {len(batches)} batches ({time.perf_counter() - t0:.1f} s to load and check)")
+    print(
+        f"store {a.store}: {store.num_nodes:,} nodes, {store.num_arcs:,} arcs; fanouts {a.fanouts}, "
+        f"batch {a.batch_size}, {len(batches)} batches ({time.perf_counter() - t0:.1f} s to load and check)"
+    )
     print("| K | R_micro | R_owned (g3 distdgl global) | R_sub mean (= 1/K) | R_sub max | R_micro / R_sub |")
     print("| --- | --- | --- | --- | --- | --- |")
     rows = []
@@ -138,12 +149,26 @@ def main() -> None:
         owner = np.asarray(np.load(Path(part) / "assignment.npy"), dtype=np.int64)
         row = {"partition": str(part), **locality(owner, k, batches, fanouts, sample)}
         rows.append(row)
-        print(f"| {k} | {row['R_micro']:.1%} | {row['R_owned']:.1%} | {row['R_sub_mean']:.1%} | "
-              f"{row['R_sub_max']:.1%} | {row['R_micro'] / row['R_sub_mean']:.2f}x |", flush=True)
+        print(
+            f"| {k} | {row['R_micro']:.1%} | {row['R_owned']:.1%} | {row['R_sub_mean']:.1%} | "
+            f"{row['R_sub_max']:.1%} | {row['R_micro'] / row['R_sub_mean']:.2f}x |",
+            flush=True,
+        )
     print(f"({time.perf_counter() - t0:.1f} s)")
     if a.json:
-        Path(a.json).write_text(json.dumps({"store": a.store, "fanouts": fanouts, "batch_size": a.batch_size,
-                                            "batches": len(batches), "seed": a.seed, "rows": rows}, indent=1))
+        Path(a.json).write_text(
+            json.dumps(
+                {
+                    "store": a.store,
+                    "fanouts": fanouts,
+                    "batch_size": a.batch_size,
+                    "batches": len(batches),
+                    "seed": a.seed,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -56,7 +56,9 @@ from stages.common.store import GraphStore  # noqa: E402
 from stages.runtime.neighbor_sampler import ascending_rows, build_blocks, sample_key, sample_rows  # noqa: E402
 from stages.runtime.strategies.minibatch import shuffled  # noqa: E402
 
-REQUEST_HEAD = 62  # a sampling request's framing: name, array count, the (fanout, key) params, the ids' header
+REQUEST_HEAD = (
+    62  # a sampling request's framing: name, array count, the (fanout, key) params, the ids' header
+)
 REPLY_HEAD = 37  # a reply's: status byte, array count, the counts' and the picks' headers
 FEATURE_REQUEST_HEAD = 49  # a feature pull's framing: name, array count, the empty params, the ids' header
 FEATURE_REPLY_HEAD = 29  # its reply's: status byte, array count, the rows' header
@@ -89,14 +91,14 @@ class Sampler:
 
     def blocks(self, targets: np.ndarray, fanouts: list[int], step: int, on_hop=None):
         def sample(nodes, fanout, hop):
-            counts, picks = sample_rows(self.indptr, self.nbrs, nodes, nodes, fanout,
-                                        sample_key(self.seed, self.epoch, step, hop))
+            counts, picks = sample_rows(
+                self.indptr, self.nbrs, nodes, nodes, fanout, sample_key(self.seed, self.epoch, step, hop)
+            )
             if on_hop is not None:
                 on_hop(nodes, counts)
             return counts, picks
 
         return build_blocks(targets, fanouts, sample, self.scratch)
-
 
 
 def global_batches(store: GraphStore, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
@@ -107,13 +109,23 @@ def global_batches(store: GraphStore, batch_size: int, seed: int, epoch: int) ->
     return [perm[s : s + batch_size] for s in range(0, len(perm), batch_size)]
 
 
-def count(sampler: Sampler, owner: np.ndarray, k: int, batches: list[np.ndarray], fanouts: list[int],
-          steps: list[int]) -> Counts:
+def count(
+    sampler: Sampler,
+    owner: np.ndarray,
+    k: int,
+    batches: list[np.ndarray],
+    fanouts: list[int],
+    steps: list[int],
+) -> Counts:
     """The counts of every worker for the batches (global step numbers ``steps``, the draws' keys)."""
     s_n = len(batches)
-    c = Counts(*(np.zeros((s_n, k), np.int64) for _ in range(3)), *(np.zeros((s_n, k, k), np.int64) for _ in range(4)))
+    c = Counts(
+        *(np.zeros((s_n, k), np.int64) for _ in range(3)),
+        *(np.zeros((s_n, k, k), np.int64) for _ in range(4)),
+    )
     for i, (batch, step) in enumerate(zip(batches, steps, strict=True)):
         for w in range(k):
+
             def on_hop(nodes, counts, i=i, w=w):  # one sampling request per owner q ≠ w of some node
                 per_q = np.bincount(owner[nodes], minlength=k)
                 picks = np.bincount(owner[nodes], weights=counts, minlength=k).astype(np.int64)
@@ -138,8 +150,16 @@ def parameters(feat: int, hidden: int, classes: int, layers: int) -> tuple[int, 
     return first, rest
 
 
-def bytes_by_kind(c: Counts, hidden: int, feat: int, classes: int, layers: int, float_bytes: int = 4,
-                  id_bytes: int = 4, topology: str = "partitioned") -> dict[str, dict[str, np.ndarray]]:
+def bytes_by_kind(
+    c: Counts,
+    hidden: int,
+    feat: int,
+    classes: int,
+    layers: int,
+    float_bytes: int = 4,
+    id_bytes: int = 4,
+    topology: str = "partitioned",
+) -> dict[str, dict[str, np.ndarray]]:
     """Bytes each worker sends per step, by kind: ``{strategy: {kind: [steps, K]}}`` (the module's formulas)."""
     k = c.n_dst.shape[1]
     peers = k - 1
@@ -154,7 +174,8 @@ def bytes_by_kind(c: Counts, hidden: int, feat: int, classes: int, layers: int, 
         # [s, q]: the rows q serves, each asker's reply framed
         "features0": (c.rows_from * feat * float_bytes + FEATURE_REPLY_HEAD * (c.rows_from > 0)).sum(axis=1),
         "features0-ids": (FEATURE_REQUEST_HEAD * (c.rows_from > 0) + id_bytes * c.rows_from).sum(axis=2),
-        "sample-ids": req, "sample": rep,
+        "sample-ids": req,
+        "sample": rep,
         "allreduce": steps * (first + rest) * float_bytes,
     }
     p3 = {
@@ -162,7 +183,8 @@ def bytes_by_kind(c: Counts, hidden: int, feat: int, classes: int, layers: int, 
         "structure-sizes": steps * peers * 8,
         "partials": (c.n_dst.sum(axis=1, keepdims=True) - c.n_dst) * hidden * float_bytes,
         "gradients": peers * c.n_dst * hidden * float_bytes,
-        "sample-ids": req, "sample": rep,
+        "sample-ids": req,
+        "sample": rep,
         "allreduce": steps * rest * float_bytes,
     }
     if k == 1:  # one worker: nothing crosses a network (the all-reduce included)
@@ -177,8 +199,16 @@ def per_batch(figures: dict[str, np.ndarray]) -> dict[str, float]:
     return out
 
 
-def compare_run(run: Path, store: GraphStore, sampler: Sampler, owner: np.ndarray, k: int, batch_size: int,
-                fanouts: list[int], topology: str) -> bool:
+def compare_run(
+    run: Path,
+    store: GraphStore,
+    sampler: Sampler,
+    owner: np.ndarray,
+    k: int,
+    batch_size: int,
+    fanouts: list[int],
+    topology: str,
+) -> bool:
     """Every worker's bytes of every kind in every epoch of a real ``g3 train`` run (``metrics.jsonl``) against
     this script's figures for the same batches; prints each difference. distdgl's all-reduce is not recorded
     (a formula only); the run's plan must match the options given here. A ``sample`` figure can be recorded
@@ -188,9 +218,16 @@ def compare_run(run: Path, store: GraphStore, sampler: Sampler, owner: np.ndarra
     strategy, opts, model = meta["strategy"]["name"], meta["strategy"]["options"], meta["plan"]["model"]
     given = {"fanouts": fanouts, "batch_size": batch_size, "batch_order": "global", "topology": topology}
     wrong = {o: opts.get(o) for o, v in given.items() if opts.get(o) != v}
-    if wrong or model["model"] != "sage" or model["layers"] != len(fanouts) or meta["plan"]["num_workers"] != k:
-        sys.exit(f"{run}: its plan ({opts}, {model}, K = {meta['plan']['num_workers']}) is not the options given "
-                 f"here ({given}, sage, {len(fanouts)} layers, K = {k})")
+    if (
+        wrong
+        or model["model"] != "sage"
+        or model["layers"] != len(fanouts)
+        or meta["plan"]["num_workers"] != k
+    ):
+        sys.exit(
+            f"{run}: its plan ({opts}, {model}, K = {meta['plan']['num_workers']}) is not the options given "
+            f"here ({given}, sage, {len(fanouts)} layers, K = {k})"
+        )
     float_bytes = 8 if meta["config"]["dtype"] == "float64" else 4
     ids = 4 if store.num_nodes < 2**31 else 8
     same = True
@@ -200,16 +237,22 @@ def compare_run(run: Path, store: GraphStore, sampler: Sampler, owner: np.ndarra
         batches = global_batches(store, batch_size, meta["config"]["seed"], epoch)
         sampler.seed, sampler.epoch = meta["config"]["seed"], epoch
         c = count(sampler, owner, k, batches, fanouts, list(range(len(batches))))
-        kinds = bytes_by_kind(c, model["hidden"], store.feat_dim, store.num_classes, len(fanouts), float_bytes, ids,
-                              topology)[strategy]
+        kinds = bytes_by_kind(
+            c, model["hidden"], store.feat_dim, store.num_classes, len(fanouts), float_bytes, ids, topology
+        )[strategy]
         for w, x in enumerate(rec["workers"]):
             sent = dict(x["bytes_sent_per_phase"], allreduce=x.get("allreduce_bytes"))
-            diff = {kind: (int(v[:, w].sum()), sent.get(kind)) for kind, v in kinds.items()
-                    if int(v[:, w].sum()) != sent.get(kind) and sent.get(kind) is not None}
+            diff = {
+                kind: (int(v[:, w].sum()), sent.get(kind))
+                for kind, v in kinds.items()
+                if int(v[:, w].sum()) != sent.get(kind) and sent.get(kind) is not None
+            }
             diff.update({kind: (None, n) for kind, n in sent.items() if kind not in kinds and n is not None})
             same = same and not diff
-            print(f"{run} ({strategy}) epoch {epoch} worker {w}: {sum(n or 0 for n in sent.values()):,} bytes recorded, "
-                  + ("every kind equal to the script's" if not diff else f"differs (script, recorded): {diff}"))
+            print(
+                f"{run} ({strategy}) epoch {epoch} worker {w}: {sum(n or 0 for n in sent.values()):,} bytes recorded, "
+                + ("every kind equal to the script's" if not diff else f"differs (script, recorded): {diff}")
+            )
     return same
 
 
@@ -229,28 +272,47 @@ def table(rows: list[dict], kinds: dict[str, tuple[str, ...]]) -> None:
     print("| --- | --- | --- | --- | " + " | ".join("---" for _ in every) + " | --- | --- |")
     for r in rows:
         cells = [kib(r["per_batch"][k]) if k in r["per_batch"] else "–" for k in every]
-        print(f"| {r['K']} | {r['H']} | {r['F']} | {r['strategy']} | " + " | ".join(cells)
-              + f" | **{kib(r['per_batch']['total'])}** | {mib(r['per_epoch_total']) if r['per_epoch_total'] else '–'} |")
+        print(
+            f"| {r['K']} | {r['H']} | {r['F']} | {r['strategy']} | "
+            + " | ".join(cells)
+            + f" | **{kib(r['per_batch']['total'])}** | {mib(r['per_epoch_total']) if r['per_epoch_total'] else '–'} |"
+        )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", required=True)
-    ap.add_argument("--part", nargs="+", required=True, help="partition folders (g3 partition -o ...); "
-                    "p3's hash partition for p3, the same for the distdgl it is compared with")
+    ap.add_argument(
+        "--part",
+        nargs="+",
+        required=True,
+        help="partition folders (g3 partition -o ...); "
+        "p3's hash partition for p3, the same for the distdgl it is compared with",
+    )
     ap.add_argument("--fanouts", default="25,10", help="per hop, the targets' first (as g3 plan --fanouts)")
     ap.add_argument("--batch-size", type=int, default=1000)
-    ap.add_argument("--batches", default="5", help="global batches of the epoch sampled, or 'all' (per epoch)")
+    ap.add_argument(
+        "--batches", default="5", help="global batches of the epoch sampled, or 'all' (per epoch)"
+    )
     ap.add_argument("--epoch", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0, help="g3 train --seed (the permutation and the draws)")
     ap.add_argument("--hidden", default="16", help="hidden widths H, comma-separated")
     ap.add_argument("--feat-dim", default="", help="feature widths F, comma-separated [default: the store's]")
     ap.add_argument("--float-bytes", type=int, default=4, help="4 = g3 train --dtype float32, 8 = float64")
-    ap.add_argument("--topology", default="partitioned", choices=["partitioned", "replicated"],
-                    help="as g3 plan --topology: replicated = no sampling request crosses the network")
+    ap.add_argument(
+        "--topology",
+        default="partitioned",
+        choices=["partitioned", "replicated"],
+        help="as g3 plan --topology: replicated = no sampling request crosses the network",
+    )
     ap.add_argument("--json", help="also write the rows (and every worker's per-kind totals) here")
-    ap.add_argument("--run", nargs="*", default=[], help="g3 train run folders (p3 or distdgl, --batch-order global, "
-                    "on the first --part) whose recorded bytes are compared with the script's, epoch by epoch")
+    ap.add_argument(
+        "--run",
+        nargs="*",
+        default=[],
+        help="g3 train run folders (p3 or distdgl, --batch-order global, "
+        "on the first --part) whose recorded bytes are compared with the script's, epoch by epoch",
+    )
     a = ap.parse_args()
     fanouts = [int(f) for f in a.fanouts.split(",")]
     hiddens = [int(h) for h in a.hidden.split(",")]
@@ -262,40 +324,69 @@ def main() -> None:
     every = a.batches == "all"
     steps = list(range(len(batches) if every else min(int(a.batches), len(batches))))
     ids = 4 if store.num_nodes < 2**31 else 8
-    print(f"store {a.store}: {store.num_nodes:,} nodes, {store.num_arcs:,} arcs, F = {store.feat_dim}, "
-          f"{store.num_classes} classes; fanouts {a.fanouts}, batch {a.batch_size}, {len(steps)} of the epoch's "
-          f"{len(batches)} batches, topology {a.topology}, {a.float_bytes}-byte floats "
-          f"({time.perf_counter() - t0:.1f} s to load)", flush=True)
+    print(
+        f"store {a.store}: {store.num_nodes:,} nodes, {store.num_arcs:,} arcs, F = {store.feat_dim}, "
+        f"{store.num_classes} classes; fanouts {a.fanouts}, batch {a.batch_size}, {len(steps)} of the epoch's "
+        f"{len(batches)} batches, topology {a.topology}, {a.float_bytes}-byte floats "
+        f"({time.perf_counter() - t0:.1f} s to load)",
+        flush=True,
+    )
     rows = []
     for part in a.part:
         k = int(json.loads((Path(part) / "partition.json").read_text())["num_partitions"])
         owner = np.asarray(np.load(Path(part) / "assignment.npy"), dtype=np.int64)
         t1 = time.perf_counter()
         c = count(sampler, owner, k, [batches[s] for s in steps], fanouts, steps)
-        print(f"K = {k}: {len(steps)} batches sampled in {time.perf_counter() - t1:.1f} s; mean per batch "
-              f"|V¹| = {c.n_dst.sum(axis=1).mean():,.0f}, |V⁰| = {c.n_src.sum(axis=1).mean():,.0f} (summed over "
-              f"workers), remote V⁰ rows = {c.rows_from.sum(axis=(1, 2)).mean():,.0f}", flush=True)
+        print(
+            f"K = {k}: {len(steps)} batches sampled in {time.perf_counter() - t1:.1f} s; mean per batch "
+            f"|V¹| = {c.n_dst.sum(axis=1).mean():,.0f}, |V⁰| = {c.n_src.sum(axis=1).mean():,.0f} (summed over "
+            f"workers), remote V⁰ rows = {c.rows_from.sum(axis=(1, 2)).mean():,.0f}",
+            flush=True,
+        )
         for h in hiddens:
             for f in feats:
-                figures = bytes_by_kind(c, h, f, store.num_classes, len(fanouts), a.float_bytes, ids, a.topology)
+                figures = bytes_by_kind(
+                    c, h, f, store.num_classes, len(fanouts), a.float_bytes, ids, a.topology
+                )
                 for strategy, kinds in figures.items():
-                    rows.append({"partition": str(part), "K": k, "H": h, "F": f, "strategy": strategy,
-                                 "per_batch": per_batch(kinds),
-                                 "per_epoch_total": per_batch(kinds)["total"] * len(steps) if every else None,
-                                 "per_worker": {kind: v.sum(axis=0).tolist() for kind, v in kinds.items()}})
+                    rows.append(
+                        {
+                            "partition": str(part),
+                            "K": k,
+                            "H": h,
+                            "F": f,
+                            "strategy": strategy,
+                            "per_batch": per_batch(kinds),
+                            "per_epoch_total": per_batch(kinds)["total"] * len(steps) if every else None,
+                            "per_worker": {kind: v.sum(axis=0).tolist() for kind, v in kinds.items()},
+                        }
+                    )
     table(rows, {"distdgl": DISTDGL_KINDS, "p3": P3_KINDS})
     if a.run:
         owner = np.asarray(np.load(Path(a.part[0]) / "assignment.npy"), dtype=np.int64)
         k = int(json.loads((Path(a.part[0]) / "partition.json").read_text())["num_partitions"])
-        if not all([compare_run(Path(r), store, sampler, owner, k, a.batch_size, fanouts, a.topology)
-                    for r in a.run]):
+        if not all(
+            [compare_run(Path(r), store, sampler, owner, k, a.batch_size, fanouts, a.topology) for r in a.run]
+        ):
             sys.exit("the recorded bytes differ from the script's")
     print(f"({time.perf_counter() - t0:.1f} s)")
     if a.json:
-        Path(a.json).write_text(json.dumps({"store": a.store, "fanouts": fanouts, "batch_size": a.batch_size,
-                                            "steps": steps, "epoch": a.epoch, "seed": a.seed,
-                                            "topology": a.topology, "float_bytes": a.float_bytes, "rows": rows},
-                                           indent=1))
+        Path(a.json).write_text(
+            json.dumps(
+                {
+                    "store": a.store,
+                    "fanouts": fanouts,
+                    "batch_size": a.batch_size,
+                    "steps": steps,
+                    "epoch": a.epoch,
+                    "seed": a.seed,
+                    "topology": a.topology,
+                    "float_bytes": a.float_bytes,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

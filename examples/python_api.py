@@ -50,13 +50,17 @@ def main() -> None:
     part = g3.partition(store, workers=2, out=out / f"{name}.part", force=True)
     plan = g3.plan(part, strategy="g3", model="sage", hidden=32, out=out / f"{name}.plan", force=True)
     run = g3.train(plan, epochs=30, lr=0.02, dropout=0.3, out=out / f"{name}.run", force=True)
-    print(f"{name}: test accuracy {run.test_acc:.3f} after {len(run.metrics)} epochs "
-          f"(median epoch {np.median([r['epoch_seconds'] for r in run.metrics[1:]]) * 1e3:.1f} ms)")
+    print(
+        f"{name}: test accuracy {run.test_acc:.3f} after {len(run.metrics)} epochs "
+        f"(median epoch {np.median([r['epoch_seconds'] for r in run.metrics[1:]]) * 1e3:.1f} ms)"
+    )
     logits = g3.predict(run, split="test")  # [test nodes, classes], the split's order
     print(f"predicted {tuple(logits.shape)} test logits; first classes: {logits.argmax(1)[:10].tolist()}")
     model = g3.load_model(run)
-    print(f"model: {type(model.gnn).__name__} with {sum(p.numel() for p in model.parameters())} parameters, "
-          f"dtype {next(model.parameters()).dtype}")
+    print(
+        f"model: {type(model.gnn).__name__} with {sum(p.numel() for p in model.parameters())} parameters, "
+        f"dtype {next(model.parameters()).dtype}"
+    )
     torch.save(model.state_dict(), out / f"{name}.weights.pt")
 
 

@@ -36,8 +36,17 @@ def ingest(shared: Path, out: Path, name: str) -> Path:
     real = shared / "data" / "real"
     if name == "tolokers":
         return _cli_ingest([str(real / "tolokers.npz"), str(store), "--split-index", "0"])
-    return _cli_ingest([str(real / "facebook_edges.csv"), str(store), "--undirected", "--features",
-                        str(real / "facebook.json"), "--labels", f"{real / 'facebook_target.csv'}:page_type"])
+    return _cli_ingest(
+        [
+            str(real / "facebook_edges.csv"),
+            str(store),
+            "--undirected",
+            "--features",
+            str(real / "facebook.json"),
+            "--labels",
+            f"{real / 'facebook_target.csv'}:page_type",
+        ]
+    )
 
 
 def _cli_ingest(args: list[str]) -> Path:
@@ -69,8 +78,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--graphs", default="tolokers,facebook")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
-    ap.add_argument("--eval-every", type=int, default=5, help="epochs between evaluations (1: every epoch, for "
-                    "examples/convergence.py)")
+    ap.add_argument(
+        "--eval-every",
+        type=int,
+        default=5,
+        help="epochs between evaluations (1: every epoch, for examples/convergence.py)",
+    )
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -83,21 +96,48 @@ def main() -> None:
             part = out / f"{name}.part-{method}-{a.workers}"
             if not (part / "partition.json").is_file():
                 g3.partition(store, a.workers, method=method, out=part, seed=1)
-            plan = g3.plan(part, strategy=strategy, hidden=64, out=out / f"{name}.plan-{strategy}", force=True)
-            run = g3.train(plan, epochs=a.epochs, lr=0.01, dropout=0.3, seed=1, eval_every=a.eval_every, metric=spec["metric"],
-                           out=out / f"{name}.run-{strategy}", force=True)
+            plan = g3.plan(
+                part, strategy=strategy, hidden=64, out=out / f"{name}.plan-{strategy}", force=True
+            )
+            run = g3.train(
+                plan,
+                epochs=a.epochs,
+                lr=0.01,
+                dropout=0.3,
+                seed=1,
+                eval_every=a.eval_every,
+                metric=spec["metric"],
+                out=out / f"{name}.run-{strategy}",
+                force=True,
+            )
             best, last = best_and_last(run, spec["metric"])
             epoch = sorted(r["epoch_seconds"] for r in run.metrics[1:])[len(run.metrics[1:]) // 2]
-            rows.append({"graph": name, "metric": spec["metric"], "strategy": strategy, "method": method,
-                         "test_at_best_valid": best, "test_last": last, "median_epoch_s": epoch})
-            print(f"{name:9s} {strategy:10s} {spec['metric']:8s} test {best:.4f} (last {last:.4f}), "
-                  f"epoch {epoch * 1e3:.0f} ms", flush=True)
+            rows.append(
+                {
+                    "graph": name,
+                    "metric": spec["metric"],
+                    "strategy": strategy,
+                    "method": method,
+                    "test_at_best_valid": best,
+                    "test_last": last,
+                    "median_epoch_s": epoch,
+                }
+            )
+            print(
+                f"{name:9s} {strategy:10s} {spec['metric']:8s} test {best:.4f} (last {last:.4f}), "
+                f"epoch {epoch * 1e3:.0f} ms",
+                flush=True,
+            )
     (out / "real_graphs.json").write_text(json.dumps(rows, indent=1) + "\n")
-    print("\n| graph | metric | strategy (partition) | test at best valid | test, last epoch | median epoch |")
+    print(
+        "\n| graph | metric | strategy (partition) | test at best valid | test, last epoch | median epoch |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['graph']} | {r['metric']} | {r['strategy']} ({r['method']}) | {r['test_at_best_valid']:.4f} | "
-              f"{r['test_last']:.4f} | {r['median_epoch_s'] * 1e3:.0f} ms |")
+        print(
+            f"| {r['graph']} | {r['metric']} | {r['strategy']} ({r['method']}) | {r['test_at_best_valid']:.4f} | "
+            f"{r['test_last']:.4f} | {r['median_epoch_s'] * 1e3:.0f} ms |"
+        )
 
 
 if __name__ == "__main__":

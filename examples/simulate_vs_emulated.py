@@ -33,7 +33,9 @@ def entry_knobs(e: dict) -> tuple[dict, dict]:
     return plan_opts, knobs
 
 
-def predict(e: dict, bench: dict, profile: str | None, latency: float, calibration_run: str | None) -> float | None:
+def predict(
+    e: dict, bench: dict, profile: str | None, latency: float, calibration_run: str | None
+) -> float | None:
     from stages.common.strategies import strategy_info
     from stages.runtime.launch.netemu import parse_rate
     from stages.simulate import SimulateOptions, run_simulate
@@ -46,11 +48,20 @@ def predict(e: dict, bench: dict, profile: str | None, latency: float, calibrati
     plan = Path(run["plan"]["path"])
     full_graph = info.simulator == "bins"  # the bins simulator models hosts (and g3's schedules)
     hosts = e.get("hosts") if full_graph else None
-    pipelines = (knobs["pipeline"],) if info.bins and knobs.get("pipeline") else ("none", "intra", "inter", "multi")
-    opts = SimulateOptions(workers=e["workers"], bandwidth=parse_rate(e["link"]) / 8, latency=latency,
-                           profile=profile if not info.mini_batch else None, pipelines=pipelines,
-                           scaling=(), hosts=hosts, run=calibration_run if info.mini_batch else None,
-                           cache=str(Path(bench["path"]) / "simcache"))
+    pipelines = (
+        (knobs["pipeline"],) if info.bins and knobs.get("pipeline") else ("none", "intra", "inter", "multi")
+    )
+    opts = SimulateOptions(
+        workers=e["workers"],
+        bandwidth=parse_rate(e["link"]) / 8,
+        latency=latency,
+        profile=profile if not info.mini_batch else None,
+        pipelines=pipelines,
+        scaling=(),
+        hosts=hosts,
+        run=calibration_run if info.mini_batch else None,
+        cache=str(Path(bench["path"]) / "simcache"),
+    )
     with tempfile.TemporaryDirectory() as tmp:
         result = run_simulate(plan, opts, out=Path(tmp) / "sim", force=True)
     want = info.simulated_as(plan_opts, knobs)
@@ -68,17 +79,28 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", type=Path, help="a `g3 bench --emulate-link` output folder")
     ap.add_argument("--profile", default=None, help="PROFILE.json of the K's g3 plan (`g3 train --profile`)")
-    ap.add_argument("--latency", default="100us", help="per-message latency of the model (default: 100us, calibration.py)")
-    ap.add_argument("--calibrate-on", default="10gbit", help="the link whose runs calibrate sampling strategies")
-    ap.add_argument("--strategies", default=None,
-                    help="only the entries of these strategies (comma-separated), e.g. to simulate bns-gcn and "
-                         "sancus with a profile of a bns-gcn run (whole-partition rates, no recomputed backward)")
+    ap.add_argument(
+        "--latency", default="100us", help="per-message latency of the model (default: 100us, calibration.py)"
+    )
+    ap.add_argument(
+        "--calibrate-on", default="10gbit", help="the link whose runs calibrate sampling strategies"
+    )
+    ap.add_argument(
+        "--strategies",
+        default=None,
+        help="only the entries of these strategies (comma-separated), e.g. to simulate bns-gcn and "
+        "sancus with a profile of a bns-gcn run (whole-partition rates, no recomputed backward)",
+    )
     args = ap.parse_args(argv)
     bench = json.loads((args.folder / "bench.json").read_text())
     bench["path"] = str(args.folder)
     latency = parse_latency(args.latency)
-    runs = {(e["label"].rsplit(", ", 1)[0], e.get("link")): e["run"] for e in bench["entries"] if e.get("run")}
-    print("| link | K | hosts | strategy | measured epoch (s): median, mean | predicted (s) | error: of the median, of the mean |")
+    runs = {
+        (e["label"].rsplit(", ", 1)[0], e.get("link")): e["run"] for e in bench["entries"] if e.get("run")
+    }
+    print(
+        "| link | K | hosts | strategy | measured epoch (s): median, mean | predicted (s) | error: of the median, of the mean |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for e in bench["entries"]:
         if e["status"] != "ok" or not e.get("link") or not e.get("median_epoch_seconds"):
@@ -89,8 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             p = predict(e, bench, args.profile, latency, calibration)
         except Exception as exc:  # a strategy the simulator refuses: say so in the row
-            print(f"| {e['link']} | {e['workers']} | {e['hosts']} | {spec_of(e)} | {e['median_epoch_seconds']:.3f} | "
-                  f"not simulated: {str(exc).splitlines()[0]} | - |")
+            print(
+                f"| {e['link']} | {e['workers']} | {e['hosts']} | {spec_of(e)} | {e['median_epoch_seconds']:.3f} | "
+                f"not simulated: {str(exc).splitlines()[0]} | - |"
+            )
             continue
         # the mean of the steady epochs is what the model predicts (a sancus epoch is the mean of a sending and
         # a skipping one, and the median of an alternating run is one or the other)
@@ -98,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         m = sum(steady) / len(steady)
         med = e["median_epoch_seconds"]
         err = "-" if p is None else f"{100 * (p - med) / med:+.0f} %, {100 * (p - m) / m:+.0f} %"
-        print(f"| {e['link']} | {e['workers']} | {e['hosts']} | {spec_of(e)} | {e['median_epoch_seconds']:.3f}, "
-              f"{m:.3f} | {'-' if p is None else f'{p:.3f}'} | {err} |")
+        print(
+            f"| {e['link']} | {e['workers']} | {e['hosts']} | {spec_of(e)} | {e['median_epoch_seconds']:.3f}, "
+            f"{m:.3f} | {'-' if p is None else f'{p:.3f}'} | {err} |"
+        )
     return 0
 
 

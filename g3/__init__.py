@@ -34,5 +34,17 @@ from .api import (
     train,
 )
 
-__all__ = ["G3InputError", "G3RuntimeError", "Run", "WholeGraphModel", "advise", "export", "ingest", "load_model", "partition",
-           "plan", "predict", "train"]
+__all__ = [
+    "G3InputError",
+    "G3RuntimeError",
+    "Run",
+    "WholeGraphModel",
+    "advise",
+    "export",
+    "ingest",
+    "load_model",
+    "partition",
+    "plan",
+    "predict",
+    "train",
+]

@@ -68,8 +68,9 @@ def _options(cls, func: str, given: dict):
         if name not in fields:
             raise G3InputError(f"g3.{func}: no option {name!r} (options: {', '.join(sorted(fields))})")
         if name in hints and not _matches(value, hints[name]):
-            raise G3InputError(f"g3.{func}: {name} must be {_hint_text(hints[name])}, not "
-                               f"{type(value).__name__} {value!r}")
+            raise G3InputError(
+                f"g3.{func}: {name} must be {_hint_text(hints[name])}, not {type(value).__name__} {value!r}"
+            )
     return cls(**given)
 
 
@@ -91,9 +92,11 @@ def _api(func):
         if caller.f_globals.get("__name__") == "__mp_main__" and caller.f_code.co_name == "<module>":
             # a worker process importing the user's script (Python's multiprocessing does): its top-level calls
             # would run the whole pipeline again in every worker
-            raise SystemExit(f"g3: {caller.f_code.co_filename} calls g3.{func.__name__} at its top level, and g3's "
-                             "worker processes import that script: put its calls under "
-                             "`if __name__ == \"__main__\":`")
+            raise SystemExit(
+                f"g3: {caller.f_code.co_filename} calls g3.{func.__name__} at its top level, and g3's "
+                "worker processes import that script: put its calls under "
+                '`if __name__ == "__main__":`'
+            )
         hints = hints_of()
         bound = sig.bind(*args, **kwargs)
         for name, value in bound.arguments.items():
@@ -102,14 +105,18 @@ def _api(func):
             if hint is None or kind in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL):
                 continue
             if not _matches(value, hint):
-                raise G3InputError(f"g3.{func.__name__}: {name} must be {_hint_text(hint)}, not "
-                                   f"{type(value).__name__} {value!r}")
+                raise G3InputError(
+                    f"g3.{func.__name__}: {name} must be {_hint_text(hint)}, not "
+                    f"{type(value).__name__} {value!r}"
+                )
         try:
             return func(*args, **kwargs)
         except G3InputError as exc:
             if "--force" not in str(exc):
                 raise
-            worded = G3InputError(str(exc).replace("pass --force", "pass force=True").replace("--force", "force=True"))
+            worded = G3InputError(
+                str(exc).replace("pass --force", "pass force=True").replace("--force", "force=True")
+            )
             worded.path, worded.line = exc.path, exc.line
             raise worded from None
 
@@ -117,9 +124,18 @@ def _api(func):
 
 
 @_api
-def ingest(source: Any, out: PathLike, *, force: bool = False, name: str | None = None,
-           symmetrize: bool | None = None, split: tuple[float, float, float] = (0.8, 0.1, 0.1),
-           split_index: int | None = None, seed: int = 0, **node_data) -> Path:
+def ingest(
+    source: Any,
+    out: PathLike,
+    *,
+    force: bool = False,
+    name: str | None = None,
+    symmetrize: bool | None = None,
+    split: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    split_index: int | None = None,
+    seed: int = 0,
+    **node_data,
+) -> Path:
     """Write the graph store ``out`` from ``source``: a path (anything `g3 ingest` reads: an OGB folder, a
     WebGraph basename, an edge list, ``synthetic:small``), a PyG ``Data``, a scipy sparse adjacency
     (``A[u, v] ≠ 0``: arc u → v; ``x=``, ``y=``, ``train=``/``valid=``/``test=`` give its node data), or a dict of
@@ -131,39 +147,63 @@ def ingest(source: Any, out: PathLike, *, force: bool = False, name: str | None 
     options = IngestOptions(symmetrize=symmetrize, split=tuple(split), seed=seed)
     if isinstance(source, str | Path):
         if node_data:
-            raise G3InputError(f"{sorted(node_data)}: node data go with an in-memory graph, not a path",
-                               path=source)
+            raise G3InputError(
+                f"{sorted(node_data)}: node data go with an in-memory graph, not a path", path=source
+            )
         run_ingest(str(source), str(out), "auto", SourceArgs(), options, force)
         return Path(out)
     from stages.common.atomic import check_target
     from stages.ingest import source_of
 
     check_target(Path(out), force, "store")
-    build_store(source_of(source, name=name, split_index=split_index, **node_data), str(out), options, force=force)
+    build_store(
+        source_of(source, name=name, split_index=split_index, **node_data), str(out), options, force=force
+    )
     return Path(out)
 
 
 @_api
-def partition(store: PathLike, workers: int, *, method: str | None = None, out: PathLike | None = None,
-              force: bool = False, **options) -> Path:
+def partition(
+    store: PathLike,
+    workers: int,
+    *,
+    method: str | None = None,
+    out: PathLike | None = None,
+    force: bool = False,
+    **options,
+) -> Path:
     """Partition ``store`` for ``workers`` workers (`g3 partition`; ``method`` as ``--method``, other options
     by their ``PartitionOptions`` names, e.g. ``balance_tol=1.02``). Returns the partition's path."""
     from stages.partition import DEFAULT_METHOD, PartitionOptions, default_output, run_partition
 
-    o = _options(PartitionOptions, "partition", {"workers": workers, "method": method or DEFAULT_METHOD, **options})
+    o = _options(
+        PartitionOptions, "partition", {"workers": workers, "method": method or DEFAULT_METHOD, **options}
+    )
     out = Path(out) if out is not None else default_output(store, o.method, workers)
     run_partition(store, o, out=out, force=force)
     return out
 
 
 @_api
-def plan(partition: PathLike, *, strategy: str = "g3", model: str = "sage", layers: int = 2, hidden: int = 16,
-         heads: int = 8, out: PathLike | None = None, force: bool = False, **options) -> Path:
+def plan(
+    partition: PathLike,
+    *,
+    strategy: str = "g3",
+    model: str = "sage",
+    layers: int = 2,
+    hidden: int = 16,
+    heads: int = 8,
+    out: PathLike | None = None,
+    force: bool = False,
+    **options,
+) -> Path:
     """Plan ``strategy`` on ``partition`` (`g3 plan`; the strategy's options by name, e.g. ``fanouts="10,5"``,
     ``batch_size=1000``, ``bin_size=5000``: `g3 plan --help` lists them). Returns the plan's path."""
     from stages.plan import PlanConfig, default_out, run_plan
 
-    cfg = PlanConfig(model=model, layers=layers, hidden=hidden, heads=heads, strategy=strategy, options=options)
+    cfg = PlanConfig(
+        model=model, layers=layers, hidden=hidden, heads=heads, strategy=strategy, options=options
+    )
     out = Path(out) if out is not None else default_out(Path(partition), cfg)
     run_plan(partition, cfg, out=out, force=force)
     return out
@@ -249,8 +289,14 @@ class WholeGraphModel(nn.Module):
         super().__init__()
         self.gnn = gnn
 
-    def forward(self, x: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
-                in_degree: torch.Tensor | None = None, out_degree: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        indptr: torch.Tensor,
+        indices: torch.Tensor,
+        in_degree: torch.Tensor | None = None,
+        out_degree: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         from stages.runtime.block import Block
 
         n = x.shape[0]
@@ -260,10 +306,15 @@ class WholeGraphModel(nn.Module):
             in_degree = torch.diff(indptr)
         if out_degree is None:
             out_degree = torch.bincount(indices, minlength=n)
-        block = Block(n_dst=n, n_src=n, indptr=indptr, indices=indices,
-                      src_out_degree=torch.as_tensor(out_degree).to(torch.float64),
-                      dst_in_degree=torch.as_tensor(in_degree).to(torch.float64),
-                      dst_global=torch.arange(n, dtype=torch.int64))
+        block = Block(
+            n_dst=n,
+            n_src=n,
+            indptr=indptr,
+            indices=indices,
+            src_out_degree=torch.as_tensor(out_degree).to(torch.float64),
+            dst_in_degree=torch.as_tensor(in_degree).to(torch.float64),
+            dst_global=torch.arange(n, dtype=torch.int64),
+        )
         with torch.no_grad():
             return self.gnn(block.to(x.device), x, training=False)
 
@@ -287,8 +338,12 @@ def load_model(run: Run | PathLike, checkpoint: str | None = None) -> WholeGraph
     try:
         state = torch.load(weights_path, weights_only=True, map_location="cpu")
     except Exception as exc:  # noqa: BLE001 - a damaged file is the user's input error
-        raise G3InputError(f"cannot read the weights ({type(exc).__name__}: {exc})", path=weights_path) from None
-    if "model" in state and isinstance(state["model"], dict):  # a checkpoint: the weights beside the optimizer's
+        raise G3InputError(
+            f"cannot read the weights ({type(exc).__name__}: {exc})", path=weights_path
+        ) from None
+    if "model" in state and isinstance(
+        state["model"], dict
+    ):  # a checkpoint: the weights beside the optimizer's
         state = state["model"]
     gnn = gnn.to(dtype)
     try:
@@ -299,8 +354,13 @@ def load_model(run: Run | PathLike, checkpoint: str | None = None) -> WholeGraph
 
 
 @_api
-def export(run: Run | PathLike, out: PathLike, format: str = "pyg", checkpoint: str | None = None,
-           force: bool = False) -> Path:
+def export(
+    run: Run | PathLike,
+    out: PathLike,
+    format: str = "pyg",
+    checkpoint: str | None = None,
+    force: bool = False,
+) -> Path:
     """The run's weights as another library loads them. ``format="pyg"``: ``out`` is a state dict that
     ``torch_geometric.nn.models.GraphSAGE`` / ``GCN`` / ``GAT`` loads with ``load_state_dict`` and that computes
     what g3 computes (on a symmetric graph for GCN: PyG normalises by in-degrees at both ends); beside it
@@ -319,28 +379,42 @@ def export(run: Run | PathLike, out: PathLike, format: str = "pyg", checkpoint: 
     layers = list(model.layers)
     kinds = {type(layer) for layer in layers}
     if len(kinds) != 1 or not hasattr(layers[0], "PYG_MODEL"):
-        raise G3InputError(f"a {'/'.join(sorted(k.__name__ for k in kinds))} model has no PyG counterpart to export "
-                           "to (sage, gcn and gat do)", path=run.path)
+        raise G3InputError(
+            f"a {'/'.join(sorted(k.__name__ for k in kinds))} model has no PyG counterpart to export "
+            "to (sage, gcn and gat do)",
+            path=run.path,
+        )
     state = {}
     for li, layer in enumerate(layers):
         for ours, theirs in layer.PYG_NAMES.items():
             state[f"convs.{li}.{theirs}"] = layer.state_dict()[ours].detach().clone()
     widths = list(model.widths)
-    kwargs = {"in_channels": widths[0], "hidden_channels": widths[1], "num_layers": len(layers),
-              "out_channels": widths[-1], "dropout": float(run.meta["config"].get("dropout", 0.0))}
+    kwargs = {
+        "in_channels": widths[0],
+        "hidden_channels": widths[1],
+        "num_layers": len(layers),
+        "out_channels": widths[-1],
+        "dropout": float(run.meta["config"].get("dropout", 0.0)),
+    }
     heads = getattr(layers[0], "heads", None)
     if heads:  # GAT: hidden_channels counts every head (the widths do already)
         kwargs["heads"] = int(heads)
     with atomic_file(out) as tmp:
         torch.save(state, tmp)
-    write_json_atomic(spec_file, {"class": layers[0].PYG_MODEL, "kwargs": kwargs,
-                                                         "dtype": str(next(model.parameters()).dtype)})
+    write_json_atomic(
+        spec_file,
+        {"class": layers[0].PYG_MODEL, "kwargs": kwargs, "dtype": str(next(model.parameters()).dtype)},
+    )
     return out
 
 
 @_api
-def predict(run: Run | PathLike, store: PathLike | None = None, split: str | None = None,
-            checkpoint: str | None = None) -> torch.Tensor:
+def predict(
+    run: Run | PathLike,
+    store: PathLike | None = None,
+    split: str | None = None,
+    checkpoint: str | None = None,
+) -> torch.Tensor:
     """Logits ``[N, C]`` of every node of ``store`` (default: the run's own) in node-id order, or of one split's
     nodes (``"train"``, ``"valid"``, ``"test"``) in the split's order — what OGB's Evaluator takes after an
     ``argmax``. Computed in this process on the whole graph."""
@@ -353,17 +427,29 @@ def predict(run: Run | PathLike, store: PathLike | None = None, split: str | Non
     in_degree, out_degree = g.load_degrees()
     dtype = next(model.parameters()).dtype
     x = torch.from_numpy(np.asarray(g.features[:])).to(dtype)
-    logits = model(x, torch.from_numpy(np.asarray(indptr, dtype=np.int64)),
-                   torch.from_numpy(np.asarray(indices, dtype=np.int64)), torch.from_numpy(in_degree),
-                   torch.from_numpy(out_degree))
+    logits = model(
+        x,
+        torch.from_numpy(np.asarray(indptr, dtype=np.int64)),
+        torch.from_numpy(np.asarray(indices, dtype=np.int64)),
+        torch.from_numpy(in_degree),
+        torch.from_numpy(out_degree),
+    )
     if split is None:
         return logits
     return logits[torch.from_numpy(g.split_index(split))]
 
 
 @_api
-def advise(store: PathLike, *, workers: int | str | tuple[int, ...] = 2, link: str | tuple[str, ...] = "1gbit",
-           device_memory: str = "16GiB", out: PathLike | None = None, force: bool = False, **options) -> dict:
+def advise(
+    store: PathLike,
+    *,
+    workers: int | str | tuple[int, ...] = 2,
+    link: str | tuple[str, ...] = "1gbit",
+    device_memory: str = "16GiB",
+    out: PathLike | None = None,
+    force: bool = False,
+    **options,
+) -> dict:
     """Which strategy and K for ``store`` on a cluster of ``workers`` workers joined by ``link`` (`g3 advise`;
     several of either as tuples or comma-separated text; other options by their ``AdviseOptions`` names:
     ``model``, ``hidden``, ``layers``, ``strategies``, ``budget``, ``plans``, ``cache``, ``target_epochs``).
@@ -374,14 +460,33 @@ def advise(store: PathLike, *, workers: int | str | tuple[int, ...] = 2, link: s
     links = parse_links(link if isinstance(link, str) else ",".join(_as_tuple(link)))
     if "strategies" in options and not isinstance(options["strategies"], tuple | type(None)):
         options["strategies"] = parse_strategies(",".join(_as_tuple(options["strategies"])))
-    return run_advise(store, _options(AdviseOptions, "advise", {"workers": ks, "links": links,
-                                                                 "device_memory": device_memory, **options}),
-                      out=out, force=force)
+    return run_advise(
+        store,
+        _options(
+            AdviseOptions,
+            "advise",
+            {"workers": ks, "links": links, "device_memory": device_memory, **options},
+        ),
+        out=out,
+        force=force,
+    )
 
 
 def _as_tuple(x) -> tuple:
     return (x,) if isinstance(x, str | int) else tuple(x)
 
 
-__all__ = ["G3InputError", "G3RuntimeError", "Run", "WholeGraphModel", "advise", "export", "ingest", "load_model", "partition",
-           "plan", "predict", "train"]
+__all__ = [
+    "G3InputError",
+    "G3RuntimeError",
+    "Run",
+    "WholeGraphModel",
+    "advise",
+    "export",
+    "ingest",
+    "load_model",
+    "partition",
+    "plan",
+    "predict",
+    "train",
+]

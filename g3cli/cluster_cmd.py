@@ -24,14 +24,20 @@ def check() -> None:
 
 
 @command.command("clean")
-@click.option("--all", "everything", is_flag=True,
-              help="Also remove the networks of launchers that are still running (their runs fail).")
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Also remove the networks of launchers that are still running (their runs fail).",
+)
 def clean(everything: bool) -> None:
     """Remove what a killed launcher left: the namespaces of emulated networks whose `g3` process is gone, and the
     processes still running in them. A launcher cleans up after itself, also on failure or Ctrl-C; only a
     SIGKILLed one leaves anything (the next emulated run removes it too)."""
     removed = clean_stale(everything=everything)
     left = g3_namespaces()
-    click.echo(f"removed {len(removed)} namespace{'s' if len(removed) != 1 else ''}"
-               + (f": {', '.join(removed)}" if removed else "")
-               + (f"; {len(left)} still in use by running launchers" if left else ""))
+    click.echo(
+        f"removed {len(removed)} namespace{'s' if len(removed) != 1 else ''}"
+        + (f": {', '.join(removed)}" if removed else "")
+        + (f"; {len(left)} still in use by running launchers" if left else "")
+    )

@@ -9,11 +9,22 @@ from .paths import OutputPath
 
 @click.command("export")
 @click.argument("run", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["pyg"]), default="pyg", show_default=True,
-              help="pyg: a state dict torch_geometric.nn.models.GraphSAGE / GCN / GAT loads.")
-@click.option("-o", "--out", type=OutputPath(), required=True, help="The state dict file (FILE.json beside it).")
-@click.option("--checkpoint", default=None,
-              help="Weights to export: a checkpoint file of the run [default: RUN/model.pt, else its latest].")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["pyg"]),
+    default="pyg",
+    show_default=True,
+    help="pyg: a state dict torch_geometric.nn.models.GraphSAGE / GCN / GAT loads.",
+)
+@click.option(
+    "-o", "--out", type=OutputPath(), required=True, help="The state dict file (FILE.json beside it)."
+)
+@click.option(
+    "--checkpoint",
+    default=None,
+    help="Weights to export: a checkpoint file of the run [default: RUN/model.pt, else its latest].",
+)
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 def command(run, fmt, out, checkpoint, force):
     """The trained model of RUN as another library loads it. With --format pyg, FILE is a state dict for PyG's

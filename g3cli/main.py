@@ -21,8 +21,18 @@ def _version() -> str:
 
 
 # what the machine refused, rather than a bug: a full disk, a read-only or forbidden path, a path under a file
-ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
-                      errno.EDQUOT, errno.EMFILE, errno.ENAMETOOLONG, errno.EIO}
+ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EDQUOT,
+    errno.EMFILE,
+    errno.ENAMETOOLONG,
+    errno.EIO,
+}
 
 
 class G3Group(click.Group):
@@ -99,11 +109,22 @@ def cli(ctx: click.Context, debug: bool) -> None:
 # Each command's module is imported when that command runs (or its help is shown), not when `g3` starts: the
 # modules import their stages, and train's import torch, so `g3 ingest` or `g3 info` would otherwise pay for every
 # stage (3.7 s of imports on the 2-core sandbox, against 0.7 s for ingest's own).
-COMMANDS = {"ingest": "ingest_cmd:ingest", "info": "info_cmd:info", "partition": "partition_cmd:command",
-            "plan": "plan_cmd:command", "bundle": "bundle_cmd:command", "train": "train_cmd:command",
-            "eval": "eval_cmd:command", "predict": "predict_cmd:command", "export": "export_cmd:command",
-            "report": "report_cmd:command", "bench": "bench_cmd:command", "simulate": "simulate_cmd:command",
-            "cluster": "cluster_cmd:command", "advise": "advise_cmd:command"}
+COMMANDS = {
+    "ingest": "ingest_cmd:ingest",
+    "info": "info_cmd:info",
+    "partition": "partition_cmd:command",
+    "plan": "plan_cmd:command",
+    "bundle": "bundle_cmd:command",
+    "train": "train_cmd:command",
+    "eval": "eval_cmd:command",
+    "predict": "predict_cmd:command",
+    "export": "export_cmd:command",
+    "report": "report_cmd:command",
+    "bench": "bench_cmd:command",
+    "simulate": "simulate_cmd:command",
+    "cluster": "cluster_cmd:command",
+    "advise": "advise_cmd:command",
+}
 
 
 def main() -> None:

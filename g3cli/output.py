@@ -50,7 +50,9 @@ def print_ingest_report(report) -> None:
     t.add_row("reverse arcs added", f"{report.reverse_arcs_added:,}")
     t.add_row("self-loops removed", f"{report.self_loops_removed:,}")
     t.add_row("duplicates removed", f"{report.duplicates_removed:,}")
-    t.add_row("external sort", f"yes, {report.buckets} buckets" if report.spilled else "no (fits the memory limit)")
+    t.add_row(
+        "external sort", f"yes, {report.buckets} buckets" if report.spilled else "no (fits the memory limit)"
+    )
     t.add_row("time", ", ".join(f"{k} {v:.1f}s" for k, v in report.seconds.items()))
     console.print(t)
     print_path("store", report.path)
@@ -81,8 +83,10 @@ def cost_line(cost: dict) -> str:
     """What the stage that made an artifact took: its time and peak memory (with the workers' share)."""
     line = f"made in {cost.get('seconds', 0):.1f} s, peak memory {human_bytes(int(cost.get('peak_memory_bytes', 0)))}"
     if cost.get("workers_peak_bytes"):
-        line += (f" (the command {human_bytes(int(cost.get('process_peak_bytes', 0)))}, its workers "
-                 f"{human_bytes(int(cost['workers_peak_bytes']))})")
+        line += (
+            f" (the command {human_bytes(int(cost.get('process_peak_bytes', 0)))}, its workers "
+            f"{human_bytes(int(cost['workers_peak_bytes']))})"
+        )
     return line
 
 
@@ -96,16 +100,33 @@ def _print_run(run: dict) -> None:
     t.add_column(style="bold")
     t.add_column()
     t.add_row("status", str(run.get("status")))
-    t.add_row("strategy", strategy.get("name", "?") + "".join(
-        f", {k} {_option_text(v)}" for k, v in (strategy.get("options") or {}).items() if v is not None))
+    t.add_row(
+        "strategy",
+        strategy.get("name", "?")
+        + "".join(
+            f", {k} {_option_text(v)}" for k, v in (strategy.get("options") or {}).items() if v is not None
+        ),
+    )
     if model:
-        t.add_row("model", f"{model.get('model')} × {model.get('layers')} layers, hidden {model.get('hidden')}")
-    t.add_row("workers", f"{run.get('plan', {}).get('num_workers')} on {cfg.get('device', 'cpu')}, {cfg.get('dtype')}")
-    t.add_row("epochs", f"{p.get('epochs_done', 0)} of {cfg.get('epochs')} (lr {cfg.get('lr')}, dropout "
-                        f"{cfg.get('dropout')}, seed {cfg.get('seed')})")
+        t.add_row(
+            "model", f"{model.get('model')} × {model.get('layers')} layers, hidden {model.get('hidden')}"
+        )
+    t.add_row(
+        "workers",
+        f"{run.get('plan', {}).get('num_workers')} on {cfg.get('device', 'cpu')}, {cfg.get('dtype')}",
+    )
+    t.add_row(
+        "epochs",
+        f"{p.get('epochs_done', 0)} of {cfg.get('epochs')} (lr {cfg.get('lr')}, dropout "
+        f"{cfg.get('dropout')}, seed {cfg.get('seed')})",
+    )
     if p.get("epochs_done"):
         t.add_row("last loss", f"{p['last_loss']:.4f}")
-        accs = [f"{s} {p[f'{s}_acc'] * 100:.2f} %" for s in ("train", "valid", "test") if p.get(f"{s}_acc") is not None]
+        accs = [
+            f"{s} {p[f'{s}_acc'] * 100:.2f} %"
+            for s in ("train", "valid", "test")
+            if p.get(f"{s}_acc") is not None
+        ]
         if accs:
             t.add_row("accuracy", ", ".join(accs))
         t.add_row("median epoch", f"{p['median_epoch_seconds'] * 1e3:.1f} ms")
@@ -128,8 +149,12 @@ def _print_plan(plan: dict) -> None:
     for k, v in (strategy.get("options") or {}).items():
         t.add_row(f"  {k}", _option_text(v))
     cfg = plan["config"]
-    t.add_row("model", f"{cfg['model']} × {cfg['layers']} layers, hidden {cfg['hidden']}"
-              + (f", {cfg['heads']} heads" if cfg["model"] == "gat" else "") + f", widths {plan['widths']}")
+    t.add_row(
+        "model",
+        f"{cfg['model']} × {cfg['layers']} layers, hidden {cfg['hidden']}"
+        + (f", {cfg['heads']} heads" if cfg["model"] == "gat" else "")
+        + f", widths {plan['widths']}",
+    )
     t.add_row("partition", f"{plan['partition']['method']} ({plan['partition']['path']})")
     t.add_row("workers", str(plan["num_workers"]))
     t.add_row("schema", f"g3.plan v{plan['schema_version']}")
@@ -147,11 +172,17 @@ def _print_store(s: dict) -> None:
     d = s["degree"]
     for side in ("in", "out"):
         if d.get(side):
-            t.add_row(f"{side}-degree min / mean / max", f"{d[side]['min']:,} / {d[side]['mean']:.2f} / {d[side]['max']:,}")
+            t.add_row(
+                f"{side}-degree min / mean / max",
+                f"{d[side]['min']:,} / {d[side]['mean']:.2f} / {d[side]['max']:,}",
+            )
     t.add_row("features", f"{s['feat_dim']} × {s['feature_dtype']}  ({s['features']})")
     t.add_row("classes", f"{s['num_classes']}  ({s['labels']}, {s['num_labeled']:,} labelled)")
     sizes = s["split_sizes"]
-    t.add_row("split train / valid / test", f"{sizes.get('train', 0):,} / {sizes.get('valid', 0):,} / {sizes.get('test', 0):,}")
+    t.add_row(
+        "split train / valid / test",
+        f"{sizes.get('train', 0):,} / {sizes.get('valid', 0):,} / {sizes.get('test', 0):,}",
+    )
     t.add_row("size on disk", human_bytes(s["size_on_disk"]))
     t.add_row("schema", f"{s['schema']} v{s['schema_version']}")
     console.print(t)
@@ -162,8 +193,10 @@ def print_plan_report(plan: dict, detailed: bool = False) -> None:
     cfg, strategy = plan["config"], plan["strategy"]
     opts = strategy["options"]
     shown = ", ".join(f"{k} {_option_text(v)}" for k, v in opts.items())
-    head = (f"[bold]plan[/bold] ({strategy['name']}{': ' + shown if shown else ''}) → {plan['path']}: "
-            f"{plan['num_workers']} workers, {cfg['model']} × {cfg['layers']} layers, widths {plan['widths']}")
+    head = (
+        f"[bold]plan[/bold] ({strategy['name']}{': ' + shown if shown else ''}) → {plan['path']}: "
+        f"{plan['num_workers']} workers, {cfg['model']} × {cfg['layers']} layers, widths {plan['widths']}"
+    )
     rows, table = strategy_info(strategy["name"]).plan_summary(plan)  # from the strategy's planner
     head += "".join(f"; {label}: {text}" for label, text in rows)
     console.print(head)
@@ -175,8 +208,9 @@ def print_plan_report(plan: dict, detailed: bool = False) -> None:
     t = Table(title="per worker" if not detailed else "per worker and layer")
     per_worker = ("bins/layer",) if bins else ("send rows", "memory (whole partition)")
     per_layer = ("layer", "bins", "max bin nodes") if bins else ("layer", "memory")
-    for col in ("worker", "owned", "remote", "arcs") + ((*per_layer, "compute (arcs×width)", "recv bytes", "send bytes")
-                                                         if detailed else per_worker):
+    for col in ("worker", "owned", "remote", "arcs") + (
+        (*per_layer, "compute (arcs×width)", "recv bytes", "send bytes") if detailed else per_worker
+    ):
         t.add_column(col, justify="right")
     for w in plan["workers"]:
         head = (str(w["rank"]), f"{w['num_owned']:,}", f"{w['num_remote']:,}", f"{w['num_arcs']:,}")
@@ -187,12 +221,19 @@ def print_plan_report(plan: dict, detailed: bool = False) -> None:
                 t.add_row(*head, f"{sum(w['send_rows']):,}", human_bytes(w["memory_bytes"]))
             continue
         for li, est in enumerate(w["estimate"]):
-            cells = (str(li), str(w["layers"][li]["num_bins"]), f"{w['layers'][li]['max_bin_nodes']:,}") if bins else \
-                (str(li), human_bytes(est["memory_bytes"]))
-            t.add_row(*(head if li == 0 else ("", "", "", "")), *cells, f"{est['compute']:,}",
-                      human_bytes(est["recv_bytes"]) + (" (once)" if est["recv_is_static_features"] else ""),
-                      human_bytes(est["send_bytes"]) + (" (once)" if est["recv_is_static_features"] and not bins
-                                                        else ""))
+            cells = (
+                (str(li), str(w["layers"][li]["num_bins"]), f"{w['layers'][li]['max_bin_nodes']:,}")
+                if bins
+                else (str(li), human_bytes(est["memory_bytes"]))
+            )
+            t.add_row(
+                *(head if li == 0 else ("", "", "", "")),
+                *cells,
+                f"{est['compute']:,}",
+                human_bytes(est["recv_bytes"]) + (" (once)" if est["recv_is_static_features"] else ""),
+                human_bytes(est["send_bytes"])
+                + (" (once)" if est["recv_is_static_features"] and not bins else ""),
+            )
     console.print(t)
 
 
@@ -203,9 +244,15 @@ def _print_residency(workers: list[dict]) -> None:
         return
     fit = sum(r["mode"] == "device" for r in records)
     largest = max(records, key=lambda r: r["bytes"])
-    rest = "" if fit == len(records) else f"; the other {len(records) - fit} stay in host memory, moved to the device in parts"
-    console.print(f"on the device: {fit} of {len(records)} workers' partitions fit for the whole run (the largest "
-                  f"needs {human_bytes(largest['bytes'])} of {human_bytes(largest['device_memory'])}){rest}")
+    rest = (
+        ""
+        if fit == len(records)
+        else f"; the other {len(records) - fit} stay in host memory, moved to the device in parts"
+    )
+    console.print(
+        f"on the device: {fit} of {len(records)} workers' partitions fit for the whole run (the largest "
+        f"needs {human_bytes(largest['bytes'])} of {human_bytes(largest['device_memory'])}){rest}"
+    )
 
 
 def _print_planner_table(table: dict) -> None:
@@ -257,16 +304,24 @@ def print_run_summary(info: dict) -> None:
 
 
 def print_eval(result: dict) -> None:
-    how = "the earlier evaluation of the same weights" if result.get("reused") else \
-        f"{result['workers']} workers, {result['seconds']:.2f} s"
+    how = (
+        "the earlier evaluation of the same weights"
+        if result.get("reused")
+        else f"{result['workers']} workers, {result['seconds']:.2f} s"
+    )
     t = Table(title=f"eval ({how})")
     auc = result.get("rocauc")
     for col in ("split", "accuracy", *(["ROC-AUC"] if auc else []), "correct", "labelled"):
         t.add_column(col, justify="right")
     for split, acc in result["accuracy"].items():
         roc = [] if not auc else ["n/a" if auc.get(split) is None else f"{auc[split]:.4f}"]
-        t.add_row(split, "n/a" if acc is None else f"{100 * acc:.2f} %", *roc, f"{result['correct'][split]:,}",
-                  f"{result['labelled'][split]:,}")
+        t.add_row(
+            split,
+            "n/a" if acc is None else f"{100 * acc:.2f} %",
+            *roc,
+            f"{result['correct'][split]:,}",
+            f"{result['labelled'][split]:,}",
+        )
     console.print(t)
     console.print(f"weights: {result['weights']}", soft_wrap=True)
 
@@ -277,13 +332,15 @@ def print_report(result: dict) -> None:
 
     runs = result["runs"]
     for start in range(0, len(runs), 3):
-        chunk = runs[start:start + 3]
+        chunk = runs[start : start + 3]
         t = Table(title="g3 report" if start == 0 else None, show_lines=False)
         t.add_column("", style="bold")
         for s in chunk:
             t.add_column(s["label"], justify="right", overflow="fold")
         for key, header, fmt in COLUMNS[1:]:
-            if any(s.get(key) is not None for s in runs):  # rows no run has (e.g. accuracy without eval) are left out
+            if any(
+                s.get(key) is not None for s in runs
+            ):  # rows no run has (e.g. accuracy without eval) are left out
                 t.add_row(header, *(cell(s, key, fmt) for s in chunk))
         console.print(t)
     for p in result["plots"]:

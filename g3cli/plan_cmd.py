@@ -42,35 +42,64 @@ def _metavar(name: str) -> str | None:
 
 def _add_strategy_options(fn):
     for opt, owners in reversed(_strategy_options()):
-        fn = click.option(opt.flag, opt.name, default=None, metavar=_metavar(opt.name),
-                          help=f"[{', '.join(owners)}] {opt.help} [default: {opt.default}]")(fn)
+        fn = click.option(
+            opt.flag,
+            opt.name,
+            default=None,
+            metavar=_metavar(opt.name),
+            help=f"[{', '.join(owners)}] {opt.help} [default: {opt.default}]",
+        )(fn)
     return fn
 
 
 @click.command("plan", epilog=_strategies_help())
 @click.argument("part", type=click.Path())
-@click.option("--strategy", type=click.Choice(list(STRATEGIES)), default="g3", show_default=True,
-              help="The distributed training system that executes the plan (listed below). `g3 train` runs "
-                   "whatever the plan says.")
-@click.option("--model", type=click.Choice(MODELS), default="sage", show_default=True,
-              help="GNN model: GraphSAGE (mean), GCN (symmetric normalisation, self-loops), GAT, or dgcn, the "
-                   "decoupled GCN of NeutronTP (an MLP of L linear layers, then L propagation rounds of GCN's "
-                   "normalised adjacency; g3 and neutrontp --tp decoupled train it).")
-@click.option("--layers", type=int, default=2, show_default=True,
-              help="Number of GNN layers L (>= 1); dgcn: L linear layers and L propagation rounds.")
+@click.option(
+    "--strategy",
+    type=click.Choice(list(STRATEGIES)),
+    default="g3",
+    show_default=True,
+    help="The distributed training system that executes the plan (listed below). `g3 train` runs "
+    "whatever the plan says.",
+)
+@click.option(
+    "--model",
+    type=click.Choice(MODELS),
+    default="sage",
+    show_default=True,
+    help="GNN model: GraphSAGE (mean), GCN (symmetric normalisation, self-loops), GAT, or dgcn, the "
+    "decoupled GCN of NeutronTP (an MLP of L linear layers, then L propagation rounds of GCN's "
+    "normalised adjacency; g3 and neutrontp --tp decoupled train it).",
+)
+@click.option(
+    "--layers",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Number of GNN layers L (>= 1); dgcn: L linear layers and L propagation rounds.",
+)
 @click.option("--hidden", type=int, default=16, show_default=True, help="Hidden width H (per head for GAT).")
 @click.option("--heads", type=int, default=8, show_default=True, help="GAT attention heads.")
 @_add_strategy_options
-@click.option("-o", "--out", type=OutputPath(), default=None,
-              help="Plan folder [default: PART.plan-MODEL for g3, PART.plan-STRATEGY-MODEL otherwise, beside PART].")
+@click.option(
+    "-o",
+    "--out",
+    type=OutputPath(),
+    default=None,
+    help="Plan folder [default: PART.plan-MODEL for g3, PART.plan-STRATEGY-MODEL otherwise, beside PART].",
+)
 @click.option("--force", is_flag=True, help="Replace the plan folder if it exists.")
-@click.option("--report", is_flag=True, help="Print the per-worker, per-layer plan table (bins, compute, bytes).")
+@click.option(
+    "--report", is_flag=True, help="Print the per-worker, per-layer plan table (bins, compute, bytes)."
+)
 def command(part, strategy, model, layers, hidden, heads, out, force, report, **options):
     """Plan how a strategy executes partition PART, written as plan.json plus one folder per worker. For g3:
     per worker a BFS priority list (nodes peers need first), per layer a bin limit and bins with their
     blocks, and the peer-to-peer send/receive tables of the forward (embeddings) and backward (gradients)
     passes; for the layer-synchronous strategies the per-peer boundary exchange. Options marked with another
     strategy's name are refused."""
-    cfg = PlanConfig(model=model, layers=layers, hidden=hidden, heads=heads, strategy=strategy, options=options)
+    cfg = PlanConfig(
+        model=model, layers=layers, hidden=hidden, heads=heads, strategy=strategy, options=options
+    )
     plan = run_plan(part, cfg, out=out, force=force)
     print_plan_report(plan, detailed=report)

@@ -11,14 +11,30 @@ from .paths import OutputPath
 
 @click.command("predict")
 @click.argument("run", type=click.Path())
-@click.option("-o", "--out", type=OutputPath(), required=True,
-              help="Output file: .npy (numpy) or .zarr (a zarr array, chunked by rows).")
-@click.option("--split", type=click.Choice(["train", "valid", "test"]), default=None,
-              help="Only this split's nodes, in the split's order [default: every node, in node-id order].")
-@click.option("--checkpoint", default=None,
-              help="Weights to use: a checkpoint file of the run [default: RUN/model.pt, else its latest].")
-@click.option("--store", type=click.Path(), default=None,
-              help="Predict on another store with the same feature width and classes [default: the run's].")
+@click.option(
+    "-o",
+    "--out",
+    type=OutputPath(),
+    required=True,
+    help="Output file: .npy (numpy) or .zarr (a zarr array, chunked by rows).",
+)
+@click.option(
+    "--split",
+    type=click.Choice(["train", "valid", "test"]),
+    default=None,
+    help="Only this split's nodes, in the split's order [default: every node, in node-id order].",
+)
+@click.option(
+    "--checkpoint",
+    default=None,
+    help="Weights to use: a checkpoint file of the run [default: RUN/model.pt, else its latest].",
+)
+@click.option(
+    "--store",
+    type=click.Path(),
+    default=None,
+    help="Predict on another store with the same feature width and classes [default: the run's].",
+)
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 def command(run, out, split, checkpoint, store, force):
     """Logits [N, C] of a trained RUN for every node (or one split), computed in this process on the whole

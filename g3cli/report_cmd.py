@@ -14,14 +14,25 @@ from .paths import OutputPath
 
 @click.command("report")
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--out", type=OutputPath(), default=None,
-              help="Folder for the PNGs, summary.json and index.html: new, empty or an earlier report (whose files "
-                   "are replaced), never a run or a folder of other files [default: RUN/report for one run, "
-                   "./g3-report for several].")
-@click.option("--label", "labels", multiple=True,
-              help="Name of a run in legends and tables; repeat once per RUN, in the same order "
-                   "[default: the run folder's name, with parent folders when names clash].")
-@click.option("--json", "as_json", is_flag=True, help="Print summary.json (runs, plots, notes) instead of tables.")
+@click.option(
+    "-o",
+    "--out",
+    type=OutputPath(),
+    default=None,
+    help="Folder for the PNGs, summary.json and index.html: new, empty or an earlier report (whose files "
+    "are replaced), never a run or a folder of other files [default: RUN/report for one run, "
+    "./g3-report for several].",
+)
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    help="Name of a run in legends and tables; repeat once per RUN, in the same order "
+    "[default: the run folder's name, with parent folders when names clash].",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print summary.json (runs, plots, notes) instead of tables."
+)
 def command(runs, out, labels, as_json):
     """Plots and a summary comparing one or several training RUNs (folders written by `g3 train`).
 

@@ -8,6 +8,7 @@ import click
 def parsed(parse):
     """A click callback reading an option's text with ``parse`` (None stays None); its ValueError becomes click's
     one-line usage error naming the option (exit 2)."""
+
     def callback(ctx, param, value):
         if value is None:
             return None
@@ -15,4 +16,5 @@ def parsed(parse):
             return parse(value)
         except ValueError as exc:
             raise click.BadParameter(str(exc)) from None
+
     return callback

@@ -16,24 +16,50 @@ SHARED = REPO.parent / "shared"
 # `make test-fast` (pytest -m "not slow"): everything but the modules that train with launched worker
 # processes and the few other tests that take more than ~3 s (measured: docs/BENCHMARKS.md, "The test suite").
 # `make test` runs them all.
-SLOW_MODULES = {"test_demo", "test_eval", "test_runtime_v2", "test_multihost", "test_runs", "test_bench",
-                "test_bytegnn", "test_hopgnn", "test_p3", "test_minibatch", "test_neutrontp", "test_strategies", "test_train"}
-SLOW_TESTS = {"test_local_order_trains_the_even_split_as_one_process_fed_the_union_batches",
-              "test_transport_between_processes", "test_cnr2000_budget_is_infeasible_at_8_and_16_workers",
-              "test_simulate_real_plan_and_cli", "test_two_partitions_to_one_target", "test_csr_equals_scipy_reference",
-              "test_incremental_tracking_equals_recount_after_random_swaps", "test_several_runs_compare_and_scale",
-              "test_g3_simulate_reproduces_a_real_p3_run_at_its_worker_count",
-              "test_g3_simulate_a_hopgnn_plan_from_its_run", "test_processes_missing_the_same_version_compile_it_once"}
+SLOW_MODULES = {
+    "test_demo",
+    "test_eval",
+    "test_runtime_v2",
+    "test_multihost",
+    "test_runs",
+    "test_bench",
+    "test_bytegnn",
+    "test_hopgnn",
+    "test_p3",
+    "test_minibatch",
+    "test_neutrontp",
+    "test_strategies",
+    "test_train",
+}
+SLOW_TESTS = {
+    "test_local_order_trains_the_even_split_as_one_process_fed_the_union_batches",
+    "test_transport_between_processes",
+    "test_cnr2000_budget_is_infeasible_at_8_and_16_workers",
+    "test_simulate_real_plan_and_cli",
+    "test_two_partitions_to_one_target",
+    "test_csr_equals_scipy_reference",
+    "test_incremental_tracking_equals_recount_after_random_swaps",
+    "test_several_runs_compare_and_scale",
+    "test_g3_simulate_reproduces_a_real_p3_run_at_its_worker_count",
+    "test_g3_simulate_a_hopgnn_plan_from_its_run",
+    "test_processes_missing_the_same_version_compile_it_once",
+}
 
 
 # The tests of minutes each (docs/BENCHMARKS.md, "The test suite"), collected first: pytest-xdist hands tests out in
 # collection order, so the longest start at once and the short ones fill the gaps, instead of one of them
 # starting last and running alone while the other process idles.
 # The README's lanes that start from its prepare lane come after a test of minutes: by then it is made.
-LONGEST_FIRST = ("test_every_readme_command_runs_in_order[prepare]", "test_every_readme_command_runs_in_order[advise]",
-                 "test_the_procedure_with_the_cpu_standing_in", "test_every_stage_on_a_full_disk",
-                 "test_every_readme_command_runs_in_order[main]", "test_every_readme_command_runs_in_order[emulated]",
-                 "test_demo_script_runs_the_whole_pipeline", "test_bench_runs_every_strategy_at_every_rate")
+LONGEST_FIRST = (
+    "test_every_readme_command_runs_in_order[prepare]",
+    "test_every_readme_command_runs_in_order[advise]",
+    "test_the_procedure_with_the_cpu_standing_in",
+    "test_every_stage_on_a_full_disk",
+    "test_every_readme_command_runs_in_order[main]",
+    "test_every_readme_command_runs_in_order[emulated]",
+    "test_demo_script_runs_the_whole_pipeline",
+    "test_bench_runs_every_strategy_at_every_rate",
+)
 
 
 def pytest_collection_modifyitems(config, items):

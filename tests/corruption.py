@@ -46,9 +46,12 @@ def build_artifacts(base: Path) -> Path:
     base = Path(base)
     build = base.with_name(base.name + "-build")
     build.mkdir(parents=True, exist_ok=True)
-    steps = [("ingest", "synthetic:tiny", "store"), ("partition", "store", "-w", "2", "-o", "part"),
-             ("plan", "part", "--strategy", "g3", "-o", "plan"),
-             ("train", "plan", "-o", "run", "--epochs", "2", "--checkpoint-every", "1")]
+    steps = [
+        ("ingest", "synthetic:tiny", "store"),
+        ("partition", "store", "-w", "2", "-o", "part"),
+        ("plan", "part", "--strategy", "g3", "-o", "plan"),
+        ("train", "plan", "-o", "run", "--epochs", "2", "--checkpoint-every", "1"),
+    ]
     for step in steps:
         r = _g3(*step, cwd=build)
         if r.returncode != 0:
@@ -83,8 +86,11 @@ def damage_targets(case: Path, kind: str) -> list[Path]:
         if not f.is_file() or f.suffix in skip_suffix or "logs" in f.relative_to(folder).parts:
             continue
         rel = str(f.relative_to(folder))
-        if kind == "run" and (rel in {"eval.json", "init.pt", "init.pt.sha256"} or
-                              rel.startswith("checkpoints/") and "epoch-00001" not in rel):
+        if kind == "run" and (
+            rel in {"eval.json", "init.pt", "init.pt.sha256"}
+            or rel.startswith("checkpoints/")
+            and "epoch-00001" not in rel
+        ):
             continue  # eval's own output; initial weights nothing reads back; checkpoints resume does not read
         out.append(f)
     return out
@@ -125,8 +131,14 @@ def _json_edit(f: Path, rng: random.Random) -> str:
     if edit == "delete" and isinstance(parent, dict):
         del parent[path[-1]]
     else:
-        parent[path[-1]] = {"string": "x", "negative": -7, "huge": 2**62, "null": None, "list": [1, 2],
-                            "delete": None}[edit]
+        parent[path[-1]] = {
+            "string": "x",
+            "negative": -7,
+            "huge": 2**62,
+            "null": None,
+            "list": [1, 2],
+            "delete": None,
+        }[edit]
     f.write_text(json.dumps(meta, indent=2))
     return f"{edit} {'/'.join(map(str, path))}"
 
@@ -185,7 +197,13 @@ def snapshot(folder: Path, skip: Path) -> dict[str, str]:
     """sha256 of every file below ``folder`` except under ``skip`` (the command's output) and logs."""
     out = {}
     for f in folder.rglob("*"):
-        if f.is_file() and skip not in f.parents and f != skip and "logs" not in f.parts and f.suffix != ".lock":
+        if (
+            f.is_file()
+            and skip not in f.parents
+            and f != skip
+            and "logs" not in f.parts
+            and f.suffix != ".lock"
+        ):
             out[str(f.relative_to(folder))] = hashlib.sha256(f.read_bytes()).hexdigest()
     return out
 
@@ -232,7 +250,9 @@ def run_case(base: Path, kind: str, damage: str, rng: random.Random, work: Path)
         if ok and before != after:
             changed = sorted(set(before.items()) ^ set(after.items()))
             ok, why = False, f"files outside the output changed: {[c[0] for c in changed][:3]}"
-        return Case(kind, damage, str(f.relative_to(case)), detail, r.returncode, r.stderr.strip()[-400:], ok, why)
+        return Case(
+            kind, damage, str(f.relative_to(case)), detail, r.returncode, r.stderr.strip()[-400:], ok, why
+        )
     finally:
         shutil.rmtree(case, ignore_errors=True)
 
@@ -256,10 +276,15 @@ def main() -> int:
             continue
         results.append(c)
         mark = "ok  " if c.ok else "FAIL"
-        print(f"{mark} {c.kind:9s} {c.damage:12s} {c.file} ({c.detail}) -> exit {c.returncode}"
-              + ("" if c.ok else f": {c.why}: {c.stderr[-300:]!r}"), flush=True)
+        print(
+            f"{mark} {c.kind:9s} {c.damage:12s} {c.file} ({c.detail}) -> exit {c.returncode}"
+            + ("" if c.ok else f": {c.why}: {c.stderr[-300:]!r}"),
+            flush=True,
+        )
     failed = [c for c in results if not c.ok]
-    print(f"\n{len(results)} cases, {len(results) - len(failed)} refused as they should be, {len(failed)} not")
+    print(
+        f"\n{len(results)} cases, {len(results) - len(failed)} refused as they should be, {len(failed)} not"
+    )
     for kind in kinds:
         n = sum(c.kind == kind for c in results)
         bad = sum(c.kind == kind and not c.ok for c in results)

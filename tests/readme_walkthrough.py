@@ -109,7 +109,12 @@ def lanes() -> list[str]:
 
 def g3_commands() -> list[str]:
     """Every ``g3 …`` command of the README (a line's ``&&`` parts separately): for the CLI checks."""
-    return [part.strip() for line in readme_lines() for part in line.split(" && ") if part.strip().startswith("g3 ")]
+    return [
+        part.strip()
+        for line in readme_lines()
+        for part in line.split(" && ")
+        if part.strip().startswith("g3 ")
+    ]
 
 
 @dataclass
@@ -128,8 +133,12 @@ def free_port() -> int:
 
 def can_emulate() -> str | None:
     """None when `--emulate-link` can run here, else why not (the reason `g3 cluster check` gives)."""
-    r = subprocess.run([str(Path(sys.executable).with_name("g3")), "cluster", "check"], capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [str(Path(sys.executable).with_name("g3")), "cluster", "check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return None if r.returncode == 0 else (r.stdout + r.stderr).strip().splitlines()[-1]
 
 
@@ -146,16 +155,29 @@ def make_user_files(work: Path, shared: Path) -> None:
     with h5py.File(work / "x.h5", "w") as f:
         f["feat"] = rng.standard_normal((n, 8)).astype(np.float32)
     np.save(work / "y.npy", rng.integers(0, 4, n))
-    torch.save({"edge_index": torch.as_tensor(np.stack([src, dst])), "x": torch.randn(n, 8),
-                "y": torch.as_tensor(rng.integers(0, 4, n)), "train_mask": torch.rand(n) < 0.6,
-                "val_mask": torch.rand(n) < 0.2, "test_mask": torch.rand(n) < 0.2}, work / "graph.pt")
+    torch.save(
+        {
+            "edge_index": torch.as_tensor(np.stack([src, dst])),
+            "x": torch.randn(n, 8),
+            "y": torch.as_tensor(rng.integers(0, 4, n)),
+            "train_mask": torch.rand(n) < 0.6,
+            "val_mask": torch.rand(n) < 0.2,
+            "test_mask": torch.rand(n) < 0.2,
+        },
+        work / "graph.pt",
+    )
     ogb = work / "data" / "ogbn_products"
-    rows = {"raw/edge.csv.gz": [f"{s},{d}" for s, d in zip(src, dst, strict=True)],
-            "raw/node-feat.csv.gz": [",".join(f"{v:.4f}" for v in row) for row in rng.standard_normal((n, 8))],
-            "raw/node-label.csv.gz": [str(v) for v in rng.integers(0, 4, n)],
-            "raw/num-node-list.csv.gz": [str(n)], "raw/num-edge-list.csv.gz": [str(e)]}
+    rows = {
+        "raw/edge.csv.gz": [f"{s},{d}" for s, d in zip(src, dst, strict=True)],
+        "raw/node-feat.csv.gz": [",".join(f"{v:.4f}" for v in row) for row in rng.standard_normal((n, 8))],
+        "raw/node-label.csv.gz": [str(v) for v in rng.integers(0, 4, n)],
+        "raw/num-node-list.csv.gz": [str(n)],
+        "raw/num-edge-list.csv.gz": [str(e)],
+    }
     order = rng.permutation(n)
-    for name, ids in zip(("train", "valid", "test"), np.split(order, [n * 6 // 10, n * 8 // 10]), strict=True):
+    for name, ids in zip(
+        ("train", "valid", "test"), np.split(order, [n * 6 // 10, n * 8 // 10]), strict=True
+    ):
         rows[f"split/sales_ranking/{name}.csv.gz"] = [str(i) for i in ids]
     for rel, lines in rows.items():
         (ogb / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -181,10 +203,23 @@ def run_torchrun(command: str, work: Path, env: dict) -> tuple[int, str]:
     for n in range(2):
         host = work / f"host{n}"
         shutil.copytree(work / "demo" / "bundle" / f"node-{n:05d}", host)
-        line = (command.replace("HOST0:29400", f"127.0.0.1:{port}").replace("THIS_HOST", "127.0.0.1")
-                .replace("JOB", "readme").replace("is_host=1", f"is_host={int(n == 0)}"))
-        procs.append(subprocess.Popen(["bash", "-c", line], cwd=host, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
+        line = (
+            command.replace("HOST0:29400", f"127.0.0.1:{port}")
+            .replace("THIS_HOST", "127.0.0.1")
+            .replace("JOB", "readme")
+            .replace("is_host=1", f"is_host={int(n == 0)}")
+        )
+        procs.append(
+            subprocess.Popen(
+                ["bash", "-c", line],
+                cwd=host,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
     outputs, rc = [], 0
     for proc in procs:
         try:
@@ -233,8 +268,14 @@ def walk(work: Path, shared: Path, scale: str = "tiny", echo=print, lane: str | 
             rc, step.output = run_torchrun(command, work, env)
         else:
             try:
-                r = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True,
-                                   timeout=COMMAND_SECONDS)
+                r = subprocess.run(
+                    ["bash", "-c", command],
+                    cwd=work,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=COMMAND_SECONDS,
+                )
                 rc, step.output = r.returncode, r.stdout + r.stderr
             except subprocess.TimeoutExpired as exc:
                 rc, step.output = -1, f"did not finish in {COMMAND_SECONDS} s: {exc.output or ''}"
@@ -250,7 +291,9 @@ def walk(work: Path, shared: Path, scale: str = "tiny", echo=print, lane: str | 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", choices=sorted(SCALES), default="tiny")
-    ap.add_argument("--dir", type=Path, default=None, help="work folder (default: a new temporary one, removed)")
+    ap.add_argument(
+        "--dir", type=Path, default=None, help="work folder (default: a new temporary one, removed)"
+    )
     ap.add_argument("--shared", type=Path, default=REPO.parent / "shared")
     args = ap.parse_args()
     if not (args.shared / "data").is_dir():
@@ -263,8 +306,10 @@ def main() -> int:
         t0 = time.perf_counter()
         steps = walk(work, args.shared.resolve(), args.scale)
         ran = [s for s in steps if s.status == "ok"]
-        print(f"{len(ran)} commands ran, {sum(s.status.startswith('not run') for s in steps)} not run, "
-              f"{sum(s.status == 'failed' for s in steps)} failed; {time.perf_counter() - t0:.0f} s")
+        print(
+            f"{len(ran)} commands ran, {sum(s.status.startswith('not run') for s in steps)} not run, "
+            f"{sum(s.status == 'failed' for s in steps)} failed; {time.perf_counter() - t0:.0f} s"
+        )
         return 1 if any(s.status == "failed" for s in steps) else 0
 
 

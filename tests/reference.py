@@ -55,8 +55,15 @@ def _gcn_adjacency(g: RefGraph, dtype: torch.dtype) -> torch.Tensor:
     return torch.sparse_coo_tensor(torch.stack([dst, src]), vals, (n, n), check_invariants=True).coalesce()
 
 
-def decoupled_forward(params: dict[str, torch.Tensor], graph: RefGraph, *, epoch: int = 0, dropout: float = 0.0,
-                      seed: int = 0, training: bool = False) -> torch.Tensor:
+def decoupled_forward(
+    params: dict[str, torch.Tensor],
+    graph: RefGraph,
+    *,
+    epoch: int = 0,
+    dropout: float = 0.0,
+    seed: int = 0,
+    training: bool = False,
+) -> torch.Tensor:
     """The decoupled GCN (NeutronTP 002 §4.1.2): ``Â^L MLP_L(X)`` with L = the MLP's linear count
     (``layers.0.lins.{i}``); dropout after hidden linear ``i`` keyed by layer ``i``."""
     count = len({k.split(".")[3] for k in params if k.startswith("layers.0.lins.")})
@@ -86,7 +93,9 @@ def _sage(p: dict, pre: str, h: torch.Tensor, g: RefGraph) -> torch.Tensor:
     src, dst = g.arcs()
     deg = torch.bincount(dst, minlength=n).to(h.dtype)
     vals = 1.0 / deg[dst]  # rows without arcs have no entries: their mean is 0
-    mean_adj = torch.sparse_coo_tensor(torch.stack([dst, src]), vals, (n, n), check_invariants=True).coalesce()
+    mean_adj = torch.sparse_coo_tensor(
+        torch.stack([dst, src]), vals, (n, n), check_invariants=True
+    ).coalesce()
     neigh = torch.sparse.mm(mean_adj, h)
     return h @ p[pre + "lin_self.weight"].T + neigh @ p[pre + "lin_neigh.weight"].T + p[pre + "bias"]
 
@@ -99,7 +108,9 @@ def _gcn(p: dict, pre: str, h: torch.Tensor, g: RefGraph) -> torch.Tensor:
     dout = g.out_degree.to(h.dtype) + 1.0
     din = g.in_degree.to(h.dtype) + 1.0
     vals = 1.0 / torch.sqrt(dout[src] * din[dst])
-    norm_adj = torch.sparse_coo_tensor(torch.stack([dst, src]), vals, (n, n), check_invariants=True).coalesce()
+    norm_adj = torch.sparse_coo_tensor(
+        torch.stack([dst, src]), vals, (n, n), check_invariants=True
+    ).coalesce()
     return torch.sparse.mm(norm_adj, h) @ p[pre + "lin.weight"].T + p[pre + "bias"]
 
 
@@ -141,7 +152,7 @@ def reference_forward(
     num_layers = _num_layers(params)
     h = graph.x.to(next(iter(params.values())).dtype)
     node_ids = torch.arange(graph.num_nodes)
-    for l in range(num_layers):  # noqa: E741
+    for l in range(num_layers):
         pre = f"layers.{l}."
         last = l == num_layers - 1
         if kind == "sage":

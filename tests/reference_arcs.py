@@ -20,8 +20,17 @@ from stages.runtime.dropout import dropout_mask
 from stages.runtime.sampling import keep_nodes
 
 
-def _layer(kind: str, p: dict, pre: str, x: torch.Tensor, rows: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
-           g: RefGraph, last: bool) -> torch.Tensor:
+def _layer(
+    kind: str,
+    p: dict,
+    pre: str,
+    x: torch.Tensor,
+    rows: torch.Tensor,
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    g: RefGraph,
+    last: bool,
+) -> torch.Tensor:
     """One layer: ``x [N, W]`` the nodes' own inputs, ``rows [E, W]`` what each arc ``src[e] → dst[e]`` reads."""
     n = g.num_nodes
     if kind == "sage":
@@ -42,15 +51,27 @@ def _layer(kind: str, p: dict, pre: str, x: torch.Tensor, rows: torch.Tensor, sr
     a_dst = torch.cat([dst, torch.arange(n)])
     logits = F.leaky_relu((z_arc * att_src).sum(-1) + (z_self[a_dst] * att_dst).sum(-1), NEGATIVE_SLOPE)
     idx = a_dst[:, None].expand(-1, heads)
-    row_max = torch.full((n, heads), float("-inf"), dtype=x.dtype).scatter_reduce(0, idx, logits.detach(), reduce="amax")
+    row_max = torch.full((n, heads), float("-inf"), dtype=x.dtype).scatter_reduce(
+        0, idx, logits.detach(), reduce="amax"
+    )
     ex = torch.exp(logits - row_max[a_dst])
     alpha = ex / torch.zeros((n, heads), dtype=x.dtype).index_add(0, a_dst, ex)[a_dst]
     out = torch.zeros((n, heads, c), dtype=x.dtype).index_add(0, a_dst, alpha[..., None] * z_arc)
     return (out.mean(1) if last else out.reshape(n, heads * c)) + p[pre + "bias"]
 
 
-def arc_forward(kind: str, params: dict, graph: RefGraph, part: torch.Tensor, substitute, *, epoch: int,
-                dropout: float, seed: int, training: bool) -> torch.Tensor:
+def arc_forward(
+    kind: str,
+    params: dict,
+    graph: RefGraph,
+    part: torch.Tensor,
+    substitute,
+    *,
+    epoch: int,
+    dropout: float,
+    seed: int,
+    training: bool,
+) -> torch.Tensor:
     """Logits ``[N, C]``. ``substitute(l, a, mask, src_r, dst_r)`` gives the rows the cross-partition arcs
     ``src_r → dst_r`` read at layer ``l ≥ 1``, from ``a`` (layer l−1's activation after ReLU, before dropout,
     ``[N, W]``) and ``mask`` (that layer's dropout mask, ``[N, W]``); None: they read ``x[src]`` like the rest."""
@@ -63,8 +84,11 @@ def arc_forward(kind: str, params: dict, graph: RefGraph, part: torch.Tensor, su
     for li in range(n_layers):
         if li > 0:
             a = torch.relu(z)
-            mask = (dropout_mask(seed, epoch, li - 1, nodes, a.shape[1], dropout, dtype=a.dtype)
-                    if training and dropout > 0 else torch.ones_like(a))
+            mask = (
+                dropout_mask(seed, epoch, li - 1, nodes, a.shape[1], dropout, dtype=a.dtype)
+                if training and dropout > 0
+                else torch.ones_like(a)
+            )
             x = a * mask
         rows = x[src]
         if li > 0 and substitute is not None:
@@ -74,15 +98,33 @@ def arc_forward(kind: str, params: dict, graph: RefGraph, part: torch.Tensor, su
     return z
 
 
-def train_with(kind: str, params_init: dict, graph: RefGraph, part: torch.Tensor, epochs: int, lr: float,
-               dropout: float, seed: int, substitute_for_epoch) -> dict:
+def train_with(
+    kind: str,
+    params_init: dict,
+    graph: RefGraph,
+    part: torch.Tensor,
+    epochs: int,
+    lr: float,
+    dropout: float,
+    seed: int,
+    substitute_for_epoch,
+) -> dict:
     """Adam, one step per epoch; ``substitute_for_epoch(epoch)`` gives the epoch's ``substitute`` (or None)."""
     params = {k: v.detach().clone().requires_grad_(True) for k, v in params_init.items()}
     opt = torch.optim.Adam(list(params.values()), lr=lr)
     for epoch in range(epochs):
         opt.zero_grad()
-        logits = arc_forward(kind, params, graph, part, substitute_for_epoch(epoch), epoch=epoch, dropout=dropout,
-                             seed=seed, training=True)
+        logits = arc_forward(
+            kind,
+            params,
+            graph,
+            part,
+            substitute_for_epoch(epoch),
+            epoch=epoch,
+            dropout=dropout,
+            seed=seed,
+            training=True,
+        )
         reference_loss(logits, graph).backward()
         opt.step()
     return {k: v.detach().clone() for k, v in params.items()}
@@ -91,6 +133,7 @@ def train_with(kind: str, params_init: dict, graph: RefGraph, part: torch.Tensor
 def bns_substitute(part: torch.Tensor, p: float, seed: int):
     """BNS-GCN: the receiver (partition of the arc's destination) keeps remote node u this epoch with
     probability p (``keep_nodes(seed, epoch, receiver, u, p)``); kept rows are scaled by 1/p, dropped ones are 0."""
+
     def for_epoch(epoch: int):
         def substitute(li, a, mask, src_r, dst_r):
             kept = torch.zeros(len(src_r), dtype=torch.bool)
@@ -98,7 +141,9 @@ def bns_substitute(part: torch.Tensor, p: float, seed: int):
                 sel = part[dst_r] == receiver
                 kept[sel] = keep_nodes(seed, epoch, int(receiver), src_r[sel], p)
             return (a * mask)[src_r] * (kept.to(a.dtype) / p)[:, None]
+
         return substitute
+
     return for_epoch
 
 
@@ -120,7 +165,9 @@ def sancus_substitute(part: torch.Tensor, bound: int, num_layers: int):
                 version[li][j] = epoch
             stand_in = a + (cache[li] - a).detach()  # the cached value, the gradient to the current rows
             return (torch.relu(stand_in) * mask)[src_r]
+
         return substitute
+
     return for_epoch
 
 
@@ -152,5 +199,7 @@ def sancus_ask_substitute(part: torch.Tensor, bound: int, num_layers: int):
                     rows[arcs] = (torch.relu(stand_in) * mask)[src_r[arcs]]
             pending[li] = reads & (epoch - version[li] > bound)  # the asks r raises after this use
             return rows
+
         return substitute
+
     return for_epoch

@@ -92,8 +92,9 @@ def floyd_positions(node_key: np.ndarray, degree: np.ndarray, fanout: int) -> np
     return np.sort(chosen, axis=1).astype(np.int64)
 
 
-def draw(indptr: np.ndarray, nbrs: np.ndarray, nodes: np.ndarray, fanout: int, key: int
-         ) -> tuple[np.ndarray, np.ndarray]:
+def draw(
+    indptr: np.ndarray, nbrs: np.ndarray, nodes: np.ndarray, fanout: int, key: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``(counts, picks)``: the neighbours of every node of ``nodes`` (rows of the whole graph's CSR
     ``indptr``/``nbrs``, neighbours ascending in each row) under ``key``, in ``nodes``' order."""
     nodes = np.asarray(nodes, dtype=np.int64)
@@ -135,18 +136,24 @@ def worker_clusters(graph: RefGraph, owned: np.ndarray, clusters: int, seed: int
     local[owned] = np.arange(n)
     src, dst = (local[t.numpy()] for t in graph.arcs())
     keep = (src >= 0) & (dst >= 0) & (src != dst)
-    pairs = np.unique(np.concatenate([np.stack([dst[keep], src[keep]], 1), np.stack([src[keep], dst[keep]], 1)]),
-                      axis=0)  # sorted by (row, column): a CSR with ascending columns
+    pairs = np.unique(
+        np.concatenate([np.stack([dst[keep], src[keep]], 1), np.stack([src[keep], dst[keep]], 1)]), axis=0
+    )  # sorted by (row, column): a CSR with ascending columns
     xadj = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(pairs[:, 0], minlength=n), out=xadj[1:])
-    part = pymetis.part_graph(count, pymetis.CSRAdjacency(xadj, pairs[:, 1].copy()),
-                              options=pymetis.Options(seed=seed)).vertex_part
+    part = pymetis.part_graph(
+        count, pymetis.CSRAdjacency(xadj, pairs[:, 1].copy()), options=pymetis.Options(seed=seed)
+    ).vertex_part
     return np.asarray(part, dtype=np.int64)
 
 
-def every_worker_clusters(graph: RefGraph, assignment: np.ndarray, clusters: int, seed: int) -> list[np.ndarray]:
-    return [worker_clusters(graph, np.flatnonzero(assignment == w), clusters, seed)
-            for w in range(int(assignment.max()) + 1)]
+def every_worker_clusters(
+    graph: RefGraph, assignment: np.ndarray, clusters: int, seed: int
+) -> list[np.ndarray]:
+    return [
+        worker_clusters(graph, np.flatnonzero(assignment == w), clusters, seed)
+        for w in range(int(assignment.max()) + 1)
+    ]
 
 
 # --- training -----------------------------------------------------------------------------------------------
@@ -156,12 +163,26 @@ def restricted(graph: RefGraph, dst: np.ndarray, src: np.ndarray) -> RefGraph:
     order = np.argsort(dst, kind="stable")
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(dst, minlength=n), out=ptr[1:])
-    return RefGraph(torch.from_numpy(ptr), torch.from_numpy(src[order]), graph.in_degree, graph.out_degree,
-                    graph.x, graph.y, graph.train_mask)
+    return RefGraph(
+        torch.from_numpy(ptr),
+        torch.from_numpy(src[order]),
+        graph.in_degree,
+        graph.out_degree,
+        graph.x,
+        graph.y,
+        graph.train_mask,
+    )
 
 
-def layer_graphs(graph: RefGraph, nbrs: np.ndarray, targets: np.ndarray, fanouts: list[int], seed: int,
-                 epoch: int, step: int) -> list[RefGraph]:
+def layer_graphs(
+    graph: RefGraph,
+    nbrs: np.ndarray,
+    targets: np.ndarray,
+    fanouts: list[int],
+    seed: int,
+    epoch: int,
+    step: int,
+) -> list[RefGraph]:
     """Per layer (first layer first) the whole graph with only that layer's sampled arcs."""
     indptr = graph.indptr.numpy()
     out, dst = [], np.asarray(targets, dtype=np.int64)
@@ -172,8 +193,18 @@ def layer_graphs(graph: RefGraph, nbrs: np.ndarray, targets: np.ndarray, fanouts
     return out[::-1]
 
 
-def minibatch_train(kind: str, params_init: dict, graph: RefGraph, batches: Callable[[int], list[np.ndarray]],
-                    fanouts: list[int], epochs: int, lr: float, dropout: float, seed: int, delay: int = 0) -> dict:
+def minibatch_train(
+    kind: str,
+    params_init: dict,
+    graph: RefGraph,
+    batches: Callable[[int], list[np.ndarray]],
+    fanouts: list[int],
+    epochs: int,
+    lr: float,
+    dropout: float,
+    seed: int,
+    delay: int = 0,
+) -> dict:
     """Train on ``batches(epoch)`` (the target node ids of every step); returns the final parameters.
 
     ``delay > 0``: stale gradients with weight stashing (P3's pipeline, Eq. 3): the t-th batch (counted over
@@ -189,8 +220,11 @@ def minibatch_train(kind: str, params_init: dict, graph: RefGraph, batches: Call
         for step, targets in enumerate(batches(epoch)):
             opt.zero_grad()
             versions[t] = {k: v.detach().clone() for k, v in params.items()}
-            used = params if delay == 0 else {k: v.clone().requires_grad_(True)
-                                               for k, v in versions[max(0, t - delay)].items()}
+            used = (
+                params
+                if delay == 0
+                else {k: v.clone().requires_grad_(True) for k, v in versions[max(0, t - delay)].items()}
+            )
             graphs = layer_graphs(graph, nbrs, targets, fanouts, seed, epoch, step)
             h = graph.x.to(next(iter(params.values())).dtype)
             for li, g in enumerate(graphs):
@@ -222,11 +256,13 @@ def global_batches(graph: RefGraph, batch_size: int, seed: int) -> Callable[[int
     def batches(epoch: int) -> list[np.ndarray]:
         perm = permutation(train, seed, epoch)
         return [perm[s : s + batch_size] for s in range(0, len(perm), batch_size)]
+
     return batches
 
 
-def union_of_local_batches(graph: RefGraph, assignment: np.ndarray, k: int, batch_size: int, seed: int
-                           ) -> Callable[[int], list[np.ndarray]]:
+def union_of_local_batches(
+    graph: RefGraph, assignment: np.ndarray, k: int, batch_size: int, seed: int
+) -> Callable[[int], list[np.ndarray]]:
     """DistDGL's local order seen by one process: the training nodes split so every trainer has the same count
     (001:205: N // K each, one more for the N % K trainers holding most, ties to the lower rank; a trainer over
     its share keeps its smallest ids and gives the rest, pooled in rank order, to those under their share in
@@ -238,7 +274,10 @@ def union_of_local_batches(graph: RefGraph, assignment: np.ndarray, k: int, batc
 
     def batches(epoch: int) -> list[np.ndarray]:
         perms = [permutation(t, seed, epoch) for t in per_worker]
-        return [np.concatenate([p[s * batch_size : (s + 1) * batch_size] for p in perms]) for s in range(steps)]
+        return [
+            np.concatenate([p[s * batch_size : (s + 1) * batch_size] for p in perms]) for s in range(steps)
+        ]
+
     return batches
 
 
@@ -247,7 +286,7 @@ def even_split(own: list[np.ndarray]) -> list[np.ndarray]:
     k, n = len(own), sum(len(t) for t in own)
     rank_by_size = sorted(range(k), key=lambda w: (-len(own[w]), w))
     share = [n // k + (1 if rank_by_size.index(w) < n % k else 0) for w in range(k)]
-    pool = np.concatenate([t[share[w]:] for w, t in enumerate(own)] + [np.zeros(0, dtype=np.int64)])
+    pool = np.concatenate([t[share[w] :] for w, t in enumerate(own)] + [np.zeros(0, dtype=np.int64)])
     out, taken = [], 0
     for w, t in enumerate(own):
         mine = t[: share[w]]
@@ -257,8 +296,9 @@ def even_split(own: list[np.ndarray]) -> list[np.ndarray]:
     return out
 
 
-def cluster_batches(assignment: np.ndarray, clusters: list[np.ndarray], per_batch: int, seed: int
-                    ) -> Callable[[int], list[list[np.ndarray]]]:
+def cluster_batches(
+    assignment: np.ndarray, clusters: list[np.ndarray], per_batch: int, seed: int
+) -> Callable[[int], list[list[np.ndarray]]]:
     """ClusterGCN's steps seen by one process: per step, every worker's chosen nodes (global ids), from each
     worker's clusters of its own nodes (``clusters[w]`` over its nodes in ascending id)."""
     owned = [np.flatnonzero(assignment == w) for w in range(len(clusters))]
@@ -274,11 +314,13 @@ def cluster_batches(assignment: np.ndarray, clusters: list[np.ndarray], per_batc
                 step.append(owned[w][np.isin(c, order[s * per_batch : (s + 1) * per_batch])])
             out.append(step)
         return out
+
     return batches
 
 
-def cluster_train(kind: str, params_init: dict, graph: RefGraph, batches, epochs: int, lr: float, dropout: float,
-                  seed: int) -> dict:
+def cluster_train(
+    kind: str, params_init: dict, graph: RefGraph, batches, epochs: int, lr: float, dropout: float, seed: int
+) -> dict:
     """Train on the union of every worker's induced subgraph per step (arcs only among one worker's chosen
     nodes; GCN with the subgraph's degrees); returns the final parameters."""
     params = {k: v.detach().clone().requires_grad_(True) for k, v in params_init.items()}
@@ -299,9 +341,15 @@ def cluster_train(kind: str, params_init: dict, graph: RefGraph, batches, epochs
             ptr = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(np.bincount(dst, minlength=n), out=ptr[1:])
             dtype = next(iter(params.values())).dtype
-            g = RefGraph(torch.from_numpy(ptr), torch.from_numpy(src[order]),
-                         torch.from_numpy(np.bincount(dst, minlength=n)).to(dtype),
-                         torch.from_numpy(np.bincount(src, minlength=n)).to(dtype), graph.x, graph.y, graph.train_mask)
+            g = RefGraph(
+                torch.from_numpy(ptr),
+                torch.from_numpy(src[order]),
+                torch.from_numpy(np.bincount(dst, minlength=n)).to(dtype),
+                torch.from_numpy(np.bincount(src, minlength=n)).to(dtype),
+                graph.x,
+                graph.y,
+                graph.train_mask,
+            )
             targets = torch.from_numpy(train[group[train] >= 0])
             if len(targets) == 0:
                 continue
@@ -312,7 +360,9 @@ def cluster_train(kind: str, params_init: dict, graph: RefGraph, batches, epochs
                 if li < num_layers - 1:
                     h = torch.relu(h)
                     if dropout > 0:
-                        h = h * dropout_mask(seed, dropout_epoch(epoch, step), li, ids, h.shape[1], dropout, dtype=h.dtype)
+                        h = h * dropout_mask(
+                            seed, dropout_epoch(epoch, step), li, ids, h.shape[1], dropout, dtype=h.dtype
+                        )
             loss = F.cross_entropy(h[targets], graph.y[targets], reduction="sum") / len(targets)
             loss.backward()
             opt.step()

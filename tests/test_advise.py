@@ -15,15 +15,33 @@ from stages.common.strategies import STRATEGIES
 
 STRATS = ("g3", "bns-gcn", "neutrontp", "distdgl", "clustergcn")
 LINKS = ("100mbit", "10gbit")
-KEYS = ("strategy", "workers", "link", "predicted_epoch_seconds", "bytes_per_epoch", "peak_memory_bytes", "fits",
-        "reason", "plan", "rank", "status")
+KEYS = (
+    "strategy",
+    "workers",
+    "link",
+    "predicted_epoch_seconds",
+    "bytes_per_epoch",
+    "peak_memory_bytes",
+    "fits",
+    "reason",
+    "plan",
+    "rank",
+    "status",
+)
 
 
 @pytest.fixture(scope="module")
 def advice(tiny_store, tmp_path_factory):
     root = tmp_path_factory.mktemp("advise")
-    opts = AdviseOptions(workers=(2,), links=LINKS, device_memory="1GiB", strategies=STRATS,
-                         plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local")
+    opts = AdviseOptions(
+        workers=(2,),
+        links=LINKS,
+        device_memory="1GiB",
+        strategies=STRATS,
+        plans=str(root / "plans"),
+        cache=str(root / "cache"),
+        calibrate_link="local",
+    )
     result = run_advise(tiny_store, opts, out=root / "out")
     return root, result
 
@@ -46,16 +64,26 @@ def test_advise_json_has_the_schema_and_every_candidate(advice):
     assert [e["rank"] for e in ranking] == list(range(1, len(ranking) + 1))
     # clustergcn is predicted by its own model, calibrated on its own short run
     cgcn = [e for e in ranking if e["strategy"] == "clustergcn"]
-    assert cgcn and all(e["status"] == "ok" and e["simulated_system"] == "clustergcn"
-                        and e["predicted_epoch_seconds"] > 0 for e in cgcn)
+    assert cgcn and all(
+        e["status"] == "ok" and e["simulated_system"] == "clustergcn" and e["predicted_epoch_seconds"] > 0
+        for e in cgcn
+    )
     # the profile and the mini-batch strategies' runs were made on this machine
     assert on_disk["calibration"]["profile"]["status"] == "ok"
     # (and the runs that fit neutrontp's and bns-gcn's compute speed, one per plan variant:
     # test_neutrontp_computes_at_the_speed_its_own_run_shows)
     runs = on_disk["calibration"]["runs"]
-    assert {r["strategy"]: r["status"] for r in runs} == \
-        {"distdgl": "ok", "clustergcn": "ok", "neutrontp": "ok", "bns-gcn": "ok"}
-    assert sorted(r["strategy"] for r in runs if r.get("purpose") == "compute speed") == ["bns-gcn", "bns-gcn", "neutrontp"]
+    assert {r["strategy"]: r["status"] for r in runs} == {
+        "distdgl": "ok",
+        "clustergcn": "ok",
+        "neutrontp": "ok",
+        "bns-gcn": "ok",
+    }
+    assert sorted(r["strategy"] for r in runs if r.get("purpose") == "compute speed") == [
+        "bns-gcn",
+        "bns-gcn",
+        "neutrontp",
+    ]
 
 
 def test_the_order_is_the_predicted_epoch_and_the_prediction_is_the_simulators(advice):
@@ -65,35 +93,58 @@ def test_the_order_is_the_predicted_epoch_and_the_prediction_is_the_simulators(a
     times = [e["predicted_epoch_seconds"] for e in ok]
     assert times == sorted(times)
     assert ok[0]["reason"].startswith("fastest predicted epoch")
-    assert all(e["reason"].split(";")[1].strip().split(":")[0] in
-               ("communication-bound", "compute-bound", "overhead-bound", "mixed") for e in ok)
+    assert all(
+        e["reason"].split(";")[1].strip().split(":")[0]
+        in ("communication-bound", "compute-bound", "overhead-bound", "mixed")
+        for e in ok
+    )
     # recompute one candidate with g3 simulate's own entry point and the profile advise recorded (bns-gcn at the
     # compute speed its own run fitted; test_neutrontp_computes_at_the_speed_its_own_run_shows)
     from stages.simulate import SimulateOptions, simulate_plan
 
-    e = next(x for x in ok if x["strategy"] == "bns-gcn" and x["link"] == "100mbit"
-             and x["plan_options"]["boundary_sample"] == "1")
+    e = next(
+        x
+        for x in ok
+        if x["strategy"] == "bns-gcn"
+        and x["link"] == "100mbit"
+        and x["plan_options"]["boundary_sample"] == "1"
+    )
     speed = e["compute_speed"]
     prof = result["calibration"]["profile"]["path"]
-    sim, _ = simulate_plan(e["plan"], SimulateOptions(workers=2, bandwidth=100e6 / 8, profile=prof, scaling=(),
-                                                      worker_speed=(speed, speed),
-                                                      cache=str(Path(prof).parent / "simcache-test")))
+    sim, _ = simulate_plan(
+        e["plan"],
+        SimulateOptions(
+            workers=2,
+            bandwidth=100e6 / 8,
+            profile=prof,
+            scaling=(),
+            worker_speed=(speed, speed),
+            cache=str(Path(prof).parent / "simcache-test"),
+        ),
+    )
     system = next(s for s in sim["systems"] if s["system"] == e["simulated_system"])
     assert e["model_epoch_seconds"] == pytest.approx(system["epoch_seconds"], rel=1e-9)
     assert e["bytes_per_epoch"] == system["bytes_per_epoch"]
     # the anchor: what the model missed on its own calibration run, at that run's K (per epoch)
-    check = next(r for r in result["calibration"]["runs"] if r["strategy"] == "bns-gcn"
-                 and r["plan_options"] == e["plan_options"])["model_check"]
+    check = next(
+        r
+        for r in result["calibration"]["runs"]
+        if r["strategy"] == "bns-gcn" and r["plan_options"] == e["plan_options"]
+    )["model_check"]
     assert e["model_check_error"] == pytest.approx(check["error"])
     residual = check["measured_epoch_seconds"] - check["predicted_epoch_seconds"]
-    assert e["predicted_epoch_seconds"] == pytest.approx(max(e["model_epoch_seconds"] + residual,
-                                                             e["model_epoch_seconds"] / 2), rel=1e-9)
+    assert e["predicted_epoch_seconds"] == pytest.approx(
+        max(e["model_epoch_seconds"] + residual, e["model_epoch_seconds"] / 2), rel=1e-9
+    )
     # a sampling strategy's: from its own run, which the anchored model reproduces at the run's K and network
     d = next(x for x in ok if x["strategy"] == "distdgl")
     run = next(r for r in result["calibration"]["runs"] if r["strategy"] == "distdgl")["model_check"]
     assert d["model_check_error"] == pytest.approx(run["error"])
-    assert run["measured_epoch_seconds"] + d["model_epoch_seconds"] - run["predicted_epoch_seconds"] == \
-        pytest.approx(d["predicted_epoch_seconds"], rel=1e-9) or d["anchor_seconds"] < 0
+    assert (
+        run["measured_epoch_seconds"] + d["model_epoch_seconds"] - run["predicted_epoch_seconds"]
+        == pytest.approx(d["predicted_epoch_seconds"], rel=1e-9)
+        or d["anchor_seconds"] < 0
+    )
 
 
 def test_neutrontp_computes_at_the_speed_its_own_run_shows(advice):
@@ -114,9 +165,14 @@ def test_neutrontp_computes_at_the_speed_its_own_run_shows(advice):
     prof = result["calibration"]["profile"]["path"]
 
     def simulated(plan, speed, bandwidth):
-        opts = SimulateOptions(workers=2, bandwidth=bandwidth, profile=prof, scaling=(),
-                               worker_speed=None if speed is None else (speed, speed),
-                               cache=str(Path(prof).parent / "simcache-test"))
+        opts = SimulateOptions(
+            workers=2,
+            bandwidth=bandwidth,
+            profile=prof,
+            scaling=(),
+            worker_speed=None if speed is None else (speed, speed),
+            cache=str(Path(prof).parent / "simcache-test"),
+        )
         sim, _ = simulate_plan(plan, opts)
         return next(s for s in sim["systems"] if s["system"] == fit["system"])
 
@@ -124,16 +180,22 @@ def test_neutrontp_computes_at_the_speed_its_own_run_shows(advice):
     at_speed = simulated(fit_run["plan"], fit["speed"], float("inf"))
     assert at_speed["busy_mean"] == pytest.approx(fit["measured_compute_seconds"], rel=1e-6)
     if abs(fit["speed"] - 1) > 0.05:  # and not at the profile's own speed
-        assert simulated(fit_run["plan"], None, float("inf"))["busy_mean"] != \
-            pytest.approx(fit["measured_compute_seconds"], rel=0.04)
+        assert simulated(fit_run["plan"], None, float("inf"))["busy_mean"] != pytest.approx(
+            fit["measured_compute_seconds"], rel=0.04
+        )
     ntp = [e for e in _predicted(result) if e["strategy"] == "neutrontp"]
     assert ntp and all(e["compute_speed"] == pytest.approx(fit["speed"]) for e in ntp)
     # every strategy that fits its speed, each variant its own run's; the others run at the profile's rates
-    fitted = {(r["strategy"], json.dumps(r["plan_options"], sort_keys=True)): r["speed_fit"]["speed"]
-              for r in result["calibration"]["runs"] if r.get("purpose") == "compute speed"}
+    fitted = {
+        (r["strategy"], json.dumps(r["plan_options"], sort_keys=True)): r["speed_fit"]["speed"]
+        for r in result["calibration"]["runs"]
+        if r.get("purpose") == "compute speed"
+    }
     for e in _predicted(result):
         if STRATEGIES[e["strategy"]].advise_fits_speed:
-            assert e["compute_speed"] == fitted[(e["strategy"], json.dumps(e["plan_options"], sort_keys=True))]
+            assert (
+                e["compute_speed"] == fitted[(e["strategy"], json.dumps(e["plan_options"], sort_keys=True))]
+            )
         else:
             assert e["compute_speed"] is None
     for e in ntp:  # the prediction is the simulator's at that speed, anchored on neutrontp's own run
@@ -188,12 +250,24 @@ def test_time_to_target_takes_the_same_optimizer_steps_or_the_same_epochs(advice
     for e in _predicted(result):
         steps = e["optimizer_steps_per_epoch"]
         families.add(e["family"])
-        assert e["epochs_to_target"] == math.ceil(target / steps) and (steps == 1 or e["family"] == "mini-batch")
-        assert e["time_to_target_seconds"] == pytest.approx(e["predicted_epoch_seconds"] * e["epochs_to_target"])
+        assert e["epochs_to_target"] == math.ceil(target / steps) and (
+            steps == 1 or e["family"] == "mini-batch"
+        )
+        assert e["time_to_target_seconds"] == pytest.approx(
+            e["predicted_epoch_seconds"] * e["epochs_to_target"]
+        )
     assert {"full-graph", "mini-batch"} <= families
-    opts = AdviseOptions(workers=(2,), links=("1gbit",), device_memory="1GiB", strategies=("g3", "distdgl"),
-                         plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local",
-                         convergence="epochs", target_epochs=40)
+    opts = AdviseOptions(
+        workers=(2,),
+        links=("1gbit",),
+        device_memory="1GiB",
+        strategies=("g3", "distdgl"),
+        plans=str(root / "plans"),
+        cache=str(root / "cache"),
+        calibrate_link="local",
+        convergence="epochs",
+        target_epochs=40,
+    )
     same = run_advise(tiny_store, opts, out=root / "epochs")
     assert same["time_to_target"]["model"] == "epochs"
     for e in _predicted(same):
@@ -203,8 +277,15 @@ def test_time_to_target_takes_the_same_optimizer_steps_or_the_same_epochs(advice
 
 def test_too_little_device_memory_is_refused_or_ranked_after_what_fits(advice, tiny_store):
     root, first = advice
-    opts = AdviseOptions(workers=(2,), links=("1gbit",), device_memory="2MiB", strategies=("g3", "bns-gcn", "distdgl"),
-                         plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local")
+    opts = AdviseOptions(
+        workers=(2,),
+        links=("1gbit",),
+        device_memory="2MiB",
+        strategies=("g3", "bns-gcn", "distdgl"),
+        plans=str(root / "plans"),
+        cache=str(root / "cache"),
+        calibrate_link="local",
+    )
     result = run_advise(tiny_store, opts, out=root / "small")
     ranking = result["ranking"]
     fits = [e for e in ranking if e["fits"]]
@@ -212,11 +293,15 @@ def test_too_little_device_memory_is_refused_or_ranked_after_what_fits(advice, t
     assert fits and not_fit
     assert all(e["peak_memory_bytes"] <= 2 * 2**20 for e in fits)
     assert all(e["peak_memory_bytes"] > 2 * 2**20 for e in not_fit)
-    assert {e["strategy"] for e in fits} == {"g3"}  # g3 sizes its bins by the device; the others hold a partition
+    assert {e["strategy"] for e in fits} == {
+        "g3"
+    }  # g3 sizes its bins by the device; the others hold a partition
     assert max(e["rank"] for e in fits) < min(e["rank"] for e in not_fit)
     for e in not_fit:
         assert e["status"] == "does not fit" and e["reason"].startswith("does not fit: needs")
-        assert e["predicted_epoch_seconds"] is not None  # still predicted, for what a bigger device would give
+        assert (
+            e["predicted_epoch_seconds"] is not None
+        )  # still predicted, for what a bigger device would give
     # the distdgl run of the first call was reused, not made again
     assert not any("distdgl" in m and m.endswith(".run") for m in result["cache"]["made"])
     assert any(m.endswith(".run") and "distdgl" in m for m in result["cache"]["reused"])
@@ -224,8 +309,15 @@ def test_too_little_device_memory_is_refused_or_ranked_after_what_fits(advice, t
 
 def test_gat_is_refused_by_the_strategies_that_do_not_train_it(advice, tiny_store):
     root, _ = advice
-    opts = AdviseOptions(workers=(2,), links=("1gbit",), model="gat", strategies=("neutrontp", "p3"),
-                         plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local")
+    opts = AdviseOptions(
+        workers=(2,),
+        links=("1gbit",),
+        model="gat",
+        strategies=("neutrontp", "p3"),
+        plans=str(root / "plans"),
+        cache=str(root / "cache"),
+        calibrate_link="local",
+    )
     result = run_advise(tiny_store, opts, out=root / "gat")
     assert result["ranking"] and all(e["status"] == "refused" for e in result["ranking"])
     assert all("does not train gat" in e["reason"] for e in result["ranking"])
@@ -234,8 +326,15 @@ def test_gat_is_refused_by_the_strategies_that_do_not_train_it(advice, tiny_stor
 
 def test_the_budget_bounds_the_calibration_runs(advice, tiny_store):
     root, _ = advice
-    opts = AdviseOptions(workers=(2,), links=("1gbit",), strategies=("distdgl", "bytegnn"), budget=1e-6,
-                         plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local")
+    opts = AdviseOptions(
+        workers=(2,),
+        links=("1gbit",),
+        strategies=("distdgl", "bytegnn"),
+        budget=1e-6,
+        plans=str(root / "plans"),
+        cache=str(root / "cache"),
+        calibrate_link="local",
+    )
     result = run_advise(tiny_store, opts, out=root / "budget")
     status = {r["strategy"]: r["status"] for r in result["calibration"]["runs"]}
     assert status == {"distdgl": "ok", "bytegnn": "skipped (budget)"}  # distdgl's run is the cached one
@@ -253,14 +352,17 @@ def test_a_plan_from_plans_trains(advice, tmp_path):
     assert info["plan"]["num_workers"] == 2
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--link", "3zbit"], "--link"),
-    (["--workers", "0"], "--workers"),
-    (["--workers", "two"], "--workers"),
-    (["--strategies", "nope"], "--strategies"),
-    (["--device-memory", "lots"], "--device-memory"),
-    (["--calibrate-link", "fast"], "--calibrate-link"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--link", "3zbit"], "--link"),
+        (["--workers", "0"], "--workers"),
+        (["--workers", "two"], "--workers"),
+        (["--strategies", "nope"], "--strategies"),
+        (["--device-memory", "lots"], "--device-memory"),
+        (["--calibrate-link", "fast"], "--calibrate-link"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(cli_runner, tiny_store, tmp_path, args, says):
     from g3cli.main import cli
 
@@ -286,9 +388,17 @@ def test_the_python_facade_advises_as_the_command(advice, tiny_store):
     import g3
 
     root, _ = advice
-    result = g3.advise(tiny_store, workers=2, link=("100mbit", "10gbit"), strategies="g3,distdgl", device_memory="1GiB",
-                       plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local",
-                       out=root / "api")
+    result = g3.advise(
+        tiny_store,
+        workers=2,
+        link=("100mbit", "10gbit"),
+        strategies="g3,distdgl",
+        device_memory="1GiB",
+        plans=str(root / "plans"),
+        cache=str(root / "cache"),
+        calibrate_link="local",
+        out=root / "api",
+    )
     assert {e["strategy"] for e in result["ranking"]} == {"g3", "distdgl"}
     assert {e["link"] for e in result["ranking"]} == {"100mbit", "10gbit"}
     # partitions, plans and calibration runs of the first call are reused, nothing is made again
@@ -317,8 +427,10 @@ def test_a_damaged_store_is_refused_before_calibration_naming_the_array(cli_runn
 
     store = tmp_path / "tiny"
     shutil.copytree(tiny_store, store)
-    chunk = max((p for p in (store / "indices").rglob("*") if p.is_file() and p.name != "zarr.json"),
-                key=lambda p: p.stat().st_size)
+    chunk = max(
+        (p for p in (store / "indices").rglob("*") if p.is_file() and p.name != "zarr.json"),
+        key=lambda p: p.stat().st_size,
+    )
     data = bytearray(chunk.read_bytes())
     data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
     chunk.write_bytes(bytes(data))

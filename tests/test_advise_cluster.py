@@ -18,8 +18,18 @@ from stages.simulate import Network, SimulateOptions, allreduce_seconds, simulat
 
 STRATS = ("g3", "bns-gcn", "neutrontp", "distdgl")
 LINKS = ("100mbit", "10gbit")
-SAME = ("status", "fits", "predicted_epoch_seconds", "model_epoch_seconds", "anchor_seconds", "bytes_per_epoch",
-        "peak_memory_bytes", "breakdown", "simulated_system", "time_to_target_seconds")
+SAME = (
+    "status",
+    "fits",
+    "predicted_epoch_seconds",
+    "model_epoch_seconds",
+    "anchor_seconds",
+    "bytes_per_epoch",
+    "peak_memory_bytes",
+    "breakdown",
+    "simulated_system",
+    "time_to_target_seconds",
+)
 
 
 def _cluster_file(folder: Path, name: str, hosts: list[dict]) -> str:
@@ -32,14 +42,26 @@ def _cluster_file(folder: Path, name: str, hosts: list[dict]) -> str:
 def uniform(tiny_store, tmp_path_factory):
     """The plain call: K = 2 at two link rates, 1 GiB per worker; its cache serves every cluster call below."""
     root = tmp_path_factory.mktemp("advise-cluster")
-    opts = AdviseOptions(workers=(2,), links=LINKS, device_memory="1GiB", strategies=STRATS,
-                         cache=str(root / "cache"), plans=str(root / "plans"), calibrate_link="local")
+    opts = AdviseOptions(
+        workers=(2,),
+        links=LINKS,
+        device_memory="1GiB",
+        strategies=STRATS,
+        cache=str(root / "cache"),
+        plans=str(root / "plans"),
+        calibrate_link="local",
+    )
     return root, run_advise(tiny_store, opts, out=root / "uniform")
 
 
 def _advise_cluster(root: Path, store, name: str, hosts: list[dict], strategies=STRATS) -> dict:
-    opts = AdviseOptions(cluster=_cluster_file(root, name, hosts), strategies=strategies, cache=str(root / "cache"),
-                         plans=str(root / "plans"), calibrate_link="local")
+    opts = AdviseOptions(
+        cluster=_cluster_file(root, name, hosts),
+        strategies=strategies,
+        cache=str(root / "cache"),
+        plans=str(root / "plans"),
+        calibrate_link="local",
+    )
     return run_advise(store, opts, out=root / name)
 
 
@@ -52,15 +74,27 @@ def _system(entry: dict, result: dict, speeds=None, links=None, bandwidth=10e9 /
     from stages.common.strategies import STRATEGIES
 
     variant = next(v for v in STRATEGIES[entry["strategy"]].advise_variants if v.label == entry["variant"])
-    calibrated = [r for r in result["calibration"]["runs"] if r.get("purpose") != "compute speed"]  # step models
+    calibrated = [
+        r for r in result["calibration"]["runs"] if r.get("purpose") != "compute speed"
+    ]  # step models
     runs = {r["strategy"]: r["run"] for r in calibrated}
     prof = None if entry["strategy"] in runs else result["calibration"]["profile"]["path"]
     if entry["compute_speed"] is not None:  # a speed fitted on the strategy's own run scales every host's
         speeds = tuple(entry["compute_speed"] * s for s in (speeds or (1.0,) * entry["workers"]))
-    so = SimulateOptions(workers=entry["workers"], bandwidth=bandwidth, profile=prof, run=runs.get(entry["strategy"]), scaling=(),
-                         worker_speed=speeds, worker_bandwidth=links, cache=str(Path(result["cache"]["path"]) / "simcache"),
-                         **variant.simulate)
-    plan = entry["plan"] if prof else next(r["plan"] for r in calibrated if r["strategy"] == entry["strategy"])
+    so = SimulateOptions(
+        workers=entry["workers"],
+        bandwidth=bandwidth,
+        profile=prof,
+        run=runs.get(entry["strategy"]),
+        scaling=(),
+        worker_speed=speeds,
+        worker_bandwidth=links,
+        cache=str(Path(result["cache"]["path"]) / "simcache"),
+        **variant.simulate,
+    )
+    plan = (
+        entry["plan"] if prof else next(r["plan"] for r in calibrated if r["strategy"] == entry["strategy"])
+    )
     sim, _ = simulate_plan(plan, so)
     return next(s for s in sim["systems"] if s["system"] == entry["simulated_system"])
 
@@ -73,8 +107,12 @@ def _system(entry: dict, result: dict, speeds=None, links=None, bandwidth=10e9 /
 @pytest.mark.parametrize("link", LINKS)
 def test_a_uniform_cluster_predicts_exactly_as_workers_link_and_device_memory(uniform, tiny_store, link):
     root, plain = uniform
-    result = _advise_cluster(root, tiny_store, f"same-{link}",
-                             [{"name": "node", "count": 2, "device_memory": "1GiB", "link": link}])
+    result = _advise_cluster(
+        root,
+        tiny_store,
+        f"same-{link}",
+        [{"name": "node", "count": 2, "device_memory": "1GiB", "link": link}],
+    )
     assert result["cache"]["made"] == []  # the plain call's partitions, plans and calibration runs, reused
     assert result["workers"] == [2] and result["links"] == [f"same-{link}"]
     assert result["cluster"]["workers"] == 2 and result["cluster"]["rank_kinds"] == ["node", "node"]
@@ -82,12 +120,19 @@ def test_a_uniform_cluster_predicts_exactly_as_workers_link_and_device_memory(un
     assert ours.keys() == theirs.keys() and len(ours) == 7
     for key, e in ours.items():
         assert {f: e[f] for f in SAME} == {f: theirs[key][f] for f in SAME}, key
-        assert e["link"] == f"same-{link}" and e["hosts"] == [{"name": "node", "device_memory_bytes": 2**30,
-                                                              "peak_memory_bytes": e["peak_memory_bytes"],
-                                                              "fits": True}]
+        assert e["link"] == f"same-{link}" and e["hosts"] == [
+            {
+                "name": "node",
+                "device_memory_bytes": 2**30,
+                "peak_memory_bytes": e["peak_memory_bytes"],
+                "fits": True,
+            }
+        ]
         assert e["train_command"] == f"g3 train {e['plan']}" + e["train_command"].split(e["plan"], 1)[1]
         assert "--emulate-link" not in e["train_command"]
-    assert [e["strategy"] for e in result["ranking"]] == [e["strategy"] for e in plain["ranking"] if e["link"] == link]
+    assert [e["strategy"] for e in result["ranking"]] == [
+        e["strategy"] for e in plain["ranking"] if e["link"] == link
+    ]
 
 
 def test_halving_one_host_kinds_speed_doubles_its_workers_compute(uniform, tiny_store):
@@ -96,10 +141,16 @@ def test_halving_one_host_kinds_speed_doubles_its_workers_compute(uniform, tiny_
     computed (plus the optimizer step, now the slow host's); in the mini-batch model the slow worker's step
     (its sampling, gathering and compute at half speed) bounds every step."""
     root, plain = uniform
-    result = _advise_cluster(root, tiny_store, "half", [
-        {"name": "fast", "count": 1, "device_memory": "1GiB", "link": "10gbit"},
-        {"name": "slow", "count": 1, "device_memory": "1GiB", "link": "10gbit", "speed": 0.5}],
-        strategies=("bns-gcn", "distdgl"))
+    result = _advise_cluster(
+        root,
+        tiny_store,
+        "half",
+        [
+            {"name": "fast", "count": 1, "device_memory": "1GiB", "link": "10gbit"},
+            {"name": "slow", "count": 1, "device_memory": "1GiB", "link": "10gbit", "speed": 0.5},
+        ],
+        strategies=("bns-gcn", "distdgl"),
+    )
     assert result["cluster"]["rank_kinds"] == ["fast", "slow"]
     ours, theirs = _by_candidate(result), _by_candidate(plain, "10gbit")
     for key, e in ours.items():
@@ -114,15 +165,25 @@ def test_halving_one_host_kinds_speed_doubles_its_workers_compute(uniform, tiny_
         assert het["workers"][1]["busy"] == pytest.approx(2 * uni["workers"][1]["busy"], rel=1e-9)
         assert uni["epoch_seconds"] < het["epoch_seconds"] < 2 * uni["epoch_seconds"]
         assert e["predicted_epoch_seconds"] > before["predicted_epoch_seconds"]
-        if key[0] == "bns-gcn":  # the bins engine: the epoch grows by at most rank 1's compute and the optimizer step
-            assert het["epoch_seconds"] - uni["epoch_seconds"] <= uni["workers"][1]["busy"] + uni["step_seconds"] + 1e-12
+        if (
+            key[0] == "bns-gcn"
+        ):  # the bins engine: the epoch grows by at most rank 1's compute and the optimizer step
+            assert (
+                het["epoch_seconds"] - uni["epoch_seconds"]
+                <= uni["workers"][1]["busy"] + uni["step_seconds"] + 1e-12
+            )
     # the mini-batch model's arithmetic: the slow worker's step bounds every step
     d, uni = ours[("distdgl", "default")], _system(theirs[("distdgl", "default")], plain)
     parts, prefetch = uni["step_parts"], d and _run_prefetch(plain)
     cpu = parts["prepare"] - parts["network"]
-    slow_step = max(2 * cpu + parts["network"], 2 * parts["compute"]) if prefetch else \
-        2 * cpu + parts["network"] + 2 * parts["compute"]
-    assert d["model_epoch_seconds"] == pytest.approx(uni["steps"] * (slow_step + parts["allreduce"]), rel=1e-9)
+    slow_step = (
+        max(2 * cpu + parts["network"], 2 * parts["compute"])
+        if prefetch
+        else 2 * cpu + parts["network"] + 2 * parts["compute"]
+    )
+    assert d["model_epoch_seconds"] == pytest.approx(
+        uni["steps"] * (slow_step + parts["allreduce"]), rel=1e-9
+    )
 
 
 def _run_prefetch(result: dict) -> bool:
@@ -136,9 +197,15 @@ def test_slowing_one_host_kinds_link_slows_the_communication(uniform, tiny_store
     """One host at 10 Mbit/s beside one at 100 Mbit/s: every message between them runs at 10 Mbit/s, so every
     candidate that sends grows (the same bytes), and the mini-batch model's transfer time is 10x its own."""
     root, plain = uniform
-    result = _advise_cluster(root, tiny_store, "slowlink", [
-        {"name": "a", "count": 1, "device_memory": "1GiB", "link": "100mbit"},
-        {"name": "b", "count": 1, "device_memory": "1GiB", "link": "10mbit"}])
+    result = _advise_cluster(
+        root,
+        tiny_store,
+        "slowlink",
+        [
+            {"name": "a", "count": 1, "device_memory": "1GiB", "link": "100mbit"},
+            {"name": "b", "count": 1, "device_memory": "1GiB", "link": "10mbit"},
+        ],
+    )
     ours, theirs = _by_candidate(result), _by_candidate(plain, "100mbit")
     assert ours.keys() == theirs.keys()
     for key, e in ours.items():
@@ -147,15 +214,19 @@ def test_slowing_one_host_kinds_link_slows_the_communication(uniform, tiny_store
         assert "a's links" not in e["reason"] and "slowlink's links" in e["reason"]
     # the bins engine: a transfer between the two runs at the slower link; here every byte crosses it
     bns = ours[("bns-gcn", "boundary sample 1 (exact)")]
-    assert bns["breakdown"]["network_share"] > theirs[("bns-gcn", "boundary sample 1 (exact)")]["breakdown"][
-        "network_share"]
+    assert (
+        bns["breakdown"]["network_share"]
+        > theirs[("bns-gcn", "boundary sample 1 (exact)")]["breakdown"]["network_share"]
+    )
     # the mini-batch model: remote rows at the slower of the two links, the all-reduce at the slowest
     runs = {r["strategy"]: r["run"] for r in plain["calibration"]["runs"]}
     plan = next(r["plan"] for r in plain["calibration"]["runs"] if r["strategy"] == "distdgl")
     lat = plain["latency_seconds"]
 
     def network(links):
-        so = SimulateOptions(workers=2, bandwidth=100e6 / 8, run=runs["distdgl"], scaling=(), worker_bandwidth=links)
+        so = SimulateOptions(
+            workers=2, bandwidth=100e6 / 8, run=runs["distdgl"], scaling=(), worker_bandwidth=links
+        )
         return next(s for s in simulate_plan(plan, so)[0]["systems"])["step_parts"]
 
     fast, slow = network(None), network((100e6 / 8, 10e6 / 8))
@@ -168,9 +239,16 @@ def test_each_pair_of_workers_talks_at_the_slower_of_its_two_links(uniform, tiny
     """K = 3, two hosts at 100 Mbit/s and one at 10 Mbit/s: the two fast hosts talk at 100 Mbit/s, only what
     crosses to the slow one runs at 10 Mbit/s — the epoch lies between the all-fast and the all-slow cluster's."""
     root, _ = uniform
-    result = _advise_cluster(root, tiny_store, "three", [
-        {"name": "a", "count": 2, "device_memory": "1GiB", "link": "100mbit"},
-        {"name": "b", "count": 1, "device_memory": "1GiB", "link": "10mbit"}], strategies=("bns-gcn",))
+    result = _advise_cluster(
+        root,
+        tiny_store,
+        "three",
+        [
+            {"name": "a", "count": 2, "device_memory": "1GiB", "link": "100mbit"},
+            {"name": "b", "count": 1, "device_memory": "1GiB", "link": "10mbit"},
+        ],
+        strategies=("bns-gcn",),
+    )
     assert result["workers"] == [3] and result["cluster"]["rank_kinds"] == ["a", "a", "b"]
     e = _by_candidate(result)[("bns-gcn", "boundary sample 1 (exact)")]
     mbit = 1e6 / 8
@@ -179,16 +257,25 @@ def test_each_pair_of_workers_talks_at_the_slower_of_its_two_links(uniform, tiny
     fast, slow = (_system(e, result, bandwidth=rate * mbit)["epoch_seconds"] for rate in (100, 10))
     assert fast < e["model_epoch_seconds"] < slow
     # the gradient all-reduce passes through every link: at the slowest
-    assert mixed["allreduce_seconds"] == pytest.approx(_system(e, result, bandwidth=10 * mbit)["allreduce_seconds"])
+    assert mixed["allreduce_seconds"] == pytest.approx(
+        _system(e, result, bandwidth=10 * mbit)["allreduce_seconds"]
+    )
 
 
 def test_a_host_kind_with_too_little_memory_does_not_fit_and_is_named(uniform, tiny_store):
     """Plans are sized for the smallest device (g3's bins fit it); a strategy whose workers hold their whole
     partition fits the big host kind and not the small one, and says which."""
     root, _ = uniform
-    result = _advise_cluster(root, tiny_store, "mixed", [
-        {"name": "big", "count": 1, "device_memory": "1GiB", "link": "1gbit"},
-        {"name": "small", "count": 1, "device_memory": "3MiB", "link": "1gbit"}], strategies=("g3", "bns-gcn"))
+    result = _advise_cluster(
+        root,
+        tiny_store,
+        "mixed",
+        [
+            {"name": "big", "count": 1, "device_memory": "1GiB", "link": "1gbit"},
+            {"name": "small", "count": 1, "device_memory": "3MiB", "link": "1gbit"},
+        ],
+        strategies=("g3", "bns-gcn"),
+    )
     assert result["device_memory_bytes"] == 3 * 2**20  # the smallest device: what every plan is sized for
     g3 = [e for e in result["ranking"] if e["strategy"] == "g3"]
     assert g3 and all(e["fits"] and e["status"] == "ok" and e["peak_memory_bytes"] <= 3 * 2**20 for e in g3)
@@ -216,10 +303,13 @@ def test_fit_is_checked_per_host_kind_not_against_the_smallest_device(uniform, t
     peaks = worker_memory(load_plan_meta(bns["plan"]))
     assert len(peaks) == 2 and peaks[0] != peaks[1]
     small = (peaks[0] + peaks[1]) // 2
-    kinds = [{"name": "big", "count": 1, "device_memory": "1GiB", "link": "1gbit"},
-             {"name": "small", "count": 1, "device_memory": str(small), "link": "1gbit"}]
-    result = _advise_cluster(root, tiny_store, "between", kinds if peaks[0] > peaks[1] else kinds[::-1],
-                             strategies=("bns-gcn",))
+    kinds = [
+        {"name": "big", "count": 1, "device_memory": "1GiB", "link": "1gbit"},
+        {"name": "small", "count": 1, "device_memory": str(small), "link": "1gbit"},
+    ]
+    result = _advise_cluster(
+        root, tiny_store, "between", kinds if peaks[0] > peaks[1] else kinds[::-1], strategies=("bns-gcn",)
+    )
     e = _by_candidate(result)[("bns-gcn", "boundary sample 1 (exact)")]
     assert e["peak_memory_bytes"] == max(peaks) > small == result["device_memory_bytes"]
     assert e["fits"] is True and e["status"] == "ok" and all(h["fits"] for h in e["hosts"])
@@ -229,9 +319,13 @@ def test_workers_of_one_host_talk_over_its_loopback(uniform, tiny_store):
     """Two workers on one host: nothing crosses a link in the bins engine (no all-reduce either), so the exact
     full-graph candidates are faster than on two hosts at 100 Mbit/s."""
     root, plain = uniform
-    result = _advise_cluster(root, tiny_store, "onehost", [
-        {"name": "box", "count": 1, "workers_per_host": 2, "device_memory": "1GiB", "link": "100mbit"}],
-        strategies=("bns-gcn",))
+    result = _advise_cluster(
+        root,
+        tiny_store,
+        "onehost",
+        [{"name": "box", "count": 1, "workers_per_host": 2, "device_memory": "1GiB", "link": "100mbit"}],
+        strategies=("bns-gcn",),
+    )
     assert result["cluster"]["workers"] == 2 and result["workers"] == [2]
     ours, theirs = _by_candidate(result), _by_candidate(plain, "100mbit")
     for key, e in ours.items():
@@ -244,12 +338,33 @@ def test_the_table_names_the_cluster(uniform, tiny_store, cli_runner):
     from g3cli.main import cli
 
     root, _ = uniform
-    path = _cluster_file(root, "lab", [
-        {"name": "new", "count": 1, "device_memory": "1GiB", "link": "10gbit"},
-        {"name": "old", "count": 1, "device_memory": "1GiB", "link": "100mbit", "speed": 0.5}])
-    r = cli_runner.invoke(cli, ["advise", str(tiny_store), "--cluster", path, "--strategies", "bns-gcn",
-                                "--cache", str(root / "cache"), "--plans", str(root / "plans"),
-                                "--calibrate-link", "local", "-o", str(root / "lab-cli")])
+    path = _cluster_file(
+        root,
+        "lab",
+        [
+            {"name": "new", "count": 1, "device_memory": "1GiB", "link": "10gbit"},
+            {"name": "old", "count": 1, "device_memory": "1GiB", "link": "100mbit", "speed": 0.5},
+        ],
+    )
+    r = cli_runner.invoke(
+        cli,
+        [
+            "advise",
+            str(tiny_store),
+            "--cluster",
+            path,
+            "--strategies",
+            "bns-gcn",
+            "--cache",
+            str(root / "cache"),
+            "--plans",
+            str(root / "plans"),
+            "--calibrate-link",
+            "local",
+            "-o",
+            str(root / "lab-cli"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     head = r.output.splitlines()[0]
     assert "cluster lab: 1x new (1.0 GiB, 10gbit), 1x old (1.0 GiB, 100mbit, speed 0.5); workers 2" in head
@@ -265,27 +380,60 @@ def test_the_table_names_the_cluster(uniform, tiny_store, cli_runner):
 GOOD = {"name": "a", "count": 1, "device_memory": "1GiB", "link": "1gbit"}
 
 
-@pytest.mark.parametrize("body, says", [
-    ({"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "count": 0}]}, "hosts[0] (a).count"),
-    ({"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "count": "two"}]}, "hosts[0] (a).count"),
-    ({"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "workers_per_host": 1.5}]},
-     "hosts[0] (a).workers_per_host"),
-    ({"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "device_memory": "lots"}]},
-     "hosts[0] (a).device_memory"),
-    ({"schema": "g3.cluster", "schema_version": 1, "hosts": [GOOD, {**GOOD, "name": "b", "link": "fast"}]},
-     "hosts[1] (b).link"),
-    ({"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "speed": -1}]}, "hosts[0] (a).speed"),
-    ({"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "sped": 2}]}, "hosts[0] (a).sped"),
-    ({"schema": "g3.cluster", "schema_version": 1, "hosts": [{k: v for k, v in GOOD.items() if k != "link"}]},
-     "hosts[0] (a).link: missing"),
-    ({"schema": "g3.cluster", "schema_version": 1, "hosts": [GOOD, GOOD]}, "hosts[1] (a).name"),
-    ({"schema": "g3.cluster", "schema_version": 1, "hosts": []}, "hosts"),
-    ({"schema": "g3.cluster", "hosts": [GOOD]}, "schema_version"),
-    ({"schema": "g3.advise", "schema_version": 1, "hosts": [GOOD]}, "schema"),
-    ({"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "count": 5000}]}, "more than the store"),
-    ("not json", "invalid JSON"),
-])
-def test_a_bad_cluster_file_is_one_line_naming_the_field_and_exit_2(cli_runner, tiny_store, tmp_path, body, says):
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        (
+            {"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "count": 0}]},
+            "hosts[0] (a).count",
+        ),
+        (
+            {"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "count": "two"}]},
+            "hosts[0] (a).count",
+        ),
+        (
+            {"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "workers_per_host": 1.5}]},
+            "hosts[0] (a).workers_per_host",
+        ),
+        (
+            {"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "device_memory": "lots"}]},
+            "hosts[0] (a).device_memory",
+        ),
+        (
+            {
+                "schema": "g3.cluster",
+                "schema_version": 1,
+                "hosts": [GOOD, {**GOOD, "name": "b", "link": "fast"}],
+            },
+            "hosts[1] (b).link",
+        ),
+        (
+            {"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "speed": -1}]},
+            "hosts[0] (a).speed",
+        ),
+        ({"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "sped": 2}]}, "hosts[0] (a).sped"),
+        (
+            {
+                "schema": "g3.cluster",
+                "schema_version": 1,
+                "hosts": [{k: v for k, v in GOOD.items() if k != "link"}],
+            },
+            "hosts[0] (a).link: missing",
+        ),
+        ({"schema": "g3.cluster", "schema_version": 1, "hosts": [GOOD, GOOD]}, "hosts[1] (a).name"),
+        ({"schema": "g3.cluster", "schema_version": 1, "hosts": []}, "hosts"),
+        ({"schema": "g3.cluster", "hosts": [GOOD]}, "schema_version"),
+        ({"schema": "g3.advise", "schema_version": 1, "hosts": [GOOD]}, "schema"),
+        (
+            {"schema": "g3.cluster", "schema_version": 1, "hosts": [{**GOOD, "count": 5000}]},
+            "more than the store",
+        ),
+        ("not json", "invalid JSON"),
+    ],
+)
+def test_a_bad_cluster_file_is_one_line_naming_the_field_and_exit_2(
+    cli_runner, tiny_store, tmp_path, body, says
+):
     from g3cli.main import cli
 
     path = tmp_path / "cluster.json"
@@ -302,7 +450,9 @@ def test_cluster_and_the_uniform_flags_are_refused_together(cli_runner, tiny_sto
     from g3cli.main import cli
 
     path = _cluster_file(tmp_path, "c", [GOOD])
-    r = cli_runner.invoke(cli, ["advise", str(tiny_store), "--cluster", path, *flag, "-o", str(tmp_path / "o")])
+    r = cli_runner.invoke(
+        cli, ["advise", str(tiny_store), "--cluster", path, *flag, "-o", str(tmp_path / "o")]
+    )
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
     assert "--cluster" in r.output and flag[0] in r.output
 
@@ -310,17 +460,27 @@ def test_cluster_and_the_uniform_flags_are_refused_together(cli_runner, tiny_sto
 def test_a_missing_cluster_file_is_one_line(cli_runner, tiny_store, tmp_path):
     from g3cli.main import cli
 
-    r = cli_runner.invoke(cli, ["advise", str(tiny_store), "--cluster", str(tmp_path / "none.json"),
-                                "-o", str(tmp_path / "o")])
-    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and "none.json: file missing" in r.output
+    r = cli_runner.invoke(
+        cli, ["advise", str(tiny_store), "--cluster", str(tmp_path / "none.json"), "-o", str(tmp_path / "o")]
+    )
+    assert (
+        r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and "none.json: file missing" in r.output
+    )
 
 
 def test_ranks_fill_the_hosts_in_the_files_order(tmp_path):
     from stages.advise.cluster import load_cluster
 
-    c = load_cluster(_cluster_file(tmp_path, "c", [
-        {"name": "x", "count": 2, "workers_per_host": 2, "device_memory": "2GiB", "link": "1gbit"},
-        {"name": "y", "count": 1, "device_memory": "512MiB", "link": "100mbit", "speed": 0.25}]))
+    c = load_cluster(
+        _cluster_file(
+            tmp_path,
+            "c",
+            [
+                {"name": "x", "count": 2, "workers_per_host": 2, "device_memory": "2GiB", "link": "1gbit"},
+                {"name": "y", "count": 1, "device_memory": "512MiB", "link": "100mbit", "speed": 0.25},
+            ],
+        )
+    )
     assert c.workers == 5 and c.rank_hosts() == [0, 0, 1, 1, 2]
     assert c.speeds() == (1.0, 1.0, 1.0, 1.0, 0.25)
     assert c.link_bytes() == (1e9 / 8,) * 4 + (1e8 / 8,)
@@ -366,31 +526,68 @@ def test_per_worker_speed_in_the_bins_and_step_models():
 
     # tests/test_simulate.py's hand-made pair: one arc per bin, a row each way per layer; 1 s per arc forward
     def worker(peer: int) -> dict:
-        return {"num_owned": 2, "num_remote": 1, "row_ptr": [0, 1, 2], "edge_src": [0, 2], "priority": [1, 0],
-                "bins": [[0, 1, 2], [0, 1, 2]],
-                "tables": {"fwd_send_0": [(0, peer, [1])], "fwd_recv_0": [(0, peer, [0])],
-                           "bwd_send_1": [(0, peer, [0])], "bwd_recv_1": [(0, peer, [1])]}}
+        return {
+            "num_owned": 2,
+            "num_remote": 1,
+            "row_ptr": [0, 1, 2],
+            "edge_src": [0, 2],
+            "priority": [1, 0],
+            "bins": [[0, 1, 2], [0, 1, 2]],
+            "tables": {
+                "fwd_send_0": [(0, peer, [1])],
+                "fwd_recv_0": [(0, peer, [0])],
+                "bwd_send_1": [(0, peer, [0])],
+                "bwd_recv_1": [(0, peer, [1])],
+            },
+        }
 
     wl = make_workload([worker(1), worker(0)], [LayerShape(1, 1), LayerShape(1, 1)], num_params=0)
-    layer = LayerRates(forward=PhaseRates(1.0, 0.0, 0.0), backward=PhaseRates(2.0, 0.0, 0.0), gather_per_row=0.25)
+    layer = LayerRates(
+        forward=PhaseRates(1.0, 0.0, 0.0), backward=PhaseRates(2.0, 0.0, 0.0), gather_per_row=0.25
+    )
     rates = Rates([layer, layer], overhead_per_bin=0.0, step_seconds=1.0, source="hand")
     for system in ("bns-gcn", "g3-none", "g3-multi"):
         uni = simulate_system(wl, system, rates, Network(4.0, 2.0))
         slow = simulate_system(wl, system, rates, Network(4.0, 2.0, speeds=(1.0, 0.5)))
         assert slow["workers"][0]["busy"] == pytest.approx(uni["workers"][0]["busy"])
-        if system == "g3-multi":  # a gather prefetched or run in line depends on timing: busy is not exactly 2x
+        if (
+            system == "g3-multi"
+        ):  # a gather prefetched or run in line depends on timing: busy is not exactly 2x
             assert uni["workers"][1]["busy"] < slow["workers"][1]["busy"] <= 2 * uni["workers"][1]["busy"]
         else:
             assert slow["workers"][1]["busy"] == pytest.approx(2 * uni["workers"][1]["busy"])
-        assert uni["epoch_seconds"] < slow["epoch_seconds"] <= uni["epoch_seconds"] + uni["workers"][1]["busy"] + 1
-        assert slow["workers"][1]["sync"] == uni["workers"][1]["sync"] + 1.0  # the optimizer step: the slowest's
-    p = MiniBatchProfile(strategy="distdgl", workers=2, order="local", batch_size=10, fanouts=[5, 5], feat_dim=8,
-                         num_train=100, num_params=100, arcs_per_step=1000, rows_per_step=200, remote_share=0.5,
-                         t_sample=1e-6, t_gather=1e-6, t_compute=4e-6, prefetch=True, measured_epoch_seconds=1.0)
+        assert (
+            uni["epoch_seconds"]
+            < slow["epoch_seconds"]
+            <= uni["epoch_seconds"] + uni["workers"][1]["busy"] + 1
+        )
+        assert (
+            slow["workers"][1]["sync"] == uni["workers"][1]["sync"] + 1.0
+        )  # the optimizer step: the slowest's
+    p = MiniBatchProfile(
+        strategy="distdgl",
+        workers=2,
+        order="local",
+        batch_size=10,
+        fanouts=[5, 5],
+        feat_dim=8,
+        num_train=100,
+        num_params=100,
+        arcs_per_step=1000,
+        rows_per_step=200,
+        remote_share=0.5,
+        t_sample=1e-6,
+        t_gather=1e-6,
+        t_compute=4e-6,
+        prefetch=True,
+        measured_epoch_seconds=1.0,
+    )
     inf = float("inf")
     a = simulate_minibatch(p, 2, inf, 0.0)
     b = simulate_minibatch(p, 2, inf, 0.0, net=Network(inf, 0.0, speeds=(1.0, 0.25)))
-    assert a["step_parts"]["compute"] == pytest.approx(4e-3) and b["step_parts"]["compute"] == pytest.approx(16e-3)
+    assert a["step_parts"]["compute"] == pytest.approx(4e-3) and b["step_parts"]["compute"] == pytest.approx(
+        16e-3
+    )
     assert b["epoch_seconds"] == pytest.approx(4 * a["epoch_seconds"])  # compute-bound: 4x on the slowest
     assert [w["busy"] for w in b["workers"]] == pytest.approx([a["busy_max"], 4 * a["busy_max"]])
 
@@ -402,7 +599,9 @@ def test_an_all_to_all_waits_for_its_slowest_worker_each_pair_at_its_slower_link
 
     from stages.simulate.tensor_parallel import Collective
 
-    c = Collective("split", 1, False, sent=np.full((1, 3), 8, dtype=np.int64), recv=np.full((1, 3), 8, dtype=np.int64))
+    c = Collective(
+        "split", 1, False, sent=np.full((1, 3), 8, dtype=np.int64), recv=np.full((1, 3), 8, dtype=np.int64)
+    )
     assert c.seconds(Network(32.0, 0.25), per_chunk=False) == pytest.approx(1.0 + 0.25)  # 32 bytes at 32 B/s
     mixed = Network(32.0, 0.25, links=(32.0, 32.0, 16.0))
     # worker 0: 16 bytes to worker 1 at 32 B/s and 16 to worker 2 at 16 B/s = 1.5 s; worker 2: 16 at 16 twice = 2 s

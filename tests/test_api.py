@@ -26,16 +26,26 @@ def small_graph(n: int = 300, seed: int = 0) -> SimpleNamespace:
     y = (np.arange(n) >= n // 2).astype(np.int64)
     src = rng.integers(0, n, 6 * n)
     same = rng.random(6 * n) < 0.9
-    dst = np.where(same, (src + rng.integers(1, n // 2, 6 * n)) % (n // 2) + (y[src] * (n // 2)), rng.integers(0, n, 6 * n))
+    dst = np.where(
+        same,
+        (src + rng.integers(1, n // 2, 6 * n)) % (n // 2) + (y[src] * (n // 2)),
+        rng.integers(0, n, 6 * n),
+    )
     edge_index = torch.from_numpy(np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])]))
     x = torch.from_numpy(rng.normal(size=(n, 8)) + y[:, None]).float()
     order = rng.permutation(n)
     masks = [np.zeros(n, dtype=bool) for _ in range(3)]
     for m, part in zip(masks, np.split(order, [n // 2, 3 * n // 4]), strict=True):
         m[part] = True
-    return SimpleNamespace(edge_index=edge_index, x=x, y=torch.from_numpy(y), num_nodes=n,
-                           train_mask=torch.from_numpy(masks[0]), val_mask=torch.from_numpy(masks[1]),
-                           test_mask=torch.from_numpy(masks[2]))
+    return SimpleNamespace(
+        edge_index=edge_index,
+        x=x,
+        y=torch.from_numpy(y),
+        num_nodes=n,
+        train_mask=torch.from_numpy(masks[0]),
+        val_mask=torch.from_numpy(masks[1]),
+        test_mask=torch.from_numpy(masks[2]),
+    )
 
 
 @pytest.mark.slow
@@ -44,8 +54,9 @@ def test_a_pyg_data_through_the_whole_pipeline_and_back(tmp_path):
     store = g3.ingest(data, tmp_path / "g.g3", name="two-communities")
     part = g3.partition(store, workers=2, out=tmp_path / "g.part")
     plan = g3.plan(part, strategy="g3", hidden=8, out=tmp_path / "g.plan")
-    run = g3.train(plan, epochs=20, lr=0.05, dropout=0.0, workers=2, threads=1, dtype="float64",
-                   out=tmp_path / "g.run")
+    run = g3.train(
+        plan, epochs=20, lr=0.05, dropout=0.0, workers=2, threads=1, dtype="float64", out=tmp_path / "g.run"
+    )
     assert isinstance(run, g3.Run) and len(run.metrics) == 20 and run.test_acc > 0.8
     prov = run.meta["provenance"]  # what produced the run
     assert prov["torch"] == torch.__version__.split("+")[0] or prov["torch"] == torch.__version__
@@ -92,13 +103,23 @@ def test_arrays_and_scipy_sources_and_their_bad_input(tmp_path):
     for one, two in zip(ga.load_csr(), gb.load_csr(), strict=True):
         assert np.array_equal(one, two)
     assert ga.num_classes == 2 and np.array_equal(ga.load_labels(), data.y.numpy())
-    bad = [({"edge_index": np.array([[0, 1], [1, 99]])}, {"num_nodes": 10}, "node id 99 .* out of range"),
-           ({"edge_index": np.array([[0.0, 1.0], [1.0, 0.0]])}, {}, "integer node ids"),
-           ({"edge_index": data.edge_index, "train": np.ones((60, 3), bool), "valid": np.ones(60, bool),
-             "test": np.ones(60, bool)}, {}, "holds 3 splits"),
-           ({"edge_index": data.edge_index, "train": np.arange(5)}, {}, "give all three or none"),
-           ({"edge_index": data.edge_index, "y": np.full(60, 0.5)}, {}, "not an integer class id"),
-           ({"edges": data.edge_index}, {}, "unknown keys")]
+    bad = [
+        ({"edge_index": np.array([[0, 1], [1, 99]])}, {"num_nodes": 10}, "node id 99 .* out of range"),
+        ({"edge_index": np.array([[0.0, 1.0], [1.0, 0.0]])}, {}, "integer node ids"),
+        (
+            {
+                "edge_index": data.edge_index,
+                "train": np.ones((60, 3), bool),
+                "valid": np.ones(60, bool),
+                "test": np.ones(60, bool),
+            },
+            {},
+            "holds 3 splits",
+        ),
+        ({"edge_index": data.edge_index, "train": np.arange(5)}, {}, "give all three or none"),
+        ({"edge_index": data.edge_index, "y": np.full(60, 0.5)}, {}, "not an integer class id"),
+        ({"edges": data.edge_index}, {}, "unknown keys"),
+    ]
     for i, (source, extra, message) in enumerate(bad):
         obj = {**source, **extra}
         with pytest.raises(g3.G3InputError, match=message):
@@ -136,8 +157,14 @@ print(json.dumps({"before": before, "after": after, "users_cache": type(users_ke
 def test_importing_g3_changes_nothing_outside_g3(tmp_path):
     probe = tmp_path / "probe.py"  # a file: numba caches only kernels defined in one
     probe.write_text(IMPORT_PROBE)
-    p = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, cwd=REPO, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    p = subprocess.run(
+        [sys.executable, str(probe)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["before"] == out["after"]
@@ -164,23 +191,35 @@ def test_cli_reads_the_heterophilous_npz_and_torch_files(tmp_path, cli_runner):
     assert np.allclose(np.asarray(g.features[:]), z["node_features"])
     # torch.save of a dict of tensors (PyG's attribute names) is read without unpickling code
     data = small_graph(40)
-    saved = {"edge_index": data.edge_index, "x": data.x, "y": data.y, "train_mask": data.train_mask,
-             "val_mask": data.val_mask, "test_mask": data.test_mask}
+    saved = {
+        "edge_index": data.edge_index,
+        "x": data.x,
+        "y": data.y,
+        "train_mask": data.train_mask,
+        "val_mask": data.val_mask,
+        "test_mask": data.test_mask,
+    }
     torch.save(saved, tmp_path / "g.pt")
     r = cli_runner.invoke(cli, ["ingest", str(tmp_path / "g.pt"), str(tmp_path / "pt.g3")])
     assert r.exit_code == 0, r.output
-    assert np.array_equal(np.sort(GraphStore.open(tmp_path / "pt.g3").split_index("valid")),
-                          np.flatnonzero(data.val_mask.numpy()))
+    assert np.array_equal(
+        np.sort(GraphStore.open(tmp_path / "pt.g3").split_index("valid")),
+        np.flatnonzero(data.val_mask.numpy()),
+    )
     torch.save({"weights": torch.zeros(3)}, tmp_path / "w.pt")
     r = cli_runner.invoke(cli, ["ingest", str(tmp_path / "w.pt"), str(tmp_path / "w.g3")])
     assert r.exit_code == 2 and "not a PyG Data or a dict with an edge_index" in r.output
     # what is wrong inside the file is said naming the file, not "<arrays>"
-    for bad, says in [({"edge_index": torch.tensor([[0, 1, 2]] * 3)}, "edge_index must be a [2, E]"),
-                      ({"edge_index": torch.tensor([[0.0, 1.0], [1.0, 0.0]])}, "must hold integer node ids"),
-                      ({"edge_index": torch.tensor([[0, 1], [1, 5]]), "num_nodes": 2}, "node id 5"),
-                      ({"edge_index": torch.tensor([[0, 1], [1, 0]]), "y": torch.tensor([0.5, 1.0])}, "label 0.5"),
-                      ({"edge_index": torch.tensor([[0, 1], [1, 0]]), "train_mask": torch.tensor([True] * 3)},
-                       "the train split is a mask of shape (3,)")]:
+    for bad, says in [
+        ({"edge_index": torch.tensor([[0, 1, 2]] * 3)}, "edge_index must be a [2, E]"),
+        ({"edge_index": torch.tensor([[0.0, 1.0], [1.0, 0.0]])}, "must hold integer node ids"),
+        ({"edge_index": torch.tensor([[0, 1], [1, 5]]), "num_nodes": 2}, "node id 5"),
+        ({"edge_index": torch.tensor([[0, 1], [1, 0]]), "y": torch.tensor([0.5, 1.0])}, "label 0.5"),
+        (
+            {"edge_index": torch.tensor([[0, 1], [1, 0]]), "train_mask": torch.tensor([True] * 3)},
+            "the train split is a mask of shape (3,)",
+        ),
+    ]:
         torch.save(bad, tmp_path / "bad.pt")
         r = cli_runner.invoke(cli, ["ingest", str(tmp_path / "bad.pt"), str(tmp_path / "bad.g3")])
         assert r.exit_code == 2 and f"{tmp_path / 'bad.pt'}" in r.output and says in r.output, r.output
@@ -188,9 +227,11 @@ def test_cli_reads_the_heterophilous_npz_and_torch_files(tmp_path, cli_runner):
 
 
 def test_g3_help_lists_every_command_without_importing_the_stages():
-    probe = ("import sys\nfrom g3cli.main import COMMANDS, cli\n"
-             "try:\n    cli(['--help'], prog_name='g3')\nexcept SystemExit:\n    pass\n"
-             "print('heavy:', sorted(m for m in ('numba', 'torch', 'stages.runtime') if m in sys.modules))")
+    probe = (
+        "import sys\nfrom g3cli.main import COMMANDS, cli\n"
+        "try:\n    cli(['--help'], prog_name='g3')\nexcept SystemExit:\n    pass\n"
+        "print('heavy:', sorted(m for m in ('numba', 'torch', 'stages.runtime') if m in sys.modules))"
+    )
     p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == "heavy: []"
@@ -239,9 +280,19 @@ def test_cli_reads_musae_csv_labels_and_json_sparse_features(tmp_path, cli_runne
     from stages.common.store import GraphStore
 
     real = shared_path("data", "real")
-    r = cli_runner.invoke(cli, ["ingest", str(real / "facebook_edges.csv"), str(tmp_path / "fb.g3"), "--undirected",
-                                "--features", str(real / "facebook.json"),
-                                "--labels", f"{real / 'facebook_target.csv'}:page_type"])
+    r = cli_runner.invoke(
+        cli,
+        [
+            "ingest",
+            str(real / "facebook_edges.csv"),
+            str(tmp_path / "fb.g3"),
+            "--undirected",
+            "--features",
+            str(real / "facebook.json"),
+            "--labels",
+            f"{real / 'facebook_target.csv'}:page_type",
+        ],
+    )
     assert r.exit_code == 0, r.output
     g = GraphStore.open(tmp_path / "fb.g3")
     assert g.num_nodes == 22470 and g.num_classes == 4 and g.feat_dim == 4714
@@ -259,13 +310,23 @@ def test_cli_reads_musae_csv_labels_and_json_sparse_features(tmp_path, cli_runne
     (tmp_path / "e.txt").write_text("0 1\n1 2\n")
     (tmp_path / "l.csv").write_text("id,kind\n0,a\n1,b\n2,a\n")
     (tmp_path / "f.json").write_text('{"0": [1], "x": [2]}')
-    for extra, message in [(["--labels", str(tmp_path / "l.csv")], "name the labels column"),
-                           (["--labels", f"{tmp_path / 'l.csv'}:nope"], "has no column 'nope'"),
-                           (["--features", str(tmp_path / "f.json")], "must be integers")]:
+    for extra, message in [
+        (["--labels", str(tmp_path / "l.csv")], "name the labels column"),
+        (["--labels", f"{tmp_path / 'l.csv'}:nope"], "has no column 'nope'"),
+        (["--features", str(tmp_path / "f.json")], "must be integers"),
+    ]:
         r = cli_runner.invoke(cli, ["ingest", str(tmp_path / "e.txt"), str(tmp_path / "bad.g3"), *extra])
         assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, (extra, r.output)
-    r = cli_runner.invoke(cli, ["ingest", str(tmp_path / "e.txt"), str(tmp_path / "ok.g3"), "--labels",
-                                f"{tmp_path / 'l.csv'}:kind"])
+    r = cli_runner.invoke(
+        cli,
+        [
+            "ingest",
+            str(tmp_path / "e.txt"),
+            str(tmp_path / "ok.g3"),
+            "--labels",
+            f"{tmp_path / 'l.csv'}:kind",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert GraphStore.open(tmp_path / "ok.g3").load_labels().tolist() == [0, 1, 0]
 
@@ -285,8 +346,12 @@ def test_rocauc_over_two_workers_is_the_definition(tmp_path, cli_runner):
     data = small_graph(200, seed=3)
     data.x = data.x + torch.randn_like(data.x) * 3  # a harder task: the area is not simply 1
     store = g3.ingest(data, tmp_path / "b.g3")
-    plan = g3.plan(g3.partition(store, workers=2, out=tmp_path / "b.part"), strategy="bns-gcn", hidden=4,
-                   out=tmp_path / "b.plan")
+    plan = g3.plan(
+        g3.partition(store, workers=2, out=tmp_path / "b.part"),
+        strategy="bns-gcn",
+        hidden=4,
+        out=tmp_path / "b.plan",
+    )
     run = g3.train(plan, epochs=3, threads=1, dtype="float64", metric="rocauc", out=tmp_path / "b.run")
     last = run.metrics[-1]
     g = GraphStore.open(store)
@@ -300,9 +365,15 @@ def test_rocauc_over_two_workers_is_the_definition(tmp_path, cli_runner):
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["rocauc"]["test"] == pytest.approx(last["test_rocauc"], abs=1e-12)
     # a task with more than two classes is refused before any worker starts
-    other = g3.ingest({"edge_index": data.edge_index, "x": data.x, "y": torch.arange(200) % 3}, tmp_path / "c.g3")
-    plan3 = g3.plan(g3.partition(other, workers=1, out=tmp_path / "c.part"), strategy="bns-gcn", hidden=4,
-                    out=tmp_path / "c.plan")
+    other = g3.ingest(
+        {"edge_index": data.edge_index, "x": data.x, "y": torch.arange(200) % 3}, tmp_path / "c.g3"
+    )
+    plan3 = g3.plan(
+        g3.partition(other, workers=1, out=tmp_path / "c.part"),
+        strategy="bns-gcn",
+        hidden=4,
+        out=tmp_path / "c.plan",
+    )
     with pytest.raises(g3.G3InputError, match="--metric rocauc needs a binary task: the store has 3 classes"):
         g3.train(plan3, epochs=1, metric="rocauc", out=tmp_path / "c.run")
     assert not (tmp_path / "c.run").exists()
@@ -315,13 +386,20 @@ def test_loggers_csv_and_tensorboard(tmp_path):
 
     data = small_graph(80)
     store = g3.ingest(data, tmp_path / "g.g3")
-    plan = g3.plan(g3.partition(store, workers=1, out=tmp_path / "g.part"), strategy="bns-gcn", hidden=4,
-                   out=tmp_path / "g.plan")
+    plan = g3.plan(
+        g3.partition(store, workers=1, out=tmp_path / "g.part"),
+        strategy="bns-gcn",
+        hidden=4,
+        out=tmp_path / "g.plan",
+    )
     run = g3.train(plan, epochs=3, threads=1, logger=("csv",), out=tmp_path / "g.run")
     rows = list(csv.DictReader((run.path / "metrics.csv").read_text().splitlines()))
     assert [int(r["epoch"]) for r in rows] == [0, 1, 2]
     for row, record in zip(rows, run.metrics, strict=True):
-        assert float(row["loss"]) == pytest.approx(record["loss"]) and float(row["test_acc"]) == record["test_acc"]
+        assert (
+            float(row["loss"]) == pytest.approx(record["loss"])
+            and float(row["test_acc"]) == record["test_acc"]
+        )
     if importlib.util.find_spec("tensorboard") is None:
         with pytest.raises(g3.G3InputError, match="--logger tensorboard needs the tensorboard package"):
             g3.train(plan, epochs=1, logger=("tensorboard",), out=tmp_path / "tb.run")
@@ -340,12 +418,14 @@ def test_the_api_checks_its_arguments_and_speaks_of_force_true(tmp_path):
     """A wrong type or an unknown option is a G3InputError naming the argument (not a TypeError from deep
     inside), and "already exists" says what the API takes: force=True."""
     store = g3.ingest(small_graph(40), tmp_path / "s.g3")
-    cases = [(lambda: g3.partition(store, workers="2"), "g3.partition: workers must be int, not str '2'"),
-             (lambda: g3.partition(store, workers=2, balance_tol="x"), "g3.partition: balance_tol must be float"),
-             (lambda: g3.plan(tmp_path / "none", hidden=4.5), "g3.plan: hidden must be int, not float 4.5"),
-             (lambda: g3.train(tmp_path / "none", epochs="3"), "g3.train: epochs must be int"),
-             (lambda: g3.train(tmp_path / "none", epoch=3), "g3.train: no option 'epoch'"),
-             (lambda: g3.ingest(small_graph(40), tmp_path / "s.g3"), "pass force=True to replace it")]
+    cases = [
+        (lambda: g3.partition(store, workers="2"), "g3.partition: workers must be int, not str '2'"),
+        (lambda: g3.partition(store, workers=2, balance_tol="x"), "g3.partition: balance_tol must be float"),
+        (lambda: g3.plan(tmp_path / "none", hidden=4.5), "g3.plan: hidden must be int, not float 4.5"),
+        (lambda: g3.train(tmp_path / "none", epochs="3"), "g3.train: epochs must be int"),
+        (lambda: g3.train(tmp_path / "none", epoch=3), "g3.train: no option 'epoch'"),
+        (lambda: g3.ingest(small_graph(40), tmp_path / "s.g3"), "pass force=True to replace it"),
+    ]
     for call, says in cases:
         with pytest.raises(g3.G3InputError) as exc:
             call()
@@ -358,15 +438,18 @@ def test_a_script_without_a_main_guard_is_told_what_to_do(tmp_path):
     """A user's script run as written, calling g3.train at its top level: the fork server never runs it, and
     the one line says what to do (workers import the script) instead of naming a log that does not exist."""
     script = tmp_path / "noguard.py"
-    script.write_text("import g3\n"
-                      "store = g3.ingest('synthetic:tiny', 'work/t.g3')\n"
-                      "part = g3.partition(store, workers=2, out='work/t.part')\n"
-                      "plan = g3.plan(part, hidden=4, out='work/t.plan')\n"
-                      "run = g3.train(plan, epochs=1, threads=1, out='work/t.run')\n")
+    script.write_text(
+        "import g3\n"
+        "store = g3.ingest('synthetic:tiny', 'work/t.g3')\n"
+        "part = g3.partition(store, workers=2, out='work/t.part')\n"
+        "plan = g3.plan(part, hidden=4, out='work/t.plan')\n"
+        "run = g3.train(plan, epochs=1, threads=1, out='work/t.run')\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                       env=env)
+    p = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+    )
     assert p.returncode != 0
     last = p.stderr.strip().splitlines()[-1]
-    assert "put that script's calls under `if __name__ == \"__main__\":`" in last, p.stderr[-2000:]
+    assert 'put that script\'s calls under `if __name__ == "__main__":`' in last, p.stderr[-2000:]
     assert "already exists" not in p.stderr and "rank-00000.log" not in p.stderr, p.stderr[-2000:]

@@ -17,8 +17,14 @@ LINT = Path(sys.executable).with_name("lint-imports")
 
 
 def lint(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(LINT), "--no-cache", "--config", str(root / ".importlinter")], cwd=root,
-                          capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(root), "PATH": ""})
+    return subprocess.run(
+        [str(LINT), "--no-cache", "--config", str(root / ".importlinter")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(root), "PATH": ""},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +42,33 @@ def test_the_rules_hold_on_the_code():
     assert r.returncode == 0 and "0 broken" in r.stdout, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("module, line, broken", [
-    ("stages/runtime/_probe.py", "from stages.train import run_train", "stages.runtime is not allowed to import stages.train"),
-    ("stages/common/_probe.py", "import stages.plan", "stages.common is not allowed to import stages.plan"),
-    ("stages/plan/_probe.py", "import g3cli.main", "stages.plan is not allowed to import g3cli"),
-    ("stages/simulate/_probe.py", "from stages.plan.bins import build_layer_bins", "Illegal imports of protected package stages.plan.bins"),
-    ("g3cli/_probe.py", "from stages.train.loop import train_rank", "Illegal imports of protected package stages.train.loop"),
-    ("stages/partition/metis.py", "from . import g3_method", "No cycles are allowed in stages.partition"),
-])
+@pytest.mark.parametrize(
+    "module, line, broken",
+    [
+        (
+            "stages/runtime/_probe.py",
+            "from stages.train import run_train",
+            "stages.runtime is not allowed to import stages.train",
+        ),
+        (
+            "stages/common/_probe.py",
+            "import stages.plan",
+            "stages.common is not allowed to import stages.plan",
+        ),
+        ("stages/plan/_probe.py", "import g3cli.main", "stages.plan is not allowed to import g3cli"),
+        (
+            "stages/simulate/_probe.py",
+            "from stages.plan.bins import build_layer_bins",
+            "Illegal imports of protected package stages.plan.bins",
+        ),
+        (
+            "g3cli/_probe.py",
+            "from stages.train.loop import train_rank",
+            "Illegal imports of protected package stages.train.loop",
+        ),
+        ("stages/partition/metis.py", "from . import g3_method", "No cycles are allowed in stages.partition"),
+    ],
+)
 def test_each_rule_fails_on_an_import_that_breaks_it(copy, module, line, broken):
     path = copy / module
     before = path.read_text() if path.exists() else None

@@ -23,9 +23,15 @@ def test_export_round_trips_exactly(tiny_store, tmp_path):
     g = read_graph(f)
     indptr, indices = store.load_csr()
     feats = np.asarray(store.features[:])
-    for name, want in (("indptr", indptr), ("indices", indices), ("features", feats),
-                       ("labels", store.load_labels()), ("train_idx", store.split_index("train")),
-                       ("valid_idx", store.split_index("valid")), ("test_idx", store.split_index("test"))):
+    for name, want in (
+        ("indptr", indptr),
+        ("indices", indices),
+        ("features", feats),
+        ("labels", store.load_labels()),
+        ("train_idx", store.split_index("train")),
+        ("valid_idx", store.split_index("valid")),
+        ("test_idx", store.split_index("test")),
+    ):
         assert g[name].dtype == np.asarray(want).dtype or name == "indptr", name
         assert np.array_equal(g[name], want), name
         assert g[name].tobytes() == np.ascontiguousarray(want, dtype=g[name].dtype).tobytes(), name
@@ -44,10 +50,24 @@ def test_missing_peer_is_a_table_row(tmp_path):
     assert e["status"] == "not installed"
     assert e["note"] == "DGL: not installed (make peers-dgl)"
     entries = [
-        {"system": "g3", "label": "g3, 1 worker", "status": "ok", "note": "", "workers": 1, "threads": 2,
-         "epoch_seconds": [9.0, 2.0, 4.0, 3.0]},
-        {"system": "g3", "label": "g3, 2 workers", "status": "ok", "note": "", "workers": 2, "threads": 2,
-         "epoch_seconds": [5.0, 1.5]},
+        {
+            "system": "g3",
+            "label": "g3, 1 worker",
+            "status": "ok",
+            "note": "",
+            "workers": 1,
+            "threads": 2,
+            "epoch_seconds": [9.0, 2.0, 4.0, 3.0],
+        },
+        {
+            "system": "g3",
+            "label": "g3, 2 workers",
+            "status": "ok",
+            "note": "",
+            "workers": 2,
+            "threads": 2,
+            "epoch_seconds": [5.0, 1.5],
+        },
         e,
         not_installed("pyg"),
     ]
@@ -63,8 +83,22 @@ def test_missing_peer_is_a_table_row(tmp_path):
 
 def test_ratios_against_dgl():
     entries = [
-        {"system": "g3", "label": "g3, 1 worker", "status": "ok", "note": "", "workers": 1, "epoch_seconds": [3.0, 1.0]},
-        {"system": "dgl", "label": "DGL 2.1.0", "status": "ok", "note": "", "workers": 1, "epoch_seconds": [3.0, 2.0]},
+        {
+            "system": "g3",
+            "label": "g3, 1 worker",
+            "status": "ok",
+            "note": "",
+            "workers": 1,
+            "epoch_seconds": [3.0, 1.0],
+        },
+        {
+            "system": "dgl",
+            "label": "DGL 2.1.0",
+            "status": "ok",
+            "note": "",
+            "workers": 1,
+            "epoch_seconds": [3.0, 2.0],
+        },
     ]
     res = finish(entries)
     assert res["goal"] == {"g3_1_worker": 1.0, "dgl": 2.0, "met": True}
@@ -78,14 +112,37 @@ def test_bench_command_without_peers(tiny_store, tmp_path, cli_runner, monkeypat
 
     calls = []
 
-    def fake_run(store, o, spec, k, out, threads, link=None):  # the strategies' runs are `g3 train`'s (test_train, below)
+    def fake_run(
+        store, o, spec, k, out, threads, link=None
+    ):  # the strategies' runs are `g3 train`'s (test_train, below)
         calls.append((spec.name, k, threads, o.hidden))
-        return bench.entry("g3", f"g3, {k} worker", workers=k, threads=threads, epoch_seconds=[1.0, 0.5, 0.25])
+        return bench.entry(
+            "g3", f"g3, {k} worker", workers=k, threads=threads, epoch_seconds=[1.0, 0.5, 0.25]
+        )
 
     monkeypatch.setattr(bench, "run_strategy", fake_run)
     out = tmp_path / "bench"
-    res = cli_runner.invoke(cli, ["bench", str(tiny_store), "--workers", "1", "--epochs", "2", "--hidden", "8", "--threads", "2",
-                                  "--peers", "dgl", "--dgl-python", str(tmp_path / "none" / "python"), "-o", str(out)])
+    res = cli_runner.invoke(
+        cli,
+        [
+            "bench",
+            str(tiny_store),
+            "--workers",
+            "1",
+            "--epochs",
+            "2",
+            "--hidden",
+            "8",
+            "--threads",
+            "2",
+            "--peers",
+            "dgl",
+            "--dgl-python",
+            str(tmp_path / "none" / "python"),
+            "-o",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads((out / "bench.json").read_text())
     by = {e["system"]: e for e in data["entries"]}
@@ -97,8 +154,23 @@ def test_bench_command_without_peers(tiny_store, tmp_path, cli_runner, monkeypat
     assert "DGL" in res.output
     # an earlier bench.json is not replaced silently; --force replaces it (the partitions and plans stay)
     before = (out / "bench.json").read_text()
-    args = ["bench", str(tiny_store), "--workers", "1", "--epochs", "2", "--hidden", "8", "--threads", "2",
-            "--peers", "none", "--no-single", "-o", str(out)]
+    args = [
+        "bench",
+        str(tiny_store),
+        "--workers",
+        "1",
+        "--epochs",
+        "2",
+        "--hidden",
+        "8",
+        "--threads",
+        "2",
+        "--peers",
+        "none",
+        "--no-single",
+        "-o",
+        str(out),
+    ]
     res = cli_runner.invoke(cli, args)
     assert res.exit_code == 2 and "bench.json" in res.output and "--force" in res.output, res.output
     assert (out / "bench.json").read_text() == before
@@ -115,18 +187,43 @@ def test_strategies_side_by_side(tiny_store, tmp_path, cli_runner):
 
     out = tmp_path / "bench"
     specs = "g3@metis,bns-gcn,bns-gcn{boundary-sample=0.25},sancus@metis{staleness=epoch:0,sancus-comm=p2p}"
-    res = cli_runner.invoke(cli, ["bench", str(tiny_store), "--strategies", specs, "--workers", "2", "--epochs", "3",
-                                  "--threads", "2", "--peers", "none", "--no-single", "-o", str(out)])
+    res = cli_runner.invoke(
+        cli,
+        [
+            "bench",
+            str(tiny_store),
+            "--strategies",
+            specs,
+            "--workers",
+            "2",
+            "--epochs",
+            "3",
+            "--threads",
+            "2",
+            "--peers",
+            "none",
+            "--no-single",
+            "-o",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads((out / "bench.json").read_text())
     assert data["schema_version"] == 2
     by = {e["label"]: e for e in data["entries"]}
-    assert list(by) == ["g3@metis, 2 workers", "bns-gcn@metis, 2 workers",
-                        "bns-gcn@metis {boundary-sample=0.25}, 2 workers",
-                        "sancus@metis {staleness=epoch:0, sancus-comm=p2p}, 2 workers"]
+    assert list(by) == [
+        "g3@metis, 2 workers",
+        "bns-gcn@metis, 2 workers",
+        "bns-gcn@metis {boundary-sample=0.25}, 2 workers",
+        "sancus@metis {staleness=epoch:0, sancus-comm=p2p}, 2 workers",
+    ]
     for e in by.values():
         assert e["status"] == "ok" and e["workers"] == 2 and len(e["epoch_seconds"]) == 3
-        assert 0.0 <= e["test_acc"] <= 1.0 and len(e["peak_memory_bytes"]) == 2 and min(e["peak_memory_bytes"]) > 0
+        assert (
+            0.0 <= e["test_acc"] <= 1.0
+            and len(e["peak_memory_bytes"]) == 2
+            and min(e["peak_memory_bytes"]) > 0
+        )
         assert e["method"] == "metis"
     g3, bns, sampled, sancus = by.values()
     assert bns["bytes_per_epoch"] == g3["bytes_per_epoch"] > 0
@@ -137,8 +234,12 @@ def test_strategies_side_by_side(tiny_store, tmp_path, cli_runner):
     assert (out / "bench.png").stat().st_size > 0
     # the partition is shared by the specs of one method; a second run reuses partitions and plans
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("part-") and p.is_dir()) == [
-        "part-metis-2", "part-metis-2.plan-bns-gcn-boundary-sample-0.25-sage", "part-metis-2.plan-bns-gcn-sage",
-        "part-metis-2.plan-g3-sage", "part-metis-2.plan-sancus-staleness-epoch-0-sancus-comm-p2p-sage"]
+        "part-metis-2",
+        "part-metis-2.plan-bns-gcn-boundary-sample-0.25-sage",
+        "part-metis-2.plan-bns-gcn-sage",
+        "part-metis-2.plan-g3-sage",
+        "part-metis-2.plan-sancus-staleness-epoch-0-sancus-comm-p2p-sage",
+    ]
 
 
 def test_p3_and_distdgl_side_by_side(tiny_store, tmp_path, cli_runner):
@@ -148,14 +249,36 @@ def test_p3_and_distdgl_side_by_side(tiny_store, tmp_path, cli_runner):
     from g3cli.main import cli
 
     out = tmp_path / "bench"
-    specs = ("p3{batch-order=global,fanouts=3,2,batch-size=50},p3{batch-order=global,fanouts=3,2,batch-size=50,"
-             "pipeline=p3},distdgl@p3{batch-order=global,fanouts=3,2,batch-size=50}")
-    res = cli_runner.invoke(cli, ["bench", str(tiny_store), "--strategies", specs, "--workers", "2", "--epochs", "2",
-                                  "--threads", "2", "--peers", "none", "--no-single", "-o", str(out)])
+    specs = (
+        "p3{batch-order=global,fanouts=3,2,batch-size=50},p3{batch-order=global,fanouts=3,2,batch-size=50,"
+        "pipeline=p3},distdgl@p3{batch-order=global,fanouts=3,2,batch-size=50}"
+    )
+    res = cli_runner.invoke(
+        cli,
+        [
+            "bench",
+            str(tiny_store),
+            "--strategies",
+            specs,
+            "--workers",
+            "2",
+            "--epochs",
+            "2",
+            "--threads",
+            "2",
+            "--peers",
+            "none",
+            "--no-single",
+            "-o",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     plain, piped, dgl = json.loads((out / "bench.json").read_text())["entries"]
     assert all(e["status"] == "ok" and e["method"] == "p3" for e in (plain, piped, dgl)), res.output
-    assert "--pipeline p3" in piped["note"] and "--pipeline none" in plain["note"]  # p3's default, not g3's multi
+    assert (
+        "--pipeline p3" in piped["note"] and "--pipeline none" in plain["note"]
+    )  # p3's default, not g3's multi
     assert plain["test_acc"] == dgl["test_acc"]
     assert plain["bytes_per_epoch"] > 0 and dgl["bytes_per_epoch"] > 0
 
@@ -163,15 +286,19 @@ def test_p3_and_distdgl_side_by_side(tiny_store, tmp_path, cli_runner):
 def test_bad_strategy_specs(tiny_store, tmp_path, cli_runner):
     from g3cli.main import cli
 
-    for spec, message in (("nope", "unknown strategy 'nope'"),
-                          ("bns-gcn@feature", "strategy bns-gcn runs on metis, chunk, g3, random partitions, not feature"),
-                          ("bns-gcn{p=0.1}", "bns-gcn has no option 'p'"),
-                          ("sancus{staleness}", "needs a value"),
-                          ("g3[x]", "is not NAME[@METHOD]"),
-                          ("p3{pipeline=multi}", "p3 does not take pipeline=multi"),
-                          ("distdgl{pipeline=p3}", "distdgl has no option 'pipeline'")):
-        res = cli_runner.invoke(cli, ["bench", str(tiny_store), "--strategies", spec, "--peers", "none", "-o",
-                                      str(tmp_path / "b")])
+    for spec, message in (
+        ("nope", "unknown strategy 'nope'"),
+        ("bns-gcn@feature", "strategy bns-gcn runs on metis, chunk, g3, random partitions, not feature"),
+        ("bns-gcn{p=0.1}", "bns-gcn has no option 'p'"),
+        ("sancus{staleness}", "needs a value"),
+        ("g3[x]", "is not NAME[@METHOD]"),
+        ("p3{pipeline=multi}", "p3 does not take pipeline=multi"),
+        ("distdgl{pipeline=p3}", "distdgl has no option 'pipeline'"),
+    ):
+        res = cli_runner.invoke(
+            cli,
+            ["bench", str(tiny_store), "--strategies", spec, "--peers", "none", "-o", str(tmp_path / "b")],
+        )
         assert res.exit_code == 2 and message in res.output, (spec, res.output)
     assert not (tmp_path / "b").exists()
 
@@ -195,7 +322,9 @@ def test_a_mini_batch_peer_without_its_sampler_library_says_why(tiny_store, tmp_
     from stages.bench import BenchOptions, run_peer
 
     script = tmp_path / "pyg_runner.py"
-    script.write_text("raise ImportError(\"'NeighborSampler' requires either 'pyg-lib' or 'torch-sparse'\")\n")
+    script.write_text(
+        "raise ImportError(\"'NeighborSampler' requires either 'pyg-lib' or 'torch-sparse'\")\n"
+    )
     monkeypatch.setattr("stages.bench.PEERS_DIR", tmp_path)
     monkeypatch.setattr("stages.bench.peer_python", lambda peer, o: Path(sys.executable))
     e = run_peer("pyg", tmp_path / "g.npz", BenchOptions(), 1, tmp_path / "logs", minibatch=((25, 10), 1000))
@@ -212,13 +341,33 @@ def test_bench_summary_reads_cleanly_through_a_pipe(tmp_path, cli_runner, monkey
     from g3cli.output import PIPE_WIDTH
     from stages.bench import BenchOptions, entry
 
-    long_note = "1 thread per worker, --pipeline multi, and a note long enough to fold a row at eighty columns"
+    long_note = (
+        "1 thread per worker, --pipeline multi, and a note long enough to fold a row at eighty columns"
+    )
     labels = [f"g3@g3 {{bin-size=5000, pipeline=multi}}, {k} workers" for k in (1, 2)]
-    entries = [entry("g3", label, workers=k, threads=2, epoch_seconds=[1.0, 0.5, 0.25], note=long_note,
-                     bytes_per_epoch=3e6, test_acc=0.9, peak_memory_bytes=[2**30] * k, compute_balance=1.02)
-               for k, label in ((1, labels[0]), (2, labels[1]))] + [not_installed("dgl")]
-    result = {"store": {"name": "tiny", "num_nodes": 1000, "num_arcs": 5000}, "options": vars(BenchOptions()),
-              **finish(entries), "load_average": {"before": [1.0], "after": [1.5]}, "cpu_count": 2, "path": str(tmp_path)}
+    entries = [
+        entry(
+            "g3",
+            label,
+            workers=k,
+            threads=2,
+            epoch_seconds=[1.0, 0.5, 0.25],
+            note=long_note,
+            bytes_per_epoch=3e6,
+            test_acc=0.9,
+            peak_memory_bytes=[2**30] * k,
+            compute_balance=1.02,
+        )
+        for k, label in ((1, labels[0]), (2, labels[1]))
+    ] + [not_installed("dgl")]
+    result = {
+        "store": {"name": "tiny", "num_nodes": 1000, "num_arcs": 5000},
+        "options": vars(BenchOptions()),
+        **finish(entries),
+        "load_average": {"before": [1.0], "after": [1.5]},
+        "cpu_count": 2,
+        "path": str(tmp_path),
+    }
     monkeypatch.setattr(g3cli.bench_cmd, "run_bench", lambda store, opts, out, force: result)
     res = cli_runner.invoke(cli, ["bench", str(tmp_path), "--peers", "dgl"])
     assert res.exit_code == 0, res.output
@@ -233,7 +382,11 @@ def test_bench_summary_reads_cleanly_through_a_pipe(tmp_path, cli_runner, monkey
     assert max(map(len, lines)) <= PIPE_WIDTH
     res = cli_runner.invoke(cli, ["bench", str(tmp_path), "--json"])
     assert res.exit_code == 0, res.output
-    assert [e["note"] for e in json.loads(res.stdout)["entries"]] == [long_note, long_note, entries[2]["note"]]
+    assert [e["note"] for e in json.loads(res.stdout)["entries"]] == [
+        long_note,
+        long_note,
+        entries[2]["note"],
+    ]
 
 
 def test_bench_png_axes_in_human_units():
@@ -244,15 +397,36 @@ def test_bench_png_axes_in_human_units():
     from stages.bench import entry
     from stages.bench.report import bench_figure, byte_unit
 
-    entries = [entry("g3", f"g3, {k} workers", workers=k, threads=1, epoch_seconds=[1.0, 0.5], bytes_per_epoch=3e8 * k,
-                     test_acc=0.35, peak_memory_bytes=[3 * 2**30] * k) for k in (1, 2)]
-    result = {"store": {"name": "tiny"}, "options": {"model": "sage", "layers": 2, "hidden": 8, "epochs": 2},
-              "threads": 2, **finish(entries)}
+    entries = [
+        entry(
+            "g3",
+            f"g3, {k} workers",
+            workers=k,
+            threads=1,
+            epoch_seconds=[1.0, 0.5],
+            bytes_per_epoch=3e8 * k,
+            test_acc=0.35,
+            peak_memory_bytes=[3 * 2**30] * k,
+        )
+        for k in (1, 2)
+    ]
+    result = {
+        "store": {"name": "tiny"},
+        "options": {"model": "sage", "layers": 2, "hidden": 8, "epochs": 2},
+        "threads": 2,
+        **finish(entries),
+    }
     fig = bench_figure(result)
     fig.canvas.draw()
     axes = {ax.get_title(): ax for ax in fig.axes}
-    nbytes, acc, peak = (axes[t] for t in ("bytes sent per epoch (all workers)", "final test accuracy",
-                                           "peak memory of the largest worker"))
+    nbytes, acc, peak = (
+        axes[t]
+        for t in (
+            "bytes sent per epoch (all workers)",
+            "final test accuracy",
+            "peak memory of the largest worker",
+        )
+    )
     assert nbytes.get_xlabel() == "MiB" and peak.get_xlabel() == "GiB"
     for ax in (nbytes, peak):
         assert ax.xaxis.get_offset_text().get_text() == ""

@@ -31,7 +31,9 @@ def reference_pack(cost: BinCost, row_ptr, edge_src, prio, order, limit, max_row
     bins, cur = [], []
 
     def nbytes(rows):
-        srcs = {int(prio[p]) for p in rows} | {int(s) for p in rows for s in edge_src[row_ptr[p]:row_ptr[p + 1]]}
+        srcs = {int(prio[p]) for p in rows} | {
+            int(s) for p in rows for s in edge_src[row_ptr[p] : row_ptr[p + 1]]
+        }
         arcs = sum(int(row_ptr[p + 1] - row_ptr[p]) for p in rows)
         return cost.bytes(len(rows), len(srcs), arcs), len(srcs)
 
@@ -45,8 +47,9 @@ def reference_pack(cost: BinCost, row_ptr, edge_src, prio, order, limit, max_row
     return bins, [nbytes(b) for b in bins]
 
 
-@pytest.mark.parametrize("seed,limit,max_rows", [(0, 40_000, 10**9), (1, 9_000, 10**9), (2, NO_LIMIT, 17),
-                                                 (3, 25_000, 30)])
+@pytest.mark.parametrize(
+    "seed,limit,max_rows", [(0, 40_000, 10**9), (1, 9_000, 10**9), (2, NO_LIMIT, 17), (3, 25_000, 30)]
+)
 def test_packing_counts_each_bins_distinct_sources(seed, limit, max_rows):
     row_ptr, edge_src, prio, n_own, n_rem = random_rows(seed)
     cost = BinCost(per_dst=40, per_src=100, per_arc=30, fixed=64)
@@ -85,19 +88,26 @@ def _random_block(n_dst: int, n_src: int, arcs: int, seed: int = 0):
     g = np.random.default_rng(seed)
     deg = g.multinomial(arcs, np.ones(n_dst) / n_dst)
     indices = g.integers(0, n_src, arcs)
-    indices[: n_src] = np.arange(n_src)  # every source read
+    indices[:n_src] = np.arange(n_src)  # every source read
     g.shuffle(indices)
-    return Block(n_dst=n_dst, n_src=n_src, indptr=torch.from_numpy(np.concatenate([[0], np.cumsum(deg)])),
-                 indices=torch.from_numpy(indices), src_out_degree=torch.ones(n_src), dst_in_degree=torch.ones(n_dst),
-                 dst_global=torch.arange(n_dst))
+    return Block(
+        n_dst=n_dst,
+        n_src=n_src,
+        indptr=torch.from_numpy(np.concatenate([[0], np.cumsum(deg)])),
+        indices=torch.from_numpy(indices),
+        src_out_degree=torch.ones(n_src),
+        dst_in_degree=torch.ones(n_dst),
+        dst_global=torch.arange(n_dst),
+    )
 
 
 def _peak_bytes(fn) -> int:
     """The most bytes of CPU tensors alive at once while ``fn`` runs (torch.profiler's memory timeline)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
-                 with_stack=True) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+    ) as prof:
         fn()
     if not hasattr(prof, "_memory_profile"):
         pytest.skip("this torch has no profiler memory timeline")
@@ -136,9 +146,15 @@ def test_the_estimate_bounds_what_a_bin_allocates(kind, backend):
                 proto = _random_block(n_dst, n_src, arcs)
 
                 def one_bin(proto=proto, li=li, a=shape.d_in, model=model):
-                    block = Block(n_dst=proto.n_dst, n_src=proto.n_src, indptr=proto.indptr.clone(),
-                                  indices=proto.indices.clone(), src_out_degree=proto.src_out_degree.clone(),
-                                  dst_in_degree=proto.dst_in_degree.clone(), dst_global=proto.dst_global.clone())
+                    block = Block(
+                        n_dst=proto.n_dst,
+                        n_src=proto.n_src,
+                        indptr=proto.indptr.clone(),
+                        indices=proto.indices.clone(),
+                        src_out_degree=proto.src_out_degree.clone(),
+                        dst_in_degree=proto.dst_in_degree.clone(),
+                        dst_global=proto.dst_global.clone(),
+                    )
                     x = torch.randn(block.n_src, a).requires_grad_(li > 0)
                     y = model.layer_forward(li, block, x, 1, 0.5, 0, True)
                     torch.autograd.backward(y, torch.randn_like(y))
@@ -148,7 +164,15 @@ def test_the_estimate_bounds_what_a_bin_allocates(kind, backend):
                     one_bin()  # compiles the kernels
                     measured = _peak_bytes(one_bin)
                 estimate = cost.bytes(n_dst, n_src, arcs)
-                assert measured <= estimate, (kind, dims, li, backend, (n_dst, n_src, arcs), measured, estimate)
+                assert measured <= estimate, (
+                    kind,
+                    dims,
+                    li,
+                    backend,
+                    (n_dst, n_src, arcs),
+                    measured,
+                    estimate,
+                )
 
 
 # --- the planner and the runtime --------------------------------------------------------------------------------
@@ -161,8 +185,9 @@ def test_a_partition_that_fits_is_one_bin_of_what_it_holds(tiny_store, tmp_path,
     part = tmp_path / "part"
     assert cli_runner.invoke(cli, ["partition", str(tiny_store), "-w", "1", "-o", str(part)]).exit_code == 0
     # bns-gcn's layer memory is CUDA's (it has no --bins-for)
-    r = cli_runner.invoke(cli, ["plan", str(part), "--device-memory", "1GiB", "--bins-for", "cuda",
-                                "-o", str(tmp_path / "g3")])
+    r = cli_runner.invoke(
+        cli, ["plan", str(part), "--device-memory", "1GiB", "--bins-for", "cuda", "-o", str(tmp_path / "g3")]
+    )
     assert r.exit_code == 0, r.output
     r = cli_runner.invoke(cli, ["plan", str(part), "--strategy", "bns-gcn", "-o", str(tmp_path / "bns")])
     assert r.exit_code == 0, r.output
@@ -170,11 +195,15 @@ def test_a_partition_that_fits_is_one_bin_of_what_it_holds(tiny_store, tmp_path,
     bns = json.loads((tmp_path / "bns" / "plan.json").read_text())
     layers = g3["workers"][0]["layers"]
     assert all(layer["num_bins"] == 1 for layer in layers)
-    assert [layer["max_bin_bytes"] for layer in layers] == [e["memory_bytes"] for e in bns["workers"][0]["estimate"]]
+    assert [layer["max_bin_bytes"] for layer in layers] == [
+        e["memory_bytes"] for e in bns["workers"][0]["estimate"]
+    ]
     w = bns["workers"][0]
     assert all(layer["max_bin_sources"] == w["num_owned"] + w["num_remote"] for layer in layers)
     budget = 2 * max(layer["max_bin_bytes"] for layer in layers) // 3
-    r = cli_runner.invoke(cli, ["plan", str(part), "--device-memory", str(budget), "-o", str(tmp_path / "bins")])
+    r = cli_runner.invoke(
+        cli, ["plan", str(part), "--device-memory", str(budget), "-o", str(tmp_path / "bins")]
+    )
     assert r.exit_code == 0, r.output
     cut = json.loads((tmp_path / "bins" / "plan.json").read_text())["workers"][0]["layers"]
     assert max(layer["num_bins"] for layer in cut) >= 3
@@ -217,8 +246,9 @@ def test_bins_sized_for_the_cpu_count_no_message_rows(tiny_store, tmp_path, cli_
 
 @pytest.mark.slow  # trains
 @pytest.mark.parametrize("fit", [True, False])
-def test_backward_auto_keeps_one_bin_layers_only_where_they_fit_the_device_together(tiny_store, tmp_path, cli_runner,
-                                                                                      fit):
+def test_backward_auto_keeps_one_bin_layers_only_where_they_fit_the_device_together(
+    tiny_store, tmp_path, cli_runner, fit
+):
     """`--backward auto` keeps a worker's activations where every layer is one bin — but kept, the layers' bins
     are on the device together: where their sum exceeds the device memory the plan sized them by (each within
     the bin limit, half of it), the worker recomputes instead (read from the trace's backward spans; layer 0
@@ -228,18 +258,43 @@ def test_backward_auto_keeps_one_bin_layers_only_where_they_fit_the_device_toget
     part, probe, plan, run = (tmp_path / n for n in ("part", "probe", "plan", "run"))
     assert cli_runner.invoke(cli, ["partition", str(tiny_store), "-w", "1", "-o", str(part)]).exit_code == 0
     model = ["--layers", "3", "--hidden", "6"]
-    assert cli_runner.invoke(cli, ["plan", str(part), *model, "--device-memory", "1GiB", "-o", str(probe)]).exit_code == 0
-    sizes = [layer["max_bin_bytes"] for layer in json.loads((probe / "plan.json").read_text())["workers"][0]["layers"]]
+    assert (
+        cli_runner.invoke(
+            cli, ["plan", str(part), *model, "--device-memory", "1GiB", "-o", str(probe)]
+        ).exit_code
+        == 0
+    )
+    sizes = [
+        layer["max_bin_bytes"]
+        for layer in json.loads((probe / "plan.json").read_text())["workers"][0]["layers"]
+    ]
     assert sum(sizes) > 2 * max(sizes)  # some device holds each layer's bin, not all three
     memory = str(2 * sum(sizes)) if fit else str(2 * max(sizes))
     r = cli_runner.invoke(cli, ["plan", str(part), *model, "--device-memory", memory, "-o", str(plan)])
     assert r.exit_code == 0, r.output
     layers = json.loads((plan / "plan.json").read_text())["workers"][0]["layers"]
     assert all(layer["num_bins"] == 1 for layer in layers)
-    r = cli_runner.invoke(cli, ["train", str(plan), "--epochs", "2", "--eval-every", "0", "--threads", "1", "--trace",
-                                "-o", str(run)])
+    r = cli_runner.invoke(
+        cli,
+        [
+            "train",
+            str(plan),
+            "--epochs",
+            "2",
+            "--eval-every",
+            "0",
+            "--threads",
+            "1",
+            "--trace",
+            "-o",
+            str(run),
+        ],
+    )
     assert r.exit_code == 0, r.output
-    spans = [e for e in json.loads((run / "trace" / "rank-00000.json").read_text())["traceEvents"]
-             if e["ph"] == "X" and e["cat"] == "compute" and e["args"].get("phase") == "bwd"]
+    spans = [
+        e
+        for e in json.loads((run / "trace" / "rank-00000.json").read_text())["traceEvents"]
+        if e["ph"] == "X" and e["cat"] == "compute" and e["args"].get("phase") == "bwd"
+    ]
     upper = [e["args"]["recomputed"] for e in spans if e["args"]["layer"] > 0]
     assert upper and all(r == (not fit) for r in upper), upper

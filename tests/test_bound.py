@@ -28,8 +28,11 @@ def _graphs(n: int, arcs: list[tuple[int, int]], symmetric: bool):
     pairs = {(u, v) for u, v in arcs if u != v}
     if symmetric:
         pairs |= {(v, u) for u, v in pairs}
-    return _from_arcs(n, np.array([p[0] for p in sorted(pairs)], dtype=np.int64),
-                      np.array([p[1] for p in sorted(pairs)], dtype=np.int64))
+    return _from_arcs(
+        n,
+        np.array([p[0] for p in sorted(pairs)], dtype=np.int64),
+        np.array([p[1] for p in sorted(pairs)], dtype=np.int64),
+    )
 
 
 def _from_arcs(n: int, src: np.ndarray, dst: np.ndarray):
@@ -145,9 +148,16 @@ def _block_store(tmp_path: Path) -> Path:
     dst = np.concatenate([np.tile(hubs, len(shared)), np.roll(ring, 1), ring[:1]])
     n = 1208
     feats = rng.standard_normal((n, 4)).astype(np.float32)
-    source = GraphSource(name="hub-block", num_nodes=n, arcs=lambda: iter([(src, dst)]), path="test",
-                         feat_dim=4, feature_blocks=lambda: iter([feats]), labels=rng.integers(0, 3, n),
-                         num_classes=3)
+    source = GraphSource(
+        name="hub-block",
+        num_nodes=n,
+        arcs=lambda: iter([(src, dst)]),
+        path="test",
+        feat_dim=4,
+        feature_blocks=lambda: iter([feats]),
+        labels=rng.integers(0, 3, n),
+        num_classes=3,
+    )
     out = tmp_path / "store"
     build_store(source, out, IngestOptions(symmetrize=True))
     return out
@@ -155,8 +165,9 @@ def _block_store(tmp_path: Path) -> Path:
 
 def test_partition_reports_an_infeasible_budget(tmp_path):
     store = _block_store(tmp_path)
-    result = CliRunner().invoke(cli, ["partition", str(store), "-w", "4", "-o", str(tmp_path / "p"),
-                                      "--refine-steps", "200000"])
+    result = CliRunner().invoke(
+        cli, ["partition", str(store), "-w", "4", "-o", str(tmp_path / "p"), "--refine-steps", "200000"]
+    )
     assert result.exit_code == 0, result.output
     s = json.loads((tmp_path / "p" / "partition.json").read_text())
     refine = s["refine"]
@@ -201,10 +212,12 @@ def test_cnr2000_budget_is_infeasible_at_8_and_16_workers(tmp_path):
     graphs = load_graphs(GraphStore.open(store))
     for k in (8, 16):
         bound = remote_lower_bound(graphs, k, 1.05)
-        metis_total = int(remote_sizes(graphs.indptr, graphs.indices, metis_partition(graphs, k, seed=0), k).sum())
+        metis_total = int(
+            remote_sizes(graphs.indptr, graphs.indices, metis_partition(graphs, k, seed=0), k).sum()
+        )
         assert bound.total > 1.05 * metis_total, (k, bound.total, metis_total)
         block = max(bound.blocks, key=lambda b: b.bound)
-        rows = [graphs.indices[graphs.indptr[h]:graphs.indptr[h + 1]] for h in block.hubs]
+        rows = [graphs.indices[graphs.indptr[h] : graphs.indptr[h + 1]] for h in block.hubs]
         shared = np.setdiff1d(functools.reduce(np.intersect1d, rows), block.hubs)  # arcs into every hub
         assert len(shared) == block.shared > 0
         limit = 1.05 * graphs.degree.sum() / k

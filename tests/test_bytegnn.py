@@ -22,7 +22,7 @@ from stages.runtime.strategies.bytegnn import CpuMeter, DagRunner, LaunchRule, T
 # --- Algorithm 1 -------------------------------------------------------------------------------------------
 def test_f_cpu_spans_100_to_0_and_is_steep_near_full_use():
     assert f_cpu(0) == pytest.approx(100.0) and f_cpu(100) == 0.0 and f_cpu(150) == 0.0
-    assert f_cpu(50) == pytest.approx(101 - 101 ** 0.5)
+    assert f_cpu(50) == pytest.approx(101 - 101**0.5)
     assert f_cpu(90) - f_cpu(99) > f_cpu(0) - f_cpu(50)  # exponential: most of the drop is near 100 %
 
 
@@ -100,8 +100,14 @@ class FakeStrategy:
             with self.lock:
                 self.log.append((dag.id, kind, cost))
             if remote:
-                return [(FakePending([np.array([dag.id])]), lambda a: self.answers.__setitem__(dag.id, int(a[0][0])))]
+                return [
+                    (
+                        FakePending([np.array([dag.id])]),
+                        lambda a: self.answers.__setitem__(dag.id, int(a[0][0])),
+                    )
+                ]
             return []
+
         return Task(dag, kind, cost, run)
 
     def seed_task(self, dag):
@@ -111,7 +117,11 @@ class FakeStrategy:
     def released(self, task):
         dag = task.dag
         if task.kind == "seed":
-            return [self._task(dag, "fetch", 5), self._task(dag, "fetch", 1), self._task(dag, "fetch", 3, remote=True)]
+            return [
+                self._task(dag, "fetch", 5),
+                self._task(dag, "fetch", 1),
+                self._task(dag, "fetch", 3, remote=True),
+            ]
         dag.open_fetches -= 1
         if dag.open_fetches == 0:
             end = self._task(dag, "end", 0)
@@ -121,6 +131,7 @@ class FakeStrategy:
                 inner()
                 dag.result = SimpleNamespace(seconds={"sample": 0.0}, step=dag.id)
                 return []
+
             end.run = run
             return [end]
         return []
@@ -150,7 +161,9 @@ def test_a_failing_task_reaches_the_trainer():
     def broken(dag):
         def run():
             raise ValueError("no such node")
+
         return Task(dag, "seed", 0, run)
+
     fake.seed_task = broken
     runner = DagRunner(fake, epoch=0)
     runner.start()
@@ -171,8 +184,25 @@ def part(store, tmp_path_factory):
 
 
 def _plan(part, out, strategy, *extra):
-    r = invoke(["plan", str(part), "--strategy", strategy, "--hidden", "6", "--fanouts", "3,2", "--batch-size", "20",
-                "--batch-order", "local", *extra, "-o", str(out)])
+    r = invoke(
+        [
+            "plan",
+            str(part),
+            "--strategy",
+            strategy,
+            "--hidden",
+            "6",
+            "--fanouts",
+            "3,2",
+            "--batch-size",
+            "20",
+            "--batch-order",
+            "local",
+            *extra,
+            "-o",
+            str(out),
+        ]
+    )
     assert r.exit_code == 0, r.output
     return out
 
@@ -182,8 +212,12 @@ def test_scheduler_knobs_belong_to_g3_train(part, tmp_path):
     assert r.exit_code == 2 and "--scheduler" in r.output, r.output
     plan = _plan(part, tmp_path / "pb", "bytegnn")
     assert "scheduler" not in json.loads((plan / "plan.json").read_text())["strategy"]["options"]
-    for bad, what in [(("--max-dags", "0"), "--max-dags must be >= 1"), (("--sample-threads", "0"), "--sample-threads"),
-                      (("--task-nodes", "0"), "--task-nodes"), (("--launch-sigma", "-1"), "--launch-sigma")]:
+    for bad, what in [
+        (("--max-dags", "0"), "--max-dags must be >= 1"),
+        (("--sample-threads", "0"), "--sample-threads"),
+        (("--task-nodes", "0"), "--task-nodes"),
+        (("--launch-sigma", "-1"), "--launch-sigma"),
+    ]:
         r = invoke(["train", str(plan), "--workers", "2", *bad, "-o", str(tmp_path / "r")])
         assert r.exit_code == 2 and what in r.output, (bad, r.output)
     dd = _plan(part, tmp_path / "pd", "distdgl")
@@ -196,9 +230,31 @@ def test_gcn_on_a_replicated_topology_equals_distdgl_bitwise(part, tmp_path):
     for strategy, extra in [("distdgl", ()), ("bytegnn", ("--launch-sigma", "0", "--task-nodes", "7"))]:
         plan = _plan(part, tmp_path / f"p-{strategy}", strategy, "--model", "gcn", "--topology", "replicated")
         run = tmp_path / f"r-{strategy}"
-        r = invoke(["train", str(plan), "--epochs", "2", "--lr", "0.02", "--dropout", "0.3", "--seed", "7",
-                    "--workers", "2", "--dtype", "float64", "--eval-every", "0", "--threads", "1", *extra,
-                    "-o", str(run)])
+        r = invoke(
+            [
+                "train",
+                str(plan),
+                "--epochs",
+                "2",
+                "--lr",
+                "0.02",
+                "--dropout",
+                "0.3",
+                "--seed",
+                "7",
+                "--workers",
+                "2",
+                "--dtype",
+                "float64",
+                "--eval-every",
+                "0",
+                "--threads",
+                "1",
+                *extra,
+                "-o",
+                str(run),
+            ]
+        )
         assert r.exit_code == 0, r.output
         finals[strategy] = torch.load(run / "model.pt", weights_only=True)
         records[strategy] = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
@@ -208,7 +264,10 @@ def test_gcn_on_a_replicated_topology_equals_distdgl_bitwise(part, tmp_path):
     assert max(w["ready_tasks_max"] for w in workers) >= 2
     # tasks ran on the pool's threads at once (their sampling kernels release the GIL), and requests were out
     # while other tasks ran; never more at once than the pool has threads (2 by default)
-    assert 1 <= max(w["running_tasks_max"] for w in workers) <= 2 and max(w["awaiting_tasks_max"] for w in workers) >= 1
+    assert (
+        1 <= max(w["running_tasks_max"] for w in workers) <= 2
+        and max(w["awaiting_tasks_max"] for w in workers) >= 1
+    )
     # the same remote rows as distdgl, asked of their owners (features0 requests) instead of a collective
     assert [w["fetched_rows"] for w in workers] == [w["fetched_rows"] for w in records["distdgl"]["workers"]]
     assert all(w["bytes_sent_per_phase"].get("features0-ids", 0) > 0 for w in workers)
@@ -216,8 +275,19 @@ def test_gcn_on_a_replicated_topology_equals_distdgl_bitwise(part, tmp_path):
     # first come, first served
     assert all(w["served_queued"] > 0 and w["served_queued_max"] >= 1 for w in workers)
     assert all("served_queued" not in w for w in records["distdgl"]["workers"])
-    r = invoke(["simulate", str(tmp_path / "p-bytegnn"), "--run", str(tmp_path / "r-bytegnn"), "--scaling", "2,4",
-                "-o", str(tmp_path / "sim"), "--json"])
+    r = invoke(
+        [
+            "simulate",
+            str(tmp_path / "p-bytegnn"),
+            "--run",
+            str(tmp_path / "r-bytegnn"),
+            "--scaling",
+            "2,4",
+            "-o",
+            str(tmp_path / "sim"),
+            "--json",
+        ]
+    )
     assert r.exit_code == 0, r.output
     sim = json.loads((tmp_path / "sim" / "simulate.json").read_text())
     assert [x["system"] for x in sim["systems"]] == ["bytegnn", "bytegnn-off"]
@@ -231,10 +301,27 @@ def test_simulated_scheduler_overlaps_dags_and_threads():
     from stages.simulate.bytegnn import SchedulerProfile, simulate_bytegnn
     from stages.simulate.minibatch import MiniBatchProfile
 
-    p = MiniBatchProfile(strategy="bytegnn", workers=2, order="local", batch_size=10, fanouts=[2, 2], feat_dim=4,
-                         num_train=100, num_params=10, arcs_per_step=1000, rows_per_step=100, remote_share=0.5,
-                         t_sample=0.0, t_gather=0.0, t_compute=1e-6, prefetch=True, measured_epoch_seconds=1.0)
-    s = SchedulerProfile(threads=4, max_dags=2, scheduler=True, t_task=1e-5, dags_in_flight_max=2, ready_tasks_max=9)
+    p = MiniBatchProfile(
+        strategy="bytegnn",
+        workers=2,
+        order="local",
+        batch_size=10,
+        fanouts=[2, 2],
+        feat_dim=4,
+        num_train=100,
+        num_params=10,
+        arcs_per_step=1000,
+        rows_per_step=100,
+        remote_share=0.5,
+        t_sample=0.0,
+        t_gather=0.0,
+        t_compute=1e-6,
+        prefetch=True,
+        measured_epoch_seconds=1.0,
+    )
+    s = SchedulerProfile(
+        threads=4, max_dags=2, scheduler=True, t_task=1e-5, dags_in_flight_max=2, ready_tasks_max=9
+    )
     inf = float("inf")
     # 5 steps of 0.01 CPU s of tasks: 4 threads, no network: 0.0025 s a step; off: 0.01
     on = simulate_bytegnn(p, s, 2, inf, 0.0, scheduler=True)

@@ -25,10 +25,17 @@ def base(tmp_path_factory):
 
 
 @pytest.mark.slow
-@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
-@given(kind=st.sampled_from(corruption.KINDS), damage=st.sampled_from(corruption.DAMAGES),
-       seed=st.integers(0, 2**32 - 1))
+@settings(
+    max_examples=8,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    kind=st.sampled_from(corruption.KINDS),
+    damage=st.sampled_from(corruption.DAMAGES),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_random_damage_is_refused_by_the_command_that_reads_it(base, tmp_path_factory, kind, damage, seed):
     """Eight drawn cases, the same on every run (derandomized: CI is not a lottery); the sweep of
     tests/corruption.py explores many more, with other seeds (docs/BENCHMARKS.md)."""
@@ -40,8 +47,17 @@ def test_random_damage_is_refused_by_the_command_that_reads_it(base, tmp_path_fa
 
 def test_a_sealed_json_refuses_any_edit(tmp_path):
     f = tmp_path / "plan.json"
-    meta = sealed({"num_workers": 2, "partition": {}, "store": {}, "config": {}, "layers": [], "widths": [],
-                   "workers": []})
+    meta = sealed(
+        {
+            "num_workers": 2,
+            "partition": {},
+            "store": {},
+            "config": {},
+            "layers": [],
+            "widths": [],
+            "workers": [],
+        }
+    )
     f.write_text(json.dumps(meta))
     assert read_json_file(f)["num_workers"] == 2
     meta["num_workers"] = 3  # still a valid value: only the seal tells

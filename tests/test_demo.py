@@ -14,10 +14,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_demo_script_runs_the_whole_pipeline(tmp_path):
     g3 = Path(sys.executable).parent / "g3"
-    env = dict(os.environ, DEMO_DIR=str(tmp_path), DEMO_PRESET="tiny", DEMO_WORKERS="2", DEMO_EPOCHS="3", G3=str(g3),
-               PYTHON=sys.executable)
-    proc = subprocess.run(["bash", str(REPO / "examples" / "demo.sh")], env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = dict(
+        os.environ,
+        DEMO_DIR=str(tmp_path),
+        DEMO_PRESET="tiny",
+        DEMO_WORKERS="2",
+        DEMO_EPOCHS="3",
+        G3=str(g3),
+        PYTHON=sys.executable,
+    )
+    proc = subprocess.run(
+        ["bash", str(REPO / "examples" / "demo.sh")], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "demo done" in proc.stdout
     run = tmp_path / "tiny.part-g3-2.plan-sage.run"

@@ -25,8 +25,20 @@ from stages.runtime.device.op_counter import OpCounter
 
 HIDDEN, EPOCHS = 16, 3
 FULL_GRAPH = ("g3", "bns-gcn", "neutrontp")  # whose step is one full-graph pass, like PyG's
-TRAIN = ("--epochs", str(EPOCHS), "--lr", "0.02", "--dropout", "0.3", "--seed", "7", "--eval-every", "0",
-         "--threads", "1")
+TRAIN = (
+    "--epochs",
+    str(EPOCHS),
+    "--lr",
+    "0.02",
+    "--dropout",
+    "0.3",
+    "--seed",
+    "7",
+    "--eval-every",
+    "0",
+    "--threads",
+    "1",
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +52,27 @@ def plans(store, tmp_path_factory):
             method = STRATEGIES[strategy].methods[0]
             part = root / f"part-{method}-{k}"
             if not part.exists():
-                r = invoke(["partition", str(store), "--workers", str(k), "--method", method, "-o", str(part),
-                            "--seed", "1"])
+                r = invoke(
+                    [
+                        "partition",
+                        str(store),
+                        "--workers",
+                        str(k),
+                        "--method",
+                        method,
+                        "-o",
+                        str(part),
+                        "--seed",
+                        "1",
+                    ]
+                )
                 assert r.exit_code == 0, r.output
             plan = root / f"plan-{strategy}-{k}"
             r = invoke(["plan", str(part), "--strategy", strategy, "--hidden", str(HIDDEN), "-o", str(plan)])
             assert r.exit_code == 0, r.output
             made[(strategy, k)] = plan
         return made[(strategy, k)]
+
     return get
 
 
@@ -73,7 +98,14 @@ def test_count_ops_counts_one_steady_step_and_its_synchronisations(plans, tmp_pa
     """`--count-ops`: the figures appear in the counted epoch's record only (the second), per worker, and add up."""
     run = train(plans("g3", 2), tmp_path / "run", "--residency", "device", "--count-ops")
     recs = records(run)
-    assert [("ops_per_step" in w) for r in recs for w in r["workers"]] == [False, False, True, True, False, False]
+    assert [("ops_per_step" in w) for r in recs for w in r["workers"]] == [
+        False,
+        False,
+        True,
+        True,
+        False,
+        False,
+    ]
     for w in recs[1]["workers"]:
         assert w["ops_per_step"] == sum(w["ops_by_name"].values()) > 0
         assert w["sync_ops_per_step"] == sum(w["sync_ops_by_name"].values())
@@ -116,7 +148,10 @@ def test_a_full_graph_step_costs_no_more_than_pygs(store, plans, tmp_path, strat
     pyg = pyg_step_counts(store, HIDDEN, 0.3)
     run = train(plans(strategy, 1), tmp_path / "run", "--residency", "device", "--count-ops")
     ours = records(run)[1]["workers"][0]
-    assert ours["sync_ops_per_step"] <= pyg["sync_ops_per_step"], (ours["sync_ops_by_name"], pyg["sync_ops_by_name"])
+    assert ours["sync_ops_per_step"] <= pyg["sync_ops_per_step"], (
+        ours["sync_ops_by_name"],
+        pyg["sync_ops_by_name"],
+    )
     assert ours["ops_per_step"] <= 2 * pyg["ops_per_step"], (ours["ops_by_name"], pyg["ops_by_name"])
 
 
@@ -125,11 +160,15 @@ def test_the_counter_sees_what_synchronises():
     shape arithmetic, index gathers with integer ids and a repeat with its output size do not."""
     x, ids, mask = torch.arange(6.0), torch.tensor([0, 2]), torch.tensor([True, False] * 3)
     cases = {
-        "item": (lambda: x.sum().item(), 1), "int": (lambda: int(x[0]), 1), "nonzero": (lambda: mask.nonzero(), 1),
-        "unique": (lambda: torch.unique(ids), 1), "mask": (lambda: x[mask], 1),
+        "item": (lambda: x.sum().item(), 1),
+        "int": (lambda: int(x[0]), 1),
+        "nonzero": (lambda: mask.nonzero(), 1),
+        "unique": (lambda: torch.unique(ids), 1),
+        "mask": (lambda: x[mask], 1),
         "repeat without size": (lambda: torch.repeat_interleave(ids, ids), 1),
         "repeat with size": (lambda: torch.repeat_interleave(ids, ids, output_size=2), 0),
-        "gather": (lambda: x.index_select(0, ids) * 2, 0), "shape": (lambda: x.reshape(2, 3).shape[0] + len(x), 0),
+        "gather": (lambda: x.index_select(0, ids) * 2, 0),
+        "shape": (lambda: x.reshape(2, 3).shape[0] + len(x), 0),
     }
     for name, (run, syncs) in cases.items():
         with OpCounter("cpu") as c:
@@ -145,18 +184,25 @@ def test_the_plan_records_whether_each_partition_fits_the_device(store, tmp_path
     from stages.plan.residency import resident_bytes
 
     part = tmp_path / "part"
-    assert invoke(["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code == 0
+    assert (
+        invoke(["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code
+        == 0
+    )
     for strategy in ("g3", "bns-gcn", "distdgl"):
         for memory, mode in (("1GiB", "device"), ("64KiB", "host")):
             plan = tmp_path / f"{strategy}-{memory}"
-            r = invoke(["plan", str(part), "--strategy", strategy, "--device-memory", memory, "-o", str(plan)])
+            r = invoke(
+                ["plan", str(part), "--strategy", strategy, "--device-memory", memory, "-o", str(plan)]
+            )
             assert r.exit_code == 0, r.output
             assert "on the device: " in r.output
             meta = json.loads((plan / "plan.json").read_text())
             for w in meta["workers"]:
                 res = w["residency"]
                 arcs = len(np.load(part / f"part-{w['rank']:05d}" / "indices.npy"))
-                n_own, n_rem = (len(np.load(part / f"part-{w['rank']:05d}" / f"{a}.npy")) for a in ("owned", "remote"))
+                n_own, n_rem = (
+                    len(np.load(part / f"part-{w['rank']:05d}" / f"{a}.npy")) for a in ("owned", "remote")
+                )
                 need = resident_bytes(ModelSpec.from_plan(meta), n_own, n_rem, arcs)
                 assert res["bytes"] == need and res["mode"] == mode
                 assert res["device_memory"] == {"1GiB": 2**30, "64KiB": 2**16}[memory]
@@ -169,7 +215,9 @@ def test_residency_follows_the_plan_on_a_gpu_and_the_option_anywhere():
     gpu, cpu = RuntimeConfig(device="cuda"), RuntimeConfig(device="cpu")
     assert gpu.resident("device") and gpu.resident(None) and not gpu.resident("host")
     assert not cpu.resident("device")  # the CPU's own kernels unless asked
-    assert RuntimeConfig(residency="device").resident("host") and not RuntimeConfig(device="cuda", residency="host").resident("device")
+    assert RuntimeConfig(residency="device").resident("host") and not RuntimeConfig(
+        device="cuda", residency="host"
+    ).resident("device")
 
 
 def test_distdgl_alone_samples_on_the_device(plans, tmp_path):
@@ -178,8 +226,17 @@ def test_distdgl_alone_samples_on_the_device(plans, tmp_path):
     hop (the picks' and the new sources' counts) besides Adam's step counters."""
     plan = plans("distdgl", 1)
     host = train(plan, tmp_path / "host", "--dtype", "float64")
-    device = train(plan, tmp_path / "device", "--dtype", "float64", "--residency", "device", "--prefetch", "off",
-                   "--count-ops")
+    device = train(
+        plan,
+        tmp_path / "device",
+        "--dtype",
+        "float64",
+        "--residency",
+        "device",
+        "--prefetch",
+        "off",
+        "--count-ops",
+    )
     assert max_weight_diff(*(torch.load(r / "model.pt", weights_only=True) for r in (host, device))) <= 1e-9
     step = records(device)[1]["workers"][0]
     layers, params = 2, 6  # SAGE: two weights and a bias per layer, each with Adam's step counter
@@ -187,19 +244,47 @@ def test_distdgl_alone_samples_on_the_device(plans, tmp_path):
     assert step["sync_ops_per_step"] == params + 2 * layers, step["sync_ops_by_name"]
 
 
-@pytest.mark.parametrize("model, options", [("sage", ("--batch-order", "split")), ("gcn", ()),
-                                            ("sage", ("--batch-order", "global", "--topology", "replicated"))])
+@pytest.mark.parametrize(
+    "model, options",
+    [
+        ("sage", ("--batch-order", "split")),
+        ("gcn", ()),
+        ("sage", ("--batch-order", "global", "--topology", "replicated")),
+    ],
+)
 def test_distdgl_with_peers_samples_on_the_device(plans, tmp_path, model, options):
     """Resident distdgl workers with a peer draw their own nodes and gather their own rows on the device while
     the peer's are asked of it (split batches: targets the other worker owns; GCN: degrees in the replies;
     replicated: every draw here, only rows asked): the host sampler's model, relabelled on the device."""
     plan = tmp_path / "plan"
-    r = invoke(["plan", str(plans("distdgl", 2).parent / "part-distdgl-2"), "--strategy", "distdgl", "--model", model,
-                "--hidden", str(HIDDEN), *options, "-o", str(plan)])
+    r = invoke(
+        [
+            "plan",
+            str(plans("distdgl", 2).parent / "part-distdgl-2"),
+            "--strategy",
+            "distdgl",
+            "--model",
+            model,
+            "--hidden",
+            str(HIDDEN),
+            *options,
+            "-o",
+            str(plan),
+        ]
+    )
     assert r.exit_code == 0, r.output
     host = train(plan, tmp_path / "host", "--dtype", "float64")
-    device = train(plan, tmp_path / "device", "--dtype", "float64", "--residency", "device", "--prefetch", "off",
-                   "--count-ops")
+    device = train(
+        plan,
+        tmp_path / "device",
+        "--dtype",
+        "float64",
+        "--residency",
+        "device",
+        "--prefetch",
+        "off",
+        "--count-ops",
+    )
     assert max_weight_diff(*(torch.load(r / "model.pt", weights_only=True) for r in (host, device))) <= 1e-9
     # read back per step: Adam's step counters; per hop the relabel's new sources, the picks' count and (rows
     # split between workers) how many of the hop's nodes are here; how many input rows are here; and in the
@@ -212,9 +297,15 @@ def test_distdgl_with_peers_samples_on_the_device(plans, tmp_path, model, option
         assert worker["sync_ops_per_step"] == expected, worker["sync_ops_by_name"]
 
 
-@pytest.mark.parametrize("strategy, options", [("p3", ("--model", "gcn")), ("hopgnn", ("--pregather", "off")),
-                                               ("hopgnn", ("--pregather", "on", "--batch-size", "64")),
-                                               ("bytegnn", ("--model", "gcn"))])
+@pytest.mark.parametrize(
+    "strategy, options",
+    [
+        ("p3", ("--model", "gcn")),
+        ("hopgnn", ("--pregather", "off")),
+        ("hopgnn", ("--pregather", "on", "--batch-size", "64")),
+        ("bytegnn", ("--model", "gcn")),
+    ],
+)
 def test_p3_hopgnn_and_bytegnn_sample_on_the_device(plans, tmp_path, strategy, options):
     """p3 and hopgnn prepare their steps with distdgl's device sampler when resident: p3's layer-1 structure
     leaves the device only to be pushed to its peers, hopgnn's pre-gathered union is made there; bytegnn's DAG
@@ -222,8 +313,19 @@ def test_p3_hopgnn_and_bytegnn_sample_on_the_device(plans, tmp_path, strategy, o
     sampler's model, and a relabel on the device per hop (per time step, for hopgnn's micrographs)."""
     plan = tmp_path / "plan"
     method = STRATEGIES[strategy].methods[0]
-    r = invoke(["plan", str(plans(strategy, 2).parent / f"part-{method}-2"), "--strategy", strategy,
-                "--hidden", str(HIDDEN), *options, "-o", str(plan)])
+    r = invoke(
+        [
+            "plan",
+            str(plans(strategy, 2).parent / f"part-{method}-2"),
+            "--strategy",
+            strategy,
+            "--hidden",
+            str(HIDDEN),
+            *options,
+            "-o",
+            str(plan),
+        ]
+    )
     assert r.exit_code == 0, r.output
     host = train(plan, tmp_path / "host", "--dtype", "float64")
     # bytegnn samples on its pool's threads, which the compute thread's counter does not see
@@ -234,8 +336,9 @@ def test_p3_hopgnn_and_bytegnn_sample_on_the_device(plans, tmp_path, strategy, o
     assert {w["sampling_on"] for w in records(device)[-1]["workers"]} == {"device"}
     for worker in records(device)[1]["workers"] if in_step else []:
         assert worker["sync_ops_by_name"].get("_unique2", 0) >= 2, worker["sync_ops_by_name"]
-    assert [w.get("feature_misses") for w in records(host)[-1]["workers"]] == \
-        [w.get("feature_misses") for w in records(device)[-1]["workers"]]
+    assert [w.get("feature_misses") for w in records(host)[-1]["workers"]] == [
+        w.get("feature_misses") for w in records(device)[-1]["workers"]
+    ]
 
 
 @pytest.mark.parametrize("model", ["sage", "gcn"])
@@ -244,26 +347,75 @@ def test_clustergcn_induces_its_subgraphs_on_the_device(store, plans, tmp_path, 
     model as the host's subgraphs, GCN's subgraph degrees included, and a step reads back four sizes (its
     nodes', its arcs' before and after the cut, its targets') besides Adam's step counters."""
     plan = tmp_path / "plan"
-    r = invoke(["plan", str(plans("clustergcn", 1).parent / "part-metis-1"), "--strategy", "clustergcn", "--model",
-                model, "--hidden", str(HIDDEN), "--clusters", "6", "--clusters-per-batch", "2", "-o", str(plan)])
+    r = invoke(
+        [
+            "plan",
+            str(plans("clustergcn", 1).parent / "part-metis-1"),
+            "--strategy",
+            "clustergcn",
+            "--model",
+            model,
+            "--hidden",
+            str(HIDDEN),
+            "--clusters",
+            "6",
+            "--clusters-per-batch",
+            "2",
+            "-o",
+            str(plan),
+        ]
+    )
     assert r.exit_code == 0, r.output
     host = train(plan, tmp_path / "host", "--dtype", "float64")
-    device = train(plan, tmp_path / "device", "--dtype", "float64", "--residency", "device", "--prefetch", "off",
-                   "--count-ops")
+    device = train(
+        plan,
+        tmp_path / "device",
+        "--dtype",
+        "float64",
+        "--residency",
+        "device",
+        "--prefetch",
+        "off",
+        "--count-ops",
+    )
     assert max_weight_diff(*(torch.load(r / "model.pt", weights_only=True) for r in (host, device))) <= 1e-9
     step = records(device)[1]["workers"][0]
     params = 6 if model == "sage" else 4  # SAGE: two weights and a bias per layer; GCN: a weight and a bias
     assert step["sync_ops_per_step"] == params + 4, step["sync_ops_by_name"]
 
 
-@pytest.mark.parametrize("strategy, knobs", [("distdgl", ("--micro-batches", "2")), ("bytegnn", ("--scheduler", "off")),
-                                             ("p3", ()), ("hopgnn", ()), ("clustergcn", ()), ("sancus", ())])
+@pytest.mark.parametrize(
+    "strategy, knobs",
+    [
+        ("distdgl", ("--micro-batches", "2")),
+        ("bytegnn", ("--scheduler", "off")),
+        ("p3", ()),
+        ("hopgnn", ()),
+        ("clustergcn", ()),
+        ("sancus", ()),
+    ],
+)
 def test_eval_at_another_worker_count_whatever_knobs_the_run_had(plans, tmp_path, strategy, knobs):
     """`g3 eval RUN --workers K'` evaluates with the full-graph evaluator's plan, so none of the run's strategy
     knobs carry over to it (issue 51 §2: a distdgl run's --micro-batches was refused there)."""
     run = tmp_path / "run"
-    r = invoke(["train", str(plans(strategy, 2)), "--workers", "2", "--epochs", "1", "--threads", "1",
-                "--eval-every", "0", *knobs, "-o", str(run)])
+    r = invoke(
+        [
+            "train",
+            str(plans(strategy, 2)),
+            "--workers",
+            "2",
+            "--epochs",
+            "1",
+            "--threads",
+            "1",
+            "--eval-every",
+            "0",
+            *knobs,
+            "-o",
+            str(run),
+        ]
+    )
     assert r.exit_code == 0, r.output
     r = invoke(["eval", str(run), "--workers", "1"])
     assert r.exit_code == 0, r.output

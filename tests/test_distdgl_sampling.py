@@ -34,7 +34,9 @@ def power_law_csr(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return indptr, nbrs
 
 
-def start_services(handlers_of, k: int, timeout: float = 10.0, serve_threads: int = 0) -> list[SamplingService]:
+def start_services(
+    handlers_of, k: int, timeout: float = 10.0, serve_threads: int = 0
+) -> list[SamplingService]:
     """K services in this process, worker w serving ``handlers_of(w)``."""
     addresses: list = [None] * k
     barrier = threading.Barrier(k)
@@ -45,8 +47,17 @@ def start_services(handlers_of, k: int, timeout: float = 10.0, serve_threads: in
             addresses[w] = own
             barrier.wait()
             return list(addresses)
-        services[w] = SamplingService(w, k, handlers_of(w), CommStats(), Tracer(w), timeout, exchange=exchange,
-                                      serve_threads=serve_threads)
+
+        services[w] = SamplingService(
+            w,
+            k,
+            handlers_of(w),
+            CommStats(),
+            Tracer(w),
+            timeout,
+            exchange=exchange,
+            serve_threads=serve_threads,
+        )
 
     threads = [threading.Thread(target=start, args=(w,)) for w in range(k)]
     for t in threads:
@@ -82,6 +93,7 @@ def test_owners_answer_requests_from_several_threads_with_replies_sized_by_the_d
                 raise ValueError(f"asked to sample nodes worker {w} does not own")
             c, p = sample_rows(indptr, nbrs, ids, ids, fanout, key)
             return [c.astype(np.int32), p.astype(np.int32)]
+
         return {"sample": sample}
 
     services = start_services(handlers_of, k)
@@ -93,9 +105,13 @@ def test_owners_answer_requests_from_several_threads_with_replies_sized_by_the_d
                 for step in range(5):
                     key = sample_key(7, thread, step, 1)
                     for fanout in (3, -1):
-                        ids = {q: np.flatnonzero(owner == q)[thread::4][: 30 + step] for q in range(k) if q != w}
-                        pending = {q: services[w].submit(q, "sample", [fanout, signed64(key)],
-                                                          [i.astype(np.int32)]) for q, i in ids.items()}
+                        ids = {
+                            q: np.flatnonzero(owner == q)[thread::4][: 30 + step] for q in range(k) if q != w
+                        }
+                        pending = {
+                            q: services[w].submit(q, "sample", [fanout, signed64(key)], [i.astype(np.int32)])
+                            for q, i in ids.items()
+                        }
                         for q, p in pending.items():
                             c, picks = p.result()
                             want = sample_rows(indptr, nbrs, ids[q], ids[q], fanout, key)
@@ -109,6 +125,7 @@ def test_owners_answer_requests_from_several_threads_with_replies_sized_by_the_d
         for t in threads:
             t.join()
         assert not errors, errors[0]
+
         def two_worker_sample(params, arrays):
             ids = arrays[0].astype(np.int64)
             c, p = sample_rows(indptr, nbrs, ids, ids, int(params[0]), int(params[1]))
@@ -129,8 +146,11 @@ def test_owners_answer_requests_from_several_threads_with_replies_sized_by_the_d
             for s in one:
                 s.close()
         # the asker names the owner and the owner's error
-        with pytest.raises(RuntimeError, match="worker 2 failed to answer a sample request: ValueError: asked to "
-                                               "sample nodes worker 2 does not own"):
+        with pytest.raises(
+            RuntimeError,
+            match="worker 2 failed to answer a sample request: ValueError: asked to "
+            "sample nodes worker 2 does not own",
+        ):
             services[0].submit(2, "sample", [3, 1], [np.array([0], dtype=np.int32)]).result()
         with pytest.raises(RuntimeError, match="KeyError"):
             services[0].submit(1, "nothing", [], []).result()
@@ -146,6 +166,7 @@ def test_a_silent_owner_times_out_and_close_ends_every_thread_at_once():
         def slow(params, arrays):
             release.wait(5)
             return [arrays[0]]
+
         return {"slow": slow, "echo": lambda params, arrays: [arrays[0]]}
 
     services = start_services(handlers_of, 2, timeout=0.5)
@@ -182,6 +203,7 @@ def test_a_scheduling_owner_answers_queued_requests_by_priority(serve_threads):
                 started.set()
                 gate.wait(5)
             return [arrays[0]]
+
         return {"work": work}
 
     services = start_services(handlers_of, 2, serve_threads=serve_threads)
@@ -195,7 +217,9 @@ def test_a_scheduling_owner_answers_queued_requests_by_priority(serve_threads):
         for n, i in enumerate((3, 1, 2), start=2):
             later.append(ask.submit(1, "work", [i], [np.arange(i)], priority=(i, 10 - i)))
             deadline = time.perf_counter() + 5
-            while serve_threads and services[1].schedule_stats["queued"] < n and time.perf_counter() < deadline:
+            while (
+                serve_threads and services[1].schedule_stats["queued"] < n and time.perf_counter() < deadline
+            ):
                 time.sleep(0.005)
         if serve_threads:
             assert order == [0]  # the others wait in the queue
@@ -226,7 +250,7 @@ def even_split_by_hand(train: list[np.ndarray]) -> list[list[int]]:
     by_size = sorted(range(k), key=lambda w: (-len(train[w]), w))
     share = [n // k + (1 if by_size.index(w) < n % k else 0) for w in range(k)]
     kept = [sorted(t.tolist())[: share[w]] for w, t in enumerate(train)]
-    given = [v for w, t in enumerate(train) for v in sorted(t.tolist())[share[w]:]]
+    given = [v for w, t in enumerate(train) for v in sorted(t.tolist())[share[w] :]]
     for w in range(k):
         while len(kept[w]) < share[w]:
             kept[w].append(given.pop(0))
@@ -294,6 +318,7 @@ def test_scheduled_serving_does_not_hold_a_large_reply_the_asker_reads_later():
 
         def large(params, arrays):
             return [big]
+
         return {"gated": gated, "large": large}
 
     services = start_services(handlers_of, 2, timeout=8.0, serve_threads=1)

@@ -53,13 +53,22 @@ TEXT_CASES = {
     "spaces": "\n".join(f"{s} {d}" for s, d in zip(SRC, DST, strict=True)) + "\n",
     "tabs_no_final_newline": "\n".join(f"{s}\t{d}" for s, d in zip(SRC, DST, strict=True)),
     "csv": "\n".join(f"{s},{d}" for s, d in zip(SRC, DST, strict=True)) + "\n",
-    "csv_spaces_header": "source, target\n" + "\n".join(f"{s}, {d}" for s, d in zip(SRC, DST, strict=True)) + "\n",
+    "csv_spaces_header": "source, target\n"
+    + "\n".join(f"{s}, {d}" for s, d in zip(SRC, DST, strict=True))
+    + "\n",
     "snap_comments": "# Directed graph\n# Nodes: 6 Edges: 8\n# FromNodeId\tToNodeId\n"
-    + "\n".join(f"{s}\t{d}" for s, d in zip(SRC, DST, strict=True)) + "\n",
-    "konect_weights": "% sym unweighted\n% 8 6 6\n" + "\n".join(f"{s} {d} 1 {i}" for i, (s, d) in enumerate(zip(SRC, DST, strict=True))),
-    "ragged_whitespace": "  src   dst  \n\n" + "\n".join(f"  {s}  \t {d}   " for s, d in zip(SRC, DST, strict=True)) + "\n\n\n",
+    + "\n".join(f"{s}\t{d}" for s, d in zip(SRC, DST, strict=True))
+    + "\n",
+    "konect_weights": "% sym unweighted\n% 8 6 6\n"
+    + "\n".join(f"{s} {d} 1 {i}" for i, (s, d) in enumerate(zip(SRC, DST, strict=True))),
+    "ragged_whitespace": "  src   dst  \n\n"
+    + "\n".join(f"  {s}  \t {d}   " for s, d in zip(SRC, DST, strict=True))
+    + "\n\n\n",
     "crlf": "\r\n".join(f"{s} {d}" for s, d in zip(SRC, DST, strict=True)) + "\r\n",
-    "mid_comments": "\n".join(f"{s} {d}\n# note {i}\n\n% x" for i, (s, d) in enumerate(zip(SRC, DST, strict=True))) + "\n",
+    "mid_comments": "\n".join(
+        f"{s} {d}\n# note {i}\n\n% x" for i, (s, d) in enumerate(zip(SRC, DST, strict=True))
+    )
+    + "\n",
 }
 
 
@@ -130,7 +139,9 @@ def edge_text(draw):
     if draw(st.booleans()):
         header = "src,dst" if comma else "from to"
         # the header comes before the first data line, after any leading comments
-        first_data = next((i for i, ln in enumerate(lines) if ln.strip() and ln.strip()[0] not in "#%"), len(lines))
+        first_data = next(
+            (i for i, ln in enumerate(lines) if ln.strip() and ln.strip()[0] not in "#%"), len(lines)
+        )
         lines.insert(draw(st.integers(0, first_data)), header)
     text = eol.join(lines) + (eol if draw(st.booleans()) else "")
     return text, np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), n
@@ -225,14 +236,28 @@ EDGE_INDEX = np.stack([SRC, DST])
 
 @pytest.mark.parametrize(
     "kind",
-    ["npy_2xE", "npy_Ex2", "npy_int32", "npy_fortran", "npz_key", "npz_single", "npz_compressed", "npz_compressed_Ex2",
-     "npz_compressed_fortran", "h5"],
+    [
+        "npy_2xE",
+        "npy_Ex2",
+        "npy_int32",
+        "npy_fortran",
+        "npz_key",
+        "npz_single",
+        "npz_compressed",
+        "npz_compressed_Ex2",
+        "npz_compressed_fortran",
+        "h5",
+    ],
 )
 def test_edge_arrays(tmp_path, small_blocks, kind):
     if kind.startswith("npy"):
         p = tmp_path / "e.npy"
-        arr = {"npy_2xE": EDGE_INDEX, "npy_Ex2": EDGE_INDEX.T.copy(), "npy_int32": EDGE_INDEX.astype(np.int32),
-               "npy_fortran": np.asfortranarray(EDGE_INDEX)}[kind]
+        arr = {
+            "npy_2xE": EDGE_INDEX,
+            "npy_Ex2": EDGE_INDEX.T.copy(),
+            "npy_int32": EDGE_INDEX.astype(np.int32),
+            "npy_fortran": np.asfortranarray(EDGE_INDEX),
+        }[kind]
         np.save(p, arr)
         spec = p
     elif kind == "npz_key":
@@ -272,7 +297,9 @@ def test_edge_array_out_of_range_names_index(tmp_path, small_blocks, save):
     else:
         p = tmp_path / "e.npz"
         np.savez_compressed(p, edge_index=bad)
-    with pytest.raises(G3InputError, match=r"node id 77 at edge_index\[:, 5\] \(edge 5\) is out of range \[0, 6\)") as exc:
+    with pytest.raises(
+        G3InputError, match=r"node id 77 at edge_index\[:, 5\] \(edge 5\) is out of range \[0, 6\)"
+    ) as exc:
         consume(read_edgelist(p, num_nodes=6))
     assert str(p) in str(exc.value)
 
@@ -360,8 +387,13 @@ def test_features_labels_splits(tmp_path, small_blocks):
         f["y"] = labels
     (tmp_path / "train.txt").write_text("# train ids\n0\n1\n\n3\n")
     np.save(tmp_path / "valid.npy", np.array([4, 6]))
-    src = read_edgelist(p, features=str(tmp_path / "f.npy"), labels=f"{tmp_path / 'l.h5'}:/y",
-                        train_idx=tmp_path / "train.txt", valid_idx=tmp_path / "valid.npy")
+    src = read_edgelist(
+        p,
+        features=str(tmp_path / "f.npy"),
+        labels=f"{tmp_path / 'l.h5'}:/y",
+        train_idx=tmp_path / "train.txt",
+        valid_idx=tmp_path / "valid.npy",
+    )
     assert src.num_nodes == n and src.feat_dim == 3
     np.testing.assert_array_equal(features_of(src), feats)
     np.testing.assert_array_equal(src.labels, [0, 1, -1, 2, 1, -1, 0, 4])
@@ -403,8 +435,11 @@ def test_labels_and_features_disagree(tmp_path):
 def test_edge_id_beyond_feature_rows(tmp_path):
     p = _edges_file(tmp_path)
     np.save(tmp_path / "f.npy", np.zeros((5, 2), dtype=np.float32))
-    with pytest.raises(G3InputError, match=r"node id 5 is out of range \[0, 5\): the node count 5 is the rows of "
-                                           r".*f\.npy") as exc:
+    with pytest.raises(
+        G3InputError,
+        match=r"node id 5 is out of range \[0, 5\): the node count 5 is the rows of "
+        r".*f\.npy",
+    ) as exc:
         consume(read_edgelist(p, features=tmp_path / "f.npy"))
     assert exc.value.line == 6  # both inputs named: the edge's line, and the file that set the node count
 
@@ -495,7 +530,9 @@ def test_round_trip_through_store(tmp_path, fmt, undirected):
     src, dst = rng.integers(0, n - 3, m), rng.integers(0, n - 3, m)  # duplicates, self-loops, isolated nodes
     if fmt == "text":
         p = tmp_path / "g.txt"
-        p.write_text("# test\nsrc dst\n" + "\n".join(f"{s} {d}" for s, d in zip(src, dst, strict=True)) + "\n")
+        p.write_text(
+            "# test\nsrc dst\n" + "\n".join(f"{s} {d}" for s, d in zip(src, dst, strict=True)) + "\n"
+        )
     elif fmt == "csv_gz":
         p = tmp_path / "g.csv.gz"
         with gzip.open(p, "wt") as f:
@@ -512,8 +549,14 @@ def test_round_trip_through_store(tmp_path, fmt, undirected):
     np.save(tmp_path / "l.npy", labels)
     np.save(tmp_path / "train.npy", np.arange(0, 20))
     (tmp_path / "valid.txt").write_text("\n".join(map(str, range(20, 30))) + "\n")
-    source = read_edgelist(p, features=tmp_path / "f.npy", labels=tmp_path / "l.npy", train_idx=tmp_path / "train.npy",
-                           valid_idx=tmp_path / "valid.txt", undirected=undirected)
+    source = read_edgelist(
+        p,
+        features=tmp_path / "f.npy",
+        labels=tmp_path / "l.npy",
+        train_idx=tmp_path / "train.npy",
+        valid_idx=tmp_path / "valid.txt",
+        undirected=undirected,
+    )
     out = tmp_path / "store"
     build_store(source, out, IngestOptions())
     store = GraphStore.open(out)

@@ -29,7 +29,20 @@ from stages.runtime.launch.netemu import (
 )
 
 # 40 tiny epochs (~10 ms each): long enough that a fault injected after epoch 2 finds the run still going
-TRAIN = ["--epochs", "40", "--seed", "3", "--threads", "1", "--dtype", "float64", "--eval-every", "0", "--timeout", "30"]
+TRAIN = [
+    "--epochs",
+    "40",
+    "--seed",
+    "3",
+    "--threads",
+    "1",
+    "--dtype",
+    "float64",
+    "--eval-every",
+    "0",
+    "--timeout",
+    "30",
+]
 
 
 def needs_namespaces():
@@ -52,7 +65,11 @@ def test_link_rates_parse_as_tc_spells_them():
     assert parse_rate("1gbit") == parse_rate("1Gbit") == parse_rate("1000mbit") == 1_000_000_000
     assert parse_rate("2.5gbit") == 2_500_000_000
     assert [rate_label(parse_rate(x)) for x in ("100mbit", "1gbit", "10gbit", "2.5gbit")] == [
-        "100mbit", "1gbit", "10gbit", "2.5gbit"]
+        "100mbit",
+        "1gbit",
+        "10gbit",
+        "2.5gbit",
+    ]
     for bad in ("fast", "", "10 gigabit", "0mbit", "5000gbit"):
         with pytest.raises(ValueError):
             parse_rate(bad)
@@ -68,12 +85,14 @@ def test_hosts_get_their_own_cores_where_there_are_enough():
 def test_fault_specs_and_their_refusals():
     assert Fault.parse("link-down:1:2:5", 2) == Fault("link-down", 1, 2, 5.0)
     assert Fault.parse("kill-agent:1:3", 2) == Fault("kill-agent", 1, 3)
-    for spec, words in [("link-down:1:2", "is not link-down:HOST:EPOCH:SECONDS"),
-                        ("kill-agent:0:1", "host 0 serves the rendezvous"),
-                        ("kill-agent:2:1", "host 2 is not one of the 2 hosts"),
-                        ("reboot:1:1", "is not link-down"),
-                        ("link-down:1:0:nan", "must be finite and >= 0"),
-                        ("link-down:1:0:inf", "must be finite and >= 0")]:
+    for spec, words in [
+        ("link-down:1:2", "is not link-down:HOST:EPOCH:SECONDS"),
+        ("kill-agent:0:1", "host 0 serves the rendezvous"),
+        ("kill-agent:2:1", "host 2 is not one of the 2 hosts"),
+        ("reboot:1:1", "is not link-down"),
+        ("link-down:1:0:nan", "must be finite and >= 0"),
+        ("link-down:1:0:inf", "must be finite and >= 0"),
+    ]:
         with pytest.raises(G3InputError, match=words):
             Fault.parse(spec, 2)
 
@@ -105,15 +124,25 @@ def test_subnets_that_are_not_the_hosts_to_take_are_refused(tmp_path):
     from stages.runtime.launch.netemu import unusable_subnet
 
     routes = tmp_path / "route"  # /proc/net/route's format: a default route and 192.0.2.0/24 on eth0
-    routes.write_text("Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT\n"
-                      "eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
-                      "eth0\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n")
-    for subnet, words in [("127.0.0.0/8", "loopback"), ("169.254.3.0/24", "link-local"), ("224.0.0.0/24", "multicast"),
-                          ("0.0.0.0/24", "this network"), ("240.0.0.0/24", "reserved"),
-                          ("192.0.2.0/25", "overlaps 192.0.2.0/24, a subnet this machine routes"),
-                          ("192.0.0.0/16", "overlaps 192.0.2.0/24")]:
+    routes.write_text(
+        "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT\n"
+        "eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
+        "eth0\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n"
+    )
+    for subnet, words in [
+        ("127.0.0.0/8", "loopback"),
+        ("169.254.3.0/24", "link-local"),
+        ("224.0.0.0/24", "multicast"),
+        ("0.0.0.0/24", "this network"),
+        ("240.0.0.0/24", "reserved"),
+        ("192.0.2.0/25", "overlaps 192.0.2.0/24, a subnet this machine routes"),
+        ("192.0.0.0/16", "overlaps 192.0.2.0/24"),
+    ]:
         assert words in (unusable_subnet(ipaddress.IPv4Network(subnet), str(routes)) or ""), subnet
-    for subnet in ("198.18.0.0/24", "10.77.0.0/24"):  # the default, a private one: the default route does not count
+    for subnet in (
+        "198.18.0.0/24",
+        "10.77.0.0/24",
+    ):  # the default, a private one: the default route does not count
         assert unusable_subnet(ipaddress.IPv4Network(subnet), str(routes)) is None
     with pytest.raises(G3InputError, match="--emulate-subnet 127.0.0.0/8: loopback"):
         EmulatedNetwork(2, 10**8, "127.0.0.0/8")
@@ -123,21 +152,34 @@ def test_subnets_that_are_not_the_hosts_to_take_are_refused(tmp_path):
 def plans(store, tmp_path_factory) -> Path:
     """A 2-worker g3 plan of the 240-node store and its local run (the reference: same threads, same settings)."""
     root = tmp_path_factory.mktemp("emulated")
-    assert invoke(["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(root / "part")]).exit_code == 0
-    assert invoke(["plan", str(root / "part"), "--bin-size", "40", "--hidden", "6", "-o", str(root / "plan")]).exit_code == 0
+    assert (
+        invoke(
+            ["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(root / "part")]
+        ).exit_code
+        == 0
+    )
+    assert (
+        invoke(
+            ["plan", str(root / "part"), "--bin-size", "40", "--hidden", "6", "-o", str(root / "plan")]
+        ).exit_code
+        == 0
+    )
     r = invoke(["train", str(root / "plan"), "-o", str(root / "local"), "--checkpoint-every", "1", *TRAIN])
     assert r.exit_code == 0, r.output
     return root
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--emulate-link", "fast"], "--emulate-link: not a link rate: 'fast'"),
-    (["--emulate-link", "1gbit", "--hosts", "3"], "--hosts 3 does not divide the plan's 2 workers"),
-    (["--hosts", "2"], "--hosts applies to emulated hosts: give --emulate-link RATE too"),
-    (["--max-restarts", "1"], "--max-restarts applies to emulated hosts"),
-    (["--emulate-link", "1gbit", "--emulate-fault", "kill-agent:0:1"], "host 0 serves the rendezvous"),
-    (["--emulate-link", "1gbit", "--emulate-subnet", "10.1.0.0/30"], "is too small for 2 hosts"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--emulate-link", "fast"], "--emulate-link: not a link rate: 'fast'"),
+        (["--emulate-link", "1gbit", "--hosts", "3"], "--hosts 3 does not divide the plan's 2 workers"),
+        (["--hosts", "2"], "--hosts applies to emulated hosts: give --emulate-link RATE too"),
+        (["--max-restarts", "1"], "--max-restarts applies to emulated hosts"),
+        (["--emulate-link", "1gbit", "--emulate-fault", "kill-agent:0:1"], "host 0 serves the rendezvous"),
+        (["--emulate-link", "1gbit", "--emulate-subnet", "10.1.0.0/30"], "is too small for 2 hosts"),
+    ],
+)
 def test_bad_emulation_options_are_one_line(plans, tmp_path, args, words):
     r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), *TRAIN, *args])
     assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, r.output
@@ -151,8 +193,13 @@ def test_where_namespaces_cannot_be_made_one_line_says_why(plans, tmp_path, monk
 
     monkeypatch.setattr(netemu, "_WHY_NOT", ["network namespaces need root or CAP_NET_ADMIN"])
     r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), "--emulate-link", "1gbit", *TRAIN])
-    assert r.exit_code == 2 and "--emulate-link: the emulated network cannot be built here: network namespaces " \
-        "need root or CAP_NET_ADMIN" in r.output and "Traceback" not in r.output, r.output
+    assert (
+        r.exit_code == 2
+        and "--emulate-link: the emulated network cannot be built here: network namespaces "
+        "need root or CAP_NET_ADMIN"
+        in r.output
+        and "Traceback" not in r.output
+    ), r.output
     assert not (tmp_path / "run").exists()
     r = invoke(["cluster", "check"])
     assert r.exit_code == 2 and "not available here: network namespaces need root" in r.output, r.output
@@ -165,19 +212,29 @@ def test_where_namespaces_cannot_be_made_one_line_says_why(plans, tmp_path, monk
 
 def _transfer_seconds(net: EmulatedNetwork, nbytes: int) -> float:
     """Seconds to send ``nbytes`` from host 0 to host 1 over TCP, measured by the receiver."""
-    code = ("import socket,sys,time\n"
-            "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind((sys.argv[1],5001));s.listen(1)\n"
-            "print('ready',flush=True);c,_=s.accept();n=0;t=None\n"
-            "while n<int(sys.argv[2]):\n b=c.recv(1<<20)\n if not b: break\n t=t or time.perf_counter();n+=len(b)\n"
-            "print(time.perf_counter()-t)")
-    server = subprocess.Popen([*net.exec_prefix(1), sys.executable, "-c", code, net.address(1), str(nbytes)],
-                              stdout=subprocess.PIPE, text=True)
+    code = (
+        "import socket,sys,time\n"
+        "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind((sys.argv[1],5001));s.listen(1)\n"
+        "print('ready',flush=True);c,_=s.accept();n=0;t=None\n"
+        "while n<int(sys.argv[2]):\n b=c.recv(1<<20)\n if not b: break\n t=t or time.perf_counter();n+=len(b)\n"
+        "print(time.perf_counter()-t)"
+    )
+    server = subprocess.Popen(
+        [*net.exec_prefix(1), sys.executable, "-c", code, net.address(1), str(nbytes)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout.readline().strip() == "ready"
-        send = ("import socket,sys\nc=socket.create_connection((sys.argv[1],5001),timeout=20)\n"
-                "c.sendall(b'\\0'*int(sys.argv[2]));c.close()")
-        subprocess.run([*net.exec_prefix(0), sys.executable, "-c", send, net.address(1), str(nbytes)], check=True,
-                       timeout=60)
+        send = (
+            "import socket,sys\nc=socket.create_connection((sys.argv[1],5001),timeout=20)\n"
+            "c.sendall(b'\\0'*int(sys.argv[2]));c.close()"
+        )
+        subprocess.run(
+            [*net.exec_prefix(0), sys.executable, "-c", send, net.address(1), str(nbytes)],
+            check=True,
+            timeout=60,
+        )
         out, _ = server.communicate(timeout=60)
     finally:
         server.kill()
@@ -197,7 +254,9 @@ def test_links_carry_bytes_at_their_rate_and_nothing_is_left_after(tmp_path):
         # above the rate still tells shaping from none, and leaves room for the sender's process being descheduled
         # on a loaded machine (0.46 s seen with the test suite running beside it)
         assert 0.30 <= seconds <= 0.65, seconds
-        routes = subprocess.run([*net.exec_prefix(0), "ip", "route", "show"], capture_output=True, text=True).stdout
+        routes = subprocess.run(
+            [*net.exec_prefix(0), "ip", "route", "show"], capture_output=True, text=True
+        ).stdout
         assert "default" not in routes and routes.strip().startswith("198.18.0.0/24"), routes
         sent = net.port_bytes()
         assert sent[0]["sent"] >= 4_000_000 and sent[1]["received"] >= 4_000_000, sent
@@ -236,19 +295,33 @@ def test_a_run_on_emulated_hosts_equals_the_local_run_bitwise(plans, tmp_path):
     r = invoke(["eval", str(tmp_path / "run"), "--emulate-link", "10gbit"])
     assert r.exit_code == 0, r.output
     got, want = (json.loads((run / "eval.json").read_text()) for run in (tmp_path / "run", plans / "local"))
-    assert got["accuracy"] == want["accuracy"] and got["weights"] == str((tmp_path / "run" / "model.pt").resolve())
+    assert got["accuracy"] == want["accuracy"] and got["weights"] == str(
+        (tmp_path / "run" / "model.pt").resolve()
+    )
 
 
 def test_workers_on_one_host_talk_over_its_loopback(plans, tmp_path):
     """--hosts 1: both workers on one host, nothing crosses its link but what the host sends to no one."""
     needs_namespaces()
-    r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), "--emulate-link", "100mbit",
-                "--hosts", "1", *TRAIN])
+    r = invoke(
+        [
+            "train",
+            str(plans / "plan"),
+            "-o",
+            str(tmp_path / "run"),
+            "--emulate-link",
+            "100mbit",
+            "--hosts",
+            "1",
+            *TRAIN,
+        ]
+    )
     assert r.exit_code == 0, r.output
     assert max_weight_diff(_weights(plans / "local"), _weights(tmp_path / "run")) == 0.0
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(x["link_bytes_sent"] < 2000 < x["bytes_sent"] for x in records), [
-        (x["link_bytes_sent"], x["bytes_sent"]) for x in records]
+        (x["link_bytes_sent"], x["bytes_sent"]) for x in records
+    ]
     assert records[0]["network"]["workers_per_host"] == 2
 
 
@@ -262,11 +335,26 @@ def test_a_link_down_for_5_s_mid_epoch_delays_it_and_changes_nothing(plans, tmp_
     epoch after epoch 2's record is inside epoch 3); TCP retransmits once it is back: the run completes with the
     undisturbed weights, and the epoch took the outage."""
     needs_namespaces()
-    r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), "--emulate-link", "250kbit",
-                "--emulate-fault", "link-down:1:2:5", *TRAIN[:1], "8", *TRAIN[2:]])
+    r = invoke(
+        [
+            "train",
+            str(plans / "plan"),
+            "-o",
+            str(tmp_path / "run"),
+            "--emulate-link",
+            "250kbit",
+            "--emulate-fault",
+            "link-down:1:2:5",
+            *TRAIN[:1],
+            "8",
+            *TRAIN[2:],
+        ]
+    )
     assert r.exit_code == 0, r.output
     assert max_weight_diff(_weights_after(plans / "local", 8), _weights(tmp_path / "run")) == 0.0
-    seconds = [json.loads(x)["epoch_seconds"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    seconds = [
+        json.loads(x)["epoch_seconds"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
     slow = [e for e, t in enumerate(seconds) if t >= 4.5]
     assert slow == [3] and max(seconds[1:3] + seconds[4:]) < 2, seconds
     assert mine(os.getpid()) == []
@@ -277,9 +365,26 @@ def test_a_link_down_longer_than_the_timeout_fails_in_time_naming_the_host(plans
     t0 = time.perf_counter()
     # standard error a file, as a batch job's: rank 0's progress and the launcher's error line share it
     with open(tmp_path / "stderr.txt", "w") as err:
-        r = subprocess.run([sys.executable, "-m", "g3cli", "train", str(plans / "plan"), "-o", str(tmp_path / "run"),
-                            "--emulate-link", "1gbit", "--emulate-fault", "link-down:1:1:120", *TRAIN[:-1], "8"],
-                           stdout=subprocess.DEVNULL, stderr=err, timeout=120)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "g3cli",
+                "train",
+                str(plans / "plan"),
+                "-o",
+                str(tmp_path / "run"),
+                "--emulate-link",
+                "1gbit",
+                "--emulate-fault",
+                "link-down:1:1:120",
+                *TRAIN[:-1],
+                "8",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            timeout=120,
+        )
     took = time.perf_counter() - t0
     output = (tmp_path / "stderr.txt").read_text()
     assert r.returncode == 1, output
@@ -287,7 +392,9 @@ def test_a_link_down_longer_than_the_timeout_fails_in_time_naming_the_host(plans
     # the error line is whole and last: nothing of the workers' progress written over it
     assert last.startswith("g3: ") and "host 1 (198.18.0.101, ranks 1) lost its link" in last, output
     assert "worker" in last and "Traceback" not in output, output
-    assert took < 60, took  # --timeout 8: the workers give up, the launcher reports, nothing waits for the link
+    assert took < 60, (
+        took
+    )  # --timeout 8: the workers give up, the launcher reports, nothing waits for the link
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "failed"
     assert mine(os.getpid()) == [] and not list(tmp_path.glob(".g3e*"))
 
@@ -296,8 +403,23 @@ def test_a_crashed_host_restarts_and_the_run_ends_with_the_undisturbed_weights(p
     """Host 1's agent is SIGKILLed after epoch 2: its host is started again (--max-restarts 1), the group
     resumes from the newest checkpoint every host has and ends bitwise where an undisturbed run ends."""
     needs_namespaces()
-    r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), "--emulate-link", "1gbit",
-                "--checkpoint-every", "1", "--max-restarts", "1", "--emulate-fault", "kill-agent:1:2", *TRAIN])
+    r = invoke(
+        [
+            "train",
+            str(plans / "plan"),
+            "-o",
+            str(tmp_path / "run"),
+            "--emulate-link",
+            "1gbit",
+            "--checkpoint-every",
+            "1",
+            "--max-restarts",
+            "1",
+            "--emulate-fault",
+            "kill-agent:1:2",
+            *TRAIN,
+        ]
+    )
     assert r.exit_code == 0, r.output
     assert max_weight_diff(_weights(plans / "local"), _weights(tmp_path / "run")) == 0.0
     epochs = [json.loads(x)["epoch"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -308,8 +430,14 @@ def test_a_crashed_host_restarts_and_the_run_ends_with_the_undisturbed_weights(p
 
 
 def _launch(args: list[str], tmp_path: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "g3cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        [sys.executable, "-m", "g3cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def _wait_for_epoch(run: Path, epoch: int, proc: subprocess.Popen, limit: float = 120) -> None:
@@ -324,10 +452,14 @@ def _wait_for_epoch(run: Path, epoch: int, proc: subprocess.Popen, limit: float 
     raise AssertionError("the run did not reach the epoch in time")
 
 
-def test_ctrl_c_removes_everything_and_a_sigkilled_launcher_leaves_names_g3_cluster_clean_removes(plans, tmp_path):
+def test_ctrl_c_removes_everything_and_a_sigkilled_launcher_leaves_names_g3_cluster_clean_removes(
+    plans, tmp_path
+):
     needs_namespaces()
     long = ["--epochs", "100000", "--threads", "1", "--eval-every", "0", "--timeout", "30"]
-    proc = _launch(["train", str(plans / "plan"), "-o", str(tmp_path / "a"), "--emulate-link", "1gbit", *long], tmp_path)
+    proc = _launch(
+        ["train", str(plans / "plan"), "-o", str(tmp_path / "a"), "--emulate-link", "1gbit", *long], tmp_path
+    )
     _wait_for_epoch(tmp_path / "a", 1, proc)
     assert len(mine(proc.pid)) == 3
     proc.send_signal(signal.SIGINT)
@@ -336,11 +468,16 @@ def test_ctrl_c_removes_everything_and_a_sigkilled_launcher_leaves_names_g3_clus
     assert mine(proc.pid) == [] and not list(tmp_path.glob(".g3e*"))
     assert json.loads((tmp_path / "a" / "run.json").read_text())["status"] == "interrupted"
 
-    proc = _launch(["train", str(plans / "plan"), "-o", str(tmp_path / "b"), "--emulate-link", "1gbit", *long], tmp_path)
+    proc = _launch(
+        ["train", str(plans / "plan"), "-o", str(tmp_path / "b"), "--emulate-link", "1gbit", *long], tmp_path
+    )
     _wait_for_epoch(tmp_path / "b", 1, proc)
     left = mine(proc.pid)
-    pids = [int(p) for ns in left for p in subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
-                                                          text=True).stdout.split()]
+    pids = [
+        int(p)
+        for ns in left
+        for p in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+    ]
     proc.kill()
     proc.communicate()
     assert len(left) == 3 and pids
@@ -348,7 +485,11 @@ def test_ctrl_c_removes_everything_and_a_sigkilled_launcher_leaves_names_g3_clus
     assert r.exit_code == 0 and all(ns in r.output for ns in left), r.output
     assert mine(proc.pid) == []
     time.sleep(0.5)
-    assert not [p for p in pids if Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]]
+    assert not [
+        p
+        for p in pids
+        if Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]
+    ]
 
 
 def test_bench_runs_every_strategy_at_every_rate(store, tmp_path, cli_runner):
@@ -358,15 +499,36 @@ def test_bench_runs_every_strategy_at_every_rate(store, tmp_path, cli_runner):
     needs_namespaces()
     from g3cli.main import cli
 
-    r = cli_runner.invoke(cli, ["bench", str(store), "--strategies", "g3,bns-gcn", "--workers", "2", "--epochs", "2",
-                                "--peers", "none", "--no-single", "--hidden", "6", "--emulate-link", "250kbit,10gbit",
-                                "-o", str(tmp_path / "b")])
+    r = cli_runner.invoke(
+        cli,
+        [
+            "bench",
+            str(store),
+            "--strategies",
+            "g3,bns-gcn",
+            "--workers",
+            "2",
+            "--epochs",
+            "2",
+            "--peers",
+            "none",
+            "--no-single",
+            "--hidden",
+            "6",
+            "--emulate-link",
+            "250kbit,10gbit",
+            "-o",
+            str(tmp_path / "b"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     bench = json.loads((tmp_path / "b" / "bench.json").read_text())
     got = {(e["strategy"], e["link"]): e for e in bench["entries"]}
     assert set(got) == {(s, link) for s in ("g3", "bns-gcn") for link in ("250kbit", "10gbit")}
     for e in got.values():
-        assert e["status"] == "ok" and e["hosts"] == 2 and e["link_bytes_per_epoch"] >= e["bytes_per_epoch"] > 0
+        assert (
+            e["status"] == "ok" and e["hosts"] == 2 and e["link_bytes_per_epoch"] >= e["bytes_per_epoch"] > 0
+        )
     for s in ("g3", "bns-gcn"):
         slow, fast = got[(s, "250kbit")], got[(s, "10gbit")]
         # at 250 kbit/s the epoch's bytes take at least their link time (per host, one direction)
@@ -378,9 +540,26 @@ def test_bench_runs_every_strategy_at_every_rate(store, tmp_path, cli_runner):
 
 
 def test_bench_and_eval_refuse_a_bad_link_rate_in_one_line(plans, store, tmp_path):
-    r = invoke(["bench", str(store), "--strategies", "g3", "--workers", "2", "--peers", "none", "--no-single",
-                "--emulate-link", "100mbit,fast", "-o", str(tmp_path / "b")])
-    assert r.exit_code == 2 and "not a link rate: 'fast'" in r.output and "Traceback" not in r.output, r.output
+    r = invoke(
+        [
+            "bench",
+            str(store),
+            "--strategies",
+            "g3",
+            "--workers",
+            "2",
+            "--peers",
+            "none",
+            "--no-single",
+            "--emulate-link",
+            "100mbit,fast",
+            "-o",
+            str(tmp_path / "b"),
+        ]
+    )
+    assert r.exit_code == 2 and "not a link rate: 'fast'" in r.output and "Traceback" not in r.output, (
+        r.output
+    )
     assert not (tmp_path / "b").exists()
     r = invoke(["eval", str(plans / "local"), "--emulate-link", "fast", "--force"])
     assert r.exit_code == 2 and "--emulate-link: not a link rate: 'fast'" in r.output, r.output

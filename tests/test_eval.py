@@ -25,8 +25,9 @@ from stages.common.store import GraphStore
 def independent_accuracy(store_path, weights: dict, model: str) -> dict:
     graph = ref_graph(store_path)
     s = GraphStore.open(store_path)
-    logits = reference_forward(model, {k: v.double() for k, v in weights.items()}, graph,
-                               heads=2 if model == "gat" else None)
+    logits = reference_forward(
+        model, {k: v.double() for k, v in weights.items()}, graph, heads=2 if model == "gat" else None
+    )
     pred = logits.argmax(1)
     y = graph.y
     out = {}
@@ -68,8 +69,10 @@ def test_eval_matches_independent_accuracy(store, tmp_path, model, k, monkeypatc
     if model == "gat":  # the model does not change the 1-worker path below: one model checks it
         return
     # damaged or foreign weights: one line, exit 2, before any worker starts
-    for content, message in [(b"garbage", "cannot read the weights"),
-                             (None, "which the plan's model does not have")]:
+    for content, message in [
+        (b"garbage", "cannot read the weights"),
+        (None, "which the plan's model does not have"),
+    ]:
         bad = run / "checkpoints" / "bad.pt"
         bad.parent.mkdir(exist_ok=True)
         if content is None:
@@ -79,6 +82,7 @@ def test_eval_matches_independent_accuracy(store, tmp_path, model, k, monkeypatc
         r = invoke(["eval", str(run), "--checkpoint", str(bad), "--force"])
         assert r.exit_code == 2 and message in r.output and "worker" not in r.output, r.output
         bad.unlink()
+
     # another worker count (a temporary 1-way partition and plan) gives the same numbers; one worker evaluates in
     # this process (no worker process, no fork server to start), its log where a worker's would be
     def no_workers(*args, **kwargs):
@@ -110,8 +114,9 @@ def test_eval_imports_only_what_it_needs():
         assert "torch.fx.experimental.symbolic_shapes" in sys.modules
         assert all(f"stages.runtime.strategies.{s.runtime}" in sys.modules for s in STRATEGIES.values())
     """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       cwd=Path(__file__).resolve().parents[1])
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1]
+    )
     assert r.returncode == 0 and not r.stderr, r.stderr
 
 
@@ -152,7 +157,9 @@ def test_in_a_process_group_one_rank_still_runs_in_a_worker(tmp_path, monkeypatc
 
     ran = []
     monkeypatch.setattr(launchers, "spawn_workers", lambda *a, **k: ran.append("worker"))
-    monkeypatch.setattr(launchers, "run_in_process", lambda *a, **k: (torch.set_num_threads(1), ran.append(a[7].heap)))
+    monkeypatch.setattr(
+        launchers, "run_in_process", lambda *a, **k: (torch.set_num_threads(1), ran.append(a[7].heap))
+    )
     threads = torch.get_num_threads()
     launcher = launchers.LocalLauncher(inference=True)
     launcher.run(_fails, 1, tmp_path, "eval-", tmp_path, RuntimeConfig())

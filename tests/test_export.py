@@ -13,8 +13,10 @@ from test_train import invoke
 
 import g3
 
-tg = pytest.importorskip("torch_geometric", reason="torch_geometric is not installed (make peers): the export "
-                                                   "is checked against PyG's own models")
+tg = pytest.importorskip(
+    "torch_geometric",
+    reason="torch_geometric is not installed (make peers): the export is checked against PyG's own models",
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,9 @@ def test_pyg_computes_what_g3_computes(part, tmp_path, model, heads):
     pyg.eval()
     g = GraphStore.open(store)
     indptr, indices = (np.asarray(a, dtype=np.int64) for a in g.load_csr())
-    dst = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))  # in-edge CSR: row v lists the sources into v
+    dst = np.repeat(
+        np.arange(len(indptr) - 1), np.diff(indptr)
+    )  # in-edge CSR: row v lists the sources into v
     edge_index = torch.from_numpy(np.stack([indices, dst]))
     x = torch.from_numpy(np.asarray(g.features[:])).double()
     with torch.no_grad():

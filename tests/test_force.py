@@ -14,18 +14,23 @@ def chain(tmp_path_factory):
     """A store, a partition, a plan and a run, made once."""
     root = tmp_path_factory.mktemp("force")
     store, part, plan, run = root / "s.g3", root / "s.part", root / "s.plan", root / "s.run"
-    for args in (["ingest", "synthetic:tiny", str(store)],
-                 ["partition", str(store), "--workers", "2", "-o", str(part)],
-                 ["plan", str(part), "--hidden", "4", "-o", str(plan)],
-                 ["train", str(plan), "--epochs", "1", "--threads", "1", "-o", str(run)]):
+    for args in (
+        ["ingest", "synthetic:tiny", str(store)],
+        ["partition", str(store), "--workers", "2", "-o", str(part)],
+        ["plan", str(part), "--hidden", "4", "-o", str(plan)],
+        ["train", str(plan), "--epochs", "1", "--threads", "1", "-o", str(run)],
+    ):
         r = invoke(args)
         assert r.exit_code == 0, r.output
     return root, store, part, plan, run
 
 
 def snapshot(path):
-    return sorted((str(p.relative_to(path)), p.stat().st_size) for p in path.rglob("*")) if path.is_dir() \
+    return (
+        sorted((str(p.relative_to(path)), p.stat().st_size) for p in path.rglob("*"))
+        if path.is_dir()
         else path.read_bytes()
+    )
 
 
 @pytest.mark.slow
@@ -45,9 +50,17 @@ def test_force_never_replaces_an_input_or_something_else(chain, tmp_path):
         (["plan", str(part), "-o", str(part), "--force"], part, "is an input"),
         (["plan", str(part), "-o", str(run), "--force"], run, "is a g3 run, not a g3 plan"),
         (["train", str(plan), "--epochs", "1", "-o", str(plan), "--force"], plan, "is an input"),
-        (["train", str(plan), "--epochs", "1", "-o", str(edges), "--force"], edges, "is a file, not a g3 run"),
+        (
+            ["train", str(plan), "--epochs", "1", "-o", str(edges), "--force"],
+            edges,
+            "is a file, not a g3 run",
+        ),
         (["bundle", str(plan), "--nodes", "2", "-o", str(part), "--force"], part, "is an input"),
-        (["bundle", str(plan), "--nodes", "2", "-o", str(run), "--force"], run, "is a g3 run, not a g3 bundle"),
+        (
+            ["bundle", str(plan), "--nodes", "2", "-o", str(run), "--force"],
+            run,
+            "is a g3 run, not a g3 bundle",
+        ),
     ]
     for args, target, message in cases:
         before = snapshot(target)
@@ -86,12 +99,32 @@ def test_the_later_commands_never_replace_an_input_or_the_users_files(chain, tmp
     cases = [
         (["predict", str(run), "--store", str(zstore), "-o", str(zstore), "--force"], zstore, "is an input"),
         (["predict", str(run), "--store", str(zstore), "-o", str(link), "--force"], zstore, "is an input"),
-        (["predict", str(run), "-o", str(mine), "--force"], mine, "is a folder of other files, not a g3 logits"),
+        (
+            ["predict", str(run), "-o", str(mine), "--force"],
+            mine,
+            "is a folder of other files, not a g3 logits",
+        ),
         (["export", str(run), "-o", str(run / "model.pt"), "--force"], run, "is part of an input"),
-        (["advise", str(store), "--plans", str(plans), "--workers", "2", "--force", "-o", str(tmp_path / "a")], plans,
-         "holds files this command did not make"),
-        (["advise", str(store), "--cache", str(store / "x"), "--workers", "2", "-o", str(tmp_path / "a")], store,
-         "is part of an input"),
+        (
+            [
+                "advise",
+                str(store),
+                "--plans",
+                str(plans),
+                "--workers",
+                "2",
+                "--force",
+                "-o",
+                str(tmp_path / "a"),
+            ],
+            plans,
+            "holds files this command did not make",
+        ),
+        (
+            ["advise", str(store), "--cache", str(store / "x"), "--workers", "2", "-o", str(tmp_path / "a")],
+            store,
+            "is part of an input",
+        ),
     ]
     for args, target, message in cases:
         before = snapshot(target)
@@ -111,13 +144,25 @@ def test_the_later_commands_never_replace_an_input_or_the_users_files(chain, tmp
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args,message", [
-    (["partition", "{store}", "-w", "2", "--balance-tol", "nan"], "--balance-tol must be a finite number >= 1"),
-    (["partition", "{store}", "-w", "2", "--balance-tol", "inf"], "--balance-tol must be a finite number >= 1"),
-    (["partition", "{store}", "-w", "2", "--degree-tol", "inf"], "--degree-tol must be a finite number >= 1"),
-    (["partition", "{store}", "-w", "2", "--remote-budget", "nan"], "--remote-budget must be > 0"),
-    (["plan", "{part}", "--device-memory", "0"], "the device memory must be a positive size"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["partition", "{store}", "-w", "2", "--balance-tol", "nan"],
+            "--balance-tol must be a finite number >= 1",
+        ),
+        (
+            ["partition", "{store}", "-w", "2", "--balance-tol", "inf"],
+            "--balance-tol must be a finite number >= 1",
+        ),
+        (
+            ["partition", "{store}", "-w", "2", "--degree-tol", "inf"],
+            "--degree-tol must be a finite number >= 1",
+        ),
+        (["partition", "{store}", "-w", "2", "--remote-budget", "nan"], "--remote-budget must be > 0"),
+        (["plan", "{part}", "--device-memory", "0"], "the device memory must be a positive size"),
+    ],
+)
 def test_options_that_once_accepted_nonsense(chain, tmp_path, args, message):
     """Issue 41 §4: each of these was accepted (a NaN tolerance, a device of 0 bytes)."""
     root, store, part, plan, run = chain
@@ -131,25 +176,38 @@ def test_features_too_large_for_their_storage_type_are_refused_naming_the_featur
 
     (tmp_path / "e.txt").write_text("0 1\n1 2\n")
     np.save(tmp_path / "x.npy", np.array([[1.0, 2.0], [3.0, 1e300], [0.0, 0.0]]))
-    r = invoke(["ingest", str(tmp_path / "e.txt"), str(tmp_path / "s.g3"), "--features", str(tmp_path / "x.npy")])
+    r = invoke(
+        ["ingest", str(tmp_path / "e.txt"), str(tmp_path / "s.g3"), "--features", str(tmp_path / "x.npy")]
+    )
     assert r.exit_code == 2 and not (tmp_path / "s.g3").exists()
-    assert "x.npy: feature value 1e+300 in row 1 (node 1), column 1 does not fit --feature-dtype float32" in r.output
+    assert (
+        "x.npy: feature value 1e+300 in row 1 (node 1), column 1 does not fit --feature-dtype float32"
+        in r.output
+    )
     assert "Warning" not in r.output, r.output
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--lr", "nan"], "--lr must be a positive number"),
-    (["--dropout", "2"], "--dropout must be in [0, 1)"),
-    (["--bin-size", "0"], "the bin size must be at least 1 node"),
-    (["--threads", "0"], "--threads must be >= 1"),
-    (["--timeout", "-1"], "--timeout must be a positive number of seconds"),
-    (["--strategies", "bns-gcn{boundary-sample=0}"], "--boundary-sample 0: the sampling ratio must be in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--lr", "nan"], "--lr must be a positive number"),
+        (["--dropout", "2"], "--dropout must be in [0, 1)"),
+        (["--bin-size", "0"], "the bin size must be at least 1 node"),
+        (["--threads", "0"], "--threads must be >= 1"),
+        (["--timeout", "-1"], "--timeout must be a positive number of seconds"),
+        (
+            ["--strategies", "bns-gcn{boundary-sample=0}"],
+            "--boundary-sample 0: the sampling ratio must be in (0, 1]",
+        ),
+    ],
+)
 def test_bench_checks_every_candidate_before_the_first_run(tiny_store, tmp_path, args, message):
     """g3 bench refuses a bad option in one line with the checks g3 plan and g3 train apply, before any run
     (issue 51 §2: these were a traceback, or every run failing, or accepted)."""
     out = tmp_path / "bench"
-    r = invoke(["bench", str(tiny_store), "--workers", "1", "--peers", "none", "--no-single", *args, "-o", str(out)])
+    r = invoke(
+        ["bench", str(tiny_store), "--workers", "1", "--peers", "none", "--no-single", *args, "-o", str(out)]
+    )
     assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
     assert not out.exists()
 
@@ -184,27 +242,95 @@ def output_cases(root, store, part, plan, run, edges, spare):
     suffix its output takes). ``spare`` is a fresh folder for other outputs the command needs."""
     return {
         ("ingest", "out_store"): (lambda t: ["ingest", str(edges), t, "--force"], edges, ""),
-        ("partition", "out"): (lambda t: ["partition", str(store), "--workers", "2", "-o", t, "--force"], store, ""),
-        ("partition", "plot"): (lambda t: ["partition", str(store), "--workers", "2", "-o", str(spare / "p"),
-                                           "--plot", t, "--force"], store, ".png"),
+        ("partition", "out"): (
+            lambda t: ["partition", str(store), "--workers", "2", "-o", t, "--force"],
+            store,
+            "",
+        ),
+        ("partition", "plot"): (
+            lambda t: [
+                "partition",
+                str(store),
+                "--workers",
+                "2",
+                "-o",
+                str(spare / "p"),
+                "--plot",
+                t,
+                "--force",
+            ],
+            store,
+            ".png",
+        ),
         ("plan", "out"): (lambda t: ["plan", str(part), "-o", t, "--force"], part, ""),
         ("train", "out"): (lambda t: ["train", str(plan), "--epochs", "1", "-o", t, "--force"], plan, ""),
-        ("train", "profile"): (lambda t: ["train", str(plan), "--epochs", "1", "-o", str(spare / "r"), "--profile", t,
-                                          "--force"], plan, ".json"),
+        ("train", "profile"): (
+            lambda t: [
+                "train",
+                str(plan),
+                "--epochs",
+                "1",
+                "-o",
+                str(spare / "r"),
+                "--profile",
+                t,
+                "--force",
+            ],
+            plan,
+            ".json",
+        ),
         ("bundle", "out"): (lambda t: ["bundle", str(plan), "--nodes", "2", "-o", t, "--force"], plan, ""),
-        ("export", "out"): (lambda t: ["export", str(run), "--format", "pyg", "-o", t, "--force"], run, ".pt"),
+        ("export", "out"): (
+            lambda t: ["export", str(run), "--format", "pyg", "-o", t, "--force"],
+            run,
+            ".pt",
+        ),
         ("predict", "out"): (lambda t: ["predict", str(run), "-o", t, "--force"], run, ".zarr"),
         ("report", "out"): (lambda t: ["report", str(run), "-o", t], run, ""),  # it has no --force
         ("simulate", "out"): (lambda t: ["simulate", str(plan), "-o", t, "--force"], plan, ""),
-        ("simulate", "cache"): (lambda t: ["simulate", str(plan), "--workers", "4", "--cache", t, "-o",
-                                           str(spare / "s"), "--force"], plan, ""),
+        ("simulate", "cache"): (
+            lambda t: [
+                "simulate",
+                str(plan),
+                "--workers",
+                "4",
+                "--cache",
+                t,
+                "-o",
+                str(spare / "s"),
+                "--force",
+            ],
+            plan,
+            "",
+        ),
         ("advise", "out"): (lambda t: ["advise", str(store), "-o", t, "--force"], store, ""),
-        ("advise", "plans"): (lambda t: ["advise", str(store), "--plans", t, "-o", str(spare / "a"), "--force"],
-                              store, ""),
-        ("advise", "cache"): (lambda t: ["advise", str(store), "--cache", t, "-o", str(spare / "a"), "--force"],
-                              store, ""),
-        ("bench", "out"): (lambda t: ["bench", str(store), "--strategies", "g3", "--workers", "2", "--epochs", "1",
-                                      "-o", t, "--force"], store, ""),
+        ("advise", "plans"): (
+            lambda t: ["advise", str(store), "--plans", t, "-o", str(spare / "a"), "--force"],
+            store,
+            "",
+        ),
+        ("advise", "cache"): (
+            lambda t: ["advise", str(store), "--cache", t, "-o", str(spare / "a"), "--force"],
+            store,
+            "",
+        ),
+        ("bench", "out"): (
+            lambda t: [
+                "bench",
+                str(store),
+                "--strategies",
+                "g3",
+                "--workers",
+                "2",
+                "--epochs",
+                "1",
+                "-o",
+                t,
+                "--force",
+            ],
+            store,
+            "",
+        ),
     }
 
 
@@ -222,14 +348,24 @@ def test_every_declared_output_refuses_its_input_a_part_of_it_and_the_users_file
         mine = tmp_path / f"mine-{command}-{param}{suffix}"
         mine.mkdir()
         (mine / "notes.txt").write_text("the user's own file")
-        inside = next((p for p in sorted(source.rglob("*")) if p.is_file()), None) if source.is_dir() else None
+        inside = (
+            next((p for p in sorted(source.rglob("*")) if p.is_file()), None) if source.is_dir() else None
+        )
         for target in [t for t in (source, inside, mine) if t is not None]:
             before, before_src = snapshot(target), snapshot(source)
             r = invoke(args_for(str(target)))
             lines = r.output.strip().splitlines()
-            assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, \
-                (command, param, str(target), r.output)
-            assert snapshot(target) == before and snapshot(source) == before_src, (command, param, str(target))
+            assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, (
+                command,
+                param,
+                str(target),
+                r.output,
+            )
+            assert snapshot(target) == before and snapshot(source) == before_src, (
+                command,
+                param,
+                str(target),
+            )
 
 
 def test_export_to_a_folder_names_the_folder_not_a_temporary_file(chain, tmp_path):

@@ -28,8 +28,13 @@ def load_script():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: gpu-check would run")
 def test_without_cuda_one_line_exit_0_and_nothing_written(tmp_path):
     out = tmp_path / "gc"
-    p = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True, text=True, timeout=120,
-                       cwd=REPO)
+    p = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().startswith("gpu-check: no CUDA device on this machine")
     assert len(p.stdout.strip().splitlines()) == 1 and p.stderr == ""
@@ -37,21 +42,35 @@ def test_without_cuda_one_line_exit_0_and_nothing_written(tmp_path):
 
 
 def test_make_target_runs_the_script(tmp_path):
-    p = subprocess.run(["make", "-s", "-n", "gpu-check", "GPU_PYTHON=python3", f"GPU_CHECK_DIR={tmp_path}"],
-                       capture_output=True, text=True, cwd=REPO, timeout=60)
+    p = subprocess.run(
+        ["make", "-s", "-n", "gpu-check", "GPU_PYTHON=python3", f"GPU_CHECK_DIR={tmp_path}"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["python3", "examples/gpu_check.py", "--out", str(tmp_path)]
 
 
-@pytest.mark.parametrize("row, verdict", [
-    ({"float32_max_diff": 5e-5}, "absolute"),
-    # float32 rounding moved both runs ~4e-2 from float64: the device is no worse than the CPU
-    ({"float32_max_diff": 5.7e-2, "float32_cpu_vs_float64": 4.3e-2, "float32_dut_vs_float64": 4.5e-2}, "as the CPU"),
-    # the device is far off where the CPU is not: a device error
-    ({"float32_max_diff": 5.7e-2, "float32_cpu_vs_float64": 1e-6, "float32_dut_vs_float64": 5.7e-2}, None),
-    ({"float32_max_diff": 5.7e-2}, None),  # no float64 reference: only the absolute tolerance
-    ({"float32_max_diff": None}, None),
-])
+@pytest.mark.parametrize(
+    "row, verdict",
+    [
+        ({"float32_max_diff": 5e-5}, "absolute"),
+        # float32 rounding moved both runs ~4e-2 from float64: the device is no worse than the CPU
+        (
+            {"float32_max_diff": 5.7e-2, "float32_cpu_vs_float64": 4.3e-2, "float32_dut_vs_float64": 4.5e-2},
+            "as the CPU",
+        ),
+        # the device is far off where the CPU is not: a device error
+        (
+            {"float32_max_diff": 5.7e-2, "float32_cpu_vs_float64": 1e-6, "float32_dut_vs_float64": 5.7e-2},
+            None,
+        ),
+        ({"float32_max_diff": 5.7e-2}, None),  # no float64 reference: only the absolute tolerance
+        ({"float32_max_diff": None}, None),
+    ],
+)
 def test_float32_verdict(row, verdict):
     assert load_script().float32_verdict(row) == verdict
 
@@ -59,9 +78,29 @@ def test_float32_verdict(row, verdict):
 @pytest.mark.slow
 def test_the_procedure_with_the_cpu_standing_in(tmp_path):
     out = tmp_path / "gc"
-    p = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--out", str(out), "--graph", "synthetic:tiny",
-                        "--strategies", "g3 (bins),distdgl", "--epochs", "2", "--timeout", "240",
-                        "--no-float64-reference"], capture_output=True, text=True, timeout=600, cwd=REPO)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--graph",
+            "synthetic:tiny",
+            "--strategies",
+            "g3 (bins),distdgl",
+            "--epochs",
+            "2",
+            "--timeout",
+            "240",
+            "--no-float64-reference",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     report = json.loads((out / "gpu-check.json").read_text())
     assert report["schema"] == "g3.gpu-check/1" and report["passed"], p.stdout

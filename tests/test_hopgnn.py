@@ -26,24 +26,74 @@ from stages.runtime.strategies.hopgnn import merge_decision, time_steps
 EPOCHS, LR, DROPOUT, SEED, BATCH, FANOUTS = 3, 0.02, 0.3, 7, 40, "3,2"
 
 
-def run(part: Path, tmp: Path, strategy: str = "hopgnn", model: str = "sage", options: tuple[str, ...] = (),
-        train: tuple[str, ...] = (), epochs: int = EPOCHS, out: str = "run") -> Path:
+def run(
+    part: Path,
+    tmp: Path,
+    strategy: str = "hopgnn",
+    model: str = "sage",
+    options: tuple[str, ...] = (),
+    train: tuple[str, ...] = (),
+    epochs: int = EPOCHS,
+    out: str = "run",
+) -> Path:
     plan, run_dir = tmp / f"plan-{out}", tmp / out
     if not plan.exists():
         order = () if strategy == "hopgnn" and "--batch-order" in options else ("--batch-order", "global")
-        r = invoke(["plan", str(part), "--strategy", strategy, "--model", model, "--hidden", "6", "--fanouts", FANOUTS,
-                    "--batch-size", str(BATCH), *order, *options, "-o", str(plan)])
+        r = invoke(
+            [
+                "plan",
+                str(part),
+                "--strategy",
+                strategy,
+                "--model",
+                model,
+                "--hidden",
+                "6",
+                "--fanouts",
+                FANOUTS,
+                "--batch-size",
+                str(BATCH),
+                *order,
+                *options,
+                "-o",
+                str(plan),
+            ]
+        )
         assert r.exit_code == 0, r.output
     k = json.loads((part / "partition.json").read_text())["num_partitions"]
-    r = invoke(["train", str(plan), "--epochs", str(epochs), "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
-                str(SEED), "--workers", str(k), "--dtype", "float64", "--eval-every", "0", "--threads", "1",
-                "-o", str(run_dir), *train])
+    r = invoke(
+        [
+            "train",
+            str(plan),
+            "--epochs",
+            str(epochs),
+            "--lr",
+            str(LR),
+            "--dropout",
+            str(DROPOUT),
+            "--seed",
+            str(SEED),
+            "--workers",
+            str(k),
+            "--dtype",
+            "float64",
+            "--eval-every",
+            "0",
+            "--threads",
+            "1",
+            "-o",
+            str(run_dir),
+            *train,
+        ]
+    )
     assert r.exit_code == 0, r.output
     return run_dir
 
 
 def weights(run_dir: Path) -> tuple[dict, dict]:
-    return torch.load(run_dir / "init.pt", weights_only=True), torch.load(run_dir / "model.pt", weights_only=True)
+    return torch.load(run_dir / "init.pt", weights_only=True), torch.load(
+        run_dir / "model.pt", weights_only=True
+    )
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -63,10 +113,27 @@ def test_merging_drops_the_emptiest_step_and_spreads_its_roots_over_the_same_mod
     other steps, as evenly as possible, and the total per model is kept."""
     home = np.array([0, 1, 2, 0, 1, 2, 2, 2, 1, 0, 0, 1])
     _, _, before = time_steps(home, 3, 0)
-    assert np.bincount(before, minlength=3).tolist() == [3, 6, 3]  # step 0 the fewest (a tie with 2: the lower)
+    assert np.bincount(before, minlength=3).tolist() == [
+        3,
+        6,
+        3,
+    ]  # step 0 the fewest (a tie with 2: the lower)
     kept, model, step = time_steps(home, 3, 1)
     assert kept.tolist() == [1, 2]
-    assert step.tolist() == [1, 1, 2, 2, 1, 1, 1, 1, 2, 1, 1, 2]  # model 0's two roots at step 0 -> steps 1, 2
+    assert step.tolist() == [
+        1,
+        1,
+        2,
+        2,
+        1,
+        1,
+        1,
+        1,
+        2,
+        1,
+        1,
+        2,
+    ]  # model 0's two roots at step 0 -> steps 1, 2
     moved = before != step
     assert (before[moved] == 0).all() and set(step[moved]) <= {1, 2}
     kept, _, step = time_steps(home, 3, 5)  # at most K - 1 steps merge away: one time step, every root in it
@@ -91,16 +158,19 @@ def test_auto_merging_rule():
 
 
 # --- exactness -----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("model,k,method", [("sage", 1, "metis"), ("sage", 2, "distdgl"), ("gcn", 2, "metis"),
-                                            ("gcn", 4, "distdgl")])
+@pytest.mark.parametrize(
+    "model,k,method",
+    [("sage", 1, "metis"), ("sage", 2, "distdgl"), ("gcn", 2, "metis"), ("gcn", 4, "distdgl")],
+)
 def test_hopgnn_equals_distdgl_global_order_and_the_reference(store, partitions, tmp_path, model, k, method):  # noqa: F811
     part = partitions(method, k)
     # K = 1 keeps the default --merge auto: one worker has no peer to merge with (it once failed there)
     hop = run(part, tmp_path, model=model, options=("--merge", "off") if k > 1 else (), out="hop")
     init, final = weights(hop)
     graph = ref_graph(store)
-    expected = minibatch_train(model, init, graph, global_batches(graph, BATCH, SEED), [3, 2], EPOCHS, LR, DROPOUT,
-                               SEED)
+    expected = minibatch_train(
+        model, init, graph, global_batches(graph, BATCH, SEED), [3, 2], EPOCHS, LR, DROPOUT, SEED
+    )
     assert max_weight_diff(final, expected) <= 1e-5
     assert max_weight_diff(final, init) > 1e-3
     dgl = run(part, tmp_path, "distdgl", model, out="dgl")
@@ -121,11 +191,15 @@ def test_hopgnn_equals_distdgl_global_order_and_the_reference(store, partitions,
 @pytest.mark.parametrize("k", [2, 4])
 def test_pregather_merge_and_migration_change_where_work_runs_not_the_model(partitions, tmp_path, k):  # noqa: F811
     part = partitions("distdgl", k)
-    base = run(part, tmp_path, options=("--merge", "off", "--pregather", "off", "--migrate", "off"), out="base")
+    base = run(
+        part, tmp_path, options=("--merge", "off", "--pregather", "off", "--migrate", "off"), out="base"
+    )
     final = weights(base)[1]
-    for name, opts in [("pre", ("--merge", "off", "--pregather", "on")),
-                       ("merge", ("--merge", str(k - 1), "--pregather", "off")),
-                       ("all", ("--merge", "1", "--pregather", "on", "--migrate", "on"))]:
+    for name, opts in [
+        ("pre", ("--merge", "off", "--pregather", "on")),
+        ("merge", ("--merge", str(k - 1), "--pregather", "off")),
+        ("all", ("--merge", "1", "--pregather", "on", "--migrate", "on")),
+    ]:
         other = run(part, tmp_path, options=opts, out=name)
         assert max_weight_diff(weights(other)[1], final) <= 1e-10, name
     b, pre, merged = (records(tmp_path / n)[0]["workers"] for n in ("base", "pre", "merge"))
@@ -135,10 +209,16 @@ def test_pregather_merge_and_migration_change_where_work_runs_not_the_model(part
         assert x["source_rows"] == y["source_rows"] and x["feature_misses"] == y["feature_misses"]
         assert x["fetched_rows"] == x["feature_misses"]  # without pre-gathering every miss is fetched
         assert y["fetched_rows"] <= x["fetched_rows"]
-        assert x["feature_bytes"] == x["fetched_rows"] * width * item and "migrate" not in x["bytes_sent_per_phase"]
+        assert (
+            x["feature_bytes"] == x["fetched_rows"] * width * item
+            and "migrate" not in x["bytes_sent_per_phase"]
+        )
         assert y["feature_bytes"] == y["fetched_rows"] * width * item
         assert y["bytes_sent_per_phase"]["migrate"] == steps * (k - 1) * 2 * y["model_values"] * item
-    for w in (b, pre):  # what the owners served is what was fetched, each reply with its 29-byte frame (status,
+    for w in (
+        b,
+        pre,
+    ):  # what the owners served is what was fetched, each reply with its 29-byte frame (status,
         # array count, dtype, ndim, two extents: stages/runtime/sampling_service.py) — at most one reply per worker,
         # owner asked and time step
         extra = sum(x["bytes_sent_per_phase"]["features0"] for x in w) - sum(x["feature_bytes"] for x in w)
@@ -153,7 +233,9 @@ def test_pregather_merge_and_migration_change_where_work_runs_not_the_model(part
     model_bytes = 2 * pre[0]["model_values"] * item
     for s, x in enumerate(pre):
         assert x["away_roots"] == 0
-        assert x["migrated_bytes_to"] == {str((s + 1) % k): steps * (k - 1) * model_bytes}, x["migrated_bytes_to"]
+        assert x["migrated_bytes_to"] == {str((s + 1) % k): steps * (k - 1) * model_bytes}, x[
+            "migrated_bytes_to"
+        ]
     assert all(x["migrated_bytes_to"] == {} for x in b)  # --migrate off: nothing moves
 
 
@@ -161,7 +243,9 @@ def test_auto_merging_is_agreed_replayed_and_resumed(partitions, tmp_path):  # n
     part = partitions("distdgl", 4)
     opts = ("--merge", "auto")
     cut = run(part, tmp_path, options=opts, train=("--checkpoint-every", "1"), epochs=2, out="cut")
-    resumed = run(part, tmp_path, options=opts, train=("--checkpoint-every", "1", "--resume"), epochs=4, out="cut")
+    resumed = run(
+        part, tmp_path, options=opts, train=("--checkpoint-every", "1", "--resume"), epochs=4, out="cut"
+    )
     assert resumed == cut
     rec = records(cut)
     assert [r["epoch"] for r in rec] == [0, 1, 2, 3]
@@ -193,6 +277,7 @@ def local_only_batches(graph, assignment: np.ndarray, k: int, batch: int, seed: 
     def batches(epoch: int) -> list[np.ndarray]:
         perms = [permutation(t, seed, epoch) for t in own]
         return [np.concatenate([p[s * b : (s + 1) * b] for p in perms]) for s in range(steps)]
+
     return batches
 
 
@@ -203,25 +288,43 @@ def test_local_only_equals_its_own_reference_and_differs_from_global(store, part
     init, final = weights(lo)
     graph = ref_graph(store)
     assignment = np.load(part / "assignment.npy").astype(np.int64)
-    expected = minibatch_train("sage", init, graph, local_only_batches(graph, assignment, k, BATCH, SEED), [3, 2],
-                               EPOCHS, LR, DROPOUT, SEED)
+    expected = minibatch_train(
+        "sage",
+        init,
+        graph,
+        local_only_batches(graph, assignment, k, BATCH, SEED),
+        [3, 2],
+        EPOCHS,
+        LR,
+        DROPOUT,
+        SEED,
+    )
     assert max_weight_diff(final, expected) <= 1e-5
-    exact = minibatch_train("sage", init, graph, global_batches(graph, BATCH, SEED), [3, 2], EPOCHS, LR, DROPOUT,
-                            SEED)
+    exact = minibatch_train(
+        "sage", init, graph, global_batches(graph, BATCH, SEED), [3, 2], EPOCHS, LR, DROPOUT, SEED
+    )
     assert max_weight_diff(final, exact) > 1e-4  # stratified batches: a different model
     w = records(lo)[0]["workers"]
     assert all(x["time_steps"] == 1 and "migrate" not in x["bytes_sent_per_phase"] for x in w)
 
 
 # --- bad input -----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("args,message", [
-    (("--batch-order", "local"), "global or local-only"), (("--pregather", "maybe"), "on or off"),
-    (("--merge", "x"), "auto, off or a number"), (("--merge", "-1"), "at least 0"),
-    (("--migrate", "1"), "on or off"), (("--fanouts", "3"), "1 hops but the model has 2 layers"),
-    (("--topology", "replicated"), "not of hopgnn"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("--batch-order", "local"), "global or local-only"),
+        (("--pregather", "maybe"), "on or off"),
+        (("--merge", "x"), "auto, off or a number"),
+        (("--merge", "-1"), "at least 0"),
+        (("--migrate", "1"), "on or off"),
+        (("--fanouts", "3"), "1 hops but the model has 2 layers"),
+        (("--topology", "replicated"), "not of hopgnn"),
+    ],
+)
 def test_bad_options_are_one_line(partitions, tmp_path, args, message):  # noqa: F811
-    r = invoke(["plan", str(partitions("metis", 2)), "--strategy", "hopgnn", *args, "-o", str(tmp_path / "p")])
+    r = invoke(
+        ["plan", str(partitions("metis", 2)), "--strategy", "hopgnn", *args, "-o", str(tmp_path / "p")]
+    )
     assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1, r.output
     assert not (tmp_path / "p").exists()
 

@@ -62,8 +62,14 @@ def test_csr_equals_scipy_reference(tmp_path_factory, n, data, symmetrize, keep_
     dst = data.draw(st.lists(st.integers(0, n - 1), min_size=m, max_size=m))
     out = tmp_path_factory.mktemp("csr") / "s"
     # a tiny memory limit forces the external sort through several buckets
-    opts = IngestOptions(symmetrize=symmetrize, keep_duplicates=keep_dup, keep_self_loops=keep_loops,
-                         memory_limit=256 * 40 if spill else 1 << 30, feat_dim=4, num_classes=3)
+    opts = IngestOptions(
+        symmetrize=symmetrize,
+        keep_duplicates=keep_dup,
+        keep_self_loops=keep_loops,
+        memory_limit=256 * 40 if spill else 1 << 30,
+        feat_dim=4,
+        num_classes=3,
+    )
     report = build_store(arc_source(n, src, dst), out, opts)
     store = GraphStore.open(out)
     indptr, indices = store.load_csr()
@@ -81,7 +87,9 @@ def test_external_sort_really_spills(tmp_path):
     rng = np.random.default_rng(0)
     n, m = 500, 20_000
     src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
-    report = build_store(arc_source(n, src, dst, chunk=1000), tmp_path / "s", IngestOptions(memory_limit=40 * 2000))
+    report = build_store(
+        arc_source(n, src, dst, chunk=1000), tmp_path / "s", IngestOptions(memory_limit=40 * 2000)
+    )
     assert report.spilled and report.buckets > 5
     ref_ptr, ref_idx = reference_csr(n, src, dst, False, False, False)
     got_ptr, got_idx = GraphStore.open(tmp_path / "s").load_csr()
@@ -94,7 +102,14 @@ def test_store_metadata_checksums_and_lazy_arrays(tiny_store):
     store = GraphStore.open(tiny_store)
     assert store.meta["schema"] == "g3.store" and store.meta["schema_version"] == 1
     assert store.verify() == []
-    assert set(store.meta["checksums"]) >= {"indptr", "indices", "features", "labels", "in_degree", "out_degree"}
+    assert set(store.meta["checksums"]) >= {
+        "indptr",
+        "indices",
+        "features",
+        "labels",
+        "in_degree",
+        "out_degree",
+    }
     assert store.features.shape == (store.num_nodes, store.feat_dim)
     assert store.features.chunks[1] == store.feat_dim  # chunked by rows only
     sizes = store.meta["split_sizes"]
@@ -201,20 +216,41 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, cli_runner, args, message):
 @pytest.mark.parametrize(
     "files, args, message",
     [
-        ({"e.txt": "0 1\n1 2\n2 1099511627776\n"}, ["e.txt"],
-         "e.txt:3: node id 1099511627776 would make the graph 1,099,511,627,777 nodes"),
-        ({"e.npy": np.array([[0, 1], [1, 2], [2, 2**40]])}, ["e.npy"], "e.npy: edge_index[2]: node id 1099511627776"),
-        ({"e.txt": "0 1\n1 0\n"}, ["e.txt", "--num-nodes", str(2**40)], "more nodes than this machine's memory holds"),
-        ({"e.txt": "0 1\n1 0\n", "f.json": '{"0": [1099511627776], "1": [1]}'}, ["e.txt", "--features", "f.json"],
-         "f.json: feature id 1099511627776 (node 0) makes a 2 x 1,099,511,627,777 feature matrix"),
-        ({"e.txt": "0 1\n1 0\n", "f.json": '{"0": "12", "1": [3]}'}, ["e.txt", "--features", "f.json"],
-         "f.json: node '0': expected a list of integer feature ids, got \"12\""),
-        ({"e.npy": np.array([[0, 1, 5], [1, 2, 6], [2, 0, 7], [0, 2, 1]])}, ["e.npy"],
-         "edge array must have shape [2, E] or [E, 2], got (4, 3)"),
+        (
+            {"e.txt": "0 1\n1 2\n2 1099511627776\n"},
+            ["e.txt"],
+            "e.txt:3: node id 1099511627776 would make the graph 1,099,511,627,777 nodes",
+        ),
+        (
+            {"e.npy": np.array([[0, 1], [1, 2], [2, 2**40]])},
+            ["e.npy"],
+            "e.npy: edge_index[2]: node id 1099511627776",
+        ),
+        (
+            {"e.txt": "0 1\n1 0\n"},
+            ["e.txt", "--num-nodes", str(2**40)],
+            "more nodes than this machine's memory holds",
+        ),
+        (
+            {"e.txt": "0 1\n1 0\n", "f.json": '{"0": [1099511627776], "1": [1]}'},
+            ["e.txt", "--features", "f.json"],
+            "f.json: feature id 1099511627776 (node 0) makes a 2 x 1,099,511,627,777 feature matrix",
+        ),
+        (
+            {"e.txt": "0 1\n1 0\n", "f.json": '{"0": "12", "1": [3]}'},
+            ["e.txt", "--features", "f.json"],
+            "f.json: node '0': expected a list of integer feature ids, got \"12\"",
+        ),
+        (
+            {"e.npy": np.array([[0, 1, 5], [1, 2, 6], [2, 0, 7], [0, 2, 1]])},
+            ["e.npy"],
+            "edge array must have shape [2, E] or [E, 2], got (4, 3)",
+        ),
     ],
 )
-def test_ids_beyond_memory_and_malformed_files_are_refused_before_allocating(tmp_path, cli_runner, files, args,
-                                                                              message, monkeypatch):
+def test_ids_beyond_memory_and_malformed_files_are_refused_before_allocating(
+    tmp_path, cli_runner, files, args, message, monkeypatch
+):
     """A node or feature id far beyond the rest (2^40: 8 TiB of per-node arrays) is a numbering ingest cannot
     hold: one line naming the file (and line), not an allocation error; strings are not lists of ids."""
     for name, content in files.items():
@@ -238,9 +274,24 @@ def test_cli_debug_shows_traceback(tmp_path, cli_runner):
 def test_cli_version_and_help(cli_runner):
     r = cli_runner.invoke(cli, ["--version"])
     assert r.exit_code == 0 and "g3" in r.output
-    assert cli.list_commands(None) == sorted(["ingest", "info", "partition", "plan", "bundle", "train", "eval",
-                                              "predict", "export", "report", "bench", "simulate", "cluster",
-                                              "advise"])
+    assert cli.list_commands(None) == sorted(
+        [
+            "ingest",
+            "info",
+            "partition",
+            "plan",
+            "bundle",
+            "train",
+            "eval",
+            "predict",
+            "export",
+            "report",
+            "bench",
+            "simulate",
+            "cluster",
+            "advise",
+        ]
+    )
     for cmd in cli.list_commands(None):
         r = cli_runner.invoke(cli, [cmd, "--help"])
         assert r.exit_code == 0 and "Usage" in r.output

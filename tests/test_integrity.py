@@ -91,16 +91,21 @@ def test_deleted_and_garbage_chunks(store, tmp_path, cli_runner):
     assert not (tmp_path / "p").exists() and leftovers(tmp_path) == []
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("num_nodes", 1999, "array indptr has shape (2001,), the metadata says (2000,)"),
-    ("num_arcs", 5, "array indices has shape"),
-    ("feat_dim", 3, "array features has shape"),
-    ("feature_dtype", "float16", "array features has dtype float32, the metadata says float16"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("num_nodes", 1999, "array indptr has shape (2001,), the metadata says (2000,)"),
+        ("num_arcs", 5, "array indices has shape"),
+        ("feat_dim", 3, "array features has shape"),
+        ("feature_dtype", "float16", "array features has dtype float32, the metadata says float16"),
+    ],
+)
 def test_altered_attributes(store, tmp_path, cli_runner, key, value, message):
     set_meta(store, reseal=False, **{key: value})  # an edit: the seal tells
-    one_line_error(run(cli_runner, "partition", store, "--workers", "2", "-o", tmp_path / "p"),
-                   "does not match its content_sha256")
+    one_line_error(
+        run(cli_runner, "partition", store, "--workers", "2", "-o", tmp_path / "p"),
+        "does not match its content_sha256",
+    )
     set_meta(store, **{key: value})
     r = run(cli_runner, "partition", store, "--workers", "2", "-o", tmp_path / "p")
     one_line_error(r, message)
@@ -110,14 +115,20 @@ def test_altered_attributes(store, tmp_path, cli_runner, key, value, message):
 
 def test_damaged_shard_and_plan_files_stop_training_before_it_starts(store, tmp_path, cli_runner):
     part, plan = tmp_path / "part", tmp_path / "plan"
-    assert run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", part).exit_code == 0
+    assert (
+        run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", part).exit_code == 0
+    )
     assert run(cli_runner, "plan", part, "--bin-size", "300", "-o", plan).exit_code == 0
     np.save(part / "part-00001" / "labels.npy", np.zeros(3, dtype=np.int32))  # a file of another shape
     r = run(cli_runner, "train", plan, "--epochs", "1", "-o", tmp_path / "run")
     one_line_error(r, "file labels.npy holds int32 [3], its folder's JSON says int32")
     assert not (tmp_path / "run").exists()
-    assert run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", part,
-               "--force").exit_code == 0
+    assert (
+        run(
+            cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", part, "--force"
+        ).exit_code
+        == 0
+    )
     assert run(cli_runner, "plan", part, "--bin-size", "300", "-o", plan, "--force").exit_code == 0
     (plan / "worker-00000" / "layer-1" / "src.npy").write_bytes(b"\x93NUMPY truncated")
     r = run(cli_runner, "train", plan, "--epochs", "1", "-o", tmp_path / "run")
@@ -127,7 +138,9 @@ def test_damaged_shard_and_plan_files_stop_training_before_it_starts(store, tmp_
 
 def test_eval_refuses_a_run_whose_store_changed(store, tmp_path, cli_runner):
     part, plan, out = tmp_path / "part", tmp_path / "plan", tmp_path / "run"
-    assert run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", part).exit_code == 0
+    assert (
+        run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", part).exit_code == 0
+    )
     assert run(cli_runner, "plan", part, "--bin-size", "500", "-o", plan).exit_code == 0
     assert run(cli_runner, "train", plan, "--epochs", "1", "--threads", "1", "-o", out).exit_code == 0
     set_meta(store, checksums={"indices": "sha256:" + "0" * 64})  # the store was ingested again, differently
@@ -151,7 +164,10 @@ def test_a_target_is_never_replaced_silently(tmp_path):
     with pytest.raises(G3InputError, match="already exists"), atomic_dir(target):
         pass
     other = tmp_path / "other"
-    with pytest.raises(G3InputError, match="appeared while this artifact was being built"), atomic_dir(other) as tmp:
+    with (
+        pytest.raises(G3InputError, match="appeared while this artifact was being built"),
+        atomic_dir(other) as tmp,
+    ):
         (tmp / "b").write_text("mine")
         other.mkdir()  # another writer got there first
         (other / "theirs").write_text("kept")
@@ -167,11 +183,24 @@ def test_two_partitions_to_one_target(store, tmp_path):
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "g3cli.main", "partition", str(store), "--workers", "2", "--method", "metis",
-           "-o", str(tmp_path / "p")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "g3cli.main",
+        "partition",
+        str(store),
+        "--workers",
+        "2",
+        "--method",
+        "metis",
+        "-o",
+        str(tmp_path / "p"),
+    ]
     repo = Path(__file__).resolve().parents[1]
-    procs = [subprocess.Popen(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     assert sorted(code for code, _ in results) == [0, 2], results
     loser = next(err for code, err in results if code == 2)
@@ -181,19 +210,31 @@ def test_two_partitions_to_one_target(store, tmp_path):
 
 def test_an_output_under_a_file_is_one_line_in_every_stage(store, tmp_path, cli_runner):
     part, plan = tmp_path / "part", tmp_path / "plan"
-    assert run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", part).exit_code == 0
+    assert (
+        run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", part).exit_code == 0
+    )
     assert run(cli_runner, "plan", part, "--bin-size", "500", "-o", plan).exit_code == 0
-    assert run(cli_runner, "train", plan, "--epochs", "1", "--threads", "1", "-o", tmp_path / "run").exit_code == 0
+    assert (
+        run(cli_runner, "train", plan, "--epochs", "1", "--threads", "1", "-o", tmp_path / "run").exit_code
+        == 0
+    )
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     under = blocker / "x"
-    for args in (["ingest", "synthetic:tiny", under], ["partition", store, "--workers", "2", "-o", under],
-                 ["plan", part, "-o", under], ["train", plan, "--epochs", "1", "-o", under],
-                 ["report", tmp_path / "run", "-o", under], ["simulate", plan, "--scaling", "none", "-o", under],
-                 ["bench", store, "--workers", "1", "--peers", "none", "-o", under]):
+    for args in (
+        ["ingest", "synthetic:tiny", under],
+        ["partition", store, "--workers", "2", "-o", under],
+        ["plan", part, "-o", under],
+        ["train", plan, "--epochs", "1", "-o", under],
+        ["report", tmp_path / "run", "-o", under],
+        ["simulate", plan, "--scaling", "none", "-o", under],
+        ["bench", store, "--workers", "1", "--peers", "none", "-o", under],
+    ):
         r = run(cli_runner, *args)
         assert r.exit_code == 2 and "Traceback" not in r.output, (args, r.output)
-        assert f"{blocker} is a file, not a folder" in r.output or f"{under}: Not a directory" in r.output, r.output
+        assert f"{blocker} is a file, not a folder" in r.output or f"{under}: Not a directory" in r.output, (
+            r.output
+        )
 
 
 def test_a_full_disk_is_one_line_in_a_stage_and_in_a_worker(store, tmp_path, cli_runner, monkeypatch):
@@ -215,29 +256,48 @@ def test_a_full_disk_is_one_line_in_a_stage_and_in_a_worker(store, tmp_path, cli
     one_line_error(r, "No space left on device")
     assert not (tmp_path / "part").exists() and leftovers(tmp_path) == []
     monkeypatch.setattr(shards.np, "save", real_save)
-    assert run(cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", tmp_path / "part").exit_code == 0
-    assert run(cli_runner, "plan", tmp_path / "part", "--bin-size", "500", "-o", tmp_path / "plan").exit_code == 0
+    assert (
+        run(
+            cli_runner, "partition", store, "--workers", "2", "--method", "random", "-o", tmp_path / "part"
+        ).exit_code
+        == 0
+    )
+    assert (
+        run(cli_runner, "plan", tmp_path / "part", "--bin-size", "500", "-o", tmp_path / "plan").exit_code
+        == 0
+    )
     monkeypatch.setenv("G3_FAULT", "1:1:enospc")
     r = run(cli_runner, "train", tmp_path / "plan", "--epochs", "3", "--threads", "1", "-o", tmp_path / "run")
     one_line_error(r, "worker 1 failed: OSError: [Errno 28] No space left on device")
 
 
-@pytest.mark.parametrize("strategy, change, message", [
-    ("distdgl", {"options": {"fanouts": "a"}}, "records --fanouts 'a': expected comma-separated integers"),
-    ("distdgl", {"options": {"batch_size": 0}}, "records --batch-size 0"),
-    ("sancus", {"options": {"staleness": "x"}}, "records --staleness 'x'"),
-    ("distdgl", {"options": {"fanouts": [25, 10], "no_such": 1}}, "records option 'no_such'"),
-    ("g3", {"num_workers": 0}, "num_workers is 0, not a worker count >= 1"),
-    ("g3", {"num_workers": 3}, "lists 2 workers for num_workers 3"),
-])
-def test_a_sealed_but_wrong_plan_is_refused_where_it_is_read(store, tmp_path, cli_runner, strategy, change, message):
+@pytest.mark.parametrize(
+    "strategy, change, message",
+    [
+        (
+            "distdgl",
+            {"options": {"fanouts": "a"}},
+            "records --fanouts 'a': expected comma-separated integers",
+        ),
+        ("distdgl", {"options": {"batch_size": 0}}, "records --batch-size 0"),
+        ("sancus", {"options": {"staleness": "x"}}, "records --staleness 'x'"),
+        ("distdgl", {"options": {"fanouts": [25, 10], "no_such": 1}}, "records option 'no_such'"),
+        ("g3", {"num_workers": 0}, "num_workers is 0, not a worker count >= 1"),
+        ("g3", {"num_workers": 3}, "lists 2 workers for num_workers 3"),
+    ],
+)
+def test_a_sealed_but_wrong_plan_is_refused_where_it_is_read(
+    store, tmp_path, cli_runner, strategy, change, message
+):
     """plan.json edited and re-sealed (as another tool or a buggy version would write it): its strategy options
     are parsed back by the command line's parsers and its worker count checked, before any worker starts."""
     from stages.common.artifact_json import sealed
 
     part, plan = tmp_path / "part", tmp_path / "plan"
     method = "metis"
-    assert run(cli_runner, "partition", store, "--workers", "2", "--method", method, "-o", part).exit_code == 0
+    assert (
+        run(cli_runner, "partition", store, "--workers", "2", "--method", method, "-o", part).exit_code == 0
+    )
     assert run(cli_runner, "plan", part, "--strategy", strategy, "-o", plan).exit_code == 0
     meta = json.loads((plan / "plan.json").read_text())
     for key, value in change.items():
@@ -245,14 +305,18 @@ def test_a_sealed_but_wrong_plan_is_refused_where_it_is_read(store, tmp_path, cl
             meta["strategy"]["options"].update(value)
         else:
             meta[key] = value
-    (plan / "plan.json").write_text(json.dumps(sealed({k: v for k, v in meta.items() if k != "content_sha256"})))
+    (plan / "plan.json").write_text(
+        json.dumps(sealed({k: v for k, v in meta.items() if k != "content_sha256"}))
+    )
     r = run(cli_runner, "train", plan, "--epochs", "1", "-o", tmp_path / "run")
     one_line_error(r, message)
     assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("key", ["degree", "num_classes", "checksums"])
-def test_a_store_without_a_field_its_readers_need_is_refused_by_every_reader(store, tmp_path, cli_runner, key):
+def test_a_store_without_a_field_its_readers_need_is_refused_by_every_reader(
+    store, tmp_path, cli_runner, key
+):
     """A store's attributes without a field every reader relies on (written by another tool and sealed) are
     refused when the store is opened, naming the field — `g3 info` once raised KeyError: 'degree'."""
     from stages.common.artifact_json import sealed
@@ -275,24 +339,37 @@ def _rewrite(folder: Path, json_name: str, array: str, values: np.ndarray) -> No
     np.save(folder / f"{array}.npy", values)
     meta = json.loads((folder / json_name).read_text())
     meta["files"][f"{array}.npy"] = npy_entry(folder / f"{array}.npy")
-    (folder / json_name).write_text(json.dumps(sealed({k: v for k, v in meta.items() if k != "content_sha256"})))
+    (folder / json_name).write_text(
+        json.dumps(sealed({k: v for k, v in meta.items() if k != "content_sha256"}))
+    )
 
 
-@pytest.mark.parametrize("where, array, edit, message", [
-    ("shard", "send", lambda a: a + 10**6, "file send.npy holds id"),
-    ("shard", "owned", lambda a: np.where(np.arange(len(a)) == 0, 10**9, a), "file owned.npy holds id 1000000000"),
-    ("shard", "train", lambda a: a - 10**6, "file train.npy holds id"),
-    ("shard", "send_ptr", lambda a: a[::-1].copy(), "file send_ptr.npy is not 3 pointers"),
-    ("plan", "layer-0/bin_ptr", lambda a: a[::-1].copy(), "file bin_ptr.npy is not pointers from 0"),
-    ("plan", "priority", lambda a: a - 1, "file priority.npy holds an id outside the worker's"),
-    ("plan", "layer-1/indices", lambda a: a + 10**6, "file indices.npy holds a source position outside"),
-])
-def test_a_sealed_but_wrong_shard_or_bin_array_is_refused_before_a_worker_uses_it(store, tmp_path, cli_runner,
-                                                                                   where, array, edit, message):
+@pytest.mark.parametrize(
+    "where, array, edit, message",
+    [
+        ("shard", "send", lambda a: a + 10**6, "file send.npy holds id"),
+        (
+            "shard",
+            "owned",
+            lambda a: np.where(np.arange(len(a)) == 0, 10**9, a),
+            "file owned.npy holds id 1000000000",
+        ),
+        ("shard", "train", lambda a: a - 10**6, "file train.npy holds id"),
+        ("shard", "send_ptr", lambda a: a[::-1].copy(), "file send_ptr.npy is not 3 pointers"),
+        ("plan", "layer-0/bin_ptr", lambda a: a[::-1].copy(), "file bin_ptr.npy is not pointers from 0"),
+        ("plan", "priority", lambda a: a - 1, "file priority.npy holds an id outside the worker's"),
+        ("plan", "layer-1/indices", lambda a: a + 10**6, "file indices.npy holds a source position outside"),
+    ],
+)
+def test_a_sealed_but_wrong_shard_or_bin_array_is_refused_before_a_worker_uses_it(
+    store, tmp_path, cli_runner, where, array, edit, message
+):
     """Ids out of range and pointers that decrease, with checksums and seals made to match: one line naming
     the file, from the reader every stage uses, before training starts."""
     part, plan = tmp_path / "part", tmp_path / "plan"
-    assert run(cli_runner, "partition", store, "--workers", "2", "--method", "metis", "-o", part).exit_code == 0
+    assert (
+        run(cli_runner, "partition", store, "--workers", "2", "--method", "metis", "-o", part).exit_code == 0
+    )
     if where == "plan":
         assert run(cli_runner, "plan", part, "--bin-size", "300", "-o", plan).exit_code == 0
     folder = (part / "part-00000") if where == "shard" else (plan / "worker-00000")
@@ -307,7 +384,9 @@ def test_a_sealed_but_wrong_shard_or_bin_array_is_refused_before_a_worker_uses_i
         np.save(target / f"{leaf}.npy", values.astype(np.load(target / f"{leaf}.npy").dtype))
         meta = json.loads((folder / name).read_text())
         meta["files"][f"{array}.npy"] = npy_entry(target / f"{leaf}.npy")
-        (folder / name).write_text(json.dumps(sealed({k: v for k, v in meta.items() if k != "content_sha256"})))
+        (folder / name).write_text(
+            json.dumps(sealed({k: v for k, v in meta.items() if k != "content_sha256"}))
+        )
     else:
         _rewrite(folder, name, leaf, values)
     if where == "shard":  # the planner reads the shard first (its P2P raw material); the worker after it

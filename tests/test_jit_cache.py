@@ -43,8 +43,16 @@ def run_together(folder: Path, n: int) -> list[dict]:
     (folder / "ready").mkdir(exist_ok=True)
     for f in (folder / "ready").iterdir():
         f.unlink()
-    procs = [subprocess.Popen([sys.executable, "-c", PROBE, str(folder), str(n)], cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROBE, str(folder), str(n)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
     return [json.loads(o[0].strip().splitlines()[-1]) for o in outs]

@@ -10,14 +10,20 @@ import importlib
 import types
 
 import pytest
+from test_train import invoke
 
 from stages.common.errors import G3InputError
 from stages.common.knobs import BIN_SCHEDULES, TrainKnob, at_least_one
 from stages.common.strategies import STRATEGIES, knob_declarations
-from test_train import invoke
 
-FIXTURE = TrainKnob("fixture_rounds", int, 3, metavar="N", check=at_least_one,
-                    help="Rounds of the fixture strategy's made-up mechanism.")
+FIXTURE = TrainKnob(
+    "fixture_rounds",
+    int,
+    3,
+    metavar="N",
+    check=at_least_one,
+    help="Rounds of the fixture strategy's made-up mechanism.",
+)
 
 
 @pytest.fixture
@@ -38,7 +44,12 @@ def fixture_knob(monkeypatch):
 def plans(tiny_store, tmp_path_factory):
     """A g3 plan and a distdgl plan of the tiny graph (2 workers)."""
     tmp = tmp_path_factory.mktemp("knobs")
-    assert invoke(["partition", str(tiny_store), "-w", "2", "--method", "metis", "-o", str(tmp / "part")]).exit_code == 0
+    assert (
+        invoke(
+            ["partition", str(tiny_store), "-w", "2", "--method", "metis", "-o", str(tmp / "part")]
+        ).exit_code
+        == 0
+    )
     for strategy in ("g3", "distdgl"):
         r = invoke(["plan", str(tmp / "part"), "--strategy", strategy, "-o", str(tmp / strategy)])
         assert r.exit_code == 0, r.output
@@ -49,11 +60,17 @@ def test_a_knob_declared_in_one_entry_reaches_the_cli(fixture_knob, plans):
     r = invoke(["train", "--help"])
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
-    assert "--fixture-rounds N [g3 plans; default 3] Rounds of the fixture strategy's made-up mechanism." in text
-    for args, what in [(["g3", "--fixture-rounds", "0"], "--fixture-rounds must be >= 1"),
-                       (["g3", "--fixture-rounds", "x"], "'x' is not a valid integer"),
-                       (["distdgl", "--fixture-rounds", "2"], "--fixture-rounds does not apply to the distdgl "
-                                                              "strategy of this plan (it applies to g3)")]:
+    assert (
+        "--fixture-rounds N [g3 plans; default 3] Rounds of the fixture strategy's made-up mechanism." in text
+    )
+    for args, what in [
+        (["g3", "--fixture-rounds", "0"], "--fixture-rounds must be >= 1"),
+        (["g3", "--fixture-rounds", "x"], "'x' is not a valid integer"),
+        (
+            ["distdgl", "--fixture-rounds", "2"],
+            "--fixture-rounds does not apply to the distdgl strategy of this plan (it applies to g3)",
+        ),
+    ]:
         r = invoke(["train", str(plans / args[0]), *args[1:], "-o", str(plans / "run")])
         assert r.exit_code == 2 and what in r.output, (args, r.output)
         assert not (plans / "run").exists()
@@ -77,8 +94,11 @@ def test_a_knob_declared_in_one_entry_reaches_the_api_run_json_and_eval(fixture_
     default = TrainConfig()
     resolve_knobs(default, fixture_knob)
     assert default.fixture_rounds == 3
-    with pytest.raises(G3InputError, match="--fixture-rounds does not apply to the distdgl strategy of this plan "
-                                           r"\(it applies to g3\)"):
+    with pytest.raises(
+        G3InputError,
+        match="--fixture-rounds does not apply to the distdgl strategy of this plan "
+        r"\(it applies to g3\)",
+    ):
         resolve_knobs(TrainConfig(fixture_rounds=5), STRATEGIES["distdgl"])
 
     record = cfg.to_dict()  # run.json's config: one key per knob
@@ -95,15 +115,19 @@ def test_a_knob_declared_in_one_entry_reaches_bench_and_advise(fixture_knob):
     from stages.bench.runs import candidate_configs, parse_spec
 
     spec = parse_spec("g3{fixture_rounds=4}")
-    bench = types.SimpleNamespace(bin_size=None, device_memory=None, pipeline="multi", epochs=1, lr=0.01, dropout=0.5)
+    bench = types.SimpleNamespace(
+        bin_size=None, device_memory=None, pipeline="multi", epochs=1, lr=0.01, dropout=0.5
+    )
     options, train = candidate_configs(bench, spec)
     assert train["fixture_rounds"] == 4 and "fixture_rounds" not in options
     with pytest.raises(G3InputError, match=r"g3 does not take fixture_rounds=0 \(must be >= 1\)"):
         parse_spec("g3{fixture_rounds=0}")
     with pytest.raises(G3InputError, match="distdgl has no option 'fixture_rounds'"):
         parse_spec("distdgl{fixture_rounds=4}")
-    assert train_command("P", None, {"fixture_rounds": 4, "feature_cache": False}, 2) == \
-        "g3 train P --fixture-rounds 4 --no-feature-cache"
+    assert (
+        train_command("P", None, {"fixture_rounds": 4, "feature_cache": False}, 2)
+        == "g3 train P --fixture-rounds 4 --no-feature-cache"
+    )
 
 
 def test_every_knob_is_declared_alike_by_the_strategies_that_share_it():
@@ -116,16 +140,24 @@ def test_every_knob_is_declared_alike_by_the_strategies_that_share_it():
         assert len({k.type for _, k in uses}) == 1, name
         assert all(k.type is not bool or not k.choices for _, k in uses), name
         for info, knob in uses:
-            assert knob.problem(knob.default) is None, (info.name, name)  # its own default is a value it takes
+            assert knob.problem(knob.default) is None, (
+                info.name,
+                name,
+            )  # its own default is a value it takes
 
 
 def test_a_strategy_knob_value_outside_every_declaration_is_refused(plans):
-    for args, what in [(["--pipeline", "p4"], "'p4' is not one of 'multi', 'inter', 'intra', 'none', 'p3'"),
-                       (["--prefetch", "soon"], "--prefetch soon is not one of auto, on, off or a step count >= 0"),
-                       (["--launch-sigma", "inf"], "--launch-sigma must be a finite number >= 0"),
-                       (["--task-nodes", "0"], "--task-nodes must be >= 1")]:
+    for args, what in [
+        (["--pipeline", "p4"], "'p4' is not one of 'multi', 'inter', 'intra', 'none', 'p3'"),
+        (["--prefetch", "soon"], "--prefetch soon is not one of auto, on, off or a step count >= 0"),
+        (["--launch-sigma", "inf"], "--launch-sigma must be a finite number >= 0"),
+        (["--task-nodes", "0"], "--task-nodes must be >= 1"),
+    ]:
         r = invoke(["train", str(plans / "g3"), *args, "-o", str(plans / "run")])
         assert r.exit_code == 2 and what in r.output, (args, r.output)
     r = invoke(["train", str(plans / "distdgl"), "--pipeline", "none", "-o", str(plans / "run")])
-    assert r.exit_code == 2 and "--pipeline does not apply to the distdgl strategy of this plan (it applies to g3, " \
-        "neutrontp, p3)" in r.output, r.output
+    assert (
+        r.exit_code == 2
+        and "--pipeline does not apply to the distdgl strategy of this plan (it applies to g3, neutrontp, p3)"
+        in r.output
+    ), r.output

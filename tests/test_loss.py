@@ -78,8 +78,10 @@ def test_labels_outside_the_classes_are_an_error(dtype):
     """A label beyond the model's classes (or a row beyond the logits) raises instead of writing past the
     gradient."""
     z = torch.randn(8, 4, dtype=dtype)
-    for labels, idx in ((torch.tensor([0, 1, 2, 3, 4, 0, 1, 2]), torch.arange(8)),
-                        (torch.tensor([0, 1, 2, 3, -2, 0, 1, 2]), torch.arange(8)),
-                        (torch.zeros(8, dtype=torch.int64), torch.tensor([0, 8]))):
+    for labels, idx in (
+        (torch.tensor([0, 1, 2, 3, 4, 0, 1, 2]), torch.arange(8)),
+        (torch.tensor([0, 1, 2, 3, -2, 0, 1, 2]), torch.arange(8)),
+        (torch.zeros(8, dtype=torch.int64), torch.tensor([0, 8])),
+    ):
         with pytest.raises(ValueError, match="outside the logits"):
             cross_entropy_with_grad(z, labels, idx, 8)

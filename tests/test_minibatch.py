@@ -33,17 +33,66 @@ from stages.runtime.neighbor_sampler import build_blocks, sample_rows, sorted_ro
 EPOCHS, LR, DROPOUT, SEED = 3, 0.02, 0.3, 7
 
 
-def run_distdgl(part: Path, tmp: Path, model: str = "sage", fanouts: str = "3,2", batch: int = 40,
-                order: str = "global", train: tuple[str, ...] = (), epochs: int = EPOCHS, out: str = "run") -> Path:
+def run_distdgl(
+    part: Path,
+    tmp: Path,
+    model: str = "sage",
+    fanouts: str = "3,2",
+    batch: int = 40,
+    order: str = "global",
+    train: tuple[str, ...] = (),
+    epochs: int = EPOCHS,
+    out: str = "run",
+) -> Path:
     plan, run = tmp / "plan", tmp / out
     if not plan.exists():
-        r = invoke(["plan", str(part), "--strategy", "distdgl", "--model", model, "--hidden", "6", "--fanouts", fanouts,
-                    "--batch-size", str(batch), "--batch-order", order, "-o", str(plan)])
+        r = invoke(
+            [
+                "plan",
+                str(part),
+                "--strategy",
+                "distdgl",
+                "--model",
+                model,
+                "--hidden",
+                "6",
+                "--fanouts",
+                fanouts,
+                "--batch-size",
+                str(batch),
+                "--batch-order",
+                order,
+                "-o",
+                str(plan),
+            ]
+        )
         assert r.exit_code == 0, r.output
     k = json.loads((part / "partition.json").read_text())["num_partitions"]
-    r = invoke(["train", str(plan), "--epochs", str(epochs), "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
-                str(SEED), "--workers", str(k), "--dtype", "float64", "--eval-every", "0", "--threads", "1",
-                "-o", str(run), *train])
+    r = invoke(
+        [
+            "train",
+            str(plan),
+            "--epochs",
+            str(epochs),
+            "--lr",
+            str(LR),
+            "--dropout",
+            str(DROPOUT),
+            "--seed",
+            str(SEED),
+            "--workers",
+            str(k),
+            "--dtype",
+            "float64",
+            "--eval-every",
+            "0",
+            "--threads",
+            "1",
+            "-o",
+            str(run),
+            *train,
+        ]
+    )
     assert r.exit_code == 0, r.output
     return run
 
@@ -56,7 +105,9 @@ def weights(run: Path) -> tuple[dict, dict]:
 def test_blocks_put_destinations_first_and_chain_layers():
     indptr = np.array([0, 2, 4, 5, 6, 6], dtype=np.int64)
     nbrs = sorted_rows_by_global(indptr, np.array([1, 2, 0, 3, 4, 0]), np.arange(5))
-    blocks = build_blocks(np.array([0, 3]), [-1, -1], lambda nodes, f, h: sample_rows(indptr, nbrs, nodes, nodes, f, 0))
+    blocks = build_blocks(
+        np.array([0, 3]), [-1, -1], lambda nodes, f, h: sample_rows(indptr, nbrs, nodes, nodes, f, 0)
+    )
     last, first = blocks[1], blocks[0]
     # in-neighbours: 0 <- 1, 2; 1 <- 0, 3; 2 <- 4; 3 <- 0; 4 <- none
     assert last.dst.tolist() == [0, 3] and last.src.tolist() == [0, 3, 1, 2]
@@ -67,12 +118,16 @@ def test_blocks_put_destinations_first_and_chain_layers():
 
 
 # --- against the single-process references -------------------------------------------------------------------
-@pytest.mark.parametrize("model,k,method", [("sage", 1, "metis"), ("sage", 2, "distdgl"), ("gcn", 4, "random")])
+@pytest.mark.parametrize(
+    "model,k,method", [("sage", 1, "metis"), ("sage", 2, "distdgl"), ("gcn", 4, "random")]
+)
 def test_global_order_is_the_reference_for_any_k(store, partitions, tmp_path, model, k, method):  # noqa: F811
     run = run_distdgl(partitions(method, k), tmp_path, model)
     init, final = weights(run)
     graph = ref_graph(store)
-    expected = minibatch_train(model, init, graph, global_batches(graph, 40, SEED), [3, 2], EPOCHS, LR, DROPOUT, SEED)
+    expected = minibatch_train(
+        model, init, graph, global_batches(graph, 40, SEED), [3, 2], EPOCHS, LR, DROPOUT, SEED
+    )
     assert max_weight_diff(final, expected) <= 1e-5
     assert max_weight_diff(final, init) > 1e-3
     rec = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -83,7 +138,9 @@ def test_global_order_is_the_reference_for_any_k(store, partitions, tmp_path, mo
         # pulled request by request (DistDGL's KVStore), not a collective every rank joins: no round of sizes,
         # and the rows every owner served are the rows the askers fetched: 10 float64 features (GCN: and two
         # int64 degrees) a row, each reply framed in 29 bytes (GCN: 53, a second array)
-        assert not any(p.startswith("features0-sizes") for w in rec[0]["workers"] for p in w["bytes_sent_per_phase"])
+        assert not any(
+            p.startswith("features0-sizes") for w in rec[0]["workers"] for p in w["bytes_sent_per_phase"]
+        )
         row, frame = (10 * 8 + 16, 53) if model == "gcn" else (10 * 8, 29)
         served = sum(w["bytes_sent_per_phase"].get("features0", 0) for w in rec[0]["workers"])
         extra = served - sum(w["fetched_rows"] for w in rec[0]["workers"]) * row
@@ -102,7 +159,9 @@ def test_split_order_trains_globals_batches_anywhere_and_fetches_more(store, par
     run = run_distdgl(part, tmp_path / "split", "sage", order="split")
     init, final = weights(run)
     graph = ref_graph(store)
-    expected = minibatch_train("sage", init, graph, global_batches(graph, 40, SEED), [3, 2], EPOCHS, LR, DROPOUT, SEED)
+    expected = minibatch_train(
+        "sage", init, graph, global_batches(graph, 40, SEED), [3, 2], EPOCHS, LR, DROPOUT, SEED
+    )
     assert max_weight_diff(final, expected) <= 1e-5
     home = run_distdgl(part, tmp_path / "global", "sage", order="global")
 
@@ -112,7 +171,12 @@ def test_split_order_trains_globals_batches_anywhere_and_fetches_more(store, par
         return fetched, fetched / sum(w["source_rows"] for w in rec["workers"])
 
     (split_rows, split_miss), (home_rows, home_miss) = rows(run), rows(home)
-    assert split_rows > 1.2 * home_rows and split_miss > home_miss, (split_rows, home_rows, split_miss, home_miss)
+    assert split_rows > 1.2 * home_rows and split_miss > home_miss, (
+        split_rows,
+        home_rows,
+        split_miss,
+        home_miss,
+    )
     rec = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert all(0.0 < w["feature_miss_rate"] < 1.0 for w in rec["workers"])
 
@@ -149,14 +213,22 @@ def test_prefetch_and_threads_change_nothing_and_resume_equals_uninterrupted(par
 
 
 # --- bad input -----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("args,message", [
-    (("--fanouts", ""), "fanout"), (("--fanouts", "25,0"), "positive integer or -1"),
-    (("--fanouts", "10,-2"), "positive integer or -1"), (("--fanouts", "a,b"), "comma-separated"),
-    (("--fanouts", "5,5,5"), "3 hops but the model has 2 layers"), (("--batch-size", "0"), "at least 1"),
-    (("--batch-order", "random"), "local, global or split"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("--fanouts", ""), "fanout"),
+        (("--fanouts", "25,0"), "positive integer or -1"),
+        (("--fanouts", "10,-2"), "positive integer or -1"),
+        (("--fanouts", "a,b"), "comma-separated"),
+        (("--fanouts", "5,5,5"), "3 hops but the model has 2 layers"),
+        (("--batch-size", "0"), "at least 1"),
+        (("--batch-order", "random"), "local, global or split"),
+    ],
+)
 def test_bad_sampling_options_are_one_line(partitions, tmp_path, args, message):  # noqa: F811
-    r = invoke(["plan", str(partitions("metis", 2)), "--strategy", "distdgl", *args, "-o", str(tmp_path / "p")])
+    r = invoke(
+        ["plan", str(partitions("metis", 2)), "--strategy", "distdgl", *args, "-o", str(tmp_path / "p")]
+    )
     assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1, r.output
     assert not (tmp_path / "p").exists()
 
@@ -166,7 +238,10 @@ def test_local_order_gives_a_worker_without_training_nodes_its_share(tmp_path):
     still trains (balanced_split is tested against a node-by-node split in test_distdgl_sampling.py)."""
     store, part = tmp_path / "s", tmp_path / "part"
     assert invoke(["ingest", "synthetic:tiny", str(store), "--split", "0.004,0.1,0.896"]).exit_code == 0
-    assert invoke(["partition", str(store), "--workers", "8", "--method", "chunk", "-o", str(part)]).exit_code == 0
+    assert (
+        invoke(["partition", str(store), "--workers", "8", "--method", "chunk", "-o", str(part)]).exit_code
+        == 0
+    )
     trains = [len(np.load(part / f"part-{w:05d}" / "train.npy")) for w in range(8)]
     assert 0 in trains, trains  # the precondition: 8 training nodes over 8 chunks leave one without
     r = invoke(["plan", str(part), "--strategy", "distdgl", "-o", str(tmp_path / "p")])
@@ -178,13 +253,50 @@ def test_local_order_gives_a_worker_without_training_nodes_its_share(tmp_path):
 # --- clustergcn ----------------------------------------------------------------------------------------------
 def run_clustergcn(part: Path, tmp: Path, model: str, clusters: int, per_batch: int) -> Path:
     plan, run = tmp / "plan", tmp / "run"
-    r = invoke(["plan", str(part), "--strategy", "clustergcn", "--model", model, "--hidden", "6", "--clusters",
-                str(clusters), "--clusters-per-batch", str(per_batch), "-o", str(plan)])
+    r = invoke(
+        [
+            "plan",
+            str(part),
+            "--strategy",
+            "clustergcn",
+            "--model",
+            model,
+            "--hidden",
+            "6",
+            "--clusters",
+            str(clusters),
+            "--clusters-per-batch",
+            str(per_batch),
+            "-o",
+            str(plan),
+        ]
+    )
     assert r.exit_code == 0, r.output
     k = json.loads((part / "partition.json").read_text())["num_partitions"]
-    r = invoke(["train", str(plan), "--epochs", str(EPOCHS), "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
-                str(SEED), "--workers", str(k), "--dtype", "float64", "--eval-every", "0", "--threads", "1",
-                "-o", str(run)])
+    r = invoke(
+        [
+            "train",
+            str(plan),
+            "--epochs",
+            str(EPOCHS),
+            "--lr",
+            str(LR),
+            "--dropout",
+            str(DROPOUT),
+            "--seed",
+            str(SEED),
+            "--workers",
+            str(k),
+            "--dtype",
+            "float64",
+            "--eval-every",
+            "0",
+            "--threads",
+            "1",
+            "-o",
+            str(run),
+        ]
+    )
     assert r.exit_code == 0, r.output
     return run
 
@@ -197,7 +309,13 @@ def test_clustergcn_one_worker_one_cluster_is_full_graph_training(store, partiti
 
 
 @pytest.mark.parametrize("model,k", [("sage", 2), ("gcn", 4)])
-def test_clustergcn_equals_one_process_on_the_union_of_cluster_subgraphs(store, partitions, tmp_path, model, k):  # noqa: F811
+def test_clustergcn_equals_one_process_on_the_union_of_cluster_subgraphs(
+    store,
+    partitions,
+    tmp_path,
+    model,
+    k,  # noqa: F811
+):
     part = partitions("metis", k)
     run = run_clustergcn(part, tmp_path, model, 6, 2)
     init, final = weights(run)
@@ -207,8 +325,9 @@ def test_clustergcn_equals_one_process_on_the_union_of_cluster_subgraphs(store, 
         assert sorted(set(c.tolist())) == list(range(6))
         # METIS is deterministic for a given graph, part count and seed: the planner made these clusters too
         assert np.array_equal(c, np.load(tmp_path / "plan" / f"worker-{w:05d}" / "clusters.npy")), w
-    expected = cluster_train(model, init, graph, cluster_batches(assignment, clusters, 2, SEED), EPOCHS, LR, DROPOUT,
-                             SEED)
+    expected = cluster_train(
+        model, init, graph, cluster_batches(assignment, clusters, 2, SEED), EPOCHS, LR, DROPOUT, SEED
+    )
     assert max_weight_diff(final, expected) <= 1e-5
     full = reference_train(model, init, graph, EPOCHS, LR, 0.0, DROPOUT, SEED)
     assert max_weight_diff(final, full) > 1e-4  # dropping arcs changed the model
@@ -216,10 +335,17 @@ def test_clustergcn_equals_one_process_on_the_union_of_cluster_subgraphs(store, 
         assert_eval_is_independent(store, run, model)
 
 
-@pytest.mark.parametrize("args,message", [(("--clusters", "0"), "cluster count must be at least 1"),
-                                          (("--clusters-per-batch", "x"), "positive integer")])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("--clusters", "0"), "cluster count must be at least 1"),
+        (("--clusters-per-batch", "x"), "positive integer"),
+    ],
+)
 def test_bad_cluster_options_are_one_line(partitions, tmp_path, args, message):  # noqa: F811
-    r = invoke(["plan", str(partitions("metis", 2)), "--strategy", "clustergcn", *args, "-o", str(tmp_path / "p")])
+    r = invoke(
+        ["plan", str(partitions("metis", 2)), "--strategy", "clustergcn", *args, "-o", str(tmp_path / "p")]
+    )
     assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1, r.output
 
 
@@ -227,8 +353,26 @@ def test_replicated_topology_samples_the_same_without_asking_and_bundles(partiti
     part = partitions("random", 2)
     asked = run_distdgl(part, tmp_path / "p", fanouts="3,2", epochs=2)
     plan = tmp_path / "r" / "plan"
-    r = invoke(["plan", str(part), "--strategy", "distdgl", "--hidden", "6", "--fanouts", "3,2", "--batch-size", "40",
-                "--batch-order", "global", "--topology", "replicated", "-o", str(plan)])
+    r = invoke(
+        [
+            "plan",
+            str(part),
+            "--strategy",
+            "distdgl",
+            "--hidden",
+            "6",
+            "--fanouts",
+            "3,2",
+            "--batch-size",
+            "40",
+            "--batch-order",
+            "global",
+            "--topology",
+            "replicated",
+            "-o",
+            str(plan),
+        ]
+    )
     assert r.exit_code == 0, r.output
     here = run_distdgl(part, tmp_path / "r", fanouts="3,2", epochs=2)
     assert max_weight_diff(weights(asked)[1], weights(here)[1]) == 0.0  # the same samples, the same model
@@ -249,17 +393,61 @@ def test_bytegnn_scheduler_on_off_and_distdgl_train_the_same_model(store, tmp_pa
     r = invoke(["partition", str(store), "--workers", "2", "--method", "bytegnn", "-o", str(part)])
     assert r.exit_code == 0, r.output
     finals = {}
-    for name, strategy, extra in [("distdgl", "distdgl", ()), ("off", "bytegnn", ("--scheduler", "off")),
-                                  ("on", "bytegnn", ("--launch-sigma", "0", "--sample-threads", "3",
-                                                     "--max-dags", "3", "--task-nodes", "5"))]:
+    for name, strategy, extra in [
+        ("distdgl", "distdgl", ()),
+        ("off", "bytegnn", ("--scheduler", "off")),
+        (
+            "on",
+            "bytegnn",
+            ("--launch-sigma", "0", "--sample-threads", "3", "--max-dags", "3", "--task-nodes", "5"),
+        ),
+    ]:
         plan = tmp_path / f"plan-{name}"
-        r = invoke(["plan", str(part), "--strategy", strategy, "--hidden", "6", "--fanouts", "3,2", "--batch-size", "20",
-                    "--batch-order", "local", "-o", str(plan)])
+        r = invoke(
+            [
+                "plan",
+                str(part),
+                "--strategy",
+                strategy,
+                "--hidden",
+                "6",
+                "--fanouts",
+                "3,2",
+                "--batch-size",
+                "20",
+                "--batch-order",
+                "local",
+                "-o",
+                str(plan),
+            ]
+        )
         assert r.exit_code == 0, r.output
         run = tmp_path / f"run-{name}"
-        r = invoke(["train", str(plan), "--epochs", "2", "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
-                    str(SEED), "--workers", "2", "--dtype", "float64", "--eval-every", "0", "--threads", "1",
-                    *extra, "-o", str(run)])
+        r = invoke(
+            [
+                "train",
+                str(plan),
+                "--epochs",
+                "2",
+                "--lr",
+                str(LR),
+                "--dropout",
+                str(DROPOUT),
+                "--seed",
+                str(SEED),
+                "--workers",
+                "2",
+                "--dtype",
+                "float64",
+                "--eval-every",
+                "0",
+                "--threads",
+                "1",
+                *extra,
+                "-o",
+                str(run),
+            ]
+        )
         assert r.exit_code == 0, r.output
         finals[name] = torch.load(run / "model.pt", weights_only=True)
         if strategy == "bytegnn":
@@ -279,7 +467,7 @@ def test_bytegnn_launch_score_follows_algorithm_1():
     # T_gap x f(C_util) x balance, no other scaling; balance = T_sample / (T_train x Q_size)
     assert launch_score(10, 0, 1.0, 1.0, 1) == pytest.approx(10 * 100 * 1.0)  # f(0) = 100
     assert launch_score(10, 100, 1.0, 1.0, 1) == pytest.approx(0.0)  # f(100) = 0: a busy CPU launches nothing
-    assert launch_score(10, 50, 2.0, 1.0, 4) == pytest.approx(10 * (101 - 101 ** 0.5) * 0.5)
+    assert launch_score(10, 50, 2.0, 1.0, 4) == pytest.approx(10 * (101 - 101**0.5) * 0.5)
     # nothing queued: Q_size taken as 1, so the score stays finite and a busy CPU still throttles
     assert launch_score(1, 50, 1.0, 1.0, 0) == pytest.approx(launch_score(1, 50, 1.0, 1.0, 1))
     assert launch_score(1e6, 100, 1.0, 1.0, 0) == pytest.approx(0.0)
@@ -292,7 +480,19 @@ def test_simulate_models_a_sampling_strategy_from_its_run(partitions, tmp_path):
     plan = tmp_path / "plan"
     r = invoke(["simulate", str(plan), "-o", str(tmp_path / "s0")])
     assert r.exit_code == 2 and "give --run RUN" in r.output, r.output
-    r = invoke(["simulate", str(plan), "--run", str(run), "--scaling", "1,2,4,8", "-o", str(tmp_path / "s"), "--json"])
+    r = invoke(
+        [
+            "simulate",
+            str(plan),
+            "--run",
+            str(run),
+            "--scaling",
+            "1,2,4,8",
+            "-o",
+            str(tmp_path / "s"),
+            "--json",
+        ]
+    )
     assert r.exit_code == 0, r.output
     sim = json.loads((tmp_path / "s" / "simulate.json").read_text())
     assert sim["systems"][0]["system"] == "distdgl" and sim["workers"] == 2
@@ -313,4 +513,6 @@ def test_simulate_models_a_sampling_strategy_from_its_run(partitions, tmp_path):
     r = invoke(["plan", str(part), "--strategy", "clustergcn", "-o", str(tmp_path / "cplan")])
     assert r.exit_code == 0
     r = invoke(["simulate", str(tmp_path / "cplan"), "-o", str(tmp_path / "s3")])
-    assert r.exit_code == 2 and "give --run RUN" in r.output, r.output  # modelled from a run of it, as distdgl
+    assert r.exit_code == 2 and "give --run RUN" in r.output, (
+        r.output
+    )  # modelled from a run of it, as distdgl

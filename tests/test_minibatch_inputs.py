@@ -34,9 +34,16 @@ def test_row_buffers_are_reused_when_large_enough():
 
 def test_blocks_order_by_width_unless_asked_to_order_by_cost():
     def block(n_dst, n_src, nnz, by_cost):
-        return Block(n_dst=n_dst, n_src=n_src, indptr=torch.zeros(n_dst + 1, dtype=torch.int64),
-                     indices=torch.zeros(nnz, dtype=torch.int64), src_out_degree=torch.zeros(n_src),
-                     dst_in_degree=torch.zeros(n_dst), dst_global=torch.arange(n_dst), order_by_cost=by_cost)
+        return Block(
+            n_dst=n_dst,
+            n_src=n_src,
+            indptr=torch.zeros(n_dst + 1, dtype=torch.int64),
+            indices=torch.zeros(nnz, dtype=torch.int64),
+            src_out_degree=torch.zeros(n_src),
+            dst_in_degree=torch.zeros(n_dst),
+            dst_global=torch.arange(n_dst),
+            order_by_cost=by_cost,
+        )
 
     sampled = (22_000, 150_000, 220_000)  # a first layer of fanouts (25, 10): ~7 sources per destination
     assert project_first(block(*sampled, False), 100, 16)  # width: project what narrows
@@ -54,8 +61,22 @@ def test_one_worker_reads_its_first_layer_in_the_feature_table_bitwise(partition
     from stages.runtime.worker import open_worker
 
     plan = tmp_path / "plan"
-    r = invoke(["plan", str(partitions("metis", 1)), "--strategy", "distdgl", "--hidden", str(hidden),
-                "--fanouts", "3,2", "--batch-size", "40", "-o", str(plan)])
+    r = invoke(
+        [
+            "plan",
+            str(partitions("metis", 1)),
+            "--strategy",
+            "distdgl",
+            "--hidden",
+            str(hidden),
+            "--fanouts",
+            "3,2",
+            "--batch-size",
+            "40",
+            "-o",
+            str(plan),
+        ]
+    )
     assert r.exit_code == 0, r.output
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -64,8 +85,13 @@ def test_one_worker_reads_its_first_layer_in_the_feature_table_bitwise(partition
     import numba
 
     threads = torch.get_num_threads(), numba.get_num_threads()  # open_worker sets both for the process
-    worker = open_worker(0, 1, plan, RuntimeConfig(threads=1, prefetch="off", dtype="float64", heap="system"),
-                         f"tcp://127.0.0.1:{port}")
+    worker = open_worker(
+        0,
+        1,
+        plan,
+        RuntimeConfig(threads=1, prefetch="off", dtype="float64", heap="system"),
+        f"tcp://127.0.0.1:{port}",
+    )
     st = worker.strategy
     try:
         assert st.reuse_inputs and st.inputs_in_place

@@ -51,8 +51,9 @@ def _one_thread():
 
 
 # --- graph and bin construction ---------------------------------------------------------------------------
-def random_graph(n: int = 60, avg_deg: float = 3.0, in_dim: int = 5, classes: int = 3, seed: int = 0,
-                 dtype=torch.float64) -> RefGraph:
+def random_graph(
+    n: int = 60, avg_deg: float = 3.0, in_dim: int = 5, classes: int = 3, seed: int = 0, dtype=torch.float64
+) -> RefGraph:
     """A random directed graph with nodes of zero in-degree, a few self-loops and a few repeated arcs."""
     g = torch.Generator().manual_seed(seed)
     m = int(n * avg_deg)
@@ -93,14 +94,17 @@ def random_bins(graph: RefGraph, num_bins: int, seed: int, dtype=torch.float64):
     cuts = torch.sort(torch.randperm(n - 1, generator=g)[: num_bins - 1] + 1).values.tolist()
     bins = []
     for dst in torch.tensor_split(perm, cuts):
-        block, src_ids = build_block(graph.indptr, graph.indices, dst, graph.in_degree, graph.out_degree, dtype)
+        block, src_ids = build_block(
+            graph.indptr, graph.indices, dst, graph.in_degree, graph.out_degree, dtype
+        )
         bins.append((block, src_ids, dst))
     return bins
 
 
 def whole_graph_block(graph: RefGraph, dtype=torch.float64) -> Block:
-    block, src_ids = build_block(graph.indptr, graph.indices, torch.arange(graph.num_nodes), graph.in_degree,
-                                 graph.out_degree, dtype)
+    block, src_ids = build_block(
+        graph.indptr, graph.indices, torch.arange(graph.num_nodes), graph.in_degree, graph.out_degree, dtype
+    )
     assert torch.equal(src_ids, torch.arange(graph.num_nodes))
     return block
 
@@ -123,28 +127,41 @@ def binned_forward(model, graph, bins, *, epoch=0, dropout=0.0, seed=0, training
     inputs = []
     for layer in range(model.num_layers):
         inputs.append(h)
-        h = forward_bins(model, layer, bins, h, graph.num_nodes, epoch=epoch, dropout=dropout, seed=seed,
-                         training=training)
+        h = forward_bins(
+            model, layer, bins, h, graph.num_nodes, epoch=epoch, dropout=dropout, seed=seed, training=training
+        )
     return h, inputs
 
 
 def binned_grads(model, graph, bins, *, epoch, dropout, seed) -> dict[str, torch.Tensor]:
     """Parameter gradients of the training loss, backpropagated layer by layer and bin by bin."""
     model.zero_grad(set_to_none=True)
-    logits, inputs = binned_forward(model, graph, bins, epoch=epoch, dropout=dropout, seed=seed, training=True)
+    logits, inputs = binned_forward(
+        model, graph, bins, epoch=epoch, dropout=dropout, seed=seed, training=True
+    )
     leaf = logits.detach().requires_grad_(True)
     reference_loss(leaf, graph).backward()
     grad = leaf.grad
     for layer in reversed(range(model.num_layers)):
-        grad = backward_bins(model, layer, bins, inputs[layer], grad, epoch=epoch, dropout=dropout, seed=seed,
-                             need_input_grad=layer > 0)
+        grad = backward_bins(
+            model,
+            layer,
+            bins,
+            inputs[layer],
+            grad,
+            epoch=epoch,
+            dropout=dropout,
+            seed=seed,
+            need_input_grad=layer > 0,
+        )
     return {k: p.grad.clone() for k, p in model.named_parameters()}
 
 
 def reference_grads(kind, model, graph, *, epoch, dropout, seed, heads) -> dict[str, torch.Tensor]:
     params = {k: v.detach().clone().requires_grad_(True) for k, v in model.state_dict().items()}
-    logits = reference_forward(kind, params, graph, epoch=epoch, dropout=dropout, seed=seed, training=True,
-                               heads=heads)
+    logits = reference_forward(
+        kind, params, graph, epoch=epoch, dropout=dropout, seed=seed, training=True, heads=heads
+    )
     reference_loss(logits, graph).backward()
     return {k: v.grad for k, v in params.items()}
 
@@ -166,7 +183,9 @@ def test_bins_match_reference_forward(kind, heads, dims, dtype, tol):
         torch.testing.assert_close(ours, ref, atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("backend", [None, "sparse", "index"])  # the device default (CPU: numba) and the others
+@pytest.mark.parametrize(
+    "backend", [None, "sparse", "index"]
+)  # the device default (CPU: numba) and the others
 @pytest.mark.parametrize("dims", DIMS)
 @pytest.mark.parametrize("kind,heads", CASES)
 def test_bins_match_reference_gradients(kind, heads, dims, backend):
@@ -223,14 +242,26 @@ def test_sage_reading_rows_in_place_equals_the_gathered_forward(dtype):
     layers and GCN/GAT do not offer it."""
     g = torch.Generator().manual_seed(12)
     n_rows, n_dst, n_other, nnz = 300, 40, 60, 500
-    src = torch.randperm(n_rows, generator=g)[: n_dst + n_other]  # bin sources as rows of h, destinations first
-    indptr = torch.cat([torch.zeros(1, dtype=torch.int64),
-                        torch.sort(torch.randint(0, nnz + 1, (n_dst - 1,), generator=g)).values,
-                        torch.tensor([nnz])])
+    src = torch.randperm(n_rows, generator=g)[
+        : n_dst + n_other
+    ]  # bin sources as rows of h, destinations first
+    indptr = torch.cat(
+        [
+            torch.zeros(1, dtype=torch.int64),
+            torch.sort(torch.randint(0, nnz + 1, (n_dst - 1,), generator=g)).values,
+            torch.tensor([nnz]),
+        ]
+    )
     indices = torch.randint(0, n_dst + n_other, (nnz,), generator=g)
-    block = Block(n_dst=n_dst, n_src=n_dst + n_other, indptr=indptr, indices=indices,
-                  src_out_degree=torch.ones(n_dst + n_other), dst_in_degree=torch.ones(n_dst),
-                  dst_global=src[:n_dst].clone())
+    block = Block(
+        n_dst=n_dst,
+        n_src=n_dst + n_other,
+        indptr=indptr,
+        indices=indices,
+        src_out_degree=torch.ones(n_dst + n_other),
+        dst_in_degree=torch.ones(n_dst),
+        dst_global=src[:n_dst].clone(),
+    )
     torch.manual_seed(3)
     model = build_model("sage", 6, 8, 8, 3).to(dtype)  # 6 → 8 → 8 → 8: every layer aggregates first
     h = torch.randn(n_rows, 8, generator=g, dtype=dtype)
@@ -283,13 +314,21 @@ def test_eval_mode_ignores_dropout():
 def test_parameter_names_and_widths():
     m = build_model("sage", 10, 16, 3, 2)
     assert [k for k, _ in m.named_parameters()] == [
-        "layers.0.bias", "layers.0.lin_self.weight", "layers.0.lin_neigh.weight",
-        "layers.1.bias", "layers.1.lin_self.weight", "layers.1.lin_neigh.weight",
+        "layers.0.bias",
+        "layers.0.lin_self.weight",
+        "layers.0.lin_neigh.weight",
+        "layers.1.bias",
+        "layers.1.lin_self.weight",
+        "layers.1.lin_neigh.weight",
     ]
     assert m.widths == [10, 16, 3]
     m = build_model("gcn", 10, 16, 3, 2)
     assert sorted(k for k, _ in m.named_parameters()) == [
-        "layers.0.bias", "layers.0.lin.weight", "layers.1.bias", "layers.1.lin.weight"]
+        "layers.0.bias",
+        "layers.0.lin.weight",
+        "layers.1.bias",
+        "layers.1.lin.weight",
+    ]
     m = build_model("gat", 10, 16, 3, 3, heads=8)
     assert m.widths == [10, 128, 128, 3]
     shapes = {k: tuple(v.shape) for k, v in m.named_parameters()}
@@ -329,12 +368,16 @@ def test_build_block_maps_back_to_the_global_arcs():
     torch.testing.assert_close(block.src_out_degree, graph.out_degree[src_ids].float())
     torch.testing.assert_close(block.dst_in_degree, graph.in_degree[dst].float())
     block.cached("derived", lambda: 1)
-    assert block.to("cpu") is block and block.has_cached("derived")  # nothing to move: the same block and cache
+    assert block.to("cpu") is block and block.has_cached(
+        "derived"
+    )  # nothing to move: the same block and cache
     moved = block.pin_memory() if torch.cuda.is_available() else block.map_tensors(torch.clone)
     assert moved is not block and moved.n_dst == block.n_dst and torch.equal(moved.indices, block.indices)
     assert not moved.has_cached("derived")  # a moved block recomputes its derived structures where it lives
     calls = []
-    assert block.cached("k", lambda: calls.append(1) or 42) == 42 == block.cached("k", lambda: calls.append(1))
+    assert (
+        block.cached("k", lambda: calls.append(1) or 42) == 42 == block.cached("k", lambda: calls.append(1))
+    )
     assert calls == [1]
     with pytest.raises(ValueError):
         build_block(graph.indptr, graph.indices, torch.tensor([1, 1]), graph.in_degree, graph.out_degree)
@@ -385,9 +428,15 @@ def test_kernels_gradcheck(backend):
     t = csr_transpose(indptr, indices, n_src)
     with use_backend(backend):
         for tr in (None, t):  # backward with and without the precomputed transpose
-            assert torch.autograd.gradcheck(lambda x, tr=tr: csr_sum(indptr, indices, x, n_dst, transpose=tr), (x,))
-            assert torch.autograd.gradcheck(lambda x, w, tr=tr: csr_sum(indptr, indices, x, n_dst, w, tr), (x, w))
-            assert torch.autograd.gradcheck(lambda x, w, tr=tr: csr_sum(indptr, indices, x, n_dst, w, tr), (x3, w3))
+            assert torch.autograd.gradcheck(
+                lambda x, tr=tr: csr_sum(indptr, indices, x, n_dst, transpose=tr), (x,)
+            )
+            assert torch.autograd.gradcheck(
+                lambda x, w, tr=tr: csr_sum(indptr, indices, x, n_dst, w, tr), (x, w)
+            )
+            assert torch.autograd.gradcheck(
+                lambda x, w, tr=tr: csr_sum(indptr, indices, x, n_dst, w, tr), (x3, w3)
+            )
             assert torch.autograd.gradcheck(lambda x, tr=tr: csr_mean(indptr, indices, x, n_dst, tr), (x,))
         assert torch.autograd.gradcheck(lambda s: edge_softmax(indptr, s), (s,))
         # values against dense matrices
@@ -396,11 +445,13 @@ def test_kernels_gradcheck(backend):
         deg = (indptr[1:] - indptr[:-1]).clamp(min=1).double()
         torch.testing.assert_close(csr_mean(indptr, indices, x, n_dst), (a @ x) / deg[:, None])
         a3 = dense_adjacency(indptr, indices, n_dst, n_src, w3)
-        torch.testing.assert_close(csr_sum(indptr, indices, x3, n_dst, w3), torch.einsum("hvu,uhd->vhd", a3, x3))
+        torch.testing.assert_close(
+            csr_sum(indptr, indices, x3, n_dst, w3), torch.einsum("hvu,uhd->vhd", a3, x3)
+        )
         alpha = edge_softmax(indptr, s)
         rows = row_ids(indptr)
         sums = torch.zeros(n_dst, heads, dtype=torch.float64).index_add_(0, rows, alpha)
-        nonempty = (indptr[1:] > indptr[:-1])
+        nonempty = indptr[1:] > indptr[:-1]
         torch.testing.assert_close(sums[nonempty], torch.ones_like(sums[nonempty]))
 
 
@@ -452,8 +503,12 @@ def test_numba_kernels_match_dense_reference(dtype, tol):
                 xg = x.clone().requires_grad_(True)
                 csr_mean(indptr, idx, xg, n_dst, t).backward(gy)
                 torch.testing.assert_close(xg.grad, a.t() @ (gy / deg), atol=tol, rtol=tol)
-            wide = torch.randn(n_src, width + 5, generator=g, dtype=dtype)[:, 2 : 2 + width]  # row stride != width
-            torch.testing.assert_close(csr_mean(indptr, indices, wide, n_dst), (a @ wide) / deg, atol=tol, rtol=tol)
+            wide = torch.randn(n_src, width + 5, generator=g, dtype=dtype)[
+                :, 2 : 2 + width
+            ]  # row stride != width
+            torch.testing.assert_close(
+                csr_mean(indptr, indices, wide, n_dst), (a @ wide) / deg, atol=tol, rtol=tol
+            )
         for heads, d in ((3, 5), (2, 70)):
             x3 = torch.randn(n_src, heads, d, generator=g, dtype=dtype, requires_grad=True)
             w3 = torch.randn(nnz, heads, generator=g, dtype=dtype, requires_grad=True)
@@ -539,7 +594,9 @@ def test_static_input_layer_matches_the_plain_one(kind, heads):
     if kind != "gat":
         block, src, _ = bins[0]
         with pytest.raises(ValueError):
-            model.layer_forward(0, block, graph.x[src].requires_grad_(True), 1, 0.3, 5, True, static_input=True)
+            model.layer_forward(
+                0, block, graph.x[src].requires_grad_(True), 1, 0.3, 5, True, static_input=True
+            )
 
 
 @pytest.mark.parametrize("kind", ["sage", "gcn"])
@@ -553,13 +610,21 @@ def test_static_layer_backward_without_recompute_is_bitwise_autograd(kind, dtype
     graph.x = graph.x.to(dtype)
     model = make_model(kind, 8, (12, 6, 3), dtype=dtype)
     bins = random_bins(graph, 3, seed=5, dtype=dtype)
-    grads_out = [torch.randn(len(dst), 6, generator=torch.Generator().manual_seed(b), dtype=dtype)
-                 for b, (_blk, _src, dst) in enumerate(bins)]
+    grads_out = [
+        torch.randn(len(dst), 6, generator=torch.Generator().manual_seed(b), dtype=dtype)
+        for b, (_blk, _src, dst) in enumerate(bins)
+    ]
     block0, src0, _ = bins[0]
     y0 = model.layer_forward(0, block0, graph.x[src0], 2, dropout, 9, True, static_input=False).detach()
-    assert not model.layer_backward_static(0, block0, graph.x[src0], y0, grads_out[0], dropout)  # nothing cached
+    assert not model.layer_backward_static(
+        0, block0, graph.x[src0], y0, grads_out[0], dropout
+    )  # nothing cached
     kept = []
-    for block, src, _dst in bins:  # the forward the runtime ran: outputs kept, aggregation cached on the block
+    for (
+        block,
+        src,
+        _dst,
+    ) in bins:  # the forward the runtime ran: outputs kept, aggregation cached on the block
         with torch.no_grad():
             kept.append(model.layer_forward(0, block, graph.x[src], 2, dropout, 9, True, static_input=True))
     grads = {}
@@ -640,8 +705,12 @@ def test_dropout_is_deterministic_and_varies_with_every_key():
     ids = torch.arange(1000)
     base = dropout_mask(1, 2, 3, ids, 16, 0.5)
     assert torch.equal(base, dropout_mask(1, 2, 3, ids, 16, 0.5))
-    for other in (dropout_mask(2, 2, 3, ids, 16, 0.5), dropout_mask(1, 3, 3, ids, 16, 0.5),
-                  dropout_mask(1, 2, 4, ids, 16, 0.5), dropout_mask(1, 2, 3, ids + 1000, 16, 0.5)):
+    for other in (
+        dropout_mask(2, 2, 3, ids, 16, 0.5),
+        dropout_mask(1, 3, 3, ids, 16, 0.5),
+        dropout_mask(1, 2, 4, ids, 16, 0.5),
+        dropout_mask(1, 2, 3, ids + 1000, 16, 0.5),
+    ):
         agree = (other == base).double().mean().item()
         assert 0.4 < agree < 0.6  # independent masks agree on about half the entries at p = 0.5
 
@@ -650,11 +719,13 @@ def test_dropout_mask_of_a_node_does_not_depend_on_the_batch():
     ids = torch.arange(500)
     full = dropout_mask(9, 1, 0, ids, 12, 0.3, dtype=torch.float64)
     perm = torch.randperm(500, generator=torch.Generator().manual_seed(0))
-    torch.testing.assert_close(dropout_mask(9, 1, 0, perm[:37], 12, 0.3, dtype=torch.float64), full[perm[:37]],
-                               atol=0, rtol=0)
+    torch.testing.assert_close(
+        dropout_mask(9, 1, 0, perm[:37], 12, 0.3, dtype=torch.float64), full[perm[:37]], atol=0, rtol=0
+    )
     # a wider layer extends the columns: column c of a node is the same whatever the width
-    torch.testing.assert_close(dropout_mask(9, 1, 0, ids, 20, 0.3, dtype=torch.float64)[:, :12], full,
-                               atol=0, rtol=0)
+    torch.testing.assert_close(
+        dropout_mask(9, 1, 0, ids, 20, 0.3, dtype=torch.float64)[:, :12], full, atol=0, rtol=0
+    )
 
 
 def test_dropout_edge_cases_and_pinned_values():
@@ -671,8 +742,11 @@ def test_dropout_edge_cases_and_pinned_values():
     assert math.ceil(0.5 * 2**32) == 2**31
 
 
-PINNED_BITS = [[2848107417, 3473198084, 4115811259], [3595065868, 3411409119, 4100023335],
-               [2671566359, 1569279894, 4639920]]
+PINNED_BITS = [
+    [2848107417, 3473198084, 4115811259],
+    [3595065868, 3411409119, 4100023335],
+    [2671566359, 1569279894, 4639920],
+]
 
 
 def _spec_bits(seed: int, epoch: int, layer: int, node: int, col: int) -> int:
@@ -713,8 +787,15 @@ def test_cuda_matches_cpu(kind, heads):
     cpu = binned_grads(model, graph, bins, **kw)
     model.cuda()
     cuda_bins = [(b.to("cuda"), s.cuda(), d.cuda()) for b, s, d in bins]
-    cuda_graph = RefGraph(graph.indptr, graph.indices, graph.in_degree, graph.out_degree, graph.x.cuda(),
-                          graph.y.cuda(), graph.train_mask.cuda())
+    cuda_graph = RefGraph(
+        graph.indptr,
+        graph.indices,
+        graph.in_degree,
+        graph.out_degree,
+        graph.x.cuda(),
+        graph.y.cuda(),
+        graph.train_mask.cuda(),
+    )
     gpu = binned_grads(model, cuda_graph, cuda_bins, **kw)
     for name in cpu:
         torch.testing.assert_close(gpu[name].cpu(), cpu[name], atol=1e-10, rtol=1e-10, msg=name)
@@ -730,15 +811,25 @@ def test_sage_backward_reading_rows_equals_the_gathered_backward(dtype):
     g = torch.Generator().manual_seed(21)
     n_rows, n_dst, n_other, nnz = 300, 40, 60, 700
     src = torch.randperm(n_rows, generator=g)[: n_dst + n_other]
-    indptr = torch.cat([torch.zeros(1, dtype=torch.int64),
-                        torch.sort(torch.randint(0, nnz + 1, (n_dst - 1,), generator=g)).values,
-                        torch.tensor([nnz])])
+    indptr = torch.cat(
+        [
+            torch.zeros(1, dtype=torch.int64),
+            torch.sort(torch.randint(0, nnz + 1, (n_dst - 1,), generator=g)).values,
+            torch.tensor([nnz]),
+        ]
+    )
     indices = torch.randint(0, n_dst + n_other, (nnz,), generator=g)
 
     def block():
-        return Block(n_dst=n_dst, n_src=n_dst + n_other, indptr=indptr, indices=indices,
-                     src_out_degree=torch.ones(n_dst + n_other), dst_in_degree=torch.ones(n_dst),
-                     dst_global=src[:n_dst].clone())
+        return Block(
+            n_dst=n_dst,
+            n_src=n_dst + n_other,
+            indptr=indptr,
+            indices=indices,
+            src_out_degree=torch.ones(n_dst + n_other),
+            dst_in_degree=torch.ones(n_dst),
+            dst_global=src[:n_dst].clone(),
+        )
 
     torch.manual_seed(4)
     model = build_model("sage", 6, 8, 8, 3).to(dtype)
@@ -756,8 +847,13 @@ def test_sage_backward_reading_rows_equals_the_gathered_backward(dtype):
         assert got_params.keys() == ref_params.keys() and len(got_params) == 3
         assert all(torch.equal(got_params[k], ref_params[k]) for k in ref_params)
         model.zero_grad()  # without the sources' gradient: the weights' only
-        assert model.layer_backward_rows(layer, block(), h, src, h[src[:n_dst]], grad_out, 2, 0.3, 5, False) is None
-        assert all(torch.equal(p.grad, ref_params[k]) for k, p in model.named_parameters() if p.grad is not None)
+        assert (
+            model.layer_backward_rows(layer, block(), h, src, h[src[:n_dst]], grad_out, 2, 0.3, 5, False)
+            is None
+        )
+        assert all(
+            torch.equal(p.grad, ref_params[k]) for k, p in model.named_parameters() if p.grad is not None
+        )
 
 
 def _every_row_kernel(dtype):
@@ -803,8 +899,12 @@ def test_row_kernels_on_the_kernel_pool_equal_one_thread_bitwise(dtype, monkeypa
             assert torch.equal(a, b)
         used.clear()
         result = []
-        helper = threading.Thread(target=lambda: (kernels.use_serial_kernels_in_this_thread(),
-                                                  result.append(_every_row_kernel(dtype))))
+        helper = threading.Thread(
+            target=lambda: (
+                kernels.use_serial_kernels_in_this_thread(),
+                result.append(_every_row_kernel(dtype)),
+            )
+        )
         helper.start()
         helper.join()
         assert used == [] and all(torch.equal(a, b) for a, b in zip(alone, result[0], strict=True))
@@ -818,13 +918,19 @@ def test_the_kernel_benchmark_script_runs(monkeypatch, capsys):
     import sys
 
     script = Path(__file__).resolve().parents[1] / "examples" / "bench_kernels.py"
-    monkeypatch.setattr(sys, "argv", [str(script), "--threads", "1", "--rows", "500", "--edges", "4000",
-                                      "--repeat", "1"])
+    monkeypatch.setattr(
+        sys, "argv", [str(script), "--threads", "1", "--rows", "500", "--edges", "4000", "--repeat", "1"]
+    )
     runpy.run_path(str(script), run_name="__main__")
     out = capsys.readouterr().out
     assert [line.split(":")[0] for line in out.splitlines()] == [
-        "sum, 16 columns", "sum, 47 columns", "sum, 128 columns", "weighted sum, 8 heads of 8",
-        "weighted sum forward + backward (SDDMM)", "tiny (300 rows, 1,200 edges)"], out
+        "sum, 16 columns",
+        "sum, 47 columns",
+        "sum, 128 columns",
+        "weighted sum, 8 heads of 8",
+        "weighted sum forward + backward (SDDMM)",
+        "tiny (300 rows, 1,200 edges)",
+    ], out
 
 
 def test_the_kernel_benchmark_counts_the_least_bytes_a_sum_moves():

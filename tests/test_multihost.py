@@ -19,8 +19,22 @@ import torch
 from test_train import invoke, max_weight_diff
 
 K = 4
-TRAIN = ["--epochs", "6", "--seed", "3", "--threads", "1", "--dtype", "float32", "--eval-every", "0",
-         "--checkpoint-every", "2", "--timeout", "60"]
+TRAIN = [
+    "--epochs",
+    "6",
+    "--seed",
+    "3",
+    "--threads",
+    "1",
+    "--dtype",
+    "float32",
+    "--eval-every",
+    "0",
+    "--checkpoint-every",
+    "2",
+    "--timeout",
+    "60",
+]
 
 
 def free_port() -> int:
@@ -35,20 +49,64 @@ def source(store, tmp_path_factory) -> Path:
     `g3 train --workers 4`, all under ``src/``."""
     root = tmp_path_factory.mktemp("multihost") / "src"
     shutil.copytree(store, root / "store")
-    assert invoke(["partition", str(root / "store"), "--workers", str(K), "--method", "metis",
-                   "-o", str(root / "part")]).exit_code == 0
-    assert invoke(["plan", str(root / "part"), "--bin-size", "40", "--hidden", "6", "-o", str(root / "plan")]).exit_code == 0
+    assert (
+        invoke(
+            [
+                "partition",
+                str(root / "store"),
+                "--workers",
+                str(K),
+                "--method",
+                "metis",
+                "-o",
+                str(root / "part"),
+            ]
+        ).exit_code
+        == 0
+    )
+    assert (
+        invoke(
+            ["plan", str(root / "part"), "--bin-size", "40", "--hidden", "6", "-o", str(root / "plan")]
+        ).exit_code
+        == 0
+    )
     r = invoke(["train", str(root / "plan"), "--workers", str(K), "-o", str(root / "reference"), *TRAIN])
     assert r.exit_code == 0, r.output
     return root
 
 
 def torchrun(cwd: Path, plan: str, nnodes: int, nproc: int, port: int, *extra: str, env: dict | None = None):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "g3-test", *extra,
-           "-m", "g3cli", "train", plan, "-o", "run", *TRAIN]
-    return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {})})
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(nnodes),
+        "--nproc-per-node",
+        str(nproc),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "g3-test",
+        *extra,
+        "-m",
+        "g3cli",
+        "train",
+        plan,
+        "-o",
+        "run",
+        *TRAIN,
+    ]
+    return subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {})},
+    )
 
 
 def finish(proc: subprocess.Popen, limit: float = 300) -> str:
@@ -78,7 +136,11 @@ def test_two_hosts_without_a_shared_folder_match_four_local_workers(source, tmp_
     source.rename(away)
     try:
         assert sorted(p.name for p in (hosts[1] / "partition").iterdir()) == [
-            "assignment.npy", "part-00002", "part-00003", "partition.json"]
+            "assignment.npy",
+            "part-00002",
+            "part-00003",
+            "partition.json",
+        ]
         port = free_port()
         procs = [torchrun(host, "plan", 2, 2, port) for host in hosts]
         outputs = [finish(p) for p in procs]
@@ -88,18 +150,26 @@ def test_two_hosts_without_a_shared_folder_match_four_local_workers(source, tmp_
     assert max_weight_diff(weights(source / "reference"), weights(hosts[0] / "run")) == 0.0
     # host 1 keeps its ranks' logs and every checkpoint, but not the run's record
     assert not (hosts[1] / "run" / "model.pt").exists() and not (hosts[1] / "run" / "metrics.jsonl").exists()
-    assert sorted(p.name for p in (hosts[1] / "run" / "logs").glob("rank-*.log")) == ["rank-00002.log", "rank-00003.log"]
+    assert sorted(p.name for p in (hosts[1] / "run" / "logs").glob("rank-*.log")) == [
+        "rank-00002.log",
+        "rank-00003.log",
+    ]
     for host in hosts:
         assert (host / "run" / "checkpoints" / "epoch-00005.pt").is_file()
     assert json.loads((hosts[0] / "run" / "run.json").read_text())["status"] == "completed"
     # evaluated on the submit host with the plan that was bundled: the reference run's accuracy
     r = invoke(["eval", str(hosts[0] / "run")])
-    assert r.exit_code == 2 and "this plan is node 0 of a bundle" in r.output and "--plan" in r.output, r.output
+    assert r.exit_code == 2 and "this plan is node 0 of a bundle" in r.output and "--plan" in r.output, (
+        r.output
+    )
     r = invoke(["eval", str(hosts[0] / "run"), "--plan", str(source / "part")])
     assert r.exit_code == 2 and "plan.json" in r.output, r.output
     assert invoke(["eval", str(hosts[0] / "run"), "--plan", str(source / "plan")]).exit_code == 0
     assert invoke(["eval", str(source / "reference"), "--force"]).exit_code == 0
-    accuracy = [json.loads((run / "eval.json").read_text())["accuracy"] for run in (hosts[0] / "run", source / "reference")]
+    accuracy = [
+        json.loads((run / "eval.json").read_text())["accuracy"]
+        for run in (hosts[0] / "run", source / "reference")
+    ]
     assert accuracy[0] == accuracy[1]
 
 
@@ -108,20 +178,35 @@ def test_an_elastic_restart_after_a_killed_worker_ends_with_the_uninterrupted_we
     which resumes from that checkpoint by itself (no --resume). (Two workers rather than four: each torchrun
     worker is a fresh interpreter, and the restart starts them all again.)"""
     part, plan = tmp_path / "part", tmp_path / "plan"
-    assert invoke(["partition", str(source / "store"), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code == 0
+    assert (
+        invoke(
+            ["partition", str(source / "store"), "--workers", "2", "--method", "metis", "-o", str(part)]
+        ).exit_code
+        == 0
+    )
     assert invoke(["plan", str(part), "--bin-size", "40", "--hidden", "6", "-o", str(plan)]).exit_code == 0
     r = invoke(["train", str(plan), "--workers", "2", "-o", str(tmp_path / "reference"), *TRAIN])
     assert r.exit_code == 0, r.output
     fault_done = tmp_path / "fault-happened"
-    proc = torchrun(tmp_path, str(plan), 1, 2, free_port(), "--max-restarts", "1",
-                    env={"G3_FAULT": "1:3:kill", "G3_FAULT_ONCE": str(fault_done)})
+    proc = torchrun(
+        tmp_path,
+        str(plan),
+        1,
+        2,
+        free_port(),
+        "--max-restarts",
+        "1",
+        env={"G3_FAULT": "1:3:kill", "G3_FAULT_ONCE": str(fault_done)},
+    )
     finish(proc)
     assert fault_done.is_file()
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["status"] == "completed"
     assert [h.get("restart") for h in info["history"] if h["status"] == "running"] == [0, 1]
     assert max_weight_diff(weights(tmp_path / "reference"), weights(tmp_path / "run")) == 0.0
-    epochs = [json.loads(line)["epoch"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    epochs = [
+        json.loads(line)["epoch"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert epochs == list(range(6))
 
 
@@ -131,7 +216,10 @@ def test_bundle_bad_input_is_one_line(source, tmp_path):
     shutil.copytree(source / "plan", work / "plan")
     cases = [
         (["--nodes", "3"], "the plan's 4 workers do not split evenly over 3 nodes"),
-        (["--nodes", "2", "--procs-per-node", "3"], "--nodes 2 x --procs-per-node 3 = 6 processes, the plan has 4 workers"),
+        (
+            ["--nodes", "2", "--procs-per-node", "3"],
+            "--nodes 2 x --procs-per-node 3 = 6 processes, the plan has 4 workers",
+        ),
         (["--nodes", "0"], "--nodes must be >= 1"),
     ]
     shutil.rmtree(work / "part" / "part-00002")
@@ -142,14 +230,20 @@ def test_bundle_bad_input_is_one_line(source, tmp_path):
         assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("strategy,options", [("bns-gcn", ["--boundary-sample", "0.5"]),
-                                              ("sancus", ["--staleness", "epoch:2"])])
+@pytest.mark.parametrize(
+    "strategy,options", [("bns-gcn", ["--boundary-sample", "0.5"]), ("sancus", ["--staleness", "epoch:2"])]
+)
 def test_every_strategys_plan_bundles(source, tmp_path, strategy, options):
     """A node folder holds exactly its ranks' shards and plan folders, and its plan reads as the original
     (same strategy, its partition found inside the folder), even with the original gone."""
     part, plan = tmp_path / "part", tmp_path / "plan"
     method = "chunk" if strategy == "sancus" else "metis"
-    assert invoke(["partition", str(source / "store"), "--workers", str(K), "--method", method, "-o", str(part)]).exit_code == 0
+    assert (
+        invoke(
+            ["partition", str(source / "store"), "--workers", str(K), "--method", method, "-o", str(part)]
+        ).exit_code
+        == 0
+    )
     assert invoke(["plan", str(part), "--strategy", strategy, *options, "-o", str(plan)]).exit_code == 0
     r = invoke(["bundle", str(plan), "--nodes", "2", "-o", str(tmp_path / "b")])
     assert r.exit_code == 0, r.output
@@ -173,18 +267,37 @@ def test_the_slurm_node_script_runs_a_bundle_on_two_hosts(source, tmp_path):
     its node folder to its local folder, trains there and copies its run folder to the results; a host count
     other than the bundle's is refused."""
     part, plan = tmp_path / "part", tmp_path / "plan"
-    assert invoke(["partition", str(source / "store"), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code == 0
+    assert (
+        invoke(
+            ["partition", str(source / "store"), "--workers", "2", "--method", "metis", "-o", str(part)]
+        ).exit_code
+        == 0
+    )
     assert invoke(["plan", str(part), "--hidden", "6", "-o", str(plan)]).exit_code == 0
     assert invoke(["bundle", str(plan), "--nodes", "2", "-o", str(tmp_path / "bundle")]).exit_code == 0
     script = Path(__file__).resolve().parents[1] / "examples" / "slurm" / "g3-node.sh"
     port = free_port()
 
     def host(n: int, nnodes: int = 2) -> subprocess.Popen:
-        env = {**os.environ, "SLURM_NODEID": str(n), "SLURM_NNODES": str(nnodes), "G3_RDZV": f"127.0.0.1:{port}",
-               "G3_JOB": "slurm-test", "G3_LOCAL": str(tmp_path / f"local{n}"), "G3_RESULTS": str(tmp_path / "results"),
-               "G3_PYTHON": sys.executable, "G3_MAX_RESTARTS": "0", "GLOO_SOCKET_IFNAME": "lo"}
-        return subprocess.Popen(["bash", str(script), str(tmp_path / "bundle"), "--epochs", "2", "--threads", "1"],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env = {
+            **os.environ,
+            "SLURM_NODEID": str(n),
+            "SLURM_NNODES": str(nnodes),
+            "G3_RDZV": f"127.0.0.1:{port}",
+            "G3_JOB": "slurm-test",
+            "G3_LOCAL": str(tmp_path / f"local{n}"),
+            "G3_RESULTS": str(tmp_path / "results"),
+            "G3_PYTHON": sys.executable,
+            "G3_MAX_RESTARTS": "0",
+            "GLOO_SOCKET_IFNAME": "lo",
+        }
+        return subprocess.Popen(
+            ["bash", str(script), str(tmp_path / "bundle"), "--epochs", "2", "--threads", "1"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     wrong = host(0, nnodes=3)
     out, _ = wrong.communicate(timeout=60)
@@ -201,7 +314,9 @@ def test_eval_refuses_a_plan_the_run_was_not_trained_with(source, tmp_path):
     other = tmp_path / "other"
     assert invoke(["plan", str(source / "part"), "--hidden", "7", "-o", str(other)]).exit_code == 0
     r = invoke(["eval", str(source / "reference"), "--plan", str(other), "--force"])
-    assert r.exit_code == 2 and "not the plan this run was trained with: its model differs" in r.output, r.output
+    assert r.exit_code == 2 and "not the plan this run was trained with: its model differs" in r.output, (
+        r.output
+    )
 
 
 def test_a_bundle_carries_every_layout_of_the_partition(store, tmp_path, monkeypatch):
@@ -211,9 +326,16 @@ def test_a_bundle_carries_every_layout_of_the_partition(store, tmp_path, monkeyp
 
     from stages.common.partition_methods import METHODS
 
-    monkeypatch.setitem(METHODS, "random", dataclasses.replace(METHODS["random"], layouts=("rows", "columns")))
+    monkeypatch.setitem(
+        METHODS, "random", dataclasses.replace(METHODS["random"], layouts=("rows", "columns"))
+    )
     part, plan = tmp_path / "part", tmp_path / "plan"
-    assert invoke(["partition", str(store), "--workers", str(K), "--method", "random", "-o", str(part)]).exit_code == 0
+    assert (
+        invoke(
+            ["partition", str(store), "--workers", str(K), "--method", "random", "-o", str(part)]
+        ).exit_code
+        == 0
+    )
     assert json.loads((part / "partition.json").read_text())["layouts"] == ["rows", "columns"]
     assert invoke(["plan", str(part), "--bin-size", "40", "--hidden", "6", "-o", str(plan)]).exit_code == 0
     r = invoke(["bundle", str(plan), "--nodes", "2", "-o", str(tmp_path / "b")])
@@ -226,8 +348,9 @@ def test_a_bundle_carries_every_layout_of_the_partition(store, tmp_path, monkeyp
             for name in ("shard.json", "features.npy", "in_degree.npy"):
                 got = node / "columns" / f"part-{r:05d}" / name
                 assert got.read_bytes() == (part / "columns" / f"part-{r:05d}" / name).read_bytes(), got
-            assert np.array_equal(np.load(node / f"part-{r:05d}" / "owned.npy"),
-                                  np.load(part / f"part-{r:05d}" / "owned.npy"))
+            assert np.array_equal(
+                np.load(node / f"part-{r:05d}" / "owned.npy"), np.load(part / f"part-{r:05d}" / "owned.npy")
+            )
     shutil.rmtree(part / "columns" / "part-00003")
     r = invoke(["bundle", str(plan), "--nodes", "2", "-o", str(tmp_path / "c")])
     assert r.exit_code == 2 and "part-00003 is missing: cannot bundle rank 3" in r.output, r.output

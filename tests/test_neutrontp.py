@@ -36,13 +36,24 @@ def feature_parts(store, tmp_path_factory):
             assert r.exit_code == 0, r.output
             made[k] = out
         return made[k]
+
     return get
 
 
-def plan_and_train(part: Path, tmp: Path, model: str, plan_opts=(), train_opts=(), layers: int = 2,
-                   strategy: str = "neutrontp", epochs: int = EPOCHS) -> Path:
+def plan_and_train(
+    part: Path,
+    tmp: Path,
+    model: str,
+    plan_opts=(),
+    train_opts=(),
+    layers: int = 2,
+    strategy: str = "neutrontp",
+    epochs: int = EPOCHS,
+) -> Path:
     """`g3 plan` + `g3 train` as the strategy tests run them (hidden 6, float64, dropout, K from the partition)."""
-    return run_strategy(part, tmp, strategy, model, tuple(plan_opts), tuple(train_opts), epochs=epochs, layers=layers)
+    return run_strategy(
+        part, tmp, strategy, model, tuple(plan_opts), tuple(train_opts), epochs=epochs, layers=layers
+    )
 
 
 def weights(run: Path) -> tuple[dict, dict]:
@@ -67,19 +78,34 @@ NAIVE = [
 
 
 @pytest.mark.parametrize("k,model,chunk,pipeline,layers", NAIVE)
-def test_naive_tp_equals_full_graph_training(store, feature_parts, tmp_path, k, model, chunk, pipeline, layers):
-    run = plan_and_train(feature_parts(k), tmp_path, model, ("--tp", "naive", "--chunk-size", chunk),
-                         ("--pipeline", pipeline), layers=layers)
+def test_naive_tp_equals_full_graph_training(
+    store, feature_parts, tmp_path, k, model, chunk, pipeline, layers
+):
+    run = plan_and_train(
+        feature_parts(k),
+        tmp_path,
+        model,
+        ("--tp", "naive", "--chunk-size", chunk),
+        ("--pipeline", pipeline),
+        layers=layers,
+    )
     assert against_reference(store, run, model) <= 1e-5
 
 
-@pytest.mark.parametrize("k,chunk,pipeline,layers", [(1, "auto", "none", 2), (2, "7", "multi", 1),
-                                                     (4, "50", "none", 3)])
+@pytest.mark.parametrize(
+    "k,chunk,pipeline,layers", [(1, "auto", "none", 2), (2, "7", "multi", 1), (4, "50", "none", 3)]
+)
 def test_decoupled_tp_equals_its_reference(store, feature_parts, tmp_path, k, chunk, pipeline, layers):
     """--tp decoupled --model gcn trains dgcn (an MLP, then Â^L) exactly as the decoupled single-process
     reference does."""
-    run = plan_and_train(feature_parts(k), tmp_path, "gcn", ("--tp", "decoupled", "--chunk-size", chunk),
-                         ("--pipeline", pipeline), layers=layers)
+    run = plan_and_train(
+        feature_parts(k),
+        tmp_path,
+        "gcn",
+        ("--tp", "decoupled", "--chunk-size", chunk),
+        ("--pipeline", pipeline),
+        layers=layers,
+    )
     plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
     assert plan["config"]["model"] == "dgcn"
     assert against_reference(store, run, "dgcn") <= 1e-5
@@ -93,7 +119,10 @@ def test_decoupled_tp_equals_its_reference(store, feature_parts, tmp_path, k, ch
 def test_g3_strategy_trains_the_decoupled_model(store, tmp_path):
     """The same dgcn model under the g3 strategy (node partition, bins, P2P) equals the decoupled reference."""
     part = tmp_path / "part"
-    assert invoke(["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code == 0
+    assert (
+        invoke(["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code
+        == 0
+    )
     run = plan_and_train(part, tmp_path / "g3", "dgcn", ("--bin-size", "40"), strategy="g3")
     assert against_reference(store, run, "dgcn") <= 1e-5
 
@@ -118,7 +147,9 @@ def test_pipeline_is_bitwise_the_bulk_exchange_and_bytes_match_the_plan(feature_
     # the closed form when the widths divide by K: each all-to-all moves (K-1)/K of a V x D tensor
     v = 240
     gather1 = next(c for c in plan["collectives"] if c["name"] == "gather L1")
-    assert sum(gather1["elements_sent"]) * 4 == 3 * v * HIDDEN  # K = 4, hidden 6 cut 2,2,1,1: sum c_w(V - own_w)
+    assert (
+        sum(gather1["elements_sent"]) * 4 == 3 * v * HIDDEN
+    )  # K = 4, hidden 6 cut 2,2,1,1: sum c_w(V - own_w)
 
 
 def test_decoupled_sends_four_collectives_whatever_the_depth(feature_parts, tmp_path):
@@ -131,9 +162,35 @@ def test_decoupled_sends_four_collectives_whatever_the_depth(feature_parts, tmp_
 def test_resume_equals_uninterrupted_and_eval_is_exact(store, feature_parts, tmp_path):
     part = feature_parts(2)
     plan = tmp_path / "plan"
-    assert invoke(["plan", str(part), "--strategy", "neutrontp", "--chunk-size", "50", "--hidden", "6",
-                   "-o", str(plan)]).exit_code == 0
-    common = ["--threads", "1", "--seed", "3", "--checkpoint-every", "2", "--eval-every", "0", "--workers", "2"]
+    assert (
+        invoke(
+            [
+                "plan",
+                str(part),
+                "--strategy",
+                "neutrontp",
+                "--chunk-size",
+                "50",
+                "--hidden",
+                "6",
+                "-o",
+                str(plan),
+            ]
+        ).exit_code
+        == 0
+    )
+    common = [
+        "--threads",
+        "1",
+        "--seed",
+        "3",
+        "--checkpoint-every",
+        "2",
+        "--eval-every",
+        "0",
+        "--workers",
+        "2",
+    ]
     assert invoke(["train", str(plan), "--epochs", "5", "-o", str(tmp_path / "full"), *common]).exit_code == 0
     assert invoke(["train", str(plan), "--epochs", "3", "-o", str(tmp_path / "cut"), *common]).exit_code == 0
     r = invoke(["train", str(plan), "--epochs", "5", "--resume", "-o", str(tmp_path / "cut"), *common])
@@ -149,8 +206,23 @@ def test_resume_equals_uninterrupted_and_eval_is_exact(store, feature_parts, tmp
 def test_chunks_interleave_ownership_and_dedup_splits(feature_parts, tmp_path):
     part = feature_parts(4)
     plan = tmp_path / "plan"
-    assert invoke(["plan", str(part), "--strategy", "neutrontp", "--model", "gcn", "--chunk-size", "50",
-                   "-o", str(plan)]).exit_code == 0
+    assert (
+        invoke(
+            [
+                "plan",
+                str(part),
+                "--strategy",
+                "neutrontp",
+                "--model",
+                "gcn",
+                "--chunk-size",
+                "50",
+                "-o",
+                str(plan),
+            ]
+        ).exit_code
+        == 0
+    )
     bounds = np.load(plan / "chunks" / "bounds.npy")
     ob = np.load(plan / "chunks" / "owner_bounds.npy")
     assert bounds.tolist() == [0, 50, 100, 150, 200, 240]
@@ -158,21 +230,31 @@ def test_chunks_interleave_ownership_and_dedup_splits(feature_parts, tmp_path):
     owned = [np.load(plan / f"worker-{q:05d}" / "owned.npy") for q in range(4)]
     assert sorted(np.concatenate(owned).tolist()) == list(range(240))
     first = np.load(plan / "chunks" / "first_use.npy")
-    assert (first <= np.searchsorted(bounds, np.arange(240), side="right") - 1).all()  # GCN: own chunk at latest
+    assert (
+        first <= np.searchsorted(bounds, np.arange(240), side="right") - 1
+    ).all()  # GCN: own chunk at latest
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("--method-node",), "runs on feature partitions"),
-    (("--tp", "ring"), "--tp ring: expected naive or decoupled"),
-    (("--chunk-size", "0"), "--chunk-size 0: the chunk size must be at least 1 node"),
-    (("--model", "gat"), "does not train GAT"),
-    (("--tp", "decoupled", "--model", "sage"), "--tp decoupled trains the decoupled GCN"),
-    (("--model", "dgcn"), "runs under --tp decoupled"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("--method-node",), "runs on feature partitions"),
+        (("--tp", "ring"), "--tp ring: expected naive or decoupled"),
+        (("--chunk-size", "0"), "--chunk-size 0: the chunk size must be at least 1 node"),
+        (("--model", "gat"), "does not train GAT"),
+        (("--tp", "decoupled", "--model", "sage"), "--tp decoupled trains the decoupled GCN"),
+        (("--model", "dgcn"), "runs under --tp decoupled"),
+    ],
+)
 def test_bad_input_is_one_line(store, feature_parts, tmp_path, args, needle):
     if args == ("--method-node",):
         part = tmp_path / "chunk"
-        assert invoke(["partition", str(store), "--workers", "2", "--method", "chunk", "-o", str(part)]).exit_code == 0
+        assert (
+            invoke(
+                ["partition", str(store), "--workers", "2", "--method", "chunk", "-o", str(part)]
+            ).exit_code
+            == 0
+        )
         args = ()
     else:
         part = feature_parts(2)
@@ -185,13 +267,27 @@ def test_bad_input_is_one_line(store, feature_parts, tmp_path, args, needle):
 def test_profile_is_refused(feature_parts, tmp_path):
     plan = tmp_path / "plan"
     assert invoke(["plan", str(feature_parts(2)), "--strategy", "neutrontp", "-o", str(plan)]).exit_code == 0
-    r = invoke(["train", str(plan), "--epochs", "1", "--profile", str(tmp_path / "p.json"), "-o", str(tmp_path / "r")])
+    r = invoke(
+        [
+            "train",
+            str(plan),
+            "--epochs",
+            "1",
+            "--profile",
+            str(tmp_path / "p.json"),
+            "-o",
+            str(tmp_path / "r"),
+        ]
+    )
     assert r.exit_code == 2 and "--profile fits g3's per-bin rates" in r.output, r.output
 
 
 def test_old_feature_shards_are_refused(store, tmp_path):
     part = tmp_path / "part"
-    assert invoke(["partition", str(store), "--workers", "2", "--method", "feature", "-o", str(part)]).exit_code == 0
+    assert (
+        invoke(["partition", str(store), "--workers", "2", "--method", "feature", "-o", str(part)]).exit_code
+        == 0
+    )
     manifest = part / "part-00001" / "shard.json"
     meta = json.loads(manifest.read_text())
     meta.pop("content_sha256")  # version 1 shards were not sealed
@@ -204,7 +300,10 @@ def test_old_feature_shards_are_refused(store, tmp_path):
 
 def test_other_strategies_refuse_the_decoupled_model(store, tmp_path):
     part = tmp_path / "part"
-    assert invoke(["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code == 0
+    assert (
+        invoke(["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code
+        == 0
+    )
     r = invoke(["plan", str(part), "--strategy", "bns-gcn", "--model", "dgcn", "-o", str(tmp_path / "plan")])
     assert r.exit_code == 2 and "strategy bns-gcn trains sage, gcn, gat, not dgcn" in r.output, r.output
 
@@ -221,11 +320,39 @@ def test_the_plan_carries_the_topology_and_a_bundle_trains_without_the_store(sto
     torchrun with the store, partition and plan moved away, bit for bit as `g3 train` of the plan beside them."""
     src = tmp_path / "src"
     shutil.copytree(store, src / "store")
-    assert invoke(["partition", str(src / "store"), "--workers", "2", "--method", "feature",
-                   "-o", str(src / "part")]).exit_code == 0
+    assert (
+        invoke(
+            [
+                "partition",
+                str(src / "store"),
+                "--workers",
+                "2",
+                "--method",
+                "feature",
+                "-o",
+                str(src / "part"),
+            ]
+        ).exit_code
+        == 0
+    )
     plan = src / "plan"
-    assert invoke(["plan", str(src / "part"), "--strategy", "neutrontp", "--chunk-size", "50", "--hidden", "6",
-                   "-o", str(plan)]).exit_code == 0
+    assert (
+        invoke(
+            [
+                "plan",
+                str(src / "part"),
+                "--strategy",
+                "neutrontp",
+                "--chunk-size",
+                "50",
+                "--hidden",
+                "6",
+                "-o",
+                str(plan),
+            ]
+        ).exit_code
+        == 0
+    )
     indptr, indices = GraphStore.open(src / "store").load_csr()
     for name, want in (("indptr", np.asarray(indptr, dtype=np.int64)), ("indices", np.asarray(indices))):
         got = np.load(plan / "topology" / f"{name}.npy")
@@ -237,7 +364,12 @@ def test_the_plan_carries_the_topology_and_a_bundle_trains_without_the_store(sto
     assert invoke(["bundle", str(plan), "--nodes", "1", "-o", str(tmp_path / "bundle")]).exit_code == 0
     node = tmp_path / "bundle" / "node-00000"
     assert sorted(p.name for p in (node / "plan").iterdir()) == [
-        "chunks", "plan.json", "topology", "worker-00000", "worker-00001"]
+        "chunks",
+        "plan.json",
+        "topology",
+        "worker-00000",
+        "worker-00001",
+    ]
     away = src.with_name("src-away")
     src.rename(away)  # the node folder is all there is: no store, partition or plan at their paths
     try:
@@ -280,8 +412,12 @@ def test_the_chunk_arrays_are_checked_where_they_are_read(feature_parts, tmp_pat
     from stages.runtime.strategies.neutrontp import load_chunks
 
     plan = tmp_path / "plan"
-    assert invoke(["plan", str(feature_parts(2)), "--strategy", "neutrontp", "--chunk-size", "50",
-                   "-o", str(plan)]).exit_code == 0
+    assert (
+        invoke(
+            ["plan", str(feature_parts(2)), "--strategy", "neutrontp", "--chunk-size", "50", "-o", str(plan)]
+        ).exit_code
+        == 0
+    )
     meta = json.loads((plan / "plan.json").read_text())
     assert set(meta["chunks"]["files"]) == {"bounds.npy", "owner_bounds.npy", "first_use.npy"}
     damaged = tmp_path / "damaged"

@@ -56,12 +56,14 @@ def test_no_strategy_or_method_name_is_compared_outside_its_own_modules():
 def test_the_check_finds_each_kind_of_name_check(tmp_path):
     """The patterns catch what they are meant to (a check that finds nothing proves nothing)."""
     bad = tmp_path / "bad.py"
-    bad.write_text('if name == "distdgl":\n    pass\n'
-                   'if method in ("chunk", "feature"):\n    pass\n'
-                   'who = meta.get("name", "g3")\n'
-                   'if system.startswith("sancus-"):\n    pass\n'
-                   'if "neutrontp" != kind:\n    pass\n'
-                   'ok = name == "halo" or layout == "rows"\n')
+    bad.write_text(
+        'if name == "distdgl":\n    pass\n'
+        'if method in ("chunk", "feature"):\n    pass\n'
+        'who = meta.get("name", "g3")\n'
+        'if system.startswith("sancus-"):\n    pass\n'
+        'if "neutrontp" != kind:\n    pass\n'
+        'ok = name == "halo" or layout == "rows"\n'
+    )
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:

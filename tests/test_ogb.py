@@ -56,8 +56,13 @@ def make_npz(root: Path, name="papers100M-bin", compressed=True) -> Path:
     raw = folder / "raw"
     raw.mkdir(parents=True)
     save = np.savez_compressed if compressed else np.savez
-    save(raw / "data.npz", edge_index=np.stack([SRC, DST]), node_feat=FEAT, num_nodes=np.array([N]),
-         edge_feat=np.zeros((len(SRC), 2), dtype=np.float32))
+    save(
+        raw / "data.npz",
+        edge_index=np.stack([SRC, DST]),
+        node_feat=FEAT,
+        num_nodes=np.array([N]),
+        edge_feat=np.zeros((len(SRC), 2), dtype=np.float32),
+    )
     save(raw / "node-label.npz", node_label=LABELS.reshape(-1, 1).astype(np.float32))
     for part, ids in SPLITS.items():
         write_gz(folder / "split" / "time" / f"{part}.csv.gz", ids)
@@ -293,7 +298,9 @@ def test_edge_count_disagrees_with_num_edge_list(tmp_path):
     write_gz(folder / "raw" / "num-edge-list.csv.gz", [len(SRC) + 1])
     src = read_ogb(folder)
     assert src.expected_arcs == len(SRC) + 1
-    with pytest.raises(G3InputError, match=f"{len(SRC)} edge lines but num-edge-list.csv.gz says {len(SRC) + 1}"):
+    with pytest.raises(
+        G3InputError, match=f"{len(SRC)} edge lines but num-edge-list.csv.gz says {len(SRC) + 1}"
+    ):
         consume(src)
 
 
@@ -354,7 +361,9 @@ def test_npz_checks(tmp_path, small_blocks):
 
     feat = FEAT.copy()
     feat[6, 2] = np.nan
-    np.savez_compressed(raw / "data.npz", edge_index=np.stack([SRC, DST]), node_feat=feat, num_nodes=np.array([N]))
+    np.savez_compressed(
+        raw / "data.npz", edge_index=np.stack([SRC, DST]), node_feat=feat, num_nodes=np.array([N])
+    )
     with pytest.raises(G3InputError, match=r"row 6 \(node 6\), column 2 is not finite") as exc:
         features_of(read_ogb(folder))
     assert "node_feat" in str(exc.value)

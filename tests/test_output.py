@@ -29,9 +29,13 @@ def test_no_table_title_breaks_mid_word(tmp_path, cli_runner, monkeypatch, width
     folder = tmp_path / "a-rather-long-folder-name-for-the-demo"
     store, part = folder / "small-store", folder / "small.part-random-2"
     plan, run = folder / "small.part-random-2.plan-sage", folder / "small.part-random-2.plan-sage.run"
-    for args in (["ingest", "synthetic:tiny", str(store)], ["info", str(store)],
-                 ["partition", str(store), "-w", "2", "--method", "random", "-o", str(part)],
-                 ["plan", str(part), "--strategy", "g3", "-o", str(plan)], ["info", str(plan)]):
+    for args in (
+        ["ingest", "synthetic:tiny", str(store)],
+        ["info", str(store)],
+        ["partition", str(store), "-w", "2", "--method", "random", "-o", str(part)],
+        ["plan", str(part), "--strategy", "g3", "-o", str(plan)],
+        ["info", str(plan)],
+    ):
         r = cli_runner.invoke(cli, args)
         assert r.exit_code == 0, r.output
     make_run(folder, name=run.name, trace=False, plan=False, partition=False)

@@ -39,19 +39,71 @@ def fanouts_for(layers: int) -> list[int]:
     return [3, 2, 2][:layers]
 
 
-def run(part: Path, tmp: Path, strategy: str = "p3", model: str = "sage", layers: int = 2, order: str = "global",
-        train: tuple[str, ...] = (), epochs: int = EPOCHS, out: str = "run", plan_name: str | None = None,
-        options: tuple[str, ...] = ()) -> Path:
+def run(
+    part: Path,
+    tmp: Path,
+    strategy: str = "p3",
+    model: str = "sage",
+    layers: int = 2,
+    order: str = "global",
+    train: tuple[str, ...] = (),
+    epochs: int = EPOCHS,
+    out: str = "run",
+    plan_name: str | None = None,
+    options: tuple[str, ...] = (),
+) -> Path:
     plan, run_dir = tmp / (plan_name or f"plan-{out}"), tmp / out
     if not plan.exists():
-        r = invoke(["plan", str(part), "--strategy", strategy, "--model", model, "--layers", str(layers),
-                    "--hidden", str(HIDDEN), "--fanouts", ",".join(map(str, fanouts_for(layers))),
-                    "--batch-size", str(BATCH), "--batch-order", order, *options, "-o", str(plan)])
+        r = invoke(
+            [
+                "plan",
+                str(part),
+                "--strategy",
+                strategy,
+                "--model",
+                model,
+                "--layers",
+                str(layers),
+                "--hidden",
+                str(HIDDEN),
+                "--fanouts",
+                ",".join(map(str, fanouts_for(layers))),
+                "--batch-size",
+                str(BATCH),
+                "--batch-order",
+                order,
+                *options,
+                "-o",
+                str(plan),
+            ]
+        )
         assert r.exit_code == 0, r.output
     k = json.loads((part / "partition.json").read_text())["num_partitions"]
-    r = invoke(["train", str(plan), "--epochs", str(epochs), "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
-                str(SEED), "--workers", str(k), "--dtype", "float64", "--eval-every", "0", "--threads", "1",
-                "-o", str(run_dir), *train])
+    r = invoke(
+        [
+            "train",
+            str(plan),
+            "--epochs",
+            str(epochs),
+            "--lr",
+            str(LR),
+            "--dropout",
+            str(DROPOUT),
+            "--seed",
+            str(SEED),
+            "--workers",
+            str(k),
+            "--dtype",
+            "float64",
+            "--eval-every",
+            "0",
+            "--threads",
+            "1",
+            "-o",
+            str(run_dir),
+            *train,
+        ]
+    )
     assert r.exit_code == 0, r.output
     return run_dir
 
@@ -62,10 +114,14 @@ def test_p3_equals_the_reference_on_distdgl_global_batches(store, partitions, tm
     """F = 10 features over K = 4 workers: column slices of 3, 3, 3 and 1."""
     run_dir = run(partitions("p3", k), tmp_path, model=model, layers=layers)
     init, final = weights(run_dir)
-    assert init["layers.0.lin_neigh.weight" if model == "sage" else "layers.0.lin.weight"].shape == (HIDDEN, 10)
+    assert init["layers.0.lin_neigh.weight" if model == "sage" else "layers.0.lin.weight"].shape == (
+        HIDDEN,
+        10,
+    )
     graph = ref_graph(store)
-    expected = minibatch_train(model, init, graph, global_batches(graph, BATCH, SEED), fanouts_for(layers),
-                               EPOCHS, LR, DROPOUT, SEED)
+    expected = minibatch_train(
+        model, init, graph, global_batches(graph, BATCH, SEED), fanouts_for(layers), EPOCHS, LR, DROPOUT, SEED
+    )
     assert max_weight_diff(final, expected) <= 1e-5
     assert max_weight_diff(final, init) > 1e-3
 
@@ -157,7 +213,14 @@ def test_pipelined_p3_is_the_delay_3_reference_and_resumes_bitwise(store, partit
     assert all(w["updates_trailing_max"] == min(3, steps) for r in records(whole) for w in r["workers"])
     assert all("updates_trailing_max" not in w for r in plain for w in r["workers"])
     run(part, tmp_path, train=(*pipe, "--checkpoint-every", "1"), epochs=2, out="cut", plan_name="plan")
-    run(part, tmp_path, train=(*pipe, "--checkpoint-every", "1", "--resume"), epochs=4, out="cut", plan_name="plan")
+    run(
+        part,
+        tmp_path,
+        train=(*pipe, "--checkpoint-every", "1", "--resume"),
+        epochs=4,
+        out="cut",
+        plan_name="plan",
+    )
     assert max_weight_diff(weights(tmp_path / "cut")[1], final) == 0.0
 
 
@@ -172,7 +235,20 @@ def test_bad_input_is_one_line_and_exit_2(partitions, tmp_path):  # noqa: F811
     plans = {}
     for s in ("p3", "distdgl"):
         plans[s] = tmp_path / f"plan-{s}"
-        r = invoke(["plan", str(part), "--strategy", s, "--fanouts", "3,2", "--batch-size", "40", "-o", str(plans[s])])
+        r = invoke(
+            [
+                "plan",
+                str(part),
+                "--strategy",
+                s,
+                "--fanouts",
+                "3,2",
+                "--batch-size",
+                "40",
+                "-o",
+                str(plans[s]),
+            ]
+        )
         assert r.exit_code == 0, r.output
     for plan, flag, value in [(plans["p3"], "--pipeline", "multi"), (plans["distdgl"], "--pipeline", "p3")]:
         r = invoke(["train", str(plan), "--epochs", "1", flag, value, "-o", str(tmp_path / "r")])
@@ -181,13 +257,19 @@ def test_bad_input_is_one_line_and_exit_2(partitions, tmp_path):  # noqa: F811
 
 
 @pytest.mark.parametrize("strategy,method", [("p3", "p3"), ("bytegnn", "bytegnn")])
-def test_split_order_is_global_orders_model_for_every_strategy_that_takes_it(store, partitions, tmp_path,  # noqa: F811
-                                                                             strategy, method):
+def test_split_order_is_global_orders_model_for_every_strategy_that_takes_it(
+    store,
+    partitions,  # noqa: F811
+    tmp_path,
+    strategy,
+    method,
+):
     """`--batch-order split` (worker k computes positions k, k+K, … of each global batch wherever its roots live)
     trains global order's batches in p3 and bytegnn too: the independent reference's model."""
     run_dir = run(partitions(method, 2), tmp_path, strategy=strategy, order="split")
     init, final = weights(run_dir)
     graph = ref_graph(store)
-    expected = minibatch_train("sage", init, graph, global_batches(graph, BATCH, SEED), fanouts_for(2), EPOCHS, LR,
-                               DROPOUT, SEED)
+    expected = minibatch_train(
+        "sage", init, graph, global_batches(graph, BATCH, SEED), fanouts_for(2), EPOCHS, LR, DROPOUT, SEED
+    )
     assert max_weight_diff(final, expected) <= 1e-5

@@ -42,7 +42,9 @@ def test_script_bytes_equal_what_real_runs_recorded(store, partitions, tmp_path)
         batches = script.global_batches(graph, BATCH, SEED, epoch)
         sampler = script.Sampler(graph, SEED, epoch)
         counts = script.count(sampler, owner, k, batches, fanouts_for(2), list(range(len(batches))))
-        figures = script.bytes_by_kind(counts, HIDDEN, graph.feat_dim, graph.num_classes, layers, float_bytes=8)
+        figures = script.bytes_by_kind(
+            counts, HIDDEN, graph.feat_dim, graph.num_classes, layers, float_bytes=8
+        )
         for strategy, kinds in figures.items():
             recorded = records(runs[strategy])[epoch]["workers"]
             assert recorded[0]["bytes_sent"] > 0

@@ -56,9 +56,16 @@ def _directed_source(n: int = 300, m: int = 2400, feat_dim: int = 10, seed: int 
     dst = np.where(rng.random(m) < 0.7, (src + rng.integers(1, 20, m)) % n, rng.integers(0, n, m))
     src[:25] = dst[:25]  # self-loops
     feats = rng.standard_normal((n, feat_dim)).astype(np.float32)
-    return GraphSource(name="directed", num_nodes=n, arcs=lambda: iter([(src, dst)]), path="test",
-                       feat_dim=feat_dim, feature_blocks=lambda: iter([feats]),
-                       labels=rng.integers(0, 4, n), num_classes=4)
+    return GraphSource(
+        name="directed",
+        num_nodes=n,
+        arcs=lambda: iter([(src, dst)]),
+        path="test",
+        feat_dim=feat_dim,
+        feature_blocks=lambda: iter([feats]),
+        labels=rng.integers(0, 4, n),
+        num_classes=4,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +127,9 @@ def tracker_cases(draw):
     src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
     if symmetric:
         keep = src != dst
-        pairs = np.unique(np.stack([np.concatenate([src[keep], dst[keep]]),
-                                    np.concatenate([dst[keep], src[keep]])]), axis=1)
+        pairs = np.unique(
+            np.stack([np.concatenate([src[keep], dst[keep]]), np.concatenate([dst[keep], src[keep]])]), axis=1
+        )
         src, dst = pairs[0], pairs[1]
     return n, k, src, dst, rng.integers(0, k, n).astype(np.int32), seed
 
@@ -239,7 +247,10 @@ def test_algorithm1_on_random_graphs_keeps_its_guarantees(case):
     before = remote_sizes(graphs.indptr, graphs.indices, part, k)
     after = remote_sizes(graphs.indptr, graphs.indices, res.part, k)
     assert after.max() <= before.max()
-    assert res.stop_reason in ("converged", "stalled")  # swaps strictly lower the largest remote set: no cycle
+    assert res.stop_reason in (
+        "converged",
+        "stalled",
+    )  # swaps strictly lower the largest remote set: no cycle
     if res.swaps:  # every swap lowers the largest remote set of its pair: the sorted sizes decrease
         assert sorted(after.tolist(), reverse=True) < sorted(before.tolist(), reverse=True)
     if res.stop_reason == "converged":
@@ -265,8 +276,10 @@ def test_metis_ubvec_sets_each_constraint_imbalance():
     graphs = _two_cliques()
     loose = metis_partition(graphs, 2, seed=0, ubvec=[1.6])  # 30/20 = 1.5 allowed: keep the cliques whole
     tight = metis_partition(graphs, 2, seed=0, ubvec=[1.001])
-    assert sorted(np.bincount(loose, minlength=2).tolist()) == [10, 30] and edge_cut(
-        graphs.indptr, graphs.indices, loose) == 2
+    assert (
+        sorted(np.bincount(loose, minlength=2).tolist()) == [10, 30]
+        and edge_cut(graphs.indptr, graphs.indices, loose) == 2
+    )
     assert np.bincount(tight, minlength=2).tolist() == [20, 20]
     with pytest.raises(ValueError, match="ubvec"):
         metis_partition(graphs, 2, seed=0, ubvec=[1.1, 1.1])
@@ -318,8 +331,29 @@ def test_refinement_counters_equal_recount_after_thousands_of_moves(case):
     journal = np.empty(3 if seed % 2 else n, dtype=np.int64)  # a short journal overflows: full copies
     seed_anneal(seed % 2**31)
     # budget -1 can never be met: no early stop; a high temperature keeps many moves (accepted and undone)
-    best, _ = anneal(0, 5000, 5000, 4.0, 0.0, 10.0, 50.0, 5.0, chain.G, chain.S, graphs.symmetric, chain.node_cnt,
-                      np.inf, np.inf, 0.005, -1.0, best_part, np.inf, counters, np.empty(n, dtype=np.int64), journal)
+    best, _ = anneal(
+        0,
+        5000,
+        5000,
+        4.0,
+        0.0,
+        10.0,
+        50.0,
+        5.0,
+        chain.G,
+        chain.S,
+        graphs.symmetric,
+        chain.node_cnt,
+        np.inf,
+        np.inf,
+        0.005,
+        -1.0,
+        best_part,
+        np.inf,
+        counters,
+        np.empty(n, dtype=np.int64),
+        journal,
+    )
     if np.isfinite(best):  # best_part is the assignment whose cost was recorded as the best
         best_remote = _recount(graphs, best_part, k)[2]
         assert refine_cost(best_remote, 4.0, 0.0, 0.005, -1.0, 10.0) == pytest.approx(best)
@@ -340,7 +374,9 @@ def test_refinement_keeps_the_balance_limits_and_the_seed_decides(tiny_store):
     graphs = load_graphs(GraphStore.open(tiny_store))
     k = 4
     start = random_partition(graphs.num_nodes, k, 0)
-    runs = [run_refine(graphs, start, k, 0.005, 1.05, 1.05, budget=1e9, steps=300_000, seed=s) for s in (7, 7, 8)]
+    runs = [
+        run_refine(graphs, start, k, 0.005, 1.05, 1.05, budget=1e9, steps=300_000, seed=s) for s in (7, 7, 8)
+    ]
     np.testing.assert_array_equal(runs[0].part, runs[1].part)
     assert not np.array_equal(runs[0].part, runs[2].part)
     node_limit = max(1.05 * graphs.num_nodes / k, np.bincount(start, minlength=k).max())
@@ -370,8 +406,9 @@ def test_refinement_reaches_the_goal_within_the_budget(directed_store):
 
 
 @pytest.mark.parametrize("k, steps, seed", [(8, 20_000, 0), (4, 200_000, 1), (4, 2_000, 2)])
-def test_refinement_rounds_end_at_the_first_that_meets_the_goal_whatever_the_threads(directed_store, k, steps,
-                                                                                      seed):
+def test_refinement_rounds_end_at_the_first_that_meets_the_goal_whatever_the_threads(
+    directed_store, k, steps, seed
+):
     graphs = load_graphs(GraphStore.open(directed_store))
     start = chunk_partition(graphs.num_nodes, k)
     budget = 1.05 * remote_sizes(graphs.indptr, graphs.indices, metis_partition(graphs, k, 0), k).sum()
@@ -380,7 +417,7 @@ def test_refinement_rounds_end_at_the_first_that_meets_the_goal_whatever_the_thr
         *missed, winner = res.rounds
         assert res.converged and winner["converged"] and not any(r["converged"] for r in missed)
         assert len(missed) > 0  # the first round missed: later rounds ran, some of them alongside it
-        assert [r["steps"] for r in res.rounds] == _round_sizes(steps)[:len(res.rounds)]
+        assert [r["steps"] for r in res.rounds] == _round_sizes(steps)[: len(res.rounds)]
         assert all(r["taken"] == r["steps"] for r in missed) and winner["taken"] <= winner["steps"]
         assert res.steps == sum(r["taken"] for r in res.rounds)
         after = remote_sizes(graphs.indptr, graphs.indices, res.part, k)
@@ -402,8 +439,12 @@ def test_refinement_that_never_meets_the_goal_runs_every_round_and_keeps_the_che
     assert not res.converged and len(res.rounds) == len(ROUND_SHARES)
     assert res.steps == 30_000 == sum(r["steps"] for r in res.rounds) == sum(r["taken"] for r in res.rounds)
     costs = [refine_cost(np.asarray(r["remote_after"]), 0.0, 20.0, 0.005, 10.0, 100.0) for r in res.rounds]
-    assert res.final_remote == res.rounds[max(i for i, c in enumerate(costs) if c == min(costs))]["remote_after"]
-    one = run_refine(graphs, start, k, 0.005, 1.05, 1.05, budget=10.0, steps=30_000, seed=0, round_shares=(1.0,))
+    assert (
+        res.final_remote == res.rounds[max(i for i, c in enumerate(costs) if c == min(costs))]["remote_after"]
+    )
+    one = run_refine(
+        graphs, start, k, 0.005, 1.05, 1.05, budget=10.0, steps=30_000, seed=0, round_shares=(1.0,)
+    )
     assert [r["steps"] for r in one.rounds] == [30_000]
 
 
@@ -414,10 +455,16 @@ def test_g3_refines_only_when_algorithm1_stops_short(tiny_store, tmp_path):
     s = _partition(tiny_store, tmp_path / "r", 4, "g3", max_swaps=0)  # Algorithm 1 does nothing
     refine = s["refine"]
     assert s["stop_reason"] == "swap limit" and refine["converged"] and refine["kept"] == "refined"
-    assert refine["metis_total_remote"] == _partition(tiny_store, tmp_path / "m", 4, "metis")["totals"]["remote"]
+    assert (
+        refine["metis_total_remote"] == _partition(tiny_store, tmp_path / "m", 4, "metis")["totals"]["remote"]
+    )
     assert s["after"]["remote_min_over_max"] >= 0.995
-    assert s["totals"]["remote"] == sum(refine["remote_after"]) <= refine["budget"] == pytest.approx(
-        1.05 * refine["metis_total_remote"], abs=1e-3)
+    assert (
+        s["totals"]["remote"]
+        == sum(refine["remote_after"])
+        <= refine["budget"]
+        == pytest.approx(1.05 * refine["metis_total_remote"], abs=1e-3)
+    )
     assert {"metis_reference", "refine"} <= set(s["timing"])
     assignment = np.load(tmp_path / "r" / "assignment.npy")
     graphs = load_graphs(GraphStore.open(tiny_store))
@@ -434,13 +481,16 @@ def test_g3_partition_does_not_depend_on_the_threads(tiny_store, tmp_path):
         numba.set_num_threads(before)
     assert runs[0]["refine"]["rounds"] == runs[1]["refine"]["rounds"]
     assert [r["parameters"]["threads"] for r in runs] == [1, min(2, numba.config.NUMBA_NUM_THREADS)]
-    np.testing.assert_array_equal(np.load(tmp_path / "t1" / "assignment.npy"),
-                                  np.load(tmp_path / "t2" / "assignment.npy"))
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "t1" / "assignment.npy"), np.load(tmp_path / "t2" / "assignment.npy")
+    )
 
 
 def test_refinement_also_runs_when_algorithm1_bought_the_ratio_with_communication():
     def result(reason, before, after):
-        return Algorithm1Result(np.zeros(1, np.int32), reason, 1, 0.0, initial_remote=before, final_remote=after)
+        return Algorithm1Result(
+            np.zeros(1, np.int32), reason, 1, 0.0, initial_remote=before, final_remote=after
+        )
 
     assert needs_refinement(result("stalled", [10, 10], [9, 9]), 1.05)
     assert needs_refinement(result("swap limit", [10, 10], [10, 10]), 1.05)
@@ -455,8 +505,9 @@ def test_algorithm1s_balanced_assignment_stays_when_the_refinement_misses(tiny_s
     assert s["stop_reason"] == "converged" and not s["refine"]["converged"]
     assert s["refine"]["kept"] == "algorithm1" and "kept" in s["refine"]["explanation"]
     assert s["after"] == plain["after"]
-    np.testing.assert_array_equal(np.load(tmp_path / "b" / "assignment.npy"),
-                                  np.load(tmp_path / "g" / "assignment.npy"))
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "b" / "assignment.npy"), np.load(tmp_path / "g" / "assignment.npy")
+    )
 
 
 def test_a_refinement_that_misses_the_goal_never_raises_the_largest_remote_set(tiny_store, tmp_path):
@@ -612,15 +663,24 @@ def test_a_method_with_two_layouts_writes_the_shards_of_both(tiny_store, tmp_pat
     gets node shards in PART and column shards in PART/columns, and partition.json records both."""
     from stages.common.partition_methods import METHODS, PartitionMethod
 
-    monkeypatch.setitem(METHODS, "both", PartitionMethod("both", "test: hashed rows and split columns",
-                                                         assign="baselines:assign_random",
-                                                         layouts=("rows", "columns")))
+    monkeypatch.setitem(
+        METHODS,
+        "both",
+        PartitionMethod(
+            "both",
+            "test: hashed rows and split columns",
+            assign="baselines:assign_random",
+            layouts=("rows", "columns"),
+        ),
+    )
     k = 3
     s = _partition(tiny_store, tmp_path / "p", k, "both", seed=5)
     store = GraphStore.open(tiny_store)
     feats = np.asarray(store.features[:])
     part = random_partition(store.num_nodes, k, 5)
-    assert s["layouts"] == ["rows", "columns"] and s["feature_split"]["columns"] == feature_columns(store.feat_dim, k)
+    assert s["layouts"] == ["rows", "columns"] and s["feature_split"]["columns"] == feature_columns(
+        store.feat_dim, k
+    )
     assert s["totals"]["remote"] > 0  # the primary layout's (rows') figures
     for w in range(k):
         rows = tmp_path / "p" / f"part-{w:05d}"
@@ -628,13 +688,16 @@ def test_a_method_with_two_layouts_writes_the_shards_of_both(tiny_store, tmp_pat
         np.testing.assert_array_equal(_load(rows, "features"), feats[part == w])
         cols = tmp_path / "p" / "columns" / f"part-{w:05d}"
         c = json.loads((cols / "shard.json").read_text())["feature_columns"]
-        np.testing.assert_array_equal(_load(cols, "features")[:, : c["stop"] - c["start"]],
-                                      feats[:, c["start"] : c["stop"]])
+        np.testing.assert_array_equal(
+            _load(cols, "features")[:, : c["stop"] - c["start"]], feats[:, c["start"] : c["stop"]]
+        )
         assert json.loads((cols / "shard.json").read_text())["layout"] == "columns"
 
 
 def test_an_unknown_method_is_one_line_naming_the_choices(tiny_store, tmp_path):
-    with pytest.raises(G3InputError, match="unknown method 'nope' .*g3, metis, random, chunk, distdgl, bytegnn"):
+    with pytest.raises(
+        G3InputError, match="unknown method 'nope' .*g3, metis, random, chunk, distdgl, bytegnn"
+    ):
         _partition(tiny_store, tmp_path / "p", 2, "nope")
 
 
@@ -646,7 +709,9 @@ def test_an_unknown_method_is_one_line_naming_the_choices(tiny_store, tmp_path):
 def test_same_seed_same_partition(tiny_store, tmp_path):
     a = _partition(tiny_store, tmp_path / "a", 4, "g3", seed=7)
     b = _partition(tiny_store, tmp_path / "b", 4, "g3", seed=7)
-    np.testing.assert_array_equal(np.load(tmp_path / "a" / "assignment.npy"), np.load(tmp_path / "b" / "assignment.npy"))
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "a" / "assignment.npy"), np.load(tmp_path / "b" / "assignment.npy")
+    )
     assert a["swaps"] == b["swaps"]
     np.testing.assert_array_equal(random_partition(1000, 7, 3), random_partition(1000, 7, 3))
     assert not np.array_equal(random_partition(1000, 7, 3), random_partition(1000, 7, 4))

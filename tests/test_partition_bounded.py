@@ -66,18 +66,35 @@ def test_metis_on_the_clusters_balances_like_metis_and_cuts_about_as_much(commun
     g.metis_arc_budget = len(g.sym_indices) // 10
     coarse = metis_partition(g, k, 2, vertex_weights=weights, ubvec=ubvec)
     assert len(g.coarsenings) == 1 and g.coarsenings[0]["coarse_arcs"] <= g.metis_arc_budget
-    assert np.array_equal(coarse, metis_partition(g, k, 2, vertex_weights=weights, ubvec=ubvec))  # deterministic
+    assert np.array_equal(
+        coarse, metis_partition(g, k, 2, vertex_weights=weights, ubvec=ubvec)
+    )  # deterministic
     columns = np.ones((g.num_nodes, 1), np.int64) if weights is None else weights
     for j in range(columns.shape[1]):
         per_part = np.bincount(coarse, weights=columns[:, j], minlength=k)
-        assert per_part.max() / per_part.mean() <= 1.08, (j, per_part)  # METIS's 1.03/1.05 and the granularity
+        assert per_part.max() / per_part.mean() <= 1.08, (
+            j,
+            per_part,
+        )  # METIS's 1.03/1.05 and the granularity
     assert fine_cut(g, coarse) <= 1.5 * fine_cut(g, whole)
 
 
 def test_the_stage_coarsens_when_metis_would_need_more_than_it_may_hold(community_store, tmp_path):
     out = tmp_path / "part"
-    r = invoke(["partition", str(community_store), "--workers", "3", "--method", "metis", "--metis-memory", "1MiB",
-                "-o", str(out)])
+    r = invoke(
+        [
+            "partition",
+            str(community_store),
+            "--workers",
+            "3",
+            "--method",
+            "metis",
+            "--metis-memory",
+            "1MiB",
+            "-o",
+            str(out),
+        ]
+    )
     assert r.exit_code == 0, r.output
     assert "coarsened" in r.output and "METIS ran on" in r.output
     record = json.loads((out / "partition.json").read_text())["metis_memory"]
@@ -93,7 +110,17 @@ def test_the_stage_coarsens_when_metis_would_need_more_than_it_may_hold(communit
 
 @pytest.mark.parametrize("value, says", [("0", "at least 1 MiB"), ("lots", "not a size")])
 def test_a_metis_memory_that_makes_no_sense_is_refused_in_one_line(community_store, tmp_path, value, says):
-    r = invoke(["partition", str(community_store), "--workers", "2", "--metis-memory", value, "-o",
-                str(tmp_path / "p")])
+    r = invoke(
+        [
+            "partition",
+            str(community_store),
+            "--workers",
+            "2",
+            "--metis-memory",
+            value,
+            "-o",
+            str(tmp_path / "p"),
+        ]
+    )
     assert r.exit_code == 2 and says in r.output, r.output
     assert not (tmp_path / "p").exists()

@@ -61,7 +61,11 @@ def _random_case(seed: int, n: int = 90, m: int = 140):
     rng = np.random.default_rng(seed)
     src, dst = rng.integers(0, n, m), rng.integers(0, n, m)  # sparse and directed: hops and direction matter
     labelled = rng.permutation(n)[: rng.integers(3, 15)]
-    splits = {"train": np.sort(labelled[::3]), "valid": np.sort(labelled[1::3]), "test": np.sort(labelled[2::3])}
+    splits = {
+        "train": np.sort(labelled[::3]),
+        "valid": np.sort(labelled[1::3]),
+        "test": np.sort(labelled[2::3]),
+    }
     return src, dst, splits
 
 
@@ -162,7 +166,9 @@ def test_same_seed_same_partition_and_the_seed_orders_equal_blocks(tiny_graphs):
         a, sa = bytegnn_partition(graphs, sp, 4, seed=7)
         b, sb = bytegnn_partition(graphs, sp, 4, seed=7)
         np.testing.assert_array_equal(a, b)
-        assert {k: v for k, v in sa.items() if k != "seconds"} == {k: v for k, v in sb.items() if k != "seconds"}
+        assert {k: v for k, v in sa.items() if k != "seconds"} == {
+            k: v for k, v in sb.items() if k != "seconds"
+        }
     # all labelled: the blocks are visited in the seeded order, so another seed gives another partition
     a, _ = bytegnn_partition(graphs, splits, 4, seed=7)
     c, _ = bytegnn_partition(graphs, splits, 4, seed=8)
@@ -173,8 +179,9 @@ def test_weights_steer_the_balance(tiny_graphs):
     graphs, splits = tiny_graphs
     spread = {}
     for name, weights in (("train", (1.0, 0.0, 0.0)), ("valid", (0.0, 1.0, 0.0))):
-        part, stats = bytegnn_partition(graphs, splits, 4, seed=0, alpha=weights[0], beta=weights[1],
-                                        gamma=weights[2], balance_tol=4.0)  # caps out of the way
+        part, stats = bytegnn_partition(
+            graphs, splits, 4, seed=0, alpha=weights[0], beta=weights[1], gamma=weights[2], balance_tol=4.0
+        )  # caps out of the way
         assert stats["weights"]["normalised"] == list(weights)
         spread[name] = {s: np.bincount(part[splits[s]], minlength=4).std() for s in ("train", "valid")}
     assert spread["train"]["train"] < spread["valid"]["train"]
@@ -231,8 +238,14 @@ def test_all_labelled_store_is_degenerate_and_reported(tiny_store, tmp_path):
     b = on_disk["bytegnn"]
     assert on_disk["method"] == "bytegnn" and b == s["bytegnn"]
     assert b["degenerate"] is True and "every node is labelled" in b["degenerate_explanation"]
-    assert b["blocks"] == {"count": n, "mean_size": 1.0, "max_size": 1, "min_size": 1, "singletons": n,
-                           "nodes": n}
+    assert b["blocks"] == {
+        "count": n,
+        "mean_size": 1.0,
+        "max_size": 1,
+        "min_size": 1,
+        "singletons": n,
+        "nodes": n,
+    }
     assert b["sort_key_constant"] is True and b["unreached"] == 0
     assert b["placed_by_score"] + b["placed_by_balance"] == n
     assert on_disk["parameters"]["bytegnn_hops"] == 2 and on_disk["parameters"]["bytegnn_alpha"] == 0.5
@@ -260,8 +273,26 @@ def _invoke(args):
 
 def test_cli_runs_bytegnn_with_its_options(tiny_store, tmp_path):
     out = tmp_path / "p"
-    r = _invoke(["partition", str(tiny_store), "-w", "3", "--method", "bytegnn", "-o", str(out),
-                 "--bytegnn-alpha", "2", "--bytegnn-beta", "1", "--bytegnn-gamma", "1", "--bytegnn-hops", "1"])
+    r = _invoke(
+        [
+            "partition",
+            str(tiny_store),
+            "-w",
+            "3",
+            "--method",
+            "bytegnn",
+            "-o",
+            str(out),
+            "--bytegnn-alpha",
+            "2",
+            "--bytegnn-beta",
+            "1",
+            "--bytegnn-gamma",
+            "1",
+            "--bytegnn-hops",
+            "1",
+        ]
+    )
     assert r.exit_code == 0, r.output
     s = json.loads((out / "partition.json").read_text())
     assert s["bytegnn"]["hops"] == 1 and s["bytegnn"]["weights"]["normalised"] == [0.5, 0.25, 0.25]

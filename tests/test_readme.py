@@ -54,7 +54,9 @@ def test_every_readme_command_and_option_exists():
             continue
         for word in cmd[2:]:
             if word.startswith("--"):
-                assert word.split("=")[0] in known, f"README: `{' '.join(cmd)}`: g3 {name} has no option {word}"
+                assert word.split("=")[0] in known, (
+                    f"README: `{' '.join(cmd)}`: g3 {name} has no option {word}"
+                )
 
 
 def test_the_plans_the_readme_trains_are_ones_it_plans():
@@ -84,7 +86,9 @@ def prepared(tmp_path_factory, worker_id):
     """PREPARE's commands run once for the session, whichever pytest process asks first (the others wait on a
     lock): ``(folder, steps)``, the folder the other lanes start from in copies."""
     needs_shared_data()
-    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    shared = (
+        tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    )
     folder, record = shared / "readme-prepared", shared / "readme-prepared.json"
     with FileLock(str(shared / "readme-prepared.lock")):
         if not record.is_file():
@@ -97,7 +101,9 @@ def test_every_readme_line_is_in_a_lane_and_enough_of_them_run():
     sections = readme_sections()
     assert len(sections) >= 45 and {lane_of(title) for title, _ in sections} == set(lanes())
     named = {title for title, _ in sections}
-    assert set(SECTION_LANES) <= named, f"README has no section {set(SECTION_LANES) - named}: rename it here too"
+    assert set(SECTION_LANES) <= named, (
+        f"README has no section {set(SECTION_LANES) - named}: rename it here too"
+    )
 
 
 @pytest.mark.slow
@@ -122,14 +128,22 @@ def test_every_readme_command_runs_in_order(request, tmp_path, lane):
     assert [s.command for s in steps] == [line for title, line in readme_sections() if lane_of(title) == lane]
     not_run = [s for s in steps if s.status != "ok"]
     # only the make lines, a command the lane ran already, and emulation where namespaces cannot be made
-    assert all(s.command.startswith("make ") or "same command" in s.status or "--emulate-link" in s.command
-               for s in not_run), not_run
+    assert all(
+        s.command.startswith("make ") or "same command" in s.status or "--emulate-link" in s.command
+        for s in not_run
+    ), not_run
     # what the README says the commands leave behind
     for path in LEFT_BEHIND.get(lane, ()):
         assert (work / path).is_file(), path
 
 
-LEFT_BEHIND = {MAIN: ["host0-run/model.pt", "demo/sage.pt.json", "demo/long.run/checkpoints/epoch-00019.pt",
-                      "demo/scaling/index.html"],
-               "emulated": ["demo/100mbit.run/model.pt", "demo/1gbit.run/model.pt"],
-               "advise": ["demo/small.advise/advise.json", "demo/small.lab/advise.json"]}
+LEFT_BEHIND = {
+    MAIN: [
+        "host0-run/model.pt",
+        "demo/sage.pt.json",
+        "demo/long.run/checkpoints/epoch-00019.pt",
+        "demo/scaling/index.html",
+    ],
+    "emulated": ["demo/100mbit.run/model.pt", "demo/1gbit.run/model.pt"],
+    "advise": ["demo/small.advise/advise.json", "demo/small.lab/advise.json"],
+}

@@ -17,43 +17,101 @@ from stages.report import run_report
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def make_run(root: Path, name: str = "g.part-g3-2.plan-sage.run", owned=(100, 300), epochs: int = 6,
-             method: str = "g3", pipeline: str = "none", epoch_seconds: float = 2.0, eval_every: int = 2,
-             trace: bool = True, plan: bool = True, partition: bool = True, eval_json: bool = True,
-             strategy: str | None = None) -> Path:
+def make_run(
+    root: Path,
+    name: str = "g.part-g3-2.plan-sage.run",
+    owned=(100, 300),
+    epochs: int = 6,
+    method: str = "g3",
+    pipeline: str = "none",
+    epoch_seconds: float = 2.0,
+    eval_every: int = 2,
+    trace: bool = True,
+    plan: bool = True,
+    partition: bool = True,
+    eval_json: bool = True,
+    strategy: str | None = None,
+) -> Path:
     """A run folder as `g3 train` leaves it, with its plan.json and partition.json beside it."""
     k = len(owned)
-    part_dir, plan_dir, run = root / f"g.part-{method}-{k}", root / f"g.part-{method}-{k}.plan-sage", root / name
+    part_dir, plan_dir, run = (
+        root / f"g.part-{method}-{k}",
+        root / f"g.part-{method}-{k}.plan-sage",
+        root / name,
+    )
     run.mkdir(parents=True)
     if partition:
         part_dir.mkdir(exist_ok=True)
-        (part_dir / "partition.json").write_text(json.dumps({
-            "schema": "g3.partition", "schema_version": 1, "store": {"name": "fake"}, "method": method,
-            "num_partitions": k, "before": {"remote_per_partition": [40 + 5 * i for i in range(k)]},
-            "partitions": [{"partition": i, "nodes": n, "remote": 30 + i, "arcs": 10 * n} for i, n in enumerate(owned)],
-        }))
+        (part_dir / "partition.json").write_text(
+            json.dumps(
+                {
+                    "schema": "g3.partition",
+                    "schema_version": 1,
+                    "store": {"name": "fake"},
+                    "method": method,
+                    "num_partitions": k,
+                    "before": {"remote_per_partition": [40 + 5 * i for i in range(k)]},
+                    "partitions": [
+                        {"partition": i, "nodes": n, "remote": 30 + i, "arcs": 10 * n}
+                        for i, n in enumerate(owned)
+                    ],
+                }
+            )
+        )
     if plan:
         plan_dir.mkdir(exist_ok=True)
-        (plan_dir / "plan.json").write_text(json.dumps({
-            "schema": "g3.plan", "schema_version": 1, "num_workers": k,
-            "workers": [{"rank": i, "num_owned": n} for i, n in enumerate(owned)],
-        }))
-    (run / "run.json").write_text(json.dumps({
-        "schema": "g3.run", "schema_version": 1, "path": str(run), "status": "completed",
-        "plan": {"path": str(plan_dir), "model": {"model": "sage", "bin_size": 5000}, "num_workers": k},
-        "partition": {"path": str(part_dir), "method": method},
-        "store": {"name": "fake", "num_nodes": sum(owned)},
-        "config": {"pipeline": pipeline, "device": "cpu", "eval_every": eval_every},
-        **({"strategy": {"name": strategy, "options": {}}} if strategy else {}),
-    }))
+        (plan_dir / "plan.json").write_text(
+            json.dumps(
+                {
+                    "schema": "g3.plan",
+                    "schema_version": 1,
+                    "num_workers": k,
+                    "workers": [{"rank": i, "num_owned": n} for i, n in enumerate(owned)],
+                }
+            )
+        )
+    (run / "run.json").write_text(
+        json.dumps(
+            {
+                "schema": "g3.run",
+                "schema_version": 1,
+                "path": str(run),
+                "status": "completed",
+                "plan": {
+                    "path": str(plan_dir),
+                    "model": {"model": "sage", "bin_size": 5000},
+                    "num_workers": k,
+                },
+                "partition": {"path": str(part_dir), "method": method},
+                "store": {"name": "fake", "num_nodes": sum(owned)},
+                "config": {"pipeline": pipeline, "device": "cpu", "eval_every": eval_every},
+                **({"strategy": {"name": strategy, "options": {}}} if strategy else {}),
+            }
+        )
+    )
     lines = []
     for e in range(epochs):
-        rec = {"epoch": e, "loss": 2.0 / (e + 1), "epoch_seconds": epoch_seconds, "bytes_sent": 1000 + 10 * e,
-               "workers": [{"rank": i, "compute_seconds": 0.5 + 0.25 * i, "comm_wait_seconds": 0.5,
-                            "sync_seconds": 0.25, "bytes_sent": 500} for i in range(k)]}
+        rec = {
+            "epoch": e,
+            "loss": 2.0 / (e + 1),
+            "epoch_seconds": epoch_seconds,
+            "bytes_sent": 1000 + 10 * e,
+            "workers": [
+                {
+                    "rank": i,
+                    "compute_seconds": 0.5 + 0.25 * i,
+                    "comm_wait_seconds": 0.5,
+                    "sync_seconds": 0.25,
+                    "bytes_sent": 500,
+                }
+                for i in range(k)
+            ],
+        }
         if trace and e >= 1:  # as `g3 train --trace` records: a share every epoch but the first, one timeline
-            rec.update(comm_hidden_share=(0.25, 0.75, 0.25, 0.5, 0.125)[(e - 1) % 5],
-                       comm_waited_share=(0.5, 0.0, 0.25, 0.125, 0.0)[(e - 1) % 5])
+            rec.update(
+                comm_hidden_share=(0.25, 0.75, 0.25, 0.5, 0.125)[(e - 1) % 5],
+                comm_waited_share=(0.5, 0.0, 0.25, 0.125, 0.0)[(e - 1) % 5],
+            )
             if e == epochs - 1:  # the timeline is the last epoch's
                 rec.update(traced=True)
         if eval_every and (e + 1) % eval_every == 0:
@@ -61,22 +119,59 @@ def make_run(root: Path, name: str = "g.part-g3-2.plan-sage.run", owned=(100, 30
         lines.append(json.dumps(rec))
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     if eval_json:
-        (run / "eval.json").write_text(json.dumps({"schema": "g3.eval", "accuracy": {"train": 0.9, "valid": 0.7,
-                                                                                     "test": 0.66}}))
+        (run / "eval.json").write_text(
+            json.dumps({"schema": "g3.eval", "accuracy": {"train": 0.9, "valid": 0.7, "test": 0.66}})
+        )
     if trace:
         (run / "trace").mkdir()
         for rank in range(k):
             events = [{"name": "thread_name", "ph": "M", "pid": rank, "tid": 1, "args": {"name": "comm"}}]
             ts = 0.0
             for b in range(3):
-                for cat, lane, dur in (("gather", 0, 50), ("copy_in", 0, 20), ("compute", 0, 200), ("copy_out", 0, 20)):
-                    events.append({"name": cat, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": rank, "tid": lane,
-                                   "args": {"layer": 0, "bin": b, "phase": "forward"}})
+                for cat, lane, dur in (
+                    ("gather", 0, 50),
+                    ("copy_in", 0, 20),
+                    ("compute", 0, 200),
+                    ("copy_out", 0, 20),
+                ):
+                    events.append(
+                        {
+                            "name": cat,
+                            "cat": cat,
+                            "ph": "X",
+                            "ts": ts,
+                            "dur": dur,
+                            "pid": rank,
+                            "tid": lane,
+                            "args": {"layer": 0, "bin": b, "phase": "forward"},
+                        }
+                    )
                     ts += dur
-                events += [{"name": c, "cat": c, "ph": "X", "ts": ts - 40, "dur": 60, "pid": rank, "tid": 1,
-                            "args": {"layer": 0, "bin": b, "phase": "forward"}} for c in ("send", "recv")]
-            events.append({"name": "wait", "cat": "wait", "ph": "X", "ts": ts, "dur": 30, "pid": rank, "tid": 0,
-                           "args": {}})
+                events += [
+                    {
+                        "name": c,
+                        "cat": c,
+                        "ph": "X",
+                        "ts": ts - 40,
+                        "dur": 60,
+                        "pid": rank,
+                        "tid": 1,
+                        "args": {"layer": 0, "bin": b, "phase": "forward"},
+                    }
+                    for c in ("send", "recv")
+                ]
+            events.append(
+                {
+                    "name": "wait",
+                    "cat": "wait",
+                    "ph": "X",
+                    "ts": ts,
+                    "dur": 30,
+                    "pid": rank,
+                    "tid": 0,
+                    "args": {},
+                }
+            )
             (run / "trace" / f"rank-{rank:05d}.json").write_text(json.dumps({"traceEvents": events}))
     return run
 
@@ -143,7 +238,10 @@ def test_resumed_run_keeps_the_last_record_of_an_epoch(tmp_path):
     run = make_run(tmp_path, epochs=4, trace=False)
     with open(run / "metrics.jsonl", "a") as f:  # resumed at epoch 2: epochs 2 and 3 recorded again
         for e in (2, 3):
-            f.write(json.dumps({"epoch": e, "loss": 0.1, "epoch_seconds": 4.0, "bytes_sent": 0, "workers": []}) + "\n")
+            f.write(
+                json.dumps({"epoch": e, "loss": 0.1, "epoch_seconds": 4.0, "bytes_sent": 0, "workers": []})
+                + "\n"
+            )
     data = load_run(run)
     assert [r["epoch"] for r in data.epochs] == [0, 1, 2, 3]
     assert data.cumulative_seconds()[-1] == pytest.approx(12.0)
@@ -178,8 +276,11 @@ def test_moved_run_finds_its_plan_beside_it(tmp_path):
 
 
 def test_several_runs_compare_and_scale(tmp_path, monkeypatch):
-    runs = [make_run(tmp_path / m, name=f"r-{k}.run", owned=(100,) * k, method=m, trace=(k == 2))
-            for m in ("g3", "random") for k in (2, 4)]
+    runs = [
+        make_run(tmp_path / m, name=f"r-{k}.run", owned=(100,) * k, method=m, trace=(k == 2))
+        for m in ("g3", "random")
+        for k in (2, 4)
+    ]
     monkeypatch.chdir(tmp_path)
     result = run_report(runs)
     out = tmp_path / "g3-report"
@@ -208,8 +309,19 @@ def test_trace_variants(tmp_path):
 
     run = make_run(tmp_path, trace=False)
     (run / "trace" / "epoch-00003").mkdir(parents=True)
-    events = [{"name": "c", "cat": "compute", "ph": "X", "ts": 5, "dur": 10, "pid": 0, "tid": "main",
-               "args": {"epoch": 3}}, {"name": "x", "cat": "custom", "ph": "X", "ts": 8, "dur": 1, "pid": 0, "tid": 0}]
+    events = [
+        {
+            "name": "c",
+            "cat": "compute",
+            "ph": "X",
+            "ts": 5,
+            "dur": 10,
+            "pid": 0,
+            "tid": "main",
+            "args": {"epoch": 3},
+        },
+        {"name": "x", "cat": "custom", "ph": "X", "ts": 8, "dur": 1, "pid": 0, "tid": 0},
+    ]
     (run / "trace" / "epoch-00003" / "rank-00000.json").write_text(json.dumps(events))  # JSON array form
     trace, why = find_trace(run)
     assert trace is not None and trace.num_events == 2 and trace.epoch == 3, why
@@ -227,15 +339,18 @@ def test_trace_variants(tmp_path):
     assert trace is None and "not valid JSON" in why
 
 
-@pytest.mark.parametrize("case, message", [
-    ("missing", "no such folder"),
-    ("no_run_json", "no run.json"),
-    ("other_schema", "wrong schema"),
-    ("no_metrics", "no metrics.jsonl"),
-    ("empty_metrics", "metrics.jsonl is empty"),
-    ("bad_line", ":2: not a JSON object"),
-    ("no_epoch_seconds", "needs 'epoch', 'epoch_seconds'"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", "no such folder"),
+        ("no_run_json", "no run.json"),
+        ("other_schema", "wrong schema"),
+        ("no_metrics", "no metrics.jsonl"),
+        ("empty_metrics", "metrics.jsonl is empty"),
+        ("bad_line", ":2: not a JSON object"),
+        ("no_epoch_seconds", "needs 'epoch', 'epoch_seconds'"),
+    ],
+)
 def test_bad_input(tmp_path, cli_runner, case, message):
     from g3cli.main import cli
 
@@ -277,7 +392,8 @@ def test_two_untraced_runs_get_one_note_and_their_labels(tmp_path):
     result = run_report([a, b], out=tmp_path / "rep", labels=["first", "second"])
     assert [s["label"] for s in result["runs"]] == ["first", "second"]
     assert [n for n in result["notes"] if "bin timeline" in n] == [
-        "no bin timeline: none of the 2 runs has a trace/ folder (train with g3 train --trace)"]
+        "no bin timeline: none of the 2 runs has a trace/ folder (train with g3 train --trace)"
+    ]
     files = {p["file"] for p in result["plots"]}
     assert {"workers-1-first.png", "workers-2-second.png"} <= files
     assert "scaling" not in {p["kind"] for p in result["plots"]}
@@ -308,7 +424,9 @@ def test_runs_of_several_strategies_are_labelled_by_strategy(tmp_path):
     """Comparing strategies: labels and the summary say which strategy trained each run (runs written before
     strategies existed are g3's), and time-to-accuracy draws them on one plot."""
     a = make_run(tmp_path / "a", name="run-a", trace=False)
-    b = make_run(tmp_path / "b", name="run-b", pipeline=None, strategy="bns-gcn", trace=False, epoch_seconds=1.0)
+    b = make_run(
+        tmp_path / "b", name="run-b", pipeline=None, strategy="bns-gcn", trace=False, epoch_seconds=1.0
+    )
     res = run_report([a, b], out=tmp_path / "rep")
     assert [r["label"] for r in res["runs"]] == ["g3: run-a", "bns-gcn: run-b"]
     assert [r["strategy"] for r in res["runs"]] == ["g3", "bns-gcn"]
@@ -327,8 +445,12 @@ def test_bytes_per_epoch_is_the_mean_of_training_phases(tmp_path):
     for e, line in enumerate((run / "metrics.jsonl").read_text().splitlines()):
         rec = json.loads(line)
         for w in rec["workers"]:
-            w["bytes_sent_per_phase"] = {"features0": 9999 if e == 0 else 0, "fwd0": 100 * (e % 2), "bwd1": 10,
-                                         "eval0": 5000}
+            w["bytes_sent_per_phase"] = {
+                "features0": 9999 if e == 0 else 0,
+                "fwd0": 100 * (e % 2),
+                "bwd1": 10,
+                "eval0": 5000,
+            }
         lines.append(json.dumps(rec))
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     s = run_report([run], out=tmp_path / "rep")["runs"][0]
@@ -392,7 +514,9 @@ def test_a_comparisons_worker_plots_share_their_y_scale(tmp_path, monkeypatch):
 
     drawn = []
     original = plots.worker_breakdown
-    monkeypatch.setattr(plots, "worker_breakdown", lambda r, path, top=None: drawn.append(top) or original(r, path, top))
+    monkeypatch.setattr(
+        plots, "worker_breakdown", lambda r, path, top=None: drawn.append(top) or original(r, path, top)
+    )
     run_report([fast, slow], out=tmp_path / "rep")
     assert drawn == [pytest.approx(top)] * 2
     run_report([slow], out=tmp_path / "rep1")

@@ -22,7 +22,12 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def plan(store, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("runs")
-    assert invoke(["partition", str(store), "--workers", "2", "--method", "random", "-o", str(root / "part")]).exit_code == 0
+    assert (
+        invoke(
+            ["partition", str(store), "--workers", "2", "--method", "random", "-o", str(root / "part")]
+        ).exit_code
+        == 0
+    )
     assert invoke(["plan", str(root / "part"), "--bin-size", "60", "-o", str(root / "plan")]).exit_code == 0
     return root / "plan"
 
@@ -73,13 +78,42 @@ def test_resume_refuses_what_cannot_be_resumed(plan, tmp_path):
     ]
     assert train(plan, run, "--epochs", "4", "--checkpoint-every", "2", "--force").exit_code == 0
     cases += [
-        (train(plan, run, "--epochs", "4", "--resume", "--checkpoint-every", "2"), "nothing to train: the run completed epoch 3"),
-        (train(plan, run, "--epochs", "6", "--resume", "--lr", "0.02"), "--lr 0.02 differs from the run's 0.01"),
-        (invoke(["train", str(plan), "-o", str(run), *COMMON[:-2], "--epochs", "6", "--resume"]),
-         "--dtype float32 differs from the run's float64"),
-        (invoke(["train", str(plan), "-o", str(run), "--threads", "1", "--eval-every", "0", "--dtype", "float64",
-                 "--epochs", "6", "--resume"]), "--seed 0 differs from the run's 3"),
-        (train(plan, run, "--epochs", "6", "--resume", "--dropout", "0.1"), "--dropout 0.1 differs from the run's 0.5"),
+        (
+            train(plan, run, "--epochs", "4", "--resume", "--checkpoint-every", "2"),
+            "nothing to train: the run completed epoch 3",
+        ),
+        (
+            train(plan, run, "--epochs", "6", "--resume", "--lr", "0.02"),
+            "--lr 0.02 differs from the run's 0.01",
+        ),
+        (
+            invoke(["train", str(plan), "-o", str(run), *COMMON[:-2], "--epochs", "6", "--resume"]),
+            "--dtype float32 differs from the run's float64",
+        ),
+        (
+            invoke(
+                [
+                    "train",
+                    str(plan),
+                    "-o",
+                    str(run),
+                    "--threads",
+                    "1",
+                    "--eval-every",
+                    "0",
+                    "--dtype",
+                    "float64",
+                    "--epochs",
+                    "6",
+                    "--resume",
+                ]
+            ),
+            "--seed 0 differs from the run's 3",
+        ),
+        (
+            train(plan, run, "--epochs", "6", "--resume", "--dropout", "0.1"),
+            "--dropout 0.1 differs from the run's 0.5",
+        ),
     ]
     for r, message in cases:
         assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, (message, r.output)
@@ -105,10 +139,18 @@ def test_a_resumed_record_has_no_repeated_epochs(plan, tmp_path, monkeypatch):
     assert epochs_recorded(run) == list(range(6))
     assert json.loads((run / "run.json").read_text())["config"]["checkpoint_every"] == 2
     assert sorted(p.name for p in (run / "checkpoints").glob("*.pt"))[-1] == "epoch-00005.pt"
-    assert max_weight_diff(torch.load(full / "model.pt", weights_only=True),
-                           torch.load(run / "model.pt", weights_only=True)) == 0.0
+    assert (
+        max_weight_diff(
+            torch.load(full / "model.pt", weights_only=True), torch.load(run / "model.pt", weights_only=True)
+        )
+        == 0.0
+    )
     assert [h["status"] for h in json.loads((run / "run.json").read_text())["history"]] == [
-        "running", "failed", "running", "completed"]
+        "running",
+        "failed",
+        "running",
+        "completed",
+    ]
 
 
 def test_force_keeps_the_old_run_until_the_new_one_finishes(plan, tmp_path, monkeypatch):
@@ -131,9 +173,15 @@ def _launch(plan: Path, run: Path, *args, env=None) -> subprocess.Popen:
     """`g3 train` as a user starts it from a terminal: SIGINT at its default even when the test suite itself runs
     as a background job (a non-interactive shell starts those with SIGINT ignored, which Python then keeps)."""
     cmd = [sys.executable, "-m", "g3cli.main", "train", str(plan), "-o", str(run), *COMMON, *args]
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def _stop(proc: subprocess.Popen, sig: int = signal.SIGINT) -> None:
@@ -170,7 +218,10 @@ def test_one_run_folder_one_launcher(plan, tmp_path):
         _stop(proc)
     # Ctrl-C says how to continue the run from its checkpoints
     err = proc.stderr.read()
-    assert "g3: interrupted" in err and f"continue it with: g3 train {plan} -o {run} --resume --epochs 100000" in err, err
+    assert (
+        "g3: interrupted" in err
+        and f"continue it with: g3 train {plan} -o {run} --resume --epochs 100000" in err
+    ), err
 
 
 def test_a_stopped_worker_is_named_and_the_run_ends_within_the_timeout(plan, tmp_path, monkeypatch):
@@ -185,8 +236,10 @@ def test_a_stopped_worker_is_named_and_the_run_ends_within_the_timeout(plan, tmp
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "failed"
 
 
-@pytest.mark.parametrize("sig,status", [(signal.SIGTERM, "interrupted"), (signal.SIGINT, "interrupted"),
-                                        (signal.SIGKILL, "running")])
+@pytest.mark.parametrize(
+    "sig,status",
+    [(signal.SIGTERM, "interrupted"), (signal.SIGINT, "interrupted"), (signal.SIGKILL, "running")],
+)
 def test_the_launcher_stopped_leaves_no_worker_and_says_so(plan, tmp_path, sig, status):
     """SIGINT / SIGTERM to the launcher: workers stopped, run.json `interrupted`. SIGKILL cannot be handled:
     run.json stays `running`, but the workers notice their launcher is gone and leave, and `g3 report` sees
@@ -205,20 +258,23 @@ def test_the_launcher_stopped_leaves_no_worker_and_says_so(plan, tmp_path, sig, 
     assert run_report([run], out=tmp_path / "rep")["runs"][0]["status"] == "interrupted"
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--lr", "-0.01"], "--lr must be a positive number"),
-    (["--lr", "nan"], "--lr must be a positive number"),
-    (["--timeout", "0"], "--timeout must be a positive number of seconds"),
-    (["--eval-every", "-1"], "must be >= 0 (0: never)"),
-    (["--checkpoint-every", "-1"], "must be >= 0 (0: never)"),
-    (["--threads", "0"], "--threads must be >= 1"),
-    (["--epochs", "0"], "--epochs must be >= 1"),
-    # once found only by a worker: a traceback or a ValueError per rank, and a run folder left behind
-    (["--master-port", "70000"], "--master-port must be a TCP port in [0, 65535]"),
-    (["--seed", str(2**70)], "--seed must be in [0, 2^63)"),
-    (["--master-addr", "no.such.host.invalid"], "--master-addr no.such.host.invalid does not resolve"),
-    (["--profile", "{plan}/plan.json/PROFILE.json"], "is a file, not a folder: cannot write the profile"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--lr", "-0.01"], "--lr must be a positive number"),
+        (["--lr", "nan"], "--lr must be a positive number"),
+        (["--timeout", "0"], "--timeout must be a positive number of seconds"),
+        (["--eval-every", "-1"], "must be >= 0 (0: never)"),
+        (["--checkpoint-every", "-1"], "must be >= 0 (0: never)"),
+        (["--threads", "0"], "--threads must be >= 1"),
+        (["--epochs", "0"], "--epochs must be >= 1"),
+        # once found only by a worker: a traceback or a ValueError per rank, and a run folder left behind
+        (["--master-port", "70000"], "--master-port must be a TCP port in [0, 65535]"),
+        (["--seed", str(2**70)], "--seed must be in [0, 2^63)"),
+        (["--master-addr", "no.such.host.invalid"], "--master-addr no.such.host.invalid does not resolve"),
+        (["--profile", "{plan}/plan.json/PROFILE.json"], "is a file, not a folder: cannot write the profile"),
+    ],
+)
 def test_bad_option_values_are_refused_before_anything_is_written(plan, tmp_path, args, message):
     """Before: rejected inside the workers (80 lines of C++ frames for --timeout 0) with a failed run folder
     left behind, or accepted silently."""
@@ -228,12 +284,19 @@ def test_bad_option_values_are_refused_before_anything_is_written(plan, tmp_path
     assert not run.exists()
 
 
-def test_under_torchrun_a_host_folder_with_an_earlier_run_is_refused_before_the_group_forms(plan, tmp_path,
-                                                                                           monkeypatch):
+def test_under_torchrun_a_host_folder_with_an_earlier_run_is_refused_before_the_group_forms(
+    plan, tmp_path, monkeypatch
+):
     """Each host checks its own run folder before joining: a fresh start over an earlier run's files, --force
     (hosts cannot agree to replace folders), and a "restart" of a job that never started here are refused."""
-    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": "1", "TORCHELASTIC_RUN_ID": "job7"}.items():
+    for name, value in {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "1",
+        "TORCHELASTIC_RUN_ID": "job7",
+    }.items():
         monkeypatch.setenv(name, value)
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
@@ -279,17 +342,20 @@ def test_bad_input_found_by_a_worker_is_one_line_exit_2_and_leaves_nothing(plan,
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run")]
 
 
-
 def test_artifacts_made_from_relative_paths_record_absolute_ones_and_a_moved_run_still_evaluates(
-        tiny_store, tmp_path, monkeypatch):
+    tiny_store, tmp_path, monkeypatch
+):
     """plan.json and run.json record where their inputs are as absolute paths (beside the relative ones), not
     relative to the folder the command ran in: a run moved elsewhere still finds its plan, partition and store."""
     import shutil
 
     monkeypatch.chdir(tmp_path)
     shutil.copytree(tiny_store, "s.g3")
-    for args in (["partition", "s.g3", "--workers", "1", "-o", "p"], ["plan", "p", "--hidden", "4", "-o", "P"],
-                 ["train", "P", "--epochs", "1", "--threads", "1", "-o", "R"]):
+    for args in (
+        ["partition", "s.g3", "--workers", "1", "-o", "p"],
+        ["plan", "p", "--hidden", "4", "-o", "P"],
+        ["train", "P", "--epochs", "1", "--threads", "1", "-o", "R"],
+    ):
         r = invoke(args)
         assert r.exit_code == 0, r.output
     plan, run = json.loads(Path("P/plan.json").read_text()), json.loads(Path("R/run.json").read_text())
@@ -303,21 +369,43 @@ def test_artifacts_made_from_relative_paths_record_absolute_ones_and_a_moved_run
 
 
 @pytest.mark.parametrize("after_epochs", [0, 2])
-def test_ctrl_c_during_a_force_rerun_keeps_the_earlier_run_and_leaves_nothing_else(plan, tmp_path, after_epochs):
+def test_ctrl_c_during_a_force_rerun_keeps_the_earlier_run_and_leaves_nothing_else(
+    plan, tmp_path, after_epochs
+):
     """Ctrl-C at a terminal (SIGINT to the whole process group: launcher, fork server, workers) while
     `--force` retrains over a run — at its start or mid-training: one line saying the earlier run is kept, no
     traceback from the fork server, and no `.RUN.tmp-…` folder left beside it."""
     run = tmp_path / "run"
     assert train(plan, run, "--epochs", "1").exit_code == 0
     before = sorted(p.name for p in run.iterdir())
-    cmd = [sys.executable, "-m", "g3cli.main", "train", str(plan), "-o", str(run), *COMMON, "--epochs", "100000",
-           "--force"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    cmd = [
+        sys.executable,
+        "-m",
+        "g3cli.main",
+        "train",
+        str(plan),
+        "-o",
+        str(run),
+        *COMMON,
+        "--epochs",
+        "100000",
+        "--force",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         t0 = time.monotonic()  # the attempt's folder made (workers starting), or some epochs trained in it
-        while not any(after_epochs == 0 or ((p / "metrics.jsonl").is_file() and len(epochs_recorded(p)) >= after_epochs)
-                      for p in tmp_path.glob(".run.tmp-*")):
+        while not any(
+            after_epochs == 0 or ((p / "metrics.jsonl").is_file() and len(epochs_recorded(p)) >= after_epochs)
+            for p in tmp_path.glob(".run.tmp-*")
+        ):
             assert proc.poll() is None and time.monotonic() - t0 < 120, proc.communicate()
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)

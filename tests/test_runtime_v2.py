@@ -56,7 +56,9 @@ class ToyStrategy:
         self.calls.append((epoch, step, micro))
         x = torch.tensor([self.rank + 1.0, micro + 1.0], dtype=torch.float64)
         self.out = torch.stack([self.model.shared @ x, self.model.mine[0]]).unsqueeze(0)
-        return StepOutput(self.out.detach(), torch.tensor([0]), torch.tensor([0]), global_targets=2 * self.world)
+        return StepOutput(
+            self.out.detach(), torch.tensor([0]), torch.tensor([0]), global_targets=2 * self.world
+        )
 
     def backward(self, grad):
         torch.autograd.backward(self.out, grad)
@@ -95,8 +97,13 @@ def _toy_rank(rank: int, world: int, init: str, out: str) -> None:
         optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
         replicated = [p for n, p in model.named_parameters() if n not in strategy.sharded_parameters()]
         done = optimizer_step(strategy, _Ctx(rank, world), optimizer, replicated, 0, 0)
-        results[due] = {"shared": model.shared.detach().tolist(), "mine": model.mine.detach().tolist(),
-                        "loss": summed_over_ranks(done.loss, world), "micro": done.micro_steps, "calls": strategy.calls}
+        results[due] = {
+            "shared": model.shared.detach().tolist(),
+            "mine": model.mine.detach().tolist(),
+            "loss": summed_over_ranks(done.loss, world),
+            "micro": done.micro_steps,
+            "calls": strategy.calls,
+        }
     torch.save(results, Path(out) / f"rank{rank}.pt")
     dist.destroy_process_group()
 
@@ -153,10 +160,20 @@ def test_sharded_parameters_and_their_optimizer_state_resume_bitwise_per_rank(tm
             opt.zero_grad()
             (model.shared.sum() * (step + 1) + model.mine.sum() * (rank + 2) ** step).backward()
             opt.step()
-        save_checkpoint(tmp_path, 4, model, opt, _Cfg(), type("S", (), {
-            "state_dict": lambda self: {}, "sharded_parameters": lambda self: ("mine",)})(), rank)
-        saved[rank] = (model.mine.detach().clone(), {k: v.clone() for k, v in opt.state[model.mine].items()},
-                       model.shared.detach().clone())
+        save_checkpoint(
+            tmp_path,
+            4,
+            model,
+            opt,
+            _Cfg(),
+            type("S", (), {"state_dict": lambda self: {}, "sharded_parameters": lambda self: ("mine",)})(),
+            rank,
+        )
+        saved[rank] = (
+            model.mine.detach().clone(),
+            {k: v.clone() for k, v in opt.state[model.mine].items()},
+            model.shared.detach().clone(),
+        )
     ckpt = tmp_path / "checkpoints" / "epoch-00004.pt"
     host = torch.load(ckpt, weights_only=True)
     assert "mine" not in host["model"] and len(host["optimizer"]["state"]) == 1
@@ -164,8 +181,9 @@ def test_sharded_parameters_and_their_optimizer_state_resume_bitwise_per_rank(tm
         assert torch.load(rank_state_path(ckpt, rank), weights_only=True)["format"] == 2
         model = ToyModel(5)
         opt = torch.optim.Adam(model.parameters(), lr=0.1)
-        strategy = type("S", (), {"sharded_parameters": lambda self: ("mine",),
-                                  "load_state_dict": lambda self, s: None})()
+        strategy = type(
+            "S", (), {"sharded_parameters": lambda self: ("mine",), "load_state_dict": lambda self, s: None}
+        )()
         assert load_checkpoint(ckpt, model, opt, strategy, rank) == 4
         mine, state, shared = saved[rank]
         assert torch.equal(model.mine.detach(), mine) and torch.equal(model.shared.detach(), saved[0][2])
@@ -181,8 +199,9 @@ def test_micro_batches_train_the_model_of_whole_batches(store, partitions, tmp_p
     many micro-steps ran; the epoch's evaluation is layer-wise inference, equal to the reference's accuracy."""
     part = partitions("distdgl", k)
     whole = run_distdgl(part, tmp_path, order=order, out="whole")
-    micro = run_distdgl(part, tmp_path, order=order, train=("--micro-batches", "3", "--eval-every", "1"),
-                        out="micro")
+    micro = run_distdgl(
+        part, tmp_path, order=order, train=("--micro-batches", "3", "--eval-every", "1"), out="micro"
+    )
     assert max_weight_diff(weights(whole)[1], weights(micro)[1]) < 1e-10
     recs = [json.loads(line) for line in (micro / "metrics.jsonl").read_text().splitlines()]
     steps = recs[0].get("steps", 1)
@@ -190,8 +209,9 @@ def test_micro_batches_train_the_model_of_whole_batches(store, partitions, tmp_p
     if order == "global":
         graph = ref_graph(store)
         init, final = weights(micro)
-        ref = minibatch_train("sage", init, graph, global_batches(graph, 40, SEED), [3, 2], EPOCHS, LR, DROPOUT,
-                              SEED)
+        ref = minibatch_train(
+            "sage", init, graph, global_batches(graph, 40, SEED), [3, 2], EPOCHS, LR, DROPOUT, SEED
+        )
         assert max_weight_diff(final, ref) < 1e-5
     acc = independent_accuracy(store, weights(micro)[1], "sage")
     assert {s: recs[-1][f"{s}_acc"] for s in acc} == pytest.approx(acc, abs=1e-9)
@@ -201,8 +221,22 @@ def test_micro_batches_below_one_are_refused(partitions, tmp_path):  # noqa: F81
     from test_train import invoke
 
     plan = tmp_path / "plan"
-    r = invoke(["plan", str(partitions("distdgl", 2)), "--strategy", "distdgl", "--hidden", "6", "--fanouts", "3,2",
-                "--batch-size", "40", "-o", str(plan)])
+    r = invoke(
+        [
+            "plan",
+            str(partitions("distdgl", 2)),
+            "--strategy",
+            "distdgl",
+            "--hidden",
+            "6",
+            "--fanouts",
+            "3,2",
+            "--batch-size",
+            "40",
+            "-o",
+            str(plan),
+        ]
+    )
     assert r.exit_code == 0, r.output
     r = invoke(["train", str(plan), "--micro-batches", "0", "-o", str(tmp_path / "run")])
     assert r.exit_code == 2 and "--micro-batches must be >= 1" in r.output

@@ -17,8 +17,14 @@ from stages.runtime.neighbor_sampler import sample_key, sample_rows, sorted_rows
 from stages.runtime.strategies.minibatch import shuffled, step_key
 
 # keys that exercise the 64-bit edges: zero, the sign bit, the top, negative ints taken mod 2^64
-KEY_PARTS = [(0, 0, 0, 0), (7, 3, 12, 1), (2**63, 1, 2**32 + 5, 2), (2**64 - 1, 99, 0, 0), (-1, 5, 7, 1),
-             (123456789, 2**40, 3, 0xBA7C4)]
+KEY_PARTS = [
+    (0, 0, 0, 0),
+    (7, 3, 12, 1),
+    (2**63, 1, 2**32 + 5, 2),
+    (2**64 - 1, 99, 0, 0),
+    (-1, 5, 7, 1),
+    (123456789, 2**40, 3, 0xBA7C4),
+]
 FANOUTS = [1, 2, 3, 8, 39, 40, 100, -1]
 
 
@@ -40,7 +46,11 @@ def test_mix_is_splitmix64():
     E220A8397B1DCDAF, 6E789E6AA1B965F4, 06C45D188009454F."""
     golden = 0x9E3779B97F4A7C15
     states = np.array([0, golden, 2 * golden % 2**64], dtype=np.uint64)
-    assert [hex(int(z)) for z in mix(states)] == ["0xe220a8397b1dcdaf", "0x6e789e6aa1b965f4", "0x6c45d188009454f"]
+    assert [hex(int(z)) for z in mix(states)] == [
+        "0xe220a8397b1dcdaf",
+        "0x6e789e6aa1b965f4",
+        "0x6c45d188009454f",
+    ]
 
 
 @pytest.mark.parametrize("parts", KEY_PARTS)
@@ -96,8 +106,9 @@ def test_a_draw_is_min_fanout_degree_distinct_neighbours_ascending(graph, fanout
     whole = degree <= fanout if fanout >= 0 else np.ones(n, dtype=bool)
     assert np.array_equal(picks[np.repeat(whole, counts)], nbrs[np.repeat(whole, degree)])  # all of them
     if not whole.all():  # another key, another draw
-        assert not np.array_equal(picks, sample_rows(indptr, nbrs, np.arange(n), np.arange(n), fanout,
-                                                     key_of(1, 2, 3, 1))[1])
+        assert not np.array_equal(
+            picks, sample_rows(indptr, nbrs, np.arange(n), np.arange(n), fanout, key_of(1, 2, 3, 1))[1]
+        )
 
 
 # --- uniformity ----------------------------------------------------------------------------------------------
@@ -161,8 +172,12 @@ def test_draws_are_uniform_over_subsets(key_parts):
     assert subset_statistic(picks) < subset_limit
     # the same thresholds reject biased samplers, even one whose every neighbour is equally likely
     assert marginal_statistic(first_neighbours(key)) > 100 * marginal_limit
-    assert marginal_statistic(random_window(key)) < marginal_limit < 10 * subset_limit < subset_statistic(
-        random_window(key))
+    assert (
+        marginal_statistic(random_window(key))
+        < marginal_limit
+        < 10 * subset_limit
+        < subset_statistic(random_window(key))
+    )
     assert subset_statistic(with_replacement(key)) > 10 * subset_limit
 
 
@@ -174,7 +189,9 @@ def test_batch_permutations_are_the_specified_permutations():
         perm = shuffled(ids, seed, epoch, stream)
         assert np.array_equal(perm, permutation(ids, seed, epoch, stream))
         assert np.array_equal(np.sort(perm), np.sort(ids))  # a permutation
-        assert np.array_equal(shuffled(rng.permutation(ids), seed, epoch, stream), perm)  # whatever the input order
+        assert np.array_equal(
+            shuffled(rng.permutation(ids), seed, epoch, stream), perm
+        )  # whatever the input order
     by_epoch = [shuffled(ids, 7, e) for e in range(5)]
     assert all(not np.array_equal(a, b) for i, a in enumerate(by_epoch) for b in by_epoch[i + 1 :])
     assert not np.array_equal(shuffled(ids, 7, 0, stream=1), by_epoch[0])  # another stream, another order
@@ -203,8 +220,14 @@ def test_the_device_sampler_draws_exactly_the_specified_neighbours(graph, fanout
     for parts in KEY_PARTS:
         key = key_of(*parts)
         counts, picks = draw(indptr, nbrs, asked, fanout, key)
-        got = device_sample_rows(torch.from_numpy(indptr), torch.from_numpy(nbrs), torch.from_numpy(asked),
-                                 torch.from_numpy(asked), fanout, key)
+        got = device_sample_rows(
+            torch.from_numpy(indptr),
+            torch.from_numpy(nbrs),
+            torch.from_numpy(asked),
+            torch.from_numpy(asked),
+            fanout,
+            key,
+        )
         assert np.array_equal(got[0].numpy(), counts) and np.array_equal(got[1].numpy(), picks), parts
 
 
@@ -224,8 +247,9 @@ def test_the_device_relabel_numbers_sources_as_the_host_does():
         for v in picks:
             where.setdefault(int(v), len(where))
         scratch = torch.full((400,), -1, dtype=torch.int64)
-        src, indptr, indices = block_arrays(torch.from_numpy(dst), torch.from_numpy(counts), torch.from_numpy(picks),
-                                            scratch)
+        src, indptr, indices = block_arrays(
+            torch.from_numpy(dst), torch.from_numpy(counts), torch.from_numpy(picks), scratch
+        )
         assert src.tolist() == list(where) and indices.tolist() == [where[int(v)] for v in picks]
         assert indptr.tolist() == [0, *np.cumsum(counts).tolist()] and bool((scratch == -1).all())
 

@@ -36,11 +36,17 @@ from stages.simulate.workload import make_workload
 
 def _worker(peer: int) -> dict:
     return {
-        "num_owned": 2, "num_remote": 1, "row_ptr": [0, 1, 2], "edge_src": [0, 2], "priority": [1, 0],
+        "num_owned": 2,
+        "num_remote": 1,
+        "row_ptr": [0, 1, 2],
+        "edge_src": [0, 2],
+        "priority": [1, 0],
         "bins": [[0, 1, 2], [0, 1, 2]],
         "tables": {
-            "fwd_send_0": [(0, peer, [1])], "fwd_recv_0": [(0, peer, [0])],
-            "bwd_send_1": [(0, peer, [0])], "bwd_recv_1": [(0, peer, [1])],
+            "fwd_send_0": [(0, peer, [1])],
+            "fwd_recv_0": [(0, peer, [0])],
+            "bwd_send_1": [(0, peer, [0])],
+            "bwd_recv_1": [(0, peer, [1])],
         },
     }
 
@@ -48,7 +54,9 @@ def _worker(peer: int) -> dict:
 @pytest.fixture
 def hand():
     wl = make_workload([_worker(1), _worker(0)], [LayerShape(1, 1), LayerShape(1, 1)], num_params=0)
-    layer = LayerRates(forward=PhaseRates(1.0, 0.0, 0.0), backward=PhaseRates(2.0, 0.0, 0.0), gather_per_row=0.25)
+    layer = LayerRates(
+        forward=PhaseRates(1.0, 0.0, 0.0), backward=PhaseRates(2.0, 0.0, 0.0), gather_per_row=0.25
+    )
     rates = Rates([layer, layer], overhead_per_bin=0.0, step_seconds=0.0, source="hand")
     return wl, rates, Network(bandwidth=4.0, latency=2.0)
 
@@ -91,12 +99,20 @@ def test_hand_made_sancus_layouts(hand):
     B0 [15,19]; + 4 = 23 (24 B). Skipping: nothing moves forward; F1 [2,4]; B1 [4,8], gradients [8,9] arrive 11;
     B0 [11,15]; + 4 = 19 (8 B). Mean 21 s, 16 B."""
     wl, rates, net = hand
-    for system, fresh, stale, mean_bytes in (("sancus-p2p", 26.0, 23.0, 28), ("sancus-broadcast", 23.0, 19.0, 16)):
+    for system, fresh, stale, mean_bytes in (
+        ("sancus-p2p", 26.0, 23.0, 28),
+        ("sancus-broadcast", 23.0, 19.0, 16),
+    ):
         r = simulate_system(wl, system, rates, net, staleness_epochs=1)
-        assert (r["fresh_epoch_seconds"], r["stale_epoch_seconds"]) == (pytest.approx(fresh), pytest.approx(stale))
+        assert (r["fresh_epoch_seconds"], r["stale_epoch_seconds"]) == (
+            pytest.approx(fresh),
+            pytest.approx(stale),
+        )
         assert r["epoch_seconds"] == pytest.approx((fresh + stale) / 2)
         assert r["bytes_per_epoch"] == pytest.approx(mean_bytes)
-        assert simulate_system(wl, system, rates, net, staleness_epochs=0)["epoch_seconds"] == pytest.approx(fresh)
+        assert simulate_system(wl, system, rates, net, staleness_epochs=0)["epoch_seconds"] == pytest.approx(
+            fresh
+        )
     # bns-gcn's sampling scales the rows it moves (rounded per message): P = 0.4 rounds one row to none
     r = simulate_system(wl, "bns-gcn", rates, net, boundary_sample=0.4)
     assert r["bytes_per_epoch"] == 0
@@ -109,8 +125,12 @@ def test_multi_runs_the_plans_bins_with_prefetch(hand):
     r = simulate_system(wl, "g3-multi", rates, net, record=True)
     spans = [(t0, t1, label) for t0, t1, kind, label in r["workers"][0]["spans"] if kind == "compute"]
     forward = [s for s in spans if " bin " in s[2]]
-    assert forward == [pytest.approx((0.0, 1.5, "L0 bin 0")), pytest.approx((1.5, 2.5, "L0 bin 1")),
-                       pytest.approx((2.5, 4.0, "L1 bin 0")), pytest.approx((4.5, 6.0, "L1 bin 1"))]
+    assert forward == [
+        pytest.approx((0.0, 1.5, "L0 bin 0")),
+        pytest.approx((1.5, 2.5, "L0 bin 1")),
+        pytest.approx((2.5, 4.0, "L1 bin 0")),
+        pytest.approx((4.5, 6.0, "L1 bin 1")),
+    ]
 
 
 def test_hand_made_breakdown_none(hand):
@@ -169,7 +189,9 @@ def test_fit_phase_recovers_rates():
     assert one["fit"] == "ratio" and one["seconds_per_arc"] * 1010 == pytest.approx(0.5)
     # four bins of nearly one size (one per worker of a balanced partition): no per-bin constant can be told
     # apart, so none is fitted — predictions for other sizes scale with the work
-    same = fit_phase([6.03e6, 6.22e6, 6.06e6, 6.20e6], [123e3, 127e3, 124e3, 126e3], [0.046, 0.047, 0.046, 0.047])
+    same = fit_phase(
+        [6.03e6, 6.22e6, 6.06e6, 6.20e6], [123e3, 127e3, 124e3, 126e3], [0.046, 0.047, 0.046, 0.047]
+    )
     assert same["fit"] == "ratio" and same["seconds_per_bin"] == 0.0
     assert same["seconds_per_arc"] * (6.03e6 + 123e3) == pytest.approx(0.0462, rel=0.02)
 
@@ -191,13 +213,36 @@ def test_simulate_real_plan_and_cli(tiny_plan, tmp_path, cli_runner):
     from g3cli.main import cli
 
     out = tmp_path / "sim"
-    res = cli_runner.invoke(cli, ["simulate", str(tiny_plan), "--scaling", "2,4", "--cache", str(tmp_path / "cache"),
-                                  "-o", str(out), "--bandwidth", "1Gbit", "--latency", "100us"])
+    res = cli_runner.invoke(
+        cli,
+        [
+            "simulate",
+            str(tiny_plan),
+            "--scaling",
+            "2,4",
+            "--cache",
+            str(tmp_path / "cache"),
+            "-o",
+            str(out),
+            "--bandwidth",
+            "1Gbit",
+            "--latency",
+            "100us",
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads((out / "simulate.json").read_text())
     systems = {r["system"]: r for r in data["systems"]}
-    assert set(systems) == {"g3-none", "g3-intra", "g3-inter", "g3-multi", "bns-gcn", "sancus-broadcast",
-                            "sancus-p2p", "halo"}
+    assert set(systems) == {
+        "g3-none",
+        "g3-intra",
+        "g3-inter",
+        "g3-multi",
+        "bns-gcn",
+        "sancus-broadcast",
+        "sancus-p2p",
+        "halo",
+    }
     # the simulated bytes are exactly the plan's message tables: rows x width x 4
     from stages.common.plan_artifact import WorkerPlan
 
@@ -245,7 +290,9 @@ def test_train_profile_feeds_simulate(tiny_store, tmp_path, cli_runner):
     prof = json.loads(prof_path.read_text())
     assert prof["schema"] == "g3.profile" and prof["workers"] == 1 and len(prof["layers"]) == 2
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert prof["epoch"] == 2 and prof["epoch_seconds"] == pytest.approx(records[2]["epoch_seconds"])  # the last
+    assert prof["epoch"] == 2 and prof["epoch_seconds"] == pytest.approx(
+        records[2]["epoch_seconds"]
+    )  # the last
     for layer in prof["layers"]:
         assert layer["forward"]["bins"] >= 7 and layer["backward"]["bins"] == 7  # 2,000 nodes in bins of 300
         assert layer["forward"]["arcs"] == layer["backward"]["arcs"] > 0
@@ -253,8 +300,23 @@ def test_train_profile_feeds_simulate(tiny_store, tmp_path, cli_runner):
     assert prof["overhead_per_bin"] >= 0 and prof["step_seconds"] > 0
     assert not (run / "trace").exists()  # --profile alone writes no trace
     out = tmp_path / "sim"
-    res = cli_runner.invoke(cli, ["simulate", str(plan), "--profile", str(prof_path), "--scaling", "none",
-                                  "--no-baselines", "--pipeline", "multi", "-o", str(out), "--json"])
+    res = cli_runner.invoke(
+        cli,
+        [
+            "simulate",
+            str(plan),
+            "--profile",
+            str(prof_path),
+            "--scaling",
+            "none",
+            "--no-baselines",
+            "--pipeline",
+            "multi",
+            "-o",
+            str(out),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     sim = json.loads(res.output)
     assert sim["rates"]["source"] == str(prof_path)
@@ -312,6 +374,7 @@ def test_one_connection_is_first_in_first_out_and_shares_the_sender_link_with_an
     def receiver(keys):
         def gen():
             yield ("wait_all", keys)
+
         return gen()
 
     engine = Engine(3, Network(2.0, 0.0))
@@ -323,10 +386,14 @@ def test_one_connection_is_first_in_first_out_and_shares_the_sender_link_with_an
 def test_bad_strategy_figures_are_refused(tiny_plan, tmp_path, cli_runner):
     from g3cli.main import cli
 
-    for args, message in ((["--boundary-sample", "0"], "--boundary-sample must be in (0, 1]"),
-                          (["--boundary-sample", "1.5"], "--boundary-sample must be in (0, 1]"),
-                          (["--staleness-epochs", "-1"], "--staleness-epochs must be >= 0")):
-        res = cli_runner.invoke(cli, ["simulate", str(tiny_plan), "--scaling", "none", *args, "-o", str(tmp_path / "s")])
+    for args, message in (
+        (["--boundary-sample", "0"], "--boundary-sample must be in (0, 1]"),
+        (["--boundary-sample", "1.5"], "--boundary-sample must be in (0, 1]"),
+        (["--staleness-epochs", "-1"], "--staleness-epochs must be >= 0"),
+    ):
+        res = cli_runner.invoke(
+            cli, ["simulate", str(tiny_plan), "--scaling", "none", *args, "-o", str(tmp_path / "s")]
+        )
         assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
     assert not (tmp_path / "s").exists()
 
@@ -355,18 +422,35 @@ def test_hosts_and_link_share_on_a_real_plan(tiny_plan, tmp_path, cli_runner):
 
     def run(*extra):
         out = tmp_path / f"sim{len(list(tmp_path.iterdir()))}"
-        res = cli_runner.invoke(cli, ["simulate", str(tiny_plan), "--scaling", "none", "--bandwidth", "100mbit",
-                                      "-o", str(out), *extra])
+        res = cli_runner.invoke(
+            cli,
+            [
+                "simulate",
+                str(tiny_plan),
+                "--scaling",
+                "none",
+                "--bandwidth",
+                "100mbit",
+                "-o",
+                str(out),
+                *extra,
+            ],
+        )
         return res, (json.loads((out / "simulate.json").read_text()) if res.exit_code == 0 else None)
 
     _, two = run()
     _, one = run("--hosts", "1")
     _, free = run("--bandwidth", "inf", "--latency", "0")
-    by = {name: {r["system"]: r for r in d["systems"]} for name, d in (("two", two), ("one", one), ("free", free))}
+    by = {
+        name: {r["system"]: r for r in d["systems"]}
+        for name, d in (("two", two), ("one", one), ("free", free))
+    }
     assert one["network"]["workers_per_host"] == 2 and one["network_link"]["hosts"] == 1
     assert by["one"]["g3-none"]["epoch_seconds"] == pytest.approx(by["free"]["g3-none"]["epoch_seconds"])
     assert by["two"]["g3-none"]["epoch_seconds"] > by["one"]["g3-none"]["epoch_seconds"]
-    for args, words in [(["--hosts", "3"], "--hosts 3 does not divide the 2 workers"),
-                        (["--link-share", "0"], "--link-share must be in (0, 1]")]:
+    for args, words in [
+        (["--hosts", "3"], "--hosts 3 does not divide the 2 workers"),
+        (["--link-share", "0"], "--link-share must be in (0, 1]"),
+    ]:
         res, _ = run(*args)
         assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output, res.output

@@ -32,9 +32,25 @@ INF = math.inf
 
 
 def profile(**kw) -> ClusterProfile:
-    base = dict(workers=2, clusters=3, clusters_per_batch=1, cluster_seed=0, seed=7, epochs=[1], layers=[(4, 32)],
-                num_blocks=1, num_train=6, num_params=100, t_unit=1e-3, t_scan=1e-4, t_row=2e-4, t_opt=0.01,
-                prefetch=True, measured_epoch_seconds=1.0, updates_per_epoch=[3])
+    base = dict(
+        workers=2,
+        clusters=3,
+        clusters_per_batch=1,
+        cluster_seed=0,
+        seed=7,
+        epochs=[1],
+        layers=[(4, 32)],
+        num_blocks=1,
+        num_train=6,
+        num_params=100,
+        t_unit=1e-3,
+        t_scan=1e-4,
+        t_row=2e-4,
+        t_opt=0.01,
+        prefetch=True,
+        measured_epoch_seconds=1.0,
+        updates_per_epoch=[3],
+    )
     return ClusterProfile(**{**base, **kw})
 
 
@@ -46,7 +62,9 @@ W0 = table([10, 20, 30], [1, 0, 2], [15, 25, 35], [[4, 1, 3], [1, 6, 2], [5, 2, 
 W1 = table([5, 40], [0, 3], [8, 60], [[2, 7], [1, 12]])
 
 
-def by_hand(p: ClusterProfile, workers: list[WorkerClusters], allreduce: float, scalar: float) -> tuple[float, int]:
+def by_hand(
+    p: ClusterProfile, workers: list[WorkerClusters], allreduce: float, scalar: float
+) -> tuple[float, int]:
     """The epoch, step by step: each worker's clusters in the runtime's order, the slowest worker per step."""
     steps = max(math.ceil(len(w.nodes) / p.clusters_per_batch) for w in workers)
     orders = [shuffled(np.arange(len(w.nodes)), p.seed, p.epochs[0], stream=r) for r, w in enumerate(workers)]
@@ -54,7 +72,7 @@ def by_hand(p: ClusterProfile, workers: list[WorkerClusters], allreduce: float, 
     for s in range(steps):
         slowest, targets = 0.0, 0
         for w, order in zip(workers, orders, strict=True):
-            chosen = [int(c) for c in order[s * p.clusters_per_batch:(s + 1) * p.clusters_per_batch]]
+            chosen = [int(c) for c in order[s * p.clusters_per_batch : (s + 1) * p.clusters_per_batch]]
             nodes = sum(int(w.nodes[c]) for c in chosen)
             arcs = sum(int(w.arcs[a][b]) for a in chosen for b in chosen)
             train = sum(int(w.train[c]) for c in chosen)
@@ -80,7 +98,8 @@ def test_the_epoch_follows_the_formulas_step_by_step(prefetch):
     # two clusters per step: the arcs between two chosen clusters count, the rest do not
     p2 = profile(clusters_per_batch=2, prefetch=prefetch)
     assert simulate_clustergcn(p2, [W0, W1], INF, 0.0)["epoch_seconds"] == pytest.approx(
-        by_hand(p2, [W0, W1], 0.0, 0.0)[0], rel=1e-12)
+        by_hand(p2, [W0, W1], 0.0, 0.0)[0], rel=1e-12
+    )
 
 
 def test_latency_and_bandwidth_add_exactly_the_allreduce_terms():
@@ -94,16 +113,22 @@ def test_latency_and_bandwidth_add_exactly_the_allreduce_terms():
     assert slow["allreduce_seconds"] == pytest.approx(updates * 2e-3)
     assert slow["comm_wait_mean"] == pytest.approx((steps + updates) * 2e-3)
     assert slow["epoch_seconds"] - fast["epoch_seconds"] == pytest.approx(
-        slow["allreduce_seconds"] + slow["comm_wait_mean"], rel=1e-9)
+        slow["allreduce_seconds"] + slow["comm_wait_mean"], rel=1e-9
+    )
     assert slow["epoch_seconds"] == pytest.approx(by_hand(p, [W0, W1], 2e-3, 2e-3)[0], rel=1e-12)
     # 400 B/s: the 400 ring bytes of 100 float32 gradients take a second per update; a scalar (8 bytes) 20 ms
     narrow = simulate_clustergcn(p, [W0, W1], 400.0, 0.0)
     assert narrow["allreduce_seconds"] == pytest.approx(updates * 1.0)
     assert narrow["epoch_seconds"] - fast["epoch_seconds"] == pytest.approx(
-        updates * 1.0 + (steps + updates) * 0.02, rel=1e-9)
+        updates * 1.0 + (steps + updates) * 0.02, rel=1e-9
+    )
     # one worker: no all-reduce at all
     one = simulate_clustergcn(p, [W0], 400.0, 1e-3)
-    assert one["allreduce_seconds"] == 0.0 and one["comm_wait_mean"] == 0.0 and one["bytes_per_step"]["allreduce"] == 0
+    assert (
+        one["allreduce_seconds"] == 0.0
+        and one["comm_wait_mean"] == 0.0
+        and one["bytes_per_step"]["allreduce"] == 0
+    )
 
 
 def test_a_step_without_a_training_node_computes_nothing_and_takes_no_update():
@@ -118,8 +143,22 @@ def test_a_step_without_a_training_node_computes_nothing_and_takes_no_update():
 
 
 def _plan(part, out, clusters=6, per_batch=2):
-    r = invoke(["plan", str(part), "--strategy", "clustergcn", "--hidden", "6", "--clusters", str(clusters),
-                "--clusters-per-batch", str(per_batch), "-o", str(out)])
+    r = invoke(
+        [
+            "plan",
+            str(part),
+            "--strategy",
+            "clustergcn",
+            "--hidden",
+            "6",
+            "--clusters",
+            str(clusters),
+            "--clusters-per-batch",
+            str(per_batch),
+            "-o",
+            str(out),
+        ]
+    )
     assert r.exit_code == 0, r.output
     return out
 
@@ -137,12 +176,16 @@ def test_clusters_of_another_worker_count_are_what_g3_plan_writes(partitions, tm
     # every node in one worker's cluster
     assert sum(int(w.nodes.sum()) for w in got) == load_plan_meta(plan4)["store"]["num_nodes"]
     # reused from the cache: the same tables without partitioning or planning again
-    made = [(cache / name / f"{kind}.json").stat().st_mtime_ns
-            for name, kind in (("clustergcn-part-metis-4", "partition"), ("clustergcn-part-metis-4.plan", "plan"))]
+    made = [
+        (cache / name / f"{kind}.json").stat().st_mtime_ns
+        for name, kind in (("clustergcn-part-metis-4", "partition"), ("clustergcn-part-metis-4.plan", "plan"))
+    ]
     again = clusters_for_workers(plan2, load_plan_meta(plan2), 4, cache)
     assert all(np.array_equal(a.arcs, b.arcs) for a, b in zip(again, got, strict=True))
-    assert [(cache / name / f"{kind}.json").stat().st_mtime_ns
-            for name, kind in (("clustergcn-part-metis-4", "partition"), ("clustergcn-part-metis-4.plan", "plan"))] == made
+    assert [
+        (cache / name / f"{kind}.json").stat().st_mtime_ns
+        for name, kind in (("clustergcn-part-metis-4", "partition"), ("clustergcn-part-metis-4.plan", "plan"))
+    ] == made
     # a cached plan that was removed is made again
     shutil.rmtree(cache / "clustergcn-part-metis-4.plan")
     third = clusters_for_workers(plan2, load_plan_meta(plan2), 4, cache)
@@ -154,23 +197,59 @@ def test_g3_simulate_a_clustergcn_plan_from_its_run(partitions, tmp_path):  # no
     run = tmp_path / "run"
     r = invoke(["simulate", str(plan), "-o", str(tmp_path / "s0")])
     assert r.exit_code == 2 and "--run RUN" in r.output and len(r.output.strip().splitlines()) == 1, r.output
-    r = invoke(["train", str(plan), "--epochs", "3", "--workers", "2", "--seed", "3", "--eval-every", "0",
-                "--threads", "1", "-o", str(run)])
+    r = invoke(
+        [
+            "train",
+            str(plan),
+            "--epochs",
+            "3",
+            "--workers",
+            "2",
+            "--seed",
+            "3",
+            "--eval-every",
+            "0",
+            "--threads",
+            "1",
+            "-o",
+            str(run),
+        ]
+    )
     assert r.exit_code == 0, r.output
-    r = invoke(["simulate", str(plan), "--run", str(run), "--scaling", "1,2,4", "--cache", str(tmp_path / "cache"),
-                "-o", str(tmp_path / "sim"), "--json"])
+    r = invoke(
+        [
+            "simulate",
+            str(plan),
+            "--run",
+            str(run),
+            "--scaling",
+            "1,2,4",
+            "--cache",
+            str(tmp_path / "cache"),
+            "-o",
+            str(tmp_path / "sim"),
+            "--json",
+        ]
+    )
     assert r.exit_code == 0, r.output
     sim = json.loads((tmp_path / "sim" / "simulate.json").read_text())
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     at_k = sim["systems"][0]
     prof = sim["rates"]["profile"]
-    assert at_k["system"] == "clustergcn" and sim["workers"] == 2 and prof["seed"] == 3 and prof["epochs"] == [1, 2]
+    assert (
+        at_k["system"] == "clustergcn"
+        and sim["workers"] == 2
+        and prof["seed"] == 3
+        and prof["epochs"] == [1, 2]
+    )
     # the run's optimizer steps, its bytes (nothing but the all-reduce, which the run does not count), and the
     # all-reduce of every parameter of the run's model
     assert at_k["steps"] == 3 and at_k["optimizer_steps"] == records[-1]["steps"] == 3
     assert at_k["bytes_per_epoch"] == sum(w["bytes_sent"] for rec in records[1:] for w in rec["workers"]) == 0
     values = sum(t.numel() for t in torch.load(run / "model.pt", weights_only=True).values())
-    assert prof["num_params"] == values and at_k["allreduce_bytes_per_epoch"] == 3 * 2 * (2 * 1 / 2 * values * 4)
+    assert prof["num_params"] == values and at_k["allreduce_bytes_per_epoch"] == 3 * 2 * (
+        2 * 1 / 2 * values * 4
+    )
     # the modelled batches are the run's: every worker's recorded arcs (once per layer) and rows
     meta = load_plan_meta(plan)
     workers = plan_clusters(plan, meta)
@@ -183,8 +262,12 @@ def test_g3_simulate_a_clustergcn_plan_from_its_run(partitions, tmp_path):  # no
     assert p.t_unit > 0 and p.t_scan > 0 and p.t_row > 0
     # other K: the clusters g3 plan would make there
     k4 = next(row for row in sim["scaling"] if row["workers"] == 4)["systems"]["clustergcn"]
-    at4 = simulate_clustergcn(p, clusters_for_workers(plan, meta, 4, tmp_path / "cache"), sim["network"][
-        "bandwidth_bytes_per_second"], sim["network"]["latency_seconds"])
+    at4 = simulate_clustergcn(
+        p,
+        clusters_for_workers(plan, meta, 4, tmp_path / "cache"),
+        sim["network"]["bandwidth_bytes_per_second"],
+        sim["network"]["latency_seconds"],
+    )
     assert k4["epoch_seconds"] == at4["epoch_seconds"] and k4["steps"] == at4["steps"] == 3
     # a run whose recorded batches are not the plan's is refused, naming the worker and epoch
     bad = tmp_path / "bad"
@@ -196,4 +279,6 @@ def test_g3_simulate_a_clustergcn_plan_from_its_run(partitions, tmp_path):  # no
     lines[1] = json.dumps(sealed(rec))
     (bad / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     r = invoke(["simulate", str(plan), "--run", str(bad), "--scaling", "none", "-o", str(tmp_path / "s2")])
-    assert r.exit_code == 2 and "worker 1's batches of epoch 1 are not the plan's clusters" in r.output, r.output
+    assert r.exit_code == 2 and "worker 1's batches of epoch 1 are not the plan's clusters" in r.output, (
+        r.output
+    )

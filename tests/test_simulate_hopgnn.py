@@ -22,11 +22,38 @@ INF = math.inf
 
 
 def profiles(**hop) -> tuple[MiniBatchProfile, HopProfile]:
-    p = MiniBatchProfile(strategy="hopgnn", workers=2, order="global", batch_size=100, fanouts=[5, 3], feat_dim=8,
-                         num_train=1000, num_params=50, arcs_per_step=1000, rows_per_step=200, remote_share=0.3,
-                         t_sample=0.0, t_gather=0.0, t_compute=1e-6, prefetch=True, measured_epoch_seconds=1.0)
-    h = HopProfile(**{"local_only": False, "pregather": True, "migrate": True, "merge": 0, "itemsize": 4,
-                      "home_share": 0.3, "dedup": 0.5, "away_share": 0.0, "merged_measured": 0, **hop})
+    p = MiniBatchProfile(
+        strategy="hopgnn",
+        workers=2,
+        order="global",
+        batch_size=100,
+        fanouts=[5, 3],
+        feat_dim=8,
+        num_train=1000,
+        num_params=50,
+        arcs_per_step=1000,
+        rows_per_step=200,
+        remote_share=0.3,
+        t_sample=0.0,
+        t_gather=0.0,
+        t_compute=1e-6,
+        prefetch=True,
+        measured_epoch_seconds=1.0,
+    )
+    h = HopProfile(
+        **{
+            "local_only": False,
+            "pregather": True,
+            "migrate": True,
+            "merge": 0,
+            "itemsize": 4,
+            "home_share": 0.3,
+            "dedup": 0.5,
+            "away_share": 0.0,
+            "merged_measured": 0,
+            **hop,
+        }
+    )
     return p, h
 
 
@@ -53,7 +80,12 @@ def test_bytes_follow_the_formulas():
     assert simulate_hopgnn(p, still, 4, INF, 0.0, 0)["migrated_bytes_per_epoch"] == 0
     _, local = profiles(local_only=True)
     lo = simulate_hopgnn(p, local, 4, INF, 0.0, 3)
-    assert (lo["steps"], lo["time_steps"], lo["migrated_bytes_per_epoch"], lo["merged_steps"]) == (10, 1, 0, 0)
+    assert (lo["steps"], lo["time_steps"], lo["migrated_bytes_per_epoch"], lo["merged_steps"]) == (
+        10,
+        1,
+        0,
+        0,
+    )
     # one worker: nothing remote, nothing migrates
     one = simulate_hopgnn(p, h, 1, INF, 0.0, 0)
     assert one["bytes_per_epoch"] == 0 and one["miss_rate"] == 0.0
@@ -72,7 +104,9 @@ def test_times_follow_the_formulas():
     _, off = profiles(pregather=False)
     assert simulate_hopgnn(p, off, 4, INF, 1e-3, 0)["step_parts"]["rounds"] == 8  # a fetch per time step
     p.prefetch = False  # prepared in the step: the sum
-    assert simulate_hopgnn(p, h, 4, INF, 1e-3, 0)["epoch_seconds"] == pytest.approx(10 * (15e-3 + 3.5e-3 + 6e-3))
+    assert simulate_hopgnn(p, h, 4, INF, 1e-3, 0)["epoch_seconds"] == pytest.approx(
+        10 * (15e-3 + 3.5e-3 + 6e-3)
+    )
     # bandwidth: the migration's 400 bytes at 400 B/s take a second each
     p.prefetch, p.t_compute = True, 1.0
     assert simulate_hopgnn(p, h, 2, 400.0, 0.0, 0)["step_parts"]["migrate"] == pytest.approx(1.0)
@@ -85,7 +119,10 @@ def test_auto_merging_is_the_runtime_rule_on_modelled_epochs():
     assert epochs == sorted(epochs, reverse=True) and auto_merged(p, h, 4, INF, 1e-3) == 3
     # bandwidth-bound on wide features: merging only adds remote rows -> try one, go back to none
     p.feat_dim = 10_000
-    assert simulate_hopgnn(p, h, 4, 1e6, 0.0, 1)["epoch_seconds"] > simulate_hopgnn(p, h, 4, 1e6, 0.0, 0)["epoch_seconds"]
+    assert (
+        simulate_hopgnn(p, h, 4, 1e6, 0.0, 1)["epoch_seconds"]
+        > simulate_hopgnn(p, h, 4, 1e6, 0.0, 0)["epoch_seconds"]
+    )
     assert auto_merged(p, h, 4, 1e6, 0.0) == 0
 
 
@@ -103,16 +140,36 @@ def test_profile_takes_the_home_share_from_unmerged_epochs(tmp_path):
     p, _ = profiles()
 
     def worker(rows, misses, fetched, away, merged):
-        return {"source_rows": rows, "feature_misses": misses, "fetched_rows": fetched, "away_roots": away,
-                "merged_steps": merged}
+        return {
+            "source_rows": rows,
+            "feature_misses": misses,
+            "fetched_rows": fetched,
+            "away_roots": away,
+            "merged_steps": merged,
+        }
 
     def profile(epochs):
-        (tmp_path / "run.json").write_text(json.dumps({"schema": "g3.run", "schema_version": 1, "plan": {},
-                                                       "status": "completed", "config": {"dtype": "float64"}}))
-        (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps({"epoch": e, "epoch_seconds": 1.0, "workers": w})
-                                                          for e, w in enumerate(epochs)))
-        meta = {"strategy": {"options": {"batch_order": "global", "pregather": True, "migrate": True,
-                                         "merge": "auto"}}}
+        (tmp_path / "run.json").write_text(
+            json.dumps(
+                {
+                    "schema": "g3.run",
+                    "schema_version": 1,
+                    "plan": {},
+                    "status": "completed",
+                    "config": {"dtype": "float64"},
+                }
+            )
+        )
+        (tmp_path / "metrics.jsonl").write_text(
+            "\n".join(
+                json.dumps({"epoch": e, "epoch_seconds": 1.0, "workers": w}) for e, w in enumerate(epochs)
+            )
+        )
+        meta = {
+            "strategy": {
+                "options": {"batch_order": "global", "pregather": True, "migrate": True, "merge": "auto"}
+            }
+        }
         return HopProfile.from_run(tmp_path, meta, p)
 
     h = profile([[worker(100, 10, 5, 0, 0)] * 2, [worker(100, 50, 40, 250, 1)] * 2])
@@ -127,18 +184,54 @@ def test_profile_takes_the_home_share_from_unmerged_epochs(tmp_path):
 def test_g3_simulate_a_hopgnn_plan_from_its_run(partitions, tmp_path):  # noqa: F811
     part = partitions("distdgl", 2)
     plan, run = tmp_path / "plan", tmp_path / "run"
-    r = invoke(["plan", str(part), "--strategy", "hopgnn", "--hidden", "6", "--fanouts", "3,2", "--batch-size", "40",
-                "--merge", "off", "-o", str(plan)])
+    r = invoke(
+        [
+            "plan",
+            str(part),
+            "--strategy",
+            "hopgnn",
+            "--hidden",
+            "6",
+            "--fanouts",
+            "3,2",
+            "--batch-size",
+            "40",
+            "--merge",
+            "off",
+            "-o",
+            str(plan),
+        ]
+    )
     assert r.exit_code == 0, r.output
     r = invoke(["simulate", str(plan), "-o", str(tmp_path / "s0")])
     assert r.exit_code == 2 and "--run RUN" in r.output and len(r.output.strip().splitlines()) == 1, r.output
-    r = invoke(["train", str(plan), "--epochs", "2", "--workers", "2", "--dtype", "float64", "--eval-every", "0",
-                "--threads", "1", "-o", str(run)])
+    r = invoke(
+        [
+            "train",
+            str(plan),
+            "--epochs",
+            "2",
+            "--workers",
+            "2",
+            "--dtype",
+            "float64",
+            "--eval-every",
+            "0",
+            "--threads",
+            "1",
+            "-o",
+            str(run),
+        ]
+    )
     assert r.exit_code == 0, r.output
-    r = invoke(["simulate", str(plan), "--run", str(run), "--scaling", "2,16", "-o", str(tmp_path / "sim"), "--json"])
+    r = invoke(
+        ["simulate", str(plan), "--run", str(run), "--scaling", "2,16", "-o", str(tmp_path / "sim"), "--json"]
+    )
     assert r.exit_code == 0, r.output
     sim = json.loads((tmp_path / "sim" / "simulate.json").read_text())
-    measured = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])  # the one epoch after the first
+    measured = json.loads(
+        (run / "metrics.jsonl").read_text().splitlines()[-1]
+    )  # the one epoch after the first
     w = measured["workers"]
     at_k = sim["systems"][0]
     assert [s["system"] for s in sim["systems"]] == ["hopgnn"] and at_k["steps"] == measured["steps"]
@@ -146,10 +239,15 @@ def test_g3_simulate_a_hopgnn_plan_from_its_run(partitions, tmp_path):  # noqa: 
     assert at_k["migrated_bytes_per_epoch"] == sum(x["bytes_sent_per_phase"]["migrate"] for x in w)
     assert at_k["migrated_bytes_per_epoch"] == measured["steps"] * 2 * 2 * w[0]["model_values"] * 8
     assert abs(at_k["feature_bytes_per_epoch"] - sum(x["feature_bytes"] for x in w)) <= 1
-    assert at_k["miss_rate"] == pytest.approx(sum(x["feature_misses"] for x in w) / sum(x["source_rows"] for x in w))
+    assert at_k["miss_rate"] == pytest.approx(
+        sum(x["feature_misses"] for x in w) / sum(x["source_rows"] for x in w)
+    )
     k16 = sim["scaling"][-1]
     assert k16["workers"] == 16 and k16["systems"]["hopgnn"]["time_steps"] == 16
-    assert k16["systems"]["hopgnn"]["migrated_bytes_per_epoch"] == measured["steps"] * 16 * 15 * 2 * w[0]["model_values"] * 8
+    assert (
+        k16["systems"]["hopgnn"]["migrated_bytes_per_epoch"]
+        == measured["steps"] * 16 * 15 * 2 * w[0]["model_values"] * 8
+    )
 
 
 # --- examples/hopgnn_locality.py (Table 1 in shape) ------------------------------------------------------------
@@ -168,9 +266,13 @@ def test_locality_shares_equal_micrographs_built_one_root_at_a_time(store):
     batches = [np.array([5, 17, 40, 41, 99, 120, 200]), np.array([1, 2, 3, 150, 230])]
     micro, owned, sub_max = [], [], []
     for step, roots in enumerate(batches):
+
         def vertices(targets, step=step):
-            blocks = build_blocks(targets, fanouts, lambda nodes, fanout, hop: sample(nodes, fanout, hop, step))
+            blocks = build_blocks(
+                targets, fanouts, lambda nodes, fanout, hop: sample(nodes, fanout, hop, step)
+            )
             return np.unique(blocks[0].src)
+
         for root in roots:  # one micrograph: the root's own blocks
             v = vertices(np.array([root]))
             micro.append(np.mean(owner[v] == owner[root]))

@@ -17,9 +17,26 @@ INF = math.inf
 
 
 def profile(**kw) -> P3Profile:
-    base = dict(workers=2, order="global", batch_size=100, num_train=1000, layers=2, feat_dim=8, hidden=4,
-                arcs=1000.0, arcs1=800.0, src0=300.0, dst1=100.0, sample_bytes=2000.0, replicated=50,
-                t_sample=1e-6, t_struct=2e-6, t_unit=1e-7, prefetch=True, measured_epoch_seconds=1.0)
+    base = dict(
+        workers=2,
+        order="global",
+        batch_size=100,
+        num_train=1000,
+        layers=2,
+        feat_dim=8,
+        hidden=4,
+        arcs=1000.0,
+        arcs1=800.0,
+        src0=300.0,
+        dst1=100.0,
+        sample_bytes=2000.0,
+        replicated=50,
+        t_sample=1e-6,
+        t_struct=2e-6,
+        t_unit=1e-7,
+        prefetch=True,
+        measured_epoch_seconds=1.0,
+    )
     return P3Profile(**{**base, **kw})
 
 
@@ -33,7 +50,9 @@ def test_bytes_follow_the_formulas():
     assert b["partials"] == 3 * 50 * 4 * 4 and b["gradients"] == 3 * 50 * 4 * 4  # (K-1)·V¹·H·4
     assert b["sample"] == pytest.approx(2000 * 0.5 * (3 / 4) / (1 / 2))  # hash partition: (K-1)/K remote
     assert b["allreduce"] == 2 * 3 / 4 * 50 * 4  # ring all-reduce of the replicated values only
-    assert r["bytes_per_epoch"] == round(10 * 4 * (b["structure"] + b["partials"] + b["gradients"] + b["sample"]))
+    assert r["bytes_per_epoch"] == round(
+        10 * 4 * (b["structure"] + b["partials"] + b["gradients"] + b["sample"])
+    )
     # local order: the counts stay, the steps fall
     lo = simulate_p3(profile(order="local"), 4, INF, 0.0, pipelined=False)
     assert lo["steps"] == 3 and lo["bytes_per_step"]["partials"] == 3 * 100 * 4 * 4
@@ -82,26 +101,63 @@ def test_pipelined_is_never_longer_and_equal_when_nothing_overlaps(prefetch):
                     assert pipe == pytest.approx(plain, rel=1e-12)
         # no data-parallel work (every arc in layer 1), or partials that take no time: equal
         flat = profile(order=order, prefetch=prefetch, arcs=800.0)
-        assert (simulate_p3(flat, 4, 1e6, 1e-4, True)["epoch_seconds"]
-                == pytest.approx(simulate_p3(flat, 4, 1e6, 1e-4, False)["epoch_seconds"], rel=1e-12))
+        assert simulate_p3(flat, 4, 1e6, 1e-4, True)["epoch_seconds"] == pytest.approx(
+            simulate_p3(flat, 4, 1e6, 1e-4, False)["epoch_seconds"], rel=1e-12
+        )
         free = profile(order=order, prefetch=prefetch)
-        assert (simulate_p3(free, 4, INF, 0.0, True)["epoch_seconds"]
-                == pytest.approx(simulate_p3(free, 4, INF, 0.0, False)["epoch_seconds"], rel=1e-12))
+        assert simulate_p3(free, 4, INF, 0.0, True)["epoch_seconds"] == pytest.approx(
+            simulate_p3(free, 4, INF, 0.0, False)["epoch_seconds"], rel=1e-12
+        )
     # and with something to overlap, strictly shorter
     slow = profile(prefetch=False)
-    assert simulate_p3(slow, 4, 1e6, 0.0, True)["epoch_seconds"] < simulate_p3(slow, 4, 1e6, 0.0, False)["epoch_seconds"]
+    assert (
+        simulate_p3(slow, 4, 1e6, 0.0, True)["epoch_seconds"]
+        < simulate_p3(slow, 4, 1e6, 0.0, False)["epoch_seconds"]
+    )
 
 
 def test_g3_simulate_reproduces_a_real_p3_run_at_its_worker_count(store, partitions, tmp_path):  # noqa: F811
     part = partitions("p3", 2)
     plan, run = tmp_path / "plan", tmp_path / "run"
-    r = invoke(["plan", str(part), "--strategy", "p3", "--hidden", "6", "--fanouts", "3,2", "--batch-size", "40",
-                "--batch-order", "global", "-o", str(plan)])
+    r = invoke(
+        [
+            "plan",
+            str(part),
+            "--strategy",
+            "p3",
+            "--hidden",
+            "6",
+            "--fanouts",
+            "3,2",
+            "--batch-size",
+            "40",
+            "--batch-order",
+            "global",
+            "-o",
+            str(plan),
+        ]
+    )
     assert r.exit_code == 0, r.output
-    r = invoke(["train", str(plan), "--epochs", "1", "--workers", "2", "--eval-every", "0", "--threads", "1",
-                "-o", str(run)])
+    r = invoke(
+        [
+            "train",
+            str(plan),
+            "--epochs",
+            "1",
+            "--workers",
+            "2",
+            "--eval-every",
+            "0",
+            "--threads",
+            "1",
+            "-o",
+            str(run),
+        ]
+    )
     assert r.exit_code == 0, r.output
-    r = invoke(["simulate", str(plan), "--run", str(run), "--bandwidth", "1Gbit", "-o", str(tmp_path / "sim")])
+    r = invoke(
+        ["simulate", str(plan), "--run", str(run), "--bandwidth", "1Gbit", "-o", str(tmp_path / "sim")]
+    )
     assert r.exit_code == 0, r.output
     sim = json.loads((tmp_path / "sim" / "simulate.json").read_text())
     assert [s["system"] for s in sim["systems"]] == ["p3", "p3-pipelined"]
@@ -125,7 +181,9 @@ def test_g3_simulate_reproduces_a_real_p3_run_at_its_worker_count(store, partiti
     rec = sealed({**last, "workers": last["workers"][:1]})  # a record g3 could have written (sealed)
     (one / "metrics.jsonl").write_text(json.dumps(rec) + "\n")
     r = invoke(["simulate", str(plan), "--run", str(one), "-o", str(tmp_path / "sim1")])
-    assert r.exit_code == 2 and "two or more workers" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert (
+        r.exit_code == 2 and "two or more workers" in r.output and len(r.output.strip().splitlines()) == 1
+    ), r.output
 
 
 def test_scaled_profile_keeps_the_run_at_k0():

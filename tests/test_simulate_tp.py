@@ -40,8 +40,16 @@ def tp_store(tmp_path_factory) -> Path:
     return out
 
 
-def _plan(store: Path, out: Path, k: int, tp: str = "naive", model: str = "sage", layers: int = 2,
-          chunk_size: str | None = "50", device_memory: str | None = None) -> Path:
+def _plan(
+    store: Path,
+    out: Path,
+    k: int,
+    tp: str = "naive",
+    model: str = "sage",
+    layers: int = 2,
+    chunk_size: str | None = "50",
+    device_memory: str | None = None,
+) -> Path:
     from stages.partition import PartitionOptions, run_partition
     from stages.plan import PlanConfig, run_plan
 
@@ -50,7 +58,9 @@ def _plan(store: Path, out: Path, k: int, tp: str = "naive", model: str = "sage"
         run_partition(store, PartitionOptions(workers=k, method="feature"), out=part)
     opts = {"tp": tp, "chunk_size": chunk_size or "auto", "device_memory": device_memory or "auto"}
     plan = out / f"plan-{k}-{tp}-{model}-{layers}-{chunk_size}-{device_memory}"
-    run_plan(part, PlanConfig(model=model, layers=layers, hidden=6, strategy="neutrontp", options=opts), out=plan)
+    run_plan(
+        part, PlanConfig(model=model, layers=layers, hidden=6, strategy="neutrontp", options=opts), out=plan
+    )
     return plan
 
 
@@ -61,8 +71,10 @@ def _load(plan: Path):
 
 def _both(spec, shapes, lay, net):
     rates = default_rates(shapes)
-    return (simulate_tp(spec, shapes, lay, rates, net, "x", pipelined=False),
-            simulate_tp(spec, shapes, lay, rates, net, "x", pipelined=True))
+    return (
+        simulate_tp(spec, shapes, lay, rates, net, "x", pipelined=False),
+        simulate_tp(spec, shapes, lay, rates, net, "x", pipelined=True),
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -70,7 +82,9 @@ def _both(spec, shapes, lay, net):
 # ------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tp,model,layers", [("naive", "sage", 2), ("naive", "gcn", 3), ("decoupled", "gcn", 2)])
+@pytest.mark.parametrize(
+    "tp,model,layers", [("naive", "sage", 2), ("naive", "gcn", 3), ("decoupled", "gcn", 2)]
+)
 def test_bytes_per_collective_equal_the_plans(tp_store, tmp_path, tp, model, layers):
     plan = _plan(tp_store, tmp_path, 4, tp, model, layers)
     meta, spec, shapes = _load(plan)
@@ -118,7 +132,8 @@ def test_layouts_for_other_worker_counts_are_the_planners(tp_store, tmp_path, tp
         assert np.array_equal(lay.first_use, np.load(real / "chunks" / "first_use.npy"))
         got = collectives(spec, lay)
         assert [(c.name, c.once, c.elements_sent.tolist()) for c in got] == [
-            (c["name"], c["once"], c["elements_sent"]) for c in rmeta["collectives"]]
+            (c["name"], c["once"], c["elements_sent"]) for c in rmeta["collectives"]
+        ]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -157,9 +172,12 @@ def test_pipelined_pass_by_hand():
     and chunk; 2 elements per second, no latency. Communication lane: pre0 [0,2], pre1 [2,2.5], post0 waits for
     chunk 0 (done at 3): [3,3.5], pre2 [3.5,4], post1 [4,4.5], post2 waits for chunk 2: [5,5.5]. Chunks: 0 at
     [2,3], 1 at [3,4], 2 at [4,5]. Bulk: split 3 s, 3 chunks, gather 1.5 s = 7.5 s."""
-    pre = Collective("split", 2, False, sent=np.array([[4, 4], [1, 1], [1, 1]]),
-                     recv=np.array([[4, 4], [1, 1], [1, 1]]))
-    post = Collective("gather", 2, False, sent=np.ones((3, 2), dtype=np.int64), recv=np.ones((3, 2), dtype=np.int64))
+    pre = Collective(
+        "split", 2, False, sent=np.array([[4, 4], [1, 1], [1, 1]]), recv=np.array([[4, 4], [1, 1], [1, 1]])
+    )
+    post = Collective(
+        "gather", 2, False, sent=np.ones((3, 2), dtype=np.int64), recv=np.ones((3, 2), dtype=np.int64)
+    )
     p = ChunkPass(np.arange(3), np.ones((3, 2)), np.zeros(2), pre, post, "L1")
     net = Network(bandwidth=8.0, latency=0.0)
     piped = run_program([p], 2, net, pipelined=True)
@@ -225,8 +243,10 @@ def test_pipelined_vs_bulk_on_plans(tp_store, tmp_path, tp, model):
         steady = [c for c in collectives(spec, lay) if not c.once]
         for bw, lat in ((1e4, 0.0), (1e6, 50e-6), (1.25e9, 50e-6), (1.25e9, 1e-3), (float("inf"), 0.0)):
             bulk, pipe = _both(spec, shapes, lay, Network(bw, lat))
-            cut = sum((lay.n_chunks - 1) * lat + (c.chunk_link.max(axis=1).sum() - c.bulk_link.max()) / bw
-                      for c in steady)
+            cut = sum(
+                (lay.n_chunks - 1) * lat + (c.chunk_link.max(axis=1).sum() - c.bulk_link.max()) / bw
+                for c in steady
+            )
             assert pipe["epoch_seconds"] <= bulk["epoch_seconds"] + cut + 1e-12, (k, bw, lat)
         # infinitely fast links, no latency: the same epoch
         bulk, pipe = _both(spec, shapes, lay, Network(float("inf"), 0.0))
@@ -244,8 +264,9 @@ def test_pipelined_vs_bulk_on_plans(tp_store, tmp_path, tp, model):
 @pytest.mark.parametrize("tp,model", [("naive", "sage"), ("decoupled", "gcn")])
 def test_scaling_up_to_16_workers(tp_store, tmp_path, tp, model):
     plan = _plan(tp_store, tmp_path, 4, tp, model, chunk_size=None, device_memory="40KB")
-    opts = SimulateOptions(workers=16, pipelines=("none", "multi"), scaling=(1, 2, 3, 4, 8, 16),
-                           cache=str(tmp_path / "cache"))
+    opts = SimulateOptions(
+        workers=16, pipelines=("none", "multi"), scaling=(1, 2, 3, 4, 8, 16), cache=str(tmp_path / "cache")
+    )
     res = run_simulate(plan, opts, out=tmp_path / "sim")
     names = [f"neutrontp-{tp}", f"neutrontp-{tp}+pipe"]
     assert [r["system"] for r in res["systems"]] == names
@@ -278,10 +299,26 @@ def test_cli_simulate_neutrontp_plan(tp_store, tmp_path):
     assert data["schema"] == "g3.simulate"
     assert [s["system"] for s in data["systems"]] == ["neutrontp-naive", "neutrontp-naive+pipe"]
     assert [row["workers"] for row in data["scaling"]] == [2, 4, 8, 16]
-    assert (out / "workers.png").is_file() and (out / "timeline.png").is_file() and (out / "scaling.png").is_file()
+    assert (
+        (out / "workers.png").is_file()
+        and (out / "timeline.png").is_file()
+        and (out / "scaling.png").is_file()
+    )
     assert "neutrontp-naive+pipe" in r.output
-    r = CliRunner().invoke(cli, ["simulate", str(plan), "-o", str(tmp_path / "sim2"), "--pipeline", "none",
-                                 "--scaling", "none", "--json"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "simulate",
+            str(plan),
+            "-o",
+            str(tmp_path / "sim2"),
+            "--pipeline",
+            "none",
+            "--scaling",
+            "none",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert [s["system"] for s in json.loads(r.output)["systems"]] == ["neutrontp-naive"]
 

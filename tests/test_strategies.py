@@ -32,24 +32,86 @@ def partitions(store, tmp_path_factory):
     def get(method: str, k: int) -> Path:
         if (method, k) not in made:
             out = root / f"{method}-{k}"
-            r = invoke(["partition", str(store), "--workers", str(k), "--method", method, "-o", str(out), "--seed", "1"])
+            r = invoke(
+                [
+                    "partition",
+                    str(store),
+                    "--workers",
+                    str(k),
+                    "--method",
+                    method,
+                    "-o",
+                    str(out),
+                    "--seed",
+                    "1",
+                ]
+            )
             assert r.exit_code == 0, r.output
             made[(method, k)] = out
         return made[(method, k)]
+
     return get
 
 
-def run_strategy(part: Path, tmp: Path, strategy: str, model: str, options: tuple[str, ...] = (),
-                 train: tuple[str, ...] = (), dtype: str = "float64", epochs: int = EPOCHS, layers: int = 2) -> Path:
+def run_strategy(
+    part: Path,
+    tmp: Path,
+    strategy: str,
+    model: str,
+    options: tuple[str, ...] = (),
+    train: tuple[str, ...] = (),
+    dtype: str = "float64",
+    epochs: int = EPOCHS,
+    layers: int = 2,
+) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
     plan, run = tmp / "plan", tmp / "run"
-    r = invoke(["plan", str(part), "--strategy", strategy, "--model", model, "--layers", str(layers), "--hidden", "6",
-                "--heads", "2", *options, "-o", str(plan)])
+    r = invoke(
+        [
+            "plan",
+            str(part),
+            "--strategy",
+            strategy,
+            "--model",
+            model,
+            "--layers",
+            str(layers),
+            "--hidden",
+            "6",
+            "--heads",
+            "2",
+            *options,
+            "-o",
+            str(plan),
+        ]
+    )
     assert r.exit_code == 0, r.output
     k = json.loads((part / "partition.json").read_text())["num_partitions"]
-    r = invoke(["train", str(plan), "--epochs", str(epochs), "--lr", str(LR), "--dropout", str(DROPOUT), "--seed",
-                str(SEED), "--workers", str(k), "--dtype", dtype, "--eval-every", "0", "--threads", "1", "-o", str(run),
-                *train])
+    r = invoke(
+        [
+            "train",
+            str(plan),
+            "--epochs",
+            str(epochs),
+            "--lr",
+            str(LR),
+            "--dropout",
+            str(DROPOUT),
+            "--seed",
+            str(SEED),
+            "--workers",
+            str(k),
+            "--dtype",
+            dtype,
+            "--eval-every",
+            "0",
+            "--threads",
+            "1",
+            "-o",
+            str(run),
+            *train,
+        ]
+    )
     assert r.exit_code == 0, r.output
     return run
 
@@ -73,20 +135,30 @@ def phase_bytes(record: dict, phase: str) -> int:
 # --- exact configurations -------------------------------------------------------------------------------------
 METHODS = ("metis", "chunk", "g3", "random")
 # every strategy, K = 1, 2, 4 x SAGE, GCN, GAT, in its exact configuration; partitions and layouts rotate
-EXACT = [("bns-gcn", (), model, k, METHODS[i % 4])
-         for i, (k, model) in enumerate((k, m) for k in (1, 2, 4) for m in ("sage", "gcn", "gat"))] + [
-    ("sancus", ("--staleness", ("epoch:0", "drift:0")[i % 2], "--sancus-comm", ("broadcast", "p2p")[i // 2 % 2]), model,
-     k, METHODS[(i + 1) % 4])
-    for i, (k, model) in enumerate((k, m) for k in (1, 2, 4) for m in ("sage", "gcn", "gat"))]
+EXACT = [
+    ("bns-gcn", (), model, k, METHODS[i % 4])
+    for i, (k, model) in enumerate((k, m) for k in (1, 2, 4) for m in ("sage", "gcn", "gat"))
+] + [
+    (
+        "sancus",
+        ("--staleness", ("epoch:0", "drift:0")[i % 2], "--sancus-comm", ("broadcast", "p2p")[i // 2 % 2]),
+        model,
+        k,
+        METHODS[(i + 1) % 4],
+    )
+    for i, (k, model) in enumerate((k, m) for k in (1, 2, 4) for m in ("sage", "gcn", "gat"))
+]
 
 
 @pytest.mark.parametrize("strategy,options,model,k,method", EXACT)
-def test_exact_configurations_match_single_process_reference(store, partitions, tmp_path, strategy, options, model,
-                                                             k, method):
+def test_exact_configurations_match_single_process_reference(
+    store, partitions, tmp_path, strategy, options, model, k, method
+):
     run = run_strategy(partitions(method, k), tmp_path, strategy, model, options)
     init, final = weights(run)
-    expected = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED,
-                               heads=2 if model == "gat" else None)
+    expected = reference_train(
+        model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=2 if model == "gat" else None
+    )
     assert max_weight_diff(final, expected) <= 1e-5
     assert max_weight_diff(final, init) > 1e-3
     assert json.loads((run / "run.json").read_text())["strategy"]["name"] == strategy
@@ -98,8 +170,17 @@ def test_boundary_sampling_matches_its_reference(store, partitions, tmp_path, mo
     part = partitions("metis", k)
     run = run_strategy(part, tmp_path, "bns-gcn", model, ("--boundary-sample", str(p)), layers=3)
     init, final = weights(run)
-    expected = train_with(model, init, ref_graph(store), assignment(part), EPOCHS, LR, DROPOUT, SEED,
-                          bns_substitute(assignment(part), p, SEED))
+    expected = train_with(
+        model,
+        init,
+        ref_graph(store),
+        assignment(part),
+        EPOCHS,
+        LR,
+        DROPOUT,
+        SEED,
+        bns_substitute(assignment(part), p, SEED),
+    )
     assert max_weight_diff(final, expected) <= 1e-5
     exact = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED)
     assert max_weight_diff(final, exact) > 1e-4  # sampling changed the model
@@ -107,19 +188,33 @@ def test_boundary_sampling_matches_its_reference(store, partitions, tmp_path, mo
     rec = records(run)
     total_remote = sum(p_["remote"] for p_ in json.loads((part / "partition.json").read_text())["partitions"])
     assert phase_bytes(rec[0], "features0") == total_remote * 10 * 8
-    sent = sum(phase_bytes(r, "fwd0") + phase_bytes(r, "fwd1") for r in rec) / (EPOCHS * 2 * total_remote * 6 * 8)
+    sent = sum(phase_bytes(r, "fwd0") + phase_bytes(r, "fwd1") for r in rec) / (
+        EPOCHS * 2 * total_remote * 6 * 8
+    )
     assert abs(sent - p) < 0.15
 
 
-@pytest.mark.parametrize("model,k,staleness,comm", [("sage", 2, "epoch:1", "broadcast"), ("gcn", 4, "epoch:2", "p2p")])
+@pytest.mark.parametrize(
+    "model,k,staleness,comm", [("sage", 2, "epoch:1", "broadcast"), ("gcn", 4, "epoch:2", "p2p")]
+)
 def test_stale_embeddings_match_the_stale_reference(store, partitions, tmp_path, model, k, staleness, comm):
     part = partitions("chunk" if comm == "broadcast" else "metis", k)
-    run = run_strategy(part, tmp_path, "sancus", model, ("--staleness", staleness, "--sancus-comm", comm), layers=3,
-                       epochs=6)
+    run = run_strategy(
+        part, tmp_path, "sancus", model, ("--staleness", staleness, "--sancus-comm", comm), layers=3, epochs=6
+    )
     init, final = weights(run)
     bound = int(staleness.split(":")[1])
-    expected = train_with(model, init, ref_graph(store), assignment(part), 6, LR, DROPOUT, SEED,
-                          sancus_substitute(assignment(part), bound, 3))
+    expected = train_with(
+        model,
+        init,
+        ref_graph(store),
+        assignment(part),
+        6,
+        LR,
+        DROPOUT,
+        SEED,
+        sancus_substitute(assignment(part), bound, 3),
+    )
     assert max_weight_diff(final, expected) <= 1e-5
     exact = reference_train(model, init, ref_graph(store), 6, LR, 0.0, DROPOUT, SEED)
     assert max_weight_diff(final, exact) > 1e-5  # staleness changed the model
@@ -136,8 +231,15 @@ def test_ask_is_check_a_decided_by_the_receivers(store, partitions, tmp_path, mo
     receiver holds the same versions, so it coincides exactly with epoch:N+1's reference."""
     part = partitions("chunk" if comm == "broadcast" else "metis", k)
     epochs = 6
-    run = run_strategy(part, tmp_path, "sancus", model, ("--staleness", f"ask:{bound}", "--sancus-comm", comm),
-                       layers=3, epochs=epochs)
+    run = run_strategy(
+        part,
+        tmp_path,
+        "sancus",
+        model,
+        ("--staleness", f"ask:{bound}", "--sancus-comm", comm),
+        layers=3,
+        epochs=epochs,
+    )
     init, final = weights(run)
     graph, part_of = ref_graph(store), assignment(part)
 
@@ -152,7 +254,8 @@ def test_ask_is_check_a_decided_by_the_receivers(store, partitions, tmp_path, mo
     # (p2p) or an all-reduce of K flags (broadcast) per layer and epoch
     rec = records(run)
     assert [[w["sancus_sent_layers"] for w in r["workers"]] for r in rec] == [
-        [2 if e % (bound + 2) == 0 else 0] * k for e in range(epochs)]
+        [2 if e % (bound + 2) == 0 else 0] * k for e in range(epochs)
+    ]
     ask_bytes = k * (k - 1) * 8 if comm == "p2p" else k * k * 8
     assert all(phase_bytes(r, "ask0") == phase_bytes(r, "ask1") == ask_bytes for r in rec)
     assert [phase_bytes(r, "fwd1") > 0 for r in rec] == [e % (bound + 2) == 0 for e in range(epochs)]
@@ -163,8 +266,18 @@ def test_drift_skips_sends_while_rows_change_little(store, partitions, tmp_path,
     """Check H: an owner resends a layer only when its rows moved by more than X (relative Frobenius norm) since
     its last send. With a loose bound some sends are skipped, by owner; drift:0 sends every epoch (exact, above)."""
     part = partitions("metis", 4)
-    rec = records(run_strategy(part, tmp_path, "sancus", "sage", ("--staleness", "drift:0.3", "--sancus-comm", comm),
-                               dtype="float32", epochs=8, layers=3))
+    rec = records(
+        run_strategy(
+            part,
+            tmp_path,
+            "sancus",
+            "sage",
+            ("--staleness", "drift:0.3", "--sancus-comm", comm),
+            dtype="float32",
+            epochs=8,
+            layers=3,
+        )
+    )
     sent = [[w["sancus_sent_layers"] for w in r["workers"]] for r in rec]
     assert sent[0] == [2, 2, 2, 2]  # nothing cached yet: every owner sends both hidden layers
     skipped = sum(w["sancus_skipped_layers"] for r in rec for w in r["workers"])
@@ -182,10 +295,22 @@ def test_sancus_bytes_follow_the_layouts(store, partitions, tmp_path):
     part = partitions("chunk", k)
     meta = json.loads((part / "partition.json").read_text())
     total_remote = sum(p["remote"] for p in meta["partitions"])
-    bc = records(run_strategy(part, tmp_path / "bc", "sancus", "sage", ("--staleness", "epoch:1"), dtype="float32",
-                              epochs=3))
-    p2p = records(run_strategy(part, tmp_path / "p2p", "sancus", "sage",
-                               ("--staleness", "epoch:1", "--sancus-comm", "p2p"), dtype="float32", epochs=3))
+    bc = records(
+        run_strategy(
+            part, tmp_path / "bc", "sancus", "sage", ("--staleness", "epoch:1"), dtype="float32", epochs=3
+        )
+    )
+    p2p = records(
+        run_strategy(
+            part,
+            tmp_path / "p2p",
+            "sancus",
+            "sage",
+            ("--staleness", "epoch:1", "--sancus-comm", "p2p"),
+            dtype="float32",
+            epochs=3,
+        )
+    )
     for e, (b, q) in enumerate(zip(bc, p2p, strict=True)):
         fresh = e % 2 == 0
         assert phase_bytes(b, "fwd0") == (n * (k - 1) * width * 4 if fresh else 0)
@@ -199,12 +324,33 @@ def test_sancus_bytes_follow_the_layouts(store, partitions, tmp_path):
 def test_bns_gcn_sends_exactly_g3s_bytes(store, partitions, tmp_path):
     """BNS-GCN with P = 1 moves each (node, peer) pair once per layer, forward and backward: g3's messages."""
     part = partitions("metis", 4)
-    bns = records(run_strategy(part, tmp_path / "bns", "bns-gcn", "sage", dtype="float32", layers=3, epochs=2))
+    bns = records(
+        run_strategy(part, tmp_path / "bns", "bns-gcn", "sage", dtype="float32", layers=3, epochs=2)
+    )
     tmp = tmp_path / "g3"
     tmp.mkdir()
-    assert invoke(["plan", str(part), "--layers", "3", "--hidden", "6", "-o", str(tmp / "plan")]).exit_code == 0
-    assert invoke(["train", str(tmp / "plan"), "--epochs", "2", "--workers", "4", "--eval-every", "0", "--threads", "1",
-                   "-o", str(tmp / "run")]).exit_code == 0
+    assert (
+        invoke(["plan", str(part), "--layers", "3", "--hidden", "6", "-o", str(tmp / "plan")]).exit_code == 0
+    )
+    assert (
+        invoke(
+            [
+                "train",
+                str(tmp / "plan"),
+                "--epochs",
+                "2",
+                "--workers",
+                "4",
+                "--eval-every",
+                "0",
+                "--threads",
+                "1",
+                "-o",
+                str(tmp / "run"),
+            ]
+        ).exit_code
+        == 0
+    )
     g3 = records(tmp / "run")
     for phase in ("features0", "fwd0", "fwd1", "bwd1", "bwd2"):
         assert [phase_bytes(r, phase) for r in bns] == [phase_bytes(r, phase) for r in g3], phase
@@ -217,14 +363,46 @@ def test_resume_with_caches_equals_an_uninterrupted_run(store, partitions, tmp_p
     are served at 3, after the resume) gives the uninterrupted run's weights bitwise, at K = 4 in float32."""
     part = partitions("metis", 4)
     plan = tmp_path / "plan"
-    assert invoke(["plan", str(part), "--strategy", "sancus", "--staleness", staleness, "--sancus-comm", "p2p",
-                   "--hidden", "6", "-o", str(plan)]).exit_code == 0
-    common = ["--threads", "1", "--seed", "3", "--checkpoint-every", "2", "--eval-every", "0", "--workers", "4"]
+    assert (
+        invoke(
+            [
+                "plan",
+                str(part),
+                "--strategy",
+                "sancus",
+                "--staleness",
+                staleness,
+                "--sancus-comm",
+                "p2p",
+                "--hidden",
+                "6",
+                "-o",
+                str(plan),
+            ]
+        ).exit_code
+        == 0
+    )
+    common = [
+        "--threads",
+        "1",
+        "--seed",
+        "3",
+        "--checkpoint-every",
+        "2",
+        "--eval-every",
+        "0",
+        "--workers",
+        "4",
+    ]
     assert invoke(["train", str(plan), "--epochs", "5", "-o", str(tmp_path / "full"), *common]).exit_code == 0
     assert invoke(["train", str(plan), "--epochs", "3", "-o", str(tmp_path / "cut"), *common]).exit_code == 0
     assert sorted(p.name for p in (tmp_path / "cut" / "checkpoints").glob("*.pt"))[:5] == [
-        "epoch-00001.pt", "epoch-00001.rank-00000.pt", "epoch-00001.rank-00001.pt", "epoch-00001.rank-00002.pt",
-        "epoch-00001.rank-00003.pt"]
+        "epoch-00001.pt",
+        "epoch-00001.rank-00000.pt",
+        "epoch-00001.rank-00001.pt",
+        "epoch-00001.rank-00002.pt",
+        "epoch-00001.rank-00003.pt",
+    ]
     r = invoke(["train", str(plan), "--epochs", "5", "--resume", "-o", str(tmp_path / "cut"), *common])
     assert r.exit_code == 0, r.output
     full = torch.load(tmp_path / "full" / "model.pt", weights_only=True)
@@ -246,25 +424,67 @@ def test_gradient_clipping_scales_to_the_local_threshold():
 def test_bad_strategy_options_give_one_line(store, partitions, tmp_path):
     part = partitions("metis", 2)
     feature = tmp_path / "feat"
-    assert invoke(["partition", str(store), "--workers", "2", "--method", "feature", "-o", str(feature)]).exit_code == 0
+    assert (
+        invoke(
+            ["partition", str(store), "--workers", "2", "--method", "feature", "-o", str(feature)]
+        ).exit_code
+        == 0
+    )
     assert invoke(["plan", str(part), "--strategy", "bns-gcn", "-o", str(tmp_path / "bns")]).exit_code == 0
     cases = [
         (["plan", str(part), "--strategy", "nope"], "Invalid value for '--strategy'"),
-        (["plan", str(feature), "--strategy", "g3"], "strategy g3 runs on g3, metis, random, chunk partitions, not feature"),
-        (["plan", str(feature), "--strategy", "sancus"], "run `g3 partition STORE --workers K --method chunk`"),
-        (["plan", str(part), "--strategy", "bns-gcn", "--boundary-sample", "0"], "--boundary-sample 0: the sampling ratio must be in (0, 1]"),
+        (
+            ["plan", str(feature), "--strategy", "g3"],
+            "strategy g3 runs on g3, metis, random, chunk partitions, not feature",
+        ),
+        (
+            ["plan", str(feature), "--strategy", "sancus"],
+            "run `g3 partition STORE --workers K --method chunk`",
+        ),
+        (
+            ["plan", str(part), "--strategy", "bns-gcn", "--boundary-sample", "0"],
+            "--boundary-sample 0: the sampling ratio must be in (0, 1]",
+        ),
         (["plan", str(part), "--strategy", "bns-gcn", "--boundary-sample", "1.5"], "must be in (0, 1]"),
-        (["plan", str(part), "--strategy", "bns-gcn", "--boundary-sample", "x"], "expected a number in (0, 1]"),
-        (["plan", str(part), "--strategy", "bns-gcn", "--boundary-sample", "0.5", "--model", "gat"], "with GAT is not supported"),
-        (["plan", str(part), "--strategy", "sancus", "--staleness", "epoch:-1"], "needs a whole number of epochs >= 0"),
-        (["plan", str(part), "--strategy", "sancus", "--staleness", "drift:-0.1"], "drift:X needs a number >= 0"),
-        (["plan", str(part), "--strategy", "sancus", "--staleness", "often"], "expected epoch:N, ask:N or drift:X"),
-        (["plan", str(part), "--strategy", "sancus", "--boundary-sample", "0.5"], "--boundary-sample is an option of bns-gcn, not of sancus"),
-        (["plan", str(part), "--strategy", "g3", "--sancus-comm", "p2p"], "--sancus-comm is an option of sancus, not of g3"),
-        (["train", str(tmp_path / "bns"), "--pipeline", "intra"], "--pipeline does not apply to the bns-gcn strategy"),
+        (
+            ["plan", str(part), "--strategy", "bns-gcn", "--boundary-sample", "x"],
+            "expected a number in (0, 1]",
+        ),
+        (
+            ["plan", str(part), "--strategy", "bns-gcn", "--boundary-sample", "0.5", "--model", "gat"],
+            "with GAT is not supported",
+        ),
+        (
+            ["plan", str(part), "--strategy", "sancus", "--staleness", "epoch:-1"],
+            "needs a whole number of epochs >= 0",
+        ),
+        (
+            ["plan", str(part), "--strategy", "sancus", "--staleness", "drift:-0.1"],
+            "drift:X needs a number >= 0",
+        ),
+        (
+            ["plan", str(part), "--strategy", "sancus", "--staleness", "often"],
+            "expected epoch:N, ask:N or drift:X",
+        ),
+        (
+            ["plan", str(part), "--strategy", "sancus", "--boundary-sample", "0.5"],
+            "--boundary-sample is an option of bns-gcn, not of sancus",
+        ),
+        (
+            ["plan", str(part), "--strategy", "g3", "--sancus-comm", "p2p"],
+            "--sancus-comm is an option of sancus, not of g3",
+        ),
+        (
+            ["train", str(tmp_path / "bns"), "--pipeline", "intra"],
+            "--pipeline does not apply to the bns-gcn strategy",
+        ),
     ]
     for args, message in cases:
-        r = invoke([*args, "-o", str(tmp_path / "out")] if args[0] == "plan" else [*args, "-o", str(tmp_path / "run")])
+        r = invoke(
+            [*args, "-o", str(tmp_path / "out")]
+            if args[0] == "plan"
+            else [*args, "-o", str(tmp_path / "run")]
+        )
         assert r.exit_code == 2, (args, r.output)
         assert message in r.output and "Traceback" not in r.output, (args, r.output)
         assert len([ln for ln in r.output.strip().splitlines() if ln.startswith("g3: error")]) <= 1
@@ -280,13 +500,24 @@ def test_plan_help_lists_every_strategy_and_info_shows_it(partitions, tmp_path):
         assert s.name in r.output and ", ".join(s.methods) in r.output
     part = partitions("chunk", 2)
     plan = tmp_path / "plan"
-    assert invoke(["plan", str(part), "--strategy", "sancus", "--staleness", "drift:0.02", "-o", str(plan)]).exit_code == 0
+    assert (
+        invoke(
+            ["plan", str(part), "--strategy", "sancus", "--staleness", "drift:0.02", "-o", str(plan)]
+        ).exit_code
+        == 0
+    )
     meta = json.loads((plan / "plan.json").read_text())
     assert meta["schema_version"] == 5
-    assert meta["strategy"] == {"name": "sancus", "options": {"sancus_comm": "broadcast",
-                                                              "staleness": {"policy": "drift", "bound": 0.02},
-                                                              "drift_norm": "fro", "grad_clip": 0.0,
-                                                              "device_memory": None}}
+    assert meta["strategy"] == {
+        "name": "sancus",
+        "options": {
+            "sancus_comm": "broadcast",
+            "staleness": {"policy": "drift", "bound": 0.02},
+            "drift_norm": "fro",
+            "grad_clip": 0.0,
+            "device_memory": None,
+        },
+    }
     r = invoke(["info", str(plan), "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["strategy"]["name"] == "sancus"
     r = invoke(["info", str(plan)])
@@ -302,7 +533,9 @@ def test_a_version_2_plan_is_read_as_g3(partitions, tmp_path):
     old = {k: v for k, v in meta.items() if k not in ("strategy", "content_sha256")} | {"schema_version": 2}
     old["config"] = {**meta["config"], "bin_size": 50, "device_memory": meta["device_memory"]}
     (plan / "plan.json").write_text(json.dumps(old))
-    r = invoke(["train", str(plan), "--epochs", "1", "--workers", "2", "--threads", "1", "-o", str(tmp_path / "run")])
+    r = invoke(
+        ["train", str(plan), "--epochs", "1", "--workers", "2", "--threads", "1", "-o", str(tmp_path / "run")]
+    )
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "run" / "run.json").read_text())["strategy"]["name"] == "g3"
 
@@ -317,8 +550,9 @@ def test_store_fixture_has_cross_partition_arcs(store, partitions):
         assert (part[indices] != part[dst]).mean() > 0.05
 
 
-@pytest.mark.parametrize("strategy,options", [("bns-gcn", ("--boundary-sample", "0.5")),
-                                              ("sancus", ("--staleness", "epoch:1"))])
+@pytest.mark.parametrize(
+    "strategy,options", [("bns-gcn", ("--boundary-sample", "0.5")), ("sancus", ("--staleness", "epoch:1"))]
+)
 def test_eval_is_exact_inference_for_every_strategy(store, partitions, tmp_path, strategy, options):
     """`g3 eval RUN` runs the plan's strategy forward only with every boundary row, fresh: the accuracies equal
     the loop's final evaluation and the plain reference's from the saved weights, and an evaluation with another

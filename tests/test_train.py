@@ -31,18 +31,69 @@ def invoke(args: list[str]):
     return result
 
 
-def pipeline(store: Path, tmp: Path, k: int, method: str, model: str, layers: int, bin_size: str,
-             dtype: str = "float64", extra_train: tuple[str, ...] = ()) -> Path:
+def pipeline(
+    store: Path,
+    tmp: Path,
+    k: int,
+    method: str,
+    model: str,
+    layers: int,
+    bin_size: str,
+    dtype: str = "float64",
+    extra_train: tuple[str, ...] = (),
+) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
     part, plan, run = tmp / "part", tmp / "plan", tmp / "run"
-    r = invoke(["partition", str(store), "--workers", str(k), "--method", method, "-o", str(part), "--seed", "1"])
+    r = invoke(
+        ["partition", str(store), "--workers", str(k), "--method", method, "-o", str(part), "--seed", "1"]
+    )
     assert r.exit_code == 0, r.output
-    r = invoke(["plan", str(part), "--model", model, "--layers", str(layers), "--hidden", "6", "--heads", "2",
-                "--bin-size", bin_size, "--device-memory", "2MiB", "-o", str(plan)])
+    r = invoke(
+        [
+            "plan",
+            str(part),
+            "--model",
+            model,
+            "--layers",
+            str(layers),
+            "--hidden",
+            "6",
+            "--heads",
+            "2",
+            "--bin-size",
+            bin_size,
+            "--device-memory",
+            "2MiB",
+            "-o",
+            str(plan),
+        ]
+    )
     assert r.exit_code == 0, r.output
-    r = invoke(["train", str(plan), "--epochs", str(EPOCHS), "--lr", str(LR), "--dropout", str(DROPOUT),
-                "--seed", str(SEED), "--workers", str(k), "--dtype", dtype, "--eval-every", "0",
-                "--threads", "1", "-o", str(run), *extra_train])
+    r = invoke(
+        [
+            "train",
+            str(plan),
+            "--epochs",
+            str(EPOCHS),
+            "--lr",
+            str(LR),
+            "--dropout",
+            str(DROPOUT),
+            "--seed",
+            str(SEED),
+            "--workers",
+            str(k),
+            "--dtype",
+            dtype,
+            "--eval-every",
+            "0",
+            "--threads",
+            "1",
+            "-o",
+            str(run),
+            *extra_train,
+        ]
+    )
     assert r.exit_code == 0, r.output
     return run
 
@@ -87,34 +138,60 @@ CASES = [
 
 @pytest.mark.parametrize("model,schedule", [("sage", "multi"), ("gat", "none"), ("gcn", "inter")])
 def test_keeping_activations_gives_the_same_model(store, tmp_path, model, schedule):
-    run = pipeline(store, tmp_path, 2, "random", model, 2, "10", extra_train=("--backward", "keep", "--pipeline", schedule))
+    run = pipeline(
+        store,
+        tmp_path,
+        2,
+        "random",
+        model,
+        2,
+        "10",
+        extra_train=("--backward", "keep", "--pipeline", schedule),
+    )
     init = torch.load(run / "init.pt", weights_only=True)
     final = torch.load(run / "model.pt", weights_only=True)
-    expected = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=2 if model == "gat" else None)
+    expected = reference_train(
+        model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=2 if model == "gat" else None
+    )
     assert max_weight_diff(final, expected) <= 1e-5
 
 
 @pytest.mark.parametrize("model,layers,k,method,bin_size,schedule", CASES)
-def test_k_workers_match_single_process_reference(store, tmp_path, model, layers, k, method, bin_size, schedule):
+def test_k_workers_match_single_process_reference(
+    store, tmp_path, model, layers, k, method, bin_size, schedule
+):
     run = pipeline(store, tmp_path, k, method, model, layers, bin_size, extra_train=("--pipeline", schedule))
     init = torch.load(run / "init.pt", weights_only=True)
     final = torch.load(run / "model.pt", weights_only=True)
-    expected = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=2 if model == "gat" else None)
+    expected = reference_train(
+        model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=2 if model == "gat" else None
+    )
     assert max_weight_diff(final, expected) <= 1e-5
     assert max_weight_diff(final, init) > 1e-3  # training moved the weights
 
 
-@pytest.mark.parametrize("model,cache,backward", [("sage", "off", "recompute"), ("gcn", "off", "keep"),
-                                                   ("gcn", "on", "recompute"), ("gat", "on", "keep")])
+@pytest.mark.parametrize(
+    "model,cache,backward",
+    [("sage", "off", "recompute"), ("gcn", "off", "keep"), ("gcn", "on", "recompute"), ("gat", "on", "keep")],
+)
 def test_layer0_cache_setting_gives_the_same_model(store, tmp_path, model, cache, backward):
     """--layer0-cache on (the CPU default, used by every other test here) and off compute the same model; GAT,
     which has no static path, ignores it."""
-    run = pipeline(store, tmp_path, 2, "g3", model, 2, "12",
-                   extra_train=("--layer0-cache", cache, "--backward", backward, "--pipeline", "intra"))
+    run = pipeline(
+        store,
+        tmp_path,
+        2,
+        "g3",
+        model,
+        2,
+        "12",
+        extra_train=("--layer0-cache", cache, "--backward", backward, "--pipeline", "intra"),
+    )
     init = torch.load(run / "init.pt", weights_only=True)
     final = torch.load(run / "model.pt", weights_only=True)
-    expected = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED,
-                               heads=2 if model == "gat" else None)
+    expected = reference_train(
+        model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=2 if model == "gat" else None
+    )
     assert max_weight_diff(final, expected) <= 1e-5
     assert json.loads((run / "run.json").read_text())["config"]["layer0_cache"] == cache
 
@@ -143,7 +220,9 @@ def test_forward_bytes_equal_remote_sets_times_width(store, tmp_path):
 
 
 def test_no_feature_cache_resends_features(store, tmp_path):
-    run = pipeline(store, tmp_path, 2, "random", "sage", 2, "auto", dtype="float32", extra_train=("--no-feature-cache",))
+    run = pipeline(
+        store, tmp_path, 2, "random", "sage", 2, "auto", dtype="float32", extra_train=("--no-feature-cache",)
+    )
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     feat = [sum(w["bytes_sent_per_phase"].get("features0", 0) for w in r["workers"]) for r in records]
     assert feat[0] > 0 and all(b == feat[0] for b in feat)
@@ -152,8 +231,24 @@ def test_no_feature_cache_resends_features(store, tmp_path):
 def test_bins_respect_their_limits(store, tmp_path):
     part = tmp_path / "part"
     assert invoke(["partition", str(store), "--workers", "2", "-o", str(part)]).exit_code == 0
-    r = invoke(["plan", str(part), "--model", "gat", "--hidden", "6", "--heads", "2", "--device-memory", "300KiB",
-                "--bins-for", "cuda", "-o", str(tmp_path / "mem")])
+    r = invoke(
+        [
+            "plan",
+            str(part),
+            "--model",
+            "gat",
+            "--hidden",
+            "6",
+            "--heads",
+            "2",
+            "--device-memory",
+            "300KiB",
+            "--bins-for",
+            "cuda",
+            "-o",
+            str(tmp_path / "mem"),
+        ]
+    )
     assert r.exit_code == 0, r.output
     meta = load_plan_meta(tmp_path / "mem")
     for w in meta["workers"]:
@@ -169,7 +264,10 @@ def test_bins_respect_their_limits(store, tmp_path):
 
 def test_plan_tables_send_every_pair_once(store, tmp_path):
     part = tmp_path / "part"
-    assert invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code == 0
+    assert (
+        invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code
+        == 0
+    )
     assert invoke(["plan", str(part), "--bin-size", "10", "-o", str(tmp_path / "plan")]).exit_code == 0
     from stages.common.partition_artifact import open_shard
 
@@ -190,8 +288,16 @@ def test_backward_messages_leave_after_the_last_bin_reading_them(store, tmp_path
     """Backward runs bins in plan order: a remote node's input gradient is final after the last bin that reads
     it, and that bin's step is the step of its bwd_send message."""
     part = tmp_path / "part"
-    assert invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code == 0
-    assert invoke(["plan", str(part), "--layers", "3", "--bin-size", "10", "-o", str(tmp_path / "plan")]).exit_code == 0
+    assert (
+        invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code
+        == 0
+    )
+    assert (
+        invoke(
+            ["plan", str(part), "--layers", "3", "--bin-size", "10", "-o", str(tmp_path / "plan")]
+        ).exit_code
+        == 0
+    )
     checked = 0
     for r in range(3):
         wp = WorkerPlan(tmp_path / "plan", r)
@@ -216,7 +322,10 @@ def test_failed_worker_stops_the_run_cleanly(store, tmp_path, monkeypatch, how):
     import time
 
     part, plan = tmp_path / "part", tmp_path / "plan"
-    assert invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code == 0
+    assert (
+        invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code
+        == 0
+    )
     assert invoke(["plan", str(part), "--bin-size", "20", "-o", str(plan)]).exit_code == 0
     monkeypatch.setenv("G3_FAULT", f"1:2:{how}")
     t0 = time.monotonic()
@@ -233,7 +342,18 @@ def test_resume_equals_uninterrupted(store, tmp_path):
     part, plan = tmp_path / "part", tmp_path / "plan"
     assert invoke(["partition", str(store), "--workers", "2", "-o", str(part)]).exit_code == 0
     assert invoke(["plan", str(part), "--bin-size", "15", "-o", str(plan)]).exit_code == 0
-    common = ["--threads", "1", "--dtype", "float64", "--seed", "3", "--checkpoint-every", "2", "--eval-every", "0"]
+    common = [
+        "--threads",
+        "1",
+        "--dtype",
+        "float64",
+        "--seed",
+        "3",
+        "--checkpoint-every",
+        "2",
+        "--eval-every",
+        "0",
+    ]
     assert invoke(["train", str(plan), "--epochs", "6", "-o", str(tmp_path / "full"), *common]).exit_code == 0
     assert invoke(["train", str(plan), "--epochs", "4", "-o", str(tmp_path / "cut"), *common]).exit_code == 0
     r = invoke(["train", str(plan), "--epochs", "6", "--resume", "-o", str(tmp_path / "cut"), *common])
@@ -241,7 +361,9 @@ def test_resume_equals_uninterrupted(store, tmp_path):
     full = torch.load(tmp_path / "full" / "model.pt", weights_only=True)
     resumed = torch.load(tmp_path / "cut" / "model.pt", weights_only=True)
     assert max_weight_diff(full, resumed) == 0.0
-    epochs = [json.loads(line)["epoch"] for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    epochs = [
+        json.loads(line)["epoch"] for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert epochs == list(range(6))
 
 
@@ -281,8 +403,17 @@ def test_bad_plans_and_mismatched_artifacts(store, tmp_path):
 def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
     runs = {}
     for schedule in ("none", "intra", "inter", "multi"):
-        runs[schedule] = pipeline(store, tmp_path / schedule, 3, "random", "sage", 3, "9", dtype="float64",
-                                  extra_train=("--pipeline", schedule, "--trace", "--prefetch", "on"))
+        runs[schedule] = pipeline(
+            store,
+            tmp_path / schedule,
+            3,
+            "random",
+            "sage",
+            3,
+            "9",
+            dtype="float64",
+            extra_train=("--pipeline", schedule, "--trace", "--prefetch", "on"),
+        )
     weights = {k: torch.load(r / "model.pt", weights_only=True) for k, r in runs.items()}
     # the plan's bins in any order, with peers' contributions added in table order: bit for bit the same model;
     # `inter` computes forward in bins of other sizes, whose dense products may round differently
@@ -292,7 +423,9 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
     for schedule, run in runs.items():
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         traced = [r for r in records if r.get("traced")]
-        assert len(traced) == 1 and traced[0]["epoch"] == len(records) - 1  # one timeline, the last epoch's ...
+        assert (
+            len(traced) == 1 and traced[0]["epoch"] == len(records) - 1
+        )  # one timeline, the last epoch's ...
         for r in records[1:]:  # ... and the shares of every epoch but the first
             share, waited, moving = r["comm_hidden_share"], r["comm_waited_share"], r["comm_moving_share"]
             assert min(share, waited, moving) >= 0.0 and share + waited + moving <= 1.0 + 1e-9
@@ -303,7 +436,9 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
             assert 0.0 < w["compute_cpu_seconds"] <= w["compute_seconds"] + 1e-3
         # the first epoch takes its memory fresh from the OS: page faults counted, per epoch and worker
         assert all(w["page_faults"] > 0 for w in records[0]["workers"])
-        assert all(isinstance(w["page_faults"], int) and w["page_faults"] >= 0 for r in records for w in r["workers"])
+        assert all(
+            isinstance(w["page_faults"], int) and w["page_faults"] >= 0 for r in records for w in r["workers"]
+        )
         forward_prefetched = 0
         for rank in range(3):
             trace = json.loads((run / "trace" / f"rank-{rank:05d}.json").read_text())
@@ -319,9 +454,12 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
             assert not [e for e in spans if e["cat"] == "gather" and e["args"]["layer"] == 0], schedule
             # layer 1 (6 -> 6, aggregate-first) reads its rows in place, in forward and in backward (a bin whose
             # sources are a contiguous range takes them as a view, copying nothing)
-            assert not [e for e in spans if e["cat"] == "gather" and e["args"]["layer"] == 1
-                        and not e["args"]["view"]], schedule
-            assert [e for e in spans if e["cat"] == "gather" and e["args"]["layer"] == 2], schedule  # 6 -> 4 gathers
+            assert not [
+                e for e in spans if e["cat"] == "gather" and e["args"]["layer"] == 1 and not e["args"]["view"]
+            ], schedule
+            assert [e for e in spans if e["cat"] == "gather" and e["args"]["layer"] == 2], (
+                schedule
+            )  # 6 -> 4 gathers
             # backward runs no forward again for the cached layer 0 (weight gradients from its kept output), and
             # recomputes the others (--backward recompute)
             bwd_bins = [e for e in spans if e["cat"] == "compute" and e["args"].get("phase") == "bwd"]
@@ -333,15 +471,21 @@ def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
             loss_start = next(e["ts"] for e in spans if e["args"].get("phase") == "loss")
             bwd_posts = [e["ts"] for e in spans if e["cat"] == "recv" and e["name"].startswith("bwd")]
             assert bwd_posts and (max(bwd_posts) < loss_start) == (schedule != "none"), schedule
-            forward_prefetched += sum(1 for e in spans if e["cat"] == "gather" and e["ts"] < bwd_start
-                                      and e["args"]["prefetched"])
+            forward_prefetched += sum(
+                1 for e in spans if e["cat"] == "gather" and e["ts"] < bwd_start and e["args"]["prefetched"]
+            )
             # the outputs' side of the intra-layer overlap (intra, multi): messages packed and posted off the
             # compute thread (which runs the bins: the main thread), the forward's arrived rows copied in off it too
             background = schedule in ("intra", "multi")
             computers = {e["args"].get("thread", "MainThread") for e in spans if e["cat"] == "compute"}
             packers = {e["args"]["thread"] for e in spans if e["cat"] == "pack"}
-            assert packers.isdisjoint(computers) if background else packers == {"MainThread"}, (schedule, packers)
-            unpackers = {e["args"]["thread"] for e in spans if e["cat"] == "unpack" and e["name"].startswith("fwd")}
+            assert packers.isdisjoint(computers) if background else packers == {"MainThread"}, (
+                schedule,
+                packers,
+            )
+            unpackers = {
+                e["args"]["thread"] for e in spans if e["cat"] == "unpack" and e["name"].startswith("fwd")
+            }
             assert bool(unpackers - {"MainThread"}) == background, (schedule, unpackers)
         # the intra-layer overlap of the forward: the next bin gathered on the prefetch thread (intra, multi)
         assert (forward_prefetched > 0) == (schedule in ("intra", "multi")), (schedule, forward_prefetched)
@@ -357,10 +501,18 @@ def test_hidden_and_waited_shares_from_spans():
         return {"cat": cat, "ts": float(t0), "dur": float(t1 - t0)}
 
     rank0 = {"events": [], "messages": [((1, 0, 1, 0), "send", 0.0, 1.0), ((1, 0, 1, 1), "send", 20.0, 21.0)]}
-    rank1 = {"events": [span("compute", 0, 5), span("wait", 5, 10), span("compute", 25, 40), span("gather", 3, 8),
-                        span("gather", 18, 22), span("unpack", 22, 23)],
-             # the receiver posted both at 0: the sender's post time starts the flight
-             "messages": [((1, 0, 1, 0), "recv", 0.0, 10.0), ((1, 0, 1, 1), "recv", 0.0, 40.0)]}
+    rank1 = {
+        "events": [
+            span("compute", 0, 5),
+            span("wait", 5, 10),
+            span("compute", 25, 40),
+            span("gather", 3, 8),
+            span("gather", 18, 22),
+            span("unpack", 22, 23),
+        ],
+        # the receiver posted both at 0: the sender's post time starts the flight
+        "messages": [((1, 0, 1, 0), "recv", 0.0, 10.0), ((1, 0, 1, 1), "recv", 0.0, 40.0)],
+    }
     share = hidden_share([rank0, rank1])
     assert share["per_rank"] == [None, pytest.approx(20 / 30)]
     assert share["overall"] == pytest.approx(20 / 30)
@@ -394,7 +546,10 @@ def test_eager_bin_dependencies_match_a_recount(store, tmp_path, order):
     from stages.runtime.dataflow import bin_dependencies
 
     part, plan = tmp_path / "part", tmp_path / "plan"
-    assert invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code == 0
+    assert (
+        invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code
+        == 0
+    )
     assert invoke(["plan", str(part), "--layers", "3", "--bin-size", "11", "-o", str(plan)]).exit_code == 0
     for rank in range(3):
         wp, shard = WorkerPlan(plan, rank), open_shard(part, rank, 3)
@@ -404,14 +559,17 @@ def test_eager_bin_dependencies_match_a_recount(store, tmp_path, order):
         pos[prio] = np.arange(n_own)  # a node's row (position in the priority list)
         row_ptr = np.asarray(wp.row_ptr)
         # every arc's source as a row (owned) or n_own + remote offset, rows in priority order
-        edge_src = np.concatenate([np.asarray(shard.indices[shard.indptr[v]:shard.indptr[v + 1]], dtype=np.int64)
-                                   for v in prio])
+        edge_src = np.concatenate(
+            [np.asarray(shard.indices[shard.indptr[v] : shard.indptr[v + 1]], dtype=np.int64) for v in prio]
+        )
         edge_src = np.where(edge_src < n_own, pos[np.minimum(edge_src, n_own - 1)], edge_src)
         if order == "plan":
-            bins = [[np.arange(p[b], p[b + 1]) for b in range(len(p) - 1)]
-                    for p in (np.asarray(wp.layer(li).bin_ptr) for li in range(3))]
+            bins = [
+                [np.arange(p[b], p[b + 1]) for b in range(len(p) - 1)]
+                for p in (np.asarray(wp.layer(li).bin_ptr) for li in range(3))
+            ]
         else:  # rows in node-id order, cut every 11 nodes
-            layer_bins = [np.sort(pos[i:i + 11]) for i in range(0, len(pos), 11)]
+            layer_bins = [np.sort(pos[i : i + 11]) for i in range(0, len(pos), 11)]
             ids = [prio[rows] for rows in layer_bins]
             assert all(a.max() < b.min() for a, b in zip(ids, ids[1:], strict=False))
             bins = [layer_bins] * 3
@@ -424,13 +582,19 @@ def test_eager_bin_dependencies_match_a_recount(store, tmp_path, order):
                 prev_bin[rows] = b
             table = wp.table(f"fwd_recv_{li - 1}")
             deps = bin_dependencies(bins[li - 1], bins[li], row_ptr, edge_src, table, n_own, n_rem)
-            msg_of = {int(node): m for m, (_, _, sl) in enumerate(table.message_slices()) for node in table.nodes[sl]}
+            msg_of = {
+                int(node): m
+                for m, (_, _, sl) in enumerate(table.message_slices())
+                for node in table.nodes[sl]
+            }
             expected = {b: set() for b in range(len(bins[li]))}
             for row in range(n_own):
                 want = expected[int(row_bin[row])]
                 want.add(("bin", int(prev_bin[row])))
                 for src in edge_src[row_ptr[row] : row_ptr[row + 1]]:
-                    want.add(("bin", int(prev_bin[src])) if src < n_own else ("msg", msg_of[int(src) - n_own]))
+                    want.add(
+                        ("bin", int(prev_bin[src])) if src < n_own else ("msg", msg_of[int(src) - n_own])
+                    )
             got = {b: set() for b in expected}
             for i in range(len(deps.ptr) - 1):
                 dep = ("bin", i) if i < deps.n_bins_before else ("msg", i - deps.n_bins_before)
@@ -463,8 +627,13 @@ def test_heap_keep_reuses_freed_pages():
     import sys
 
     def probe(policy: str) -> tuple[bool, int]:
-        out = subprocess.run([sys.executable, "-c", HEAP_PROBE, policy], capture_output=True, text=True, check=True,
-                             cwd=Path(__file__).resolve().parents[1]).stdout.split()
+        out = subprocess.run(
+            [sys.executable, "-c", HEAP_PROBE, policy],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parents[1],
+        ).stdout.split()
         return out[0] == "True", int(out[1])
 
     kept, kept_faults = probe("keep")
@@ -477,8 +646,10 @@ def test_heap_keep_reuses_freed_pages():
 
 
 def test_heap_setting_gives_the_same_model(store, tmp_path):
-    runs = {policy: pipeline(store, tmp_path / policy, 2, "g3", "sage", 2, "9", extra_train=("--heap", policy))
-            for policy in ("keep", "system")}
+    runs = {
+        policy: pipeline(store, tmp_path / policy, 2, "g3", "sage", 2, "9", extra_train=("--heap", policy))
+        for policy in ("keep", "system")
+    }
     final = {p: torch.load(r / "model.pt", weights_only=True) for p, r in runs.items()}
     assert max_weight_diff(final["keep"], final["system"]) == 0.0
     for policy, run in runs.items():
@@ -504,8 +675,13 @@ def test_helper_threads_leave_the_compute_thread_count_alone():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", THREADS_PROBE], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-c", THREADS_PROBE],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert out.stdout.strip() == "3", out.stdout + out.stderr
 
 
@@ -518,13 +694,31 @@ def test_background_schedules_run_on_numbas_workqueue_layer(store, tmp_path, mon
     import sys
 
     monkeypatch.setenv("NUMBA_THREADING_LAYER", "workqueue")  # read by the spawned workers' numba
-    probe = ("import numpy as np; from stages.runtime.kernels import take_rows_at; import torch, numba; "
-             "take_rows_at(torch.ones(8, 2), torch.arange(4)); print(numba.threading_layer())")
-    layer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                           cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    probe = (
+        "import numpy as np; from stages.runtime.kernels import take_rows_at; import torch, numba; "
+        "take_rows_at(torch.ones(8, 2), torch.arange(4)); print(numba.threading_layer())"
+    )
+    layer = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    ).stdout.strip()
     assert layer == "workqueue"  # what a worker process gets
-    runs = {p: pipeline(store, tmp_path / p, 3, "random", "sage", 2, "9",
-                        extra_train=("--pipeline", p, "--prefetch", "on")) for p in ("none", "multi")}
+    runs = {
+        p: pipeline(
+            store,
+            tmp_path / p,
+            3,
+            "random",
+            "sage",
+            2,
+            "9",
+            extra_train=("--pipeline", p, "--prefetch", "on"),
+        )
+        for p in ("none", "multi")
+    }
     weights = {p: torch.load(r / "model.pt", weights_only=True) for p, r in runs.items()}
     assert max_weight_diff(weights["none"], weights["multi"]) <= 1e-12
 
@@ -535,11 +729,35 @@ def test_four_workers_are_bitwise_reproducible_and_resume_exactly(store, tmp_pat
     epoch 8 in new processes — give the same weights bit for bit (arrival order varies from run to run; summed
     in arrival order two runs drifted apart from about epoch 13)."""
     common = ("--pipeline", "multi", "--checkpoint-every", "4")
-    first = pipeline(store, tmp_path / "a", 4, "random", "sage", 3, "9", dtype="float32",
-                     extra_train=(*common, "--epochs", "15"))
+    first = pipeline(
+        store,
+        tmp_path / "a",
+        4,
+        "random",
+        "sage",
+        3,
+        "9",
+        dtype="float32",
+        extra_train=(*common, "--epochs", "15"),
+    )
     plan = tmp_path / "a" / "plan"
-    args = ["--lr", str(LR), "--dropout", str(DROPOUT), "--seed", str(SEED), "--workers", "4", "--dtype", "float32",
-            "--eval-every", "0", "--threads", "1", *common]
+    args = [
+        "--lr",
+        str(LR),
+        "--dropout",
+        str(DROPOUT),
+        "--seed",
+        str(SEED),
+        "--workers",
+        "4",
+        "--dtype",
+        "float32",
+        "--eval-every",
+        "0",
+        "--threads",
+        "1",
+        *common,
+    ]
     cut = tmp_path / "cut"
     assert invoke(["train", str(plan), "--epochs", "10", "-o", str(cut), *args]).exit_code == 0
     r = invoke(["train", str(plan), "--epochs", "15", "--resume", "-o", str(cut), *args])
@@ -571,8 +789,15 @@ def test_a_workers_peak_memory_is_its_own(tmp_path):
 
     script = tmp_path / "probe.py"
     script.write_text(PEAK_PROBE)
-    parent = int(subprocess.run([sys.executable, str(script), str(tmp_path / "child")], capture_output=True,
-                                text=True, check=True, cwd=Path(__file__).resolve().parents[1]).stdout.split()[-1])
+    parent = int(
+        subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "child")],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parents[1],
+        ).stdout.split()[-1]
+    )
     child = int((tmp_path / "child").read_text())
     assert parent > 1_200_000_000 and child < parent - 700_000_000, (parent, child)
 
@@ -596,15 +821,19 @@ def test_every_module_the_fork_server_preloads_imports():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("bin_size,recomputes", [("100000", False), ("300", True)])
-def test_backward_auto_keeps_activations_only_where_every_layer_is_one_bin(tiny_store, tmp_path, bin_size,
-                                                                             recomputes):
+def test_backward_auto_keeps_activations_only_where_every_layer_is_one_bin(
+    tiny_store, tmp_path, bin_size, recomputes
+):
     """`--backward auto` (the default): a worker whose layers are one bin each keeps the forward's activations
     (no second forward: G3 at K = 1 has no per-bin cost over the layer-synchronous baseline); with several bins
     it recomputes each bin's forward in backward, as the bin limit requires. Read from the trace's backward
     spans (layer 0 never recomputes: its inputs are fixed)."""
     run = pipeline(tiny_store, tmp_path, 1, "random", "sage", 2, bin_size, extra_train=("--trace",))
-    spans = [e for e in json.loads((run / "trace" / "rank-00000.json").read_text())["traceEvents"]
-             if e["ph"] == "X" and e["cat"] == "compute" and e["args"].get("phase") == "bwd"]
+    spans = [
+        e
+        for e in json.loads((run / "trace" / "rank-00000.json").read_text())["traceEvents"]
+        if e["ph"] == "X" and e["cat"] == "compute" and e["args"].get("phase") == "bwd"
+    ]
     upper = [e["args"]["recomputed"] for e in spans if e["args"]["layer"] > 0]
     assert upper and all(r == recomputes for r in upper), upper
     bins = json.loads((run.parent / "plan" / "plan.json").read_text())["workers"][0]["layers"]

@@ -72,7 +72,9 @@ def _in_order(rank: int, port: int) -> None:
     try:
         tr = Transport(dist.group.WORLD, rank, K, timeout=30)
         if rank == 0:
-            table = Table(np.array([0, 1, 2, 3], dtype=np.int64), np.array([[0, 1, 2], [0, 2, 2]], dtype=np.int64))
+            table = Table(
+                np.array([0, 1, 2, 3], dtype=np.int64), np.array([[0, 1, 2], [0, 2, 2]], dtype=np.int64)
+            )
             for method in ("finish_in_order", "poll"):
                 rx = tr.receiver(table, "bwd", 1, 3, torch.float64)
                 seen: list[int] = []
@@ -114,9 +116,13 @@ def test_a_worker_keeps_the_threads_it_was_given():
     import subprocess
     import sys
 
-    code = ("from stages.runtime.config import RuntimeConfig; from stages.runtime.worker import set_threads; "
-            "import torch, numba; from stages.runtime import kernels; "
-            "n = set_threads(RuntimeConfig(threads=1), 2); "
-            "print(n, torch.get_num_threads(), numba.get_num_threads(), kernels._nb_threads())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    code = (
+        "from stages.runtime.config import RuntimeConfig; from stages.runtime.worker import set_threads; "
+        "import torch, numba; from stages.runtime import kernels; "
+        "n = set_threads(RuntimeConfig(threads=1), 2); "
+        "print(n, torch.get_num_threads(), numba.get_num_threads(), kernels._nb_threads())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["1", "1", "1", "1"]

@@ -40,7 +40,9 @@ ADVISE_VERSION = 1
 DEFAULT_BUDGET = 600.0
 CALIBRATION_EPOCHS = 3  # the first epoch is dropped by every model: two steady epochs remain
 AUTO_CALIBRATE_LINK = "10gbit"  # fast enough that the calibration runs measure compute, not this link
-ANCHOR_FLOOR = 0.5  # a negative anchor (the model slower than its calibration run) takes at most half the epoch
+ANCHOR_FLOOR = (
+    0.5  # a negative anchor (the model slower than its calibration run) takes at most half the epoch
+)
 
 # epochs of exact full-graph training to the target (`--target-epochs`): one optimizer step each; how the other
 # candidates' epochs follow from it is the convergence model (`--convergence`, CONVERGENCE_MODELS)
@@ -53,12 +55,14 @@ CONVERGENCE_MODELS = {
         "with S steps an epoch needs ceil(target / S) epochs. Exact for the exact full-graph strategies; for "
         "mini-batch ones checked on Tolokers, K = 2 (docs/BENCHMARKS.md 'Time to target'): they needed 1.05-2.5x "
         "the epochs it gives (sampled gradients are noisier than full-graph ones), the 'epochs' model gave "
-        "2.25-7x too many"),
+        "2.25-7x too many"
+    ),
     "epochs": (
         "time to target = target epochs x predicted epoch: every candidate is taken to need the same number of "
         "epochs (--target-epochs). Exact for the exact full-graph strategies; overestimates mini-batch ones, "
         "which take several optimizer steps an epoch (2.25-7x on Tolokers, K = 2: docs/BENCHMARKS.md 'Time to "
-        "target')"),
+        "target')"
+    ),
 }
 
 
@@ -118,7 +122,9 @@ def parse_workers(text: str) -> tuple[int, ...]:
     try:
         ks = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
-        raise G3InputError(f"--workers: not a list of worker counts: {text!r} (examples: 2 or 2,4,8)") from None
+        raise G3InputError(
+            f"--workers: not a list of worker counts: {text!r} (examples: 2 or 2,4,8)"
+        ) from None
     if not ks:
         raise G3InputError("--workers: no worker count given")
     if any(k < 1 for k in ks):
@@ -157,9 +163,13 @@ def _check(options: AdviseOptions, num_nodes: int, cluster=None) -> int:
         raise G3InputError("--workers: worker counts must be at least 1")
     if max(options.workers) > num_nodes:
         if cluster is not None:
-            raise G3InputError(f"its {cluster.workers} workers are more than the store's {num_nodes} nodes",
-                               path=cluster.path)
-        raise G3InputError(f"--workers {max(options.workers)}: more workers than the store's {num_nodes} nodes")
+            raise G3InputError(
+                f"its {cluster.workers} workers are more than the store's {num_nodes} nodes",
+                path=cluster.path,
+            )
+        raise G3InputError(
+            f"--workers {max(options.workers)}: more workers than the store's {num_nodes} nodes"
+        )
     if not options.links:
         raise G3InputError("--link: no link rate given")
     for link in options.links if cluster is None else ():  # a cluster's links are checked by its reader
@@ -181,7 +191,9 @@ def _check(options: AdviseOptions, num_nodes: int, cluster=None) -> int:
     if not options.budget > 0:
         raise G3InputError("--budget must be positive (seconds of calibration runs)")
     if options.convergence not in CONVERGENCE_MODELS:
-        raise G3InputError(f"--convergence must be one of {', '.join(CONVERGENCE_MODELS)}, not {options.convergence!r}")
+        raise G3InputError(
+            f"--convergence must be one of {', '.join(CONVERGENCE_MODELS)}, not {options.convergence!r}"
+        )
     if options.target_epochs < 1:
         raise G3InputError("--target-epochs must be at least 1")
     if options.calibrate_link not in (None, "local", "auto"):
@@ -234,8 +246,11 @@ ADVISE_MARK = ".g3-advise"  # in every folder g3 advise fills: what --plans and 
 def is_advise_folder(folder: Path) -> bool:
     """Whether g3 advise filled ``folder``: its mark, or (folders filled before the mark existed) the stamps it
     keeps beside what it made, in the folder or one of its subfolders."""
-    return (folder / ADVISE_MARK).is_file() or (folder / ".advise-stamps").is_dir() or any(
-        (sub / ".advise-stamps").is_dir() for sub in folder.iterdir() if sub.is_dir())
+    return (
+        (folder / ADVISE_MARK).is_file()
+        or (folder / ".advise-stamps").is_dir()
+        or any((sub / ".advise-stamps").is_dir() for sub in folder.iterdir() if sub.is_dir())
+    )
 
 
 def _store_key(store: Path) -> dict:
@@ -256,14 +271,22 @@ def _partition(cache: Cache, store: Path, skey: dict, method: str, k: int) -> Pa
     return folder
 
 
-def _own_run(cache: Cache, store: Path, skey: dict, name: str, plan_options: dict, options: AdviseOptions,
-             k0: int) -> tuple[Path, Path]:
+def _own_run(
+    cache: Cache, store: Path, skey: dict, name: str, plan_options: dict, options: AdviseOptions, k0: int
+) -> tuple[Path, Path]:
     """(plan, run): a short calibration run of strategy ``name``'s own plan at K0, on its default partition
     (cached like every plan and run)."""
     method = STRATEGIES[name].default_method
     part = _partition(cache, store, skey, method, k0)
-    plan = _plan(cache, part, {"store": skey, "method": method, "workers": k0}, name, plan_options, options,
-                 options.device_memory)
+    plan = _plan(
+        cache,
+        part,
+        {"store": skey, "method": method, "workers": k0},
+        name,
+        plan_options,
+        options,
+        options.device_memory,
+    )
     run = cache.root / "calibration" / f"{plan.name}.run"
     _train(cache, plan, run, {"plan": str(plan.resolve())}, options)
     return plan, run
@@ -273,8 +296,15 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "default"
 
 
-def _plan(cache: Cache, part: Path, pkey: dict, strategy: str, plan_options: dict, options: AdviseOptions,
-          memory_text: str | None) -> Path:
+def _plan(
+    cache: Cache,
+    part: Path,
+    pkey: dict,
+    strategy: str,
+    plan_options: dict,
+    options: AdviseOptions,
+    memory_text: str | None,
+) -> Path:
     """The plan of ``strategy`` with ``plan_options`` (text) on ``part``, made once."""
     from ..plan import PlanConfig, run_plan
 
@@ -284,18 +314,29 @@ def _plan(cache: Cache, part: Path, pkey: dict, strategy: str, plan_options: dic
         given["device_memory"] = memory_text
     opts = "-".join(f"{_slug(k)}-{_slug(str(v))}" for k, v in sorted(given.items()))
     folder = cache.plans / (f"{part.name}.plan-{strategy}-{options.model}" + (f"-{opts}" if opts else ""))
-    cfg = PlanConfig(model=options.model, layers=options.layers, hidden=options.hidden, heads=options.heads,
-                     strategy=strategy, options=given)
-    key = {"partition": pkey, "strategy": strategy, "options": given, "model": [options.model, options.layers,
-                                                                              options.hidden, options.heads]}
+    cfg = PlanConfig(
+        model=options.model,
+        layers=options.layers,
+        hidden=options.hidden,
+        heads=options.heads,
+        strategy=strategy,
+        options=given,
+    )
+    key = {
+        "partition": pkey,
+        "strategy": strategy,
+        "options": given,
+        "model": [options.model, options.layers, options.hidden, options.heads],
+    }
     if not cache.fresh(folder, key, "plan.json"):
         run_plan(part, cfg, out=folder, force=True)
         cache.done(folder, key)
     return folder
 
 
-def _train(cache: Cache, plan: Path, out: Path, key: dict, options: AdviseOptions, profile: Path | None = None
-           ) -> Path:
+def _train(
+    cache: Cache, plan: Path, out: Path, key: dict, options: AdviseOptions, profile: Path | None = None
+) -> Path:
     """A short run of ``plan`` (no evaluation): a calibration run, or with ``profile`` the profile it writes."""
     from ..train import TrainConfig, run_train
 
@@ -303,9 +344,14 @@ def _train(cache: Cache, plan: Path, out: Path, key: dict, options: AdviseOption
     marker = profile if profile is not None else out / "run.json"
     if marker.is_file() and cache.fresh(out, key, "run.json"):
         return out
-    cfg = TrainConfig(epochs=options.calibration_epochs, eval_every=0, checkpoint_every=0, live=False,
-                      profile=str(profile.resolve()) if profile is not None else None,
-                      emulate_link=options.calibrate_link)
+    cfg = TrainConfig(
+        epochs=options.calibration_epochs,
+        eval_every=0,
+        checkpoint_every=0,
+        live=False,
+        profile=str(profile.resolve()) if profile is not None else None,
+        emulate_link=options.calibrate_link,
+    )
     if profile is not None and profile.exists():
         profile.unlink()
     run_train(plan, cfg, out=out, force=True)
@@ -324,7 +370,12 @@ def plan_memory(meta: dict) -> tuple[int | None, str]:
     half each, two resident), else the plan's per-worker estimate (the whole partition as one bin, every layer's
     activations kept for backward)."""
     workers = meta.get("workers") or []
-    bins = [lay.get("max_bin_bytes") for w in workers for lay in (w.get("layers") or []) if lay.get("max_bin_bytes")]
+    bins = [
+        lay.get("max_bin_bytes")
+        for w in workers
+        for lay in (w.get("layers") or [])
+        if lay.get("max_bin_bytes")
+    ]
     if bins:
         return 2 * int(max(bins)), "plan: two of its largest bins (sized by --device-memory)"
     per_worker = [w.get("memory_bytes") for w in workers if w.get("memory_bytes")]
@@ -339,7 +390,9 @@ def worker_memory(meta: dict) -> list[int | None]:
     """Peak memory of every worker (by rank), from where :func:`plan_memory` takes the plan's: two of the
     worker's largest bins, else its per-worker estimate, else the plan's ``device_memory`` (None: no estimate)."""
     workers = sorted(meta.get("workers") or [], key=lambda w: int(w.get("rank", 0)))
-    bins = [[lay["max_bin_bytes"] for lay in (w.get("layers") or []) if lay.get("max_bin_bytes")] for w in workers]
+    bins = [
+        [lay["max_bin_bytes"] for lay in (w.get("layers") or []) if lay.get("max_bin_bytes")] for w in workers
+    ]
     if any(bins):
         return [2 * int(max(b)) if b else None for b in bins]
     if any(w.get("memory_bytes") for w in workers):
@@ -360,8 +413,11 @@ def breakdown(system: dict, epoch: float | None = None) -> dict:
         net += per_step * int(system["steps"])
     compute = float(system.get("busy_mean") or 0.0)
     net, compute = min(net, epoch), min(compute, epoch)
-    return {"compute_share": compute / epoch, "network_share": net / epoch,
-            "other_share": max(0.0, 1.0 - (compute + net) / epoch)}
+    return {
+        "compute_share": compute / epoch,
+        "network_share": net / epoch,
+        "other_share": max(0.0, 1.0 - (compute + net) / epoch),
+    }
 
 
 def describe(b: dict, link: str) -> str:
@@ -372,9 +428,11 @@ def describe(b: dict, link: str) -> str:
     if comp >= 0.5:
         return f"compute-bound: {comp:.0%} of the epoch computes ({net:.0%} network at {link})"
     if other >= 0.5:
-        return (f"overhead-bound: {other:.0%} of the epoch is neither compute nor transfer (sampling, waiting for "
-                f"peers, per-message latency, the overhead measured on the calibration run; {net:.0%} network at "
-                f"{link})")
+        return (
+            f"overhead-bound: {other:.0%} of the epoch is neither compute nor transfer (sampling, waiting for "
+            f"peers, per-message latency, the overhead measured on the calibration run; {net:.0%} network at "
+            f"{link})"
+        )
     return f"mixed: {comp:.0%} compute, {net:.0%} network at {link}, {other:.0%} other"
 
 
@@ -406,8 +464,13 @@ class Candidate:
     unpredicted: str | None = None  # runs, but no prediction: why
 
 
-def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None = None, force: bool = False,
-               progress=None) -> dict:
+def run_advise(
+    store: str | Path,
+    options: AdviseOptions,
+    out: str | Path | None = None,
+    force: bool = False,
+    progress=None,
+) -> dict:
     """Entry point of `g3 advise`: predict, explain and rank every strategy x variant x K x link rate; writes
     OUT/advise.json [default: STORE.advise beside the store] and returns it."""
     from ..common.progress import make_progress
@@ -422,16 +485,23 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
     # every candidate after minutes of calibration
     bad = gs.verify()
     if bad:
-        raise G3InputError(f"array {', '.join(bad)} does not match its checksum (damaged or edited since "
-                           "`g3 ingest`); ingest the graph again", path=store)
+        raise G3InputError(
+            f"array {', '.join(bad)} does not match its checksum (damaged or edited since "
+            "`g3 ingest`); ingest the graph again",
+            path=store,
+        )
     cluster = None
     if options.cluster:
         from .cluster import load_cluster
 
         cluster = load_cluster(options.cluster)
         # K = the cluster's workers; one "link" column: the cluster; plans sized by the smallest device memory
-        options = replace(options, workers=(cluster.workers,), links=(cluster.label,),
-                          device_memory=cluster.smallest_memory().device_memory)
+        options = replace(
+            options,
+            workers=(cluster.workers,),
+            links=(cluster.label,),
+            device_memory=cluster.smallest_memory().device_memory,
+        )
     memory = _check(options, int(gs.num_nodes), cluster)
     options = replace(options, calibrate_link=resolve_calibrate_link(options.calibrate_link))
     out = Path(out) if out else store.parent / f"{store.name}.advise"
@@ -469,7 +539,12 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
 
     bins = bins_strategy()
     progress = progress if progress is not None else make_progress()
-    calib: dict = {"profile": None, "runs": [], "budget_seconds": options.budget, "epochs": options.calibration_epochs}
+    calib: dict = {
+        "profile": None,
+        "runs": [],
+        "budget_seconds": options.budget,
+        "epochs": options.calibration_epochs,
+    }
     with progress:
         # partitions and plans ----------------------------------------------------------------------------
         todo = [c for c in cands if c.refused is None]
@@ -482,8 +557,9 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                 try:
                     part = _partition(cache, store, skey, info.default_method, c.k)
                     pkey = {"store": skey, "method": info.default_method, "workers": c.k}
-                    plans[key] = _plan(cache, part, pkey, c.strategy, c.plan_options, options,
-                                       options.device_memory)
+                    plans[key] = _plan(
+                        cache, part, pkey, c.strategy, c.plan_options, options, options.device_memory
+                    )
                 except G3InputError as exc:
                     plans[key] = exc
             got = plans[key]
@@ -494,17 +570,22 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
             progress.advance(task)
 
         # calibration: the profile of the bins strategy's plan at K0, a short run of each sampling plan ------
-        need_profile = any(c.refused is None and c.unpredicted is None and not STRATEGIES[c.strategy].mini_batch
-                           for c in cands)
+        need_profile = any(
+            c.refused is None and c.unpredicted is None and not STRATEGIES[c.strategy].mini_batch
+            for c in cands
+        )
         runs_needed: dict = {}
         for c in cands:
             if c.refused is None and c.unpredicted is None and STRATEGIES[c.strategy].mini_batch:
-                runs_needed.setdefault((c.strategy, json.dumps(c.plan_options, sort_keys=True)), c.plan_options)
+                runs_needed.setdefault(
+                    (c.strategy, json.dumps(c.plan_options, sort_keys=True)), c.plan_options
+                )
         speed_needed: dict = {}  # strategies whose compute speed a run of their own plan fits (advise_fits_speed)
         for c in cands:
             if c.refused is None and c.unpredicted is None and STRATEGIES[c.strategy].advise_fits_speed:
-                speed_needed.setdefault((c.strategy, json.dumps(c.plan_options, sort_keys=True)),
-                                        (c.plan_options, c.simulate))
+                speed_needed.setdefault(
+                    (c.strategy, json.dumps(c.plan_options, sort_keys=True)), (c.plan_options, c.simulate)
+                )
         jobs = (1 if need_profile else 0) + len(runs_needed) + len(speed_needed)
         task = progress.add_task(f"advise: calibration runs (budget {options.budget:.0f} s)", total=jobs)
         spent = 0.0
@@ -518,13 +599,23 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                 pkey = {"store": skey, "method": bins.default_method, "workers": k0}
                 variant = bins.advise_variants[0]
                 try:
-                    plan = _plan(cache, part, pkey, bins.name, variant.plan_options, options, options.device_memory)
-                except G3InputError:  # too little memory for bins of one node: profile a plan sized by default
+                    plan = _plan(
+                        cache, part, pkey, bins.name, variant.plan_options, options, options.device_memory
+                    )
+                except (
+                    G3InputError
+                ):  # too little memory for bins of one node: profile a plan sized by default
                     plan = _plan(cache, part, pkey, bins.name, variant.plan_options, options, None)
                 profile_path = calib_dir / f"profile-{plan.name}.json"
                 run = calib_dir / f"profile-{plan.name}.run"
-                _train(cache, plan, run, {"plan": str(plan.resolve()), "profile": True}, options,
-                       profile=profile_path)
+                _train(
+                    cache,
+                    plan,
+                    run,
+                    {"plan": str(plan.resolve()), "profile": True},
+                    options,
+                    profile=profile_path,
+                )
                 # the model is checked (and anchored) on a plain run: a profiled run is traced, and slower
                 run = calib_dir / f"{plan.name}.run"
                 _train(cache, plan, run, {"plan": str(plan.resolve())}, options)
@@ -533,17 +624,24 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                 profile_path = None
             dt = time.perf_counter() - t
             spent += dt
-            calib["profile"] = {"plan": str(plan) if profile_path else None,
-                                "path": str(profile_path) if profile_path else None, "workers": k0,
-                                "seconds": round(dt, 3), "status": "ok" if profile_path else profile_error,
-                                "model_check": model_check(plan, run, k0, options, cache, profile=profile_path)
-                                if profile_path else None}
+            calib["profile"] = {
+                "plan": str(plan) if profile_path else None,
+                "path": str(profile_path) if profile_path else None,
+                "workers": k0,
+                "seconds": round(dt, 3),
+                "status": "ok" if profile_path else profile_error,
+                "model_check": model_check(plan, run, k0, options, cache, profile=profile_path)
+                if profile_path
+                else None,
+            }
             progress.advance(task)
         calibration_runs: dict = {}
         for (name, okey), plan_options in runs_needed.items():
             if spent >= options.budget:
                 calibration_runs[(name, okey)] = f"not calibrated: --budget {options.budget:g} s spent"
-                calib["runs"].append({"strategy": name, "plan_options": plan_options, "status": "skipped (budget)"})
+                calib["runs"].append(
+                    {"strategy": name, "plan_options": plan_options, "status": "skipped (budget)"}
+                )
                 progress.advance(task)
                 continue
             t = time.perf_counter()
@@ -556,18 +654,32 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                 status, plan, run = str(exc), None, None
             dt = time.perf_counter() - t
             spent += dt
-            calib["runs"].append({"strategy": name, "plan_options": plan_options, "workers": k0,
-                                  "plan": str(plan) if plan else None, "run": str(run) if run else None,
-                                  "seconds": round(dt, 3), "status": status,
-                                  "model_check": calibration_runs[(name, okey)][2] if plan else None})
+            calib["runs"].append(
+                {
+                    "strategy": name,
+                    "plan_options": plan_options,
+                    "workers": k0,
+                    "plan": str(plan) if plan else None,
+                    "run": str(run) if run else None,
+                    "seconds": round(dt, 3),
+                    "status": status,
+                    "model_check": calibration_runs[(name, okey)][2] if plan else None,
+                }
+            )
             progress.advance(task)
         speed_fits: dict = {}
         for (name, okey), (plan_options, simulate) in speed_needed.items():
             if profile_path is None or spent >= options.budget:
                 why = "no profile" if profile_path is None else f"--budget {options.budget:g} s spent"
                 speed_fits[(name, okey)] = f"compute speed not fitted: {why}"
-                calib["runs"].append({"strategy": name, "plan_options": plan_options, "purpose": "compute speed",
-                                      "status": f"skipped ({why})"})
+                calib["runs"].append(
+                    {
+                        "strategy": name,
+                        "plan_options": plan_options,
+                        "purpose": "compute speed",
+                        "status": f"skipped ({why})",
+                    }
+                )
                 progress.advance(task)
                 continue
             t = time.perf_counter()
@@ -577,8 +689,9 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                 fit = fit_compute_speed(plan, run, k0, options, cache, profile_path, simulate)
                 if fit is None:
                     raise G3InputError("its run recorded no compute time to fit", path=run)
-                check = model_check(plan, run, k0, options, cache, profile=profile_path, speed=fit["speed"],
-                                    simulate=simulate)
+                check = model_check(
+                    plan, run, k0, options, cache, profile=profile_path, speed=fit["speed"], simulate=simulate
+                )
                 speed_fits[(name, okey)] = (fit, check)
                 status = "ok"
             except G3InputError as exc:
@@ -586,9 +699,20 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                 status, fit, check = str(exc), None, None
             dt = time.perf_counter() - t
             spent += dt
-            calib["runs"].append({"strategy": name, "plan_options": plan_options, "purpose": "compute speed",
-                                  "workers": k0, "plan": str(plan) if plan else None, "run": str(run) if run else None,
-                                  "seconds": round(dt, 3), "status": status, "speed_fit": fit, "model_check": check})
+            calib["runs"].append(
+                {
+                    "strategy": name,
+                    "plan_options": plan_options,
+                    "purpose": "compute speed",
+                    "workers": k0,
+                    "plan": str(plan) if plan else None,
+                    "run": str(run) if run else None,
+                    "seconds": round(dt, 3),
+                    "status": status,
+                    "speed_fit": fit,
+                    "model_check": check,
+                }
+            )
             progress.advance(task)
         calib["spent_seconds"] = round(spent, 3)
 
@@ -609,9 +733,22 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
                 e = _entry(c, info, link, peak, source, fits, options, cluster, hosts)
                 if c.refused is None:
                     if c.unpredicted is None:
-                        _predict(c, info, link, e, meta, options, profile_path, profile_error,
-                                 (calib["profile"] or {}).get("model_check"), calibration_runs, cache, sims,
-                                 cluster, speed_fits)
+                        _predict(
+                            c,
+                            info,
+                            link,
+                            e,
+                            meta,
+                            options,
+                            profile_path,
+                            profile_error,
+                            (calib["profile"] or {}).get("model_check"),
+                            calibration_runs,
+                            cache,
+                            sims,
+                            cluster,
+                            speed_fits,
+                        )
                     else:
                         e["status"], e["reason"] = "not predicted", f"not predicted: {c.unpredicted}"
                     progress.advance(task)
@@ -619,22 +756,51 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
 
     ranking = rank(entries, memory)
     result = {
-        "schema": ADVISE_SCHEMA, "schema_version": ADVISE_VERSION,
-        "store": {"path": str(store), "name": gs.name, "num_nodes": int(gs.num_nodes),
-                  "num_arcs": int(gs.num_arcs)},
-        "model": {"model": options.model, "layers": options.layers, "hidden": options.hidden, "heads": options.heads},
-        "workers": ks, "links": list(options.links), "device_memory_bytes": memory,
+        "schema": ADVISE_SCHEMA,
+        "schema_version": ADVISE_VERSION,
+        "store": {
+            "path": str(store),
+            "name": gs.name,
+            "num_nodes": int(gs.num_nodes),
+            "num_arcs": int(gs.num_arcs),
+        },
+        "model": {
+            "model": options.model,
+            "layers": options.layers,
+            "hidden": options.hidden,
+            "heads": options.heads,
+        },
+        "workers": ks,
+        "links": list(options.links),
+        "device_memory_bytes": memory,
         "latency_seconds": _latency(options),
         "cluster": cluster.to_json() if cluster is not None else None,
-        "calibration": {**calib, "calibration_workers": k0, "calibrate_link": options.calibrate_link,
-                        "notes": ["rates measured on this machine: the profile (full-graph and tensor-parallel "
-                                  "models) and each sampling strategy's run are at K0 workers, "
-                                  + (f"on emulated hosts at {options.calibrate_link}" if options.calibrate_link
-                                     else "local processes over the loopback")
-                                  + "; the models carry them to every K and link rate (docs/DESIGN.md 'Simulator')"]},
-        "time_to_target": {"model": options.convergence, "epochs": options.target_epochs,
-                           "note": CONVERGENCE_MODELS[options.convergence]},
-        "cache": {"path": str(cache.root), "plans": str(cache.plans), "reused": cache.reused, "made": cache.made},
+        "calibration": {
+            **calib,
+            "calibration_workers": k0,
+            "calibrate_link": options.calibrate_link,
+            "notes": [
+                "rates measured on this machine: the profile (full-graph and tensor-parallel "
+                "models) and each sampling strategy's run are at K0 workers, "
+                + (
+                    f"on emulated hosts at {options.calibrate_link}"
+                    if options.calibrate_link
+                    else "local processes over the loopback"
+                )
+                + "; the models carry them to every K and link rate (docs/DESIGN.md 'Simulator')"
+            ],
+        },
+        "time_to_target": {
+            "model": options.convergence,
+            "epochs": options.target_epochs,
+            "note": CONVERGENCE_MODELS[options.convergence],
+        },
+        "cache": {
+            "path": str(cache.root),
+            "plans": str(cache.plans),
+            "reused": cache.reused,
+            "made": cache.made,
+        },
         "ranking": ranking,
         "seconds": round(time.perf_counter() - t0, 3),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -645,8 +811,16 @@ def run_advise(store: str | Path, options: AdviseOptions, out: str | Path | None
     return result
 
 
-def _simulate_run(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Cache, profile: Path | None,
-                  speed: float = 1.0, simulate: dict | None = None) -> tuple[str, dict]:
+def _simulate_run(
+    plan: Path,
+    run: Path,
+    k: int,
+    options: AdviseOptions,
+    cache: Cache,
+    profile: Path | None,
+    speed: float = 1.0,
+    simulate: dict | None = None,
+) -> tuple[str, dict]:
     """The modelled system of a calibration run: the plan simulated at the run's K and network (the calibration
     link, or the loopback: no bandwidth limit) with the run's train knobs and the variant's ``simulate`` options
     (bns-gcn's boundary sampling, sancus's staleness), every worker at ``speed``."""
@@ -656,20 +830,38 @@ def _simulate_run(plan: Path, run: Path, k: int, options: AdviseOptions, cache: 
 
     meta = load_plan_meta(plan)
     info = strategy_info(meta["strategy"]["name"])
-    knobs = {key: value for key, value in (load_run_meta(run).get("config") or {}).items()
-             if key in info.train_knobs and value is not None}
+    knobs = {
+        key: value
+        for key, value in (load_run_meta(run).get("config") or {}).items()
+        if key in info.train_knobs and value is not None
+    }
     bandwidth = parse_rate(options.calibrate_link) / 8 if options.calibrate_link else math.inf
-    so = SimulateOptions(workers=k, bandwidth=bandwidth, latency=_latency(options), scaling=(),
-                         profile=str(profile) if profile else None, run=None if profile else str(run),
-                         cache=str(cache.root / "simcache"), worker_speed=None if speed == 1.0 else (speed,) * k,
-                         **(simulate or {}))
+    so = SimulateOptions(
+        workers=k,
+        bandwidth=bandwidth,
+        latency=_latency(options),
+        scaling=(),
+        profile=str(profile) if profile else None,
+        run=None if profile else str(run),
+        cache=str(cache.root / "simcache"),
+        worker_speed=None if speed == 1.0 else (speed,) * k,
+        **(simulate or {}),
+    )
     sim, _ = simulate_plan(plan, so, out=run.parent / "sim")
     want = info.simulated_as(parse_options(info.name, {}) | meta["strategy"]["options"], knobs)
     return want, next(x for x in sim["systems"] if x["system"] == want)
 
 
-def model_check(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Cache,
-                profile: Path | None = None, speed: float = 1.0, simulate: dict | None = None) -> dict | None:
+def model_check(
+    plan: Path,
+    run: Path,
+    k: int,
+    options: AdviseOptions,
+    cache: Cache,
+    profile: Path | None = None,
+    speed: float = 1.0,
+    simulate: dict | None = None,
+) -> dict | None:
     """How well the model reproduces the calibration run it was calibrated on: its epoch at the run's K and
     network (the calibration link, or the loopback: no bandwidth limit) against the run's mean epoch after the
     first. A large error here means the model misses something this machine does (docs/BENCHMARKS.md)."""
@@ -681,14 +873,25 @@ def model_check(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Ca
     except (G3InputError, OSError, KeyError, StopIteration, ValueError):
         return None
     predicted = float(system["epoch_seconds"])
-    return {"system": want, "measured_epoch_seconds": measured, "predicted_epoch_seconds": predicted,
-            "steps": system.get("steps"),
-            "error": (predicted - measured) / measured if measured > 0 else None,
-            "network": options.calibrate_link or "loopback (no bandwidth limit)"}
+    return {
+        "system": want,
+        "measured_epoch_seconds": measured,
+        "predicted_epoch_seconds": predicted,
+        "steps": system.get("steps"),
+        "error": (predicted - measured) / measured if measured > 0 else None,
+        "network": options.calibrate_link or "loopback (no bandwidth limit)",
+    }
 
 
-def fit_compute_speed(plan: Path, run: Path, k: int, options: AdviseOptions, cache: Cache,
-                      profile: Path, simulate: dict | None = None) -> dict | None:
+def fit_compute_speed(
+    plan: Path,
+    run: Path,
+    k: int,
+    options: AdviseOptions,
+    cache: Cache,
+    profile: Path,
+    simulate: dict | None = None,
+) -> dict | None:
     """The compute speed, relative to the profile's rates, at which the model computes what ``run`` computed:
     the model's mean busy seconds per worker for the run's plan, K and network over the run's mean
     ``compute_seconds`` per worker and epoch after the first (the first fills caches: neutrontp's layer 0). The
@@ -697,8 +900,11 @@ def fit_compute_speed(plan: Path, run: Path, k: int, options: AdviseOptions, cac
     try:
         records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
         steady = records[1:] or records
-        per_epoch = [sum(float(w.get("compute_seconds") or 0.0) for w in r["workers"]) / len(r["workers"])
-                     for r in steady if r["workers"]]
+        per_epoch = [
+            sum(float(w.get("compute_seconds") or 0.0) for w in r["workers"]) / len(r["workers"])
+            for r in steady
+            if r["workers"]
+        ]
         measured = sum(per_epoch) / len(per_epoch) if per_epoch else 0.0
         want, system = _simulate_run(plan, run, k, options, cache, profile, simulate=simulate)
         modelled = float(system.get("busy_mean") or 0.0)
@@ -706,8 +912,12 @@ def fit_compute_speed(plan: Path, run: Path, k: int, options: AdviseOptions, cac
         return None
     if measured <= 0 or modelled <= 0:
         return None
-    return {"system": want, "speed": modelled / measured, "measured_compute_seconds": measured,
-            "modelled_compute_seconds": modelled}
+    return {
+        "system": want,
+        "speed": modelled / measured,
+        "measured_compute_seconds": measured,
+        "modelled_compute_seconds": modelled,
+    }
 
 
 def _latency(options: AdviseOptions) -> float:
@@ -716,15 +926,43 @@ def _latency(options: AdviseOptions) -> float:
     return options.latency if options.latency is not None else SimulateOptions().latency
 
 
-def _entry(c: Candidate, info, link: str, peak, source: str, fits, options: AdviseOptions, cluster=None,
-           hosts: list[dict] | None = None) -> dict:
-    e = {"strategy": c.strategy, "variant": c.variant, "family": info.family, "workers": c.k, "link": link,
-         "plan_options": c.plan_options, "train_options": c.knobs, "status": "refused",
-         "predicted_epoch_seconds": None, "bytes_per_epoch": None, "peak_memory_bytes": peak,
-         "memory_source": source, "fits": fits, "time_to_target_seconds": None, "epochs_to_target": None,
-         "optimizer_steps_per_epoch": None, "breakdown": None,
-         "model_epoch_seconds": None, "anchor_seconds": None, "simulated_system": None, "model_check_error": None, "compute_speed": None, "exactness": info.exactness,
-         "reason": c.refused}
+def _entry(
+    c: Candidate,
+    info,
+    link: str,
+    peak,
+    source: str,
+    fits,
+    options: AdviseOptions,
+    cluster=None,
+    hosts: list[dict] | None = None,
+) -> dict:
+    e = {
+        "strategy": c.strategy,
+        "variant": c.variant,
+        "family": info.family,
+        "workers": c.k,
+        "link": link,
+        "plan_options": c.plan_options,
+        "train_options": c.knobs,
+        "status": "refused",
+        "predicted_epoch_seconds": None,
+        "bytes_per_epoch": None,
+        "peak_memory_bytes": peak,
+        "memory_source": source,
+        "fits": fits,
+        "time_to_target_seconds": None,
+        "epochs_to_target": None,
+        "optimizer_steps_per_epoch": None,
+        "breakdown": None,
+        "model_epoch_seconds": None,
+        "anchor_seconds": None,
+        "simulated_system": None,
+        "model_check_error": None,
+        "compute_speed": None,
+        "exactness": info.exactness,
+        "reason": c.refused,
+    }
     if cluster is not None:
         e["hosts"] = hosts  # per host kind: its device memory, its workers' peak, whether it fits
         short = next((h for h in hosts or () if h["fits"] is False), None)
@@ -732,18 +970,33 @@ def _entry(c: Candidate, info, link: str, peak, source: str, fits, options: Advi
             from ..common.units import human_bytes
 
             kind = next(x for x in cluster.kinds if x.name == short["name"])
-            e["misfit"] = (f"on host kind {kind.name!r} ({kind.count} host{'s' if kind.count > 1 else ''}, "
-                           f"{human_bytes(kind.memory_bytes)} per worker) its workers need "
-                           f"{human_bytes(short['peak_memory_bytes'])}")
+            e["misfit"] = (
+                f"on host kind {kind.name!r} ({kind.count} host{'s' if kind.count > 1 else ''}, "
+                f"{human_bytes(kind.memory_bytes)} per worker) its workers need "
+                f"{human_bytes(short['peak_memory_bytes'])}"
+            )
     if options.plans and c.plan is not None:
         e["plan"] = str(c.plan)
         e["train_command"] = train_command(str(c.plan), None if cluster is not None else link, c.knobs, c.k)
     return e
 
 
-def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: AdviseOptions, profile_path,
-             profile_error, profile_check, calibration_runs: dict, cache: Cache, sims: dict, cluster=None,
-             speed_fits: dict | None = None) -> None:
+def _predict(
+    c: Candidate,
+    info,
+    link: str,
+    e: dict,
+    meta: dict,
+    options: AdviseOptions,
+    profile_path,
+    profile_error,
+    profile_check,
+    calibration_runs: dict,
+    cache: Cache,
+    sims: dict,
+    cluster=None,
+    speed_fits: dict | None = None,
+) -> None:
     from ..runtime.launch.netemu import parse_rate
     from ..simulate import SimulateOptions, simulate_plan
 
@@ -771,12 +1024,22 @@ def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: Advise
         if speed != 1.0:
             per_worker["worker_speed"] = (speed,) * c.k
     else:  # each rank its host kind's link and speed, and its host (docs/DESIGN.md "Advisor")
-        per_worker = {"bandwidth": cluster.slowest_link().link_bits / 8, "worker_bandwidth": cluster.link_bytes(),
-                      "worker_speed": tuple(speed * s for s in cluster.speeds()),
-                      "worker_hosts": tuple(cluster.rank_hosts())}
-    so = SimulateOptions(workers=c.k, latency=_latency(options), profile=str(profile) if profile else None,
-                         run=str(run) if run else None, scaling=(), cache=str(cache.root / "simcache"),
-                         **per_worker, **c.simulate)
+        per_worker = {
+            "bandwidth": cluster.slowest_link().link_bits / 8,
+            "worker_bandwidth": cluster.link_bytes(),
+            "worker_speed": tuple(speed * s for s in cluster.speeds()),
+            "worker_hosts": tuple(cluster.rank_hosts()),
+        }
+    so = SimulateOptions(
+        workers=c.k,
+        latency=_latency(options),
+        profile=str(profile) if profile else None,
+        run=str(run) if run else None,
+        scaling=(),
+        cache=str(cache.root / "simcache"),
+        **per_worker,
+        **c.simulate,
+    )
     key = (str(plan), c.k, link, json.dumps(c.simulate, sort_keys=True), speed)
     if key not in sims:
         try:
@@ -799,13 +1062,20 @@ def _predict(c: Candidate, info, link: str, e: dict, meta: dict, options: Advise
     anchor = anchor_seconds(check, system) if options.anchor else 0.0
     epoch = max(model + anchor, model * ANCHOR_FLOOR)
     b = breakdown(system, epoch)
-    e.update(status="ok" if e["fits"] is not False else "does not fit", predicted_epoch_seconds=epoch,
-             model_epoch_seconds=model, anchor_seconds=epoch - model,
-             bytes_per_epoch=int(system["bytes_per_epoch"]), breakdown=b, simulated_system=want,
-             time_to_target_seconds=epoch * epochs_to_target(system, options),
-             epochs_to_target=epochs_to_target(system, options), optimizer_steps_per_epoch=updates_per_epoch(system),
-             reason=describe(b, link if cluster is None else f"{cluster.name}'s links"),
-             model_check_error=(check or {}).get("error"))
+    e.update(
+        status="ok" if e["fits"] is not False else "does not fit",
+        predicted_epoch_seconds=epoch,
+        model_epoch_seconds=model,
+        anchor_seconds=epoch - model,
+        bytes_per_epoch=int(system["bytes_per_epoch"]),
+        breakdown=b,
+        simulated_system=want,
+        time_to_target_seconds=epoch * epochs_to_target(system, options),
+        epochs_to_target=epochs_to_target(system, options),
+        optimizer_steps_per_epoch=updates_per_epoch(system),
+        reason=describe(b, link if cluster is None else f"{cluster.name}'s links"),
+        model_check_error=(check or {}).get("error"),
+    )
 
 
 def updates_per_epoch(system: dict) -> float:
@@ -845,24 +1115,53 @@ def rank(entries: list[dict], memory: int) -> list[dict]:
             return 1
         return 2 if e["status"] == "not predicted" else 3
 
-    order = sorted(entries, key=lambda e: (tier(e), e["predicted_epoch_seconds"] if e["predicted_epoch_seconds"]
-                                           is not None else math.inf, e["strategy"], e["variant"], e["workers"]))
+    order = sorted(
+        entries,
+        key=lambda e: (
+            tier(e),
+            e["predicted_epoch_seconds"] if e["predicted_epoch_seconds"] is not None else math.inf,
+            e["strategy"],
+            e["variant"],
+            e["workers"],
+        ),
+    )
     best = next((e for e in order if e["status"] == "ok"), None)
     for i, e in enumerate(order, start=1):
         e["rank"] = i
         if e["status"] == "ok":
-            lead = ("fastest predicted epoch" if e is best else
-                    f"{e['predicted_epoch_seconds'] / best['predicted_epoch_seconds']:.2f}x the best's epoch")
+            lead = (
+                "fastest predicted epoch"
+                if e is best
+                else f"{e['predicted_epoch_seconds'] / best['predicted_epoch_seconds']:.2f}x the best's epoch"
+            )
             e["reason"] = f"{lead}; {e['reason']}"
         elif e["status"] == "does not fit" and e.get("misfit"):
             e["reason"] = f"does not fit: {e['misfit']} ({e['memory_source']}); predicted: {e['reason']}"
         elif e["status"] == "does not fit":
-            e["reason"] = (f"does not fit: needs {human_bytes(e['peak_memory_bytes'])} per worker, the device has "
-                           f"{human_bytes(memory)} ({e['memory_source']}); predicted: {e['reason']}")
+            e["reason"] = (
+                f"does not fit: needs {human_bytes(e['peak_memory_bytes'])} per worker, the device has "
+                f"{human_bytes(memory)} ({e['memory_source']}); predicted: {e['reason']}"
+            )
         elif e["status"] == "refused" and e["reason"] and not e["reason"].startswith("refused"):
             e["reason"] = f"refused: {e['reason']}"
     return order
 
 
-__all__ = ["print_advice", "run_advise", "AdviseOptions", "resolve_calibrate_link", "AUTO_CALIBRATE_LINK", "parse_links", "parse_workers", "parse_strategies", "plan_memory", "worker_memory", "breakdown", "rank",
-           "ADVISE_SCHEMA", "ADVISE_VERSION", "CONVERGENCE_MODELS", "epochs_to_target"]
+__all__ = [
+    "print_advice",
+    "run_advise",
+    "AdviseOptions",
+    "resolve_calibrate_link",
+    "AUTO_CALIBRATE_LINK",
+    "parse_links",
+    "parse_workers",
+    "parse_strategies",
+    "plan_memory",
+    "worker_memory",
+    "breakdown",
+    "rank",
+    "ADVISE_SCHEMA",
+    "ADVISE_VERSION",
+    "CONVERGENCE_MODELS",
+    "epochs_to_target",
+]

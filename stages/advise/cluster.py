@@ -55,9 +55,17 @@ class HostKind:
         return f"{self.count}x {self.name} ({', '.join(parts)})"
 
     def to_json(self) -> dict:
-        return {"name": self.name, "count": self.count, "workers_per_host": self.workers_per_host,
-                "device_memory": self.device_memory, "device_memory_bytes": self.memory_bytes, "link": self.link,
-                "link_bits_per_second": self.link_bits, "speed": self.speed, "workers": self.workers}
+        return {
+            "name": self.name,
+            "count": self.count,
+            "workers_per_host": self.workers_per_host,
+            "device_memory": self.device_memory,
+            "device_memory_bytes": self.memory_bytes,
+            "link": self.link,
+            "link_bits_per_second": self.link_bits,
+            "speed": self.speed,
+            "workers": self.workers,
+        }
 
 
 @dataclass(frozen=True)
@@ -107,10 +115,16 @@ class Cluster:
         return f"{self.name}: " + ", ".join(kind.describe() for kind in self.kinds)
 
     def to_json(self) -> dict:
-        return {"schema": CLUSTER_SCHEMA, "schema_version": CLUSTER_VERSION, "name": self.name, "path": self.path,
-                "workers": self.workers, "description": self.describe(),
-                "hosts": [kind.to_json() for kind in self.kinds],
-                "rank_kinds": [self.kinds[i].name for i in self.rank_kinds()]}
+        return {
+            "schema": CLUSTER_SCHEMA,
+            "schema_version": CLUSTER_VERSION,
+            "name": self.name,
+            "path": self.path,
+            "workers": self.workers,
+            "description": self.describe(),
+            "hosts": [kind.to_json() for kind in self.kinds],
+            "rank_kinds": [self.kinds[i].name for i in self.rank_kinds()],
+        }
 
     def fit(self, peaks: list[int | None]) -> list[dict]:
         """Per host kind, whether its workers' peak memory (``peaks``: per rank, from the plan) fits its device:
@@ -120,8 +134,14 @@ class Cluster:
         for i, kind in enumerate(self.kinds):
             mine = [p for r, p in enumerate(peaks) if r < len(kinds) and kinds[r] == i and p is not None]
             peak = max(mine) if mine else None
-            out.append({"name": kind.name, "device_memory_bytes": kind.memory_bytes, "peak_memory_bytes": peak,
-                        "fits": None if peak is None else peak <= kind.memory_bytes})
+            out.append(
+                {
+                    "name": kind.name,
+                    "device_memory_bytes": kind.memory_bytes,
+                    "peak_memory_bytes": peak,
+                    "fits": None if peak is None else peak <= kind.memory_bytes,
+                }
+            )
         return out
 
 
@@ -142,15 +162,19 @@ def load_cluster(path: str | Path) -> Cluster:
     if data.get("schema") != CLUSTER_SCHEMA:
         raise bad("schema", f"must be {json.dumps(CLUSTER_SCHEMA)}, not {json.dumps(data.get('schema'))}")
     if data.get("schema_version") != CLUSTER_VERSION or isinstance(data.get("schema_version"), bool):
-        raise bad("schema_version", f"must be {CLUSTER_VERSION} (this g3 reads version {CLUSTER_VERSION}), not "
-                                    f"{json.dumps(data.get('schema_version'))}")
+        raise bad(
+            "schema_version",
+            f"must be {CLUSTER_VERSION} (this g3 reads version {CLUSTER_VERSION}), not "
+            f"{json.dumps(data.get('schema_version'))}",
+        )
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name.strip():
         raise bad("name", f"must be a non-empty string, not {json.dumps(name)}")
     hosts = data.get("hosts")
     if not isinstance(hosts, list) or not hosts:
-        raise bad("hosts", "must be a non-empty list of host kinds ({\"count\": …, \"device_memory\": …, "
-                           "\"link\": …})")
+        raise bad(
+            "hosts", 'must be a non-empty list of host kinds ({"count": …, "device_memory": …, "link": …})'
+        )
     kinds, names = [], set()
     for i, h in enumerate(hosts):
         where = f"hosts[{i}]"
@@ -160,7 +184,9 @@ def load_cluster(path: str | Path) -> Cluster:
             where = f"hosts[{i}] ({h['name']})"
         extra = sorted(set(h) - _HOST_FIELDS)
         if extra:
-            raise bad(f"{where}.{extra[0]}", f"unknown field (a host kind has {', '.join(sorted(_HOST_FIELDS))})")
+            raise bad(
+                f"{where}.{extra[0]}", f"unknown field (a host kind has {', '.join(sorted(_HOST_FIELDS))})"
+            )
         for field in ("count", "device_memory", "link"):
             if field not in h:
                 raise bad(f"{where}.{field}", "missing")
@@ -174,30 +200,53 @@ def load_cluster(path: str | Path) -> Cluster:
         for field, default in (("count", None), ("workers_per_host", 1)):
             value = h.get(field, default)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise bad(f"{where}.{field}", f"must be a whole number of at least 1, not {json.dumps(value)}")
+                raise bad(
+                    f"{where}.{field}", f"must be a whole number of at least 1, not {json.dumps(value)}"
+                )
             counts[field] = value
         memory = h["device_memory"]
         try:
-            memory_bytes = parse_size(str(memory)) if isinstance(memory, str | int) and not isinstance(
-                memory, bool) else None
+            memory_bytes = (
+                parse_size(str(memory))
+                if isinstance(memory, str | int) and not isinstance(memory, bool)
+                else None
+            )
         except ValueError as exc:
             raise bad(f"{where}.device_memory", str(exc)) from None
         if memory_bytes is None or memory_bytes <= 0:
-            raise bad(f"{where}.device_memory", f"must be a positive size such as \"16GiB\", not {json.dumps(memory)}")
+            raise bad(
+                f"{where}.device_memory", f'must be a positive size such as "16GiB", not {json.dumps(memory)}'
+            )
         link = h["link"]
         if not isinstance(link, str):
-            raise bad(f"{where}.link", f"must be a link rate such as \"1gbit\", not {json.dumps(link)}")
+            raise bad(f"{where}.link", f'must be a link rate such as "1gbit", not {json.dumps(link)}')
         try:
             link_bits = parse_rate(link.strip().lower())
         except ValueError as exc:
             raise bad(f"{where}.link", str(exc)) from None
         speed = h.get("speed", 1.0)
-        if not isinstance(speed, int | float) or isinstance(speed, bool) or not math.isfinite(speed) or speed <= 0:
-            raise bad(f"{where}.speed", f"must be a positive number (1.0: as fast as this machine), not "
-                                        f"{json.dumps(speed)}")
-        kinds.append(HostKind(name=kind_name, count=counts["count"], workers_per_host=counts["workers_per_host"],
-                              device_memory=str(memory), memory_bytes=memory_bytes, link=link.strip().lower(),
-                              link_bits=link_bits, speed=float(speed)))
+        if (
+            not isinstance(speed, int | float)
+            or isinstance(speed, bool)
+            or not math.isfinite(speed)
+            or speed <= 0
+        ):
+            raise bad(
+                f"{where}.speed",
+                f"must be a positive number (1.0: as fast as this machine), not {json.dumps(speed)}",
+            )
+        kinds.append(
+            HostKind(
+                name=kind_name,
+                count=counts["count"],
+                workers_per_host=counts["workers_per_host"],
+                device_memory=str(memory),
+                memory_bytes=memory_bytes,
+                link=link.strip().lower(),
+                link_bits=link_bits,
+                speed=float(speed),
+            )
+        )
     return Cluster(name=name.strip(), path=str(path), kinds=tuple(kinds))
 
 

@@ -79,8 +79,14 @@ def median_epoch(times: list[float]) -> float | None:
 
 
 def entry(system: str, label: str, status: str = "ok", **kw) -> dict:
-    return {"system": system, "label": label, "status": status, "note": kw.pop("note", ""),
-            "epoch_seconds": kw.pop("epoch_seconds", []), **kw}
+    return {
+        "system": system,
+        "label": label,
+        "status": status,
+        "note": kw.pop("note", ""),
+        "epoch_seconds": kw.pop("epoch_seconds", []),
+        **kw,
+    }
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -88,8 +94,9 @@ def entry(system: str, label: str, status: str = "ok", **kw) -> dict:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def run_strategy(store: GraphStore, o: BenchOptions, spec, k: int, out: Path, threads: int,
-                 link: str | None = None) -> dict:
+def run_strategy(
+    store: GraphStore, o: BenchOptions, spec, k: int, out: Path, threads: int, link: str | None = None
+) -> dict:
     """One strategy spec with K workers (see :mod:`.runs`), on emulated hosts joined by ``link`` if given."""
     from .runs import run_strategy as run
 
@@ -100,8 +107,15 @@ def run_single(graph: dict, o: BenchOptions, threads: int) -> dict:
     from .single import train_single
 
     res = train_single(graph, o.model, o.layers, o.hidden, o.heads, o.epochs, o.lr, o.dropout, threads)
-    return entry("g3-single", "g3, single process, full graph", workers=1, threads=threads,
-                  epoch_seconds=res["epoch_seconds"], test_acc=res["test_acc"], note="one whole-graph block, no runtime")
+    return entry(
+        "g3-single",
+        "g3, single process, full graph",
+        workers=1,
+        threads=threads,
+        epoch_seconds=res["epoch_seconds"],
+        test_acc=res["test_acc"],
+        note="one whole-graph block, no runtime",
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -126,8 +140,14 @@ def not_installed(peer: str, why: str = "") -> dict:
     return entry(peer, PEER_NAMES[peer], "not installed", note=note + (f" — {why}" if why else ""), workers=1)
 
 
-def run_peer(peer: str, graph_file: Path, o: BenchOptions, threads: int, log_dir: Path,
-             minibatch: tuple[tuple[int, ...], int] | None = None) -> dict:
+def run_peer(
+    peer: str,
+    graph_file: Path,
+    o: BenchOptions,
+    threads: int,
+    log_dir: Path,
+    minibatch: tuple[tuple[int, ...], int] | None = None,
+) -> dict:
     """Run a peer's runner script as a subprocess on the neutral graph; its JSON line becomes the entry.
     ``minibatch``: (fanouts, batch size) — the peer's own neighbour sampler and loader instead of full-graph
     training (DGL's NeighborSampler + DataLoader, PyG's NeighborLoader)."""
@@ -137,9 +157,27 @@ def run_peer(peer: str, graph_file: Path, o: BenchOptions, threads: int, log_dir
     script = PEERS_DIR / f"{peer}_runner.py"
     if not script.is_file():
         return entry(peer, PEER_NAMES[peer], "failed", note=f"runner script missing: {script}", workers=1)
-    cmd = [str(py), str(script), str(Path(graph_file).resolve()), "--model", o.model, "--layers", str(o.layers), "--hidden",
-           str(o.hidden), "--heads", str(o.heads), "--epochs", str(o.epochs), "--lr", str(o.lr), "--dropout",
-           str(o.dropout), "--threads", str(threads)]
+    cmd = [
+        str(py),
+        str(script),
+        str(Path(graph_file).resolve()),
+        "--model",
+        o.model,
+        "--layers",
+        str(o.layers),
+        "--hidden",
+        str(o.hidden),
+        "--heads",
+        str(o.heads),
+        "--epochs",
+        str(o.epochs),
+        "--lr",
+        str(o.lr),
+        "--dropout",
+        str(o.dropout),
+        "--threads",
+        str(threads),
+    ]
     mode = ""
     if minibatch:
         cmd += ["--fanouts", ",".join(map(str, minibatch[0])), "--batch-size", str(minibatch[1])]
@@ -148,26 +186,45 @@ def run_peer(peer: str, graph_file: Path, o: BenchOptions, threads: int, log_dir
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), DGLBACKEND="pytorch")
     log_dir.mkdir(parents=True, exist_ok=True)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=o.timeout, cwd=str(PEERS_DIR))
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, env=env, timeout=o.timeout, cwd=str(PEERS_DIR)
+        )
     except subprocess.TimeoutExpired:
         return entry(peer, PEER_NAMES[peer], "failed", note=f"timed out after {o.timeout:.0f} s", workers=1)
     log_name = f"{peer}{'-minibatch' if minibatch else ''}.log"
-    (log_dir / log_name).write_text(f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+    (log_dir / log_name).write_text(
+        f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    )
     if proc.returncode != 0:
         err = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         if "ModuleNotFoundError" in err or "ImportError" in err:
             return not_installed(peer, err)
-        return entry(peer, PEER_NAMES[peer] + mode, "failed", note=f"exit {proc.returncode}: {err}", workers=1,
-                      log=str(log_dir / log_name))
+        return entry(
+            peer,
+            PEER_NAMES[peer] + mode,
+            "failed",
+            note=f"exit {proc.returncode}: {err}",
+            workers=1,
+            log=str(log_dir / log_name),
+        )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:
         return entry(peer, PEER_NAMES[peer], "failed", note="no JSON result on stdout", workers=1)
     res = json.loads(lines[-1])
     label = f"{PEER_NAMES[peer]} {res.get('version', '')}".strip() + mode
-    return entry(peer, label, workers=1, threads=res.get("threads", threads), epoch_seconds=res["epoch_seconds"],
-                  version=res.get("version"), torch=res.get("torch"), test_acc=res.get("test_acc"),
-                  mode=res.get("mode", "full-graph"), seeds_per_second=res.get("seeds_per_second"),
-                  note=f"torch {res.get('torch')}" + (f", {res['adjacency']}" if res.get("adjacency") else ""))
+    return entry(
+        peer,
+        label,
+        workers=1,
+        threads=res.get("threads", threads),
+        epoch_seconds=res["epoch_seconds"],
+        version=res.get("version"),
+        torch=res.get("torch"),
+        test_acc=res.get("test_acc"),
+        mode=res.get("mode", "full-graph"),
+        seeds_per_second=res.get("seeds_per_second"),
+        note=f"torch {res.get('torch')}" + (f", {res['adjacency']}" if res.get("adjacency") else ""),
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -182,12 +239,24 @@ def finish(entries: list[dict]) -> dict:
     # one-worker g3 on the same link (emulated hosts: each rate has its own)
     refs_g3 = {}
     for e in entries:
-        if (e["system"] == REFERENCE_STRATEGY and e.get("workers") == 1 and e["median_epoch_seconds"]
-                and not e.get("options")):
+        if (
+            e["system"] == REFERENCE_STRATEGY
+            and e.get("workers") == 1
+            and e["median_epoch_seconds"]
+            and not e.get("options")
+        ):
             refs_g3.setdefault(e.get("link"), e)
     ref_g3 = refs_g3.get(None) or next(iter(refs_g3.values()), None)
-    ref_dgl = next((e for e in entries if e["system"] == "dgl" and e["median_epoch_seconds"]
-                    and e.get("mode", "full-graph") == "full-graph"), None)
+    ref_dgl = next(
+        (
+            e
+            for e in entries
+            if e["system"] == "dgl"
+            and e["median_epoch_seconds"]
+            and e.get("mode", "full-graph") == "full-graph"
+        ),
+        None,
+    )
     for e in entries:
         m = e["median_epoch_seconds"]
         ref = refs_g3.get(e.get("link"), ref_g3)
@@ -195,8 +264,11 @@ def finish(entries: list[dict]) -> dict:
         e["vs_dgl"] = m / ref_dgl["median_epoch_seconds"] if m and ref_dgl else None
     goal = None
     if ref_g3 and ref_dgl:
-        goal = {"g3_1_worker": ref_g3["median_epoch_seconds"], "dgl": ref_dgl["median_epoch_seconds"],
-                "met": ref_g3["median_epoch_seconds"] <= ref_dgl["median_epoch_seconds"]}
+        goal = {
+            "g3_1_worker": ref_g3["median_epoch_seconds"],
+            "dgl": ref_dgl["median_epoch_seconds"],
+            "met": ref_g3["median_epoch_seconds"] <= ref_dgl["median_epoch_seconds"],
+        }
     return {"entries": entries, "goal": goal}
 
 
@@ -221,7 +293,9 @@ def peer_modes(specs) -> list[tuple[tuple[int, ...], int] | None]:
     return modes
 
 
-def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = None, force: bool = False) -> dict:
+def run_bench(
+    store_path: str | Path, o: BenchOptions, out: str | Path | None = None, force: bool = False
+) -> dict:
     """Entry point of `g3 bench`. OUT keeps its partitions and plans between invocations (reused while they
     match the store and the options); an earlier ``bench.json`` is replaced only with ``force``."""
     store = GraphStore.open(store_path)
@@ -243,8 +317,9 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
         check_candidate(o, spec)
     threads = o.threads or os.cpu_count() or 1
     out = (Path(out) if out else Path(store.path).parent / f"{Path(store.path).name}.bench").resolve()
-    check_work_folder(out, "-o", lambda f: (f / "bench.json").is_file() or any(f.glob("*.bench-stamp.json")),
-                      (store.path,))
+    check_work_folder(
+        out, "-o", lambda f: (f / "bench.json").is_file() or any(f.glob("*.bench-stamp.json")), (store.path,)
+    )
     check_result(out / "bench.json", force, "an earlier benchmark")
     out.mkdir(parents=True, exist_ok=True)
     load_before = list(os.getloadavg())
@@ -261,8 +336,12 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
         reason = why_not_available()
         if reason:
             raise G3InputError(f"--emulate-link: the emulated network cannot be built here: {reason}")
-    entries = [run_strategy(store, o, spec, k, out, threads, link) for spec in specs for k in o.workers
-               for link in (o.links or (None,))]
+    entries = [
+        run_strategy(store, o, spec, k, out, threads, link)
+        for spec in specs
+        for k in o.workers
+        for link in (o.links or (None,))
+    ]
     if o.single:
         entries.append(run_single(read_graph(graph_file), o, threads))
     modes = peer_modes(specs)
@@ -272,8 +351,14 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
     result = {
         "schema": BENCH_SCHEMA,
         "schema_version": BENCH_VERSION,
-        "store": {"path": str(Path(store.path).resolve()), "name": store.name, "num_nodes": store.num_nodes,
-                  "num_arcs": store.num_arcs, "feat_dim": store.feat_dim, "num_classes": store.num_classes},
+        "store": {
+            "path": str(Path(store.path).resolve()),
+            "name": store.name,
+            "num_nodes": store.num_nodes,
+            "num_arcs": store.num_arcs,
+            "feat_dim": store.feat_dim,
+            "num_classes": store.num_classes,
+        },
         "options": asdict(o),
         "threads": threads,
         "graph_file": str(graph_file),
@@ -297,5 +382,16 @@ def run_bench(store_path: str | Path, o: BenchOptions, out: str | Path | None = 
     return result
 
 
-__all__ = ["split_specs", "print_bench", "run_bench", "BenchOptions", "finish", "median_epoch", "not_installed", "run_peer", "run_strategy",
-           "export_graph", "read_graph"]
+__all__ = [
+    "split_specs",
+    "print_bench",
+    "run_bench",
+    "BenchOptions",
+    "finish",
+    "median_epoch",
+    "not_installed",
+    "run_peer",
+    "run_strategy",
+    "export_graph",
+    "read_graph",
+]

@@ -22,9 +22,15 @@ EXPORT_VERSION = 1
 
 
 def _meta(store: GraphStore) -> dict:
-    return {"schema": EXPORT_SCHEMA, "schema_version": EXPORT_VERSION, "name": store.name,
-            "store": str(Path(store.path).resolve()), "num_nodes": store.num_nodes, "num_arcs": store.num_arcs,
-            "checksums": store.meta.get("checksums", {})}
+    return {
+        "schema": EXPORT_SCHEMA,
+        "schema_version": EXPORT_VERSION,
+        "name": store.name,
+        "store": str(Path(store.path).resolve()),
+        "num_nodes": store.num_nodes,
+        "num_arcs": store.num_arcs,
+        "checksums": store.meta.get("checksums", {}),
+    }
 
 
 def export_graph(store_path: str | Path, out: str | Path) -> Path:
@@ -35,7 +41,11 @@ def export_graph(store_path: str | Path, out: str | Path) -> Path:
     if out.is_file():
         try:
             old = read_graph(out)["meta"]
-            if old.get("checksums") == meta["checksums"] and old.get("num_arcs") == meta["num_arcs"] and meta["checksums"]:
+            if (
+                old.get("checksums") == meta["checksums"]
+                and old.get("num_arcs") == meta["num_arcs"]
+                and meta["checksums"]
+            ):
                 return out
         except (G3InputError, OSError, ValueError, KeyError):
             pass

@@ -38,17 +38,42 @@ def table_rows(result: dict, entries: list[dict] | None = None) -> list[list[str
         if e["status"] != "ok":
             done = e.get("completed_epoch_seconds") or []
             extra = f" (epochs it finished: {', '.join(_s(t) for t in done)})" if done else ""
-            rows.append([e["label"], "-", "-", "-", "-", "-", "-", "-", "-", "-", (e["note"] or e["status"]) + extra])
+            rows.append(
+                [e["label"], "-", "-", "-", "-", "-", "-", "-", "-", "-", (e["note"] or e["status"]) + extra]
+            )
             continue
         peak = max(e["peak_memory_bytes"]) if e.get("peak_memory_bytes") else None
-        rows.append([e["label"], str(e.get("workers", 1)), str(e.get("threads", "-")), _s(e["median_epoch_seconds"]),
-                     _b(e.get("bytes_per_epoch")), _a(e.get("test_acc")), _b(peak), _r(e.get("compute_balance")),
-                     _r(e["vs_g3_1"]), _r(e["vs_dgl"]), e.get("note", "")])
+        rows.append(
+            [
+                e["label"],
+                str(e.get("workers", 1)),
+                str(e.get("threads", "-")),
+                _s(e["median_epoch_seconds"]),
+                _b(e.get("bytes_per_epoch")),
+                _a(e.get("test_acc")),
+                _b(peak),
+                _r(e.get("compute_balance")),
+                _r(e["vs_g3_1"]),
+                _r(e["vs_dgl"]),
+                e.get("note", ""),
+            ]
+        )
     return rows
 
 
-HEADER = ["system", "workers", "threads", "median epoch", "bytes / epoch", "test acc", "peak mem / worker",
-          "compute max/mean", "÷ g3 (1 worker)", "÷ DGL", "note"]
+HEADER = [
+    "system",
+    "workers",
+    "threads",
+    "median epoch",
+    "bytes / epoch",
+    "test acc",
+    "peak mem / worker",
+    "compute max/mean",
+    "÷ g3 (1 worker)",
+    "÷ DGL",
+    "note",
+]
 FIGURES = (0, 1, 3, 4, 5, 6)  # the first table: what each system did
 RATIOS = (0, 2, 7, 8, 9, 10)  # the second: threads, balance, ratios, notes
 
@@ -77,19 +102,28 @@ def print_bench(result: dict, console=None) -> None:
     console = console or Console()
     s = result["store"]
     o = result["options"]
-    title = (f"{s['name']}: {s['num_nodes']:,} nodes, {s['num_arcs']:,} arcs — {o['model']}, {o['layers']} layers, "
-             f"hidden {o['hidden']}, {o['epochs']} epochs (median without the first)")
+    title = (
+        f"{s['name']}: {s['num_nodes']:,} nodes, {s['num_arcs']:,} arcs — {o['model']}, {o['layers']} layers, "
+        f"hidden {o['hidden']}, {o['epochs']} epochs (median without the first)"
+    )
     notes: list[str] = []
     for link, entries in link_groups(result["entries"]):  # one pair of tables per emulated link rate
         rows = table_rows(result, entries)
         footnotes(rows, len(HEADER) - 1, notes)
-        where = f" — emulated hosts, {link} links" if link else (" — no network (one process, loopback)"
-                                                                  if o.get("links") else "")
+        where = (
+            f" — emulated hosts, {link} links"
+            if link
+            else (" — no network (one process, loopback)" if o.get("links") else "")
+        )
         for cols, caption in ((FIGURES, title + where), (RATIOS, None)):
             t = Table(title=caption)
             for i in cols:
-                t.add_column(HEADER[i], justify="left" if HEADER[i] in ("system", "note") else "right",
-                             overflow="fold", min_width=6 if i else 16)
+                t.add_column(
+                    HEADER[i],
+                    justify="left" if HEADER[i] in ("system", "note") else "right",
+                    overflow="fold",
+                    min_width=6 if i else 16,
+                )
             for row in rows:
                 t.add_row(*(escape(row[i]) for i in cols))
             console.print(t)
@@ -100,11 +134,15 @@ def print_bench(result: dict, console=None) -> None:
     goal = result.get("goal")
     if goal:
         verdict = "met" if goal["met"] else "NOT met"
-        console.print(f"goal (one-worker g3 epoch ≤ DGL's): {verdict} — g3 {_s(goal['g3_1_worker'])} vs DGL "
-                      f"{_s(goal['dgl'])}")
+        console.print(
+            f"goal (one-worker g3 epoch ≤ DGL's): {verdict} — g3 {_s(goal['g3_1_worker'])} vs DGL "
+            f"{_s(goal['dgl'])}"
+        )
     la = result["load_average"]
-    console.print(f"load average before/after: {la['before'][0]:.2f} / {la['after'][0]:.2f} on {result['cpu_count']} "
-                  f"cores; wrote {result['path']}/bench.json and bench.png")
+    console.print(
+        f"load average before/after: {la['before'][0]:.2f} / {la['after'][0]:.2f} on {result['cpu_count']} "
+        f"cores; wrote {result['path']}/bench.json and bench.png"
+    )
 
 
 def link_groups(entries: list[dict]) -> list[tuple[str | None, list[dict]]]:
@@ -132,8 +170,10 @@ def rate_table(result: dict):
     fastest = max(links, key=_rate_bits)
     for key, times in rows.items():
         base = times.get(fastest)
-        cells = [f"{_s(times.get(link))}" + (f" ({times[link] / base:.1f}×)" if times.get(link) and base else "")
-                 for link in links]
+        cells = [
+            f"{_s(times.get(link))}" + (f" ({times[link] / base:.1f}×)" if times.get(link) and base else "")
+            for link in links
+        ]
         t.add_row(key, *cells)
     return t
 
@@ -159,7 +199,9 @@ def plot_links(result: dict, path: Path) -> None:
     series: dict = {}
     for e in result["entries"]:
         if e.get("link") and e.get("median_epoch_seconds"):
-            series.setdefault(_without_link(e), []).append((_rate_bits(e["link"]) / 1e9, e["median_epoch_seconds"]))
+            series.setdefault(_without_link(e), []).append(
+                (_rate_bits(e["link"]) / 1e9, e["median_epoch_seconds"])
+            )
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for key, pts in series.items():
         pts.sort()
@@ -177,10 +219,12 @@ def plot_links(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-PANELS = (("median_epoch_seconds", "median epoch time (s), lower is better", _s),
-          ("bytes_per_epoch", "bytes sent per epoch (all workers)", _b),
-          ("test_acc", "final test accuracy", _a),
-          ("peak", "peak memory of the largest worker", _b))
+PANELS = (
+    ("median_epoch_seconds", "median epoch time (s), lower is better", _s),
+    ("bytes_per_epoch", "bytes sent per epoch (all workers)", _b),
+    ("test_acc", "final test accuracy", _a),
+    ("peak", "peak memory of the largest worker", _b),
+)
 BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
@@ -189,7 +233,7 @@ def byte_unit(largest: float) -> tuple[float, str]:
     k = 0
     while k + 1 < len(BYTE_UNITS) and largest >= 1024 ** (k + 1):
         k += 1
-    return float(1024 ** k), BYTE_UNITS[k]
+    return float(1024**k), BYTE_UNITS[k]
 
 
 def plot_bench(result: dict, path: Path) -> None:
@@ -220,8 +264,13 @@ def bench_figure(result: dict):
     labels = [e["label"] for e in ok] + [e["label"] for e in missing]
     y = list(range(len(labels)))
     panels = [pn for pn in PANELS if any(value[id(e)][pn[0]] is not None for e in ok)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels) + 2.5, 0.8 + 0.42 * max(1, len(labels))),
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(3.4 * len(panels) + 2.5, 0.8 + 0.42 * max(1, len(labels))),
+        sharey=True,
+        squeeze=False,
+    )
     from ..common.strategies import STRATEGIES
 
     palette = ("#4C72B0", "#55A868", "#8172B2", "#C44E52", "#CCB974", "#64B5CD", "#8C8C8C", "#E377C2")
@@ -230,13 +279,19 @@ def bench_figure(result: dict):
         raw = [value[id(e)][key] for e in ok]
         scale, unit = byte_unit(max(v or 0.0 for v in raw)) if fmt is _b else (1.0, None)
         vals = [(v or 0.0) / scale for v in raw] + [0.0] * len(missing)
-        ax.barh(y, vals, color=[colors.get(e.get("strategy", ""), "#DD8452") for e in ok] + ["#cccccc"] * len(missing))
+        ax.barh(
+            y,
+            vals,
+            color=[colors.get(e.get("strategy", ""), "#DD8452") for e in ok] + ["#cccccc"] * len(missing),
+        )
         for yi, v in zip(y, raw, strict=False):
             if v is not None:
                 ax.text(v / scale, yi, f" {fmt(v)}", va="center", fontsize=7)
         if key == "median_epoch_seconds":
-            for yi, e in zip(y[len(ok):], missing, strict=True):
-                ax.text(0, yi, "  " + (e["note"] or e["status"])[:60], va="center", fontsize=7, color="#666666")
+            for yi, e in zip(y[len(ok) :], missing, strict=True):
+                ax.text(
+                    0, yi, "  " + (e["note"] or e["status"])[:60], va="center", fontsize=7, color="#666666"
+                )
         ax.set_title(title, fontsize=8)
         ax.set_xlim(0, max(vals + [1e-9]) * 1.35)
         if key == "test_acc":
@@ -249,6 +304,9 @@ def bench_figure(result: dict):
     axes[0][0].set_yticklabels(labels, fontsize=8)
     axes[0][0].invert_yaxis()
     s, o = result["store"], result["options"]
-    fig.suptitle(f"{s['name']} — {o['model']}, {o['layers']} layers, hidden {o['hidden']}, {o['epochs']} epochs, "
-                 f"{result['threads']} threads", fontsize=9)
+    fig.suptitle(
+        f"{s['name']} — {o['model']}, {o['layers']} layers, hidden {o['hidden']}, {o['epochs']} epochs, "
+        f"{result['threads']} threads",
+        fontsize=9,
+    )
     return fig

@@ -75,13 +75,17 @@ def parse_spec(text: str) -> StrategySpec:
         key, value = (s.strip() for s in item.split("=", 1))
         name = key.lstrip("-").replace("-", "_")
         if name not in known:
-            raise G3InputError(f"--strategies: {text!r}: {info.name} has no option {key!r} "
-                               f"(it has {', '.join(sorted(known)) or 'none'})")
+            raise G3InputError(
+                f"--strategies: {text!r}: {info.name} has no option {key!r} "
+                f"(it has {', '.join(sorted(known)) or 'none'})"
+            )
         if info.knob(name):
             try:
                 info.knob(name).parse(value)
             except ValueError as exc:
-                raise G3InputError(f"--strategies: {text!r}: {info.name} does not take {key}={value} ({exc})") from None
+                raise G3InputError(
+                    f"--strategies: {text!r}: {info.name} does not take {key}={value} ({exc})"
+                ) from None
         opts.append((name, value))
     return StrategySpec(info.name, method, tuple(opts))
 
@@ -94,10 +98,14 @@ def candidate_configs(o, spec: StrategySpec, k: int = 1) -> tuple[dict, dict]:
     options = {n: v for n, v in spec.options if n not in info.train_knobs}
     # the bench's memory options go to every strategy that has them (g3's bins, neutrontp's chunks)
     own = {opt.name for opt in info.options()}
-    options = {**{n: v for n, v in (("bin_size", o.bin_size), ("device_memory", o.device_memory)) if n in own},
-               **options}
+    options = {
+        **{n: v for n, v in (("bin_size", o.bin_size), ("device_memory", o.device_memory)) if n in own},
+        **options,
+    }
     bench_pipeline = o.pipeline if knob_accepts(info, "pipeline", o.pipeline) else None
-    train = dict(epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k, **{"pipeline": bench_pipeline, **knobs})
+    train = dict(
+        epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k, **{"pipeline": bench_pipeline, **knobs}
+    )
     return options, train
 
 
@@ -124,18 +132,27 @@ def _reuse_partition(part: Path, store: GraphStore, method: str, k: int) -> bool
     except json.JSONDecodeError:
         return False
     sums = store.meta.get("checksums", {})
-    return (meta.get("num_partitions") == k and meta.get("method") == method and bool(sums)
-            and meta.get("store", {}).get("checksums", {}).get("indices") == sums.get("indices"))
+    return (
+        meta.get("num_partitions") == k
+        and meta.get("method") == method
+        and bool(sums)
+        and meta.get("store", {}).get("checksums", {}).get("indices") == sums.get("indices")
+    )
 
 
 def _train_bytes(record: dict) -> int:
     """Bytes sent in an epoch's training (evaluation's exchanges left out), all workers."""
-    return sum(n for w in record["workers"] for phase, n in (w.get("bytes_sent_per_phase") or {}).items()
-               if not phase.startswith("eval"))
+    return sum(
+        n
+        for w in record["workers"]
+        for phase, n in (w.get("bytes_sent_per_phase") or {}).items()
+        if not phase.startswith("eval")
+    )
 
 
-def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, threads: int, entry,
-                 link: str | None = None) -> dict:
+def run_strategy(
+    store: GraphStore, o, spec: StrategySpec, k: int, out: Path, threads: int, entry, link: str | None = None
+) -> dict:
     """Partition, plan and train ``spec`` with K workers (the threads split over them), on emulated hosts joined
     by ``link`` when given (``--emulate-link``); the bench entry."""
     from ..partition import PartitionOptions, run_partition
@@ -152,28 +169,52 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
         common.update(link=link, hosts=o.hosts or k)
     try:
         if not _reuse_partition(part, store, spec.method, k):
-            run_partition(store.path, PartitionOptions(workers=k, method=spec.method, hidden=o.hidden), out=part,
-                          force=True)
+            run_partition(
+                store.path,
+                PartitionOptions(workers=k, method=spec.method, hidden=o.hidden),
+                out=part,
+                force=True,
+            )
         options, train = candidate_configs(o, spec, k)
-        cfg = PlanConfig(model=o.model, layers=o.layers, hidden=o.hidden, heads=o.heads, strategy=spec.name,
-                         options=options)
+        cfg = PlanConfig(
+            model=o.model,
+            layers=o.layers,
+            hidden=o.hidden,
+            heads=o.heads,
+            strategy=spec.name,
+            options=options,
+        )
         # the plan is reused while it was made from the same partition and configuration (a stamp beside it)
         stamp = out / f"{plan.name}.bench-stamp.json"
-        want = {"config": {"model": o.model, "layers": o.layers, "hidden": o.hidden, "heads": o.heads},
-                "options": {k_: (None if v is None else str(v)) for k_, v in options.items()},
-                "partition": partition_digest(part)}
+        want = {
+            "config": {"model": o.model, "layers": o.layers, "hidden": o.hidden, "heads": o.heads},
+            "options": {k_: (None if v is None else str(v)) for k_, v in options.items()},
+            "partition": partition_digest(part),
+        }
         if not (plan / "plan.json").is_file() or not stamp.is_file() or json.loads(stamp.read_text()) != want:
             run_plan(part, cfg, out=plan, force=True)
             write_json_atomic(stamp, want)
-        tc = TrainConfig(**train,  # a spec's own knobs win over the bench's
-                         eval_every=o.epochs,  # the final accuracy only: evaluation is not timed anyway
-                         threads=per_worker, live=False,
-                         timeout=max(60.0, min(o.timeout, 900.0)),  # big graphs: peers wait long for a bin
-                         emulate_link=link, hosts=o.hosts if link else None, trace=o.trace)
+        tc = TrainConfig(
+            **train,  # a spec's own knobs win over the bench's
+            eval_every=o.epochs,  # the final accuracy only: evaluation is not timed anyway
+            threads=per_worker,
+            live=False,
+            timeout=max(60.0, min(o.timeout, 900.0)),  # big graphs: peers wait long for a bin
+            emulate_link=link,
+            hosts=o.hosts if link else None,
+            trace=o.trace,
+        )
         ran = run_train(plan, tc, out=run, force=True)["config"]  # the settings as resolved for the run
     except (G3InputError, G3RuntimeError) as exc:  # the epochs it finished are kept, for the record
-        return entry(spec.name, label, "failed", threads=per_worker * k, note=str(exc),
-                     completed_epoch_seconds=[r["epoch_seconds"] for r in _records(run)], **common)
+        return entry(
+            spec.name,
+            label,
+            "failed",
+            threads=per_worker * k,
+            note=str(exc),
+            completed_epoch_seconds=[r["epoch_seconds"] for r in _records(run)],
+            **common,
+        )
     records = _records(run)
     steady = records[1:] if len(records) > 1 else records  # the first epoch also fetches the input features
     peak = [max(int(r["workers"][i]["peak_memory_bytes"]) for r in records) for i in range(k)]
@@ -184,17 +225,26 @@ def run_strategy(store: GraphStore, o, spec: StrategySpec, k: int, out: Path, th
     median = statistics.median(r["epoch_seconds"] for r in steady)
     if ran.get("pipeline"):
         note += f", --pipeline {ran['pipeline']}"
-    return entry(spec.name, label, threads=per_worker * k, threads_per_worker=per_worker,
-                 epoch_seconds=[r["epoch_seconds"] for r in records], run=str(run),
-                 # the mean, not the median: a strategy that skips sends every other epoch moves half per epoch
-                 bytes_per_epoch=statistics.fmean(_train_bytes(r) for r in steady),
-                 # what crossed the emulated links (every byte: collectives, evaluation, TCP/IP headers)
-                 link_bytes_per_epoch=_link_bytes(steady) if link else None,
-                 comm_hidden_share=_median_of(steady, "comm_hidden_share"),
-                 test_acc=records[-1].get("test_acc"), peak_memory_bytes=peak, seeds_per_epoch=seeds,
-                 compute_balance=_compute_balance(steady),
-                 seeds_per_second=seeds / median if median > 0 else None,
-                 note=note + (f" (more workers than the {threads} threads)" if k > threads else ""), **common)
+    return entry(
+        spec.name,
+        label,
+        threads=per_worker * k,
+        threads_per_worker=per_worker,
+        epoch_seconds=[r["epoch_seconds"] for r in records],
+        run=str(run),
+        # the mean, not the median: a strategy that skips sends every other epoch moves half per epoch
+        bytes_per_epoch=statistics.fmean(_train_bytes(r) for r in steady),
+        # what crossed the emulated links (every byte: collectives, evaluation, TCP/IP headers)
+        link_bytes_per_epoch=_link_bytes(steady) if link else None,
+        comm_hidden_share=_median_of(steady, "comm_hidden_share"),
+        test_acc=records[-1].get("test_acc"),
+        peak_memory_bytes=peak,
+        seeds_per_epoch=seeds,
+        compute_balance=_compute_balance(steady),
+        seeds_per_second=seeds / median if median > 0 else None,
+        note=note + (f" (more workers than the {threads} threads)" if k > threads else ""),
+        **common,
+    )
 
 
 def _link_bytes(records: list[dict]) -> float | None:
@@ -217,7 +267,11 @@ def _compute_balance(records: list[dict]) -> float | None:
     them), else wall seconds."""
     ratios = []
     for r in records:
-        key = "compute_cpu_seconds" if all("compute_cpu_seconds" in w for w in r["workers"]) else "compute_seconds"
+        key = (
+            "compute_cpu_seconds"
+            if all("compute_cpu_seconds" in w for w in r["workers"])
+            else "compute_seconds"
+        )
         c = [float(w.get(key, 0.0)) for w in r["workers"]]
         if c and sum(c) > 0:
             ratios.append(max(c) / (sum(c) / len(c)))

@@ -9,8 +9,18 @@ import time
 import numpy as np
 
 
-def train_single(graph: dict, model_kind: str, layers: int, hidden: int, heads: int, epochs: int, lr: float,
-                 dropout: float, threads: int, seed: int = 0) -> dict:
+def train_single(
+    graph: dict,
+    model_kind: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    epochs: int,
+    lr: float,
+    dropout: float,
+    threads: int,
+    seed: int = 0,
+) -> dict:
     """Train on ``graph`` (the neutral graph's arrays) in this process; returns the epoch times."""
     import torch
 
@@ -32,8 +42,15 @@ def train_single(graph: dict, model_kind: str, layers: int, hidden: int, heads: 
         n = len(indptr) - 1
         in_deg = torch.diff(indptr).to(torch.float32)
         out_deg = torch.bincount(indices, minlength=n).to(torch.float32)
-        block = Block(n_dst=n, n_src=n, indptr=indptr, indices=indices, src_out_degree=out_deg,
-                      dst_in_degree=in_deg, dst_global=torch.arange(n, dtype=torch.int64))
+        block = Block(
+            n_dst=n,
+            n_src=n,
+            indptr=indptr,
+            indices=indices,
+            src_out_degree=out_deg,
+            dst_in_degree=in_deg,
+            dst_global=torch.arange(n, dtype=torch.int64),
+        )
         x = torch.from_numpy(np.asarray(graph["features"], dtype=np.float32))
         y = torch.from_numpy(np.asarray(graph["labels"], dtype=np.int64))
         train_idx = torch.from_numpy(np.asarray(graph["train_idx"], dtype=np.int64))

@@ -36,13 +36,20 @@ def node_name(n: int) -> str:
     return f"node-{n:05d}"
 
 
-def run_bundle(plan: str | Path, nodes: int, procs_per_node: int | None = None, out: str | Path | None = None,
-               force: bool = False) -> dict:
+def run_bundle(
+    plan: str | Path,
+    nodes: int,
+    procs_per_node: int | None = None,
+    out: str | Path | None = None,
+    force: bool = False,
+) -> dict:
     """Write the node folders of PLAN for ``nodes`` hosts; returns bundle.json."""
     plan = Path(plan)
     meta = load_plan_meta(plan)
     if meta.get("bundle"):
-        raise G3InputError("this plan is a node folder of a bundle already; bundle the original plan", path=plan)
+        raise G3InputError(
+            "this plan is a node folder of a bundle already; bundle the original plan", path=plan
+        )
     part = Path(meta["partition"]["path"])
     layouts = layout_folders(load_partition_meta(part))
     k = int(meta["num_workers"])
@@ -50,12 +57,18 @@ def run_bundle(plan: str | Path, nodes: int, procs_per_node: int | None = None, 
         raise G3InputError("--nodes must be >= 1")
     if procs_per_node is None:
         if k % nodes:
-            raise G3InputError(f"the plan's {k} workers do not split evenly over {nodes} nodes; give "
-                               "--procs-per-node, or a node count that divides the workers", path=plan)
+            raise G3InputError(
+                f"the plan's {k} workers do not split evenly over {nodes} nodes; give "
+                "--procs-per-node, or a node count that divides the workers",
+                path=plan,
+            )
         procs_per_node = k // nodes
     if procs_per_node < 1 or nodes * procs_per_node != k:
-        raise G3InputError(f"--nodes {nodes} x --procs-per-node {procs_per_node} = {nodes * procs_per_node} "
-                           f"processes, the plan has {k} workers (each process runs one)", path=plan)
+        raise G3InputError(
+            f"--nodes {nodes} x --procs-per-node {procs_per_node} = {nodes * procs_per_node} "
+            f"processes, the plan has {k} workers (each process runs one)",
+            path=plan,
+        )
     for r in range(k):  # every input present before anything is written
         for folder in (*(shard_dir(part, r, layout) for layout in layouts), plan / f"worker-{r:05d}"):
             if not folder.is_dir():
@@ -66,9 +79,17 @@ def run_bundle(plan: str | Path, nodes: int, procs_per_node: int | None = None, 
     with atomic_dir(out, force=force, kind="bundle", inputs=(plan, part)) as tmp:
         for n, mine in enumerate(ranks):
             _write_node(tmp / node_name(n), n, mine, nodes, procs_per_node, plan, part, meta, layouts)
-        bundle = {"schema": BUNDLE_SCHEMA, "schema_version": BUNDLE_VERSION, "plan": reference(plan, out),
-                  "strategy": meta["strategy"]["name"], "num_workers": k, "nodes": nodes,
-                  "procs_per_node": procs_per_node, "ranks": ranks, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        bundle = {
+            "schema": BUNDLE_SCHEMA,
+            "schema_version": BUNDLE_VERSION,
+            "plan": reference(plan, out),
+            "strategy": meta["strategy"]["name"],
+            "num_workers": k,
+            "nodes": nodes,
+            "procs_per_node": procs_per_node,
+            "ranks": ranks,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
         write_json_atomic(tmp / "bundle.json", bundle)
     return {**bundle, "path": str(out)}
 
@@ -86,12 +107,23 @@ def layout_folders(part_meta: dict) -> tuple[str | None, ...]:
     return (None, *partition_layouts(part_meta)[1:])
 
 
-def _write_node(folder: Path, n: int, ranks: list[int], nodes: int, ppn: int, plan: Path, part: Path,
-                meta: dict, layouts: tuple[str | None, ...]) -> None:
+def _write_node(
+    folder: Path,
+    n: int,
+    ranks: list[int],
+    nodes: int,
+    ppn: int,
+    plan: Path,
+    part: Path,
+    meta: dict,
+    layouts: tuple[str | None, ...],
+) -> None:
     node_part, node_plan = folder / "partition", folder / "plan"
     node_part.mkdir(parents=True)
     node_plan.mkdir()
-    shutil.copy2(part / "partition.json", node_part / "partition.json")  # the same bytes: the plan's digest holds
+    shutil.copy2(
+        part / "partition.json", node_part / "partition.json"
+    )  # the same bytes: the plan's digest holds
     if (part / "assignment.npy").is_file():  # global id -> owner, for strategies that fetch by global id
         shutil.copy2(part / "assignment.npy", node_part / "assignment.npy")
     for r in ranks:
@@ -109,7 +141,7 @@ def _write_node(folder: Path, n: int, ranks: list[int], nodes: int, ppn: int, pl
 
 
 def run_instructions(n: int, nodes: int, ppn: int, ranks: list[int], meta: dict) -> str:
-    return f"""# Node {n} of {nodes}: ranks {ranks[0]}–{ranks[-1]} of the {meta['num_workers']}-worker plan
+    return f"""# Node {n} of {nodes}: ranks {ranks[0]}–{ranks[-1]} of the {meta["num_workers"]}-worker plan
 
 Copy this folder to the host (nothing else is needed: its shards and plan folders, the partition and plan
 JSONs, references relative to this folder), install g3 there, and from this folder run:

@@ -23,14 +23,28 @@ SEAL = "content_sha256"
 _INT, _STR, _OBJ, _LIST = (int,), (str,), (dict,), (list,)
 REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "partition.json": {"num_partitions": _INT, "store": _OBJ, "method": _STR},
-    "plan.json": {"num_workers": _INT, "partition": _OBJ, "store": _OBJ, "config": _OBJ, "layers": _LIST,
-                  "widths": _LIST, "workers": _LIST},
+    "plan.json": {
+        "num_workers": _INT,
+        "partition": _OBJ,
+        "store": _OBJ,
+        "config": _OBJ,
+        "layers": _LIST,
+        "widths": _LIST,
+        "workers": _LIST,
+    },
     "run.json": {"plan": _OBJ, "status": _STR, "config": _OBJ},
     "shard.json": {"files": _OBJ, "num_owned": _INT},
     "worker.json": {"rank": _INT},
     # a store's g3 attributes (zarr.json's attributes.g3)
-    "store": {"num_nodes": _INT, "num_arcs": _INT, "feat_dim": _INT, "num_classes": _INT, "feature_dtype": _STR,
-              "degree": _OBJ, "checksums": _OBJ},
+    "store": {
+        "num_nodes": _INT,
+        "num_arcs": _INT,
+        "feat_dim": _INT,
+        "num_classes": _INT,
+        "feature_dtype": _STR,
+        "degree": _OBJ,
+        "checksums": _OBJ,
+    },
 }
 
 
@@ -41,7 +55,10 @@ def _canonical(obj: dict) -> bytes:
 
 def sealed(obj: dict) -> dict:
     """``obj`` (plain JSON types) with its ``content_sha256`` (replacing an earlier one)."""
-    return {**{k: v for k, v in obj.items() if k != SEAL}, SEAL: "sha256:" + hashlib.sha256(_canonical(obj)).hexdigest()}
+    return {
+        **{k: v for k, v in obj.items() if k != SEAL},
+        SEAL: "sha256:" + hashlib.sha256(_canonical(obj)).hexdigest(),
+    }
 
 
 def check_json(meta: object, path: Path, required: dict[str, tuple[type, ...]] | None = None) -> dict:
@@ -51,21 +68,27 @@ def check_json(meta: object, path: Path, required: dict[str, tuple[type, ...]] |
         raise G3InputError(f"holds a JSON {type(meta).__name__}, not an object (damaged?)", path=path)
     if SEAL in meta:
         if not isinstance(meta[SEAL], str) or meta[SEAL] != sealed(meta)[SEAL]:
-            raise G3InputError("does not match its content_sha256: the file was edited or damaged after g3 wrote "
-                               "it; re-run the command that made it", path=path)
+            raise G3InputError(
+                "does not match its content_sha256: the file was edited or damaged after g3 wrote "
+                "it; re-run the command that made it",
+                path=path,
+            )
     for key, types in (required or {}).items():
         if key not in meta:
             raise G3InputError(f"lacks the field {key!r} (damaged, or not written by g3)", path=path)
         value = meta[key]
         if not isinstance(value, types) or (types == _INT and isinstance(value, bool)):
-            want = "/".join({int: "integer", str: "string", dict: "object", list: "list", bool: "boolean"}[t]
-                            for t in types)
+            want = "/".join(
+                {int: "integer", str: "string", dict: "object", list: "list", bool: "boolean"}[t]
+                for t in types
+            )
             raise G3InputError(f"field {key!r} is {json.dumps(value)[:40]}, not a {want}", path=path)
     return meta
 
 
-def read_json_file(path: str | Path, required: dict[str, tuple[type, ...]] | None = None,
-                   check: bool = True) -> dict:
+def read_json_file(
+    path: str | Path, required: dict[str, tuple[type, ...]] | None = None, check: bool = True
+) -> dict:
     """A g3 JSON file as a dict: unreadable, not JSON, not an object, seal broken or a required key missing is
     one line naming the file (``required`` defaults to :data:`REQUIRED` for the file's name); ``check`` False:
     only that it is a JSON object (the caller checks the rest once it knows the version)."""
@@ -87,8 +110,9 @@ def read_json_file(path: str | Path, required: dict[str, tuple[type, ...]] | Non
     return check_json(meta, path, REQUIRED.get(path.name) if required is None else required)
 
 
-def load_artifact_json(folder: str | Path, marker: str, schema: str, version: int | tuple[int, ...], kind: str,
-                       stage: str) -> dict:
+def load_artifact_json(
+    folder: str | Path, marker: str, schema: str, version: int | tuple[int, ...], kind: str, stage: str
+) -> dict:
     """``folder/marker`` as a dict, refusing a missing file, bad JSON, another schema or a version not in
     ``version`` (one version, or the tuple of those this g3 reads; the newest is the last).
 

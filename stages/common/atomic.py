@@ -21,11 +21,18 @@ from pathlib import Path
 from .errors import G3InputError
 
 # the file that makes a folder an artifact of each kind (what `--force` may replace)
-ARTIFACT_MARKERS = {"store": "zarr.json", "partition": "partition.json", "plan": "plan.json", "run": "run.json",
-                    "bundle": "bundle.json", "logits": "zarr.json"}
+ARTIFACT_MARKERS = {
+    "store": "zarr.json",
+    "partition": "partition.json",
+    "plan": "plan.json",
+    "run": "run.json",
+    "bundle": "bundle.json",
+    "logits": "zarr.json",
+}
 
 
 FILE = "file"  # the kind of a single-file output (check_target): a folder in its place is refused
+
 
 def _is_artifact(folder: Path, kind: str) -> bool:
     """Whether ``folder`` is a g3 artifact of ``kind``: its marker file, and for the two zarr kinds the node
@@ -59,21 +66,34 @@ def check_replaceable(target: Path, kind: str | None, inputs: Iterable = ()) -> 
     """What ``--force`` may replace (see :func:`check_target`); one line naming the target otherwise."""
     where = Path(target).resolve()
     for given, what in _inputs_touched(where, inputs):
-        raise G3InputError(f"{what} an input of this command ({given}): --force never replaces an input; "
-                           "choose another output", path=target)
+        raise G3InputError(
+            f"{what} an input of this command ({given}): --force never replaces an input; "
+            "choose another output",
+            path=target,
+        )
     if kind == FILE:  # a file output (`g3 export`): a folder there is never replaced by a file
         if where.is_dir():
-            raise G3InputError("is a folder: give the file to write (--force replaces only an earlier file)",
-                               path=target)
+            raise G3InputError(
+                "is a folder: give the file to write (--force replaces only an earlier file)", path=target
+            )
         return
     if kind is None:
         return
     if where.is_dir() and (_is_artifact(where, kind) or not any(where.iterdir())):
         return
-    found = "a file" if not where.is_dir() else next(
-        (f"a g3 {other}" for other in ARTIFACT_MARKERS if _is_artifact(where, other)), "a folder of other files")
-    raise G3InputError(f"is {found}, not a g3 {kind}: --force replaces only an earlier {kind}; remove it yourself "
-                       "or choose another output", path=target)
+    found = (
+        "a file"
+        if not where.is_dir()
+        else next(
+            (f"a g3 {other}" for other in ARTIFACT_MARKERS if _is_artifact(where, other)),
+            "a folder of other files",
+        )
+    )
+    raise G3InputError(
+        f"is {found}, not a g3 {kind}: --force replaces only an earlier {kind}; remove it yourself "
+        "or choose another output",
+        path=target,
+    )
 
 
 def _inputs_touched(where: Path, inputs: Iterable) -> Iterator[tuple[object, str]]:
@@ -87,8 +107,9 @@ def _inputs_touched(where: Path, inputs: Iterable) -> Iterator[tuple[object, str
             yield given, "is" if source == where else "holds" if where in source.parents else "is part of"
 
 
-def check_work_folder(folder: Path, flag: str, ours: Callable[[Path], bool], inputs: Iterable = (),
-                      inside_ok: bool = False) -> None:
+def check_work_folder(
+    folder: Path, flag: str, ours: Callable[[Path], bool], inputs: Iterable = (), inside_ok: bool = False
+) -> None:
     """A folder a command fills and reuses across calls (``g3 advise --plans``, ``--cache``): new, empty, or one
     that ``ours(folder)`` recognises as this command's; never an input, a folder holding one or one inside one
     (symbolic links followed) — the command writes into it and replaces what it made there before.
@@ -97,14 +118,19 @@ def check_work_folder(folder: Path, flag: str, ours: Callable[[Path], bool], inp
     for given, what in _inputs_touched(Path(folder).resolve(), inputs):
         if inside_ok and what == "is part of":
             continue
-        raise G3InputError(f"{flag}: {what} an input of this command ({given}); choose another folder", path=folder)
+        raise G3InputError(
+            f"{flag}: {what} an input of this command ({given}); choose another folder", path=folder
+        )
     if not folder.exists():
         return
     if not folder.is_dir():
         raise G3InputError(f"{flag} takes a folder, and this is a file", path=folder)
     if any(folder.iterdir()) and not ours(folder):
-        raise G3InputError(f"{flag}: holds files this command did not make; give a new or empty folder, or one an "
-                           "earlier run of it filled", path=folder)
+        raise G3InputError(
+            f"{flag}: holds files this command did not make; give a new or empty folder, or one an "
+            "earlier run of it filled",
+            path=folder,
+        )
 
 
 def make_parent(target: Path) -> None:
@@ -156,8 +182,11 @@ def target_lock(target: Path, what: str = "writing") -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise G3InputError(f"another g3 process is {what} this (its lock .{target.name}.lock is held); wait "
-                               "for it or choose another output", path=target) from None
+            raise G3InputError(
+                f"another g3 process is {what} this (its lock .{target.name}.lock is held); wait "
+                "for it or choose another output",
+                path=target,
+            ) from None
         try:
             same = os.stat(lock).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
@@ -214,8 +243,9 @@ def fsync_dir(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike, force: bool = False, kind: str | None = None,
-               inputs: Iterable = ()) -> Iterator[Path]:
+def atomic_dir(
+    target: str | os.PathLike, force: bool = False, kind: str | None = None, inputs: Iterable = ()
+) -> Iterator[Path]:
     """Yield a fresh temporary directory; on success it replaces ``target`` in one rename (see the module
     docstring: locked, checked again at the rename, fsynced). ``kind``/``inputs``: what ``force`` may replace
     (:func:`check_target`)."""
@@ -251,8 +281,14 @@ def as_environment_error(exc: OSError, target: Path) -> OSError:
             if shutil.disk_usage(target.parent).free < (1 << 20):
                 return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
         return OSError(errno.EIO, f"a write stopped short ({exc})", str(target))
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):  # a write refused: where the target is, whatever
-        return OSError(exc.errno, os.strerror(exc.errno), str(target))  # file (ours, or a copy's source) it names
+    if exc.errno in (
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EROFS,
+    ):  # a write refused: where the target is, whatever
+        return OSError(
+            exc.errno, os.strerror(exc.errno), str(target)
+        )  # file (ours, or a copy's source) it names
     return exc
 
 
@@ -261,8 +297,9 @@ def publish_dir(tmp: Path, target: Path, force: bool) -> None:
     something may have appeared there meanwhile), the old one removed after the new one is in place."""
     if target.exists() or target.is_symlink():
         if not force:
-            raise G3InputError("appeared while this artifact was being built; pass --force to replace it",
-                               path=target)
+            raise G3InputError(
+                "appeared while this artifact was being built; pass --force to replace it", path=target
+            )
         old = target.parent / f".{target.name}.old-{os.getpid()}"
         os.rename(target, old)
         os.rename(tmp, target)
@@ -296,7 +333,9 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
-def write_json_atomic(path: str | os.PathLike, obj: object, indent: int | None = 2, seal: bool = False) -> None:
+def write_json_atomic(
+    path: str | os.PathLike, obj: object, indent: int | None = 2, seal: bool = False
+) -> None:
     """Write JSON to ``path`` through :func:`atomic_file`; ``seal``: with the ``content_sha256`` of what it holds
     (an artifact's own JSON: :func:`stages.common.artifact_json.sealed`), so that a reader can tell an edited or
     damaged file from the one g3 wrote."""
@@ -335,5 +374,8 @@ def check_free_space(out: Path, parts: dict[str, int], what: str) -> None:
     free = shutil.disk_usage(folder).free
     if need > free:
         detail = ", ".join(f"{name} {human_bytes(n)}" for name, n in parts.items() if n)
-        raise G3InputError(f"the disk holding it has {human_bytes(free)} free, and {what} writes at least "
-                           f"{human_bytes(need)} there ({detail}): free space or write elsewhere", path=out)
+        raise G3InputError(
+            f"the disk holding it has {human_bytes(free)} free, and {what} writes at least "
+            f"{human_bytes(need)} there ({detail}): free space or write elsewhere",
+            path=out,
+        )

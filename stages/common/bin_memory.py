@@ -93,8 +93,16 @@ def _pack(order, row_ptr, edge_src, prio, n_local, max_rows, per_dst, per_src, p
     return bounds[: k + 1], out_bytes[:k], out_srcs[:k]
 
 
-def pack_bins(cost: BinCost, row_ptr: np.ndarray, edge_src: np.ndarray, prio: np.ndarray, n_local: int,
-              limit: int = NO_LIMIT, order: np.ndarray | None = None, max_rows: int | None = None) -> PackedBins:
+def pack_bins(
+    cost: BinCost,
+    row_ptr: np.ndarray,
+    edge_src: np.ndarray,
+    prio: np.ndarray,
+    n_local: int,
+    limit: int = NO_LIMIT,
+    order: np.ndarray | None = None,
+    max_rows: int | None = None,
+) -> PackedBins:
     """Rows cut into consecutive bins along ``order`` (default: every row in turn) while a bin's bytes stay
     within ``limit`` and its rows within ``max_rows``.
 
@@ -103,14 +111,25 @@ def pack_bins(cost: BinCost, row_ptr: np.ndarray, edge_src: np.ndarray, prio: np
     row_ptr = np.asarray(row_ptr, dtype=np.int64)
     n_rows = len(row_ptr) - 1
     order = np.arange(n_rows, dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
-    bounds, nbytes, srcs = _pack(order, row_ptr, np.asarray(edge_src, dtype=np.int64), np.asarray(prio, dtype=np.int64),
-                                 int(n_local), int(max_rows or n_rows or 1), int(cost.per_dst), int(cost.per_src),
-                                 int(cost.per_arc), int(cost.fixed), int(limit))
+    bounds, nbytes, srcs = _pack(
+        order,
+        row_ptr,
+        np.asarray(edge_src, dtype=np.int64),
+        np.asarray(prio, dtype=np.int64),
+        int(n_local),
+        int(max_rows or n_rows or 1),
+        int(cost.per_dst),
+        int(cost.per_src),
+        int(cost.per_arc),
+        int(cost.fixed),
+        int(limit),
+    )
     return PackedBins(bounds, nbytes, srcs)
 
 
-def pack_within(cost: BinCost, row_ptr: np.ndarray, edge_src: np.ndarray, prio: np.ndarray, n_local: int,
-                limit: int) -> PackedBins:
+def pack_within(
+    cost: BinCost, row_ptr: np.ndarray, edge_src: np.ndarray, prio: np.ndarray, n_local: int, limit: int
+) -> PackedBins:
     """:func:`pack_bins` over the rows in turn for a planner: G3InputError when one row alone needs more than
     ``limit`` bytes."""
     packed = pack_bins(cost, row_ptr, edge_src, prio, n_local, limit)

@@ -35,5 +35,9 @@ def stage_cost(t0: float, workers_peak_bytes: int = 0) -> dict:
     """The ``cost`` record of a stage that started at ``time.perf_counter()`` = ``t0``: ``seconds``,
     ``peak_memory_bytes`` (this process + ``workers_peak_bytes``) and the two parts."""
     own = process_peak_bytes()
-    return {"seconds": round(time.perf_counter() - t0, 3), "peak_memory_bytes": own + int(workers_peak_bytes),
-            "process_peak_bytes": own, "workers_peak_bytes": int(workers_peak_bytes)}
+    return {
+        "seconds": round(time.perf_counter() - t0, 3),
+        "peak_memory_bytes": own + int(workers_peak_bytes),
+        "process_peak_bytes": own,
+        "workers_peak_bytes": int(workers_peak_bytes),
+    }

@@ -92,9 +92,12 @@ def adopt(namespace: dict) -> int:
     module = namespace.get("__name__")
     adopted = 0
     for value in list(namespace.values()):
-        if (isinstance(value, dispatcher.Dispatcher) and isinstance(value._cache, FunctionCache)
-                and not isinstance(value._cache, CompileOnceCache)
-                and getattr(value.py_func, "__module__", None) == module):
+        if (
+            isinstance(value, dispatcher.Dispatcher)
+            and isinstance(value._cache, FunctionCache)
+            and not isinstance(value._cache, CompileOnceCache)
+            and getattr(value.py_func, "__module__", None) == module
+        ):
             compile_once(value)
             adopted += 1
     return adopted

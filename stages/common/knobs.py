@@ -68,8 +68,11 @@ def at_least_one(value) -> str | None:
 
 def step_count(value) -> str | None:
     """auto | on | off | N (steps ahead, N >= 0)."""
-    return None if value in ("auto", "on", "off") or str(value).isdigit() else \
-        f"{value} is not one of auto, on, off or a step count >= 0"
+    return (
+        None
+        if value in ("auto", "on", "off") or str(value).isdigit()
+        else f"{value} is not one of auto, on, off or a step count >= 0"
+    )
 
 
 def finite_non_negative(value) -> str | None:
@@ -89,37 +92,62 @@ def prefetch_depth(prefetch: str | None) -> int:
 BIN_SCHEDULES = ("multi", "inter", "intra", "none")
 
 PIPELINE = TrainKnob(
-    "pipeline", str, "multi", choices=BIN_SCHEDULES,
+    "pipeline",
+    str,
+    "multi",
+    choices=BIN_SCHEDULES,
     help="g3: bin scheduling (G3 §5.2): 'multi' = eager inter-layer bins in priority order plus the intra-layer "
-         "overlap; 'inter' = eager inter-layer only, bins of consecutive node ids; 'intra' = layer by layer with the "
-         "intra-layer overlap: the next bin gathered/copied while one computes (see --prefetch), messages packed and "
-         "sent and arrived rows copied in by helper threads; 'none' = sequential. All give the same model.")
+    "overlap; 'inter' = eager inter-layer only, bins of consecutive node ids; 'intra' = layer by layer with the "
+    "intra-layer overlap: the next bin gathered/copied while one computes (see --prefetch), messages packed and "
+    "sent and arrived rows copied in by helper threads; 'none' = sequential. All give the same model.",
+)
 
 PREFETCH = TrainKnob(
-    "prefetch", str, "auto", metavar="[auto|on|off|N]", check=step_count,
+    "prefetch",
+    str,
+    "auto",
+    metavar="[auto|on|off|N]",
+    check=step_count,
     help="Mini-batch strategies: a sampler thread prepares up to N steps ahead (sampling, feature fetch); auto/on "
-         "= 2, off = 0 (in the step). Same model either way.")
+    "= 2, off = 0 (in the step). Same model either way.",
+)
 
 BACKWARD = TrainKnob(
-    "backward", str, "auto", choices=("auto", "recompute", "keep"),
+    "backward",
+    str,
+    "auto",
+    choices=("auto", "recompute", "keep"),
     help="Backward per bin: recompute the bin's forward (memory bounded by the bin limit) or keep every bin's "
-         "activations from the forward pass (faster, more memory); auto keeps them where every layer of a worker "
-         "is one bin (its whole partition fits), recomputes otherwise.")
+    "activations from the forward pass (faster, more memory); auto keeps them where every layer of a worker "
+    "is one bin (its whole partition fits), recomputes otherwise.",
+)
 
 LAYER0_CACHE = TrainKnob(
-    "layer0_cache", str, "auto", choices=("auto", "on", "off"),
+    "layer0_cache",
+    str,
+    "auto",
+    choices=("auto", "on", "off"),
     help="Layer 0's inputs are the fixed node features, so SAGE and GCN can aggregate them once per bin and keep "
-         "the result: later epochs run layer 0 as dense products, with no sparse aggregation forward or backward "
-         "(same model; GAT ignores it). Costs owned nodes x features of extra memory. 'auto' = on, except for bins "
-         "streamed to a GPU (the cache would sit outside the bins' memory budget).")
+    "the result: later epochs run layer 0 as dense products, with no sparse aggregation forward or backward "
+    "(same model; GAT ignores it). Costs owned nodes x features of extra memory. 'auto' = on, except for bins "
+    "streamed to a GPU (the cache would sit outside the bins' memory budget).",
+)
 
 FEATURE_CACHE = TrainKnob(
-    "feature_cache", bool, True,
-    help="Fetch remote input features once and keep them (--no-feature-cache: resend them every epoch).")
+    "feature_cache",
+    bool,
+    True,
+    help="Fetch remote input features once and keep them (--no-feature-cache: resend them every epoch).",
+)
 
 MICRO_BATCHES = TrainKnob(
-    "micro_batches", int, 1, metavar="N", check=at_least_one,
+    "micro_batches",
+    int,
+    1,
+    metavar="N",
+    check=at_least_one,
     help="Split each step's batch into N micro-batches whose gradients accumulate into the step's one optimizer "
-         "update (gradient accumulation: about 1/N of the step's blocks and activations alive at once). The loss "
-         "of each is normalised by the whole step's target count and the sampler draws by node, so the model is "
-         "the same as with N = 1.")
+    "update (gradient accumulation: about 1/N of the step's blocks and activations alive at once). The loss "
+    "of each is normalised by the whole step's target count and the sampler draws by node, so the model is "
+    "the same as with N = 1.",
+)

@@ -61,14 +61,17 @@ class ModelSpec:
         if self.kind not in MODEL_KINDS:
             raise ValueError(f"unknown model {self.kind!r} (choose from {', '.join(MODEL_KINDS)})")
         if self.layers < 1 or self.hidden < 1 or self.heads < 1:
-            raise ValueError("the layer count, hidden width and heads must be >= 1 (--layers, --hidden, --heads)")
+            raise ValueError(
+                "the layer count, hidden width and heads must be >= 1 (--layers, --hidden, --heads)"
+            )
         if self.in_dim < 1 or self.num_classes < 1:
             raise ValueError("the store needs at least one feature column and one class")
 
     def layer_shapes(self) -> list[LayerShape]:
         if self.kind == "dgcn":
             return [LayerShape(self.in_dim, self.num_classes, op="mlp")] + [
-                LayerShape(self.num_classes, self.num_classes, op="propagate") for _ in range(self.layers)]
+                LayerShape(self.num_classes, self.num_classes, op="propagate") for _ in range(self.layers)
+            ]
         shapes, d_in = [], self.in_dim
         for li in range(self.layers):
             last = li == self.layers - 1
@@ -105,11 +108,19 @@ class ModelSpec:
     def from_plan(cls, plan_meta: dict) -> ModelSpec:
         """The spec a plan.json records (its ``config`` and ``store`` blocks)."""
         mc, st = plan_meta["config"], plan_meta["store"]
-        return cls(kind=mc["model"], in_dim=int(st["feat_dim"]), hidden=int(mc["hidden"]),
-                   num_classes=int(st["num_classes"]), layers=int(mc["layers"]), heads=int(mc["heads"]))
+        return cls(
+            kind=mc["model"],
+            in_dim=int(st["feat_dim"]),
+            hidden=int(mc["hidden"]),
+            num_classes=int(st["num_classes"]),
+            layers=int(mc["layers"]),
+            heads=int(mc["heads"]),
+        )
 
 
-ARC_INDEX_BYTES = 3 * INDEX_BYTES  # per arc: the block's index, and its row id or its transposed index + permutation
+ARC_INDEX_BYTES = (
+    3 * INDEX_BYTES
+)  # per arc: the block's index, and its row id or its transposed index + permutation
 BIN_DEVICES = ("cpu", "cuda")  # the device kinds a plan's bins can be sized for (g3 plan --bins-for)
 
 
@@ -186,21 +197,32 @@ def bin_cost(shape: LayerShape, mlp_widths: list[int] | None = None, device: str
         widths = list(mlp_widths) if mlp_widths else [a, b]
         hidden = max(widths[1:-1], default=0)
         params = sum(p * q + q for p, q in zip(widths[:-1], widths[1:], strict=True))
-        return BinCost(per_dst=block_dst + 2 * e * sum(widths) + 6 * e * hidden, per_src=e * (a + 1), per_arc=i,
-                       fixed=e * params)
+        return BinCost(
+            per_dst=block_dst + 2 * e * sum(widths) + 6 * e * hidden,
+            per_src=e * (a + 1),
+            per_arc=i,
+            fixed=e * params,
+        )
     if shape.attention:
         per_arc = 4 * i + e * (4 * msg + 3 * heads)
-        return BinCost(per_dst=block_dst + per_arc + e * (a + 3 * w + heads) + out_side,
-                       per_src=e + i + e * (2 * a + 4 * w + 2 * heads), per_arc=per_arc,
-                       fixed=e * (a * w + 2 * w + b))
+        return BinCost(
+            per_dst=block_dst + per_arc + e * (a + 3 * w + heads) + out_side,
+            per_src=e + i + e * (2 * a + 4 * w + 2 * heads),
+            per_arc=per_arc,
+            fixed=e * (a * w + 2 * w + b),
+        )
     # SAGE and GCN (their shapes are alike): x, the rows summed when they are not x (SAGE projecting first: W x;
     # GCN: its normalised copy), and the gradients of both
     per_src = 2 * e + i + e * (3 * a + 2 * w)
     per_arc = ARC_INDEX_BYTES + e * msg
     if shape.op == "propagate":  # dgcn's Â: no weights, no activation
         return BinCost(per_dst=block_dst + e * (a + 2 * w) + 4 * e * b, per_src=per_src, per_arc=per_arc)
-    return BinCost(per_dst=block_dst + e * (a + 2 * w) + out_side, per_src=per_src, per_arc=per_arc,
-                   fixed=e * (2 * a * b + b))  # SAGE's two weights and bias (GCN has one weight)
+    return BinCost(
+        per_dst=block_dst + e * (a + 2 * w) + out_side,
+        per_src=per_src,
+        per_arc=per_arc,
+        fixed=e * (2 * a * b + b),
+    )  # SAGE's two weights and bias (GCN has one weight)
 
 
 def bin_costs(spec: ModelSpec, device: str = "cuda") -> list[BinCost]:

@@ -79,12 +79,16 @@ def _entry(manifest: dict | None, name: str, folder: Path) -> dict | None:
     want = (manifest or {}).get(name)
     if want is None:
         return None
-    if not (isinstance(want, dict) and isinstance(want.get("shape"), list) and isinstance(want.get("dtype"), str)):
+    if not (
+        isinstance(want, dict) and isinstance(want.get("shape"), list) and isinstance(want.get("dtype"), str)
+    ):
         raise G3InputError(f"the folder's JSON entry for {name} is malformed", path=folder)
     return want
 
 
-def load_checked(folder: Path, name: str, manifest: dict | None, mmap: bool = True, verify: bool = True) -> np.ndarray:
+def load_checked(
+    folder: Path, name: str, manifest: dict | None, mmap: bool = True, verify: bool = True
+) -> np.ndarray:
     """``folder/name`` (a relative ``.npy`` path), checked against ``manifest[name]`` when the folder has one:
     header always, the file's sha256 too when ``verify`` (the default: whoever uses the data)."""
     folder = Path(folder)
@@ -97,8 +101,11 @@ def load_checked(folder: Path, name: str, manifest: dict | None, mmap: bool = Tr
         raise G3InputError(f"file {name} is not a readable .npy array ({exc})", path=folder) from None
     want = _entry(manifest, name, folder)
     if want is not None and (list(a.shape) != list(want["shape"]) or str(a.dtype) != want["dtype"]):
-        raise G3InputError(f"file {name} holds {a.dtype} {list(a.shape)}, its folder's JSON says {want['dtype']} "
-                           f"{list(want['shape'])} (a damaged or replaced file)", path=folder)
+        raise G3InputError(
+            f"file {name} holds {a.dtype} {list(a.shape)}, its folder's JSON says {want['dtype']} "
+            f"{list(want['shape'])} (a damaged or replaced file)",
+            path=folder,
+        )
     if verify and want is not None and want.get("sha256"):
         _verify(f, name, str(want["sha256"]), folder)
     return a
@@ -110,8 +117,11 @@ def _verify(f: Path, name: str, expected: str, folder: Path) -> None:
     if key in _VERIFIED:
         return
     if file_sha256(f) != expected:
-        raise G3InputError(f"file {name} does not match the sha256 its folder's JSON records (damaged or altered "
-                           "after it was written); re-run the command that made it", path=folder)
+        raise G3InputError(
+            f"file {name} does not match the sha256 its folder's JSON records (damaged or altered "
+            "after it was written); re-run the command that made it",
+            path=folder,
+        )
     _VERIFIED.add(key)
 
 

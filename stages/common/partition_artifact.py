@@ -47,8 +47,9 @@ def partition_digest(part: str | Path) -> str:
 def load_partition_meta(part: str | Path) -> dict:
     """partition.json, checked for schema and version, its store's ``path`` resolved (relative first); a version 1
     partition gains the ``layouts`` its method implies."""
-    meta = load_artifact_json(part, "partition.json", PARTITION_SCHEMA, PARTITION_READABLE, "partition",
-                              "g3 partition")
+    meta = load_artifact_json(
+        part, "partition.json", PARTITION_SCHEMA, PARTITION_READABLE, "partition", "g3 partition"
+    )
     if "layouts" not in meta:
         from .partition_methods import implied_layouts
 
@@ -108,10 +109,16 @@ class Shard:
             limit, what = self.num_owned, "the owned-local ids"
         elif name in ("send_ptr", "remote_owner_ptr"):
             end = len(self.send) if name == "send_ptr" else self.num_remote
-            if a.shape != (self.num_parts + 1,) or (len(a) and (a[0] != 0 or a[-1] != end)) \
-                    or (np.diff(a) < 0).any():
-                raise G3InputError(f"file {name}.npy is not {self.num_parts + 1} pointers from 0 to {end} that "
-                                   "never decrease", path=self.path)
+            if (
+                a.shape != (self.num_parts + 1,)
+                or (len(a) and (a[0] != 0 or a[-1] != end))
+                or (np.diff(a) < 0).any()
+            ):
+                raise G3InputError(
+                    f"file {name}.npy is not {self.num_parts + 1} pointers from 0 to {end} that "
+                    "never decrease",
+                    path=self.path,
+                )
             return
         else:
             return
@@ -151,7 +158,9 @@ class Shard:
     def indices(self) -> np.ndarray:
         """Local source ids of the owned nodes' in-arcs, checked to lie in [0, owned + remote)."""
         indices = np.asarray(self.load("indices"))
-        check_csr(self.indptr, indices, self.num_owned, self.path, num_sources=self.num_owned + self.num_remote)
+        check_csr(
+            self.indptr, indices, self.num_owned, self.path, num_sources=self.num_owned + self.num_remote
+        )
         return indices
 
     @property
@@ -169,4 +178,6 @@ class Shard:
 
 def open_shard(part: str | Path, rank: int, num_parts: int) -> Shard:
     num_nodes = (load_partition_meta(part).get("store") or {}).get("num_nodes")
-    return Shard(shard_dir(Path(part), rank), rank, num_parts, int(num_nodes) if num_nodes is not None else None)
+    return Shard(
+        shard_dir(Path(part), rank), rank, num_parts, int(num_nodes) if num_nodes is not None else None
+    )

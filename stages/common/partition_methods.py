@@ -33,7 +33,9 @@ class Layout:
     name: str
     description: str
     measure: str  # "module:function"(graphs, part, k, hidden, in_degree) -> (figures, remote marks or None)
-    write: str  # "module:function"(root, store, graphs, part, options, marks, progress): the shards under root
+    write: (
+        str  # "module:function"(root, store, graphs, part, options, marks, progress): the shards under root
+    )
     summary: str | None = None  # "module:function"(store, k) -> {key: value} added to partition.json
 
 
@@ -56,13 +58,21 @@ class PartitionMethod:
 LAYOUTS: dict[str, Layout] = {
     layout.name: layout
     for layout in (
-        Layout("rows", "node-partitioned: owned nodes' in-edge CSR over local ids, remote nodes grouped by owner, "
-                       "send lists and the owned rows' features",
-               measure="metrics:row_figures", write="shards:write_row_shards"),
-        Layout("columns", "features split by column: a column slice of every node's features and the whole "
-                          "graph's degrees; rows owned by contiguous id ranges",
-               measure="feature:column_figures", write="shards:write_column_shards",
-               summary="feature:column_summary"),
+        Layout(
+            "rows",
+            "node-partitioned: owned nodes' in-edge CSR over local ids, remote nodes grouped by owner, "
+            "send lists and the owned rows' features",
+            measure="metrics:row_figures",
+            write="shards:write_row_shards",
+        ),
+        Layout(
+            "columns",
+            "features split by column: a column slice of every node's features and the whole "
+            "graph's degrees; rows owned by contiguous id ranges",
+            measure="feature:column_figures",
+            write="shards:write_column_shards",
+            summary="feature:column_summary",
+        ),
     )
 }
 
@@ -70,28 +80,56 @@ LAYOUTS: dict[str, Layout] = {
 METHODS: dict[str, PartitionMethod] = {
     m.name: m
     for m in (
-        PartitionMethod("g3", "multi-constraint METIS (feature size, degree) then Algorithm 1 swaps that balance the "
-                              "remote sets (G3 §4.2), refined when they stop short",
-                        assign="g3_method:assign",
-                        options=("seed", "gamma", "balance_tol", "degree_tol", "hidden", "max_swaps",
-                                 "refine_steps", "remote_budget")),
+        PartitionMethod(
+            "g3",
+            "multi-constraint METIS (feature size, degree) then Algorithm 1 swaps that balance the "
+            "remote sets (G3 §4.2), refined when they stop short",
+            assign="g3_method:assign",
+            options=(
+                "seed",
+                "gamma",
+                "balance_tol",
+                "degree_tol",
+                "hidden",
+                "max_swaps",
+                "refine_steps",
+                "remote_budget",
+            ),
+        ),
         PartitionMethod("metis", "plain edge-cut METIS (DGL, BNS-GCN)", assign="metis:assign"),
         PartitionMethod("random", "hash of node id and seed", assign="baselines:assign_random"),
-        PartitionMethod("chunk", "contiguous id ranges of equal size (NeuGraph, ROC, NeutronStar)",
-                        assign="baselines:assign_chunk", options=()),
-        PartitionMethod("distdgl", "METIS with DistDGL's five balance constraints (nodes, train, valid, test, arcs)",
-                        assign="distdgl:assign"),
-        PartitionMethod("bytegnn", "ByteGNN's K-hop blocks assigned greedily (seed paper 001 §4.2.3, Algorithm 2)",
-                        assign="bytegnn:assign",
-                        options=("seed", "balance_tol", "bytegnn_alpha", "bytegnn_beta", "bytegnn_gamma",
-                                 "bytegnn_hops")),
-        PartitionMethod("p3", "P3's independent partitioning (P3 §3.1): the structure by a random hash of node id, each "
-                              "arc with its destination, and the features split by column, every worker a column "
-                              "slice of every node",
-                        assign="baselines:assign_random", layouts=("rows", "columns")),
-        PartitionMethod("feature", "the whole topology on every worker and ceil(F/K) feature columns each "
-                                   "(NeutronTP)",
-                        assign="feature:assign", layouts=("columns",), options=("hidden",)),
+        PartitionMethod(
+            "chunk",
+            "contiguous id ranges of equal size (NeuGraph, ROC, NeutronStar)",
+            assign="baselines:assign_chunk",
+            options=(),
+        ),
+        PartitionMethod(
+            "distdgl",
+            "METIS with DistDGL's five balance constraints (nodes, train, valid, test, arcs)",
+            assign="distdgl:assign",
+        ),
+        PartitionMethod(
+            "bytegnn",
+            "ByteGNN's K-hop blocks assigned greedily (seed paper 001 §4.2.3, Algorithm 2)",
+            assign="bytegnn:assign",
+            options=("seed", "balance_tol", "bytegnn_alpha", "bytegnn_beta", "bytegnn_gamma", "bytegnn_hops"),
+        ),
+        PartitionMethod(
+            "p3",
+            "P3's independent partitioning (P3 §3.1): the structure by a random hash of node id, each "
+            "arc with its destination, and the features split by column, every worker a column "
+            "slice of every node",
+            assign="baselines:assign_random",
+            layouts=("rows", "columns"),
+        ),
+        PartitionMethod(
+            "feature",
+            "the whole topology on every worker and ceil(F/K) feature columns each (NeutronTP)",
+            assign="feature:assign",
+            layouts=("columns",),
+            options=("hidden",),
+        ),
     )
 }
 
@@ -126,5 +164,14 @@ def layout_function(name: str, role: str) -> Callable:
     return _function(getattr(LAYOUTS[name], role))
 
 
-__all__ = ["METHODS", "LAYOUTS", "DEFAULT_METHOD", "PartitionMethod", "Layout", "partition_method", "layout",
-           "implied_layouts", "layout_function"]
+__all__ = [
+    "METHODS",
+    "LAYOUTS",
+    "DEFAULT_METHOD",
+    "PartitionMethod",
+    "Layout",
+    "partition_method",
+    "layout",
+    "implied_layouts",
+    "layout_function",
+]

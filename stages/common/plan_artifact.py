@@ -55,7 +55,10 @@ class Table:
         """(step, peer, slice into nodes) of every message, in order."""
         ends = np.cumsum(self.msgs[:, 2])
         starts = ends - self.msgs[:, 2]
-        return [(int(s), int(p), slice(int(a), int(b))) for (s, p, _), a, b in zip(self.msgs, starts, ends, strict=True)]
+        return [
+            (int(s), int(p), slice(int(a), int(b)))
+            for (s, p, _), a, b in zip(self.msgs, starts, ends, strict=True)
+        ]
 
 
 def load_plan_meta(plan: str | Path) -> dict:
@@ -63,11 +66,16 @@ def load_plan_meta(plan: str | Path) -> dict:
     a version 2 plan gains its implied ``g3`` strategy block."""
     meta = load_artifact_json(plan, "plan.json", PLAN_SCHEMA, PLAN_READABLE, "plan", "g3 plan")
     # the partition relative to the plan first: a plan moved or copied with its partition still finds it
-    meta["partition"] = {**meta["partition"], "path": str(resolve_reference(meta["partition"], plan, "partition.json"))}
+    meta["partition"] = {
+        **meta["partition"],
+        "path": str(resolve_reference(meta["partition"], plan, "partition.json")),
+    }
     if "strategy" not in meta:  # version 2: every plan was a g3 plan
         cfg = meta.get("config", {})
-        meta["strategy"] = {"name": LEGACY_STRATEGY, "options": {"bin_size": cfg.get("bin_size"),
-                                                      "device_memory": cfg.get("device_memory")}}
+        meta["strategy"] = {
+            "name": LEGACY_STRATEGY,
+            "options": {"bin_size": cfg.get("bin_size"), "device_memory": cfg.get("device_memory")},
+        }
     where = Path(plan) / "plan.json"
     k, workers = meta.get("num_workers"), meta.get("workers")
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
@@ -90,10 +98,19 @@ def _npy(worker: Path, name: str, manifest: dict | None) -> np.ndarray:
 
 def _check_pointers(a: np.ndarray, end: int, name: str, where: Path, length: int | None = None) -> None:
     """``a`` runs from 0 to ``end`` without decreasing (and has ``length`` entries when given)."""
-    if a.ndim != 1 or len(a) < 1 or (length is not None and len(a) != length) or int(a[0]) != 0 \
-            or int(a[-1]) != end or (np.diff(a) < 0).any():
-        raise G3InputError(f"file {name}.npy is not pointers from 0 to {end} that never decrease"
-                           + (f" ({length} of them)" if length is not None else ""), path=where)
+    if (
+        a.ndim != 1
+        or len(a) < 1
+        or (length is not None and len(a) != length)
+        or int(a[0]) != 0
+        or int(a[-1]) != end
+        or (np.diff(a) < 0).any()
+    ):
+        raise G3InputError(
+            f"file {name}.npy is not pointers from 0 to {end} that never decrease"
+            + (f" ({length} of them)" if length is not None else ""),
+            path=where,
+        )
 
 
 class LayerPlan:
@@ -101,10 +118,13 @@ class LayerPlan:
     list in order, every bin's sources are a slice of ``src``, and every arc's source position lies in its
     bin's source list (``row_ptr``: the worker's in-edge row pointers in priority order, when given)."""
 
-    def __init__(self, worker: Path, layer: int, manifest: dict | None = None, row_ptr: np.ndarray | None = None):
+    def __init__(
+        self, worker: Path, layer: int, manifest: dict | None = None, row_ptr: np.ndarray | None = None
+    ):
         self.path = worker / f"layer-{layer}"
-        self.bin_ptr, self.src_ptr, self.src, self.indices = (_npy(worker, f"layer-{layer}/{n}", manifest)
-                                                              for n in ("bin_ptr", "src_ptr", "src", "indices"))
+        self.bin_ptr, self.src_ptr, self.src, self.indices = (
+            _npy(worker, f"layer-{layer}/{n}", manifest) for n in ("bin_ptr", "src_ptr", "src", "indices")
+        )
         if row_ptr is not None:
             self._check(row_ptr)
 
@@ -116,14 +136,16 @@ class LayerPlan:
             raise G3InputError("file src.npy holds a negative local id", path=where)
         arcs = np.diff(row_ptr[self.bin_ptr])  # in-arcs of each bin
         if int(arcs.sum()) != len(self.indices):
-            raise G3InputError(f"file indices.npy holds {len(self.indices)} arcs, the bins {int(arcs.sum())}",
-                               path=where)
+            raise G3InputError(
+                f"file indices.npy holds {len(self.indices)} arcs, the bins {int(arcs.sum())}", path=where
+            )
         busy = arcs > 0
         if busy.any():  # each bin's largest source position against its source count: no arcs-sized array
             largest = np.maximum.reduceat(self.indices, row_ptr[self.bin_ptr[:-1]][busy])
             if int(self.indices.min()) < 0 or (largest >= np.diff(self.src_ptr)[busy]).any():
-                raise G3InputError("file indices.npy holds a source position outside its bin's sources",
-                                   path=where)
+                raise G3InputError(
+                    "file indices.npy holds a source position outside its bin's sources", path=where
+                )
 
     @property
     def num_bins(self) -> int:
@@ -155,15 +177,21 @@ class WorkerPlan:
         """Owned-local ids in priority order: each owned node once."""
         p = self.array("priority")
         if len(p) and (int(p.min()) < 0 or int(p.max()) >= len(p)):
-            raise G3InputError(f"file priority.npy holds an id outside the worker's {len(p)} owned nodes",
-                               path=self.path)
+            raise G3InputError(
+                f"file priority.npy holds an id outside the worker's {len(p)} owned nodes", path=self.path
+            )
         return p
 
     @cached_property
     def row_ptr(self) -> np.ndarray:
         row_ptr = self.array("row_ptr")
-        _check_pointers(row_ptr, int(row_ptr[-1]) if len(row_ptr) else 0, "row_ptr", self.path,
-                        length=len(self.priority) + 1)
+        _check_pointers(
+            row_ptr,
+            int(row_ptr[-1]) if len(row_ptr) else 0,
+            "row_ptr",
+            self.path,
+            length=len(self.priority) + 1,
+        )
         return row_ptr
 
     def layer(self, li: int) -> LayerPlan:
@@ -176,13 +204,21 @@ class WorkerPlan:
             return Table.empty()
         table = Table(self.array(f"{name}_nodes"), self.array(f"{name}_msgs").reshape(-1, 3))
         k = int(self.plan_meta["num_workers"])
-        if len(table.msgs) and (int(table.msgs[:, 1].min()) < 0 or int(table.msgs[:, 1].max()) >= k
-                                or int(table.msgs[:, 2].min()) < 0 or int(table.msgs[:, 0].min()) < 0):
-            raise G3InputError(f"table {name}: a message names a peer outside [0, {k}) or a negative step or count",
-                               path=self.path)
+        if len(table.msgs) and (
+            int(table.msgs[:, 1].min()) < 0
+            or int(table.msgs[:, 1].max()) >= k
+            or int(table.msgs[:, 2].min()) < 0
+            or int(table.msgs[:, 0].min()) < 0
+        ):
+            raise G3InputError(
+                f"table {name}: a message names a peer outside [0, {k}) or a negative step or count",
+                path=self.path,
+            )
         if table.total != len(table.nodes):
-            raise G3InputError(f"table {name}: its messages count {table.total} nodes, the file holds "
-                               f"{len(table.nodes)}", path=self.path)
+            raise G3InputError(
+                f"table {name}: its messages count {table.total} nodes, the file holds {len(table.nodes)}",
+                path=self.path,
+            )
         if len(table.nodes) and int(table.nodes.min()) < 0:
             raise G3InputError(f"table {name}: a negative node id", path=self.path)
         return table

@@ -18,7 +18,9 @@ from .npy import load_checked, npy_manifest
 INDPTR = "indptr.npy"
 
 
-def write_csr(folder: Path, indptr: np.ndarray, indices: np.ndarray, indices_file: str = "indices.npy") -> dict:
+def write_csr(
+    folder: Path, indptr: np.ndarray, indices: np.ndarray, indices_file: str = "indices.npy"
+) -> dict:
     """``folder/indptr.npy`` (int64 ``[N+1]``) and ``folder/<indices_file>`` (``[arcs]``, the dtype given, rows
     in the order given: arc order is summation order, so a caller keeps the store's for bitwise results); returns
     plan.json's block for it (``path`` relative to the plan folder, ``folder``'s parent)."""
@@ -28,8 +30,12 @@ def write_csr(folder: Path, indptr: np.ndarray, indices: np.ndarray, indices_fil
     folder.mkdir()
     np.save(folder / INDPTR, indptr)
     np.save(folder / indices_file, indices)
-    return {"path": folder.name, "num_nodes": len(indptr) - 1, "num_arcs": len(indices),
-            "files": npy_manifest(folder)}
+    return {
+        "path": folder.name,
+        "num_nodes": len(indptr) - 1,
+        "num_arcs": len(indices),
+        "files": npy_manifest(folder),
+    }
 
 
 def read_csr(plan_dir: Path, info: dict, indices_file: str = "indices.npy") -> tuple[np.ndarray, np.ndarray]:
@@ -40,10 +46,17 @@ def read_csr(plan_dir: Path, info: dict, indices_file: str = "indices.npy") -> t
     indptr = load_checked(folder, INDPTR, files)
     indices = load_checked(folder, indices_file, files)
     n, arcs = info.get("num_nodes", -1), info.get("num_arcs", -1)
-    if indptr.ndim != 1 or indices.ndim != 1 or len(indptr) != n + 1 or len(indices) != arcs or (
-            len(indptr) and (int(indptr[0]) != 0 or int(indptr[-1]) != arcs)):
-        raise G3InputError(f"the plan's topology does not match plan.json (expected {n} nodes, {arcs} arcs); "
-                           "re-run g3 plan", path=folder)
+    if (
+        indptr.ndim != 1
+        or indices.ndim != 1
+        or len(indptr) != n + 1
+        or len(indices) != arcs
+        or (len(indptr) and (int(indptr[0]) != 0 or int(indptr[-1]) != arcs))
+    ):
+        raise G3InputError(
+            f"the plan's topology does not match plan.json (expected {n} nodes, {arcs} arcs); re-run g3 plan",
+            path=folder,
+        )
     return indptr, indices
 
 

@@ -51,14 +51,18 @@ def read_metrics(run: str | Path, need: tuple[str, ...] = ("epoch", "epoch_secon
         except (json.JSONDecodeError, RecursionError) as exc:
             raise G3InputError(f"not a JSON object: {getattr(exc, 'msg', exc)}", path=path, line=n) from None
         if isinstance(rec, dict) and SEAL in rec and rec[SEAL] != sealed(rec)[SEAL]:
-            raise G3InputError("the record does not match its content_sha256 (edited or damaged)", path=path,
-                               line=n)
+            raise G3InputError(
+                "the record does not match its content_sha256 (edited or damaged)", path=path, line=n
+            )
         if not isinstance(rec, dict) or any(k not in rec for k in need):
             raise G3InputError(f"an epoch record needs {', '.join(repr(k) for k in need)}", path=path, line=n)
         if not isinstance(rec["epoch"], int) or isinstance(rec["epoch"], bool) or rec["epoch"] < 0:
             raise G3InputError(f"'epoch' is {rec['epoch']!r}, not an epoch number", path=path, line=n)
-        if "workers" in need and not (isinstance(rec["workers"], list) and rec["workers"]
-                                      and all(isinstance(w, dict) for w in rec["workers"])):
+        if "workers" in need and not (
+            isinstance(rec["workers"], list)
+            and rec["workers"]
+            and all(isinstance(w, dict) for w in rec["workers"])
+        ):
             raise G3InputError("'workers' is not a list of per-worker records", path=path, line=n)
         by_epoch[rec["epoch"]] = rec
     if not by_epoch:

@@ -55,7 +55,9 @@ class ArrayWriter:
         block = np.ascontiguousarray(block, dtype=self.array.dtype)
         n = block.shape[0]
         if self.offset + n > self.array.shape[0]:
-            raise ValueError(f"{self.array.name}: writing past the end ({self.offset + n} > {self.array.shape[0]})")
+            raise ValueError(
+                f"{self.array.name}: writing past the end ({self.offset + n} > {self.array.shape[0]})"
+            )
         if n:
             self.array[self.offset : self.offset + n] = block
             self._hash.update(block.tobytes())
@@ -111,8 +113,11 @@ class StoreWriter:
 def _metadata_digests(root: Path) -> dict[str, str]:
     """sha256 of every array's and subgroup's ``zarr.json`` (the root's holds this record itself): a damaged
     shape, dtype or codec is refused when the store is opened, before zarr decodes anything with it."""
-    return {str(f.relative_to(root)): "sha256:" + hashlib.sha256(f.read_bytes()).hexdigest()
-            for f in sorted(Path(root).rglob("zarr.json")) if f.parent != Path(root)}
+    return {
+        str(f.relative_to(root)): "sha256:" + hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(Path(root).rglob("zarr.json"))
+        if f.parent != Path(root)
+    }
 
 
 def _plain(o):
@@ -156,7 +161,9 @@ class GraphStore:
                 f"(this g3 reads version {STORE_VERSION}); re-run `g3 ingest`",
                 path=path,
             )
-        meta = check_json(meta, path / "zarr.json", REQUIRED["store"])  # its seal, once the version says it is ours
+        meta = check_json(
+            meta, path / "zarr.json", REQUIRED["store"]
+        )  # its seal, once the version says it is ours
         for rel, digest in (meta.get("metadata_sha256") or {}).items():
             f = path / rel
             if not f.is_file():
@@ -173,16 +180,26 @@ class GraphStore:
             n, e, f = int(self.meta["num_nodes"]), int(self.meta["num_arcs"]), int(self.meta["feat_dim"])
         except (KeyError, TypeError, ValueError) as exc:
             raise G3InputError(f"store metadata is incomplete or malformed ({exc})", path=self.path) from None
-        expected = {"indptr": ((n + 1,), "int64"), "indices": ((e,), None), "in_degree": ((n,), None),
-                    "out_degree": ((n,), None), "labels": ((n,), None),
-                    "features": ((n, f), self.meta.get("feature_dtype"))}
+        expected = {
+            "indptr": ((n + 1,), "int64"),
+            "indices": ((e,), None),
+            "in_degree": ((n,), None),
+            "out_degree": ((n,), None),
+            "labels": ((n,), None),
+            "features": ((n, f), self.meta.get("feature_dtype")),
+        }
         for name, (shape, dtype) in expected.items():
             arr = self.array(name)
             if tuple(arr.shape) != shape:
-                raise G3InputError(f"array {name} has shape {tuple(arr.shape)}, the metadata says {shape} "
-                                   "(num_nodes, num_arcs or feat_dim altered?)", path=self.path)
+                raise G3InputError(
+                    f"array {name} has shape {tuple(arr.shape)}, the metadata says {shape} "
+                    "(num_nodes, num_arcs or feat_dim altered?)",
+                    path=self.path,
+                )
             if dtype is not None and str(arr.dtype) != str(np.dtype(dtype)):
-                raise G3InputError(f"array {name} has dtype {arr.dtype}, the metadata says {dtype}", path=self.path)
+                raise G3InputError(
+                    f"array {name} has dtype {arr.dtype}, the metadata says {dtype}", path=self.path
+                )
 
     # --- counts -------------------------------------------------------------------------------------------
     @property
@@ -216,8 +233,9 @@ class GraphStore:
         except KeyError:
             raise G3InputError(f"store has no array {name!r}", path=self.path) from None
         except Exception as exc:  # its zarr.json damaged: zarr raises several types
-            raise G3InputError(f"array {name} cannot be opened: {type(exc).__name__}: {exc}",
-                               path=self.path / name) from None
+            raise G3InputError(
+                f"array {name} cannot be opened: {type(exc).__name__}: {exc}", path=self.path / name
+            ) from None
 
     @property
     def indptr(self) -> zarr.Array:
@@ -245,11 +263,16 @@ class GraphStore:
         except G3InputError:
             raise
         except Exception as exc:  # a chunk that does not decode: zarr and its codecs raise various types
-            raise G3InputError(f"array {name} cannot be read: {type(exc).__name__}: {exc}", path=self.path) from None
+            raise G3InputError(
+                f"array {name} cannot be read: {type(exc).__name__}: {exc}", path=self.path
+            ) from None
         expected = self.meta.get("checksums", {}).get(name)
         if verify and expected and checksum(data) != expected:
-            raise G3InputError(f"array {name} does not match its recorded checksum (the store was altered or "
-                               "damaged; re-run `g3 ingest`)", path=self.path)
+            raise G3InputError(
+                f"array {name} does not match its recorded checksum (the store was altered or "
+                "damaged; re-run `g3 ingest`)",
+                path=self.path,
+            )
         return data
 
     def load_csr(self) -> tuple[np.ndarray, np.ndarray]:
@@ -261,8 +284,10 @@ class GraphStore:
 
     def load_degrees(self) -> tuple[np.ndarray, np.ndarray]:
         """(in_degree, out_degree) as int64 arrays."""
-        return (np.asarray(self.read("in_degree"), dtype=np.int64),
-                np.asarray(self.read("out_degree"), dtype=np.int64))
+        return (
+            np.asarray(self.read("in_degree"), dtype=np.int64),
+            np.asarray(self.read("out_degree"), dtype=np.int64),
+        )
 
     def load_labels(self) -> np.ndarray:
         labels = self.read("labels")
@@ -279,11 +304,14 @@ class GraphStore:
             self.group[key]
         except KeyError:
             if key in (self.meta.get("checksums") or {}):  # ingest wrote it: it was deleted since
-                raise G3InputError(f"array {key} is missing (the store was damaged; re-run `g3 ingest`)",
-                                   path=self.path) from None
+                raise G3InputError(
+                    f"array {key} is missing (the store was damaged; re-run `g3 ingest`)", path=self.path
+                ) from None
             return np.zeros(0, dtype=np.int64)
         except Exception as exc:  # its zarr.json damaged
-            raise G3InputError(f"array {key} cannot be opened: {type(exc).__name__}: {exc}", path=self.path) from None
+            raise G3InputError(
+                f"array {key} cannot be opened: {type(exc).__name__}: {exc}", path=self.path
+            ) from None
         ids = np.asarray(self.read(key), dtype=np.int64)
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes):
             raise G3InputError(f"array {key} holds node ids outside [0, {self.num_nodes})", path=self.path)
@@ -317,8 +345,10 @@ class GraphStore:
             try:
                 yield start, np.asarray(arr[start : start + step])
             except Exception as exc:
-                raise G3InputError(f"array {name} cannot be read near row {start}: {type(exc).__name__}: {exc}",
-                                   path=self.path) from None
+                raise G3InputError(
+                    f"array {name} cannot be read near row {start}: {type(exc).__name__}: {exc}",
+                    path=self.path,
+                ) from None
 
 
 def checksum(data: np.ndarray) -> str:
@@ -326,16 +356,21 @@ def checksum(data: np.ndarray) -> str:
     return "sha256:" + hashlib.sha256(np.ascontiguousarray(data).tobytes()).hexdigest()
 
 
-def check_csr(indptr: np.ndarray, indices: np.ndarray, num_nodes: int, where: object,
-              num_sources: int | None = None) -> None:
+def check_csr(
+    indptr: np.ndarray, indices: np.ndarray, num_nodes: int, where: object, num_sources: int | None = None
+) -> None:
     """An in-edge CSR of ``num_nodes`` rows is well formed: ``indptr`` [N+1] from 0 to len(indices),
     non-decreasing, every index in [0, num_sources) (default N) — vectorised, before METIS or a kernel indexes
     with it."""
     limit = num_nodes if num_sources is None else num_sources
-    if len(indptr) != num_nodes + 1 or (len(indptr) and (int(indptr[0]) != 0 or int(indptr[-1]) != len(indices))):
+    if len(indptr) != num_nodes + 1 or (
+        len(indptr) and (int(indptr[0]) != 0 or int(indptr[-1]) != len(indices))
+    ):
         raise G3InputError("indptr does not run from 0 to the number of arcs over N + 1 entries", path=where)
     if len(indptr) > 1 and bool((np.diff(indptr) < 0).any()):
         raise G3InputError("indptr decreases somewhere: not a CSR row pointer", path=where)
     if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= limit):
         bad = int(np.flatnonzero((indices < 0) | (indices >= limit))[0])
-        raise G3InputError(f"indices[{bad}] = {int(indices[bad])} is not a node id in [0, {limit})", path=where)
+        raise G3InputError(
+            f"indices[{bad}] = {int(indices[bad])} is not a node id in [0, {limit})", path=where
+        )

@@ -46,6 +46,7 @@ class PlanOption:
 
 def positive_int(what: str) -> Callable[[str], int]:
     """A :class:`PlanOption` parser of an integer >= 1 (``what`` names it in the error)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -54,11 +55,13 @@ def positive_int(what: str) -> Callable[[str], int]:
         if value < 1:
             raise ValueError(f"{what} must be at least 1")
         return value
+
     return parse
 
 
 def count_or_auto(what: str) -> Callable[[str], int | None]:
     """A :class:`PlanOption` parser of a node count >= 1 or ``auto`` (None); ``what`` names it in the error."""
+
     def parse(text: str) -> int | None:
         if text in (None, "auto"):
             return None
@@ -69,6 +72,7 @@ def count_or_auto(what: str) -> Callable[[str], int | None]:
         if n < 1:
             raise ValueError(f"{what} must be at least 1 node")
         return n
+
     return parse
 
 
@@ -99,7 +103,9 @@ class StrategyInfo:
     knobs: tuple[TrainKnob, ...] = ()
     models: tuple[str, ...] = ("sage", "gcn", "gat")  # model kinds it trains (`g3 plan --model`)
     mini_batch: bool = False
-    samples_neighbours: bool = False  # neighbour sampling with --fanouts/--batch-size (peers match it, simulate models it)
+    samples_neighbours: bool = (
+        False  # neighbour sampling with --fanouts/--batch-size (peers match it, simulate models it)
+    )
     profiles: bool = True  # `g3 train --profile` can fit per-bin rates from its trace
     notes: tuple[str, ...] = field(default_factory=tuple)
     # `g3 simulate`: the module under stages.simulate that models it (its ``simulate(plan, meta, options, out)``
@@ -162,38 +168,76 @@ class StrategyInfo:
 
 # the knobs some strategies declare for themselves, or their variant of a shared one (stages/common/knobs.py)
 G3_PREFETCH = replace(
-    PREFETCH, choices=("auto", "on", "off"), check=None, metavar=None,
+    PREFETCH,
+    choices=("auto", "on", "off"),
+    check=None,
+    metavar=None,
     help="g3: under --pipeline intra/multi, gather (on CUDA also copy in) the next bin on a second thread while "
-         "one computes. 'auto' = on for cuda; on the CPU only when the workers leave a core idle (threads x local "
-         "workers < cores): otherwise the thread takes a core from the compute kernels and epochs get slower.")
+    "one computes. 'auto' = on for cuda; on the CPU only when the workers leave a core idle (threads x local "
+    "workers < cores): otherwise the thread takes a core from the compute kernels and epochs get slower.",
+)
 NEUTRONTP_PIPELINE = replace(
     PIPELINE,
     help="neutrontp: 'none' = one bulk all-to-all per split/gather; any other value = the inter-chunk pipeline "
-         "(NeutronTP §4.2.2: the split of the next chunk and the gather of the last run on a communication thread "
-         "while a chunk aggregates; the same model, bitwise).")
+    "(NeutronTP §4.2.2: the split of the next chunk and the gather of the last run on a communication thread "
+    "while a chunk aggregates; the same model, bitwise).",
+)
 NEUTRONTP_LAYER0_CACHE = replace(
     LAYER0_CACHE,
     help="neutrontp (naive TP): layer 0's aggregation of the feature slices and its gather into owned rows happen in "
-         "the first epoch only, unless 'off'.")
+    "the first epoch only, unless 'off'.",
+)
 P3_PIPELINE = replace(
-    PIPELINE, choices=("none", "p3"), default="none",
+    PIPELINE,
+    choices=("none", "p3"),
+    default="none",
     help="p3: 'p3' = P3's staleness with weight stashing: batch t computes with the weights before update t-3 and "
-         "its gradient updates the current ones (P3 Eq. 3, a different model); the next three batches' partials "
-         "travel while this one computes its data-parallel phase (up to four batches in flight).")
+    "its gradient updates the current ones (P3 Eq. 3, a different model); the next three batches' partials "
+    "travel while this one computes its data-parallel phase (up to four batches in flight).",
+)
 BYTEGNN_KNOBS = (
-    TrainKnob("scheduler", str, "on", choices=("on", "off"),
-              help="ByteGNN's two-level scheduler: each step's sampling a DAG of chunk tasks on a thread pool, "
-                   "launched by Algorithm 1's launch-score; off = one DAG at a time on one thread. The same model "
-                   "either way."),
-    TrainKnob("sample_threads", int, 2, metavar="N", check=at_least_one,
-              help="Threads of the sampling task pool (besides a launcher and a network thread)."),
-    TrainKnob("max_dags", int, 4, metavar="N", check=at_least_one,
-              help="At most N DAGs launched and not yet trained on."),
-    TrainKnob("launch_sigma", float, 500.0, metavar="SIGMA", check=finite_non_negative,
-              help="σ of Algorithm 1: launch a DAG when T_gap[ms] x f(C_util) x balance >= SIGMA (500: after 5 ms "
-                   "on an idle CPU with balance 1; docs/DESIGN.md)."),
-    TrainKnob("task_nodes", int, 256, metavar="N", check=at_least_one,
-              help="Frontier nodes per sampling task (a chunk of one owner's nodes)."),
+    TrainKnob(
+        "scheduler",
+        str,
+        "on",
+        choices=("on", "off"),
+        help="ByteGNN's two-level scheduler: each step's sampling a DAG of chunk tasks on a thread pool, "
+        "launched by Algorithm 1's launch-score; off = one DAG at a time on one thread. The same model "
+        "either way.",
+    ),
+    TrainKnob(
+        "sample_threads",
+        int,
+        2,
+        metavar="N",
+        check=at_least_one,
+        help="Threads of the sampling task pool (besides a launcher and a network thread).",
+    ),
+    TrainKnob(
+        "max_dags",
+        int,
+        4,
+        metavar="N",
+        check=at_least_one,
+        help="At most N DAGs launched and not yet trained on.",
+    ),
+    TrainKnob(
+        "launch_sigma",
+        float,
+        500.0,
+        metavar="SIGMA",
+        check=finite_non_negative,
+        help="σ of Algorithm 1: launch a DAG when T_gap[ms] x f(C_util) x balance >= SIGMA (500: after 5 ms "
+        "on an idle CPU with balance 1; docs/DESIGN.md).",
+    ),
+    TrainKnob(
+        "task_nodes",
+        int,
+        256,
+        metavar="N",
+        check=at_least_one,
+        help="Frontier nodes per sampling task (a chunk of one owner's nodes).",
+    ),
 )
 
 
@@ -205,131 +249,192 @@ STRATEGIES: dict[str, StrategyInfo] = {
             summary="G3: bins within device memory, peer-to-peer sharing per bin, multi-level pipeline (exact).",
             methods=("g3", "metis", "random", "chunk"),
             exactness="exact: the same model as single-process full-graph training",
-            planner="g3", runtime="g3",
+            planner="g3",
+            runtime="g3",
             knobs=(PIPELINE, G3_PREFETCH, BACKWARD, LAYER0_CACHE, FEATURE_CACHE),
             models=("sage", "gcn", "gat", "dgcn"),
-            simulator="bins", bins=True, evaluator_method="chunk",
+            simulator="bins",
+            bins=True,
+            evaluator_method="chunk",
             simulated_as=lambda options, knobs: f"g3-{knobs.get('pipeline') or 'multi'}",
-            advise_variants=(AdviseVariant("pipeline multi", train_knobs={"pipeline": "multi"}),
-                             AdviseVariant("pipeline none", train_knobs={"pipeline": "none"})),
+            advise_variants=(
+                AdviseVariant("pipeline multi", train_knobs={"pipeline": "multi"}),
+                AdviseVariant("pipeline none", train_knobs={"pipeline": "none"}),
+            ),
         ),
         StrategyInfo(
             name="bns-gcn",
             summary="BNS-GCN: layer-synchronous boundary exchange, whole partition at once; --boundary-sample P "
-                    "(P = 1: exact; on a chunk partition: NeutronStar as G3 ran it).",
+            "(P = 1: exact; on a chunk partition: NeutronStar as G3 ran it).",
             methods=("metis", "chunk", "g3", "random"),
             exactness="exact with --boundary-sample 1; P < 1 samples boundary nodes (an approximation)",
-            planner="bns_gcn", runtime="bns_gcn",
-            knobs=(LAYER0_CACHE,), simulator="bins", simulated_as=lambda options, knobs: "bns-gcn",
+            planner="bns_gcn",
+            runtime="bns_gcn",
+            knobs=(LAYER0_CACHE,),
+            simulator="bins",
+            simulated_as=lambda options, knobs: "bns-gcn",
             advise_fits_speed=True,
-            advise_variants=(AdviseVariant("boundary sample 1 (exact)", plan_options={"boundary_sample": "1"},
-                                           simulate={"boundary_sample": 1.0}),
-                             AdviseVariant("boundary sample 0.1", plan_options={"boundary_sample": "0.1"},
-                                           simulate={"boundary_sample": 0.1})),
+            advise_variants=(
+                AdviseVariant(
+                    "boundary sample 1 (exact)",
+                    plan_options={"boundary_sample": "1"},
+                    simulate={"boundary_sample": 1.0},
+                ),
+                AdviseVariant(
+                    "boundary sample 0.1",
+                    plan_options={"boundary_sample": "0.1"},
+                    simulate={"boundary_sample": 0.1},
+                ),
+            ),
         ),
         StrategyInfo(
             name="sancus",
             summary="SANCUS: full-graph training with cached (stale) remote embeddings, skipping sends while "
-                    "fresh enough (--staleness; epoch:0 is exact).",
+            "fresh enough (--staleness; epoch:0 is exact).",
             methods=("chunk", "metis", "g3", "random"),
             exactness="exact with --staleness epoch:0; otherwise stale remote embeddings (an approximation)",
-            planner="sancus", runtime="sancus",
-            knobs=(LAYER0_CACHE,), simulator="bins",
+            planner="sancus",
+            runtime="sancus",
+            knobs=(LAYER0_CACHE,),
+            simulator="bins",
             simulated_as=lambda options, knobs: f"sancus-{options.get('sancus_comm') or 'broadcast'}",
             advise_fits_speed=True,
-            advise_variants=(AdviseVariant("broadcast, epoch:1", plan_options={"sancus_comm": "broadcast",
-                                                                                "staleness": "epoch:1"},
-                                           simulate={"staleness_epochs": 1}),
-                             AdviseVariant("p2p, epoch:1", plan_options={"sancus_comm": "p2p", "staleness": "epoch:1"},
-                                           simulate={"staleness_epochs": 1})),
+            advise_variants=(
+                AdviseVariant(
+                    "broadcast, epoch:1",
+                    plan_options={"sancus_comm": "broadcast", "staleness": "epoch:1"},
+                    simulate={"staleness_epochs": 1},
+                ),
+                AdviseVariant(
+                    "p2p, epoch:1",
+                    plan_options={"sancus_comm": "p2p", "staleness": "epoch:1"},
+                    simulate={"staleness_epochs": 1},
+                ),
+            ),
         ),
         StrategyInfo(
             name="distdgl",
             summary="DistDGL: mini-batch training, neighbour sampling (--fanouts, --batch-size, --batch-order), "
-                    "remote neighbours sampled by their owners, features fetched by id, all-reduce per step.",
+            "remote neighbours sampled by their owners, features fetched by id, all-reduce per step.",
             methods=("distdgl", "metis", "random", "g3", "chunk", "bytegnn", "p3"),
             exactness="samples neighbours (an approximation); --fanouts -1 with one batch of every training node "
-                      "is exact full-graph training; evaluation is exact full-neighbour inference",
-            planner="distdgl", runtime="distdgl",
-            knobs=(PREFETCH, MICRO_BATCHES), mini_batch=True, samples_neighbours=True,
-            simulator="minibatch", peer_options=("fanouts", "batch_size"),
+            "is exact full-graph training; evaluation is exact full-neighbour inference",
+            planner="distdgl",
+            runtime="distdgl",
+            knobs=(PREFETCH, MICRO_BATCHES),
+            mini_batch=True,
+            samples_neighbours=True,
+            simulator="minibatch",
+            peer_options=("fanouts", "batch_size"),
             simulated_as=lambda options, knobs: "distdgl",
             family="mini-batch",
         ),
         StrategyInfo(
             name="bytegnn",
             summary="ByteGNN: DistDGL's sampling as task DAGs on a thread pool under its two-level scheduler "
-                    "(g3 train --scheduler, --launch-sigma), on its K-hop block partition.",
+            "(g3 train --scheduler, --launch-sigma), on its K-hop block partition.",
             methods=("bytegnn", "distdgl", "metis", "random", "g3", "chunk"),
             exactness="as distdgl (the scheduler only reorders work): samples neighbours; --fanouts -1 with one "
-                      "batch of every training node is exact full-graph training",
-            planner="bytegnn", runtime="bytegnn", mini_batch=True, samples_neighbours=True,
+            "batch of every training node is exact full-graph training",
+            planner="bytegnn",
+            runtime="bytegnn",
+            mini_batch=True,
+            samples_neighbours=True,
             knobs=BYTEGNN_KNOBS,
-            simulator="bytegnn", peer_options=("fanouts", "batch_size"),
+            simulator="bytegnn",
+            peer_options=("fanouts", "batch_size"),
             family="mini-batch",
-            simulated_as=lambda options, knobs: "bytegnn" if (knobs.get("scheduler") or "on") == "on" else "bytegnn-off",
+            simulated_as=lambda options, knobs: (
+                "bytegnn" if (knobs.get("scheduler") or "on") == "on" else "bytegnn-off"
+            ),
         ),
         StrategyInfo(
             name="neutrontp",
             summary="NeutronTP: tensor parallelism on a feature split — every worker aggregates its column slice "
-                    "over the whole graph chunk by chunk; --tp naive (all-to-all to row blocks and back per layer) "
-                    "or decoupled (an MLP, then L propagation rounds: 4 collectives per epoch).",
+            "over the whole graph chunk by chunk; --tp naive (all-to-all to row blocks and back per layer) "
+            "or decoupled (an MLP, then L propagation rounds: 4 collectives per epoch).",
             methods=("feature",),
             exactness="--tp naive: exact (the same model as single-process full-graph training); --tp decoupled "
-                      "trains a different model, the decoupled GCN (dgcn: an MLP followed by Â^L), exactly",
-            planner="neutrontp", runtime="neutrontp",
+            "trains a different model, the decoupled GCN (dgcn: an MLP followed by Â^L), exactly",
+            planner="neutrontp",
+            runtime="neutrontp",
             knobs=(NEUTRONTP_PIPELINE, NEUTRONTP_LAYER0_CACHE),
-            models=("sage", "gcn", "dgcn"), profiles=False, simulator="tensor_parallel",
-            simulated_as=lambda options, knobs: f"neutrontp-{options.get('tp') or 'naive'}"
-                                                + ("" if knobs.get("pipeline") == "none" else "+pipe"),
-            family="tensor-parallel", advise_fits_speed=True,
-            advise_variants=(AdviseVariant("naive, pipelined"),
-                             AdviseVariant("naive, bulk", train_knobs={"pipeline": "none"})),
+            models=("sage", "gcn", "dgcn"),
+            profiles=False,
+            simulator="tensor_parallel",
+            simulated_as=lambda options, knobs: (
+                f"neutrontp-{options.get('tp') or 'naive'}"
+                + ("" if knobs.get("pipeline") == "none" else "+pipe")
+            ),
+            family="tensor-parallel",
+            advise_fits_speed=True,
+            advise_variants=(
+                AdviseVariant("naive, pipelined"),
+                AdviseVariant("naive, bulk", train_knobs={"pipeline": "none"}),
+            ),
         ),
         StrategyInfo(
             name="clustergcn",
             summary="ClusterGCN: each worker's nodes cut into METIS clusters; a step trains on the subgraph of "
-                    "--clusters-per-batch clusters (other arcs dropped), no exchange, all-reduce per step.",
+            "--clusters-per-batch clusters (other arcs dropped), no exchange, all-reduce per step.",
             methods=("metis", "distdgl", "g3", "random", "chunk", "bytegnn"),
             exactness="drops the arcs between clusters and workers (an approximation); one worker with one "
-                      "cluster is full-graph training; evaluation is exact full-neighbour inference",
-            planner="clustergcn", runtime="clustergcn",
-            knobs=(PREFETCH,), mini_batch=True, family="mini-batch",
-            simulator="clustergcn", simulated_as=lambda options, knobs: "clustergcn",
+            "cluster is full-graph training; evaluation is exact full-neighbour inference",
+            planner="clustergcn",
+            runtime="clustergcn",
+            knobs=(PREFETCH,),
+            mini_batch=True,
+            family="mini-batch",
+            simulator="clustergcn",
+            simulated_as=lambda options, knobs: "clustergcn",
         ),
         StrategyInfo(
             name="p3",
             summary="P3: structure hashed, features split by column; layer 1 model-parallel (the structure "
-                    "pushed, partial activations pulled, gradients pushed back), layers 2+ data-parallel; "
-                    "g3 train --pipeline p3: P3's delay-3 staleness with weight stashing, four batches in flight.",
+            "pushed, partial activations pulled, gradients pushed back), layers 2+ data-parallel; "
+            "g3 train --pipeline p3: P3's delay-3 staleness with weight stashing, four batches in flight.",
             methods=("p3",),
             exactness="as distdgl on the same batches (samples neighbours; exact against distdgl --batch-order "
-                      "global); --pipeline p3 updates with gradients three steps stale (P3 Eq. 3, an "
-                      "approximation)",
-            planner="p3", runtime="p3",
+            "global); --pipeline p3 updates with gradients three steps stale (P3 Eq. 3, an "
+            "approximation)",
+            planner="p3",
+            runtime="p3",
             knobs=(PREFETCH, P3_PIPELINE),
-            models=("sage", "gcn"), mini_batch=True, samples_neighbours=True,
-            simulator="p3", peer_options=("fanouts", "batch_size"),
-            simulated_as=lambda options, knobs: "p3" if knobs.get("pipeline") in (None, "none") else "p3-pipelined",
+            models=("sage", "gcn"),
+            mini_batch=True,
+            samples_neighbours=True,
+            simulator="p3",
+            peer_options=("fanouts", "batch_size"),
+            simulated_as=lambda options, knobs: (
+                "p3" if knobs.get("pipeline") in (None, "none") else "p3-pipelined"
+            ),
             family="mini-batch",
-            advise_variants=(AdviseVariant("unpipelined", train_knobs={"pipeline": "none"}),
-                             AdviseVariant("pipelined (delay 3)", train_knobs={"pipeline": "p3"})),
-            notes=("GAT is not built: its attention logits would need every head's scalars summed across the "
-                   "column slices per arc endpoint before the softmax, which P3 does not describe",),
+            advise_variants=(
+                AdviseVariant("unpipelined", train_knobs={"pipeline": "none"}),
+                AdviseVariant("pipelined (delay 3)", train_knobs={"pipeline": "p3"}),
+            ),
+            notes=(
+                "GAT is not built: its attention logits would need every head's scalars summed across the "
+                "column slices per arc endpoint before the softmax, which P3 does not describe",
+            ),
         ),
         StrategyInfo(
             name="hopgnn",
             summary="HopGNN: the model migrates to the features — distdgl's global batches as per-root "
-                    "micrographs trained in K time steps on their home servers (--pregather, --merge, "
-                    "--migrate; --batch-order local-only: each server its own roots).",
+            "micrographs trained in K time steps on their home servers (--pregather, --merge, "
+            "--migrate; --batch-order local-only: each server its own roots).",
             methods=("distdgl", "metis", "g3"),
             exactness="as distdgl --batch-order global (migration, pre-gathering and merging change where work "
-                      "runs, not the gradients); --batch-order local-only trains on batches stratified by "
-                      "partition (a different model)",
-            planner="hopgnn", runtime="hopgnn", simulator="hopgnn",
+            "runs, not the gradients); --batch-order local-only trains on batches stratified by "
+            "partition (a different model)",
+            planner="hopgnn",
+            runtime="hopgnn",
+            simulator="hopgnn",
             simulated_as=lambda options, knobs: "hopgnn",
             family="mini-batch",
-            knobs=(PREFETCH,), mini_batch=True, samples_neighbours=True,
+            knobs=(PREFETCH,),
+            mini_batch=True,
+            samples_neighbours=True,
             peer_options=("fanouts", "batch_size"),
         ),
     )
@@ -398,14 +503,17 @@ def check_stored_options(strategy: str, stored: object, where: object) -> None:
     for name, value in stored.items():
         opt = own.get(name)
         if opt is None:
-            raise G3InputError(f"records option {name!r}, which the {strategy} strategy does not have", path=where)
+            raise G3InputError(
+                f"records option {name!r}, which the {strategy} strategy does not have", path=where
+            )
         try:
             again = opt.parse(option_text(value))
         except (ValueError, TypeError) as exc:
             raise G3InputError(f"records {opt.flag} {value!r}: {exc}", path=where) from None
         if again != value:
-            raise G3InputError(f"records {opt.flag} {value!r}, which `g3 plan` would record as {again!r}",
-                               path=where)
+            raise G3InputError(
+                f"records {opt.flag} {value!r}, which `g3 plan` would record as {again!r}", path=where
+            )
 
 
 def check_partition_method(info: StrategyInfo, method: str | None, part: object) -> None:
@@ -417,4 +525,5 @@ def check_partition_method(info: StrategyInfo, method: str | None, part: object)
     also = f"; a {method} partition runs {', '.join(others)}" if others else ""
     raise G3InputError(
         f"strategy {info.name} runs on {', '.join(info.methods)} partitions, not {method}: run {instead}{also}",
-        path=part)
+        path=part,
+    )

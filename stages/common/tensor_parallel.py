@@ -40,7 +40,9 @@ def aggregated_widths(spec: ModelSpec) -> list[int]:
     return spec.widths[: spec.layers]
 
 
-def chunk_bounds(in_degree: np.ndarray, spec: ModelSpec, k: int, chunk_size: int | None, budget: int) -> np.ndarray:
+def chunk_bounds(
+    in_degree: np.ndarray, spec: ModelSpec, k: int, chunk_size: int | None, budget: int
+) -> np.ndarray:
     """Destination ranges: ``chunk_size`` nodes each, or packed while a chunk's bytes stay within half the
     budget (per node and in-arc, the widest aggregation's slice: :func:`node_bytes`)."""
     n = len(in_degree)
@@ -76,8 +78,9 @@ def first_use(indptr: np.ndarray, indices: np.ndarray, bounds: np.ndarray, self_
     return first
 
 
-def collectives(spec: ModelSpec, owned: list[np.ndarray], needed: np.ndarray, layer0_columns: list[int],
-                n: int) -> list[dict]:
+def collectives(
+    spec: ModelSpec, owned: list[np.ndarray], needed: np.ndarray, layer0_columns: list[int], n: int
+) -> list[dict]:
     """Every collective of one training epoch with the elements each worker sends (``elements_sent``) —
     the figures 002 §3.2 writes as 2(N−1)·V·D/N² per layer and worker. ``once``: the layer-0 ones a
     ``--layer0-cache`` run does only in its first epoch."""
@@ -88,10 +91,12 @@ def collectives(spec: ModelSpec, owned: list[np.ndarray], needed: np.ndarray, la
     out = []
 
     def add(name, width, sent, once=False):
-        out.append({"name": name, "width": int(width), "once": once,
-                    "elements_sent": [int(s) for s in sent]})
+        out.append({"name": name, "width": int(width), "once": once, "elements_sent": [int(s) for s in sent]})
 
-    if spec.kind in ("sage", "dgcn"):  # whole input rows of the owned nodes (SAGE's self term, the MLP's input)
+    if spec.kind in (
+        "sage",
+        "dgcn",
+    ):  # whole input rows of the owned nodes (SAGE's self term, the MLP's input)
         add("features", spec.in_dim, [layer0_columns[w] * (n - own[w]) for w in range(k)], once=True)
     if spec.kind == "dgcn":
         c = spec.num_classes

@@ -54,17 +54,26 @@ def pick_weights(run: Path, checkpoint: str | None) -> Path:
     if (Path(run) / "model.pt").is_file():
         return Path(run) / "model.pt"
     if digest_path(Path(run) / "model.pt").is_file():  # written after model.pt: the weights were lost since
-        raise G3InputError("model.pt is missing (its sha256 file is there: deleted or lost since training ended)",
-                           path=run)
+        raise G3InputError(
+            "model.pt is missing (its sha256 file is there: deleted or lost since training ended)", path=run
+        )
     ckpt = _latest_checkpoint(Path(run))
     if ckpt is None:
         raise G3InputError("the run has no model.pt and no checkpoint to evaluate", path=run)
     return ckpt
 
 
-def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all", workers: int | None = None,
-             force: bool = False, plan: str | Path | None = None, emulate_link: str | None = None,
-             hosts: int | None = None, metric: str | None = None) -> dict:
+def run_eval(
+    run: str | Path,
+    checkpoint: str | None = None,
+    split: str = "all",
+    workers: int | None = None,
+    force: bool = False,
+    plan: str | Path | None = None,
+    emulate_link: str | None = None,
+    hosts: int | None = None,
+    metric: str | None = None,
+) -> dict:
     """Evaluate RUN's weights; writes RUN/eval.json (an earlier one only with ``force``) and returns it
     (filtered to ``split``). ``plan``: the plan the run was trained with, when it is not where run.json says
     (a multi-host run's folder copied back: its node plan stayed on its host). ``emulate_link``/``hosts``: on
@@ -86,7 +95,9 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
     check_result(run / "eval.json", force, "an evaluation of other weights (or another worker count)")
     check_writable(run, "eval.json and the workers' logs")
     plan = Path(plan) if plan else run_plan_path(run, meta)
-    if emulate_link is None:  # the local workers' fork server starts while the plan and the weights are checked
+    if (
+        emulate_link is None
+    ):  # the local workers' fork server starts while the plan and the weights are checked
         from ..runtime.launch.processes import INFERENCE_PRELOAD, start_server_early
 
         if (workers or int(meta["plan"]["num_workers"])) > 1:
@@ -101,8 +112,11 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
     check_trained_with(plan_meta, meta, plan)
     check_weights(weights, plan_meta)
     if plan_meta.get("bundle"):
-        raise G3InputError(f"this plan is node {plan_meta['bundle']['node']} of a bundle, with only its host's "
-                           "ranks: give --plan PLAN, the plan that was bundled", path=plan)
+        raise G3InputError(
+            f"this plan is node {plan_meta['bundle']['node']} of a bundle, with only its host's "
+            "ranks: give --plan PLAN, the plan that was bundled",
+            path=plan,
+        )
     k = int(plan_meta["num_workers"])
     tmp = None
     try:
@@ -112,8 +126,9 @@ def run_eval(run: str | Path, checkpoint: str | None = None, split: str = "all",
             cfg = dataclasses.replace(_inference_config(meta, emulate_link, hosts), metric=metric)
             check_plan(plan, cfg)
         # one worker evaluates in this process; more fork from the server started above
-        make_launcher(cfg, k, inference=True, host_folders=host_folders).run(eval_rank, k, run, "eval-", plan, cfg,
-                                                  HostFile(str(weights.resolve())), str(weights.resolve()))
+        make_launcher(cfg, k, inference=True, host_folders=host_folders).run(
+            eval_rank, k, run, "eval-", plan, cfg, HostFile(str(weights.resolve())), str(weights.resolve())
+        )
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -173,53 +188,81 @@ def check_weights(weights: Path, plan_meta: dict) -> None:
     try:
         state = torch.load(weights, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - anything unreadable is the user's input error
-        raise G3InputError(f"cannot read the weights: not a file of tensors torch.load reads ({type(exc).__name__})",
-                           path=weights) from None
+        raise G3InputError(
+            f"cannot read the weights: not a file of tensors torch.load reads ({type(exc).__name__})",
+            path=weights,
+        ) from None
     if isinstance(state, dict) and isinstance(state.get("model"), dict):  # a training checkpoint
         state = state["model"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise G3InputError("holds no weights (expected a state dict of tensors, or a g3 checkpoint)", path=weights)
-    shapes = {k: tuple(v.shape) for k, v in model_from_spec(ModelSpec.from_plan(plan_meta)).state_dict().items()}
+        raise G3InputError(
+            "holds no weights (expected a state dict of tensors, or a g3 checkpoint)", path=weights
+        )
+    shapes = {
+        k: tuple(v.shape) for k, v in model_from_spec(ModelSpec.from_plan(plan_meta)).state_dict().items()
+    }
     for name, tensor in state.items():
         if name not in shapes:
             raise G3InputError(f"holds {name!r}, which the plan's model does not have", path=weights)
         if tuple(tensor.shape) != shapes[name] and tensor.dim() != 2:  # a sharded 2-D slice may be narrower
-            raise G3InputError(f"{name!r} has shape {tuple(tensor.shape)}, the plan's model {shapes[name]}",
-                               path=weights)
+            raise G3InputError(
+                f"{name!r} has shape {tuple(tensor.shape)}, the plan's model {shapes[name]}", path=weights
+            )
 
 
 def run_plan_path(run: Path, meta: dict) -> Path:
     """The run's plan, relative to the run first (moved together), else where it was."""
     plan = resolve_reference(meta["plan"], run, "plan.json")
     if not (plan / "plan.json").is_file():
-        raise G3InputError(f"the plan it was trained with is neither at {plan} nor at {meta['plan']['path']}: give "
-                           "--plan PLAN (for a multi-host run, the plan that was bundled)", path=run / "run.json")
+        raise G3InputError(
+            f"the plan it was trained with is neither at {plan} nor at {meta['plan']['path']}: give "
+            "--plan PLAN (for a multi-host run, the plan that was bundled)",
+            path=run / "run.json",
+        )
     return plan
 
 
 def check_trained_with(plan_meta: dict, run_meta: dict, plan: Path) -> None:
     """The plan is the one the run was trained with, or a node folder of it: same model, strategy, workers and
     partition."""
-    checks = [("model", plan_meta["config"], run_meta["plan"]["model"]),
-              ("strategy", plan_meta["strategy"], run_meta["strategy"]),
-              ("worker count", plan_meta["num_workers"], run_meta["plan"]["num_workers"]),
-              ("partition", plan_meta["partition"].get("digest"), run_meta["partition"].get("digest"))]
+    checks = [
+        ("model", plan_meta["config"], run_meta["plan"]["model"]),
+        ("strategy", plan_meta["strategy"], run_meta["strategy"]),
+        ("worker count", plan_meta["num_workers"], run_meta["plan"]["num_workers"]),
+        ("partition", plan_meta["partition"].get("digest"), run_meta["partition"].get("digest")),
+    ]
     for what, have, trained in checks:
         if have != trained:
             raise G3InputError(f"not the plan this run was trained with: its {what} differs", path=plan)
 
 
-def _inference_config(run_meta: dict, emulate_link: str | None = None, hosts: int | None = None) -> RuntimeConfig:
+def _inference_config(
+    run_meta: dict, emulate_link: str | None = None, hosts: int | None = None
+) -> RuntimeConfig:
     """The run's settings (device, dtype, threads, seed, …) with the strategy's default knobs: they change how a
     strategy runs, not what it computes. Where the workers run is this evaluation's choice, not the run's."""
     from ..runtime.config import RuntimeConfig
 
     # no strategy knob: each is its strategy's default (the evaluating plan may be another strategy's, which
     # would refuse the run's knobs); the knobs are no field, so none is carried over
-    base = {k: v for k, v in run_meta["config"].items() if k in RuntimeConfig.__dataclass_fields__ and k != "knobs"}
-    return RuntimeConfig(**{**base, "trace": False, "master_port": 0, "emulate_link": emulate_link,
-                            "hosts": hosts, "emulate_subnet": base.get("emulate_subnet"), "max_restarts": 0,
-                            "emulate_faults": (), "network": None})
+    base = {
+        k: v
+        for k, v in run_meta["config"].items()
+        if k in RuntimeConfig.__dataclass_fields__ and k != "knobs"
+    }
+    return RuntimeConfig(
+        **{
+            **base,
+            "trace": False,
+            "master_port": 0,
+            "emulate_link": emulate_link,
+            "hosts": hosts,
+            "emulate_subnet": base.get("emulate_subnet"),
+            "max_restarts": 0,
+            "emulate_faults": (),
+            "network": None,
+        }
+    )
 
 
 def _temporary_plan(plan_meta: dict, workers: int, tmp: Path) -> Path:
@@ -231,13 +274,21 @@ def _temporary_plan(plan_meta: dict, workers: int, tmp: Path) -> Path:
 
     evaluator = full_graph_evaluator()
     part = tmp / "part"
-    run_partition(plan_meta["store"]["path"], PartitionOptions(workers=workers, method=evaluator.evaluator_method),
-                  out=part)
+    run_partition(
+        plan_meta["store"]["path"],
+        PartitionOptions(workers=workers, method=evaluator.evaluator_method),
+        out=part,
+    )
     c = plan_meta["config"]
     # a run of the evaluator itself keeps its options (g3: its bins); other strategies' options do not apply
     same = plan_meta["strategy"]["options"] if plan_meta["strategy"]["name"] == evaluator.name else {}
-    cfg = PlanConfig(model=c["model"], layers=c["layers"], hidden=c["hidden"], heads=c["heads"],
-                     strategy=evaluator.name,
-                     options={o.name: same.get(o.name) for o in evaluator.options() if o.name in same})
+    cfg = PlanConfig(
+        model=c["model"],
+        layers=c["layers"],
+        hidden=c["hidden"],
+        heads=c["heads"],
+        strategy=evaluator.name,
+        options={o.name: same.get(o.name) for o in evaluator.options() if o.name in same},
+    )
     run_plan(part, cfg, out=tmp / "plan")
     return tmp / "plan"

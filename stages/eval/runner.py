@@ -21,8 +21,16 @@ EVAL_SCHEMA = "g3.eval"
 EVAL_VERSION = 1
 
 
-def eval_rank(rank: int, world: int, init_method: str | None, plan_dir: str, run_dir: str, cfg: RuntimeConfig,
-              weights: str, recorded_as: str | None = None) -> None:
+def eval_rank(
+    rank: int,
+    world: int,
+    init_method: str | None,
+    plan_dir: str,
+    run_dir: str,
+    cfg: RuntimeConfig,
+    weights: str,
+    recorded_as: str | None = None,
+) -> None:
     """``weights``: the file this rank reads (on an emulated host, its host's copy); ``recorded_as``: the path
     eval.json names (the user's file)."""
     worker = open_worker(rank, world, Path(plan_dir), cfg, init_method)
@@ -38,19 +46,22 @@ def eval_rank(rank: int, world: int, init_method: str | None, plan_dir: str, run
         counts, extra = evaluate(worker.strategy, cfg.metric)
     seconds = time.perf_counter() - t0
     if rank == 0:
-        write_json_atomic(Path(run_dir) / "eval.json", {
-            "schema": EVAL_SCHEMA,
-            "schema_version": EVAL_VERSION,
-            "weights": str(recorded_as or weights),
-            "workers": world,
-            "strategy": worker.ctx.plan_meta["strategy"]["name"],
-            "metric": cfg.metric,  # accuracy is always given; rocauc adds "rocauc" per split
-            "accuracy": {s: (c / n if n else None) for s, (c, n) in counts.items()},
-            "correct": {s: c for s, (c, _) in counts.items()},
-            "labelled": {s: n for s, (_, n) in counts.items()},
-            "seconds": seconds,
-            **extra,
-        })
+        write_json_atomic(
+            Path(run_dir) / "eval.json",
+            {
+                "schema": EVAL_SCHEMA,
+                "schema_version": EVAL_VERSION,
+                "weights": str(recorded_as or weights),
+                "workers": world,
+                "strategy": worker.ctx.plan_meta["strategy"]["name"],
+                "metric": cfg.metric,  # accuracy is always given; rocauc adds "rocauc" per split
+                "accuracy": {s: (c / n if n else None) for s, (c, n) in counts.items()},
+                "correct": {s: c for s, (c, _) in counts.items()},
+                "labelled": {s: n for s, (_, n) in counts.items()},
+                "seconds": seconds,
+                **extra,
+            },
+        )
     worker.strategy.close()
     dist.barrier()
     log.info("evaluated %s in %.2fs", weights, seconds)

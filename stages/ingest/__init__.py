@@ -90,7 +90,9 @@ def open_source(source: str, fmt: str, args: SourceArgs, seed: int) -> GraphSour
     raise G3InputError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
 
 
-def run_ingest(source: str, out: str, fmt: str, args: SourceArgs, options: IngestOptions, force: bool) -> IngestReport:
+def run_ingest(
+    source: str, out: str, fmt: str, args: SourceArgs, options: IngestOptions, force: bool
+) -> IngestReport:
     """Entry point of `g3 ingest`: parse the source and write the store atomically."""
     from ..common.atomic import check_target
 
@@ -100,4 +102,13 @@ def run_ingest(source: str, out: str, fmt: str, args: SourceArgs, options: Inges
     return build_store(graph, out, options, force=force)
 
 
-__all__ = ["source_of", "run_ingest", "detect_format", "open_source", "SourceArgs", "IngestOptions", "IngestReport", "FORMATS"]
+__all__ = [
+    "source_of",
+    "run_ingest",
+    "detect_format",
+    "open_source",
+    "SourceArgs",
+    "IngestOptions",
+    "IngestReport",
+    "FORMATS",
+]

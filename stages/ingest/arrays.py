@@ -49,19 +49,28 @@ def _split_ids(value, num_nodes: int, what: str, where: str, split_index: int | 
             if arr.shape[0] == num_nodes and arr.shape[1] != num_nodes:
                 arr = arr.T  # [N, S] (PyG's multi-split masks) as [S, N] (the heterophilous benchmarks')
             if split_index is None:
-                raise G3InputError(f"{what} holds {arr.shape[0]} splits (shape {tuple(arr.shape)}); choose one "
-                                   "with split_index (--split-index)", path=where)
+                raise G3InputError(
+                    f"{what} holds {arr.shape[0]} splits (shape {tuple(arr.shape)}); choose one "
+                    "with split_index (--split-index)",
+                    path=where,
+                )
             if not 0 <= split_index < arr.shape[0]:
-                raise G3InputError(f"split index {split_index} is out of range: {what} holds {arr.shape[0]} splits",
-                                   path=where)
+                raise G3InputError(
+                    f"split index {split_index} is out of range: {what} holds {arr.shape[0]} splits",
+                    path=where,
+                )
             arr = arr[split_index]
         if arr.ndim != 1 or len(arr) != num_nodes:
-            raise G3InputError(f"{what} is a mask of shape {arr.shape}, not [{num_nodes}] (one flag per node)",
-                               path=where)
+            raise G3InputError(
+                f"{what} is a mask of shape {arr.shape}, not [{num_nodes}] (one flag per node)", path=where
+            )
         return np.flatnonzero(arr).astype(np.int64)
     if arr.dtype.kind not in "iu" or arr.ndim != 1:
-        raise G3InputError(f"{what} must be a boolean mask [nodes] or a 1-D array of node ids, got {arr.dtype} of "
-                           f"shape {arr.shape}", path=where)
+        raise G3InputError(
+            f"{what} must be a boolean mask [nodes] or a 1-D array of node ids, got {arr.dtype} of "
+            f"shape {arr.shape}",
+            path=where,
+        )
     ids = arr.astype(np.int64)
     if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
         bad = ids[(ids < 0) | (ids >= num_nodes)][0]
@@ -69,16 +78,29 @@ def _split_ids(value, num_nodes: int, what: str, where: str, split_index: int | 
     return ids
 
 
-def arrays_source(edge_index, num_nodes: int | None = None, x=None, y=None, train=None, valid=None, test=None,
-                  name: str = "arrays", split_index: int | None = None, where: str = "<arrays>",
-                  undirected: bool = False) -> GraphSource:
+def arrays_source(
+    edge_index,
+    num_nodes: int | None = None,
+    x=None,
+    y=None,
+    train=None,
+    valid=None,
+    test=None,
+    name: str = "arrays",
+    split_index: int | None = None,
+    where: str = "<arrays>",
+    undirected: bool = False,
+) -> GraphSource:
     """A graph given as arrays (see the module's conventions). ``num_nodes`` defaults to ``x``'s rows, else
     the largest node id + 1. ``where`` names the input in error messages; ``undirected``: each edge is listed
     once (ingest then adds the reverses unless told not to)."""
     edges = _numpy(edge_index, "edge_index", where)
     if edges is None or edges.ndim != 2 or 2 not in edges.shape:
-        raise G3InputError(f"edge_index must be a [2, E] (or [E, 2]) array, got shape "
-                           f"{None if edges is None else edges.shape}", path=where)
+        raise G3InputError(
+            f"edge_index must be a [2, E] (or [E, 2]) array, got shape "
+            f"{None if edges is None else edges.shape}",
+            path=where,
+        )
     if edges.dtype.kind not in "iu":
         raise G3InputError(f"edge_index must hold integer node ids, got {edges.dtype}", path=where)
     if edges.shape[0] != 2:
@@ -104,22 +126,39 @@ def arrays_source(edge_index, num_nodes: int | None = None, x=None, y=None, trai
     labels, num_classes = (None, None)
     if y is not None:
         labels, num_classes = labels_from_array(_numpy(y, "y", where), where + " (y)", num_nodes)
-    splits = {s: _split_ids(v, num_nodes, f"the {s} split", where, split_index)
-              for s, v in (("train", train), ("valid", valid), ("test", test))}
+    splits = {
+        s: _split_ids(v, num_nodes, f"the {s} split", where, split_index)
+        for s, v in (("train", train), ("valid", valid), ("test", test))
+    }
     given = {s: ids for s, ids in splits.items() if ids is not None}
     if given and len(given) < 3:
         missing = ", ".join(s for s in splits if s not in given)
-        raise G3InputError(f"splits given for {', '.join(given)} but not {missing}: give all three or none (a "
-                           "ratio split is drawn then)", path=where)
-    return GraphSource(name=name, num_nodes=num_nodes, arcs=arcs, path=where, feat_dim=feat_dim,
-                       feature_blocks=blocks, labels=labels, num_classes=num_classes,
-                       splits=given or None, expected_arcs=int(edges.shape[1]), undirected_once=undirected)
+        raise G3InputError(
+            f"splits given for {', '.join(given)} but not {missing}: give all three or none (a "
+            "ratio split is drawn then)",
+            path=where,
+        )
+    return GraphSource(
+        name=name,
+        num_nodes=num_nodes,
+        arcs=arcs,
+        path=where,
+        feat_dim=feat_dim,
+        feature_blocks=blocks,
+        labels=labels,
+        num_classes=num_classes,
+        splits=given or None,
+        expected_arcs=int(edges.shape[1]),
+        undirected_once=undirected,
+    )
 
 
-def pyg_source(data, name: str = "pyg-data", split_index: int | None = None, where: str | None = None
-               ) -> GraphSource:
+def pyg_source(
+    data, name: str = "pyg-data", split_index: int | None = None, where: str | None = None
+) -> GraphSource:
     """A PyG ``Data`` (or anything with its attributes): ``edge_index``, ``num_nodes``, ``x``, ``y`` and
     ``train_mask``/``val_mask``/``test_mask`` (or ``train_idx``/``val_idx``/``test_idx``)."""
+
     def attr(*names):
         for n in names:
             value = getattr(data, n, None)
@@ -130,45 +169,81 @@ def pyg_source(data, name: str = "pyg-data", split_index: int | None = None, whe
     if attr("edge_index") is None:
         raise G3InputError("the object has no edge_index (a PyG Data is expected)", path=where or name)
     num_nodes = getattr(data, "num_nodes", None)
-    return arrays_source(attr("edge_index"), num_nodes=int(num_nodes) if num_nodes is not None else None,
-                         x=attr("x"), y=attr("y"), train=attr("train_mask", "train_idx"),
-                         valid=attr("val_mask", "valid_mask", "val_idx", "valid_idx"),
-                         test=attr("test_mask", "test_idx"), name=name, split_index=split_index, where=where or name)
+    return arrays_source(
+        attr("edge_index"),
+        num_nodes=int(num_nodes) if num_nodes is not None else None,
+        x=attr("x"),
+        y=attr("y"),
+        train=attr("train_mask", "train_idx"),
+        valid=attr("val_mask", "valid_mask", "val_idx", "valid_idx"),
+        test=attr("test_mask", "test_idx"),
+        name=name,
+        split_index=split_index,
+        where=where or name,
+    )
 
 
-def scipy_source(matrix, x=None, y=None, train=None, valid=None, test=None, name: str = "scipy-matrix",
-                 split_index: int | None = None) -> GraphSource:
+def scipy_source(
+    matrix,
+    x=None,
+    y=None,
+    train=None,
+    valid=None,
+    test=None,
+    name: str = "scipy-matrix",
+    split_index: int | None = None,
+) -> GraphSource:
     """A square scipy sparse adjacency (``A[u, v] ≠ 0``: an arc ``u → v``) with optional node data."""
     if not hasattr(matrix, "tocoo") or len(matrix.shape) != 2 or matrix.shape[0] != matrix.shape[1]:
-        raise G3InputError(f"the adjacency must be a square scipy sparse matrix, got {type(matrix).__name__} of "
-                           f"shape {getattr(matrix, 'shape', None)}", path=name)
+        raise G3InputError(
+            f"the adjacency must be a square scipy sparse matrix, got {type(matrix).__name__} of "
+            f"shape {getattr(matrix, 'shape', None)}",
+            path=name,
+        )
     coo = matrix.tocoo()
     keep = coo.data != 0
     edges = np.stack([coo.row[keep].astype(np.int64), coo.col[keep].astype(np.int64)])
-    return arrays_source(edges, num_nodes=int(matrix.shape[0]), x=x, y=y, train=train, valid=valid, test=test,
-                         name=name, split_index=split_index, where=name)
+    return arrays_source(
+        edges,
+        num_nodes=int(matrix.shape[0]),
+        x=x,
+        y=y,
+        train=train,
+        valid=valid,
+        test=test,
+        name=name,
+        split_index=split_index,
+        where=name,
+    )
 
 
-def source_of(obj, name: str | None = None, split_index: int | None = None, where: str | None = None,
-              **node_data) -> GraphSource:
+def source_of(
+    obj, name: str | None = None, split_index: int | None = None, where: str | None = None, **node_data
+) -> GraphSource:
     """The source of an in-memory graph: a PyG ``Data``, a scipy sparse matrix, or a dict of arrays
     (``edge_index`` and optionally ``num_nodes``, ``x``, ``y``, ``train``/``valid``/``test``). ``where``: what
     error messages name (the file the object came from; default: the object's kind)."""
     if isinstance(obj, dict):
         unknown = set(obj) - {"edge_index", "num_nodes", "x", "y", "train", "valid", "test"}
         if unknown:
-            raise G3InputError(f"unknown keys {sorted(unknown)} (expected edge_index, num_nodes, x, y, train, valid, "
-                               "test)", path=where or name or "<arrays>")
-        return arrays_source(**{"name": name or "arrays", "split_index": split_index, "where": where or "<arrays>",
-                                **obj})
+            raise G3InputError(
+                f"unknown keys {sorted(unknown)} (expected edge_index, num_nodes, x, y, train, valid, test)",
+                path=where or name or "<arrays>",
+            )
+        return arrays_source(
+            **{"name": name or "arrays", "split_index": split_index, "where": where or "<arrays>", **obj}
+        )
     if hasattr(obj, "edge_index"):
         if node_data:
             raise G3InputError("a PyG Data carries its own x, y and masks", path=name or "pyg-data")
         return pyg_source(obj, name=name or "pyg-data", split_index=split_index, where=where)
     if hasattr(obj, "tocoo"):
         return scipy_source(obj, name=name or "scipy-matrix", split_index=split_index, **node_data)
-    raise G3InputError(f"cannot ingest a {type(obj).__name__}: give a path, a PyG Data, a scipy sparse matrix or a "
-                       "dict of arrays", path=name or "<input>")
+    raise G3InputError(
+        f"cannot ingest a {type(obj).__name__}: give a path, a PyG Data, a scipy sparse matrix or a "
+        "dict of arrays",
+        path=name or "<input>",
+    )
 
 
 HETEROPHILOUS_KEYS = {"edges", "node_features", "node_labels", "train_masks", "val_masks", "test_masks"}
@@ -187,12 +262,22 @@ def heterophilous_source(path, split_index: int | None) -> GraphSource:
         with np.load(path) as z:
             arrays = {k: z[k] for k in HETEROPHILOUS_KEYS}
     except (OSError, ValueError, KeyError) as exc:
-        raise G3InputError(f"cannot read the heterophilous-benchmark arrays ({type(exc).__name__}: {exc})",
-                           path=path) from None
-    return arrays_source(arrays["edges"], num_nodes=len(arrays["node_labels"]), x=arrays["node_features"],
-                         y=arrays["node_labels"], train=arrays["train_masks"], valid=arrays["val_masks"],
-                         test=arrays["test_masks"], name=path.stem, split_index=split_index, where=str(path),
-                         undirected=True)
+        raise G3InputError(
+            f"cannot read the heterophilous-benchmark arrays ({type(exc).__name__}: {exc})", path=path
+        ) from None
+    return arrays_source(
+        arrays["edges"],
+        num_nodes=len(arrays["node_labels"]),
+        x=arrays["node_features"],
+        y=arrays["node_labels"],
+        train=arrays["train_masks"],
+        valid=arrays["val_masks"],
+        test=arrays["test_masks"],
+        name=path.stem,
+        split_index=split_index,
+        where=str(path),
+        undirected=True,
+    )
 
 
 def torch_file_source(path, split_index: int | None) -> GraphSource:
@@ -210,15 +295,21 @@ def torch_file_source(path, split_index: int | None) -> GraphSource:
         try:
             obj = torch.load(path, map_location="cpu", weights_only=False)
         except ModuleNotFoundError as exc:
-            raise G3InputError(f"the file holds a {exc.name} object: install it to read the file (a PyG Data "
-                               "needs torch_geometric: make peers)", path=path) from None
+            raise G3InputError(
+                f"the file holds a {exc.name} object: install it to read the file (a PyG Data "
+                "needs torch_geometric: make peers)",
+                path=path,
+            ) from None
         except Exception as exc:  # noqa: BLE001 - anything unreadable is the user's input error
-            raise G3InputError(f"cannot read with torch.load ({type(exc).__name__}: {exc})", path=path) from None
+            raise G3InputError(
+                f"cannot read with torch.load ({type(exc).__name__}: {exc})", path=path
+            ) from None
     if isinstance(obj, dict) and "edge_index" in obj:
         rename = {"train_mask": "train", "val_mask": "valid", "valid_mask": "valid", "test_mask": "test"}
         given = {rename.get(k, k): v for k, v in obj.items()}
         return source_of(given, name=path.stem, split_index=split_index, where=str(path))
     if hasattr(obj, "edge_index"):
         return pyg_source(obj, name=path.stem, split_index=split_index, where=str(path))
-    raise G3InputError(f"holds a {type(obj).__name__}, not a PyG Data or a dict with an edge_index", path=path)
-
+    raise G3InputError(
+        f"holds a {type(obj).__name__}, not a PyG Data or a dict with an edge_index", path=path
+    )

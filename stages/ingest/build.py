@@ -68,7 +68,9 @@ class IngestReport:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def build_store(source: GraphSource, out: str | os.PathLike, options: IngestOptions, force: bool = False) -> IngestReport:
+def build_store(
+    source: GraphSource, out: str | os.PathLike, options: IngestOptions, force: bool = False
+) -> IngestReport:
     """Write ``source`` as a g3 store at ``out`` (atomically; refuses an existing ``out`` unless ``force``)."""
     out = Path(out)
     check_options(options)
@@ -118,7 +120,12 @@ def build_store(source: GraphSource, out: str | os.PathLike, options: IngestOpti
         duplicates_removed=csr["duplicates"],
         spilled=csr["spilled"],
         buckets=csr["buckets"],
-        seconds={"csr": t_csr - t0, "features": t_feat - t_csr, "labels": t_end - t_feat, "total": t_end - t0},
+        seconds={
+            "csr": t_csr - t0,
+            "features": t_feat - t_csr,
+            "labels": t_end - t_feat,
+            "total": t_end - t0,
+        },
     )
 
 
@@ -148,9 +155,13 @@ def disk_estimate(source: GraphSource, o: IngestOptions, symmetrize: bool) -> di
     parts = {"indices": int(arcs * id_bytes * INDICES_KEPT)}
     if arcs * BYTES_PER_ARC_SORT > o.memory_limit:
         parts["spilled arcs"] = arcs * 2 * id_bytes
-    if source.feature_blocks is None or source.info.get("format") == "synthetic":  # random: hardly compressible
+    if (
+        source.feature_blocks is None or source.info.get("format") == "synthetic"
+    ):  # random: hardly compressible
         width = o.feat_dim if source.feature_blocks is None else source.feat_dim
-        parts["features"] = int(source.num_nodes * width * np.dtype(o.feature_dtype).itemsize * RANDOM_FEATURES_KEPT)
+        parts["features"] = int(
+            source.num_nodes * width * np.dtype(o.feature_dtype).itemsize * RANDOM_FEATURES_KEPT
+        )
     return parts
 
 
@@ -158,8 +169,14 @@ def check_options(o: IngestOptions) -> None:
     """Refuse nonsense options before a source is opened (one line each)."""
     if o.feature_dtype not in ("float32", "float16"):
         raise G3InputError(f"--feature-dtype must be float32 or float16, not {o.feature_dtype!r}")
-    if len(o.split) != 3 or not all(math.isfinite(x) and x >= 0 for x in o.split) or abs(sum(o.split) - 1.0) > 1e-6:
-        raise G3InputError(f"--split needs three non-negative ratios summing to 1, got {','.join(map(str, o.split))}")
+    if (
+        len(o.split) != 3
+        or not all(math.isfinite(x) and x >= 0 for x in o.split)
+        or abs(sum(o.split) - 1.0) > 1e-6
+    ):
+        raise G3InputError(
+            f"--split needs three non-negative ratios summing to 1, got {','.join(map(str, o.split))}"
+        )
     if not 0.0 < o.labeled_ratio <= 1.0:
         raise G3InputError(f"--labeled-ratio must be in (0, 1], got {o.labeled_ratio}")
     if o.feat_dim < 1 or o.num_classes < 2:
@@ -214,7 +231,9 @@ class _Runs:
         return arr
 
 
-def _build_csr(source: GraphSource, writer: StoreWriter, o: IngestOptions, symmetrize: bool, spill_dir: Path) -> dict[str, Any]:
+def _build_csr(
+    source: GraphSource, writer: StoreWriter, o: IngestOptions, symmetrize: bool, spill_dir: Path
+) -> dict[str, Any]:
     n = source.num_nodes
     id_dtype = index_dtype(n)
     budget_arcs = max(256, o.memory_limit // BYTES_PER_ARC_SORT)
@@ -341,7 +360,9 @@ def _bucket_bounds(in_count: np.ndarray, budget_arcs: int) -> np.ndarray:
     return np.asarray(bounds, dtype=np.int64)
 
 
-def _scatter_to_buckets(files: list[Path], bounds: np.ndarray, spill_dir: Path, id_dtype: np.dtype, progress) -> list[Path]:
+def _scatter_to_buckets(
+    files: list[Path], bounds: np.ndarray, spill_dir: Path, id_dtype: np.dtype, progress
+) -> list[Path]:
     """Second pass: distribute each run file's arcs to per-bucket files (raw interleaved dst,src pairs)."""
     nb = len(bounds) - 1
     paths = [spill_dir / f"bucket-{b:05d}.bin" for b in range(nb)]
@@ -371,7 +392,9 @@ def _scatter_to_buckets(files: list[Path], bounds: np.ndarray, spill_dir: Path, 
     return paths
 
 
-def _sort_dedup(dst: np.ndarray, src: np.ndarray, lo: int, n: int, keep_duplicates: bool) -> tuple[np.ndarray, np.ndarray]:
+def _sort_dedup(
+    dst: np.ndarray, src: np.ndarray, lo: int, n: int, keep_duplicates: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """Sort arcs by (dst, src) through one int64 key; drop repeated keys unless asked to keep them."""
     key = (dst.astype(np.int64) - lo) * n + src.astype(np.int64)
     key.sort()
@@ -426,9 +449,12 @@ def _write_features(source: GraphSource, writer: StoreWriter, o: IngestOptions) 
                 stored = block.astype(dtype, copy=False)
             if stored is not block and not np.isfinite(stored).all():  # finite in the source, too large here
                 r, c = (int(x) for x in np.argwhere(~np.isfinite(stored))[0])
-                raise G3InputError(f"feature value {block[r, c]:.6g} in row {r + w.offset} (node {r + w.offset}), "
-                                   f"column {c} does not fit --feature-dtype {dtype} (largest "
-                                   f"{float(np.finfo(dtype).max):.6g})", path=where)
+                raise G3InputError(
+                    f"feature value {block[r, c]:.6g} in row {r + w.offset} (node {r + w.offset}), "
+                    f"column {c} does not fit --feature-dtype {dtype} (largest "
+                    f"{float(np.finfo(dtype).max):.6g})",
+                    path=where,
+                )
             w.append(stored)
             progress.advance(task, len(block))
     if w.offset != n:
@@ -453,7 +479,9 @@ def _write_labels_and_splits(source: GraphSource, writer: StoreWriter, o: Ingest
             raise G3InputError("labels must be >= 0 (or -1 for unlabelled)", path=source.path)
         num_classes = int(source.num_classes or (labels.max() + 1 if len(labels) else 0))
         if labels.max(initial=-1) >= num_classes:
-            raise G3InputError(f"label {int(labels.max())} >= number of classes {num_classes}", path=source.path)
+            raise G3InputError(
+                f"label {int(labels.max())} >= number of classes {num_classes}", path=source.path
+            )
         labels = labels.astype(np.int32)
         label_kind = "from source"
     writer.write_array("labels", labels)

@@ -63,7 +63,16 @@ class NpzMember:
     row blocks in order costs one pass over the member. Other indexing loads the whole array.
     """
 
-    def __init__(self, path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, shape, fortran: bool, dtype, header_len: int):
+    def __init__(
+        self,
+        path: Path,
+        zf: zipfile.ZipFile,
+        info: zipfile.ZipInfo,
+        shape,
+        fortran: bool,
+        dtype,
+        header_len: int,
+    ):
         self.path = path
         self._zf = zf
         self._info = info
@@ -122,7 +131,6 @@ class NpzMember:
         self._handles.clear()
 
 
-
 def max_node_count() -> int:
     """The most nodes whose per-node arrays (``NODE_BYTES`` each) fit this machine's memory: a node id beyond
     it is a numbering ingest cannot hold (ids must run 0 .. N-1), refused before anything is allocated."""
@@ -132,8 +140,11 @@ def max_node_count() -> int:
 
 
 def _too_many_nodes(value: int, limit: int) -> str:
-    return (f"node id {value} would make the graph {value + 1:,} nodes, more than this machine's memory holds "
-            f"({limit:,} at {NODE_BYTES} bytes each); node ids must be numbered 0 .. N-1: relabel them")
+    return (
+        f"node id {value} would make the graph {value + 1:,} nodes, more than this machine's memory holds "
+        f"({limit:,} at {NODE_BYTES} bytes each); node ids must be numbered 0 .. N-1: relabel them"
+    )
+
 
 def npz_keys(path: Path) -> list[str]:
     """Names of the arrays in an ``.npz`` archive."""
@@ -154,7 +165,8 @@ def _npz_member(path: Path, key: str | None, what: str = "array"):
     if key is None:
         if len(names) != 1:
             raise G3InputError(
-                f"holds {len(names)} arrays ({', '.join(names) or 'none'}); name the {what} as {path}:KEY", path=path
+                f"holds {len(names)} arrays ({', '.join(names) or 'none'}); name the {what} as {path}:KEY",
+                path=path,
             )
         key = names[0]
     if key not in names:
@@ -171,7 +183,9 @@ def _npz_member(path: Path, key: str | None, what: str = "array"):
     except ValueError as exc:
         raise G3InputError(f"array {key!r} is not a valid .npy member: {exc}", path=path) from None
     if dtype.hasobject:
-        raise G3InputError(f"array {key!r} holds Python objects; only numeric arrays are supported", path=path)
+        raise G3InputError(
+            f"array {key!r} holds Python objects; only numeric arrays are supported", path=path
+        )
     if info.compress_type == zipfile.ZIP_STORED:
         with open(path, "rb") as fh:
             fh.seek(info.header_offset)
@@ -180,8 +194,14 @@ def _npz_member(path: Path, key: str | None, what: str = "array"):
         zf.close()
         if int(np.prod(shape, dtype=np.int64)) == 0:
             return np.zeros(shape, dtype=dtype)
-        return np.memmap(path, dtype=dtype, mode="r", offset=data_start + header_len, shape=tuple(shape),
-                         order="F" if fortran else "C")
+        return np.memmap(
+            path,
+            dtype=dtype,
+            mode="r",
+            offset=data_start + header_len,
+            shape=tuple(shape),
+            order="F" if fortran else "C",
+        )
     return NpzMember(path, zf, info, shape, fortran, dtype, header_len)
 
 
@@ -208,10 +228,13 @@ def _csv_column(path: Path, column: str | None, what: str) -> np.ndarray:
     if column is None:
         raise G3InputError(f"name the {what} column: {path}:COLUMN", path=path)
     try:
-        table = pacsv.read_csv(path, parse_options=pacsv.ParseOptions(delimiter="\t" if path.suffix == ".tsv"
-                                                                       else ","))
+        table = pacsv.read_csv(
+            path, parse_options=pacsv.ParseOptions(delimiter="\t" if path.suffix == ".tsv" else ",")
+        )
     except Exception as exc:  # noqa: BLE001 - pyarrow's errors name the line; one line for the user
-        raise G3InputError(f"cannot read as CSV with a header row: {exc}".splitlines()[0], path=path) from None
+        raise G3InputError(
+            f"cannot read as CSV with a header row: {exc}".splitlines()[0], path=path
+        ) from None
     if column not in table.column_names:
         raise G3InputError(f"has no column {column!r} (columns: {', '.join(table.column_names)})", path=path)
     values = table.column(column).to_numpy(zero_copy_only=False)
@@ -222,8 +245,11 @@ def _csv_column(path: Path, column: str | None, what: str) -> np.ndarray:
     ids = table.column("id").to_numpy(zero_copy_only=False)
     if ids.dtype.kind not in "iu" or (len(ids) and ids.min() < 0):
         raise G3InputError("its id column must hold node ids (integers >= 0)", path=path)
-    out = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int64 if values.dtype.kind in "iub"
-                  else np.float64)
+    out = np.full(
+        int(ids.max()) + 1 if len(ids) else 0,
+        -1,
+        dtype=np.int64 if values.dtype.kind in "iub" else np.float64,
+    )
     out[ids] = values
     return out
 
@@ -241,8 +267,10 @@ def _json_multi_hot(path: Path) -> np.ndarray:
         raise G3InputError("expected an object mapping node ids to lists of feature ids", path=path)
     for node, ids in obj.items():  # a string is iterable and would read as its digits
         if not isinstance(ids, list) or not all(isinstance(f, int) and not isinstance(f, bool) for f in ids):
-            raise G3InputError(f"node {node!r}: expected a list of integer feature ids, got {json.dumps(ids)[:60]}",
-                               path=path)
+            raise G3InputError(
+                f"node {node!r}: expected a list of integer feature ids, got {json.dumps(ids)[:60]}",
+                path=path,
+            )
     try:
         nodes = np.fromiter((int(k) for k in obj), dtype=np.int64, count=len(obj))
         lengths = np.fromiter((len(v) for v in obj.values()), dtype=np.int64, count=len(obj))
@@ -258,9 +286,12 @@ def _json_multi_hot(path: Path) -> np.ndarray:
     memory = max_node_count() * NODE_BYTES
     if n * width * 4 > memory // 2:  # the dense multi-hot matrix, float32
         node = int(np.repeat(nodes, lengths)[int(np.argmax(feats))])
-        raise G3InputError(f"feature id {width - 1} (node {node}) makes a {n:,} x {width:,} feature matrix "
-                           f"({n * width * 4 / 2**30:,.1f} GiB), more than half this machine's memory; feature "
-                           f"ids must be numbered 0 .. F-1", path=path)
+        raise G3InputError(
+            f"feature id {width - 1} (node {node}) makes a {n:,} x {width:,} feature matrix "
+            f"({n * width * 4 / 2**30:,.1f} GiB), more than half this machine's memory; feature "
+            f"ids must be numbered 0 .. F-1",
+            path=path,
+        )
     x = np.zeros((n, width), dtype=np.float32)
     x[np.repeat(nodes, lengths), feats] = 1.0
     return x
@@ -313,11 +344,15 @@ def open_array_spec(spec, what: str = "array"):
             found = []
             f.visititems(lambda name, o: found.append(name) if isinstance(o, h5py.Dataset) else None)
             raise G3InputError(
-                f"has no dataset {key!r} (datasets: {', '.join('/' + n for n in found[:10]) or 'none'})", path=path
+                f"has no dataset {key!r} (datasets: {', '.join('/' + n for n in found[:10]) or 'none'})",
+                path=path,
             )
         return obj
-    raise G3InputError(f"unsupported {what} file type (use .npy, .npz[:key], .h5:/dataset, .csv:COLUMN or a .json "
-                       "of sparse features)", path=path)
+    raise G3InputError(
+        f"unsupported {what} file type (use .npy, .npz[:key], .h5:/dataset, .csv:COLUMN or a .json "
+        "of sparse features)",
+        path=path,
+    )
 
 
 def feature_blocks_from_array(arr, path, num_nodes: int):
@@ -326,7 +361,9 @@ def feature_blocks_from_array(arr, path, num_nodes: int):
     if len(shape) == 1:
         shape = (shape[0], 1)
     if len(shape) != 2:
-        raise G3InputError(f"features must be a 2-D array [nodes, dims], got shape {tuple(arr.shape)}", path=path)
+        raise G3InputError(
+            f"features must be a 2-D array [nodes, dims], got shape {tuple(arr.shape)}", path=path
+        )
     if shape[0] != num_nodes:
         raise G3InputError(f"features have {shape[0]} rows but the graph has {num_nodes} nodes", path=path)
     kind = np.dtype(arr.dtype).kind
@@ -355,8 +392,12 @@ def check_finite(block: np.ndarray, path, first_row: int, line_of_row=None) -> N
     row = first_row + r
     value = block[r, c] if block.ndim == 2 else block[r]
     if line_of_row is not None:
-        raise G3InputError(f"feature value {value} in column {c + 1} is not finite", path=path, line=line_of_row(row))
-    raise G3InputError(f"feature value {value} in row {row} (node {row}), column {c} is not finite", path=path)
+        raise G3InputError(
+            f"feature value {value} in column {c + 1} is not finite", path=path, line=line_of_row(row)
+        )
+    raise G3InputError(
+        f"feature value {value} in row {row} (node {row}), column {c} is not finite", path=path
+    )
 
 
 def labels_from_array(arr, path, num_nodes: int, line_of_row=None) -> tuple[np.ndarray, int]:
@@ -364,7 +405,8 @@ def labels_from_array(arr, path, num_nodes: int, line_of_row=None) -> tuple[np.n
     shape = tuple(arr.shape)
     if len(shape) == 2 and shape[1] != 1:
         raise G3InputError(
-            f"labels have {shape[1]} columns: multi-label node labels are unsupported (one class per node)", path=path
+            f"labels have {shape[1]} columns: multi-label node labels are unsupported (one class per node)",
+            path=path,
         )
     if len(shape) not in (1, 2):
         raise G3InputError(f"labels must be a 1-D array [nodes], got shape {shape}", path=path)
@@ -395,7 +437,8 @@ def labels_from_array(arr, path, num_nodes: int, line_of_row=None) -> tuple[np.n
         if len(block) and (block.min() < -1 or block.max() >= 2**31 - 1):
             r = start + int(np.flatnonzero((block < -1) | (block >= 2**31 - 1))[0])
             raise G3InputError(
-                f"label {block[r - start]}{at(r)} is not a class id (>= 0, or -1/NaN for unlabelled)", **where(r)
+                f"label {block[r - start]}{at(r)} is not a class id (>= 0, or -1/NaN for unlabelled)",
+                **where(r),
             )
         out[start : start + len(block)] = block
     num_classes = int(out.max()) + 1 if num_nodes else 0
@@ -514,7 +557,9 @@ class _TextEdges:
                     self.skip_lines = line0 + i
                     continue
                 raise G3InputError(
-                    f"malformed line {_short(s)}: expected two integer node ids (src dst)", path=self.path, line=line0 + i
+                    f"malformed line {_short(s)}: expected two integer node ids (src dst)",
+                    path=self.path,
+                    line=line0 + i,
                 )
         # no data line: an empty graph (comments/header only)
 
@@ -541,11 +586,16 @@ class _TextEdges:
             table = pacsv.read_csv(
                 pa.BufferReader(chunk),
                 read_options=pacsv.ReadOptions(column_names=names, block_size=ARROW_BLOCK_BYTES),
-                parse_options=pacsv.ParseOptions(delimiter="," if self.comma else " ", quote_char=False,
-                                                 ignore_empty_lines=True),
-                convert_options=pacsv.ConvertOptions(column_types={"c0": pa.int64(), "c1": pa.int64()},
-                                                     include_columns=["c0", "c1"], null_values=[],
-                                                     strings_can_be_null=False, quoted_strings_can_be_null=False),
+                parse_options=pacsv.ParseOptions(
+                    delimiter="," if self.comma else " ", quote_char=False, ignore_empty_lines=True
+                ),
+                convert_options=pacsv.ConvertOptions(
+                    column_types={"c0": pa.int64(), "c1": pa.int64()},
+                    include_columns=["c0", "c1"],
+                    null_values=[],
+                    strings_can_be_null=False,
+                    quoted_strings_can_be_null=False,
+                ),
             )
         except (pa.ArrowInvalid, pa.ArrowException):
             return None
@@ -576,7 +626,9 @@ class _TextEdges:
             fields = _fields(s, self.comma)
             if len(fields) < 2 or not (_INT_FIELD.fullmatch(fields[0]) and _INT_FIELD.fullmatch(fields[1])):
                 raise G3InputError(
-                    f"malformed line {_short(s)}: expected two integer node ids (src dst)", path=self.path, line=line0 + i
+                    f"malformed line {_short(s)}: expected two integer node ids (src dst)",
+                    path=self.path,
+                    line=line0 + i,
                 )
             a, b = int(fields[0]), int(fields[1])
             if not (-(2**63) <= a < 2**63 and -(2**63) <= b < 2**63):
@@ -609,7 +661,9 @@ class _TextEdges:
             s, d = self.parse(line0, chunk)
             yield line0, chunk, s, d
 
-    def check_ids(self, line0: int, chunk: bytes, s: np.ndarray, d: np.ndarray, num_nodes: int | None) -> None:
+    def check_ids(
+        self, line0: int, chunk: bytes, s: np.ndarray, d: np.ndarray, num_nodes: int | None
+    ) -> None:
         if not len(s):
             return
         lo = min(int(s.min()), int(d.min()))
@@ -679,7 +733,9 @@ def iter_edge_array(arr, path, num_nodes: int | None, chunk: int | None = None, 
                 if num_nodes is None and value >= 0:
                     raise G3InputError(f"{idx}: {_too_many_nodes(int(value), limit)}", path=path)
                 rng = f"[0, {num_nodes})" if num_nodes is not None else "(ids must be >= 0)"
-                raise G3InputError(f"node id {value} at {idx} (edge {start + k}) is out of range {rng}", path=path)
+                raise G3InputError(
+                    f"node id {value} at {idx} (edge {start + k}) is out of range {rng}", path=path
+                )
         yield s, d
     if member:
         arr.close()
@@ -707,7 +763,9 @@ def read_index_file(spec, num_nodes: int, what: str) -> np.ndarray:
         ids = ids.astype(np.int64)
         if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
             k = int(np.flatnonzero((ids < 0) | (ids >= num_nodes))[0])
-            raise G3InputError(f"{what} node id {ids[k]} at index {k} is out of range [0, {num_nodes})", path=path)
+            raise G3InputError(
+                f"{what} node id {ids[k]} at index {k} is out of range [0, {num_nodes})", path=path
+            )
         return ids
     if not base.exists():
         raise G3InputError(f"no such {what} file", path=base)
@@ -726,7 +784,9 @@ def read_index_file(spec, num_nodes: int, what: str) -> np.ndarray:
                         line = line0 + i
                         break
                     j += 1
-            raise G3InputError(f"{what} node id {got[k]} is out of range [0, {num_nodes})", path=base, line=line)
+            raise G3InputError(
+                f"{what} node id {got[k]} is out of range [0, {num_nodes})", path=base, line=line
+            )
         parts.append(got)
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
@@ -737,8 +797,9 @@ def _ids_arrow(chunk: bytes) -> np.ndarray | None:
             pa.BufferReader(chunk),
             read_options=pacsv.ReadOptions(column_names=["id"], block_size=max(1 << 20, len(chunk) + 1)),
             parse_options=pacsv.ParseOptions(quote_char=False, ignore_empty_lines=True),
-            convert_options=pacsv.ConvertOptions(column_types={"id": pa.int64()}, null_values=[],
-                                                 strings_can_be_null=False),
+            convert_options=pacsv.ConvertOptions(
+                column_types={"id": pa.int64()}, null_values=[], strings_can_be_null=False
+            ),
         )
     except pa.ArrowException:
         return None
@@ -752,7 +813,9 @@ def _ids_python(path: Path, line0: int, chunk: bytes, what: str) -> np.ndarray:
         if not s or s[:1] in _COMMENT_START:
             continue
         if not _INT_FIELD.fullmatch(s):
-            raise G3InputError(f"malformed line {_short(s)}: expected one integer node id", path=path, line=line0 + i)
+            raise G3InputError(
+                f"malformed line {_short(s)}: expected one integer node id", path=path, line=line0 + i
+            )
         out.append(int(s))
     try:
         return np.array(out, dtype=np.int64)
@@ -778,8 +841,10 @@ def _naming_the_count(num_nodes: int, count_source: str | None):
     except G3InputError as exc:
         if count_source is None or "is out of range" not in str(exc):
             raise
-        named = G3InputError(f"{exc}: the node count {num_nodes:,} is {count_source}; an edge names a node "
-                             "beyond them (give features and labels for every node, or a larger --num-nodes)")
+        named = G3InputError(
+            f"{exc}: the node count {num_nodes:,} is {count_source}; an edge names a node "
+            "beyond them (give features and labels for every node, or a larger --num-nodes)"
+        )
         named.path, named.line = exc.path, exc.line
         raise named from None
 
@@ -812,8 +877,10 @@ def read_edgelist(
     if num_nodes is not None and num_nodes < 0:
         raise G3InputError(f"--num-nodes must be >= 0, got {num_nodes}")
     if num_nodes is not None and num_nodes > max_node_count():
-        raise G3InputError(f"--num-nodes {num_nodes:,} is more nodes than this machine's memory holds "
-                           f"({max_node_count():,} at {NODE_BYTES} bytes each)")
+        raise G3InputError(
+            f"--num-nodes {num_nodes:,} is more nodes than this machine's memory holds "
+            f"({max_node_count():,} at {NODE_BYTES} bytes each)"
+        )
 
     feat_arr = open_array_spec(features, "features") if features is not None else None
     label_arr = open_array_spec(labels, "labels") if labels is not None else None
@@ -822,7 +889,11 @@ def read_edgelist(
     count_source: str | None = None  # what set the node count, when not the edges themselves
     if num_nodes is None:
         # the side arrays give the node count (isolated trailing nodes included); they must agree
-        rows = {str(q): int(a.shape[0]) for q, a in ((feat_path, feat_arr), (label_path, label_arr)) if a is not None}
+        rows = {
+            str(q): int(a.shape[0])
+            for q, a in ((feat_path, feat_arr), (label_path, label_arr))
+            if a is not None
+        }
         if len(set(rows.values())) > 1:
             raise G3InputError(
                 "features and labels disagree on the number of nodes: "
@@ -908,7 +979,9 @@ def read_edgelist(
         splits = {}
         for name, sp in given.items():
             splits[name] = (
-                read_index_file(sp, num_nodes, f"{name}_idx") if sp is not None else np.zeros(0, dtype=np.int64)
+                read_index_file(sp, num_nodes, f"{name}_idx")
+                if sp is not None
+                else np.zeros(0, dtype=np.int64)
             )
 
     return GraphSource(

@@ -105,7 +105,9 @@ class _Csv:
     Row ``r`` is line ``r + 1`` (empty lines are not skipped: they are errors, or nulls where allowed).
     """
 
-    def __init__(self, path: Path, ncols: int, kind: str, block_size: int, null_values: list[str] | None = None):
+    def __init__(
+        self, path: Path, ncols: int, kind: str, block_size: int, null_values: list[str] | None = None
+    ):
         self.path = path
         self.ncols = ncols
         self.kind = kind  # "int" or "float"
@@ -113,7 +115,9 @@ class _Csv:
         self.null_values = list(null_values or [])
         self.names = [f"c{i}" for i in range(ncols)]
         typ = pa.int64() if kind == "int" else (pa.float64() if self.null_values else pa.float32())
-        self.read_options = pacsv.ReadOptions(column_names=self.names, block_size=block_size, use_threads=True)
+        self.read_options = pacsv.ReadOptions(
+            column_names=self.names, block_size=block_size, use_threads=True
+        )
         self.parse_options = pacsv.ParseOptions(delimiter=",", quote_char=False, ignore_empty_lines=False)
         self.convert_options = pacsv.ConvertOptions(
             column_types={n: typ for n in self.names},
@@ -127,8 +131,12 @@ class _Csv:
         stream = open_stream(self.path)
         try:
             try:
-                reader = pacsv.open_csv(stream, read_options=self.read_options, parse_options=self.parse_options,
-                                        convert_options=self.convert_options)
+                reader = pacsv.open_csv(
+                    stream,
+                    read_options=self.read_options,
+                    parse_options=self.parse_options,
+                    convert_options=self.convert_options,
+                )
             except pa.ArrowInvalid as exc:
                 if "Empty CSV file" in str(exc):
                     return
@@ -143,7 +151,9 @@ class _Csv:
                 except pa.ArrowInvalid as exc:
                     self._fail(row, exc)
                 except (OSError, pa.ArrowException) as exc:
-                    raise G3InputError(f"cannot read (corrupt or truncated?): {exc}", path=self.path) from None
+                    raise G3InputError(
+                        f"cannot read (corrupt or truncated?): {exc}", path=self.path
+                    ) from None
                 if batch.num_rows:
                     yield row, batch
                     row += batch.num_rows
@@ -162,14 +172,20 @@ class _Csv:
             t = f.strip()
             if self.kind == "int":
                 if not _INT.fullmatch(f) or not -(2**63) <= int(t) < 2**63:
-                    return "empty line (expected an integer)" if not s.strip() else f"{_short(f)} is not an integer"
+                    return (
+                        "empty line (expected an integer)"
+                        if not s.strip()
+                        else f"{_short(f)} is not an integer"
+                    )
             else:
                 if f.decode("utf-8", "replace") in self.null_values:
                     continue
                 try:
                     float(t)
                 except ValueError:
-                    return "empty line (expected a number)" if not s.strip() else f"{_short(f)} is not a number"
+                    return (
+                        "empty line (expected a number)" if not s.strip() else f"{_short(f)} is not a number"
+                    )
         return None
 
     def _fail(self, first_row: int, exc: Exception):
@@ -198,12 +214,15 @@ def _read_count(path: Path) -> int:
         raise G3InputError("is empty (expected one number)", path=path)
     if len(values) > 1:
         raise G3InputError(
-            f"holds {len(values)} numbers: graph-level (multi-graph) OGB datasets are unsupported", path=path,
+            f"holds {len(values)} numbers: graph-level (multi-graph) OGB datasets are unsupported",
+            path=path,
             line=values[1][0],
         )
     line, text = values[0]
     if not _INT.fullmatch(text) or int(text) < 0:
-        raise G3InputError(f"malformed line {_short(text)}: expected a non-negative integer", path=path, line=line)
+        raise G3InputError(
+            f"malformed line {_short(text)}: expected a non-negative integer", path=path, line=line
+        )
     return int(text)
 
 
@@ -215,7 +234,9 @@ def _read_ids(path: Path, num_nodes: int, what: str) -> np.ndarray:
         ids = batch.column(0).to_numpy()
         if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
             k = int(np.flatnonzero((ids < 0) | (ids >= num_nodes))[0])
-            raise G3InputError(f"{what} node id {ids[k]} is out of range [0, {num_nodes})", path=path, line=row0 + k + 1)
+            raise G3InputError(
+                f"{what} node id {ids[k]} is out of range [0, {num_nodes})", path=path, line=row0 + k + 1
+            )
         parts.append(ids)
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
@@ -230,7 +251,9 @@ def _check_arc_ids(s: np.ndarray, d: np.ndarray, n: int, path: Path, row0: int) 
     bad = (s < 0) | (s >= n) | (d < 0) | (d >= n)
     k = int(np.flatnonzero(bad)[0])
     value = s[k] if not 0 <= s[k] < n else d[k]
-    raise G3InputError(f"node id {value} is out of range [0, {n}) (num-node-list)", path=path, line=row0 + k + 1)
+    raise G3InputError(
+        f"node id {value} is out of range [0, {n}) (num-node-list)", path=path, line=row0 + k + 1
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -248,14 +271,17 @@ def _split_folder(folder: Path, split_name: str | None) -> Path | None:
     if split_name is not None:
         if split_name not in choices:
             raise G3InputError(
-                f"no split {split_name!r}; choose --split-name from: {', '.join(choices) or '(none)'}", path=root
+                f"no split {split_name!r}; choose --split-name from: {', '.join(choices) or '(none)'}",
+                path=root,
             )
         return root / split_name
     if len(choices) == 1:
         return root / choices[0]
     if not choices:
         raise G3InputError("split/ holds no split folder", path=root)
-    raise G3InputError(f"holds several splits; choose one with --split-name ({', '.join(choices)})", path=root)
+    raise G3InputError(
+        f"holds several splits; choose one with --split-name ({', '.join(choices)})", path=root
+    )
 
 
 def _load_pt_split(path: Path, num_nodes: int, what: str) -> np.ndarray:
@@ -270,7 +296,9 @@ def _load_pt_split(path: Path, num_nodes: int, what: str) -> np.ndarray:
     ids = obj.numpy().reshape(-1).astype(np.int64)
     if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
         k = int(np.flatnonzero((ids < 0) | (ids >= num_nodes))[0])
-        raise G3InputError(f"{what} node id {ids[k]} at index {k} is out of range [0, {num_nodes})", path=path)
+        raise G3InputError(
+            f"{what} node id {ids[k]} at index {k} is out of range [0, {num_nodes})", path=path
+        )
     return ids
 
 
@@ -331,7 +359,9 @@ def _labels_csv(path: Path, num_nodes: int, count_path: Path) -> tuple[np.ndarra
     ncols = 1 if first is None else first.count(b",") + 1
     if ncols > 1:
         raise G3InputError(
-            f"has {ncols} columns: multi-label node labels are unsupported (one class per node)", path=path, line=1
+            f"has {ncols} columns: multi-label node labels are unsupported (one class per node)",
+            path=path,
+            line=1,
         )
     csv = _Csv(path, 1, "float", 4 << 20, null_values=LABEL_NULLS)
     values = np.empty(num_nodes, dtype=np.float64)
@@ -340,7 +370,9 @@ def _labels_csv(path: Path, num_nodes: int, count_path: Path) -> tuple[np.ndarra
         col = batch.column(0).to_numpy(zero_copy_only=False)
         if row0 + len(col) > num_nodes:
             raise G3InputError(
-                f"more label lines than the {num_nodes} nodes of {count_path.name}", path=path, line=num_nodes + 1
+                f"more label lines than the {num_nodes} nodes of {count_path.name}",
+                path=path,
+                line=num_nodes + 1,
             )
         values[row0 : row0 + len(col)] = col
         rows = row0 + len(col)
@@ -349,7 +381,9 @@ def _labels_csv(path: Path, num_nodes: int, count_path: Path) -> tuple[np.ndarra
     return labels_from_array(values, path, num_nodes, line_of_row=lambda r: r + 1)
 
 
-def _features_csv(path: Path, num_nodes: int, count_path: Path) -> tuple[int, Callable[[], Iterator[np.ndarray]]]:
+def _features_csv(
+    path: Path, num_nodes: int, count_path: Path
+) -> tuple[int, Callable[[], Iterator[np.ndarray]]]:
     first = _first_line(path)
     if first is None:
         raise G3InputError("is empty", path=path)
@@ -363,7 +397,9 @@ def _features_csv(path: Path, num_nodes: int, count_path: Path) -> tuple[int, Ca
         for row0, batch in csv.batches():
             if row0 + batch.num_rows > num_nodes:
                 raise G3InputError(
-                    f"more feature lines than the {num_nodes} nodes of {count_path.name}", path=path, line=num_nodes + 1
+                    f"more feature lines than the {num_nodes} nodes of {count_path.name}",
+                    path=path,
+                    line=num_nodes + 1,
                 )
             if dim == 1:
                 block = batch.column(0).to_numpy().reshape(-1, 1)
@@ -373,7 +409,9 @@ def _features_csv(path: Path, num_nodes: int, count_path: Path) -> tuple[int, Ca
             rows = row0 + batch.num_rows
             yield block
         if rows != num_nodes:
-            raise G3InputError(f"{rows} feature lines but {count_path.name} says {num_nodes} nodes", path=path)
+            raise G3InputError(
+                f"{rows} feature lines but {count_path.name} says {num_nodes} nodes", path=path
+            )
 
     return dim, blocks
 
@@ -402,7 +440,9 @@ def _read_csv_layout(folder: Path, raw: Path) -> GraphSource:
             total += len(s)
             yield s, d
         if total != num_edges:
-            raise G3InputError(f"{total} edge lines but {ne_path.name} says {num_edges} edges", path=edge_path)
+            raise G3InputError(
+                f"{total} edge lines but {ne_path.name} says {num_edges} edges", path=edge_path
+            )
 
     labels, num_classes = _labels_csv(label_path, num_nodes, nn_path)
     info: dict[str, Any] = {"format": "ogb-csv"}
@@ -440,7 +480,9 @@ def _read_npz_layout(folder: Path, raw: Path) -> GraphSource:
     num_nodes = int(nn[0])
     nn_path = _find(raw, "num-node-list")
     if nn_path is not None and _read_count(nn_path) != num_nodes:
-        raise G3InputError(f"says {_read_count(nn_path)} nodes but data.npz num_nodes is {num_nodes}", path=nn_path)
+        raise G3InputError(
+            f"says {_read_count(nn_path)} nodes but data.npz num_nodes is {num_nodes}", path=nn_path
+        )
 
     edge_arr = _npz_member(data, "edge_index")
     num_edges, _planar = edge_array_layout(edge_arr, data)
@@ -477,7 +519,9 @@ def _read_npz_layout(folder: Path, raw: Path) -> GraphSource:
         key = "node_label" if "node_label" in lkeys else None
         arr = _npz_member(label_path, key, "labels")
         if arr.shape and arr.shape[0] != num_nodes:
-            raise G3InputError(f"node_label has {arr.shape[0]} rows but num_nodes is {num_nodes}", path=label_path)
+            raise G3InputError(
+                f"node_label has {arr.shape[0]} rows but num_nodes is {num_nodes}", path=label_path
+            )
         labels, num_classes = labels_from_array(arr, label_path, num_nodes)
         if isinstance(arr, NpzMember):
             arr.close()

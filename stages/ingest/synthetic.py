@@ -149,7 +149,9 @@ def _edge_chunks(s: SyntheticSpec, layout: _Layout):
     for k, start in enumerate(range(0, m, EDGE_CHUNK)):
         rng = np.random.default_rng([s.seed, 2, k])
         size = min(EDGE_CHUNK, m - start)
-        a = np.minimum(np.searchsorted(layout.cum_act, rng.random(size) * total_act, side="right"), s.nodes - 1)
+        a = np.minimum(
+            np.searchsorted(layout.cum_act, rng.random(size) * total_act, side="right"), s.nodes - 1
+        )
         ca = layout.node_comm[a]
         kind = rng.random(size)
         inside = kind >= s.cross_ratio
@@ -177,7 +179,9 @@ def _edge_chunks(s: SyntheticSpec, layout: _Layout):
 def _feature_blocks(s: SyntheticSpec, layout: _Layout):
     rng = np.random.default_rng([s.seed, 3])
     class_centroids = rng.standard_normal((s.num_classes, s.feat_dim)).astype(np.float32) * s.feature_signal
-    comm_offsets = rng.standard_normal((layout.num_communities, s.feat_dim)).astype(np.float32) * (s.feature_signal * 0.5)
+    comm_offsets = rng.standard_normal((layout.num_communities, s.feat_dim)).astype(np.float32) * (
+        s.feature_signal * 0.5
+    )
     for k, start in enumerate(range(0, s.nodes, FEATURE_BLOCK)):
         ids = np.arange(start, min(s.nodes, start + FEATURE_BLOCK))
         brng = np.random.default_rng([s.seed, 4, k])

@@ -56,7 +56,9 @@ class PartitionOptions:
     bytegnn_beta: float = 0.25
     bytegnn_gamma: float = 0.25
     bytegnn_hops: int = 2  # block radius in in-hops: the model's layers
-    metis_memory: int | None = None  # bytes METIS may hold; a graph needing more is coarsened (None: half free)
+    metis_memory: int | None = (
+        None  # bytes METIS may hold; a graph needing more is coarsened (None: half free)
+    )
 
     @property
     def degree_limit(self) -> float:
@@ -77,9 +79,13 @@ def check_options(o: PartitionOptions) -> None:
     if not 0.0 < o.gamma < 1.0:
         raise G3InputError(f"--gamma must be in (0, 1), got {o.gamma}")
     if not (math.isfinite(o.balance_tol) and o.balance_tol >= 1.0):
-        raise G3InputError(f"--balance-tol must be a finite number >= 1 (a max/mean ratio), got {o.balance_tol}")
+        raise G3InputError(
+            f"--balance-tol must be a finite number >= 1 (a max/mean ratio), got {o.balance_tol}"
+        )
     if o.degree_tol is not None and not (math.isfinite(o.degree_tol) and o.degree_tol >= 1.0):
-        raise G3InputError(f"--degree-tol must be a finite number >= 1 (a max/mean ratio), got {o.degree_tol}")
+        raise G3InputError(
+            f"--degree-tol must be a finite number >= 1 (a max/mean ratio), got {o.degree_tol}"
+        )
     if o.hidden < 1:
         raise G3InputError(f"--hidden must be >= 1, got {o.hidden}")
     if o.threads is not None and o.threads < 1:
@@ -89,8 +95,9 @@ def check_options(o: PartitionOptions) -> None:
     if o.refine_steps is not None and o.refine_steps < 0:
         raise G3InputError(f"--refine-steps must be >= 0, got {o.refine_steps}")
     if not (math.isfinite(o.remote_budget) and o.remote_budget > 0.0):
-        raise G3InputError(f"--remote-budget must be > 0 (a multiple of plain METIS's total remote), "
-                           f"got {o.remote_budget}")
+        raise G3InputError(
+            f"--remote-budget must be > 0 (a multiple of plain METIS's total remote), got {o.remote_budget}"
+        )
     for name in ("alpha", "beta", "gamma"):
         value = getattr(o, f"bytegnn_{name}")
         if not (math.isfinite(value) and value >= 0.0):
@@ -100,8 +107,9 @@ def check_options(o: PartitionOptions) -> None:
     if o.bytegnn_hops < 1:
         raise G3InputError(f"--bytegnn-hops must be >= 1 (the model's layers), got {o.bytegnn_hops}")
     if o.metis_memory is not None and o.metis_memory < METIS_MEMORY_FLOOR:
-        raise G3InputError(f"--metis-memory must be at least {METIS_MEMORY_FLOOR >> 20} MiB, got {o.metis_memory:,} "
-                           "bytes")
+        raise G3InputError(
+            f"--metis-memory must be at least {METIS_MEMORY_FLOOR >> 20} MiB, got {o.metis_memory:,} bytes"
+        )
 
 
 # METIS's own memory per symmetrised arc beyond the graph g3 holds (68.5 measured on synthetic:medium, K = 8,
@@ -136,8 +144,13 @@ def shard_bytes(store: GraphStore, o: PartitionOptions) -> dict[str, int]:
     return parts
 
 
-def run_partition(store_path: str | Path, options: PartitionOptions, out: str | Path | None = None,
-                  force: bool = False, plot: str | Path | None = None) -> dict:
+def run_partition(
+    store_path: str | Path,
+    options: PartitionOptions,
+    out: str | Path | None = None,
+    force: bool = False,
+    plot: str | Path | None = None,
+) -> dict:
     """Entry point of `g3 partition`: partition, measure, write OUT atomically; returns the partition.json dict."""
     check_options(options)
     if plot is not None:
@@ -147,8 +160,10 @@ def run_partition(store_path: str | Path, options: PartitionOptions, out: str | 
             raise G3InputError("--plot: the folder does not exist", path=plot)
     store = GraphStore.open(store_path)
     if options.workers > store.num_nodes:
-        raise G3InputError(f"--workers {options.workers} is more than the {store.num_nodes:,} nodes of the store",
-                           path=store.path)
+        raise G3InputError(
+            f"--workers {options.workers} is more than the {store.num_nodes:,} nodes of the store",
+            path=store.path,
+        )
     out = Path(out) if out is not None else default_output(store.path, options.method, options.workers)
     check_target(out, force, "partition", (store.path,))  # fail before any work
     check_free_space(out, shard_bytes(store, options), "this partition")
@@ -184,9 +199,13 @@ def _partition_into(tmp: Path, store: GraphStore, o: PartitionOptions, timing: d
         timing["load"] = time.perf_counter() - t_start
         part, extra = _assign(graphs, store, o, timing, progress)
         summary = _summary(store, o, graphs, part, in_degree, extra, timing, progress)
-        summary["metis_memory"] = {"bytes": int(min(limit, 1 << 62)), "from": source,
-                                   "arc_budget": int(graphs.metis_arc_budget), "bytes_per_arc": METIS_BYTES_PER_ARC,
-                                   "coarsened": graphs.coarsenings}
+        summary["metis_memory"] = {
+            "bytes": int(min(limit, 1 << 62)),
+            "from": source,
+            "arc_budget": int(graphs.metis_arc_budget),
+            "bytes_per_arc": METIS_BYTES_PER_ARC,
+            "coarsened": graphs.coarsenings,
+        }
         t0 = time.perf_counter()
         np.save(tmp / "assignment.npy", part.astype(np.int32))
         _write_shards(tmp, store, graphs, part, o, extra, progress)
@@ -196,7 +215,9 @@ def _partition_into(tmp: Path, store: GraphStore, o: PartitionOptions, timing: d
     return summary
 
 
-def _assign(graphs, store: GraphStore, o: PartitionOptions, timing: dict, progress) -> tuple[np.ndarray, dict]:
+def _assign(
+    graphs, store: GraphStore, o: PartitionOptions, timing: dict, progress
+) -> tuple[np.ndarray, dict]:
     """Node -> partition (int32 [N]) and the method's extras (``summary``: keys for partition.json,
     ``parameters``: for its parameters, ``before``: (assignment, remote sizes) the method started from)."""
     t0 = time.perf_counter()
@@ -205,7 +226,9 @@ def _assign(graphs, store: GraphStore, o: PartitionOptions, timing: dict, progre
     return part, extra
 
 
-def _summary(store, o: PartitionOptions, graphs, part, in_degree, extra: dict, timing: dict, progress) -> dict:
+def _summary(
+    store, o: PartitionOptions, graphs, part, in_degree, extra: dict, timing: dict, progress
+) -> dict:
     from .metrics import summary_figures
     from .shards import shard_name, store_reference
 
@@ -213,9 +236,12 @@ def _summary(store, o: PartitionOptions, graphs, part, in_degree, extra: dict, t
     task = progress.add_task("measuring partitions", total=None)
     k = o.workers
     method = partition_method(o.method)
-    figures, extra["mark"] = layout_function(method.primary_layout, "measure")(graphs, part, k, o.hidden, in_degree)
-    after = summary_figures(graphs, part, k, [p["remote"] for p in figures["partitions"]],
-                            figures["totals"]["edge_cut"])
+    figures, extra["mark"] = layout_function(method.primary_layout, "measure")(
+        graphs, part, k, o.hidden, in_degree
+    )
+    after = summary_figures(
+        graphs, part, k, [p["remote"] for p in figures["partitions"]], figures["totals"]["edge_cut"]
+    )
     before = None
     if "before" in extra:
         start, start_remote = extra["before"]
@@ -231,8 +257,12 @@ def _summary(store, o: PartitionOptions, graphs, part, in_degree, extra: dict, t
         "method": o.method,
         "layouts": list(method.layouts),
         "num_partitions": k,
-        "parameters": {**asdict(o), "degree_tol": o.degree_limit, "threads": numba.get_num_threads(),
-                       **extra.get("parameters", {})},
+        "parameters": {
+            **asdict(o),
+            "degree_tol": o.degree_limit,
+            "threads": numba.get_num_threads(),
+            **extra.get("parameters", {}),
+        },
         "definitions": DEFINITIONS,
         **extra.get("summary", {}),
         "before": before,
@@ -255,8 +285,9 @@ def _write_shards(tmp: Path, store, graphs, part, o: PartitionOptions, extra: di
         root = tmp if i == 0 else tmp / name
         root.mkdir(exist_ok=True)
         marks = extra["mark"] if i == 0 else None
-        layout_function(name, "write")(root, store, graphs, part, o.workers, {**info, "layout": name}, marks,
-                                       progress)
+        layout_function(name, "write")(
+            root, store, graphs, part, o.workers, {**info, "layout": name}, marks, progress
+        )
     seal_shards(tmp)
 
 
@@ -269,4 +300,12 @@ def _version() -> str:
         return "unknown"
 
 
-__all__ = ["print_partition_summary", "run_partition", "PartitionOptions", "METHODS", "default_output", "PARTITION_SCHEMA", "PARTITION_VERSION"]
+__all__ = [
+    "print_partition_summary",
+    "run_partition",
+    "PartitionOptions",
+    "METHODS",
+    "default_output",
+    "PARTITION_SCHEMA",
+    "PARTITION_VERSION",
+]

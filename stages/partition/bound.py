@@ -53,9 +53,12 @@ class RemoteLowerBound:
         """Smallest degree tolerance (to 3 decimals, at most ``high``) at which these blocks' bound no longer
         exceeds ``budget``: below it the goal is infeasible (the blocks stay valid for any limit; a search at
         the looser limit could only find more). None if even ``high`` does not bring it down."""
+
         def bound_at(tol: float) -> float:
-            return sum(block_bound(b.hub_degrees, b.shared_degrees, tol * self.mean_degree_sum)[0]
-                       for b in self.blocks)
+            return sum(
+                block_bound(b.hub_degrees, b.shared_degrees, tol * self.mean_degree_sum)[0]
+                for b in self.blocks
+            )
 
         lo = self.degree_limit / self.mean_degree_sum
         if bound_at(lo) <= budget:
@@ -68,19 +71,33 @@ class RemoteLowerBound:
         return math.ceil(high * 1000) / 1000
 
     def as_dict(self) -> dict:
-        return {"total_remote": _json_number(self.total), "degree_limit": round(self.degree_limit, 3),
-                "blocks": [{"hubs": len(b.hubs), "hub_ids": b.hubs[:32], "shared": b.shared,
-                            "hub_partitions": b.hub_partitions, "bound": _json_number(b.bound)}
-                           for b in self.blocks]}
+        return {
+            "total_remote": _json_number(self.total),
+            "degree_limit": round(self.degree_limit, 3),
+            "blocks": [
+                {
+                    "hubs": len(b.hubs),
+                    "hub_ids": b.hubs[:32],
+                    "shared": b.shared,
+                    "hub_partitions": b.hub_partitions,
+                    "bound": _json_number(b.bound),
+                }
+                for b in self.blocks
+            ],
+        }
 
 
 def infeasible_statement(bound: dict, budget: float) -> str:
     """One sentence for the report and the explanation, from partition.json's ``refine.lower_bound``."""
     total, needed = bound["total_remote"], bound["degree_tol_needed"]
-    floor = "no assignment fits the degree limit at all (a node's degree exceeds it)" if total == "infinite" else (
-        f"any assignment within the degree limit has a total remote of at least {total:,} (hub blocks)")
-    return (f"the budget {budget:,.0f} is infeasible: {floor}"
-            + (f"; below --degree-tol {needed} none fits the budget" if needed else ""))
+    floor = (
+        "no assignment fits the degree limit at all (a node's degree exceeds it)"
+        if total == "infinite"
+        else (f"any assignment within the degree limit has a total remote of at least {total:,} (hub blocks)")
+    )
+    return f"the budget {budget:,.0f} is infeasible: {floor}" + (
+        f"; below --degree-tol {needed} none fits the budget" if needed else ""
+    )
 
 
 def _json_number(x: float) -> float | str:
@@ -100,8 +117,9 @@ def block_bound(hub_degrees: np.ndarray, shared_degrees: np.ndarray, limit: floa
     return float(p * len(shared_degrees) - owned), p
 
 
-def remote_lower_bound(graphs: Graphs, k: int, degree_tol: float, candidates: int = CANDIDATES,
-                       max_blocks: int = MAX_BLOCKS) -> RemoteLowerBound:
+def remote_lower_bound(
+    graphs: Graphs, k: int, degree_tol: float, candidates: int = CANDIDATES, max_blocks: int = MAX_BLOCKS
+) -> RemoteLowerBound:
     """Lower bound on ``sum_i |V_i^remote|`` over all K-way assignments whose degree sums (``graphs.degree``)
     are all at most ``degree_tol x`` their mean. Uses the in-edge CSR (remote sets follow in-arcs)."""
     deg = np.asarray(graphs.degree, dtype=np.int64)
@@ -118,7 +136,9 @@ def remote_lower_bound(graphs: Graphs, k: int, degree_tol: float, candidates: in
         overlap = _overlaps([rows[int(h)] for h in top], graphs.num_nodes)
         best = None
         for i, start in enumerate(top):
-            order = [int(top[j]) for j in np.argsort(-overlap[i], kind="stable") if j != i and overlap[i, j] > 0]
+            order = [
+                int(top[j]) for j in np.argsort(-overlap[i], kind="stable") if j != i and overlap[i, j] > 0
+            ]
             block = _grow_block(int(start), order, rows, deg, result.degree_limit)
             if best is None or block[0].bound > best[0].bound:
                 best = block
@@ -134,7 +154,7 @@ def remote_lower_bound(graphs: Graphs, k: int, degree_tol: float, candidates: in
 
 
 def _in_row(graphs: Graphs, v: int, removed: np.ndarray) -> np.ndarray:
-    row = np.asarray(graphs.indices[graphs.indptr[v]:graphs.indptr[v + 1]], dtype=np.int64)  # sorted
+    row = np.asarray(graphs.indices[graphs.indptr[v] : graphs.indptr[v + 1]], dtype=np.int64)  # sorted
     if len(row) > 1:
         row = row[np.concatenate(([True], row[1:] != row[:-1]))]  # a store may keep duplicate arcs
     return row[~removed[row]]
@@ -144,9 +164,14 @@ def _overlaps(rows: list[np.ndarray], n: int) -> np.ndarray:
     """``[i, j]`` = in-neighbours rows i and j share (one sparse product)."""
     import scipy.sparse as sp
 
-    incidence = sp.csr_matrix((np.ones(sum(len(r) for r in rows), dtype=np.int32),
-                               np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64),
-                               np.concatenate([[0], np.cumsum([len(r) for r in rows])])), shape=(len(rows), n))
+    incidence = sp.csr_matrix(
+        (
+            np.ones(sum(len(r) for r in rows), dtype=np.int32),
+            np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64),
+            np.concatenate([[0], np.cumsum([len(r) for r in rows])]),
+        ),
+        shape=(len(rows), n),
+    )
     return (incidence @ incidence.T).toarray()
 
 
@@ -158,8 +183,9 @@ def _intersect_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a[b[at] == a]
 
 
-def _grow_block(start: int, order: list[int], rows: dict[int, np.ndarray], deg: np.ndarray,
-                limit: float) -> tuple[HubBlock, np.ndarray]:
+def _grow_block(
+    start: int, order: list[int], rows: dict[int, np.ndarray], deg: np.ndarray, limit: float
+) -> tuple[HubBlock, np.ndarray]:
     """Greedy block from ``start``: add the candidates in ``order`` (most in-neighbours shared with ``start``
     first) and keep the prefix with the largest bound."""
     hubs = [start]

@@ -71,8 +71,10 @@ from .baselines import splitmix64
 SPLITS = ("train", "valid", "test")
 DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_HOPS = 0.5, 0.25, 0.25, 2
 PLACED_AFFINITY, PLACED_BALANCE = 0, 1  # how a block's partition was chosen
-UNREACHED_RULE = ("least-loaded: after the blocks are placed, unreached nodes fill the partitions with the "
-                  "fewest nodes (water-filling on node counts), in ascending id order")
+UNREACHED_RULE = (
+    "least-loaded: after the blocks are placed, unreached nodes fill the partitions with the "
+    "fewest nodes (water-filling on node counts), in ascending id order"
+)
 
 
 def build_blocks(indptr: np.ndarray, indices: np.ndarray, centres: np.ndarray, hops: int) -> np.ndarray:
@@ -202,9 +204,17 @@ def fill_least_loaded(counts: np.ndarray, extra: int) -> np.ndarray:
     return take
 
 
-def bytegnn_partition(graphs, splits: dict[str, np.ndarray], k: int, seed: int = 0, alpha: float = DEFAULT_ALPHA,
-                      beta: float = DEFAULT_BETA, gamma: float = DEFAULT_GAMMA, hops: int = DEFAULT_HOPS,
-                      balance_tol: float = 1.05) -> tuple[np.ndarray, dict]:
+def bytegnn_partition(
+    graphs,
+    splits: dict[str, np.ndarray],
+    k: int,
+    seed: int = 0,
+    alpha: float = DEFAULT_ALPHA,
+    beta: float = DEFAULT_BETA,
+    gamma: float = DEFAULT_GAMMA,
+    hops: int = DEFAULT_HOPS,
+    balance_tol: float = 1.05,
+) -> tuple[np.ndarray, dict]:
     """ByteGNN's partition of ``graphs`` (a :class:`~stages.partition.graph.Graphs`) into ``k`` parts.
 
     ``splits``: node ids of ``train``, ``valid`` and ``test`` (a missing or empty split has no centres and drops
@@ -240,8 +250,19 @@ def bytegnn_partition(graphs, splits: dict[str, np.ndarray], k: int, seed: int =
     caps = np.array([math.ceil(balance_tol * c - 1e-9) for c in expected], dtype=np.int64)
     owner = np.full(n, -1, dtype=np.int32)
     t1 = time.perf_counter()
-    _, placed, load = _greedy(order, bptr, bnodes, bcount, graphs.sym_indptr, graphs.sym_indices,
-                              expected.astype(np.float64), w, caps, k, owner)
+    _, placed, load = _greedy(
+        order,
+        bptr,
+        bnodes,
+        bcount,
+        graphs.sym_indptr,
+        graphs.sym_indices,
+        expected.astype(np.float64),
+        w,
+        caps,
+        k,
+        owner,
+    )
     t_greedy = time.perf_counter() - t1
 
     unreached = np.flatnonzero(owner < 0)
@@ -251,9 +272,18 @@ def bytegnn_partition(graphs, splits: dict[str, np.ndarray], k: int, seed: int =
     degenerate = nb == n and n > 0
     stats = {
         "hops": int(hops),
-        "weights": {"alpha": float(alpha), "beta": float(beta), "gamma": float(gamma),
-                    "normalised": [round(float(x), 6) for x in w]},
-        "centres": {"train": int(totals[0]), "valid": int(totals[1]), "test": int(totals[2]), "total": int(nb)},
+        "weights": {
+            "alpha": float(alpha),
+            "beta": float(beta),
+            "gamma": float(gamma),
+            "normalised": [round(float(x), 6) for x in w],
+        },
+        "centres": {
+            "train": int(totals[0]),
+            "valid": int(totals[1]),
+            "test": int(totals[2]),
+            "total": int(nb),
+        },
         "blocks": {
             "count": int(nb),
             "mean_size": round(float(bsize.mean()), 4) if nb else 0.0,
@@ -263,9 +293,12 @@ def bytegnn_partition(graphs, splits: dict[str, np.ndarray], k: int, seed: int =
             "nodes": int(len(reached)),
         },
         "degenerate": bool(degenerate),
-        "degenerate_explanation": ("every node is labelled: every block is its centre alone, so the sort key and "
-                                   "the block sizes are constant and blocks are visited in the seeded order"
-                                   if degenerate else None),
+        "degenerate_explanation": (
+            "every node is labelled: every block is its centre alone, so the sort key and "
+            "the block sizes are constant and blocks are visited in the seeded order"
+            if degenerate
+            else None
+        ),
         "sort": "max(train, valid, test) in the block desc, then block size desc, then seeded order",
         "sort_key_constant": bool(nb == 0 or key.min() == key.max()),
         "placed_by_score": int(placed[PLACED_AFFINITY]),
@@ -274,8 +307,10 @@ def bytegnn_partition(graphs, splits: dict[str, np.ndarray], k: int, seed: int =
         "caps": {s: int(c) for s, c in zip(SPLITS, caps, strict=True)},
         "balance_tol": float(balance_tol),
         "split_counts": [[int(x) for x in row] for row in load],
-        "split_max_over_mean": {s: (round(float(load[:, i].max() / expected[i]), 6) if totals[i] else None)
-                                for i, s in enumerate(SPLITS)},
+        "split_max_over_mean": {
+            s: (round(float(load[:, i].max() / expected[i]), 6) if totals[i] else None)
+            for i, s in enumerate(SPLITS)
+        },
         "unreached": int(len(unreached)),
         "unreached_rule": UNREACHED_RULE,
         "seconds": {"blocks": round(t_blocks, 3), "greedy": round(t_greedy, 3)},
@@ -287,14 +322,30 @@ def assign(graphs, store, o, timing: dict, progress) -> tuple[np.ndarray, dict]:
     """The ``bytegnn`` method; its statistics become partition.json's ``bytegnn``."""
     task = progress.add_task(f"ByteGNN ({o.bytegnn_hops}-hop blocks, Algorithm 2)", total=None)
     splits = {s: store.split_index(s) for s in SPLITS}
-    part, stats = bytegnn_partition(graphs, splits, o.workers, o.seed, o.bytegnn_alpha, o.bytegnn_beta,
-                                    o.bytegnn_gamma, o.bytegnn_hops, o.balance_tol)
+    part, stats = bytegnn_partition(
+        graphs,
+        splits,
+        o.workers,
+        o.seed,
+        o.bytegnn_alpha,
+        o.bytegnn_beta,
+        o.bytegnn_gamma,
+        o.bytegnn_hops,
+        o.balance_tol,
+    )
     progress.update(task, total=1, completed=1)
     return part, {"summary": {"bytegnn": stats}}
 
 
-__all__ = ["bytegnn_partition", "build_blocks", "fill_least_loaded", "DEFAULT_ALPHA", "DEFAULT_BETA",
-           "DEFAULT_GAMMA", "DEFAULT_HOPS"]
+__all__ = [
+    "bytegnn_partition",
+    "build_blocks",
+    "fill_least_loaded",
+    "DEFAULT_ALPHA",
+    "DEFAULT_BETA",
+    "DEFAULT_GAMMA",
+    "DEFAULT_HOPS",
+]
 
 
 from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined

@@ -49,8 +49,13 @@ class Coarsening:
 
     def record(self, fine_arcs: int, budget: int) -> dict:
         """What partition.json says about it."""
-        return {"levels": self.levels, "clusters": len(self.indptr) - 1, "coarse_arcs": len(self.indices),
-                "fine_arcs": fine_arcs, "arc_budget": budget}
+        return {
+            "levels": self.levels,
+            "clusters": len(self.indptr) - 1,
+            "coarse_arcs": len(self.indices),
+            "fine_arcs": fine_arcs,
+            "arc_budget": budget,
+        }
 
 
 @numba.njit(cache=True)
@@ -74,8 +79,11 @@ def _propagate(indptr, indices, arc_w, node_w, cap, order, rounds, labels, clust
             for i in range(t):
                 c = touched[i]
                 w = conn[c]
-                if c != own and (w > best_w or (w == best_w and c < best and best != own)) \
-                        and cluster_w[c] + node_w[v] <= cap:
+                if (
+                    c != own
+                    and (w > best_w or (w == best_w and c < best and best != own))
+                    and cluster_w[c] + node_w[v] <= cap
+                ):
                     best, best_w = c, w
             for i in range(t):
                 conn[touched[i]] = 0
@@ -88,8 +96,14 @@ def _propagate(indptr, indices, arc_w, node_w, cap, order, rounds, labels, clust
             break
 
 
-def propagate(indptr: np.ndarray, indices: np.ndarray, arc_weights: np.ndarray | None, node_weights: np.ndarray,
-              cap: int, seed: int) -> np.ndarray:
+def propagate(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    arc_weights: np.ndarray | None,
+    node_weights: np.ndarray,
+    cap: int,
+    seed: int,
+) -> np.ndarray:
     """Cluster labels (int64 [N], numbered 0 … C − 1 by first node) of size-constrained label propagation: no
     cluster's summed ``node_weights`` exceeds ``cap`` (a node heavier than it stays alone). ``arc_weights``
     None: every arc weighs 1."""
@@ -97,8 +111,17 @@ def propagate(indptr: np.ndarray, indices: np.ndarray, arc_weights: np.ndarray |
     labels = np.arange(n, dtype=np.int64)
     node_weights = np.ascontiguousarray(node_weights, dtype=np.int64)
     order = np.random.default_rng(seed).permutation(n).astype(np.int64)
-    _propagate(indptr, indices, _weights(arc_weights), node_weights, int(cap), order, ROUNDS, labels,
-               node_weights.copy())
+    _propagate(
+        indptr,
+        indices,
+        _weights(arc_weights),
+        node_weights,
+        int(cap),
+        order,
+        ROUNDS,
+        labels,
+        node_weights.copy(),
+    )
     _, first, dense = np.unique(labels, return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))  # clusters numbered by their first node
@@ -109,8 +132,9 @@ def _weights(arc_weights: np.ndarray | None) -> np.ndarray:
     return np.zeros(0, dtype=np.int64) if arc_weights is None else arc_weights
 
 
-def contract(indptr: np.ndarray, indices: np.ndarray, arc_weights: np.ndarray | None, labels: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def contract(
+    indptr: np.ndarray, indices: np.ndarray, arc_weights: np.ndarray | None, labels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The graph of the clusters ``labels``: ``(indptr, indices, weights)``, an arc per pair of distinct
     clusters joined by at least one arc, weighted by the arcs' summed weight; rows sorted. Row blocks of about
     :data:`BLOCK_ARCS` arcs are made unique one at a time, then merged."""
@@ -122,7 +146,7 @@ def contract(indptr: np.ndarray, indices: np.ndarray, arc_weights: np.ndarray | 
         stop = int(np.searchsorted(indptr, indptr[start] + BLOCK_ARCS, side="right")) - 1
         stop = min(max(stop, start + 1), n)
         lo, hi = int(indptr[start]), int(indptr[stop])
-        src = np.repeat(labels[start:stop], np.diff(indptr[start:stop + 1]))
+        src = np.repeat(labels[start:stop], np.diff(indptr[start : stop + 1]))
         dst = labels[indices[lo:hi]]
         cut = src != dst
         k, inverse = np.unique(src[cut] * c + dst[cut], return_inverse=True)
@@ -140,8 +164,9 @@ def contract(indptr: np.ndarray, indices: np.ndarray, arc_weights: np.ndarray | 
     return out_ptr, (k % max(c, 1)).astype(np.int64), w
 
 
-def coarsen(indptr: np.ndarray, indices: np.ndarray, node_weights: np.ndarray, k: int, arc_budget: int,
-            seed: int) -> Coarsening:
+def coarsen(
+    indptr: np.ndarray, indices: np.ndarray, node_weights: np.ndarray, k: int, arc_budget: int, seed: int
+) -> Coarsening:
     """Coarsen the symmetrised graph ``indptr``/``indices`` (``node_weights``: int64 [N, ncon]) until it has at
     most ``arc_budget`` arcs (or :data:`MAX_LEVELS` levels, or no level shrinks it by 5 %)."""
     weights = np.asarray(node_weights, dtype=np.int64).reshape(len(indptr) - 1, -1)
@@ -158,8 +183,9 @@ def coarsen(indptr: np.ndarray, indices: np.ndarray, node_weights: np.ndarray, k
     mean_part = max(int(size.sum() / k), 1)
     while len(idx) > arc_budget:
         if levels == MAX_LEVELS or cap > mean_part // 2:
-            raise ValueError(f"cannot coarsen the graph to {arc_budget:,} arcs (still {len(idx):,} after "
-                             f"{levels} levels)")
+            raise ValueError(
+                f"cannot coarsen the graph to {arc_budget:,} arcs (still {len(idx):,} after {levels} levels)"
+            )
         level = propagate(ptr, idx, arc_w, size, cap, seed + levels)
         clusters = int(level.max()) + 1
         if clusters > 0.95 * (len(ptr) - 1):
@@ -170,13 +196,22 @@ def coarsen(indptr: np.ndarray, indices: np.ndarray, node_weights: np.ndarray, k
         labels = level[labels]
         levels += 1
     clusters = int(labels.max()) + 1 if len(labels) else 0
-    node_w = np.stack([np.bincount(labels, weights=weights[:, j], minlength=clusters) for j in range(weights.shape[1])],
-                      axis=1).astype(np.int64)
+    node_w = np.stack(
+        [np.bincount(labels, weights=weights[:, j], minlength=clusters) for j in range(weights.shape[1])],
+        axis=1,
+    ).astype(np.int64)
     return Coarsening(labels, ptr, idx, arc_w, node_w, levels)
 
 
-def refine(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray, node_weights: np.ndarray, k: int,
-           imbalance: float, seed: int) -> np.ndarray:
+def refine(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    part: np.ndarray,
+    node_weights: np.ndarray,
+    k: int,
+    imbalance: float,
+    seed: int,
+) -> np.ndarray:
     """The projected partition improved on the fine graph by size-constrained label propagation with the K
     partitions as the labels (KaMinPar's refinement): a node moves to the partition it has the most arcs to
     while that partition stays within ``imbalance`` × the mean weight. Single-constraint: ``node_weights`` [N]."""

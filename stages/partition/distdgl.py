@@ -27,7 +27,8 @@ def distdgl_weights(store, n: int) -> np.ndarray:
 
 def assign(graphs, store, o, timing: dict, progress) -> tuple[np.ndarray, dict]:
     task = progress.add_task("METIS (5 constraints: nodes, train, valid, test, arcs)", total=None)
-    part = metis_partition(graphs, o.workers, o.seed, vertex_weights=distdgl_weights(store, graphs.num_nodes),
-                           ubvec=[UBVEC] * 5)
+    part = metis_partition(
+        graphs, o.workers, o.seed, vertex_weights=distdgl_weights(store, graphs.num_nodes), ubvec=[UBVEC] * 5
+    )
     progress.update(task, total=1, completed=1)
     return part, {}

@@ -174,7 +174,9 @@ def move_counts(w, a, b, G, S, shared):
                 remote[b] += 1
     if not shared:
         for e in range(indptr[w], indptr[w + 1]):
-            u = indices[e]  # arc u -> w (u == w for a self-loop: part[w] is already b, which keeps this right)
+            u = indices[
+                e
+            ]  # arc u -> w (u == w for a self-loop: part[w] is already b, which keeps this right)
             c = arc_cnt[u, a] - 1
             arc_cnt[u, a] = c
             if c == 0 and part[u] != a:
@@ -416,9 +418,14 @@ def _balance(k, G, S, Q, shared, gamma, deg_limit, max_calls_swaps, table, round
     ys = np.empty(width_y, dtype=np.int64)
     xa = np.empty(width_x, dtype=np.int64)
     xa_other = np.empty(width_x, dtype=np.int64)
-    scratch = (np.empty(width_y, dtype=np.int64), np.empty(width_y, dtype=np.int64),
-               np.empty(width_x, dtype=np.int64), np.empty(width_x, dtype=np.int64),
-               np.empty(width_x, dtype=np.int64), np.empty(width_x, dtype=np.int64))
+    scratch = (
+        np.empty(width_y, dtype=np.int64),
+        np.empty(width_y, dtype=np.int64),
+        np.empty(width_x, dtype=np.int64),
+        np.empty(width_x, dtype=np.int64),
+        np.empty(width_x, dtype=np.int64),
+        np.empty(width_x, dtype=np.int64),
+    )
     swaps = 0
     while swaps < max_calls_swaps:
         order = np.argsort(remote, kind="mergesort")  # stable: ties broken by partition id
@@ -435,8 +442,18 @@ def _balance(k, G, S, Q, shared, gamma, deg_limit, max_calls_swaps, table, round
             stats[STAT_SINGLE] += nx
             stats[STAT_WIDENED] += r > 0
             # x's effect on V_a^remote does not depend on where x goes: compute it once per round
-            _deltas(xs, nx, a, order[0] if order[0] != a else order[1], indptr, indices, part, arc_cnt,
-                    xa, xa_other)
+            _deltas(
+                xs,
+                nx,
+                a,
+                order[0] if order[0] != a else order[1],
+                indptr,
+                indices,
+                part,
+                arc_cnt,
+                xa,
+                xa_other,
+            )
             for t in range(k):  # V_min first, then the next-smallest remote sets
                 b = order[t]
                 if b == a:
@@ -610,16 +627,24 @@ class Algorithm1Result:
     final_remote: list[int] = field(default_factory=list)  # |V_i^remote| of the returned assignment
 
 
-def run_algorithm1(graphs: Graphs, part: np.ndarray, k: int, gamma: float, degree_tol: float,
-                   max_swaps: int | None = None, on_progress: Callable[[int, float], None] | None = None,
-                   min_key_cap: int = MIN_KEY_CAP) -> Algorithm1Result:
+def run_algorithm1(
+    graphs: Graphs,
+    part: np.ndarray,
+    k: int,
+    gamma: float,
+    degree_tol: float,
+    max_swaps: int | None = None,
+    on_progress: Callable[[int, float], None] | None = None,
+    min_key_cap: int = MIN_KEY_CAP,
+) -> Algorithm1Result:
     """Balance the remote sets of ``part`` by one-for-one swaps; returns the new assignment and why it stopped.
 
     ``degree_tol`` bounds the degree sums: no swap pushes a partition's sum above ``degree_tol x mean``."""
     t0 = time.perf_counter()
     if k == 1:
-        return Algorithm1Result(np.asarray(part, dtype=np.int32), "single partition", 0, 0.0,
-                                initial_remote=[0], final_remote=[0])
+        return Algorithm1Result(
+            np.asarray(part, dtype=np.int32), "single partition", 0, 0.0, initial_remote=[0], final_remote=[0]
+        )
     tracker = RemoteTracker(graphs, part, k, min_key_cap)
     initial_remote = tracker.remote.tolist()
     max_swaps = graphs.num_nodes if max_swaps is None else max_swaps
@@ -636,16 +661,37 @@ def run_algorithm1(graphs: Graphs, part: np.ndarray, k: int, gamma: float, degre
             status = SWAP_LIMIT
             break
         step = min(SWAPS_PER_CALL, max_swaps - swaps)
-        status, done, h = _balance(k, tracker.G, tracker.S, tracker.Q, tracker.shared, gamma, deg_limit, step,
-                                   table, rounds, h, stats)
+        status, done, h = _balance(
+            k,
+            tracker.G,
+            tracker.S,
+            tracker.Q,
+            tracker.shared,
+            gamma,
+            deg_limit,
+            step,
+            table,
+            rounds,
+            h,
+            stats,
+        )
         h = np.uint64(h)
         swaps += int(done)
         trace.append([swaps, int(tracker.remote.max()), int(tracker.remote.min())])
         if on_progress is not None:
             on_progress(swaps, float(tracker.remote.min()) / max(1, int(tracker.remote.max())))
-    return Algorithm1Result(tracker.part, STOP_REASONS[status], swaps, time.perf_counter() - t0, trace,
-                            initial_remote, int(stats[STAT_PAIRS]), int(stats[STAT_SINGLE]),
-                            int(stats[STAT_WIDENED]), tracker.remote.tolist())
+    return Algorithm1Result(
+        tracker.part,
+        STOP_REASONS[status],
+        swaps,
+        time.perf_counter() - t0,
+        trace,
+        initial_remote,
+        int(stats[STAT_PAIRS]),
+        int(stats[STAT_SINGLE]),
+        int(stats[STAT_WIDENED]),
+        tracker.remote.tolist(),
+    )
 
 
 def _table_size(max_swaps: int) -> int:

@@ -46,13 +46,19 @@ def assign(graphs: Graphs, store, o, timing: dict, progress) -> tuple[np.ndarray
         "stop_reason": result.stop_reason,
         "stop_explanation": STOP_EXPLANATIONS[result.stop_reason],
         "swaps": result.swaps,
-        "search": {"pairs_evaluated": result.pairs_evaluated, "single_deltas": result.single_deltas,
-                   "widened_searches": result.widened_searches},
+        "search": {
+            "pairs_evaluated": result.pairs_evaluated,
+            "single_deltas": result.single_deltas,
+            "widened_searches": result.widened_searches,
+        },
         "remote_trace": result.remote_trace,
         "refine": None,
     }
     part = result.part
     if o.refine_steps != 0 and needs_refinement(result, o.remote_budget):
         part, summary["refine"] = refine_after_algorithm1(graphs, result, o, timing, progress)
-    return part, {"before": (first, result.initial_remote), "summary": summary,
-                  "parameters": {"metis_ubvec": metis_ubvec(o)}}
+    return part, {
+        "before": (first, result.initial_remote),
+        "summary": summary,
+        "parameters": {"metis_ubvec": metis_ubvec(o)},
+    }

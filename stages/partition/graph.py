@@ -68,7 +68,11 @@ def load_graphs(store: GraphStore) -> Graphs:
     """
     indptr, indices = store.load_csr()
     options = store.meta.get("options", {})
-    if store.meta.get("directed") is False and not options.get("keep_self_loops") and not options.get("keep_duplicates"):
+    if (
+        store.meta.get("directed") is False
+        and not options.get("keep_self_loops")
+        and not options.get("keep_duplicates")
+    ):
         indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         indices = np.ascontiguousarray(indices)
         graphs = Graphs(store.num_nodes, indptr, indices, indptr, indices, np.diff(indptr))
@@ -84,7 +88,10 @@ def graphs_from_csr(indptr: np.ndarray, indices: np.ndarray) -> Graphs:
     indices = np.ascontiguousarray(indices)
     sym_indptr, sym_indices = symmetrize(indptr, indices)
     if np.array_equal(sym_indptr, indptr) and np.array_equal(sym_indices, indices):
-        sym_indptr, sym_indices = indptr, indices  # symmetric, no self-loops, no duplicates: one copy is enough
+        sym_indptr, sym_indices = (
+            indptr,
+            indices,
+        )  # symmetric, no self-loops, no duplicates: one copy is enough
     degree = np.diff(sym_indptr)
     return Graphs(len(indptr) - 1, indptr, indices, sym_indptr, sym_indices, degree)
 

@@ -20,7 +20,9 @@ from .graph import Graphs
 METIS_OK = 1
 METIS_NOPTIONS = 40
 OBJTYPE_CUT = 0
-REAL_T = np.float32  # METIS's real_t in pymetis's build (REALTYPEWIDTH 32: a float64 ubvec is rejected as garbage)
+REAL_T = (
+    np.float32
+)  # METIS's real_t in pymetis's build (REALTYPEWIDTH 32: a float64 ubvec is rejected as garbage)
 
 
 @functools.cache
@@ -56,8 +58,14 @@ def metis_options(seed: int, ufactor: int | None = None) -> np.ndarray:
     return options
 
 
-def metis_partition(graphs: Graphs, k: int, seed: int, vertex_weights: np.ndarray | None = None,
-                    ufactor: int | None = None, ubvec: list[float] | None = None) -> np.ndarray:
+def metis_partition(
+    graphs: Graphs,
+    k: int,
+    seed: int,
+    vertex_weights: np.ndarray | None = None,
+    ufactor: int | None = None,
+    ubvec: list[float] | None = None,
+) -> np.ndarray:
     """k-way METIS on the symmetrised graph; ``vertex_weights`` is [N, ncon] (one column per constraint).
 
     ``ubvec`` gives each constraint its own allowed max/mean (METIS's ``ubvec``: one ``real_t`` per
@@ -70,7 +78,9 @@ def metis_partition(graphs: Graphs, k: int, seed: int, vertex_weights: np.ndarra
     ncon, vwgt = 1, None
     if vertex_weights is not None:
         w = np.array(vertex_weights, dtype=np.int64).reshape(n, -1)
-        w[:, w.sum(axis=0) == 0] = 1  # METIS divides by each constraint's total: an all-zero column means "count"
+        w[:, w.sum(axis=0) == 0] = (
+            1  # METIS divides by each constraint's total: an all-zero column means "count"
+        )
         ncon, vwgt = w.shape[1], np.ascontiguousarray(w.ravel())  # interleaved: node-major, as METIS expects
     ub = None
     if ubvec is not None:
@@ -88,8 +98,16 @@ def metis_partition(graphs: Graphs, k: int, seed: int, vertex_weights: np.ndarra
     return part.astype(np.int32)
 
 
-def _coarsened(graphs: Graphs, k: int, seed: int, vwgt: np.ndarray | None, ncon: int, ufactor: int | None,
-               ub: np.ndarray | None, budget: int) -> np.ndarray:
+def _coarsened(
+    graphs: Graphs,
+    k: int,
+    seed: int,
+    vwgt: np.ndarray | None,
+    ncon: int,
+    ufactor: int | None,
+    ub: np.ndarray | None,
+    budget: int,
+) -> np.ndarray:
     """METIS on the graph coarsened to at most ``budget`` arcs (:mod:`.coarsen`), projected back: every
     constraint summed per cluster and the arcs between clusters counted, so the fine partition's balance and
     edge cut are the coarse one's."""
@@ -101,11 +119,21 @@ def _coarsened(graphs: Graphs, k: int, seed: int, vwgt: np.ndarray | None, ncon:
     coarse_k = min(k, len(c.indptr) - 1)
     part = np.zeros(len(c.indptr) - 1, dtype=np.int64)
     if coarse_k > 1:
-        rc = _call_kway(c.indptr, c.indices, np.ascontiguousarray(c.node_weights.ravel()), ncon, k,
-                        metis_options(seed, ufactor), part, ub, adjwgt=c.arc_weights)
+        rc = _call_kway(
+            c.indptr,
+            c.indices,
+            np.ascontiguousarray(c.node_weights.ravel()),
+            ncon,
+            k,
+            metis_options(seed, ufactor),
+            part,
+            ub,
+            adjwgt=c.arc_weights,
+        )
         if rc != METIS_OK:
-            raise G3RuntimeError(f"METIS_PartGraphKway failed with status {rc} on the coarsened graph (K={k}, "
-                                 f"ncon={ncon})")
+            raise G3RuntimeError(
+                f"METIS_PartGraphKway failed with status {rc} on the coarsened graph (K={k}, ncon={ncon})"
+            )
     graphs.coarsenings.append(c.record(len(graphs.sym_indices), budget))
     part = part[c.labels]
     if ncon == 1 and coarse_k > 1:  # one constraint: the fine graph's own moves recover part of the cut
@@ -114,9 +142,17 @@ def _coarsened(graphs: Graphs, k: int, seed: int, vwgt: np.ndarray | None, ncon:
     return part.astype(np.int32)
 
 
-def _call_kway(xadj: np.ndarray, adjncy: np.ndarray, vwgt: np.ndarray | None, ncon: int, k: int,
-               options: np.ndarray, part: np.ndarray, ubvec: np.ndarray | None = None,
-               adjwgt: np.ndarray | None = None) -> int:
+def _call_kway(
+    xadj: np.ndarray,
+    adjncy: np.ndarray,
+    vwgt: np.ndarray | None,
+    ncon: int,
+    k: int,
+    options: np.ndarray,
+    part: np.ndarray,
+    ubvec: np.ndarray | None = None,
+    adjwgt: np.ndarray | None = None,
+) -> int:
     lib, _ = _library()
     n = len(xadj) - 1
     xadj = np.ascontiguousarray(xadj, dtype=np.int64)
@@ -128,10 +164,19 @@ def _call_kway(xadj: np.ndarray, adjncy: np.ndarray, vwgt: np.ndarray | None, nc
     objval = np.zeros(1, dtype=np.int64)
     scalars = [np.array([v], dtype=np.int64) for v in (n, ncon, k)]
     return lib.METIS_PartGraphKway(
-        _ptr(scalars[0]), _ptr(scalars[1]), _ptr(xadj), _ptr(adjncy), _ptr(vwgt), None,
+        _ptr(scalars[0]),
+        _ptr(scalars[1]),
+        _ptr(xadj),
+        _ptr(adjncy),
+        _ptr(vwgt),
+        None,
         _ptr(adjwgt),
-        _ptr(scalars[2]), None, None if ubvec is None else ubvec.ctypes.data_as(ctypes.c_void_p), _ptr(options),
-        _ptr(objval), _ptr(part),
+        _ptr(scalars[2]),
+        None,
+        None if ubvec is None else ubvec.ctypes.data_as(ctypes.c_void_p),
+        _ptr(options),
+        _ptr(objval),
+        _ptr(part),
     )
 
 

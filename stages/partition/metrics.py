@@ -69,8 +69,9 @@ def ratios(values: np.ndarray) -> dict[str, float]:
     }
 
 
-def partition_figures(graphs, part: np.ndarray, k: int, hidden: int, in_degree: np.ndarray,
-                      mark: np.ndarray | None = None) -> dict:
+def partition_figures(
+    graphs, part: np.ndarray, k: int, hidden: int, in_degree: np.ndarray, mark: np.ndarray | None = None
+) -> dict:
     """Per-partition figures, totals and balance ratios of the node-ownership ``part``."""
     if mark is None:
         mark = remote_marks(graphs.indptr, graphs.indices, part, k)
@@ -112,7 +113,9 @@ def partition_figures(graphs, part: np.ndarray, k: int, hidden: int, in_degree: 
     }
 
 
-def row_figures(graphs, part: np.ndarray, k: int, hidden: int, in_degree: np.ndarray) -> tuple[dict, np.ndarray]:
+def row_figures(
+    graphs, part: np.ndarray, k: int, hidden: int, in_degree: np.ndarray
+) -> tuple[dict, np.ndarray]:
     """The ``rows`` layout's figures and the remote marks its shards are written from."""
     mark = remote_marks(graphs.indptr, graphs.indices, part, k)
     return partition_figures(graphs, part, k, hidden, in_degree, mark), mark
@@ -129,7 +132,9 @@ def summary_figures(graphs, part: np.ndarray, k: int, remote, cut: int | None = 
         "remote_total": int(remote.sum()),
         "remote_max_over_mean": rr["max_over_mean"],
         "remote_min_over_max": rr["min_over_max"],
-        "degree_sum_max_over_mean": ratios(np.bincount(part, weights=graphs.degree, minlength=k))["max_over_mean"],
+        "degree_sum_max_over_mean": ratios(np.bincount(part, weights=graphs.degree, minlength=k))[
+            "max_over_mean"
+        ],
         "nodes_max_over_mean": ratios(np.bincount(part, minlength=k))["max_over_mean"],
         "edge_cut": int(cut),
         "remote_per_partition": remote.tolist(),

@@ -128,8 +128,29 @@ def _catch_up(best_part, part, journal, counters):
 
 
 @numba.njit(cache=True, nogil=True)
-def anneal(first, last, phase_steps, norm_p, alpha, over_weight, t_hi, t_lo, G, S, shared, node_cnt, node_limit,
-            deg_limit, gamma, budget, best_part, best, counters, boundary, journal):
+def anneal(
+    first,
+    last,
+    phase_steps,
+    norm_p,
+    alpha,
+    over_weight,
+    t_hi,
+    t_lo,
+    G,
+    S,
+    shared,
+    node_cnt,
+    node_limit,
+    deg_limit,
+    gamma,
+    budget,
+    best_part,
+    best,
+    counters,
+    boundary,
+    journal,
+):
     """Steps ``first .. last - 1`` of a phase of ``phase_steps`` steps cooling from ``t_hi`` to ``t_lo``.
 
     Returns (best cost, goal met); ``best_part`` holds the best assignment and ``journal`` the nodes moved since
@@ -188,10 +209,20 @@ class AnnealChain(CountedAssignment):
         self.node_cnt = np.bincount(self.part, minlength=k).astype(np.int64)
 
 
-def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_tol: float, degree_tol: float,
-               budget: float, steps: int | None = None, seed: int = 0,
-               on_progress: Callable[[int, int, list[int]], None] | None = None,
-               round_shares: tuple[float, ...] = ROUND_SHARES, threads: int = 1) -> RefineResult:
+def run_refine(
+    graphs: Graphs,
+    part: np.ndarray,
+    k: int,
+    gamma: float,
+    balance_tol: float,
+    degree_tol: float,
+    budget: float,
+    steps: int | None = None,
+    seed: int = 0,
+    on_progress: Callable[[int, int, list[int]], None] | None = None,
+    round_shares: tuple[float, ...] = ROUND_SHARES,
+    threads: int = 1,
+) -> RefineResult:
     """Anneal ``part`` towards ``min/max remote >= 1 - gamma`` with ``sum remote <= budget``.
 
     The anneal is restarted in rounds: round ``r`` is a whole anneal (both phases, its own cooling schedule) of
@@ -207,11 +238,20 @@ def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_t
     chain = AnnealChain(graphs, part, k)
     initial = chain.remote.tolist()
     if k == 1 or _goal_met(chain.remote, gamma, budget) or steps <= 0:
-        return RefineResult(chain.part, bool(_goal_met(chain.remote, gamma, budget)), 0, 0,
-                            time.perf_counter() - t0, initial, initial)
+        return RefineResult(
+            chain.part,
+            bool(_goal_met(chain.remote, gamma, budget)),
+            0,
+            0,
+            time.perf_counter() - t0,
+            initial,
+            initial,
+        )
     # a partition already above a limit may not grow; the others may grow up to the limit
-    limits = (max(balance_tol * n / k, float(chain.node_cnt.max())),
-              max(degree_tol * float(chain.S[4].sum()) / k, float(chain.S[4].max())))
+    limits = (
+        max(balance_tol * n / k, float(chain.node_cnt.max())),
+        max(degree_tol * float(chain.S[4].sum()) / k, float(chain.S[4].max())),
+    )
     del chain
     sizes = [int(share * steps) for share in round_shares[:-1]]
     sizes = [size for size in sizes + [steps - sum(sizes)] if size > 0]  # the last round takes the rest
@@ -231,8 +271,18 @@ def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_t
                 on_progress(total_done, sum(sizes), remote)
 
         seed_of_round = int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
-        result = _anneal_round(graphs, part, k, gamma, limits, budget, sizes[number], seed_of_round, report,
-                               lambda: winner[0] < number)
+        result = _anneal_round(
+            graphs,
+            part,
+            k,
+            gamma,
+            limits,
+            budget,
+            sizes[number],
+            seed_of_round,
+            report,
+            lambda: winner[0] < number,
+        )
         if result.converged:
             with lock:
                 winner[0] = min(winner[0], number)
@@ -243,12 +293,24 @@ def run_refine(graphs: Graphs, part: np.ndarray, k: int, gamma: float, balance_t
             results = list(pool.map(run_round, range(len(sizes))))
     finally:
         winner[0] = -1  # on an error or an interrupt, rounds still running stop at their next batch
-    kept = results[:min(_winner_index(results), len(results) - 1) + 1]  # a round after the winner may be partial
+    kept = results[
+        : min(_winner_index(results), len(results) - 1) + 1
+    ]  # a round after the winner may be partial
     best = _pick_round(kept, gamma, budget)
-    rounds = [{"steps": size, "taken": r.steps, "converged": r.converged, "remote_after": r.final_remote}
-              for size, r in zip(sizes[:len(kept)], kept, strict=True)]
-    return RefineResult(best.part, best.converged, sum(r.steps for r in kept), sum(r.accepted for r in kept),
-                        time.perf_counter() - t0, initial, best.final_remote, rounds)
+    rounds = [
+        {"steps": size, "taken": r.steps, "converged": r.converged, "remote_after": r.final_remote}
+        for size, r in zip(sizes[: len(kept)], kept, strict=True)
+    ]
+    return RefineResult(
+        best.part,
+        best.converged,
+        sum(r.steps for r in kept),
+        sum(r.accepted for r in kept),
+        time.perf_counter() - t0,
+        initial,
+        best.final_remote,
+        rounds,
+    )
 
 
 def _winner_index(results: list[RefineResult | None]) -> int:
@@ -260,14 +322,25 @@ def _pick_round(results: list[RefineResult], gamma: float, budget: float) -> Ref
     """The round that met the goal (the last of ``results`` if any did), else the lowest level-phase cost."""
     if results[-1].converged:
         return results[-1]
-    costs = [refine_cost(np.asarray(r.final_remote), 0.0, LEVEL_ALPHA, gamma, budget, OVER_BUDGET_WEIGHT[1])
-             for r in results]
+    costs = [
+        refine_cost(np.asarray(r.final_remote), 0.0, LEVEL_ALPHA, gamma, budget, OVER_BUDGET_WEIGHT[1])
+        for r in results
+    ]
     return results[max(i for i, c in enumerate(costs) if c == min(costs))]
 
 
-def _anneal_round(graphs: Graphs, part: np.ndarray, k: int, gamma: float, limits: tuple[float, float],
-                  budget: float, steps: int, seed: int, report: Callable[[int, list[int]], None],
-                  cancelled: Callable[[], bool]) -> RefineResult:
+def _anneal_round(
+    graphs: Graphs,
+    part: np.ndarray,
+    k: int,
+    gamma: float,
+    limits: tuple[float, float],
+    budget: float,
+    steps: int,
+    seed: int,
+    report: Callable[[int, list[int]], None],
+    cancelled: Callable[[], bool],
+) -> RefineResult:
     """One anneal of ``steps`` steps from ``part``: the descend phase, then the level phase from the descend
     phase's best. Returns the best assignment of the level phase (or the one that met the goal). The whole
     round runs in the calling thread: numba's generator state is per thread, seeded here."""
@@ -279,8 +352,10 @@ def _anneal_round(graphs: Graphs, part: np.ndarray, k: int, gamma: float, limits
     node_limit, deg_limit = limits
     scale = max(1.0, float(chain.remote.mean()))  # temperatures follow the size of the remote sets
     descend = int(steps * DESCEND_SHARE)
-    phases = [(descend, DESCEND_NORM, 0.0, OVER_BUDGET_WEIGHT[0], DESCEND_T),
-              (steps - descend, 0.0, LEVEL_ALPHA, OVER_BUDGET_WEIGHT[1], LEVEL_T)]
+    phases = [
+        (descend, DESCEND_NORM, 0.0, OVER_BUDGET_WEIGHT[0], DESCEND_T),
+        (steps - descend, 0.0, LEVEL_ALPHA, OVER_BUDGET_WEIGHT[1], LEVEL_T),
+    ]
     counters = np.zeros(3, dtype=np.int64)
     boundary = np.empty(n, dtype=np.int64)
     journal = np.empty(n, dtype=np.int64)
@@ -299,19 +374,47 @@ def _anneal_round(graphs: Graphs, part: np.ndarray, k: int, gamma: float, limits
             if cancelled():
                 break
             last = min(phase_steps, done + STEPS_PER_CALL)
-            best, converged = anneal(done, last, phase_steps, norm_p, alpha, over_weight, scale * t_hi,
-                                      scale * t_lo, chain.G, chain.S, graphs.symmetric, chain.node_cnt,
-                                      node_limit, deg_limit, float(gamma), float(budget), best_part, best,
-                                      counters, boundary, journal)
+            best, converged = anneal(
+                done,
+                last,
+                phase_steps,
+                norm_p,
+                alpha,
+                over_weight,
+                scale * t_hi,
+                scale * t_lo,
+                chain.G,
+                chain.S,
+                graphs.symmetric,
+                chain.node_cnt,
+                node_limit,
+                deg_limit,
+                float(gamma),
+                float(budget),
+                best_part,
+                best,
+                counters,
+                boundary,
+                journal,
+            )
             done = last
             report(offset + done, chain.remote.tolist())
         offset += phase_steps
         if converged:
             break
     with _PARALLEL_KERNELS:
-        final = remote_sizes(graphs.indptr, graphs.indices, best_part, k)  # recounted, independent of the chain
-    return RefineResult(best_part, bool(_goal_met(final, gamma, budget)), int(counters[0]), int(counters[1]),
-                        time.perf_counter() - t0, initial, final.tolist())
+        final = remote_sizes(
+            graphs.indptr, graphs.indices, best_part, k
+        )  # recounted, independent of the chain
+    return RefineResult(
+        best_part,
+        bool(_goal_met(final, gamma, budget)),
+        int(counters[0]),
+        int(counters[1]),
+        time.perf_counter() - t0,
+        initial,
+        final.tolist(),
+    )
 
 
 def needs_refinement(result: Algorithm1Result, remote_budget: float) -> bool:
@@ -323,8 +426,9 @@ def needs_refinement(result: Algorithm1Result, remote_budget: float) -> bool:
     return sum(result.final_remote) > remote_budget * sum(result.initial_remote)
 
 
-def refine_after_algorithm1(graphs: Graphs, result: Algorithm1Result, o, timing: dict,
-                            progress) -> tuple[np.ndarray, dict]:
+def refine_after_algorithm1(
+    graphs: Graphs, result: Algorithm1Result, o, timing: dict, progress
+) -> tuple[np.ndarray, dict]:
     """`g3 partition`'s stage 3: anneal Algorithm 1's assignment within ``o.remote_budget x`` plain METIS's total
     (``o``: the PartitionOptions). Returns the assignment to keep and partition.json's ``refine`` block.
 
@@ -346,17 +450,35 @@ def refine_after_algorithm1(graphs: Graphs, result: Algorithm1Result, o, timing:
     task = progress.add_task(f"refining (annealing{note})", total=None)
 
     def on_progress(done: int, steps: int, remote: list[int]) -> None:
-        progress.update(task, total=steps, completed=done, description=(
-            f"refining (min/max remote {min(remote) / max(1, max(remote)):.4f}, total {sum(remote) / reference:.3f}"
-            f" x METIS{note})"))
+        progress.update(
+            task,
+            total=steps,
+            completed=done,
+            description=(
+                f"refining (min/max remote {min(remote) / max(1, max(remote)):.4f}, total {sum(remote) / reference:.3f}"
+                f" x METIS{note})"
+            ),
+        )
 
     steps, shares = o.refine_steps, ROUND_SHARES
     if bound["exceeds_budget"]:  # the goal cannot be met: no early stop to hope for, one long anneal
         shares = (1.0,)
         if steps is None:
             steps = STEPS_PER_NODE_INFEASIBLE * graphs.num_nodes
-    res = run_refine(graphs, result.part, k, o.gamma, o.balance_tol, o.degree_limit, budget, steps, o.seed,
-                     on_progress, shares, numba.get_num_threads())
+    res = run_refine(
+        graphs,
+        result.part,
+        k,
+        o.gamma,
+        o.balance_tol,
+        o.degree_limit,
+        budget,
+        steps,
+        o.seed,
+        on_progress,
+        shares,
+        numba.get_num_threads(),
+    )
     progress.update(task, total=max(1, res.steps), completed=max(1, res.steps))
     timing["refine"] = res.seconds
     ratio_met = result.stop_reason == "converged"
@@ -364,12 +486,16 @@ def refine_after_algorithm1(graphs: Graphs, result: Algorithm1Result, o, timing:
     if res.converged:
         explanation = "min/max remote set ratio reached 1 - gamma with the total remote within the budget"
     elif keep:
-        explanation = ("the steps ran out before the goal; the refined assignment is kept: its largest remote "
-                       "set is smaller and its total within the budget or below Algorithm 1's")
+        explanation = (
+            "the steps ran out before the goal; the refined assignment is kept: its largest remote "
+            "set is smaller and its total within the budget or below Algorithm 1's"
+        )
     else:
-        explanation = ("the steps ran out before the goal; Algorithm 1's assignment is kept: "
-                       + ("it met the min/max ratio" if ratio_met else
-                          "the refinement did not shrink the largest remote set within the budget"))
+        explanation = "the steps ran out before the goal; Algorithm 1's assignment is kept: " + (
+            "it met the min/max ratio"
+            if ratio_met
+            else "the refinement did not shrink the largest remote set within the budget"
+        )
     if bound["exceeds_budget"]:
         explanation += "; " + infeasible_statement(bound, budget)
     return (res.part if keep else result.part), {
@@ -393,8 +519,11 @@ def _lower_bound_entry(graphs: Graphs, k: int, degree_tol: float, budget: float)
     limit (bound.py), whether it exceeds the budget and the degree tolerance the budget needs at least."""
     bound = remote_lower_bound(graphs, k, degree_tol)
     exceeds = bound.total > budget
-    return {**bound.as_dict(), "exceeds_budget": bool(exceeds),
-            "degree_tol_needed": bound.degree_tol_needed(budget, float(k)) if exceeds else None}
+    return {
+        **bound.as_dict(),
+        "exceeds_budget": bool(exceeds),
+        "degree_tol_needed": bound.degree_tol_needed(budget, float(k)) if exceeds else None,
+    }
 
 
 def _no_worse(refined: list[int], start: list[int], budget: float) -> bool:

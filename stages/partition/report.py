@@ -18,19 +18,38 @@ from .bound import infeasible_statement
 def partition_table(summary: dict) -> Table:
     """One row per partition: nodes, arcs, degree sum, remote set, send volume and bytes per layer."""
     hidden = summary["parameters"]["hidden"]
-    t = Table(title=f"{summary['method']} partition of {summary['store']['name']} into {summary['num_partitions']}",
-              caption=f"arcs = |E(V_i)|, remote = |V_i^remote| (rows received per layer), send = rows sent per "
-                      f"layer summed over peers; bytes at hidden width {hidden}, float32",
-              box=box.SIMPLE_HEAD, pad_edge=False)
+    t = Table(
+        title=f"{summary['method']} partition of {summary['store']['name']} into {summary['num_partitions']}",
+        caption=f"arcs = |E(V_i)|, remote = |V_i^remote| (rows received per layer), send = rows sent per "
+        f"layer summed over peers; bytes at hidden width {hidden}, float32",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     for name in ("part", "nodes", "arcs", "deg sum", "remote", "send", "recv/layer", "send/layer"):
         t.add_column(name, justify="right", no_wrap=True)
     for p in summary["partitions"]:
-        t.add_row(str(p["partition"]), f"{p['nodes']:,}", f"{p['arcs']:,}", f"{p['degree_sum']:,}", f"{p['remote']:,}",
-                  f"{p['send']:,}", human_bytes(p["recv_bytes_per_layer"]), human_bytes(p["send_bytes_per_layer"]))
+        t.add_row(
+            str(p["partition"]),
+            f"{p['nodes']:,}",
+            f"{p['arcs']:,}",
+            f"{p['degree_sum']:,}",
+            f"{p['remote']:,}",
+            f"{p['send']:,}",
+            human_bytes(p["recv_bytes_per_layer"]),
+            human_bytes(p["send_bytes_per_layer"]),
+        )
     tot = summary["totals"]
     t.add_section()
-    t.add_row("total", f"{tot['nodes']:,}", f"{tot['arcs']:,}", "", f"{tot['remote']:,}", f"{tot['remote']:,}",
-              human_bytes(tot["recv_bytes_per_layer"]), human_bytes(tot["recv_bytes_per_layer"]))
+    t.add_row(
+        "total",
+        f"{tot['nodes']:,}",
+        f"{tot['arcs']:,}",
+        "",
+        f"{tot['remote']:,}",
+        f"{tot['remote']:,}",
+        human_bytes(tot["recv_bytes_per_layer"]),
+        human_bytes(tot["recv_bytes_per_layer"]),
+    )
     return t
 
 
@@ -40,7 +59,12 @@ def balance_table(summary: dict) -> Table:
     t.add_column("")
     t.add_column("max/mean", justify="right")
     t.add_column("min/max", justify="right")
-    for key, label in (("nodes", "nodes"), ("arcs", "arcs"), ("degree_sum", "degree sum"), ("remote", "remote")):
+    for key, label in (
+        ("nodes", "nodes"),
+        ("arcs", "arcs"),
+        ("degree_sum", "degree sum"),
+        ("remote", "remote"),
+    ):
         r = summary["balance"][key]
         t.add_row(label, f"{r['max_over_mean']:.3f}", f"{r['min_over_max']:.3f}")
     return t
@@ -54,35 +78,48 @@ def facts_table(summary: dict) -> Table:
     t.add_row("edge-cut", f"{summary['totals']['edge_cut']:,} arcs")
     t.add_row("total remote", f"{summary['totals']['remote']:,} rows per layer")
     for c in (summary.get("metis_memory") or {}).get("coarsened", []):
-        t.add_row("coarsened", f"METIS ran on {c['clusters']:,} clusters ({c['fine_arcs']:,} → {c['coarse_arcs']:,} "
-                               f"arcs in {c['levels']} level(s)): METIS on the whole graph would need more than "
-                               f"{human_bytes(summary['metis_memory']['bytes'])} ({summary['metis_memory']['from']})")
+        t.add_row(
+            "coarsened",
+            f"METIS ran on {c['clusters']:,} clusters ({c['fine_arcs']:,} → {c['coarse_arcs']:,} "
+            f"arcs in {c['levels']} level(s)): METIS on the whole graph would need more than "
+            f"{human_bytes(summary['metis_memory']['bytes'])} ({summary['metis_memory']['from']})",
+        )
     if summary.get("stop_reason"):
         before, after = summary["before"], summary["after"]
-        t.add_row("Algorithm 1", f"{summary['stop_reason']} after {summary['swaps']:,} swaps "
-                                 f"({summary['stop_explanation']})")
+        t.add_row(
+            "Algorithm 1",
+            f"{summary['stop_reason']} after {summary['swaps']:,} swaps ({summary['stop_explanation']})",
+        )
         refine = summary.get("refine")
         if refine:
             before_r, after_r = refine["remote_before"], refine["remote_after"]
             rounds = refine.get("rounds")  # absent in files written before the rounds existed
-            t.add_row("refinement", f"{'converged' if refine['converged'] else 'not converged'} after "
-                                    f"{refine['steps']:,} steps"
-                                    + (f" in {len(rounds)} round{'s' * (len(rounds) > 1)}" if rounds else "")
-                                    + f": min/max {min(before_r) / max(1, max(before_r)):.3f} "
-                                    f"-> {min(after_r) / max(1, max(after_r)):.3f}, total {sum(after_r):,} = "
-                                    f"{sum(after_r) / max(1, refine['metis_total_remote']):.3f} x plain METIS "
-                                    f"(budget {refine['remote_budget']} x)"
-                                    + ("; not kept: Algorithm 1's assignment stays" if refine["kept"] != "refined"
-                                       else ""))
+            t.add_row(
+                "refinement",
+                f"{'converged' if refine['converged'] else 'not converged'} after "
+                f"{refine['steps']:,} steps"
+                + (f" in {len(rounds)} round{'s' * (len(rounds) > 1)}" if rounds else "")
+                + f": min/max {min(before_r) / max(1, max(before_r)):.3f} "
+                f"-> {min(after_r) / max(1, max(after_r)):.3f}, total {sum(after_r):,} = "
+                f"{sum(after_r) / max(1, refine['metis_total_remote']):.3f} x plain METIS "
+                f"(budget {refine['remote_budget']} x)"
+                + ("; not kept: Algorithm 1's assignment stays" if refine["kept"] != "refined" else ""),
+            )
             bound = refine.get("lower_bound")  # absent in files written before the bound existed
             if bound and bound["exceeds_budget"]:
                 t.add_row("infeasible", infeasible_statement(bound, refine["budget"]))
-        t.add_row("METIS -> g3", f"remote max {before['remote_max']:,} -> {after['remote_max']:,}, "
-                                 f"min/max {before['remote_min_over_max']:.3f} -> {after['remote_min_over_max']:.3f}, "
-                                 f"total {before['remote_total']:,} -> {after['remote_total']:,}")
+        t.add_row(
+            "METIS -> g3",
+            f"remote max {before['remote_max']:,} -> {after['remote_max']:,}, "
+            f"min/max {before['remote_min_over_max']:.3f} -> {after['remote_min_over_max']:.3f}, "
+            f"total {before['remote_total']:,} -> {after['remote_total']:,}",
+        )
         params = summary["parameters"]
-        t.add_row("limits", f"feature size <= {params['balance_tol']} x mean, degree sum <= "
-                            f"{params.get('degree_tol') or params['balance_tol']} x mean")
+        t.add_row(
+            "limits",
+            f"feature size <= {params['balance_tol']} x mean, degree sum <= "
+            f"{params.get('degree_tol') or params['balance_tol']} x mean",
+        )
     t.add_row("time", ", ".join(f"{k} {v:.1f}s" for k, v in summary["timing"].items()))
     if summary.get("path"):
         t.add_row("written", summary["path"])

@@ -74,8 +74,13 @@ class ShardFolder:
 
     def write_manifest(self, info: dict) -> None:
         """shard.json, every file with its shape and dtype (:func:`seal_shards` adds their sha256 once written)."""
-        manifest = {"schema": SHARD_SCHEMA, "schema_version": SHARD_VERSION, "worker": self.worker, **info,
-                    "files": self.files}
+        manifest = {
+            "schema": SHARD_SCHEMA,
+            "schema_version": SHARD_VERSION,
+            "worker": self.worker,
+            **info,
+            "files": self.files,
+        }
         write_json_atomic(self.path / "shard.json", manifest)
 
 
@@ -84,8 +89,10 @@ def seal_shards(root: Path) -> None:
     readers verify them) and its seal."""
     for manifest_file in sorted(Path(root).rglob("shard.json")):
         manifest = json.loads(manifest_file.read_text())
-        manifest["files"] = {name: {**entry, "sha256": file_sha256(manifest_file.parent / name)}
-                             for name, entry in manifest["files"].items()}
+        manifest["files"] = {
+            name: {**entry, "sha256": file_sha256(manifest_file.parent / name)}
+            for name, entry in manifest["files"].items()
+        }
         write_json_atomic(manifest_file, manifest, seal=True)
 
 
@@ -125,7 +132,9 @@ class NodeShardBuilder:
     def __init__(self, root: Path, store: GraphStore, graphs, part: np.ndarray, k: int, mark: np.ndarray):
         self.root, self.store, self.graphs, self.part, self.k, self.mark = root, store, graphs, part, k, mark
         n = graphs.num_nodes
-        self.order = np.argsort(part, kind="stable").astype(np.int64)  # owned lists, ascending ids, back to back
+        self.order = np.argsort(part, kind="stable").astype(
+            np.int64
+        )  # owned lists, ascending ids, back to back
         self.starts = np.zeros(k + 1, dtype=np.int64)
         np.cumsum(np.bincount(part, minlength=k), out=self.starts[1:])
         self.position = np.empty(n, dtype=np.int64)  # index of a node in its owner's owned list
@@ -162,8 +171,15 @@ class NodeShardBuilder:
         folder.save("send", send)
         self.lookup[local_nodes] = -1
         folder.note("features", (len(owned), self.store.feat_dim), self.store.feature_dtype)  # filled later
-        folder.write_manifest({**info, "num_owned": len(owned), "num_remote": len(remote),
-                               "local_ids": LOCAL_IDS, "csr_order": CSR_ORDER})
+        folder.write_manifest(
+            {
+                **info,
+                "num_owned": len(owned),
+                "num_remote": len(remote),
+                "local_ids": LOCAL_IDS,
+                "csr_order": CSR_ORDER,
+            }
+        )
         self.folders.append(folder)
         return folder
 
@@ -177,8 +193,10 @@ class NodeShardBuilder:
     def write_features(self, on_rows=None) -> None:
         """Stream the store's features in row blocks into every worker's ``features.npy`` (owned rows)."""
         dtype = self.store.feature_dtype
-        maps = [f.open_memmap("features", (len(self.owned(f.worker)), self.store.feat_dim), dtype)
-                for f in self.folders]
+        maps = [
+            f.open_memmap("features", (len(self.owned(f.worker)), self.store.feat_dim), dtype)
+            for f in self.folders
+        ]
         for start, block in feature_blocks(self.store):
             stop = start + len(block)
             owners = self.part[start:stop]
@@ -192,8 +210,9 @@ class NodeShardBuilder:
             mm.flush()
 
 
-def write_row_shards(root: Path, store: GraphStore, graphs, part: np.ndarray, k: int, info: dict, marks,
-                     progress) -> None:
+def write_row_shards(
+    root: Path, store: GraphStore, graphs, part: np.ndarray, k: int, info: dict, marks, progress
+) -> None:
     """The ``rows`` layout: one node shard per worker (``marks``: the remote marks, computed when None)."""
     from .metrics import remote_marks
 
@@ -208,15 +227,22 @@ def write_row_shards(root: Path, store: GraphStore, graphs, part: np.ndarray, k:
     builder.write_features(on_rows=lambda r: progress.update(rows, advance=r))
 
 
-def write_column_shards(root: Path, store: GraphStore, graphs, part: np.ndarray, k: int, info: dict, marks,
-                        progress) -> None:
+def write_column_shards(
+    root: Path, store: GraphStore, graphs, part: np.ndarray, k: int, info: dict, marks, progress
+) -> None:
     """The ``columns`` layout: one column slice of every node's features per worker, rows owned by contiguous
     id ranges."""
     from .baselines import chunk_bounds
 
     rows = progress.add_task("copying features", total=store.num_nodes)
-    write_feature_shards(root, store, k, chunk_bounds(store.num_nodes, k), info,
-                         on_rows=lambda r: progress.update(rows, advance=r))
+    write_feature_shards(
+        root,
+        store,
+        k,
+        chunk_bounds(store.num_nodes, k),
+        info,
+        on_rows=lambda r: progress.update(rows, advance=r),
+    )
 
 
 def feature_blocks(store: GraphStore):
@@ -229,12 +255,16 @@ def feature_blocks(store: GraphStore):
         yield start, block
     expected = store.meta.get("checksums", {}).get("features")
     if expected and "sha256:" + h.hexdigest() != expected:
-        raise G3InputError("array features does not match its recorded checksum (the store was altered or "
-                           "damaged; re-run `g3 ingest`)", path=store.path)
+        raise G3InputError(
+            "array features does not match its recorded checksum (the store was altered or "
+            "damaged; re-run `g3 ingest`)",
+            path=store.path,
+        )
 
 
-def write_feature_shards(root: Path, store: GraphStore, k: int, owned_bounds: np.ndarray, info: dict,
-                         on_rows=None) -> list[ShardFolder]:
+def write_feature_shards(
+    root: Path, store: GraphStore, k: int, owned_bounds: np.ndarray, info: dict, on_rows=None
+) -> list[ShardFolder]:
     """Shards of the ``feature`` split: owned id range, labels/splits of it, a padded column slice of all nodes
     and the whole graph's degrees."""
     n, f = store.num_nodes, store.feat_dim
@@ -253,10 +283,15 @@ def write_feature_shards(root: Path, store: GraphStore, k: int, owned_bounds: np
         for split, ids in splits.items():
             folder.save(split, ids[(ids >= lo) & (ids < hi)] - lo)
         maps.append(folder.open_memmap("features", (n, cols[w]["width"]), store.feature_dtype))
-        folder.write_manifest({**info, "num_owned": hi - lo, "feature_columns": cols[w],
-                               "topology": "whole graph: not in the shard (a planner that needs it writes it into "
-                                           "the plan)",
-                               "local_ids": "owned[local] = owned range start + local"})
+        folder.write_manifest(
+            {
+                **info,
+                "num_owned": hi - lo,
+                "feature_columns": cols[w],
+                "topology": "whole graph: not in the shard (a planner that needs it writes it into the plan)",
+                "local_ids": "owned[local] = owned range start + local",
+            }
+        )
         folders.append(folder)
     for start, block in feature_blocks(store):
         for w, mm in enumerate(maps):

@@ -50,7 +50,9 @@ def parse_options(strategy: str, given: dict) -> dict:
         if name not in own and value is not None:
             owners = [s.name for s in STRATEGIES.values() if any(o.name == name for o in s.options())]
             flag = next((o.flag for s in STRATEGIES.values() for o in s.options() if o.name == name), name)
-            raise G3InputError(f"{flag} is an option of {', '.join(owners) or 'no strategy'}, not of {strategy}")
+            raise G3InputError(
+                f"{flag} is an option of {', '.join(owners) or 'no strategy'}, not of {strategy}"
+            )
     out = {}
     for name, opt in own.items():
         value = given.get(name)
@@ -83,8 +85,9 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
     if model not in info.models:
         raise G3InputError(f"strategy {info.name} trains {', '.join(info.models)}, not {model}")
     cfg = PlanConfig(**{**asdict(cfg), "model": model})
-    spec = ModelSpec(model, int(store_ref["feat_dim"]), cfg.hidden, int(store_ref["num_classes"]), cfg.layers,
-                     cfg.heads)
+    spec = ModelSpec(
+        model, int(store_ref["feat_dim"]), cfg.hidden, int(store_ref["num_classes"]), cfg.layers, cfg.heads
+    )
     try:
         spec.check()
     except ValueError as exc:
@@ -95,13 +98,16 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
     shards = [open_shard(part, r, k) for r in range(k)]
     t0 = time.perf_counter()
     with atomic_dir(out, force=force, kind="plan", inputs=(part,)) as tmp, make_progress() as progress:
-        ctx = PlanContext(part=part, partition=meta, shards=shards, spec=spec, options=options,
-                          progress_display=progress)
+        ctx = PlanContext(
+            part=part, partition=meta, shards=shards, spec=spec, options=options, progress_display=progress
+        )
         for r in range(k):
             (tmp / f"worker-{r:05d}").mkdir()
         planned = planner.plan(tmp, ctx)
         _record_residency(planned, shards, spec, options.get("device_memory") or auto_device_memory())
-        for r in range(k):  # every file of a worker's folder, with its shape and dtype, for the readers' checks
+        for r in range(
+            k
+        ):  # every file of a worker's folder, with its shape and dtype, for the readers' checks
             wdir = tmp / f"worker-{r:05d}"
             worker = json.loads((wdir / "worker.json").read_text())
             write_json_atomic(wdir / "worker.json", {**worker, "files": npy_manifest(wdir)}, seal=True)
@@ -110,7 +116,11 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
             "schema": PLAN_SCHEMA,
             "schema_version": PLAN_VERSION,
             "strategy": {"name": info.name, "options": options},
-            "partition": {**reference(part, out), "digest": partition_digest(part), "method": meta.get("method")},
+            "partition": {
+                **reference(part, out),
+                "digest": partition_digest(part),
+                "method": meta.get("method"),
+            },
             "store": store_ref,
             "num_workers": k,
             "config": {"model": cfg.model, "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads},
@@ -130,7 +140,9 @@ def _record_residency(planned: dict, shards, spec: ModelSpec, device_memory: int
     its planner, which knows its strategy's footprint better (neutrontp's column slices), did not write it."""
     for w, shard in zip(planned["workers"], shards, strict=True):
         if "residency" not in w:
-            w["residency"] = residency(spec, shard.num_owned, shard.num_remote, len(shard.indices), device_memory)
+            w["residency"] = residency(
+                spec, shard.num_owned, shard.num_remote, len(shard.indices), device_memory
+            )
 
 
 def _store_reference(meta: dict) -> dict:

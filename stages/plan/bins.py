@@ -51,7 +51,9 @@ def priority_list(indptr: np.ndarray, indices: np.ndarray, n_owned: int, sends: 
     rows = np.repeat(np.arange(n_owned, dtype=np.int64), np.diff(indptr))
     cols = np.asarray(indices, dtype=np.int64)
     inside = cols < n_owned
-    a = sp.csr_matrix((np.ones(int(inside.sum()), dtype=np.int8), (rows[inside], cols[inside])), shape=(n_owned, n_owned))
+    a = sp.csr_matrix(
+        (np.ones(int(inside.sum()), dtype=np.int8), (rows[inside], cols[inside])), shape=(n_owned, n_owned)
+    )
     sym = (a + a.T).tocsr()
     order = _bfs_all_components(sym.indptr.astype(np.int64), sym.indices.astype(np.int64), n_owned)
     needed = np.zeros(n_owned, dtype=bool)
@@ -87,7 +89,12 @@ class LayerBins:
 
 
 def build_layer_bins(
-    bin_ptr: np.ndarray, prio: np.ndarray, row_ptr: np.ndarray, edge_src: np.ndarray, n_owned: int, n_local: int
+    bin_ptr: np.ndarray,
+    prio: np.ndarray,
+    row_ptr: np.ndarray,
+    edge_src: np.ndarray,
+    n_owned: int,
+    n_local: int,
 ) -> LayerBins:
     """Blocks of every bin at once (vectorised): sources = bin's destinations, then other in-neighbours."""
     nb = len(bin_ptr) - 1
@@ -126,7 +133,9 @@ def build_layer_bins(
     return LayerBins(bin_ptr=bin_ptr, src_ptr=src_ptr, src=src_list, indices=indices.astype(index_dtype))
 
 
-def rows_in_priority_order(indptr: np.ndarray, indices: np.ndarray, prio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def rows_in_priority_order(
+    indptr: np.ndarray, indices: np.ndarray, prio: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The shard's in-edge CSR with rows permuted into priority order: (row_ptr, edge_src local ids)."""
     deg = np.diff(indptr)[prio]
     row_ptr = np.concatenate([[0], np.cumsum(deg)])

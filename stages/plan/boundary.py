@@ -46,34 +46,59 @@ def save_table(wdir: Path, name: str, table) -> dict:
 def plan_boundary(tmp: Path, ctx: PlanContext, description: str) -> list[dict]:
     """Write every worker's boundary tables and worker.json; returns the per-worker summaries of plan.json."""
     shapes = ctx.spec.layer_shapes()
-    costs = bin_costs(ctx.spec, "cuda")  # no --bins-for here: CUDA's kernels, the larger (per-arc message rows)
+    costs = bin_costs(
+        ctx.spec, "cuda"
+    )  # no --bins-for here: CUDA's kernels, the larger (per-arc message rows)
     workers = []
     for shard in ctx.progress(ctx.shards, description):
         wdir = tmp / f"worker-{shard.rank:05d}"
         send, recv = boundary_tables(shard, ctx.num_workers)
-        tables = {"boundary_send": save_table(wdir, "boundary_send", send),
-                  "boundary_recv": save_table(wdir, "boundary_recv", recv)}
+        tables = {
+            "boundary_send": save_table(wdir, "boundary_send", send),
+            "boundary_recv": save_table(wdir, "boundary_recv", recv),
+        }
         n_own, n_rem, arcs = shard.num_owned, shard.num_remote, int(len(shard.indices))
         estimate = []
         for li, s in enumerate(shapes):
-            estimate.append({
-                "layer": li,
-                "compute": int(arcs * s.edge_width),
-                # layer 0 reads the input features, fetched once; later layers receive the peers' rows each epoch
-                "recv_bytes": int(recv.total * s.d_in * ELEM_BYTES),
-                "send_bytes": int(send.total * s.d_in * ELEM_BYTES),
-                "recv_is_static_features": li == 0,
-                # the whole partition at once: the layer's memory as one bin holding every owned node, its
-                # sources every owned and remote node (bin_cost: what the layer holds on the device)
-                "memory_bytes": int(costs[li].bytes(n_own, n_own + n_rem, arcs)),
-            })
-        info = {"rank": shard.rank, "num_owned": n_own, "num_remote": n_rem, "num_arcs": arcs,
-                "send_rows": send.per_peer_total(ctx.num_workers).tolist(),
-                "recv_rows": recv.per_peer_total(ctx.num_workers).tolist(),
-                "tables": tables, "estimate": estimate,
-                # training keeps every layer's activations for backward (no recomputation)
-                "memory_bytes": int(sum(e["memory_bytes"] for e in estimate))}
+            estimate.append(
+                {
+                    "layer": li,
+                    "compute": int(arcs * s.edge_width),
+                    # layer 0 reads the input features, fetched once; later layers receive the peers' rows each epoch
+                    "recv_bytes": int(recv.total * s.d_in * ELEM_BYTES),
+                    "send_bytes": int(send.total * s.d_in * ELEM_BYTES),
+                    "recv_is_static_features": li == 0,
+                    # the whole partition at once: the layer's memory as one bin holding every owned node, its
+                    # sources every owned and remote node (bin_cost: what the layer holds on the device)
+                    "memory_bytes": int(costs[li].bytes(n_own, n_own + n_rem, arcs)),
+                }
+            )
+        info = {
+            "rank": shard.rank,
+            "num_owned": n_own,
+            "num_remote": n_rem,
+            "num_arcs": arcs,
+            "send_rows": send.per_peer_total(ctx.num_workers).tolist(),
+            "recv_rows": recv.per_peer_total(ctx.num_workers).tolist(),
+            "tables": tables,
+            "estimate": estimate,
+            # training keeps every layer's activations for backward (no recomputation)
+            "memory_bytes": int(sum(e["memory_bytes"] for e in estimate)),
+        }
         write_json_atomic(wdir / "worker.json", info)
-        workers.append({key: info[key] for key in ("rank", "num_owned", "num_remote", "num_arcs", "send_rows",
-                                                  "recv_rows", "estimate", "memory_bytes")})
+        workers.append(
+            {
+                key: info[key]
+                for key in (
+                    "rank",
+                    "num_owned",
+                    "num_remote",
+                    "num_arcs",
+                    "send_rows",
+                    "recv_rows",
+                    "estimate",
+                    "memory_bytes",
+                )
+            }
+        )
     return workers

@@ -28,15 +28,32 @@ def _seed(text: str) -> int:
 
 
 OPTIONS = (
-    PlanOption("clusters", "--clusters", "50", parse=positive_int("the cluster count"), metavar="C",
-               help="ClusterGCN: METIS clusters per worker (of the worker's own nodes and the arcs among them; "
-                    "fewer when it owns fewer nodes)."),
-    PlanOption("clusters_per_batch", "--clusters-per-batch", "5", parse=positive_int("the clusters per batch"),
-               metavar="Q",
-               help="ClusterGCN: clusters per step on each worker; a step trains on the subgraph they induce "
-                    "(arcs between clusters, and from other workers, dropped). ceil(C/Q) steps per epoch."),
-    PlanOption("cluster_seed", "--cluster-seed", "0", parse=_seed, metavar="SEED",
-               help="ClusterGCN: METIS's seed for the clusters."),
+    PlanOption(
+        "clusters",
+        "--clusters",
+        "50",
+        parse=positive_int("the cluster count"),
+        metavar="C",
+        help="ClusterGCN: METIS clusters per worker (of the worker's own nodes and the arcs among them; "
+        "fewer when it owns fewer nodes).",
+    ),
+    PlanOption(
+        "clusters_per_batch",
+        "--clusters-per-batch",
+        "5",
+        parse=positive_int("the clusters per batch"),
+        metavar="Q",
+        help="ClusterGCN: clusters per step on each worker; a step trains on the subgraph they induce "
+        "(arcs between clusters, and from other workers, dropped). ceil(C/Q) steps per epoch.",
+    ),
+    PlanOption(
+        "cluster_seed",
+        "--cluster-seed",
+        "0",
+        parse=_seed,
+        metavar="SEED",
+        help="ClusterGCN: METIS's seed for the clusters.",
+    ),
     DEVICE_MEMORY_RECORDED,
 )
 
@@ -58,8 +75,11 @@ def worker_clusters(shard, clusters: int, seed: int) -> np.ndarray:
     a.setdiag(0)
     a = a.tocsr()
     a.eliminate_zeros()
-    part = pymetis.part_graph(c, pymetis.CSRAdjacency(a.indptr.astype(np.int64), a.indices.astype(np.int64)),
-                              options=pymetis.Options(seed=seed)).vertex_part
+    part = pymetis.part_graph(
+        c,
+        pymetis.CSRAdjacency(a.indptr.astype(np.int64), a.indices.astype(np.int64)),
+        options=pymetis.Options(seed=seed),
+    ).vertex_part
     return np.asarray(part, dtype=np.int32)
 
 
@@ -67,12 +87,16 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     if sum(int(len(np.asarray(s.load("train")))) for s in ctx.shards) == 0:
         raise G3InputError("the partition has no training nodes", path=ctx.part)
     workers = plan_boundary(tmp, ctx, "planning workers (clustergcn: evaluation tables)")
-    for w, shard in zip(workers, ctx.progress(ctx.shards, "clustering every worker's nodes (METIS)"), strict=True):
+    for w, shard in zip(
+        workers, ctx.progress(ctx.shards, "clustering every worker's nodes (METIS)"), strict=True
+    ):
         wdir = tmp / f"worker-{shard.rank:05d}"
         clusters = worker_clusters(shard, ctx.options["clusters"], ctx.options["cluster_seed"])
         np.save(wdir / "clusters.npy", clusters)
         sizes = np.bincount(clusters) if len(clusters) else np.zeros(0, dtype=np.int64)
-        w["clusters"] = {"count": int(len(sizes)), "min_nodes": int(sizes.min(initial=0)),
-                         "max_nodes": int(sizes.max(initial=0))}
+        w["clusters"] = {
+            "count": int(len(sizes)),
+            "min_nodes": int(sizes.min(initial=0)),
+            "max_nodes": int(sizes.max(initial=0)),
+        }
     return {"workers": workers}
-

@@ -37,29 +37,53 @@ def parse_topology(text: str) -> str:
 
 
 SAMPLING_OPTIONS = (
-    PlanOption("fanouts", "--fanouts", "25,10", parse=parse_fanouts, metavar="F1,F2,…",
-               help="Neighbours sampled per node at each hop, the TARGETS' fanout FIRST (25,10: 25 neighbours of "
-                    "each target, then 10 of each of those), as G3 and P3 write it; one per layer; -1 = every "
-                    "neighbour. Uniform without replacement, min(fanout, degree), chosen by a hash of (seed, epoch, "
-                    "step, hop, node, position): the same neighbours whatever K, threads or prefetch."),
-    PlanOption("batch_size", "--batch-size", "1000", parse=positive_int("the batch size"), metavar="B",
-               help="Target (training) nodes per batch: per worker with --batch-order local, in all with global."),
-    PlanOption("batch_order", "--batch-order", "local", parse=parse_order, metavar="local|global|split",
-               help="local (DistDGL): the training nodes are split evenly, every worker the same count "
-                    "(N/K, own nodes first, the surplus of fuller workers moved to emptier ones), each shuffling "
-                    "its share every epoch. global: one permutation of all training nodes per epoch, global step "
-                    "s = batch s, each worker computing the targets it owns — the same batches for any K. split: "
-                    "global's batches, but worker k computes positions k, k+K, k+2K, … of each wherever the "
-                    "targets live, fetching what is not local (model-centric data parallelism, the baseline "
-                    "HopGNN and P3 compare against); the same model as global."),
+    PlanOption(
+        "fanouts",
+        "--fanouts",
+        "25,10",
+        parse=parse_fanouts,
+        metavar="F1,F2,…",
+        help="Neighbours sampled per node at each hop, the TARGETS' fanout FIRST (25,10: 25 neighbours of "
+        "each target, then 10 of each of those), as G3 and P3 write it; one per layer; -1 = every "
+        "neighbour. Uniform without replacement, min(fanout, degree), chosen by a hash of (seed, epoch, "
+        "step, hop, node, position): the same neighbours whatever K, threads or prefetch.",
+    ),
+    PlanOption(
+        "batch_size",
+        "--batch-size",
+        "1000",
+        parse=positive_int("the batch size"),
+        metavar="B",
+        help="Target (training) nodes per batch: per worker with --batch-order local, in all with global.",
+    ),
+    PlanOption(
+        "batch_order",
+        "--batch-order",
+        "local",
+        parse=parse_order,
+        metavar="local|global|split",
+        help="local (DistDGL): the training nodes are split evenly, every worker the same count "
+        "(N/K, own nodes first, the surplus of fuller workers moved to emptier ones), each shuffling "
+        "its share every epoch. global: one permutation of all training nodes per epoch, global step "
+        "s = batch s, each worker computing the targets it owns — the same batches for any K. split: "
+        "global's batches, but worker k computes positions k, k+K, k+2K, … of each wherever the "
+        "targets live, fetching what is not local (model-centric data parallelism, the baseline "
+        "HopGNN and P3 compare against); the same model as global.",
+    ),
     DEVICE_MEMORY_RECORDED,
 )
 OPTIONS = SAMPLING_OPTIONS + (
-    PlanOption("topology", "--topology", "partitioned", parse=parse_topology, metavar="partitioned|replicated",
-               help="distdgl: partitioned (DistDGL: a node's in-edges live with its owner, so a worker asks "
-                    "the owners' sampling servers for its remote frontier nodes) or replicated "
-                    "(the plan holds the store's whole CSR once, topology/, memory-mapped by every worker: "
-                    "sampling needs no communication; features are still fetched). Same samples, same model."),
+    PlanOption(
+        "topology",
+        "--topology",
+        "partitioned",
+        parse=parse_topology,
+        metavar="partitioned|replicated",
+        help="distdgl: partitioned (DistDGL: a node's in-edges live with its owner, so a worker asks "
+        "the owners' sampling servers for its remote frontier nodes) or replicated "
+        "(the plan holds the store's whole CSR once, topology/, memory-mapped by every worker: "
+        "sampling needs no communication; features are still fetched). Same samples, same model.",
+    ),
 )
 
 
@@ -67,11 +91,16 @@ def check_sampling(ctx: PlanContext) -> list[int]:
     """The per-worker training node counts, after checking the options fit the model and the partition."""
     fanouts = ctx.options["fanouts"]
     if len(fanouts) != ctx.spec.layers:
-        raise G3InputError(f"--fanouts {','.join(map(str, fanouts))} has {len(fanouts)} hops but the model has "
-                           f"{ctx.spec.layers} layers (give one fanout per layer)", path=ctx.part)
+        raise G3InputError(
+            f"--fanouts {','.join(map(str, fanouts))} has {len(fanouts)} hops but the model has "
+            f"{ctx.spec.layers} layers (give one fanout per layer)",
+            path=ctx.part,
+        )
     train = [int(len(np.asarray(s.load("train")))) for s in ctx.shards]
     if sum(train) == 0:
-        raise G3InputError("the partition has no training nodes: nothing to sample batches from", path=ctx.part)
+        raise G3InputError(
+            "the partition has no training nodes: nothing to sample batches from", path=ctx.part
+        )
     # --batch-order local splits the training nodes evenly over the trainers (the runtime's balanced_split), so
     # a worker that owns none still trains its share
     return train
@@ -104,5 +133,9 @@ def write_topology(folder: Path, ctx: PlanContext) -> dict:
     folder.mkdir()
     np.save(folder / "indptr.npy", indptr)
     np.save(folder / "nbrs.npy", nbrs)
-    return {"path": "topology", "num_nodes": int(store.num_nodes), "num_arcs": int(len(nbrs)),
-            "nbrs_dtype": str(nbrs.dtype)}
+    return {
+        "path": "topology",
+        "num_nodes": int(store.num_nodes),
+        "num_arcs": int(len(nbrs)),
+        "nbrs_dtype": str(nbrs.dtype),
+    }

@@ -38,15 +38,27 @@ def _bins_for(text: str) -> str:
 
 OPTIONS = (
     DEVICE_MEMORY,
-    PlanOption("bin_size", "--bin-size", "auto", parse=count_or_auto("the bin size"), metavar="N",
-               help="Fixed nodes per bin (the paper uses 1000 and 5000); 'auto' derives it per layer from "
-                    "--device-memory and the layer's per-node memory."),
-    PlanOption("bins_for", "--bins-for", "auto", parse=_bins_for, metavar="cpu|cuda",
-               help="The device kind the bins are sized for: cuda counts the per-arc message rows of CUDA's "
-                    "gather/scatter kernels, cpu the fused numba kernels' (none), so its bins are larger. "
-                    "'auto': cuda if this machine has CUDA, else cpu. Auto device memory is this machine's too "
-                    "(host RAM on a CPU machine): to plan for a GPU cluster on a CPU machine give --device-memory "
-                    "and --bins-for cuda. g3 train --device cuda refuses a plan sized for cpu."),
+    PlanOption(
+        "bin_size",
+        "--bin-size",
+        "auto",
+        parse=count_or_auto("the bin size"),
+        metavar="N",
+        help="Fixed nodes per bin (the paper uses 1000 and 5000); 'auto' derives it per layer from "
+        "--device-memory and the layer's per-node memory.",
+    ),
+    PlanOption(
+        "bins_for",
+        "--bins-for",
+        "auto",
+        parse=_bins_for,
+        metavar="cpu|cuda",
+        help="The device kind the bins are sized for: cuda counts the per-arc message rows of CUDA's "
+        "gather/scatter kernels, cpu the fused numba kernels' (none), so its bins are larger. "
+        "'auto': cuda if this machine has CUDA, else cpu. Auto device memory is this machine's too "
+        "(host RAM on a CPU machine): to plan for a GPU cluster on a CPU machine give --device-memory "
+        "and --bins-for cuda. g3 train --device cuda refuses a plan sized for cpu.",
+    ),
 )
 
 
@@ -74,8 +86,10 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     return {
         "device_memory": budget,
         "bin_limit_bytes": None if bin_size else bin_limit_bytes,
-        "workers": [{key: w[key] for key in ("rank", "num_owned", "num_remote", "num_arcs", "layers", "estimate")}
-                    for w in workers],
+        "workers": [
+            {key: w[key] for key in ("rank", "num_owned", "num_remote", "num_arcs", "layers", "estimate")}
+            for w in workers
+        ],
     }
 
 
@@ -108,16 +122,20 @@ def _plan_worker(tmp: Path, shard, costs: list[BinCost], bin_size: int | None, l
         bin_nodes = np.diff(bin_ptr)
         bin_srcs = np.diff(lb.src_ptr)
         bin_bytes = cost.bytes(bin_nodes, bin_srcs, row_ptr[bin_ptr[1:]] - row_ptr[bin_ptr[:-1]])
-        per_node = max(1, int(bin_bytes.sum()) // n_own) if n_own else 1  # the layer's bytes per node, on average
-        layers.append({
-            "num_bins": lb.num_bins,
-            "bin_limit_nodes": int(bin_size) if bin_size else int(limit // per_node),
-            "bin_limit_bytes": None if bin_size else int(limit),
-            "max_bin_nodes": int(bin_nodes.max()) if n_own else 0,
-            "max_bin_bytes": int(bin_bytes.max()) if n_own else 0,
-            "max_bin_sources": int(bin_srcs.max()) if n_own else 0,
-            "arcs": int(row_ptr[-1]),
-        })
+        per_node = (
+            max(1, int(bin_bytes.sum()) // n_own) if n_own else 1
+        )  # the layer's bytes per node, on average
+        layers.append(
+            {
+                "num_bins": lb.num_bins,
+                "bin_limit_nodes": int(bin_size) if bin_size else int(limit // per_node),
+                "bin_limit_bytes": None if bin_size else int(limit),
+                "max_bin_nodes": int(bin_nodes.max()) if n_own else 0,
+                "max_bin_bytes": int(bin_bytes.max()) if n_own else 0,
+                "max_bin_sources": int(bin_srcs.max()) if n_own else 0,
+                "arcs": int(row_ptr[-1]),
+            }
+        )
         state["row_bin"].append(np.repeat(np.arange(lb.num_bins, dtype=np.int64), bin_nodes))
         state["num_bins"].append(lb.num_bins)
         state["last_use"].append(last_use_bin(edge_src.astype(np.int64), row_ptr, bin_ptr, n_own, n_rem))
@@ -161,7 +179,9 @@ def _collect_tables(shards, states, num_layers: int, sends: dict, recvs: dict) -
 
 
 def _add(bucket: dict, name: str, peer: int, steps: np.ndarray, nodes: np.ndarray) -> None:
-    bucket.setdefault(name, []).append((peer, np.asarray(steps, dtype=np.int64), np.asarray(nodes, dtype=np.int64), None))
+    bucket.setdefault(name, []).append(
+        (peer, np.asarray(steps, dtype=np.int64), np.asarray(nodes, dtype=np.int64), None)
+    )
 
 
 def _write_tables(wdir: Path, sends: dict, recvs: dict, k: int) -> dict:
@@ -181,13 +201,15 @@ def _estimate(w: dict, shapes: list[LayerShape]) -> None:
     for li, s in enumerate(shapes):
         recv_nodes = w["tables"].get(f"fwd_recv_{li - 1}", {}).get("nodes", 0) if li else w["num_remote"]
         send_nodes = w["tables"].get(f"fwd_send_{li}", {}).get("nodes", 0) if li < len(shapes) - 1 else 0
-        est.append({
-            "layer": li,
-            "compute": int(w["num_arcs"] * s.edge_width),
-            "recv_bytes": int(recv_nodes * s.d_in * 4),
-            "send_bytes": int(send_nodes * s.d_out * 4),
-            "recv_is_static_features": li == 0,
-        })
+        est.append(
+            {
+                "layer": li,
+                "compute": int(w["num_arcs"] * s.edge_width),
+                "recv_bytes": int(recv_nodes * s.d_in * 4),
+                "send_bytes": int(send_nodes * s.d_out * 4),
+                "recv_is_static_features": li == 0,
+            }
+        )
     w["estimate"] = est
 
 
@@ -198,5 +220,10 @@ def summary_rows(plan: dict) -> list[tuple[str, str]]:
     opts = plan["strategy"]["options"]
     if opts.get("bin_size"):
         return [("bins", f"bins of {opts['bin_size']} nodes")]
-    return [("bins", f"bin limit {human_bytes(plan['bin_limit_bytes'])} (half of the device memory), sized for "
-                     f"{bins_device(opts)}")]
+    return [
+        (
+            "bins",
+            f"bin limit {human_bytes(plan['bin_limit_bytes'])} (half of the device memory), sized for "
+            f"{bins_device(opts)}",
+        )
+    ]

@@ -40,14 +40,26 @@ def parse_tp(text: str) -> str:
 
 
 OPTIONS = (
-    PlanOption("tp", "--tp", "naive", parse=parse_tp, metavar="naive|decoupled",
-               help="neutrontp: naive = tensor parallelism per layer (aggregate the column slice over the whole "
-                    "graph, all-to-all to row blocks, the dense update on owned rows, all-to-all back; exact); "
-                    "decoupled = the decoupled GCN (an MLP on row blocks, one split, L propagation rounds on "
-                    "column slices, one gather: 4 collectives per epoch whatever L; a different model, dgcn)."),
+    PlanOption(
+        "tp",
+        "--tp",
+        "naive",
+        parse=parse_tp,
+        metavar="naive|decoupled",
+        help="neutrontp: naive = tensor parallelism per layer (aggregate the column slice over the whole "
+        "graph, all-to-all to row blocks, the dense update on owned rows, all-to-all back; exact); "
+        "decoupled = the decoupled GCN (an MLP on row blocks, one split, L propagation rounds on "
+        "column slices, one gather: 4 collectives per epoch whatever L; a different model, dgcn).",
+    ),
     DEVICE_MEMORY,
-    PlanOption("chunk_size", "--chunk-size", "auto", parse=count_or_auto("the chunk size"), metavar="N",
-               help="neutrontp: destination nodes per chunk; 'auto' sizes chunks by --device-memory."),
+    PlanOption(
+        "chunk_size",
+        "--chunk-size",
+        "auto",
+        parse=count_or_auto("the chunk size"),
+        metavar="N",
+        help="neutrontp: destination nodes per chunk; 'auto' sizes chunks by --device-memory.",
+    ),
 )
 
 
@@ -56,13 +68,17 @@ def model_kind(options: dict, kind: str) -> str:
     ``dgcn``); naive TP trains SAGE or GCN."""
     if options["tp"] == "decoupled":
         if kind not in ("gcn", "dgcn"):
-            raise G3InputError(f"--tp decoupled trains the decoupled GCN (an MLP followed by Â^L): use --model gcn "
-                               f"or dgcn, not {kind}")
+            raise G3InputError(
+                f"--tp decoupled trains the decoupled GCN (an MLP followed by Â^L): use --model gcn "
+                f"or dgcn, not {kind}"
+            )
         return "dgcn"
     if kind == "gat":
-        raise G3InputError("neutrontp --tp naive does not train GAT: its attention scores need whole rows of both "
-                           "ends of every arc, which a column slice does not hold (the per-node decomposition, an "
-                           "all-gather of 2·V·H scalars per layer, is not built); use --model sage or gcn")
+        raise G3InputError(
+            "neutrontp --tp naive does not train GAT: its attention scores need whole rows of both "
+            "ends of every arc, which a column slice does not hold (the per-node decomposition, an "
+            "all-gather of 2·V·H scalars per layer, is not built); use --model sage or gcn"
+        )
     if kind == "dgcn":
         raise G3InputError("the decoupled GCN runs under --tp decoupled (naive TP trains sage or gcn)")
     return kind
@@ -72,8 +88,11 @@ def check_shards(ctx: PlanContext) -> None:
     """Feature shards of schema version 1 lack the degrees the strategy reads."""
     for shard in ctx.shards:
         if "in_degree.npy" not in shard.manifest or "out_degree.npy" not in shard.manifest:
-            raise G3InputError("feature shard of an older schema (version 1, without in_degree/out_degree): "
-                               "re-run `g3 partition STORE --method feature --force`", path=shard.path)
+            raise G3InputError(
+                "feature shard of an older schema (version 1, without in_degree/out_degree): "
+                "re-run `g3 partition STORE --method feature --force`",
+                path=shard.path,
+            )
 
 
 def plan(tmp: Path, ctx: PlanContext) -> dict:
@@ -97,8 +116,13 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     np.save(folder / "first_use.npy", first)
     owned = []
     for q in ctx.progress(range(k), "planning workers (neutrontp)"):
-        ids = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(ob[:, q], ob[:, q + 1], strict=True)]
-                             ) if n_chunks else np.zeros(0, dtype=np.int64)
+        ids = (
+            np.concatenate(
+                [np.arange(a, b, dtype=np.int64) for a, b in zip(ob[:, q], ob[:, q + 1], strict=True)]
+            )
+            if n_chunks
+            else np.zeros(0, dtype=np.int64)
+        )
         owned.append(ids)
         wdir = tmp / f"worker-{q:05d}"
         np.save(wdir / "owned.npy", ids)
@@ -109,13 +133,25 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     return {
         "device_memory": budget,
         "topology": topology,
-        "chunks": {"path": "chunks", "files": npy_manifest(folder), "count": n_chunks,
-                   "max_nodes": int(sizes.max()) if n_chunks else 0,
-                   "max_arcs": int(np.diff(indptr[bounds]).max()) if n_chunks else 0,
-                   "sources_read": int(needed.sum())},
+        "chunks": {
+            "path": "chunks",
+            "files": npy_manifest(folder),
+            "count": n_chunks,
+            "max_nodes": int(sizes.max()) if n_chunks else 0,
+            "max_arcs": int(np.diff(indptr[bounds]).max()) if n_chunks else 0,
+            "sources_read": int(needed.sum()),
+        },
         "collectives": collectives(spec, owned, needed, layer0_columns, store.num_nodes),
-        "workers": [{"rank": q, "num_owned": int(len(owned[q])), "residency": residency_record(
-            tensor_parallel_bytes(spec, store.num_nodes, len(indices), len(owned[q]), k), budget)} for q in range(k)],
+        "workers": [
+            {
+                "rank": q,
+                "num_owned": int(len(owned[q])),
+                "residency": residency_record(
+                    tensor_parallel_bytes(spec, store.num_nodes, len(indices), len(owned[q]), k), budget
+                ),
+            }
+            for q in range(k)
+        ],
     }
 
 
@@ -127,16 +163,28 @@ def summary_rows(plan: dict) -> list[tuple[str, str]]:
     """What `g3 info PLAN` / `g3 plan` say about a neutrontp plan: its chunks and every worker's owned rows."""
     ch = plan["chunks"]
     owned = ", ".join(f"{w['num_owned']:,}" for w in plan["workers"])
-    return [("chunks", f"{ch['count']:,} chunks of at most {ch['max_nodes']:,} nodes / {ch['max_arcs']:,} arcs"),
-            ("owned rows", f"per worker {owned}")]
+    return [
+        ("chunks", f"{ch['count']:,} chunks of at most {ch['max_nodes']:,} nodes / {ch['max_arcs']:,} arcs"),
+        ("owned rows", f"per worker {owned}"),
+    ]
 
 
 def summary_table(plan: dict) -> dict:
     """Every collective of one training epoch (float32 bytes), in place of the per-worker table."""
     from ..common.units import human_bytes
 
-    rows = [(c["name"], str(c["width"]), human_bytes(4 * max(c["elements_sent"])),
-             human_bytes(4 * sum(c["elements_sent"])), "first epoch (cached)" if c["once"] else "every epoch")
-            for c in plan["collectives"]]
-    return {"title": "collectives of one training epoch (all-to-all; bytes sent at float32)",
-            "columns": ("collective", "width", "per worker (max)", "all workers", "when"), "rows": rows}
+    rows = [
+        (
+            c["name"],
+            str(c["width"]),
+            human_bytes(4 * max(c["elements_sent"])),
+            human_bytes(4 * sum(c["elements_sent"])),
+            "first epoch (cached)" if c["once"] else "every epoch",
+        )
+        for c in plan["collectives"]
+    ]
+    return {
+        "title": "collectives of one training epoch (all-to-all; bytes sent at float32)",
+        "columns": ("collective", "width", "per worker (max)", "all workers", "when"),
+        "rows": rows,
+    }

@@ -19,18 +19,27 @@ from .distdgl import SAMPLING_OPTIONS, check_sampling, parse_topology
 from .distdgl import plan as plan_distdgl
 
 OPTIONS = SAMPLING_OPTIONS + (
-    PlanOption("topology", "--topology", "partitioned", parse=parse_topology, metavar="partitioned|replicated",
-               help="p3 (P3 §3.1): partitioned = a node's in-edges live with its hash owner, whose sampling server "
-                    "answers for it (structure only: P3 never moves features); replicated = the plan holds the "
-                    "whole CSR once (topology/), memory-mapped by every worker, so sampling needs no "
-                    "communication (P3's choice when the structure fits in memory). Same samples, same model."),
+    PlanOption(
+        "topology",
+        "--topology",
+        "partitioned",
+        parse=parse_topology,
+        metavar="partitioned|replicated",
+        help="p3 (P3 §3.1): partitioned = a node's in-edges live with its hash owner, whose sampling server "
+        "answers for it (structure only: P3 never moves features); replicated = the plan holds the "
+        "whole CSR once (topology/), memory-mapped by every worker, so sampling needs no "
+        "communication (P3's choice when the structure fits in memory). Same samples, same model.",
+    ),
 )
 
 
 def plan(tmp: Path, ctx: PlanContext) -> dict:
     if "columns" not in partition_layouts(ctx.partition):
-        raise G3InputError("p3 needs the features split by column beside the hash-partitioned structure: "
-                           "partition with g3 partition --method p3", path=ctx.part)
+        raise G3InputError(
+            "p3 needs the features split by column beside the hash-partitioned structure: "
+            "partition with g3 partition --method p3",
+            path=ctx.part,
+        )
     check_sampling(ctx)
     out = plan_distdgl(tmp, ctx)
     feat_dim = int(ctx.spec.in_dim)
@@ -43,5 +52,7 @@ def summary_rows(plan: dict) -> list[tuple[str, str]]:
     cols = plan.get("feature_columns") or []
     widths = ", ".join(f"{c['stop'] - c['start']}" for c in cols)
     opts = plan["strategy"]["options"]
-    return [("layer 1", f"model-parallel over feature columns ({widths} per worker); layers 2+ data-parallel"),
-            ("structure", opts.get("topology", "partitioned"))]
+    return [
+        ("layer 1", f"model-parallel over feature columns ({widths} per worker); layers 2+ data-parallel"),
+        ("structure", opts.get("topology", "partitioned")),
+    ]

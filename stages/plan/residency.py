@@ -33,11 +33,16 @@ def parse_device_memory(text: str) -> int | None:
 
 
 DEVICE_MEMORY = PlanOption(
-    "device_memory", "--device-memory", "auto", parse=parse_device_memory, metavar="SIZE",
+    "device_memory",
+    "--device-memory",
+    "auto",
+    parse=parse_device_memory,
+    metavar="SIZE",
     help="Memory of one worker's device, e.g. 24GiB; 'auto' reads GPU 0 (or RAM without CUDA). The plan records "
-         "whether each worker's whole partition (features, structure, every layer's activations and gradients) "
-         "fits there: where it does, g3 train keeps it on the GPU for the run. g3's bins and neutrontp's chunks "
-         "each use at most half of it, so one computes while the next is copied in.")
+    "whether each worker's whole partition (features, structure, every layer's activations and gradients) "
+    "fits there: where it does, g3 train keeps it on the GPU for the run. g3's bins and neutrontp's chunks "
+    "each use at most half of it, so one computes while the next is copied in.",
+)
 
 
 # the strategies whose plans are not cut by the device's memory take it only for their residency record
@@ -73,7 +78,11 @@ def tensor_parallel_bytes(spec: ModelSpec, num_nodes: int, arcs: int, n_own: int
     total = arcs * 3 * INDEX_BYTES + (num_nodes + 1) * INDEX_BYTES + n_own * INDEX_BYTES
     for s in spec.layer_shapes():
         c = -(-s.d_in // k)
-        total += arcs * c * ELEM_BYTES + 4 * num_nodes * c * ELEM_BYTES + n_own * (2 * s.d_in + 3 * s.d_out) * ELEM_BYTES
+        total += (
+            arcs * c * ELEM_BYTES
+            + 4 * num_nodes * c * ELEM_BYTES
+            + n_own * (2 * s.d_in + 3 * s.d_out) * ELEM_BYTES
+        )
     return total + num_nodes * -(-spec.in_dim // k) * ELEM_BYTES
 
 
@@ -87,8 +96,14 @@ def residency_record(need: int, device_memory: int) -> dict:
     partition fits and stays there; ``host``: it does not, so it lives in host memory), the ``bytes``, the
     ``device_memory`` and ``why`` in words."""
     fits = need <= device_memory
-    why = (f"its partition needs {human_bytes(need)} on the device (features, structure, every layer's "
-           f"activations and gradients): {'within' if fits else 'more than'} the {human_bytes(device_memory)} "
-           f"of device memory" + ("" if fits else "; it stays in host memory and moves to the device in parts"))
-    return {"mode": "device" if fits else "host", "bytes": int(need), "device_memory": int(device_memory),
-            "why": why}
+    why = (
+        f"its partition needs {human_bytes(need)} on the device (features, structure, every layer's "
+        f"activations and gradients): {'within' if fits else 'more than'} the {human_bytes(device_memory)} "
+        f"of device memory" + ("" if fits else "; it stays in host memory and moves to the device in parts")
+    )
+    return {
+        "mode": "device" if fits else "host",
+        "bytes": int(need),
+        "device_memory": int(device_memory),
+        "why": why,
+    }

@@ -43,6 +43,7 @@ def _choice(*choices):
         if text not in choices:
             raise ValueError(f"choose from {', '.join(choices)}")
         return text
+
     return parse
 
 
@@ -57,29 +58,52 @@ def _clip(text: str) -> float:
 
 
 OPTIONS = (
-    PlanOption("sancus_comm", "--sancus-comm", "broadcast", parse=_choice("broadcast", "p2p"),
-               metavar="broadcast|p2p",
-               help="How embeddings move. 'broadcast' (the thesis's): per layer each worker in turn broadcasts "
-                    "its whole block of rows, or skips while stale, so every worker receives (K-1)/K x N rows per "
-                    "layer; 'p2p': g3's sparse peer-to-peer messages of the boundary rows, a stale owner's replaced by "
-                    "a one-word header."),
-    PlanOption("staleness", "--staleness", "epoch:1", parse=parse_staleness, metavar="POLICY:BOUND",
-               help="When a worker resends its rows (per layer; otherwise the others use their cached copy). "
-                    "epoch:N (check E): when the receivers' copy would be more than N epochs old; ask:N (check A): "
-                    "the receivers decide - one whose copy was more than N epochs old after using it asks the "
-                    "owner, which sends at its next epoch (001 Fig. 14b), so copies get up to N+1 epochs old; "
-                    "in g3's lock-step runtime every receiver holds the same versions, so ask:N sends when "
-                    "epoch:N+1 does and adds the asks' traffic; drift:X (check H): when the relative change "
-                    "since the last send exceeds X (--drift-norm). epoch:0 = exact full-graph training. Layer-0 "
-                    "features are static and fetched once; backward gradients are exchanged every epoch."),
-    PlanOption("drift_norm", "--drift-norm", "fro", parse=_choice("fro", "max"), metavar="fro|max",
-               help="For drift:X, the norm of the change, relative to the last sent rows: 'fro' = Frobenius "
-                    "(||H - H_sent||_F / ||H_sent||_F; the thesis leaves the norm open), 'max' = largest absolute "
-                    "change over the largest absolute value."),
-    PlanOption("grad_clip", "--grad-clip", "0", parse=_clip, metavar="TH",
-               help="Clip the embedding gradients a worker returns to its peers (per layer, L2 norm over all "
-                    "its boundary rows) at TH/sqrt(K), the local share of a global threshold TH for K i.i.d. workers "
-                    "(the thesis's local-threshold rule); 0 = off (the default: the thesis does not say it is on)."),
+    PlanOption(
+        "sancus_comm",
+        "--sancus-comm",
+        "broadcast",
+        parse=_choice("broadcast", "p2p"),
+        metavar="broadcast|p2p",
+        help="How embeddings move. 'broadcast' (the thesis's): per layer each worker in turn broadcasts "
+        "its whole block of rows, or skips while stale, so every worker receives (K-1)/K x N rows per "
+        "layer; 'p2p': g3's sparse peer-to-peer messages of the boundary rows, a stale owner's replaced by "
+        "a one-word header.",
+    ),
+    PlanOption(
+        "staleness",
+        "--staleness",
+        "epoch:1",
+        parse=parse_staleness,
+        metavar="POLICY:BOUND",
+        help="When a worker resends its rows (per layer; otherwise the others use their cached copy). "
+        "epoch:N (check E): when the receivers' copy would be more than N epochs old; ask:N (check A): "
+        "the receivers decide - one whose copy was more than N epochs old after using it asks the "
+        "owner, which sends at its next epoch (001 Fig. 14b), so copies get up to N+1 epochs old; "
+        "in g3's lock-step runtime every receiver holds the same versions, so ask:N sends when "
+        "epoch:N+1 does and adds the asks' traffic; drift:X (check H): when the relative change "
+        "since the last send exceeds X (--drift-norm). epoch:0 = exact full-graph training. Layer-0 "
+        "features are static and fetched once; backward gradients are exchanged every epoch.",
+    ),
+    PlanOption(
+        "drift_norm",
+        "--drift-norm",
+        "fro",
+        parse=_choice("fro", "max"),
+        metavar="fro|max",
+        help="For drift:X, the norm of the change, relative to the last sent rows: 'fro' = Frobenius "
+        "(||H - H_sent||_F / ||H_sent||_F; the thesis leaves the norm open), 'max' = largest absolute "
+        "change over the largest absolute value.",
+    ),
+    PlanOption(
+        "grad_clip",
+        "--grad-clip",
+        "0",
+        parse=_clip,
+        metavar="TH",
+        help="Clip the embedding gradients a worker returns to its peers (per layer, L2 norm over all "
+        "its boundary rows) at TH/sqrt(K), the local share of a global threshold TH for K i.i.d. workers "
+        "(the thesis's local-threshold rule); 0 = off (the default: the thesis does not say it is on).",
+    ),
     DEVICE_MEMORY_RECORDED,
 )
 
@@ -92,7 +116,7 @@ def _broadcast_picks(ctx: PlanContext, tmp: Path) -> None:
         for j in range(ctx.num_workers):
             if j == shard.rank:
                 continue
-            remote_j = shard.remote[shard.remote_owner_ptr[j]:shard.remote_owner_ptr[j + 1]]
+            remote_j = shard.remote[shard.remote_owner_ptr[j] : shard.remote_owner_ptr[j + 1]]
             positions = np.searchsorted(ctx.shards[j].owned, remote_j).astype(np.int64)
             parts.append((j, np.zeros(len(positions), dtype=np.int64), positions, None))
         save_table(tmp / f"worker-{shard.rank:05d}", "broadcast_pick", assemble(parts))

@@ -57,12 +57,16 @@ def file_suffixes(labels: list[str]) -> list[str]:
         return [""]
     prefix = os.path.commonprefix(labels)
     suffix = os.path.commonprefix([lab[::-1] for lab in labels])[::-1]
-    cut = [lab[len(prefix):len(lab) - len(suffix)] if len(prefix) + len(suffix) < len(lab) else lab
-           for lab in labels]
+    cut = [
+        lab[len(prefix) : len(lab) - len(suffix)] if len(prefix) + len(suffix) < len(lab) else lab
+        for lab in labels
+    ]
     return [f"-{i}-{_slug(c)}" if _slug(c) != "run" else f"-{i}" for i, c in enumerate(cut, 1)]
 
 
-def run_report(runs: list[str | Path], out: str | Path | None = None, labels: list[str] | None = None) -> dict:
+def run_report(
+    runs: list[str | Path], out: str | Path | None = None, labels: list[str] | None = None
+) -> dict:
     """Entry point of `g3 report`: load RUNS, draw every plot into OUT, write summary.json and index.html.
 
     Returns ``{"out", "index", "summary_json", "runs": [summary per run], "plots": [{"kind", "file", "caption",
@@ -76,8 +80,13 @@ def run_report(runs: list[str | Path], out: str | Path | None = None, labels: li
     if out.exists() and not out.is_dir():
         raise G3InputError("the report output exists and is not a folder", path=out)
     # new, empty or an earlier report (whose files it replaces); never a run, nor the user's own folder
-    check_work_folder(out, "-o", lambda f: (f / "summary.json").is_file() and (f / "index.html").is_file(), runs,
-                      inside_ok=True)
+    check_work_folder(
+        out,
+        "-o",
+        lambda f: (f / "summary.json").is_file() and (f / "index.html").is_file(),
+        runs,
+        inside_ok=True,
+    )
     out.mkdir(parents=True, exist_ok=True)
 
     notes: list[str] = []
@@ -90,31 +99,56 @@ def run_report(runs: list[str | Path], out: str | Path | None = None, labels: li
         target.append({"kind": kind, "file": file, "caption": caption, "runs": [m.label for m in members]})
 
     if plots.time_to_accuracy(data, out / "time_to_accuracy.png"):
-        add(compare, "time_to_accuracy", "time_to_accuracy.png",
+        add(
+            compare,
+            "time_to_accuracy",
+            "time_to_accuracy.png",
             "Time to accuracy: test (solid) and validation (dashed) accuracy against training time after epoch 0 "
-            "(epoch 0 compiles the kernels: its time is left out).", data)
+            "(epoch 0 compiles the kernels: its time is left out).",
+            data,
+        )
     else:
         notes.append("no time-to-accuracy plot: no run evaluated during training (g3 train --eval-every 0)")
     if plots.throughput(data, out / "throughput.png"):
-        add(compare, "throughput", "throughput.png",
-            "Throughput of every epoch (nodes/s summed over workers); dotted: each run's median.", data)
+        add(
+            compare,
+            "throughput",
+            "throughput.png",
+            "Throughput of every epoch (nodes/s summed over workers); dotted: each run's median.",
+            data,
+        )
     else:
-        notes.append("no throughput plot: no run has node counts (plan, partition and store metadata missing)")
+        notes.append(
+            "no throughput plot: no run has node counts (plan, partition and store metadata missing)"
+        )
     if len(data) > 1:
         if plots.scaling(data, out / "scaling.png"):
-            add(compare, "scaling", "scaling.png",
-                "Median throughput against the number of workers, one line per configuration.", data)
+            add(
+                compare,
+                "scaling",
+                "scaling.png",
+                "Median throughput against the number of workers, one line per configuration.",
+                data,
+            )
         else:
             notes.append("no scaling plot: the runs do not span two or more worker counts")
 
     drawn_partitions: dict[str, dict] = {}
     untraced: list[str] = []
-    top = plots.workers_top(data) if len(data) > 1 else None  # a comparison's worker plots share their y-scale
+    top = (
+        plots.workers_top(data) if len(data) > 1 else None
+    )  # a comparison's worker plots share their y-scale
     for r, suffix in zip(data, file_suffixes([r.label for r in data]), strict=True):
         f = f"workers{suffix}.png"
         if plots.worker_breakdown(r, out / f, top):
-            add(per_run, "workers", f, f"{r.label}: compute, communication wait, all-reduce + step and idle seconds "
-                f"per epoch of each of the {r.num_workers} workers (balance and overlap).", [r])
+            add(
+                per_run,
+                "workers",
+                f,
+                f"{r.label}: compute, communication wait, all-reduce + step and idle seconds "
+                f"per epoch of each of the {r.num_workers} workers (balance and overlap).",
+                [r],
+            )
         if r.partition:
             key = str(r.partition.get("path") or id(r.partition))
             if key in drawn_partitions:
@@ -122,13 +156,21 @@ def run_report(runs: list[str | Path], out: str | Path | None = None, labels: li
             else:
                 f = f"partition{suffix}.png"
                 if plots.partition_remote(r, out / f):
-                    add(per_run, "partition", f, f"{r.label}: remote-set size |V_i^remote| of each partition "
+                    add(
+                        per_run,
+                        "partition",
+                        f,
+                        f"{r.label}: remote-set size |V_i^remote| of each partition "
                         f"({r.partition.get('method')}, K={r.partition.get('num_partitions')}) = rows received per "
-                        "layer.", [r])
+                        "layer.",
+                        [r],
+                    )
                     drawn_partitions[key] = per_run[-1]
         else:
-            notes.append(f"{r.label}: no partition plot: the run's partition.json was not found "
-                         f"({(r.meta.get('partition') or {}).get('path')})")
+            notes.append(
+                f"{r.label}: no partition plot: the run's partition.json was not found "
+                f"({(r.meta.get('partition') or {}).get('path')})"
+            )
         trace, why = find_trace(r.path)
         if trace is None:
             untraced.append(f"{r.label}: {why}")
@@ -138,17 +180,32 @@ def run_report(runs: list[str | Path], out: str | Path | None = None, labels: li
             f = f"timeline{suffix}.png"
             drawn = next((e for e in r.epochs if e.get("traced") and int(e["epoch"]) == trace.epoch), {})
             share = drawn.get("comm_hidden_share")  # this epoch's own share (the summary's is the median)
-            plot_timeline(trace, r.label, out / f,
-                          None if share is None else f"communication hidden under compute: {100 * share:.0f} %")
-            add(per_run, "timeline", f, f"{r.label}: bin timeline of the traced epoch, one panel per rank, a row per "
-                f"lane, coloured by category ({trace.num_events} events from {trace.folder}).", [r])
+            plot_timeline(
+                trace,
+                r.label,
+                out / f,
+                None if share is None else f"communication hidden under compute: {100 * share:.0f} %",
+            )
+            add(
+                per_run,
+                "timeline",
+                f,
+                f"{r.label}: bin timeline of the traced epoch, one panel per rank, a row per "
+                f"lane, coloured by category ({trace.num_events} events from {trace.folder}).",
+                [r],
+            )
 
     if len(untraced) > 1 and len(untraced) == len(data) and all(n.endswith(NO_TRACE) for n in untraced):
-        notes.append(f"no bin timeline: none of the {len(data)} runs has a trace/ folder (train with g3 train --trace)")
+        notes.append(
+            f"no bin timeline: none of the {len(data)} runs has a trace/ folder (train with g3 train --trace)"
+        )
     else:
         notes += untraced
     summaries = [r.summary() for r in data]
-    sections = [("Comparison" if len(data) > 1 else "Training", compare), ("Workers, partition and timeline", per_run)]
+    sections = [
+        ("Comparison" if len(data) > 1 else "Training", compare),
+        ("Workers, partition and timeline", per_run),
+    ]
     index = write_index(out, summaries, sections, notes, DEFINITIONS)
     result = {
         "schema": "g3.report",

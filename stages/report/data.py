@@ -95,9 +95,15 @@ class RunData:
         """What distinguishes runs from one another (used to label and group them)."""
         model = (self.meta.get("plan") or {}).get("model") or {}
         bin_size = self.strategy_options.get("bin_size", model.get("bin_size"))
-        return {"strategy": self.strategy, "graph": self.store_name, "model": self.model, "partition": self.method,
-                "pipeline": self.pipeline, "bin size": bin_size or "auto",
-                "device": (self.meta.get("config") or {}).get("device")}
+        return {
+            "strategy": self.strategy,
+            "graph": self.store_name,
+            "model": self.model,
+            "partition": self.method,
+            "pipeline": self.pipeline,
+            "bin size": bin_size or "auto",
+            "device": (self.meta.get("config") or {}).get("device"),
+        }
 
     # -- series -------------------------------------------------------------------------------------------
     def cumulative_seconds(self) -> list[float]:
@@ -109,9 +115,11 @@ class RunData:
 
     def accuracy(self, split: str) -> list[tuple[int, float, float]]:
         """(epoch, cumulative training seconds, accuracy) where the split was evaluated."""
-        return [(int(r["epoch"]), t, float(r[f"{split}_acc"]))
-                for r, t in zip(self.epochs, self.cumulative_seconds(), strict=True)
-                if r.get(f"{split}_acc") is not None]
+        return [
+            (int(r["epoch"]), t, float(r[f"{split}_acc"]))
+            for r, t in zip(self.epochs, self.cumulative_seconds(), strict=True)
+            if r.get(f"{split}_acc") is not None
+        ]
 
     def throughput(self) -> list[float] | None:
         """Nodes per second of every epoch: sum over workers of owned nodes / that worker's epoch time."""
@@ -133,11 +141,14 @@ class RunData:
         fetches the input features) of every phase but evaluation's; the median of ``bytes_sent`` for runs
         that record no phases."""
         epochs = self.steady_epochs()
-        phases = [[w.get("bytes_sent_per_phase") for w in r.get("workers") or [] if isinstance(w, dict)]
-                  for r in epochs]
+        phases = [
+            [w.get("bytes_sent_per_phase") for w in r.get("workers") or [] if isinstance(w, dict)]
+            for r in epochs
+        ]
         if epochs and all(p and all(isinstance(x, dict) for x in p) for p in phases):
-            return statistics.fmean(sum(n for per in p for ph, n in per.items() if not ph.startswith("eval"))
-                                    for p in phases)
+            return statistics.fmean(
+                sum(n for per in p for ph, n in per.items() if not ph.startswith("eval")) for p in phases
+            )
         return statistics.median(float(r.get("bytes_sent") or 0) for r in self.epochs)
 
     def steady_epochs(self) -> list[dict]:
@@ -159,7 +170,10 @@ class RunData:
                 w = ws[i]
                 rank = int(w.get("rank", i))
                 t = float(w.get("epoch_seconds", r["epoch_seconds"]))
-                c, m, s = (float(w.get(key) or 0.0) for key in ("compute_seconds", "comm_wait_seconds", "sync_seconds"))
+                c, m, s = (
+                    float(w.get(key) or 0.0)
+                    for key in ("compute_seconds", "comm_wait_seconds", "sync_seconds")
+                )
                 acc["compute"] += c
                 acc["comm_wait"] += m
                 acc["sync"] += s
@@ -193,7 +207,11 @@ class RunData:
             acc = self.accuracy(split)
             out[f"final_{split}_acc"] = acc[-1][2] if acc else None
             out[f"best_{split}_acc"] = max(a for _, _, a in acc) if acc else None
-        for key in ("comm_hidden_share", "comm_waited_share", "comm_moving_share"):  # one epoch's share is noisy
+        for key in (
+            "comm_hidden_share",
+            "comm_waited_share",
+            "comm_moving_share",
+        ):  # one epoch's share is noisy
             traced = [float(r[key]) for r in self.epochs if r.get(key) is not None]
             out[key] = statistics.median(traced) if traced else None
         ev = (self.eval or {}).get("accuracy") or {}
@@ -213,7 +231,9 @@ def load_run(path: str | Path) -> RunData:
     data = RunData(path=run, meta=meta, epochs=read_epochs(run))
     if (run / "eval.json").is_file():
         data.eval = _read_json(run / "eval.json", "eval.json")
-    plan_dir = _artifact((meta.get("plan") or {}).get("path"), run, "plan.json", (meta.get("plan") or {}).get("relpath"))
+    plan_dir = _artifact(
+        (meta.get("plan") or {}).get("path"), run, "plan.json", (meta.get("plan") or {}).get("relpath")
+    )
     if plan_dir is not None:
         data.plan = _read_json(plan_dir / "plan.json", "plan.json")
     part_ref = meta.get("partition") or {}
@@ -236,7 +256,9 @@ def _owned_nodes(data: RunData) -> None:
         data.owned, data.owned_source = [float(w["num_owned"]) for w in first], "metrics.jsonl"
         return
     if data.plan and data.plan.get("workers"):
-        data.owned = [float(w["num_owned"]) for w in sorted(data.plan["workers"], key=lambda w: w.get("rank", 0))]
+        data.owned = [
+            float(w["num_owned"]) for w in sorted(data.plan["workers"], key=lambda w: w.get("rank", 0))
+        ]
         data.owned_source = "plan.json"
         return
     if data.partition and data.partition.get("partitions") and _row_layout(data.partition):

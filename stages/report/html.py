@@ -44,24 +44,40 @@ def cell(summary: dict, key: str, fmt) -> str:
     return "–" if v is None else fmt(v)
 
 
-def write_index(out: Path, summaries: list[dict], sections: list[tuple[str, list[dict]]], notes: list[str],
-                definitions: list[str]) -> Path:
+def write_index(
+    out: Path,
+    summaries: list[dict],
+    sections: list[tuple[str, list[dict]]],
+    notes: list[str],
+    definitions: list[str],
+) -> Path:
     """Write OUT/index.html; ``sections`` are (heading, [{"file", "caption"}]) with files relative to OUT."""
     e = html.escape
     columns = [c for c in COLUMNS if c[0] == "label" or any(s.get(c[0]) is not None for s in summaries)]
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>g3 report: {e(', '.join(s['label'] for s in summaries))}</title>",
-             f"<style>{CSS}</style></head><body>",
-             f"<h1>g3 report — {len(summaries)} run{'s' if len(summaries) != 1 else ''}</h1>",
-             f"<p>Generated {e(time.strftime('%Y-%m-%d %H:%M:%S'))} by <code>g3 report</code>.</p>",
-             "<h2>Summary</h2>", "<table><tr>" + "".join(f"<th>{e(h)}</th>" for _, h, _ in columns) + "</tr>"]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>g3 report: {e(', '.join(s['label'] for s in summaries))}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>g3 report — {len(summaries)} run{'s' if len(summaries) != 1 else ''}</h1>",
+        f"<p>Generated {e(time.strftime('%Y-%m-%d %H:%M:%S'))} by <code>g3 report</code>.</p>",
+        "<h2>Summary</h2>",
+        "<table><tr>" + "".join(f"<th>{e(h)}</th>" for _, h, _ in columns) + "</tr>",
+    ]
     for s in summaries:
         parts.append("<tr>" + "".join(f"<td>{e(cell(s, k, f))}</td>" for k, _, f in columns) + "</tr>")
     parts.append("</table>")
-    parts.append("<ul>" + "".join(f"<li>{e(s['label'])}: <code>{e(s['path'])}</code> — {e(s['graph'])}, "
-                                  f"strategy {e(s.get('strategy', LEGACY_STRATEGY))}, {e(s['model'])}, partition {e(s['partition'])}, "
-                                  f"pipeline {e(s['pipeline'])}, "
-                                  f"status {e(str(s['status']))}</li>" for s in summaries) + "</ul>")
+    parts.append(
+        "<ul>"
+        + "".join(
+            f"<li>{e(s['label'])}: <code>{e(s['path'])}</code> — {e(s['graph'])}, "
+            f"strategy {e(s.get('strategy', LEGACY_STRATEGY))}, {e(s['model'])}, partition {e(s['partition'])}, "
+            f"pipeline {e(s['pipeline'])}, "
+            f"status {e(str(s['status']))}</li>"
+            for s in summaries
+        )
+        + "</ul>"
+    )
     parts.append("<ul>" + "".join(f"<li>{e(d)}</li>" for d in definitions) + "</ul>")
     if notes:
         parts.append('<ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
@@ -70,8 +86,10 @@ def write_index(out: Path, summaries: list[dict], sections: list[tuple[str, list
             continue
         parts.append(f"<h2>{e(heading)}</h2>")
         for fig in figures:
-            parts.append(f'<figure><img src="{e(fig["file"], quote=True)}" alt="{e(fig["caption"], quote=True)}">'
-                         f"<figcaption>{e(fig['caption'])}</figcaption></figure>")
+            parts.append(
+                f'<figure><img src="{e(fig["file"], quote=True)}" alt="{e(fig["caption"], quote=True)}">'
+                f"<figcaption>{e(fig['caption'])}</figcaption></figure>"
+            )
     parts.append("</body></html>")
     path = out / "index.html"
     path.write_text("\n".join(parts) + "\n")

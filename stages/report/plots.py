@@ -68,8 +68,15 @@ def time_to_accuracy_figure(runs: list[RunData]):
         for split, style in (("test", "-"), ("valid", "--")):
             acc = r.accuracy(split)
             if acc:
-                ax.plot([max(0.0, t - warmup) for _, t, _ in acc], [a for _, _, a in acc], style, marker="o",
-                        markersize=3, color=run_color(i), label=f"{r.label} ({split})")
+                ax.plot(
+                    [max(0.0, t - warmup) for _, t, _ in acc],
+                    [a for _, _, a in acc],
+                    style,
+                    marker="o",
+                    markersize=3,
+                    color=run_color(i),
+                    label=f"{r.label} ({split})",
+                )
     ax.set_xlabel(TIME_AXIS, fontsize="small")
     ax.set_xlim(left=0)
     ax.set_ylabel("accuracy")
@@ -99,8 +106,14 @@ def throughput_figure(runs: list[RunData]):
     for i, r, tp in series:
         epochs = [int(rec["epoch"]) for rec in r.epochs]
         med = statistics.median(tp)
-        ax.plot(epochs, tp, marker="o" if len(tp) < 40 else None, markersize=3, color=run_color(i),
-                label=f"{r.label} (K={r.num_workers}, median {EngFormatter(places=1)(med)} nodes/s)")
+        ax.plot(
+            epochs,
+            tp,
+            marker="o" if len(tp) < 40 else None,
+            markersize=3,
+            color=run_color(i),
+            label=f"{r.label} (K={r.num_workers}, median {EngFormatter(places=1)(med)} nodes/s)",
+        )
         ax.axhline(med, color=run_color(i), linestyle=":", linewidth=1)
     ax.set_xlabel("epoch (from 0, as g3 train counts)")
     ax.set_ylabel("throughput (nodes/s)")
@@ -187,11 +200,16 @@ def worker_breakdown_figure(run: RunData, top: float | None = None):
     compute = [w["compute"] for w in rows]
     mean = sum(compute) / len(compute)
     n = rows[0]["epochs"]
-    averaged = [int(r["epoch"]) for r in run.epochs[len(run.epochs) - n:]]  # numbered as g3 train does (from 0)
+    averaged = [
+        int(r["epoch"]) for r in run.epochs[len(run.epochs) - n :]
+    ]  # numbered as g3 train does (from 0)
     ax.set_xlabel("worker (rank)")
     ax.set_ylabel("seconds per epoch" + (" (one scale for all runs)" if top is not None else ""))
-    ax.set_title(f"{run.label}\nwhere each worker's epoch goes (mean of epochs {averaged[0]}–{averaged[-1]}; "
-                 f"compute max/mean {max(compute) / mean if mean else 1.0:.2f})", fontsize="medium")
+    ax.set_title(
+        f"{run.label}\nwhere each worker's epoch goes (mean of epochs {averaged[0]}–{averaged[-1]}; "
+        f"compute max/mean {max(compute) / mean if mean else 1.0:.2f})",
+        fontsize="medium",
+    )
     ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=4, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     return fig
@@ -207,15 +225,18 @@ def partition_remote(run: RunData, path: Path) -> bool:
     ids = [int(p.get("partition", i)) for i, p in enumerate(parts)]
     remote = [float(p.get("remote", 0)) for p in parts]
     arcs = [float(p.get("arcs", 0)) for p in parts]
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(max(9.0, 0.5 * len(ids) + 6), 4.6),
-                                  gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax, ax2) = plt.subplots(
+        1, 2, figsize=(max(9.0, 0.5 * len(ids) + 6), 4.6), gridspec_kw={"width_ratios": [3, 2]}
+    )
     before = (part.get("before") or {}).get("remote_per_partition")
     if before and len(before) == len(ids):
         ax.bar(ids, before, width=0.8, color="none", edgecolor="grey", label="METIS (before rebalancing)")
     ax.bar(ids, remote, width=0.5, color="#4C72B0", label=f"{part.get('method', '?')}")
     mean = sum(remote) / len(remote)
     ax.axhline(mean, color="black", linestyle=":", linewidth=1, label="mean")
-    ax.set_title(f"remote set |V_i^remote| (max/mean {max(remote) / mean if mean else 1.0:.3f})", fontsize="medium")
+    ax.set_title(
+        f"remote set |V_i^remote| (max/mean {max(remote) / mean if mean else 1.0:.3f})", fontsize="medium"
+    )
     ax.set_ylabel("nodes received per layer")
     ax2.bar(ids, arcs, width=0.6, color="#55A868")
     amean = sum(arcs) / len(arcs)
@@ -228,7 +249,10 @@ def partition_remote(run: RunData, path: Path) -> bool:
         a.grid(axis="y", alpha=0.3)
     ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)
     store = (part.get("store") or {}).get("name", run.store_name)
-    fig.suptitle(f"{store}: {part.get('method', '?')} partition, K={part.get('num_partitions', len(ids))}"
-                 f"  (used by {run.label})", fontsize="medium")
+    fig.suptitle(
+        f"{store}: {part.get('method', '?')} partition, K={part.get('num_partitions', len(ids))}"
+        f"  (used by {run.label})",
+        fontsize="medium",
+    )
     _save(fig, path)
     return True

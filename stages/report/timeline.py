@@ -80,7 +80,11 @@ def find_trace(run: Path) -> tuple[Trace | None, str]:
             lane = str(ev.get("tid", 0))
             if ev.get("ph") == "M" and ev.get("name") == "thread_name":
                 trace.lane_names[(rank, lane)] = str((ev.get("args") or {}).get("name", lane))
-            elif ev.get("ph") == "X" and isinstance(ev.get("ts"), int | float) and isinstance(ev.get("dur"), int | float):
+            elif (
+                ev.get("ph") == "X"
+                and isinstance(ev.get("ts"), int | float)
+                and isinstance(ev.get("dur"), int | float)
+            ):
                 trace.events.setdefault(rank, []).append({**ev, "pid": rank, "tid": lane})
                 args = ev.get("args") or {}
                 if trace.epoch is None and isinstance(args.get("epoch"), int):
@@ -124,10 +128,13 @@ def plot_timeline(trace: Trace, title: str, path: Path, subtitle: str | None = N
     lanes = {r: sorted({ev["tid"] for ev in trace.events[r]}, key=_lane_key) for r in ranks}
     heights = [max(1, len(lanes[r])) for r in ranks]
     fig_h = min(2.0 + 0.45 * sum(heights) + 0.3 * len(ranks), 40.0)
-    fig, axes = plt.subplots(len(ranks), 1, figsize=(11, fig_h), sharex=True, squeeze=False,
-                             gridspec_kw={"height_ratios": heights})
-    cats = sorted({ev.get("cat", "?") for evs in trace.events.values() for ev in evs},
-                  key=lambda c: (list(CATEGORIES).index(c) if c in CATEGORIES else len(CATEGORIES), c))
+    fig, axes = plt.subplots(
+        len(ranks), 1, figsize=(11, fig_h), sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights}
+    )
+    cats = sorted(
+        {ev.get("cat", "?") for evs in trace.events.values() for ev in evs},
+        key=lambda c: (list(CATEGORIES).index(c) if c in CATEGORIES else len(CATEGORIES), c),
+    )
     grey = iter(plt.get_cmap("Greys")(x) for x in (0.35, 0.5, 0.65, 0.8) * 8)
     colors = {c: CATEGORIES.get(c) or next(grey) for c in cats}
     for ax, rank in zip(axes[:, 0], ranks, strict=True):
@@ -136,11 +143,20 @@ def plot_timeline(trace: Trace, title: str, path: Path, subtitle: str | None = N
             h = 0.8 / len(subrows)
             for sub, evs in enumerate(subrows):
                 for cat in cats:
-                    spans = [((ev["ts"] - t0) / 1e3, max(ev["dur"], 0) / 1e3) for ev in evs if ev.get("cat", "?") == cat]
+                    spans = [
+                        ((ev["ts"] - t0) / 1e3, max(ev["dur"], 0) / 1e3)
+                        for ev in evs
+                        if ev.get("cat", "?") == cat
+                    ]
                     if spans:
-                        ax.broken_barh(spans, (row - 0.4 + sub * h, h), facecolors=colors[cat], edgecolor="none")
-        ax.set_yticks(range(len(lanes[rank])),
-                      [trace.lane_names.get((rank, lane), f"lane {lane}") for lane in lanes[rank]], fontsize="small")
+                        ax.broken_barh(
+                            spans, (row - 0.4 + sub * h, h), facecolors=colors[cat], edgecolor="none"
+                        )
+        ax.set_yticks(
+            range(len(lanes[rank])),
+            [trace.lane_names.get((rank, lane), f"lane {lane}") for lane in lanes[rank]],
+            fontsize="small",
+        )
         ax.set_ylim(len(lanes[rank]) - 0.5, -0.5)
         ax.set_ylabel(f"rank {rank}", rotation=0, ha="right", va="center", fontweight="bold")
         ax.grid(axis="x", alpha=0.3)
@@ -148,8 +164,13 @@ def plot_timeline(trace: Trace, title: str, path: Path, subtitle: str | None = N
     axes[-1, 0].set_xlabel("ms since the first event of the traced epoch")
     epoch = f", epoch {trace.epoch + 1}" if trace.epoch is not None else ""
     axes[0, 0].set_title(f"{title}: bin timeline{epoch}" + (f"\n{subtitle}" if subtitle else ""))
-    fig.legend(handles=[Patch(color=colors[c], label=c) for c in cats], loc="upper right", ncol=min(len(cats), 7),
-               fontsize="small", frameon=False)
+    fig.legend(
+        handles=[Patch(color=colors[c], label=c) for c in cats],
+        loc="upper right",
+        ncol=min(len(cats), 7),
+        fontsize="small",
+        frameon=False,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.97 if len(ranks) > 2 else 0.93))
     fig.savefig(path, dpi=110)
     plt.close(fig)

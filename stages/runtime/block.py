@@ -132,7 +132,9 @@ def gather_rows(indptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor,
     torch.cumsum(lengths, 0, out=new_indptr[1:])
     nnz = int(new_indptr[-1])
     # position = start of its row + offset inside the row
-    row_of = torch.repeat_interleave(torch.arange(rows.numel(), device=indptr.device), lengths, output_size=nnz)
+    row_of = torch.repeat_interleave(
+        torch.arange(rows.numel(), device=indptr.device), lengths, output_size=nnz
+    )
     pos = starts[row_of] + (torch.arange(nnz, device=indptr.device) - new_indptr[:-1][row_of])
     return pos, new_indptr
 

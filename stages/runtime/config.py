@@ -49,12 +49,16 @@ class RuntimeConfig:
     heap: str = "keep"  # keep | system: freed memory stays in the heap for the next epoch (heap.py)
     trace: bool = False  # time every span; write a Chrome-trace timeline of the last epoch per rank
     # where the workers run (stages/runtime/launch/launchers.py): local processes, or emulated hosts on this machine
-    emulate_link: str | None = None  # e.g. "100mbit": one network namespace per host, links shaped to this rate
+    emulate_link: str | None = (
+        None  # e.g. "100mbit": one network namespace per host, links shaped to this rate
+    )
     hosts: int | None = None  # emulated hosts (None: one per worker)
     emulate_subnet: str | None = None  # the emulated hosts' addresses (None: netemu.DEFAULT_SUBNET)
     max_restarts: int = 0  # emulated hosts: torchrun's --max-restarts (a failed worker group restarts)
     emulate_faults: tuple[str, ...] = ()  # emulated hosts: faults to inject (emulated_hosts.Fault)
-    network: dict | None = None  # set by the launcher for its workers: how they are connected (in every epoch record)
+    network: dict | None = (
+        None  # set by the launcher for its workers: how they are connected (in every epoch record)
+    )
     # where a worker's partition lives (RESIDENCY): auto = on the device when it is a GPU and the plan says the
     # partition fits there; device = there whatever the device (the device path, also on the CPU); host = in host
     # memory (the CPU kernels; on a GPU, bins streamed in)
@@ -158,13 +162,17 @@ def resolve_knobs(cfg: RuntimeConfig, info: StrategyInfo) -> None:
         own = info.knob(name)
         if own is None:
             if value is not None:
-                raise G3InputError(f"{uses[0][1].flag} does not apply to the {info.name} strategy of this plan (it "
-                                   f"applies to {', '.join(s.name for s, _ in uses)})")
+                raise G3InputError(
+                    f"{uses[0][1].flag} does not apply to the {info.name} strategy of this plan (it "
+                    f"applies to {', '.join(s.name for s, _ in uses)})"
+                )
         elif value is None:
             cfg.knobs[name] = own.default
         elif own.problem(value):
-            raise G3InputError(f"{own.flag} {value} does not apply to the {info.name} strategy of this plan "
-                               f"({own.problem(value)})")
+            raise G3InputError(
+                f"{own.flag} {value} does not apply to the {info.name} strategy of this plan "
+                f"({own.problem(value)})"
+            )
 
 
 def knob_accepts(info: StrategyInfo, knob: str, value) -> bool:
@@ -213,14 +221,18 @@ def check_runtime(cfg: RuntimeConfig) -> None:
     if not 0 <= cfg.seed < 2**63:
         raise G3InputError(f"--seed must be in [0, 2^63), got {cfg.seed}")
     if not 0 <= cfg.master_port <= 65535:
-        raise G3InputError(f"--master-port must be a TCP port in [0, 65535] (0: a free one), got {cfg.master_port}")
+        raise G3InputError(
+            f"--master-port must be a TCP port in [0, 65535] (0: a free one), got {cfg.master_port}"
+        )
     if cfg.master_addr not in ("127.0.0.1", "localhost", "::1") and cfg.emulate_link is None:
         import socket
 
         try:
             socket.getaddrinfo(cfg.master_addr, None)
         except (OSError, UnicodeError) as exc:
-            raise G3InputError(f"--master-addr {cfg.master_addr} does not resolve to an address ({exc})") from None
+            raise G3InputError(
+                f"--master-addr {cfg.master_addr} does not resolve to an address ({exc})"
+            ) from None
     if cfg.emulate_link is not None:
         from ..common.units import parse_rate
 

@@ -21,7 +21,9 @@ def transpose_rows(row_ptr: np.ndarray, edge_src: np.ndarray, n_local: int) -> t
     return t_ptr, rows[order]
 
 
-def node_messages(table_nodes: np.ndarray, msg_counts: np.ndarray, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def node_messages(
+    table_nodes: np.ndarray, msg_counts: np.ndarray, n_nodes: int
+) -> tuple[np.ndarray, np.ndarray]:
     """For every node id, the messages (indices into a table's message list) that carry it: CSR."""
     msg_of_entry = np.repeat(np.arange(len(msg_counts), dtype=np.int64), msg_counts)
     order = np.argsort(table_nodes, kind="stable")
@@ -108,7 +110,9 @@ def complete_messages(nodes, msg_ptr, msg_ids, remaining):
     return res
 
 
-def lowest_runnable_bin(wait: list[np.ndarray], ran: list[np.ndarray], left: list[int]) -> tuple[int | None, int | None]:
+def lowest_runnable_bin(
+    wait: list[np.ndarray], ran: list[np.ndarray], left: list[int]
+) -> tuple[int | None, int | None]:
     """The eager schedules' next bin: the lowest layer's first bin that waits for nothing (``wait[k][b] == 0``)
     and has not run; ``(None, None)`` when none can run now."""
     for k in range(len(left)):
@@ -188,8 +192,15 @@ def _row_bin(bins: list[np.ndarray], n_rows: int) -> np.ndarray:
     return out
 
 
-def bin_dependencies(prev_bins: list[np.ndarray], bins: list[np.ndarray], row_ptr: np.ndarray, edge_src: np.ndarray,
-                     recv_table, n_own: int, n_remote: int) -> BinDependencies:
+def bin_dependencies(
+    prev_bins: list[np.ndarray],
+    bins: list[np.ndarray],
+    row_ptr: np.ndarray,
+    edge_src: np.ndarray,
+    recv_table,
+    n_own: int,
+    n_remote: int,
+) -> BinDependencies:
     """What each forward bin of a layer waits for, the bins given by their rows (``bins[b]``: rows of bin b;
     ``prev_bins``: the layer before's): the previous layer's bins that compute its rows' own nodes and owned
     in-neighbours, and the messages of ``recv_table`` (the previous layer's ``fwd_recv``) that carry its remote
@@ -203,12 +214,23 @@ def bin_dependencies(prev_bins: list[np.ndarray], bins: list[np.ndarray], row_pt
     n_prev, n_bins = len(prev_bins), len(bins)
     n_deps = n_prev + len(slices)
     bin_ptr, bin_rows = _rows_csr(bins)
-    waiting, on = bin_dependency_pairs(bin_ptr, bin_rows, np.asarray(row_ptr, dtype=np.int64), edge_src,
-                                       _row_bin(prev_bins, n_own), msg_of, n_own, n_prev, n_deps)
+    waiting, on = bin_dependency_pairs(
+        bin_ptr,
+        bin_rows,
+        np.asarray(row_ptr, dtype=np.int64),
+        edge_src,
+        _row_bin(prev_bins, n_own),
+        msg_of,
+        n_own,
+        n_prev,
+        n_deps,
+    )
     order = np.argsort(on, kind="stable")
     ptr = np.zeros(n_deps + 1, dtype=np.int64)
     np.cumsum(np.bincount(on, minlength=n_deps), out=ptr[1:])
-    return BinDependencies(ptr, waiting[order], n_prev, np.bincount(waiting, minlength=n_bins).astype(np.int64))
+    return BinDependencies(
+        ptr, waiting[order], n_prev, np.bincount(waiting, minlength=n_bins).astype(np.int64)
+    )
 
 
 from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined

@@ -78,7 +78,9 @@ def _key(seed: int, epoch: int, layer: int) -> int:
     return _mix(k ^ (layer & _M32))
 
 
-def dropout_uniform_bits(seed: int, epoch: int, layer: int, node_ids: torch.Tensor, width: int) -> torch.Tensor:
+def dropout_uniform_bits(
+    seed: int, epoch: int, layer: int, node_ids: torch.Tensor, width: int
+) -> torch.Tensor:
     """The 32-bit hash of every mask entry, int64 ``[n, width]`` with values in ``[0, 2^32)``."""
     k = _key(int(seed), int(epoch), int(layer))
     ids = node_ids.to(torch.int64)

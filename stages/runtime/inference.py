@@ -27,9 +27,20 @@ class LayerwiseInference:
     ``dst_global``: owned nodes' global ids; ``send_ids``/``recv_ids``: per peer, the owned ids it needs and the
     remote offsets it sends (the boundary tables)."""
 
-    def __init__(self, ctx, model, indptr: np.ndarray, indices: np.ndarray, in_degree: torch.Tensor,
-                 out_degree: torch.Tensor, dst_global: torch.Tensor, send_ids: list[torch.Tensor],
-                 recv_ids: list[torch.Tensor], n_remote: int, batch_nodes: int = 4096):
+    def __init__(
+        self,
+        ctx,
+        model,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        in_degree: torch.Tensor,
+        out_degree: torch.Tensor,
+        dst_global: torch.Tensor,
+        send_ids: list[torch.Tensor],
+        recv_ids: list[torch.Tensor],
+        n_remote: int,
+        batch_nodes: int = 4096,
+    ):
         self.ctx, self.model = ctx, model
         self.indptr = np.asarray(indptr, dtype=np.int64)
         self.indices = np.asarray(indices, dtype=np.int64)
@@ -57,8 +68,12 @@ class LayerwiseInference:
     def _layer(self, li: int, h_in: torch.Tensor) -> torch.Tensor:
         if self.n_own == 0:
             return h_in.new_zeros((0, self.ctx.spec.widths[li + 1]))
-        return torch.cat([self._batch(li, lo, min(lo + self.batch_nodes, self.n_own), h_in)
-                          for lo in range(0, self.n_own, self.batch_nodes)])
+        return torch.cat(
+            [
+                self._batch(li, lo, min(lo + self.batch_nodes, self.n_own), h_in)
+                for lo in range(0, self.n_own, self.batch_nodes)
+            ]
+        )
 
     def _batch(self, li: int, lo: int, hi: int, h_in: torch.Tensor) -> torch.Tensor:
         """Layer ``li`` for owned destinations ``lo..hi-1``: their block (destinations first, then the other
@@ -70,16 +85,23 @@ class LayerwiseInference:
         local = np.where(inside, arcs - lo, (hi - lo) + np.searchsorted(others, arcs))
         src = torch.from_numpy(np.concatenate([np.arange(lo, hi, dtype=np.int64), others]))
         self.max_batch_arcs = max(self.max_batch_arcs, int(b - a))
-        block = Block(n_dst=hi - lo, n_src=len(src), indptr=torch.from_numpy(self.indptr[lo : hi + 1] - a),
-                      indices=torch.from_numpy(local), src_out_degree=self.out_degree[src],
-                      dst_in_degree=self.in_degree[lo:hi], dst_global=self.dst_global[lo:hi]).to(self.ctx.device)
+        block = Block(
+            n_dst=hi - lo,
+            n_src=len(src),
+            indptr=torch.from_numpy(self.indptr[lo : hi + 1] - a),
+            indices=torch.from_numpy(local),
+            src_out_degree=self.out_degree[src],
+            dst_in_degree=self.in_degree[lo:hi],
+            dst_global=self.dst_global[lo:hi],
+        ).to(self.ctx.device)
         x = h_in[src.to(h_in.device)]
         return self.model.layer_forward(li, block, x, 0, 0.0, self.ctx.cfg.seed, False)
 
     def _remote_rows(self, li: int, h: torch.Tensor) -> torch.Tensor:
         """The remote rows of layer ``li``'s input from their owners (every boundary row, one message a peer)."""
-        return exchange_boundary_rows(self.ctx.transport, self.ctx.rank, h, self.send_ids, self.recv_ids, self.n_rem,
-                                      f"eval{li - 1}")
+        return exchange_boundary_rows(
+            self.ctx.transport, self.ctx.rank, h, self.send_ids, self.recv_ids, self.n_rem, f"eval{li - 1}"
+        )
 
 
 def per_peer_ids(table, world: int) -> list[torch.Tensor]:
@@ -90,8 +112,15 @@ def per_peer_ids(table, world: int) -> list[torch.Tensor]:
     return out
 
 
-def exchange_boundary_rows(tr, rank: int, h: torch.Tensor, send_ids: list[torch.Tensor],
-                           recv_ids: list[torch.Tensor], n_remote: int, label: str) -> torch.Tensor:
+def exchange_boundary_rows(
+    tr,
+    rank: int,
+    h: torch.Tensor,
+    send_ids: list[torch.Tensor],
+    recv_ids: list[torch.Tensor],
+    n_remote: int,
+    label: str,
+) -> torch.Tensor:
     """Every peer's boundary rows of ``h`` (this worker's owned rows): ``send_ids[q]`` go to peer q, and the rows
     peer q sends land at remote offsets ``recv_ids[q]`` of the returned ``[n_remote, width]``."""
     parts = tr.all_to_all([take_rows_at(h, ids) for ids in send_ids], [len(r) for r in recv_ids], label)

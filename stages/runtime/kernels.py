@@ -71,8 +71,11 @@ def backend(x: torch.Tensor) -> str:
     """
     float_type = x.dtype in (torch.float32, torch.float64)
     cpu_float = x.device.type == "cpu" and float_type
-    if _FORCED_BACKEND is not None and (cpu_float or _FORCED_BACKEND == "index"
-                                        or (_FORCED_BACKEND == "sparse" and x.device.type == "cuda" and float_type)):
+    if _FORCED_BACKEND is not None and (
+        cpu_float
+        or _FORCED_BACKEND == "index"
+        or (_FORCED_BACKEND == "sparse" and x.device.type == "cuda" and float_type)
+    ):
         return _FORCED_BACKEND
     if x.device.type == "cuda" and float_type:
         return "sparse"
@@ -108,7 +111,9 @@ def row_ids(indptr: torch.Tensor, nnz: int | None = None) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(n, device=indptr.device), counts, output_size=nnz)
 
 
-def add_self_loops(indptr: torch.Tensor, indices: torch.Tensor, n_dst: int) -> tuple[torch.Tensor, torch.Tensor]:
+def add_self_loops(
+    indptr: torch.Tensor, indices: torch.Tensor, n_dst: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The CSR with arc ``v -> v`` (source ``v``: the first ``n_dst`` sources are the destinations) first in row ``v``.
 
     O(nnz) without sorting: row ``v`` moves right by ``v + 1`` slots, its self-loop takes the slot before it.
@@ -150,7 +155,8 @@ def csr_transpose(indptr: torch.Tensor, indices: torch.Tensor, n_src: int) -> CS
     t_indptr = torch.zeros(n_src + 1, dtype=torch.int64, device=indices.device)
     # counted by a scatter, not bincount, which reads the largest index back to the host
     counts = torch.zeros(n_src, dtype=torch.int64, device=indices.device).index_add_(
-        0, indices, torch.ones_like(indices, dtype=torch.int64))
+        0, indices, torch.ones_like(indices, dtype=torch.int64)
+    )
     torch.cumsum(counts, 0, out=t_indptr[1:])
     return CSRTranspose(t_indptr, row_ids(indptr, nnz).index_select(0, perm), perm)
 
@@ -163,7 +169,9 @@ def block_transpose(block, x: torch.Tensor) -> CSRTranspose | None:
     """
     mode = backend(x)
     if mode == "numba":
-        return block.cached("transpose_nb", lambda: _nb_transpose_of(block.indptr, block.indices, block.n_src))
+        return block.cached(
+            "transpose_nb", lambda: _nb_transpose_of(block.indptr, block.indices, block.n_src)
+        )
     if mode != "sparse":
         return None
     return block.cached("transpose", lambda: csr_transpose(block.indptr, block.indices, block.n_src))
@@ -171,10 +179,16 @@ def block_transpose(block, x: torch.Tensor) -> CSRTranspose | None:
 
 def block_self_loops(block, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, CSRTranspose | None]:
     """The block's CSR with self-loops (:func:`add_self_loops`) and, as :func:`block_transpose`, its transpose."""
-    indptr, indices = block.cached("self_loops", lambda: add_self_loops(block.indptr, block.indices, block.n_dst))
+    indptr, indices = block.cached(
+        "self_loops", lambda: add_self_loops(block.indptr, block.indices, block.n_dst)
+    )
     mode = backend(x)
     if mode == "numba":
-        return indptr, indices, block.cached("self_loops_t_nb", lambda: _nb_transpose_of(indptr, indices, block.n_src))
+        return (
+            indptr,
+            indices,
+            block.cached("self_loops_t_nb", lambda: _nb_transpose_of(indptr, indices, block.n_src)),
+        )
     if mode != "sparse":
         return indptr, indices, None
     return indptr, indices, block.cached("self_loops_t", lambda: csr_transpose(indptr, indices, block.n_src))
@@ -269,16 +283,27 @@ if HAVE_NUMBA:
             xbase = builder.add(builder.ptrtoint(xa.data, i64), builder.mul(col0, ir.Constant(i64, isz)))
             xs0 = builder.extract_value(xa.strides, 0)
             nnz = builder.extract_value(ia.shape, 0)
-            accs = [cgutils.alloca_once_value(builder, ir.Constant(ir.VectorType(elt, n), None)) for _, n, _ in pieces]
+            accs = [
+                cgutils.alloca_once_value(builder, ir.Constant(ir.VectorType(elt, n), None))
+                for _, n, _ in pieces
+            ]
             prefetch = builder.module.declare_intrinsic(
-                "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)]))
+                "llvm.prefetch",
+                fnty=ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)]),
+            )
             i32 = ir.IntType(32)
-            lines = sorted({min(j * 64, W * isz - 1) for j in range((W * isz + 63) // 64)} | {W * isz - 1}) if W else []
+            lines = (
+                sorted({min(j * 64, W * isz - 1) for j in range((W * isz + 63) // 64)} | {W * isz - 1})
+                if W
+                else []
+            )
 
             def splat(val, n):
                 vty = ir.VectorType(elt, n)
                 one = builder.insert_element(ir.Constant(vty, None), val, ir.Constant(i32, 0))
-                return builder.shuffle_vector(one, ir.Constant(vty, None), ir.Constant(ir.VectorType(i32, n), [0] * n))
+                return builder.shuffle_vector(
+                    one, ir.Constant(vty, None), ir.Constant(ir.VectorType(i32, n), [0] * n)
+                )
 
             with cgutils.for_range_slice(builder, e_lo, e_hi, ir.Constant(i64, 1), inc=True) as (e, _):
                 ahead = builder.add(e, ir.Constant(i64, PF))
@@ -286,37 +311,66 @@ if HAVE_NUMBA:
                     ra = builder.add(xbase, builder.mul(load_index(ia, ahead), xs0))
                     for off in lines:
                         p = builder.inttoptr(builder.add(ra, ir.Constant(i64, off)), i8p)
-                        builder.call(prefetch, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+                        builder.call(
+                            prefetch, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
+                        )
                     if M == 2:  # the weights are read through the permutation: random too
-                        wa_ = builder.add(builder.ptrtoint(wa.data, i64),
-                                          builder.mul(load_index(pa, ahead), builder.extract_value(wa.strides, 0)))
-                        builder.call(prefetch, [builder.inttoptr(wa_, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                                                ir.Constant(i32, 1)])
+                        wa_ = builder.add(
+                            builder.ptrtoint(wa.data, i64),
+                            builder.mul(load_index(pa, ahead), builder.extract_value(wa.strides, 0)),
+                        )
+                        builder.call(
+                            prefetch,
+                            [
+                                builder.inttoptr(wa_, i8p),
+                                ir.Constant(i32, 0),
+                                ir.Constant(i32, 3),
+                                ir.Constant(i32, 1),
+                            ],
+                        )
                 rowaddr = builder.add(xbase, builder.mul(load_index(ia, e), xs0))
                 if M:
                     pe = load_index(pa, e) if M == 2 else e
                     ws0, ws1 = builder.extract_value(wa.strides, 0), builder.extract_value(wa.strides, 1)
-                    wrow = builder.add(builder.ptrtoint(wa.data, i64),
-                                       builder.add(builder.mul(pe, ws0), builder.mul(as64(args[5], wct), ws1)))
-                    wvals = [builder.load(builder.inttoptr(builder.add(wrow, builder.mul(ir.Constant(i64, k), ws1)),
-                                                           elt.as_pointer())) for k in range(W // HW)]
+                    wrow = builder.add(
+                        builder.ptrtoint(wa.data, i64),
+                        builder.add(builder.mul(pe, ws0), builder.mul(as64(args[5], wct), ws1)),
+                    )
+                    wvals = [
+                        builder.load(
+                            builder.inttoptr(
+                                builder.add(wrow, builder.mul(ir.Constant(i64, k), ws1)), elt.as_pointer()
+                            )
+                        )
+                        for k in range(W // HW)
+                    ]
                 for (off, n, k), acc in zip(pieces, accs, strict=True):
                     vty = ir.VectorType(elt, n)
-                    ptr = builder.inttoptr(builder.add(rowaddr, ir.Constant(i64, off * isz)), vty.as_pointer())
+                    ptr = builder.inttoptr(
+                        builder.add(rowaddr, ir.Constant(i64, off * isz)), vty.as_pointer()
+                    )
                     val = builder.load(ptr, align=isz)
                     if M:
                         val = builder.fmul(val, splat(wvals[k], n))
                     builder.store(builder.fadd(builder.load(acc), val), acc)
             cnt = builder.sub(e_hi, e_lo)
-            scale = builder.and_(builder.icmp_signed(">", cnt, ir.Constant(i64, 0)),
-                                 context.cast(builder, args[10], signature.args[10], types.boolean))
+            scale = builder.and_(
+                builder.icmp_signed(">", cnt, ir.Constant(i64, 0)),
+                context.cast(builder, args[10], signature.args[10], types.boolean),
+            )
             fcnt = builder.sitofp(cnt, elt)
-            obase = builder.add(builder.add(builder.ptrtoint(oa.data, i64), builder.mul(row, builder.extract_value(oa.strides, 0))),
-                                builder.mul(col0, ir.Constant(i64, isz)))
+            obase = builder.add(
+                builder.add(
+                    builder.ptrtoint(oa.data, i64), builder.mul(row, builder.extract_value(oa.strides, 0))
+                ),
+                builder.mul(col0, ir.Constant(i64, isz)),
+            )
             for (off, n, _), acc in zip(pieces, accs, strict=True):
                 val = builder.load(acc)
                 val = builder.select(scale, builder.fdiv(val, splat(fcnt, n)), val)
-                ptr = builder.inttoptr(builder.add(obase, ir.Constant(i64, off * isz)), ir.VectorType(elt, n).as_pointer())
+                ptr = builder.inttoptr(
+                    builder.add(obase, ir.Constant(i64, off * isz)), ir.VectorType(elt, n).as_pointer()
+                )
                 builder.store(val, ptr, align=isz)
             return context.get_dummy_value()
 
@@ -363,7 +417,9 @@ if HAVE_NUMBA:
         """
 
         @njit(cache=True, nogil=True)
-        def kernel(counter, chunks, indptr, indices, x, out, w, perm, div, groups, group_w, n_tiles, tile_heads):
+        def kernel(
+            counter, chunks, indptr, indices, x, out, w, perm, div, groups, group_w, n_tiles, tile_heads
+        ):
             # every row of out: `groups` groups of `group_w` columns (weight column g), each n_tiles tiles of `tile`
             # columns (tile_heads weight columns further per tile) and a tail of `tail` columns
             c = _grab(counter)
@@ -377,7 +433,9 @@ if HAVE_NUMBA:
                             c0 += tile
                             h += tile_heads
                         if tail > 0:
-                            _row_tile(x, indices, e0, e1, w, h, perm, out, v, c0, div, tail, mode, ahead, hw_tail)
+                            _row_tile(
+                                x, indices, e0, e1, w, h, perm, out, v, c0, div, tail, mode, ahead, hw_tail
+                            )
                 c = _grab(counter)
 
         return jit_cache.compile_once(kernel)  # made at run time: adopt() at the end cannot see it
@@ -424,24 +482,40 @@ if HAVE_NUMBA:
             isz = context.get_abi_sizeof(elt)
             pieces = _pieces(W, max(1, 64 // isz))
             colb = builder.mul(col0, ir.Constant(i64, isz))
-            arow = builder.add(builder.add(builder.ptrtoint(aa.data, i64),
-                                           builder.mul(row, builder.extract_value(aa.strides, 0))), colb)
-            avecs = [builder.load(builder.inttoptr(builder.add(arow, ir.Constant(i64, off * isz)),
-                                                   ir.VectorType(elt, n).as_pointer()), align=isz) for off, n in pieces]
+            arow = builder.add(
+                builder.add(
+                    builder.ptrtoint(aa.data, i64), builder.mul(row, builder.extract_value(aa.strides, 0))
+                ),
+                colb,
+            )
+            avecs = [
+                builder.load(
+                    builder.inttoptr(
+                        builder.add(arow, ir.Constant(i64, off * isz)), ir.VectorType(elt, n).as_pointer()
+                    ),
+                    align=isz,
+                )
+                for off, n in pieces
+            ]
             bbase = builder.add(builder.ptrtoint(ba.data, i64), colb)
             bs0 = builder.extract_value(ba.strides, 0)
             nnz = builder.extract_value(ia.shape, 0)
             os0, os1 = builder.extract_value(oa.strides, 0), builder.extract_value(oa.strides, 1)
             obase = builder.add(builder.ptrtoint(oa.data, i64), builder.mul(hc, os1))
             prefetch = builder.module.declare_intrinsic(
-                "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+                "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+            )
             lines = sorted({j * 64 for j in range((W * isz + 63) // 64)} | {W * isz - 1}) if W else []
 
             def tree(vecv, n):
                 while n > 1:
                     h = n // 2
-                    lo = builder.shuffle_vector(vecv, vecv, ir.Constant(ir.VectorType(i32, h), list(range(h))))
-                    hi = builder.shuffle_vector(vecv, vecv, ir.Constant(ir.VectorType(i32, h), list(range(h, n))))
+                    lo = builder.shuffle_vector(
+                        vecv, vecv, ir.Constant(ir.VectorType(i32, h), list(range(h)))
+                    )
+                    hi = builder.shuffle_vector(
+                        vecv, vecv, ir.Constant(ir.VectorType(i32, h), list(range(h, n)))
+                    )
                     vecv, n = builder.fadd(lo, hi), h
                 return builder.extract_element(vecv, ir.Constant(i32, 0))
 
@@ -451,12 +525,19 @@ if HAVE_NUMBA:
                     ra = builder.add(bbase, builder.mul(load_index(ia, ahead), bs0))
                     for off in lines:
                         p = builder.inttoptr(builder.add(ra, ir.Constant(i64, off)), i8p)
-                        builder.call(prefetch, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+                        builder.call(
+                            prefetch, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
+                        )
                 rowaddr = builder.add(bbase, builder.mul(load_index(ia, e), bs0))
                 total = ir.Constant(elt, 0.0)
                 for k, ((off, n), av) in enumerate(zip(pieces, avecs, strict=True)):
-                    bv = builder.load(builder.inttoptr(builder.add(rowaddr, ir.Constant(i64, off * isz)),
-                                                       ir.VectorType(elt, n).as_pointer()), align=isz)
+                    bv = builder.load(
+                        builder.inttoptr(
+                            builder.add(rowaddr, ir.Constant(i64, off * isz)),
+                            ir.VectorType(elt, n).as_pointer(),
+                        ),
+                        align=isz,
+                    )
                     part = tree(builder.fmul(av, bv), n)
                     total = part if k == 0 else builder.fadd(total, part)
                 optr = builder.inttoptr(builder.add(obase, builder.mul(e, os0)), elt.as_pointer())
@@ -602,7 +683,6 @@ if HAVE_NUMBA:
                 perm[p] = e
                 cursor[u] = p + 1
 
-
     @njit(cache=True, nogil=True)
     def _nb_add_rows(counter, chunks, h, ids, rows):
         """``h[ids[i]] += rows[i]`` for distinct ``ids`` (no two rows add into one: no races)."""
@@ -613,7 +693,6 @@ if HAVE_NUMBA:
                 for c in range(h.shape[1]):
                     h[r, c] += rows[i, c]
             t = _grab(counter)
-
 
     @njit(cache=True, nogil=True)
     def _nb_move_rows(counter, chunks, h, ids, rows, take):
@@ -644,7 +723,13 @@ def use_serial_kernels_in_this_thread() -> None:
 
 def _rows_kernel_ok(h: torch.Tensor, ids: torch.Tensor) -> bool:
     """The numba row kernels apply: a contiguous 2-D CPU tensor of a numba dtype, CPU ids, some rows."""
-    return h.dim() == 2 and backend(h) == "numba" and h.is_contiguous() and ids.device.type == "cpu" and len(ids) > 0
+    return (
+        h.dim() == 2
+        and backend(h) == "numba"
+        and h.is_contiguous()
+        and ids.device.type == "cpu"
+        and len(ids) > 0
+    )
 
 
 def _on(t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -720,7 +805,9 @@ def _run_on_row_chunks(kernel, indptr: np.ndarray, *args) -> None:
     depend on the threads or the schedule. Helper threads (:func:`use_serial_kernels_in_this_thread`) and small
     kernels run on the calling thread alone."""
     n_rows = indptr.shape[0] - 1
-    _run_chunks(kernel, n_rows, int(indptr[n_rows]) + 2 * n_rows, lambda k: _nb_row_chunks(indptr, k), (indptr, *args))
+    _run_chunks(
+        kernel, n_rows, int(indptr[n_rows]) + 2 * n_rows, lambda k: _nb_row_chunks(indptr, k), (indptr, *args)
+    )
 
 
 def _run_on_ranges(kernel, n: int, width: int, *args) -> None:
@@ -782,8 +869,20 @@ def _nb_sum(indptr, indices, x, n_out, weight=None, perm=None, mean=False) -> to
         w2, mode = _np(weight.to(x.dtype).reshape(weight.shape[0], -1)), 1 if perm is None else 2
     p = _np(perm) if perm is not None else np.zeros(1, dtype=np.int64)
     ip = _np(indptr)
-    _run_on_row_chunks(_nb_csr_sum(tile, tail, mode, _PREFETCH, hw, hw_tail), ip, _np(indices), _np(x2),
-                       out2.numpy(), w2, p, bool(mean), groups, group_w, n_tiles, tile_heads)
+    _run_on_row_chunks(
+        _nb_csr_sum(tile, tail, mode, _PREFETCH, hw, hw_tail),
+        ip,
+        _np(indices),
+        _np(x2),
+        out2.numpy(),
+        w2,
+        p,
+        bool(mean),
+        groups,
+        group_w,
+        n_tiles,
+        tile_heads,
+    )
     return out
 
 
@@ -794,7 +893,9 @@ def _nb_edge_dots(indptr, indices, g, x, weight) -> torch.Tensor:
     g2, x2 = _rows2d(g), _rows2d(x)
     out = torch.empty((nnz, heads), dtype=x.dtype)
     ip = _np(indptr)
-    _run_on_row_chunks(_nb_sddmm(x2.shape[1] // heads), ip, _np(indices), _np(g2), _np(x2), out.numpy(), heads)
+    _run_on_row_chunks(
+        _nb_sddmm(x2.shape[1] // heads), ip, _np(indices), _np(g2), _np(x2), out.numpy(), heads
+    )
     return out.view(weight.shape)
 
 
@@ -828,7 +929,9 @@ def _ones(nnz, like):
 
 def _sddmm(indptr, indices, a, b, n_dst, n_src) -> torch.Tensor:
     """``out[e] = a[row(e)] . b[indices[e]]`` for 2-D ``a [n_dst, k]``, ``b [n_src, k]``."""
-    pattern = _csr(indptr, indices, torch.zeros(indices.numel(), dtype=a.dtype, device=a.device), n_dst, n_src)
+    pattern = _csr(
+        indptr, indices, torch.zeros(indices.numel(), dtype=a.dtype, device=a.device), n_dst, n_src
+    )
     return torch.sparse.sampled_addmm(pattern, a.contiguous(), b.t(), beta=0.0).values()
 
 
@@ -845,8 +948,12 @@ class CSRSum(torch.autograd.Function):
         n_src, nnz = x_src.shape[0], indices.numel()
         ctx.n_dst, ctx.n_src = n_dst, n_src
         ctx.mode = backend(x_src)
-        if ctx.mode == "sparse" and x_src.device.type == "cuda" and edge_weight is not None \
-                and (edge_weight.dim() > 1 or ctx.needs_input_grad[4]):
+        if (
+            ctx.mode == "sparse"
+            and x_src.device.type == "cuda"
+            and edge_weight is not None
+            and (edge_weight.dim() > 1 or ctx.needs_input_grad[4])
+        ):
             ctx.mode = "index"  # per-head products and cuSPARSE's sampled product: not measured on a GPU
         ctx.transpose = transpose
         ctx.mean = mean  # numba only: the mean is divided inside the kernel (csr_mean divides for the others)
@@ -892,8 +999,14 @@ class CSRSum(torch.autograd.Function):
                 grad_out = _nb_div_by_degree_of(indptr, grad_out)
             if need_x:  # the transposed CSR: a row per source, no atomics
                 t = ctx.transpose if ctx.transpose is not None else _nb_transpose_of(indptr, indices, n_src)
-                grad_x = _nb_sum(t.indptr, t.indices, grad_out, n_src, edge_weight,
-                                 perm=None if edge_weight is None else t.perm)
+                grad_x = _nb_sum(
+                    t.indptr,
+                    t.indices,
+                    grad_out,
+                    n_src,
+                    edge_weight,
+                    perm=None if edge_weight is None else t.perm,
+                )
             if need_w:
                 grad_w = _nb_edge_dots(indptr, indices, grad_out, x_src, edge_weight)
             return None, None, grad_x, None, grad_w, None, None
@@ -918,12 +1031,20 @@ class CSRSum(torch.autograd.Function):
                         grad_x[:, h] = gx.reshape(grad_x[:, h].shape)
             if need_w:
                 if heads is None:
-                    grad_w = _sddmm(indptr, indices, grad_out.reshape(n_dst, -1), x_src.reshape(n_src, -1), n_dst, n_src)
+                    grad_w = _sddmm(
+                        indptr, indices, grad_out.reshape(n_dst, -1), x_src.reshape(n_src, -1), n_dst, n_src
+                    )
                 else:
                     grad_w = torch.stack(
                         [
-                            _sddmm(indptr, indices, grad_out[:, h].reshape(n_dst, -1),
-                                   x_src[:, h].reshape(n_src, -1), n_dst, n_src)
+                            _sddmm(
+                                indptr,
+                                indices,
+                                grad_out[:, h].reshape(n_dst, -1),
+                                x_src[:, h].reshape(n_src, -1),
+                                n_dst,
+                                n_src,
+                            )
                             for h in range(heads)
                         ],
                         dim=1,
@@ -958,7 +1079,9 @@ def csr_sum(
         if edge_weight.shape[0] != indices.numel() or edge_weight.dim() > 2:
             raise ValueError(f"edge_weight of shape {tuple(edge_weight.shape)} for {indices.numel()} edges")
         if edge_weight.dim() == 2 and (x_src.dim() < 3 or x_src.shape[1] != edge_weight.shape[1]):
-            raise ValueError(f"per-head edge_weight {tuple(edge_weight.shape)} needs x_src [n_src, H, d], got {tuple(x_src.shape)}")
+            raise ValueError(
+                f"per-head edge_weight {tuple(edge_weight.shape)} needs x_src [n_src, H, d], got {tuple(x_src.shape)}"
+            )
     return CSRSum.apply(indptr, indices, x_src, int(n_dst), edge_weight, transpose)
 
 
@@ -985,12 +1108,19 @@ def _nb_div_by_degree_of(indptr: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     scaled = torch.empty(g.shape, dtype=g.dtype)
     _nb_threads()
     g2 = _rows2d(g)
-    _run_on_ranges(_nb_div_by_degree, g2.shape[0], g2.shape[1], _np(indptr), _np(g2), scaled.view(g.shape[0], -1).numpy())
+    _run_on_ranges(
+        _nb_div_by_degree, g2.shape[0], g2.shape[1], _np(indptr), _np(g2), scaled.view(g.shape[0], -1).numpy()
+    )
     return scaled
 
 
-def csr_mean_grad(indptr: torch.Tensor, indices: torch.Tensor, grad_out: torch.Tensor, n_src: int,
-                  transpose: CSRTranspose | None = None) -> torch.Tensor:
+def csr_mean_grad(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    grad_out: torch.Tensor,
+    n_src: int,
+    transpose: CSRTranspose | None = None,
+) -> torch.Tensor:
     """The gradient of :func:`csr_mean` with respect to ``x_src`` (``grad_out [n_dst, d]`` → ``[n_src, d]``),
     computed apart from autograd for a caller that read its sources in place (:func:`csr_mean_rows`). The
     numba backend's own backward, bitwise: the gradient divided by the row lengths, then summed over the
@@ -1044,8 +1174,13 @@ class EdgeSoftmax(torch.autograd.Function):
             nnz = alpha.shape[0]
             if nnz and alpha.numel():
                 ip = _np(indptr)
-                _run_on_row_chunks(_nb_softmax_backward, ip, alpha.view(nnz, -1).numpy(), _np(_rows2d(grad_alpha)),
-                                   out.view(nnz, -1).numpy())
+                _run_on_row_chunks(
+                    _nb_softmax_backward,
+                    ip,
+                    alpha.view(nnz, -1).numpy(),
+                    _np(_rows2d(grad_alpha)),
+                    out.view(nnz, -1).numpy(),
+                )
             return None, out
         dst, alpha = ctx.saved_tensors
         ga = grad_alpha * alpha
@@ -1071,9 +1206,18 @@ class ReluDropout(torch.autograd.Function):
         out = torch.empty(h.shape, dtype=h.dtype)
         if h.numel():
             h2 = _rows2d(h)
-            _run_on_ranges(_nb_relu_dropout, h2.shape[0], h2.shape[1], _np(h2), ids.numpy().view(np.uint64),
-                           np.uint64(k), col.numpy().view(np.uint64), np.uint64(math.ceil(p * 2.0**32)), scale,
-                           out.view(h.shape[0], -1).numpy())
+            _run_on_ranges(
+                _nb_relu_dropout,
+                h2.shape[0],
+                h2.shape[1],
+                _np(h2),
+                ids.numpy().view(np.uint64),
+                np.uint64(k),
+                col.numpy().view(np.uint64),
+                np.uint64(math.ceil(p * 2.0**32)),
+                scale,
+                out.view(h.shape[0], -1).numpy(),
+            )
         ctx.scale = scale
         ctx.save_for_backward(out)
         return out
@@ -1094,8 +1238,15 @@ def _relu_dropout_backward_nb(y: torch.Tensor, grad: torch.Tensor, scale) -> tor
     out = torch.empty_like(y)
     if y.numel():
         y2 = _rows2d(y.contiguous())
-        _run_on_ranges(_nb_relu_dropout_backward, y2.shape[0], y2.shape[1], _np(y2), _np(_rows2d(grad.contiguous())),
-                       scale, out.view(y.shape[0], -1).numpy())
+        _run_on_ranges(
+            _nb_relu_dropout_backward,
+            y2.shape[0],
+            y2.shape[1],
+            _np(y2),
+            _np(_rows2d(grad.contiguous())),
+            scale,
+            out.view(y.shape[0], -1).numpy(),
+        )
     return out
 
 
@@ -1110,7 +1261,9 @@ def relu_dropout_grad(y: torch.Tensor, grad: torch.Tensor, p: float) -> torch.Te
     return torch.where(y > 0, grad * float(scale), torch.zeros((), dtype=grad.dtype, device=grad.device))
 
 
-def relu_dropout(h: torch.Tensor, seed: int, epoch: int, layer: int, node_ids: torch.Tensor, p: float) -> torch.Tensor:
+def relu_dropout(
+    h: torch.Tensor, seed: int, epoch: int, layer: int, node_ids: torch.Tensor, p: float
+) -> torch.Tensor:
     """``relu(h) * dropout_mask(seed, epoch, layer, node_ids, width, p)`` (``h [n, width]``), bitwise equal to it.
 
     On the numba backend one fused pass hashes, thresholds and scales (the torch version makes ~12 passes over

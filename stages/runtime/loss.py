@@ -23,7 +23,14 @@ from .kernels import backend
 # error <= 1e-7 against float64 exp on [-87, 0] (np.exp in float32: 2e-7); below -87 it gives exp(-87) ~ 1.6e-38
 # instead of a denormal or 0, negligible next to the row's largest term, exp(0) = 1.
 _EXP_CLAMP, _LOG2E, _LN2_HI, _LN2_LO = -87.0, 1.44269504088896341, 0.693359375, -2.12194440e-4
-_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+_EXP_POLY = (
+    1.9875691500e-4,
+    1.3981999507e-3,
+    8.3334519073e-3,
+    4.1665795894e-2,
+    1.6666665459e-1,
+    5.0000001201e-1,
+)
 
 
 @numba.njit(inline="always")
@@ -112,8 +119,9 @@ def _nb_cross_entropy(z, labels, idx, scale, grad, row_loss, bad):
         g[labels[v]] -= scale
 
 
-def cross_entropy_with_grad(logits: torch.Tensor, labels: torch.Tensor, train_idx: torch.Tensor,
-                            n_train: int) -> tuple[torch.Tensor, torch.Tensor]:
+def cross_entropy_with_grad(
+    logits: torch.Tensor, labels: torch.Tensor, train_idx: torch.Tensor, n_train: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss, grad)``: this worker's share of the mean training loss (a 0-d tensor; the shares of all workers
     add up to the mean over every training node) and its gradient with respect to ``logits`` (same shape).
 
@@ -134,8 +142,9 @@ def cross_entropy_with_grad(logits: torch.Tensor, labels: torch.Tensor, train_id
     bad = np.zeros(1, dtype=np.int64)
     kernel(z.numpy(), labels.numpy(), train_idx.numpy(), 1.0 / n_train, grad.numpy(), row_loss, bad)
     if bad[0]:
-        raise ValueError(f"a training row or its label is outside the logits ({z.shape[0]} rows, "
-                         f"{z.shape[1]} classes)")
+        raise ValueError(
+            f"a training row or its label is outside the logits ({z.shape[0]} rows, {z.shape[1]} classes)"
+        )
     return torch.tensor(row_loss.sum() / n_train, dtype=z.dtype), grad
 
 

@@ -92,8 +92,9 @@ def _draw(starts, degree, nbrs, nodes, fanout, key, offsets, out):
         out[c] = nbrs[out[c]]
 
 
-def sample_rows(indptr: np.ndarray, nbrs: np.ndarray, rows: np.ndarray, nodes: np.ndarray, fanout: int,
-                key: int) -> tuple[np.ndarray, np.ndarray]:
+def sample_rows(
+    indptr: np.ndarray, nbrs: np.ndarray, rows: np.ndarray, nodes: np.ndarray, fanout: int, key: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Sample the neighbours of ``nodes`` (global ids), whose rows in the CSR ``indptr``/``nbrs`` (neighbours as
     global ids, ascending within a row) are ``rows``. Returns ``(counts [n], neighbours [sum(counts)])``, each
     node's neighbours in ascending global id."""
@@ -109,7 +110,9 @@ def sample_rows(indptr: np.ndarray, nbrs: np.ndarray, rows: np.ndarray, nodes: n
     return counts, out
 
 
-def sorted_rows_by_global(indptr: np.ndarray, local_indices: np.ndarray, global_ids: np.ndarray) -> np.ndarray:
+def sorted_rows_by_global(
+    indptr: np.ndarray, local_indices: np.ndarray, global_ids: np.ndarray
+) -> np.ndarray:
     """A CSR's neighbour lists as global ids, ascending within each row (the order sampling positions refer
     to), vectorised: one lexsort by (row, global id)."""
     nbrs = np.asarray(global_ids, dtype=np.int64)[np.asarray(local_indices, dtype=np.int64)]
@@ -167,8 +170,9 @@ def _relabel(dst, nbrs, scratch):
     return new[:count], pos
 
 
-def block_from_sample(dst: np.ndarray, counts: np.ndarray, nbrs: np.ndarray,
-                      scratch: np.ndarray | None = None) -> SampledBlock:
+def block_from_sample(
+    dst: np.ndarray, counts: np.ndarray, nbrs: np.ndarray, scratch: np.ndarray | None = None
+) -> SampledBlock:
     """One hop's block: ``dst`` and their sampled in-neighbours (``counts``, ``nbrs`` in ``dst``'s order); the
     sources are ``dst`` first, then the other neighbours in order of first appearance — the next hop's
     destinations. ``scratch``: int32 ``[num_nodes]`` all −1 (left so), one per thread; without it one is made
@@ -184,8 +188,9 @@ def block_from_sample(dst: np.ndarray, counts: np.ndarray, nbrs: np.ndarray,
     return SampledBlock(dst, np.concatenate([dst, new]), indptr, pos)
 
 
-def build_blocks(targets: np.ndarray, fanouts: list[int], sample: Sampler,
-                 scratch: np.ndarray | None = None) -> list[SampledBlock]:
+def build_blocks(
+    targets: np.ndarray, fanouts: list[int], sample: Sampler, scratch: np.ndarray | None = None
+) -> list[SampledBlock]:
     """The blocks of a mini-batch, first layer first. ``targets``: the step's target nodes (global ids);
     ``fanouts[h]``: neighbours per node at hop ``h`` (hop 0 = the targets, i.e. the last layer)."""
     blocks = []
@@ -196,7 +201,17 @@ def build_blocks(targets: np.ndarray, fanouts: list[int], sample: Sampler,
     return blocks[::-1]
 
 
-__all__ = ["sample_key", "signed64", "sample_rows", "sorted_rows_by_global", "ascending_rows", "build_blocks", "block_from_sample", "SampledBlock", "Sampler"]
+__all__ = [
+    "sample_key",
+    "signed64",
+    "sample_rows",
+    "sorted_rows_by_global",
+    "ascending_rows",
+    "build_blocks",
+    "block_from_sample",
+    "SampledBlock",
+    "Sampler",
+]
 
 
 from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined

@@ -21,7 +21,9 @@ class Schedule:
 
 
 SCHEDULES = {
-    "none": Schedule(eager=False, order="priority", prefetch=False, async_send=False, background_copies=False),
+    "none": Schedule(
+        eager=False, order="priority", prefetch=False, async_send=False, background_copies=False
+    ),
     "intra": Schedule(eager=False, order="priority", prefetch=True, async_send=True, background_copies=True),
     "inter": Schedule(eager=True, order="id", prefetch=False, async_send=True, background_copies=False),
     "multi": Schedule(eager=True, order="priority", prefetch=True, async_send=True, background_copies=True),

@@ -43,9 +43,21 @@ def fit_phase(arcs: np.ndarray, nodes: np.ndarray, seconds: np.ndarray) -> dict:
     """``seconds ≈ per_arc·arcs + per_node·nodes + per_bin`` by non-negative least squares over bins."""
     arcs, nodes, seconds = (np.asarray(a, dtype=np.float64) for a in (arcs, nodes, seconds))
     n = len(seconds)
-    out = {"bins": int(n), "seconds": float(seconds.sum()), "arcs": int(arcs.sum()), "nodes": int(nodes.sum())}
+    out = {
+        "bins": int(n),
+        "seconds": float(seconds.sum()),
+        "arcs": int(arcs.sum()),
+        "nodes": int(nodes.sum()),
+    }
     if n == 0:
-        return {**out, "seconds_per_arc": 0.0, "seconds_per_node": 0.0, "seconds_per_bin": 0.0, "fit": "none", "r2": None}
+        return {
+            **out,
+            "seconds_per_arc": 0.0,
+            "seconds_per_node": 0.0,
+            "seconds_per_bin": 0.0,
+            "fit": "none",
+            "r2": None,
+        }
     a = np.stack([arcs, nodes, np.ones(n)], axis=1)
     coef, fit = None, "ratio"
     # the richest model the bins can identify: with equal-size bins (--bin-size) the node count is constant and
@@ -73,8 +85,14 @@ def fit_phase(arcs: np.ndarray, nodes: np.ndarray, seconds: np.ndarray) -> dict:
     pred = a @ coef
     ss = float(((seconds - seconds.mean()) ** 2).sum())
     r2 = 1.0 - float(((seconds - pred) ** 2).sum()) / ss if ss > 0 and n > 2 else None
-    return {**out, "seconds_per_arc": float(coef[0]), "seconds_per_node": float(coef[1]),
-            "seconds_per_bin": float(coef[2]), "fit": fit, "r2": r2}
+    return {
+        **out,
+        "seconds_per_arc": float(coef[0]),
+        "seconds_per_node": float(coef[1]),
+        "seconds_per_bin": float(coef[2]),
+        "fit": fit,
+        "r2": r2,
+    }
 
 
 def fit_profile(samples: list[dict], shapes: list[LayerShape], meta: dict) -> dict:
@@ -84,14 +102,22 @@ def fit_profile(samples: list[dict], shapes: list[LayerShape], meta: dict) -> di
         entry = {"layer": li, "d_in": s.d_in, "d_out": s.d_out, "edge_width": s.edge_width, "heads": s.heads}
         for phase in ("forward", "backward"):
             rows = [b for r in samples for b in r["bins"] if b["layer"] == li and b["phase"] == phase]
-            entry[phase] = fit_phase([b["arcs"] for b in rows], [b["nodes"] for b in rows], [b["seconds"] for b in rows])
+            entry[phase] = fit_phase(
+                [b["arcs"] for b in rows], [b["nodes"] for b in rows], [b["seconds"] for b in rows]
+            )
         g_sec = sum(r["gather"].get(str(li), [0.0, 0])[0] for r in samples)
         g_rows = sum(r["gather"].get(str(li), [0.0, 0])[1] for r in samples)
-        entry["gather"] = {"seconds": g_sec, "rows": int(g_rows), "seconds_per_row": g_sec / g_rows if g_rows else 0.0}
+        entry["gather"] = {
+            "seconds": g_sec,
+            "rows": int(g_rows),
+            "seconds_per_row": g_sec / g_rows if g_rows else 0.0,
+        }
         layers.append(entry)
     bins = sum(len(r["bins"]) for r in samples)
-    outside = sum(max(0.0, r["epoch_seconds"] - r["sync_seconds"] - r["wait_seconds"] - r["span_seconds"])
-                  for r in samples)
+    outside = sum(
+        max(0.0, r["epoch_seconds"] - r["sync_seconds"] - r["wait_seconds"] - r["span_seconds"])
+        for r in samples
+    )
     return {
         "schema": PROFILE_SCHEMA,
         "schema_version": PROFILE_VERSION,
@@ -100,10 +126,19 @@ def fit_profile(samples: list[dict], shapes: list[LayerShape], meta: dict) -> di
         "overhead_per_bin": outside / bins if bins else 0.0,
         "step_seconds": min(r["sync_seconds"] for r in samples),
         "epoch_seconds": max(r["epoch_seconds"] for r in samples),
-        "ranks": [{k: r[k] for k in ("rank", "epoch_seconds", "sync_seconds", "wait_seconds", "span_seconds", "threads")}
-                  | {"bins": len(r["bins"])} for r in samples],
-        "samples": [[r["rank"], b["layer"], b["phase"], b["nodes"], b["arcs"], b["srcs"], round(b["seconds"], 7)]
-                    for r in samples for b in r["bins"]],
+        "ranks": [
+            {
+                k: r[k]
+                for k in ("rank", "epoch_seconds", "sync_seconds", "wait_seconds", "span_seconds", "threads")
+            }
+            | {"bins": len(r["bins"])}
+            for r in samples
+        ],
+        "samples": [
+            [r["rank"], b["layer"], b["phase"], b["nodes"], b["arcs"], b["srcs"], round(b["seconds"], 7)]
+            for r in samples
+            for b in r["bins"]
+        ],
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "host": socket.gethostname(),
         "load_average": list(os.getloadavg()),
@@ -115,8 +150,14 @@ def fit_profile(samples: list[dict], shapes: list[LayerShape], meta: dict) -> di
 # ------------------------------------------------------------------------------------------------------------
 
 
-def samples_from_trace(events: list[dict], rank: int, epoch_seconds: float, sync_seconds: float,
-                       wait_seconds: float, threads: int) -> dict:
+def samples_from_trace(
+    events: list[dict],
+    rank: int,
+    epoch_seconds: float,
+    sync_seconds: float,
+    wait_seconds: float,
+    threads: int,
+) -> dict:
     """One rank's bins (layer, phase, nodes, arcs, source rows, seconds), forward gathers per layer and the
     time its spans explain, from the spans of a traced training epoch."""
     bins, span_seconds = [], 0.0
@@ -126,18 +167,32 @@ def samples_from_trace(events: list[dict], rank: int, epoch_seconds: float, sync
         if e["cat"] == "compute" and a.get("phase") in ("fwd", "bwd"):  # the loss stays in the overhead
             seconds = e["dur"] / 1e6
             span_seconds += seconds
-            bins.append({"layer": int(a["layer"]), "phase": "forward" if a["phase"] == "fwd" else "backward",
-                         "nodes": int(a["nodes"]), "arcs": int(a["arcs"]), "srcs": int(a["srcs"]),
-                         "seconds": seconds})
+            bins.append(
+                {
+                    "layer": int(a["layer"]),
+                    "phase": "forward" if a["phase"] == "fwd" else "backward",
+                    "nodes": int(a["nodes"]),
+                    "arcs": int(a["arcs"]),
+                    "srcs": int(a["srcs"]),
+                    "seconds": seconds,
+                }
+            )
         elif e["cat"] == "gather" and a.get("phase") == "fwd":  # backward's sit inside its compute spans
             g = gather.setdefault(str(int(a["layer"])), [0.0, 0])
             g[0] += e["dur"] / 1e6
             g[1] += int(a.get("rows", 0))
             if not a.get("prefetched"):  # on the compute thread: explained time (prefetched ones overlap)
                 span_seconds += e["dur"] / 1e6
-    return {"rank": rank, "bins": bins, "gather": gather, "epoch_seconds": float(epoch_seconds),
-            "sync_seconds": float(sync_seconds), "wait_seconds": float(wait_seconds),
-            "span_seconds": span_seconds, "threads": threads}
+    return {
+        "rank": rank,
+        "bins": bins,
+        "gather": gather,
+        "epoch_seconds": float(epoch_seconds),
+        "sync_seconds": float(sync_seconds),
+        "wait_seconds": float(wait_seconds),
+        "span_seconds": span_seconds,
+        "threads": threads,
+    }
 
 
 def write_profile(path: str | Path, everyone: list[dict], shapes: list[LayerShape], meta: dict) -> dict:
@@ -149,4 +204,11 @@ def write_profile(path: str | Path, everyone: list[dict], shapes: list[LayerShap
     return prof
 
 
-__all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "fit_phase", "fit_profile", "samples_from_trace", "write_profile"]
+__all__ = [
+    "PROFILE_SCHEMA",
+    "PROFILE_VERSION",
+    "fit_phase",
+    "fit_profile",
+    "samples_from_trace",
+    "write_profile",
+]

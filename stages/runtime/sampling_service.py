@@ -90,7 +90,9 @@ def _send_arrays(sock: socket.socket, arrays: list[np.ndarray]) -> int:
     payloads = []
     for a in arrays:
         a = np.ascontiguousarray(a)
-        parts.append(_ARRAY.pack(a.dtype.str.encode().ljust(4), a.ndim) + struct.pack(f"<{a.ndim}Q", *a.shape))
+        parts.append(
+            _ARRAY.pack(a.dtype.str.encode().ljust(4), a.ndim) + struct.pack(f"<{a.ndim}Q", *a.shape)
+        )
         payloads.append(a)
     head = b"".join(parts)
     sock.sendall(head)
@@ -174,9 +176,17 @@ class Pending:
 class SamplingService:
     """One worker's server for ``handlers`` and its client to every other worker's (collective to start)."""
 
-    def __init__(self, rank: int, world: int, handlers: dict[str, Handler], stats: CommStats, tracer: Tracer,
-                 timeout: float, exchange: Callable[[tuple[str, int]], list[tuple[str, int]]] | None = None,
-                 serve_threads: int = 0):
+    def __init__(
+        self,
+        rank: int,
+        world: int,
+        handlers: dict[str, Handler],
+        stats: CommStats,
+        tracer: Tracer,
+        timeout: float,
+        exchange: Callable[[tuple[str, int]], list[tuple[str, int]]] | None = None,
+        serve_threads: int = 0,
+    ):
         """``exchange(own (host, port))`` returns every worker's, in rank order (default: one
         ``all_gather_object`` on the default group). ``serve_threads`` > 0: requests that carry a priority are
         queued and answered by that many threads in priority order (scheduled serving)."""
@@ -240,7 +250,9 @@ class SamplingService:
                         heapq.heappush(self._queue, (priority, self._arrivals, conn, name, arrays))
                         self._arrivals += 1
                         self.schedule_stats["queued"] += 1
-                        self.schedule_stats["queued_max"] = max(self.schedule_stats["queued_max"], len(self._queue))
+                        self.schedule_stats["queued_max"] = max(
+                            self.schedule_stats["queued_max"], len(self._queue)
+                        )
                         self._ready.notify()
                     continue  # the connection carries one request at a time: the next comes after the reply
                 self._answer(conn, name, arrays)
@@ -269,8 +281,9 @@ class SamplingService:
             # 4,714-wide features on Facebook page-page)
             reply = self._compute(name, arrays)
             # (not kept in self.threads: one per reply; close() shuts the socket, which ends the write)
-            threading.Thread(target=self._write_reply, args=(conn, name, reply), daemon=True,
-                             name="serve-reply").start()
+            threading.Thread(
+                target=self._write_reply, args=(conn, name, reply), daemon=True, name="serve-reply"
+            ).start()
 
     def _write_reply(self, conn: socket.socket, name: str, reply) -> None:
         try:
@@ -311,7 +324,9 @@ class SamplingService:
         try:
             sock = socket.create_connection((host, port), timeout=self.timeout)
         except OSError as exc:
-            raise RuntimeError(f"cannot reach worker {peer}'s sampling service at {host}:{port} ({exc})") from None
+            raise RuntimeError(
+                f"cannot reach worker {peer}'s sampling service at {host}:{port} ({exc})"
+            ) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 
@@ -322,8 +337,14 @@ class SamplingService:
             else:
                 self.idle.setdefault(peer, []).append(sock)
 
-    def submit(self, peer: int, handler: str, params: list[int], arrays: list[np.ndarray],
-               priority: tuple[int, ...] | None = None) -> Pending:
+    def submit(
+        self,
+        peer: int,
+        handler: str,
+        params: list[int],
+        arrays: list[np.ndarray],
+        priority: tuple[int, ...] | None = None,
+    ) -> Pending:
         """Send ``handler(params, arrays)`` to worker ``peer`` now; the reply is read by :meth:`Pending.result`.
         ``priority`` (smaller first) orders it among the requests an owner with scheduled serving has queued."""
         if peer == self.rank:

@@ -39,8 +39,17 @@ class ChunkAggregation:
     """The chunks of the whole graph and one aggregation over them: ``mean`` (SAGE: the mean over in-arcs) or
     ``gcn`` (GCN's ``D_in^-1/2 (A + I) D_out^-1/2`` with global degrees + 1, also dgcn's ``Â``)."""
 
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, bounds: np.ndarray, op: str,
-                 in_degree: np.ndarray, out_degree: np.ndarray, dtype: torch.dtype, device: torch.device):
+    def __init__(
+        self,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        bounds: np.ndarray,
+        op: str,
+        in_degree: np.ndarray,
+        out_degree: np.ndarray,
+        dtype: torch.dtype,
+        device: torch.device,
+    ):
         if op not in ("mean", "gcn"):
             raise ValueError(f"unknown aggregation {op!r}")
         self.op, self.bounds = op, np.asarray(bounds, dtype=np.int64)
@@ -58,17 +67,23 @@ class ChunkAggregation:
         src = np.unique(np.concatenate([arcs, own]) if self.op == "gcn" else arcs)
         local_ptr = torch.from_numpy(np.asarray(indptr[a : b + 1], dtype=np.int64) - int(indptr[a]))
         local_idx = torch.from_numpy(np.searchsorted(src, arcs).astype(np.int64))
-        block = Block(n_dst=b - a, n_src=len(src), indptr=local_ptr, indices=local_idx,
-                      src_out_degree=torch.from_numpy(out_degree[src].astype(np.float64)).to(dtype),
-                      dst_in_degree=torch.from_numpy(in_degree[a:b].astype(np.float64)).to(dtype),
-                      dst_global=torch.from_numpy(own)).to(device)
+        block = Block(
+            n_dst=b - a,
+            n_src=len(src),
+            indptr=local_ptr,
+            indices=local_idx,
+            src_out_degree=torch.from_numpy(out_degree[src].astype(np.float64)).to(dtype),
+            dst_in_degree=torch.from_numpy(in_degree[a:b].astype(np.float64)).to(dtype),
+            dst_global=torch.from_numpy(own),
+        ).to(device)
         block.src_ids = torch.from_numpy(src)  # global ids of the sources (host: they index host slices)
         self.blocks.append(block)
         self.transposes.append(csr_transpose(block.indptr, block.indices, block.n_src))
         if self.op == "gcn":
             self.dst_rows.append(torch.from_numpy(np.searchsorted(src, own)).to(device))
-            self.norms.append(((block.src_out_degree + 1.0).rsqrt()[:, None],
-                               (block.dst_in_degree + 1.0).rsqrt()[:, None]))
+            self.norms.append(
+                ((block.src_out_degree + 1.0).rsqrt()[:, None], (block.dst_in_degree + 1.0).rsqrt()[:, None])
+            )
         else:
             deg = (block.indptr[1:] - block.indptr[:-1]).clamp(min=1).to(dtype)
             self.inv_degree.append((1.0 / deg)[:, None])
@@ -90,7 +105,9 @@ class ChunkAggregation:
             return csr_sum(b.indptr, b.indices, xs, b.n_dst).mul_(self.inv_degree[j])
         src_norm, dst_norm = self.norms[j]
         h = xs * src_norm
-        return csr_sum(b.indptr, b.indices, h, b.n_dst).add_(h.index_select(0, self.dst_rows[j])).mul_(dst_norm)
+        return (
+            csr_sum(b.indptr, b.indices, h, b.n_dst).add_(h.index_select(0, self.dst_rows[j])).mul_(dst_norm)
+        )
 
     def backward(self, j: int, grad_dst: torch.Tensor) -> torch.Tensor:
         """The gradient of chunk ``j``'s sources (``[n_src, c]``, rows as ``blocks[j].src_ids``) from that of
@@ -148,13 +165,17 @@ class ChunkRouting:
         """Positions of owned global ``ids`` among this worker's rows."""
         return torch.from_numpy(np.searchsorted(self.owned, ids).astype(np.int64))
 
-    def rows_to_slices(self, rows: torch.Tensor, ids: list[np.ndarray], cols: list[int], out: torch.Tensor,
-                       label: str) -> None:
+    def rows_to_slices(
+        self, rows: torch.Tensor, ids: list[np.ndarray], cols: list[int], out: torch.Tensor, label: str
+    ) -> None:
         """Split: this worker's ``rows [n_owned, D]`` of the nodes ``ids[rank]`` go to every worker as its
         columns (``cols``: :func:`column_bounds`); ``ids[q]``: worker q's nodes in this exchange. Every worker's
         part lands in ``out [N, c_rank]`` at its global ids."""
-        mine = take_rows_at(rows, self.local(ids[self.rank])) if len(ids[self.rank]) else \
-            rows.new_zeros((0, rows.shape[1]))
+        mine = (
+            take_rows_at(rows, self.local(ids[self.rank]))
+            if len(ids[self.rank])
+            else rows.new_zeros((0, rows.shape[1]))
+        )
         send = [mine[:, cols[w] : cols[w + 1]].contiguous() for w in range(self.world)]
         width = cols[self.rank + 1] - cols[self.rank]
         parts = self.tr.all_to_all_v(send, [(len(ids[q]), width) for q in range(self.world)], label)
@@ -162,13 +183,18 @@ class ChunkRouting:
             if len(ids[q]) and width:
                 put_rows_at(out, torch.from_numpy(ids[q]), part)
 
-    def slices_to_rows(self, x_slice: torch.Tensor, ids: list[np.ndarray], cols: list[int], out: torch.Tensor,
-                       label: str) -> None:
+    def slices_to_rows(
+        self, x_slice: torch.Tensor, ids: list[np.ndarray], cols: list[int], out: torch.Tensor, label: str
+    ) -> None:
         """Gather: this worker's columns of ``x_slice [N, c_rank]`` at every worker's nodes ``ids[q]`` go to
         that worker; whole rows of this worker's nodes ``ids[rank]``, columns in worker order, are put into
         ``out [n_owned, D]`` at their positions."""
-        send = [take_rows_at(x_slice, torch.from_numpy(ids[q])) if len(ids[q]) else
-                x_slice.new_zeros((0, x_slice.shape[1])) for q in range(self.world)]
+        send = [
+            take_rows_at(x_slice, torch.from_numpy(ids[q]))
+            if len(ids[q])
+            else x_slice.new_zeros((0, x_slice.shape[1]))
+            for q in range(self.world)
+        ]
         n = len(ids[self.rank])
         parts = self.tr.all_to_all_v(send, [(n, cols[w + 1] - cols[w]) for w in range(self.world)], label)
         if n:

@@ -14,8 +14,17 @@ from pathlib import Path
 
 from ..common.atomic import write_json_atomic
 
-LANES = {"compute": 0, "wait": 0, "gather": 1, "copy_in": 1, "copy_out": 1, "pack": 1, "unpack": 1, "send": 2,
-         "recv": 3}
+LANES = {
+    "compute": 0,
+    "wait": 0,
+    "gather": 1,
+    "copy_in": 1,
+    "copy_out": 1,
+    "pack": 1,
+    "unpack": 1,
+    "send": 2,
+    "recv": 3,
+}
 MOVING = ("gather", "copy_in", "copy_out", "pack", "unpack")  # the runtime's own data movement
 
 
@@ -42,8 +51,18 @@ class Tracer:
 
     def span(self, cat: str, name: str, t0: float, t1: float, **args) -> None:
         if self.enabled:
-            self.events.append({"name": name, "cat": cat, "ph": "X", "ts": t0, "dur": max(0.0, t1 - t0),
-                                "pid": self.rank, "tid": LANES[cat], "args": args})
+            self.events.append(
+                {
+                    "name": name,
+                    "cat": cat,
+                    "ph": "X",
+                    "ts": t0,
+                    "dur": max(0.0, t1 - t0),
+                    "pid": self.rank,
+                    "tid": LANES[cat],
+                    "args": args,
+                }
+            )
 
     def message(self, key: tuple, role: str, post_us: float, done_us: float) -> None:
         if self.enabled:
@@ -52,8 +71,10 @@ class Tracer:
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = [{"name": "process_name", "ph": "M", "pid": self.rank, "args": {"name": f"rank {self.rank}"}}]
-        meta += [{"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid, "args": {"name": name}}
-                 for name, tid in (("compute", 0), ("data movement", 1), ("send", 2), ("recv", 3))]
+        meta += [
+            {"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid, "args": {"name": name}}
+            for name, tid in (("compute", 0), ("data movement", 1), ("send", 2), ("recv", 3))
+        ]
         write_json_atomic(path, {"traceEvents": meta + self.events, "displayTimeUnit": "ms"}, indent=None)
 
 
@@ -110,7 +131,9 @@ def hidden_share(per_rank: list[dict]) -> dict:
                 posts[tuple(key)] = post
     shares, hidden_total, waited_total, moving_total, comm_total = [], 0.0, 0.0, 0.0, 0.0
     for r in per_rank:
-        recv = [(posts.get(tuple(key), post), done) for key, role, post, done in r["messages"] if role == "recv"]
+        recv = [
+            (posts.get(tuple(key), post), done) for key, role, post, done in r["messages"] if role == "recv"
+        ]
         comm = _union(recv)
         compute, wait, moving = (_spans(r["events"], cats) for cats in (("compute",), ("wait",), MOVING))
         c, h = _length(comm), _overlap(comm, _union(compute))
@@ -124,5 +147,10 @@ def hidden_share(per_rank: list[dict]) -> dict:
     def ratio(x):
         return x / comm_total if comm_total > 0 else None
 
-    return {"per_rank": shares, "overall": ratio(hidden_total), "waited": ratio(waited_total),
-            "moving": ratio(moving_total), "comm_seconds": comm_total / 1e6}
+    return {
+        "per_rank": shares,
+        "overall": ratio(hidden_total),
+        "waited": ratio(waited_total),
+        "moving": ratio(moving_total),
+        "comm_seconds": comm_total / 1e6,
+    }

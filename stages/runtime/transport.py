@@ -142,17 +142,28 @@ class Transport:
         self.tracer.span("wait", label, t0, t1)
 
     # --- static P2P tables ------------------------------------------------------------------------------
-    def sender(self, table: Table, kind: str, layer: int, n_nodes: int, blocking: bool = False,
-               background: bool = False, structure: dict | None = None) -> TableSender:
-        return TableSender(self, table, phase_tag(kind, layer), f"{kind}{layer}", n_nodes, blocking,
-                           background, structure)
+    def sender(
+        self,
+        table: Table,
+        kind: str,
+        layer: int,
+        n_nodes: int,
+        blocking: bool = False,
+        background: bool = False,
+        structure: dict | None = None,
+    ) -> TableSender:
+        return TableSender(
+            self, table, phase_tag(kind, layer), f"{kind}{layer}", n_nodes, blocking, background, structure
+        )
 
-    def receiver(self, table: Table, kind: str, layer: int, width: int, dtype: torch.dtype, unpack=None
-                 ) -> TableReceiver:
+    def receiver(
+        self, table: Table, kind: str, layer: int, width: int, dtype: torch.dtype, unpack=None
+    ) -> TableReceiver:
         return TableReceiver(self, table, phase_tag(kind, layer), f"{kind}{layer}", width, dtype, unpack)
 
-    def exchange_table(self, send: Table, recv: Table, kind: str, layer: int, rows: torch.Tensor,
-                       out: torch.Tensor) -> None:
+    def exchange_table(
+        self, send: Table, recv: Table, kind: str, layer: int, rows: torch.Tensor, out: torch.Tensor
+    ) -> None:
         """Send ``rows[send nodes]`` to their peers and put the rows received into ``out[recv nodes]``, all at
         once (the layer-0 input features)."""
         incoming = self.receiver(recv, kind, layer, rows.shape[1], rows.dtype)
@@ -168,23 +179,27 @@ class Transport:
         width = tuple(chunks[0].shape[1:])
         return self.all_to_all_v(chunks, [(int(r), *width) for r in recv_rows], label)
 
-    def all_to_all_v(self, chunks: list[torch.Tensor], recv_shapes: list[tuple[int, ...]], label: str
-                     ) -> list[torch.Tensor]:
+    def all_to_all_v(
+        self, chunks: list[torch.Tensor], recv_shapes: list[tuple[int, ...]], label: str
+    ) -> list[torch.Tensor]:
         """:meth:`all_to_all` with any shape per peer, both ways (one dtype): ``chunks[q]`` goes to worker q;
         returns what each peer sent here, shaped as ``recv_shapes[q]`` says. Tensor parallelism sends a row
         block of different column widths to each peer. Own chunk is passed through untouched."""
         return self.start_all_to_all_v(chunks, recv_shapes, label).wait()
 
-    def start_all_to_all_v(self, chunks: list[torch.Tensor], recv_shapes: list[tuple[int, ...]], label: str
-                           ) -> PendingAllToAll:
+    def start_all_to_all_v(
+        self, chunks: list[torch.Tensor], recv_shapes: list[tuple[int, ...]], label: str
+    ) -> PendingAllToAll:
         """:meth:`all_to_all_v` posted without waiting (P3's pipeline overlaps a batch's partial activations in
         flight with another batch's compute): :meth:`PendingAllToAll.wait` returns what the peers sent. Posted
         exchanges of one group complete in the order they were posted, the same on every rank."""
         if self.world == 1:
             return PendingAllToAll(self, None, list(chunks), recv_shapes, [], label)
         dtype = chunks[0].dtype
-        send = [host(c.reshape(-1).contiguous()) if q != self.rank else c.new_empty(0, device="cpu")
-                for q, c in enumerate(chunks)]
+        send = [
+            host(c.reshape(-1).contiguous()) if q != self.rank else c.new_empty(0, device="cpu")
+            for q, c in enumerate(chunks)
+        ]
         in_sizes = [int(np.prod(s)) if q != self.rank else 0 for q, s in enumerate(recv_shapes)]
         out = torch.empty(sum(in_sizes), dtype=dtype)
         work = self._post_exchange(send, in_sizes, out)
@@ -256,8 +271,9 @@ class Transport:
         return int(out.item())
 
     # --- dynamic fetch by global id ---------------------------------------------------------------------
-    def fetch(self, ids: np.ndarray, book: PartitionBook, serve, width: int, dtype: torch.dtype, label: str
-              ) -> torch.Tensor:
+    def fetch(
+        self, ids: np.ndarray, book: PartitionBook, serve, width: int, dtype: torch.dtype, label: str
+    ) -> torch.Tensor:
         """Rows of the nodes ``ids`` (global ids, any owners, repeats allowed), in that order. Collective: every
         worker calls it, each with its own ids. ``serve(local_ids)`` returns this worker's rows for its own
         nodes (shard-local ids, int64 array) as a ``[n, width]`` tensor. Three rounds: how many ids each owner
@@ -268,10 +284,13 @@ class Transport:
         counts = np.bincount(owner, minlength=self.world).astype(np.int64)
         wanted = ids[order]
         per_owner = np.split(wanted, np.cumsum(counts)[:-1])
-        sizes = self.all_to_all([torch.tensor([[c]], dtype=torch.int64) for c in counts], [1] * self.world,
-                                f"{label}-sizes")
+        sizes = self.all_to_all(
+            [torch.tensor([[c]], dtype=torch.int64) for c in counts], [1] * self.world, f"{label}-sizes"
+        )
         incoming = [int(s.reshape(-1)[0]) if q != self.rank else int(counts[q]) for q, s in enumerate(sizes)]
-        asked = self.all_to_all([torch.from_numpy(p.reshape(-1, 1)) for p in per_owner], incoming, f"{label}-ids")
+        asked = self.all_to_all(
+            [torch.from_numpy(p.reshape(-1, 1)) for p in per_owner], incoming, f"{label}-ids"
+        )
         answers = [serve(book.local[a.reshape(-1).numpy()]).to(dtype).reshape(len(a), width) for a in asked]
         rows = self.all_to_all(answers, [int(c) for c in counts], label)
         out = torch.empty((len(ids), width), dtype=dtype)
@@ -296,7 +315,13 @@ class PendingAllToAll:
 
     def __init__(self, tr: Transport, work, chunks, recv_shapes, in_sizes, label: str):
         self.tr, self.work, self.chunks, self.recv_shapes, self.in_sizes, self.label = (
-            tr, work, chunks, recv_shapes, in_sizes, label)
+            tr,
+            work,
+            chunks,
+            recv_shapes,
+            in_sizes,
+            label,
+        )
         self.out = self.sent = None
         self._result: list[torch.Tensor] | None = None
 
@@ -307,8 +332,10 @@ class PendingAllToAll:
             else:
                 self.tr.wait_for(self.work, f"all-to-all {self.label}")
                 parts = self.out.split(self.in_sizes)
-                self._result = [self.chunks[q] if q == self.tr.rank else parts[q].view(self.recv_shapes[q])
-                                for q in range(self.tr.world)]
+                self._result = [
+                    self.chunks[q] if q == self.tr.rank else parts[q].view(self.recv_shapes[q])
+                    for q in range(self.tr.world)
+                ]
                 self.sent = None
         return self._result
 
@@ -318,14 +345,27 @@ class TableSender:
     or all at once (:meth:`send_all`). ``blocking``: each send is waited for; ``background``: messages are
     packed and posted on the transport's sender thread while the caller goes on."""
 
-    def __init__(self, tr: Transport, table: Table, phase: int, label: str, n_nodes: int, blocking: bool,
-                 background: bool, structure: dict | None):
+    def __init__(
+        self,
+        tr: Transport,
+        table: Table,
+        phase: int,
+        label: str,
+        n_nodes: int,
+        blocking: bool,
+        background: bool,
+        structure: dict | None,
+    ):
         # the table's static structure, built once per table when the caller keeps ``structure`` (an epoch
         # makes a sender per layer and phase); the entry holds the table, so its id cannot be reused meanwhile
         cache = structure if structure is not None else {}
         if id(table) not in cache:
-            cache[id(table)] = (table, table.message_slices(), torch.from_numpy(table.nodes),
-                                *node_messages(table.nodes, table.msgs[:, 2], n_nodes))
+            cache[id(table)] = (
+                table,
+                table.message_slices(),
+                torch.from_numpy(table.nodes),
+                *node_messages(table.nodes, table.msgs[:, 2], n_nodes),
+            )
         _, self.slices, self.nodes, self.msg_ptr, self.msg_ids = cache[id(table)]
         self.remaining = table.msgs[:, 2].copy()
         self.tr, self.phase, self.label, self.blocking = tr, phase, label, blocking
@@ -363,8 +403,15 @@ class TableSender:
         t_pack = now_us()
         payload = host(take_rows_at(rows, self.nodes[sl] + index_offset))
         work = dist.isend(payload, dst=peer, group=self.tr.group, tag=(self.phase << TAG_SHIFT) + step)
-        tracer.span("pack", f"{self.label} → {peer}", t_pack, now_us(), step=step, peer=peer,
-                    thread=threading.current_thread().name)
+        tracer.span(
+            "pack",
+            f"{self.label} → {peer}",
+            t_pack,
+            now_us(),
+            step=step,
+            peer=peer,
+            thread=threading.current_thread().name,
+        )
         key = (self.phase, self.tr.rank, peer, step)
         self.tr.stats.sent(self.label, _nbytes(payload))
         if self.blocking:
@@ -409,7 +456,9 @@ class TableReceiver:
         for m, (step, peer, sl) in enumerate(table.message_slices()):
             buf = torch.empty((sl.stop - sl.start, width), dtype=dtype)
             work = dist.irecv(buf, src=peer, group=tr.group, tag=(phase << TAG_SHIFT) + step)
-            by_peer.setdefault(peer, []).append((work, buf, nodes[sl], (phase, peer, tr.rank, step), m, now_us()))
+            by_peer.setdefault(peer, []).append(
+                (work, buf, nodes[sl], (phase, peer, tr.rank, step), m, now_us())
+            )
             self.outstanding += 1
         for items in by_peer.values():
             tr.receiving_threads.submit(self._wait_all, items)
@@ -421,8 +470,15 @@ class TableReceiver:
                 t_done = now_us()
                 if self.unpack is not None:
                     self.unpack(nodes, buf)
-                    self.tr.tracer.span("unpack", f"{self.label} ← {key[1]}", t_done, now_us(), step=key[3],
-                                        peer=key[1], thread=threading.current_thread().name)
+                    self.tr.tracer.span(
+                        "unpack",
+                        f"{self.label} ← {key[1]}",
+                        t_done,
+                        now_us(),
+                        step=key[3],
+                        peer=key[1],
+                        thread=threading.current_thread().name,
+                    )
             except Exception as exc:  # surfaced in the caller's thread
                 self.queue.put(exc)
                 return
@@ -443,8 +499,15 @@ class TableReceiver:
         buf, nodes, key, m, _t_post, _t_done = self._take(item)
         t0 = now_us()
         consume(nodes, buf, m)
-        self.tr.tracer.span("unpack", f"{self.label} ← {key[1]}", t0, now_us(), step=key[3], peer=key[1],
-                            thread=threading.current_thread().name)
+        self.tr.tracer.span(
+            "unpack",
+            f"{self.label} ← {key[1]}",
+            t0,
+            now_us(),
+            step=key[3],
+            peer=key[1],
+            thread=threading.current_thread().name,
+        )
 
     def poll(self, consume, block: bool = False) -> int:
         """Hand every arrived message to ``consume(nodes, rows, m)`` in arrival order (for rows that are
@@ -474,8 +537,15 @@ class TableReceiver:
         for buf, nodes, key, m, _t_post, _t_done in sorted(arrived, key=lambda it: it[3]):
             t0 = now_us()
             consume(nodes, buf, m)
-            self.tr.tracer.span("unpack", f"{self.label} ← {key[1]}", t0, now_us(), step=key[3], peer=key[1],
-                                thread=threading.current_thread().name)
+            self.tr.tracer.span(
+                "unpack",
+                f"{self.label} ← {key[1]}",
+                t0,
+                now_us(),
+                step=key[3],
+                peer=key[1],
+                thread=threading.current_thread().name,
+            )
 
     def wait_one(self):
         """Block until the next message of this table arrives (counted as waiting time)."""
@@ -498,4 +568,12 @@ class TableReceiver:
         return self.outstanding == 0
 
 
-__all__ = ["CommStats", "PartitionBook", "TableReceiver", "TableSender", "Transport", "phase_tag", "TAG_SHIFT"]
+__all__ = [
+    "CommStats",
+    "PartitionBook",
+    "TableReceiver",
+    "TableSender",
+    "Transport",
+    "phase_tag",
+    "TAG_SHIFT",
+]

@@ -58,8 +58,13 @@ def elastic_attempt_store(timeout: datetime.timedelta) -> dist.Store | None:
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                          int(os.environ["WORLD_SIZE"]), is_master=False, timeout=timeout)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        int(os.environ["WORLD_SIZE"]),
+        is_master=False,
+        timeout=timeout,
+    )
     return dist.PrefixStore(f"g3-attempt-{attempt}/", store)
 
 
@@ -68,8 +73,13 @@ def torchrun_store(timeout: datetime.timedelta) -> dist.Store:
     attempt, which an agent restarted from outside needs), the group's store at MASTER_ADDR:MASTER_PORT, served
     by torchrun's rank 0 — the process on the host whose address torchrun published, which is not always g3's
     rank 0 (a node folder of a bundle picks its ranks itself)."""
-    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), int(os.environ["WORLD_SIZE"]),
-                         is_master=int(os.environ["RANK"]) == 0, timeout=timeout)
+    return dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        int(os.environ["WORLD_SIZE"]),
+        is_master=int(os.environ["RANK"]) == 0,
+        timeout=timeout,
+    )
 
 
 def set_threads(cfg: RuntimeConfig, world: int) -> int:
@@ -107,15 +117,27 @@ def open_worker(rank: int, world: int, plan_dir: Path, cfg: RuntimeConfig, init_
     heap_kept = cfg.heap == "keep" and keep_freed_memory()
     threads = set_threads(cfg, world)
     p2p = init_distributed(rank, world, cfg, init_method)
-    log.info("started: world %d, %d threads, device %s, heap %s", world, threads, cfg.device_for(rank),
-             "keeps freed memory" if heap_kept else "system defaults")
+    log.info(
+        "started: world %d, %d threads, device %s, heap %s",
+        world,
+        threads,
+        cfg.device_for(rank),
+        "keeps freed memory" if heap_kept else "system defaults",
+    )
     plan_meta = load_plan_meta(plan_dir)
     info = strategy_info(plan_strategy(plan_meta))
     resolve_knobs(cfg, info)  # the launcher did, unless the rank was started directly
     tracer = Tracer(rank)
-    ctx = WorkerContext(rank=rank, world=world, cfg=cfg, plan_dir=Path(plan_dir), plan_meta=plan_meta,
-                        part=Path(plan_meta["partition"]["path"]),
-                        transport=Transport(p2p, rank, world, tracer, cfg.timeout), tracer=tracer)
+    ctx = WorkerContext(
+        rank=rank,
+        world=world,
+        cfg=cfg,
+        plan_dir=Path(plan_dir),
+        plan_meta=plan_meta,
+        part=Path(plan_meta["partition"]["path"]),
+        transport=Transport(p2p, rank, world, tracer, cfg.timeout),
+        tracer=tracer,
+    )
     # this rank's own files, whole, before any is used: what the launcher checked were their headers
     verify_files(ctx.shard.path, ctx.shard.manifest)
     verify_files(ctx.plan.path, ctx.plan.meta.get("files"))
@@ -170,8 +192,9 @@ def split_rocauc(inference: Inference) -> dict[str, float | None]:
     from scipy.stats import rankdata
 
     if inference.logits.shape[1] != 2:
-        raise G3InputError(f"--metric rocauc needs a binary task (2 classes), the model has "
-                           f"{inference.logits.shape[1]}")
+        raise G3InputError(
+            f"--metric rocauc needs a binary task (2 classes), the model has {inference.logits.shape[1]}"
+        )
     score = torch.softmax(inference.logits.double(), dim=1)[:, 1].cpu()
     labels = inference.labels.cpu()
     mine = {}

@@ -57,9 +57,25 @@ class SimulateOptions:
     worker_hosts: tuple[int, ...] | None = None
 
 
-_BW_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
-             "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
-             "bps": 1 / 8, "kbps": 1e3 / 8, "mbps": 1e6 / 8, "gbps": 1e9 / 8}
+_BW_UNITS = {
+    "bit": 1 / 8,
+    "kbit": 1e3 / 8,
+    "mbit": 1e6 / 8,
+    "gbit": 1e9 / 8,
+    "tbit": 1e12 / 8,
+    "b": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "bps": 1 / 8,
+    "kbps": 1e3 / 8,
+    "mbps": 1e6 / 8,
+    "gbps": 1e9 / 8,
+}
 
 
 def parse_bandwidth(text: str) -> float:
@@ -105,7 +121,9 @@ def parse_workers_list(text: str) -> tuple[int, ...]:
     try:
         ks = tuple(int(x) for x in t.split(",") if x.strip())
     except ValueError:
-        raise ValueError(f"not a list of worker counts: {text!r} (examples: 2,4,8,16 or 2-16 or none)") from None
+        raise ValueError(
+            f"not a list of worker counts: {text!r} (examples: 2,4,8,16 or 2-16 or none)"
+        ) from None
     if any(k < 1 for k in ks):
         raise ValueError("worker counts must be >= 1")
     return ks
@@ -127,15 +145,26 @@ def allreduce_seconds(num_params: int, k: int, net: Network) -> float:
 def network(options: SimulateOptions, k: int, workers_per_host: int = 1) -> Network:
     """The network of ``options`` (bandwidth already the payload's, see :func:`simulate_plan`) at ``k`` workers:
     with the per-worker links, speeds and hosts of a cluster, which are given for that K."""
-    per_worker = options.worker_speed is not None or options.worker_bandwidth is not None \
+    per_worker = (
+        options.worker_speed is not None
+        or options.worker_bandwidth is not None
         or options.worker_hosts is not None
+    )
     if not per_worker:
         return Network(options.bandwidth, options.latency, workers_per_host=workers_per_host)
-    if any(v is not None and len(v) != k for v in (options.worker_speed, options.worker_bandwidth,
-                                                   options.worker_hosts)):
+    if any(
+        v is not None and len(v) != k
+        for v in (options.worker_speed, options.worker_bandwidth, options.worker_hosts)
+    ):
         raise G3InputError(f"per-worker speeds, links and hosts are given for another K than {k}")
-    return Network(options.bandwidth, options.latency, workers_per_host=workers_per_host,
-                   links=options.worker_bandwidth, speeds=options.worker_speed, hosts=options.worker_hosts)
+    return Network(
+        options.bandwidth,
+        options.latency,
+        workers_per_host=workers_per_host,
+        links=options.worker_bandwidth,
+        speeds=options.worker_speed,
+        hosts=options.worker_hosts,
+    )
 
 
 def rates_at(rates: Rates, speed: float) -> Rates:
@@ -147,13 +176,27 @@ def rates_at(rates: Rates, speed: float) -> Rates:
     def phase(p: PhaseRates) -> PhaseRates:
         return PhaseRates(p.per_arc / speed, p.per_node / speed, p.per_bin / speed)
 
-    return replace(rates, layers=[LayerRates(phase(lr.forward), phase(lr.backward), lr.gather_per_row / speed)
-                                  for lr in rates.layers],
-                   overhead_per_bin=rates.overhead_per_bin / speed, step_seconds=rates.step_seconds / speed)
+    return replace(
+        rates,
+        layers=[
+            LayerRates(phase(lr.forward), phase(lr.backward), lr.gather_per_row / speed)
+            for lr in rates.layers
+        ],
+        overhead_per_bin=rates.overhead_per_bin / speed,
+        step_seconds=rates.step_seconds / speed,
+    )
 
 
-def simulate_system(wl: Workload, system: str, rates: Rates, net: Network, halo=None, record: bool = False,
-                    boundary_sample: float = 1.0, staleness_epochs: int = 1) -> dict:
+def simulate_system(
+    wl: Workload,
+    system: str,
+    rates: Rates,
+    net: Network,
+    halo=None,
+    record: bool = False,
+    boundary_sample: float = 1.0,
+    staleness_epochs: int = 1,
+) -> dict:
     """One epoch of ``system`` (``g3-<pipeline>``, ``bns-gcn``, ``sancus-broadcast``, ``sancus-p2p`` or
     ``halo``) on the workload's K workers. A sancus epoch is the mean of a sending epoch and
     ``staleness_epochs`` skipping ones (``--staleness epoch:N``)."""
@@ -161,23 +204,47 @@ def simulate_system(wl: Workload, system: str, rates: Rates, net: Network, halo=
         n = staleness_epochs
         fresh = _simulate(wl, system, rates, net, halo, record, boundary_sample, True)
         stale = _simulate(wl, system, rates, net, halo, False, boundary_sample, False)
-        mean = {key: (fresh[key] + n * stale[key]) / (n + 1) for key in
-                ("epoch_seconds", "bytes_per_epoch", "busy_max", "busy_mean", "comm_wait_mean", "idle_mean")}
+        mean = {
+            key: (fresh[key] + n * stale[key]) / (n + 1)
+            for key in (
+                "epoch_seconds",
+                "bytes_per_epoch",
+                "busy_max",
+                "busy_mean",
+                "comm_wait_mean",
+                "idle_mean",
+            )
+        }
         mean["throughput"] = wl.num_nodes / mean["epoch_seconds"] if mean["epoch_seconds"] > 0 else None
-        return {**fresh, **mean, "staleness_epochs": n, "fresh_epoch_seconds": fresh["epoch_seconds"],
-                "stale_epoch_seconds": stale["epoch_seconds"]}
+        return {
+            **fresh,
+            **mean,
+            "staleness_epochs": n,
+            "fresh_epoch_seconds": fresh["epoch_seconds"],
+            "stale_epoch_seconds": stale["epoch_seconds"],
+        }
     return _simulate(wl, system, rates, net, halo, record, boundary_sample, True)
 
 
-def _simulate(wl: Workload, system: str, rates: Rates, net: Network, halo, record: bool, boundary_sample: float,
-              fresh: bool) -> dict:
+def _simulate(
+    wl: Workload,
+    system: str,
+    rates: Rates,
+    net: Network,
+    halo,
+    record: bool,
+    boundary_sample: float,
+    fresh: bool,
+) -> dict:
     k = wl.k
     engine = Engine(k, net, record=record)
     context = SystemContext(wl, rates, engine, halo, boundary_sample, fresh)
     if net.speeds is None:
         gens = system_workers(system, context)
     else:  # each worker's generator from its speed's rates (generators are lazy: the others are never run)
-        by_speed = {s: system_workers(system, replace(context, rates=rates_at(rates, s))) for s in set(net.speeds)}
+        by_speed = {
+            s: system_workers(system, replace(context, rates=rates_at(rates, s))) for s in set(net.speeds)
+        }
         gens = [by_speed[net.speed(r)][r] for r in range(k)]
     try:
         stats = engine.run(gens)
@@ -185,23 +252,27 @@ def _simulate(wl: Workload, system: str, rates: Rates, net: Network, halo, recor
         raise G3InputError(f"{system}: {exc} (the plan's send and receive tables do not match)") from None
     t_end = max((s.end for s in stats), default=0.0)
     ar = allreduce_seconds(wl.num_params, k, net)
-    sync = ar + rates.step_seconds / net.slowest_speed()  # the optimizer step: every worker's, the slowest's last
+    sync = (
+        ar + rates.step_seconds / net.slowest_speed()
+    )  # the optimizer step: every worker's, the slowest's last
     epoch = t_end + sync
     workers = []
     for r, s in enumerate(stats):
-        workers.append({
-            "rank": r,
-            "busy": s.busy,
-            "overhead": s.overhead,
-            "comm_wait": s.comm_wait,
-            "idle": s.gather_wait + s.barrier_wait + (t_end - s.end),
-            "sync": sync,
-            "end": s.end,
-            "bytes_sent": s.bytes_sent,
-            "messages": s.messages,
-            "link_seconds": s.link_seconds,
-            **({"spans": s.spans} if record else {}),
-        })
+        workers.append(
+            {
+                "rank": r,
+                "busy": s.busy,
+                "overhead": s.overhead,
+                "comm_wait": s.comm_wait,
+                "idle": s.gather_wait + s.barrier_wait + (t_end - s.end),
+                "sync": sync,
+                "end": s.end,
+                "bytes_sent": s.bytes_sent,
+                "messages": s.messages,
+                "link_seconds": s.link_seconds,
+                **({"spans": s.spans} if record else {}),
+            }
+        )
     return {
         "system": system,
         "workers_count": k,
@@ -225,11 +296,30 @@ def systems_for(options: SimulateOptions) -> list[str]:
     return out
 
 
-def simulate_workload(wl: Workload, systems: list[str], rates: Rates, net: Network, halo=None,
-                      record: bool = False, options: SimulateOptions | None = None) -> list[dict]:
+def simulate_workload(
+    wl: Workload,
+    systems: list[str],
+    rates: Rates,
+    net: Network,
+    halo=None,
+    record: bool = False,
+    options: SimulateOptions | None = None,
+) -> list[dict]:
     o = options or SimulateOptions()
-    return [simulate_system(wl, s, rates, net, halo=halo, record=record, boundary_sample=o.boundary_sample,
-                            staleness_epochs=o.staleness_epochs) for s in systems if s != "halo" or halo is not None]
+    return [
+        simulate_system(
+            wl,
+            s,
+            rates,
+            net,
+            halo=halo,
+            record=record,
+            boundary_sample=o.boundary_sample,
+            staleness_epochs=o.staleness_epochs,
+        )
+        for s in systems
+        if s != "halo" or halo is not None
+    ]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -237,24 +327,30 @@ def simulate_workload(wl: Workload, systems: list[str], rates: Rates, net: Netwo
 # ------------------------------------------------------------------------------------------------------------
 
 
-def run_simulate(plan: str | Path, options: SimulateOptions, out: str | Path | None = None,
-                 force: bool = False) -> dict:
+def run_simulate(
+    plan: str | Path, options: SimulateOptions, out: str | Path | None = None, force: bool = False
+) -> dict:
     """Entry point of `g3 simulate`: simulate PLAN (or its store at ``--workers K``) and the scaling table."""
     plan = Path(plan)
     out = Path(out) if out else plan.parent / f"{plan.name}.sim"
     inputs = (plan, options.profile, options.run)
     check_work_folder(out, "-o", lambda f: (f / "simulate.json").is_file(), inputs)
     if options.cache:  # the partitions and plans of other K it made before, each a part-* folder
-        check_work_folder(Path(options.cache), "--cache",
-                          lambda f: all(p.name.startswith("part-") for p in f.iterdir()), inputs)
+        check_work_folder(
+            Path(options.cache),
+            "--cache",
+            lambda f: all(p.name.startswith("part-") for p in f.iterdir()),
+            inputs,
+        )
     check_result(out / "simulate.json", force, "an earlier simulation")
     t0 = time.perf_counter()
     result, records = simulate_plan(plan, options, out)
     return _finish(result, out, t0, records=records)
 
 
-def simulate_plan(plan: str | Path, options: SimulateOptions, out: str | Path | None = None
-                  ) -> tuple[dict, list[dict] | None]:
+def simulate_plan(
+    plan: str | Path, options: SimulateOptions, out: str | Path | None = None
+) -> tuple[dict, list[dict] | None]:
     """What `g3 simulate` computes, without writing simulate.json or plots: (simulate.json's body, the systems
     with their timeline spans or None). The same checks as `g3 simulate` (bad options are G3InputError); ``out``
     is where a simulator may put files of its own (none of today's do) [default: PLAN.sim]. `g3 advise` calls
@@ -285,21 +381,37 @@ def simulate_plan(plan: str | Path, options: SimulateOptions, out: str | Path | 
         if options.hosts < 1 or k % options.hosts:
             raise G3InputError(f"--hosts {options.hosts} does not divide the {k} workers")
         if strategy_info(meta["strategy"]["name"]).simulator != "bins":
-            raise G3InputError("--hosts is modelled for the plans whose work is bins (g3, bns-gcn, sancus); the "
-                               f"{meta['strategy']['name']} model has one worker per host")
+            raise G3InputError(
+                "--hosts is modelled for the plans whose work is bins (g3, bns-gcn, sancus); the "
+                f"{meta['strategy']['name']} model has one worker per host"
+            )
     out = Path(out) if out else plan.parent / f"{plan.name}.sim"
     # every model moves payload: the share of the link rate that headers leave (calibration.py)
-    payload = replace(options, bandwidth=options.bandwidth * options.link_share,
-                      worker_bandwidth=None if options.worker_bandwidth is None else
-                      tuple(b * options.link_share for b in options.worker_bandwidth))
+    payload = replace(
+        options,
+        bandwidth=options.bandwidth * options.link_share,
+        worker_bandwidth=None
+        if options.worker_bandwidth is None
+        else tuple(b * options.link_share for b in options.worker_bandwidth),
+    )
     result, records = simulator.simulate(plan, meta, payload, out)
-    result["network_link"] = {"bandwidth_bytes_per_second": options.bandwidth, "link_share": options.link_share,
-                              "hosts": options.hosts}
-    if options.worker_speed is not None or options.worker_bandwidth is not None or options.worker_hosts is not None:
+    result["network_link"] = {
+        "bandwidth_bytes_per_second": options.bandwidth,
+        "link_share": options.link_share,
+        "hosts": options.hosts,
+    }
+    if (
+        options.worker_speed is not None
+        or options.worker_bandwidth is not None
+        or options.worker_hosts is not None
+    ):
         result["network_link"]["per_worker"] = {
             "speed": list(options.worker_speed) if options.worker_speed else None,
-            "bandwidth_bytes_per_second": list(options.worker_bandwidth) if options.worker_bandwidth else None,
-            "hosts": list(options.worker_hosts) if options.worker_hosts else None}
+            "bandwidth_bytes_per_second": list(options.worker_bandwidth)
+            if options.worker_bandwidth
+            else None,
+            "hosts": list(options.worker_hosts) if options.worker_hosts else None,
+        }
     return result, records
 
 
@@ -324,7 +436,9 @@ def _per_worker(options: SimulateOptions, k: int) -> SimulateOptions:
         if first != list(range(len(first))):
             raise G3InputError("worker_hosts: hosts must be numbered 0, 1, … in order of their first rank")
     if any(kk != k for kk in options.scaling):
-        raise G3InputError(f"per-worker speeds, links and hosts are given for K = {k}: no scaling table at other K")
+        raise G3InputError(
+            f"per-worker speeds, links and hosts are given for K = {k}: no scaling table at other K"
+        )
     if speed is not None and all(s == 1.0 for s in speed):
         speed = None
     if bandwidth is not None and len(set(bandwidth)) == 1:
@@ -332,9 +446,12 @@ def _per_worker(options: SimulateOptions, k: int) -> SimulateOptions:
         bandwidth = None
     if hosts is not None and len(set(hosts)) == k:
         hosts = None
-    return replace(options, worker_speed=None if speed is None else tuple(float(s) for s in speed),
-                   worker_bandwidth=None if bandwidth is None else tuple(float(b) for b in bandwidth),
-                   worker_hosts=None if hosts is None else tuple(int(h) for h in hosts))
+    return replace(
+        options,
+        worker_speed=None if speed is None else tuple(float(s) for s in speed),
+        worker_bandwidth=None if bandwidth is None else tuple(float(b) for b in bandwidth),
+        worker_hosts=None if hosts is None else tuple(int(h) for h in hosts),
+    )
 
 
 def _simulator(meta: dict):
@@ -350,8 +467,13 @@ def _simulator(meta: dict):
 
 def _finish(result: dict, out: Path, t0: float, records: list[dict] | None = None) -> dict:
     """simulate.json and the plots of a simulation (``records``: the systems with their timeline spans)."""
-    result = {"schema": SIM_SCHEMA, "schema_version": SIM_VERSION, **result,
-              "seconds": round(time.perf_counter() - t0, 3), "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    result = {
+        "schema": SIM_SCHEMA,
+        "schema_version": SIM_VERSION,
+        **result,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
     main, scaling = records or result["systems"], result["scaling"]
     out.mkdir(parents=True, exist_ok=True)
     from .report import plot_scaling, plot_timeline, plot_workers
@@ -369,5 +491,18 @@ def _finish(result: dict, out: Path, t0: float, records: list[dict] | None = Non
     return result
 
 
-__all__ = ["print_simulation", "run_simulate", "simulate_plan", "SimulateOptions", "simulate_system", "simulate_workload", "parse_bandwidth",
-           "parse_latency", "parse_workers_list", "allreduce_seconds", "Network", "network", "rates_at"]
+__all__ = [
+    "print_simulation",
+    "run_simulate",
+    "simulate_plan",
+    "SimulateOptions",
+    "simulate_system",
+    "simulate_workload",
+    "parse_bandwidth",
+    "parse_latency",
+    "parse_workers_list",
+    "allreduce_seconds",
+    "Network",
+    "network",
+    "rates_at",
+]

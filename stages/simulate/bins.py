@@ -41,19 +41,44 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, list[dic
     wl = load_workload(target)
     rates = load_rates(options.profile, wl.shapes) if options.profile else default_rates(wl.shapes)
     csr = _load_csr(meta["store"].get("path")) if options.baselines else None
-    main = simulate_workload(wl, systems, rates, net, halo=_halo_for(target, wl, csr) if csr else None, record=True,
-                             options=options)
+    main = simulate_workload(
+        wl,
+        systems,
+        rates,
+        net,
+        halo=_halo_for(target, wl, csr) if csr else None,
+        record=True,
+        options=options,
+    )
 
     scaling = []
     for kk in options.scaling:
         p = plan_for_workers(plan, meta, kk, cache)
         w2 = wl if kk == k else load_workload(p)
-        res = main if kk == k else simulate_workload(w2, systems, rates, network(kk),
-                                                     halo=_halo_for(p, w2, csr) if csr else None, options=options)
-        scaling.append({"workers": kk, "plan": str(p), "systems": {
-            r["system"]: {"epoch_seconds": r["epoch_seconds"], "throughput": r["throughput"],
-                          "bytes_per_epoch": r["bytes_per_epoch"], "busy_max": r["busy_max"],
-                          "comm_wait_mean": r["comm_wait_mean"], "idle_mean": r["idle_mean"]} for r in res}})
+        res = (
+            main
+            if kk == k
+            else simulate_workload(
+                w2, systems, rates, network(kk), halo=_halo_for(p, w2, csr) if csr else None, options=options
+            )
+        )
+        scaling.append(
+            {
+                "workers": kk,
+                "plan": str(p),
+                "systems": {
+                    r["system"]: {
+                        "epoch_seconds": r["epoch_seconds"],
+                        "throughput": r["throughput"],
+                        "bytes_per_epoch": r["bytes_per_epoch"],
+                        "busy_max": r["busy_max"],
+                        "comm_wait_mean": r["comm_wait_mean"],
+                        "idle_mean": r["idle_mean"],
+                    }
+                    for r in res
+                },
+            }
+        )
 
     return {
         "plan": str(plan.resolve()),
@@ -61,19 +86,35 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, list[dic
         "workers": k,
         "num_nodes": wl.num_nodes,
         "model": wl.config,
-        "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency,
-                    "workers_per_host": per_host, **_per_worker(net)},
-        "rates": {"source": rates.source, "notes": rates.notes, "overhead_per_bin": rates.overhead_per_bin,
-                  "step_seconds": rates.step_seconds, "layers": [asdict(lr) for lr in rates.layers]},
-        "systems": [{k_: v for k_, v in r.items() if k_ != "workers"} | {"workers": [
-            {k_: v for k_, v in w.items() if k_ != "spans"} for w in r["workers"]]} for r in main],
+        "network": {
+            "bandwidth_bytes_per_second": options.bandwidth,
+            "latency_seconds": options.latency,
+            "workers_per_host": per_host,
+            **_per_worker(net),
+        },
+        "rates": {
+            "source": rates.source,
+            "notes": rates.notes,
+            "overhead_per_bin": rates.overhead_per_bin,
+            "step_seconds": rates.step_seconds,
+            "layers": [asdict(lr) for lr in rates.layers],
+        },
+        "systems": [
+            {k_: v for k_, v in r.items() if k_ != "workers"}
+            | {"workers": [{k_: v for k_, v in w.items() if k_ != "spans"} for w in r["workers"]]}
+            for r in main
+        ],
         "scaling": scaling,
     }, main
 
 
 def _per_worker(net: Network) -> dict:
     """The per-worker links, speeds and hosts of a cluster of unlike hosts (nothing when uniform)."""
-    out = {"worker_bandwidth_bytes_per_second": net.links, "worker_speed": net.speeds, "worker_hosts": net.hosts}
+    out = {
+        "worker_bandwidth_bytes_per_second": net.links,
+        "worker_speed": net.speeds,
+        "worker_hosts": net.hosts,
+    }
     return {key: list(value) for key, value in out.items() if value is not None}
 
 
@@ -97,8 +138,11 @@ def plan_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> Path:
     method = part_meta["method"]
     params = part_meta.get("parameters", {})
     bin_opts = meta["strategy"]["options"] if same_strategy else {}
-    cfg = {**{key: meta["config"][key] for key in ("model", "layers", "hidden", "heads")},
-           "device_memory": meta.get("device_memory"), "bin_size": bin_opts.get("bin_size")}
+    cfg = {
+        **{key: meta["config"][key] for key in ("model", "layers", "hidden", "heads")},
+        "device_memory": meta.get("device_memory"),
+        "bin_size": bin_opts.get("bin_size"),
+    }
     part_dir = cache / f"part-{method}-{k}"
     plan_dir = cache / f"part-{method}-{k}.plan-{cfg['model']}"
     want = {"store": meta["store"].get("checksums"), "config": cfg, "method": method}
@@ -112,11 +156,22 @@ def plan_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     # the method's own options, as the plan's partition had them (every other option keeps its default)
     same = {f: params[f] for f in partition_method(method).options if params.get(f) is not None}
-    run_partition(meta["store"]["path"], PartitionOptions(workers=k, method=method, **same), out=part_dir, force=True)
-    run_plan(part_dir, PlanConfig(model=cfg["model"], layers=cfg["layers"], hidden=cfg["hidden"], heads=cfg["heads"],
-                                  strategy=bins.name,
-                                  options={"device_memory": cfg["device_memory"], "bin_size": cfg["bin_size"]}),
-             out=plan_dir, force=True)
+    run_partition(
+        meta["store"]["path"], PartitionOptions(workers=k, method=method, **same), out=part_dir, force=True
+    )
+    run_plan(
+        part_dir,
+        PlanConfig(
+            model=cfg["model"],
+            layers=cfg["layers"],
+            hidden=cfg["hidden"],
+            heads=cfg["heads"],
+            strategy=bins.name,
+            options={"device_memory": cfg["device_memory"], "bin_size": cfg["bin_size"]},
+        ),
+        out=plan_dir,
+        force=True,
+    )
     write_json_atomic(stamp, want)
     return plan_dir
 

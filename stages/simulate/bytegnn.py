@@ -45,17 +45,30 @@ class SchedulerProfile:
         records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
         workers = [w for r in (records[1:] or records) for w in r["workers"]]
         if not workers or "task_cpu_seconds" not in workers[0]:
-            raise G3InputError("--run: the run has no task statistics (train the bytegnn plan again)", path=run)
+            raise G3InputError(
+                "--run: the run has no task statistics (train the bytegnn plan again)", path=run
+            )
         cfg = info.get("config") or {}
-        return cls(threads=int(cfg.get("sample_threads") or 2), max_dags=int(cfg.get("max_dags") or 4),
-                   scheduler=(cfg.get("scheduler") or "on") == "on",
-                   t_task=sum(w["task_cpu_seconds"] for w in workers) / max(sum(w["sampled_arcs"] for w in workers), 1),
-                   dags_in_flight_max=max(w["dags_in_flight_max"] for w in workers),
-                   ready_tasks_max=max(w["ready_tasks_max"] for w in workers))
+        return cls(
+            threads=int(cfg.get("sample_threads") or 2),
+            max_dags=int(cfg.get("max_dags") or 4),
+            scheduler=(cfg.get("scheduler") or "on") == "on",
+            t_task=sum(w["task_cpu_seconds"] for w in workers)
+            / max(sum(w["sampled_arcs"] for w in workers), 1),
+            dags_in_flight_max=max(w["dags_in_flight_max"] for w in workers),
+            ready_tasks_max=max(w["ready_tasks_max"] for w in workers),
+        )
 
 
-def simulate_bytegnn(p: MiniBatchProfile, s: SchedulerProfile, k: int, bandwidth: float, latency: float,
-                     scheduler: bool, net=None) -> dict:
+def simulate_bytegnn(
+    p: MiniBatchProfile,
+    s: SchedulerProfile,
+    k: int,
+    bandwidth: float,
+    latency: float,
+    scheduler: bool,
+    net=None,
+) -> dict:
     """The modelled epoch at ``k`` workers (a system entry of simulate.json). ``net``: per-worker links and speeds
     (a cluster of unlike hosts, as :func:`.minibatch.simulate_minibatch`): each worker's task CPU and compute
     ÷ its speed, its remote bytes from its peers evenly at the slower link of each pair; the slowest worker's
@@ -65,7 +78,11 @@ def simulate_bytegnn(p: MiniBatchProfile, s: SchedulerProfile, k: int, bandwidth
 
     net = net or Network(bandwidth, latency)
     latency = net.latency
-    steps = math.ceil(p.num_train / (k * p.batch_size)) if p.order == "local" else math.ceil(p.num_train / p.batch_size)
+    steps = (
+        math.ceil(p.num_train / (k * p.batch_size))
+        if p.order == "local"
+        else math.ceil(p.num_train / p.batch_size)
+    )
     scale = 1.0 if p.order == "local" else p.workers / k
     arcs, rows = p.arcs_per_step * scale, p.rows_per_step * scale
     remote = rows * remote_share(p, k)
@@ -81,24 +98,55 @@ def simulate_bytegnn(p: MiniBatchProfile, s: SchedulerProfile, k: int, bandwidth
         dag_latency = cpu / threads + network
         period = max(cpu / threads, link, dag_latency / dags)
         compute = arcs * p.t_compute / speed
-        per.append({"step": max(period, compute), "sampling_cpu": cpu, "dag_latency": dag_latency, "period": period,
-                    "compute": compute, "network": network, "link": link})
+        per.append(
+            {
+                "step": max(period, compute),
+                "sampling_cpu": cpu,
+                "dag_latency": dag_latency,
+                "period": period,
+                "compute": compute,
+                "network": network,
+                "link": link,
+            }
+        )
     slowest = max(per, key=lambda x: x["step"])
     allreduce = allreduce_seconds(p.num_params, k, net)
     epoch = steps * (slowest["step"] + allreduce)
     name = "bytegnn" if scheduler else "bytegnn-off"
-    workers = [{"rank": r, "busy": steps * x["compute"], "overhead": 0.0, "comm_wait": 0.0,
-                "idle": max(0.0, epoch - steps * x["compute"]), "sync": steps * allreduce,
-                "link_seconds": steps * x["link"], "bytes_sent": steps * remote_bytes} for r, x in enumerate(per)]
-    return {"system": name, "workers_count": k, "epoch_seconds": epoch,
-            "throughput": p.num_train / epoch if epoch > 0 else None, "allreduce_seconds": steps * allreduce,
-            "step_seconds": 0.0, "bytes_per_epoch": int(steps * remote_bytes * k),
-            "busy_max": max(w["busy"] for w in workers), "busy_mean": mean_of(w["busy"] for w in workers),
-            "comm_wait_mean": 0.0, "idle_mean": mean_of(w["idle"] for w in workers), "steps": steps,
-            "step_parts": {**{key: slowest[key] for key in ("sampling_cpu", "dag_latency", "period", "compute",
-                                                            "network")},
-                           "allreduce": allreduce, "dags_in_flight": dags, "threads": threads},
-            "workers": workers}
+    workers = [
+        {
+            "rank": r,
+            "busy": steps * x["compute"],
+            "overhead": 0.0,
+            "comm_wait": 0.0,
+            "idle": max(0.0, epoch - steps * x["compute"]),
+            "sync": steps * allreduce,
+            "link_seconds": steps * x["link"],
+            "bytes_sent": steps * remote_bytes,
+        }
+        for r, x in enumerate(per)
+    ]
+    return {
+        "system": name,
+        "workers_count": k,
+        "epoch_seconds": epoch,
+        "throughput": p.num_train / epoch if epoch > 0 else None,
+        "allreduce_seconds": steps * allreduce,
+        "step_seconds": 0.0,
+        "bytes_per_epoch": int(steps * remote_bytes * k),
+        "busy_max": max(w["busy"] for w in workers),
+        "busy_mean": mean_of(w["busy"] for w in workers),
+        "comm_wait_mean": 0.0,
+        "idle_mean": mean_of(w["idle"] for w in workers),
+        "steps": steps,
+        "step_parts": {
+            **{key: slowest[key] for key in ("sampling_cpu", "dag_latency", "period", "compute", "network")},
+            "allreduce": allreduce,
+            "dags_in_flight": dags,
+            "threads": threads,
+        },
+        "workers": workers,
+    }
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
@@ -113,17 +161,37 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
     net = network(options, k)
 
     def both(kk: int) -> list[dict]:
-        return [simulate_bytegnn(p, s, kk, options.bandwidth, options.latency, on, net=net if kk == k else None)
-                for on in (True, False)]
+        return [
+            simulate_bytegnn(p, s, kk, options.bandwidth, options.latency, on, net=net if kk == k else None)
+            for on in (True, False)
+        ]
 
     result["systems"] = both(k)
-    result["scaling"] = [{"workers": kk, "systems": {r["system"]: {key: r[key] for key in (
-        "epoch_seconds", "throughput", "bytes_per_epoch", "busy_max", "comm_wait_mean", "idle_mean")}
-        for r in both(kk)}} for kk in options.scaling]
+    result["scaling"] = [
+        {
+            "workers": kk,
+            "systems": {
+                r["system"]: {
+                    key: r[key]
+                    for key in (
+                        "epoch_seconds",
+                        "throughput",
+                        "bytes_per_epoch",
+                        "busy_max",
+                        "comm_wait_mean",
+                        "idle_mean",
+                    )
+                }
+                for r in both(kk)
+            },
+        }
+        for kk in options.scaling
+    ]
     result["rates"]["scheduler"] = asdict(s)
     result["rates"]["notes"] = result["rates"]["notes"][:1] + [
         "bytegnn: its run's --sample-threads and --max-dags; bytegnn-off: one DAG at a time on one thread",
         "assumes each sampling thread has a core of its own (no contention with training: Algorithm 1's CPU "
         "throttle never binds), rates independent of K, no imbalance between workers",
-        "remote share of source rows grows as a random partition's (K-1)/K, scaled to the run's measured share"]
+        "remote share of source rows grows as a random partition's (K-1)/K, scaled to the run's measured share",
+    ]
     return result, None

@@ -53,8 +53,16 @@ from ..common.errors import G3InputError
 from ..common.knobs import prefetch_depth
 from ..common.run_artifact import load_run_meta, read_metrics
 
-SCALING_KEYS = ("epoch_seconds", "throughput", "bytes_per_epoch", "busy_max", "comm_wait_mean", "idle_mean",
-                "steps", "allreduce_seconds")
+SCALING_KEYS = (
+    "epoch_seconds",
+    "throughput",
+    "bytes_per_epoch",
+    "busy_max",
+    "comm_wait_mean",
+    "idle_mean",
+    "steps",
+    "allreduce_seconds",
+)
 SCALAR_VALUES = 2  # an int64 or float64 scalar all-reduced per collective, in float32 values
 
 
@@ -82,9 +90,12 @@ class WorkerClusters:
         dst = np.repeat(np.arange(n, dtype=np.int64), degree)
         own = indices < n  # arcs from other workers' nodes are never in a batch
         pair = c[dst[own]] * count + c[indices[own]]
-        return cls(nodes=np.bincount(c, minlength=count), train=np.bincount(c[rows], minlength=count),
-                   scanned=np.bincount(c, weights=degree, minlength=count).astype(np.int64),
-                   arcs=np.bincount(pair, minlength=count * count).reshape(count, count))
+        return cls(
+            nodes=np.bincount(c, minlength=count),
+            train=np.bincount(c[rows], minlength=count),
+            scanned=np.bincount(c, weights=degree, minlength=count).astype(np.int64),
+            arcs=np.bincount(pair, minlength=count * count).reshape(count, count),
+        )
 
 
 @dataclass
@@ -112,7 +123,7 @@ def batches(workers: list[WorkerClusters], per_batch: int, seed: int, epoch: int
     for r, w in enumerate(workers):
         order = shuffled(np.arange(len(w.nodes), dtype=np.int64), seed, epoch, stream=r)
         for s in range(steps):
-            chosen = order[s * per_batch:(s + 1) * per_batch]
+            chosen = order[s * per_batch : (s + 1) * per_batch]
             out.nodes[s, r] = w.nodes[chosen].sum()
             out.arcs[s, r] = w.arcs[np.ix_(chosen, chosen)].sum()
             out.scanned[s, r] = w.scanned[chosen].sum()
@@ -155,8 +166,10 @@ class ClusterProfile:
         steady = records[1:] or records
         k0 = int(meta["num_workers"])
         if any(len(r["workers"]) != k0 for r in steady) or "sampled_arcs" not in steady[0]["workers"][0]:
-            raise G3InputError("--run: the run has no per-worker sampling statistics (sampled_arcs): train the plan "
-                               "again", path=run)
+            raise G3InputError(
+                "--run: the run has no per-worker sampling statistics (sampled_arcs): train the plan again",
+                path=run,
+            )
         opts, cfg = meta["strategy"]["options"], info.get("config") or {}
         spec = ModelSpec.from_plan(meta)
         layers = [(s.edge_width, s.d_in * s.d_out) for s in spec.layer_shapes()]
@@ -168,12 +181,15 @@ class ClusterProfile:
         for rec in steady:
             b = batches(workers, per_batch, seed, int(rec["epoch"]))
             for r, w in enumerate(rec["workers"]):
-                if (int(w["sampled_arcs"]) != spec.num_blocks * int(b.arcs[:, r].sum())
-                        or int(w["source_rows"]) != int(b.nodes[:, r].sum())):
+                if int(w["sampled_arcs"]) != spec.num_blocks * int(b.arcs[:, r].sum()) or int(
+                    w["source_rows"]
+                ) != int(b.nodes[:, r].sum()):
                     raise G3InputError(
                         f"--run: worker {r}'s batches of epoch {rec['epoch']} are not the plan's clusters at seed "
                         f"{seed} ({w['sampled_arcs']} arcs, {w['source_rows']} rows recorded; the model counts "
-                        f"{spec.num_blocks * int(b.arcs[:, r].sum())} and {int(b.nodes[:, r].sum())})", path=run)
+                        f"{spec.num_blocks * int(b.arcs[:, r].sum())} and {int(b.nodes[:, r].sum())})",
+                        path=run,
+                    )
                 has = b.train[:, r] > 0
                 work += float(units(layers, b.arcs[has, r], b.nodes[has, r]).sum())
                 scanned += float(b.scanned[:, r].sum())
@@ -185,19 +201,32 @@ class ClusterProfile:
             n_updates = int((b.train.sum(axis=1) > 0).sum())
             recorded = int(rec.get("steps", 1))
             if n_updates != recorded and not (n_updates == 0 and recorded == 1):
-                raise G3InputError(f"--run: epoch {rec['epoch']} took {recorded} optimizer steps, the plan's clusters "
-                                   f"give {n_updates}", path=run)
+                raise G3InputError(
+                    f"--run: epoch {rec['epoch']} took {recorded} optimizer steps, the plan's clusters "
+                    f"give {n_updates}",
+                    path=run,
+                )
             updates.append(n_updates)
         total_updates = sum(updates) * k0
         return cls(
-            workers=k0, clusters=int(opts["clusters"]), clusters_per_batch=per_batch,
-            cluster_seed=int(opts["cluster_seed"]), seed=seed, epochs=[int(r["epoch"]) for r in steady],
-            layers=layers, num_blocks=spec.num_blocks,
-            num_train=int(sum(int(w.train.sum()) for w in workers)), num_params=_num_params(run),
-            t_unit=compute / work if work > 0 else 0.0, t_scan=sample / scanned if scanned > 0 else 0.0,
-            t_row=fetch / rows if rows > 0 else 0.0, t_opt=opt / total_updates if total_updates else 0.0,
+            workers=k0,
+            clusters=int(opts["clusters"]),
+            clusters_per_batch=per_batch,
+            cluster_seed=int(opts["cluster_seed"]),
+            seed=seed,
+            epochs=[int(r["epoch"]) for r in steady],
+            layers=layers,
+            num_blocks=spec.num_blocks,
+            num_train=int(sum(int(w.train.sum()) for w in workers)),
+            num_params=_num_params(run),
+            t_unit=compute / work if work > 0 else 0.0,
+            t_scan=sample / scanned if scanned > 0 else 0.0,
+            t_row=fetch / rows if rows > 0 else 0.0,
+            t_opt=opt / total_updates if total_updates else 0.0,
             prefetch=prefetch_depth(cfg.get("prefetch")) > 0,
-            measured_epoch_seconds=statistics.median(r["epoch_seconds"] for r in steady), updates_per_epoch=updates)
+            measured_epoch_seconds=statistics.median(r["epoch_seconds"] for r in steady),
+            updates_per_epoch=updates,
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -212,7 +241,9 @@ def plan_clusters(plan: Path, meta: dict) -> list[WorkerClusters]:
 
     k = int(meta["num_workers"])
     part = meta["partition"]["path"]
-    return [WorkerClusters.of(open_shard(part, r, k), WorkerPlan(plan, r).array("clusters")) for r in range(k)]
+    return [
+        WorkerClusters.of(open_shard(part, r, k), WorkerPlan(plan, r).array("clusters")) for r in range(k)
+    ]
 
 
 def clusters_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> list[WorkerClusters]:
@@ -233,8 +264,14 @@ def clusters_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> list[Wo
     same = {f: params[f] for f in partition_method(method).options if params.get(f) is not None}
     config = {key: meta["config"][key] for key in ("model", "layers", "hidden", "heads")}
     options = meta["strategy"]["options"]
-    want = {"store": meta["store"].get("checksums"), "method": method, "parameters": same, "config": config,
-            "options": options, "workers": k}
+    want = {
+        "store": meta["store"].get("checksums"),
+        "method": method,
+        "parameters": same,
+        "config": config,
+        "options": options,
+        "workers": k,
+    }
     part_dir = cache / f"clustergcn-part-{method}-{k}"
     plan_dir = cache / f"clustergcn-part-{method}-{k}.plan"
     stamp = cache / f"clustergcn-part-{method}-{k}.json"
@@ -245,7 +282,9 @@ def clusters_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> list[Wo
         except G3InputError:  # the cached plan was damaged or removed: made again
             pass
     cache.mkdir(parents=True, exist_ok=True)
-    run_partition(meta["store"]["path"], PartitionOptions(workers=k, method=method, **same), out=part_dir, force=True)
+    run_partition(
+        meta["store"]["path"], PartitionOptions(workers=k, method=method, **same), out=part_dir, force=True
+    )
     run_plan(part_dir, PlanConfig(**config, strategy="clustergcn", options=options), out=plan_dir, force=True)
     write_json_atomic(stamp, want)
     return plan_clusters(plan_dir, load_plan_meta(plan_dir))
@@ -256,8 +295,9 @@ def clusters_for_workers(plan: Path, meta: dict, k: int, cache: Path) -> list[Wo
 # ------------------------------------------------------------------------------------------------------------
 
 
-def simulate_clustergcn(p: ClusterProfile, workers: list[WorkerClusters], bandwidth: float, latency: float,
-                        net=None) -> dict:
+def simulate_clustergcn(
+    p: ClusterProfile, workers: list[WorkerClusters], bandwidth: float, latency: float, net=None
+) -> dict:
     """The modelled epoch on ``workers``' clusters (their count is K; a system entry of simulate.json).
     ``net``: per-worker links and speeds (a cluster of unlike hosts): worker w's sampler and compute seconds ÷
     its speed (the slowest worker still bounds each step), the all-reduces at the slowest link, the optimizer
@@ -281,8 +321,11 @@ def simulate_clustergcn(p: ClusterProfile, workers: list[WorkerClusters], bandwi
         update = b.train.sum(axis=1) > 0  # a step without a target on any worker takes no update
         n_up = int(update.sum())
         steps = len(update)
-        epochs.append(float(per_worker.max(axis=1, initial=0.0).sum()) + steps * scalar
-                      + n_up * (allreduce + scalar + t_opt))
+        epochs.append(
+            float(per_worker.max(axis=1, initial=0.0).sum())
+            + steps * scalar
+            + n_up * (allreduce + scalar + t_opt)
+        )
         updates.append(n_up)
         busy.append(compute.sum(axis=0))
         sync.append(n_up * (allreduce + t_opt))
@@ -296,30 +339,58 @@ def simulate_clustergcn(p: ClusterProfile, workers: list[WorkerClusters], bandwi
     busy_w = np.mean(busy, axis=0)
     steps = runtime_steps(workers, p.clusters_per_batch)
     mean_updates = sum(updates) / n
-    workers_out = [{"rank": r, "busy": float(busy_w[r]), "overhead": 0.0, "comm_wait": sum(comm) / n,
-                    "idle": max(0.0, epoch - float(busy_w[r]) - sum(sync) / n - sum(comm) / n),
-                    "sync": sum(sync) / n, "end": epoch, "bytes_sent": 0, "messages": 0, "link_seconds": 0.0}
-                   for r in range(k)]
-    return {"system": "clustergcn", "workers_count": k, "epoch_seconds": epoch,
-            "throughput": p.num_train / epoch if epoch > 0 else None,
-            "allreduce_seconds": mean_updates * allreduce, "step_seconds": mean_updates * t_opt,
-            "bytes_per_epoch": 0, "allreduce_bytes_per_epoch": round(mean_updates * k * ring_bytes),
-            "busy_max": float(busy_w.max(initial=0.0)), "busy_mean": float(busy_w.mean()) if k else 0.0,
-            "comm_wait_mean": sum(comm) / n, "idle_mean": float(np.mean([w["idle"] for w in workers_out])),
-            "steps": steps, "optimizer_steps": mean_updates, "epochs_modelled": list(p.epochs),
-            "epoch_seconds_per_epoch": epochs,
-            "batch": {"nodes": nodes / n, "arcs": arcs / n},
-            "bytes_per_step": {"allreduce": ring_bytes},
-            "step_parts": {"prepare": sum(prep_max) / n, "compute": sum(comp_max) / n, "allreduce": allreduce,
-                           "scalars": 2 * scalar, "optimizer": t_opt},
-            "workers": workers_out}
+    workers_out = [
+        {
+            "rank": r,
+            "busy": float(busy_w[r]),
+            "overhead": 0.0,
+            "comm_wait": sum(comm) / n,
+            "idle": max(0.0, epoch - float(busy_w[r]) - sum(sync) / n - sum(comm) / n),
+            "sync": sum(sync) / n,
+            "end": epoch,
+            "bytes_sent": 0,
+            "messages": 0,
+            "link_seconds": 0.0,
+        }
+        for r in range(k)
+    ]
+    return {
+        "system": "clustergcn",
+        "workers_count": k,
+        "epoch_seconds": epoch,
+        "throughput": p.num_train / epoch if epoch > 0 else None,
+        "allreduce_seconds": mean_updates * allreduce,
+        "step_seconds": mean_updates * t_opt,
+        "bytes_per_epoch": 0,
+        "allreduce_bytes_per_epoch": round(mean_updates * k * ring_bytes),
+        "busy_max": float(busy_w.max(initial=0.0)),
+        "busy_mean": float(busy_w.mean()) if k else 0.0,
+        "comm_wait_mean": sum(comm) / n,
+        "idle_mean": float(np.mean([w["idle"] for w in workers_out])),
+        "steps": steps,
+        "optimizer_steps": mean_updates,
+        "epochs_modelled": list(p.epochs),
+        "epoch_seconds_per_epoch": epochs,
+        "batch": {"nodes": nodes / n, "arcs": arcs / n},
+        "bytes_per_step": {"allreduce": ring_bytes},
+        "step_parts": {
+            "prepare": sum(prep_max) / n,
+            "compute": sum(comp_max) / n,
+            "allreduce": allreduce,
+            "scalars": 2 * scalar,
+            "optimizer": t_opt,
+        },
+        "workers": workers_out,
+    }
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
     """The simulator registered with the clustergcn strategy (stages/common/strategies.py ``simulator``)."""
     if not options.run:
-        raise G3InputError("a clustergcn plan is simulated from a run of it: give --run RUN (g3 train PLAN -o RUN)",
-                           path=plan)
+        raise G3InputError(
+            "a clustergcn plan is simulated from a run of it: give --run RUN (g3 train PLAN -o RUN)",
+            path=plan,
+        )
     run = Path(options.run)
     if not (run / "metrics.jsonl").is_file():
         raise G3InputError("--run: no metrics.jsonl (train the plan first: g3 train PLAN -o RUN)", path=run)
@@ -336,23 +407,38 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
 
     def system(kk: int) -> dict:
         if kk not in at_k:
-            at_k[kk] = simulate_clustergcn(p, clusters_for_workers(plan, meta, kk, cache), options.bandwidth,
-                                           options.latency, net=network(options, k) if kk == k else None)
+            at_k[kk] = simulate_clustergcn(
+                p,
+                clusters_for_workers(plan, meta, kk, cache),
+                options.bandwidth,
+                options.latency,
+                net=network(options, k) if kk == k else None,
+            )
         return at_k[kk]
 
     main = system(k)
-    scaling = [{"workers": kk, "systems": {"clustergcn": {key: system(kk)[key] for key in SCALING_KEYS}}}
-               for kk in options.scaling]
-    notes = [f"calibrated on {run} (K = {p.workers}, measured median epoch {p.measured_epoch_seconds:.3f} s); "
-             "throughput = training seeds per second",
-             f"clustergcn: every worker's batch of {p.clusters_per_batch} clusters as the runtime draws them (epochs "
-             f"{', '.join(map(str, p.epochs))}, seed {p.seed}); the slowest worker bounds each step; one gradient "
-             "all-reduce and two scalar all-reduces per step; no other bytes",
-             "other K: the store partitioned again with the plan's method and each worker clustered as g3 plan would",
-             "assumes rates independent of K and batch size (no contention between the sampler and compute threads "
-             "or between workers sharing cores); Python work outside the timed spans (loss, blocks) left out"]
-    return {"plan": str(plan.resolve()), "simulated_plan": str(plan.resolve()), "workers": k,
-            "num_nodes": int(meta["store"]["num_nodes"]), "model": meta["config"],
-            "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency},
-            "rates": {"source": f"run {run}", "notes": notes, "profile": asdict(p)},
-            "systems": [main], "scaling": scaling}, None
+    scaling = [
+        {"workers": kk, "systems": {"clustergcn": {key: system(kk)[key] for key in SCALING_KEYS}}}
+        for kk in options.scaling
+    ]
+    notes = [
+        f"calibrated on {run} (K = {p.workers}, measured median epoch {p.measured_epoch_seconds:.3f} s); "
+        "throughput = training seeds per second",
+        f"clustergcn: every worker's batch of {p.clusters_per_batch} clusters as the runtime draws them (epochs "
+        f"{', '.join(map(str, p.epochs))}, seed {p.seed}); the slowest worker bounds each step; one gradient "
+        "all-reduce and two scalar all-reduces per step; no other bytes",
+        "other K: the store partitioned again with the plan's method and each worker clustered as g3 plan would",
+        "assumes rates independent of K and batch size (no contention between the sampler and compute threads "
+        "or between workers sharing cores); Python work outside the timed spans (loss, blocks) left out",
+    ]
+    return {
+        "plan": str(plan.resolve()),
+        "simulated_plan": str(plan.resolve()),
+        "workers": k,
+        "num_nodes": int(meta["store"]["num_nodes"]),
+        "model": meta["config"],
+        "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency},
+        "rates": {"source": f"run {run}", "notes": notes, "profile": asdict(p)},
+        "systems": [main],
+        "scaling": scaling,
+    }, None

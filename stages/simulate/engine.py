@@ -47,9 +47,15 @@ class Network:
     latency: float  # seconds
     share: float = 1.0  # of the link's bytes that are payload (stages/simulate/calibration.py)
     workers_per_host: int = 1  # consecutive ranks on one host, which talk over its loopback
-    links: tuple[float, ...] | None = None  # per rank: its host's link, bytes/s per direction (None: bandwidth)
-    speeds: tuple[float, ...] | None = None  # per rank: compute speed relative to the profiled machine (None: 1)
-    hosts: tuple[int, ...] | None = None  # per rank: its host, 0 … H−1 (None: workers_per_host consecutive ranks)
+    links: tuple[float, ...] | None = (
+        None  # per rank: its host's link, bytes/s per direction (None: bandwidth)
+    )
+    speeds: tuple[float, ...] | None = (
+        None  # per rank: compute speed relative to the profiled machine (None: 1)
+    )
+    hosts: tuple[int, ...] | None = (
+        None  # per rank: its host, 0 … H−1 (None: workers_per_host consecutive ranks)
+    )
 
     def link(self, worker: int) -> float:
         """Bytes/s of ``worker``'s host's link (before ``share``)."""
@@ -284,7 +290,9 @@ class Engine:
                 if len(req) > 2 and req[2] == "overhead":
                     st.overhead += dur
                 if self.record and dur > 0:
-                    st.spans.append((t, t + dur, req[2] if len(req) > 2 else "compute", req[3] if len(req) > 3 else ""))
+                    st.spans.append(
+                        (t, t + dur, req[2] if len(req) > 2 else "compute", req[3] if len(req) > 3 else "")
+                    )
                 self._push(t + dur, w)
                 st.end = t + dur
                 return

@@ -63,22 +63,31 @@ class HopProfile:
         steady = records[1:] or records
         workers = [w for r in steady for w in r["workers"]]
         if "feature_misses" not in workers[0]:
-            raise G3InputError("--run: the run has no hopgnn statistics (feature_misses); train the plan again",
-                               path=run)
+            raise G3InputError(
+                "--run: the run has no hopgnn statistics (feature_misses); train the plan again", path=run
+            )
         opts = plan_meta["strategy"]["options"]
         away = sum(w["away_roots"] for w in workers) / max(len(steady) * p.num_train, 1)
         # the shares are counts, not times: unmerged epochs (the steady ones, else the first of --merge auto)
         # give s directly
-        unmerged = [w for w in workers if w.get("merged_steps", 0) == 0] or \
-            [w for r in records for w in r["workers"] if w.get("merged_steps", 0) == 0]
+        unmerged = [w for w in workers if w.get("merged_steps", 0) == 0] or [
+            w for r in records for w in r["workers"] if w.get("merged_steps", 0) == 0
+        ]
         rows = sum(w["source_rows"] for w in unmerged or workers)
         misses = sum(w["feature_misses"] for w in unmerged or workers)
         home = misses / max(rows, 1) if unmerged else _home_share(misses / max(rows, 1), away, p.workers)
         dtype = str((info.get("config") or {}).get("dtype") or "float32")
-        return cls(local_only=opts["batch_order"] == "local-only", pregather=bool(opts["pregather"]),
-                   migrate=bool(opts["migrate"]), merge=opts["merge"], itemsize=_ITEMSIZE.get(dtype, 4),
-                   home_share=home, dedup=sum(w["fetched_rows"] for w in unmerged or workers) / misses if misses
-                   else 1.0, away_share=away, merged_measured=int(records[-1]["workers"][0].get("merged_steps", 0)))
+        return cls(
+            local_only=opts["batch_order"] == "local-only",
+            pregather=bool(opts["pregather"]),
+            migrate=bool(opts["migrate"]),
+            merge=opts["merge"],
+            itemsize=_ITEMSIZE.get(dtype, 4),
+            home_share=home,
+            dedup=sum(w["fetched_rows"] for w in unmerged or workers) / misses if misses else 1.0,
+            away_share=away,
+            merged_measured=int(records[-1]["workers"][0].get("merged_steps", 0)),
+        )
 
 
 def _home_share(miss: float, away: float, k: int) -> float:
@@ -99,8 +108,16 @@ def miss_share(p: MiniBatchProfile, h: HopProfile, k: int, merged: int) -> float
     return (1 - a) * s + a * (1 - s / (k - 1))
 
 
-def simulate_hopgnn(p: MiniBatchProfile, h: HopProfile, k: int, bandwidth: float, latency: float,
-                    merged: int, name: str = "hopgnn", net=None) -> dict:
+def simulate_hopgnn(
+    p: MiniBatchProfile,
+    h: HopProfile,
+    k: int,
+    bandwidth: float,
+    latency: float,
+    merged: int,
+    name: str = "hopgnn",
+    net=None,
+) -> dict:
     """The modelled epoch at ``k`` workers with ``merged`` time steps merged away (a system of simulate.json).
     ``net``: per-worker links and speeds (a cluster of unlike hosts): each server's sampling, gathering and
     compute ÷ its speed, its fetched rows from its peers evenly at the slower link of each pair, the migrations
@@ -138,25 +155,52 @@ def simulate_hopgnn(p: MiniBatchProfile, h: HopProfile, k: int, bandwidth: float
     allreduce = allreduce_seconds(p.num_params, k, net)
     epoch = steps * (iteration + allreduce)
     sent = steps * (fetch_bytes + migrate_bytes)
-    workers = [{"rank": r, "busy": steps * c, "overhead": 0.0, "comm_wait": steps * (n + migrate),
-                "idle": max(0.0, epoch - steps * c), "sync": steps * allreduce, "link_seconds": steps * (n + migrate),
-                "bytes_sent": sent} for r, (_, _, c, n) in enumerate(per)]
-    return {"system": name, "workers_count": k, "epoch_seconds": epoch,
-            "throughput": p.num_train / epoch if epoch > 0 else None, "allreduce_seconds": steps * allreduce,
-            "step_seconds": 0.0, "bytes_per_epoch": round(sent * k), "busy_max": max(w["busy"] for w in workers),
-            "busy_mean": mean_of(w["busy"] for w in workers),
-            "comm_wait_mean": mean_of(w["comm_wait"] for w in workers),
-            "idle_mean": mean_of(w["idle"] for w in workers), "steps": steps,
-            "time_steps": t_steps, "merged_steps": merged,
-            "feature_bytes_per_epoch": round(steps * feature_bytes * k),
-            "migrated_bytes_per_epoch": round(steps * migrate_bytes * k),
-            "miss_rate": miss_share(p, h, k, merged),
-            "step_parts": {"prepare": prepare, "compute": compute, "network": network, "migrate": migrate,
-                           "allreduce": allreduce, "rounds": rounds},
-            "workers": workers}
+    workers = [
+        {
+            "rank": r,
+            "busy": steps * c,
+            "overhead": 0.0,
+            "comm_wait": steps * (n + migrate),
+            "idle": max(0.0, epoch - steps * c),
+            "sync": steps * allreduce,
+            "link_seconds": steps * (n + migrate),
+            "bytes_sent": sent,
+        }
+        for r, (_, _, c, n) in enumerate(per)
+    ]
+    return {
+        "system": name,
+        "workers_count": k,
+        "epoch_seconds": epoch,
+        "throughput": p.num_train / epoch if epoch > 0 else None,
+        "allreduce_seconds": steps * allreduce,
+        "step_seconds": 0.0,
+        "bytes_per_epoch": round(sent * k),
+        "busy_max": max(w["busy"] for w in workers),
+        "busy_mean": mean_of(w["busy"] for w in workers),
+        "comm_wait_mean": mean_of(w["comm_wait"] for w in workers),
+        "idle_mean": mean_of(w["idle"] for w in workers),
+        "steps": steps,
+        "time_steps": t_steps,
+        "merged_steps": merged,
+        "feature_bytes_per_epoch": round(steps * feature_bytes * k),
+        "migrated_bytes_per_epoch": round(steps * migrate_bytes * k),
+        "miss_rate": miss_share(p, h, k, merged),
+        "step_parts": {
+            "prepare": prepare,
+            "compute": compute,
+            "network": network,
+            "migrate": migrate,
+            "allreduce": allreduce,
+            "rounds": rounds,
+        },
+        "workers": workers,
+    }
 
 
-def auto_merged(p: MiniBatchProfile, h: HopProfile, k: int, bandwidth: float, latency: float, net=None) -> int:
+def auto_merged(
+    p: MiniBatchProfile, h: HopProfile, k: int, bandwidth: float, latency: float, net=None
+) -> int:
     """The merged steps ``--merge auto`` settles at on modelled epochs: the runtime's rule (merge_decision)."""
     from ..runtime.strategies.hopgnn import merge_decision
 
@@ -168,8 +212,9 @@ def auto_merged(p: MiniBatchProfile, h: HopProfile, k: int, bandwidth: float, la
     return merged
 
 
-def systems_at(p: MiniBatchProfile, h: HopProfile, k: int, bandwidth: float, latency: float,
-               net=None) -> list[dict]:
+def systems_at(
+    p: MiniBatchProfile, h: HopProfile, k: int, bandwidth: float, latency: float, net=None
+) -> list[dict]:
     """The plan's hopgnn at ``k`` workers, and without merging when the plan merges."""
     merges = h.merge != 0 and not h.local_only
     merged = auto_merged(p, h, k, bandwidth, latency, net=net) if h.merge == "auto" else int(h.merge)
@@ -189,11 +234,31 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
     k = result["workers"]
     net = network(options, k)
     result["systems"] = systems_at(p, h, k, options.bandwidth, options.latency, net=net)
-    result["scaling"] = [{"workers": kk, "systems": {r["system"]: {key: r[key] for key in (
-        "epoch_seconds", "throughput", "bytes_per_epoch", "busy_max", "comm_wait_mean", "idle_mean",
-        "time_steps", "feature_bytes_per_epoch", "migrated_bytes_per_epoch")}
-        for r in systems_at(p, h, kk, options.bandwidth, options.latency, net=net if kk == k else None)}}
-        for kk in options.scaling]
+    result["scaling"] = [
+        {
+            "workers": kk,
+            "systems": {
+                r["system"]: {
+                    key: r[key]
+                    for key in (
+                        "epoch_seconds",
+                        "throughput",
+                        "bytes_per_epoch",
+                        "busy_max",
+                        "comm_wait_mean",
+                        "idle_mean",
+                        "time_steps",
+                        "feature_bytes_per_epoch",
+                        "migrated_bytes_per_epoch",
+                    )
+                }
+                for r in systems_at(
+                    p, h, kk, options.bandwidth, options.latency, net=net if kk == k else None
+                )
+            },
+        }
+        for kk in options.scaling
+    ]
     result["rates"]["hopgnn"] = asdict(h)
     result["rates"]["notes"] = result["rates"]["notes"][:1] + [
         "hopgnn: T = K - merged time steps per iteration, (T-1) migrations of 2P values per server (--migrate "
@@ -202,5 +267,6 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
         "assumes balanced time steps (no wait at a migration), rates and pre-gathering's deduplication "
         "independent of K and of merging, no imbalance between workers",
         "the home share of source rows grows as a random partition's (K-1)/K, scaled to the run's; a root "
-        "merged away from home reads its rows from the other servers evenly"]
+        "merged away from home reads its rows from the other servers evenly",
+    ]
     return result, None

@@ -56,14 +56,19 @@ class MiniBatchProfile:
     def from_run(cls, run: Path, plan_meta: dict) -> MiniBatchProfile:
         run = Path(run)
         if not (run / "metrics.jsonl").is_file():
-            raise G3InputError("--run: no metrics.jsonl (train the plan first: g3 train PLAN -o RUN)", path=run)
+            raise G3InputError(
+                "--run: no metrics.jsonl (train the plan first: g3 train PLAN -o RUN)", path=run
+            )
         info = load_run_meta(run)
         records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
         steady = records[1:] or records
         workers = [w for r in steady for w in r["workers"]]
         if not workers or "sampled_arcs" not in workers[0]:
-            raise G3InputError("--run: the run has no sampling statistics (a distdgl or bytegnn run of g3 "
-                               "from after they were recorded is needed)", path=run)
+            raise G3InputError(
+                "--run: the run has no sampling statistics (a distdgl or bytegnn run of g3 "
+                "from after they were recorded is needed)",
+                path=run,
+            )
         if "source_rows" not in workers[0]:
             raise G3InputError("--run: the run predates the source-row statistics; train it again", path=run)
         options = (info.get("strategy") or {}).get("options") or {}
@@ -74,17 +79,23 @@ class MiniBatchProfile:
         labels_train = sum(int(x["num_train"]) for x in plan_meta["workers"] if "num_train" in x)
         cfg = info.get("config") or {}
         return cls(
-            strategy=info["strategy"]["name"], workers=int(info["plan"]["num_workers"]),
-            order=options.get("batch_order", "local"), batch_size=int(options["batch_size"]),
-            fanouts=[int(f) for f in options["fanouts"]], feat_dim=int(store["feat_dim"]),
-            num_train=labels_train, num_params=_num_params(run),
-            arcs_per_step=arcs / steps, rows_per_step=rows / steps,
+            strategy=info["strategy"]["name"],
+            workers=int(info["plan"]["num_workers"]),
+            order=options.get("batch_order", "local"),
+            batch_size=int(options["batch_size"]),
+            fanouts=[int(f) for f in options["fanouts"]],
+            feat_dim=int(store["feat_dim"]),
+            num_train=labels_train,
+            num_params=_num_params(run),
+            arcs_per_step=arcs / steps,
+            rows_per_step=rows / steps,
             remote_share=sum(w["fetched_rows"] for w in workers) / max(rows, 1),
             t_sample=sum(w["sample_seconds"] for w in workers) / max(arcs, 1),
             t_gather=sum(w["fetch_seconds"] for w in workers) / max(rows, 1),
             t_compute=sum(w["compute_seconds"] for w in workers) / max(arcs, 1),
             prefetch=prefetch_depth(cfg.get("prefetch")) > 0,
-            measured_epoch_seconds=statistics.median(r["epoch_seconds"] for r in steady))
+            measured_epoch_seconds=statistics.median(r["epoch_seconds"] for r in steady),
+        )
 
 
 def _num_params(run: Path) -> int:
@@ -143,17 +154,35 @@ def simulate_minibatch(p: MiniBatchProfile, k: int, bandwidth: float, latency: f
     step, prepare, compute, comm = max(per, key=lambda x: x[0])  # the slowest worker bounds the step
     allreduce = allreduce_seconds(p.num_params, k, net)
     epoch = steps * (step + allreduce)
-    workers = [{"rank": r, "busy": steps * c, "overhead": 0.0, "comm_wait": steps * n,
-                "idle": max(0.0, epoch - steps * c), "sync": steps * allreduce, "link_seconds": steps * n,
-                "bytes_sent": steps * remote_bytes} for r, (_, _, c, n) in enumerate(per)]
-    return {"system": p.strategy, "workers_count": k, "epoch_seconds": epoch,
-            "throughput": p.num_train / epoch if epoch > 0 else None, "allreduce_seconds": steps * allreduce,
-            "step_seconds": 0.0, "bytes_per_epoch": int(steps * remote_bytes * k),
-            "busy_max": max(w["busy"] for w in workers), "busy_mean": mean_of(w["busy"] for w in workers),
-            "comm_wait_mean": mean_of(w["comm_wait"] for w in workers),
-            "idle_mean": mean_of(w["idle"] for w in workers), "steps": steps,
-            "step_parts": {"prepare": prepare, "compute": compute, "network": comm, "allreduce": allreduce},
-            "workers": workers}
+    workers = [
+        {
+            "rank": r,
+            "busy": steps * c,
+            "overhead": 0.0,
+            "comm_wait": steps * n,
+            "idle": max(0.0, epoch - steps * c),
+            "sync": steps * allreduce,
+            "link_seconds": steps * n,
+            "bytes_sent": steps * remote_bytes,
+        }
+        for r, (_, _, c, n) in enumerate(per)
+    ]
+    return {
+        "system": p.strategy,
+        "workers_count": k,
+        "epoch_seconds": epoch,
+        "throughput": p.num_train / epoch if epoch > 0 else None,
+        "allreduce_seconds": steps * allreduce,
+        "step_seconds": 0.0,
+        "bytes_per_epoch": int(steps * remote_bytes * k),
+        "busy_max": max(w["busy"] for w in workers),
+        "busy_mean": mean_of(w["busy"] for w in workers),
+        "comm_wait_mean": mean_of(w["comm_wait"] for w in workers),
+        "idle_mean": mean_of(w["idle"] for w in workers),
+        "steps": steps,
+        "step_parts": {"prepare": prepare, "compute": compute, "network": comm, "allreduce": allreduce},
+        "workers": workers,
+    }
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
@@ -164,8 +193,11 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
 def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict:
     """`g3 simulate PLAN --run RUN` for a sampling strategy: the modelled epoch at K and the scaling table."""
     if not options.run:
-        raise G3InputError(f"a {meta['strategy']['name']} plan is simulated from a run of it: give --run RUN "
-                           "(g3 train PLAN -o RUN)", path=plan)
+        raise G3InputError(
+            f"a {meta['strategy']['name']} plan is simulated from a run of it: give --run RUN "
+            "(g3 train PLAN -o RUN)",
+            path=plan,
+        )
     run = Path(options.run)
     info = load_run_meta(run)
     trained = resolve_reference(info["plan"], run, "plan.json").resolve()
@@ -179,14 +211,38 @@ def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict
     scaling = []
     for kk in options.scaling:
         r = main if kk == k else simulate_minibatch(profile, kk, options.bandwidth, options.latency)
-        scaling.append({"workers": kk, "systems": {r["system"]: {key: r[key] for key in (
-            "epoch_seconds", "throughput", "bytes_per_epoch", "busy_max", "comm_wait_mean", "idle_mean")}}})
-    notes = [f"calibrated on {run} (K = {profile.workers}, measured median epoch "
-             f"{profile.measured_epoch_seconds:.3f} s); throughput = training seeds per second",
-             "assumes per-arc and per-row rates independent of K (no contention) and no imbalance between workers",
-             "remote share of source rows grows as a random partition's (K-1)/K, scaled to the run's measured share"]
-    return {"plan": str(plan.resolve()), "simulated_plan": str(plan.resolve()), "workers": k,
-            "num_nodes": int(meta["store"]["num_nodes"]), "model": meta["config"],
-            "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency},
-            "rates": {"source": f"run {run}", "notes": notes, "profile": asdict(profile)},
-            "systems": [main], "scaling": scaling}
+        scaling.append(
+            {
+                "workers": kk,
+                "systems": {
+                    r["system"]: {
+                        key: r[key]
+                        for key in (
+                            "epoch_seconds",
+                            "throughput",
+                            "bytes_per_epoch",
+                            "busy_max",
+                            "comm_wait_mean",
+                            "idle_mean",
+                        )
+                    }
+                },
+            }
+        )
+    notes = [
+        f"calibrated on {run} (K = {profile.workers}, measured median epoch "
+        f"{profile.measured_epoch_seconds:.3f} s); throughput = training seeds per second",
+        "assumes per-arc and per-row rates independent of K (no contention) and no imbalance between workers",
+        "remote share of source rows grows as a random partition's (K-1)/K, scaled to the run's measured share",
+    ]
+    return {
+        "plan": str(plan.resolve()),
+        "simulated_plan": str(plan.resolve()),
+        "workers": k,
+        "num_nodes": int(meta["store"]["num_nodes"]),
+        "model": meta["config"],
+        "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency},
+        "rates": {"source": f"run {run}", "notes": notes, "profile": asdict(profile)},
+        "systems": [main],
+        "scaling": scaling,
+    }

@@ -89,12 +89,17 @@ class P3Profile:
         workers = [w for r in steady for w in r["workers"]]
         k0 = len(steady[0]["workers"])
         if k0 < 2:
-            raise G3InputError("--run: calibrate the p3 model on a run of two or more workers (a one-worker run "
-                               "pushes no structure and pulls no partials to measure V¹ and the layer-1 arcs from)",
-                               path=run)
+            raise G3InputError(
+                "--run: calibrate the p3 model on a run of two or more workers (a one-worker run "
+                "pushes no structure and pulls no partials to measure V¹ and the layer-1 arcs from)",
+                path=run,
+            )
         if "bytes_sent_per_phase" not in workers[0] or "gradients" not in workers[0]["bytes_sent_per_phase"]:
-            raise G3InputError("--run: the run has no p3 byte counts (structure, partials, gradients): train the "
-                               "p3 plan again", path=run)
+            raise G3InputError(
+                "--run: the run has no p3 byte counts (structure, partials, gradients): train the "
+                "p3 plan again",
+                path=run,
+            )
         cfg = info.get("config") or {}
         item = _ITEMSIZE.get(str(cfg.get("dtype") or "float32"), 4)
         opts = plan_meta["strategy"]["options"]
@@ -114,16 +119,25 @@ class P3Profile:
         feat_dim = int(plan_meta["store"]["feat_dim"])
         units = arcs1 * feat_dim + (arcs - arcs1) * hidden  # arc-columns per worker-step (see the docstring)
         return cls(
-            workers=k0, order=opts.get("batch_order", "global"), batch_size=int(opts["batch_size"]),
+            workers=k0,
+            order=opts.get("batch_order", "global"),
+            batch_size=int(opts["batch_size"]),
             num_train=sum(int(x["num_train"]) for x in plan_meta["workers"] if "num_train" in x),
-            layers=len(plan_meta["layers"]), feat_dim=feat_dim, hidden=hidden, arcs=arcs, arcs1=arcs1,
-            src0=src0, dst1=dst1, sample_bytes=(sent("sample") + sent("sample-ids")) / ws,
+            layers=len(plan_meta["layers"]),
+            feat_dim=feat_dim,
+            hidden=hidden,
+            arcs=arcs,
+            arcs1=arcs1,
+            src0=src0,
+            dst1=dst1,
+            sample_bytes=(sent("sample") + sent("sample-ids")) / ws,
             replicated=round(total("allreduce_bytes") / (steps * k0 * item)),
             t_sample=total("sample_seconds") / max(total("sampled_arcs"), 1),
             t_struct=total("fetch_seconds") / (ws * k0 * (3 + src0 + dst1 + arcs1)),
             t_unit=total("compute_seconds") / (ws * units) if units > 0 else 0.0,
             prefetch=prefetch_depth(cfg.get("prefetch")) > 0,
-            measured_epoch_seconds=sorted(r["epoch_seconds"] for r in steady)[len(steady) // 2])
+            measured_epoch_seconds=sorted(r["epoch_seconds"] for r in steady)[len(steady) // 2],
+        )
 
 
 def remote_ratio(p: P3Profile, k: int) -> float:
@@ -147,10 +161,12 @@ def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipeline
         steps, scale = math.ceil(p.num_train / p.batch_size), p.workers / k
     arcs, arcs1, src0, dst1 = p.arcs * scale, p.arcs1 * scale, p.src0 * scale, p.dst1 * scale
     block_ids = 3 + src0 + dst1 + arcs1  # one owner's layer-1 block on the wire
-    bytes_ = {"sample": p.sample_bytes * scale * remote_ratio(p, k),
-              "structure": (k - 1) * (block_ids * ID + 8),
-              "partials": (k - 1) * dst1 * p.hidden * ITEM,
-              "gradients": (k - 1) * dst1 * p.hidden * ITEM}
+    bytes_ = {
+        "sample": p.sample_bytes * scale * remote_ratio(p, k),
+        "structure": (k - 1) * (block_ids * ID + 8),
+        "partials": (k - 1) * dst1 * p.hidden * ITEM,
+        "gradients": (k - 1) * dst1 * p.hidden * ITEM,
+    }
     rounds = p.layers - 1 if p.sample_bytes > 0 else 0  # --topology replicated: sampling asks no one
     per = []  # per worker: its phases
     for w in range(k):
@@ -158,12 +174,19 @@ def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipeline
         wire = {key: net.peer_transfer(b, w, k) for key, b in bytes_.items()}
         sampling = arcs * p.t_sample / speed + wire["sample"] + rounds * 3 * lat
         structure = k * block_ids * p.t_struct / speed + wire["structure"] + 2 * lat
-        per.append({"sampling": sampling, "structure": structure, "prepare": sampling + structure,
-                    "model_parallel": arcs1 * k * (p.feat_dim / k) * p.t_unit / speed,
-                    "partials": wire["partials"] + lat,
-                    "data_parallel": (arcs - arcs1) * p.hidden * p.t_unit / speed,
-                    "gradients": wire["gradients"] + lat, "wire_sample": wire["sample"],
-                    "wire_structure": wire["structure"]})
+        per.append(
+            {
+                "sampling": sampling,
+                "structure": structure,
+                "prepare": sampling + structure,
+                "model_parallel": arcs1 * k * (p.feat_dim / k) * p.t_unit / speed,
+                "partials": wire["partials"] + lat,
+                "data_parallel": (arcs - arcs1) * p.hidden * p.t_unit / speed,
+                "gradients": wire["gradients"] + lat,
+                "wire_sample": wire["sample"],
+                "wire_structure": wire["structure"],
+            }
+        )
     phase = {key: max(x[key] for x in per) for key in per[0]}  # each phase waits for its slowest worker
     prepare, mp, dp = phase["prepare"], phase["model_parallel"], phase["data_parallel"]
     partials, gradients = phase["partials"], phase["gradients"]
@@ -175,25 +198,53 @@ def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipeline
     for r, x in enumerate(per):
         busy = steps * (x["model_parallel"] + x["data_parallel"])
         comm_wait = max(0.0, train - busy)  # the compute thread's wait for partials and the gradient push
-        workers.append({"rank": r, "busy": busy, "overhead": 0.0, "comm_wait": comm_wait,
-                        "idle": max(0.0, epoch - busy - comm_wait - steps * allreduce), "sync": steps * allreduce,
-                        "link_seconds": steps * (x["partials"] + x["gradients"] + x["wire_sample"]
-                                                 + x["wire_structure"]),
-                        "bytes_sent": steps * sent})
-    return {"system": "p3-pipelined" if pipelined else "p3", "workers_count": k, "epoch_seconds": epoch,
-            "throughput": p.num_train / epoch if epoch > 0 else None, "allreduce_seconds": steps * allreduce,
-            "step_seconds": 0.0, "bytes_per_epoch": round(steps * sent * k),
-            "busy_max": max(w["busy"] for w in workers), "busy_mean": mean_of(w["busy"] for w in workers),
-            "comm_wait_mean": mean_of(w["comm_wait"] for w in workers),
-            "idle_mean": mean_of(w["idle"] for w in workers), "steps": steps,
-            "bytes_per_step": {**bytes_, "allreduce": 2 * (k - 1) / k * p.replicated * ITEM},
-            "step_parts": {key: phase[key] for key in ("sampling", "structure", "prepare", "model_parallel",
-                                                        "partials", "data_parallel", "gradients")}
-            | {"allreduce": allreduce},
-            "workers": workers}
+        workers.append(
+            {
+                "rank": r,
+                "busy": busy,
+                "overhead": 0.0,
+                "comm_wait": comm_wait,
+                "idle": max(0.0, epoch - busy - comm_wait - steps * allreduce),
+                "sync": steps * allreduce,
+                "link_seconds": steps
+                * (x["partials"] + x["gradients"] + x["wire_sample"] + x["wire_structure"]),
+                "bytes_sent": steps * sent,
+            }
+        )
+    return {
+        "system": "p3-pipelined" if pipelined else "p3",
+        "workers_count": k,
+        "epoch_seconds": epoch,
+        "throughput": p.num_train / epoch if epoch > 0 else None,
+        "allreduce_seconds": steps * allreduce,
+        "step_seconds": 0.0,
+        "bytes_per_epoch": round(steps * sent * k),
+        "busy_max": max(w["busy"] for w in workers),
+        "busy_mean": mean_of(w["busy"] for w in workers),
+        "comm_wait_mean": mean_of(w["comm_wait"] for w in workers),
+        "idle_mean": mean_of(w["idle"] for w in workers),
+        "steps": steps,
+        "bytes_per_step": {**bytes_, "allreduce": 2 * (k - 1) / k * p.replicated * ITEM},
+        "step_parts": {
+            key: phase[key]
+            for key in (
+                "sampling",
+                "structure",
+                "prepare",
+                "model_parallel",
+                "partials",
+                "data_parallel",
+                "gradients",
+            )
+        }
+        | {"allreduce": allreduce},
+        "workers": workers,
+    }
 
 
-def train_seconds(steps: int, mp: float, partials: float, dp: float, gradients: float, pipelined: bool) -> float:
+def train_seconds(
+    steps: int, mp: float, partials: float, dp: float, gradients: float, pipelined: bool
+) -> float:
     """The compute thread's seconds of an epoch's ``steps`` batches, but the all-reduce."""
     if not pipelined or steps == 1:
         return steps * (mp + partials + dp + gradients)
@@ -215,10 +266,16 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
     k = result["workers"]
     net = network(options, k)
     result["systems"] = both(p, k, options.bandwidth, options.latency, net=net)
-    result["scaling"] = [{"workers": kk, "systems": {r["system"]: {key: r[key] for key in SCALING_KEYS} for r in
-                                                     both(p, kk, options.bandwidth, options.latency,
-                                                          net=net if kk == k else None)}}
-                         for kk in options.scaling]
+    result["scaling"] = [
+        {
+            "workers": kk,
+            "systems": {
+                r["system"]: {key: r[key] for key in SCALING_KEYS}
+                for r in both(p, kk, options.bandwidth, options.latency, net=net if kk == k else None)
+            },
+        }
+        for kk in options.scaling
+    ]
     result["rates"]["profile"] = asdict(p)
     result["rates"]["notes"] = [
         f"calibrated on {options.run} (K = {p.workers}, measured median epoch {p.measured_epoch_seconds:.3f} s); "
@@ -228,5 +285,6 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
         "partial exchange overlaps this batch's data-parallel compute",
         "assumes one compute rate per arc-column for both phases, rates independent of K (no contention), no "
         "imbalance, per-owner counts scaling as K0/K under global order (deduplication within a batch unchanged)",
-        "remote frontier requests grow as a hash partition's (K-1)/K"]
+        "remote frontier requests grow as a hash partition's (K-1)/K",
+    ]
     return result, None

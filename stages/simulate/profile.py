@@ -58,11 +58,19 @@ def default_rates(shapes: list[LayerShape]) -> Rates:
     """Uncalibrated placeholder rates (about a 1 GFLOP/s core): use a profile for real predictions."""
     layers = []
     for s in shapes:
-        fwd = PhaseRates(per_arc=2e-9 * s.edge_width, per_node=2e-9 * s.d_in * s.d_out * (2 if s.heads == 1 else 1),
-                         per_bin=1e-4)
+        fwd = PhaseRates(
+            per_arc=2e-9 * s.edge_width,
+            per_node=2e-9 * s.d_in * s.d_out * (2 if s.heads == 1 else 1),
+            per_bin=1e-4,
+        )
         layers.append(LayerRates(fwd, PhaseRates(3 * fwd.per_arc, 3 * fwd.per_node, 2e-4), 1e-9 * s.d_in))
-    return Rates(layers, overhead_per_bin=0.0, step_seconds=1e-3, source="default (uncalibrated)",
-                 notes=["no --profile: placeholder rates, not calibrated on this device"])
+    return Rates(
+        layers,
+        overhead_per_bin=0.0,
+        step_seconds=1e-3,
+        source="default (uncalibrated)",
+        notes=["no --profile: placeholder rates, not calibrated on this device"],
+    )
 
 
 def load_rates(path: str | Path, shapes: list[LayerShape]) -> Rates:
@@ -70,32 +78,54 @@ def load_rates(path: str | Path, shapes: list[LayerShape]) -> Rates:
     width, per node by d_in × d_out), with a note."""
     path = Path(path)
     if not path.is_file():
-        raise G3InputError("profile not found (write one with `g3 train PLAN --profile PROFILE.json`)", path=path)
+        raise G3InputError(
+            "profile not found (write one with `g3 train PLAN --profile PROFILE.json`)", path=path
+        )
     try:
         prof = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise G3InputError(f"invalid JSON: {exc}", path=path) from None
     if prof.get("schema") != PROFILE_SCHEMA or prof.get("schema_version") != PROFILE_VERSION:
-        raise G3InputError(f"not a {PROFILE_SCHEMA} v{PROFILE_VERSION} file (re-run g3 train --profile)", path=path)
+        raise G3InputError(
+            f"not a {PROFILE_SCHEMA} v{PROFILE_VERSION} file (re-run g3 train --profile)", path=path
+        )
     layers_p = prof["layers"]
     if len(layers_p) != len(shapes):
-        raise G3InputError(f"the profile has {len(layers_p)} layers, the plan {len(shapes)}: profile the same model",
-                           path=path)
+        raise G3InputError(
+            f"the profile has {len(layers_p)} layers, the plan {len(shapes)}: profile the same model",
+            path=path,
+        )
     notes, layers = [], []
     for li, (lp, s) in enumerate(zip(layers_p, shapes, strict=True)):
         arc_scale = s.edge_width / max(1, int(lp["edge_width"]))
         node_scale = (s.d_in * s.d_out) / max(1, int(lp["d_in"]) * int(lp["d_out"]))
         row_scale = s.d_in / max(1, int(lp["d_in"]))
         if arc_scale != 1 or node_scale != 1:
-            notes.append(f"layer {li}: profiled at widths {lp['d_in']}→{lp['d_out']}, rescaled to {s.d_in}→{s.d_out}")
+            notes.append(
+                f"layer {li}: profiled at widths {lp['d_in']}→{lp['d_out']}, rescaled to {s.d_in}→{s.d_out}"
+            )
         ph = {}
         for phase in ("forward", "backward"):
             r = lp[phase]
-            ph[phase] = PhaseRates(r["seconds_per_arc"] * arc_scale, r["seconds_per_node"] * node_scale,
-                                   r["seconds_per_bin"])
+            ph[phase] = PhaseRates(
+                r["seconds_per_arc"] * arc_scale, r["seconds_per_node"] * node_scale, r["seconds_per_bin"]
+            )
         layers.append(LayerRates(ph["forward"], ph["backward"], lp["gather"]["seconds_per_row"] * row_scale))
-    return Rates(layers, overhead_per_bin=float(prof.get("overhead_per_bin", 0.0)),
-                 step_seconds=float(prof.get("step_seconds", 0.0)), source=str(path), notes=notes)
+    return Rates(
+        layers,
+        overhead_per_bin=float(prof.get("overhead_per_bin", 0.0)),
+        step_seconds=float(prof.get("step_seconds", 0.0)),
+        source=str(path),
+        notes=notes,
+    )
 
 
-__all__ = ["Rates", "LayerRates", "PhaseRates", "default_rates", "load_rates", "PROFILE_SCHEMA", "PROFILE_VERSION"]
+__all__ = [
+    "Rates",
+    "LayerRates",
+    "PhaseRates",
+    "default_rates",
+    "load_rates",
+    "PROFILE_SCHEMA",
+    "PROFILE_VERSION",
+]

@@ -51,17 +51,31 @@ def plot_timeline(systems: list[dict], path: Path) -> None:
     """Gantt chart of the simulated epoch: one panel per system, a row per worker."""
     plt = _plt()
     n = len(systems)
-    fig, axes = plt.subplots(n, 1, figsize=(10, 1.0 + 0.35 * sum(len(r["workers"]) for r in systems) + 0.4 * n),
-                             squeeze=False, sharex=True)
-    colors = {"compute": COLORS["busy"], "overhead": "#8172B2", "wait": COLORS["comm_wait"], "barrier": "#999999"}
+    fig, axes = plt.subplots(
+        n,
+        1,
+        figsize=(10, 1.0 + 0.35 * sum(len(r["workers"]) for r in systems) + 0.4 * n),
+        squeeze=False,
+        sharex=True,
+    )
+    colors = {
+        "compute": COLORS["busy"],
+        "overhead": "#8172B2",
+        "wait": COLORS["comm_wait"],
+        "barrier": "#999999",
+    }
     for ax, r in zip(axes[:, 0], systems, strict=True):
         for w in r["workers"]:
             for t0, t1, kind, _label in w.get("spans", []):
-                ax.barh(w["rank"], t1 - t0, left=t0, height=0.7, color=colors.get(kind, "#cccccc"), linewidth=0)
+                ax.barh(
+                    w["rank"], t1 - t0, left=t0, height=0.7, color=colors.get(kind, "#cccccc"), linewidth=0
+                )
         ax.set_title(f"{r['system']} ({_fmt(r['epoch_seconds'])})", fontsize=9, loc="left")
         ax.set_yticks(range(len(r["workers"])))
         ax.invert_yaxis()
-    axes[-1, 0].set_xlabel("simulated seconds (blue: compute, purple: overhead, orange: waiting for messages)")
+    axes[-1, 0].set_xlabel(
+        "simulated seconds (blue: compute, purple: overhead, orange: waiting for messages)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -74,8 +88,13 @@ def plot_scaling(scaling: list[dict], path: Path) -> None:
     systems = list(scaling[0]["systems"])
     ks = [row["workers"] for row in scaling]
     for s in systems:
-        ax.plot(ks, [row["systems"].get(s, {}).get("throughput") for row in scaling], marker="o", label=s,
-                linestyle="--" if s in BASELINES else "-")  # the baselines dashed, the plan's systems solid
+        ax.plot(
+            ks,
+            [row["systems"].get(s, {}).get("throughput") for row in scaling],
+            marker="o",
+            label=s,
+            linestyle="--" if s in BASELINES else "-",
+        )  # the baselines dashed, the plan's systems solid
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks)
     ax.set_xticklabels([str(k) for k in ks])
@@ -96,27 +115,61 @@ def print_simulation(result: dict, console=None) -> None:
     console = console or Console()
     net = result["network"]
     bw = net["bandwidth_bytes_per_second"]
-    console.print(f"[bold]Simulated epoch[/bold] of {result['simulated_plan']} on {result['workers']} workers — "
-                  f"network {bw * 8 / 1e9:g} Gbit/s, latency {net['latency_seconds'] * 1e6:g} µs; rates: "
-                  f"{result['rates']['source']}")
+    console.print(
+        f"[bold]Simulated epoch[/bold] of {result['simulated_plan']} on {result['workers']} workers — "
+        f"network {bw * 8 / 1e9:g} Gbit/s, latency {net['latency_seconds'] * 1e6:g} µs; rates: "
+        f"{result['rates']['source']}"
+    )
     for note in result["rates"]["notes"]:
         console.print(f"  note: {note}")
     t = Table(title="per system")
-    for c in ("system", "epoch", "throughput (nodes/s)", "busy max", "comm wait (mean)", "idle (mean)",
-              "all-reduce + step", "bytes / epoch"):
+    for c in (
+        "system",
+        "epoch",
+        "throughput (nodes/s)",
+        "busy max",
+        "comm wait (mean)",
+        "idle (mean)",
+        "all-reduce + step",
+        "bytes / epoch",
+    ):
         t.add_column(c, justify="left" if c == "system" else "right")
     for r in result["systems"]:
-        t.add_row(r["system"], _fmt(r["epoch_seconds"]), f"{r['throughput']:,.0f}", _fmt(r["busy_max"]),
-                  _fmt(r["comm_wait_mean"]), _fmt(r["idle_mean"]), _fmt(r["allreduce_seconds"] + r["step_seconds"]),
-                  f"{r['bytes_per_epoch'] / 1e6:,.2f} MB")
+        t.add_row(
+            r["system"],
+            _fmt(r["epoch_seconds"]),
+            f"{r['throughput']:,.0f}",
+            _fmt(r["busy_max"]),
+            _fmt(r["comm_wait_mean"]),
+            _fmt(r["idle_mean"]),
+            _fmt(r["allreduce_seconds"] + r["step_seconds"]),
+            f"{r['bytes_per_epoch'] / 1e6:,.2f} MB",
+        )
     console.print(t)
     first = min(result["systems"], key=lambda r: r["epoch_seconds"])
     w = Table(title=f"per worker ({first['system']}, the fastest)")
-    for c in ("worker", "busy", "of it overhead", "comm wait", "idle", "all-reduce + step", "link busy", "sent"):
+    for c in (
+        "worker",
+        "busy",
+        "of it overhead",
+        "comm wait",
+        "idle",
+        "all-reduce + step",
+        "link busy",
+        "sent",
+    ):
         w.add_column(c, justify="right")
     for x in first["workers"]:
-        w.add_row(str(x["rank"]), _fmt(x["busy"]), _fmt(x["overhead"]), _fmt(x["comm_wait"]), _fmt(x["idle"]),
-                  _fmt(x["sync"]), _fmt(x["link_seconds"]), f"{x['bytes_sent'] / 1e6:,.2f} MB")
+        w.add_row(
+            str(x["rank"]),
+            _fmt(x["busy"]),
+            _fmt(x["overhead"]),
+            _fmt(x["comm_wait"]),
+            _fmt(x["idle"]),
+            _fmt(x["sync"]),
+            _fmt(x["link_seconds"]),
+            f"{x['bytes_sent'] / 1e6:,.2f} MB",
+        )
     console.print(w)
     if result["scaling"]:
         systems = list(result["scaling"][0]["systems"])
@@ -125,8 +178,14 @@ def print_simulation(result: dict, console=None) -> None:
         for name in systems:
             s.add_column(name, justify="right")
         for row in result["scaling"]:
-            s.add_row(str(row["workers"]), *[
-                f"{_fmt(row['systems'][n]['epoch_seconds'])} ({row['systems'][n]['throughput']:,.0f})"
-                if n in row["systems"] else "-" for n in systems])
+            s.add_row(
+                str(row["workers"]),
+                *[
+                    f"{_fmt(row['systems'][n]['epoch_seconds'])} ({row['systems'][n]['throughput']:,.0f})"
+                    if n in row["systems"]
+                    else "-"
+                    for n in systems
+                ],
+            )
         console.print(s)
     console.print(f"wrote {result['path']}/simulate.json and PNGs ({result['seconds']:.1f} s)")

@@ -108,8 +108,12 @@ def _forward_layerwise(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rate
                     next_ready = lane = max(now, lane) + rates.gather(li, srcs[b + 1])
                 now = yield ("compute", rates.fwd(li, arcs[b], nodes[b]), "compute", f"L{li} bin {b}")
             else:
-                now = yield ("compute", rates.gather(li, srcs[b]) + rates.fwd(li, arcs[b], nodes[b]), "compute",
-                             f"L{li} bin {b}")
+                now = yield (
+                    "compute",
+                    rates.gather(li, srcs[b]) + rates.fwd(li, arcs[b], nodes[b]),
+                    "compute",
+                    f"L{li} bin {b}",
+                )
             if (oh := _overhead(rates)) is not None:
                 now = yield oh
             for req in _send_step(wl, w, steps, b, "fwd", li, not sched.async_send):
@@ -135,15 +139,32 @@ def _forward_bins(wl: Workload, w: WorkerLoad, sched: Schedule) -> list[list[tup
     bins of consecutive node ids packed up to the plan's limit (``inter``), as the runtime builds them."""
     n_own, n_local = w.num_owned, w.num_owned + w.num_remote
     if sched.order == "priority":
-        return [[(np.arange(lb.bin_ptr[b], lb.bin_ptr[b + 1], dtype=np.int64), int(lb.bin_srcs[b]), int(lb.bin_arcs[b]))
-                 for b in range(lb.num_bins)] for lb in w.layers]
+        return [
+            [
+                (
+                    np.arange(lb.bin_ptr[b], lb.bin_ptr[b + 1], dtype=np.int64),
+                    int(lb.bin_srcs[b]),
+                    int(lb.bin_arcs[b]),
+                )
+                for b in range(lb.num_bins)
+            ]
+            for lb in w.layers
+        ]
     pos = np.empty(n_own, dtype=np.int64)
     pos[w.priority] = np.arange(n_own)  # shard owned id (ascending global id) -> row position
     out = []
     for li, cost in enumerate(_bin_costs(wl)):
         limit_b = NO_LIMIT if w.bin_limit_bytes[li] is None else int(w.bin_limit_bytes[li])
-        packed = pack_bins(cost, w.row_ptr, w.edge_src, w.priority, n_local, limit_b, order=pos,
-                           max_rows=int(w.bin_limit_nodes[li]))
+        packed = pack_bins(
+            cost,
+            w.row_ptr,
+            w.edge_src,
+            w.priority,
+            n_local,
+            limit_b,
+            order=pos,
+            max_rows=int(w.bin_limit_nodes[li]),
+        )
         bins = []
         for b in range(packed.num_bins):
             rows = np.sort(pos[packed.bounds[b] : packed.bounds[b + 1]])
@@ -202,8 +223,18 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
                 keep = []
                 for key, nodes in recvs[li]:
                     if engine.arrival.get(key, math.inf) <= now:
-                        became_ready(li + 1, release_inputs(nodes + n_own, t_ptr, t_rows, self_row, missing[li + 1],
-                                                            no_other, ready[li + 1]))
+                        became_ready(
+                            li + 1,
+                            release_inputs(
+                                nodes + n_own,
+                                t_ptr,
+                                t_rows,
+                                self_row,
+                                missing[li + 1],
+                                no_other,
+                                ready[li + 1],
+                            ),
+                        )
                     else:
                         keep.append((key, nodes))
                 recvs[li] = keep
@@ -211,7 +242,9 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
         if li is None:
             pending = next((k for k in range(L - 1) if recvs[k]), None)
             if pending is None:
-                raise RuntimeError(f"worker {w.rank}: eager schedule stalled (no ready rows, no message to wait for)")
+                raise RuntimeError(
+                    f"worker {w.rank}: eager schedule stalled (no ready rows, no message to wait for)"
+                )
             now = yield ("wait_any", [key for key, _ in recvs[pending]])
             continue
         rows, n_src, arcs = bins[li][b]
@@ -231,13 +264,20 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
             now = yield oh
         if li < L - 1:
             dst = w.priority[rows]
-            became_ready(li + 1, release_inputs(dst, t_ptr, t_rows, self_row, missing[li + 1], no_other,
-                                                ready[li + 1]))
+            became_ready(
+                li + 1, release_inputs(dst, t_ptr, t_rows, self_row, missing[li + 1], no_other, ready[li + 1])
+            )
             t, ptr, ids, left_msgs = sends[li]
             if len(t.msgs):
                 for m in complete_messages(dst, ptr, ids, left_msgs):
                     step, peer, count = (int(x) for x in t.msgs[m])
-                    now = yield ("send", ("fwd", li, w.rank, peer, step), peer, wl.fwd_bytes(li, count), blocking)
+                    now = yield (
+                        "send",
+                        ("fwd", li, w.rank, peer, step),
+                        peer,
+                        wl.fwd_bytes(li, count),
+                        blocking,
+                    )
     now = yield ("wait_sends",)
     return now
 
@@ -250,7 +290,12 @@ def _backward(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, now: f
         B = lb.num_bins
         for s in range(B):
             b = s  # plan order: the bins that read remote inputs come first, their gradients leave early
-            now = yield ("compute", rates.bwd(li, lb.bin_arcs[b], lb.bin_nodes[b]), "compute", f"L{li} bwd {s}")
+            now = yield (
+                "compute",
+                rates.bwd(li, lb.bin_arcs[b], lb.bin_nodes[b]),
+                "compute",
+                f"L{li} bwd {s}",
+            )
             if (oh := _overhead(rates)) is not None:
                 now = yield oh
             for req in _send_step(wl, w, steps, s, "bwd", li, not sched.async_send):
@@ -270,8 +315,10 @@ def bns_gcn_worker(wl: Workload, w: WorkerLoad, rates: Rates, k: int, sample: fl
     """``bns-gcn`` as the runtime runs it (stages/runtime/strategies/bns_gcn.py): per layer the whole partition
     as one bin, then one message per peer with the boundary rows (a ``sample`` fraction of the hidden layers'),
     waited for, then a barrier of all workers; backward the same with gradients."""
+
     def exchange(li):
         return (yield from _all_to_all(wl, w, k, "fwd", li, sample))
+
     return (yield from _layer_sync(wl, w, rates, k, exchange, sample))
 
 
@@ -280,6 +327,7 @@ def sancus_worker(wl: Workload, w: WorkerLoad, rates: Rates, k: int, layout: str
     ``p2p`` sends a one-word header to every peer and, when fresh, bns-gcn's boundary rows; ``broadcast`` has
     every owner send its whole block to every other worker when fresh (each root in turn: K − 1 messages of
     n_owned rows from its egress link), nothing when stale. Gradients go back every epoch, as in bns-gcn."""
+
     def exchange(li):
         tag = f"sc-{li}"
         if layout == "p2p":
@@ -296,6 +344,7 @@ def sancus_worker(wl: Workload, w: WorkerLoad, rates: Rates, k: int, layout: str
                     yield ("send", (tag, w.rank, peer), peer, wl.fwd_bytes(li, w.num_owned), False)
             yield ("wait_all", [(tag, peer, w.rank) for peer in range(k) if peer != w.rank])
         return (yield ("wait_sends",))
+
     return (yield from _layer_sync(wl, w, rates, k, exchange, 1.0))
 
 
@@ -309,7 +358,12 @@ def _layer_sync(wl: Workload, w: WorkerLoad, rates: Rates, k: int, exchange, bwd
             now = yield from exchange(li)
         now = yield ("barrier", ("fwd", li))
     for li in reversed(range(L)):
-        now = yield ("compute", rates.bwd(li, arcs, nodes, 1) + rates.overhead_per_bin, "compute", f"L{li} bwd")
+        now = yield (
+            "compute",
+            rates.bwd(li, arcs, nodes, 1) + rates.overhead_per_bin,
+            "compute",
+            f"L{li} bwd",
+        )
         if li > 0:
             now = yield from _all_to_all(wl, w, k, "bwd", li, bwd_sample)
         now = yield ("barrier", ("bwd", li))
@@ -419,14 +473,21 @@ def halo_loads(indptr: np.ndarray, indices: np.ndarray, assignment: np.ndarray, 
 def halo_worker(wl: Workload, layers: list[HaloLayer], rates: Rates):
     now = 0.0
     for li, h in enumerate(layers):
-        work = rates.gather(li, h.srcs) + rates.fwd(li, h.arcs, h.nodes, h.bins) + rates.overhead_per_bin * h.bins
+        work = (
+            rates.gather(li, h.srcs)
+            + rates.fwd(li, h.arcs, h.nodes, h.bins)
+            + rates.overhead_per_bin * h.bins
+        )
         now = yield ("compute", work, "compute", f"L{li}")
     for li in reversed(range(len(layers))):
         h = layers[li]
-        now = yield ("compute", rates.bwd(li, h.arcs, h.nodes, h.bins) + rates.overhead_per_bin * h.bins, "compute",
-                     f"L{li} bwd")
+        now = yield (
+            "compute",
+            rates.bwd(li, h.arcs, h.nodes, h.bins) + rates.overhead_per_bin * h.bins,
+            "compute",
+            f"L{li} bwd",
+        )
     return now
-
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -100,7 +100,9 @@ class TPLayout:
         nodes = np.flatnonzero(fu < c)
         if c == 0 or not len(nodes):
             return np.zeros((c, k), dtype=np.int64)
-        starts = self.owner_bounds[:, :k].ravel()  # piece starts, non-decreasing (empty pieces repeat a start)
+        starts = self.owner_bounds[
+            :, :k
+        ].ravel()  # piece starts, non-decreasing (empty pieces repeat a start)
         owner = (np.searchsorted(starts, nodes, side="right") - 1) % k
         return np.bincount(fu[nodes] * k + owner, minlength=c * k).reshape(c, k).astype(np.int64)
 
@@ -155,10 +157,18 @@ def load_layout(plan: Path, meta: dict, k: int | None = None, csr_cache: dict | 
         else:
             if "indices" not in cache:
                 cache["indices"] = _store(meta, plan).read("indices")
-            first = layout.first_use(indptr, cache["indices"], bounds, self_loops=spec.kind in ("gcn", "dgcn"))
+            first = layout.first_use(
+                indptr, cache["indices"], bounds, self_loops=spec.kind in ("gcn", "dgcn")
+            )
     arcs = np.diff(indptr[bounds]).astype(np.int64)
-    return TPLayout(k=k, bounds=bounds, owner_bounds=ob, first_use=first, arcs=arcs,
-                    layer0_columns=_layer0_columns(meta, k))
+    return TPLayout(
+        k=k,
+        bounds=bounds,
+        owner_bounds=ob,
+        first_use=first,
+        arcs=arcs,
+        layer0_columns=_layer0_columns(meta, k),
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -329,8 +339,15 @@ def _per_column(rates: Rates, li: int, shape: LayerShape, phase: str) -> float:
     return r.per_arc / max(1, shape.edge_width)
 
 
-def epoch_program(spec: ModelSpec, shapes: list[LayerShape], lay: TPLayout, rates: Rates,
-                  colls: list[Collective], first_epoch: bool = False, speed: np.ndarray | None = None) -> list:
+def epoch_program(
+    spec: ModelSpec,
+    shapes: list[LayerShape],
+    lay: TPLayout,
+    rates: Rates,
+    colls: list[Collective],
+    first_epoch: bool = False,
+    speed: np.ndarray | None = None,
+) -> list:
     """The steps of one epoch on every worker (a steady-state one, or the first with the layer-0 work);
     ``speed`` [K]: each worker's compute speed (a cluster of unlike hosts: its seconds ÷ its speed)."""
     from ..common.tensor_parallel import slice_widths
@@ -346,10 +363,13 @@ def epoch_program(spec: ModelSpec, shapes: list[LayerShape], lay: TPLayout, rate
         per_col = _per_column(rates, li, shapes[li], phase)
         r = rates.layers[li].forward if phase == "fwd" else rates.layers[li].backward
         oh = np.full(k, rates.overhead_per_bin)  # the runtime's bookkeeping per chunk, as g3's per bin
-        compute = lay.arcs[:, None].astype(np.float64) * np.asarray(width_cols, dtype=np.float64)[None, :] * per_col
+        compute = (
+            lay.arcs[:, None].astype(np.float64) * np.asarray(width_cols, dtype=np.float64)[None, :] * per_col
+        )
         compute += r.per_bin + oh[None, :]
-        prog.append(ChunkPass(asc if phase == "fwd" else desc, compute / speed[None, :], oh / speed, pre, post,
-                              label))
+        prog.append(
+            ChunkPass(asc if phase == "fwd" else desc, compute / speed[None, :], oh / speed, pre, post, label)
+        )
 
     def dense(li, phase, label):
         r = rates.layers[li].forward if phase == "fwd" else rates.layers[li].backward
@@ -363,11 +383,23 @@ def epoch_program(spec: ModelSpec, shapes: list[LayerShape], lay: TPLayout, rate
         L = spec.layers
         dense(0, "fwd", "MLP")
         for r in range(1, L + 1):
-            chunk_pass(r, cols, "fwd", by_name["split"] if r == 1 else None, by_name["gather"] if r == L else None,
-                       f"P{r}")
+            chunk_pass(
+                r,
+                cols,
+                "fwd",
+                by_name["split"] if r == 1 else None,
+                by_name["gather"] if r == L else None,
+                f"P{r}",
+            )
         for r in range(L, 0, -1):
-            chunk_pass(r, cols, "bwd", by_name["bwd split"] if r == L else None,
-                       by_name["bwd gather"] if r == 1 else None, f"P{r} bwd")
+            chunk_pass(
+                r,
+                cols,
+                "bwd",
+                by_name["bwd split"] if r == L else None,
+                by_name["bwd gather"] if r == 1 else None,
+                f"P{r} bwd",
+            )
         dense(0, "bwd", "MLP bwd")
         return prog
     for li, width in enumerate(spec.widths[: spec.layers]):
@@ -375,15 +407,22 @@ def epoch_program(spec: ModelSpec, shapes: list[LayerShape], lay: TPLayout, rate
             if first_epoch:
                 chunk_pass(0, lay.layer0_columns, "fwd", None, by_name["gather L0"], "L0")
         else:
-            chunk_pass(li, slice_widths(width, k), "fwd", by_name[f"split L{li}"], by_name[f"gather L{li}"],
-                       f"L{li}")
+            chunk_pass(
+                li, slice_widths(width, k), "fwd", by_name[f"split L{li}"], by_name[f"gather L{li}"], f"L{li}"
+            )
         dense(li, "fwd", f"L{li} dense")
     for li in reversed(range(spec.layers)):
         dense(li, "bwd", f"L{li} dense bwd")
         if li > 0:
             width = spec.widths[li]
-            chunk_pass(li, slice_widths(width, k), "bwd", by_name[f"bwd split L{li}"], by_name[f"bwd gather L{li}"],
-                       f"L{li} bwd")
+            chunk_pass(
+                li,
+                slice_widths(width, k),
+                "bwd",
+                by_name[f"bwd split L{li}"],
+                by_name[f"bwd gather L{li}"],
+                f"L{li} bwd",
+            )
     return prog
 
 
@@ -535,8 +574,16 @@ def system_name(tp: str, pipelined: bool) -> str:
     return f"neutrontp-{tp}" + ("+pipe" if pipelined else "")
 
 
-def simulate_tp(spec: ModelSpec, shapes: list[LayerShape], lay: TPLayout, rates: Rates, net: Network, tp: str,
-                pipelined: bool, record: bool = False) -> dict:
+def simulate_tp(
+    spec: ModelSpec,
+    shapes: list[LayerShape],
+    lay: TPLayout,
+    rates: Rates,
+    net: Network,
+    tp: str,
+    pipelined: bool,
+    record: bool = False,
+) -> dict:
     """One steady-state epoch of ``neutrontp-<tp>[+pipe]`` on the layout's K workers (a system entry of
     simulate.json), with the first epoch's time (the once-only collectives and layer-0 work) beside it."""
     from . import allreduce_seconds
@@ -545,8 +592,9 @@ def simulate_tp(spec: ModelSpec, shapes: list[LayerShape], lay: TPLayout, rates:
     colls = collectives(spec, lay)
     speed = np.array([net.speed(w) for w in range(k)], dtype=np.float64)
     st = run_program(epoch_program(spec, shapes, lay, rates, colls, speed=speed), k, net, pipelined, record)
-    first = run_program(epoch_program(spec, shapes, lay, rates, colls, first_epoch=True, speed=speed), k, net,
-                        pipelined)
+    first = run_program(
+        epoch_program(spec, shapes, lay, rates, colls, first_epoch=True, speed=speed), k, net, pipelined
+    )
     ar = allreduce_seconds(num_params(spec), k, net)
     sync = ar + rates.step_seconds / net.slowest_speed()  # the optimizer step: the slowest worker's
     t_end = float(st.t.max()) if k else 0.0
@@ -554,11 +602,21 @@ def simulate_tp(spec: ModelSpec, shapes: list[LayerShape], lay: TPLayout, rates:
     n = lay.n
     workers = []
     for w in range(k):
-        workers.append({
-            "rank": w, "busy": float(st.busy[w]), "overhead": float(st.overhead[w]),
-            "comm_wait": float(st.comm_wait[w]), "idle": float(st.idle[w] + (t_end - st.t[w])), "sync": sync,
-            "end": float(st.t[w]), "bytes_sent": int(st.sent[w]), "messages": int(st.messages[w]),
-            "link_seconds": float(st.link[w]), **({"spans": st.spans[w]} if record else {})})
+        workers.append(
+            {
+                "rank": w,
+                "busy": float(st.busy[w]),
+                "overhead": float(st.overhead[w]),
+                "comm_wait": float(st.comm_wait[w]),
+                "idle": float(st.idle[w] + (t_end - st.t[w])),
+                "sync": sync,
+                "end": float(st.t[w]),
+                "bytes_sent": int(st.sent[w]),
+                "messages": int(st.messages[w]),
+                "link_seconds": float(st.link[w]),
+                **({"spans": st.spans[w]} if record else {}),
+            }
+        )
     steady = [c for c in colls if not c.once]
     return {
         "system": system_name(tp, pipelined),
@@ -576,11 +634,17 @@ def simulate_tp(spec: ModelSpec, shapes: list[LayerShape], lay: TPLayout, rates:
         "chunks": lay.n_chunks,
         "collectives_per_epoch": len(steady),
         "collective_calls": st.calls,
-        "collectives": [{"name": c.name, "width": c.width, "once": c.once,
-                         "bytes_sent": [int(b) for b in c.bytes_sent],
-                         "bytes_received": [int(b) for b in c.bytes_received],
-                         "seconds": st.coll_seconds.get(c.name, first.coll_seconds.get(c.name, 0.0))}
-                        for c in colls],
+        "collectives": [
+            {
+                "name": c.name,
+                "width": c.width,
+                "once": c.once,
+                "bytes_sent": [int(b) for b in c.bytes_sent],
+                "bytes_received": [int(b) for b in c.bytes_received],
+                "seconds": st.coll_seconds.get(c.name, first.coll_seconds.get(c.name, 0.0)),
+            }
+            for c in colls
+        ],
         "workers": workers,
     }
 
@@ -593,8 +657,18 @@ def tp_systems(pipelines: tuple[str, ...]) -> list[bool]:
 
 
 def _summary(r: dict) -> dict:
-    return {key: r[key] for key in ("epoch_seconds", "throughput", "bytes_per_epoch", "busy_max", "comm_wait_mean",
-                                    "idle_mean", "first_epoch_seconds")}
+    return {
+        key: r[key]
+        for key in (
+            "epoch_seconds",
+            "throughput",
+            "bytes_per_epoch",
+            "busy_max",
+            "comm_wait_mean",
+            "idle_mean",
+            "first_epoch_seconds",
+        )
+    }
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, list[dict]]:
@@ -625,35 +699,70 @@ def run_tp_simulation(plan: Path, meta: dict, options) -> tuple[dict, list[dict]
     for kk in options.scaling:
         if kk not in layouts:
             layouts[kk] = load_layout(plan, meta, kk, csr)
-        res = main if kk == k else [simulate_tp(spec, shapes, layouts[kk], rates, uniform, tp, p) for p in which]
-        scaling.append({"workers": kk, "plan": str(plan.resolve()), "chunks": layouts[kk].n_chunks,
-                        "systems": {r["system"]: _summary(r) for r in res}})
+        res = (
+            main
+            if kk == k
+            else [simulate_tp(spec, shapes, layouts[kk], rates, uniform, tp, p) for p in which]
+        )
+        scaling.append(
+            {
+                "workers": kk,
+                "plan": str(plan.resolve()),
+                "chunks": layouts[kk].n_chunks,
+                "systems": {r["system"]: _summary(r) for r in res},
+            }
+        )
     notes = list(rates.notes) + [
         f"neutrontp --tp {tp}: a steady-state epoch (layer-0 cache on: the once-only collectives and layer-0 "
         "aggregation in first_epoch_seconds); '+pipe' = the inter-chunk pipeline (--pipeline other than none)",
         "no contention model; host<->device copies of the chunks, the labels exchange and evaluation not modelled",
     ]
     if options.baselines:
-        notes.append("no baselines for a neutrontp plan (its feature split has no vertex partition): simulate a "
-                     "g3 plan of the same store for g3, bns-gcn, sancus and halo")
+        notes.append(
+            "no baselines for a neutrontp plan (its feature split has no vertex partition): simulate a "
+            "g3 plan of the same store for g3, bns-gcn, sancus and halo"
+        )
     lay = layouts[k]
     return {
         "plan": str(plan.resolve()),
-        "simulated_plan": str(plan.resolve()) + ("" if k == int(meta["num_workers"]) else f" (chunks derived for "
-                                                                                          f"K = {k})"),
+        "simulated_plan": str(plan.resolve())
+        + ("" if k == int(meta["num_workers"]) else f" (chunks derived for K = {k})"),
         "workers": k,
         "num_nodes": lay.n,
         "model": meta["config"],
         "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency},
-        "rates": {"source": rates.source, "notes": notes, "overhead_per_bin": rates.overhead_per_bin,
-                  "step_seconds": rates.step_seconds, "layers": [asdict(lr) for lr in rates.layers]},
-        "tensor_parallel": {"tp": tp, "chunks": lay.n_chunks, "max_chunk_nodes": int(lay.sizes.max(initial=0)),
-                            "max_chunk_arcs": int(lay.arcs.max(initial=0)), "owned": [int(x) for x in lay.owned]},
-        "systems": [{k_: v for k_, v in r.items() if k_ != "workers"} | {"workers": [
-            {k_: v for k_, v in w.items() if k_ != "spans"} for w in r["workers"]]} for r in main],
+        "rates": {
+            "source": rates.source,
+            "notes": notes,
+            "overhead_per_bin": rates.overhead_per_bin,
+            "step_seconds": rates.step_seconds,
+            "layers": [asdict(lr) for lr in rates.layers],
+        },
+        "tensor_parallel": {
+            "tp": tp,
+            "chunks": lay.n_chunks,
+            "max_chunk_nodes": int(lay.sizes.max(initial=0)),
+            "max_chunk_arcs": int(lay.arcs.max(initial=0)),
+            "owned": [int(x) for x in lay.owned],
+        },
+        "systems": [
+            {k_: v for k_, v in r.items() if k_ != "workers"}
+            | {"workers": [{k_: v for k_, v in w.items() if k_ != "spans"} for w in r["workers"]]}
+            for r in main
+        ],
         "scaling": scaling,
     }, main
 
 
-__all__ = ["TPLayout", "Collective", "load_layout", "collectives", "epoch_program", "run_program", "simulate_tp",
-           "run_tp_simulation", "num_params", "system_name"]
+__all__ = [
+    "TPLayout",
+    "Collective",
+    "load_layout",
+    "collectives",
+    "epoch_program",
+    "run_program",
+    "simulate_tp",
+    "run_tp_simulation",
+    "num_params",
+    "system_name",
+]

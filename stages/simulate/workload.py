@@ -47,7 +47,9 @@ class WorkerLoad:
     edge_src: np.ndarray  # int64 [arcs]: local source id of every arc (rows in priority order)
     priority: np.ndarray  # int64 [n_owned]: owned-local id of every row
     layers: list[LayerBins]
-    tables: dict[str, Table] = field(default_factory=dict)  # fwd_send_<l>, fwd_recv_<l>, bwd_send_<l>, bwd_recv_<l>
+    tables: dict[str, Table] = field(
+        default_factory=dict
+    )  # fwd_send_<l>, fwd_recv_<l>, bwd_send_<l>, bwd_recv_<l>
     bin_limit_nodes: list[int] = field(default_factory=list)  # per layer, for dynamic (eager) bins
     bin_limit_bytes: list[int | None] = field(default_factory=list)  # per layer; None = node count limit
 
@@ -143,16 +145,32 @@ def load_workload(plan: str | Path) -> Workload:
             fixed = layer.get("bin_limit_bytes") is None
             limits_n.append(int(layer["bin_limit_nodes"]) if fixed else int(wp.meta["num_owned"]))
             limits_b.append(None if fixed else int(layer["bin_limit_bytes"]))
-        workers.append(WorkerLoad(
-            rank=r, num_owned=int(wp.meta["num_owned"]), num_remote=int(wp.meta["num_remote"]), row_ptr=row_ptr,
-            edge_src=edge_src, priority=np.asarray(wp.priority, dtype=np.int64), layers=layers, tables=tables,
-            bin_limit_nodes=limits_n, bin_limit_bytes=limits_b))
+        workers.append(
+            WorkerLoad(
+                rank=r,
+                num_owned=int(wp.meta["num_owned"]),
+                num_remote=int(wp.meta["num_remote"]),
+                row_ptr=row_ptr,
+                edge_src=edge_src,
+                priority=np.asarray(wp.priority, dtype=np.int64),
+                layers=layers,
+                tables=tables,
+                bin_limit_nodes=limits_n,
+                bin_limit_bytes=limits_b,
+            )
+        )
     model = meta["config"]["model"]
     mlp = ModelSpec.from_plan(meta).mlp_widths if model == "dgcn" else None
-    return Workload(workers=workers, shapes=shapes, num_params=count_params(shapes, model, mlp),
-                    num_nodes=int(meta["store"]["num_nodes"]), source=str(plan.resolve()),
-                    store_path=meta["store"].get("path"), config=dict(meta["config"]),
-                    bins_for=bins_device(meta["strategy"].get("options")))
+    return Workload(
+        workers=workers,
+        shapes=shapes,
+        num_params=count_params(shapes, model, mlp),
+        num_nodes=int(meta["store"]["num_nodes"]),
+        source=str(plan.resolve()),
+        store_path=meta["store"].get("path"),
+        config=dict(meta["config"]),
+        bins_for=bins_device(meta["strategy"].get("options")),
+    )
 
 
 def _edge_sources(row_ptr: np.ndarray, lp) -> np.ndarray:
@@ -186,8 +204,15 @@ def make_workload(workers: list[dict], shapes: list[LayerShape], num_params: int
             if "srcs" in w:
                 srcs = np.asarray(w["srcs"][li], dtype=np.int64)
             else:
-                srcs = np.array([len(np.union1d(prio[bp[b]:bp[b + 1]], edge_src[row_ptr[bp[b]]:row_ptr[bp[b + 1]]]))
-                                 for b in range(len(bp) - 1)], dtype=np.int64)
+                srcs = np.array(
+                    [
+                        len(
+                            np.union1d(prio[bp[b] : bp[b + 1]], edge_src[row_ptr[bp[b]] : row_ptr[bp[b + 1]]])
+                        )
+                        for b in range(len(bp) - 1)
+                    ],
+                    dtype=np.int64,
+                )
             layers.append(LayerBins(bp, arcs.astype(np.int64), srcs))
         tables = {}
         for name, msgs in w.get("tables", {}).items():
@@ -195,9 +220,20 @@ def make_workload(workers: list[dict], shapes: list[LayerShape], num_params: int
             arr = np.asarray([(s, p, len(ns)) for s, p, ns in msgs], dtype=np.int64).reshape(-1, 3)
             tables[name] = Table(nodes, arr)
         limits = [int(np.diff(lb.bin_ptr).max()) if lb.num_bins else 1 for lb in layers]
-        out.append(WorkerLoad(rank=r, num_owned=int(w["num_owned"]), num_remote=int(w["num_remote"]),
-                              row_ptr=row_ptr, edge_src=edge_src, priority=prio, layers=layers, tables=tables,
-                              bin_limit_nodes=w.get("bin_limit_nodes", limits),
-                              bin_limit_bytes=w.get("bin_limit_bytes", [None] * len(layers))))
-    return Workload(workers=out, shapes=shapes, num_params=num_params,
-                    num_nodes=sum(w.num_owned for w in out))
+        out.append(
+            WorkerLoad(
+                rank=r,
+                num_owned=int(w["num_owned"]),
+                num_remote=int(w["num_remote"]),
+                row_ptr=row_ptr,
+                edge_src=edge_src,
+                priority=prio,
+                layers=layers,
+                tables=tables,
+                bin_limit_nodes=w.get("bin_limit_nodes", limits),
+                bin_limit_bytes=w.get("bin_limit_bytes", [None] * len(layers)),
+            )
+        )
+    return Workload(
+        workers=out, shapes=shapes, num_params=num_params, num_nodes=sum(w.num_owned for w in out)
+    )

@@ -59,13 +59,18 @@ def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
     info = strategy_info(plan_strategy(meta))
     if getattr(cfg, "device", "cpu") == "cuda" and bins_device(meta["strategy"].get("options")) == "cpu":
         # its bins count no per-arc message rows, which CUDA's kernels make: they could overflow the GPU
-        raise G3InputError("the plan's bins were sized for the CPU (g3 plan --bins-for cpu) and could overflow "
-                           "the GPU under --device cuda; re-plan with --bins-for cuda", path=plan)
+        raise G3InputError(
+            "the plan's bins were sized for the CPU (g3 plan --bins-for cpu) and could overflow "
+            "the GPU under --device cuda; re-plan with --bins-for cuda",
+            path=plan,
+        )
     check_knobs(cfg)  # a value no strategy takes is named as such before the plan's strategy weighs it
     resolve_knobs(cfg, info)
     if getattr(cfg, "profile", None) and not info.profiles:
-        raise G3InputError(f"--profile fits g3's per-bin rates from the trace; the {info.name} strategy has no "
-                           "bins (profile a g3 plan of the same model and store for `g3 simulate`)")
+        raise G3InputError(
+            f"--profile fits g3's per-bin rates from the trace; the {info.name} strategy has no "
+            "bins (profile a g3 plan of the same model and store for `g3 simulate`)"
+        )
     check_runtime(cfg)
     classes = (meta.get("store") or {}).get("num_classes")
     if getattr(cfg, "metric", "accuracy") == "rocauc" and classes is not None and int(classes) != 2:
@@ -83,8 +88,11 @@ def _check_store_unchanged(part: Path) -> None:
     now = GraphStore.open(ref["path"]).meta.get("checksums", {})
     for name, digest in (ref.get("checksums") or {}).items():
         if digest and now.get(name) and now[name] != digest:
-            raise G3InputError(f"the store's {name} changed since `g3 partition` made this partition (store "
-                               f"{ref['path']}); re-run g3 partition and g3 plan", path=part)
+            raise G3InputError(
+                f"the store's {name} changed since `g3 partition` made this partition (store "
+                f"{ref['path']}); re-run g3 partition and g3 plan",
+                path=part,
+            )
 
 
 def check_worker_files(plan: Path, meta: dict) -> None:
@@ -118,13 +126,18 @@ def _check_training(cfg: TrainConfig, plan: Path) -> None:
         for ancestor in (target.parent, *target.parent.parents):  # the first that exists must be a folder
             if ancestor.exists():
                 if not ancestor.is_dir():
-                    raise G3InputError(f"--profile: {ancestor} is a file, not a folder: cannot write the profile "
-                                       "there", path=target)
+                    raise G3InputError(
+                        f"--profile: {ancestor} is a file, not a folder: cannot write the profile there",
+                        path=target,
+                    )
                 break
         check_replaceable(target, None, (plan,))  # never the plan or a file in it
         if target.is_file() and not _is_profile(target):
-            raise G3InputError("--profile: exists and is not a profile g3 train wrote; it replaces only an earlier "
-                               "PROFILE.json (remove the file yourself, or name another)", path=target)
+            raise G3InputError(
+                "--profile: exists and is not a profile g3 train wrote; it replaces only an earlier "
+                "PROFILE.json (remove the file yourself, or name another)",
+                path=target,
+            )
 
 
 def _is_profile(path: Path) -> bool:
@@ -160,8 +173,11 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
         return _run_torchrun(plan, run_dir, cfg, meta, force)
     launcher = make_launcher(cfg, world, host_folders=host_folders)
     if meta.get("bundle"):
-        raise G3InputError(f"this plan is node {meta['bundle']['node']} of a bundle: run it with torchrun on its "
-                           "host (its RUN.md), or train the original plan", path=plan)
+        raise G3InputError(
+            f"this plan is node {meta['bundle']['node']} of a bundle: run it with torchrun on its "
+            "host (its RUN.md), or train the original plan",
+            path=plan,
+        )
     check_worker_files(plan, meta)
     if not cfg.resume:
         check_target(run_dir, force, "run", (plan,))
@@ -192,15 +208,26 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
                     shutil.rmtree(work, ignore_errors=True)
                     # the log went with the folder
                     raise G3InputError(re.sub(r" \(log: [^)]*\)$", "", str(exc))) from None
-                with contextlib.suppress(OSError):  # a full disk: readers see the free lock and say "interrupted"
+                with contextlib.suppress(
+                    OSError
+                ):  # a full disk: readers see the free lock and say "interrupted"
                     _write_run_json(work, plan, meta, cfg, status="failed", error=str(exc), path=run_dir)
                 if work != run_dir:
-                    raise type(exc)(f"{exc}; the earlier run in {run_dir} is kept, this attempt is in {work}") \
-                        from None
+                    raise type(exc)(
+                        f"{exc}; the earlier run in {run_dir} is kept, this attempt is in {work}"
+                    ) from None
                 raise
-            info = _write_run_json(work, plan, meta, cfg, status="completed", seconds=time.perf_counter() - t0,
-                                   path=run_dir, launcher={**where, **measured},
-                                   cost=stage_cost(t_stage, _workers_peak(work)))
+            info = _write_run_json(
+                work,
+                plan,
+                meta,
+                cfg,
+                status="completed",
+                seconds=time.perf_counter() - t0,
+                path=run_dir,
+                launcher={**where, **measured},
+                cost=stage_cost(t_stage, _workers_peak(work)),
+            )
             if work != run_dir:
                 fsync_tree(work)
                 publish_dir(work, run_dir, force=True)
@@ -209,10 +236,13 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
                 shutil.rmtree(work, ignore_errors=True)  # nothing to resume from; the earlier run stays
                 raise KeyboardInterrupt(f"the earlier run in {run_dir} is kept") from None
             if work != run_dir:
-                raise KeyboardInterrupt(f"the earlier run in {run_dir} is kept; this attempt, with its "
-                                        f"checkpoints, is in {work}") from exc
+                raise KeyboardInterrupt(
+                    f"the earlier run in {run_dir} is kept; this attempt, with its checkpoints, is in {work}"
+                ) from exc
             raise
-        except OSError as exc:  # the disk refused (full, read-only): named by the run's path, nothing to resume lost
+        except (
+            OSError
+        ) as exc:  # the disk refused (full, read-only): named by the run's path, nothing to resume lost
             if not cfg.resume and not _has_checkpoint(work):
                 shutil.rmtree(work, ignore_errors=True)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
@@ -271,29 +301,40 @@ def check_resume(run_dir: Path, plan: Path, cfg: TrainConfig) -> int:
     prev = load_run_meta(run_dir)
     trained = resolve_reference(prev["plan"], run_dir, "plan.json").resolve()
     if trained != plan.resolve():
-        raise G3InputError(f"--resume: the run was trained from the plan {trained}, not {plan.resolve()}", path=run_dir)
+        raise G3InputError(
+            f"--resume: the run was trained from the plan {trained}, not {plan.resolve()}", path=run_dir
+        )
     old = prev.get("config") or {}
     for name in RESUME_SAME:
         if name in old and old[name] != getattr(cfg, name):
-            raise G3InputError(f"--resume: --{name.replace('_', '-')} {getattr(cfg, name)} differs from the run's "
-                               f"{old[name]} (run.json); a resumed run keeps the settings that change what it "
-                               "computes", path=run_dir)
+            raise G3InputError(
+                f"--resume: --{name.replace('_', '-')} {getattr(cfg, name)} differs from the run's "
+                f"{old[name]} (run.json); a resumed run keeps the settings that change what it "
+                "computes",
+                path=run_dir,
+            )
     check_checkpoints(run_dir)
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
-        raise G3InputError("--resume: the run has no checkpoint to resume from (train with --checkpoint-every N)",
-                           path=run_dir)
+        raise G3InputError(
+            "--resume: the run has no checkpoint to resume from (train with --checkpoint-every N)",
+            path=run_dir,
+        )
     start = checkpoint_epoch(ckpt) + 1
     if cfg.epochs <= start:
         done = "completed" if prev.get("status") == "completed" else "reached"
-        raise G3InputError(f"--resume: nothing to train: the run {done} epoch {start - 1} and --epochs is "
-                           f"{cfg.epochs} (give more --epochs to continue it)", path=run_dir)
+        raise G3InputError(
+            f"--resume: nothing to train: the run {done} epoch {start - 1} and --epochs is "
+            f"{cfg.epochs} (give more --epochs to continue it)",
+            path=run_dir,
+        )
     return start
 
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
     """SIGTERM to the launcher is handled as an interrupt: workers stopped, run.json `interrupted`."""
+
     def handler(signum, frame):
         raise KeyboardInterrupt
 
@@ -313,9 +354,12 @@ def torchrun_rank(meta: dict, plan: Path) -> int:
         return int(os.environ["RANK"])
     local, local_world = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 0))
     if local_world != len(bundle["ranks"]):
-        raise G3InputError(f"torchrun started {local_world} processes on this host, but this node folder holds "
-                           f"the {len(bundle['ranks'])} ranks {bundle['ranks']} (--nproc-per-node "
-                           f"{len(bundle['ranks'])})", path=plan)
+        raise G3InputError(
+            f"torchrun started {local_world} processes on this host, but this node folder holds "
+            f"the {len(bundle['ranks'])} ranks {bundle['ranks']} (--nproc-per-node "
+            f"{len(bundle['ranks'])})",
+            path=plan,
+        )
     return int(bundle["ranks"][local])
 
 
@@ -328,8 +372,11 @@ def check_torchrun_start(run_dir: Path, plan: Path, cfg: TrainConfig, force: boo
     from .checkpoint import latest_checkpoint
 
     if force:
-        raise G3InputError("--force is not available under torchrun (the hosts cannot agree to replace their "
-                           "run folders): remove the run folder on every host, or give another -o", path=run_dir)
+        raise G3InputError(
+            "--force is not available under torchrun (the hosts cannot agree to replace their "
+            "run folders): remove the run folder on every host, or give another -o",
+            path=run_dir,
+        )
     mark = run_dir / "logs" / f"torchrun-{os.environ.get('TORCHELASTIC_RUN_ID', 'none')}.started"
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) and mark.is_file():
         return  # a restart of this job: the loop resumes from the newest checkpoint every host has
@@ -343,12 +390,19 @@ def _check_torchrun_folder(run_dir: Path, plan: Path, cfg: TrainConfig, latest_c
         if (run_dir / "run.json").is_file():
             check_resume(run_dir, plan, cfg)
         elif latest_checkpoint(run_dir) is None:
-            raise G3InputError("--resume: this host's run folder has no checkpoint to resume from", path=run_dir)
+            raise G3InputError(
+                "--resume: this host's run folder has no checkpoint to resume from", path=run_dir
+            )
         return
-    earlier = [name for name in ("init.pt", "model.pt", "metrics.jsonl", "checkpoints") if (run_dir / name).exists()]
+    earlier = [
+        name for name in ("init.pt", "model.pt", "metrics.jsonl", "checkpoints") if (run_dir / name).exists()
+    ]
     if earlier:
-        raise G3InputError(f"holds an earlier run ({', '.join(earlier)}): give --resume to continue it, or remove "
-                           "it on every host first", path=run_dir)
+        raise G3InputError(
+            f"holds an earlier run ({', '.join(earlier)}): give --resume to continue it, or remove "
+            "it on every host first",
+            path=run_dir,
+        )
 
 
 def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict, force: bool = False) -> dict:
@@ -381,8 +435,9 @@ def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict, force
     return info
 
 
-def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, status: str, path: Path | None = None,
-                    **extra) -> dict:
+def _write_run_json(
+    run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, status: str, path: Path | None = None, **extra
+) -> dict:
     """run.json in ``run_dir`` (``path``: where the run is published, when it is built elsewhere first)."""
     previous = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
     launcher = extra.pop("launcher", None) or previous.get("launcher")  # where the workers ran (launchers.py)
@@ -390,19 +445,25 @@ def _write_run_json(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, sta
         "schema": RUN_SCHEMA,
         "path": str(path or run_dir),
         "schema_version": RUN_VERSION,
-        "plan": {**reference(plan, path or run_dir), "model": meta["config"], "num_workers": meta["num_workers"]},
+        "plan": {
+            **reference(plan, path or run_dir),
+            "model": meta["config"],
+            "num_workers": meta["num_workers"],
+        },
         "strategy": meta["strategy"],
         "partition": meta["partition"],
         "store": meta["store"],
         "config": cfg.to_dict(),
         "status": status,
-        "history": previous.get("history", []) + [{"status": status, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}],
+        "history": previous.get("history", [])
+        + [{"status": status, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}],
         **extra,
     }
     if launcher:
         info["launcher"] = launcher
-    info["provenance"] = previous.get("provenance") if status != "running" and previous.get("provenance") \
-        else provenance()
+    info["provenance"] = (
+        previous.get("provenance") if status != "running" and previous.get("provenance") else provenance()
+    )
     write_json_atomic(run_dir / "run.json", info, seal=True)
     return info
 
@@ -439,9 +500,17 @@ def provenance() -> dict:
         except PackageNotFoundError:
             return None
 
-    return {"g3": package("g3"), "git_commit": _git_head(Path(__file__).resolve().parents[2]), "python": platform.python_version(),
-            "torch": package("torch"), "numba": package("numba"), "numpy": package("numpy"),
-            "command": sys.argv, "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return {
+        "g3": package("g3"),
+        "git_commit": _git_head(Path(__file__).resolve().parents[2]),
+        "python": platform.python_version(),
+        "torch": package("torch"),
+        "numba": package("numba"),
+        "numpy": package("numpy"),
+        "command": sys.argv,
+        "host": platform.node(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
 
 
 __all__ = ["run_train", "check_plan", "TrainConfig", "RUN_SCHEMA", "RUN_VERSION"]

@@ -63,18 +63,28 @@ def save_checkpoint(run_dir: Path, epoch: int, model, optimizer, cfg, strategy, 
     sharded = set(strategy.sharded_parameters())
     if has_rank_state(strategy):
         params = dict(model.named_parameters())
-        _save({"format": RANK_FILE_FORMAT, "strategy": strategy.state_dict(),
-               "sharded": {n: params[n].detach().cpu() for n in sorted(sharded)},
-               "sharded_optimizer": {n: _tensors(optimizer.state.get(params[n], {})) for n in sorted(sharded)}},
-              rank_state_path(path, rank))
+        _save(
+            {
+                "format": RANK_FILE_FORMAT,
+                "strategy": strategy.state_dict(),
+                "sharded": {n: params[n].detach().cpu() for n in sorted(sharded)},
+                "sharded_optimizer": {
+                    n: _tensors(optimizer.state.get(params[n], {})) for n in sorted(sharded)
+                },
+            },
+            rank_state_path(path, rank),
+        )
     if host_leader(rank):
-        _save({
-            "epoch": epoch,
-            "model": {k: v.detach().cpu() for k, v in model.state_dict().items() if k not in sharded},
-            "optimizer": _replicated_optimizer_state(model, optimizer, sharded),
-            "torch_rng": torch.get_rng_state(),
-            "seed": cfg.seed,
-        }, path)
+        _save(
+            {
+                "epoch": epoch,
+                "model": {k: v.detach().cpu() for k, v in model.state_dict().items() if k not in sharded},
+                "optimizer": _replicated_optimizer_state(model, optimizer, sharded),
+                "torch_rng": torch.get_rng_state(),
+                "seed": cfg.seed,
+            },
+            path,
+        )
     return path
 
 
@@ -103,9 +113,15 @@ def agreed_checkpoint(run_dir: Path, rank: int, has_state: bool) -> int:
     import torch.distributed as dist
 
     folder = Path(run_dir) / "checkpoints"
-    epochs = sorted((int(m.group(1)) for p in folder.iterdir() if (m := CKPT_RE.search(p.name))),
-                    reverse=True) if folder.is_dir() else []
-    mine = next((e for e in epochs if not has_state or rank_state_path(checkpoint_path(run_dir, e), rank).is_file()), -1)
+    epochs = (
+        sorted((int(m.group(1)) for p in folder.iterdir() if (m := CKPT_RE.search(p.name))), reverse=True)
+        if folder.is_dir()
+        else []
+    )
+    mine = next(
+        (e for e in epochs if not has_state or rank_state_path(checkpoint_path(run_dir, e), rank).is_file()),
+        -1,
+    )
     if dist.is_initialized():
         from ..runtime.strategies.base import collective_device
 
@@ -121,8 +137,11 @@ def check_checkpoints(run_dir: Path) -> None:
     folder = Path(run_dir) / "checkpoints"
     for side in sorted(folder.glob("*.pt.sha256")) if folder.is_dir() else []:
         if not side.with_name(side.name.removesuffix(".sha256")).is_file():
-            raise G3InputError(f"{side.name.removesuffix('.sha256')} is missing (its sha256 file is there: "
-                               "deleted or lost since it was written)", path=folder)
+            raise G3InputError(
+                f"{side.name.removesuffix('.sha256')} is missing (its sha256 file is there: "
+                "deleted or lost since it was written)",
+                path=folder,
+            )
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -148,8 +167,11 @@ def load_checkpoint(path: Path, model, optimizer, strategy=None, rank: int = 0) 
     sharded = set(strategy.sharded_parameters()) if strategy is not None else set()
     missing, unexpected = model.load_state_dict(state["model"], strict=False)
     if unexpected or set(missing) - sharded:
-        raise G3InputError(f"checkpoint does not match the model: missing {sorted(set(missing) - sharded)}, "
-                           f"unexpected {sorted(unexpected)}", path=path)
+        raise G3InputError(
+            f"checkpoint does not match the model: missing {sorted(set(missing) - sharded)}, "
+            f"unexpected {sorted(unexpected)}",
+            path=path,
+        )
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
     if strategy is not None:
@@ -158,14 +180,19 @@ def load_checkpoint(path: Path, model, optimizer, strategy=None, rank: int = 0) 
         if mine.get("format") != RANK_FILE_FORMAT:  # format 1: the strategy state alone
             mine = {"strategy": mine, "sharded": {}, "sharded_optimizer": {}}
         if set(mine["sharded"]) != sharded:
-            raise G3InputError(f"rank {rank}'s checkpoint holds sharded parameters {sorted(mine['sharded'])}, the "
-                               f"strategy shards {sorted(sharded)}", path=own)
+            raise G3InputError(
+                f"rank {rank}'s checkpoint holds sharded parameters {sorted(mine['sharded'])}, the "
+                f"strategy shards {sorted(sharded)}",
+                path=own,
+            )
         params = dict(model.named_parameters())
         with torch.no_grad():
             for name, value in mine["sharded"].items():
                 params[name].copy_(value)
-                optimizer.state[params[name]] = {k: v.to(params[name].device) if torch.is_tensor(v) and v.dim() else v
-                                                 for k, v in mine["sharded_optimizer"][name].items()}
+                optimizer.state[params[name]] = {
+                    k: v.to(params[name].device) if torch.is_tensor(v) and v.dim() else v
+                    for k, v in mine["sharded_optimizer"][name].items()
+                }
         strategy.load_state_dict(mine["strategy"])
     return int(state["epoch"])
 

@@ -18,11 +18,15 @@ class TrainConfig(RuntimeConfig):
     workers: int | None = None  # None: the plan's worker count
     eval_every: int | None = None  # 0: never; None: 1, or the run's own when resuming
     checkpoint_every: int | None = None  # 0: never; None: 0, or the run's own when resuming
-    logger: tuple[str, ...] = ()  # where epoch figures also go: csv (RUN/metrics.csv), tensorboard (RUN/tensorboard)
+    logger: tuple[
+        str, ...
+    ] = ()  # where epoch figures also go: csv (RUN/metrics.csv), tensorboard (RUN/tensorboard)
     resume: bool = False
     profile: str | None = None  # write PROFILE.json (compute rates, for `g3 simulate`) from the last epoch
     live: bool = True  # rich live display on rank 0
-    count_ops: bool = False  # count one steady-state step's aten operations and synchronisations (metrics.jsonl)
+    count_ops: bool = (
+        False  # count one steady-state step's aten operations and synchronisations (metrics.jsonl)
+    )
 
     def check(self) -> None:
         """The settings' own checks, one line each (``g3 train`` and ``g3 bench``, before any work): the runtime's

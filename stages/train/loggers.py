@@ -13,8 +13,19 @@ from ..common.errors import G3InputError
 
 LOGGERS = ("csv", "tensorboard")
 # the scalar figures of an epoch record, in the order the CSV's columns take (those a run has)
-SCALARS = ("loss", "epoch_seconds", "train_acc", "valid_acc", "test_acc", "train_rocauc", "valid_rocauc",
-           "test_rocauc", "bytes_sent", "link_bytes_sent", "comm_hidden_share")
+SCALARS = (
+    "loss",
+    "epoch_seconds",
+    "train_acc",
+    "valid_acc",
+    "test_acc",
+    "train_rocauc",
+    "valid_rocauc",
+    "test_rocauc",
+    "bytes_sent",
+    "link_bytes_sent",
+    "comm_hidden_share",
+)
 
 
 def check_loggers(names) -> None:
@@ -23,7 +34,9 @@ def check_loggers(names) -> None:
         if name not in LOGGERS:
             raise G3InputError(f"--logger {name} is not one of {', '.join(LOGGERS)}")
     if "tensorboard" in names and importlib.util.find_spec("tensorboard") is None:
-        raise G3InputError("--logger tensorboard needs the tensorboard package: pip install 'g3[tensorboard]'")
+        raise G3InputError(
+            "--logger tensorboard needs the tensorboard package: pip install 'g3[tensorboard]'"
+        )
 
 
 class CsvLogger:
@@ -52,8 +65,13 @@ class TensorBoardLogger:
     """RUN/tensorboard/: TensorBoard event files, one scalar per figure and epoch (``loss``, ``accuracy/test``,
     ``time/epoch_seconds``, …); a resumed run purges the steps from the epoch it resumes at."""
 
-    TAGS = {"loss": "loss", "epoch_seconds": "time/epoch_seconds", "bytes_sent": "network/bytes_sent",
-            "link_bytes_sent": "network/link_bytes_sent", "comm_hidden_share": "network/comm_hidden_share"}
+    TAGS = {
+        "loss": "loss",
+        "epoch_seconds": "time/epoch_seconds",
+        "bytes_sent": "network/bytes_sent",
+        "link_bytes_sent": "network/link_bytes_sent",
+        "comm_hidden_share": "network/comm_hidden_share",
+    }
 
     def __init__(self, run_dir: Path, start: int):
         from torch.utils.tensorboard import SummaryWriter

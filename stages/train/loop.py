@@ -45,7 +45,9 @@ from .metrics import MetricsWriter, NicCounter, minor_page_faults, peak_memory_b
 log = logging.getLogger("g3.train")
 
 
-def train_rank(rank: int, world: int, init_method: str | None, plan_dir: str, run_dir: str, cfg: TrainConfig) -> None:
+def train_rank(
+    rank: int, world: int, init_method: str | None, plan_dir: str, run_dir: str, cfg: TrainConfig
+) -> None:
     """Entry of one training process (spawned locally or started by torchrun), run by
     ``stages.runtime.launch.processes.run_guarded``."""
     worker = open_worker(rank, world, Path(plan_dir), cfg, init_method)
@@ -68,13 +70,23 @@ def _train(worker, run_dir: Path, cfg: TrainConfig) -> None:
         if epoch >= 0:
             ckpt = checkpoint_path(run_dir, epoch)
             start_epoch = load_checkpoint(ckpt, model, optimizer, strategy, rank) + 1
-            log.info("resumed from %s at epoch %d%s", ckpt, start_epoch, f" (restart {restart})" if restart else "")
+            log.info(
+                "resumed from %s at epoch %d%s", ckpt, start_epoch, f" (restart {restart})" if restart else ""
+            )
         elif cfg.resume:
             raise ValueError(f"--resume: no checkpoint that every worker has in {run_dir}")
     if start_epoch == 0:
         _save_full_weights(run_dir / "init.pt", strategy, rank)
-    metrics = MetricsWriter(run_dir, rank, world, live=cfg.live and rank == 0, epochs=cfg.epochs, start=start_epoch,
-                            network=cfg.network, loggers=tuple(cfg.logger))
+    metrics = MetricsWriter(
+        run_dir,
+        rank,
+        world,
+        live=cfg.live and rank == 0,
+        epochs=cfg.epochs,
+        start=start_epoch,
+        network=cfg.network,
+        loggers=tuple(cfg.logger),
+    )
     nic = NicCounter()
     sharded = set(strategy.sharded_parameters())
     replicated = [p for n, p in model.named_parameters() if n not in sharded]  # all-reduced every step
@@ -180,7 +192,9 @@ class StepDone:
     all_reduce_seconds: float = 0.0  # the part of sync_seconds in the gradient all-reduce itself
 
 
-def optimizer_step(strategy, ctx, optimizer, replicated: list[torch.nn.Parameter], epoch: int, step: int) -> StepDone:
+def optimizer_step(
+    strategy, ctx, optimizer, replicated: list[torch.nn.Parameter], epoch: int, step: int
+) -> StepDone:
     """One optimizer step: the strategy's micro-steps accumulate local gradients (each pass's loss normalised by
     the global target count of the whole step), then the replicated parameters' gradients are summed over ranks
     and every rank updates — unless the strategy's backward says no gradient is due (a pipeline filling)."""
@@ -193,8 +207,10 @@ def optimizer_step(strategy, ctx, optimizer, replicated: list[torch.nn.Parameter
         n_targets = out.global_targets
         if n_targets is None:
             if n_micro > 1:
-                raise RuntimeError(f"{strategy.name}: a step of {n_micro} micro-steps must give its global target "
-                                   "count in StepOutput.global_targets")
+                raise RuntimeError(
+                    f"{strategy.name}: a step of {n_micro} micro-steps must give its global target "
+                    "count in StepOutput.global_targets"
+                )
             n_targets = ctx.all_reduce_int(len(out.targets))
         if n_targets == 0:
             if strategy.steps(epoch) == 1:
@@ -244,16 +260,31 @@ def _save_full_weights(path: Path, strategy, rank: int) -> None:
 
 def _write_profile(cfg: TrainConfig, ctx, epoch: int, epoch_seconds: float, sync_seconds: float) -> None:
     """Every rank's samples to rank 0, which fits and writes PROFILE.json (collective)."""
-    mine = samples_from_trace(ctx.tracer.events, ctx.rank, epoch_seconds, sync_seconds,
-                              ctx.transport.stats.wait_seconds, torch.get_num_threads())
+    mine = samples_from_trace(
+        ctx.tracer.events,
+        ctx.rank,
+        epoch_seconds,
+        sync_seconds,
+        ctx.transport.stats.wait_seconds,
+        torch.get_num_threads(),
+    )
     everyone = [None] * ctx.world
     dist.all_gather_object(everyone, mine)
     if ctx.rank != 0:
         return
-    meta = {"epoch": int(epoch), "device": cfg.device, "workers": ctx.world, "threads": mine["threads"],
-            "strategy": ctx.plan_meta["strategy"]["name"], "pipeline": cfg.pipeline, "backward": cfg.backward,
-            "dtype": cfg.dtype, "plan": str(ctx.plan_dir.resolve()), "model": ctx.plan_meta["config"],
-            "widths": ctx.spec.widths}
+    meta = {
+        "epoch": int(epoch),
+        "device": cfg.device,
+        "workers": ctx.world,
+        "threads": mine["threads"],
+        "strategy": ctx.plan_meta["strategy"]["name"],
+        "pipeline": cfg.pipeline,
+        "backward": cfg.backward,
+        "dtype": cfg.dtype,
+        "plan": str(ctx.plan_dir.resolve()),
+        "model": ctx.plan_meta["config"],
+        "widths": ctx.spec.widths,
+    }
     write_profile(cfg.profile, everyone, ModelSpec.from_plan(ctx.plan_meta).layer_shapes(), meta)
 
 
@@ -266,9 +297,13 @@ def _trace_record(tracer, run_dir: Path, world: int, write: bool) -> dict:
     needed = [e for e in tracer.events if e["cat"] in ("compute", "wait", *MOVING)]  # what the shares read
     dist.all_gather_object(spans, {"events": needed, "messages": tracer.messages})
     share = hidden_share(spans)
-    out = {"comm_hidden_share": share["overall"], "comm_hidden_share_per_rank": share["per_rank"],
-           "comm_waited_share": share["waited"], "comm_moving_share": share["moving"],
-           "comm_seconds_traced": share["comm_seconds"]}
+    out = {
+        "comm_hidden_share": share["overall"],
+        "comm_hidden_share_per_rank": share["per_rank"],
+        "comm_waited_share": share["waited"],
+        "comm_moving_share": share["moving"],
+        "comm_seconds_traced": share["comm_seconds"],
+    }
     return {"traced": True, **out} if write else out
 
 

@@ -69,8 +69,17 @@ class NicCounter:
 class MetricsWriter:
     """Appends epoch records (rank 0 only) and renders them live."""
 
-    def __init__(self, run_dir: Path, rank: int, world: int, live: bool, epochs: int, start: int,
-                 network: dict | None = None, loggers: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        run_dir: Path,
+        rank: int,
+        world: int,
+        live: bool,
+        epochs: int,
+        start: int,
+        network: dict | None = None,
+        loggers: tuple[str, ...] = (),
+    ):
         self.rank = rank
         self.network = network  # where the workers ran, as their launcher put it: in every record
         self.path = Path(run_dir) / "metrics.jsonl"

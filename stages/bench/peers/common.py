@@ -31,8 +31,11 @@ def parse_args(description: str) -> argparse.Namespace:
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--fanouts", default=None,
-                   help="mini-batch mode: neighbours per hop, the TARGETS' first (g3's order), e.g. 25,10")
+    p.add_argument(
+        "--fanouts",
+        default=None,
+        help="mini-batch mode: neighbours per hop, the TARGETS' first (g3's order), e.g. 25,10",
+    )
     p.add_argument("--batch-size", type=int, default=1000, help="mini-batch mode: training nodes per batch")
     args = p.parse_args()
     args.fanout_list = [int(f) for f in args.fanouts.split(",")] if args.fanouts else None
@@ -97,17 +100,30 @@ def train_batches(model, batches, x, labels, epochs: int, lr: float) -> tuple[li
     return times, seeds
 
 
-def run_minibatch(system: str, version: str, args, model, batches, full_inputs, t: dict, extra: dict | None = None
-                  ) -> None:
+def run_minibatch(
+    system: str, version: str, args, model, batches, full_inputs, t: dict, extra: dict | None = None
+) -> None:
     """Mini-batch training, then full-graph test accuracy (exact inference, as g3 evaluates); prints the line."""
     import statistics as st
 
     times, seeds = train_batches(model, batches, t["x"], t["y"], args.epochs, args.lr)
     acc = test_accuracy(model, full_inputs, t["y"], t["test_idx"])
     steady = times[1:] if len(times) > 1 else times
-    report(system, version, args, times, {**(extra or {}), "test_acc": acc, "mode": "mini-batch",
-                                          "fanouts": args.fanout_list, "batch_size": args.batch_size,
-                                          "seeds_per_epoch": seeds, "seeds_per_second": seeds / st.median(steady)})
+    report(
+        system,
+        version,
+        args,
+        times,
+        {
+            **(extra or {}),
+            "test_acc": acc,
+            "mode": "mini-batch",
+            "fanouts": args.fanout_list,
+            "batch_size": args.batch_size,
+            "seeds_per_epoch": seeds,
+            "seeds_per_second": seeds / st.median(steady),
+        },
+    )
 
 
 def graph_tensors(g: dict, seed: int) -> dict:
@@ -120,9 +136,16 @@ def graph_tensors(g: dict, seed: int) -> dict:
     y = torch.from_numpy(g["labels"]).long()
     train_idx = torch.from_numpy(g["train_idx"])
     test_idx = torch.from_numpy(g["test_idx"]) if "test_idx" in g else torch.zeros(0, dtype=torch.int64)
-    return {"n": len(g["indptr"]) - 1, "num_classes": int(g["num_classes"]), "indptr": torch.from_numpy(g["indptr"]).to(torch.int64),
-            "indices": torch.from_numpy(g["indices"]).to(torch.int64), "x": torch.from_numpy(g["features"]).float(),
-            "y": y, "train_idx": train_idx[y[train_idx] >= 0], "test_idx": test_idx}
+    return {
+        "n": len(g["indptr"]) - 1,
+        "num_classes": int(g["num_classes"]),
+        "indptr": torch.from_numpy(g["indptr"]).to(torch.int64),
+        "indices": torch.from_numpy(g["indices"]).to(torch.int64),
+        "x": torch.from_numpy(g["features"]).float(),
+        "y": y,
+        "train_idx": train_idx[y[train_idx] >= 0],
+        "test_idx": test_idx,
+    }
 
 
 def run(system: str, version: str, args, model, inputs, t: dict, extra: dict | None = None) -> None:
@@ -149,10 +172,23 @@ def report(system: str, version: str, args, times: list[float], extra: dict | No
     import torch
 
     steady = times[1:] if len(times) > 1 else times
-    print(json.dumps({
-        "system": system, "version": version, "torch": torch.__version__, "python": platform.python_version(),
-        "model": args.model, "layers": args.layers, "hidden": args.hidden, "heads": args.heads,
-        "threads": torch.get_num_threads(), "epochs": len(times), "epoch_seconds": times,
-        "median_epoch_seconds": statistics.median(steady), **(extra or {}),
-    }))
+    print(
+        json.dumps(
+            {
+                "system": system,
+                "version": version,
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+                "model": args.model,
+                "layers": args.layers,
+                "hidden": args.hidden,
+                "heads": args.heads,
+                "threads": torch.get_num_threads(),
+                "epochs": len(times),
+                "epoch_seconds": times,
+                "median_epoch_seconds": statistics.median(steady),
+                **(extra or {}),
+            }
+        )
+    )
     sys.stdout.flush()

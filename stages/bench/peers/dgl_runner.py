@@ -57,7 +57,9 @@ def main() -> None:
 
     t = graph_tensors(load_graph(args.graph), args.seed)
     # in-edge CSR = DGL's CSC (column = destination): arcs indices[e] -> v
-    graph = dgl.graph(("csc", (t["indptr"], t["indices"], torch.tensor([], dtype=torch.int64))), num_nodes=t["n"])
+    graph = dgl.graph(
+        ("csc", (t["indptr"], t["indices"], torch.tensor([], dtype=torch.int64))), num_nodes=t["n"]
+    )
     if args.model in ("gcn", "gat"):
         graph = dgl.add_self_loop(graph)
     graph = graph.formats(["csc", "csr", "coo"])
@@ -66,14 +68,29 @@ def main() -> None:
     if args.fanout_list:
         # DGL's fanouts run from the input layer to the output one: g3's (targets first) reversed
         sampler = dgl.dataloading.NeighborSampler(list(reversed(args.fanout_list)))
-        loader = dgl.dataloading.DataLoader(graph, t["train_idx"], sampler, batch_size=args.batch_size, shuffle=True,
-                                            drop_last=False, num_workers=0)
+        loader = dgl.dataloading.DataLoader(
+            graph,
+            t["train_idx"],
+            sampler,
+            batch_size=args.batch_size,
+            shuffle=True,
+            drop_last=False,
+            num_workers=0,
+        )
 
         def batches():
             return iter(loader)  # (input_nodes, seeds, blocks) per batch
 
-        run_minibatch("DGL", dgl.__version__, args, model, batches, (graph, t["x"]), t,
-                      {"sampler": "dgl.dataloading.NeighborSampler + DataLoader"})
+        run_minibatch(
+            "DGL",
+            dgl.__version__,
+            args,
+            model,
+            batches,
+            (graph, t["x"]),
+            t,
+            {"sampler": "dgl.dataloading.NeighborSampler + DataLoader"},
+        )
         return
     run("DGL", dgl.__version__, args, model, (graph, t["x"]), t)
 

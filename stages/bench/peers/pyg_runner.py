@@ -63,14 +63,21 @@ def main() -> None:
         # PyG's num_neighbors start at the seeds: g3's order; edge_index = (source, destination)
         dst = torch.repeat_interleave(torch.arange(n), t["indptr"][1:] - t["indptr"][:-1])
         data = Data(num_nodes=n, edge_index=torch.stack([t["indices"], dst]), n_id=torch.arange(n))
-        loader = NeighborLoader(data, num_neighbors=args.fanout_list, batch_size=args.batch_size,
-                                input_nodes=t["train_idx"], shuffle=True)
+        loader = NeighborLoader(
+            data,
+            num_neighbors=args.fanout_list,
+            batch_size=args.batch_size,
+            input_nodes=t["train_idx"],
+            shuffle=True,
+        )
 
         def batches():
             for b in loader:  # the seeds are the first batch_size nodes of b.n_id
                 yield b.n_id, b.n_id[: b.batch_size], b.edge_index
 
-        class GraphFirst(torch.nn.Module):  # the mini-batch loop calls model(graph, x); PyG's layers take (x, graph)
+        class GraphFirst(
+            torch.nn.Module
+        ):  # the mini-batch loop calls model(graph, x); PyG's layers take (x, graph)
             def __init__(self, net):
                 super().__init__()
                 self.net = net
@@ -78,10 +85,20 @@ def main() -> None:
             def forward(self, graph, x):
                 return self.net(x, graph)
 
-        run_minibatch("PyG", torch_geometric.__version__, args, GraphFirst(model), batches, (adj_t, t["x"]), t,
-                      {"sampler": "torch_geometric.loader.NeighborLoader"})
+        run_minibatch(
+            "PyG",
+            torch_geometric.__version__,
+            args,
+            GraphFirst(model),
+            batches,
+            (adj_t, t["x"]),
+            t,
+            {"sampler": "torch_geometric.loader.NeighborLoader"},
+        )
         return
-    run("PyG", torch_geometric.__version__, args, model, (t["x"], adj_t), t, {"adjacency": "torch.sparse_csr"})
+    run(
+        "PyG", torch_geometric.__version__, args, model, (t["x"], adj_t), t, {"adjacency": "torch.sparse_csr"}
+    )
 
 
 if __name__ == "__main__":

@@ -30,13 +30,24 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 # operations whose result the host must wait for on a device (by overload packet name)
-SYNC_OPS = frozenset({
-    "_local_scalar_dense",  # .item(), int(t), float(t), bool(t)
-    "is_nonzero", "equal", "allclose",
-    "nonzero", "argwhere", "masked_select",
-    "unique", "_unique", "_unique2", "unique_dim", "unique_consecutive",
-    "bincount", "histc",
-})
+SYNC_OPS = frozenset(
+    {
+        "_local_scalar_dense",  # .item(), int(t), float(t), bool(t)
+        "is_nonzero",
+        "equal",
+        "allclose",
+        "nonzero",
+        "argwhere",
+        "masked_select",
+        "unique",
+        "_unique",
+        "_unique2",
+        "unique_dim",
+        "unique_consecutive",
+        "bincount",
+        "histc",
+    }
+)
 # operations that synchronise only with some arguments
 _SIZE_FROM_DATA = {"repeat_interleave"}  # without output_size the output's length is read from the device
 _INDEXING = {"index", "index_put", "index_put_", "_index_put_impl_"}  # a boolean mask is a nonzero inside
@@ -59,9 +70,12 @@ class OpCount:
     sync_by_name: Counter = field(default_factory=Counter)
 
     def to_json(self) -> dict:
-        return {"ops_per_step": self.ops, "sync_ops_per_step": self.sync_ops,
-                "ops_by_name": dict(self.by_name.most_common()),
-                "sync_ops_by_name": dict(self.sync_by_name.most_common())}
+        return {
+            "ops_per_step": self.ops,
+            "sync_ops_per_step": self.sync_ops,
+            "ops_by_name": dict(self.by_name.most_common()),
+            "sync_ops_by_name": dict(self.sync_by_name.most_common()),
+        }
 
 
 class OpCounter(TorchDispatchMode):
@@ -84,8 +98,10 @@ class OpCounter(TorchDispatchMode):
             return (kwargs or {}).get("output_size") is None and (len(args) < 4 or args[3] is None)
         if name in _INDEXING:
             indices = args[1] if len(args) > 1 else ()
-            return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool and self._on_device(i)
-                       for i in (indices or ()))
+            return any(
+                isinstance(i, torch.Tensor) and i.dtype == torch.bool and self._on_device(i)
+                for i in (indices or ())
+            )
         if name in _COPIES and self.device.type != "cpu":
             src = [t for t in _tensors(args, kwargs) if self._on_device(t)]
             return bool(src) and _copies_to_host(name, args, kwargs)

@@ -55,8 +55,9 @@ def unsigned_mod(z: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     return torch.remainder(2 * hi + (z & 1), m)
 
 
-def sample_rows(indptr: torch.Tensor, nbrs: torch.Tensor, rows: torch.Tensor, nodes: torch.Tensor, fanout: int,
-                key: int) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_rows(
+    indptr: torch.Tensor, nbrs: torch.Tensor, rows: torch.Tensor, nodes: torch.Tensor, fanout: int, key: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`stages.runtime.neighbor_sampler.sample_rows` on the device: the neighbours of ``nodes`` (global ids),
     whose rows of the CSR ``indptr``/``nbrs`` (global ids, ascending within a row) are ``rows``. Returns
     ``(counts [n], neighbours [sum(counts)])``, each node's picks in ascending global id, on ``nbrs``'s device."""
@@ -88,7 +89,9 @@ def sample_rows(indptr: torch.Tensor, nbrs: torch.Tensor, rows: torch.Tensor, no
     return counts, nbrs[starts[row_of] + pos]
 
 
-def relabel(dst: torch.Tensor, nbrs: torch.Tensor, scratch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def relabel(
+    dst: torch.Tensor, nbrs: torch.Tensor, scratch: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The sources a hop adds and where each pick lands among the block's sources, as
     ``neighbor_sampler.block_from_sample`` numbers them: ``dst`` first, then the picks that are not
     destinations in order of first appearance. ``scratch``: int64 ``[num_nodes]`` all −1 on the device (left
@@ -115,8 +118,9 @@ def relabel(dst: torch.Tensor, nbrs: torch.Tensor, scratch: torch.Tensor) -> tup
     return new, pos
 
 
-def block_arrays(dst: torch.Tensor, counts: torch.Tensor, nbrs: torch.Tensor, scratch: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def block_arrays(
+    dst: torch.Tensor, counts: torch.Tensor, nbrs: torch.Tensor, scratch: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One hop's block as ``(src, indptr, indices)`` on the device (``block_from_sample``'s numbering):
     ``src`` = ``dst`` then the new sources, the next hop's destinations."""
     new, pos = relabel(dst, nbrs, scratch)
@@ -145,8 +149,18 @@ class DeviceGraph:
     sockets): the ids leave the device, the answers enter it, and the rest of the step stays there.
     ``row_of`` None: the CSR is the whole graph's (rows are global ids)."""
 
-    def __init__(self, indptr, nbrs, row_of, features: torch.Tensor, labels: torch.Tensor,
-                 degrees: torch.Tensor | None, device: torch.device, input_row_of=None, owners: Owners | None = None):
+    def __init__(
+        self,
+        indptr,
+        nbrs,
+        row_of,
+        features: torch.Tensor,
+        labels: torch.Tensor,
+        degrees: torch.Tensor | None,
+        device: torch.device,
+        input_row_of=None,
+        owners: Owners | None = None,
+    ):
         self.indptr, self.nbrs = device_array(indptr, device), device_array(nbrs, device)
         self.row_of = None if row_of is None else device_array(row_of, device)
         self.input_row_of = self.row_of if input_row_of is None else device_array(input_row_of, device)
@@ -192,8 +206,11 @@ class DeviceGraph:
             order, n_here = here_first(rows)
             if n_here < len(nodes):
                 return self._inputs_with_peers(nodes, rows, order, n_here)
-        return (self.features.index_select(0, rows),
-                None if self.degrees is None else self.degrees.index_select(0, rows), 0)
+        return (
+            self.features.index_select(0, rows),
+            None if self.degrees is None else self.degrees.index_select(0, rows),
+            0,
+        )
 
     def _inputs_with_peers(self, nodes, rows, order, n_here) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         away = order[n_here:]
@@ -234,8 +251,9 @@ def here_first(rows: torch.Tensor) -> tuple[torch.Tensor, int]:
     return torch.argsort(away, stable=True), n_here
 
 
-def regroup(order: torch.Tensor, counts_sorted: torch.Tensor, picks_sorted: torch.Tensor
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+def regroup(
+    order: torch.Tensor, counts_sorted: torch.Tensor, picks_sorted: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """CSR answers given for ``nodes[order]`` put back in the order of ``nodes`` (the host's
     ``distdgl.regroup`` in torch operations; the picks' count is their length, so nothing is read back)."""
     counts = torch.empty_like(counts_sorted)
@@ -248,8 +266,9 @@ def regroup(order: torch.Tensor, counts_sorted: torch.Tensor, picks_sorted: torc
     return counts, picks_sorted[take + torch.arange(total, device=picks_sorted.device)]
 
 
-def induced_subgraph(indptr: torch.Tensor, indices: torch.Tensor, nodes: torch.Tensor, scratch: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+def induced_subgraph(
+    indptr: torch.Tensor, indices: torch.Tensor, nodes: torch.Tensor, scratch: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The subgraph the rows ``nodes`` (ascending) induce in the CSR ``indptr``/``indices``: ``(indptr [n + 1],
     sources [m])``, each row's in-arcs from other chosen rows in CSR order, a source numbered by its place in
     ``nodes`` — what clustergcn's host sampler makes. ``scratch``: int64 ``[rows]`` all −1 (left so).

@@ -86,13 +86,16 @@ class Fault:
             else:
                 raise ValueError
         except ValueError:
-            raise G3InputError(f"--emulate-fault {text!r} is not link-down:HOST:EPOCH:SECONDS or "
-                               "kill-agent:HOST:EPOCH") from None
+            raise G3InputError(
+                f"--emulate-fault {text!r} is not link-down:HOST:EPOCH:SECONDS or kill-agent:HOST:EPOCH"
+            ) from None
         if not 0 <= fault.host < hosts:
             raise G3InputError(f"--emulate-fault {text!r}: host {fault.host} is not one of the {hosts} hosts")
         if fault.kind == "kill-agent" and fault.host == 0:
-            raise G3InputError(f"--emulate-fault {text!r}: host 0 serves the rendezvous; its agent's death ends "
-                               "the job (kill another host's)")
+            raise G3InputError(
+                f"--emulate-fault {text!r}: host 0 serves the rendezvous; its agent's death ends "
+                "the job (kill another host's)"
+            )
         if fault.epoch < 0 or not (math.isfinite(fault.seconds) and fault.seconds >= 0):
             raise G3InputError(f"--emulate-fault {text!r}: EPOCH and SECONDS must be finite and >= 0")
         return fault
@@ -134,37 +137,63 @@ class EmulatedHostsLauncher:
             raise G3InputError(f"--emulate-link: {exc}") from None
         hosts = cfg.hosts or world
         if world % hosts:
-            raise G3InputError(f"--hosts {hosts} does not divide the plan's {world} workers (every host runs the "
-                               "same number of workers)")
+            raise G3InputError(
+                f"--hosts {hosts} does not divide the plan's {world} workers (every host runs the "
+                "same number of workers)"
+            )
         faults = tuple(Fault.parse(f, hosts) for f in cfg.emulate_faults)
         if host_folders is None:
             raise G3InputError("--emulate-link: this command cannot run on emulated hosts")
-        launcher = cls(rate, hosts, cfg.emulate_subnet or DEFAULT_SUBNET, cfg.max_restarts, faults,
-                       live=bool(getattr(cfg, "live", False)), host_folders=host_folders)
+        launcher = cls(
+            rate,
+            hosts,
+            cfg.emulate_subnet or DEFAULT_SUBNET,
+            cfg.max_restarts,
+            faults,
+            live=bool(getattr(cfg, "live", False)),
+            host_folders=host_folders,
+        )
         reason = why_not_available()
         if reason:  # after the options are checked, before anything is written
             raise G3InputError(f"--emulate-link: the emulated network cannot be built here: {reason}")
         return launcher
 
     def describe(self, world: int) -> dict:
-        return {"kind": "emulated-hosts", **self.net.describe(), **self.network_record(world),
-                "max_restarts": self.max_restarts,
-                "faults": [f"{f.kind}:{f.host}:{f.epoch}" + (f":{f.seconds:g}" if f.kind == "link-down" else "")
-                           for f in self.faults]}
+        return {
+            "kind": "emulated-hosts",
+            **self.net.describe(),
+            **self.network_record(world),
+            "max_restarts": self.max_restarts,
+            "faults": [
+                f"{f.kind}:{f.host}:{f.epoch}" + (f":{f.seconds:g}" if f.kind == "link-down" else "")
+                for f in self.faults
+            ],
+        }
 
     def network_record(self, world: int) -> dict:
         """What every epoch record of the run says about the network (``cfg.network``)."""
-        return {"link": rate_label(self.rate_bits), "hosts": self.hosts, "workers_per_host": world // self.hosts,
-                "cores": host_cores(self.hosts)}
+        return {
+            "link": rate_label(self.rate_bits),
+            "hosts": self.hosts,
+            "workers_per_host": world // self.hosts,
+            "cores": host_cores(self.hosts),
+        }
 
     # ----------------------------------------------------------------------------------------------------------
 
-    def run(self, entry, world: int, run_dir: Path, prefix: str, plan: Path, cfg: RuntimeConfig, *extra) -> dict:
+    def run(
+        self, entry, world: int, run_dir: Path, prefix: str, plan: Path, cfg: RuntimeConfig, *extra
+    ) -> dict:
         """Run ``entry`` on the emulated hosts; returns what the links carried (bytes per host)."""
-        run_dir, plan = Path(run_dir).resolve(), Path(plan).resolve()  # the agents start in their hosts' folders
+        run_dir, plan = (
+            Path(run_dir).resolve(),
+            Path(plan).resolve(),
+        )  # the agents start in their hosts' folders
         clean_stale()
         clean_stale_host_folders(run_dir.parent)
-        work = Path(tempfile.mkdtemp(prefix=f".{PREFIX}{os.getpid()}-hosts-{run_dir.name}-", dir=run_dir.parent))
+        work = Path(
+            tempfile.mkdtemp(prefix=f".{PREFIX}{os.getpid()}-hosts-{run_dir.name}-", dir=run_dir.parent)
+        )
         self._world, self._job = world, work.name
         with _stderr_appending() if self.live else contextlib.nullcontext():
             failure, carried = self._run_hosts(world, run_dir, prefix, plan, cfg, extra, entry, work)
@@ -172,7 +201,9 @@ class EmulatedHostsLauncher:
             raise failure
         return {"link_bytes": carried}
 
-    def _run_hosts(self, world, run_dir, prefix, plan, cfg, extra, entry, work: Path) -> tuple[Exception | None, dict]:
+    def _run_hosts(
+        self, world, run_dir, prefix, plan, cfg, extra, entry, work: Path
+    ) -> tuple[Exception | None, dict]:
         """Prepare, start and supervise the hosts; everything they made is removed whatever happens."""
         hosts: list[_Host] = []
         try:
@@ -213,10 +244,19 @@ class EmulatedHostsLauncher:
                     shutil.copy2(a.path, copy)
                     a = str(copy)
                 args.append(a)
-            job = {"entry": entry, "ranks": ranks, "world": world, "prefix": prefix, "plan": str(folder / "plan"),
-                   "run_dir": str(host_run), "cfg": host_cfg, "extra": args, "launcher_pid": os.getpid(),
-                   # rank 0 writes its standard error (the live display) where a local rank 0 would: the launcher's
-                   "console": f"/proc/{os.getpid()}/fd/2" if self.live and 0 in ranks else None}
+            job = {
+                "entry": entry,
+                "ranks": ranks,
+                "world": world,
+                "prefix": prefix,
+                "plan": str(folder / "plan"),
+                "run_dir": str(host_run),
+                "cfg": host_cfg,
+                "extra": args,
+                "launcher_pid": os.getpid(),
+                # rank 0 writes its standard error (the live display) where a local rank 0 would: the launcher's
+                "console": f"/proc/{os.getpid()}/fd/2" if self.live and 0 in ranks else None,
+            }
             (folder / "job.pkl").write_bytes(pickle.dumps(job))
             hosts.append(_Host(n, folder, host_run, ranks, cores[n]))
         return hosts
@@ -229,23 +269,54 @@ class EmulatedHostsLauncher:
         cmd = [*net.exec_prefix(host.n)]
         if shutil.which("taskset"):
             cmd += ["taskset", "-c", ",".join(map(str, host.cores))]
-        cmd += [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(self.hosts),
-                "--nproc-per-node", str(per_host), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", f"{net.address(0)}:{RDZV_PORT}", "--rdzv-id", self._job,
-                "--rdzv-conf", f"is_host={int(host.n == 0)},join_timeout={join_timeout}",
-                "--local-addr", net.address(host.n), "--max-restarts", str(self.max_restarts),
-                "--monitor-interval", "0.5", "-m", "stages.runtime.launch.host_worker", str(host.folder / "job.pkl")]
-        env = {**os.environ, "GLOO_SOCKET_IFNAME": NIC, "PYTHONUNBUFFERED": "1",
-               # a fresh store (and port) per attempt, served by the group's rank 0: an agent started again after
-               # its host crashed counts restarts from 0, so the agent store's per-attempt keys would not match
-               "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-               "OMP_NUM_THREADS": str(max(1, len(host.cores) // per_host)),
-               "G3_HOST_RESTARTS": str(host.restarts),  # host_worker.py: a restarted host's workers resume
-               # c10d warns at every connection that an emulated address has no host name
-               "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
+        cmd += [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            str(self.hosts),
+            "--nproc-per-node",
+            str(per_host),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"{net.address(0)}:{RDZV_PORT}",
+            "--rdzv-id",
+            self._job,
+            "--rdzv-conf",
+            f"is_host={int(host.n == 0)},join_timeout={join_timeout}",
+            "--local-addr",
+            net.address(host.n),
+            "--max-restarts",
+            str(self.max_restarts),
+            "--monitor-interval",
+            "0.5",
+            "-m",
+            "stages.runtime.launch.host_worker",
+            str(host.folder / "job.pkl"),
+        ]
+        env = {
+            **os.environ,
+            "GLOO_SOCKET_IFNAME": NIC,
+            "PYTHONUNBUFFERED": "1",
+            # a fresh store (and port) per attempt, served by the group's rank 0: an agent started again after
+            # its host crashed counts restarts from 0, so the agent store's per-attempt keys would not match
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+            "OMP_NUM_THREADS": str(max(1, len(host.cores) // per_host)),
+            "G3_HOST_RESTARTS": str(host.restarts),  # host_worker.py: a restarted host's workers resume
+            # c10d warns at every connection that an emulated address has no host name
+            "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),
+        }
         with open(host.folder / "agent.log", "ab") as log:  # the agent's own messages and its workers' output
-            host.agent = subprocess.Popen(cmd, cwd=host.folder, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=log, start_new_session=True)
+            host.agent = subprocess.Popen(
+                cmd,
+                cwd=host.folder,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
 
     def _supervise(self, hosts: list[_Host], run_dir: Path, prefix: str, timeout: float) -> Exception | None:
         """Watch the agents until every one has finished; inject the faults; restart a crashed host while it
@@ -288,9 +359,11 @@ class EmulatedHostsLauncher:
             hung = _silent_rank(hosts, prefix, started, timeout)
             if hung is not None:
                 rank, host = hung
-                return G3RuntimeError(f"worker {rank} on host {host.n} stopped answering: no heartbeat for "
-                                      f"{timeout:.0f} s; every host was stopped (log: "
-                                      f"{log_path(run_dir, rank, prefix, 'log')})")
+                return G3RuntimeError(
+                    f"worker {rank} on host {host.n} stopped answering: no heartbeat for "
+                    f"{timeout:.0f} s; every host was stopped (log: "
+                    f"{log_path(run_dir, rank, prefix, 'log')})"
+                )
 
     def _failure(self, hosts: list[_Host], host: _Host, code: int, prefix: str) -> Exception:
         """The error of the run: the first worker error written on any host (after the hosts' logs are
@@ -298,13 +371,17 @@ class EmulatedHostsLauncher:
         errors = []
         for h in hosts:
             for f in (h.run_dir / "logs").glob(f"{prefix}rank-*.error"):
-                errors.append((f.stat().st_mtime, int(f.name[len(prefix) + 5:-6]), h, f.read_text().strip()))
+                errors.append(
+                    (f.stat().st_mtime, int(f.name[len(prefix) + 5 : -6]), h, f.read_text().strip())
+                )
         try:
             down = self.net.links_down()
         except (G3InputError, G3RuntimeError):
             down = []
-        lost = "; ".join(f"host {n} ({self.net.address(n)}, ranks {', '.join(map(str, hosts[n].ranks))}) lost "
-                         "its link" for n in down)
+        lost = "; ".join(
+            f"host {n} ({self.net.address(n)}, ranks {', '.join(map(str, hosts[n].ranks))}) lost its link"
+            for n in down
+        )
         if errors:
             _, rank, h, text = min(errors, key=lambda e: (e[0], e[1]))
             line = text.splitlines()[0] if text else "(no message)"

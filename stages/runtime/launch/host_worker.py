@@ -28,7 +28,9 @@ def main(job_file: str) -> None:
     rank = job["ranks"][int(os.environ.get("LOCAL_RANK", 0))]
     # a host started again after a crash: its agent counts restarts from 0, but its workers are a restart of the
     # group (they resume from the newest checkpoint every host has), however the other hosts' agents saw it
-    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) + int(os.environ.get("G3_HOST_RESTARTS", 0))
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) + int(
+        os.environ.get("G3_HOST_RESTARTS", 0)
+    )
     os.environ["TORCHELASTIC_RESTART_COUNT"] = str(restarts)
     if rank == 0 and job.get("console"):
         _write_errors_to(job["console"])
@@ -36,8 +38,18 @@ def main(job_file: str) -> None:
     # leaves at once if the launcher is gone (a launcher killed with SIGKILL must not leave workers training)
     start_heartbeat(run_dir, rank, job["prefix"], job["launcher_pid"])
     try:
-        run_guarded(job["entry"], rank, job["world"], run_dir, job["prefix"], "env://", job["plan"], str(run_dir),
-                    job["cfg"], *job["extra"])
+        run_guarded(
+            job["entry"],
+            rank,
+            job["world"],
+            run_dir,
+            job["prefix"],
+            "env://",
+            job["plan"],
+            str(run_dir),
+            job["cfg"],
+            *job["extra"],
+        )
     except BaseException:
         # logged with its traceback and written to the rank's .error file, from which the launcher says it in one
         # line; rank 0's standard error is the user's console, where a traceback would stand above that line

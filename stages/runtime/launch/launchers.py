@@ -35,24 +35,49 @@ class LocalLauncher:
     def describe(self, world: int) -> dict:
         return {"kind": "local", "workers": world}
 
-    def run(self, entry, world: int, run_dir: Path, prefix: str, plan: Path, cfg: RuntimeConfig, *extra) -> dict:
+    def run(
+        self, entry, world: int, run_dir: Path, prefix: str, plan: Path, cfg: RuntimeConfig, *extra
+    ) -> dict:
         """Run ``entry`` on every rank; returns what the launcher measured besides the workers (nothing here)."""
         args = [str(a.path) if isinstance(a, HostFile) else a for a in extra]
         if self.inference and world == 1 and not _process_group_exists():
             import torch
 
-            threads = torch.get_num_threads()  # the rank sets its own; the caller's (a Python session) is restored
+            threads = (
+                torch.get_num_threads()
+            )  # the rank sets its own; the caller's (a Python session) is restored
             # the allocator's policy is process-wide and cannot be undone: the caller's process keeps its own (one
             # forward pass gains nothing from keeping freed memory for a next epoch)
             here = dataclasses.replace(cfg, heap="system")
             try:
-                run_in_process(entry, run_dir, prefix, here.master_addr, here.master_port, str(plan), str(run_dir),
-                               here, *args)
+                run_in_process(
+                    entry,
+                    run_dir,
+                    prefix,
+                    here.master_addr,
+                    here.master_port,
+                    str(plan),
+                    str(run_dir),
+                    here,
+                    *args,
+                )
             finally:
                 torch.set_num_threads(threads)
             return {}
-        spawn_workers(entry, world, run_dir, prefix, cfg.master_addr, cfg.master_port, str(plan), str(run_dir), cfg,
-                      *args, timeout=cfg.timeout, preload=INFERENCE_PRELOAD if self.inference else None)
+        spawn_workers(
+            entry,
+            world,
+            run_dir,
+            prefix,
+            cfg.master_addr,
+            cfg.master_port,
+            str(plan),
+            str(run_dir),
+            cfg,
+            *args,
+            timeout=cfg.timeout,
+            preload=INFERENCE_PRELOAD if self.inference else None,
+        )
         return {}
 
 
@@ -70,7 +95,11 @@ def make_launcher(cfg: RuntimeConfig, world: int, inference: bool = False, host_
     on their disks, each host's folder and its ranks (`g3 bundle`'s node folders, given by the stage that
     launches: the runtime calls no stage)."""
     if not cfg.emulate_link:
-        for name, flag in (("hosts", "--hosts"), ("emulate_faults", "--emulate-fault"), ("max_restarts", "--max-restarts")):
+        for name, flag in (
+            ("hosts", "--hosts"),
+            ("emulate_faults", "--emulate-fault"),
+            ("max_restarts", "--max-restarts"),
+        ):
             if getattr(cfg, name):
                 raise G3InputError(f"{flag} applies to emulated hosts: give --emulate-link RATE too")
         return LocalLauncher(inference)

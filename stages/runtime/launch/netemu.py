@@ -50,13 +50,14 @@ QUEUE_SECONDS = 0.020  # tbf's latency: how long a packet may wait in the link's
 NIC = "eth0"  # the host's interface name inside its namespace
 COMMAND_SECONDS = 20.0  # any one `ip`/`tc` command
 
+
 def host_cores(hosts: int, cores: list[int] | None = None) -> list[list[int]]:
     """The cores each host runs on: the machine's cores (those this process may use) split into ``hosts``
     contiguous shares, as evenly as they go; with more hosts than cores, host n shares core n mod C."""
     cores = sorted(cores if cores is not None else os.sched_getaffinity(0))
     c = len(cores)
     if hosts <= c:
-        return [cores[n * c // hosts:(n + 1) * c // hosts] for n in range(hosts)]
+        return [cores[n * c // hosts : (n + 1) * c // hosts] for n in range(hosts)]
     return [[cores[n % c]] for n in range(hosts)]
 
 
@@ -66,12 +67,16 @@ def _run(args: list[str], what: str) -> str:
     except FileNotFoundError:
         raise G3InputError(f"{what}: `{args[0]}` is not installed (iproute2 provides ip and tc)") from None
     except subprocess.TimeoutExpired:
-        raise G3RuntimeError(f"{what}: `{' '.join(args)}` did not finish in {COMMAND_SECONDS:.0f} s") from None
+        raise G3RuntimeError(
+            f"{what}: `{' '.join(args)}` did not finish in {COMMAND_SECONDS:.0f} s"
+        ) from None
     if done.returncode != 0:
         err = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
         if "Operation not permitted" in err or "Permission denied" in err:
-            raise G3InputError(f"{what}: not allowed to create network namespaces ({err}); the emulated "
-                               "network needs root or CAP_NET_ADMIN")
+            raise G3InputError(
+                f"{what}: not allowed to create network namespaces ({err}); the emulated "
+                "network needs root or CAP_NET_ADMIN"
+            )
         raise G3RuntimeError(f"{what}: `{' '.join(args)}` failed: {err}")
     return done.stdout
 
@@ -94,8 +99,26 @@ def why_not_available() -> str | None:
         probe = f"{PREFIX}{os.getpid()}-probe"
         try:
             _run(["ip", "netns", "add", probe], "the emulated network")
-            _run(["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "1gbit", "burst", "32kb",
-                  "latency", "20ms"], "the emulated network (tbf)")
+            _run(
+                [
+                    "tc",
+                    "-n",
+                    probe,
+                    "qdisc",
+                    "add",
+                    "dev",
+                    "lo",
+                    "root",
+                    "tbf",
+                    "rate",
+                    "1gbit",
+                    "burst",
+                    "32kb",
+                    "latency",
+                    "20ms",
+                ],
+                "the emulated network (tbf)",
+            )
         except (G3InputError, G3RuntimeError) as exc:
             reason = str(exc)
         finally:
@@ -141,11 +164,15 @@ def unusable_subnet(net: ipaddress.IPv4Network, route_table: str = "/proc/net/ro
     routes, whose traffic would leave the namespaces or shadow a real network."""
     for kind in ("loopback", "link_local", "multicast", "unspecified", "reserved"):
         if getattr(net, f"is_{kind}"):
-            return f"{kind.replace('_', '-')} addresses cannot be given to emulated hosts; use a private or " \
-                   f"benchmark subnet such as the default {DEFAULT_SUBNET}"
+            return (
+                f"{kind.replace('_', '-')} addresses cannot be given to emulated hosts; use a private or "
+                f"benchmark subnet such as the default {DEFAULT_SUBNET}"
+            )
     if net.overlaps(ipaddress.IPv4Network("0.0.0.0/8")):
-        return "0.0.0.0/8 means 'this network', not addresses a host can take; use a private or benchmark " \
-               f"subnet such as the default {DEFAULT_SUBNET}"
+        return (
+            "0.0.0.0/8 means 'this network', not addresses a host can take; use a private or benchmark "
+            f"subnet such as the default {DEFAULT_SUBNET}"
+        )
     for own in routed_subnets(route_table):
         if net.overlaps(own):
             return f"overlaps {own}, a subnet this machine routes; choose one it does not (default {DEFAULT_SUBNET})"
@@ -174,8 +201,10 @@ class EmulatedNetwork:
         if not 1 <= self.hosts <= MAX_HOSTS:
             raise G3InputError(f"--hosts {self.hosts}: the emulated network holds 1-{MAX_HOSTS} hosts")
         if net.num_addresses < FIRST_HOST + self.hosts + 1:
-            raise G3InputError(f"--emulate-subnet {self.subnet} is too small for {self.hosts} hosts (host n is "
-                               f"address {FIRST_HOST} + n of the subnet: give a /24 or larger)")
+            raise G3InputError(
+                f"--emulate-subnet {self.subnet} is too small for {self.hosts} hosts (host n is "
+                f"address {FIRST_HOST} + n of the subnet: give a /24 or larger)"
+            )
         self.network = net
 
     @property
@@ -193,9 +222,15 @@ class EmulatedNetwork:
         return str(self.network[FIRST_HOST + host])
 
     def describe(self) -> dict:
-        return {"link": rate_label(self.rate_bits), "link_bits_per_second": self.rate_bits, "hosts": self.hosts,
-                "subnet": str(self.network), "mtu": MTU, "queue_seconds": QUEUE_SECONDS,
-                "addresses": [self.address(n) for n in range(self.hosts)]}
+        return {
+            "link": rate_label(self.rate_bits),
+            "link_bits_per_second": self.rate_bits,
+            "hosts": self.hosts,
+            "subnet": str(self.network),
+            "mtu": MTU,
+            "queue_seconds": QUEUE_SECONDS,
+            "addresses": [self.address(n) for n in range(self.hosts)],
+        }
 
     def _tbf(self) -> list[str]:
         """tbf's arguments: the rate; a bucket of 1 ms at the rate, at least two full packets (smaller buckets cost
@@ -214,10 +249,42 @@ class EmulatedNetwork:
             for n in range(self.hosts):
                 ns, port = self.namespace(n), f"h{n}"
                 self._add_namespace(ns)
-                _run(["ip", "-n", self.switch, "link", "add", port, "mtu", str(MTU), "type", "veth", "peer", "name",
-                      NIC, "mtu", str(MTU), "netns", ns], what)
+                _run(
+                    [
+                        "ip",
+                        "-n",
+                        self.switch,
+                        "link",
+                        "add",
+                        port,
+                        "mtu",
+                        str(MTU),
+                        "type",
+                        "veth",
+                        "peer",
+                        "name",
+                        NIC,
+                        "mtu",
+                        str(MTU),
+                        "netns",
+                        ns,
+                    ],
+                    what,
+                )
                 _run(["ip", "-n", self.switch, "link", "set", port, "master", "br0", "up"], what)
-                _run(["ip", "-n", ns, "addr", "add", f"{self.address(n)}/{self.network.prefixlen}", "dev", NIC], what)
+                _run(
+                    [
+                        "ip",
+                        "-n",
+                        ns,
+                        "addr",
+                        "add",
+                        f"{self.address(n)}/{self.network.prefixlen}",
+                        "dev",
+                        NIC,
+                    ],
+                    what,
+                )
                 _run(["ip", "-n", ns, "link", "set", NIC, "up"], what)
                 _run(["ip", "-n", ns, "link", "set", "lo", "up"], what)
                 _run(["tc", "-n", ns, "qdisc", "add", "dev", NIC, "root", *self._tbf()], what)
@@ -249,25 +316,39 @@ class EmulatedNetwork:
 
     def set_link(self, host: int, up: bool) -> None:
         """Take host ``host``'s link down (as a pulled cable: its switch port) or bring it back up."""
-        _run(["ip", "-n", self.switch, "link", "set", f"h{host}", "up" if up else "down"], "the emulated network")
+        _run(
+            ["ip", "-n", self.switch, "link", "set", f"h{host}", "up" if up else "down"],
+            "the emulated network",
+        )
 
     def links_down(self) -> list[int]:
         """The hosts whose switch port is down."""
-        out = json.loads(_run(["ip", "-j", "-n", self.switch, "link", "show"], "the emulated network") or "[]")
+        out = json.loads(
+            _run(["ip", "-j", "-n", self.switch, "link", "show"], "the emulated network") or "[]"
+        )
         down = {e["ifname"] for e in out if "UP" not in e.get("flags", [])}
         return [n for n in range(self.hosts) if f"h{n}" in down]
 
     def port_bytes(self) -> list[dict]:
         """Bytes each host sent and received over its link so far (its switch port's counters, seen from the
         switch: what the port received the host sent)."""
-        out = json.loads(_run(["ip", "-j", "-s", "-n", self.switch, "link", "show"], "the emulated network") or "[]")
+        out = json.loads(
+            _run(["ip", "-j", "-s", "-n", self.switch, "link", "show"], "the emulated network") or "[]"
+        )
         stats = {e["ifname"]: e.get("stats64") or e.get("stats") or {} for e in out}
-        return [{"sent": int(stats.get(f"h{n}", {}).get("rx", {}).get("bytes", 0)),
-                 "received": int(stats.get(f"h{n}", {}).get("tx", {}).get("bytes", 0))} for n in range(self.hosts)]
+        return [
+            {
+                "sent": int(stats.get(f"h{n}", {}).get("rx", {}).get("bytes", 0)),
+                "received": int(stats.get(f"h{n}", {}).get("tx", {}).get("bytes", 0)),
+            }
+            for n in range(self.hosts)
+        ]
 
 
 def namespace_pids(name: str) -> list[int]:
-    done = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, timeout=COMMAND_SECONDS)
+    done = subprocess.run(
+        ["ip", "netns", "pids", name], capture_output=True, text=True, timeout=COMMAND_SECONDS
+    )
     return [int(p) for p in done.stdout.split()] if done.returncode == 0 else []
 
 
@@ -320,5 +401,15 @@ def clean_stale(everything: bool = False) -> list[str]:
     return removed
 
 
-__all__ = ["EmulatedNetwork", "parse_rate", "rate_label", "host_cores", "why_not_available", "clean_stale",
-           "g3_namespaces", "pid_alive", "DEFAULT_SUBNET", "NIC"]
+__all__ = [
+    "EmulatedNetwork",
+    "parse_rate",
+    "rate_label",
+    "host_cores",
+    "why_not_available",
+    "clean_stale",
+    "g3_namespaces",
+    "pid_alive",
+    "DEFAULT_SUBNET",
+    "NIC",
+]

@@ -90,13 +90,28 @@ def run_guarded(entry, rank: int, world: int, run_dir: Path, prefix: str, *args)
 # module once and the workers, finding it there, do not run it again (every worker of `g3 train` re-imported the
 # CLI, 3.7 s of CPU each on the 2-core sandbox before the CLI imported its commands lazily). The server ignores a
 # module it cannot import, so tests/test_train.py imports each of them.
-PRELOAD = ["__main__", "torch", "torch.distributed", "numpy", "numba", "stages.train.loop", "stages.eval.runner",
-           "stages.runtime.launch.preload"]
+PRELOAD = [
+    "__main__",
+    "torch",
+    "torch.distributed",
+    "numpy",
+    "numba",
+    "stages.train.loop",
+    "stages.eval.runner",
+    "stages.runtime.launch.preload",
+]
 # What the workers of an evaluation (`g3 eval`: forward only) need: no optimizer, so not torch._dynamo (1.4 s of
 # the server's 3.5 s start on the 2-core sandbox; docs/BENCHMARKS.md, "g3 eval start-up"). Used when this process
 # starts the server; one already running (a process that trained first) has PRELOAD, a superset.
-INFERENCE_PRELOAD = ["__main__", "torch", "torch.distributed", "numpy", "numba", "stages.eval.runner",
-                     "stages.runtime.launch.preload_inference"]
+INFERENCE_PRELOAD = [
+    "__main__",
+    "torch",
+    "torch.distributed",
+    "numpy",
+    "numba",
+    "stages.eval.runner",
+    "stages.runtime.launch.preload_inference",
+]
 
 
 def start_resource_tracker_quietly() -> None:
@@ -119,7 +134,9 @@ def start_resource_tracker_quietly() -> None:
 def start_method(preload: list[str] | None = None) -> str:
     """The start method of local workers; for the fork server, what it imports when this process starts it
     (``preload``, default :data:`PRELOAD`)."""
-    method = os.environ.get("G3_START_METHOD") or ("forkserver" if sys.platform.startswith("linux") else "spawn")
+    method = os.environ.get("G3_START_METHOD") or (
+        "forkserver" if sys.platform.startswith("linux") else "spawn"
+    )
     if method not in ("forkserver", "spawn"):
         raise G3InputError(f"G3_START_METHOD={method} is not one of forkserver, spawn")
     start_resource_tracker_quietly()
@@ -166,7 +183,9 @@ def run_in_process(entry, run_dir: Path, prefix: str, master_addr: str, master_p
     saved = root.handlers[:], root.level
     try:
         run_guarded(entry, 0, 1, Path(run_dir), prefix, f"tcp://{master_addr}:{port}", *args)
-    except Exception as exc:  # named as a failed worker is (spawn_workers): the error file's first line, the log
+    except (
+        Exception
+    ) as exc:  # named as a failed worker is (spawn_workers): the error file's first line, the log
         message = failure_message(Path(run_dir), 0, None, prefix)
         raise (G3InputError if _bad_input(Path(run_dir), 0, prefix) else G3RuntimeError)(message) from exc
     finally:
@@ -177,8 +196,17 @@ def run_in_process(entry, run_dir: Path, prefix: str, master_addr: str, master_p
         root.setLevel(saved[1])
 
 
-def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: str, master_port: int, *args,
-                  timeout: float = 60.0, preload: list[str] | None = None) -> None:
+def spawn_workers(
+    entry,
+    world: int,
+    run_dir: Path,
+    prefix: str,
+    master_addr: str,
+    master_port: int,
+    *args,
+    timeout: float = 60.0,
+    preload: list[str] | None = None,
+) -> None:
     """Start ``world`` local processes running ``entry(rank, world, init_method, *args)``; if any fails, or stops
     answering (no heartbeat for ``timeout`` seconds: stopped, or stuck), every one is stopped and the rank is
     named. ``preload``: what the fork server imports if this call starts it (default :data:`PRELOAD`)."""
@@ -190,9 +218,13 @@ def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: st
     for r in range(world):  # no stale heartbeat of an earlier attempt
         heartbeat_path(Path(run_dir), r, prefix).unlink(missing_ok=True)
     launcher = {"env": dict(os.environ), "cwd": os.getcwd()}
-    ctx = mp.start_processes(_spawn_entry, args=(entry, world, str(run_dir), prefix, init_method, os.getpid(), args,
-                                                 launcher), nprocs=world, join=False,
-                             start_method=start_method(preload))
+    ctx = mp.start_processes(
+        _spawn_entry,
+        args=(entry, world, str(run_dir), prefix, init_method, os.getpid(), args, launcher),
+        nprocs=world,
+        join=False,
+        start_method=start_method(preload),
+    )
     # Watched here rather than by ctx.join: on a failure, torch's join first SIGTERMs the other workers and waits
     # up to 30 s for each, so a stopped worker has been killed (and cannot be named) by the time it returns.
     procs = ctx.processes
@@ -203,15 +235,19 @@ def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: st
                 multiprocessing.connection.wait(live, timeout=1.0)
             failed = _first_failed(Path(run_dir), procs, prefix)
             if failed is not None:
-                stopped = _stopped_rank(procs)  # a peer that timed out waiting for a stopped rank: name that one
+                stopped = _stopped_rank(
+                    procs
+                )  # a peer that timed out waiting for a stopped rank: name that one
                 _stop(ctx)
                 # a rank that found bad input is the cause: its peers' errors (a closed connection) follow from it
                 bad = [r for r in range(world) if _bad_input(Path(run_dir), r, prefix)]
                 failed = bad[0] if bad else failed
                 message = failure_message(Path(run_dir), failed, procs[failed].exitcode, prefix)
                 if stopped is not None and stopped != failed:
-                    raise G3RuntimeError(f"worker {stopped} stopped answering (its process was stopped); every "
-                                         f"worker was stopped — worker {failed} had given up waiting: {message}")
+                    raise G3RuntimeError(
+                        f"worker {stopped} stopped answering (its process was stopped); every "
+                        f"worker was stopped — worker {failed} had given up waiting: {message}"
+                    )
                 if _bad_input(Path(run_dir), failed, prefix):
                     raise G3InputError(message)  # what the worker read is at fault: exit 2, as for any stage
                 raise G3RuntimeError(message)
@@ -220,10 +256,14 @@ def spawn_workers(entry, world: int, run_dir: Path, prefix: str, master_addr: st
             hung = _silent_rank(Path(run_dir), procs, prefix, started, timeout)
             if hung is not None:
                 _stop(ctx)
-                raise G3RuntimeError(f"worker {hung} stopped answering: no heartbeat for {timeout:.0f} s (stopped, "
-                                     f"or stuck outside Python); every worker was stopped (log: "
-                                     f"{log_path(Path(run_dir), hung, prefix, 'log')})")
-    except BaseException:  # KeyboardInterrupt (SIGINT, or SIGTERM turned into one), a failure: no worker stays
+                raise G3RuntimeError(
+                    f"worker {hung} stopped answering: no heartbeat for {timeout:.0f} s (stopped, "
+                    f"or stuck outside Python); every worker was stopped (log: "
+                    f"{log_path(Path(run_dir), hung, prefix, 'log')})"
+                )
+    except (
+        BaseException
+    ):  # KeyboardInterrupt (SIGINT, or SIGTERM turned into one), a failure: no worker stays
         _stop(ctx)
         raise
     finally:
@@ -241,8 +281,9 @@ def _first_failed(run_dir: Path, processes, prefix: str) -> int | None:
     failed = [r for r, p in enumerate(processes) if p.exitcode not in (None, 0)]
     if not failed:
         return None
-    killed = [r for r in failed if processes[r].exitcode < 0
-              and not log_path(run_dir, r, prefix, "error").is_file()]
+    killed = [
+        r for r in failed if processes[r].exitcode < 0 and not log_path(run_dir, r, prefix, "error").is_file()
+    ]
     if killed:
         return killed[0]
 
@@ -259,7 +300,10 @@ def _stopped_rank(processes) -> int | None:
 
     for r, p in enumerate(processes):
         try:
-            if p.is_alive() and psutil.Process(p.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+            if p.is_alive() and psutil.Process(p.pid).status() in (
+                psutil.STATUS_STOPPED,
+                psutil.STATUS_TRACING_STOP,
+            ):
                 return r
         except psutil.Error:
             continue
@@ -341,13 +385,24 @@ def _alive(proc) -> bool:
         return False
 
 
-def _spawn_entry(rank: int, entry, world: int, run_dir: str, prefix: str, init_method: str, parent: int,
-                 args: tuple, launcher: dict) -> None:
+def _spawn_entry(
+    rank: int,
+    entry,
+    world: int,
+    run_dir: str,
+    prefix: str,
+    init_method: str,
+    parent: int,
+    args: tuple,
+    launcher: dict,
+) -> None:
     os.environ.clear()  # the launcher's environment now, not the fork server's at its start
     os.environ.update(launcher["env"])
     os.chdir(launcher["cwd"])
     os.environ.setdefault("LOCAL_WORLD_SIZE", str(world))
-    if not Path(run_dir).is_dir():  # the launcher stopped, and removed its attempt, before this worker started
+    if not Path(
+        run_dir
+    ).is_dir():  # the launcher stopped, and removed its attempt, before this worker started
         os._exit(3)
     start_heartbeat(Path(run_dir), rank, prefix, parent)
     try:
@@ -390,9 +445,20 @@ def leave_now() -> None:
     os._exit(0)
 
 
-BAD_INPUT = ("G3InputError", "FileNotFoundError", "PermissionError", "IsADirectoryError", "NotADirectoryError")
-ENVIRONMENT = ("No space left on device", "Read-only file system", "Disk quota exceeded", "Permission denied",
-               "file write failed")  # the last: torch.save's words for a write the disk refused
+BAD_INPUT = (
+    "G3InputError",
+    "FileNotFoundError",
+    "PermissionError",
+    "IsADirectoryError",
+    "NotADirectoryError",
+)
+ENVIRONMENT = (
+    "No space left on device",
+    "Read-only file system",
+    "Disk quota exceeded",
+    "Permission denied",
+    "file write failed",
+)  # the last: torch.save's words for a write the disk refused
 
 
 def disk_full(folder: Path) -> bool:
@@ -416,7 +482,9 @@ def _bad_input(run_dir: Path, rank: int, prefix: str) -> bool:
     """The failed rank's error is bad input or the environment (a damaged file, a full disk), not a crash; a rank
     that could not even write its error file on a full disk is the environment too."""
     text = _error_text(run_dir, rank, prefix)
-    return text.startswith(BAD_INPUT) or any(e in text for e in ENVIRONMENT) or (not text and disk_full(run_dir))
+    return (
+        text.startswith(BAD_INPUT) or any(e in text for e in ENVIRONMENT) or (not text and disk_full(run_dir))
+    )
 
 
 def failure_message(run_dir: Path, rank: int, exitcode: int | None, prefix: str = "") -> str:
@@ -434,8 +502,14 @@ def failure_message(run_dir: Path, rank: int, exitcode: int | None, prefix: str 
     else:
         how = f"exited with code {exitcode}"
     if not log_file.is_file():  # it never reached its own code: the interpreter's start failed
-        hint = (f"; a worker imports the script that started it ({user_script()}): put that script's calls under "
-                "`if __name__ == \"__main__\":`") if user_script() else ""
+        hint = (
+            (
+                f"; a worker imports the script that started it ({user_script()}): put that script's calls under "
+                '`if __name__ == "__main__":`'
+            )
+            if user_script()
+            else ""
+        )
         return f"worker {rank} {how} before it started (no log){hint}"
     return f"worker {rank} {how} (log: {log_file})"
 

@@ -21,8 +21,17 @@ from .gat import GATConv
 from .gcn import GCNConv
 from .sage import SAGEConv
 
-__all__ = ["DecoupledMLP", "GATConv", "GCNConv", "GNNModel", "MODEL_KINDS", "Propagate", "SAGEConv", "build_model",
-           "model_from_spec"]
+__all__ = [
+    "DecoupledMLP",
+    "GATConv",
+    "GCNConv",
+    "GNNModel",
+    "MODEL_KINDS",
+    "Propagate",
+    "SAGEConv",
+    "build_model",
+    "model_from_spec",
+]
 
 
 class GNNModel(nn.Module):
@@ -46,14 +55,14 @@ class GNNModel(nn.Module):
     def num_layers(self) -> int:
         return len(self.layers)
 
-    def static_input_rows(self, l: int) -> str | None:  # noqa: E741
+    def static_input_rows(self, l: int) -> str | None:
         """What layer ``l`` reads of ``x_src`` with ``static_input=True`` once its block holds the cached
         aggregation: ``"dst"`` (the first ``n_dst`` rows), ``"none"``, or None when the layer has no static path."""
         return getattr(self.layers[l], "static_input_rows", None)
 
     def layer_forward(
         self,
-        l: int,  # noqa: E741 - the layer index, as in the paper
+        l: int,  # the layer index, as in the paper
         block: Block,
         x_src: torch.Tensor,
         epoch: int,
@@ -78,32 +87,75 @@ class GNNModel(nn.Module):
         layer = self.layers[l]
         if isinstance(layer, DecoupledMLP):
             return layer.forward_rows(x_src[: block.n_dst], block.dst_global, epoch, dropout, seed, training)
-        return self._activate(l, layer(block, x_src, static_input=static_input), block.dst_global, epoch, dropout,
-                              seed, training)
+        return self._activate(
+            l,
+            layer(block, x_src, static_input=static_input),
+            block.dst_global,
+            epoch,
+            dropout,
+            seed,
+            training,
+        )
 
-    def dense_forward(self, l: int, x_dst: torch.Tensor | None, agg: torch.Tensor, node_ids: torch.Tensor,  # noqa: E741
-                      epoch: int, dropout: float, seed: int, training: bool) -> torch.Tensor:
+    def dense_forward(
+        self,
+        l: int,
+        x_dst: torch.Tensor | None,
+        agg: torch.Tensor,
+        node_ids: torch.Tensor,
+        epoch: int,
+        dropout: float,
+        seed: int,
+        training: bool,
+    ) -> torch.Tensor:
         """Layer ``l``'s update from its aggregation computed elsewhere (tensor parallelism): ``agg [n, widths[l]]``
         (SAGE: the mean over in-neighbours; GCN: the normalised sum with the self-loop) and, for SAGE, the
         nodes' own input rows ``x_dst [n, widths[l]]``; then the activation and dropout of ``node_ids``.
         The same value as :meth:`layer_forward` on the whole neighbourhood (aggregate-first)."""
         return self._activate(l, self.layers[l].combine(x_dst, agg), node_ids, epoch, dropout, seed, training)
 
-    def reads_rows(self, l: int) -> bool:  # noqa: E741
+    def reads_rows(self, l: int) -> bool:
         """Layer ``l`` can read its sources from the layer's input rows itself (:meth:`layer_forward_rows`)."""
         return bool(getattr(self.layers[l], "reads_rows", lambda: False)())
 
-    def layer_forward_rows(self, l: int, block: Block, h: torch.Tensor, src: torch.Tensor, x_dst: torch.Tensor,  # noqa: E741
-                           epoch: int, dropout: float, seed: int, training: bool) -> torch.Tensor:
+    def layer_forward_rows(
+        self,
+        l: int,
+        block: Block,
+        h: torch.Tensor,
+        src: torch.Tensor,
+        x_dst: torch.Tensor,
+        epoch: int,
+        dropout: float,
+        seed: int,
+        training: bool,
+    ) -> torch.Tensor:
         """:meth:`layer_forward` with ``x_src = h[src]`` read by the aggregation from ``h`` itself, no gathered
         copy; ``x_dst = h[dst]`` (``[n_dst, widths[l]]``). Forward only (no gradient reaches ``h``); the aggregation
         makes the same sums in the same order as on gathered rows. Only where :meth:`reads_rows` says so."""
-        return self._activate(l, self.layers[l].forward_rows(block, h, src, x_dst), block.dst_global, epoch, dropout,
-                              seed, training)
+        return self._activate(
+            l,
+            self.layers[l].forward_rows(block, h, src, x_dst),
+            block.dst_global,
+            epoch,
+            dropout,
+            seed,
+            training,
+        )
 
-    def layer_backward_rows(self, l: int, block: Block, h: torch.Tensor, src: torch.Tensor, x_dst: torch.Tensor,  # noqa: E741
-                            grad_out: torch.Tensor, epoch: int, dropout: float, seed: int,
-                            need_src_grad: bool = True) -> torch.Tensor | None:
+    def layer_backward_rows(
+        self,
+        l: int,
+        block: Block,
+        h: torch.Tensor,
+        src: torch.Tensor,
+        x_dst: torch.Tensor,
+        grad_out: torch.Tensor,
+        epoch: int,
+        dropout: float,
+        seed: int,
+        need_src_grad: bool = True,
+    ) -> torch.Tensor | None:
         """Backward of :meth:`layer_forward` (recomputed, ``training=True``) for ``x_src = h[src]`` without
         gathering it: the aggregation reads ``h`` in place, the weights' gradients accumulate as autograd's
         would, and the gradient of ``x_src`` (``[n_src, widths[l]]``) is returned — bitwise the one
@@ -122,8 +174,15 @@ class GNNModel(nn.Module):
         grad_src[: block.n_dst] += x_dst.grad
         return grad_src
 
-    def layer_backward_static(self, l: int, block: Block, x_src: torch.Tensor, y: torch.Tensor,  # noqa: E741
-                              grad_out: torch.Tensor, dropout: float) -> bool:
+    def layer_backward_static(
+        self,
+        l: int,
+        block: Block,
+        x_src: torch.Tensor,
+        y: torch.Tensor,
+        grad_out: torch.Tensor,
+        dropout: float,
+    ) -> bool:
         """Backward of ``layer_forward(..., training=True, static_input=True)`` without running it again: ``y``
         is that call's output (``[n_dst, widths[l + 1]]``, activated: the next layer's input rows, which the
         runtime keeps), ``grad_out`` its gradient. The activation's backward needs only ``y`` (ReLU and the
@@ -133,21 +192,42 @@ class GNNModel(nn.Module):
         layer = self.layers[l]
         if not hasattr(layer, "static_backward"):
             return False
-        grad = grad_out if l == self.num_layers - 1 or not getattr(layer, "activated", True) else \
-            relu_dropout_grad(y, grad_out, dropout)
+        grad = (
+            grad_out
+            if l == self.num_layers - 1 or not getattr(layer, "activated", True)
+            else relu_dropout_grad(y, grad_out, dropout)
+        )
         return layer.static_backward(block, x_src, grad)
 
-    def activate(self, l: int, h: torch.Tensor, node_ids: torch.Tensor, epoch: int, dropout: float, seed: int,  # noqa: E741
-                 training: bool) -> torch.Tensor:
+    def activate(
+        self,
+        l: int,
+        h: torch.Tensor,
+        node_ids: torch.Tensor,
+        epoch: int,
+        dropout: float,
+        seed: int,
+        training: bool,
+    ) -> torch.Tensor:
         """What follows layer ``l``'s linear part: ReLU and the dropout of ``node_ids`` for a hidden layer,
         nothing for the last. A runtime that computes a layer's pre-activation itself (P3 sums partial
         products from every worker) applies it with this."""
         return self._activate(l, h, node_ids, epoch, dropout, seed, training)
 
-    def _activate(self, l: int, h: torch.Tensor, node_ids: torch.Tensor, epoch: int, dropout: float, seed: int,  # noqa: E741
-                  training: bool) -> torch.Tensor:
+    def _activate(
+        self,
+        l: int,
+        h: torch.Tensor,
+        node_ids: torch.Tensor,
+        epoch: int,
+        dropout: float,
+        seed: int,
+        training: bool,
+    ) -> torch.Tensor:
         if l < self.num_layers - 1 and getattr(self.layers[l], "activated", True):
-            if training and dropout > 0.0:  # one fused pass on the CPU (kernels.relu_dropout), bitwise the same
+            if (
+                training and dropout > 0.0
+            ):  # one fused pass on the CPU (kernels.relu_dropout), bitwise the same
                 return relu_dropout(h, seed, epoch, l, node_ids, dropout)
             h = F.relu(h)
         return h
@@ -163,9 +243,11 @@ class GNNModel(nn.Module):
     ) -> torch.Tensor:
         """All layers on one whole-graph block (every source is a destination: ``n_src == n_dst``)."""
         if block.n_src != block.n_dst:
-            raise ValueError("GNNModel.forward needs a block whose sources are all destinations; run bins per layer")
+            raise ValueError(
+                "GNNModel.forward needs a block whose sources are all destinations; run bins per layer"
+            )
         h = x
-        for l in range(self.num_layers):  # noqa: E741
+        for l in range(self.num_layers):
             h = self.layer_forward(l, block, h, epoch, dropout, seed, training)
         return h
 
@@ -201,6 +283,12 @@ def model_from_spec(spec: ModelSpec) -> GNNModel:
             mods.append(GCNConv(s.d_in, s.d_out))
         else:
             mods.append(GATConv(s.d_in, s.per_head, heads=s.heads, concat=li < spec.layers - 1))
-    config = dict(kind=spec.kind, in_dim=spec.in_dim, hidden=spec.hidden, num_classes=spec.num_classes,
-                  layers=spec.layers, heads=spec.heads)
+    config = dict(
+        kind=spec.kind,
+        in_dim=spec.in_dim,
+        hidden=spec.hidden,
+        num_classes=spec.num_classes,
+        layers=spec.layers,
+        heads=spec.heads,
+    )
     return GNNModel(mods, spec.widths, config)

@@ -39,7 +39,9 @@ class DecoupledMLP(nn.Module):
     def __init__(self, widths: list[int]):
         super().__init__()
         self.widths = list(widths)
-        self.lins = nn.ModuleList(nn.utils.skip_init(nn.Linear, a, b) for a, b in zip(widths[:-1], widths[1:], strict=True))
+        self.lins = nn.ModuleList(
+            nn.utils.skip_init(nn.Linear, a, b) for a, b in zip(widths[:-1], widths[1:], strict=True)
+        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -47,14 +49,19 @@ class DecoupledMLP(nn.Module):
             nn.init.xavier_uniform_(lin.weight)
             nn.init.zeros_(lin.bias)
 
-    def forward_rows(self, x: torch.Tensor, node_ids: torch.Tensor, epoch: int, dropout: float, seed: int,
-                     training: bool) -> torch.Tensor:
+    def forward_rows(
+        self, x: torch.Tensor, node_ids: torch.Tensor, epoch: int, dropout: float, seed: int, training: bool
+    ) -> torch.Tensor:
         """The MLP on rows ``x`` of the nodes ``node_ids`` (global ids, for the dropout masks)."""
         h = x
         for i, lin in enumerate(self.lins):
             h = F.linear(h, lin.weight, lin.bias)
             if i < len(self.lins) - 1:
-                h = relu_dropout(h, seed, epoch, i, node_ids, dropout) if training and dropout > 0.0 else F.relu(h)
+                h = (
+                    relu_dropout(h, seed, epoch, i, node_ids, dropout)
+                    if training and dropout > 0.0
+                    else F.relu(h)
+                )
         return h
 
     def extra_repr(self) -> str:
@@ -68,14 +75,28 @@ class Propagate(nn.Module):
     activated = False
 
     def forward(self, block: Block, x_src: torch.Tensor, static_input: bool = False) -> torch.Tensor:
-        return propagate(block.indptr, block.indices, x_src, block.n_dst, block.src_out_degree,
-                         block.dst_in_degree, torch.arange(block.n_dst, device=x_src.device),
-                         block_transpose(block, x_src))
+        return propagate(
+            block.indptr,
+            block.indices,
+            x_src,
+            block.n_dst,
+            block.src_out_degree,
+            block.dst_in_degree,
+            torch.arange(block.n_dst, device=x_src.device),
+            block_transpose(block, x_src),
+        )
 
 
-def propagate(indptr: torch.Tensor, indices: torch.Tensor, x_src: torch.Tensor, n_dst: int,
-              src_out_degree: torch.Tensor, dst_in_degree: torch.Tensor, dst_rows: torch.Tensor,
-              transpose=None) -> torch.Tensor:
+def propagate(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    x_src: torch.Tensor,
+    n_dst: int,
+    src_out_degree: torch.Tensor,
+    dst_in_degree: torch.Tensor,
+    dst_rows: torch.Tensor,
+    transpose=None,
+) -> torch.Tensor:
     """``D_dst^-1/2 (A + I) D_src^-1/2 x`` over an in-edge CSR whose destinations are rows ``dst_rows`` of
     ``x_src`` (the self-loop term); degrees are global, without the self-loop. Differentiable in ``x_src``."""
     src_norm = (src_out_degree.to(x_src.dtype) + 1.0).rsqrt()[:, None]

@@ -35,7 +35,9 @@ class GATConv(nn.Module):
     PYG_MODEL = "GAT"
     PYG_NAMES = {"lin.weight": "lin.weight", "att_src": "att_src", "att_dst": "att_dst", "bias": "bias"}
 
-    def __init__(self, in_dim: int, out_dim: int, heads: int = 8, concat: bool = True, negative_slope: float = 0.2):
+    def __init__(
+        self, in_dim: int, out_dim: int, heads: int = 8, concat: bool = True, negative_slope: float = 0.2
+    ):
         super().__init__()
         self.in_dim, self.out_dim, self.heads = in_dim, out_dim, heads
         self.concat, self.negative_slope = concat, negative_slope
@@ -65,7 +67,9 @@ class GATConv(nn.Module):
         score_dst = (z[:n_dst] * self.att_dst).sum(-1)  # [n_dst, H]
         indptr, indices, transpose = block_self_loops(block, z)
         dst = row_ids(indptr, indices.numel())
-        e = F.leaky_relu(score_src.index_select(0, indices) + score_dst.index_select(0, dst), self.negative_slope)
+        e = F.leaky_relu(
+            score_src.index_select(0, indices) + score_dst.index_select(0, dst), self.negative_slope
+        )
         alpha = edge_softmax(indptr, e)  # [nnz + n_dst, H]
         out = csr_sum(indptr, indices, z, n_dst, alpha, transpose)  # [n_dst, H, C]
         out = out.reshape(n_dst, heads * c) if self.concat else out.mean(dim=1)

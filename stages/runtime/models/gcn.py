@@ -33,7 +33,9 @@ class GCNConv(nn.Module):
     PYG_MODEL = "GCN"
     PYG_NAMES = {"lin.weight": "lin.weight", "bias": "bias"}
 
-    static_input_rows = "none"  # forward(static_input=True) reads nothing of x_src once its aggregation is cached
+    static_input_rows = (
+        "none"  # forward(static_input=True) reads nothing of x_src once its aggregation is cached
+    )
 
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
@@ -90,9 +92,13 @@ class GCNConv(nn.Module):
         """``D_dst^-1/2 (A + I) D_src^-1/2 h`` over the block (global degrees + 1), ``[n_dst, width]``."""
         n_dst = block.n_dst
         # the block's normalisation vectors, [n, 1] columns; static, so computed once per block and dtype
-        src_norm, dst_norm = block.cached(f"gcn_norm_{h.dtype}", lambda: (
-            (block.src_out_degree.to(h.dtype) + 1.0).rsqrt_()[:, None],
-            (block.dst_in_degree.to(h.dtype) + 1.0).rsqrt_()[:, None]))
+        src_norm, dst_norm = block.cached(
+            f"gcn_norm_{h.dtype}",
+            lambda: (
+                (block.src_out_degree.to(h.dtype) + 1.0).rsqrt_()[:, None],
+                (block.dst_in_degree.to(h.dtype) + 1.0).rsqrt_()[:, None],
+            ),
+        )
         h = h * src_norm
         # + h[:n_dst]: the self-loop term (destination v is local source v, one of the first n_dst); the sum is a
         # fresh tensor that no backward needs, so the self-loop and the normalisation are applied in place

@@ -19,8 +19,9 @@ def _accumulate(param: torch.nn.Parameter, grad: torch.Tensor) -> None:
         param.grad.add_(grad)
 
 
-def accumulate_linear_grads(grad: torch.Tensor, x: torch.Tensor, weight: torch.nn.Parameter,
-                            bias: torch.nn.Parameter | None = None) -> None:
+def accumulate_linear_grads(
+    grad: torch.Tensor, x: torch.Tensor, weight: torch.nn.Parameter, bias: torch.nn.Parameter | None = None
+) -> None:
     """Add to ``weight.grad`` (``[out, in]``) and ``bias.grad`` (``[out]``) the gradients of ``F.linear(x,
     weight, bias)`` for the output gradient ``grad [n, out]``; ``x [n, in]``."""
     _accumulate(weight, torch.mm(grad.t(), x))

@@ -10,7 +10,9 @@ from ..block import Block, project_first
 from ..kernels import block_transpose, csr_mean, csr_mean_grad, csr_mean_rows
 from .grads import accumulate_linear_grads
 
-ROW_INDICES = "sage_row_indices"  # block cache key: src[indices], the arcs' sources as rows of the layer input
+ROW_INDICES = (
+    "sage_row_indices"  # block cache key: src[indices], the arcs' sources as rows of the layer input
+)
 
 
 class SAGEConv(nn.Module):
@@ -59,13 +61,24 @@ class SAGEConv(nn.Module):
         if static_input:
             if x_src.requires_grad:
                 raise ValueError("static_input: x_src must not need a gradient")
-            agg = block.cached(self._static_key(x_src), lambda: csr_mean(
-                block.indptr, block.indices, x_src, n_dst, block_transpose(block, x_src)).detach())
-            return F.linear(x_src[:n_dst], self.lin_self.weight, self.bias).add_(F.linear(agg, self.lin_neigh.weight))
+            agg = block.cached(
+                self._static_key(x_src),
+                lambda: csr_mean(
+                    block.indptr, block.indices, x_src, n_dst, block_transpose(block, x_src)
+                ).detach(),
+            )
+            return F.linear(x_src[:n_dst], self.lin_self.weight, self.bias).add_(
+                F.linear(agg, self.lin_neigh.weight)
+            )
         # the mean is fused into the aggregation kernel (numba backend): no degree vector, no extra pass
         if project_first(block, self.in_dim, self.out_dim):
-            neigh = csr_mean(block.indptr, block.indices, F.linear(x_src, self.lin_neigh.weight), n_dst,
-                             block_transpose(block, x_src))
+            neigh = csr_mean(
+                block.indptr,
+                block.indices,
+                F.linear(x_src, self.lin_neigh.weight),
+                n_dst,
+                block_transpose(block, x_src),
+            )
         else:  # the transposed CSR serves the backward to x_src: none needed for inputs without a gradient
             t = block_transpose(block, x_src) if x_src.requires_grad else None
             neigh = F.linear(csr_mean(block.indptr, block.indices, x_src, n_dst, t), self.lin_neigh.weight)
@@ -93,7 +106,9 @@ class SAGEConv(nn.Module):
         them from the layer's input rows (:meth:`forward_rows`); project-first layers transform every source."""
         return self.in_dim <= self.out_dim
 
-    def forward_rows(self, block: Block, h: torch.Tensor, src: torch.Tensor, x_dst: torch.Tensor) -> torch.Tensor:
+    def forward_rows(
+        self, block: Block, h: torch.Tensor, src: torch.Tensor, x_dst: torch.Tensor
+    ) -> torch.Tensor:
         """:meth:`forward` for ``x_src = h[src]`` without gathering it: the aggregation reads ``h`` through the
         block's arcs mapped to rows of ``h`` (``src[indices]``, kept on the block): the same sums in the same
         order as on the gathered rows. ``x_dst = h[dst] [n_dst, in_dim]``. For a gradient, see
@@ -112,7 +127,9 @@ class SAGEConv(nn.Module):
     def aggregate_grad(self, block: Block, agg_grad: torch.Tensor) -> torch.Tensor:
         """The gradient reaching the block's sources through the aggregation (``[n_dst, in_dim]`` →
         ``[n_src, in_dim]``): what :meth:`forward`'s backward gives ``x_src`` besides the self term, bitwise."""
-        return csr_mean_grad(block.indptr, block.indices, agg_grad, block.n_src, block_transpose(block, agg_grad))
+        return csr_mean_grad(
+            block.indptr, block.indices, agg_grad, block.n_src, block_transpose(block, agg_grad)
+        )
 
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.out_dim}, aggr=mean"

@@ -216,8 +216,11 @@ class Strategy:
 
     def stats(self) -> dict:
         """This epoch's figures besides the transport's: compute wall and CPU seconds, owned nodes."""
-        return {"compute_seconds": self.timers["compute"], "compute_cpu_seconds": self.timers["compute_cpu"],
-                "num_owned": self.num_owned}
+        return {
+            "compute_seconds": self.timers["compute"],
+            "compute_cpu_seconds": self.timers["compute_cpu"],
+            "num_owned": self.num_owned,
+        }
 
     def reset_stats(self) -> None:
         self.timers = defaultdict(float)
@@ -228,7 +231,9 @@ class Strategy:
 
     def load_state_dict(self, state: dict) -> None:
         if state:
-            raise ValueError(f"the {self.name} strategy keeps no state, but the checkpoint has {sorted(state)}")
+            raise ValueError(
+                f"the {self.name} strategy keeps no state, but the checkpoint has {sorted(state)}"
+            )
 
     def close(self) -> None:
         """Release what the strategy started (threads are daemons; nothing by default)."""
@@ -302,4 +307,3 @@ def step_only(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]
     finally:
         for p, g in hidden:
             p.grad = g
-

@@ -39,8 +39,12 @@ class BnsGcnStrategy(LayerSyncStrategy):
         if self._kept_epoch == epoch:
             return
         seed, me, gids = self.cfg.seed, self.rank, self.global_ids
-        self.kept_send = [keep_nodes(seed, epoch, q, gids[ids], self.p) for q, ids in enumerate(self.send_ids)]
-        self.kept_recv = [keep_nodes(seed, epoch, me, gids[self.n_own + ids], self.p) for ids in self.recv_ids]
+        self.kept_send = [
+            keep_nodes(seed, epoch, q, gids[ids], self.p) for q, ids in enumerate(self.send_ids)
+        ]
+        self.kept_recv = [
+            keep_nodes(seed, epoch, me, gids[self.n_own + ids], self.p) for ids in self.recv_ids
+        ]
         self._kept_epoch = epoch
 
     def exchange_forward(self, li: int, h: torch.Tensor, epoch: int, training: bool) -> torch.Tensor:
@@ -55,14 +59,21 @@ class BnsGcnStrategy(LayerSyncStrategy):
                 put_rows_at(remote, self.recv_ids[q][self.kept_recv[q]], rows / self.p)
         return remote
 
-    def exchange_backward(self, li: int, grad_remote: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def exchange_backward(
+        self, li: int, grad_remote: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         if self.p >= 1.0:
             return super().exchange_backward(li, grad_remote)
-        chunks = [take_rows_at(grad_remote, ids[k]) / self.p for ids, k in zip(self.recv_ids, self.kept_recv,
-                                                                                strict=True)]
+        chunks = [
+            take_rows_at(grad_remote, ids[k]) / self.p
+            for ids, k in zip(self.recv_ids, self.kept_recv, strict=True)
+        ]
         parts = self.tr.all_to_all(chunks, [int(k.sum()) for k in self.kept_send], f"bwd{li}")
-        return [(self.send_ids[q][self.kept_send[q]], rows) for q, rows in enumerate(parts)
-                if q != self.rank and len(rows)]
+        return [
+            (self.send_ids[q][self.kept_send[q]], rows)
+            for q, rows in enumerate(parts)
+            if q != self.rank and len(rows)
+        ]
 
 
 STRATEGY = BnsGcnStrategy

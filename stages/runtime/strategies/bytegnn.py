@@ -96,7 +96,9 @@ MEAN_OF_LAST = 8  # T_sample, T_train: means of the last 8 DAGs / steps
 
 def f_cpu(c_util: float) -> float:
     """Algorithm 1's f(C_util) = 101 − e^(C_util / c): 100 on an idle CPU, 0 on a busy one."""
-    return max(0.0, 101.0 - math.exp(min(max(c_util, 0.0), 100.0) / C_UTIL_SCALE))  # e^(100/c) rounds above 101
+    return max(
+        0.0, 101.0 - math.exp(min(max(c_util, 0.0), 100.0) / C_UTIL_SCALE)
+    )  # e^(100/c) rounds above 101
 
 
 def launch_score(t_gap_ms: float, c_util: float, t_sample: float, t_train: float, q_size: int) -> float:
@@ -248,13 +250,16 @@ class ByteGnnStrategy(DistDglStrategy):
                 dag.frontier = torch.as_tensor(dag.targets).to(self.device, torch.int64)
                 dag.claimed = torch.zeros(self.num_nodes, dtype=torch.bool, device=self.device)
             return []
+
         return Task(dag, "seed", 0, run)
 
     def hop_tasks(self, dag: Dag) -> list[Task]:
         """The NSC tasks of the DAG's current hop: its frontier cut into chunks of one owner each (the whole
         CSR is here with a replicated topology: chunks by position only)."""
         frontier, hop = dag.frontier, dag.hop
-        if isinstance(frontier, torch.Tensor):  # the owners decide the chunks: the ids leave the device once a hop
+        if isinstance(
+            frontier, torch.Tensor
+        ):  # the owners decide the chunks: the ids leave the device once a hop
             frontier = dag.frontier_ids = frontier.cpu().numpy()
         if self.replicated or self.service is None:
             owner = np.full(len(frontier), self.rank, dtype=np.int64)
@@ -282,9 +287,15 @@ class ByteGnnStrategy(DistDglStrategy):
             cost = len(nodes) * (fanout if fanout > 0 else 1)
 
             def ask() -> list:
-                p = self.service.submit(owner, "sample", [fanout, signed64(key)], [nodes.astype(self.wire_ids)],
-                                        priority=self.request_priority(dag, cost))
+                p = self.service.submit(
+                    owner,
+                    "sample",
+                    [fanout, signed64(key)],
+                    [nodes.astype(self.wire_ids)],
+                    priority=self.request_priority(dag, cost),
+                )
                 return [(p, lambda arrays: keep(arrays[0], arrays[1]))]
+
             return Task(dag, "nsc", cost, ask, index)
         if self.replicated:
             indptr, nbrs, rows = self.g_indptr, self.g_nbrs, nodes
@@ -294,27 +305,34 @@ class ByteGnnStrategy(DistDglStrategy):
         def draw() -> list:
             keep(*sample_rows(indptr, nbrs, rows, nodes, fanout, key))
             return []
+
         return Task(dag, "nsc", int((indptr[rows + 1] - indptr[rows]).sum()), draw, index)
 
     def merge_task(self, dag: Dag) -> Task:
         """Join the hop's chunks in frontier order into its block; the sources are the next hop's frontier."""
+
         def run() -> list:
             if self.on_device is not None:
                 return self._device_merge(dag)
             if dag.parts:
                 order = np.concatenate([p[0] for p in dag.parts])
-                counts, nbrs = regroup(order, np.concatenate([p[1] for p in dag.parts]),
-                                       np.concatenate([p[2] for p in dag.parts]))
+                counts, nbrs = regroup(
+                    order,
+                    np.concatenate([p[1] for p in dag.parts]),
+                    np.concatenate([p[2] for p in dag.parts]),
+                )
             else:
                 counts, nbrs = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
             dag.blocks.append(block_from_sample(dag.frontier, counts, nbrs, self.scratch()))
             dag.frontier, dag.hop, dag.parts = dag.blocks[-1].src, dag.hop + 1, []
             return []
+
         return Task(dag, "merge", sum(len(p[2]) for p in dag.parts if p is not None), run)
 
     def fetch_task(self, dag: Dag, candidates: np.ndarray) -> Task:
         """The input rows of ``candidates`` no other fetch of this DAG has taken: own rows copied here, the
         others asked of their owners (one ``features0`` request per owner)."""
+
         def run() -> list:
             if self.on_device is not None:
                 return self._device_fetch(dag, candidates)
@@ -330,20 +348,39 @@ class ByteGnnStrategy(DistDglStrategy):
             waits = []
             for q in np.unique(owner[owner != self.rank]):
                 theirs = ids[owner == q]
-                p = self.service.submit(int(q), "features0", [], [theirs.astype(self.wire_ids)],
-                                        priority=self.request_priority(dag, len(theirs) * self.width))
-                waits.append((p, lambda arrays, theirs=theirs: self._keep_rows(
-                    dag, theirs, torch.from_numpy(arrays[0]), arrays[1] if self.needs_degrees else None, True)))
+                p = self.service.submit(
+                    int(q),
+                    "features0",
+                    [],
+                    [theirs.astype(self.wire_ids)],
+                    priority=self.request_priority(dag, len(theirs) * self.width),
+                )
+                waits.append(
+                    (
+                        p,
+                        lambda arrays, theirs=theirs: self._keep_rows(
+                            dag,
+                            theirs,
+                            torch.from_numpy(arrays[0]),
+                            arrays[1] if self.needs_degrees else None,
+                            True,
+                        ),
+                    )
+                )
             return waits
+
         return Task(dag, "fetch", len(candidates) * self.width, run)
 
-    def _keep_rows(self, dag: Dag, ids: np.ndarray, rows: torch.Tensor, degrees, remote: bool = False) -> None:
+    def _keep_rows(
+        self, dag: Dag, ids: np.ndarray, rows: torch.Tensor, degrees, remote: bool = False
+    ) -> None:
         with dag.lock:
             dag.fetched.append((ids, rows, degrees))
             dag.remote_rows += len(ids) if remote else 0
 
     def end_task(self, dag: Dag) -> Task:
         """The step's inputs: the first block's sources' rows, in their order, from the fetched rows."""
+
         def run() -> list:
             if self.on_device is not None:
                 return self._device_end(dag)
@@ -356,29 +393,48 @@ class ByteGnnStrategy(DistDglStrategy):
             if self.needs_degrees:
                 degrees = torch.from_numpy(np.concatenate([f[2] for f in dag.fetched])[at].astype(np.int64))
             took = time.perf_counter() - dag.started
-            dag.result = PreparedStep(dag.targets, dag.global_targets, dag.blocks[::-1], x0, degrees,
-                                      {"sample": took, "fetch": 0.0}, fetched_rows=dag.remote_rows)
+            dag.result = PreparedStep(
+                dag.targets,
+                dag.global_targets,
+                dag.blocks[::-1],
+                x0,
+                degrees,
+                {"sample": took, "fetch": 0.0},
+                fetched_rows=dag.remote_rows,
+            )
             return []
+
         return Task(dag, "end", 0, run)
 
     # --- the same tasks on the device (a resident worker) ------------------------------------------------
-    def _device_nsc_task(self, dag: Dag, index: int, at: np.ndarray, owner: int, fanout: int, key: int) -> Task:
+    def _device_nsc_task(
+        self, dag: Dag, index: int, at: np.ndarray, owner: int, fanout: int, key: int
+    ) -> Task:
         """A chunk's draw on the device (own nodes), or its owner's answer entering the device."""
         g = self.on_device
         at_d = torch.from_numpy(at).to(self.device)
 
         def keep(counts, picks) -> None:
-            dag.parts[index] = (at_d, torch.as_tensor(counts).to(self.device, torch.int64),
-                                torch.as_tensor(picks).to(self.device, torch.int64))
+            dag.parts[index] = (
+                at_d,
+                torch.as_tensor(counts).to(self.device, torch.int64),
+                torch.as_tensor(picks).to(self.device, torch.int64),
+            )
 
         if owner != self.rank:
             cost = len(at) * (fanout if fanout > 0 else 1)
             ids = dag.frontier_ids[at]
 
             def ask() -> list:
-                p = self.service.submit(owner, "sample", [fanout, signed64(key)], [ids.astype(self.wire_ids)],
-                                        priority=self.request_priority(dag, cost))
+                p = self.service.submit(
+                    owner,
+                    "sample",
+                    [fanout, signed64(key)],
+                    [ids.astype(self.wire_ids)],
+                    priority=self.request_priority(dag, cost),
+                )
                 return [(p, lambda arrays: keep(arrays[0], arrays[1]))]
+
             return Task(dag, "nsc", cost, ask, index)
         nodes = dag.frontier[at_d]
         rows = nodes if g.row_of is None else g.row_of[nodes]
@@ -386,20 +442,24 @@ class ByteGnnStrategy(DistDglStrategy):
         def draw() -> list:
             keep(*device_sample_rows(g.indptr, g.nbrs, rows, nodes, fanout, key))
             return []
+
         return Task(dag, "nsc", int((g.indptr[rows + 1] - g.indptr[rows]).sum()), draw, index)
 
     def _device_scratch(self) -> torch.Tensor:
         """This thread's relabelling scratch on the device (all −1 between uses)."""
         a = getattr(self._scratch, "device_array", None)
         if a is None:
-            a = self._scratch.device_array = torch.full((self.num_nodes,), -1, dtype=torch.int64, device=self.device)
+            a = self._scratch.device_array = torch.full(
+                (self.num_nodes,), -1, dtype=torch.int64, device=self.device
+            )
         return a
 
     def _device_merge(self, dag: Dag) -> list:
         if dag.parts:
             order = torch.cat([p[0] for p in dag.parts])
-            counts, picks = device_regroup(order, torch.cat([p[1] for p in dag.parts]),
-                                           torch.cat([p[2] for p in dag.parts]))
+            counts, picks = device_regroup(
+                order, torch.cat([p[1] for p in dag.parts]), torch.cat([p[2] for p in dag.parts])
+            )
         else:
             counts = picks = torch.zeros(0, dtype=torch.int64, device=self.device)
         src, indptr, indices = block_arrays(dag.frontier, counts, picks, self._device_scratch())
@@ -425,12 +485,27 @@ class ByteGnnStrategy(DistDglStrategy):
         waits = []
         for q in np.unique(owner):
             theirs = theirs_all[owner == q]
-            p = self.service.submit(int(q), "features0", [], [theirs.astype(self.wire_ids)],
-                                    priority=self.request_priority(dag, len(theirs) * self.width))
-            waits.append((p, lambda arrays, theirs=theirs: self._keep_rows(
-                dag, torch.from_numpy(theirs).to(self.device), torch.from_numpy(arrays[0]).to(self.device),
-                torch.from_numpy(arrays[1].astype(np.int64)).to(self.device) if self.needs_degrees else None,
-                True)))
+            p = self.service.submit(
+                int(q),
+                "features0",
+                [],
+                [theirs.astype(self.wire_ids)],
+                priority=self.request_priority(dag, len(theirs) * self.width),
+            )
+            waits.append(
+                (
+                    p,
+                    lambda arrays, theirs=theirs: self._keep_rows(
+                        dag,
+                        torch.from_numpy(theirs).to(self.device),
+                        torch.from_numpy(arrays[0]).to(self.device),
+                        torch.from_numpy(arrays[1].astype(np.int64)).to(self.device)
+                        if self.needs_degrees
+                        else None,
+                        True,
+                    ),
+                )
+            )
         return waits
 
     def _device_end(self, dag: Dag) -> list:
@@ -441,8 +516,15 @@ class ByteGnnStrategy(DistDglStrategy):
         x0 = torch.cat([f[1] for f in dag.fetched])[at]
         degrees = torch.cat([f[2] for f in dag.fetched])[at] if self.needs_degrees else None
         took = time.perf_counter() - dag.started
-        dag.result = PreparedStep(dag.targets, dag.global_targets, dag.blocks[::-1], x0, degrees,
-                                  {"sample": took, "fetch": 0.0}, fetched_rows=dag.remote_rows)
+        dag.result = PreparedStep(
+            dag.targets,
+            dag.global_targets,
+            dag.blocks[::-1],
+            x0,
+            degrees,
+            {"sample": took, "fetch": 0.0},
+            fetched_rows=dag.remote_rows,
+        )
         return []
 
     def released(self, task: Task) -> list[Task]:
@@ -488,19 +570,27 @@ class ByteGnnStrategy(DistDglStrategy):
 
     def stats(self) -> dict:
         t = self.timers
-        return {**super().stats(), "dag_launches": int(t["dag_launches"]),
-                "dags_in_flight_max": int(t["dags_in_flight_max"]),
-                # three different counts: tasks waiting for a thread (the backlog), executing at once on the
-                # pool's threads (the concurrency), waiting for the owners' replies (the network in flight)
-                "ready_tasks_max": int(t["ready_tasks_max"]), "running_tasks_max": int(t["running_tasks_max"]),
-                "awaiting_tasks_max": int(t["awaiting_tasks_max"]),
-                "ready_tasks_per_dag_max": int(t["ready_tasks_per_dag_max"]),
-                "sampling_tasks": int(t["tasks_nsc"]), "fetch_tasks": int(t["tasks_fetch"]),
-                "task_cpu_seconds": t["task_cpu"],
-                # as an owner (scheduler on): the peers' requests it queued, the most queued at once, and those
-                # answered ahead of one that arrived earlier (by the older step or the lower cost)
-                **({f"served_{k}": int(v) for k, v in self.service.schedule_stats.items()}
-                   if self.service is not None and self.service.serve_threads else {})}
+        return {
+            **super().stats(),
+            "dag_launches": int(t["dag_launches"]),
+            "dags_in_flight_max": int(t["dags_in_flight_max"]),
+            # three different counts: tasks waiting for a thread (the backlog), executing at once on the
+            # pool's threads (the concurrency), waiting for the owners' replies (the network in flight)
+            "ready_tasks_max": int(t["ready_tasks_max"]),
+            "running_tasks_max": int(t["running_tasks_max"]),
+            "awaiting_tasks_max": int(t["awaiting_tasks_max"]),
+            "ready_tasks_per_dag_max": int(t["ready_tasks_per_dag_max"]),
+            "sampling_tasks": int(t["tasks_nsc"]),
+            "fetch_tasks": int(t["tasks_fetch"]),
+            "task_cpu_seconds": t["task_cpu"],
+            # as an owner (scheduler on): the peers' requests it queued, the most queued at once, and those
+            # answered ahead of one that arrived earlier (by the older step or the lower cost)
+            **(
+                {f"served_{k}": int(v) for k, v in self.service.schedule_stats.items()}
+                if self.service is not None and self.service.serve_threads
+                else {}
+            ),
+        }
 
     def close(self) -> None:
         if self._runner is not None:
@@ -536,7 +626,9 @@ class DagRunner:
         self.launched = 0
         self.error: BaseException | None = None
         self.stopped = False
-        self.rule = LaunchRule(strategy.sigma, strategy.max_dags, strategy.cpu_meter.read, sequential=not self.on)
+        self.rule = LaunchRule(
+            strategy.sigma, strategy.max_dags, strategy.cpu_meter.read, sequential=not self.on
+        )
         self.threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -557,6 +649,7 @@ class DagRunner:
                 with self.cv:
                     self.error = self.error or exc
                     self.cv.notify_all()
+
         return run
 
     # --- the trainer's side ---------------------------------------------------------------------------------

@@ -71,8 +71,15 @@ class ClusterGcnStrategy(MiniBatchStrategy):
         targets = self.owned_global[nodes[target_rows]]
         t1 = time.perf_counter()
         x0 = self.features[torch.from_numpy(nodes)]
-        return PreparedStep(targets, None, [block] * self.ctx.spec.num_blocks, x0, degrees,
-                            {"sample": t1 - t0, "fetch": time.perf_counter() - t1}, target_rows)
+        return PreparedStep(
+            targets,
+            None,
+            [block] * self.ctx.spec.num_blocks,
+            x0,
+            degrees,
+            {"sample": t1 - t0, "fetch": time.perf_counter() - t1},
+            target_rows,
+        )
 
     def _induced(self, nodes: np.ndarray) -> tuple[SampledBlock, torch.Tensor]:
         """The subgraph of the owned-local ``nodes`` (ascending): its in-arcs among them, and its degrees."""
@@ -87,7 +94,9 @@ class ClusterGcnStrategy(MiniBatchStrategy):
         indptr = np.zeros(len(nodes) + 1, dtype=np.int64)
         np.cumsum(np.bincount(row, minlength=len(nodes)), out=indptr[1:])
         gids = self.owned_global[nodes]
-        degrees = torch.from_numpy(np.stack([np.diff(indptr), np.bincount(src, minlength=len(nodes))], axis=1))
+        degrees = torch.from_numpy(
+            np.stack([np.diff(indptr), np.bincount(src, minlength=len(nodes))], axis=1)
+        )
         return SampledBlock(gids, gids, indptr, src), degrees
 
     def target_labels(self, nodes) -> torch.Tensor:
@@ -105,7 +114,9 @@ class DeviceClusters:
         dev = strategy.device
         self.num_blocks = strategy.ctx.spec.num_blocks
         self.indptr, self.indices, self.clusters, self.owned_global = (
-            device_array(a, dev) for a in (strategy.indptr, strategy.indices, strategy.clusters, strategy.owned_global))
+            device_array(a, dev)
+            for a in (strategy.indptr, strategy.indices, strategy.clusters, strategy.owned_global)
+        )
         self.is_train = device_array(strategy.is_train, dev, torch.bool)
         self.features = strategy.features.to(dev)
         self.labels = strategy.labels[: strategy.n_own].to(dev)
@@ -127,8 +138,15 @@ class DeviceClusters:
         degrees = torch.stack([indptr[1:] - indptr[:-1], out_degree], dim=1)
         t1 = time.perf_counter()
         x0 = self.features.index_select(0, nodes)
-        return PreparedStep(gids[target_rows], None, [SampledBlock(gids, gids, indptr, src)] * self.num_blocks, x0, degrees,
-                            {"sample": t1 - t0, "fetch": time.perf_counter() - t1}, target_rows)
+        return PreparedStep(
+            gids[target_rows],
+            None,
+            [SampledBlock(gids, gids, indptr, src)] * self.num_blocks,
+            x0,
+            degrees,
+            {"sample": t1 - t0, "fetch": time.perf_counter() - t1},
+            target_rows,
+        )
 
     def labels_of(self, nodes: torch.Tensor) -> torch.Tensor:
         """Labels of owned nodes given by global id (the owned ids ascend)."""

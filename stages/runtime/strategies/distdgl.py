@@ -91,21 +91,38 @@ class DistDglStrategy(MiniBatchStrategy):
         # owners (partitioned topology) and remote input rows pulled from their owners, request by request
         self.service = None
         if ctx.world > 1 and dist.is_initialized():
-            self.service = SamplingService(self.rank, ctx.world, {"sample": self._serve_sample,
-                                                                  "features0": self._serve_rows},
-                                           self.tr.stats, self.tracer, self.cfg.timeout,
-                                           serve_threads=self.serving_threads(ctx))
+            self.service = SamplingService(
+                self.rank,
+                ctx.world,
+                {"sample": self._serve_sample, "features0": self._serve_rows},
+                self.tr.stats,
+                self.tracer,
+                self.cfg.timeout,
+                serve_threads=self.serving_threads(ctx),
+            )
             if self.on_device is not None:
                 self.on_device.owners = Owners(self._owners_sample, self._owners_rows)
 
     def _device_graph(self) -> DeviceGraph:
         """This worker's sampling input on its device: its rows (or, replicated, the whole CSR) and its input rows,
         each global id mapped to its row here (−1: another worker's)."""
-        degrees = torch.from_numpy(np.stack([self.in_degree, self.out_degree], axis=1)) if self.needs_degrees else None
+        degrees = (
+            torch.from_numpy(np.stack([self.in_degree, self.out_degree], axis=1))
+            if self.needs_degrees
+            else None
+        )
         here = np.where(self.book.owner == self.rank, self.book.local, -1)
         if self.replicated:
-            return DeviceGraph(self.g_indptr, self.g_nbrs, None, self.features, self.labels, degrees, self.device,
-                               input_row_of=here)
+            return DeviceGraph(
+                self.g_indptr,
+                self.g_nbrs,
+                None,
+                self.features,
+                self.labels,
+                degrees,
+                self.device,
+                input_row_of=here,
+            )
         return DeviceGraph(self.indptr, self.nbrs, here, self.features, self.labels, degrees, self.device)
 
     def serving_threads(self, ctx: WorkerContext) -> int:
@@ -124,7 +141,9 @@ class DistDglStrategy(MiniBatchStrategy):
     def _adopt_labels(self, split: list[np.ndarray]) -> None:
         """The labels of the training nodes other workers gave this one (its targets that it does not own):
         every owner sends those of its nodes that went elsewhere, once, at the start (collective)."""
-        gone = np.unique(np.concatenate([t for r, t in enumerate(split) if r != self.rank] or [np.zeros(0, np.int64)]))
+        gone = np.unique(
+            np.concatenate([t for r, t in enumerate(split) if r != self.rank] or [np.zeros(0, np.int64)])
+        )
         gone = gone[self.book.owner[gone] == self.rank]
         given = self._per_rank((gone, self.labels[torch.from_numpy(self.book.local[gone])].numpy()))
         ids = np.concatenate([g for g, _ in given])
@@ -161,9 +180,15 @@ class DistDglStrategy(MiniBatchStrategy):
         blocks = self.blocks(epoch, step, targets)
         t1 = time.perf_counter()
         x0, degrees, fetched = self.on_device.inputs(blocks[0].src)
-        return PreparedStep(targets, global_targets, blocks, x0, degrees,
-                            {"sample": t1 - t0 + extra_seconds, "fetch": time.perf_counter() - t1},
-                            fetched_rows=fetched)
+        return PreparedStep(
+            targets,
+            global_targets,
+            blocks,
+            x0,
+            degrees,
+            {"sample": t1 - t0 + extra_seconds, "fetch": time.perf_counter() - t1},
+            fetched_rows=fetched,
+        )
 
     # --- batches --------------------------------------------------------------------------------------
     def steps(self, epoch: int) -> int:
@@ -178,7 +203,7 @@ class DistDglStrategy(MiniBatchStrategy):
             mine = chunk[self.book.owner[chunk] == self.rank]
             return mine, len(chunk)
         if self.order == "split":
-            return chunk[self.rank::self.ctx.world], len(chunk)
+            return chunk[self.rank :: self.ctx.world], len(chunk)
         return chunk, None
 
     # --- sampling -------------------------------------------------------------------------------------
@@ -186,7 +211,9 @@ class DistDglStrategy(MiniBatchStrategy):
         """The step's blocks, first layer first: of device tensors when the worker samples there."""
         seed = self.cfg.seed
         if self.on_device is not None:
-            return self.on_device.blocks(targets, self.fanouts, lambda hop: sample_key(seed, epoch, step, hop))
+            return self.on_device.blocks(
+                targets, self.fanouts, lambda hop: sample_key(seed, epoch, step, hop)
+            )
 
         def sample(nodes: np.ndarray, fanout: int, hop: int):
             return self.sample(nodes, fanout, sample_key(seed, epoch, step, hop), remote=hop > 0)
@@ -209,18 +236,27 @@ class DistDglStrategy(MiniBatchStrategy):
         """Send the owners of ``nodes`` their sampling requests now; returns a function that draws this worker's
         own nodes meanwhile and waits for the answers, ``(counts, picks)`` in the order of ``nodes``."""
         order, bounds = self._by_owner(owner)
-        groups = [nodes[order[bounds[q]:bounds[q + 1]]] for q in range(self.ctx.world)]
-        pending = {q: self.service.submit(q, "sample", [fanout, signed64(key)], [g.astype(self.wire_ids)])
-                   for q, g in enumerate(groups) if q != self.rank and len(g)}
+        groups = [nodes[order[bounds[q] : bounds[q + 1]]] for q in range(self.ctx.world)]
+        pending = {
+            q: self.service.submit(q, "sample", [fanout, signed64(key)], [g.astype(self.wire_ids)])
+            for q, g in enumerate(groups)
+            if q != self.rank and len(g)
+        }
 
         def wait() -> tuple[np.ndarray, np.ndarray]:
-            answers = {self.rank: sample_rows(self.indptr, self.nbrs, self.book.local[groups[self.rank]],
-                                              groups[self.rank], fanout, key)}
+            answers = {
+                self.rank: sample_rows(
+                    self.indptr, self.nbrs, self.book.local[groups[self.rank]], groups[self.rank], fanout, key
+                )
+            }
             for q, p in pending.items():
                 counts_q, picks_q = p.result()
                 answers[q] = (counts_q.astype(np.int64), picks_q.astype(np.int64))
             answered = [answers[q] for q in range(self.ctx.world) if q in answers]
-            return regroup(order, np.concatenate([c for c, _ in answered]), np.concatenate([n for _, n in answered]))
+            return regroup(
+                order, np.concatenate([c for c, _ in answered]), np.concatenate([n for _, n in answered])
+            )
+
         return wait
 
     def _owners_sample(self, nodes: np.ndarray, fanout: int, key: int):
@@ -238,6 +274,7 @@ class DistDglStrategy(MiniBatchStrategy):
             degrees = torch.empty((len(nodes), 2), dtype=torch.int64) if self.needs_degrees else None
             self._take_rows(pending, order, bounds, x, degrees)
             return x, degrees
+
         return wait
 
     def _serve_sample(self, params: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -251,8 +288,9 @@ class DistDglStrategy(MiniBatchStrategy):
         return [counts.astype(np.int32), picks.astype(self.wire_ids)]
 
     # --- input rows -----------------------------------------------------------------------------------
-    def gather_inputs(self, nodes: np.ndarray, out: torch.Tensor | None = None
-                      ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+    def gather_inputs(
+        self, nodes: np.ndarray, out: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         """Input features of ``nodes`` (global ids, in their order): own rows copied here, the others pulled
         from their owners' servers — one ``features0`` request per owner, all sent before any reply is read
         (DistDGL's KVStore pull, 001 §4.1.3). No other worker takes part: a slow peer delays only those that
@@ -262,13 +300,20 @@ class DistDglStrategy(MiniBatchStrategy):
             return super().gather_inputs(nodes, out)
         order, bounds = self._by_owner(self.book.owner[nodes])
         pending = self._ask_rows(nodes, order, bounds)
-        mine = order[bounds[self.rank]:bounds[self.rank + 1]]
+        mine = order[bounds[self.rank] : bounds[self.rank + 1]]
         local = self.book.local[nodes[mine]]
         if not pending:  # every row is this worker's: one copy
-            x = torch.index_select(self.features, 0, torch.from_numpy(local), out=out) if out is not None else \
-                self.features.index_select(0, torch.from_numpy(local))
+            x = (
+                torch.index_select(self.features, 0, torch.from_numpy(local), out=out)
+                if out is not None
+                else self.features.index_select(0, torch.from_numpy(local))
+            )
         else:
-            x = out if out is not None else torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
+            x = (
+                out
+                if out is not None
+                else torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
+            )
             x.index_copy_(0, torch.from_numpy(mine), self.features.index_select(0, torch.from_numpy(local)))
         degrees = None
         if self.needs_degrees:
@@ -280,16 +325,26 @@ class DistDglStrategy(MiniBatchStrategy):
     def _ask_rows(self, nodes: np.ndarray, order: np.ndarray, bounds: np.ndarray) -> dict:
         """One ``features0`` request to every other owner of ``nodes`` (grouped by :meth:`_by_owner`), all sent
         before any reply is read."""
-        return {q: self.service.submit(q, "features0", [], [nodes[order[bounds[q]:bounds[q + 1]]]
-                                                             .astype(self.wire_ids)])
-                for q in range(self.ctx.world) if q != self.rank and bounds[q + 1] > bounds[q]}
+        return {
+            q: self.service.submit(
+                q, "features0", [], [nodes[order[bounds[q] : bounds[q + 1]]].astype(self.wire_ids)]
+            )
+            for q in range(self.ctx.world)
+            if q != self.rank and bounds[q + 1] > bounds[q]
+        }
 
-    def _take_rows(self, pending: dict, order: np.ndarray, bounds: np.ndarray, x: torch.Tensor,
-                   degrees: torch.Tensor | None) -> None:
+    def _take_rows(
+        self,
+        pending: dict,
+        order: np.ndarray,
+        bounds: np.ndarray,
+        x: torch.Tensor,
+        degrees: torch.Tensor | None,
+    ) -> None:
         """The replies of :meth:`_ask_rows` written where their nodes stand (and, for GCN, their degrees)."""
         for q, p in pending.items():
             arrays = p.result()
-            at = torch.from_numpy(order[bounds[q]:bounds[q + 1]])
+            at = torch.from_numpy(order[bounds[q] : bounds[q + 1]])
             x[at] = torch.from_numpy(arrays[0])
             if degrees is not None:
                 degrees[at] = torch.from_numpy(arrays[1].astype(np.int64))
@@ -326,8 +381,9 @@ class DistDglStrategy(MiniBatchStrategy):
             self.service.close()
 
 
-def regroup(order: np.ndarray, counts_sorted: np.ndarray, picks_sorted: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray]:
+def regroup(
+    order: np.ndarray, counts_sorted: np.ndarray, picks_sorted: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """CSR answers given for ``nodes[order]`` put back in the order of ``nodes`` (vectorised)."""
     counts = np.empty(len(order), dtype=np.int64)
     counts[order] = counts_sorted
@@ -348,7 +404,7 @@ def balanced_split(train: list[np.ndarray]) -> list[np.ndarray]:
     k, n = len(train), int(sizes.sum())
     share = np.full(k, n // k, dtype=np.int64)
     share[np.lexsort((np.arange(k), -sizes))[: n % k]] += 1
-    pool = np.concatenate([t[share[w]:] for w, t in enumerate(train)] or [np.zeros(0, np.int64)])
+    pool = np.concatenate([t[share[w] :] for w, t in enumerate(train)] or [np.zeros(0, np.int64)])
     missing = np.maximum(share - sizes, 0)
     cuts = np.split(pool, np.cumsum(missing)[:-1])
     return [np.sort(np.concatenate([t[: share[w]], cuts[w]])).astype(np.int64) for w, t in enumerate(train)]
@@ -367,11 +423,18 @@ def load_topology(plan_dir, plan_meta: dict) -> tuple[np.ndarray, np.ndarray]:
         indptr = np.load(folder / "indptr.npy", mmap_mode="r")
         nbrs = np.load(folder / "nbrs.npy", mmap_mode="r")
     except (OSError, ValueError) as exc:
-        raise G3InputError(f"the replicated topology cannot be read ({exc}); re-run g3 plan", path=folder) from None
-    if (len(indptr) != info.get("num_nodes", -2) + 1 or len(nbrs) != info.get("num_arcs", -1)
-            or int(indptr[-1]) != len(nbrs)):
-        raise G3InputError("the replicated topology does not match plan.json (nodes or arcs differ); re-run g3 plan",
-                           path=folder)
+        raise G3InputError(
+            f"the replicated topology cannot be read ({exc}); re-run g3 plan", path=folder
+        ) from None
+    if (
+        len(indptr) != info.get("num_nodes", -2) + 1
+        or len(nbrs) != info.get("num_arcs", -1)
+        or int(indptr[-1]) != len(nbrs)
+    ):
+        raise G3InputError(
+            "the replicated topology does not match plan.json (nodes or arcs differ); re-run g3 plan",
+            path=folder,
+        )
     return indptr, nbrs
 
 

@@ -102,8 +102,14 @@ class WorkerData:
     # P2P tables whose node lists are owned-local ids (the others hold remote offsets)
     OWNED_ID_TABLES = ("features_send", "fwd_send_", "bwd_recv_")
 
-    def __init__(self, shard: Shard, plan: WorkerPlan, num_layers: int, dtype: torch.dtype,
-                 home: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        shard: Shard,
+        plan: WorkerPlan,
+        num_layers: int,
+        dtype: torch.dtype,
+        home: torch.device | str = "cpu",
+    ):
         self.rank = shard.rank
         self.shard = shard
         self.plan = plan
@@ -116,15 +122,23 @@ class WorkerData:
         self.new_id = np.empty(n_own, dtype=np.int64)  # shard owned-local id -> id here
         self.new_id[self.order] = np.arange(n_own, dtype=np.int64)
         local_order = np.concatenate([self.order, np.arange(n_own, n_own + self.num_remote, dtype=np.int64)])
-        self.global_ids = torch.from_numpy(np.concatenate([shard.owned, shard.remote]).astype(np.int64)[local_order])
+        self.global_ids = torch.from_numpy(
+            np.concatenate([shard.owned, shard.remote]).astype(np.int64)[local_order]
+        )
         # one copy each: fancy indexing reads the memory-mapped shard straight into the reordered array
         # what the loss and the first layer read live where the worker's tables do (``home``)
         self.features = torch.from_numpy(np.asarray(shard.load("features"))[self.order]).to(home, dtype)
         self.labels = torch.from_numpy(np.asarray(shard.load("labels"))[self.order].astype(np.int64)).to(home)
-        self.in_degree = torch.from_numpy(np.asarray(shard.load("in_degree"), dtype=np.float64)[local_order]).to(dtype)
-        self.out_degree = torch.from_numpy(np.asarray(shard.load("out_degree"), dtype=np.float64)[local_order]).to(dtype)
-        self.splits = {s: torch.from_numpy(np.sort(self.new_id[np.asarray(shard.load(s), dtype=np.int64)])).to(home)
-                       for s in ("train", "valid", "test")}
+        self.in_degree = torch.from_numpy(
+            np.asarray(shard.load("in_degree"), dtype=np.float64)[local_order]
+        ).to(dtype)
+        self.out_degree = torch.from_numpy(
+            np.asarray(shard.load("out_degree"), dtype=np.float64)[local_order]
+        ).to(dtype)
+        self.splits = {
+            s: torch.from_numpy(np.sort(self.new_id[np.asarray(shard.load(s), dtype=np.int64)])).to(home)
+            for s in ("train", "valid", "test")
+        }
         self.priority = np.arange(n_own, dtype=np.int64)
         self.row_ptr = plan.row_ptr
         self.layers = [self._renumber_layer(plan.layer(li)) for li in range(num_layers)]
@@ -168,18 +182,25 @@ class G3Strategy(Strategy):
         self.remote_features: torch.Tensor | None = None
         # auto: a worker whose every layer is one bin (its whole partition fits the bin limit) keeps the forward's
         # activations instead of paying a second forward per epoch, where they fit (:meth:`_kept_layers_fit`)
-        self.keep = cfg.backward == "keep" or (cfg.backward == "auto" and all(len(b) == 1 for b in self.blocks)
-                                               and self._kept_layers_fit())
+        self.keep = cfg.backward == "keep" or (
+            cfg.backward == "auto" and all(len(b) == 1 for b in self.blocks) and self._kept_layers_fit()
+        )
         self.saved: list[list] = [[] for _ in range(self.num_layers)]
         self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
-        self.bwd_recvs: dict[int, TableReceiver] = {}  # backward's receives, posted early by a training forward
+        self.bwd_recvs: dict[
+            int, TableReceiver
+        ] = {}  # backward's receives, posted early by a training forward
         self.pool = self._gather_pool(cfg)
         self.copy_stream = torch.cuda.Stream(self.device) if self.device != self.home else None
         # layer 0 reads the fixed input features: SAGE/GCN aggregate them once per block and keep the result
         # (--layer0-cache); from then on the bin's input is only the rows the layer still reads, kept too
-        self.layer0_rows = self.model.static_input_rows(0) if cfg.layer0_cache_enabled(self.resident) else None
+        self.layer0_rows = (
+            self.model.static_input_rows(0) if cfg.layer0_cache_enabled(self.resident) else None
+        )
         self.send_structure: dict[int, tuple] = {}  # id(table) → (table, slices, nodes, msg_ptr, msg_ids)
-        self._fwd_bins: list | None = None  # eager schedules: per layer, the forward's bins (built on first use)
+        self._fwd_bins: list | None = (
+            None  # eager schedules: per layer, the forward's bins (built on first use)
+        )
         self._bin_deps: list | None = None  # eager schedules: per layer, what each of those bins waits for
         self._init_dataflow()
         self.train_rows = labelled_rows(data.labels, data.splits["train"])  # unlabelled nodes carry no loss
@@ -204,13 +225,17 @@ class G3Strategy(Strategy):
     def _gather_pool(self, cfg):
         """The prefetch thread of ``intra``/``multi`` (see ``RuntimeConfig.prefetch_enabled``); its own torch
         ops run on one thread, so a gather never spreads over the cores the compute kernels use."""
-        if not (self.schedule.prefetch and cfg.prefetch_enabled(torch.get_num_threads(), local_workers(self.ctx.world),
-                                                                self.resident)):
+        if not (
+            self.schedule.prefetch
+            and cfg.prefetch_enabled(torch.get_num_threads(), local_workers(self.ctx.world), self.resident)
+        ):
             return None
         return helper_executor("g3-gather")
 
     # --- static structure ----------------------------------------------------------------------------------
-    def _make_block(self, rows_lo: int, rows_hi: int, src: np.ndarray, indptr: np.ndarray, indices: np.ndarray):
+    def _make_block(
+        self, rows_lo: int, rows_hi: int, src: np.ndarray, indptr: np.ndarray, indices: np.ndarray
+    ):
         d = self.data
         src_t = torch.from_numpy(np.ascontiguousarray(src, dtype=np.int64))
         dst_t = torch.from_numpy(np.ascontiguousarray(d.priority[rows_lo:rows_hi], dtype=np.int64))
@@ -228,7 +253,9 @@ class G3Strategy(Strategy):
             dst_global=d.global_ids[dst_t],
         )
         block = block.to(self.device)
-        block._cache[SRC_RANGE] = id_range(src_t)  # bins of consecutive rows (all plan bins): slices, no gathers
+        block._cache[SRC_RANGE] = id_range(
+            src_t
+        )  # bins of consecutive rows (all plan bins): slices, no gathers
         block._cache[DST_RANGE] = id_range(dst_t)
         return block, src_t, dst_t
 
@@ -241,8 +268,9 @@ class G3Strategy(Strategy):
             r0, r1 = int(lp.bin_ptr[b]), int(lp.bin_ptr[b + 1])
             e0, e1 = int(row_ptr[r0]), int(row_ptr[r1])
             s0, s1 = int(lp.src_ptr[b]), int(lp.src_ptr[b + 1])
-            block, src, dst = self._make_block(r0, r1, lp.src[s0:s1], row_ptr[r0 : r1 + 1] - row_ptr[r0],
-                                               lp.indices[e0:e1])
+            block, src, dst = self._make_block(
+                r0, r1, lp.src[s0:s1], row_ptr[r0 : r1 + 1] - row_ptr[r0], lp.indices[e0:e1]
+            )
             out.append((block, src, dst))
         return out
 
@@ -274,8 +302,16 @@ class G3Strategy(Strategy):
         """False where the bin's inputs already live with its block (cached layer-0 rows)."""
         return not (self._static(layer) and block.has_cached(LAYER0_ROWS))
 
-    def _gather(self, h: torch.Tensor, src: torch.Tensor, layer: int, b: int, block=None,
-                view_ok: bool = False, read_rows: bool = False) -> torch.Tensor:
+    def _gather(
+        self,
+        h: torch.Tensor,
+        src: torch.Tensor,
+        layer: int,
+        b: int,
+        block=None,
+        view_ok: bool = False,
+        read_rows: bool = False,
+    ) -> torch.Tensor:
         """The bin's input rows. ``view_ok``: the caller only reads them before ``h`` changes again (no
         autograd graph keeps them), so contiguous sources may be a view of ``h`` instead of a copy.
         ``read_rows``: a forward without gradient, or backward's recomputation, which can let the layer read
@@ -290,9 +326,18 @@ class G3Strategy(Strategy):
         ids = self._ids(block, SRC_IDS, src) if block is not None else src
         x = take_rows(h, ids, rng).detach() if rng is not None else take_rows_at(h, ids)
         t1 = now_us()
-        self.tracer.span("gather", f"L{layer} bin {b}", t0, t1, layer=layer, bin=b, phase=self.phase, rows=len(src),
-                         prefetched=threading.current_thread() is not threading.main_thread(),
-                         view=rng is not None)  # a view: contiguous sources, nothing copied
+        self.tracer.span(
+            "gather",
+            f"L{layer} bin {b}",
+            t0,
+            t1,
+            layer=layer,
+            bin=b,
+            phase=self.phase,
+            rows=len(src),
+            prefetched=threading.current_thread() is not threading.main_thread(),
+            view=rng is not None,
+        )  # a view: contiguous sources, nothing copied
         if self.copy_stream is None:  # the rows are where the layer runs
             return x
         with torch.cuda.stream(self.copy_stream):
@@ -309,8 +354,12 @@ class G3Strategy(Strategy):
     def _reads_rows(self, layer: int, h: torch.Tensor) -> bool:
         """The CPU layer can read its sources from ``h`` itself: in a forward without gradient
         (``layer_forward_rows``) and in backward's recomputation (``layer_backward_rows``)."""
-        return (self.device.type == "cpu" and backend(h) == "numba" and not self._static(layer)
-                and self.model.reads_rows(layer))
+        return (
+            self.device.type == "cpu"
+            and backend(h) == "numba"
+            and not self._static(layer)
+            and self.model.reads_rows(layer)
+        )
 
     def _ready_input(self, x):
         if isinstance(x, tuple):  # CUDA: wait for the side-stream copy on the compute stream
@@ -325,7 +374,9 @@ class G3Strategy(Strategy):
         if self.remote_features is None or not self.cfg.feature_cache:
             self.layer0_input = None
             buf = torch.zeros((d.num_remote, d.features.shape[1]), dtype=d.features.dtype)
-            self.tr.exchange_table(d.table("features_send"), d.table("features_recv"), "features", 0, d.features, buf)
+            self.tr.exchange_table(
+                d.table("features_send"), d.table("features_recv"), "features", 0, d.features, buf
+            )
             self.remote_features = buf.to(self.home)
         if getattr(self, "layer0_input", None) is None:  # built once while the cache holds: it is read-only
             self.layer0_input = torch.cat([d.features, self.remote_features]) if d.num_remote else d.features
@@ -357,21 +408,43 @@ class G3Strategy(Strategy):
         hs = [h0]
         for li in range(L):
             rows = d.num_owned + (0 if li == L - 1 else d.num_remote)
-            h = torch.empty((rows, self.model.widths[li + 1]), dtype=h0.dtype, device=self.home)  # owned: all computed
+            h = torch.empty(
+                (rows, self.model.widths[li + 1]), dtype=h0.dtype, device=self.home
+            )  # owned: all computed
             h[d.num_owned :].zero_()
             hs.append(h)
-        sends = [self.tr.sender(d.table(f"fwd_send_{li}"), kind, li, d.num_owned, blocking=not self.schedule.async_send,
-                                background=self.schedule.background_copies, structure=self.send_structure)
-                 for li in range(L - 1)]
-        recvs = [self.tr.receiver(d.table(f"fwd_recv_{li}"), kind, li, self.model.widths[li + 1], h0.dtype,
-                                  # background copies: the receiving thread copies a message's rows in as it arrives
-                                  unpack=self._put_remote_rows(hs[li + 1]) if self.schedule.background_copies else None)
-                 for li in range(L - 1)]
+        sends = [
+            self.tr.sender(
+                d.table(f"fwd_send_{li}"),
+                kind,
+                li,
+                d.num_owned,
+                blocking=not self.schedule.async_send,
+                background=self.schedule.background_copies,
+                structure=self.send_structure,
+            )
+            for li in range(L - 1)
+        ]
+        recvs = [
+            self.tr.receiver(
+                d.table(f"fwd_recv_{li}"),
+                kind,
+                li,
+                self.model.widths[li + 1],
+                h0.dtype,
+                # background copies: the receiving thread copies a message's rows in as it arrives
+                unpack=self._put_remote_rows(hs[li + 1]) if self.schedule.background_copies else None,
+            )
+            for li in range(L - 1)
+        ]
         # backward's receives are posted with the forward's: gloo moves a message only once its receive is
         # posted, so a peer that reaches backward first delivers its gradients while this worker still runs its
         # forward and loss, instead of after (`none` keeps each phase's communication in the phase)
-        self.bwd_recvs = {li: self._bwd_receives(li, h0.dtype) for li in range(1, L)} \
-            if training and self.schedule.async_send else {}
+        self.bwd_recvs = (
+            {li: self._bwd_receives(li, h0.dtype) for li in range(1, L)}
+            if training and self.schedule.async_send
+            else {}
+        )
         self.inputs = hs[:L]
         self.saved = [[] for _ in range(L)]
         if not self.schedule.eager:
@@ -395,6 +468,7 @@ class G3Strategy(Strategy):
         def consume(nodes, rows, _m):
             if put is not None:
                 put(nodes, rows)
+
         return consume
 
     def _bwd_receives(self, li: int, dtype: torch.dtype) -> TableReceiver:
@@ -408,8 +482,9 @@ class G3Strategy(Strategy):
         if x is READ_ROWS:  # forward only: the aggregation reads h[src] in place of a gathered copy
             x_dst = take_rows(hs[li], dst, block.cached(DST_RANGE, lambda: None))
             with torch.no_grad():
-                y = self.model.layer_forward_rows(li, block, hs[li], src, x_dst, epoch, self.cfg.dropout,
-                                                  self.cfg.seed, training)
+                y = self.model.layer_forward_rows(
+                    li, block, hs[li], src, x_dst, epoch, self.cfg.dropout, self.cfg.seed, training
+                )
             self._finish_bin(li, block, y, dst, hs, t0, c0, b, training)
             return
         x_src = self._ready_input(x)
@@ -417,8 +492,9 @@ class G3Strategy(Strategy):
             x_src.requires_grad_(li > 0)
         static = self._static(li)
         with torch.set_grad_enabled(keep):
-            y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, training,
-                                         static_input=static)
+            y = self.model.layer_forward(
+                li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, training, static_input=static
+            )
         if static and not block.has_cached(LAYER0_ROWS):
             self._keep_layer0_rows(block, x_src)
         if keep:
@@ -432,15 +508,31 @@ class G3Strategy(Strategy):
         put_rows(hs[li + 1], self._ids(block, DST_IDS, dst), block.cached(DST_RANGE, lambda: None), out)
         self.timers["compute"] += (now_us() - t0) / 1e6
         self.timers["compute_cpu"] += time.thread_time() - c0
-        self.tracer.span("compute", f"L{li} bin {b}", t0, t1, layer=li, bin=b, nodes=int(block.n_dst),
-                         arcs=int(block.nnz), srcs=int(block.n_src), phase="fwd" if training else "eval")
+        self.tracer.span(
+            "compute",
+            f"L{li} bin {b}",
+            t0,
+            t1,
+            layer=li,
+            bin=b,
+            nodes=int(block.n_dst),
+            arcs=int(block.nnz),
+            srcs=int(block.n_src),
+            phase="fwd" if training else "eval",
+        )
 
     def _keep_layer0_rows(self, block, x_src: torch.Tensor) -> None:
         """After a block's first static layer-0 call: keep only the input rows the layer will still read."""
         if self.layer0_rows == "dst":
             rows = x_src[: block.n_dst]
-            if block.cached(SRC_RANGE, lambda: None) is None or not self.cfg.feature_cache or x_src.device != self.home:
-                rows = rows.clone()  # a gathered or copied-in input (or one rebuilt every epoch): keep only these rows
+            if (
+                block.cached(SRC_RANGE, lambda: None) is None
+                or not self.cfg.feature_cache
+                or x_src.device != self.home
+            ):
+                rows = (
+                    rows.clone()
+                )  # a gathered or copied-in input (or one rebuilt every epoch): keep only these rows
             # else: a view of the layer-0 input, which stays as it is while the feature cache holds it
         else:
             rows = x_src.new_empty((0, x_src.shape[1]))
@@ -450,12 +542,18 @@ class G3Strategy(Strategy):
         L = self.num_layers
         for li in range(L):
             bins = self.blocks[li]
-            view_ok = not (self.keep and training)  # kept activations must not alias h (receives write into it)
-            nxt = self._submit_gather(hs[li], bins[0][1], li, 0, bins[0][0], view_ok, view_ok) if bins else None
+            view_ok = not (
+                self.keep and training
+            )  # kept activations must not alias h (receives write into it)
+            nxt = (
+                self._submit_gather(hs[li], bins[0][1], li, 0, bins[0][0], view_ok, view_ok) if bins else None
+            )
             for b, (block, src, dst) in enumerate(bins):
                 x = nxt.result() if hasattr(nxt, "result") else nxt
                 if b + 1 < len(bins):
-                    nxt = self._submit_gather(hs[li], bins[b + 1][1], li, b + 1, bins[b + 1][0], view_ok, view_ok)
+                    nxt = self._submit_gather(
+                        hs[li], bins[b + 1][1], li, b + 1, bins[b + 1][0], view_ok, view_ok
+                    )
                 self._compute(li, block, x, src, dst, hs, epoch, training, b)
                 if li < L - 1:
                     sends[li].produced(dst.numpy(), hs[li + 1])
@@ -493,6 +591,7 @@ class G3Strategy(Strategy):
             def consume(nodes, rows, m):
                 place(nodes, rows, m)
                 wait[li + 1][dep.dependents(dep.n_bins_before + m)] -= 1
+
             return consume
 
         view_ok = not (self.keep and training)
@@ -514,11 +613,14 @@ class G3Strategy(Strategy):
                 nl, nb = next_bin()
                 if nl is not None and self._needs_gather(nl, bins[nl][nb][1]):
                     _, nblock, nsrc, _ = bins[nl][nb]
-                    prefetched[(nl, nb)] = self.pool.submit(self._gather, hs[nl], nsrc, nl, nb, nblock, view_ok,
-                                                            view_ok)
+                    prefetched[(nl, nb)] = self.pool.submit(
+                        self._gather, hs[nl], nsrc, nl, nb, nblock, view_ok, view_ok
+                    )
             self._compute(li, block, x, src, dst, hs, epoch, training, b)
             if li < L - 1:
-                sends[li].produced(dst.numpy(), hs[li + 1])  # first: peers get the rows before the bookkeeping
+                sends[li].produced(
+                    dst.numpy(), hs[li + 1]
+                )  # first: peers get the rows before the bookkeeping
                 wait[li + 1][deps[li + 1].dependents(b)] -= 1
 
     def _bin_dependencies(self) -> list:
@@ -527,9 +629,17 @@ class G3Strategy(Strategy):
         if self._bin_deps is None:
             d, bins = self.data, self._forward_bins()
             self._bin_deps = [None] + [
-                bin_dependencies([b[0] for b in bins[li - 1]], [b[0] for b in bins[li]], self.row_ptr, self.edge_src,
-                                 d.table(f"fwd_recv_{li - 1}"), d.num_owned, d.num_remote)
-                for li in range(1, self.num_layers)]
+                bin_dependencies(
+                    [b[0] for b in bins[li - 1]],
+                    [b[0] for b in bins[li]],
+                    self.row_ptr,
+                    self.edge_src,
+                    d.table(f"fwd_recv_{li - 1}"),
+                    d.num_owned,
+                    d.num_remote,
+                )
+                for li in range(1, self.num_layers)
+            ]
         return self._bin_deps
 
     def _forward_bins(self) -> list[list[tuple[np.ndarray, Block, torch.Tensor, torch.Tensor]]]:
@@ -542,9 +652,12 @@ class G3Strategy(Strategy):
                 self._fwd_bins = [self._id_order_bins(li) for li in range(self.num_layers)]
             else:
                 self._fwd_bins = [
-                    [(np.arange(int(lp.bin_ptr[b]), int(lp.bin_ptr[b + 1]), dtype=np.int64), *blk)
-                     for b, blk in enumerate(self.blocks[li])]
-                    for li, lp in enumerate(self.data.layers)]
+                    [
+                        (np.arange(int(lp.bin_ptr[b]), int(lp.bin_ptr[b + 1]), dtype=np.int64), *blk)
+                        for b, blk in enumerate(self.blocks[li])
+                    ]
+                    for li, lp in enumerate(self.data.layers)
+                ]
         return self._fwd_bins
 
     def _id_order_bins(self, li: int) -> list[tuple[np.ndarray, Block, torch.Tensor, torch.Tensor]]:
@@ -561,15 +674,18 @@ class G3Strategy(Strategy):
         # what each bin holds on the device, its distinct sources counted as it grows (the plan's rule, for the
         # device kind the plan's bins were sized for)
         cost = bin_costs(self.ctx.spec, bins_device(self.ctx.options))[li]
-        packed = pack_bins(cost, self.row_ptr, self.edge_src, prio, n_local, limit_bytes,
-                           order=order, max_rows=limit)
+        packed = pack_bins(
+            cost, self.row_ptr, self.edge_src, prio, n_local, limit_bytes, order=order, max_rows=limit
+        )
         mark = np.full(n_local, -1, dtype=np.int64)
         out = []
         # rows ascending inside a bin: the block keeps the BFS locality
         for b in range(packed.num_bins):
             rows = np.sort(order[packed.bounds[b] : packed.bounds[b + 1]])
             src, indptr, indices = build_block_arrays(rows, self.row_ptr, self.edge_src, prio, mark)
-            out.append((rows, *self._block(torch.from_numpy(src), torch.from_numpy(prio[rows]), indptr, indices)))
+            out.append(
+                (rows, *self._block(torch.from_numpy(src), torch.from_numpy(prio[rows]), indptr, indices))
+            )
         return out
 
     def _idle_until_message(self, recvs, arrived) -> None:
@@ -588,9 +704,19 @@ class G3Strategy(Strategy):
             h = self.inputs[li]
             need_input_grad = li > 0
             grad_in = torch.zeros_like(h) if need_input_grad else None
-            sends = self.tr.sender(d.table(f"bwd_send_{li}"), "bwd", li, d.num_remote,
-                                   blocking=not self.schedule.async_send, background=self.schedule.background_copies,
-                                   structure=self.send_structure) if need_input_grad else None
+            sends = (
+                self.tr.sender(
+                    d.table(f"bwd_send_{li}"),
+                    "bwd",
+                    li,
+                    d.num_remote,
+                    blocking=not self.schedule.async_send,
+                    background=self.schedule.background_copies,
+                    structure=self.send_structure,
+                )
+                if need_input_grad
+                else None
+            )
             if not need_input_grad:
                 recvs = None
             else:
@@ -598,11 +724,18 @@ class G3Strategy(Strategy):
             uses = self.uses.copy()
             # bins in plan order, not reversed: the priority list puts first the nodes peers need, which on a
             # symmetric graph are the nodes that read remote inputs, so the gradients peers wait for go out first
-            bins = self.saved[li] if self.saved[li] else [(blk, s, t, None, None) for blk, s, t in self.blocks[li]]
+            bins = (
+                self.saved[li]
+                if self.saved[li]
+                else [(blk, s, t, None, None) for blk, s, t in self.blocks[li]]
+            )
             # recompute: the next bin's inputs are gathered (on CUDA copied in) while this one computes; a layer
             # that reads its rows in place (READ_ROWS) gathers nothing
-            nxt = self._submit_gather(h, bins[0][1], li, 0, bins[0][0], True, True) \
-                if bins and bins[0][4] is None else None
+            nxt = (
+                self._submit_gather(h, bins[0][1], li, 0, bins[0][0], True, True)
+                if bins and bins[0][4] is None
+                else None
+            )
             for step, (block, src, dst, x_saved, y_saved) in enumerate(bins):
                 t0, c0 = now_us(), time.thread_time()
                 dst_rng = block.cached(DST_RANGE, lambda: None)
@@ -614,29 +747,57 @@ class G3Strategy(Strategy):
                 else:  # recompute the bin's forward with its inputs as leaves
                     x = nxt.result() if hasattr(nxt, "result") else nxt
                     if step + 1 < len(bins):
-                        nxt = self._submit_gather(h, bins[step + 1][1], li, step + 1, bins[step + 1][0], True, True)
-                if x is not READ_ROWS and y_saved is None and self._kept_output_suffices(li, block, need_input_grad):
+                        nxt = self._submit_gather(
+                            h, bins[step + 1][1], li, step + 1, bins[step + 1][0], True, True
+                        )
+                if (
+                    x is not READ_ROWS
+                    and y_saved is None
+                    and self._kept_output_suffices(li, block, need_input_grad)
+                ):
                     # a cached layer 0: the weight gradients come from its kept output and cached aggregation,
                     # with no forward run again (bitwise what the recomputation below gives)
-                    done = self.model.layer_backward_static(li, block, self._ready_input(x),
-                                                            take_rows(self.inputs[li + 1], dst_ids, dst_rng),
-                                                            grad_rows.to(dtype=h.dtype), self.cfg.dropout)
+                    done = self.model.layer_backward_static(
+                        li,
+                        block,
+                        self._ready_input(x),
+                        take_rows(self.inputs[li + 1], dst_ids, dst_rng),
+                        grad_rows.to(dtype=h.dtype),
+                        self.cfg.dropout,
+                    )
                     if not done:
                         raise RuntimeError(f"layer {li}: the block's cached aggregation is missing")
                     grad_src, recomputed = None, False
                 elif x is READ_ROWS:  # the aggregation reads h itself, forward and backward: no gathered copy
                     recomputed = True
-                    grad_src = self.model.layer_backward_rows(li, block, h, src, take_rows(h, dst, dst_rng),
-                                                              grad_rows.to(dtype=h.dtype), epoch, self.cfg.dropout,
-                                                              self.cfg.seed, need_input_grad)
+                    grad_src = self.model.layer_backward_rows(
+                        li,
+                        block,
+                        h,
+                        src,
+                        take_rows(h, dst, dst_rng),
+                        grad_rows.to(dtype=h.dtype),
+                        epoch,
+                        self.cfg.dropout,
+                        self.cfg.seed,
+                        need_input_grad,
+                    )
                 else:
                     recomputed = y_saved is None
                     if y_saved is None:
                         x_src = self._ready_input(x)
                         x_src.requires_grad_(need_input_grad)
                         with torch.enable_grad():
-                            y = self.model.layer_forward(li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed,
-                                                         True, static_input=self._static(li))
+                            y = self.model.layer_forward(
+                                li,
+                                block,
+                                x_src,
+                                epoch,
+                                self.cfg.dropout,
+                                self.cfg.seed,
+                                True,
+                                static_input=self._static(li),
+                            )
                         if self._static(li) and not block.has_cached(LAYER0_ROWS):
                             # `inter` computes layer 0 forward in its own node-id bins, so the plan's bins first
                             # see the fixed features here: keep their rows now, or every epoch gathers them again
@@ -644,12 +805,27 @@ class G3Strategy(Strategy):
                     torch.autograd.backward(y, grad_rows.to(y.device, dtype=y.dtype))
                     grad_src = x_src.grad.to(h.device, h.dtype) if need_input_grad else None
                 if need_input_grad:
-                    add_rows(grad_in, self._ids(block, SRC_IDS, src), block.cached(SRC_RANGE, lambda: None), grad_src)
+                    add_rows(
+                        grad_in,
+                        self._ids(block, SRC_IDS, src),
+                        block.cached(SRC_RANGE, lambda: None),
+                        grad_src,
+                    )
                 self.timers["compute"] += (now_us() - t0) / 1e6
                 self.timers["compute_cpu"] += time.thread_time() - c0
-                self.tracer.span("compute", f"L{li} bin {step}", t0, now_us(), layer=li, bin=step, phase="bwd",
-                                 nodes=int(block.n_dst), arcs=int(block.nnz), srcs=int(block.n_src),
-                                 recomputed=recomputed)
+                self.tracer.span(
+                    "compute",
+                    f"L{li} bin {step}",
+                    t0,
+                    now_us(),
+                    layer=li,
+                    bin=step,
+                    phase="bwd",
+                    nodes=int(block.n_dst),
+                    arcs=int(block.nnz),
+                    srcs=int(block.n_src),
+                    recomputed=recomputed,
+                )
                 if need_input_grad:
                     finished = self._remote_grads_final(src.numpy(), block, uses)
                     if len(finished):
@@ -668,7 +844,12 @@ class G3Strategy(Strategy):
         """Layer ``li``'s backward can skip the recomputation: its inputs are fixed and their aggregation is
         cached on the block (``--layer0-cache``), no input gradient is needed, and its output rows are kept as
         the next layer's input (SAGE, GCN; :meth:`GNNModel.layer_backward_static`)."""
-        return not need_input_grad and li + 1 < self.num_layers and self._static(li) and block.has_cached(LAYER0_ROWS)
+        return (
+            not need_input_grad
+            and li + 1 < self.num_layers
+            and self._static(li)
+            and block.has_cached(LAYER0_ROWS)
+        )
 
     def _remote_grads_final(self, src: np.ndarray, block, uses: np.ndarray) -> np.ndarray:
         """Remote sources whose every reading arc has now been backpropagated (remote offsets)."""

@@ -174,15 +174,19 @@ class HopGnnStrategy(DistDglStrategy):
             t0 = time.perf_counter()
             _kept, roots, total = self.iteration(epoch, step)
             seconds = time.perf_counter() - t0
-            self._stash = self._pregathered(epoch, step, roots, total, seconds) if self.pregather else \
-                (roots, total, seconds)
+            self._stash = (
+                self._pregathered(epoch, step, roots, total, seconds)
+                if self.pregather
+                else (roots, total, seconds)
+            )
         if self.pregather:
             return self._stash[micro]
         roots, total, seconds = self._stash
         return self.prepare(epoch, step, (roots[micro], total), extra_seconds=seconds if micro == 0 else 0.0)
 
-    def _pregathered(self, epoch: int, step: int, roots: list[np.ndarray], total: int, seconds: float
-                     ) -> list[PreparedStep]:
+    def _pregathered(
+        self, epoch: int, step: int, roots: list[np.ndarray], total: int, seconds: float
+    ) -> list[PreparedStep]:
         """Every time step of the iteration sampled, then their deduplicated input rows gathered at once (one
         fetch: a request per peer)."""
         t0 = time.perf_counter()
@@ -197,13 +201,23 @@ class HopGnnStrategy(DistDglStrategy):
         t2 = time.perf_counter()
         out = []
         for i, (r, b) in enumerate(zip(roots, blocks, strict=True)):
-            at = torch.searchsorted(union, b[0].src) if self.on_device is not None else \
-                torch.from_numpy(np.searchsorted(union, b[0].src))
+            at = (
+                torch.searchsorted(union, b[0].src)
+                if self.on_device is not None
+                else torch.from_numpy(np.searchsorted(union, b[0].src))
+            )
             first = i == 0  # the iteration's sampling and fetch are counted once
-            out.append(PreparedStep(r, total, b, x[at], degrees[at] if degrees is not None else None,
-                                    {"sample": (t1 - t0 + seconds) if first else 0.0,
-                                     "fetch": (t2 - t1) if first else 0.0},
-                                    fetched_rows=fetched if first else 0))
+            out.append(
+                PreparedStep(
+                    r,
+                    total,
+                    b,
+                    x[at],
+                    degrees[at] if degrees is not None else None,
+                    {"sample": (t1 - t0 + seconds) if first else 0.0, "fetch": (t2 - t1) if first else 0.0},
+                    fetched_rows=fetched if first else 0,
+                )
+            )
         return out
 
     # --- the interface ----------------------------------------------------------------------------------
@@ -261,7 +275,9 @@ class HopGnnStrategy(DistDglStrategy):
             to, frm = (self.rank + shift) % self.k, (self.rank - shift) % self.k
             self.migrated_to[to] = self.migrated_to.get(to, 0) + flat.numel() * flat.element_size()
             chunks = [flat if q == to else flat[:0] for q in range(self.k)]
-            got = self.tr.all_to_all(chunks, [int(q == frm) for q in range(self.k)], "migrate")[frm].reshape(-1)
+            got = self.tr.all_to_all(chunks, [int(q == frm) for q in range(self.k)], "migrate")[frm].reshape(
+                -1
+            )
             got = got.to(params[0].device)
             offset = 0
             for p in params:
@@ -283,7 +299,7 @@ class HopGnnStrategy(DistDglStrategy):
         mine = int((time.perf_counter() - self._epoch_start) * 1e6)
         seconds = self.ctx.all_reduce_int(mine, "max") / 1e6
         if epoch == 0:  # the warm-up epoch pays first-use costs (caches, JIT, heap): comparing against it
-            return      # would favour the first merge, so the examination starts from the second epoch
+            return  # would favour the first merge, so the examination starts from the second epoch
         self.history.append({"epoch": epoch, "merged": self.merged, "seconds": seconds})
         self.merged, self.frozen = merge_decision(self.history, self.k)
         self.micro = self._time_step_count()
@@ -293,23 +309,31 @@ class HopGnnStrategy(DistDglStrategy):
         return {"merged": self.merged, "frozen": self.frozen, "history": list(self.history)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.merged, self.frozen, self.history = int(state["merged"]), bool(state["frozen"]), list(state["history"])
+        self.merged, self.frozen, self.history = (
+            int(state["merged"]),
+            bool(state["frozen"]),
+            list(state["history"]),
+        )
         self.micro = self._time_step_count()
 
     def stats(self) -> dict:
         t = self.timers
         width, itemsize = self.features.shape[1], self.features.element_size()
         measured = [h["seconds"] for h in self.history if h["epoch"] == self.epoch]
-        return {**super().stats(),
-                "time_steps": 1 if self.local_only else self.k - self._epoch_merged,
-                "merged_steps": self._epoch_merged, "merge_frozen": self.frozen,
-                **({"merge_epoch_seconds": measured[0]} if measured else {}),
-                "feature_misses": int(t["feature_misses"]),
-                "miss_rate": int(t["feature_misses"]) / t["source_rows"] if t["source_rows"] else 0.0,
-                "feature_bytes": int(t["fetched_rows"]) * width * itemsize,
-                "away_roots": int(t["away_roots"]), "model_values": self.param_count,
-                # where this server's models went (a model at server s in time step t is at s + 1 in t + 1)
-                "migrated_bytes_to": {str(q): n for q, n in sorted(self.migrated_to.items())}}
+        return {
+            **super().stats(),
+            "time_steps": 1 if self.local_only else self.k - self._epoch_merged,
+            "merged_steps": self._epoch_merged,
+            "merge_frozen": self.frozen,
+            **({"merge_epoch_seconds": measured[0]} if measured else {}),
+            "feature_misses": int(t["feature_misses"]),
+            "miss_rate": int(t["feature_misses"]) / t["source_rows"] if t["source_rows"] else 0.0,
+            "feature_bytes": int(t["fetched_rows"]) * width * itemsize,
+            "away_roots": int(t["away_roots"]),
+            "model_values": self.param_count,
+            # where this server's models went (a model at server s in time step t is at s + 1 in t + 1)
+            "migrated_bytes_to": {str(q): n for q, n in sorted(self.migrated_to.items())},
+        }
 
 
 STRATEGY = HopGnnStrategy

@@ -25,7 +25,9 @@ from .base import Inference, StepOutput, Strategy, WorkerContext, labelled_rows,
 
 
 class LayerSyncStrategy(Strategy):
-    owner_dropout = True  # dropout applied by the owner (in the layer); False: by the receiver (input_transform)
+    owner_dropout = (
+        True  # dropout applied by the owner (in the layer); False: by the receiver (input_transform)
+    )
 
     def __init__(self, ctx: WorkerContext, model):
         super().__init__(ctx, model)
@@ -43,10 +45,13 @@ class LayerSyncStrategy(Strategy):
         in_deg = torch.from_numpy(np.asarray(shard.load("in_degree"), dtype=np.float64)).to(dtype)
         out_deg = torch.from_numpy(np.asarray(shard.load("out_degree"), dtype=np.float64)).to(dtype)
         self.block = Block(
-            n_dst=self.n_own, n_src=self.n_own + self.n_rem,
+            n_dst=self.n_own,
+            n_src=self.n_own + self.n_rem,
             indptr=torch.from_numpy(np.array(shard.indptr, dtype=np.int64)),
             indices=torch.from_numpy(np.array(shard.indices, dtype=np.int64)),
-            src_out_degree=out_deg, dst_in_degree=in_deg[: self.n_own], dst_global=self.global_ids[: self.n_own],
+            src_out_degree=out_deg,
+            dst_in_degree=in_deg[: self.n_own],
+            dst_global=self.global_ids[: self.n_own],
         ).to(self.device)
         plan = ctx.plan
         self.send_table, self.recv_table = plan.table("boundary_send"), plan.table("boundary_recv")
@@ -54,7 +59,9 @@ class LayerSyncStrategy(Strategy):
         self.recv_ids = per_peer_ids(self.recv_table, ctx.world)  # remote offsets each peer sends
         self.static0 = cfg.layer0_cache_enabled(ctx.resident) and model.static_input_rows(0) is not None
         self.x0: torch.Tensor | None = None  # layer 0's input: owned + remote features, fetched once
-        self.saved: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: (input leaf, output) of a training step
+        self.saved: list[
+            tuple[torch.Tensor, torch.Tensor]
+        ] = []  # per layer: (input leaf, output) of a training step
         self.train_rows = labelled_rows(self.labels, self.splits["train"])
         self.global_train = ctx.all_reduce_int(len(self.train_rows))
         self.epoch = 0
@@ -72,11 +79,16 @@ class LayerSyncStrategy(Strategy):
     def exact_exchange(self, li: int, h: torch.Tensor, label: str) -> torch.Tensor:
         return exchange_boundary_rows(self.tr, self.rank, h, self.send_ids, self.recv_ids, self.n_rem, label)
 
-    def exchange_backward(self, li: int, grad_remote: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def exchange_backward(
+        self, li: int, grad_remote: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Send the gradient of layer ``li``'s remote input rows to their owners; returns, in peer order, the
         (owned ids, gradient rows) that peers sent here."""
-        parts = self.tr.all_to_all([take_rows_at(grad_remote, ids) for ids in self.recv_ids],
-                                   [len(s) for s in self.send_ids], f"bwd{li}")
+        parts = self.tr.all_to_all(
+            [take_rows_at(grad_remote, ids) for ids in self.recv_ids],
+            [len(s) for s in self.send_ids],
+            f"bwd{li}",
+        )
         return [(self.send_ids[q], rows) for q, rows in enumerate(parts) if q != self.rank and len(rows)]
 
     def input_transform(self, li: int, x: torch.Tensor, epoch: int, training: bool) -> torch.Tensor:
@@ -116,10 +128,20 @@ class LayerSyncStrategy(Strategy):
                     x_leaf.requires_grad_(True)
                 x = self.input_transform(li, x_leaf, epoch, training)
             b = self.block
-            with self.compute_span(f"L{li}", layer=li, phase="fwd" if training else "eval", nodes=b.n_dst, arcs=b.nnz,
-                                   srcs=b.n_src), torch.set_grad_enabled(training):
-                y = self.model.layer_forward(li, b, x, epoch, dropout, self.cfg.seed, training,
-                                             static_input=li == 0 and self.static0)
+            with (
+                self.compute_span(
+                    f"L{li}",
+                    layer=li,
+                    phase="fwd" if training else "eval",
+                    nodes=b.n_dst,
+                    arcs=b.nnz,
+                    srcs=b.n_src,
+                ),
+                torch.set_grad_enabled(training),
+            ):
+                y = self.model.layer_forward(
+                    li, b, x, epoch, dropout, self.cfg.seed, training, static_input=li == 0 and self.static0
+                )
             if training:
                 self.saved.append((x_leaf, y))
             h = y.detach().to(self.home)
@@ -130,7 +152,9 @@ class LayerSyncStrategy(Strategy):
         for li in reversed(range(self.num_layers)):
             x_leaf, y = self.saved[li]
             b = self.block
-            with self.compute_span(f"L{li} bwd", layer=li, phase="bwd", nodes=b.n_dst, arcs=b.nnz, srcs=b.n_src):
+            with self.compute_span(
+                f"L{li} bwd", layer=li, phase="bwd", nodes=b.n_dst, arcs=b.nnz, srcs=b.n_src
+            ):
                 torch.autograd.backward(y, grad.to(y.device, dtype=y.dtype))
             if li == 0:
                 break

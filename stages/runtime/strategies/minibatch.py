@@ -65,8 +65,7 @@ def shuffled(ids: np.ndarray, seed: int, epoch: int, stream: int = 0) -> np.ndar
     """``ids`` in the order of a hash of (seed, epoch, stream, id): a permutation any worker computes alike."""
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     keys = np.empty(len(ids), dtype=np.uint64)
-    _hash_ids(signed64(sample_key(seed, epoch, stream, 0x0BA7C4)), ids,
-              keys.view(np.int64))
+    _hash_ids(signed64(sample_key(seed, epoch, stream, 0x0BA7C4)), ids, keys.view(np.int64))
     return ids[np.lexsort((ids, keys))]
 
 
@@ -81,7 +80,9 @@ class PreparedStep:
     x0: torch.Tensor
     degrees: torch.Tensor | None
     seconds: dict
-    target_rows: np.ndarray | None = None  # rows of the last block's destinations that carry the loss (None: all)
+    target_rows: np.ndarray | None = (
+        None  # rows of the last block's destinations that carry the loss (None: all)
+    )
     fetched_rows: int = 0  # input rows fetched from other workers
     buffer: torch.Tensor | None = None  # the reused buffer ``x0`` is a view of (:class:`RowBuffers`), if any
     # set when the first layer reads its sources' rows in the feature table itself: the table's row of each arc
@@ -191,8 +192,13 @@ class MiniBatchStrategy(Strategy):
         raise NotImplementedError
 
     # --- preparing a step (sampler side: never reads the weights) ----------------------------------------
-    def prepare(self, epoch: int, step: int, batch: tuple[np.ndarray, int | None] | None = None,
-                extra_seconds: float = 0.0) -> PreparedStep:
+    def prepare(
+        self,
+        epoch: int,
+        step: int,
+        batch: tuple[np.ndarray, int | None] | None = None,
+        extra_seconds: float = 0.0,
+    ) -> PreparedStep:
         """The step's inputs; ``batch`` (targets, global count) replaces :meth:`batch` for a micro-batch."""
         t0 = time.perf_counter()
         targets, global_targets = batch if batch is not None else self.batch(epoch, step)
@@ -204,14 +210,24 @@ class MiniBatchStrategy(Strategy):
             # the aggregation reads every source's row in the table, by arc; only the destinations' own rows
             # (the self term, the first n_dst sources) are gathered
             local = self.book.local[sources]
-            arc_rows = local[blocks[0].indices].astype(np.int32 if len(self.features) < 2**31 - 1 else np.int64)
+            arc_rows = local[blocks[0].indices].astype(
+                np.int32 if len(self.features) < 2**31 - 1 else np.int64
+            )
             sources = sources[: len(blocks[0].dst)]
         buffer = self.row_buffers.take(len(sources)) if self.reuse_inputs else None
         x0, degrees, fetched = self.gather_inputs(sources, None if buffer is None else buffer[: len(sources)])
         t2 = time.perf_counter()
-        return PreparedStep(targets, global_targets, blocks, x0, degrees,
-                            {"sample": t1 - t0 + extra_seconds, "fetch": t2 - t1}, fetched_rows=fetched,
-                            buffer=buffer, arc_rows=arc_rows)
+        return PreparedStep(
+            targets,
+            global_targets,
+            blocks,
+            x0,
+            degrees,
+            {"sample": t1 - t0 + extra_seconds, "fetch": t2 - t1},
+            fetched_rows=fetched,
+            buffer=buffer,
+            arc_rows=arc_rows,
+        )
 
     def reads_inputs_in_place(self, first: SampledBlock) -> bool:
         """Whether the first layer aggregates ``first``'s source rows in the feature table itself (no gathered
@@ -222,10 +238,12 @@ class MiniBatchStrategy(Strategy):
             return False
         layer = self.model.layers[0]
         return isinstance(layer, SAGEConv) and not cheaper_to_project(
-            len(first.src), len(first.dst), len(first.indices), layer.in_dim, layer.out_dim)
+            len(first.src), len(first.dst), len(first.indices), layer.in_dim, layer.out_dim
+        )
 
-    def gather_inputs(self, nodes: np.ndarray, out: torch.Tensor | None = None
-                      ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+    def gather_inputs(
+        self, nodes: np.ndarray, out: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         """Input features of ``nodes`` (global ids): own rows locally, the others fetched from their owners (one
         collective: every rank calls it once per step); with GCN also their global (in, out) degrees; and how
         many rows were fetched. ``out``: ``[len(nodes), width]`` to gather into (else a new tensor). Rows are
@@ -233,23 +251,41 @@ class MiniBatchStrategy(Strategy):
         element, 4–7× slower on 150,000 rows of 100 floats)."""
         if self.ctx.world == 1:  # every node is this worker's: one gather, no collective
             local = torch.from_numpy(self.book.local[nodes])
-            x = torch.index_select(self.features, 0, local, out=out) if out is not None else \
-                self.features.index_select(0, local)
+            x = (
+                torch.index_select(self.features, 0, local, out=out)
+                if out is not None
+                else self.features.index_select(0, local)
+            )
             degrees = None
             if self.needs_degrees:
-                degrees = torch.from_numpy(np.stack([self.in_degree, self.out_degree], axis=1)).index_select(0, local)
+                degrees = torch.from_numpy(np.stack([self.in_degree, self.out_degree], axis=1)).index_select(
+                    0, local
+                )
             return x, degrees, 0
         mine = self.book.owner[nodes] == self.rank
         local = torch.from_numpy(self.book.local[nodes[mine]])
         others = nodes[~mine]
-        rows = self.sampling_tr.fetch(others, self.book, lambda ids: self.features.index_select(0, torch.from_numpy(ids)),
-                                      self.features.shape[1], self.features.dtype, "features0")
+        rows = self.sampling_tr.fetch(
+            others,
+            self.book,
+            lambda ids: self.features.index_select(0, torch.from_numpy(ids)),
+            self.features.shape[1],
+            self.features.dtype,
+            "features0",
+        )
         own_at, other_at = torch.from_numpy(np.flatnonzero(mine)), torch.from_numpy(np.flatnonzero(~mine))
         if len(others) == 0:  # every row is this worker's: one copy, not two
-            x = torch.index_select(self.features, 0, local, out=out) if out is not None else \
-                self.features.index_select(0, local)
+            x = (
+                torch.index_select(self.features, 0, local, out=out)
+                if out is not None
+                else self.features.index_select(0, local)
+            )
         else:
-            x = out if out is not None else torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
+            x = (
+                out
+                if out is not None
+                else torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
+            )
             x.index_copy_(0, own_at, self.features.index_select(0, local))
             x.index_copy_(0, other_at, rows)
         degrees = None
@@ -257,8 +293,9 @@ class MiniBatchStrategy(Strategy):
             own_deg = torch.from_numpy(np.stack([self.in_degree, self.out_degree], axis=1))
             degrees = torch.empty((len(nodes), 2), dtype=torch.int64)
             degrees[own_at] = own_deg[local]
-            degrees[other_at] = self.sampling_tr.fetch(others, self.book, lambda ids: own_deg[torch.from_numpy(ids)],
-                                                       2, torch.int64, "degrees0")
+            degrees[other_at] = self.sampling_tr.fetch(
+                others, self.book, lambda ids: own_deg[torch.from_numpy(ids)], 2, torch.int64, "degrees0"
+            )
         return x, degrees, len(others)
 
     def prepare_micro(self, epoch: int, step: int, micro: int) -> PreparedStep:
@@ -269,12 +306,19 @@ class MiniBatchStrategy(Strategy):
         if micro == 0:
             t0 = time.perf_counter()
             targets, global_targets = self.batch(epoch, step)
-            if global_targets is None:  # every rank's sampler runs this in step order: a collective is safe here
+            if (
+                global_targets is None
+            ):  # every rank's sampler runs this in step order: a collective is safe here
                 global_targets = self.sampling_tr.all_reduce_sum(len(targets), "targets")
-            self._step_targets = (np.array_split(targets, self.micro), global_targets, time.perf_counter() - t0)
+            self._step_targets = (
+                np.array_split(targets, self.micro),
+                global_targets,
+                time.perf_counter() - t0,
+            )
         shares, global_targets, batch_seconds = self._step_targets
-        return self.prepare(epoch, step, (shares[micro], global_targets),
-                            extra_seconds=batch_seconds if micro == 0 else 0.0)
+        return self.prepare(
+            epoch, step, (shares[micro], global_targets), extra_seconds=batch_seconds if micro == 0 else 0.0
+        )
 
     def _next(self, epoch: int, step: int, micro: int = 0) -> PreparedStep:
         if self.depth == 0:
@@ -320,7 +364,11 @@ class MiniBatchStrategy(Strategy):
         self.timers["fetched_rows"] += prep.fetched_rows
         out_nodes = prep.blocks[-1].dst if prep.blocks else prep.targets
         labels = self.target_labels(out_nodes)
-        rows = torch.as_tensor(prep.target_rows) if prep.target_rows is not None else torch.arange(len(out_nodes))
+        rows = (
+            torch.as_tensor(prep.target_rows)
+            if prep.target_rows is not None
+            else torch.arange(len(out_nodes))
+        )
         if len(prep.targets) == 0:  # out of batches (local order): no compute, zero gradient
             self._out = None
             empty = torch.zeros((0, self.ctx.spec.widths[-1]), dtype=self.features.dtype)
@@ -335,12 +383,17 @@ class MiniBatchStrategy(Strategy):
         x = prep.x0.to(self.device)
         for li, sb in enumerate(prep.blocks):
             block = self._block(sb, prep.degrees)
-            with self.compute_span(f"L{li}", layer=li, phase="fwd", nodes=block.n_dst, arcs=block.nnz,
-                                   srcs=block.n_src), torch.enable_grad():
+            with (
+                self.compute_span(
+                    f"L{li}", layer=li, phase="fwd", nodes=block.n_dst, arcs=block.nnz, srcs=block.n_src
+                ),
+                torch.enable_grad(),
+            ):
                 if li == 0 and prep.arc_rows is not None:  # sources read in the feature table, x = their rows
                     block.cached(ROW_INDICES, lambda: torch.from_numpy(prep.arc_rows))
-                    x = self.model.layer_forward_rows(0, block, self.features, None, x, key, self.cfg.dropout,
-                                                      self.cfg.seed, True)
+                    x = self.model.layer_forward_rows(
+                        0, block, self.features, None, x, key, self.cfg.dropout, self.cfg.seed, True
+                    )
                 else:
                     x = self.model.layer_forward(li, block, x, key, self.cfg.dropout, self.cfg.seed, True)
         return x
@@ -357,10 +410,16 @@ class MiniBatchStrategy(Strategy):
             in_deg, out_deg = degrees[:n_dst, 0].double(), degrees[:n_src, 1].double()
         # a sampled block has many more sources than destinations: its layers order projection and aggregation
         # by the block's sizes (aggregating first where projecting every source costs more)
-        return Block(n_dst=n_dst, n_src=n_src, indptr=torch.as_tensor(sb.indptr),
-                     indices=torch.as_tensor(sb.indices), src_out_degree=out_deg,
-                     dst_in_degree=in_deg, dst_global=torch.as_tensor(sb.dst),
-                     order_by_cost=True).to(self.device)
+        return Block(
+            n_dst=n_dst,
+            n_src=n_src,
+            indptr=torch.as_tensor(sb.indptr),
+            indices=torch.as_tensor(sb.indices),
+            src_out_degree=out_deg,
+            dst_in_degree=in_deg,
+            dst_global=torch.as_tensor(sb.dst),
+            order_by_cost=True,
+        ).to(self.device)
 
     def backward(self, grad_logits: torch.Tensor) -> None:
         if self._out is not None and self._out.requires_grad:
@@ -392,24 +451,38 @@ class MiniBatchStrategy(Strategy):
         in_deg = torch.from_numpy(np.asarray(shard.load("in_degree"), dtype=np.float64)).to(dtype)
         out_deg = torch.from_numpy(np.asarray(shard.load("out_degree"), dtype=np.float64)).to(dtype)
         component = LayerwiseInference(
-            self.ctx, model if model is not None else self.model, np.asarray(shard.indptr), np.asarray(shard.indices), in_deg, out_deg,
-            self.global_ids[: self.n_own], per_peer_ids(send_table, self.ctx.world), per_peer_ids(recv_table, self.ctx.world),
-            self.n_rem, batch_nodes=self.inference_batch_nodes)
+            self.ctx,
+            model if model is not None else self.model,
+            np.asarray(shard.indptr),
+            np.asarray(shard.indices),
+            in_deg,
+            out_deg,
+            self.global_ids[: self.n_own],
+            per_peer_ids(send_table, self.ctx.world),
+            per_peer_ids(recv_table, self.ctx.world),
+            self.n_rem,
+            batch_nodes=self.inference_batch_nodes,
+        )
         return component, remote
 
     inference_batch_nodes = 4096  # destinations per inference block
 
     def stats(self) -> dict:
         source, fetched = int(self.timers["source_rows"]), int(self.timers["fetched_rows"])
-        return {**super().stats(), "sample_seconds": self.timers["sample"], "fetch_seconds": self.timers["fetch"],
-                "sampled_arcs": int(self.timers["sampled_arcs"]), "fetched_rows": fetched, "source_rows": source,
-                # the share of input rows read that another worker held (HopGNN's "miss rate", 004 §2)
-                "feature_miss_rate": fetched / source if source else 0.0}
+        return {
+            **super().stats(),
+            "sample_seconds": self.timers["sample"],
+            "fetch_seconds": self.timers["fetch"],
+            "sampled_arcs": int(self.timers["sampled_arcs"]),
+            "fetched_rows": fetched,
+            "source_rows": source,
+            # the share of input rows read that another worker held (HopGNN's "miss rate", 004 §2)
+            "feature_miss_rate": fetched / source if source else 0.0,
+        }
 
     def close(self) -> None:
         if self._thread is not None:
             self._thread.join(timeout=1.0)
-
 
 
 from ...common import jit_cache  # noqa: E402 - after every kernel of the module is defined

@@ -45,10 +45,12 @@ def plan_topology(ctx: WorkerContext) -> tuple[np.ndarray, np.ndarray]:
     """The whole graph's in-edge CSR the planner copied from the store into the plan (plan version 4)."""
     info = ctx.plan_meta.get("topology")
     if info is None:
-        raise G3InputError("this neutrontp plan predates plans that carry the graph's topology (plan.json has no "
-                           "`topology`): re-run `g3 plan`", path=ctx.plan_dir)
+        raise G3InputError(
+            "this neutrontp plan predates plans that carry the graph's topology (plan.json has no "
+            "`topology`): re-run `g3 plan`",
+            path=ctx.plan_dir,
+        )
     return read_csr(ctx.plan_dir, info)
-
 
 
 def load_chunks(plan_dir, plan_meta: dict, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -57,16 +59,31 @@ def load_chunks(plan_dir, plan_meta: dict, k: int) -> tuple[np.ndarray, np.ndarr
     each chunk; a first use per node."""
     root = plan_dir / "chunks"
     files = (plan_meta.get("chunks") or {}).get("files")
-    bounds, ob, first = (np.asarray(load_checked(root, f"{n}.npy", files, mmap=False))
-                         for n in ("bounds", "owner_bounds", "first_use"))
+    bounds, ob, first = (
+        np.asarray(load_checked(root, f"{n}.npy", files, mmap=False))
+        for n in ("bounds", "owner_bounds", "first_use")
+    )
     n = int(plan_meta["store"]["num_nodes"])
-    if bounds.ndim != 1 or len(bounds) < 1 or bounds[0] != 0 or bounds[-1] != n or (np.diff(bounds) < 0).any():
+    if (
+        bounds.ndim != 1
+        or len(bounds) < 1
+        or bounds[0] != 0
+        or bounds[-1] != n
+        or (np.diff(bounds) < 0).any()
+    ):
         raise G3InputError(f"chunks/bounds.npy does not run from 0 to {n} without decreasing", path=plan_dir)
     c = len(bounds) - 1
-    if ob.shape != (c, k + 1) or (c and ((ob[:, 0] != bounds[:-1]).any() or (ob[:, -1] != bounds[1:]).any()
-                                         or (np.diff(ob, axis=1) < 0).any())):
-        raise G3InputError(f"chunks/owner_bounds.npy is not [{c}, {k + 1}] owners' bounds inside each chunk",
-                           path=plan_dir)
+    if ob.shape != (c, k + 1) or (
+        c
+        and (
+            (ob[:, 0] != bounds[:-1]).any()
+            or (ob[:, -1] != bounds[1:]).any()
+            or (np.diff(ob, axis=1) < 0).any()
+        )
+    ):
+        raise G3InputError(
+            f"chunks/owner_bounds.npy is not [{c}, {k + 1}] owners' bounds inside each chunk", path=plan_dir
+        )
     if first.shape != (n,) or (n and (first.min() < 0 or first.max() > c)):
         raise G3InputError(f"chunks/first_use.npy is not ({n},) chunk numbers in [0, {c}]", path=plan_dir)
     return bounds, ob, first
@@ -87,8 +104,11 @@ class NeutronTPStrategy(Strategy):
         self.cache0 = (cfg.layer0_cache or "auto") != "off"
         manifest = shard.manifest
         if "in_degree.npy" not in manifest:
-            raise G3InputError("feature shard without in_degree/out_degree (schema version 1): re-run `g3 "
-                               "partition --method feature --force`", path=shard.path)
+            raise G3InputError(
+                "feature shard without in_degree/out_degree (schema version 1): re-run `g3 "
+                "partition --method feature --force`",
+                path=shard.path,
+            )
         bounds, ob, first = load_chunks(ctx.plan_dir, ctx.plan_meta, k)
         part_meta = load_partition_meta(ctx.part)
         # the shards' contiguous ranges (labels and splits live there) and feature columns, from partition.json
@@ -98,8 +118,16 @@ class NeutronTPStrategy(Strategy):
         in_deg = np.asarray(shard.load("in_degree"), dtype=np.int64)
         out_deg = np.asarray(shard.load("out_degree"), dtype=np.int64)
         op = "mean" if self.kind == "sage" else "gcn"
-        self.chunks = ChunkAggregation(np.asarray(indptr, dtype=np.int64), np.asarray(indices), bounds, op,
-                                       in_deg, out_deg, self.dtype, self.device)
+        self.chunks = ChunkAggregation(
+            np.asarray(indptr, dtype=np.int64),
+            np.asarray(indices),
+            bounds,
+            op,
+            in_deg,
+            out_deg,
+            self.dtype,
+            self.device,
+        )
         self.route = ChunkRouting(ob, first, self.rank, k, self.tr)
         self.owned = self.route.owned
         self.owned_t = torch.from_numpy(self.owned).to(self.device)  # the dropout masks' node ids
@@ -210,8 +238,9 @@ class NeutronTPStrategy(Strategy):
         for f in posts:
             f.result()
 
-    def _aggregate_pass(self, x_slice: torch.Tensor, out_slice: torch.Tensor, layer: str, pre=None, post=None
-                        ) -> None:
+    def _aggregate_pass(
+        self, x_slice: torch.Tensor, out_slice: torch.Tensor, layer: str, pre=None, post=None
+    ) -> None:
         """Forward aggregation of every chunk: ``out_slice[chunk rows] = agg(x_slice)``."""
         chunks = self.chunks
 
@@ -219,10 +248,12 @@ class NeutronTPStrategy(Strategy):
             a, b = chunks.span(j)
             with self.compute_span(f"{layer} chunk {j}", phase="fwd", nodes=b - a):
                 out_slice[a:b] = chunks.forward(j, x_slice)
+
         self._run_chunks(list(self._all()), compute, pre, post)
 
-    def _transposed_pass(self, grad_dst: torch.Tensor, grad_src: torch.Tensor, layer: str, pre=None, post=None
-                         ) -> None:
+    def _transposed_pass(
+        self, grad_dst: torch.Tensor, grad_src: torch.Tensor, layer: str, pre=None, post=None
+    ) -> None:
         """Backward of :meth:`_aggregate_pass`, chunks in reverse order: ``grad_src += aggᵀ(grad_dst)``."""
         chunks = self.chunks
 
@@ -231,14 +262,18 @@ class NeutronTPStrategy(Strategy):
             blk = chunks.blocks[j]
             with self.compute_span(f"{layer} chunk {j} bwd", phase="bwd", nodes=b - a):
                 add_rows_at(grad_src, blk.src_ids, chunks.backward(j, grad_dst[a:b]))
+
         self._run_chunks(list(reversed(self._all())), compute, pre, post)
 
-    def _split(self, rows: torch.Tensor, which: str, cols: list[int], out: torch.Tensor, label: str, chunks) -> None:
+    def _split(
+        self, rows: torch.Tensor, which: str, cols: list[int], out: torch.Tensor, label: str, chunks
+    ) -> None:
         """Rows → slices for ``chunks``: ``which`` = ``new`` (nodes first read there) or ``dst`` (their rows)."""
         self.route.rows_to_slices(rows, self._ids(which, chunks), cols, out, label)
 
-    def _gather(self, x_slice: torch.Tensor, which: str, cols: list[int], out: torch.Tensor, label: str, chunks
-                ) -> None:
+    def _gather(
+        self, x_slice: torch.Tensor, which: str, cols: list[int], out: torch.Tensor, label: str, chunks
+    ) -> None:
         """Slices → rows for ``chunks`` (``which`` as :meth:`_split`)."""
         self.route.slices_to_rows(x_slice, self._ids(which, chunks), cols, out, label)
 
@@ -277,8 +312,12 @@ class NeutronTPStrategy(Strategy):
             return self.agg0_rows
         out_slice = torch.zeros((self.n, self.c0), dtype=self.dtype, device=self.home)
         rows = torch.zeros((self.num_owned, self.cols0[-1]), dtype=self.dtype, device=self.home)
-        self._aggregate_pass(self.x0_slice, out_slice, "L0",
-                             post=partial(self._gather, out_slice, "dst", self.cols0, rows, "gather L0"))
+        self._aggregate_pass(
+            self.x0_slice,
+            out_slice,
+            "L0",
+            post=partial(self._gather, out_slice, "dst", self.cols0, rows, "gather L0"),
+        )
         if self.cache0:
             self.agg0_rows = rows
         return rows
@@ -295,19 +334,34 @@ class NeutronTPStrategy(Strategy):
                 x_slice = torch.zeros((self.n, self._width(cols)), dtype=self.dtype, device=self.home)
                 out_slice = torch.zeros_like(x_slice)
                 agg = torch.zeros((self.num_owned, width), dtype=self.dtype, device=self.home)
-                self._aggregate_pass(x_slice, out_slice, f"L{li}",
-                                     partial(self._split, h, "new", cols, x_slice, f"split L{li}"),
-                                     partial(self._gather, out_slice, "dst", cols, agg, f"gather L{li}"))
+                self._aggregate_pass(
+                    x_slice,
+                    out_slice,
+                    f"L{li}",
+                    partial(self._split, h, "new", cols, x_slice, f"split L{li}"),
+                    partial(self._gather, out_slice, "dst", cols, agg, f"gather L{li}"),
+                )
                 if training:
                     agg.requires_grad_(True)
                     x = h.detach().requires_grad_(self.kind == "sage")
                 else:
                     x = h
-            with self.compute_span(f"L{li} dense", layer=li, phase="fwd" if training else "eval",
-                                   nodes=self.num_owned), torch.set_grad_enabled(training):
-                y = self.model.dense_forward(li, x.to(self.device) if x is not None else None, agg.to(self.device),
-                                             self.owned_t, epoch, self.cfg.dropout, self.cfg.seed,
-                                             training)
+            with (
+                self.compute_span(
+                    f"L{li} dense", layer=li, phase="fwd" if training else "eval", nodes=self.num_owned
+                ),
+                torch.set_grad_enabled(training),
+            ):
+                y = self.model.dense_forward(
+                    li,
+                    x.to(self.device) if x is not None else None,
+                    agg.to(self.device),
+                    self.owned_t,
+                    epoch,
+                    self.cfg.dropout,
+                    self.cfg.seed,
+                    training,
+                )
             if training:
                 self.saved.append((x, agg, y))
             h = y.detach().to(self.home)
@@ -328,19 +382,26 @@ class NeutronTPStrategy(Strategy):
             grad_dst = torch.zeros((self.n, c), dtype=self.dtype, device=self.home)
             grad_src = torch.zeros((self.n, c), dtype=self.dtype, device=self.home)
             grad = torch.zeros_like(g_agg)
-            self._transposed_pass(grad_dst, grad_src, f"L{li}",
-                                  partial(self._split, g_agg, "dst", cols, grad_dst, f"bwd split L{li}"),
-                                  partial(self._gather, grad_src, "new", cols, grad, f"bwd gather L{li}"))
+            self._transposed_pass(
+                grad_dst,
+                grad_src,
+                f"L{li}",
+                partial(self._split, g_agg, "dst", cols, grad_dst, f"bwd split L{li}"),
+                partial(self._gather, grad_src, "new", cols, grad, f"bwd gather L{li}"),
+            )
             if x.grad is not None:
                 grad += x.grad.to(self.home)
 
     # --- decoupled TP ------------------------------------------------------------------------------------
     def _forward_decoupled(self, epoch: int, training: bool) -> torch.Tensor:
         mlp = self.model.layers[0]
-        with self.compute_span("MLP", phase="fwd" if training else "eval", nodes=self.num_owned), \
-                torch.set_grad_enabled(training):
-            z = mlp.forward_rows(self.x0_rows.to(self.device), self.owned_t, epoch,
-                                 self.cfg.dropout, self.cfg.seed, training)
+        with (
+            self.compute_span("MLP", phase="fwd" if training else "eval", nodes=self.num_owned),
+            torch.set_grad_enabled(training),
+        ):
+            z = mlp.forward_rows(
+                self.x0_rows.to(self.device), self.owned_t, epoch, self.cfg.dropout, self.cfg.seed, training
+            )
         z_rows = z.detach().to(self.home)
         cols = column_bounds(slice_widths(z_rows.shape[1], self.ctx.world))
         c = self._width(cols)
@@ -365,7 +426,11 @@ class NeutronTPStrategy(Strategy):
         current = torch.zeros((self.n, c), dtype=self.dtype, device=self.home)
         for r in range(self.num_layers, 0, -1):
             prev = torch.zeros_like(current)
-            pre = partial(self._split, g_rows, "dst", cols, current, "bwd split") if r == self.num_layers else None
+            pre = (
+                partial(self._split, g_rows, "dst", cols, current, "bwd split")
+                if r == self.num_layers
+                else None
+            )
             post = partial(self._gather, prev, "new", cols, grad_z, "bwd gather") if r == 1 else None
             self._transposed_pass(current, prev, f"P{r}", pre, post)
             current = prev

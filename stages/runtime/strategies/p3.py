@@ -104,8 +104,10 @@ class P3Strategy(DistDglStrategy):
         super().__init__(ctx, model)
         columns = Shard(shard_dir(ctx.part, ctx.rank, "columns"), ctx.rank, ctx.world)
         if not columns.path.is_dir():
-            raise G3InputError("p3 needs the features split by column: partition with g3 partition --method p3",
-                               path=ctx.part)
+            raise G3InputError(
+                "p3 needs the features split by column: partition with g3 partition --method p3",
+                path=ctx.part,
+            )
         all_columns = ctx.plan_meta["feature_columns"]
         self.columns = [(int(c["start"]), int(c["stop"])) for c in all_columns]
         start, stop = self.columns[ctx.rank]
@@ -128,8 +130,12 @@ class P3Strategy(DistDglStrategy):
         self._updated = True
         self._ahead: dict[int, tuple[P3Step, ModelParallelPass]] = {}
         self._full_model = None
-        self._dp: tuple | None = None  # the data-parallel phase in progress: (z¹ leaf, output, restore weights)
-        self._push: tuple | None = None  # the gradient push in flight: (its model-parallel pass, the exchange)
+        self._dp: tuple | None = (
+            None  # the data-parallel phase in progress: (z¹ leaf, output, restore weights)
+        )
+        self._push: tuple | None = (
+            None  # the gradient push in flight: (its model-parallel pass, the exchange)
+        )
         self._mp: tuple | None = None  # its batch's prepared step and model-parallel pass, for the backward
         # partials travel on their own group: one batch's may be in flight while the loop all-reduces
         self.partial_tr = self.own_transport()
@@ -178,10 +184,14 @@ class P3Strategy(DistDglStrategy):
     def load_state_dict(self, state: dict) -> None:
         if self.pipelined:
             if "history" not in state:
-                raise ValueError("a pipelined p3 run resumes from a checkpoint of a pipelined run (weight versions)")
+                raise ValueError(
+                    "a pipelined p3 run resumes from a checkpoint of a pipelined run (weight versions)"
+                )
             self.history = {int(t): w for t, w in state["history"].items()}
         elif state:
-            raise ValueError("an unpipelined p3 run cannot resume a pipelined run's checkpoint (--pipeline p3)")
+            raise ValueError(
+                "an unpipelined p3 run cannot resume a pipelined run's checkpoint (--pipeline p3)"
+            )
 
     # --- preparing a step: sample the structure, push layer 1 to every worker ---------------------------
     def prepare(self, epoch: int, step: int, batch=None, extra_seconds: float = 0.0) -> P3Step:
@@ -191,19 +201,38 @@ class P3Strategy(DistDglStrategy):
         t1 = time.perf_counter()
         first = blocks[0]
         if isinstance(first.src, torch.Tensor):  # sampled on the device: the pushed structure leaves it
-            first = SampledBlock(*(a.cpu().numpy() for a in (first.dst, first.src, first.indptr, first.indices)))
+            first = SampledBlock(
+                *(a.cpu().numpy() for a in (first.dst, first.src, first.indptr, first.indices))
+            )
         layer1 = self.push_structure(first)
         src = torch.from_numpy(first.src)
-        degrees = torch.stack([self.g_in_degree[src], self.g_out_degree[src]], dim=1) if self.needs_degrees else None
+        degrees = (
+            torch.stack([self.g_in_degree[src], self.g_out_degree[src]], dim=1)
+            if self.needs_degrees
+            else None
+        )
         t2 = time.perf_counter()
-        return P3Step(targets, global_targets, blocks, None, degrees,
-                      {"sample": t1 - t0 + extra_seconds, "fetch": t2 - t1}, layer1=layer1)
+        return P3Step(
+            targets,
+            global_targets,
+            blocks,
+            None,
+            degrees,
+            {"sample": t1 - t0 + extra_seconds, "fetch": t2 - t1},
+            layer1=layer1,
+        )
 
     def push_structure(self, block: SampledBlock) -> list[LayerOneBlock]:
         """This batch's layer-1 block to every worker and every owner's block here (collective, on the
         sampler's group): one message of node ids per peer, ``[n_dst, n_src, arcs, src…, counts…, arcs…]``."""
-        msg = np.concatenate([[len(block.dst), len(block.src), len(block.indices)], block.src,
-                              np.diff(block.indptr), block.indices]).astype(self.wire_ids)
+        msg = np.concatenate(
+            [
+                [len(block.dst), len(block.src), len(block.indices)],
+                block.src,
+                np.diff(block.indptr),
+                block.indices,
+            ]
+        ).astype(self.wire_ids)
         k = self.ctx.world
         if k == 1:
             return [_parse_block(msg)]
@@ -216,7 +245,9 @@ class P3Strategy(DistDglStrategy):
     # --- one step ---------------------------------------------------------------------------------------
     def forward(self, epoch: int, step: int, micro: int = 0) -> StepOutput:
         self.epoch = epoch
-        if self._dp is not None:  # the loop skipped the last backward (no target on any rank): put weights back
+        if (
+            self._dp is not None
+        ):  # the loop skipped the last backward (no target on any rank): put weights back
             self._dp[2]()
             self._dp = None
         t = epoch * self.num_steps + step
@@ -237,7 +268,9 @@ class P3Strategy(DistDglStrategy):
                 if ahead not in self._ahead:
                     nxt = self._next(epoch, ahead - epoch * self.num_steps)
                     self._ahead[ahead] = (nxt, self._model_parallel_forward(nxt, ahead))
-            self.timers["batches_in_flight_max"] = max(self.timers["batches_in_flight_max"], 1 + len(self._ahead))
+            self.timers["batches_in_flight_max"] = max(
+                self.timers["batches_in_flight_max"], 1 + len(self._ahead)
+            )
         z = self._sum_partials(mp)
         self._mp = (prep, mp)
         out_nodes = prep.blocks[-1].dst
@@ -246,11 +279,19 @@ class P3Strategy(DistDglStrategy):
         key = step_key(epoch, step)
         with self.compute_span("dp-fwd", phase="fwd", nodes=len(out_nodes)), torch.enable_grad():
             z = z.to(self.device).requires_grad_()
-            x = self.model.activate(0, z + self.layer0.bias, torch.from_numpy(prep.layer1[self.rank].dst).to(self.device),
-                                    key, self.cfg.dropout, self.cfg.seed, True)
+            x = self.model.activate(
+                0,
+                z + self.layer0.bias,
+                torch.from_numpy(prep.layer1[self.rank].dst).to(self.device),
+                key,
+                self.cfg.dropout,
+                self.cfg.seed,
+                True,
+            )
             for li, sb in enumerate(prep.blocks[1:], start=1):
-                x = self.model.layer_forward(li, self._block(sb, prep.degrees), x, key, self.cfg.dropout,
-                                             self.cfg.seed, True)
+                x = self.model.layer_forward(
+                    li, self._block(sb, prep.degrees), x, key, self.cfg.dropout, self.cfg.seed, True
+                )
         self._dp = (z, x, restore)
         return StepOutput(x.detach(), labels, torch.arange(len(out_nodes)), prep.global_targets)
 
@@ -267,8 +308,10 @@ class P3Strategy(DistDglStrategy):
         # it travels while the loop all-reduces the replicated gradients (on the partials' own group: posted in
         # the same order on every rank, matched first in, first out)
         shapes = [(b.n_dst, self.hidden) for b in prep.layer1]
-        self._push = (mp, self.partial_tr.start_all_to_all_v([gz.detach().cpu()] * self.ctx.world, shapes,
-                                                             "gradients"))
+        self._push = (
+            mp,
+            self.partial_tr.start_all_to_all_v([gz.detach().cpu()] * self.ctx.world, shapes, "gradients"),
+        )
         self.timers["updates"] += 1
         return True
 
@@ -363,7 +406,9 @@ class P3Strategy(DistDglStrategy):
                     inputs.append((agg,))
                 partials.append(part.cpu())
         mine = prep.layer1[self.rank].n_dst
-        exchange = self.partial_tr.start_all_to_all_v(partials, [(mine, self.hidden)] * self.ctx.world, "partials")
+        exchange = self.partial_tr.start_all_to_all_v(
+            partials, [(mine, self.hidden)] * self.ctx.world, "partials"
+        )
         return ModelParallelPass(exchange, inputs, version, time.perf_counter())
 
     def _sum_partials(self, mp: ModelParallelPass) -> torch.Tensor:
@@ -393,9 +438,15 @@ class P3Strategy(DistDglStrategy):
 
     def _layer1_block(self, b: LayerOneBlock) -> Block:
         src = torch.from_numpy(b.src)
-        return Block(n_dst=b.n_dst, n_src=len(b.src), indptr=torch.from_numpy(b.indptr),
-                     indices=torch.from_numpy(b.indices), src_out_degree=self.g_out_degree[src],
-                     dst_in_degree=self.g_in_degree[src[: b.n_dst]], dst_global=src[: b.n_dst]).to(self.device)
+        return Block(
+            n_dst=b.n_dst,
+            n_src=len(b.src),
+            indptr=torch.from_numpy(b.indptr),
+            indices=torch.from_numpy(b.indices),
+            src_out_degree=self.g_out_degree[src],
+            dst_in_degree=self.g_in_degree[src[: b.n_dst]],
+            dst_global=src[: b.n_dst],
+        ).to(self.device)
 
     # --- weight stashing (pipelined) --------------------------------------------------------------------
     def _remember(self, t: int) -> None:
@@ -424,6 +475,7 @@ class P3Strategy(DistDglStrategy):
             for n, p in self.model.named_parameters():
                 if n in live:
                     p.data = live[n]
+
         return restore
 
     # --- bookkeeping ------------------------------------------------------------------------------------
@@ -441,16 +493,25 @@ class P3Strategy(DistDglStrategy):
         itemsize = torch.empty(0, dtype=self.cfg.torch_dtype).element_size()
         t = self.timers
         in_flight = t["partials_in_flight"]
-        return {**super().stats(), "allreduce_bytes": int(t["updates"]) * self.replicated_values() * itemsize,
-                # the most batches in flight at once (the one in its data-parallel phase and those whose partials
-                # travel), and the share of the partials' time in flight that no one waited for
-                "batches_in_flight_max": int(t["batches_in_flight_max"]) or 1,
-                "partials_hidden_share": 1.0 - t["partials_wait"] / in_flight if in_flight > 0 else None,
-                # pipelined: the most replicated updates trailing their gradients after a step (at most 3), the
-                # seconds spent waiting for a trailing all-reduce to complete, and applying the epoch's last ones
-                **({"updates_trailing_max": int(t["updates_trailing_max"]),
+        return {
+            **super().stats(),
+            "allreduce_bytes": int(t["updates"]) * self.replicated_values() * itemsize,
+            # the most batches in flight at once (the one in its data-parallel phase and those whose partials
+            # travel), and the share of the partials' time in flight that no one waited for
+            "batches_in_flight_max": int(t["batches_in_flight_max"]) or 1,
+            "partials_hidden_share": 1.0 - t["partials_wait"] / in_flight if in_flight > 0 else None,
+            # pipelined: the most replicated updates trailing their gradients after a step (at most 3), the
+            # seconds spent waiting for a trailing all-reduce to complete, and applying the epoch's last ones
+            **(
+                {
+                    "updates_trailing_max": int(t["updates_trailing_max"]),
                     "update_wait_seconds": t["update_wait_seconds"],
-                    "drain_seconds": t["drain_seconds"]} if self.pipelined else {})}
+                    "drain_seconds": t["drain_seconds"],
+                }
+                if self.pipelined
+                else {}
+            ),
+        }
 
     def infer(self) -> Inference:
         """Exact full-neighbour inference (as every strategy's) with layer 1's slices put together (collective)."""

@@ -61,7 +61,9 @@ class SancusStrategy(LayerSyncStrategy):
         widths = ctx.spec.widths
         # per hidden layer l (1..L-1): the remote rows last received, the epoch each owner last sent, and (drift)
         # this worker's rows as it last sent them
-        self.cache = {li: torch.zeros((self.n_rem, widths[li]), dtype=ctx.cfg.torch_dtype) for li in range(1, L)}
+        self.cache = {
+            li: torch.zeros((self.n_rem, widths[li]), dtype=ctx.cfg.torch_dtype) for li in range(1, L)
+        }
         self.version = {li: torch.full((k,), -1, dtype=torch.int64) for li in range(1, L)}
         self.sent: dict[int, torch.Tensor | None] = {li: None for li in range(1, L)}
         self.sent_layers = self.skipped_layers = 0
@@ -167,10 +169,13 @@ class SancusStrategy(LayerSyncStrategy):
         k = self.ctx.world
         header = torch.tensor([[int(mine)]], dtype=torch.int64)
         heads = self.tr.all_to_all([header] * k, [1] * k, f"{label}-header")
-        fresh = torch.tensor([bool(mine) if q == self.rank else bool(heads[q].reshape(-1)[0]) for q in range(k)])
+        fresh = torch.tensor(
+            [bool(mine) if q == self.rank else bool(heads[q].reshape(-1)[0]) for q in range(k)]
+        )
         chunks = [take_rows_at(h, ids) if mine else h.new_zeros((0, h.shape[1])) for ids in self.send_ids]
-        parts = self.tr.all_to_all(chunks, [len(r) if bool(fresh[q]) else 0 for q, r in enumerate(self.recv_ids)],
-                                   label)
+        parts = self.tr.all_to_all(
+            chunks, [len(r) if bool(fresh[q]) else 0 for q, r in enumerate(self.recv_ids)], label
+        )
         for q, rows in enumerate(parts):
             if q != self.rank and bool(fresh[q]) and len(rows):
                 self.cache[li][self.recv_ids[q]] = rows
@@ -184,10 +189,13 @@ class SancusStrategy(LayerSyncStrategy):
         words = [torch.tensor([[int(asks[q])]], dtype=torch.int64) for q in range(k)]
         got = self.tr.all_to_all(words, [1] * k, f"ask{li - 1}")
         asked_by = [q != self.rank and bool(got[q].reshape(-1)[0]) for q in range(k)]
-        chunks = [take_rows_at(h, ids) if asked_by[q] else h.new_zeros((0, h.shape[1]))
-                  for q, ids in enumerate(self.send_ids)]
-        parts = self.tr.all_to_all(chunks, [len(r) if bool(asks[q]) else 0 for q, r in enumerate(self.recv_ids)],
-                                   label)
+        chunks = [
+            take_rows_at(h, ids) if asked_by[q] else h.new_zeros((0, h.shape[1]))
+            for q, ids in enumerate(self.send_ids)
+        ]
+        parts = self.tr.all_to_all(
+            chunks, [len(r) if bool(asks[q]) else 0 for q, r in enumerate(self.recv_ids)], label
+        )
         for q, rows in enumerate(parts):
             if bool(asks[q]) and len(rows):
                 self.cache[li][self.recv_ids[q]] = rows
@@ -206,7 +214,11 @@ class SancusStrategy(LayerSyncStrategy):
 
     # --- statistics and checkpoints ---------------------------------------------------------------------------
     def stats(self) -> dict:
-        return {**super().stats(), "sancus_sent_layers": self.sent_layers, "sancus_skipped_layers": self.skipped_layers}
+        return {
+            **super().stats(),
+            "sancus_sent_layers": self.sent_layers,
+            "sancus_skipped_layers": self.skipped_layers,
+        }
 
     def reset_stats(self) -> None:
         super().reset_stats()
@@ -225,8 +237,10 @@ class SancusStrategy(LayerSyncStrategy):
         for li in self.cache:
             cache, version = state.get(f"cache.{li}"), state.get(f"version.{li}")
             if cache is None or version is None or cache.shape != self.cache[li].shape:
-                raise ValueError(f"the checkpoint holds no sancus cache of layer {li} for this worker (or one of "
-                                 "another shape): resume needs the checkpoints of the same plan")
+                raise ValueError(
+                    f"the checkpoint holds no sancus cache of layer {li} for this worker (or one of "
+                    "another shape): resume needs the checkpoints of the same plan"
+                )
             self.cache[li] = cache.to(self.cache[li].dtype)
             self.version[li] = version.to(torch.int64)
             self.sent[li] = state.get(f"sent.{li}")
