@@ -19,32 +19,6 @@ outside g3 (no global torch or numba setting).
 
 from __future__ import annotations
 
-from .api import (
-    G3InputError,
-    G3RuntimeError,
-    Run,
-    WholeGraphModel,
-    advise,
-    export,
-    ingest,
-    load_model,
-    partition,
-    plan,
-    predict,
-    train,
-)
-
-__all__ = [
-    "G3InputError",
-    "G3RuntimeError",
-    "Run",
-    "WholeGraphModel",
-    "advise",
-    "export",
-    "ingest",
-    "load_model",
-    "partition",
-    "plan",
-    "predict",
-    "train",
-]
+# the public names (api.__all__): the stages as functions, the run and the model they return, the two errors
+from .api import *  # noqa: F403
+from .api import __all__  # noqa: F401

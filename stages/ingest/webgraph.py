@@ -262,19 +262,14 @@ def _decode_body(
     os,
     tmpa,
     tmpb,
-    n_nodes,
-    min_int,
-    c_bcnt,
-    c_blk,
-    c_int,
-    c_res,
-    k,
+    codec,
 ):
     """Decode the part of node x's list after the outdegree `d` and the reference.
 
     The referenced list is ``ref_arr[rs:rs+rl]`` (``rl < 0``: no reference). The list goes to
     ``out[os:os+d]``; ``tmpa``/``tmpb`` hold at least ``d`` entries. Returns (status, position).
     """
+    n_nodes, _window, min_int, _c_out, _c_ref, c_bcnt, c_blk, c_int, c_res, k = codec
     copied = np.int64(0)
     if rl >= 0:
         bc, pos = _read(words, pos, nbits, c_bcnt, k)
@@ -411,16 +406,7 @@ def _decode_seq(
     li_first,
     offs,
     succ,
-    n_nodes,
-    window,
-    min_int,
-    c_out,
-    c_ref,
-    c_bcnt,
-    c_blk,
-    c_int,
-    c_res,
-    k,
+    codec,
 ):
     """Sequentially decode nodes x, x+1, ... < x_end, starting at bit `pos`.
 
@@ -429,6 +415,7 @@ def _decode_seq(
     is full; if the first node of the chunk (local index `li_first`) does not fit, returns _NEEDCAP with its
     outdegree. Returns (status, node, position of that node's list, local index, extra).
     """
+    n_nodes, window, min_int, c_out, c_ref, c_bcnt, c_blk, c_int, c_res, k = codec
     cap = succ.shape[0]
     tmpa = np.empty(16, succ.dtype)
     tmpb = np.empty(16, succ.dtype)
@@ -483,13 +470,7 @@ def _decode_seq(
             start,
             tmpa,
             tmpb,
-            n_nodes,
-            min_int,
-            c_bcnt,
-            c_blk,
-            c_int,
-            c_res,
-            k,
+            codec,
         )
         if st != _OK:
             if st == _PAST and pos >= _BAD:
@@ -540,16 +521,7 @@ def _decode_par(
     succ,
     starts,
     warm,
-    n_nodes,
-    window,
-    min_int,
-    c_out,
-    c_ref,
-    c_bcnt,
-    c_blk,
-    c_int,
-    c_res,
-    k,
+    codec,
     status,
 ):
     """Decode node ranges [starts[r], starts[r+1]) in parallel into the CSR (csr/succ).
@@ -559,6 +531,7 @@ def _decode_par(
     cannot be resolved stops its range with _NEEDSEQ; the caller finishes it sequentially.
     status[r] = (status, node, extra).
     """
+    n_nodes, window, min_int, c_out, c_ref, c_bcnt, c_blk, c_int, c_res, k = codec
     n_ranges = starts.shape[0] - 1
     for r in prange(n_ranges):
         s = starts[r]
@@ -609,13 +582,7 @@ def _decode_par(
                 csr[y] - base,
                 tmpa,
                 tmpb,
-                n_nodes,
-                min_int,
-                c_bcnt,
-                c_blk,
-                c_int,
-                c_res,
-                k,
+                codec,
             )
             valid[y - w0] = st == _OK and pos == goffs[y + 1]
         # The range itself.
@@ -667,13 +634,7 @@ def _decode_par(
                 csr[x],
                 tmpa,
                 tmpb,
-                n_nodes,
-                min_int,
-                c_bcnt,
-                c_blk,
-                c_int,
-                c_res,
-                k,
+                codec,
             )
             if st != _OK:
                 status[r, 0] = _E_VALUE if (st == _PAST and pos >= _BAD) else st
@@ -696,18 +657,10 @@ def _finish_seq(
     succ,
     x,
     x_end,
-    n_nodes,
-    window,
-    min_int,
-    c_out,
-    c_ref,
-    c_bcnt,
-    c_blk,
-    c_int,
-    c_res,
-    k,
+    codec,
 ):
     """Sequentially decode nodes [x, x_end) into the CSR, all earlier lists being final. (status, node, extra)."""
+    n_nodes, window, min_int, c_out, c_ref, c_bcnt, c_blk, c_int, c_res, k = codec
     maxd = np.int64(1)
     for y in range(x, x_end):
         if deg[y] > maxd:
@@ -743,13 +696,7 @@ def _finish_seq(
                 csr[x],
                 tmpa,
                 tmpb,
-                n_nodes,
-                min_int,
-                c_bcnt,
-                c_blk,
-                c_int,
-                c_res,
-                k,
+                codec,
             )
             if st != _OK:
                 return (_E_VALUE if (st == _PAST and pos >= _BAD) else st), x, np.int64(0)
@@ -1088,7 +1035,9 @@ def _read_offsets(p: _Params, graph_bits: int) -> np.ndarray:
 
 
 def _kernel_args(p: _Params) -> tuple[int, ...]:
-    return (p.nodes, p.window, p.min_int, *p.kernel_codes, p.k)
+    """The codec of the graph, as the decoding kernels take it (one tuple: n_nodes, window, min_int, the codes
+    of outdegrees, references, block counts, blocks, intervals and residuals, and zeta's k)."""
+    return tuple(int(v) for v in (p.nodes, p.window, p.min_int, *p.kernel_codes, p.k))
 
 
 def _alloc(n: int, dtype, p: _Params) -> np.ndarray:
@@ -1106,7 +1055,7 @@ def _decode_sequential(p: _Params, words: np.ndarray, nbits: int) -> tuple[np.nd
     offs = _alloc(p.nodes + 1, np.int64, p)
     offs[0] = 0
     succ = _alloc(p.arcs, p.succ_dtype, p)
-    st, x, _pos, _li, extra = _decode_seq(words, nbits, 0, 0, p.nodes, 0, 0, offs, succ, *_kernel_args(p))
+    st, x, _pos, _li, extra = _decode_seq(words, nbits, 0, 0, p.nodes, 0, 0, offs, succ, _kernel_args(p))
     if st in (_FULL, _NEEDCAP):
         raise _arc_mismatch(p, int(offs[x]) + int(extra), "the lists hold more than")
     if st != _OK:
@@ -1157,13 +1106,13 @@ def _decode_parallel(
         warm = min(p.window * maxref, 1 << 14)
     starts = _split_ranges(csr, n_ranges)
     status = np.zeros((starts.size - 1, 3), dtype=np.int64)
-    args = (n, p.window, p.min_int, *p.kernel_codes, p.k)
-    _decode_par(words, nbits, goffs, deg, csr, succ, starts, warm, *args, status)
+    args = _kernel_args(p)
+    _decode_par(words, nbits, goffs, deg, csr, succ, starts, warm, args, status)
     for r in range(starts.size - 1):
         st, x, extra = (int(v) for v in status[r])
         if st == _NEEDSEQ:
             st, x, extra = (
-                int(v) for v in _finish_seq(words, nbits, goffs, deg, csr, succ, x, int(starts[r + 1]), *args)
+                int(v) for v in _finish_seq(words, nbits, goffs, deg, csr, succ, x, int(starts[r + 1]), args)
             )
         if st != _OK:
             raise _fail(p, st, x, extra)
@@ -1241,7 +1190,7 @@ def _chunks(p: _Params, max_arcs: int, segment_bytes: int) -> Iterator[tuple[int
         x_first = x
         while True:
             st, x, rel, li, extra = _decode_seq(
-                seg.words, seg.nbits, pos - seg.base, x, n, li, npref, offs, succ, *args
+                seg.words, seg.nbits, pos - seg.base, x, n, li, npref, offs, succ, args
             )
             x, li = int(x), int(li)
             pos = seg.base + int(rel)

@@ -25,7 +25,9 @@ from ..common.npy import npy_entry
 from ..common.partition_artifact import PARTITION_SCHEMA, PARTITION_VERSION
 from ..common.partition_methods import DEFAULT_METHOD, LAYOUTS, METHODS, layout_function, partition_method
 from ..common.progress import make_progress
+from ..common.settings import REQUIRED, setting
 from ..common.store import GraphStore
+from ..common.units import parse_size
 from .report import print_partition_summary
 
 DEFINITIONS = {
@@ -41,24 +43,108 @@ DEFINITIONS = {
 class PartitionOptions:
     """Everything `g3 partition` can be told (see ``g3 partition --help``)."""
 
-    workers: int
-    method: str = DEFAULT_METHOD
-    gamma: float = 0.005
-    balance_tol: float = 1.05
-    degree_tol: float | None = None  # None: the same as balance_tol
-    seed: int = 0
-    threads: int | None = None
-    hidden: int = 16
-    max_swaps: int | None = None
-    refine_steps: int | None = None  # None: 1000 x N; 0: no refinement
-    remote_budget: float = 1.05  # refinement's cap on total remote, x plain METIS's total
-    bytegnn_alpha: float = 0.5  # ByteGNN balancing-score weights of train / valid / test counts (relative)
-    bytegnn_beta: float = 0.25
-    bytegnn_gamma: float = 0.25
-    bytegnn_hops: int = 2  # block radius in in-hops: the model's layers
-    metis_memory: int | None = (
-        None  # bytes METIS may hold; a graph needing more is coarsened (None: half free)
+    workers: int = setting(
+        REQUIRED,
+        "Number of partitions K (one per worker). 1 is valid; more than the node count is an error.",
+        short="-w",
     )
+    method: str = setting(
+        DEFAULT_METHOD,
+        "g3: multi-constraint METIS (balanced node count and degree sum) then Algorithm 1 swaps "
+        "that balance the remote sets (paper §4.2). metis: plain edge-cut METIS (DGL, BNS-GCN). random: hash of "
+        "node id and seed. chunk: contiguous id ranges of equal size (NeuGraph, ROC, NeutronStar). distdgl: METIS "
+        "with DistDGL's five balance constraints (nodes, train, valid and test nodes, arcs; each within 1.05 of "
+        "the mean). bytegnn: ByteGNN's partitioner (seed paper 001 §4.2.3) grows a block of every labelled "
+        "(train/valid/test) node's --bytegnn-hops in-neighbourhood and assigns blocks greedily by cross edges x "
+        "balance of train/valid/test counts (Algorithm 2). p3: P3's independent partitioning (§3.1): the "
+        "structure by a hash of node id and --seed (each arc with its destination) and, separately, ceil(F/K) "
+        "feature columns of every node per worker (the last workers get the remainder; OUT/columns/). feature: "
+        "every worker keeps the whole topology and ceil(F/K) feature columns (NeutronTP).",
+        choices=METHODS,
+    )
+    gamma: float = setting(
+        0.005, "g3: Algorithm 1 stops once min/max of the remote set sizes is at least 1 - gamma."
+    )
+    balance_tol: float = setting(
+        1.05,
+        "g3: allowed max/mean of the feature-size constraint (Eq. 1, METIS stage), and of the degree sums "
+        "too unless --degree-tol is given. METIS uses the allowance, and a worker's compute grows a little faster "
+        "than its share: 1.02 kept per-worker compute within 1.05 of the mean on four workers "
+        "(docs/BENCHMARKS.md). bytegnn: no partition may hold more than ceil(this x mean) train, valid or test "
+        "nodes (each split separately).",
+    )
+    degree_tol: float | None = setting(
+        None,
+        "g3: no partition's degree sum (Eq. 2, the aggregation work) may exceed this times the mean: "
+        "METIS's degree constraint, and swaps never push a partition past it [default: --balance-tol]. Graphs "
+        "with dense hub/leaf blocks (web crawls) cannot balance degree sums without cutting those blocks; a "
+        "looser value (e.g. 2 or 4) cuts less and communicates less, at the price of unbalanced compute "
+        "(figures in docs/BENCHMARKS.md).",
+    )
+    max_swaps: int | None = setting(
+        None, "g3: stop Algorithm 1 after this many swaps [default: the node count]."
+    )
+    refine_steps: int | None = setting(
+        None,
+        "g3: when Algorithm 1 stops short of 1 - gamma (stalled, cycle, swap limit), or reaches it by "
+        "raising the total remote above --remote-budget x its start's, anneal its assignment with up to this "
+        "many single-node moves in all under the same balance limits, until min/max remote reaches 1 - gamma "
+        "within the budget. The moves are spent in restarts of growing length (4 x 1 %, 10 %, 86 %; several at "
+        "once with --threads), and the first restart that meets the goal ends it. The result replaces Algorithm "
+        "1's if it meets that goal, or if Algorithm 1 missed the ratio and the refinement shrinks the largest "
+        "remote set within the budget. 0 turns the refinement off [default: 1000 x the node count, 100 x (in one "
+        "anneal) where a lower bound proves the budget infeasible under the degree limit; 12-71 s per 100 M "
+        "steps on one core on cnr-2000, more with larger K and on slower cores (docs/BENCHMARKS.md)].",
+    )
+    remote_budget: float = setting(
+        1.05,
+        "g3 refinement: the total remote set may not end above this multiple of plain edge-cut METIS's "
+        "total (one extra METIS call, made only when the refinement runs). Where hub blocks make that impossible "
+        "under the degree limit, the report says so, with a lower bound on the total and the --degree-tol below "
+        "which the budget stays infeasible.",
+    )
+    bytegnn_alpha: float = setting(
+        0.5,
+        "bytegnn: weight of the training-node balance in Algorithm 2's balancing score. The three weights "
+        "are relative (divided by their sum); training nodes are visited every epoch, valid/test only at "
+        "evaluation, hence the larger default. Must be >= 0.",
+    )
+    bytegnn_beta: float = setting(
+        0.25, "bytegnn: weight of the validation-node balance in the balancing score (>= 0)."
+    )
+    bytegnn_gamma: float = setting(
+        0.25,
+        "bytegnn: weight of the test-node balance in the balancing score (>= 0; the three weights may not "
+        "all be 0).",
+    )
+    bytegnn_hops: int = setting(
+        2,
+        "bytegnn: radius of a block in in-hops, i.e. the number of GNN layers (>= 1). A node joins the block "
+        "of its nearest labelled node within this many hops (ties: lowest node id); nodes farther from every "
+        "labelled node go to the partitions with the fewest nodes.",
+    )
+    seed: int = setting(
+        0,
+        "Seed of METIS, of the random hash and of bytegnn's order among equal blocks; the same seed gives the "
+        "same partition.",
+    )
+    threads: int | None = setting(
+        None,
+        "CPU threads for the parallel steps (candidate-swap search, counting, refinement restarts, shard "
+        "CSR) [default: all cores]. METIS itself is single-threaded. The partition does not depend on it.",
+    )
+    metis_memory: int | None = setting(
+        None,
+        "Memory METIS may hold (8GiB, 512MB). METIS needs about 70 bytes per symmetrised arc; a graph that "
+        "needs more is first coarsened by size-constrained label propagation in memory bounded by its nodes, "
+        "METIS partitions the clusters (every balance constraint summed per cluster, so balance and cut carry "
+        "over) and the result is projected back (partition.json: metis_memory). The cut is a little worse than "
+        "METIS's on the whole graph (docs/BENCHMARKS.md) [default: half the memory available when the stage "
+        "starts].",
+        parse=parse_size,
+        metavar="SIZE",
+    )
+    hidden: int = setting(16, "Hidden width used to report bytes sent and received per layer (float32).")
 
     @property
     def degree_limit(self) -> float:

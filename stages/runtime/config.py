@@ -16,7 +16,9 @@ import torch
 
 from ..common.errors import G3InputError
 from ..common.knobs import prefetch_depth
+from ..common.settings import check_choices, setting
 from ..common.strategies import StrategyInfo, knob_declarations
+from .heap import HEAP_POLICIES
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 RESIDENCY = ("auto", "device", "host")
@@ -37,32 +39,94 @@ def local_workers(world: int) -> int:
 
 @dataclass
 class RuntimeConfig:
-    dropout: float = 0.5
-    seed: int = 0
-    metric: str = "accuracy"  # accuracy | rocauc (binary tasks: ROC-AUC per split besides the accuracy)
-    device: str = "cpu"  # cpu | cuda
-    dtype: str = "float32"
-    threads: int | None = None  # per worker; None: cores / local workers
-    timeout: float = 60.0  # seconds a worker waits for a peer before giving up
-    master_addr: str = "127.0.0.1"
-    master_port: int = 0  # 0: pick a free port
-    heap: str = "keep"  # keep | system: freed memory stays in the heap for the next epoch (heap.py)
-    trace: bool = False  # time every span; write a Chrome-trace timeline of the last epoch per rank
-    # where the workers run (stages/runtime/launch/launchers.py): local processes, or emulated hosts on this machine
-    emulate_link: str | None = (
-        None  # e.g. "100mbit": one network namespace per host, links shaped to this rate
+    """How the workers run (docs/DESIGN.md): each field a `g3 train` option (``setting``) or set by the launcher."""
+
+    dropout: float = setting(
+        0.5, "Dropout between layers; masks depend only on (seed, epoch, layer, node id), not on K."
     )
-    hosts: int | None = None  # emulated hosts (None: one per worker)
-    emulate_subnet: str | None = None  # the emulated hosts' addresses (None: netemu.DEFAULT_SUBNET)
-    max_restarts: int = 0  # emulated hosts: torchrun's --max-restarts (a failed worker group restarts)
-    emulate_faults: tuple[str, ...] = ()  # emulated hosts: faults to inject (emulated_hosts.Fault)
+    seed: int = setting(0, "Seed of the initial weights and dropout masks.")
+    metric: str = setting(
+        "accuracy",
+        "Evaluation metric besides accuracy: rocauc adds each split's ROC-AUC (binary tasks, e.g. the "
+        "imbalanced Tolokers) to the metrics records.",
+        choices=("accuracy", "rocauc"),
+    )
+    device: str = setting(
+        "cpu",
+        "Compute device (cuda: one GPU per rank, nccl for all-reduce, gloo for P2P host buffers).",
+        choices=("cpu", "cuda"),
+    )
+    # where a worker's partition lives
+    residency: str = setting(
+        "auto",
+        "Where each worker's partition, activations and gradients live. 'device': on the compute device "
+        "for the whole run, computed by the device's own kernels with no copy in or out (the device path; on the "
+        "CPU it runs what a GPU runs, for checking it). 'host': in host memory, the CPU kernels; on a GPU each "
+        "layer or bin is copied in and out (g3's bins on a copy stream). 'auto': 'device' on a GPU where the plan "
+        "found the partition fits the device memory (g3 plan --device-memory), else 'host'.",
+        choices=RESIDENCY,
+    )
+    trace: bool = setting(
+        False,
+        "Time every span of every epoch but the first: the shares of communication time hidden under "
+        "compute, spent blocked on messages and overlapping the runtime's data movement go to each epoch's "
+        "metrics record, and the last epoch's timeline to RUN/trace/rank-N.json (Chrome trace, for Perfetto or "
+        "chrome://tracing).",
+    )
+    heap: str = setting(
+        "keep",
+        "Host memory of each worker process: 'keep' = the C library's malloc serves every block from the "
+        "heap and keeps freed memory there, so each epoch reuses the pages of the last instead of mapping, "
+        "faulting in and zeroing them again (about 20 % faster epochs measured on one worker; the resident set "
+        "stays near its peak); 'system' = the C library's defaults. Linux/glibc only; elsewhere both mean the "
+        "defaults.",
+        choices=HEAP_POLICIES,
+    )
+    dtype: str = setting(
+        "float32", "Floating-point type of weights and embeddings.", choices=tuple(sorted(DTYPES))
+    )
+    threads: int | None = setting(None, "Torch threads per worker [default: cores / workers].")
+    timeout: float = setting(60.0, "Seconds a worker waits for a peer before the run fails.")
+    master_addr: str = setting(
+        "127.0.0.1", "Rendezvous address for local workers (loopback unless told otherwise)."
+    )
+    master_port: int = setting(0, "Rendezvous port (0: a free port).")
+    # where the workers run (stages/runtime/launch/launchers.py): local processes, or emulated hosts on this machine
+    emulate_link: str | None = setting(
+        None,
+        "Run the workers on emulated hosts of this machine, joined by links of RATE per host and direction "
+        "(e.g. 100mbit, 1gbit, 10gbit): one network namespace per host with its own cores, one torchrun agent per "
+        "host, each host reading only its own copy of the plan. Needs root (or CAP_NET_ADMIN). Results equal a "
+        "local run's; epoch times include the network's (docs/DESIGN.md, 'Emulated hosts').",
+        metavar="RATE",
+    )
+    hosts: int | None = setting(
+        None,
+        "With --emulate-link: emulated hosts; each runs K/H workers, which talk over its loopback [default: "
+        "one host per worker].",
+    )
+    emulate_subnet: str | None = setting(
+        None,
+        "With --emulate-link: the hosts' addresses (host n is address 100+n) [default: 198.18.0.0/24, set "
+        "aside for benchmarking by RFC 2544].",
+        metavar="CIDR",
+    )
+    max_restarts: int = setting(
+        0,
+        "With --emulate-link: a worker group that lost a worker, or a host whose agent died, is restarted up to "
+        "N times and resumes from the newest checkpoint every host has.",
+    )
+    emulate_faults: tuple[str, ...] = setting(
+        (),
+        "With --emulate-link (repeatable): link-down:HOST:EPOCH:SECONDS takes HOST's link down half an epoch "
+        "after epoch EPOCH for SECONDS; kill-agent:HOST:EPOCH kills HOST's torchrun agent then (a crashed host, "
+        "started again under --max-restarts).",
+        flag="--emulate-fault",
+        metavar="SPEC",
+    )
     network: dict | None = (
         None  # set by the launcher for its workers: how they are connected (in every epoch record)
     )
-    # where a worker's partition lives (RESIDENCY): auto = on the device when it is a GPU and the plan says the
-    # partition fits there; device = there whatever the device (the device path, also on the CPU); host = in host
-    # memory (the CPU kernels; on a GPU, bins streamed in)
-    residency: str = "auto"
     # the strategy knobs given (by name; see the module's docstring): read as attributes, set by keyword
     knobs: dict = field(default_factory=dict)
 
@@ -200,16 +264,9 @@ def check_runtime(cfg: RuntimeConfig) -> None:
     """Bad runtime settings: one clear line each, before any worker starts."""
     import math
 
-    if cfg.device not in ("cpu", "cuda"):
-        raise G3InputError(f"--device {cfg.device} is not one of cpu, cuda")
+    check_choices(cfg)  # device, metric, residency, dtype, heap: their declared values
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise G3InputError("--device cuda but CUDA is not available on this machine")
-    if cfg.metric not in ("accuracy", "rocauc"):
-        raise G3InputError(f"--metric {cfg.metric} is not one of accuracy, rocauc")
-    if cfg.residency not in RESIDENCY:
-        raise G3InputError(f"--residency {cfg.residency} is not one of {', '.join(RESIDENCY)}")
-    if cfg.dtype not in DTYPES:
-        raise G3InputError(f"--dtype {cfg.dtype} is not one of {', '.join(DTYPES)}")
     if not (0.0 <= cfg.dropout < 1.0):
         raise G3InputError("--dropout must be in [0, 1)")
     check_knobs(cfg)

@@ -28,6 +28,7 @@ from pathlib import Path
 from ..common.errors import G3InputError
 from ..common.run_artifact import load_run_meta, read_metrics
 from .minibatch import MiniBatchProfile, remote_share, run_minibatch_simulation
+from .scaling import scaling_rows
 
 
 @dataclass
@@ -167,26 +168,7 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
         ]
 
     result["systems"] = both(k)
-    result["scaling"] = [
-        {
-            "workers": kk,
-            "systems": {
-                r["system"]: {
-                    key: r[key]
-                    for key in (
-                        "epoch_seconds",
-                        "throughput",
-                        "bytes_per_epoch",
-                        "busy_max",
-                        "comm_wait_mean",
-                        "idle_mean",
-                    )
-                }
-                for r in both(kk)
-            },
-        }
-        for kk in options.scaling
-    ]
+    result["scaling"] = scaling_rows(both, options.scaling)
     result["rates"]["scheduler"] = asdict(s)
     result["rates"]["notes"] = result["rates"]["notes"][:1] + [
         "bytegnn: its run's --sample-threads and --max-dags; bytegnn-off: one DAG at a time on one thread",

@@ -52,17 +52,8 @@ from ..common.atomic import write_json_atomic
 from ..common.errors import G3InputError
 from ..common.knobs import prefetch_depth
 from ..common.run_artifact import load_run_meta, read_metrics
+from .scaling import scaling_rows
 
-SCALING_KEYS = (
-    "epoch_seconds",
-    "throughput",
-    "bytes_per_epoch",
-    "busy_max",
-    "comm_wait_mean",
-    "idle_mean",
-    "steps",
-    "allreduce_seconds",
-)
 SCALAR_VALUES = 2  # an int64 or float64 scalar all-reduced per collective, in float32 values
 
 
@@ -417,10 +408,7 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
         return at_k[kk]
 
     main = system(k)
-    scaling = [
-        {"workers": kk, "systems": {"clustergcn": {key: system(kk)[key] for key in SCALING_KEYS}}}
-        for kk in options.scaling
-    ]
+    scaling = scaling_rows(lambda kk: [system(kk)], options.scaling, extra=("steps", "allreduce_seconds"))
     notes = [
         f"calibrated on {run} (K = {p.workers}, measured median epoch {p.measured_epoch_seconds:.3f} s); "
         "throughput = training seeds per second",

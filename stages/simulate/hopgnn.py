@@ -40,6 +40,7 @@ from pathlib import Path
 from ..common.errors import G3InputError
 from ..common.run_artifact import load_run_meta, read_metrics
 from .minibatch import MiniBatchProfile, remote_share, run_minibatch_simulation
+from .scaling import scaling_rows
 
 _ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 
@@ -234,31 +235,11 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
     k = result["workers"]
     net = network(options, k)
     result["systems"] = systems_at(p, h, k, options.bandwidth, options.latency, net=net)
-    result["scaling"] = [
-        {
-            "workers": kk,
-            "systems": {
-                r["system"]: {
-                    key: r[key]
-                    for key in (
-                        "epoch_seconds",
-                        "throughput",
-                        "bytes_per_epoch",
-                        "busy_max",
-                        "comm_wait_mean",
-                        "idle_mean",
-                        "time_steps",
-                        "feature_bytes_per_epoch",
-                        "migrated_bytes_per_epoch",
-                    )
-                }
-                for r in systems_at(
-                    p, h, kk, options.bandwidth, options.latency, net=net if kk == k else None
-                )
-            },
-        }
-        for kk in options.scaling
-    ]
+    result["scaling"] = scaling_rows(
+        lambda kk: systems_at(p, h, kk, options.bandwidth, options.latency, net=net if kk == k else None),
+        options.scaling,
+        extra=("time_steps", "feature_bytes_per_epoch", "migrated_bytes_per_epoch"),
+    )
     result["rates"]["hopgnn"] = asdict(h)
     result["rates"]["notes"] = result["rates"]["notes"][:1] + [
         "hopgnn: T = K - merged time steps per iteration, (T-1) migrations of 2P values per server (--migrate "

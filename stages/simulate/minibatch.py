@@ -31,6 +31,7 @@ from ..common.artifact_json import resolve_reference
 from ..common.errors import G3InputError
 from ..common.knobs import prefetch_depth
 from ..common.run_artifact import load_run_meta, read_metrics
+from .scaling import scaling_rows
 
 
 @dataclass
@@ -208,27 +209,10 @@ def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict
 
     k = options.workers or int(meta["num_workers"])
     main = simulate_minibatch(profile, k, options.bandwidth, options.latency, net=network(options, k))
-    scaling = []
-    for kk in options.scaling:
-        r = main if kk == k else simulate_minibatch(profile, kk, options.bandwidth, options.latency)
-        scaling.append(
-            {
-                "workers": kk,
-                "systems": {
-                    r["system"]: {
-                        key: r[key]
-                        for key in (
-                            "epoch_seconds",
-                            "throughput",
-                            "bytes_per_epoch",
-                            "busy_max",
-                            "comm_wait_mean",
-                            "idle_mean",
-                        )
-                    }
-                },
-            }
-        )
+    scaling = scaling_rows(
+        lambda kk: [main if kk == k else simulate_minibatch(profile, kk, options.bandwidth, options.latency)],
+        options.scaling,
+    )
     notes = [
         f"calibrated on {run} (K = {profile.workers}, measured median epoch "
         f"{profile.measured_epoch_seconds:.3f} s); throughput = training seeds per second",

@@ -53,11 +53,11 @@ from ..common.errors import G3InputError
 from ..common.knobs import prefetch_depth
 from ..common.run_artifact import load_run_meta, read_metrics
 from .minibatch import run_minibatch_simulation
+from .scaling import scaling_rows
 
 ITEM = 4  # bytes of a modelled value (float32), as the other models
 ID = 4  # bytes of a node id on the wire (int32 below 2³¹ nodes)
 _ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
-SCALING_KEYS = ("epoch_seconds", "throughput", "bytes_per_epoch", "busy_max", "comm_wait_mean", "idle_mean")
 
 
 @dataclass
@@ -266,16 +266,10 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
     k = result["workers"]
     net = network(options, k)
     result["systems"] = both(p, k, options.bandwidth, options.latency, net=net)
-    result["scaling"] = [
-        {
-            "workers": kk,
-            "systems": {
-                r["system"]: {key: r[key] for key in SCALING_KEYS}
-                for r in both(p, kk, options.bandwidth, options.latency, net=net if kk == k else None)
-            },
-        }
-        for kk in options.scaling
-    ]
+    result["scaling"] = scaling_rows(
+        lambda kk: both(p, kk, options.bandwidth, options.latency, net=net if kk == k else None),
+        options.scaling,
+    )
     result["rates"]["profile"] = asdict(p)
     result["rates"]["notes"] = [
         f"calibrated on {options.run} (K = {p.workers}, measured median epoch {p.measured_epoch_seconds:.3f} s); "

@@ -49,6 +49,7 @@ from ..common.errors import G3InputError
 from ..common.model_spec import LayerShape, ModelSpec
 from .engine import Network
 from .profile import Rates, default_rates, load_rates
+from .scaling import summary
 
 ELEM_BYTES = 4  # float32
 
@@ -656,21 +657,6 @@ def tp_systems(pipelines: tuple[str, ...]) -> list[bool]:
     return [False] * bulk + [True] * pipe
 
 
-def _summary(r: dict) -> dict:
-    return {
-        key: r[key]
-        for key in (
-            "epoch_seconds",
-            "throughput",
-            "bytes_per_epoch",
-            "busy_max",
-            "comm_wait_mean",
-            "idle_mean",
-            "first_epoch_seconds",
-        )
-    }
-
-
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, list[dict]]:
     """The simulator of the tensor-parallel strategy (stages/common/strategies.py ``simulator``)."""
     return run_tp_simulation(plan, meta, options)
@@ -709,7 +695,7 @@ def run_tp_simulation(plan: Path, meta: dict, options) -> tuple[dict, list[dict]
                 "workers": kk,
                 "plan": str(plan.resolve()),
                 "chunks": layouts[kk].n_chunks,
-                "systems": {r["system"]: _summary(r) for r in res},
+                "systems": {r["system"]: summary(r, extra=("first_epoch_seconds",)) for r in res},
             }
         )
     notes = list(rates.notes) + [

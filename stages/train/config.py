@@ -6,27 +6,54 @@ import math
 from dataclasses import dataclass
 
 from ..common.errors import G3InputError
+from ..common.settings import setting
 from ..runtime.config import RuntimeConfig, check_runtime, takes_knob_keywords
 
 
 @takes_knob_keywords
 @dataclass
 class TrainConfig(RuntimeConfig):
-    epochs: int = 10
-    lr: float = 0.01
-    weight_decay: float = 0.0
-    workers: int | None = None  # None: the plan's worker count
-    eval_every: int | None = None  # 0: never; None: 1, or the run's own when resuming
-    checkpoint_every: int | None = None  # 0: never; None: 0, or the run's own when resuming
-    logger: tuple[
-        str, ...
-    ] = ()  # where epoch figures also go: csv (RUN/metrics.csv), tensorboard (RUN/tensorboard)
-    resume: bool = False
-    profile: str | None = None  # write PROFILE.json (compute rates, for `g3 simulate`) from the last epoch
-    live: bool = True  # rich live display on rank 0
-    count_ops: bool = (
-        False  # count one steady-state step's aten operations and synchronisations (metrics.jsonl)
+    """A run's settings: the runtime's (RuntimeConfig) and training's own, each a `g3 train` option (``setting``)."""
+
+    epochs: int = setting(
+        10, "Epochs (a full-graph strategy takes one optimizer step per epoch, a mini-batch one per batch)."
     )
+    lr: float = setting(0.01, "Adam learning rate.")
+    weight_decay: float = setting(0.0, "Adam weight decay.")
+    workers: int | None = setting(
+        None,
+        "Local worker processes to spawn; must equal the plan's worker count [default: the plan's]. Under "
+        "torchrun, RANK/WORLD_SIZE/MASTER_ADDR come from the environment instead.",
+    )
+    profile: str | None = setting(
+        None,
+        "Write PROFILE.json: compute seconds per arc, node and bin of each layer on this device, fitted from "
+        "the last epoch's bins, the warmest (input of `g3 simulate --profile`).",
+        path="output",
+    )
+    count_ops: bool = setting(
+        False,
+        "Count the aten operations one steady-state training step dispatches (the first step of the second "
+        "epoch) and those that make the host wait for the device (a value read back, nonzero, unique, a boolean "
+        "mask, a copy to the host): ops_per_step, sync_ops_per_step and both by operation name in that epoch's "
+        "metrics record, per worker. What a GPU pays per step besides the arithmetic.",
+    )
+    eval_every: int | None = setting(
+        None,
+        "Evaluate train/valid/test accuracy every N epochs (0: never) [default: 1; with --resume: the run's].",
+    )
+    checkpoint_every: int | None = setting(
+        None, "Write a checkpoint every N epochs (0: never) [default: 0; with --resume: the run's]."
+    )
+    resume: bool = setting(False, "Continue the run in RUN from its latest checkpoint.")
+    logger: tuple[str, ...] = setting(
+        (),
+        "Also log every epoch's figures to RUN/metrics.csv (csv) or TensorBoard event files in "
+        "RUN/tensorboard (tensorboard: pip install 'g3[tensorboard]'); repeatable. RUN/metrics.jsonl is always "
+        "written.",
+        choices=("csv", "tensorboard"),
+    )
+    live: bool = True  # rich live display on rank 0
 
     def check(self) -> None:
         """The settings' own checks, one line each (``g3 train`` and ``g3 bench``, before any work): the runtime's

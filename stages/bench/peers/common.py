@@ -50,6 +50,21 @@ def set_threads(n: int) -> None:
     torch.set_num_threads(n)
 
 
+def conv_stack(args, in_dim: int, num_classes: int, conv):
+    """The layers of a peer's model, ``conv(d_in, d_out, last)`` each, with the widths g3's model has: hidden
+    layers of ``args.hidden`` (a GAT's heads concatenated), the last of ``num_classes``."""
+    import torch
+
+    convs = torch.nn.ModuleList()
+    d = in_dim
+    for li in range(args.layers):
+        last = li == args.layers - 1
+        out = num_classes if last else args.hidden
+        convs.append(conv(d, out, last))
+        d = out * (args.heads if args.model == "gat" and not last else 1)
+    return convs
+
+
 def load_graph(path: str) -> dict:
     import numpy as np
 

@@ -11,30 +11,24 @@ import os
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
-from common import graph_tensors, load_graph, parse_args, run, run_minibatch, set_threads  # noqa: E402
+from common import conv_stack, graph_tensors, load_graph, parse_args, run, run_minibatch, set_threads  # noqa: E402
 
 
 def build(args, in_dim: int, num_classes: int):
     import torch
     from dgl.nn import GATConv, GraphConv, SAGEConv
 
+    def conv(d: int, out: int, last: bool):
+        if args.model == "sage":
+            return SAGEConv(d, out, aggregator_type="mean")
+        if args.model == "gcn":
+            return GraphConv(d, out, norm="both")
+        return GATConv(d, out, num_heads=args.heads)
+
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.convs = torch.nn.ModuleList()
-            d = in_dim
-            for li in range(args.layers):
-                last = li == args.layers - 1
-                out = num_classes if last else args.hidden
-                if args.model == "sage":
-                    self.convs.append(SAGEConv(d, out, aggregator_type="mean"))
-                    d = out
-                elif args.model == "gcn":
-                    self.convs.append(GraphConv(d, out, norm="both"))
-                    d = out
-                else:
-                    self.convs.append(GATConv(d, out, num_heads=args.heads))
-                    d = out * (1 if last else args.heads)
+            self.convs = conv_stack(args, in_dim, num_classes, conv)
 
         def forward(self, graph, x):
             for li, conv in enumerate(self.convs):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 
-from common import graph_tensors, load_graph, parse_args, run, run_minibatch, set_threads
+from common import conv_stack, graph_tensors, load_graph, parse_args, run, run_minibatch, set_threads
 
 warnings.filterwarnings("ignore", message="Sparse")
 
@@ -17,23 +17,17 @@ def build(args, in_dim: int, num_classes: int):
     import torch
     from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
+    def conv(d: int, out: int, last: bool):
+        if args.model == "sage":
+            return SAGEConv(d, out, aggr="mean")
+        if args.model == "gcn":
+            return GCNConv(d, out, add_self_loops=True, normalize=True)
+        return GATConv(d, out, heads=args.heads, concat=not last, add_self_loops=True)
+
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.convs = torch.nn.ModuleList()
-            d = in_dim
-            for li in range(args.layers):
-                last = li == args.layers - 1
-                out = num_classes if last else args.hidden
-                if args.model == "sage":
-                    self.convs.append(SAGEConv(d, out, aggr="mean"))
-                    d = out
-                elif args.model == "gcn":
-                    self.convs.append(GCNConv(d, out, add_self_loops=True, normalize=True))
-                    d = out
-                else:
-                    self.convs.append(GATConv(d, out, heads=args.heads, concat=not last, add_self_loops=True))
-                    d = out * (1 if last else args.heads)
+            self.convs = conv_stack(args, in_dim, num_classes, conv)
 
         def forward(self, x, adj_t):
             for li, conv in enumerate(self.convs):

@@ -345,29 +345,15 @@ class ByteGnnStrategy(DistDglStrategy):
             local = self.book.local[mine]
             degrees = self.own_degrees(local) if self.needs_degrees else None
             self._keep_rows(dag, mine, self.features[torch.from_numpy(local)], degrees)
-            waits = []
-            for q in np.unique(owner[owner != self.rank]):
-                theirs = ids[owner == q]
-                p = self.service.submit(
-                    int(q),
-                    "features0",
-                    [],
-                    [theirs.astype(self.wire_ids)],
-                    priority=self.request_priority(dag, len(theirs) * self.width),
-                )
-                waits.append(
-                    (
-                        p,
-                        lambda arrays, theirs=theirs: self._keep_rows(
-                            dag,
-                            theirs,
-                            torch.from_numpy(arrays[0]),
-                            arrays[1] if self.needs_degrees else None,
-                            True,
-                        ),
-                    )
-                )
-            return waits
+            others = owner != self.rank
+            return self._ask_owners_for_rows(
+                dag,
+                ids[others],
+                owner[others],
+                lambda theirs, arrays: self._keep_rows(
+                    dag, theirs, torch.from_numpy(arrays[0]), arrays[1] if self.needs_degrees else None, True
+                ),
+            )
 
         return Task(dag, "fetch", len(candidates) * self.width, run)
 
@@ -482,9 +468,29 @@ class ByteGnnStrategy(DistDglStrategy):
         self._keep_rows(dag, mine, g.features.index_select(0, local), degrees)
         theirs_all = ids[order[n_here:]].cpu().numpy()
         owner = self.book.owner[theirs_all]
+
+        def on_device(array: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(array).to(self.device)
+
+        return self._ask_owners_for_rows(
+            dag,
+            theirs_all,
+            owner,
+            lambda theirs, arrays: self._keep_rows(
+                dag,
+                on_device(theirs),
+                on_device(arrays[0]),
+                on_device(arrays[1].astype(np.int64)) if self.needs_degrees else None,
+                True,
+            ),
+        )
+
+    def _ask_owners_for_rows(self, dag: Dag, ids: np.ndarray, owner: np.ndarray, arrive) -> list:
+        """One ``features0`` request per owner of ``ids`` (another worker's), prioritised by the DAG's launch
+        order; ``arrive(theirs, arrays)`` keeps a reply's rows. The (request, completion) pairs to wait on."""
         waits = []
         for q in np.unique(owner):
-            theirs = theirs_all[owner == q]
+            theirs = ids[owner == q]
             p = self.service.submit(
                 int(q),
                 "features0",
@@ -492,20 +498,7 @@ class ByteGnnStrategy(DistDglStrategy):
                 [theirs.astype(self.wire_ids)],
                 priority=self.request_priority(dag, len(theirs) * self.width),
             )
-            waits.append(
-                (
-                    p,
-                    lambda arrays, theirs=theirs: self._keep_rows(
-                        dag,
-                        torch.from_numpy(theirs).to(self.device),
-                        torch.from_numpy(arrays[0]).to(self.device),
-                        torch.from_numpy(arrays[1].astype(np.int64)).to(self.device)
-                        if self.needs_degrees
-                        else None,
-                        True,
-                    ),
-                )
-            )
+            waits.append((p, lambda arrays, theirs=theirs: arrive(theirs, arrays)))
         return waits
 
     def _device_end(self, dag: Dag) -> list:
