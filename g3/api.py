@@ -443,21 +443,27 @@ def predict(
 def advise(
     store: PathLike,
     *,
-    workers: int | str | tuple[int, ...] = 2,
-    link: str | tuple[str, ...] = "1gbit",
-    device_memory: str = "16GiB",
+    workers: int | str | tuple[int, ...] | None = None,
+    link: str | tuple[str, ...] | None = None,
+    device_memory: str | None = None,
     out: PathLike | None = None,
     force: bool = False,
     **options,
 ) -> dict:
     """Which strategy and K for ``store`` on a cluster of ``workers`` workers joined by ``link`` (`g3 advise`;
-    several of either as tuples or comma-separated text; other options by their ``AdviseOptions`` names:
+    several of either as tuples or comma-separated text; defaults 2 workers, 1gbit, 16GiB, or a ``cluster`` file; other options by their ``AdviseOptions`` names:
     ``model``, ``hidden``, ``layers``, ``strategies``, ``budget``, ``plans``, ``cache``, ``target_epochs``).
     Returns advise.json: its ``ranking``, best first."""
     from stages.advise import AdviseOptions, parse_links, parse_strategies, parse_workers, run_advise
 
-    ks = parse_workers(workers if isinstance(workers, str) else ",".join(map(str, _as_tuple(workers))))
-    links = parse_links(link if isinstance(link, str) else ",".join(_as_tuple(link)))
+    ks = (
+        None
+        if workers is None
+        else parse_workers(workers if isinstance(workers, str) else ",".join(map(str, _as_tuple(workers))))
+    )
+    links = (
+        None if link is None else parse_links(link if isinstance(link, str) else ",".join(_as_tuple(link)))
+    )
     if "strategies" in options and not isinstance(options["strategies"], tuple | type(None)):
         options["strategies"] = parse_strategies(",".join(_as_tuple(options["strategies"])))
     return run_advise(

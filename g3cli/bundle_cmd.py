@@ -6,7 +6,7 @@ import click
 
 from stages.bundle import run_bundle
 
-from .paths import OutputPath
+from .paths import force_option, out_option
 
 
 @click.command("bundle")
@@ -21,14 +21,8 @@ from .paths import OutputPath
     help="Processes (ranks) per host; nodes x procs-per-node must be the plan's worker count "
     "[default: workers / nodes].",
 )
-@click.option(
-    "-o",
-    "--out",
-    type=OutputPath(),
-    default=None,
-    help="Bundle folder: node-00000 … node-<N-1>, bundle.json [default: PLAN.bundle-N beside PLAN].",
-)
-@click.option("--force", is_flag=True, help="Replace the bundle folder if it exists.")
+@out_option("Bundle folder: node-00000 … node-<N-1>, bundle.json [default: PLAN.bundle-N beside PLAN].")
+@force_option("Replace the bundle folder if it exists.")
 def command(plan, nodes, procs_per_node, out, force):
     """Split PLAN into one folder per host for a multi-host run without a shared filesystem: node n's folder
     holds exactly what its ranks read — their shards and plan folders, the partition and plan JSONs,

@@ -9,6 +9,7 @@ import click
 from stages.eval import run_eval
 
 from .output import print_eval
+from .paths import force_option
 
 
 @click.command("eval")
@@ -55,7 +56,7 @@ from .output import print_eval
     default=None,
     help="rocauc: each split's ROC-AUC besides the accuracy (binary tasks) [default: the run's --metric].",
 )
-@click.option("--force", is_flag=True, help="Replace the RUN/eval.json of an earlier evaluation.")
+@force_option("Replace the RUN/eval.json of an earlier evaluation.")
 @click.option("--json", "as_json", is_flag=True, help="Print eval.json instead of a table.")
 def command(run, checkpoint, split, workers, plan, emulate_link, hosts, metric, force, as_json):
     """Full-graph inference of a trained RUN with the training runtime (forward only, bins, peer-to-peer),

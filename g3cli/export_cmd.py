@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .paths import OutputPath
+from .paths import OutputPath, force_option
 
 
 @click.command("export")
@@ -25,7 +25,7 @@ from .paths import OutputPath
     default=None,
     help="Weights to export: a checkpoint file of the run [default: RUN/model.pt, else its latest].",
 )
-@click.option("--force", is_flag=True, help="Replace FILE if it exists.")
+@force_option("Replace FILE if it exists.")
 def command(run, fmt, out, checkpoint, force):
     """The trained model of RUN as another library loads it. With --format pyg, FILE is a state dict for PyG's
     GraphSAGE, GCN or GAT model and FILE.json its constructor call, so that

@@ -8,7 +8,7 @@ from stages.common.units import parse_size
 from stages.ingest import FORMATS, IngestOptions, SourceArgs, run_ingest
 
 from .output import print_ingest_report
-from .paths import OutputPath
+from .paths import OutputPath, force_option
 
 
 def _size(ctx, param, value):
@@ -105,7 +105,7 @@ def _ratios(ctx, param, value):
     callback=_size,
     help="Working-memory budget of the CSR build; beyond it arcs are sorted externally on disk.",
 )
-@click.option("--force", is_flag=True, help="Replace OUT_STORE if it exists.")
+@force_option("Replace OUT_STORE if it exists.")
 @click.option(
     "--split-name", default=None, help="OGB: which folder under split/ to use when there are several."
 )

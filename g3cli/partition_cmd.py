@@ -7,27 +7,21 @@ import click
 from stages.partition import PartitionOptions, print_partition_summary, run_partition
 
 from .output import console
-from .paths import OutputPath
+from .paths import OutputPath, force_option, out_option
 from .settings import setting_options
 
 
 @click.command(name="partition")
 @click.argument("store", type=click.Path())
 @setting_options(PartitionOptions)
-@click.option(
-    "-o",
-    "--out",
-    type=OutputPath(),
-    default=None,
-    help="Output folder. Default: STORE.part-<method>-<K> beside the store.",
-)
+@out_option("Output folder. Default: STORE.part-<method>-<K> beside the store.")
 @click.option(
     "--plot",
     type=OutputPath(),
     default=None,
     help="Also draw the per-partition remote-set sizes as bars into this PNG file.",
 )
-@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+@force_option("Replace OUT if it exists.")
 def command(store, out, plot, force, **settings):
     """Partition the nodes of STORE over K workers and write one shard folder per worker.
 

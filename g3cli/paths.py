@@ -15,3 +15,13 @@ class OutputPath(click.Path):
     """A path the command creates or replaces (``-o``, ``--plans``, ``--cache``, ``--plot``, …)."""
 
     name = "output path"
+
+
+def out_option(help: str):
+    """The ``-o/--out`` option of a command that writes a folder or file (an :class:`OutputPath`)."""
+    return click.option("-o", "--out", type=OutputPath(), default=None, help=help)
+
+
+def force_option(help: str):
+    """The ``--force`` option: replace what ``--out`` names when it is this command's earlier output."""
+    return click.option("--force", is_flag=True, help=help)

@@ -8,7 +8,7 @@ from stages.common.strategies import STRATEGIES
 from stages.plan import MODELS, PlanConfig, run_plan
 
 from .output import print_plan_report
-from .paths import OutputPath
+from .paths import force_option, out_option
 
 
 def _strategy_options() -> list:
@@ -81,14 +81,8 @@ def _add_strategy_options(fn):
 @click.option("--hidden", type=int, default=16, show_default=True, help="Hidden width H (per head for GAT).")
 @click.option("--heads", type=int, default=8, show_default=True, help="GAT attention heads.")
 @_add_strategy_options
-@click.option(
-    "-o",
-    "--out",
-    type=OutputPath(),
-    default=None,
-    help="Plan folder [default: PART.plan-MODEL for g3, PART.plan-STRATEGY-MODEL otherwise, beside PART].",
-)
-@click.option("--force", is_flag=True, help="Replace the plan folder if it exists.")
+@out_option("Plan folder [default: PART.plan-MODEL for g3, PART.plan-STRATEGY-MODEL otherwise, beside PART].")
+@force_option("Replace the plan folder if it exists.")
 @click.option(
     "--report", is_flag=True, help="Print the per-worker, per-layer plan table (bins, compute, bytes)."
 )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .paths import OutputPath
+from .paths import OutputPath, force_option
 
 
 @click.command("predict")
@@ -35,7 +35,7 @@ from .paths import OutputPath
     default=None,
     help="Predict on another store with the same feature width and classes [default: the run's].",
 )
-@click.option("--force", is_flag=True, help="Replace FILE if it exists.")
+@force_option("Replace FILE if it exists.")
 def command(run, out, split, checkpoint, store, force):
     """Logits [N, C] of a trained RUN for every node (or one split), computed in this process on the whole
     graph, written to FILE — ready for OGB's Evaluator after an argmax. Node order: the store's ids (`--split`:

@@ -9,19 +9,15 @@ import click
 from stages.report import run_report
 
 from .output import print_report
-from .paths import OutputPath
+from .paths import out_option
 
 
 @click.command("report")
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
-@click.option(
-    "-o",
-    "--out",
-    type=OutputPath(),
-    default=None,
-    help="Folder for the PNGs, summary.json and index.html: new, empty or an earlier report (whose files "
+@out_option(
+    "Folder for the PNGs, summary.json and index.html: new, empty or an earlier report (whose files "
     "are replaced), never a run or a folder of other files [default: RUN/report for one run, "
-    "./g3-report for several].",
+    "./g3-report for several]."
 )
 @click.option(
     "--label",

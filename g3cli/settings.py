@@ -32,28 +32,38 @@ def setting_option(f: dataclasses.Field, hint):
     required = f.default is dataclasses.MISSING
     default = None if required else f.default
     if kind is bool:
+        if default:  # a setting on by default is turned off with --no-NAME
+            decls = [f"{flag}/--no-{flag[2:]}", f.name]
+            return click.option(*decls, default=True, show_default=True, help=meta["help"])
         return click.option(*decls, is_flag=True, default=default, help=meta["help"])
     if meta["parse"] is not None:  # text the parser turns into the value
+        text, multiple = meta["cli_default"], meta["repeat"]
         return click.option(
             *decls,
-            default=default,
-            callback=parsed(meta["parse"]),
+            default=text,
+            callback=parsed(meta["parse"], missing=default),
+            multiple=multiple,
             metavar=meta["metavar"],
             required=required,
+            show_default=meta["show_default"] if text is not None else False,
             help=meta["help"],
         )
     if meta["path"] == "output":
         kind = OutputPath()
+    elif meta["path"] == "input":
+        kind = click.Path()
     elif meta["choices"] is not None:
         kind = click.Choice(list(meta["choices"]))
+    # click (8.2+) takes an explicit default of None as a value: a required option gets none
+    given_default = {} if required else {"default": default}
     return click.option(
         *decls,
         type=kind,
-        default=default,
+        **given_default,
         multiple=multiple,
         metavar=meta["metavar"],
         required=required,
-        show_default=meta["show_default"] and default not in (None, ()),
+        show_default=meta["show_default"] if default not in (None, ()) else False,
         help=meta["help"],
     )
 

@@ -8,7 +8,7 @@ from stages.common.strategies import knob_declarations
 from stages.train import TrainConfig, run_train
 
 from .output import print_run_summary
-from .paths import OutputPath
+from .paths import force_option, out_option
 from .settings import setting_options
 
 
@@ -47,10 +47,8 @@ def knob_options(f):
 @click.argument("plan", type=click.Path())
 @setting_options(TrainConfig, first=TrainConfig)
 @knob_options
-@click.option(
-    "-o", "--out", type=OutputPath(), default=None, help="Run folder [default: PLAN.run beside PLAN]."
-)
-@click.option("--force", is_flag=True, help="Replace the run folder if it exists.")
+@out_option("Run folder [default: PLAN.run beside PLAN].")
+@force_option("Replace the run folder if it exists.")
 def command(plan, out, force, **settings):
     """Train the plan's GNN with K workers, executed by the plan's strategy (`g3 plan --strategy`: g3's bins
     and peer-to-peer sharing, bns-gcn's or sancus's layer-synchronous exchange, ...); weight gradients are

@@ -5,13 +5,14 @@ from __future__ import annotations
 import click
 
 
-def parsed(parse):
-    """A click callback reading an option's text with ``parse`` (None stays None); its ValueError becomes click's
-    one-line usage error naming the option (exit 2)."""
+def parsed(parse, missing=None):
+    """A click callback reading an option's text with ``parse`` (an option not given is ``missing``; a repeatable
+    option's texts reach ``parse`` as a tuple, none given as ``()``); its ValueError becomes click's one-line
+    usage error naming the option (exit 2)."""
 
     def callback(ctx, param, value):
         if value is None:
-            return None
+            return missing
         try:
             return parse(value)
         except ValueError as exc:

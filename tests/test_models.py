@@ -884,12 +884,13 @@ def test_row_kernels_on_the_kernel_pool_equal_one_thread_bitwise(dtype, monkeypa
     """Every numba row kernel split into chunks over two threads (the pool; forced here on a small input by a zero
     work threshold) gives bitwise what the calling thread gives alone; helper threads never use the pool."""
     from stages.runtime import kernels
+    from stages.runtime.kernels import numba_cpu  # the pool and its threshold live (and are read) there
 
     alone = _every_row_kernel(dtype)
-    monkeypatch.setattr(kernels, "_PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(numba_cpu, "_PARALLEL_MIN_WORK", 0)
     used = []
-    real_pool = kernels._kernel_pool
-    monkeypatch.setattr(kernels, "_kernel_pool", lambda k: used.append(k) or real_pool(k))
+    real_pool = numba_cpu._kernel_pool
+    monkeypatch.setattr(numba_cpu, "_kernel_pool", lambda k: used.append(k) or real_pool(k))
     old = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

@@ -31,8 +31,10 @@ from ..common.atomic import check_result, check_work_folder, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.plan_artifact import load_plan_meta
 from ..common.run_artifact import load_run_meta, read_metrics
+from ..common.settings import setting
 from ..common.strategies import STRATEGIES, bins_strategy, knob_declarations, strategy_info
 from ..common.units import parse_size
+from ..plan import MODELS
 from .report import print_advice
 
 ADVISE_SCHEMA = "g3.advise"
@@ -64,36 +66,6 @@ CONVERGENCE_MODELS = {
         "target')"
     ),
 }
-
-
-@dataclass
-class AdviseOptions:
-    """Everything `g3 advise` can be told (see ``g3 advise --help``)."""
-
-    workers: tuple[int, ...] = (2,)
-    links: tuple[str, ...] = ("1gbit",)  # rates as `g3 train --emulate-link` takes them
-    device_memory: str = "16GiB"  # one worker's device memory, as `g3 plan --device-memory` takes it
-    model: str = "sage"
-    layers: int = 2
-    hidden: int = 16
-    heads: int = 8
-    strategies: tuple[str, ...] | None = None  # None: every registered strategy
-    budget: float = DEFAULT_BUDGET  # seconds of calibration runs at most (those past it are not predicted)
-    plans: str | None = None  # keep every candidate's partition and plan here (entries name their plan)
-    cache: str | None = None  # partitions, plans, profiles and calibration runs to reuse [default: OUT/cache]
-    target_epochs: int = DEFAULT_TARGET_EPOCHS
-    convergence: str = DEFAULT_CONVERGENCE  # CONVERGENCE_MODELS: how a candidate's epochs to target follow
-    calibration_epochs: int = CALIBRATION_EPOCHS
-    # run the calibration runs on emulated hosts joined at this rate (`g3 train --emulate-link`: each host its own
-    # cores, as the hosts of the cluster would have) instead of as local processes; None or "local": local;
-    # "auto": AUTO_CALIBRATE_LINK where this machine can build emulated hosts, else local
-    calibrate_link: str | None = "auto"
-    # add to every prediction what its model missed at its calibration point (anchor_seconds); False: the bare model
-    anchor: bool = True
-    latency: float | None = None  # seconds per message [default: g3 simulate's]
-    # a cluster file (schema g3.cluster, stages/advise/cluster.py): its hosts give K, every worker's link, speed and
-    # device memory, in place of workers, links and device_memory
-    cluster: str | None = None
 
 
 def parse_links(text: str) -> tuple[str, ...]:
@@ -143,6 +115,135 @@ def parse_strategies(text: str | None) -> tuple[str, ...] | None:
         except G3InputError as exc:
             raise G3InputError(f"--strategies: {exc}") from None
     return names
+
+
+DEFAULT_WORKERS = (2,)
+DEFAULT_LINKS = ("1gbit",)
+DEFAULT_DEVICE_MEMORY = "16GiB"
+
+
+@dataclass
+class AdviseOptions:
+    """Everything `g3 advise` can be told: each field with a ``setting`` is its option (``g3 advise --help``)."""
+
+    workers: tuple[int, ...] | None = setting(
+        None,
+        "Worker counts to consider, e.g. 2 or 2,4,8 [default: 2].",
+        short="-w",
+        parse=parse_workers,
+        metavar="K[,K…]",
+    )
+    links: tuple[str, ...] | None = setting(
+        None,
+        "Link rates per host and direction to consider, as `g3 train --emulate-link` takes them (100mbit, "
+        "1gbit, 10gbit, …) [default: 1gbit].",
+        flag="--link",
+        parse=parse_links,
+        metavar="RATE[,RATE…]",
+    )
+    device_memory: str | None = setting(
+        None,
+        "Memory of one worker's device (24GiB, 512MiB, …): g3 and neutrontp size bins and chunks by it; "
+        "every candidate's peak memory per worker is checked against it [default: 16GiB].",
+        metavar="SIZE",
+    )
+    # a cluster file (schema g3.cluster, stages/advise/cluster.py): its hosts give K, every worker's link, speed and
+    # device memory, in place of workers, links and device_memory
+    cluster: str | None = setting(
+        None,
+        "A cluster of more than one kind of host (a g3.cluster JSON file: per host kind its count, "
+        "workers_per_host, device_memory, link and speed relative to this machine; docs/ARTIFACTS.md 'Cluster "
+        "file'): K is its workers, each worker gets its host's link, speed and memory. Replaces --workers, "
+        "--link and --device-memory.",
+        path="input",
+        metavar="FILE",
+    )
+    model: str = setting("sage", "GNN model.", choices=MODELS)
+    layers: int = setting(2, "GNN layers L.")
+    hidden: int = setting(16, "Hidden width H (per head for GAT).")
+    heads: int = setting(8, "GAT attention heads.")
+    strategies: tuple[str, ...] | None = setting(
+        None,
+        "Only these strategies [default: every registered one, each with its main variants].",
+        parse=parse_strategies,
+        metavar="S[,S…]",
+    )
+    budget: float = setting(
+        DEFAULT_BUDGET,
+        "Seconds of calibration runs on this machine at most; strategies whose run would start "
+        "after it are listed as not predicted.",
+        metavar="SECONDS",
+    )
+    calibration_epochs: int = setting(
+        CALIBRATION_EPOCHS,
+        "Epochs of each calibration run (the profile and each sampling strategy's run; the "
+        "first is dropped by the models).",
+    )
+    # run the calibration runs on emulated hosts joined at this rate (`g3 train --emulate-link`: each host its own
+    # cores, as the hosts of the cluster would have) instead of as local processes; None or "local": local;
+    # "auto": AUTO_CALIBRATE_LINK where this machine can build emulated hosts, else local
+    calibrate_link: str | None = setting(
+        "auto",
+        "Where the calibration runs run: on emulated hosts joined at RATE (`g3 train --emulate-link`: "
+        "each host its own cores, as the cluster's hosts have; needs root), or 'local' processes sharing the "
+        "machine's cores; 'auto': emulated hosts at 10gbit where this machine can build them, else local.",
+        metavar="RATE|local|auto",
+    )
+    # add to every prediction what its model missed at its calibration point (anchor_seconds); False: the bare model
+    anchor: bool = setting(
+        True,
+        "Add to every prediction what its model missed on its own calibration run (measured minus "
+        "modelled epoch there; per step for sampling models); --no-anchor: the bare model.",
+    )
+    target_epochs: int = setting(
+        DEFAULT_TARGET_EPOCHS,
+        "Epochs exact full-graph training needs to your target accuracy (one optimizer step each).",
+    )
+    convergence: str = setting(
+        DEFAULT_CONVERGENCE,
+        "How the other candidates' epochs to the target follow: 'steps', the same "
+        "optimizer steps (a mini-batch candidate with S steps an epoch needs target/S epochs), or 'epochs', the "
+        "same epochs for all (checked on a real graph: docs/BENCHMARKS.md 'Time to target').",
+        choices=tuple(CONVERGENCE_MODELS),
+    )
+    plans: str | None = setting(
+        None,
+        "Keep every candidate's partition and plan here; each ranking entry then names its plan and the "
+        "`g3 train PLAN --emulate-link RATE` command that runs it as predicted.",
+        path="output",
+        metavar="PLANS_DIR",
+    )
+    cache: str | None = setting(
+        None,
+        "Partitions, plans, the profile and calibration runs, reused by later calls while the store, model "
+        "and options are unchanged [default: OUT/cache].",
+        path="output",
+    )
+    latency: float | None = None  # seconds per message [default: g3 simulate's]
+
+    def resolved(self) -> AdviseOptions:
+        """The options with the cluster's defaults filled in: a cluster file gives the workers, links and device
+        memory (given beside it, they are refused), otherwise those not given take their defaults."""
+        if self.cluster is not None:
+            given = [
+                flag
+                for name, flag in (
+                    ("workers", "--workers"),
+                    ("links", "--link"),
+                    ("device_memory", "--device-memory"),
+                )
+                if getattr(self, name) is not None
+            ]
+            if given:
+                raise G3InputError(
+                    f"--cluster gives the workers, links and device memory: drop {', '.join(given)}"
+                )
+        return replace(
+            self,
+            workers=DEFAULT_WORKERS if self.workers is None else self.workers,
+            links=DEFAULT_LINKS if self.links is None else self.links,
+            device_memory=DEFAULT_DEVICE_MEMORY if self.device_memory is None else self.device_memory,
+        )
 
 
 def resolve_calibrate_link(text: str | None) -> str | None:
@@ -477,6 +578,7 @@ def run_advise(
     from ..common.store import GraphStore
 
     t0 = time.perf_counter()
+    options = options.resolved()
     store = Path(store)
     if not (store / "zarr.json").is_file():
         raise G3InputError("not a g3 store (no zarr.json; make one with `g3 ingest`)", path=store)

@@ -32,8 +32,10 @@ from pathlib import Path
 
 from ..common.atomic import check_result, check_work_folder, write_json_atomic
 from ..common.errors import G3InputError
+from ..common.settings import setting
 from ..common.store import GraphStore
-from ..common.strategies import REFERENCE_STRATEGY, strategy_info
+from ..common.strategies import REFERENCE_STRATEGY, knob_values, strategy_info
+from ..common.units import parse_size
 from .export import export_graph, read_graph
 from .report import print_bench
 from .runs import check_candidate, parse_spec, split_specs
@@ -47,28 +49,117 @@ INSTALL_HINT = {"pyg": "make peers", "dgl": "make peers-dgl"}
 PEER_NAMES = {"pyg": "PyG", "dgl": "DGL"}
 
 
+def parse_worker_counts(text: str) -> tuple[int, ...]:
+    """``1,2,4`` → the worker counts (each >= 1)."""
+    try:
+        ks = tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"expected a comma-separated list of integers, got {text!r}") from None
+    if not ks:
+        raise ValueError("give at least one worker count, e.g. 1,2,4")
+    if any(k < 1 for k in ks):
+        raise ValueError("worker counts must be >= 1")
+    return ks
+
+
+def parse_peers(text: str) -> tuple[str, ...]:
+    """``pyg,dgl`` (or ``none``) → the peers to run."""
+    t = str(text).strip().lower()
+    if t in ("", "none"):
+        return ()
+    out = tuple(p.strip() for p in t.split(",") if p.strip())
+    for p in out:
+        if p not in PEERS:
+            raise ValueError(f"{p!r} is not one of {', '.join(PEERS)} (or 'none')")
+    return out
+
+
+def parse_link_rates(text: str) -> tuple[str, ...]:
+    """``100mbit,1gbit`` → the emulated link rates, each once, as `g3 train --emulate-link` names them."""
+    from ..common.units import parse_rate, rate_label
+
+    return tuple(dict.fromkeys(rate_label(parse_rate(t)) for t in str(text).split(",") if t.strip()))
+
+
 @dataclass
 class BenchOptions:
-    model: str = "sage"
-    layers: int = 2
-    hidden: int = 16
-    heads: int = 8
-    workers: tuple[int, ...] = (1, 2, 4)
-    strategies: tuple[str, ...] = ("g3",)  # specs: NAME[@METHOD][{option=value,...}] (stages/bench/runs.py)
-    epochs: int = 5
-    threads: int | None = None  # total threads of every system; None: all cores
-    lr: float = 0.01
-    dropout: float = 0.5
-    pipeline: str = "multi"
-    bin_size: int | None = None
-    device_memory: int | None = None
-    peers: tuple[str, ...] = PEERS
-    single: bool = True
-    dgl_python: str | None = None
-    timeout: float = 3600.0
-    links: tuple[str, ...] = ()  # emulated link rates (`--emulate-link`): every strategy run once per rate
-    hosts: int | None = None  # emulated hosts per run (None: one per worker)
-    trace: bool = False  # `g3 train --trace`: each strategy run's hidden share of communication
+    """What `g3 bench` is told: each field with a ``setting`` is its option."""
+
+    model: str = setting(
+        "sage",
+        "GNN model of every system (the peers use their standard SAGEConv / GCNConv / GATConv).",
+        choices=("sage", "gcn", "gat"),
+    )
+    layers: int = setting(2, "Number of GNN layers.")
+    hidden: int = setting(16, "Hidden width (per head for GAT).")
+    heads: int = setting(8, "GAT attention heads.")
+    strategies: tuple[str, ...] = setting(
+        ("g3",),
+        "Training strategies to run side by side with each --workers K, comma-separated specs "
+        "NAME[@METHOD][{option=value,...}]: the strategy, the partition method (default: the strategy's own, see "
+        "`g3 plan --help`) and `g3 plan` options without the dashes, e.g. "
+        "'g3,bns-gcn,bns-gcn@chunk,bns-gcn{boundary-sample=0.1},sancus{staleness=drift:0.02,sancus-comm=p2p}'.",
+        parse=lambda text: tuple(split_specs(text)),
+        cli_default="g3",
+    )
+    workers: tuple[int, ...] = setting(
+        (1, 2, 4),
+        "Worker counts of every strategy (partition, plan, train), comma-separated.",
+        parse=parse_worker_counts,
+        cli_default="1,2,4",
+    )
+    epochs: int = setting(
+        5, "Epochs per system; the median excludes the first (warm-up) when there are several."
+    )
+    threads: int | None = setting(
+        None, "Total threads of every system (g3 splits them over its workers) [default: all cores]."
+    )
+    lr: float = setting(0.01, "Adam learning rate (every system).")
+    dropout: float = setting(0.5, "Dropout between layers (every system).")
+    pipeline: str = setting(
+        "multi",
+        "The bin schedule of g3 and the chunk pipeline of neutrontp (see g3 train --help).",
+        choices=knob_values("pipeline"),
+    )
+    bin_size: int | None = setting(
+        None, "The g3 strategy's plan: fixed nodes per bin [default: from memory]."
+    )
+    device_memory: int | None = setting(
+        None,
+        "Device memory per worker of the plans that size bins or chunks by it (g3, neutrontp), e.g. 8GiB "
+        "[default: auto].",
+        parse=parse_size,
+    )
+    peers: tuple[str, ...] = setting(
+        PEERS,
+        "Peers to run: pyg, dgl (comma-separated) or none. PyG needs `make peers`, DGL `make peers-dgl`.",
+        parse=parse_peers,
+        cli_default="pyg,dgl",
+    )
+    single: bool = setting(True, "Also run single-process g3 full-graph training (--no-single: skip it).")
+    dgl_python: str | None = setting(
+        None,
+        "Python of the DGL environment [default: $G3_DGL_PYTHON, else .venv-dgl/bin/python].",
+        path="input",
+    )
+    timeout: float = setting(3600.0, "Seconds allowed per peer run.")
+    links: tuple[str, ...] = setting(
+        (),
+        "Run every strategy on emulated hosts joined by links of each RATE (e.g. 100mbit,1gbit,10gbit; `g3 "
+        "train --emulate-link`, needs root): one table per rate, one of epoch time against the rate, and "
+        "bench-links.png. The peers and single-process g3 run once, without a network.",
+        flag="--emulate-link",
+        parse=parse_link_rates,
+        metavar="RATE[,RATE…]",
+    )
+    hosts: int | None = setting(
+        None, "With --emulate-link: emulated hosts of every run [default: one per worker]."
+    )
+    trace: bool = setting(
+        False,
+        "Train every strategy with `g3 train --trace`: the share of its communication hidden under compute "
+        "goes into bench.json (tracing costs a little time per span).",
+    )
 
 
 def median_epoch(times: list[float]) -> float | None:

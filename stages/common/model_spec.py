@@ -152,7 +152,7 @@ def bin_cost(shape: LayerShape, mlp_widths: list[int] | None = None, device: str
     """What one bin of a layer of ``shape`` holds on the device, by destination, distinct source and in-arc.
 
     Derived from what the runtime allocates for a bin (stages/runtime/strategies/g3.py, the layers of
-    stages/runtime/models and the kernels of stages/runtime/kernels.py), float32 rows and int64 indices:
+    stages/runtime/models and the kernels of stages/runtime/kernels/), float32 rows and int64 indices:
 
     * **sources**: the bin's input is one gathered row per distinct source (``x_src [n_src, d_in]``: the bin's
       destinations, then their other in-neighbours), never one per arc; with it its gradient (autograd adds

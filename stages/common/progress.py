@@ -22,17 +22,24 @@ def quiet() -> bool:
     return os.environ.get("G3_QUIET", "") not in ("", "0")
 
 
-def make_progress() -> Progress:
-    """A progress display with description, bar, count, elapsed time and ETA (to stderr)."""
+def make_progress(
+    description: str = "[bold blue]{task.description}",
+    *extra: TextColumn,
+    console: Console = console,
+    show_always: bool = False,
+) -> Progress:
+    """A progress display to stderr: description, bar, count, elapsed time, ETA and ``extra`` columns; shown on a
+    terminal (or with G3_PROGRESS=1, or ``show_always``), never with G3_QUIET."""
     return Progress(
-        TextColumn("[bold blue]{task.description}"),
+        TextColumn(description),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("•"),
         TimeElapsedColumn(),
         TextColumn("eta"),
         TimeRemainingColumn(),
+        *extra,
         console=console,
         transient=False,
-        disable=quiet() or not sys.stderr.isatty() and os.environ.get("G3_PROGRESS") != "1",
+        disable=quiet() or not (show_always or sys.stderr.isatty() or os.environ.get("G3_PROGRESS") == "1"),
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import field
 
-
 REQUIRED = object()  # a setting without a default: the command's option must be given
 
 
@@ -26,12 +25,17 @@ def setting(
     path: str | None = None,
     short: str | None = None,
     parse=None,
+    cli_default: str | None = None,
+    repeat: bool = False,
 ):
     """A dataclass field that is also a command-line option (see the module's docstring). ``default``
     :data:`REQUIRED`: the option must be given. ``flag``: the option's name when it is not ``--`` + the field's
     with dashes; ``short``: a one-letter alias; ``path``: ``"output"`` for a path the command writes (refused
-    where it would replace an input, g3cli.paths.OutputPath); ``parse``: the option's text to the field's value
-    (e.g. a size, ``8GiB``), a ValueError's message being the one-line error."""
+    where it would replace an input, g3cli.paths.OutputPath), ``"input"`` for one it reads; ``parse``: the option's text to the field's value
+    (e.g. a size, ``8GiB``), a ValueError's message being the one-line error; ``cli_default``: the text the
+    option shows and parses when not given (``"10Gbit"`` for a default of 1.25e9 bytes/s); ``show_default``: a
+    text shown instead of the default; ``repeat``: a parsed option that may be given several times (``parse``
+    gets them all; a tuple setting without ``parse`` repeats anyway)."""
     meta = {
         "help": help,
         "flag": flag,
@@ -41,6 +45,8 @@ def setting(
         "path": path,
         "short": short,
         "parse": parse,
+        "cli_default": cli_default,
+        "repeat": repeat,
     }
     if isinstance(default, (list, dict, set)):
         raise TypeError("a setting's default is immutable: a tuple, not a list")

@@ -76,6 +76,32 @@ def count_or_auto(what: str) -> Callable[[str], int | None]:
     return parse
 
 
+def one_of(*choices: str) -> Callable[[str], str]:
+    """A :class:`PlanOption` parser of one of ``choices`` (kept as the text)."""
+
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"expected {', '.join(choices[:-1])} or {choices[-1]}")
+        return text
+
+    return parse
+
+
+def on_off(text: str) -> bool:
+    """A :class:`PlanOption` parser of on | off (kept as a bool)."""
+    if text not in ("on", "off"):
+        raise ValueError("expected on or off")
+    return text == "on"
+
+
+def choice_option(name: str, default: str, choices: tuple[str, ...], help: str, **more) -> PlanOption:
+    """A `g3 plan` option ``--name`` taking one of ``choices``; ``("on", "off")`` is kept as a bool."""
+    parse = on_off if choices == ("on", "off") else one_of(*choices)
+    return PlanOption(
+        name, "--" + name.replace("_", "-"), default, help, parse=parse, metavar="|".join(choices), **more
+    )
+
+
 @dataclass(frozen=True)
 class AdviseVariant:
     """One configuration of a strategy that `g3 advise` predicts: ``plan_options`` by name as `g3 plan` takes

@@ -453,19 +453,7 @@ def _read_csv_layout(folder: Path, raw: Path) -> GraphSource:
         info["features"] = "none in source"
     if _find(raw, "edge-feat") is not None:
         info["edge_feat"] = "ignored"
-    return GraphSource(
-        name=folder.resolve().name,
-        num_nodes=num_nodes,
-        arcs=arcs,
-        path=str(folder),
-        feat_dim=feat_dim,
-        feature_blocks=feature_blocks,
-        labels=labels,
-        num_classes=num_classes,
-        expected_arcs=num_edges,
-        undirected_once=True,
-        info=info,
-    )
+    return _dataset(folder, num_nodes, num_edges, arcs, feat_dim, feature_blocks, labels, num_classes, info)
 
 
 def _read_npz_layout(folder: Path, raw: Path) -> GraphSource:
@@ -525,6 +513,25 @@ def _read_npz_layout(folder: Path, raw: Path) -> GraphSource:
         labels, num_classes = labels_from_array(arr, label_path, num_nodes)
         if isinstance(arr, NpzMember):
             arr.close()
+    return _dataset(folder, num_nodes, num_edges, arcs, feat_dim, feature_blocks, labels, num_classes, info)
+
+
+__all__ = ["detect_ogb", "read_ogb"]
+
+
+def _dataset(
+    folder: Path,
+    num_nodes: int,
+    num_edges: int,
+    arcs,
+    feat_dim: int,
+    feature_blocks,
+    labels,
+    num_classes: int,
+    info: dict,
+) -> GraphSource:
+    """An OGB dataset folder as a graph source: its arcs listed once per undirected edge (ingest adds the
+    reverse), checked against the edge count its metadata gives."""
     return GraphSource(
         name=folder.resolve().name,
         num_nodes=num_nodes,
@@ -538,6 +545,3 @@ def _read_npz_layout(folder: Path, raw: Path) -> GraphSource:
         undirected_once=True,
         info=info,
     )
-
-
-__all__ = ["detect_ogb", "read_ogb"]

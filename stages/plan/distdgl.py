@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..common.errors import G3InputError
-from ..common.strategies import PlanOption, positive_int
+from ..common.strategies import PlanOption, choice_option, positive_int
 from .boundary import plan_boundary
 from .context import PlanContext
 from .residency import DEVICE_MEMORY_RECORDED
@@ -22,18 +22,6 @@ def parse_fanouts(text: str) -> list[int]:
     if not fanouts or any(f == 0 or f < -1 for f in fanouts):
         raise ValueError("every fanout must be a positive integer or -1 (all neighbours)")
     return fanouts
-
-
-def parse_order(text: str) -> str:
-    if text not in ("local", "global", "split"):
-        raise ValueError("expected local, global or split")
-    return text
-
-
-def parse_topology(text: str) -> str:
-    if text not in ("partitioned", "replicated"):
-        raise ValueError("expected partitioned or replicated")
-    return text
 
 
 SAMPLING_OPTIONS = (
@@ -56,13 +44,11 @@ SAMPLING_OPTIONS = (
         metavar="B",
         help="Target (training) nodes per batch: per worker with --batch-order local, in all with global.",
     ),
-    PlanOption(
+    choice_option(
         "batch_order",
-        "--batch-order",
         "local",
-        parse=parse_order,
-        metavar="local|global|split",
-        help="local (DistDGL): the training nodes are split evenly, every worker the same count "
+        ("local", "global", "split"),
+        "local (DistDGL): the training nodes are split evenly, every worker the same count "
         "(N/K, own nodes first, the surplus of fuller workers moved to emptier ones), each shuffling "
         "its share every epoch. global: one permutation of all training nodes per epoch, global step "
         "s = batch s, each worker computing the targets it owns — the same batches for any K. split: "
@@ -73,13 +59,11 @@ SAMPLING_OPTIONS = (
     DEVICE_MEMORY_RECORDED,
 )
 OPTIONS = SAMPLING_OPTIONS + (
-    PlanOption(
+    choice_option(
         "topology",
-        "--topology",
         "partitioned",
-        parse=parse_topology,
-        metavar="partitioned|replicated",
-        help="distdgl: partitioned (DistDGL: a node's in-edges live with its owner, so a worker asks "
+        ("partitioned", "replicated"),
+        "distdgl: partitioned (DistDGL: a node's in-edges live with its owner, so a worker asks "
         "the owners' sampling servers for its remote frontier nodes) or replicated "
         "(the plan holds the store's whole CSR once, topology/, memory-mapped by every worker: "
         "sampling needs no communication; features are still fetched). Same samples, same model.",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..common.strategies import PlanOption
+from ..common.strategies import PlanOption, choice_option
 from .context import PlanContext
 from .distdgl import SAMPLING_OPTIONS, check_sampling
 from .distdgl import plan as plan_distdgl
@@ -20,12 +20,6 @@ def parse_batch_order(text: str) -> str:
     if text not in BATCH_ORDERS:
         raise ValueError("hopgnn takes global or local-only (distdgl and bytegnn: local or global)")
     return text
-
-
-def parse_on_off(text: str) -> bool:
-    if text not in ("on", "off"):
-        raise ValueError("expected on or off")
-    return text == "on"
 
 
 def parse_merge(text: str) -> str | int:
@@ -73,13 +67,11 @@ OPTIONS = (
         "server trains only its own training nodes, a per-epoch shuffle of them cut into batches of "
         "ceil(B/K): a different model).",
     ),
-    PlanOption(
+    choice_option(
         "pregather",
-        "--pregather",
         "on",
-        parse=parse_on_off,
-        metavar="on|off",
-        help="hopgnn: on (HopGNN §5.2): each server fetches the deduplicated remote features of all of "
+        ("on", "off"),
+        "hopgnn: on (HopGNN §5.2): each server fetches the deduplicated remote features of all of "
         "an iteration's micrographs in one request per peer before its first time step; off: every "
         "time step fetches its own (a row needed at two steps is fetched twice). Same model.",
     ),
@@ -94,13 +86,11 @@ OPTIONS = (
         "merge one more step each epoch from the third on (the second, unmerged, is the baseline; the first is a warm-up) while the epoch time (the slowest "
         "rank's) falls, then go back one and freeze; off = K time steps. Same model.",
     ),
-    PlanOption(
+    choice_option(
         "migrate",
-        "--migrate",
         "on",
-        parse=parse_on_off,
-        metavar="on|off",
-        help="hopgnn: on = between time steps every model moves to its next server with its parameters "
+        ("on", "off"),
+        "hopgnn: on = between time steps every model moves to its next server with its parameters "
         "and accumulated gradients (what HopGNN sends; counted as the 'migrate' phase); off = each "
         "server keeps accumulating its own gradients (the replicas are identical within an "
         "iteration, so the sum is the same). Same model.",

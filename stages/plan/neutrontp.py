@@ -27,26 +27,17 @@ from ..common.atomic import write_json_atomic
 from ..common.errors import G3InputError
 from ..common.npy import npy_manifest
 from ..common.plan_topology import write_csr
-from ..common.strategies import PlanOption, count_or_auto
+from ..common.strategies import PlanOption, choice_option, count_or_auto
 from ..common.tensor_parallel import chunk_bounds, collectives, first_use, owner_bounds
 from .context import PlanContext
 from .residency import DEVICE_MEMORY, auto_device_memory, residency_record, tensor_parallel_bytes
 
-
-def parse_tp(text: str) -> str:
-    if text not in ("naive", "decoupled"):
-        raise ValueError("expected naive or decoupled")
-    return text
-
-
 OPTIONS = (
-    PlanOption(
+    choice_option(
         "tp",
-        "--tp",
         "naive",
-        parse=parse_tp,
-        metavar="naive|decoupled",
-        help="neutrontp: naive = tensor parallelism per layer (aggregate the column slice over the whole "
+        ("naive", "decoupled"),
+        "neutrontp: naive = tensor parallelism per layer (aggregate the column slice over the whole "
         "graph, all-to-all to row blocks, the dense update on owned rows, all-to-all back; exact); "
         "decoupled = the decoupled GCN (an MLP on row blocks, one split, L propagation rounds on "
         "column slices, one gather: 4 collectives per epoch whatever L; a different model, dgcn).",

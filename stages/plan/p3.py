@@ -12,20 +12,18 @@ from pathlib import Path
 
 from ..common.errors import G3InputError
 from ..common.partition_artifact import partition_layouts
-from ..common.strategies import PlanOption
+from ..common.strategies import choice_option
 from ..common.tensor_parallel import feature_columns
 from .context import PlanContext
-from .distdgl import SAMPLING_OPTIONS, check_sampling, parse_topology
+from .distdgl import SAMPLING_OPTIONS, check_sampling
 from .distdgl import plan as plan_distdgl
 
 OPTIONS = SAMPLING_OPTIONS + (
-    PlanOption(
+    choice_option(
         "topology",
-        "--topology",
         "partitioned",
-        parse=parse_topology,
-        metavar="partitioned|replicated",
-        help="p3 (P3 §3.1): partitioned = a node's in-edges live with its hash owner, whose sampling server "
+        ("partitioned", "replicated"),
+        "p3 (P3 §3.1): partitioned = a node's in-edges live with its hash owner, whose sampling server "
         "answers for it (structure only: P3 never moves features); replicated = the plan holds the "
         "whole CSR once (topology/), memory-mapped by every worker, so sampling needs no "
         "communication (P3's choice when the structure fits in memory). Same samples, same model.",

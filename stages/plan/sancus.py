@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.strategies import PlanOption
+from ..common.strategies import PlanOption, choice_option
 from .boundary import plan_boundary, save_table
 from .context import PlanContext
 from .residency import DEVICE_MEMORY_RECORDED
@@ -38,15 +38,6 @@ def parse_staleness(text: str) -> dict:
     return {"policy": policy, "bound": x}
 
 
-def _choice(*choices):
-    def parse(text: str) -> str:
-        if text not in choices:
-            raise ValueError(f"choose from {', '.join(choices)}")
-        return text
-
-    return parse
-
-
 def _clip(text: str) -> float:
     try:
         x = float(text)
@@ -58,13 +49,11 @@ def _clip(text: str) -> float:
 
 
 OPTIONS = (
-    PlanOption(
+    choice_option(
         "sancus_comm",
-        "--sancus-comm",
         "broadcast",
-        parse=_choice("broadcast", "p2p"),
-        metavar="broadcast|p2p",
-        help="How embeddings move. 'broadcast' (the thesis's): per layer each worker in turn broadcasts "
+        ("broadcast", "p2p"),
+        "How embeddings move. 'broadcast' (the thesis's): per layer each worker in turn broadcasts "
         "its whole block of rows, or skips while stale, so every worker receives (K-1)/K x N rows per "
         "layer; 'p2p': g3's sparse peer-to-peer messages of the boundary rows, a stale owner's replaced by "
         "a one-word header.",
@@ -84,13 +73,11 @@ OPTIONS = (
         "since the last send exceeds X (--drift-norm). epoch:0 = exact full-graph training. Layer-0 "
         "features are static and fetched once; backward gradients are exchanged every epoch.",
     ),
-    PlanOption(
+    choice_option(
         "drift_norm",
-        "--drift-norm",
         "fro",
-        parse=_choice("fro", "max"),
-        metavar="fro|max",
-        help="For drift:X, the norm of the change, relative to the last sent rows: 'fro' = Frobenius "
+        ("fro", "max"),
+        "For drift:X, the norm of the change, relative to the last sent rows: 'fro' = Frobenius "
         "(||H - H_sent||_F / ||H_sent||_F; the thesis leaves the norm open), 'max' = largest absolute "
         "change over the largest absolute value.",
     ),

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..common.atomic import check_result, check_work_folder, write_json_atomic
 from ..common.errors import G3InputError
+from ..common.settings import setting
 from .calibration import LINK_SHARE, MESSAGE_SECONDS
 from .engine import Deadlock, Engine, Network
 from .profile import Rates
@@ -32,29 +33,6 @@ from .workload import Workload
 SIM_SCHEMA = "g3.simulate"
 SIM_VERSION = 2  # 2: the layer-barrier baseline is bns-gcn; sancus-broadcast, sancus-p2p
 DEFAULT_SCALING = (2, 4, 8, 16)
-
-
-@dataclass
-class SimulateOptions:
-    workers: int | None = None  # None: the plan's
-    bandwidth: float = 10e9 / 8  # bytes per second per link direction
-    latency: float = MESSAGE_SECONDS  # seconds per message (calibration.py)
-    profile: str | None = None
-    pipelines: tuple[str, ...] = ("none", "intra", "inter", "multi")
-    baselines: bool = True
-    boundary_sample: float = 1.0  # bns-gcn's P
-    staleness_epochs: int = 1  # sancus's epoch:N
-    scaling: tuple[int, ...] = DEFAULT_SCALING
-    cache: str | None = None
-    run: str | None = None  # sampling strategies: the run their model is calibrated on
-    link_share: float = LINK_SHARE  # of a link's bytes that are payload (calibration.py)
-    hosts: int | None = None  # full-graph plans: hosts the K workers run on (None: one per worker)
-    # a cluster of unlike hosts (`g3 advise --cluster`): per rank of the K workers its compute speed relative to
-    # the profiled machine, its host's link rate (bytes/s per direction, as ``bandwidth``) and its host (full-graph
-    # plans: ranks of one host share its link and talk over its loopback); None: uniform, as without them
-    worker_speed: tuple[float, ...] | None = None
-    worker_bandwidth: tuple[float, ...] | None = None
-    worker_hosts: tuple[int, ...] | None = None
 
 
 _BW_UNITS = {
@@ -127,6 +105,111 @@ def parse_workers_list(text: str) -> tuple[int, ...]:
     if any(k < 1 for k in ks):
         raise ValueError("worker counts must be >= 1")
     return ks
+
+
+def parse_pipelines(values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--pipeline`` values, repeated or comma-separated, in order, each once (none given: every schedule)."""
+    out: list[str] = []
+    for v in values or (",".join(SCHEDULES),):
+        for p in v.split(","):
+            p = p.strip()
+            if p not in SCHEDULES:
+                raise ValueError(f"{p!r} is not one of {', '.join(SCHEDULES)}")
+            if p not in out:
+                out.append(p)
+    return tuple(out)
+
+
+@dataclass
+class SimulateOptions:
+    """What `g3 simulate` is told: each field with a ``setting`` is its option."""
+
+    workers: int | None = setting(
+        None,
+        "Worker count K to simulate [default: the plan's]. Another K partitions and plans the plan's store "
+        "again (same method, model and bins) into the --cache folder.",
+        short="-w",
+    )
+    bandwidth: float = setting(
+        10e9 / 8,
+        "Link bandwidth per worker and direction, e.g. 10Gbit, 100Gbit, 1.25GB (bytes/s), inf.",
+        parse=parse_bandwidth,
+        cli_default="10Gbit",
+    )  # bytes per second per link direction
+    latency: float = setting(
+        MESSAGE_SECONDS,
+        "One-way latency per message, e.g. 50us, 0.2ms, 0.",
+        parse=parse_latency,
+        cli_default="100us",
+        show_default="100us: a gloo message on this machine, calibration.py",
+    )
+    link_share: float = setting(
+        LINK_SHARE,
+        "Share of each link's bytes that carry payload (headers take the rest; "
+        "stages/simulate/calibration.py).",
+        show_default="0.956: TCP over Ethernet, MTU 1500",
+    )
+    hosts: int | None = setting(
+        None,
+        "Hosts the K workers run on, K/H consecutive ranks each, talking over the host's loopback and "
+        "sharing its link, as `g3 train --emulate-link --hosts` [default: one per worker; full-graph plans "
+        "only].",
+    )
+    profile: str | None = setting(
+        None,
+        "PROFILE.json from `g3 train PLAN --profile PROFILE.json` (seconds per arc / node / bin per layer "
+        "on the real runtime). Without it, placeholder rates (not calibrated).",
+        path="input",
+    )
+    pipelines: tuple[str, ...] = setting(
+        tuple(SCHEDULES),
+        "g3 schedules to simulate (repeat or comma-separate): none, intra, inter, multi "
+        "[default: all four]. A neutrontp plan: 'none' simulates the bulk collectives, any other value the "
+        "inter-chunk pipeline (neutrontp-TP and neutrontp-TP+pipe; both by default).",
+        flag="--pipeline",
+        parse=parse_pipelines,
+        repeat=True,
+    )
+    baselines: bool = setting(
+        True,
+        "Also simulate the other strategies on the same partitions and rates — bns-gcn "
+        "(layer-synchronous, whole partition: BNS-GCN, NeutronStar as G3 ran it), sancus-broadcast and "
+        "sancus-p2p (SANCUS, --staleness epoch:N) — and the L-hop halo-replication baseline (DistGNN/ROC). Not "
+        "beside a neutrontp plan (a feature split has no vertex partition: simulate a g3 plan of the store).",
+    )
+    boundary_sample: float = setting(
+        1.0, "bns-gcn's sampling ratio P: the hidden layers' boundary rows (and their gradients) scale by P."
+    )
+    staleness_epochs: int = setting(
+        1,
+        "sancus's epoch:N: hidden layers' rows move every N+1 epochs; the epoch reported is the mean of a "
+        "sending epoch and N skipping ones.",
+    )
+    scaling: tuple[int, ...] = setting(
+        DEFAULT_SCALING,
+        "Worker counts of the scaling table (like the paper's Figs. 7-11, 16, 17): a list, a "
+        "range of powers of two (2-16), or 'none'. Each K is partitioned and planned once into --cache.",
+        parse=parse_workers_list,
+        cli_default="2,4,8,16",
+    )
+    run: str | None = setting(
+        None,
+        "A mini-batch strategy's plan (distdgl, bytegnn, clustergcn, p3, hopgnn): a run of PLAN whose "
+        "metrics calibrate the model of a step (seconds per sampled arc and per source row, remote share; "
+        "docs/DESIGN.md 'Simulator').",
+        path="input",
+    )
+    cache: str | None = setting(
+        None,
+        "Folder for the partitions and plans of other worker counts [default: PLAN.simcache].",
+        path="output",
+    )
+    # a cluster of unlike hosts (`g3 advise --cluster`): per rank of the K workers its compute speed relative to
+    # the profiled machine, its host's link rate (bytes/s per direction, as ``bandwidth``) and its host (full-graph
+    # plans: ranks of one host share its link and talk over its loopback); None: uniform, as without them
+    worker_speed: tuple[float, ...] | None = None
+    worker_bandwidth: tuple[float, ...] | None = None
+    worker_hosts: tuple[int, ...] | None = None
 
 
 # ------------------------------------------------------------------------------------------------------------

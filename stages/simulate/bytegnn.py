@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..common.errors import G3InputError
 from ..common.run_artifact import load_run_meta, read_metrics
-from .minibatch import MiniBatchProfile, remote_share, run_minibatch_simulation
+from .minibatch import MiniBatchProfile, epoch_result, remote_share, run_minibatch_simulation
 from .scaling import scaling_rows
 
 
@@ -75,7 +75,6 @@ def simulate_bytegnn(
     ÷ its speed, its remote bytes from its peers evenly at the slower link of each pair; the slowest worker's
     step bounds every step."""
     from . import Network, allreduce_seconds
-    from .minibatch import mean_of
 
     net = net or Network(bandwidth, latency)
     latency = net.latency
@@ -127,27 +126,23 @@ def simulate_bytegnn(
         }
         for r, x in enumerate(per)
     ]
-    return {
-        "system": name,
-        "workers_count": k,
-        "epoch_seconds": epoch,
-        "throughput": p.num_train / epoch if epoch > 0 else None,
-        "allreduce_seconds": steps * allreduce,
-        "step_seconds": 0.0,
-        "bytes_per_epoch": int(steps * remote_bytes * k),
-        "busy_max": max(w["busy"] for w in workers),
-        "busy_mean": mean_of(w["busy"] for w in workers),
-        "comm_wait_mean": 0.0,
-        "idle_mean": mean_of(w["idle"] for w in workers),
-        "steps": steps,
-        "step_parts": {
+    return epoch_result(
+        name,
+        k,
+        epoch,
+        p.num_train,
+        steps,
+        allreduce,
+        int(steps * remote_bytes * k),
+        workers,
+        comm_wait_mean=0.0,
+        step_parts={
             **{key: slowest[key] for key in ("sampling_cpu", "dag_latency", "period", "compute", "network")},
             "allreduce": allreduce,
             "dags_in_flight": dags,
             "threads": threads,
         },
-        "workers": workers,
-    }
+    )
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:

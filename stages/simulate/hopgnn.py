@@ -39,7 +39,7 @@ from pathlib import Path
 
 from ..common.errors import G3InputError
 from ..common.run_artifact import load_run_meta, read_metrics
-from .minibatch import MiniBatchProfile, remote_share, run_minibatch_simulation
+from .minibatch import MiniBatchProfile, epoch_result, remote_share, run_minibatch_simulation
 from .scaling import scaling_rows
 
 _ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
@@ -124,7 +124,6 @@ def simulate_hopgnn(
     compute ÷ its speed, its fetched rows from its peers evenly at the slower link of each pair, the migrations
     (every server at once) at the slowest link; the slowest server's iteration bounds every iteration."""
     from . import Network, allreduce_seconds
-    from .minibatch import mean_of
 
     net = net or Network(bandwidth, latency)
     latency = net.latency
@@ -169,25 +168,21 @@ def simulate_hopgnn(
         }
         for r, (_, _, c, n) in enumerate(per)
     ]
-    return {
-        "system": name,
-        "workers_count": k,
-        "epoch_seconds": epoch,
-        "throughput": p.num_train / epoch if epoch > 0 else None,
-        "allreduce_seconds": steps * allreduce,
-        "step_seconds": 0.0,
-        "bytes_per_epoch": round(sent * k),
-        "busy_max": max(w["busy"] for w in workers),
-        "busy_mean": mean_of(w["busy"] for w in workers),
-        "comm_wait_mean": mean_of(w["comm_wait"] for w in workers),
-        "idle_mean": mean_of(w["idle"] for w in workers),
-        "steps": steps,
-        "time_steps": t_steps,
-        "merged_steps": merged,
-        "feature_bytes_per_epoch": round(steps * feature_bytes * k),
-        "migrated_bytes_per_epoch": round(steps * migrate_bytes * k),
-        "miss_rate": miss_share(p, h, k, merged),
-        "step_parts": {
+    return epoch_result(
+        name,
+        k,
+        epoch,
+        p.num_train,
+        steps,
+        allreduce,
+        round(sent * k),
+        workers,
+        time_steps=t_steps,
+        merged_steps=merged,
+        feature_bytes_per_epoch=round(steps * feature_bytes * k),
+        migrated_bytes_per_epoch=round(steps * migrate_bytes * k),
+        miss_rate=miss_share(p, h, k, merged),
+        step_parts={
             "prepare": prepare,
             "compute": compute,
             "network": network,
@@ -195,8 +190,7 @@ def simulate_hopgnn(
             "allreduce": allreduce,
             "rounds": rounds,
         },
-        "workers": workers,
-    }
+    )
 
 
 def auto_merged(

@@ -115,6 +115,38 @@ def remote_share(p: MiniBatchProfile, k: int) -> float:
     return min(1.0, p.remote_share * random_share / ((p.workers - 1) / p.workers))
 
 
+def epoch_result(
+    system: str,
+    k: int,
+    epoch: float,
+    seeds: int,
+    steps: int,
+    allreduce: float,
+    bytes_per_epoch: int,
+    workers: list[dict],
+    **figures,
+) -> dict:
+    """A step model's simulated epoch as simulate.json keeps a system's: the figures every model has, from its
+    epoch time, step count, all-reduce time and per-worker records (``busy``, ``comm_wait``, ``idle``), then the
+    model's own ``figures`` (which may replace one of them), then the workers."""
+    return {
+        "system": system,
+        "workers_count": k,
+        "epoch_seconds": epoch,
+        "throughput": seeds / epoch if epoch > 0 else None,
+        "allreduce_seconds": steps * allreduce,
+        "step_seconds": 0.0,
+        "bytes_per_epoch": bytes_per_epoch,
+        "busy_max": max(w["busy"] for w in workers),
+        "busy_mean": mean_of(w["busy"] for w in workers),
+        "comm_wait_mean": mean_of(w.get("comm_wait", 0.0) for w in workers),
+        "idle_mean": mean_of(w["idle"] for w in workers),
+        "steps": steps,
+        **figures,
+        "workers": workers,
+    }
+
+
 def mean_of(values) -> float:
     """The mean of ``values``; exactly the value when they are all equal (a uniform cluster's numbers stay
     bit for bit what one worker's were)."""
@@ -168,22 +200,17 @@ def simulate_minibatch(p: MiniBatchProfile, k: int, bandwidth: float, latency: f
         }
         for r, (_, _, c, n) in enumerate(per)
     ]
-    return {
-        "system": p.strategy,
-        "workers_count": k,
-        "epoch_seconds": epoch,
-        "throughput": p.num_train / epoch if epoch > 0 else None,
-        "allreduce_seconds": steps * allreduce,
-        "step_seconds": 0.0,
-        "bytes_per_epoch": int(steps * remote_bytes * k),
-        "busy_max": max(w["busy"] for w in workers),
-        "busy_mean": mean_of(w["busy"] for w in workers),
-        "comm_wait_mean": mean_of(w["comm_wait"] for w in workers),
-        "idle_mean": mean_of(w["idle"] for w in workers),
-        "steps": steps,
-        "step_parts": {"prepare": prepare, "compute": compute, "network": comm, "allreduce": allreduce},
-        "workers": workers,
-    }
+    return epoch_result(
+        p.strategy,
+        k,
+        epoch,
+        p.num_train,
+        steps,
+        allreduce,
+        int(steps * remote_bytes * k),
+        workers,
+        step_parts={"prepare": prepare, "compute": compute, "network": comm, "allreduce": allreduce},
+    )
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:

@@ -52,7 +52,7 @@ from pathlib import Path
 from ..common.errors import G3InputError
 from ..common.knobs import prefetch_depth
 from ..common.run_artifact import load_run_meta, read_metrics
-from .minibatch import run_minibatch_simulation
+from .minibatch import epoch_result, run_minibatch_simulation
 from .scaling import scaling_rows
 
 ITEM = 4  # bytes of a modelled value (float32), as the other models
@@ -151,7 +151,6 @@ def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipeline
     bytes to and from its peers evenly at the slower link of each pair; the phases synchronise every worker
     (a worker's partials and gradients are every owner's), so each phase is the slowest worker's."""
     from . import Network, allreduce_seconds
-    from .minibatch import mean_of
 
     net = net or Network(bandwidth, latency)
     lat = net.latency if k > 1 else 0.0
@@ -211,21 +210,17 @@ def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipeline
                 "bytes_sent": steps * sent,
             }
         )
-    return {
-        "system": "p3-pipelined" if pipelined else "p3",
-        "workers_count": k,
-        "epoch_seconds": epoch,
-        "throughput": p.num_train / epoch if epoch > 0 else None,
-        "allreduce_seconds": steps * allreduce,
-        "step_seconds": 0.0,
-        "bytes_per_epoch": round(steps * sent * k),
-        "busy_max": max(w["busy"] for w in workers),
-        "busy_mean": mean_of(w["busy"] for w in workers),
-        "comm_wait_mean": mean_of(w["comm_wait"] for w in workers),
-        "idle_mean": mean_of(w["idle"] for w in workers),
-        "steps": steps,
-        "bytes_per_step": {**bytes_, "allreduce": 2 * (k - 1) / k * p.replicated * ITEM},
-        "step_parts": {
+    return epoch_result(
+        "p3-pipelined" if pipelined else "p3",
+        k,
+        epoch,
+        p.num_train,
+        steps,
+        allreduce,
+        round(steps * sent * k),
+        workers,
+        bytes_per_step={**bytes_, "allreduce": 2 * (k - 1) / k * p.replicated * ITEM},
+        step_parts={
             key: phase[key]
             for key in (
                 "sampling",
@@ -238,8 +233,7 @@ def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipeline
             )
         }
         | {"allreduce": allreduce},
-        "workers": workers,
-    }
+    )
 
 
 def train_seconds(

@@ -2,38 +2,25 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import TextColumn
+
+from ..common.progress import make_progress, quiet
 
 
 class LiveDisplay:
     def __init__(self, world: int, epochs: int, start: int):
         self.console = Console(stderr=True)
-        quiet = os.environ.get("G3_QUIET", "") not in ("", "0")
-        self.progress = Progress(
-            TextColumn(f"[bold blue]training ({world} worker{'s' if world > 1 else ''})"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
+        self.quiet = quiet()
+        self.progress = make_progress(
+            f"[bold blue]training ({world} worker{'s' if world > 1 else ''})",
             TextColumn("{task.fields[status]}"),
             console=self.console,
-            disable=quiet or not sys.stderr.isatty(),
         )
         self.task = self.progress.add_task("train", total=epochs, completed=start, status="")
         self.progress.start()
-        self.quiet = quiet
 
     def update(self, r: dict) -> None:
         parts = [f"loss {r['loss']:.4f}", f"{r['epoch_seconds']:.2f}s/epoch"]

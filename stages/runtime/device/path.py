@@ -1,7 +1,7 @@
 """The device path on any device: a resident worker computes with the kernels its device runs.
 
 A worker whose partition lives on its device (``WorkerContext.resident``) runs every aggregation, gather and
-the loss through torch operations — the ``sparse`` backend of ``stages/runtime/kernels.py`` (CSR products,
+the loss through torch operations — the ``sparse`` backend of ``stages/runtime/kernels/`` (CSR products,
 the fastest measured on a GPU) and torch's cross-entropy — which is what CUDA runs. On a GPU that is the
 default anyway; forced on the CPU
 (``g3 train --residency device``) the same code runs there, so the tests check the device path's results

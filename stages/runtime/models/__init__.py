@@ -87,7 +87,7 @@ class GNNModel(nn.Module):
         layer = self.layers[l]
         if isinstance(layer, DecoupledMLP):
             return layer.forward_rows(x_src[: block.n_dst], block.dst_global, epoch, dropout, seed, training)
-        return self._activate(
+        return self.activate(
             l,
             layer(block, x_src, static_input=static_input),
             block.dst_global,
@@ -112,7 +112,7 @@ class GNNModel(nn.Module):
         (SAGE: the mean over in-neighbours; GCN: the normalised sum with the self-loop) and, for SAGE, the
         nodes' own input rows ``x_dst [n, widths[l]]``; then the activation and dropout of ``node_ids``.
         The same value as :meth:`layer_forward` on the whole neighbourhood (aggregate-first)."""
-        return self._activate(l, self.layers[l].combine(x_dst, agg), node_ids, epoch, dropout, seed, training)
+        return self.activate(l, self.layers[l].combine(x_dst, agg), node_ids, epoch, dropout, seed, training)
 
     def reads_rows(self, l: int) -> bool:
         """Layer ``l`` can read its sources from the layer's input rows itself (:meth:`layer_forward_rows`)."""
@@ -133,7 +133,7 @@ class GNNModel(nn.Module):
         """:meth:`layer_forward` with ``x_src = h[src]`` read by the aggregation from ``h`` itself, no gathered
         copy; ``x_dst = h[dst]`` (``[n_dst, widths[l]]``). Forward only (no gradient reaches ``h``); the aggregation
         makes the same sums in the same order as on gathered rows. Only where :meth:`reads_rows` says so."""
-        return self._activate(
+        return self.activate(
             l,
             self.layers[l].forward_rows(block, h, src, x_dst),
             block.dst_global,
@@ -166,7 +166,7 @@ class GNNModel(nn.Module):
         agg = layer.aggregate_rows(block, h, src).requires_grad_(need_src_grad)
         x_dst = x_dst.detach().requires_grad_(need_src_grad)
         with torch.enable_grad():
-            y = self._activate(l, layer.combine(x_dst, agg), block.dst_global, epoch, dropout, seed, True)
+            y = self.activate(l, layer.combine(x_dst, agg), block.dst_global, epoch, dropout, seed, True)
         torch.autograd.backward(y, grad_out)
         if not need_src_grad:
             return None
@@ -212,18 +212,6 @@ class GNNModel(nn.Module):
         """What follows layer ``l``'s linear part: ReLU and the dropout of ``node_ids`` for a hidden layer,
         nothing for the last. A runtime that computes a layer's pre-activation itself (P3 sums partial
         products from every worker) applies it with this."""
-        return self._activate(l, h, node_ids, epoch, dropout, seed, training)
-
-    def _activate(
-        self,
-        l: int,
-        h: torch.Tensor,
-        node_ids: torch.Tensor,
-        epoch: int,
-        dropout: float,
-        seed: int,
-        training: bool,
-    ) -> torch.Tensor:
         if l < self.num_layers - 1 and getattr(self.layers[l], "activated", True):
             if (
                 training and dropout > 0.0

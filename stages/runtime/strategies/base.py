@@ -307,3 +307,26 @@ def step_only(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]
     finally:
         for p, g in hidden:
             p.grad = g
+
+
+class WholePartitionStrategy(Strategy):
+    """A full-graph strategy whose one step computes every owned node at once: ``_forward(epoch, training)``
+    returns the owned rows' logits, and the strategy keeps ``labels``, ``train_rows``, ``global_train`` and
+    ``splits`` (the layer-synchronous strategies, neutrontp)."""
+
+    def forward(self, epoch: int, step: int, micro: int = 0) -> StepOutput:
+        self.epoch = epoch
+        logits = self._forward(epoch, training=True)
+        return StepOutput(logits, self.labels, self.train_rows, self.global_train)
+
+    def infer(self) -> Inference:
+        with torch.no_grad():
+            logits = self._forward(self.epoch, training=False)
+        self.after_inference()
+        return Inference(logits, self.labels, self.splits)
+
+    def after_inference(self) -> None:
+        """Drop what an inference pass left behind (nothing by default)."""
+
+    def _forward(self, epoch: int, training: bool) -> torch.Tensor:
+        raise NotImplementedError

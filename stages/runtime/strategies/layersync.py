@@ -21,10 +21,10 @@ import torch
 from ..block import Block
 from ..inference import exchange_boundary_rows, per_peer_ids
 from ..kernels import add_rows_at, take_rows_at
-from .base import Inference, StepOutput, Strategy, WorkerContext, labelled_rows, owned_splits
+from .base import WholePartitionStrategy, WorkerContext, labelled_rows, owned_splits
 
 
-class LayerSyncStrategy(Strategy):
+class LayerSyncStrategy(WholePartitionStrategy):
     owner_dropout = (
         True  # dropout applied by the owner (in the layer); False: by the receiver (input_transform)
     )
@@ -95,17 +95,6 @@ class LayerSyncStrategy(Strategy):
         """What layer ``li`` reads of its input rows (owned then remote); identity unless the strategy applies
         something at the receiver (SANCUS: the current epoch's dropout mask on cached rows)."""
         return x
-
-    # --- the interface ----------------------------------------------------------------------------------
-    def forward(self, epoch: int, step: int, micro: int = 0) -> StepOutput:
-        self.epoch = epoch
-        logits = self._forward(epoch, training=True)
-        return StepOutput(logits, self.labels, self.train_rows, self.global_train)
-
-    def infer(self) -> Inference:
-        with torch.no_grad():
-            logits = self._forward(self.epoch, training=False)
-        return Inference(logits, self.labels, self.splits)
 
     def _layer0_input(self) -> torch.Tensor:
         if self.x0 is None:

@@ -36,7 +36,7 @@ from ...common.tensor_parallel import slice_widths
 from ..kernels import add_rows_at
 from ..tensor_parallel import ChunkAggregation, ChunkRouting, column_bounds
 from ..threads import helper_executor
-from .base import Inference, StepOutput, Strategy, WorkerContext, labelled_rows
+from .base import WholePartitionStrategy, WorkerContext, labelled_rows
 
 SPLIT_CODES = {"train": 1, "valid": 2, "test": 3}
 
@@ -89,7 +89,7 @@ def load_chunks(plan_dir, plan_meta: dict, k: int) -> tuple[np.ndarray, np.ndarr
     return bounds, ob, first
 
 
-class NeutronTPStrategy(Strategy):
+class NeutronTPStrategy(WholePartitionStrategy):
     name = "neutrontp"
 
     def __init__(self, ctx: WorkerContext, model):
@@ -281,16 +281,8 @@ class NeutronTPStrategy(Strategy):
         return cols[self.rank + 1] - cols[self.rank]
 
     # --- the interface ----------------------------------------------------------------------------------
-    def forward(self, epoch: int, step: int, micro: int = 0) -> StepOutput:
-        self.epoch = epoch
-        logits = self._forward(epoch, training=True)
-        return StepOutput(logits, self.labels, self.train_rows, self.global_train)
-
-    def infer(self) -> Inference:
-        with torch.no_grad():
-            logits = self._forward(self.epoch, training=False)
+    def after_inference(self) -> None:
         self.saved = []
-        return Inference(logits, self.labels, self.splits)
 
     def _forward(self, epoch: int, training: bool) -> torch.Tensor:
         self._ensure_inputs()
