@@ -496,7 +496,11 @@ class TableReceiver:
 
     def _consume(self, item, consume) -> None:
         """``consume(nodes, rows, m)`` for an arrived message (``m``: its index in the table's message order)."""
-        buf, nodes, key, m, _t_post, _t_done = self._take(item)
+        self._unpack(self._take(item), consume)
+
+    def _unpack(self, taken, consume) -> None:
+        """``consume(nodes, rows, m)`` for a message taken from the queue, timed as its unpack span."""
+        buf, nodes, key, m, _t_post, _t_done = taken
         t0 = now_us()
         consume(nodes, buf, m)
         self.tr.tracer.span(
@@ -534,18 +538,8 @@ class TableReceiver:
             except queue.Empty:
                 item = self.wait_one()
             arrived.append(self._take(item))
-        for buf, nodes, key, m, _t_post, _t_done in sorted(arrived, key=lambda it: it[3]):
-            t0 = now_us()
-            consume(nodes, buf, m)
-            self.tr.tracer.span(
-                "unpack",
-                f"{self.label} ← {key[1]}",
-                t0,
-                now_us(),
-                step=key[3],
-                peer=key[1],
-                thread=threading.current_thread().name,
-            )
+        for taken in sorted(arrived, key=lambda it: it[3]):
+            self._unpack(taken, consume)
 
     def wait_one(self):
         """Block until the next message of this table arrives (counted as waiting time)."""

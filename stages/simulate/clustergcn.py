@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +52,7 @@ from ..common.atomic import write_json_atomic
 from ..common.errors import G3InputError
 from ..common.knobs import prefetch_depth
 from ..common.run_artifact import load_run_meta, read_metrics
+from .minibatch import run_calibrated_result
 from .scaling import scaling_rows
 
 SCALAR_VALUES = 2  # an int64 or float64 scalar all-reduced per collective, in float32 values
@@ -419,14 +420,4 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
         "assumes rates independent of K and batch size (no contention between the sampler and compute threads "
         "or between workers sharing cores); Python work outside the timed spans (loss, blocks) left out",
     ]
-    return {
-        "plan": str(plan.resolve()),
-        "simulated_plan": str(plan.resolve()),
-        "workers": k,
-        "num_nodes": int(meta["store"]["num_nodes"]),
-        "model": meta["config"],
-        "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency},
-        "rates": {"source": f"run {run}", "notes": notes, "profile": asdict(p)},
-        "systems": [main],
-        "scaling": scaling,
-    }, None
+    return run_calibrated_result(plan, meta, k, options, run, notes, p, [main], scaling), None

@@ -115,6 +115,23 @@ def remote_share(p: MiniBatchProfile, k: int) -> float:
     return min(1.0, p.remote_share * random_share / ((p.workers - 1) / p.workers))
 
 
+def run_calibrated_result(
+    plan: Path, meta: dict, k: int, options, run, notes: list[str], profile, systems: list, scaling: list
+) -> dict:
+    """simulate.json's body for a model calibrated on a run of the plan (``rates.profile``: its fitted rates)."""
+    return {
+        "plan": str(plan.resolve()),
+        "simulated_plan": str(plan.resolve()),
+        "workers": k,
+        "num_nodes": int(meta["store"]["num_nodes"]),
+        "model": meta["config"],
+        "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency},
+        "rates": {"source": f"run {run}", "notes": notes, "profile": asdict(profile)},
+        "systems": systems,
+        "scaling": scaling,
+    }
+
+
 def epoch_result(
     system: str,
     k: int,
@@ -246,14 +263,4 @@ def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict
         "assumes per-arc and per-row rates independent of K (no contention) and no imbalance between workers",
         "remote share of source rows grows as a random partition's (K-1)/K, scaled to the run's measured share",
     ]
-    return {
-        "plan": str(plan.resolve()),
-        "simulated_plan": str(plan.resolve()),
-        "workers": k,
-        "num_nodes": int(meta["store"]["num_nodes"]),
-        "model": meta["config"],
-        "network": {"bandwidth_bytes_per_second": options.bandwidth, "latency_seconds": options.latency},
-        "rates": {"source": f"run {run}", "notes": notes, "profile": asdict(profile)},
-        "systems": [main],
-        "scaling": scaling,
-    }
+    return run_calibrated_result(plan, meta, k, options, run, notes, profile, [main], scaling)

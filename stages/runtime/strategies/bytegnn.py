@@ -284,19 +284,7 @@ class ByteGnnStrategy(DistDglStrategy):
             dag.parts[index] = (at, counts.astype(np.int64), nbrs.astype(np.int64))
 
         if owner != self.rank:
-            cost = len(nodes) * (fanout if fanout > 0 else 1)
-
-            def ask() -> list:
-                p = self.service.submit(
-                    owner,
-                    "sample",
-                    [fanout, signed64(key)],
-                    [nodes.astype(self.wire_ids)],
-                    priority=self.request_priority(dag, cost),
-                )
-                return [(p, lambda arrays: keep(arrays[0], arrays[1]))]
-
-            return Task(dag, "nsc", cost, ask, index)
+            return self._ask_owner_task(dag, index, owner, nodes, fanout, key, keep)
         if self.replicated:
             indptr, nbrs, rows = self.g_indptr, self.g_nbrs, nodes
         else:
@@ -328,6 +316,25 @@ class ByteGnnStrategy(DistDglStrategy):
             return []
 
         return Task(dag, "merge", sum(len(p[2]) for p in dag.parts if p is not None), run)
+
+    def _ask_owner_task(
+        self, dag: Dag, index: int, owner: int, nodes: np.ndarray, fanout: int, key, keep
+    ) -> Task:
+        """The sampling task of a chunk of frontier ``nodes`` another worker owns: one ``sample`` request to
+        it, whose reply (counts, neighbours) ``keep`` takes."""
+        cost = len(nodes) * (fanout if fanout > 0 else 1)
+
+        def ask() -> list:
+            p = self.service.submit(
+                owner,
+                "sample",
+                [fanout, signed64(key)],
+                [nodes.astype(self.wire_ids)],
+                priority=self.request_priority(dag, cost),
+            )
+            return [(p, lambda arrays: keep(arrays[0], arrays[1]))]
+
+        return Task(dag, "nsc", cost, ask, index)
 
     def fetch_task(self, dag: Dag, candidates: np.ndarray) -> Task:
         """The input rows of ``candidates`` no other fetch of this DAG has taken: own rows copied here, the
@@ -378,19 +385,23 @@ class ByteGnnStrategy(DistDglStrategy):
             degrees = None
             if self.needs_degrees:
                 degrees = torch.from_numpy(np.concatenate([f[2] for f in dag.fetched])[at].astype(np.int64))
-            took = time.perf_counter() - dag.started
-            dag.result = PreparedStep(
-                dag.targets,
-                dag.global_targets,
-                dag.blocks[::-1],
-                x0,
-                degrees,
-                {"sample": took, "fetch": 0.0},
-                fetched_rows=dag.remote_rows,
-            )
+            self._finish(dag, x0, degrees)
             return []
 
         return Task(dag, "end", 0, run)
+
+    def _finish(self, dag: Dag, x0: torch.Tensor, degrees) -> None:
+        """The DAG's step, ready to train on: its blocks (outermost first), input rows and degrees."""
+        took = time.perf_counter() - dag.started
+        dag.result = PreparedStep(
+            dag.targets,
+            dag.global_targets,
+            dag.blocks[::-1],
+            x0,
+            degrees,
+            {"sample": took, "fetch": 0.0},
+            fetched_rows=dag.remote_rows,
+        )
 
     # --- the same tasks on the device (a resident worker) ------------------------------------------------
     def _device_nsc_task(
@@ -408,20 +419,7 @@ class ByteGnnStrategy(DistDglStrategy):
             )
 
         if owner != self.rank:
-            cost = len(at) * (fanout if fanout > 0 else 1)
-            ids = dag.frontier_ids[at]
-
-            def ask() -> list:
-                p = self.service.submit(
-                    owner,
-                    "sample",
-                    [fanout, signed64(key)],
-                    [ids.astype(self.wire_ids)],
-                    priority=self.request_priority(dag, cost),
-                )
-                return [(p, lambda arrays: keep(arrays[0], arrays[1]))]
-
-            return Task(dag, "nsc", cost, ask, index)
+            return self._ask_owner_task(dag, index, owner, dag.frontier_ids[at], fanout, key, keep)
         nodes = dag.frontier[at_d]
         rows = nodes if g.row_of is None else g.row_of[nodes]
 
@@ -508,16 +506,7 @@ class ByteGnnStrategy(DistDglStrategy):
         at = by_id[torch.searchsorted(ids[by_id], src)]
         x0 = torch.cat([f[1] for f in dag.fetched])[at]
         degrees = torch.cat([f[2] for f in dag.fetched])[at] if self.needs_degrees else None
-        took = time.perf_counter() - dag.started
-        dag.result = PreparedStep(
-            dag.targets,
-            dag.global_targets,
-            dag.blocks[::-1],
-            x0,
-            degrees,
-            {"sample": took, "fetch": 0.0},
-            fetched_rows=dag.remote_rows,
-        )
+        self._finish(dag, x0, degrees)
         return []
 
     def released(self, task: Task) -> list[Task]:

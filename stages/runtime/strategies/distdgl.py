@@ -175,10 +175,7 @@ class DistDglStrategy(MiniBatchStrategy):
         """A step's inputs; on the device when the worker samples there (:class:`DeviceGraph`)."""
         if self.on_device is None:
             return super().prepare(epoch, step, batch, extra_seconds)
-        t0 = time.perf_counter()
-        targets, global_targets = batch if batch is not None else self.batch(epoch, step)
-        blocks = self.blocks(epoch, step, targets)
-        t1 = time.perf_counter()
+        t0, targets, global_targets, blocks, t1 = self.sample_step(epoch, step, batch)
         x0, degrees, fetched = self.on_device.inputs(blocks[0].src)
         return PreparedStep(
             targets,

@@ -192,6 +192,16 @@ class MiniBatchStrategy(Strategy):
         raise NotImplementedError
 
     # --- preparing a step (sampler side: never reads the weights) ----------------------------------------
+    def sample_step(
+        self, epoch: int, step: int, batch=None
+    ) -> tuple[float, np.ndarray, int | None, list, float]:
+        """A step's targets (``batch``, else :meth:`batch`'s) and their blocks, timed: (start, targets, global
+        target count, blocks, end of sampling)."""
+        t0 = time.perf_counter()
+        targets, global_targets = batch if batch is not None else self.batch(epoch, step)
+        blocks = self.blocks(epoch, step, targets)
+        return t0, targets, global_targets, blocks, time.perf_counter()
+
     def prepare(
         self,
         epoch: int,
@@ -200,10 +210,7 @@ class MiniBatchStrategy(Strategy):
         extra_seconds: float = 0.0,
     ) -> PreparedStep:
         """The step's inputs; ``batch`` (targets, global count) replaces :meth:`batch` for a micro-batch."""
-        t0 = time.perf_counter()
-        targets, global_targets = batch if batch is not None else self.batch(epoch, step)
-        blocks = self.blocks(epoch, step, targets)
-        t1 = time.perf_counter()
+        t0, targets, global_targets, blocks, t1 = self.sample_step(epoch, step, batch)
         sources = blocks[0].src if blocks else targets
         arc_rows = None
         if blocks and self.reads_inputs_in_place(blocks[0]):

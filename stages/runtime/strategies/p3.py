@@ -195,10 +195,7 @@ class P3Strategy(DistDglStrategy):
 
     # --- preparing a step: sample the structure, push layer 1 to every worker ---------------------------
     def prepare(self, epoch: int, step: int, batch=None, extra_seconds: float = 0.0) -> P3Step:
-        t0 = time.perf_counter()
-        targets, global_targets = batch if batch is not None else self.batch(epoch, step)
-        blocks = self.blocks(epoch, step, targets)
-        t1 = time.perf_counter()
+        t0, targets, global_targets, blocks, t1 = self.sample_step(epoch, step, batch)
         first = blocks[0]
         if isinstance(first.src, torch.Tensor):  # sampled on the device: the pushed structure leaves it
             first = SampledBlock(
