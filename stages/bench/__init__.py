@@ -366,7 +366,7 @@ def finish(entries: list[dict]) -> dict:
 def peer_modes(specs) -> list[tuple[tuple[int, ...], int] | None]:
     """How the peers run: full-graph (None) when a full-graph strategy is benchmarked or none is, and once per
     distinct (fanouts, batch size) of the mini-batch strategies, with their plans' values (the options each
-    strategy's ``peer_options`` names, stages/common/strategies.py)."""
+    strategy's ``peer_options`` names, stages/common/strategies/)."""
     modes: list = []
     for spec in specs:
         info = strategy_info(spec.name)

@@ -1,6 +1,6 @@
 """`g3 train` knobs: how a strategy runs, not what it computes, each declared once as a :class:`TrainKnob`.
 
-A strategy's registry entry (``StrategyInfo.knobs``, stages/common/strategies.py) lists the knobs it has: the
+A strategy's registry entry (``StrategyInfo.knobs``, stages/common/strategies/) lists the knobs it has: the
 shared ones below, a variant of one (``dataclasses.replace``: p3's ``--pipeline`` takes none|p3), or its own.
 Everything else is generated from those declarations: `g3 train`'s options and their help, the Python API's
 keywords (``g3.train(plan, scheduler="off")``), the run config's attributes and run.json's keys, the checks of a

@@ -267,7 +267,7 @@ def _inference_config(
 
 def _temporary_plan(plan_meta: dict, workers: int, tmp: Path) -> Path:
     """A `workers`-way partition and plan of the run's store by the registered full-graph evaluator
-    (stages/common/strategies.py), for evaluating with another K."""
+    (stages/common/strategies/), for evaluating with another K."""
     from ..common.strategies import full_graph_evaluator
     from ..partition import PartitionOptions, run_partition
     from ..plan import PlanConfig, run_plan

@@ -1,6 +1,6 @@
 """`g3 simulate PLAN`: a discrete-event simulation of one training epoch on K workers.
 
-Each strategy registers its simulator (``simulator`` in stages/common/strategies.py): a module here whose
+Each strategy registers its simulator (``simulator`` in stages/common/strategies/): a module here whose
 ``simulate(plan, meta, options, out)`` returns simulate.json's body. :mod:`.bins` runs every full-graph system
 (g3 with each ``--pipeline`` schedule, bns-gcn, sancus and an L-hop halo-replication baseline, :mod:`.schedules`)
 on one bins plan's work (:mod:`.workload`), with compute rates from a profile of the real runtime
@@ -538,7 +538,7 @@ def _per_worker(options: SimulateOptions, k: int) -> SimulateOptions:
 
 
 def _simulator(meta: dict):
-    """The simulator module registered with the plan's strategy (stages/common/strategies.py)."""
+    """The simulator module registered with the plan's strategy (stages/common/strategies/)."""
     from ..common.strategies import STRATEGIES, strategy_info
 
     info = strategy_info(meta["strategy"]["name"])

@@ -146,7 +146,7 @@ def simulate_bytegnn(
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
-    """The simulator registered with the bytegnn strategy (stages/common/strategies.py ``simulator``)."""
+    """The simulator registered with the bytegnn strategy (stages/common/strategies/ ``simulator``)."""
     result = run_minibatch_simulation(plan, meta, options, out)  # checks --run, calibrates the profile
     run = Path(options.run)
     p = MiniBatchProfile(**result["rates"]["profile"])

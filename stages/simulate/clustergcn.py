@@ -377,7 +377,7 @@ def simulate_clustergcn(
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
-    """The simulator registered with the clustergcn strategy (stages/common/strategies.py ``simulator``)."""
+    """The simulator registered with the clustergcn strategy (stages/common/strategies/ ``simulator``)."""
     if not options.run:
         raise G3InputError(
             "a clustergcn plan is simulated from a run of it: give --run RUN (g3 train PLAN -o RUN)",

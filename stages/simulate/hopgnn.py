@@ -220,7 +220,7 @@ def systems_at(
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
-    """The simulator registered with the hopgnn strategy (stages/common/strategies.py ``simulator``)."""
+    """The simulator registered with the hopgnn strategy (stages/common/strategies/ ``simulator``)."""
     result = run_minibatch_simulation(plan, meta, options, out)  # checks --run, calibrates the profile
     p = MiniBatchProfile(**result["rates"]["profile"])
     h = HopProfile.from_run(Path(options.run), meta, p)

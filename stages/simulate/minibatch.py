@@ -231,7 +231,7 @@ def simulate_minibatch(p: MiniBatchProfile, k: int, bandwidth: float, latency: f
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
-    """The simulator of the sampling strategies (stages/common/strategies.py ``simulator``)."""
+    """The simulator of the sampling strategies (stages/common/strategies/ ``simulator``)."""
     return run_minibatch_simulation(plan, meta, options, out), None
 
 

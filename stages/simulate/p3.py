@@ -252,7 +252,7 @@ def both(p: P3Profile, k: int, bandwidth: float, latency: float, net=None) -> li
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:
-    """The simulator registered with the p3 strategy (stages/common/strategies.py ``simulator``)."""
+    """The simulator registered with the p3 strategy (stages/common/strategies/ ``simulator``)."""
     result = run_minibatch_simulation(plan, meta, options, out)  # checks --run and that it trained this plan
     p = P3Profile.from_run(Path(options.run), meta)
     from . import network

@@ -658,7 +658,7 @@ def tp_systems(pipelines: tuple[str, ...]) -> list[bool]:
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, list[dict]]:
-    """The simulator of the tensor-parallel strategy (stages/common/strategies.py ``simulator``)."""
+    """The simulator of the tensor-parallel strategy (stages/common/strategies/ ``simulator``)."""
     return run_tp_simulation(plan, meta, options)
 
 

@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ...common.strategies import BYTEGNN_KNOBS
+from ...common.strategies.bytegnn import BYTEGNN_KNOBS
 from ..device.sampler import block_arrays, here_first
 from ..device.sampler import regroup as device_regroup
 from ..device.sampler import sample_rows as device_sample_rows
