@@ -565,6 +565,30 @@ class Candidate:
     unpredicted: str | None = None  # runs, but no prediction: why
 
 
+def _timed_calibration(work, base: dict, k0: int, failed: str, none: dict) -> tuple[object, dict, float]:
+    """One calibration run of `g3 advise`, timed: ``work()`` returns (plan, run, its result, the record's figures);
+    a G3InputError is its failure (the result is then the line ``failed: why``, the figures ``none``). Returns
+    (the result, calibration.json's record of it, seconds)."""
+    t = time.perf_counter()
+    try:
+        plan, run, result, figures = work()
+        status = "ok"
+    except G3InputError as exc:
+        plan = run = None
+        result, figures, status = f"{failed}: {exc}", none, str(exc)
+    dt = time.perf_counter() - t
+    record = {
+        **base,
+        "workers": k0,
+        "plan": str(plan) if plan else None,
+        "run": str(run) if run else None,
+        "seconds": round(dt, 3),
+        "status": status,
+        **figures,
+    }
+    return result, record, dt
+
+
 def run_advise(
     store: str | Path,
     options: AdviseOptions,
@@ -746,28 +770,21 @@ def run_advise(
                 )
                 progress.advance(task)
                 continue
-            t = time.perf_counter()
-            try:
+
+            def own_run(name=name, plan_options=plan_options):
                 plan, run = _own_run(cache, store, skey, name, plan_options, options, k0)
-                calibration_runs[(name, okey)] = (plan, run, model_check(plan, run, k0, options, cache))
-                status = "ok"
-            except G3InputError as exc:
-                calibration_runs[(name, okey)] = f"the calibration run failed: {exc}"
-                status, plan, run = str(exc), None, None
-            dt = time.perf_counter() - t
-            spent += dt
-            calib["runs"].append(
-                {
-                    "strategy": name,
-                    "plan_options": plan_options,
-                    "workers": k0,
-                    "plan": str(plan) if plan else None,
-                    "run": str(run) if run else None,
-                    "seconds": round(dt, 3),
-                    "status": status,
-                    "model_check": calibration_runs[(name, okey)][2] if plan else None,
-                }
+                check = model_check(plan, run, k0, options, cache)
+                return plan, run, (plan, run, check), {"model_check": check}
+
+            calibration_runs[(name, okey)], record, dt = _timed_calibration(
+                own_run,
+                {"strategy": name, "plan_options": plan_options},
+                k0,
+                "the calibration run failed",
+                {"model_check": None},
             )
+            spent += dt
+            calib["runs"].append(record)
             progress.advance(task)
         speed_fits: dict = {}
         for (name, okey), (plan_options, simulate) in speed_needed.items():
@@ -784,9 +801,8 @@ def run_advise(
                 )
                 progress.advance(task)
                 continue
-            t = time.perf_counter()
-            plan = run = None
-            try:
+
+            def speed_run(name=name, plan_options=plan_options, simulate=simulate):
                 plan, run = _own_run(cache, store, skey, name, plan_options, options, k0)
                 fit = fit_compute_speed(plan, run, k0, options, cache, profile_path, simulate)
                 if fit is None:
@@ -794,27 +810,14 @@ def run_advise(
                 check = model_check(
                     plan, run, k0, options, cache, profile=profile_path, speed=fit["speed"], simulate=simulate
                 )
-                speed_fits[(name, okey)] = (fit, check)
-                status = "ok"
-            except G3InputError as exc:
-                speed_fits[(name, okey)] = f"compute speed not fitted: {exc}"
-                status, fit, check = str(exc), None, None
-            dt = time.perf_counter() - t
-            spent += dt
-            calib["runs"].append(
-                {
-                    "strategy": name,
-                    "plan_options": plan_options,
-                    "purpose": "compute speed",
-                    "workers": k0,
-                    "plan": str(plan) if plan else None,
-                    "run": str(run) if run else None,
-                    "seconds": round(dt, 3),
-                    "status": status,
-                    "speed_fit": fit,
-                    "model_check": check,
-                }
+                return plan, run, (fit, check), {"speed_fit": fit, "model_check": check}
+
+            base = {"strategy": name, "plan_options": plan_options, "purpose": "compute speed"}
+            speed_fits[(name, okey)], record, dt = _timed_calibration(
+                speed_run, base, k0, "compute speed not fitted", {"speed_fit": None, "model_check": None}
             )
+            spent += dt
+            calib["runs"].append(record)
             progress.advance(task)
         calib["spent_seconds"] = round(spent, 3)
 

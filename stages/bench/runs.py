@@ -176,18 +176,12 @@ def run_strategy(
                 force=True,
             )
         options, train = candidate_configs(o, spec, k)
-        cfg = PlanConfig(
-            model=o.model,
-            layers=o.layers,
-            hidden=o.hidden,
-            heads=o.heads,
-            strategy=spec.name,
-            options=options,
-        )
+        model = {field: getattr(o, field) for field in ("model", "layers", "hidden", "heads")}
+        cfg = PlanConfig(**model, strategy=spec.name, options=options)
         # the plan is reused while it was made from the same partition and configuration (a stamp beside it)
         stamp = out / f"{plan.name}.bench-stamp.json"
         want = {
-            "config": {"model": o.model, "layers": o.layers, "hidden": o.hidden, "heads": o.heads},
+            "config": model,
             "options": {k_: (None if v is None else str(v)) for k_, v in options.items()},
             "partition": partition_digest(part),
         }

@@ -77,16 +77,8 @@ def open_source(source: str, fmt: str, args: SourceArgs, seed: int) -> GraphSour
         if path.suffix == ".npz" and HETEROPHILOUS_KEYS <= set(npz_keys(path)):
             return heterophilous_source(path, args.split_index)
 
-        return read_edgelist(
-            source,
-            num_nodes=args.num_nodes,
-            features=args.features,
-            labels=args.labels,
-            train_idx=args.train_idx,
-            valid_idx=args.valid_idx,
-            test_idx=args.test_idx,
-            undirected=args.undirected,
-        )
+        edge_list = ("num_nodes", "features", "labels", "train_idx", "valid_idx", "test_idx", "undirected")
+        return read_edgelist(source, **{name: getattr(args, name) for name in edge_list})
     raise G3InputError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
 
 

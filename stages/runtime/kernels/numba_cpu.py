@@ -50,6 +50,14 @@ if HAVE_NUMBA:
     def _literal(t):
         return t.literal_value if isinstance(t, (types.IntegerLiteral, types.BooleanLiteral)) else None
 
+    def _prefetch_lines(builder, prefetch, row, line_offsets) -> None:
+        """Emit a prefetch (read, into every cache level) of each cache line at ``row`` + ``line_offsets`` bytes:
+        the row an edge a few ahead will gather."""
+        i8p, i32, i64 = ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(64)
+        for off in line_offsets:
+            p = builder.inttoptr(builder.add(row, ir.Constant(i64, off)), i8p)
+            builder.call(prefetch, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+
     def _pieces(width: int, vec: int) -> list[tuple[int, int]]:
         """(offset, length) vector pieces covering ``width`` columns: full ``vec``-wide ones, then 2^k tails."""
         out, off = [], 0
@@ -132,12 +140,9 @@ if HAVE_NUMBA:
             with cgutils.for_range_slice(builder, e_lo, e_hi, ir.Constant(i64, 1), inc=True) as (e, _):
                 ahead = builder.add(e, ir.Constant(i64, PF))
                 with builder.if_then(builder.icmp_signed("<", ahead, nnz), likely=True):
-                    ra = builder.add(xbase, builder.mul(load_index(ia, ahead), xs0))
-                    for off in lines:
-                        p = builder.inttoptr(builder.add(ra, ir.Constant(i64, off)), i8p)
-                        builder.call(
-                            prefetch, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
-                        )
+                    _prefetch_lines(
+                        builder, prefetch, builder.add(xbase, builder.mul(load_index(ia, ahead), xs0)), lines
+                    )
                     if M == 2:  # the weights are read through the permutation: random too
                         wa_ = builder.add(
                             builder.ptrtoint(wa.data, i64),
@@ -346,12 +351,9 @@ if HAVE_NUMBA:
             with cgutils.for_range_slice(builder, e_lo, e_hi, ir.Constant(i64, 1), inc=True) as (e, _):
                 ahead = builder.add(e, ir.Constant(i64, PF))
                 with builder.if_then(builder.icmp_signed("<", ahead, nnz), likely=True):
-                    ra = builder.add(bbase, builder.mul(load_index(ia, ahead), bs0))
-                    for off in lines:
-                        p = builder.inttoptr(builder.add(ra, ir.Constant(i64, off)), i8p)
-                        builder.call(
-                            prefetch, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
-                        )
+                    _prefetch_lines(
+                        builder, prefetch, builder.add(bbase, builder.mul(load_index(ia, ahead), bs0)), lines
+                    )
                 rowaddr = builder.add(bbase, builder.mul(load_index(ia, e), bs0))
                 total = ir.Constant(elt, 0.0)
                 for k, ((off, n), av) in enumerate(zip(pieces, avecs, strict=True)):

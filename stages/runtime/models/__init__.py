@@ -271,12 +271,5 @@ def model_from_spec(spec: ModelSpec) -> GNNModel:
             mods.append(GCNConv(s.d_in, s.d_out))
         else:
             mods.append(GATConv(s.d_in, s.per_head, heads=s.heads, concat=li < spec.layers - 1))
-    config = dict(
-        kind=spec.kind,
-        in_dim=spec.in_dim,
-        hidden=spec.hidden,
-        num_classes=spec.num_classes,
-        layers=spec.layers,
-        heads=spec.heads,
-    )
+    config = {k: getattr(spec, k) for k in ("kind", "in_dim", "hidden", "num_classes", "layers", "heads")}
     return GNNModel(mods, spec.widths, config)
