@@ -132,17 +132,8 @@ def bench_g3_layers(data, hidden: int, epochs: int, lr: float, dropout: float, b
     from stages.runtime.models import build_model
 
     indptr, indices, x, y, train, classes = data
-    n = x.shape[0]
     deg = (indptr[1:] - indptr[:-1]).float()
-    block = Block(
-        n_dst=n,
-        n_src=n,
-        indptr=indptr,
-        indices=indices,
-        src_out_degree=deg,
-        dst_in_degree=deg,
-        dst_global=torch.arange(n),
-    )
+    block = Block.whole_graph(indptr, indices, deg, deg)
     torch.manual_seed(0)
     model = build_model("sage", x.shape[1], hidden, classes, 2)
     opt = torch.optim.Adam(model.parameters(), lr=lr)

@@ -168,7 +168,6 @@ def pyg_epoch(store: Path, device: str, hidden: int, epochs: int) -> dict:
 
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
     try:
-        import torch_geometric
         from torch_geometric.nn import SAGEConv
     except Exception as exc:  # noqa: BLE001 - any import failure is reported, not raised
         return {"status": "not installed", "note": f"{type(exc).__name__}: {exc}"}
@@ -213,19 +212,13 @@ def pyg_epoch(store: Path, device: str, hidden: int, epochs: int) -> dict:
         opt.step()
         sync(device)
         times.append(time.perf_counter() - t0)
-    return {
-        "status": "ok",
-        "version": torch_geometric.__version__,
-        "epoch_seconds": times,
-        "median_epoch_s": statistics.median(times[1:] or times),
-    }
+    return _pyg_result(times)
 
 
 def pyg_loader_epoch(store: Path, device: str, hidden: int, epochs: int) -> dict:
     """PyG's mini-batch epoch: ``NeighborLoader`` (fanouts 25,10, batch 1000, shuffled, CPU sampling in worker
     processes, as PyG's examples run it) feeding GraphSAGE on ``device``; needs pyg-lib or torch-sparse."""
     try:
-        import torch_geometric
         from torch_geometric.data import Data
         from torch_geometric.loader import NeighborLoader
         from torch_geometric.nn import GraphSAGE
@@ -279,6 +272,13 @@ def pyg_loader_epoch(store: Path, device: str, hidden: int, epochs: int) -> dict
             opt.step()
         sync(device)
         times.append(time.perf_counter() - t0)
+    return _pyg_result(times)
+
+
+def _pyg_result(times: list[float]) -> dict:
+    """A PyG peer's figures: its epoch times and their median without the first (warm-up)."""
+    import torch_geometric
+
     return {
         "status": "ok",
         "version": torch_geometric.__version__,

@@ -442,14 +442,7 @@ def run_bench(
     result = {
         "schema": BENCH_SCHEMA,
         "schema_version": BENCH_VERSION,
-        "store": {
-            "path": str(Path(store.path).resolve()),
-            "name": store.name,
-            "num_nodes": store.num_nodes,
-            "num_arcs": store.num_arcs,
-            "feat_dim": store.feat_dim,
-            "num_classes": store.num_classes,
-        },
+        "store": store.summary(),
         "options": asdict(o),
         "threads": threads,
         "graph_file": str(graph_file),

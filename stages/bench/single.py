@@ -42,15 +42,7 @@ def train_single(
         n = len(indptr) - 1
         in_deg = torch.diff(indptr).to(torch.float32)
         out_deg = torch.bincount(indices, minlength=n).to(torch.float32)
-        block = Block(
-            n_dst=n,
-            n_src=n,
-            indptr=indptr,
-            indices=indices,
-            src_out_degree=out_deg,
-            dst_in_degree=in_deg,
-            dst_global=torch.arange(n, dtype=torch.int64),
-        )
+        block = Block.whole_graph(indptr, indices, out_deg, in_deg)
         x = torch.from_numpy(np.asarray(graph["features"], dtype=np.float32))
         y = torch.from_numpy(np.asarray(graph["labels"], dtype=np.int64))
         train_idx = torch.from_numpy(np.asarray(graph["train_idx"], dtype=np.int64))

@@ -130,6 +130,11 @@ def _plain(o):
     raise TypeError(type(o).__name__)
 
 
+def _meta_count(key: str) -> property:
+    """A store's count kept in its metadata (zarr.json's ``key``), as an int."""
+    return property(lambda self: int(self.meta[key]), doc=f"The store's {key.replace('_', ' ')}.")
+
+
 class GraphStore:
     """Lazy reader of a g3 store. Arrays are zarr arrays; ``load_*`` methods read them whole."""
 
@@ -206,21 +211,18 @@ class GraphStore:
     def name(self) -> str:
         return self.meta.get("name", self.path.name)
 
-    @property
-    def num_nodes(self) -> int:
-        return int(self.meta["num_nodes"])
+    num_nodes = _meta_count("num_nodes")
+    num_arcs = _meta_count("num_arcs")
+    feat_dim = _meta_count("feat_dim")
+    num_classes = _meta_count("num_classes")
 
-    @property
-    def num_arcs(self) -> int:
-        return int(self.meta["num_arcs"])
-
-    @property
-    def feat_dim(self) -> int:
-        return int(self.meta["feat_dim"])
-
-    @property
-    def num_classes(self) -> int:
-        return int(self.meta["num_classes"])
+    def summary(self) -> dict:
+        """What an artifact made from the store records of it: where it is and its counts."""
+        return {
+            "path": str(Path(self.path).resolve()),
+            "name": self.name,
+            **{k: getattr(self, k) for k in ("num_nodes", "num_arcs", "feat_dim", "num_classes")},
+        }
 
     @property
     def feature_dtype(self) -> np.dtype:

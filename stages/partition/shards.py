@@ -40,12 +40,7 @@ def store_reference(store: GraphStore) -> dict:
     """What later stages need to find the store and detect that it changed."""
     checksums = store.meta.get("checksums", {})
     return {
-        "path": str(Path(store.path).resolve()),
-        "name": store.name,
-        "num_nodes": store.num_nodes,
-        "num_arcs": store.num_arcs,
-        "feat_dim": store.feat_dim,
-        "num_classes": store.num_classes,
+        **store.summary(),
         "feature_dtype": str(store.feature_dtype),
         "checksums": {k: checksums.get(k) for k in ("indptr", "indices")},
     }

@@ -30,10 +30,14 @@ def run_color(i: int) -> str:
     return plt.get_cmap("tab10")(i % 10)
 
 
-def _save(fig, path: Path) -> None:
+def _save(fig, path: Path) -> bool:
+    """Write ``fig`` to ``path``; False (nothing written) where there was nothing to draw (``fig`` None)."""
+    if fig is None:
+        return False
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
+    return True
 
 
 def _legend(ax, n: int) -> None:
@@ -45,11 +49,7 @@ def _legend(ax, n: int) -> None:
 
 def time_to_accuracy(runs: list[RunData], path: Path) -> bool:
     """Test (solid) and validation (dashed) accuracy against training time after epoch 0, one colour per run."""
-    fig = time_to_accuracy_figure(runs)
-    if fig is None:
-        return False
-    _save(fig, path)
-    return True
+    return _save(time_to_accuracy_figure(runs), path)
 
 
 TIME_AXIS = "training time after epoch 0 (s; epoch 0, with its JIT compilation, and evaluation not counted)"
@@ -89,11 +89,7 @@ def time_to_accuracy_figure(runs: list[RunData]):
 
 def throughput(runs: list[RunData], path: Path) -> bool:
     """Throughput (nodes/s, sum over workers) of every epoch, with each run's median as a dotted line."""
-    fig = throughput_figure(runs)
-    if fig is None:
-        return False
-    _save(fig, path)
-    return True
+    return _save(throughput_figure(runs), path)
 
 
 def throughput_figure(runs: list[RunData]):
@@ -169,11 +165,7 @@ def scaling(runs: list[RunData], path: Path) -> bool:
 def worker_breakdown(run: RunData, path: Path, top: float | None = None) -> bool:
     """Stacked bars per worker: compute, communication wait, all-reduce + step and idle seconds per epoch.
     ``top``: the y-axis limit, the same for every run of a comparison (:func:`workers_top`)."""
-    fig = worker_breakdown_figure(run, top)
-    if fig is None:
-        return False
-    _save(fig, path)
-    return True
+    return _save(worker_breakdown_figure(run, top), path)
 
 
 def workers_top(runs: list[RunData]) -> float | None:

@@ -54,6 +54,22 @@ class Block:
     # use and kept as long as the block: the runtime keeps its blocks across epochs, so they are built once
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
+    @classmethod
+    def whole_graph(
+        cls, indptr: torch.Tensor, indices: torch.Tensor, out_degree: torch.Tensor, in_degree: torch.Tensor
+    ) -> Block:
+        """The whole graph as one block (single-process training): every node a destination and a source."""
+        n = len(indptr) - 1
+        return cls(
+            n_dst=n,
+            n_src=n,
+            indptr=indptr,
+            indices=indices,
+            src_out_degree=out_degree,
+            dst_in_degree=in_degree,
+            dst_global=torch.arange(n, dtype=torch.int64),
+        )
+
     @property
     def nnz(self) -> int:
         return int(self.indices.numel())

@@ -470,15 +470,7 @@ class TableReceiver:
                 t_done = now_us()
                 if self.unpack is not None:
                     self.unpack(nodes, buf)
-                    self.tr.tracer.span(
-                        "unpack",
-                        f"{self.label} ← {key[1]}",
-                        t_done,
-                        now_us(),
-                        step=key[3],
-                        peer=key[1],
-                        thread=threading.current_thread().name,
-                    )
+                    self._unpack_span(key, t_done)
             except Exception as exc:  # surfaced in the caller's thread
                 self.queue.put(exc)
                 return
@@ -503,6 +495,10 @@ class TableReceiver:
         buf, nodes, key, m, _t_post, _t_done = taken
         t0 = now_us()
         consume(nodes, buf, m)
+        self._unpack_span(key, t0)
+
+    def _unpack_span(self, key, t0: int) -> None:
+        """The trace's span of a message unpacked from ``t0`` until now, on this thread."""
         self.tr.tracer.span(
             "unpack",
             f"{self.label} ← {key[1]}",

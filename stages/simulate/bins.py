@@ -18,6 +18,7 @@ from ..common.errors import G3InputError
 from ..common.partition_artifact import load_assignment
 from .engine import Network
 from .profile import default_rates, load_rates
+from .scaling import recorded_systems
 from .schedules import halo_loads
 from .workload import Workload, load_workload
 
@@ -99,11 +100,7 @@ def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, list[dic
             "step_seconds": rates.step_seconds,
             "layers": [asdict(lr) for lr in rates.layers],
         },
-        "systems": [
-            {k_: v for k_, v in r.items() if k_ != "workers"}
-            | {"workers": [{k_: v for k_, v in w.items() if k_ != "spans"} for w in r["workers"]]}
-            for r in main
-        ],
+        "systems": recorded_systems(main),
         "scaling": scaling,
     }, main
 

@@ -19,3 +19,13 @@ def scaling_rows(
     return [
         {"workers": k, "systems": {r["system"]: summary(r, extra) for r in systems_at(k)}} for k in workers
     ]
+
+
+def recorded_systems(results: list[dict]) -> list[dict]:
+    """The simulated systems as simulate.json keeps them: every figure, the workers' without their timeline
+    spans (those go to the timeline plot)."""
+    return [
+        {k: v for k, v in r.items() if k != "workers"}
+        | {"workers": [{k: v for k, v in w.items() if k != "spans"} for w in r["workers"]]}
+        for r in results
+    ]

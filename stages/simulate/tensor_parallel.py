@@ -49,7 +49,7 @@ from ..common.errors import G3InputError
 from ..common.model_spec import LayerShape, ModelSpec
 from .engine import Network
 from .profile import Rates, default_rates, load_rates
-from .scaling import summary
+from .scaling import recorded_systems, summary
 
 ELEM_BYTES = 4  # float32
 
@@ -731,11 +731,7 @@ def run_tp_simulation(plan: Path, meta: dict, options) -> tuple[dict, list[dict]
             "max_chunk_arcs": int(lay.arcs.max(initial=0)),
             "owned": [int(x) for x in lay.owned],
         },
-        "systems": [
-            {k_: v for k_, v in r.items() if k_ != "workers"}
-            | {"workers": [{k_: v for k_, v in w.items() if k_ != "spans"} for w in r["workers"]]}
-            for r in main
-        ],
+        "systems": recorded_systems(main),
         "scaling": scaling,
     }, main
 

@@ -26,16 +26,21 @@ class PlanOption:
     layout: bool = True
 
 
-def positive_int(what: str) -> Callable[[str], int]:
-    """A :class:`PlanOption` parser of an integer >= 1 (``what`` names it in the error)."""
+def positive_int(what: str, unit: str = "", auto: bool = False) -> Callable[[str], int | None]:
+    """A :class:`PlanOption` parser of an integer >= 1 (``what`` names it in the error, ``unit`` follows the 1);
+    with ``auto``, also ``auto`` (None)."""
 
-    def parse(text: str) -> int:
+    def parse(text: str) -> int | None:
+        if auto and text in (None, "auto"):
+            return None
         try:
             value = int(text)
         except ValueError:
-            raise ValueError("expected a positive integer") from None
+            raise ValueError(
+                "expected a node count or 'auto'" if auto else "expected a positive integer"
+            ) from None
         if value < 1:
-            raise ValueError(f"{what} must be at least 1")
+            raise ValueError(f"{what} must be at least 1{unit}")
         return value
 
     return parse
@@ -43,19 +48,7 @@ def positive_int(what: str) -> Callable[[str], int]:
 
 def count_or_auto(what: str) -> Callable[[str], int | None]:
     """A :class:`PlanOption` parser of a node count >= 1 or ``auto`` (None); ``what`` names it in the error."""
-
-    def parse(text: str) -> int | None:
-        if text in (None, "auto"):
-            return None
-        try:
-            n = int(text)
-        except ValueError:
-            raise ValueError("expected a node count or 'auto'") from None
-        if n < 1:
-            raise ValueError(f"{what} must be at least 1 node")
-        return n
-
-    return parse
+    return positive_int(what, " node", auto=True)
 
 
 def one_of(*choices: str) -> Callable[[str], str]:
