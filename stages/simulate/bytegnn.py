@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..common.errors import G3InputError
 from ..common.run_artifact import load_run_meta, read_metrics
-from .minibatch import MiniBatchProfile, epoch_result, remote_share, run_minibatch_simulation
+from .minibatch import MiniBatchProfile, epoch_result, remote_share, run_minibatch_simulation, worker_record
 from .scaling import scaling_rows
 
 
@@ -114,27 +114,11 @@ def simulate_bytegnn(
     epoch = steps * (slowest["step"] + allreduce)
     name = "bytegnn" if scheduler else "bytegnn-off"
     workers = [
-        {
-            "rank": r,
-            "busy": steps * x["compute"],
-            "overhead": 0.0,
-            "comm_wait": 0.0,
-            "idle": max(0.0, epoch - steps * x["compute"]),
-            "sync": steps * allreduce,
-            "link_seconds": steps * x["link"],
-            "bytes_sent": steps * remote_bytes,
-        }
+        worker_record(r, steps, epoch, x["compute"], 0.0, allreduce, x["link"], steps * remote_bytes)
         for r, x in enumerate(per)
     ]
-    return epoch_result(
-        name,
-        k,
-        epoch,
-        p.num_train,
-        steps,
-        allreduce,
-        int(steps * remote_bytes * k),
-        workers,
+    sent = int(steps * remote_bytes * k)
+    figures = dict(
         comm_wait_mean=0.0,
         step_parts={
             **{key: slowest[key] for key in ("sampling_cpu", "dag_latency", "period", "compute", "network")},
@@ -143,6 +127,7 @@ def simulate_bytegnn(
             "threads": threads,
         },
     )
+    return epoch_result(name, k, epoch, p.num_train, steps, allreduce, sent, workers, **figures)
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from ..common.errors import G3InputError
 from ..common.run_artifact import load_run_meta, read_metrics
-from .minibatch import MiniBatchProfile, epoch_result, remote_share, run_minibatch_simulation
+from .minibatch import MiniBatchProfile, epoch_result, remote_share, run_minibatch_simulation, worker_record
 from .scaling import scaling_rows
 
 _ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
@@ -156,27 +156,10 @@ def simulate_hopgnn(
     epoch = steps * (iteration + allreduce)
     sent = steps * (fetch_bytes + migrate_bytes)
     workers = [
-        {
-            "rank": r,
-            "busy": steps * c,
-            "overhead": 0.0,
-            "comm_wait": steps * (n + migrate),
-            "idle": max(0.0, epoch - steps * c),
-            "sync": steps * allreduce,
-            "link_seconds": steps * (n + migrate),
-            "bytes_sent": sent,
-        }
+        worker_record(r, steps, epoch, c, n + migrate, allreduce, n + migrate, sent)
         for r, (_, _, c, n) in enumerate(per)
     ]
-    return epoch_result(
-        name,
-        k,
-        epoch,
-        p.num_train,
-        steps,
-        allreduce,
-        round(sent * k),
-        workers,
+    figures = dict(
         time_steps=t_steps,
         merged_steps=merged,
         feature_bytes_per_epoch=round(steps * feature_bytes * k),
@@ -191,6 +174,7 @@ def simulate_hopgnn(
             "rounds": rounds,
         },
     )
+    return epoch_result(name, k, epoch, p.num_train, steps, allreduce, round(sent * k), workers, **figures)
 
 
 def auto_merged(

@@ -132,6 +132,32 @@ def run_calibrated_result(
     }
 
 
+def worker_record(
+    rank: int,
+    steps: int,
+    epoch: float,
+    compute: float,
+    wait: float,
+    allreduce: float,
+    link: float,
+    sent: float,
+    idle: float | None = None,
+) -> dict:
+    """One simulated worker's epoch as simulate.json keeps it, from its seconds per step (a step model has no
+    per-bin overhead; idle: what the epoch leaves of its compute, unless given)."""
+    busy = steps * compute
+    return {
+        "rank": rank,
+        "busy": busy,
+        "overhead": 0.0,
+        "comm_wait": steps * wait,
+        "idle": max(0.0, epoch - busy) if idle is None else idle,
+        "sync": steps * allreduce,
+        "link_seconds": steps * link,
+        "bytes_sent": sent,
+    }
+
+
 def epoch_result(
     system: str,
     k: int,
@@ -205,29 +231,12 @@ def simulate_minibatch(p: MiniBatchProfile, k: int, bandwidth: float, latency: f
     allreduce = allreduce_seconds(p.num_params, k, net)
     epoch = steps * (step + allreduce)
     workers = [
-        {
-            "rank": r,
-            "busy": steps * c,
-            "overhead": 0.0,
-            "comm_wait": steps * n,
-            "idle": max(0.0, epoch - steps * c),
-            "sync": steps * allreduce,
-            "link_seconds": steps * n,
-            "bytes_sent": steps * remote_bytes,
-        }
+        worker_record(r, steps, epoch, c, n, allreduce, n, steps * remote_bytes)
         for r, (_, _, c, n) in enumerate(per)
     ]
-    return epoch_result(
-        p.strategy,
-        k,
-        epoch,
-        p.num_train,
-        steps,
-        allreduce,
-        int(steps * remote_bytes * k),
-        workers,
-        step_parts={"prepare": prepare, "compute": compute, "network": comm, "allreduce": allreduce},
-    )
+    parts = {"prepare": prepare, "compute": compute, "network": comm, "allreduce": allreduce}
+    sent = int(steps * remote_bytes * k)
+    return epoch_result(p.strategy, k, epoch, p.num_train, steps, allreduce, sent, workers, step_parts=parts)
 
 
 def simulate(plan: Path, meta: dict, options, out: Path) -> tuple[dict, None]:

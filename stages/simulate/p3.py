@@ -52,7 +52,7 @@ from pathlib import Path
 from ..common.errors import G3InputError
 from ..common.knobs import prefetch_depth
 from ..common.run_artifact import load_run_meta, read_metrics
-from .minibatch import epoch_result, run_minibatch_simulation
+from .minibatch import epoch_result, run_minibatch_simulation, worker_record
 from .scaling import scaling_rows
 
 ITEM = 4  # bytes of a modelled value (float32), as the other models
@@ -197,28 +197,13 @@ def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipeline
     for r, x in enumerate(per):
         busy = steps * (x["model_parallel"] + x["data_parallel"])
         comm_wait = max(0.0, train - busy)  # the compute thread's wait for partials and the gradient push
+        idle = max(0.0, epoch - busy - comm_wait - steps * allreduce)
+        link = steps * (x["partials"] + x["gradients"] + x["wire_sample"] + x["wire_structure"])
         workers.append(
-            {
-                "rank": r,
-                "busy": busy,
-                "overhead": 0.0,
-                "comm_wait": comm_wait,
-                "idle": max(0.0, epoch - busy - comm_wait - steps * allreduce),
-                "sync": steps * allreduce,
-                "link_seconds": steps
-                * (x["partials"] + x["gradients"] + x["wire_sample"] + x["wire_structure"]),
-                "bytes_sent": steps * sent,
-            }
+            worker_record(r, 1, epoch, busy, comm_wait, steps * allreduce, link, steps * sent, idle)
         )
-    return epoch_result(
-        "p3-pipelined" if pipelined else "p3",
-        k,
-        epoch,
-        p.num_train,
-        steps,
-        allreduce,
-        round(steps * sent * k),
-        workers,
+    name = "p3-pipelined" if pipelined else "p3"
+    figures = dict(
         bytes_per_step={**bytes_, "allreduce": 2 * (k - 1) / k * p.replicated * ITEM},
         step_parts={
             key: phase[key]
@@ -233,6 +218,9 @@ def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipeline
             )
         }
         | {"allreduce": allreduce},
+    )
+    return epoch_result(
+        name, k, epoch, p.num_train, steps, allreduce, round(steps * sent * k), workers, **figures
     )
 
 
