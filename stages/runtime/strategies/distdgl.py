@@ -30,7 +30,6 @@ Batch order (``g3 plan --batch-order``):
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import torch
@@ -175,17 +174,9 @@ class DistDglStrategy(MiniBatchStrategy):
         """A step's inputs; on the device when the worker samples there (:class:`DeviceGraph`)."""
         if self.on_device is None:
             return super().prepare(epoch, step, batch, extra_seconds)
-        t0, targets, global_targets, blocks, t1 = self.sample_step(epoch, step, batch)
-        x0, degrees, fetched = self.on_device.inputs(blocks[0].src)
-        return PreparedStep(
-            targets,
-            global_targets,
-            blocks,
-            x0,
-            degrees,
-            {"sample": t1 - t0 + extra_seconds, "fetch": time.perf_counter() - t1},
-            fetched_rows=fetched,
-        )
+        sampled = self.sample_step(epoch, step, batch)
+        x0, degrees, fetched = self.on_device.inputs(sampled.blocks[0].src)
+        return sampled.step(x0, degrees, extra_seconds, fetched_rows=fetched)
 
     # --- batches --------------------------------------------------------------------------------------
     def steps(self, epoch: int) -> int:

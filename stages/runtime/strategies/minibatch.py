@@ -90,6 +90,28 @@ class PreparedStep:
     arc_rows: np.ndarray | None = None
 
 
+@dataclass
+class Sampled:
+    """A step's targets and blocks as the sampler drew them, with when it started and finished."""
+
+    targets: np.ndarray
+    global_targets: int | None
+    blocks: list[SampledBlock]
+    started: float
+    sampled: float
+
+    def step(
+        self, x0, degrees, extra_seconds: float = 0.0, kind: type = PreparedStep, **more
+    ) -> PreparedStep:
+        """The step's inputs (``kind``: PreparedStep or an extension of it), timed: sampling (plus
+        ``extra_seconds`` spent on it elsewhere) and fetching the inputs until now."""
+        seconds = {
+            "sample": self.sampled - self.started + extra_seconds,
+            "fetch": time.perf_counter() - self.sampled,
+        }
+        return kind(self.targets, self.global_targets, self.blocks, x0, degrees, seconds, **more)
+
+
 class RowBuffers:
     """Input-row buffers reused from step to step, so that a step's gather writes into memory already mapped
     instead of a fresh tensor of tens of MB (the copy's pages faulted in and zeroed every step).
@@ -192,15 +214,12 @@ class MiniBatchStrategy(Strategy):
         raise NotImplementedError
 
     # --- preparing a step (sampler side: never reads the weights) ----------------------------------------
-    def sample_step(
-        self, epoch: int, step: int, batch=None
-    ) -> tuple[float, np.ndarray, int | None, list, float]:
-        """A step's targets (``batch``, else :meth:`batch`'s) and their blocks, timed: (start, targets, global
-        target count, blocks, end of sampling)."""
+    def sample_step(self, epoch: int, step: int, batch=None) -> Sampled:
+        """A step's targets (``batch``, else :meth:`batch`'s) and their blocks, timed."""
         t0 = time.perf_counter()
         targets, global_targets = batch if batch is not None else self.batch(epoch, step)
         blocks = self.blocks(epoch, step, targets)
-        return t0, targets, global_targets, blocks, time.perf_counter()
+        return Sampled(targets, global_targets, blocks, t0, time.perf_counter())
 
     def prepare(
         self,
@@ -210,8 +229,9 @@ class MiniBatchStrategy(Strategy):
         extra_seconds: float = 0.0,
     ) -> PreparedStep:
         """The step's inputs; ``batch`` (targets, global count) replaces :meth:`batch` for a micro-batch."""
-        t0, targets, global_targets, blocks, t1 = self.sample_step(epoch, step, batch)
-        sources = blocks[0].src if blocks else targets
+        sampled = self.sample_step(epoch, step, batch)
+        blocks = sampled.blocks
+        sources = blocks[0].src if blocks else sampled.targets
         arc_rows = None
         if blocks and self.reads_inputs_in_place(blocks[0]):
             # the aggregation reads every source's row in the table, by arc; only the destinations' own rows
@@ -223,17 +243,8 @@ class MiniBatchStrategy(Strategy):
             sources = sources[: len(blocks[0].dst)]
         buffer = self.row_buffers.take(len(sources)) if self.reuse_inputs else None
         x0, degrees, fetched = self.gather_inputs(sources, None if buffer is None else buffer[: len(sources)])
-        t2 = time.perf_counter()
-        return PreparedStep(
-            targets,
-            global_targets,
-            blocks,
-            x0,
-            degrees,
-            {"sample": t1 - t0 + extra_seconds, "fetch": t2 - t1},
-            fetched_rows=fetched,
-            buffer=buffer,
-            arc_rows=arc_rows,
+        return sampled.step(
+            x0, degrees, extra_seconds, fetched_rows=fetched, buffer=buffer, arc_rows=arc_rows
         )
 
     def reads_inputs_in_place(self, first: SampledBlock) -> bool:

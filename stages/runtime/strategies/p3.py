@@ -195,8 +195,8 @@ class P3Strategy(DistDglStrategy):
 
     # --- preparing a step: sample the structure, push layer 1 to every worker ---------------------------
     def prepare(self, epoch: int, step: int, batch=None, extra_seconds: float = 0.0) -> P3Step:
-        t0, targets, global_targets, blocks, t1 = self.sample_step(epoch, step, batch)
-        first = blocks[0]
+        sampled = self.sample_step(epoch, step, batch)
+        first = sampled.blocks[0]
         if isinstance(first.src, torch.Tensor):  # sampled on the device: the pushed structure leaves it
             first = SampledBlock(
                 *(a.cpu().numpy() for a in (first.dst, first.src, first.indptr, first.indices))
@@ -208,16 +208,7 @@ class P3Strategy(DistDglStrategy):
             if self.needs_degrees
             else None
         )
-        t2 = time.perf_counter()
-        return P3Step(
-            targets,
-            global_targets,
-            blocks,
-            None,
-            degrees,
-            {"sample": t1 - t0 + extra_seconds, "fetch": t2 - t1},
-            layer1=layer1,
-        )
+        return sampled.step(None, degrees, extra_seconds, kind=P3Step, layer1=layer1)
 
     def push_structure(self, block: SampledBlock) -> list[LayerOneBlock]:
         """This batch's layer-1 block to every worker and every owner's block here (collective, on the
