@@ -23,10 +23,7 @@ sys.path.insert(0, str(REPO))
 import g3  # noqa: E402
 from stages.common.strategies import STRATEGIES  # noqa: E402
 
-GRAPHS = {
-    "tolokers": {"metric": "rocauc"},
-    "facebook": {"metric": "accuracy"},
-}
+GRAPHS = {"tolokers": {"metric": "rocauc"}, "facebook": {"metric": "accuracy"}}
 
 
 def ingest(shared: Path, out: Path, name: str) -> Path:

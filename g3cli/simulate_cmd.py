@@ -6,11 +6,7 @@ import json
 
 import click
 
-from stages.simulate import (
-    SimulateOptions,
-    print_simulation,
-    run_simulate,
-)
+from stages.simulate import SimulateOptions, print_simulation, run_simulate
 
 from .output import stdout_console
 from .paths import force_option, out_option

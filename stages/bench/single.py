@@ -4,8 +4,6 @@ Same epoch as the others: forward, cross-entropy over the labelled training node
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 
@@ -26,6 +24,7 @@ def train_single(
 
     from ..runtime.block import Block
     from ..runtime.models import build_model
+    from .peers.common import train
 
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -49,17 +48,11 @@ def train_single(
         train_idx = train_idx[y[train_idx] >= 0]
         torch.manual_seed(seed)
         model = build_model(model_kind, x.shape[1], hidden, int(graph["num_classes"]), layers, heads=heads)
-        opt = torch.optim.Adam(model.parameters(), lr=lr)
-        model.train()
-        times = []
-        for epoch in range(epochs):
-            t0 = time.perf_counter()
-            opt.zero_grad()
-            out = model(block, x, epoch=epoch, dropout=dropout, seed=seed, training=True)
-            loss = torch.nn.functional.cross_entropy(out[train_idx], y[train_idx])
-            loss.backward()
-            opt.step()
-            times.append(time.perf_counter() - t0)
+
+        def forward(epoch: int) -> torch.Tensor:
+            return model(block, x, epoch=epoch, dropout=dropout, seed=seed, training=True)
+
+        times = train(model, forward, y, train_idx, epochs, lr)
         test = torch.from_numpy(np.asarray(graph.get("test_idx", np.zeros(0)), dtype=np.int64))
         test = test[y[test] >= 0]
         model.eval()

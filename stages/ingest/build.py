@@ -326,10 +326,7 @@ def _build_csr(
         "reverse_added": reverse_added,
         "spilled": runs.spilled,
         "buckets": nb,
-        "degree": {
-            "in": _stats(in_degree),
-            "out": _stats(out_count),
-        },
+        "degree": {"in": _stats(in_degree), "out": _stats(out_count)},
     }
 
 

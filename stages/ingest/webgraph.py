@@ -47,13 +47,7 @@ from numba.cpython.unsafe.numbers import leading_zeros
 from stages.common.errors import G3InputError
 from stages.ingest.source import GraphSource
 
-__all__ = [
-    "read_properties",
-    "decode_bvgraph",
-    "iter_bvgraph_chunks",
-    "read_webgraph",
-    "BV_GRAPH_CLASSES",
-]
+__all__ = ["read_properties", "decode_bvgraph", "iter_bvgraph_chunks", "read_webgraph", "BV_GRAPH_CLASSES"]
 
 BV_GRAPH_CLASSES = ("it.unimi.dsi.webgraph.BVGraph", "it.unimi.dsi.big.webgraph.BVGraph")
 
@@ -249,21 +243,7 @@ def _read(words, pos, nbits, code, k):
 
 
 @njit(cache=True, nogil=True)
-def _decode_body(
-    words,
-    nbits,
-    pos,
-    x,
-    d,
-    ref_arr,
-    rs,
-    rl,
-    out,
-    os,
-    tmpa,
-    tmpb,
-    codec,
-):
+def _decode_body(words, nbits, pos, x, d, ref_arr, rs, rl, out, os, tmpa, tmpb, codec):
     """Decode the part of node x's list after the outdegree `d` and the reference.
 
     The referenced list is ``ref_arr[rs:rs+rl]`` (``rl < 0``: no reference). The list goes to
@@ -396,18 +376,7 @@ def _decode_body(
 
 
 @njit(cache=True, nogil=True)
-def _decode_seq(
-    words,
-    nbits,
-    pos,
-    x,
-    x_end,
-    li,
-    li_first,
-    offs,
-    succ,
-    codec,
-):
+def _decode_seq(words, nbits, pos, x, x_end, li, li_first, offs, succ, codec):
     """Sequentially decode nodes x, x+1, ... < x_end, starting at bit `pos`.
 
     Node x goes to local index `li`: its list is ``succ[offs[li]:offs[li+1]]``; the lists of the (up to
@@ -457,21 +426,7 @@ def _decode_seq(
                     return _E_REF_NODE, x, p0, li, r
                 rs = offs[li - r]
                 rl = offs[li - r + 1] - rs
-        st, pos = _decode_body(
-            words,
-            nbits,
-            pos,
-            x,
-            d,
-            succ,
-            rs,
-            rl,
-            succ,
-            start,
-            tmpa,
-            tmpb,
-            codec,
-        )
+        st, pos = _decode_body(words, nbits, pos, x, d, succ, rs, rl, succ, start, tmpa, tmpb, codec)
         if st != _OK:
             if st == _PAST and pos >= _BAD:
                 st = _E_VALUE
@@ -512,18 +467,7 @@ def _degrees_par(words, nbits, goffs, n_nodes, c_out, k, deg):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _decode_par(
-    words,
-    nbits,
-    goffs,
-    deg,
-    csr,
-    succ,
-    starts,
-    warm,
-    codec,
-    status,
-):
+def _decode_par(words, nbits, goffs, deg, csr, succ, starts, warm, codec, status):
     """Decode node ranges [starts[r], starts[r+1]) in parallel into the CSR (csr/succ).
 
     A range first decodes up to `warm` nodes before it into a scratch buffer, so that references into the
@@ -570,19 +514,7 @@ def _decode_par(
                     rs = csr[t] - base
                     rl = deg[t]
             st, pos = _decode_body(
-                words,
-                nbits,
-                pos,
-                y,
-                d,
-                scratch,
-                rs,
-                rl,
-                scratch,
-                csr[y] - base,
-                tmpa,
-                tmpb,
-                codec,
+                words, nbits, pos, y, d, scratch, rs, rl, scratch, csr[y] - base, tmpa, tmpb, codec
             )
             valid[y - w0] = st == _OK and pos == goffs[y + 1]
         # The range itself.
@@ -621,21 +553,7 @@ def _decode_par(
                         status[r, 1] = x
                         break
                     rl = deg[t]
-            st, pos = _decode_body(
-                words,
-                nbits,
-                pos,
-                x,
-                d,
-                ref_arr,
-                rs,
-                rl,
-                succ,
-                csr[x],
-                tmpa,
-                tmpb,
-                codec,
-            )
+            st, pos = _decode_body(words, nbits, pos, x, d, ref_arr, rs, rl, succ, csr[x], tmpa, tmpb, codec)
             if st != _OK:
                 status[r, 0] = _E_VALUE if (st == _PAST and pos >= _BAD) else st
                 status[r, 1] = x
@@ -648,17 +566,7 @@ def _decode_par(
 
 
 @njit(cache=True, nogil=True)
-def _finish_seq(
-    words,
-    nbits,
-    goffs,
-    deg,
-    csr,
-    succ,
-    x,
-    x_end,
-    codec,
-):
+def _finish_seq(words, nbits, goffs, deg, csr, succ, x, x_end, codec):
     """Sequentially decode nodes [x, x_end) into the CSR, all earlier lists being final. (status, node, extra)."""
     n_nodes, window, min_int, c_out, c_ref, c_bcnt, c_blk, c_int, c_res, k = codec
     maxd = np.int64(1)
@@ -683,21 +591,7 @@ def _finish_seq(
                 if ref > 0:
                     rs = csr[x - ref]
                     rl = deg[x - ref]
-            st, pos = _decode_body(
-                words,
-                nbits,
-                pos,
-                x,
-                d,
-                succ,
-                rs,
-                rl,
-                succ,
-                csr[x],
-                tmpa,
-                tmpb,
-                codec,
-            )
+            st, pos = _decode_body(words, nbits, pos, x, d, succ, rs, rl, succ, csr[x], tmpa, tmpb, codec)
             if st != _OK:
                 return (_E_VALUE if (st == _PAST and pos >= _BAD) else st), x, np.int64(0)
         if pos != goffs[x + 1]:

@@ -54,12 +54,7 @@ PARALLEL_MIN_NODES = 128  # candidate lists at least this long get their deltas 
 
 CONTINUE, CONVERGED, CYCLE, STALLED, SWAP_LIMIT = 0, 1, 2, 3, 4
 STAT_PAIRS, STAT_SINGLE, STAT_WIDENED = 0, 1, 2  # counters of the candidate search
-STOP_REASONS = {
-    CONVERGED: "converged",
-    CYCLE: "cycle",
-    STALLED: "stalled",
-    SWAP_LIMIT: "swap limit",
-}
+STOP_REASONS = {CONVERGED: "converged", CYCLE: "cycle", STALLED: "stalled", SWAP_LIMIT: "swap limit"}
 STOP_EXPLANATIONS = {
     "converged": "min/max remote set ratio reached 1 - gamma",
     "cycle": "a swap returned the assignment to an earlier state (swaps started to cycle)",

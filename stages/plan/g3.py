@@ -13,13 +13,7 @@ from ..common.atomic import write_json_atomic
 from ..common.bin_memory import pack_within
 from ..common.model_spec import BIN_DEVICES, BinCost, LayerShape, bin_costs, bins_device
 from ..common.strategies import PlanOption, count_or_auto
-from .bins import (
-    build_layer_bins,
-    last_use_bin,
-    pack_by_count,
-    priority_list,
-    rows_in_priority_order,
-)
+from .bins import build_layer_bins, last_use_bin, pack_by_count, priority_list, rows_in_priority_order
 from .context import PlanContext
 from .residency import DEVICE_MEMORY, auto_device_memory
 from .tables import assemble

@@ -24,9 +24,7 @@ INFO = StrategyInfo(
             simulate={"boundary_sample": 1.0},
         ),
         AdviseVariant(
-            "boundary sample 0.1",
-            plan_options={"boundary_sample": "0.1"},
-            simulate={"boundary_sample": 0.1},
+            "boundary sample 0.1", plan_options={"boundary_sample": "0.1"}, simulate={"boundary_sample": 0.1}
         ),
     ),
 )

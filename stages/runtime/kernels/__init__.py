@@ -64,14 +64,7 @@ from .autograd import (
     relu_dropout_grad,
 )
 from .backends import BACKENDS, backend, use_backend
-from .csr import (
-    CSRTranspose,
-    add_self_loops,
-    block_self_loops,
-    block_transpose,
-    csr_transpose,
-    row_ids,
-)
+from .csr import CSRTranspose, add_self_loops, block_self_loops, block_transpose, csr_transpose, row_ids
 from .csr import _nb_transpose_of as _nb_transpose_of
 from .numba_cpu import HAVE_NUMBA, use_serial_kernels_in_this_thread
 from .numba_cpu import _nb_threads as _nb_threads

@@ -241,12 +241,7 @@ class GNNModel(nn.Module):
 
 
 def build_model(
-    kind: str,
-    in_dim: int,
-    hidden: int,
-    num_classes: int,
-    layers: int,
-    heads: int = 8,
+    kind: str, in_dim: int, hidden: int, num_classes: int, layers: int, heads: int = 8
 ) -> GNNModel:
     """A ``layers``-layer model of ``kind`` (``"sage"``, ``"gcn"`` or ``"gat"``): :func:`model_from_spec` of
     that :class:`~stages.common.model_spec.ModelSpec`."""
