@@ -242,28 +242,32 @@ class NeutronTPStrategy(WholePartitionStrategy):
         self, x_slice: torch.Tensor, out_slice: torch.Tensor, layer: str, pre=None, post=None
     ) -> None:
         """Forward aggregation of every chunk: ``out_slice[chunk rows] = agg(x_slice)``."""
-        chunks = self.chunks
 
-        def compute(j):
-            a, b = chunks.span(j)
-            with self.compute_span(f"{layer} chunk {j}", phase="fwd", nodes=b - a):
-                out_slice[a:b] = chunks.forward(j, x_slice)
+        def forward(j: int, a: int, b: int) -> None:
+            out_slice[a:b] = self.chunks.forward(j, x_slice)
 
-        self._run_chunks(list(self._all()), compute, pre, post)
+        self._chunk_pass(list(self._all()), forward, f"{layer} chunk", "fwd", pre, post)
 
     def _transposed_pass(
         self, grad_dst: torch.Tensor, grad_src: torch.Tensor, layer: str, pre=None, post=None
     ) -> None:
         """Backward of :meth:`_aggregate_pass`, chunks in reverse order: ``grad_src += aggᵀ(grad_dst)``."""
-        chunks = self.chunks
 
-        def compute(j):
-            a, b = chunks.span(j)
-            blk = chunks.blocks[j]
-            with self.compute_span(f"{layer} chunk {j} bwd", phase="bwd", nodes=b - a):
-                add_rows_at(grad_src, blk.src_ids, chunks.backward(j, grad_dst[a:b]))
+        def backward(j: int, a: int, b: int) -> None:
+            add_rows_at(grad_src, self.chunks.blocks[j].src_ids, self.chunks.backward(j, grad_dst[a:b]))
 
-        self._run_chunks(list(reversed(self._all())), compute, pre, post)
+        self._chunk_pass(list(reversed(self._all())), backward, f"{layer} chunk", "bwd", pre, post)
+
+    def _chunk_pass(self, order: list[int], body, label: str, phase: str, pre, post) -> None:
+        """``body(j, first row, end row)`` for every chunk ``j`` of ``order``, each timed as a compute span."""
+
+        def compute(j: int) -> None:
+            a, b = self.chunks.span(j)
+            name = f"{label} {j}" + (" bwd" if phase == "bwd" else "")
+            with self.compute_span(name, phase=phase, nodes=b - a):
+                body(j, a, b)
+
+        self._run_chunks(order, compute, pre, post)
 
     def _split(
         self, rows: torch.Tensor, which: str, cols: list[int], out: torch.Tensor, label: str, chunks
