@@ -65,6 +65,11 @@ def _recv_keys(table, kind: str, li: int, me: int) -> list:
     return [(kind, li, int(peer), me, int(step)) for step, peer, _ in table.msgs]
 
 
+def _compute(seconds: float, label: str) -> tuple:
+    """A compute span of ``seconds`` on the worker's compute lane, labelled for the timeline."""
+    return ("compute", seconds, "compute", label)
+
+
 def _overhead(rates: Rates, bins: int = 1):
     t = rates.overhead_per_bin * bins
     return ("compute", t, "overhead", "overhead") if t > 0 else None
@@ -106,13 +111,10 @@ def _forward_layerwise(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rate
                 now = yield ("until", next_ready)
                 if b + 1 < lb.num_bins:
                     next_ready = lane = max(now, lane) + rates.gather(li, srcs[b + 1])
-                now = yield ("compute", rates.fwd(li, arcs[b], nodes[b]), "compute", f"L{li} bin {b}")
+                now = yield _compute(rates.fwd(li, arcs[b], nodes[b]), f"L{li} bin {b}")
             else:
-                now = yield (
-                    "compute",
-                    rates.gather(li, srcs[b]) + rates.fwd(li, arcs[b], nodes[b]),
-                    "compute",
-                    f"L{li} bin {b}",
+                now = yield _compute(
+                    rates.gather(li, srcs[b]) + rates.fwd(li, arcs[b], nodes[b]), f"L{li} bin {b}"
                 )
             if (oh := _overhead(rates)) is not None:
                 now = yield oh
@@ -259,7 +261,7 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
         if nl is not None:
             lane = max(now + gather, lane) + rates.gather(nl, bins[nl][nb][1])
             gathered[(nl, nb)] = lane
-        now = yield ("compute", gather + rates.fwd(li, arcs, len(rows)), "compute", f"L{li} bin {b}")
+        now = yield _compute(gather + rates.fwd(li, arcs, len(rows)), f"L{li} bin {b}")
         if (oh := _overhead(rates)) is not None:
             now = yield oh
         if li < L - 1:
@@ -290,12 +292,7 @@ def _backward(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, now: f
         B = lb.num_bins
         for s in range(B):
             b = s  # plan order: the bins that read remote inputs come first, their gradients leave early
-            now = yield (
-                "compute",
-                rates.bwd(li, lb.bin_arcs[b], lb.bin_nodes[b]),
-                "compute",
-                f"L{li} bwd {s}",
-            )
+            now = yield _compute(rates.bwd(li, lb.bin_arcs[b], lb.bin_nodes[b]), f"L{li} bwd {s}")
             if (oh := _overhead(rates)) is not None:
                 now = yield oh
             for req in _send_step(wl, w, steps, s, "bwd", li, not sched.async_send):
@@ -353,17 +350,12 @@ def _layer_sync(wl: Workload, w: WorkerLoad, rates: Rates, k: int, exchange, bwd
     L = wl.num_layers
     arcs, nodes = w.num_arcs, w.num_owned
     for li in range(L):
-        now = yield ("compute", rates.fwd(li, arcs, nodes, 1) + rates.overhead_per_bin, "compute", f"L{li}")
+        now = yield _compute(rates.fwd(li, arcs, nodes, 1) + rates.overhead_per_bin, f"L{li}")
         if li < L - 1:
             now = yield from exchange(li)
         now = yield ("barrier", ("fwd", li))
     for li in reversed(range(L)):
-        now = yield (
-            "compute",
-            rates.bwd(li, arcs, nodes, 1) + rates.overhead_per_bin,
-            "compute",
-            f"L{li} bwd",
-        )
+        now = yield _compute(rates.bwd(li, arcs, nodes, 1) + rates.overhead_per_bin, f"L{li} bwd")
         if li > 0:
             now = yield from _all_to_all(wl, w, k, "bwd", li, bwd_sample)
         now = yield ("barrier", ("bwd", li))
@@ -478,14 +470,11 @@ def halo_worker(wl: Workload, layers: list[HaloLayer], rates: Rates):
             + rates.fwd(li, h.arcs, h.nodes, h.bins)
             + rates.overhead_per_bin * h.bins
         )
-        now = yield ("compute", work, "compute", f"L{li}")
+        now = yield _compute(work, f"L{li}")
     for li in reversed(range(len(layers))):
         h = layers[li]
-        now = yield (
-            "compute",
-            rates.bwd(li, h.arcs, h.nodes, h.bins) + rates.overhead_per_bin * h.bins,
-            "compute",
-            f"L{li} bwd",
+        now = yield _compute(
+            rates.bwd(li, h.arcs, h.nodes, h.bins) + rates.overhead_per_bin * h.bins, f"L{li} bwd"
         )
     return now
 
