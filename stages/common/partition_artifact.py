@@ -74,6 +74,11 @@ def load_assignment(part: str | Path, meta: dict | None = None) -> np.ndarray | 
     return owner
 
 
+def _shard_array(name: str) -> cached_property:
+    """A shard's ``name.npy``, loaded (checked) on first use and kept."""
+    return cached_property(lambda self: np.asarray(self.load(name)))
+
+
 class Shard:
     """One worker's shard: owned nodes, local in-edge CSR (owned first, then remote), P2P raw material."""
 
@@ -134,25 +139,11 @@ class Shard:
     def num_owned(self) -> int:
         return len(self.owned)
 
-    @cached_property
-    def remote(self) -> np.ndarray:
-        return np.asarray(self.load("remote"))
-
-    @cached_property
-    def remote_owner_ptr(self) -> np.ndarray:
-        return np.asarray(self.load("remote_owner_ptr"))
-
-    @cached_property
-    def send_ptr(self) -> np.ndarray:
-        return np.asarray(self.load("send_ptr"))
-
-    @cached_property
-    def send(self) -> np.ndarray:
-        return np.asarray(self.load("send"))
-
-    @cached_property
-    def indptr(self) -> np.ndarray:
-        return np.asarray(self.load("indptr"))
+    remote = _shard_array("remote")
+    remote_owner_ptr = _shard_array("remote_owner_ptr")
+    send_ptr = _shard_array("send_ptr")
+    send = _shard_array("send")
+    indptr = _shard_array("indptr")
 
     @cached_property
     def indices(self) -> np.ndarray:

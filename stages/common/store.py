@@ -130,6 +130,11 @@ def _plain(o):
     raise TypeError(type(o).__name__)
 
 
+def _lazy_array(name: str) -> property:
+    """A store's zarr array ``name``, opened (not read) on each use."""
+    return property(lambda self: self.array(name), doc=f"The store's {name} array (zarr, read lazily).")
+
+
 def _meta_count(key: str) -> property:
     """A store's count kept in its metadata (zarr.json's ``key``), as an int."""
     return property(lambda self: int(self.meta[key]), doc=f"The store's {key.replace('_', ' ')}.")
@@ -239,21 +244,13 @@ class GraphStore:
                 f"array {name} cannot be opened: {type(exc).__name__}: {exc}", path=self.path / name
             ) from None
 
-    @property
-    def indptr(self) -> zarr.Array:
-        return self.array("indptr")
+    indptr = _lazy_array("indptr")
 
-    @property
-    def indices(self) -> zarr.Array:
-        return self.array("indices")
+    indices = _lazy_array("indices")
 
-    @property
-    def features(self) -> zarr.Array:
-        return self.array("features")
+    features = _lazy_array("features")
 
-    @property
-    def labels(self) -> zarr.Array:
-        return self.array("labels")
+    labels = _lazy_array("labels")
 
     # --- eager, verified loads ----------------------------------------------------------------------------
     def read(self, name: str, verify: bool = True) -> np.ndarray:
