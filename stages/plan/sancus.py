@@ -29,23 +29,22 @@ def parse_staleness(text: str) -> dict:
         if not re.fullmatch(r"\d+", value):
             raise ValueError(f"{policy}:N needs a whole number of epochs >= 0")
         return {"policy": policy, "bound": int(value)}
-    try:
-        x = float(value)
-    except ValueError:
-        raise ValueError("drift:X needs a number >= 0") from None
-    if not (math.isfinite(x) and x >= 0):
-        raise ValueError("drift:X needs a number >= 0")
-    return {"policy": policy, "bound": x}
+    return {"policy": policy, "bound": _non_negative(value, "drift:X needs a number >= 0")}
 
 
-def _clip(text: str) -> float:
+def _non_negative(text: str, wrong: str) -> float:
+    """A finite number >= 0 from ``text``; ValueError(``wrong``) otherwise."""
     try:
         x = float(text)
     except ValueError:
-        raise ValueError("expected a number >= 0 (0: off)") from None
+        raise ValueError(wrong) from None
     if not (math.isfinite(x) and x >= 0):
-        raise ValueError("expected a number >= 0 (0: off)")
+        raise ValueError(wrong)
     return x
+
+
+def _clip(text: str) -> float:
+    return _non_negative(text, "expected a number >= 0 (0: off)")
 
 
 OPTIONS = (

@@ -506,19 +506,24 @@ class G3Strategy(Strategy):
         t1 = now_us()
         out = y.detach().to(hs[li + 1].device, hs[li + 1].dtype)  # streamed bins: copied out
         put_rows(hs[li + 1], self._ids(block, DST_IDS, dst), block.cached(DST_RANGE, lambda: None), out)
+        self._bin_computed(block, li, b, t0, c0, t1, phase="fwd" if training else "eval")
+
+    def _bin_computed(self, block, li: int, b: int, t0: int, c0: float, end: int, **args) -> None:
+        """A bin's compute, from ``t0`` (and thread CPU time ``c0``) until now, into the timers, and its span (to
+        ``end``) into the trace."""
         self.timers["compute"] += (now_us() - t0) / 1e6
         self.timers["compute_cpu"] += time.thread_time() - c0
         self.tracer.span(
             "compute",
             f"L{li} bin {b}",
             t0,
-            t1,
+            end,
             layer=li,
             bin=b,
             nodes=int(block.n_dst),
             arcs=int(block.nnz),
             srcs=int(block.n_src),
-            phase="fwd" if training else "eval",
+            **args,
         )
 
     def _keep_layer0_rows(self, block, x_src: torch.Tensor) -> None:
@@ -811,21 +816,7 @@ class G3Strategy(Strategy):
                         block.cached(SRC_RANGE, lambda: None),
                         grad_src,
                     )
-                self.timers["compute"] += (now_us() - t0) / 1e6
-                self.timers["compute_cpu"] += time.thread_time() - c0
-                self.tracer.span(
-                    "compute",
-                    f"L{li} bin {step}",
-                    t0,
-                    now_us(),
-                    layer=li,
-                    bin=step,
-                    phase="bwd",
-                    nodes=int(block.n_dst),
-                    arcs=int(block.nnz),
-                    srcs=int(block.n_src),
-                    recomputed=recomputed,
-                )
+                self._bin_computed(block, li, step, t0, c0, now_us(), phase="bwd", recomputed=recomputed)
                 if need_input_grad:
                     finished = self._remote_grads_final(src.numpy(), block, uses)
                     if len(finished):
