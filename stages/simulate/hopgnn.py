@@ -39,7 +39,14 @@ from pathlib import Path
 
 from ..common.errors import G3InputError
 from ..common.run_artifact import load_run_meta, read_metrics
-from .minibatch import MiniBatchProfile, epoch_result, remote_share, run_minibatch_simulation, worker_record
+from .minibatch import (
+    MiniBatchProfile,
+    epoch_result,
+    remote_share,
+    run_minibatch_simulation,
+    step_work,
+    worker_record,
+)
 from .scaling import scaling_rows
 
 _ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
@@ -145,10 +152,8 @@ def simulate_hopgnn(
     migrate = migrations * latency + (0.0 if net.one_host(k) else net.transfer(migrate_bytes))
     per = []  # per server: (iteration, prepare, compute, network)
     for w in range(k):
-        speed = net.speed(w)
         network = (net.peer_transfer(fetch_bytes, w, k) + rounds * 3 * latency) if k > 1 else 0.0
-        prepare = (arcs * p.t_sample + rows * p.t_gather) / speed + network
-        compute = arcs * p.t_compute / speed
+        prepare, compute = step_work(p, net.speed(w), arcs, rows, network)
         iteration = max(prepare, compute + migrate) if p.prefetch else prepare + compute + migrate
         per.append((iteration, prepare, compute, network))
     iteration, prepare, compute, network = max(per, key=lambda x: x[0])

@@ -132,6 +132,14 @@ def run_calibrated_result(
     }
 
 
+def step_work(
+    p: MiniBatchProfile, speed: float, arcs: float, rows: float, network: float
+) -> tuple[float, float]:
+    """A worker's seconds per step at relative ``speed``: preparing it (sampling ``arcs``, gathering ``rows``, and
+    ``network`` seconds of requests) and computing it."""
+    return (arcs * p.t_sample + rows * p.t_gather) / speed + network, arcs * p.t_compute / speed
+
+
 def worker_record(
     rank: int,
     steps: int,
@@ -222,10 +230,8 @@ def simulate_minibatch(p: MiniBatchProfile, k: int, bandwidth: float, latency: f
     rounds = len(p.fanouts)  # L − 1 hops of remote sampling and the input rows' pull: request and reply each
     per = []  # per worker: (step, prepare, compute, network)
     for w in range(k):
-        speed = net.speed(w)
         comm = (net.peer_transfer(remote_bytes, w, k) + rounds * 2 * latency) if k > 1 else 0.0
-        prepare = (arcs * p.t_sample + rows * p.t_gather) / speed + comm
-        compute = arcs * p.t_compute / speed
+        prepare, compute = step_work(p, net.speed(w), arcs, rows, comm)
         per.append((max(prepare, compute) if p.prefetch else prepare + compute, prepare, compute, comm))
     step, prepare, compute, comm = max(per, key=lambda x: x[0])  # the slowest worker bounds the step
     allreduce = allreduce_seconds(p.num_params, k, net)
