@@ -32,9 +32,9 @@ def setting_option(f: dataclasses.Field, hint):
     required = f.default is dataclasses.MISSING
     default = None if required else f.default
     if kind is bool:
-        if default:  # a setting on by default is turned off with --no-NAME
+        if default is None or default:  # on by default, or undecided (None): turned on or off by name
             decls = [f"{flag}/--no-{flag[2:]}", f.name]
-            return click.option(*decls, default=True, show_default=True, help=meta["help"])
+            return click.option(*decls, default=default, show_default=default is not None, help=meta["help"])
         return click.option(*decls, is_flag=True, default=default, help=meta["help"])
     if meta["parse"] is not None:  # text the parser turns into the value
         text, multiple = meta["cli_default"], meta["repeat"]
@@ -84,3 +84,9 @@ def setting_options(cls, *, first: type | None = None):
         return command
 
     return add
+
+
+def settings_of(cls, given: dict):
+    """An instance of the options dataclass ``cls`` from the command's keywords that are its settings (a command
+    made from several dataclasses hands each its own)."""
+    return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given})

@@ -109,26 +109,29 @@ def test_choices_are_checked_where_click_does_not_see_the_value():
 
 
 def test_the_commands_take_their_options_from_their_stage_only():
-    """g3 train, partition, simulate, advise and bench: every option but the output's is a setting of the stage's
+    """g3 train, partition, simulate, advise, bench and ingest: every option but the output's is a setting of the stage's
     options dataclass (and the strategies' knobs for train), so an option is declared in one place."""
     import importlib
 
     from stages.advise import AdviseOptions
     from stages.bench import BenchOptions
     from stages.common.strategies import knob_declarations
+    from stages.ingest import IngestOptions, SourceArgs
     from stages.partition import PartitionOptions
     from stages.simulate import SimulateOptions
     from stages.train import TrainConfig
 
-    own = {"out", "force", "as_json", "top", "plot", "help"}
-    for name, options, extra in [
-        ("train", TrainConfig, set(knob_declarations())),
-        ("partition", PartitionOptions, set()),
-        ("simulate", SimulateOptions, set()),
-        ("advise", AdviseOptions, set()),
-        ("bench", BenchOptions, set()),
+    own = {"out", "force", "as_json", "top", "plot", "help", "fmt"}
+    for name, classes, extra in [
+        ("train", (TrainConfig,), set(knob_declarations())),
+        ("partition", (PartitionOptions,), set()),
+        ("simulate", (SimulateOptions,), set()),
+        ("advise", (AdviseOptions,), set()),
+        ("bench", (BenchOptions,), set()),
+        ("ingest", (IngestOptions, SourceArgs), set()),
     ]:
-        command = importlib.import_module(f"g3cli.{name}_cmd").command
-        settings = {f.name for f in dataclasses.fields(options) if "setting" in f.metadata}
+        module = importlib.import_module(f"g3cli.{name}_cmd")
+        command = getattr(module, "command", None) or module.ingest
+        settings = {f.name for c in classes for f in dataclasses.fields(c) if "setting" in f.metadata}
         params = {p.name for p in command.params if isinstance(p, click.Option)}
         assert params - own == settings | extra, name

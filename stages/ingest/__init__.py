@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.errors import G3InputError
+from ..common.settings import setting
 from .arrays import source_of
 from .build import IngestOptions, IngestReport, build_store, check_options
 from .source import GraphSource
@@ -13,20 +14,45 @@ from .source import GraphSource
 FORMATS = ("auto", "ogb", "webgraph", "edgelist", "synthetic")
 
 
+def _split_index(text: str) -> int:
+    index = int(text) if text.strip().lstrip("-").isdigit() else None
+    if index is None or index < 0:
+        raise ValueError(f"expected a split number >= 0, got {text!r}")
+    return index
+
+
 @dataclass
 class SourceArgs:
-    """Format-specific reader arguments gathered by the CLI."""
+    """What a source's reader is told besides the options every format shares (IngestOptions); each field is a
+    `g3 ingest` option."""
 
-    split_name: str | None = None  # OGB split folder
-    num_nodes: int | None = None  # edge lists
-    features: str | None = None  # edge lists: .npy or file.h5:/dataset
-    labels: str | None = None
-    train_idx: str | None = None
-    valid_idx: str | None = None
-    test_idx: str | None = None
-    undirected: bool = False
-    synthetic: dict | None = None  # overrides for the synthetic generator
-    split_index: int | None = None  # sources with several stored splits: which one
+    split_name: str | None = setting(None, "OGB: which folder under split/ to use when there are several.")
+    num_nodes: int | None = setting(None, "Edge lists: node count (default: largest id + 1).")
+    undirected: bool = setting(False, "Edge lists: each line is an undirected edge stored once.")
+    features: str | None = setting(
+        None,
+        "Edge lists: node features, FILE.npy, FILE.npz:KEY, FILE.h5:/dataset, or FILE.json mapping node ids "
+        "to lists of feature ids (sparse features, made multi-hot; MUSAE's).",
+    )
+    labels: str | None = setting(
+        None,
+        "Edge lists: node labels, FILE.npy, FILE.h5:/dataset, or FILE.csv:COLUMN (a header row; rows placed "
+        "by an 'id' column when there is one; class names numbered in sorted order).",
+    )
+    train_idx: str | None = setting(None, "Edge lists: train node ids (text, one per line, or .npy).")
+    valid_idx: str | None = setting(None, "Edge lists: validation node ids.")
+    test_idx: str | None = setting(None, "Edge lists: test node ids.")
+    split_index: int | None = setting(
+        None,
+        "Sources that store several splits (the heterophilous benchmarks' .npz: 10): which one.",
+        parse=_split_index,
+    )
+    # the synthetic generator's parameters (None: the preset's); its feature width and classes are --feat-dim
+    # and --num-classes
+    nodes: int | None = setting(None, "Synthetic: number of nodes (with --avg-degree, no preset).")
+    avg_degree: float | None = setting(None, "Synthetic: arcs per node after symmetrising.")
+    communities: int | None = setting(None, "Synthetic: planted communities [default: nodes/400].")
+    cross_ratio: float | None = setting(None, "Synthetic: share of edges leaving their community [0.25].")
 
 
 def detect_format(source: str) -> str:
@@ -48,15 +74,19 @@ def detect_format(source: str) -> str:
     return "edgelist"
 
 
-def open_source(source: str, fmt: str, args: SourceArgs, seed: int) -> GraphSource:
+def open_source(source: str, fmt: str, args: SourceArgs, options: IngestOptions) -> GraphSource:
     """Parse SOURCE with the reader of its format."""
     fmt = detect_format(source) if fmt == "auto" else fmt
     if fmt == "synthetic":
         from .synthetic import resolve_spec, synthetic_source
 
         preset = source.split(":", 1)[1] if ":" in source else None
-        overrides = dict(args.synthetic or {})
-        overrides.setdefault("seed", seed)
+        generator = ("nodes", "avg_degree", "communities", "cross_ratio")
+        overrides = {k: getattr(args, k) for k in generator} | {
+            "feat_dim": options.feat_dim,
+            "num_classes": options.num_classes,
+            "seed": options.seed,
+        }
         spec = resolve_spec(preset, **overrides)
         return synthetic_source(spec, name=f"synthetic-{preset}" if preset else None)
     if fmt == "ogb":
@@ -90,7 +120,7 @@ def run_ingest(
 
     check_target(Path(out), force, "store", (source,))  # fail before parsing anything
     check_options(options)
-    graph = open_source(source, fmt, args, options.seed)
+    graph = open_source(source, fmt, args, options)
     return build_store(graph, out, options, force=force)
 
 

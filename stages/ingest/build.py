@@ -31,27 +31,85 @@ from ..common.atomic import atomic_dir, check_free_space
 from ..common.cost import stage_cost
 from ..common.errors import G3InputError
 from ..common.progress import make_progress
+from ..common.settings import setting
 from ..common.store import SPLITS, StoreWriter, index_dtype
+from ..common.units import parse_size
 from .source import GraphSource
 
 BYTES_PER_ARC_SORT = 40  # key (8) + sort scratch (8) + src/dst int64 copies (16) + slack
 DEFAULT_MEMORY_LIMIT = 4 << 30
 
 
+RANDOM_FEAT_DIM = 128
+RANDOM_CLASSES = 100
+MIN_MEMORY_LIMIT = 64 << 20
+
+
+def parse_ratios(text: str) -> tuple[float, float, float]:
+    """``0.8,0.1,0.1`` → the train, valid and test ratios."""
+    try:
+        parts = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"expected three comma-separated ratios like 0.8,0.1,0.1, got {text!r}") from None
+    if len(parts) != 3:
+        raise ValueError(f"expected three ratios, got {len(parts)}")
+    return parts
+
+
+def parse_memory_limit(text: str) -> int:
+    """A size (``4GiB``) of at least 64 MiB."""
+    size = parse_size(text)
+    if size < MIN_MEMORY_LIMIT:
+        raise ValueError("must be at least 64MiB")
+    return size
+
+
 @dataclass
 class IngestOptions:
     """Options shared by every source format (see ``g3 ingest --help``)."""
 
-    symmetrize: bool | None = None  # None: on when the source stores undirected edges once
-    keep_duplicates: bool = False
-    keep_self_loops: bool = False
-    feature_dtype: str = "float32"
-    feat_dim: int = 128  # random features for sources without any
-    num_classes: int = 100  # random labels for sources without any
-    labeled_ratio: float = 1.0  # share of nodes given a random label
-    split: tuple[float, float, float] = (0.8, 0.1, 0.1)
-    seed: int = 0
-    memory_limit: int = DEFAULT_MEMORY_LIMIT
+    symmetrize: bool | None = setting(
+        None,
+        "Add the reverse of every arc. Default: on for sources that store undirected edges once (OGB, "
+        "--undirected edge lists, synthetic), off otherwise (WebGraph).",
+    )
+    keep_duplicates: bool = setting(False, "Keep repeated arcs (removed and counted by default).")
+    keep_self_loops: bool = setting(False, "Keep self-loops (removed and counted by default).")
+    feature_dtype: str = setting("float32", "Storage type of node features.", choices=("float32", "float16"))
+    feat_dim: int | None = setting(
+        None,
+        f"Width of the seeded random features given to graphs without features [default: {RANDOM_FEAT_DIM}]; "
+        "for synthetic graphs, the feature width.",
+    )
+    num_classes: int | None = setting(
+        None,
+        f"Classes of the random labels given to graphs without labels [default: {RANDOM_CLASSES}]; for "
+        "synthetic graphs, the number of classes.",
+    )
+    labeled_ratio: float = setting(1.0, "Share of nodes that get a random label when the source has none.")
+    split: tuple[float, float, float] = setting(
+        (0.8, 0.1, 0.1),
+        "train,valid,test ratios of labelled nodes when the source has no split.",
+        parse=parse_ratios,
+        cli_default="0.8,0.1,0.1",
+    )
+    seed: int = setting(0, "Seed for random features, labels, splits and the synthetic generator.")
+    memory_limit: int = setting(
+        DEFAULT_MEMORY_LIMIT,
+        "Working-memory budget of the CSR build; beyond it arcs are sorted externally on disk.",
+        parse=parse_memory_limit,
+        cli_default="4GiB",
+    )
+
+    @property
+    def random_feat_dim(self) -> int:
+        """The width of the random features of a source without any."""
+        return RANDOM_FEAT_DIM if self.feat_dim is None else self.feat_dim
+
+    @property
+    def random_classes(self) -> int:
+        """The classes of the random labels of a source without any."""
+        return RANDOM_CLASSES if self.num_classes is None else self.num_classes
 
 
 @dataclass
@@ -158,7 +216,7 @@ def disk_estimate(source: GraphSource, o: IngestOptions, symmetrize: bool) -> di
     if (
         source.feature_blocks is None or source.info.get("format") == "synthetic"
     ):  # random: hardly compressible
-        width = o.feat_dim if source.feature_blocks is None else source.feat_dim
+        width = o.random_feat_dim if source.feature_blocks is None else source.feat_dim
         parts["features"] = int(
             source.num_nodes * width * np.dtype(o.feature_dtype).itemsize * RANDOM_FEATURES_KEPT
         )
@@ -179,7 +237,7 @@ def check_options(o: IngestOptions) -> None:
         )
     if not 0.0 < o.labeled_ratio <= 1.0:
         raise G3InputError(f"--labeled-ratio must be in (0, 1], got {o.labeled_ratio}")
-    if o.feat_dim < 1 or o.num_classes < 2:
+    if o.random_feat_dim < 1 or o.random_classes < 2:
         raise G3InputError("--feat-dim must be >= 1 and --num-classes >= 2")
     if o.memory_limit <= 0:
         raise G3InputError("--memory-limit must be positive")
@@ -414,7 +472,7 @@ def _write_features(source: GraphSource, writer: StoreWriter, o: IngestOptions) 
     n = source.num_nodes
     dtype = np.dtype(o.feature_dtype)
     if source.feature_blocks is None:
-        dim = o.feat_dim
+        dim = o.random_feat_dim
         w = writer.create("features", (n, dim), dtype)
         rng = np.random.default_rng([o.seed, 0xFEA7])
         rows = w.array.chunks[0]
@@ -463,10 +521,10 @@ def _write_labels_and_splits(source: GraphSource, writer: StoreWriter, o: Ingest
     n = source.num_nodes
     rng = np.random.default_rng([o.seed, 0x1AB])
     if source.labels is None:
-        labels = rng.integers(0, o.num_classes, size=n).astype(np.int32)
+        labels = rng.integers(0, o.random_classes, size=n).astype(np.int32)
         if o.labeled_ratio < 1.0:
             labels[rng.random(n) >= o.labeled_ratio] = -1
-        num_classes = o.num_classes
+        num_classes = o.random_classes
         label_kind = "random (seeded)"
     else:
         labels = np.asarray(source.labels).astype(np.int64).reshape(-1)
