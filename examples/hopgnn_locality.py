@@ -156,19 +156,8 @@ def main() -> None:
         )
     print(f"({time.perf_counter() - t0:.1f} s)")
     if a.json:
-        Path(a.json).write_text(
-            json.dumps(
-                {
-                    "store": a.store,
-                    "fanouts": fanouts,
-                    "batch_size": a.batch_size,
-                    "batches": len(batches),
-                    "seed": a.seed,
-                    "rows": rows,
-                },
-                indent=1,
-            )
-        )
+        found = {"store": a.store, "fanouts": fanouts, "batch_size": a.batch_size, "batches": len(batches)}
+        Path(a.json).write_text(json.dumps({**found, "seed": a.seed, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -371,21 +371,9 @@ def main() -> None:
             sys.exit("the recorded bytes differ from the script's")
     print(f"({time.perf_counter() - t0:.1f} s)")
     if a.json:
+        run = {k: getattr(a, k) for k in ("store", "batch_size", "epoch", "seed", "topology", "float_bytes")}
         Path(a.json).write_text(
-            json.dumps(
-                {
-                    "store": a.store,
-                    "fanouts": fanouts,
-                    "batch_size": a.batch_size,
-                    "steps": steps,
-                    "epoch": a.epoch,
-                    "seed": a.seed,
-                    "topology": a.topology,
-                    "float_bytes": a.float_bytes,
-                    "rows": rows,
-                },
-                indent=1,
-            )
+            json.dumps({**run, "fanouts": fanouts, "steps": steps, "rows": rows}, indent=1)
         )
 
 

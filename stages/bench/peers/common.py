@@ -42,6 +42,13 @@ def parse_args(description: str) -> argparse.Namespace:
     return args
 
 
+def start(description: str) -> tuple[argparse.Namespace, dict]:
+    """A peer's arguments and its graph's tensors, its threads set first (before torch starts its pools)."""
+    args = parse_args(description)
+    set_threads(args.threads)
+    return args, graph_tensors(load_graph(args.graph), args.seed)
+
+
 def set_threads(n: int) -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(n)

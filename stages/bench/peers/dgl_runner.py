@@ -11,7 +11,7 @@ import os
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
-from common import conv_stack, graph_tensors, load_graph, parse_args, run, run_minibatch, set_threads  # noqa: E402
+from common import conv_stack, run, run_minibatch, start  # noqa: E402
 
 
 def build(args, in_dim: int, num_classes: int):
@@ -44,12 +44,10 @@ def build(args, in_dim: int, num_classes: int):
 
 
 def main() -> None:
-    args = parse_args(__doc__)
-    set_threads(args.threads)
+    args, t = start(__doc__)
     import dgl
     import torch
 
-    t = graph_tensors(load_graph(args.graph), args.seed)
     # in-edge CSR = DGL's CSC (column = destination): arcs indices[e] -> v
     graph = dgl.graph(
         ("csc", (t["indptr"], t["indices"], torch.tensor([], dtype=torch.int64))), num_nodes=t["n"]

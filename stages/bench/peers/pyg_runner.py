@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 
-from common import conv_stack, graph_tensors, load_graph, parse_args, run, run_minibatch, set_threads
+from common import conv_stack, run, run_minibatch, start
 
 warnings.filterwarnings("ignore", message="Sparse")
 
@@ -40,12 +40,10 @@ def build(args, in_dim: int, num_classes: int):
 
 
 def main() -> None:
-    args = parse_args(__doc__)
-    set_threads(args.threads)
+    args, t = start(__doc__)
     import torch
     import torch_geometric
 
-    t = graph_tensors(load_graph(args.graph), args.seed)
     n = t["n"]
     # rows = destinations, columns = sources: PyG's transposed adjacency adj_t, as a torch.sparse CSR tensor
     adj_t = torch.sparse_csr_tensor(t["indptr"], t["indices"], torch.ones(len(t["indices"])), (n, n))
