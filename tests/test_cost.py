@@ -59,3 +59,64 @@ def test_each_stage_records_its_time_and_peak_memory_and_info_shows_it(tiny_stor
     (old / "zarr.json").write_text(json.dumps(meta))
     r = invoke(["info", str(old)])
     assert r.exit_code == 0 and "made in" not in r.output, r.output
+
+
+def _fake_system(tmp_path, cgroup_line: str, files: dict) -> str:
+    """A root with /proc/meminfo (8 GiB available), /proc/self/cgroup and the cgroup files given."""
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/meminfo").write_text("MemTotal:  16777216 kB\nMemAvailable:  8388608 kB\n")
+    (tmp_path / "proc/self/cgroup").write_text(cgroup_line + "\n")
+    for name, text in files.items():
+        f = tmp_path / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    return str(tmp_path)
+
+
+def test_available_memory_is_the_cgroups_room_where_one_limits_the_process(tmp_path):
+    """A stage sizing itself (g3 partition's default --metis-memory) takes a memory cgroup's limit less its use
+    (dropping reclaimable page cache) when that is below MemAvailable; no limit, or none readable: MemAvailable."""
+    from stages.common.cost import available_memory
+
+    gib = 1 << 30
+    v1 = _fake_system(
+        tmp_path / "v1",
+        "9:memory:/g3",
+        {
+            "sys/fs/cgroup/memory/g3/memory.limit_in_bytes": str(6 * gib),
+            "sys/fs/cgroup/memory/g3/memory.usage_in_bytes": str(3 * gib),
+            "sys/fs/cgroup/memory/g3/memory.stat": f"total_rss {gib}\ntotal_inactive_file {gib}\n",
+        },
+    )
+    assert available_memory(v1) == (4 * gib, "the memory cgroup's limit")
+    v2 = _fake_system(
+        tmp_path / "v2",
+        "0::/job",
+        {
+            "sys/fs/cgroup/job/memory.max": str(2 * gib),
+            "sys/fs/cgroup/job/memory.current": str(gib),
+            "sys/fs/cgroup/job/memory.stat": "anon 1\ninactive_file 0\n",
+        },
+    )
+    assert available_memory(v2) == (gib, "the memory cgroup's limit")
+    unlimited = _fake_system(
+        tmp_path / "max",
+        "0::/job",
+        {
+            "sys/fs/cgroup/job/memory.max": "max",
+            "sys/fs/cgroup/job/memory.current": "1",
+            "sys/fs/cgroup/job/memory.stat": "",
+        },
+    )
+    assert available_memory(unlimited) == (8 * gib, "MemAvailable")
+    roomy = _fake_system(
+        tmp_path / "roomy",
+        "9:memory:/g3",
+        {
+            "sys/fs/cgroup/memory/g3/memory.limit_in_bytes": str(64 * gib),
+            "sys/fs/cgroup/memory/g3/memory.usage_in_bytes": "0",
+            "sys/fs/cgroup/memory/g3/memory.stat": "",
+        },
+    )
+    assert available_memory(roomy) == (8 * gib, "MemAvailable")
+    assert available_memory(str(tmp_path / "nothing")) == (None, "MemAvailable unknown")

@@ -41,3 +41,53 @@ def stage_cost(t0: float, workers_peak_bytes: int = 0) -> dict:
         "process_peak_bytes": own,
         "workers_peak_bytes": int(workers_peak_bytes),
     }
+
+
+def available_memory(root: str = "/") -> tuple[int | None, str]:
+    """The memory this process may still take, and where the figure comes from: the machine's ``MemAvailable``,
+    or less where a cgroup (v1 or v2) limits the process — its limit less what its processes use, page cache that
+    can be dropped not counted. (None, why) where neither can be read. ``root``: where /proc and /sys are (tests)."""
+    from pathlib import Path
+
+    base = Path(root)
+    best: tuple[int | None, str] = (None, "MemAvailable unknown")
+    try:
+        for line in (base / "proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                best = (int(line.split()[1]) * 1024, "MemAvailable")
+    except OSError:
+        pass
+    limit = _cgroup_room(base)
+    if limit is not None and (best[0] is None or limit < best[0]):
+        best = (limit, "the memory cgroup's limit")
+    return best
+
+
+def _cgroup_room(base) -> int | None:
+    """What the process's memory cgroup still allows (limit − usage + inactive file pages), or None: no limit."""
+    try:
+        lines = (base / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2: one hierarchy
+            folder = base / "sys/fs/cgroup" / path.lstrip("/")
+            if not (folder / "memory.max").exists():
+                folder = base / "sys/fs/cgroup/unified" / path.lstrip("/")
+            files = ("memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):
+            folder = base / "sys/fs/cgroup/memory" / path.lstrip("/")
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        else:
+            continue
+        try:
+            text = (folder / files[0]).read_text().strip()
+            if text == "max" or int(text) >= 1 << 60:
+                continue
+            used = int((folder / files[1]).read_text())
+            stat = dict(s.split() for s in (folder / "memory.stat").read_text().splitlines() if s.strip())
+            return max(0, int(text) - used + int(stat.get(files[2], 0)))
+        except (OSError, ValueError):
+            continue
+    return None

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..common.artifact_json import reference
 from ..common.atomic import atomic_dir, check_free_space, check_target, write_json_atomic
-from ..common.cost import stage_cost
+from ..common.cost import available_memory, stage_cost
 from ..common.errors import G3InputError
 from ..common.npy import npy_entry
 from ..common.partition_artifact import PARTITION_SCHEMA, PARTITION_VERSION
@@ -140,7 +140,7 @@ class PartitionOptions:
         "METIS partitions the clusters (every balance constraint summed per cluster, so balance and cut carry "
         "over) and the result is projected back (partition.json: metis_memory). The cut is a little worse than "
         "METIS's on the whole graph (docs/BENCHMARKS.md) [default: half the memory available when the stage "
-        "starts].",
+        "starts: MemAvailable, or what a memory cgroup limiting the stage leaves].",
         parse=parse_size,
         metavar="SIZE",
     )
@@ -206,18 +206,15 @@ METIS_MEMORY_FLOOR = 1 << 20
 
 
 def metis_memory(o: PartitionOptions) -> tuple[int, str]:
-    """The bytes METIS may hold and where the figure comes from: ``--metis-memory``, else half the memory the
-    machine has available now (``MemAvailable``; the rest is the stage's own arrays and the shards)."""
+    """The bytes METIS may hold and where the figure comes from: ``--metis-memory``, else half the memory this
+    process may take now (``MemAvailable``, or a memory cgroup's room where one limits it; the rest is the stage's
+    own arrays and the shards)."""
     if o.metis_memory is not None:
         return o.metis_memory, "--metis-memory"
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 2, "half of MemAvailable"
-    except OSError:
-        pass
-    return 1 << 62, "no limit (MemAvailable unknown)"
+    available, source = available_memory()
+    if available is None:
+        return 1 << 62, f"no limit ({source})"
+    return available // 2, f"half of {source}"
 
 
 def shard_bytes(store: GraphStore, o: PartitionOptions) -> dict[str, int]:
