@@ -151,3 +151,16 @@ MICRO_BATCHES = TrainKnob(
     "of each is normalised by the whole step's target count and the sampler draws by node, so the model is "
     "the same as with N = 1.",
 )
+
+STREAM_BINS = TrainKnob(
+    "stream_bins",
+    str,
+    "auto",
+    choices=("auto", "on", "off"),
+    help="g3: read each bin's structure and input features from the plan and the shard on disk as the bin runs "
+    "(memory-mapped; under --pipeline intra the next bin is read ahead on a thread) instead of holding the "
+    "partition in memory: a worker then holds its node-sized arrays (each layer's rows and gradients, degrees, "
+    "labels, remote input features) and two bins, each within the plan's bin limit (g3 plan --device-memory). "
+    "Backward recomputes every bin; the eager schedules (inter, multi) run as intra. 'auto' streams where the "
+    "workers' partitions held in memory would not fit what the machine has available. Same model either way.",
+)

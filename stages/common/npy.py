@@ -136,3 +136,17 @@ def check_headers(folder: Path, manifest: dict | None) -> None:
     """Every file ``manifest`` lists is in ``folder`` with its shape and dtype (headers only, no data read)."""
     for name in manifest or {}:
         load_checked(folder, name, manifest, verify=False)
+
+
+def release_pages(a: np.ndarray) -> None:
+    """Drop the pages of the memory-mapped file under ``a`` from this process (they stay in the page cache, and
+    the next read maps them again): a worker streaming its bins from disk reads each bin's slice and lets go of
+    it, so its resident memory stays that of one bin instead of growing to the whole file. No-op for an array
+    that does not map a file."""
+    import mmap
+
+    base = a
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is not None and hasattr(mmap, "MADV_DONTNEED"):
+        base.madvise(mmap.MADV_DONTNEED)

@@ -20,8 +20,10 @@ import numpy as np
 
 from .artifact_json import load_artifact_json, read_json_file, resolve_reference
 from .errors import G3InputError
-from .npy import load_checked
+from .npy import load_checked, release_pages
 from .strategies import LEGACY_STRATEGY, check_stored_options
+
+_CHECK_ARCS = 1 << 24  # arcs of indices.npy checked at a time
 
 PLAN_SCHEMA = "g3.plan"
 # 2: backward messages are numbered by the last bin (in plan order) that reads each node (version 1 plans
@@ -91,9 +93,10 @@ def plan_strategy(meta: dict) -> str:
     return str(meta["strategy"]["name"])
 
 
-def _npy(worker: Path, name: str, manifest: dict | None) -> np.ndarray:
-    """``worker/name.npy`` (``name`` may be ``layer-0/src``), checked against worker.json's ``files``."""
-    return np.asarray(load_checked(worker, f"{name}.npy", manifest, mmap=False))
+def _npy(worker: Path, name: str, manifest: dict | None, mmap: bool = False) -> np.ndarray:
+    """``worker/name.npy`` (``name`` may be ``layer-0/src``), checked against worker.json's ``files``; ``mmap``:
+    memory-mapped, read from disk as it is used."""
+    return np.asarray(load_checked(worker, f"{name}.npy", manifest, mmap=mmap))
 
 
 def _check_pointers(a: np.ndarray, end: int, name: str, where: Path, length: int | None = None) -> None:
@@ -116,14 +119,23 @@ def _check_pointers(a: np.ndarray, end: int, name: str, where: Path, length: int
 class LayerPlan:
     """Bins and blocks of one layer (arrays over the worker's priority list), checked: bins cover the priority
     list in order, every bin's sources are a slice of ``src``, and every arc's source position lies in its
-    bin's source list (``row_ptr``: the worker's in-edge row pointers in priority order, when given)."""
+    bin's source list (``row_ptr``: the worker's in-edge row pointers in priority order, when given).
+    ``mmap``: the arcs-sized arrays (``src``, ``indices``) memory-mapped, each bin's slice read as it is used."""
 
     def __init__(
-        self, worker: Path, layer: int, manifest: dict | None = None, row_ptr: np.ndarray | None = None
+        self,
+        worker: Path,
+        layer: int,
+        manifest: dict | None = None,
+        row_ptr: np.ndarray | None = None,
+        mmap: bool = False,
     ):
         self.path = worker / f"layer-{layer}"
-        self.bin_ptr, self.src_ptr, self.src, self.indices = (
-            _npy(worker, f"layer-{layer}/{n}", manifest) for n in ("bin_ptr", "src_ptr", "src", "indices")
+        self.bin_ptr, self.src_ptr = (
+            _npy(worker, f"layer-{layer}/{n}", manifest) for n in ("bin_ptr", "src_ptr")
+        )
+        self.src, self.indices = (
+            _npy(worker, f"layer-{layer}/{n}", manifest, mmap) for n in ("src", "indices")
         )
         if row_ptr is not None:
             self._check(row_ptr)
@@ -139,10 +151,22 @@ class LayerPlan:
             raise G3InputError(
                 f"file indices.npy holds {len(self.indices)} arcs, the bins {int(arcs.sum())}", path=where
             )
-        busy = arcs > 0
-        if busy.any():  # each bin's largest source position against its source count: no arcs-sized array
-            largest = np.maximum.reduceat(self.indices, row_ptr[self.bin_ptr[:-1]][busy])
-            if int(self.indices.min()) < 0 or (largest >= np.diff(self.src_ptr)[busy]).any():
+        busy = np.flatnonzero(arcs > 0)
+        starts = row_ptr[self.bin_ptr[:-1]]
+        sources = np.diff(self.src_ptr)
+        # each bin's largest source position against its source count, bins taken in runs of about
+        # _CHECK_ARCS arcs whose pages are let go after: no arcs-sized array, in memory or mapped
+        cuts = np.searchsorted(starts[busy], np.arange(0, len(self.indices) + _CHECK_ARCS, _CHECK_ARCS))
+        for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+            if lo == hi:
+                continue
+            bins = busy[lo:hi]
+            a, b = int(starts[bins[0]]), int(row_ptr[self.bin_ptr[bins[-1] + 1]])
+            part = self.indices[a:b]
+            largest = np.maximum.reduceat(part, starts[bins] - a)
+            bad = int(part.min()) < 0 or (largest >= sources[bins]).any()
+            release_pages(self.indices)
+            if bad:
                 raise G3InputError(
                     "file indices.npy holds a source position outside its bin's sources", path=where
                 )
@@ -194,9 +218,9 @@ class WorkerPlan:
         )
         return row_ptr
 
-    def layer(self, li: int) -> LayerPlan:
+    def layer(self, li: int, mmap: bool = False) -> LayerPlan:
         rows = self.row_ptr if (self.path / "row_ptr.npy").is_file() else None
-        return LayerPlan(self.path, li, self.meta.get("files"), rows)
+        return LayerPlan(self.path, li, self.meta.get("files"), rows, mmap)
 
     def table(self, name: str) -> Table:
         """A P2P table by name (``features_send``, ``fwd_recv_0``, ``bwd_send_1`` …); empty when absent."""

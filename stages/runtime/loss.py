@@ -72,17 +72,18 @@ def _nb_cross_entropy_f32(z, labels, idx, scale, grad, row_loss, bad):
                 bad[0] = 1  # any thread may set it: only whether one did matters
                 continue
             row = z[v]
-            g = grad[v]
+            g = grad[v]  # may be row itself: each logit is read before its gradient is written
             m = row[0]
             for c in range(1, n_classes):
                 m = max(m, row[c])
+            z_label = row[labels[v]]
             for c in range(n_classes):
                 g[c], bits[c] = _expf_parts(row[c] - m)
             s = 0.0
             for c in range(n_classes):
                 g[c] *= two_n[c]
                 s += g[c]
-            row_loss[t] = m + np.log(s) - row[labels[v]]
+            row_loss[t] = m + np.log(s) - z_label
             f = np.float32(scale / s)
             for c in range(n_classes):
                 g[c] *= f
@@ -107,12 +108,13 @@ def _nb_cross_entropy(z, labels, idx, scale, grad, row_loss, bad):
         m = row[0]
         for c in range(1, row.shape[0]):
             m = max(m, row[c])
+        z_label = row[labels[v]]
         g = grad[v]
         s = 0.0
         for c in range(row.shape[0]):
             g[c] = np.exp(row[c] - m)
             s += g[c]
-        row_loss[t] = m + np.log(s) - row[labels[v]]
+        row_loss[t] = m + np.log(s) - z_label
         f = scale / s
         for c in range(row.shape[0]):
             g[c] *= f
@@ -120,12 +122,18 @@ def _nb_cross_entropy(z, labels, idx, scale, grad, row_loss, bad):
 
 
 def cross_entropy_with_grad(
-    logits: torch.Tensor, labels: torch.Tensor, train_idx: torch.Tensor, n_train: int
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    train_idx: torch.Tensor,
+    n_train: int,
+    reuse_logits: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss, grad)``: this worker's share of the mean training loss (a 0-d tensor; the shares of all workers
     add up to the mean over every training node) and its gradient with respect to ``logits`` (same shape).
 
-    ``logits [n, C]``, ``labels [n]`` (int64), ``train_idx [m]`` (rows with a label), ``n_train`` over all ranks.
+    ``logits [n, C]``, ``labels [n]`` (int64), ``train_idx [m]`` (distinct rows with a label), ``n_train`` over
+    all ranks. ``reuse_logits``: the caller has no further use for the logits, so the gradient may be written
+    over them (the numba path: one ``[n, C]`` array instead of two, the same values).
     """
     if backend(logits) != "numba":  # CUDA, the device path on the CPU, other dtypes
         z = logits.detach().requires_grad_(True)
@@ -136,7 +144,7 @@ def cross_entropy_with_grad(
         loss.backward()
         return loss.detach(), z.grad
     z = logits.detach().contiguous()
-    grad = torch.zeros_like(z)
+    grad = z if reuse_logits else torch.zeros_like(z)
     row_loss = np.empty(len(train_idx), dtype=np.float64)
     kernel = _nb_cross_entropy_f32 if z.dtype == torch.float32 else _nb_cross_entropy
     bad = np.zeros(1, dtype=np.int64)
@@ -145,6 +153,10 @@ def cross_entropy_with_grad(
         raise ValueError(
             f"a training row or its label is outside the logits ({z.shape[0]} rows, {z.shape[1]} classes)"
         )
+    if reuse_logits:  # rows without a loss: their logits become a zero gradient
+        untouched = np.ones(len(z), dtype=np.bool_)
+        untouched[train_idx.numpy()] = False
+        grad.numpy()[untouched] = 0
     return torch.tensor(row_loss.sum() / n_train, dtype=z.dtype), grad
 
 

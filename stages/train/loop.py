@@ -216,7 +216,9 @@ def optimizer_step(
             if strategy.steps(epoch) == 1:
                 raise ValueError("the store has no training nodes")
             continue  # a batch without a training node on any worker (ClusterGCN's clusters): no update at all
-        loss_local, grad_logits = cross_entropy_with_grad(out.logits, out.labels, out.targets, n_targets)
+        loss_local, grad_logits = cross_entropy_with_grad(
+            out.logits, out.labels, out.targets, n_targets, out.reuse_logits
+        )
         # the loss is computation too: messages still in flight meanwhile are hidden under it
         ctx.tracer.span("compute", "loss", t_loss, now_us(), phase="loss")
         due = strategy.backward(grad_logits) is not False

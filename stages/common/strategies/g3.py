@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..knobs import BACKWARD, FEATURE_CACHE, LAYER0_CACHE, PIPELINE, PREFETCH
+from ..knobs import BACKWARD, FEATURE_CACHE, LAYER0_CACHE, PIPELINE, PREFETCH, STREAM_BINS
 from .info import AdviseVariant, StrategyInfo
 
 G3_PREFETCH = replace(
@@ -24,7 +24,7 @@ INFO = StrategyInfo(
     exactness="exact: the same model as single-process full-graph training",
     planner="g3",
     runtime="g3",
-    knobs=(PIPELINE, G3_PREFETCH, BACKWARD, LAYER0_CACHE, FEATURE_CACHE),
+    knobs=(PIPELINE, G3_PREFETCH, BACKWARD, LAYER0_CACHE, FEATURE_CACHE, STREAM_BINS),
     models=("sage", "gcn", "gat", "dgcn"),
     simulator="bins",
     bins=True,

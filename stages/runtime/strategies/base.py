@@ -110,12 +110,14 @@ class StepOutput:
     ``targets``, the rows of ``logits`` that carry the loss (labelled targets of the step), all three on one
     device (the worker's :attr:`WorkerContext.home`).
     ``global_targets``: the number of targets of the step over all ranks when the strategy knows it without
-    communicating (else the loop all-reduces ``len(targets)``)."""
+    communicating (else the loop all-reduces ``len(targets)``). ``reuse_logits``: the strategy has no further
+    use for ``logits``, so the loss may write their gradient over them (one ``[n, C]`` array, not two)."""
 
     logits: torch.Tensor
     labels: torch.Tensor
     targets: torch.Tensor
     global_targets: int | None = None
+    reuse_logits: bool = False
 
     def __post_init__(self):
         # the loss is computed where the logits are: labels and target rows made on the host go there (a copy

@@ -38,7 +38,9 @@ import numpy as np
 import torch
 
 from ...common.bin_memory import NO_LIMIT, pack_bins
+from ...common.errors import G3InputError
 from ...common.model_spec import bin_costs, bins_device
+from ...common.npy import release_pages
 from ...common.partition_artifact import Shard
 from ...common.plan_artifact import Table, WorkerPlan
 from ..block import Block
@@ -109,8 +111,11 @@ class WorkerData:
         num_layers: int,
         dtype: torch.dtype,
         home: torch.device | str = "cpu",
+        stream: bool = False,
     ):
         self.rank = shard.rank
+        self.stream = stream  # features and bins read from disk as they are used (:meth:`feature_rows`)
+        self.dtype = dtype
         self.shard = shard
         self.plan = plan
         self.num_owned = shard.num_owned
@@ -127,7 +132,13 @@ class WorkerData:
         )
         # one copy each: fancy indexing reads the memory-mapped shard straight into the reordered array
         # what the loss and the first layer read live where the worker's tables do (``home``)
-        self.features = torch.from_numpy(np.asarray(shard.load("features"))[self.order]).to(home, dtype)
+        self.feature_width = int(shard.manifest["features.npy"]["shape"][1])
+        self.stored_features = shard.load("features") if stream else None  # memory-mapped, read per bin
+        self.features = (
+            None
+            if stream
+            else torch.from_numpy(np.asarray(shard.load("features"))[self.order]).to(home, dtype)
+        )
         self.labels = torch.from_numpy(np.asarray(shard.load("labels"))[self.order].astype(np.int64)).to(home)
         self.in_degree = torch.from_numpy(
             np.asarray(shard.load("in_degree"), dtype=np.float64)[local_order]
@@ -141,8 +152,32 @@ class WorkerData:
         }
         self.priority = np.arange(n_own, dtype=np.int64)
         self.row_ptr = plan.row_ptr
-        self.layers = [self._renumber_layer(plan.layer(li)) for li in range(num_layers)]
+        # streamed: the arcs-sized arrays stay on disk and each bin's sources are renumbered as it is read
+        self.layers = [
+            plan.layer(li, mmap=True) if stream else self._renumber_layer(plan.layer(li))
+            for li in range(num_layers)
+        ]
         self._tables: dict[str, Table] = {}
+
+    def bin_arrays(self, li: int, b: int) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
+        """Bin ``b`` of layer ``li``: its rows ``[r0, r1)``, its sources (local ids here), its in-edge pointers
+        from 0 and each arc's source position; read from disk (and its pages let go of) when streamed."""
+        lp, row_ptr = self.layers[li], self.row_ptr
+        r0, r1 = int(lp.bin_ptr[b]), int(lp.bin_ptr[b + 1])
+        e0, e1 = int(row_ptr[r0]), int(row_ptr[r1])
+        s0, s1 = int(lp.src_ptr[b]), int(lp.src_ptr[b + 1])
+        src, indices = lp.src[s0:s1], lp.indices[e0:e1]
+        if self.stream:
+            src, indices = self._owned_to_new(src), np.array(indices)
+            release_pages(lp.src)
+            release_pages(lp.indices)
+        return r0, r1, src, row_ptr[r0 : r1 + 1] - row_ptr[r0], indices
+
+    def feature_rows(self, ids: np.ndarray) -> torch.Tensor:
+        """Input features of owned nodes (ids here), read from the shard on disk (streamed workers)."""
+        rows = np.asarray(self.stored_features[self.order[ids]])
+        release_pages(self.stored_features)
+        return torch.from_numpy(rows).to(self.dtype)
 
     def _owned_to_new(self, ids: np.ndarray) -> np.ndarray:
         """Local ids (owned ones renumbered, remote ones kept)."""
@@ -165,6 +200,71 @@ class WorkerData:
         return self._tables[name]
 
 
+class StoredRows:
+    """Layer 0's input of a streamed worker: owned rows stay in the shard on disk, remote ones (fetched once) in
+    memory; :meth:`rows` reads a bin's."""
+
+    def __init__(self, data: WorkerData, remote: torch.Tensor):
+        self.data, self.remote = data, remote
+        self.dtype, self.device = data.dtype, remote.device
+        self.shape = (data.num_owned + data.num_remote, data.feature_width)
+
+    def rows(self, ids: np.ndarray) -> torch.Tensor:
+        """``h0[ids]`` for local ids (owned first, then remote offsets + num_owned)."""
+        n_own = self.data.num_owned
+        owned = ids < n_own
+        out = torch.empty((len(ids), self.shape[1]), dtype=self.dtype)
+        out[torch.from_numpy(owned)] = self.data.feature_rows(ids[owned])
+        if not owned.all():
+            out[torch.from_numpy(~owned)] = take_rows_at(self.remote, torch.from_numpy(ids[~owned] - n_own))
+        return out
+
+
+class StreamedBins:
+    """The plan bins of one layer of a streamed worker, each ``(block, src, dst)`` built from disk when asked
+    for and dropped after use: only the bins running (and the one read ahead) are in memory."""
+
+    def __init__(self, strategy: G3Strategy, li: int):
+        self.strategy, self.li = strategy, li
+
+    def __len__(self) -> int:
+        return self.strategy.data.layers[self.li].num_bins
+
+    def __getitem__(self, b: int):
+        if not 0 <= b < len(self):
+            raise IndexError(b)
+        return self.strategy.plan_block(self.li, b)
+
+
+# What a worker holds per arc of its partition when it keeps the partition in memory (the plan's arrays, every
+# layer's blocks and transposes, each arc's source): measured ~118 bytes per arc for one worker on products
+# (docs/BENCHMARKS.md "What each stage costs per arc"); features come on top
+IN_MEMORY_BYTES_PER_ARC = 120
+
+
+def streams_bins(ctx: WorkerContext) -> bool:
+    """``--stream-bins``: on, off, or (auto) on where the local workers' partitions held in memory would not fit
+    what this machine has available (MemAvailable, or a memory cgroup's room)."""
+    from ...common.cost import available_memory
+
+    mode = ctx.cfg.stream_bins or "auto"
+    if mode == "auto" and ctx.resident:
+        return False  # a partition resident on the device fits it
+    if mode != "auto":
+        if mode == "on" and ctx.resident:
+            raise G3InputError(
+                "--stream-bins on: this worker's partition is resident on the device (the plan says it fits); "
+                "give --device-memory to g3 plan to size bins that stream, or --stream-bins auto"
+            )
+        return mode == "on"
+    shard = ctx.shard.manifest
+    arcs = int(shard["indices.npy"]["shape"][0]) if "indices.npy" in shard else 0
+    feats = shard["features.npy"]
+    need = arcs * IN_MEMORY_BYTES_PER_ARC + int(np.prod(feats["shape"])) * np.dtype(feats["dtype"]).itemsize
+    room, _ = available_memory()
+    return room is not None and need * local_workers(ctx.world) > room
+
+
 class G3Strategy(Strategy):
     name = "g3"
 
@@ -174,16 +274,24 @@ class G3Strategy(Strategy):
         # resident: the partition, every layer's rows and their gradients live on the device for the run;
         # otherwise in host memory, each bin copied in (on CUDA on a copy stream) and its outputs copied out
         self.resident, self.home = ctx.resident, ctx.home
-        self.data = data = WorkerData(ctx.shard, ctx.plan, ctx.spec.num_blocks, cfg.torch_dtype, self.home)
-        self.schedule = SCHEDULES[cfg.pipeline]
+        self.stream = streams_bins(ctx)
+        self.data = data = WorkerData(
+            ctx.shard, ctx.plan, ctx.spec.num_blocks, cfg.torch_dtype, self.home, stream=self.stream
+        )
+        # streamed bins are built as they run, so the eager schedules' bins fixed for the run do not exist
+        self.schedule = SCHEDULES["intra" if self.stream and SCHEDULES[cfg.pipeline].eager else cfg.pipeline]
         self.num_layers = len(data.layers)
         self.phase = "fwd"  # the pass running now: "fwd", "eval" or "bwd" (gather spans carry it)
-        self.blocks = [self._plan_blocks(li) for li in range(self.num_layers)]
+        self.blocks = [
+            StreamedBins(self, li) if self.stream else self._plan_blocks(li) for li in range(self.num_layers)
+        ]
         self.remote_features: torch.Tensor | None = None
         # auto: a worker whose every layer is one bin (its whole partition fits the bin limit) keeps the forward's
-        # activations instead of paying a second forward per epoch, where they fit (:meth:`_kept_layers_fit`)
-        self.keep = cfg.backward == "keep" or (
-            cfg.backward == "auto" and all(len(b) == 1 for b in self.blocks) and self._kept_layers_fit()
+        # activations instead of paying a second forward per epoch, where they fit (:meth:`_kept_layers_fit`);
+        # a streamed worker keeps nothing of a bin once it has run
+        self.keep = not self.stream and (
+            cfg.backward == "keep"
+            or (cfg.backward == "auto" and all(len(b) == 1 for b in self.blocks) and self._kept_layers_fit())
         )
         self.saved: list[list] = [[] for _ in range(self.num_layers)]
         self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
@@ -195,7 +303,9 @@ class G3Strategy(Strategy):
         # layer 0 reads the fixed input features: SAGE/GCN aggregate them once per block and keep the result
         # (--layer0-cache); from then on the bin's input is only the rows the layer still reads, kept too
         self.layer0_rows = (
-            self.model.static_input_rows(0) if cfg.layer0_cache_enabled(self.resident) else None
+            self.model.static_input_rows(0)
+            if cfg.layer0_cache_enabled(self.resident) and not self.stream
+            else None
         )
         self.send_structure: dict[int, tuple] = {}  # id(table) → (table, slices, nodes, msg_ptr, msg_ids)
         self._fwd_bins: list | None = (
@@ -225,9 +335,14 @@ class G3Strategy(Strategy):
     def _gather_pool(self, cfg):
         """The prefetch thread of ``intra``/``multi`` (see ``RuntimeConfig.prefetch_enabled``); its own torch
         ops run on one thread, so a gather never spreads over the cores the compute kernels use."""
+        # a streamed worker reads ahead whatever the cores: the thread mostly waits for the disk
+        read_ahead = self.stream and cfg.prefetch != "off"
         if not (
             self.schedule.prefetch
-            and cfg.prefetch_enabled(torch.get_num_threads(), local_workers(self.ctx.world), self.resident)
+            and (
+                read_ahead
+                or cfg.prefetch_enabled(torch.get_num_threads(), local_workers(self.ctx.world), self.resident)
+            )
         ):
             return None
         return helper_executor("g3-gather")
@@ -259,27 +374,28 @@ class G3Strategy(Strategy):
         block._cache[DST_RANGE] = id_range(dst_t)
         return block, src_t, dst_t
 
+    def plan_block(self, li: int, b: int) -> tuple[Block, torch.Tensor, torch.Tensor]:
+        """(block, source local ids, destination local ids) of plan bin ``b`` of layer ``li``."""
+        return self._make_block(*self.data.bin_arrays(li, b))
+
     def _plan_blocks(self, li: int) -> list[tuple[Block, torch.Tensor, torch.Tensor]]:
-        """(block, source local ids, destination local ids) of every plan bin of layer ``li``."""
-        d, lp = self.data, self.data.layers[li]
-        row_ptr = d.row_ptr
-        out = []
-        for b in range(lp.num_bins):
-            r0, r1 = int(lp.bin_ptr[b]), int(lp.bin_ptr[b + 1])
-            e0, e1 = int(row_ptr[r0]), int(row_ptr[r1])
-            s0, s1 = int(lp.src_ptr[b]), int(lp.src_ptr[b + 1])
-            block, src, dst = self._make_block(
-                r0, r1, lp.src[s0:s1], row_ptr[r0 : r1 + 1] - row_ptr[r0], lp.indices[e0:e1]
-            )
-            out.append((block, src, dst))
-        return out
+        return [self.plan_block(li, b) for b in range(self.data.layers[li].num_bins)]
 
     def _init_dataflow(self) -> None:
-        """Every arc's source and how many arcs read each remote row (backward's message completion)."""
+        """How many arcs read each remote row (backward's message completion), from every arc's source (kept for
+        the eager schedules) or, streamed, bin by bin."""
         d = self.data
         n_own, n_local = d.num_owned, d.num_owned + d.num_remote
-        self.edge_src = self._edge_sources()
         self.row_ptr = np.asarray(d.row_ptr, dtype=np.int64)
+        if self.stream:
+            self.uses = np.zeros(d.num_remote, dtype=np.int64)
+            for b in range(d.layers[0].num_bins):
+                _, _, src, _, indices = d.bin_arrays(0, b)
+                read = src[indices]
+                read = read[read >= n_own] - n_own
+                np.add.at(self.uses, *np.unique(read, return_counts=True))
+            return
+        self.edge_src = self._edge_sources()
         self.uses = np.bincount(self.edge_src, minlength=n_local).astype(np.int64)[n_own:]
 
     def _edge_sources(self) -> np.ndarray:
@@ -319,6 +435,23 @@ class G3Strategy(Strategy):
         gathering a copy."""
         if block is not None and not self._needs_gather(layer, block):
             return block.cached(LAYER0_ROWS, None)  # no gather, no copy: the rows live with the block
+        if isinstance(h, StoredRows):  # streamed layer 0: the rows read from disk
+            t0 = now_us()
+            x = h.rows(src.numpy())
+            self.tracer.span(
+                "gather",
+                f"L{layer} bin {b}",
+                t0,
+                now_us(),
+                layer=layer,
+                bin=b,
+                phase=self.phase,
+                rows=len(src),
+                prefetched=threading.current_thread() is not threading.main_thread(),
+                view=False,
+                stored=True,
+            )
+            return self._copy_in(x, layer, b, now_us()) if self.copy_stream is not None else x
         rng = block.cached(SRC_RANGE, lambda: None) if (view_ok and block is not None) else None
         if read_rows and rng is None and self._reads_rows(layer, h):
             return READ_ROWS  # no gather: the layer's aggregation reads h[src] itself
@@ -340,6 +473,10 @@ class G3Strategy(Strategy):
         )  # a view: contiguous sources, nothing copied
         if self.copy_stream is None:  # the rows are where the layer runs
             return x
+        return self._copy_in(x, layer, b, t1)
+
+    def _copy_in(self, x: torch.Tensor, layer: int, b: int, t1: int):
+        """CUDA: the bin's host rows copied to the device on the copy stream, with the event to wait for."""
         with torch.cuda.stream(self.copy_stream):
             x_dev = x.pin_memory().to(self.device, non_blocking=True)
             event = torch.cuda.Event()
@@ -356,6 +493,7 @@ class G3Strategy(Strategy):
         (``layer_forward_rows``) and in backward's recomputation (``layer_backward_rows``)."""
         return (
             self.device.type == "cpu"
+            and isinstance(h, torch.Tensor)
             and backend(h) == "numba"
             and not self._static(layer)
             and self.model.reads_rows(layer)
@@ -368,16 +506,21 @@ class G3Strategy(Strategy):
             return x_dev
         return x
 
-    def _input_features(self) -> torch.Tensor:
-        """Layer-0 input rows for owned + remote nodes; remote features are fetched once and cached."""
+    def _input_features(self) -> torch.Tensor | StoredRows:
+        """Layer-0 input rows for owned + remote nodes; remote features are fetched once and cached. Streamed:
+        the rows stay on disk (:class:`StoredRows`), the remote ones fetched into memory."""
         d = self.data
         if self.remote_features is None or not self.cfg.feature_cache:
             self.layer0_input = None
-            buf = torch.zeros((d.num_remote, d.features.shape[1]), dtype=d.features.dtype)
-            self.tr.exchange_table(
-                d.table("features_send"), d.table("features_recv"), "features", 0, d.features, buf
-            )
+            buf = torch.zeros((d.num_remote, d.feature_width), dtype=d.dtype)
+            send, rows = d.table("features_send"), d.features
+            if self.stream:  # the rows peers need, read from the shard in the table's order
+                rows = d.feature_rows(np.asarray(send.nodes, dtype=np.int64))
+                send = Table(np.arange(len(send.nodes), dtype=np.int64), send.msgs)
+            self.tr.exchange_table(send, d.table("features_recv"), "features", 0, rows, buf)
             self.remote_features = buf.to(self.home)
+        if self.stream:
+            return StoredRows(d, self.remote_features)
         if getattr(self, "layer0_input", None) is None:  # built once while the cache holds: it is read-only
             self.layer0_input = torch.cat([d.features, self.remote_features]) if d.num_remote else d.features
         return self.layer0_input
@@ -388,7 +531,8 @@ class G3Strategy(Strategy):
         targets."""
         self.epoch = epoch
         logits = self._forward(epoch, training=True)
-        return StepOutput(logits, self.data.labels, self.train_rows, self.global_train)
+        # the logits are a view of the last layer's rows, which nothing reads after the loss
+        return StepOutput(logits, self.data.labels, self.train_rows, self.global_train, reuse_logits=True)
 
     def backward(self, grad_logits: torch.Tensor) -> None:
         self._backward(grad_logits, self.epoch)
@@ -546,30 +690,36 @@ class G3Strategy(Strategy):
     def _forward_layerwise(self, epoch, training, hs, sends, recvs) -> None:
         L = self.num_layers
         for li in range(L):
-            bins = self.blocks[li]
             view_ok = not (
                 self.keep and training
             )  # kept activations must not alias h (receives write into it)
-            nxt = (
-                self._submit_gather(hs[li], bins[0][1], li, 0, bins[0][0], view_ok, view_ok) if bins else None
-            )
-            for b, (block, src, dst) in enumerate(bins):
-                x = nxt.result() if hasattr(nxt, "result") else nxt
-                if b + 1 < len(bins):
-                    nxt = self._submit_gather(
-                        hs[li], bins[b + 1][1], li, b + 1, bins[b + 1][0], view_ok, view_ok
-                    )
+            for b, block, src, dst, x in self._bins_read_ahead(li, hs[li], view_ok):
                 self._compute(li, block, x, src, dst, hs, epoch, training, b)
                 if li < L - 1:
                     sends[li].produced(dst.numpy(), hs[li + 1])
             if li < L - 1:
                 recvs[li].poll(self._place_arrived(recvs[li], hs[li + 1]), block=True)
 
-    def _submit_gather(self, h, src, li, b, block, view_ok: bool, read_rows: bool = False):
-        """The bin's inputs (see :meth:`_gather`), gathered now or (``intra``/``multi``) on the prefetch thread."""
-        if self.pool is not None:
-            return self.pool.submit(self._gather, h, src, li, b, block, view_ok, read_rows)
-        return self._gather(h, src, li, b, block, view_ok, read_rows)
+    def _bins_read_ahead(self, li: int, h, view_ok: bool):
+        """The plan's bins of layer ``li`` in order, each as ``(b, block, src, dst, inputs)``: under
+        ``intra``/``multi`` the next bin's inputs (streamed: its structure too, read from disk) are prepared on
+        the prefetch thread while the caller computes this one. Inputs as :meth:`_gather` gives them, with
+        ``view_ok`` and ``read_rows`` alike (a forward without kept activations, or backward's recomputation)."""
+        bins = self.blocks[li]
+
+        def prepare(b):
+            block, src, dst = bins[b]
+            return block, src, dst, self._gather(h, src, li, b, block, view_ok, view_ok)
+
+        def submit(b):
+            return self.pool.submit(prepare, b) if self.pool is not None else prepare(b)
+
+        nxt = submit(0) if len(bins) else None
+        for b in range(len(bins)):
+            ready = nxt.result() if self.pool is not None else nxt
+            if b + 1 < len(bins):
+                nxt = submit(b + 1)
+            yield (b, *ready)
 
     def _forward_eager(self, epoch, training, hs, sends, recvs) -> None:
         """``multi`` and ``inter``: the forward's bins (:meth:`_forward_bins`), each as soon as every input of
@@ -728,33 +878,24 @@ class G3Strategy(Strategy):
                 recvs = self.bwd_recvs.pop(li) if li in self.bwd_recvs else self._bwd_receives(li, h.dtype)
             uses = self.uses.copy()
             # bins in plan order, not reversed: the priority list puts first the nodes peers need, which on a
-            # symmetric graph are the nodes that read remote inputs, so the gradients peers wait for go out first
-            bins = (
-                self.saved[li]
-                if self.saved[li]
-                else [(blk, s, t, None, None) for blk, s, t in self.blocks[li]]
-            )
+            # symmetric graph are the nodes that read remote inputs, so the gradients peers wait for go out first;
             # recompute: the next bin's inputs are gathered (on CUDA copied in) while this one computes; a layer
             # that reads its rows in place (READ_ROWS) gathers nothing
-            nxt = (
-                self._submit_gather(h, bins[0][1], li, 0, bins[0][0], True, True)
-                if bins and bins[0][4] is None
-                else None
+            bins = (
+                ((step, blk, s, t, xs, ys, None) for step, (blk, s, t, xs, ys) in enumerate(self.saved[li]))
+                if self.saved[li]
+                else (
+                    (step, blk, s, t, None, None, x)
+                    for step, blk, s, t, x in self._bins_read_ahead(li, h, True)
+                )
             )
-            for step, (block, src, dst, x_saved, y_saved) in enumerate(bins):
+            for step, block, src, dst, x_saved, y_saved, x in bins:
                 t0, c0 = now_us(), time.thread_time()
                 dst_rng = block.cached(DST_RANGE, lambda: None)
                 dst_ids = self._ids(block, DST_IDS, dst)
                 grad_rows = take_rows(grad_out, dst_ids, dst_rng)
-                x = None
                 if y_saved is not None:
                     x_src, y = x_saved, y_saved
-                else:  # recompute the bin's forward with its inputs as leaves
-                    x = nxt.result() if hasattr(nxt, "result") else nxt
-                    if step + 1 < len(bins):
-                        nxt = self._submit_gather(
-                            h, bins[step + 1][1], li, step + 1, bins[step + 1][0], True, True
-                        )
                 if (
                     x is not READ_ROWS
                     and y_saved is None
