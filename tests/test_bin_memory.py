@@ -298,3 +298,19 @@ def test_backward_auto_keeps_one_bin_layers_only_where_they_fit_the_device_toget
     ]
     upper = [e["args"]["recomputed"] for e in spans if e["args"]["layer"] > 0]
     assert upper and all(r == (not fit) for r in upper), upper
+
+
+@pytest.mark.parametrize("chunk_arcs", [1, 7, 50])
+def test_blocks_built_a_run_of_bins_at_a_time_are_the_same(chunk_arcs):
+    """The planner builds a worker's bins in runs of about ``chunk_arcs`` arcs (its memory bounded by the run):
+    the same arrays as building every bin at once."""
+    row_ptr, edge_src, prio, n_own, n_rem = random_rows(6)
+    cost = bin_cost(ModelSpec("sage", 8, 6, 3, 2).layer_shapes()[0])
+    limit = int(cost.bytes(n_own, n_own + n_rem, row_ptr[-1]) // 9)
+    bounds = pack_within(cost, row_ptr, edge_src, prio, n_own + n_rem, limit).bounds
+    whole = build_layer_bins(bounds, prio, row_ptr, edge_src, n_own, n_own + n_rem, chunk_arcs=1 << 40)
+    runs = build_layer_bins(bounds, prio, row_ptr, edge_src, n_own, n_own + n_rem, chunk_arcs=chunk_arcs)
+    assert whole.num_bins >= 9
+    for name in ("bin_ptr", "src_ptr", "src", "indices"):
+        assert np.array_equal(getattr(whole, name), getattr(runs, name)), name
+        assert getattr(whole, name).dtype == getattr(runs, name).dtype

@@ -150,3 +150,30 @@ def release_pages(a: np.ndarray) -> None:
         base = getattr(base, "base", None)
     if base is not None and hasattr(mmap, "MADV_DONTNEED"):
         base.madvise(mmap.MADV_DONTNEED)
+
+
+class MappedReader:
+    """Reads of a memory-mapped array whose pages are let go of (:func:`release_pages`) each time about ``budget``
+    bytes have been read since the last time: the process's resident share of the file stays near the budget
+    while a page read twice within it is not faulted in again."""
+
+    def __init__(self, array: np.ndarray, budget: int = 64 << 20):
+        self.array, self.budget, self._read = array, int(budget), 0
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, key) -> np.ndarray:
+        return self._read_done(np.array(self.array[key]))  # a copy in memory: the mapping can be let go of
+
+    def rows(self, positions: np.ndarray, take=None) -> np.ndarray:
+        """``array[positions]``: by ``take(array, positions)`` (a faster row copy) when given, else numpy's
+        fancy indexing."""
+        return self._read_done(take(self.array, positions) if take else np.asarray(self.array[positions]))
+
+    def _read_done(self, out: np.ndarray) -> np.ndarray:
+        self._read += out.nbytes
+        if self._read >= self.budget:
+            release_pages(self.array)
+            self._read = 0
+        return out

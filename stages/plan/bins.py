@@ -88,6 +88,10 @@ class LayerBins:
         return len(self.bin_ptr) - 1
 
 
+# arcs of a worker whose bins are built at once: the vectorised build holds ~80 bytes per arc of the bins it builds
+BUILD_ARCS = 1 << 24
+
+
 def build_layer_bins(
     bin_ptr: np.ndarray,
     prio: np.ndarray,
@@ -95,20 +99,55 @@ def build_layer_bins(
     edge_src: np.ndarray,
     n_owned: int,
     n_local: int,
+    chunk_arcs: int | None = None,
 ) -> LayerBins:
-    """Blocks of every bin at once (vectorised): sources = bin's destinations, then other in-neighbours."""
+    """Blocks of every bin (vectorised, a run of bins of about ``chunk_arcs`` arcs at a time, so what the build
+    holds beyond its output is bounded by the run, not the worker's arcs): sources = bin's destinations, then
+    other in-neighbours."""
     nb = len(bin_ptr) - 1
-    n = len(prio)
-    row_bin = np.repeat(np.arange(nb, dtype=np.int64), np.diff(bin_ptr))
     pos_of_owned = np.empty(n_owned, dtype=np.int64)
-    pos_of_owned[prio] = np.arange(n, dtype=np.int64)
-    deg = np.diff(row_ptr)
+    pos_of_owned[prio] = np.arange(len(prio), dtype=np.int64)
+    starts = row_ptr[bin_ptr[:-1]]
+    step = chunk_arcs or BUILD_ARCS
+    cuts = np.unique(
+        np.concatenate([[0], np.searchsorted(starts, np.arange(step, int(row_ptr[-1]), step)), [nb]])
+    )
+    src_ptr, srcs, indices = [np.zeros(1, dtype=np.int64)], [], []
+    for b0, b1 in zip(cuts[:-1], cuts[1:], strict=True):
+        part_ptr, part_src, part_idx = _bins_of(
+            bin_ptr[b0 : b1 + 1], prio, row_ptr, edge_src, pos_of_owned, n_owned, n_local
+        )
+        src_ptr.append(part_ptr[1:] + src_ptr[-1][-1])
+        srcs.append(part_src)
+        indices.append(part_idx)
+    src_ptr = np.concatenate(src_ptr)
+    index_dtype = np.int32 if int(src_ptr[-1]) < 2**31 else np.int64
+    return LayerBins(
+        bin_ptr=bin_ptr,
+        src_ptr=src_ptr,
+        src=np.concatenate(srcs) if srcs else np.zeros(0, dtype=np.int64),
+        indices=np.concatenate([i.astype(index_dtype) for i in indices])
+        if indices
+        else np.zeros(0, index_dtype),
+    )
+
+
+def _bins_of(bin_ptr, prio, row_ptr, edge_src, pos_of_owned, n_owned: int, n_local: int):
+    """(src_ptr from 0, src, indices) of the consecutive bins ``bin_ptr`` (absolute row positions)."""
+    nb = len(bin_ptr) - 1
+    r0, r1 = int(bin_ptr[0]), int(bin_ptr[-1])
+    e0, e1 = int(row_ptr[r0]), int(row_ptr[r1])
+    local_ptr = bin_ptr - r0
+    row_bin = np.repeat(np.arange(nb, dtype=np.int64), np.diff(local_ptr))
+    deg = np.diff(row_ptr[r0 : r1 + 1])
     edge_bin = np.repeat(row_bin, deg)
-    src = edge_src.astype(np.int64, copy=False)
+    src = np.asarray(edge_src[e0:e1], dtype=np.int64)
 
     owned_src = src < n_owned
-    src_pos = np.where(owned_src, pos_of_owned[np.where(owned_src, src, 0)], -1)
-    same_bin = owned_src & (row_bin[np.maximum(src_pos, 0)] == edge_bin)
+    # a source's position relative to this run of rows; one outside it is in another bin
+    src_pos = np.where(owned_src, pos_of_owned[np.where(owned_src, src, 0)] - r0, -1)
+    in_run = owned_src & (src_pos >= 0) & (src_pos < r1 - r0)
+    same_bin = in_run & (row_bin[np.clip(src_pos, 0, max(r1 - r0 - 1, 0))] == edge_bin)
 
     # other sources: unique (bin, local id) pairs, sorted by bin then id
     key = edge_bin[~same_bin] * n_local + src[~same_bin]
@@ -116,21 +155,20 @@ def build_layer_bins(
     uniq_bin = uniq // n_local
     other_count = np.bincount(uniq_bin, minlength=nb)
     other_off = np.concatenate([[0], np.cumsum(other_count)])
-    n_dst = np.diff(bin_ptr)
+    n_dst = np.diff(local_ptr)
     src_ptr = np.concatenate([[0], np.cumsum(n_dst + other_count)])
 
     indices = np.empty(len(src), dtype=np.int64)
-    indices[same_bin] = src_pos[same_bin] - bin_ptr[edge_bin[same_bin]]
+    indices[same_bin] = src_pos[same_bin] - local_ptr[edge_bin[same_bin]]
     eb = edge_bin[~same_bin]
     indices[~same_bin] = n_dst[eb] + (np.searchsorted(uniq, key) - other_off[eb])
 
     src_list = np.empty(int(src_ptr[-1]), dtype=np.int64)
-    rows = np.arange(n, dtype=np.int64)
-    src_list[src_ptr[row_bin] + (rows - bin_ptr[row_bin])] = prio
+    rows = np.arange(r1 - r0, dtype=np.int64)
+    src_list[src_ptr[row_bin] + (rows - local_ptr[row_bin])] = prio[r0:r1]
     k = np.arange(len(uniq), dtype=np.int64)
     src_list[src_ptr[uniq_bin] + n_dst[uniq_bin] + (k - other_off[uniq_bin])] = uniq - uniq_bin * n_local
-    index_dtype = np.int32 if int(src_ptr[-1]) < 2**31 else np.int64
-    return LayerBins(bin_ptr=bin_ptr, src_ptr=src_ptr, src=src_list, indices=indices.astype(index_dtype))
+    return src_ptr, src_list, indices
 
 
 def rows_in_priority_order(

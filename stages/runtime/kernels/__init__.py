@@ -43,7 +43,8 @@ The modules of this package (importers use the names re-exported here):
   its numba counting sort), a block's cached :func:`block_transpose` and :func:`block_self_loops`;
 * :mod:`.numba_cpu` — the ``numba`` backend: LLVM row intrinsics, the numba kernels, the kernel thread pool
   and its chunking, :func:`use_serial_kernels_in_this_thread`, the wrappers ``_nb_sum``/``_nb_edge_dots``;
-* :mod:`.rows` — :func:`take_rows_at`, :func:`put_rows_at`, :func:`add_rows_at` (row gathers and scatters);
+* :mod:`.rows` — :func:`take_rows_at`, :func:`put_rows_at`, :func:`add_rows_at` (row gathers and scatters),
+  :func:`take_stored_rows` (rows of a memory-mapped file);
 * :mod:`.sparse` — the ``torch.sparse`` helpers of the ``sparse`` backend;
 * :mod:`.autograd` — :func:`csr_sum`, :func:`csr_mean`, :func:`csr_mean_grad`, :func:`csr_mean_rows`,
   :func:`edge_softmax`, :func:`relu_dropout`, :func:`relu_dropout_grad` and their ``autograd.Function``s.
@@ -68,7 +69,7 @@ from .csr import CSRTranspose, add_self_loops, block_self_loops, block_transpose
 from .csr import _nb_transpose_of as _nb_transpose_of
 from .numba_cpu import HAVE_NUMBA, use_serial_kernels_in_this_thread
 from .numba_cpu import _nb_threads as _nb_threads
-from .rows import add_rows_at, put_rows_at, take_rows_at
+from .rows import add_rows_at, put_rows_at, take_rows_at, take_stored_rows
 
 # The private names re-exported (``as`` themselves) are reached from outside: _nb_transpose_of by
 # examples/bench_single_worker.py, _nb_threads by tests/test_transport.py, and a numba dispatcher, through which
@@ -100,6 +101,7 @@ __all__ = [
     "relu_dropout_grad",
     "row_ids",
     "take_rows_at",
+    "take_stored_rows",
     "use_backend",
     "use_serial_kernels_in_this_thread",
 ]

@@ -510,6 +510,17 @@ if HAVE_NUMBA:
                 cursor[u] = p + 1
 
     @njit(cache=True, nogil=True)
+    def _nb_take_rows(counter, chunks, h, ids, rows):
+        """``rows[i] = h[ids[i]]`` with ``h`` only read (a read-only memory-mapped file)."""
+        t = _grab(counter)
+        while t < chunks.shape[0] - 1:
+            for i in range(chunks[t], chunks[t + 1]):
+                r = ids[i]
+                for c in range(h.shape[1]):
+                    rows[i, c] = h[r, c]
+            t = _grab(counter)
+
+    @njit(cache=True, nogil=True)
     def _nb_add_rows(counter, chunks, h, ids, rows):
         """``h[ids[i]] += rows[i]`` for distinct ``ids`` (no two rows add into one: no races)."""
         t = _grab(counter)

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .backends import backend
 from .numba_cpu import HAVE_NUMBA, _np, _rows2d, _run_on_ranges
 
 if HAVE_NUMBA:
-    from .numba_cpu import _nb_add_rows, _nb_move_rows
+    from .numba_cpu import _nb_add_rows, _nb_move_rows, _nb_take_rows
 
 
 def _rows_kernel_ok(h: torch.Tensor, ids: torch.Tensor) -> bool:
@@ -60,3 +61,15 @@ def add_rows_at(h: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> None:
         _run_on_ranges(_nb_add_rows, len(ids), h.shape[1], h.numpy(), _np(ids), _np(_rows2d(rows)))
     else:
         h.index_add_(0, _on(ids, h).long(), _on(rows, h))
+
+
+def take_stored_rows(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``table[ids]`` of a 2-D array that may be a read-only memory-mapped file (a streamed worker's input
+    features): the numba row copy on the kernel threads where the dtype has one (one pass, no sort: ~2x numpy's
+    fancy indexing of a mapped file on 2 threads), else numpy's."""
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    if not (HAVE_NUMBA and table.ndim == 2 and table.dtype in (np.float32, np.float64) and len(ids)):
+        return np.asarray(table[ids])
+    out = np.empty((len(ids), table.shape[1]), dtype=table.dtype)
+    _run_on_ranges(_nb_take_rows, len(ids), table.shape[1], table, ids, out)
+    return out

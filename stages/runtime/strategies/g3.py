@@ -40,13 +40,13 @@ import torch
 from ...common.bin_memory import NO_LIMIT, pack_bins
 from ...common.errors import G3InputError
 from ...common.model_spec import bin_costs, bins_device
-from ...common.npy import release_pages
+from ...common.npy import MappedReader
 from ...common.partition_artifact import Shard
 from ...common.plan_artifact import Table, WorkerPlan
 from ..block import Block
 from ..config import local_workers
 from ..dataflow import bin_dependencies, build_block_arrays, lowest_runnable_bin
-from ..kernels import add_rows_at, backend, put_rows_at, take_rows_at
+from ..kernels import add_rows_at, backend, put_rows_at, take_rows_at, take_stored_rows
 from ..pipeline import SCHEDULES
 from ..threads import helper_executor
 from ..trace import now_us
@@ -133,7 +133,8 @@ class WorkerData:
         # one copy each: fancy indexing reads the memory-mapped shard straight into the reordered array
         # what the loss and the first layer read live where the worker's tables do (``home``)
         self.feature_width = int(shard.manifest["features.npy"]["shape"][1])
-        self.stored_features = shard.load("features") if stream else None  # memory-mapped, read per bin
+        # memory-mapped, read per bin
+        self.stored_features = MappedReader(shard.load("features")) if stream else None
         self.features = (
             None
             if stream
@@ -158,6 +159,9 @@ class WorkerData:
             for li in range(num_layers)
         ]
         self._tables: dict[str, Table] = {}
+        if stream:
+            self._src_file = [MappedReader(lp.src) for lp in self.layers]
+            self._indices_file = [MappedReader(lp.indices) for lp in self.layers]
 
     def bin_arrays(self, li: int, b: int) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
         """Bin ``b`` of layer ``li``: its rows ``[r0, r1)``, its sources (local ids here), its in-edge pointers
@@ -166,17 +170,15 @@ class WorkerData:
         r0, r1 = int(lp.bin_ptr[b]), int(lp.bin_ptr[b + 1])
         e0, e1 = int(row_ptr[r0]), int(row_ptr[r1])
         s0, s1 = int(lp.src_ptr[b]), int(lp.src_ptr[b + 1])
-        src, indices = lp.src[s0:s1], lp.indices[e0:e1]
         if self.stream:
-            src, indices = self._owned_to_new(src), np.array(indices)
-            release_pages(lp.src)
-            release_pages(lp.indices)
+            src, indices = self._owned_to_new(self._src_file[li][s0:s1]), self._indices_file[li][e0:e1]
+        else:
+            src, indices = lp.src[s0:s1], lp.indices[e0:e1]
         return r0, r1, src, row_ptr[r0 : r1 + 1] - row_ptr[r0], indices
 
     def feature_rows(self, ids: np.ndarray) -> torch.Tensor:
         """Input features of owned nodes (ids here), read from the shard on disk (streamed workers)."""
-        rows = np.asarray(self.stored_features[self.order[ids]])
-        release_pages(self.stored_features)
+        rows = self.stored_features.rows(self.order[ids], take_stored_rows)
         return torch.from_numpy(rows).to(self.dtype)
 
     def _owned_to_new(self, ids: np.ndarray) -> np.ndarray:
@@ -213,10 +215,19 @@ class StoredRows:
         """``h0[ids]`` for local ids (owned first, then remote offsets + num_owned)."""
         n_own = self.data.num_owned
         owned = ids < n_own
+        k = int(owned.sum())
+        if owned[:k].all():  # the plan lists a bin's owned sources first: two slices, no masks
+            if k == len(ids):
+                return self.data.feature_rows(ids)
+            return torch.cat(
+                [
+                    self.data.feature_rows(ids[:k]),
+                    take_rows_at(self.remote, torch.from_numpy(ids[k:] - n_own)),
+                ]
+            )
         out = torch.empty((len(ids), self.shape[1]), dtype=self.dtype)
         out[torch.from_numpy(owned)] = self.data.feature_rows(ids[owned])
-        if not owned.all():
-            out[torch.from_numpy(~owned)] = take_rows_at(self.remote, torch.from_numpy(ids[~owned] - n_own))
+        out[torch.from_numpy(~owned)] = take_rows_at(self.remote, torch.from_numpy(ids[~owned] - n_own))
         return out
 
 
@@ -234,6 +245,19 @@ class StreamedBins:
         if not 0 <= b < len(self):
             raise IndexError(b)
         return self.strategy.plan_block(self.li, b)
+
+
+def spilled_zeros(rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+    """A zeroed ``[rows, width]`` CPU tensor in a shared mapping of an unnamed temporary file (in ``TMPDIR``):
+    memory like any other to the kernels, but pages the operating system may write back and evict under
+    pressure instead of failing; the file goes with the tensor (it has no name from the start)."""
+    import tempfile
+
+    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    with tempfile.TemporaryFile(prefix="g3-rows-") as f:
+        f.truncate(rows * width * np_dtype.itemsize)  # a sparse file: reads as zeros, no disk until written
+        rows_map = np.memmap(f, dtype=np_dtype, mode="r+", shape=(rows, width))
+    return torch.from_numpy(rows_map)
 
 
 # What a worker holds per arc of its partition when it keeps the partition in memory (the plan's arrays, every
@@ -512,7 +536,7 @@ class G3Strategy(Strategy):
         d = self.data
         if self.remote_features is None or not self.cfg.feature_cache:
             self.layer0_input = None
-            buf = torch.zeros((d.num_remote, d.feature_width), dtype=d.dtype)
+            buf = self._node_rows(d.num_remote, d.feature_width, d.dtype)
             send, rows = d.table("features_send"), d.features
             if self.stream:  # the rows peers need, read from the shard in the table's order
                 rows = d.feature_rows(np.asarray(send.nodes, dtype=np.int64))
@@ -524,6 +548,14 @@ class G3Strategy(Strategy):
         if getattr(self, "layer0_input", None) is None:  # built once while the cache holds: it is read-only
             self.layer0_input = torch.cat([d.features, self.remote_features]) if d.num_remote else d.features
         return self.layer0_input
+
+    def _node_rows(self, rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+        """A zeroed ``[rows, width]`` array of node rows (a layer's outputs or their gradients, remote input
+        features) where the worker's tables live; a streamed worker's is backed by a file (:func:`spilled_zeros`),
+        so that the kernel can write it back to disk and drop it rather than run out of memory."""
+        if self.stream and rows * width > 0:
+            return spilled_zeros(rows, width, dtype)
+        return torch.zeros((rows, width), dtype=dtype, device=self.home)
 
     # --- the interface -------------------------------------------------------------------------------------
     def forward(self, epoch: int, step: int, micro: int = 0) -> StepOutput:
@@ -552,11 +584,7 @@ class G3Strategy(Strategy):
         hs = [h0]
         for li in range(L):
             rows = d.num_owned + (0 if li == L - 1 else d.num_remote)
-            h = torch.empty(
-                (rows, self.model.widths[li + 1]), dtype=h0.dtype, device=self.home
-            )  # owned: all computed
-            h[d.num_owned :].zero_()
-            hs.append(h)
+            hs.append(self._node_rows(rows, self.model.widths[li + 1], h0.dtype))  # owned rows: all computed
         sends = [
             self.tr.sender(
                 d.table(f"fwd_send_{li}"),
@@ -858,7 +886,7 @@ class G3Strategy(Strategy):
         for li in reversed(range(self.num_layers)):
             h = self.inputs[li]
             need_input_grad = li > 0
-            grad_in = torch.zeros_like(h) if need_input_grad else None
+            grad_in = self._node_rows(h.shape[0], h.shape[1], h.dtype) if need_input_grad else None
             sends = (
                 self.tr.sender(
                     d.table(f"bwd_send_{li}"),
