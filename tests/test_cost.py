@@ -120,3 +120,19 @@ def test_available_memory_is_the_cgroups_room_where_one_limits_the_process(tmp_p
     )
     assert available_memory(roomy) == (8 * gib, "MemAvailable")
     assert available_memory(str(tmp_path / "nothing")) == (None, "MemAvailable unknown")
+
+
+def test_ingest_budget_is_cgroup_aware(monkeypatch):
+    """`g3 ingest --memory-limit auto` (the default): 4 GiB, or half of what the process may take where that is
+    less (a small machine or a memory cgroup), never under 64 MiB; a given size is kept."""
+    from stages.ingest.build import IngestOptions, parse_memory_limit
+
+    room = {"bytes": 64 << 30}
+    monkeypatch.setattr("stages.common.cost.available_memory", lambda root="/": (room["bytes"], "MemAvailable"))
+    assert IngestOptions().memory_budget == 4 << 30
+    room["bytes"] = 3 << 30
+    assert IngestOptions().memory_budget == 3 << 29
+    room["bytes"] = 10 << 20
+    assert IngestOptions().memory_budget == 64 << 20
+    assert IngestOptions(memory_limit=parse_memory_limit("8GiB")).memory_budget == 8 << 30
+    assert parse_memory_limit("auto") is None

@@ -56,12 +56,25 @@ def parse_ratios(text: str) -> tuple[float, float, float]:
     return parts
 
 
-def parse_memory_limit(text: str) -> int:
-    """A size (``4GiB``) of at least 64 MiB."""
+def parse_memory_limit(text: str) -> int | None:
+    """A size (``4GiB``) of at least 64 MiB, or ``auto`` (None: :func:`auto_memory_limit`)."""
+    if text == "auto":
+        return None
     size = parse_size(text)
     if size < MIN_MEMORY_LIMIT:
         raise ValueError("must be at least 64MiB")
     return size
+
+
+def auto_memory_limit() -> int:
+    """The CSR build's default budget: 4 GiB, or half of the memory available to this process (MemAvailable or
+    its memory cgroup's room) where that is less, at least 64 MiB."""
+    from ..common.cost import available_memory
+
+    room, _ = available_memory()
+    return (
+        DEFAULT_MEMORY_LIMIT if room is None else max(MIN_MEMORY_LIMIT, min(DEFAULT_MEMORY_LIMIT, room // 2))
+    )
 
 
 @dataclass
@@ -94,12 +107,19 @@ class IngestOptions:
         cli_default="0.8,0.1,0.1",
     )
     seed: int = setting(0, "Seed for random features, labels, splits and the synthetic generator.")
-    memory_limit: int = setting(
-        DEFAULT_MEMORY_LIMIT,
-        "Working-memory budget of the CSR build; beyond it arcs are sorted externally on disk.",
+    memory_limit: int | None = setting(
+        None,
+        "Working-memory budget of the CSR build; beyond it arcs are sorted externally on disk. 'auto': 4GiB, "
+        "or half of what this machine (or the memory cgroup the command runs in) has available where that is "
+        "less.",
         parse=parse_memory_limit,
-        cli_default="4GiB",
+        cli_default="auto",
     )
+
+    @property
+    def memory_budget(self) -> int:
+        """``memory_limit``, or where it is auto (None) :func:`auto_memory_limit`."""
+        return auto_memory_limit() if self.memory_limit is None else self.memory_limit
 
     @property
     def random_feat_dim(self) -> int:
@@ -156,7 +176,10 @@ def build_store(
             "symmetrized": bool(symmetrize),
             "index_dtype": str(index_dtype(source.num_nodes)),
             "source": {"path": str(source.path), **source.info},
-            "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(options).items()},
+            "options": {
+                **{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(options).items()},
+                "memory_limit": options.memory_budget,  # auto resolved: the budget the build had
+            },
             "removed": {"self_loops": csr["self_loops"], "duplicates": csr["duplicates"]},
             "arcs_read": csr["arcs_read"],
             "degree": csr["degree"],
@@ -211,7 +234,7 @@ def disk_estimate(source: GraphSource, o: IngestOptions, symmetrize: bool) -> di
         arcs *= 2  # every edge also as its reverse arc
     id_bytes = np.dtype(index_dtype(source.num_nodes)).itemsize
     parts = {"indices": int(arcs * id_bytes * INDICES_KEPT)}
-    if arcs * BYTES_PER_ARC_SORT > o.memory_limit:
+    if arcs * BYTES_PER_ARC_SORT > o.memory_budget:
         parts["spilled arcs"] = arcs * 2 * id_bytes
     if (
         source.feature_blocks is None or source.info.get("format") == "synthetic"
@@ -239,7 +262,7 @@ def check_options(o: IngestOptions) -> None:
         raise G3InputError(f"--labeled-ratio must be in (0, 1], got {o.labeled_ratio}")
     if o.random_feat_dim < 1 or o.random_classes < 2:
         raise G3InputError("--feat-dim must be >= 1 and --num-classes >= 2")
-    if o.memory_limit <= 0:
+    if o.memory_limit is not None and o.memory_limit <= 0:
         raise G3InputError("--memory-limit must be positive")
     if not 0 <= o.seed < 2**63:
         raise G3InputError(f"--seed must be an integer in [0, 2^63), got {o.seed}")
@@ -294,7 +317,7 @@ def _build_csr(
 ) -> dict[str, Any]:
     n = source.num_nodes
     id_dtype = index_dtype(n)
-    budget_arcs = max(256, o.memory_limit // BYTES_PER_ARC_SORT)
+    budget_arcs = max(256, o.memory_budget // BYTES_PER_ARC_SORT)
     runs = _Runs(spill_dir, budget_arcs, id_dtype)
     in_count = np.zeros(n, dtype=np.int64)
     arcs_read = self_loops = reverse_added = 0
