@@ -142,3 +142,31 @@ def test_a_streamed_plan_is_checked_in_runs_of_arcs(store, tmp_path, monkeypatch
     np.save(worker / "layer-1" / "indices.npy", bad)
     with pytest.raises(G3InputError, match="source position outside"):
         plan_artifact.LayerPlan(worker, 1, None, wp.row_ptr, mmap=True)
+
+
+def test_feature_messages_are_cut_into_matching_rounds():
+    """A streamed worker exchanges its input features in rounds of bounded pieces: every message's nodes come
+    out once, in order, in pieces of at most ``piece`` rows, round j holding piece j of each message; the
+    rounds run as long as the longest message either way (empty tables pad the shorter side)."""
+    from stages.common.plan_artifact import Table
+
+    send = Table(np.arange(23, dtype=np.int64) * 10, np.array([[0, 1, 10], [0, 2, 3], [1, 3, 10]]))
+    recv = Table(np.arange(17, dtype=np.int64), np.array([[0, 1, 17]]))
+    rounds = g3_runtime.message_rounds(send, recv, 4)
+    assert len(rounds) == 5  # recv's 17 rows: 4 + 4 + 4 + 4 + 1
+    for table, parts in ((send, [r[0] for r in rounds]), (recv, [r[1] for r in rounds])):
+        for m, (step, peer, count) in enumerate(table.msgs):
+            start = int(table.msgs[:m, 2].sum())
+            got, j = [], 0
+            for part in parts:
+                rows = [i for i, (s, p, _) in enumerate(part.msgs) if (s, p) == (step, peer)]
+                if rows:
+                    i = rows[0]
+                    off = int(part.msgs[:i, 2].sum())
+                    assert part.msgs[i, 2] <= 4
+                    got += list(part.nodes[off : off + part.msgs[i, 2]])
+                    j += 1
+            assert got == list(table.nodes[start : start + count])
+            assert j == -(-count // 4)
+        assert all(part.total == len(part.nodes) for part in parts)
+    assert len(rounds[4][0].msgs) == 0 and rounds[4][1].total == 1

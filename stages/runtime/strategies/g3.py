@@ -247,6 +247,38 @@ class StreamedBins:
         return self.strategy.plan_block(self.li, b)
 
 
+FEATURE_PIECE_BYTES = 64 << 20  # a streamed worker's input-feature messages are cut into pieces of this size
+
+
+def message_rounds(send: Table, recv: Table, piece: int) -> list[tuple[Table, Table]]:
+    """A send and a receive table cut into rounds: round ``j`` holds piece ``j`` (rows ``j * piece`` up to
+    ``piece`` more) of every message that long, both ways, so an exchange round by round holds at most one piece
+    per message. Both ends cut a message the same way (its count is in both tables), so rounds match; a worker
+    runs as many rounds as its longest message needs, its peers' included."""
+
+    def pieces(table: Table) -> list[Table]:
+        if not len(table.msgs):
+            return []
+        counts = table.msgs[:, 2]
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        out = []
+        for j in range(int(-(-counts.max() // piece))):
+            lo = np.minimum(counts, j * piece)
+            take = np.minimum(counts, (j + 1) * piece) - lo
+            live = take > 0
+            msgs = table.msgs[live].copy()
+            msgs[:, 2] = take[live]
+            nodes = [table.nodes[a : a + n] for a, n in zip(starts[live] + lo[live], take[live], strict=True)]
+            out.append(Table(np.concatenate(nodes).astype(np.int64), msgs))
+        return out
+
+    sends, recvs = pieces(send), pieces(recv)
+    rounds = max(len(sends), len(recvs))
+    sends += [Table.empty()] * (rounds - len(sends))
+    recvs += [Table.empty()] * (rounds - len(recvs))
+    return list(zip(sends, recvs, strict=True))
+
+
 def spilled_zeros(rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
     """A zeroed ``[rows, width]`` CPU tensor in a shared mapping of an unnamed temporary file (in ``TMPDIR``):
     memory like any other to the kernels, but pages the operating system may write back and evict under
@@ -537,11 +569,15 @@ class G3Strategy(Strategy):
         if self.remote_features is None or not self.cfg.feature_cache:
             self.layer0_input = None
             buf = self._node_rows(d.num_remote, d.feature_width, d.dtype)
-            send, rows = d.table("features_send"), d.features
-            if self.stream:  # the rows peers need, read from the shard in the table's order
-                rows = d.feature_rows(np.asarray(send.nodes, dtype=np.int64))
-                send = Table(np.arange(len(send.nodes), dtype=np.int64), send.msgs)
-            self.tr.exchange_table(send, d.table("features_recv"), "features", 0, rows, buf)
+            send, recv = d.table("features_send"), d.table("features_recv")
+            if self.stream:  # in rounds of bounded messages, the rows peers need read from the shard
+                piece = max(1, FEATURE_PIECE_BYTES // (d.feature_width * buf.element_size()))
+                for send_part, recv_part in message_rounds(send, recv, piece):
+                    rows = d.feature_rows(np.asarray(send_part.nodes, dtype=np.int64))
+                    send_part = Table(np.arange(len(send_part.nodes), dtype=np.int64), send_part.msgs)
+                    self.tr.exchange_table(send_part, recv_part, "features", 0, rows, buf)
+            else:
+                self.tr.exchange_table(send, recv, "features", 0, d.features, buf)
             self.remote_features = buf.to(self.home)
         if self.stream:
             return StoredRows(d, self.remote_features)
