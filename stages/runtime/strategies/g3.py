@@ -31,6 +31,7 @@ and recomputes otherwise.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -52,6 +53,8 @@ from ..threads import helper_executor
 from ..trace import now_us
 from ..transport import TableReceiver
 from .base import Inference, StepOutput, Strategy, WorkerContext, labelled_rows
+
+log = logging.getLogger("g3.runtime")
 
 LAYER0_ROWS = "g3_layer0_input_rows"  # block cache key: the layer-0 input rows a static layer still reads
 SRC_RANGE, DST_RANGE = "g3_src_range", "g3_dst_range"  # block cache keys: the ids as a slice, when contiguous
@@ -331,6 +334,12 @@ class G3Strategy(Strategy):
         # otherwise in host memory, each bin copied in (on CUDA on a copy stream) and its outputs copied out
         self.resident, self.home = ctx.resident, ctx.home
         self.stream = streams_bins(ctx)
+        if self.stream:
+            log.info(
+                "bins streamed from disk (--stream-bins %s), pipeline %s",
+                cfg.stream_bins or "auto",
+                "intra" if SCHEDULES[cfg.pipeline].eager else cfg.pipeline,
+            )
         self.data = data = WorkerData(
             ctx.shard, ctx.plan, ctx.spec.num_blocks, cfg.torch_dtype, self.home, stream=self.stream
         )
