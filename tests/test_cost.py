@@ -128,7 +128,9 @@ def test_ingest_budget_is_cgroup_aware(monkeypatch):
     from stages.ingest.build import IngestOptions, parse_memory_limit
 
     room = {"bytes": 64 << 30}
-    monkeypatch.setattr("stages.common.cost.available_memory", lambda root="/": (room["bytes"], "MemAvailable"))
+    monkeypatch.setattr(
+        "stages.common.cost.available_memory", lambda root="/": (room["bytes"], "MemAvailable")
+    )
     assert IngestOptions().memory_budget == 4 << 30
     room["bytes"] = 3 << 30
     assert IngestOptions().memory_budget == 3 << 29

@@ -124,3 +124,24 @@ def test_a_metis_memory_that_makes_no_sense_is_refused_in_one_line(community_sto
     )
     assert r.exit_code == 2 and says in r.output, r.output
     assert not (tmp_path / "p").exists()
+
+
+def test_contraction_merged_block_by_block_is_the_same(community_store, monkeypatch):
+    """Contraction merges its blocks' cluster pairs as it goes (what it holds stays near the coarse graph's
+    size): tiny blocks, merged many times over, give the graph one block gives."""
+    from stages.partition import coarsen
+
+    g = load_graphs(GraphStore.open(community_store))
+    labels = np.arange(g.num_nodes, dtype=np.int64) // 7
+    whole = contract(g.sym_indptr, g.sym_indices, None, labels)
+    monkeypatch.setattr(coarsen, "BLOCK_ARCS", 16)
+    blocks = contract(g.sym_indptr, g.sym_indices, None, labels)
+    assert all(np.array_equal(a, b) for a, b in zip(whole, blocks, strict=True))
+    weights = np.arange(len(g.sym_indices), dtype=np.int64) % 5 + 1
+    monkeypatch.setattr(coarsen, "BLOCK_ARCS", 1 << 22)
+    whole_w = contract(g.sym_indptr, g.sym_indices, weights, labels)
+    monkeypatch.setattr(coarsen, "BLOCK_ARCS", 16)
+    assert all(
+        np.array_equal(a, b)
+        for a, b in zip(whole_w, contract(g.sym_indptr, g.sym_indices, weights, labels), strict=True)
+    )
