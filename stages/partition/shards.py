@@ -19,7 +19,7 @@ import numpy as np
 
 from ..common.atomic import write_json_atomic
 from ..common.errors import G3InputError
-from ..common.npy import file_sha256
+from ..common.npy import file_sha256, release_pages
 from ..common.store import SPLITS, GraphStore
 from .feature import feature_columns
 
@@ -201,6 +201,10 @@ class NodeShardBuilder:
                     mm[self.position[start + rows]] = block[rows]
             if on_rows is not None:
                 on_rows(len(block))
+            # written pages stay in the page cache (the kernel writes them back) but leave this process: its
+            # resident set would otherwise grow by every worker's features file
+            for mm in maps:
+                release_pages(mm)
         for mm in maps:
             mm.flush()
 
@@ -292,6 +296,7 @@ def write_feature_shards(
         for w, mm in enumerate(maps):
             c = cols[w]
             mm[start : start + len(block), : c["stop"] - c["start"]] = block[:, c["start"] : c["stop"]]
+            release_pages(mm)  # as NodeShardBuilder.write_features: written pages leave the process
         if on_rows is not None:
             on_rows(len(block))
     for mm in maps:
