@@ -170,3 +170,31 @@ def test_feature_messages_are_cut_into_matching_rounds():
             assert j == -(-count // 4)
         assert all(part.total == len(part.nodes) for part in parts)
     assert len(rounds[4][0].msgs) == 0 and rounds[4][1].total == 1
+
+
+def test_a_tmpdir_too_small_for_the_spilled_rows_is_refused_up_front(monkeypatch, tmp_path):
+    """A streamed worker adds up what it spills (hidden rows and gradients, logits, remote features) for every
+    worker on the machine and refuses a TMPDIR whose disk has less free, one line with the figures — not a
+    SIGBUS when a page cannot be written hours into the epoch."""
+    import shutil
+    from collections import namedtuple
+
+    from stages.common.errors import G3InputError
+
+    data = SimpleNamespace(dtype=torch.float32, num_owned=1000, num_remote=500, feature_width=64)
+    parts = g3_runtime.spill_bytes(data, [64, 16, 7])
+    assert parts == {
+        "layer rows and gradients": 2 * 1500 * 16 * 4,
+        "logits": 1000 * 7 * 4,
+        "remote input features": 500 * 64 * 4,
+    }
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(1 << 40, 0, sum(parts.values()) * 4))
+    g3_runtime.check_spill_space(data, [64, 16, 7], 4)  # exactly enough for 4 workers
+    with pytest.raises(G3InputError, match="remote input features") as err:
+        g3_runtime.check_spill_space(data, [64, 16, 7], 5)
+    assert "--stream-bins (5 streamed workers, TMPDIR)" in str(err.value)

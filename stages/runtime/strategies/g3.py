@@ -250,7 +250,7 @@ class StreamedBins:
         return self.strategy.plan_block(self.li, b)
 
 
-FEATURE_PIECE_BYTES = 64 << 20  # a streamed worker's input-feature messages are cut into pieces of this size
+FEATURE_PIECE_BYTES = 8 << 20  # a streamed worker's input-feature messages are cut into pieces of this size
 
 
 def message_rounds(send: Table, recv: Table, piece: int) -> list[tuple[Table, Table]]:
@@ -280,6 +280,31 @@ def message_rounds(send: Table, recv: Table, piece: int) -> list[tuple[Table, Ta
     sends += [Table.empty()] * (rounds - len(sends))
     recvs += [Table.empty()] * (rounds - len(recvs))
     return list(zip(sends, recvs, strict=True))
+
+
+def spill_bytes(data: WorkerData, widths: list[int]) -> dict[str, int]:
+    """What a streamed worker writes into ``TMPDIR`` (:func:`spilled_zeros`), by kind: every hidden layer's
+    rows and their gradients (owned and remote), the logits (owned), the remote input features."""
+    item = torch.empty(0, dtype=data.dtype).element_size()
+    local = data.num_owned + data.num_remote
+    return {
+        "layer rows and gradients": sum(2 * local * w * item for w in widths[1:-1]),
+        "logits": data.num_owned * widths[-1] * item,
+        "remote input features": data.num_remote * data.feature_width * item,
+    }
+
+
+def check_spill_space(data: WorkerData, widths: list[int], workers: int) -> None:
+    """Refuse, before any work, a ``TMPDIR`` whose disk cannot take what this machine's streamed workers spill (a
+    page the disk cannot hold would kill a worker with SIGBUS hours in): one line with the figures."""
+    import tempfile
+    from pathlib import Path
+
+    from ...common.atomic import check_free_space
+
+    parts = {name: n * workers for name, n in spill_bytes(data, widths).items()}
+    where = Path(tempfile.gettempdir()) / "g3-rows"
+    check_free_space(where, parts, f"--stream-bins ({workers} streamed workers, TMPDIR)")
 
 
 def spilled_zeros(rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
@@ -344,6 +369,8 @@ class G3Strategy(Strategy):
             ctx.shard, ctx.plan, ctx.spec.num_blocks, cfg.torch_dtype, self.home, stream=self.stream
         )
         # streamed bins are built as they run, so the eager schedules' bins fixed for the run do not exist
+        if self.stream:
+            check_spill_space(data, self.model.widths, local_workers(ctx.world))
         self.schedule = SCHEDULES["intra" if self.stream and SCHEDULES[cfg.pipeline].eager else cfg.pipeline]
         self.num_layers = len(data.layers)
         self.phase = "fwd"  # the pass running now: "fwd", "eval" or "bwd" (gather spans carry it)
