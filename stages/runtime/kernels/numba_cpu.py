@@ -511,7 +511,7 @@ if HAVE_NUMBA:
 
     @njit(cache=True, nogil=True)
     def _nb_take_rows(counter, chunks, h, ids, rows):
-        """``rows[i] = h[ids[i]]`` with ``h`` only read (a read-only memory-mapped file)."""
+        """``rows[i] = h[ids[i]]`` (``h`` only read: it may be a read-only memory-mapped file)."""
         t = _grab(counter)
         while t < chunks.shape[0] - 1:
             for i in range(chunks[t], chunks[t + 1]):
@@ -532,18 +532,14 @@ if HAVE_NUMBA:
             t = _grab(counter)
 
     @njit(cache=True, nogil=True)
-    def _nb_move_rows(counter, chunks, h, ids, rows, take):
-        """``rows[i] = h[ids[i]]`` (``take``) or ``h[ids[i]] = rows[i]`` (distinct ``ids``)."""
+    def _nb_put_rows(counter, chunks, h, ids, rows):
+        """``h[ids[i]] = rows[i]`` for distinct ``ids``."""
         t = _grab(counter)
         while t < chunks.shape[0] - 1:
             for i in range(chunks[t], chunks[t + 1]):
                 r = ids[i]
-                if take:
-                    for c in range(h.shape[1]):
-                        rows[i, c] = h[r, c]
-                else:
-                    for c in range(h.shape[1]):
-                        h[r, c] = rows[i, c]
+                for c in range(h.shape[1]):
+                    h[r, c] = rows[i, c]
             t = _grab(counter)
 
 

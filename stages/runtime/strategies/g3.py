@@ -359,19 +359,17 @@ class G3Strategy(Strategy):
         # otherwise in host memory, each bin copied in (on CUDA on a copy stream) and its outputs copied out
         self.resident, self.home = ctx.resident, ctx.home
         self.stream = streams_bins(ctx)
-        if self.stream:
-            log.info(
-                "bins streamed from disk (--stream-bins %s), pipeline %s",
-                cfg.stream_bins or "auto",
-                "intra" if SCHEDULES[cfg.pipeline].eager else cfg.pipeline,
-            )
         self.data = data = WorkerData(
             ctx.shard, ctx.plan, ctx.spec.num_blocks, cfg.torch_dtype, self.home, stream=self.stream
         )
         # streamed bins are built as they run, so the eager schedules' bins fixed for the run do not exist
+        pipeline = "intra" if self.stream and SCHEDULES[cfg.pipeline].eager else cfg.pipeline
+        self.schedule = SCHEDULES[pipeline]
         if self.stream:
+            log.info(
+                "bins streamed from disk (--stream-bins %s), pipeline %s", cfg.stream_bins or "auto", pipeline
+            )
             check_spill_space(data, self.model.widths, local_workers(ctx.world))
-        self.schedule = SCHEDULES["intra" if self.stream and SCHEDULES[cfg.pipeline].eager else cfg.pipeline]
         self.num_layers = len(data.layers)
         self.phase = "fwd"  # the pass running now: "fwd", "eval" or "bwd" (gather spans carry it)
         self.blocks = [
@@ -527,29 +525,18 @@ class G3Strategy(Strategy):
         gathering a copy."""
         if block is not None and not self._needs_gather(layer, block):
             return block.cached(LAYER0_ROWS, None)  # no gather, no copy: the rows live with the block
-        if isinstance(h, StoredRows):  # streamed layer 0: the rows read from disk
-            t0 = now_us()
-            x = h.rows(src.numpy())
-            self.tracer.span(
-                "gather",
-                f"L{layer} bin {b}",
-                t0,
-                now_us(),
-                layer=layer,
-                bin=b,
-                phase=self.phase,
-                rows=len(src),
-                prefetched=threading.current_thread() is not threading.main_thread(),
-                view=False,
-                stored=True,
-            )
-            return self._copy_in(x, layer, b, now_us()) if self.copy_stream is not None else x
-        rng = block.cached(SRC_RANGE, lambda: None) if (view_ok and block is not None) else None
+        stored = isinstance(h, StoredRows)  # a streamed layer 0: the rows read from disk
+        rng = (
+            block.cached(SRC_RANGE, lambda: None) if (view_ok and block is not None and not stored) else None
+        )
         if read_rows and rng is None and self._reads_rows(layer, h):
             return READ_ROWS  # no gather: the layer's aggregation reads h[src] itself
         t0 = now_us()
         ids = self._ids(block, SRC_IDS, src) if block is not None else src
-        x = take_rows(h, ids, rng).detach() if rng is not None else take_rows_at(h, ids)
+        if stored:
+            x = h.rows(ids.numpy())
+        else:
+            x = take_rows(h, ids, rng).detach() if rng is not None else take_rows_at(h, ids)
         t1 = now_us()
         self.tracer.span(
             "gather",
@@ -562,6 +549,7 @@ class G3Strategy(Strategy):
             rows=len(src),
             prefetched=threading.current_thread() is not threading.main_thread(),
             view=rng is not None,
+            stored=stored,
         )  # a view: contiguous sources, nothing copied
         if self.copy_stream is None:  # the rows are where the layer runs
             return x
