@@ -320,10 +320,30 @@ def spilled_zeros(rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.from_numpy(rows_map)
 
 
-# What a worker holds per arc of its partition when it keeps the partition in memory (the plan's arrays, every
-# layer's blocks and transposes, each arc's source): measured ~118 bytes per arc for one worker on products
-# (docs/BENCHMARKS.md "What each stage costs per arc"); features come on top
-IN_MEMORY_BYTES_PER_ARC = 120
+# What a worker holds when it keeps its partition in memory, fitted on in-memory runs of `synthetic` at K = 8
+# (400 K and 2 M nodes, degrees 8 and 25: each worker's peak within 10 % of the model; `products` at K = 1, +15 %):
+# the interpreter, torch and numba; per arc the plan's arrays, every layer's blocks and transposes; per local row
+# (owned and remote) its input features and every layer's rows, gradients and tables (docs/BENCHMARKS.md "What
+# each stage costs per arc")
+IN_MEMORY_BASE_BYTES = 350 << 20
+IN_MEMORY_BYTES_PER_ARC = 100
+IN_MEMORY_BYTES_PER_ROW = 1150
+
+
+def in_memory_bytes(manifest: dict) -> int:
+    """What one worker would hold with its shard's partition in memory (see the constants above)."""
+
+    def rows(name: str) -> int:
+        return int(manifest[name]["shape"][0]) if name in manifest else 0
+
+    feats = manifest["features.npy"]
+    row_features = int(np.prod(feats["shape"][1:])) * np.dtype(feats["dtype"]).itemsize
+    local_rows = rows("owned.npy") + rows("remote.npy")
+    return (
+        IN_MEMORY_BASE_BYTES
+        + rows("indices.npy") * IN_MEMORY_BYTES_PER_ARC
+        + local_rows * (IN_MEMORY_BYTES_PER_ROW + row_features)
+    )
 
 
 def streams_bins(ctx: WorkerContext) -> bool:
@@ -341,12 +361,8 @@ def streams_bins(ctx: WorkerContext) -> bool:
                 "give --device-memory to g3 plan to size bins that stream, or --stream-bins auto"
             )
         return mode == "on"
-    shard = ctx.shard.manifest
-    arcs = int(shard["indices.npy"]["shape"][0]) if "indices.npy" in shard else 0
-    feats = shard["features.npy"]
-    need = arcs * IN_MEMORY_BYTES_PER_ARC + int(np.prod(feats["shape"])) * np.dtype(feats["dtype"]).itemsize
     room, _ = available_memory()
-    return room is not None and need * local_workers(ctx.world) > room
+    return room is not None and in_memory_bytes(ctx.shard.manifest) * local_workers(ctx.world) > room
 
 
 class G3Strategy(Strategy):
