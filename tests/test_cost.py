@@ -76,7 +76,7 @@ def _fake_system(tmp_path, cgroup_line: str, files: dict) -> str:
 def test_available_memory_is_the_cgroups_room_where_one_limits_the_process(tmp_path):
     """A stage sizing itself (g3 partition's default --metis-memory) takes a memory cgroup's limit less its use
     (dropping reclaimable page cache) when that is below MemAvailable; no limit, or none readable: MemAvailable."""
-    from stages.common.cost import available_memory
+    from stages.common.cost import available_memory, memory_limit
 
     gib = 1 << 30
     v1 = _fake_system(
@@ -120,6 +120,11 @@ def test_available_memory_is_the_cgroups_room_where_one_limits_the_process(tmp_p
     )
     assert available_memory(roomy) == (8 * gib, "MemAvailable")
     assert available_memory(str(tmp_path / "nothing")) == (None, "MemAvailable unknown")
+    # all the memory there is: the cgroup's limit where it is below MemTotal (16 GiB here)
+    assert memory_limit(v1) == (6 * gib, "the memory cgroup's limit")
+    assert memory_limit(unlimited) == (16 * gib, "MemTotal")
+    assert memory_limit(roomy) == (16 * gib, "MemTotal")
+    assert memory_limit(str(tmp_path / "nothing")) == (None, "MemTotal unknown")
 
 
 def test_ingest_budget_is_cgroup_aware(monkeypatch):

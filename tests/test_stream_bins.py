@@ -214,3 +214,17 @@ def test_a_tmpdir_too_small_for_the_spilled_rows_is_refused_up_front(monkeypatch
     with pytest.raises(G3InputError, match="remote input features") as err:
         g3_runtime.check_spill_space(data, [64, 16, 7], 5)
     assert "--stream-bins (5 streamed workers, TMPDIR)" in str(err.value)
+
+
+def test_streamed_workers_above_the_machines_memory_are_refused_naming_the_floor(monkeypatch):
+    """Streamed workers still hold their node-sized bookkeeping; where that floor, summed over the machine's
+    workers, exceeds all the memory the machine (or its cgroup) has, the run is refused before any work."""
+    from stages.common.errors import G3InputError
+
+    data = SimpleNamespace(num_owned=6_000_000, num_remote=10_000_000)
+    floor = g3_runtime.STREAM_BASE_BYTES + 16_000_000 * g3_runtime.STREAM_BYTES_PER_ROW
+    monkeypatch.setattr("stages.common.cost.memory_limit", lambda root="/": (4 * floor, "MemTotal"))
+    g3_runtime.check_stream_memory(data, 4)
+    with pytest.raises(G3InputError, match=r"5 streamed workers .* 16,000,000 rows .* MemTotal") as err:
+        g3_runtime.check_stream_memory(data, 5)
+    assert "\n" not in str(err.value)

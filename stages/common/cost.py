@@ -49,22 +49,40 @@ def available_memory(root: str = "/") -> tuple[int | None, str]:
     can be dropped not counted. (None, why) where neither can be read. ``root``: where /proc and /sys are (tests)."""
     from pathlib import Path
 
-    base = Path(root)
-    best: tuple[int | None, str] = (None, "MemAvailable unknown")
-    try:
-        for line in (base / "proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                best = (int(line.split()[1]) * 1024, "MemAvailable")
-    except OSError:
-        pass
-    limit = _cgroup_room(base)
-    if limit is not None and (best[0] is None or limit < best[0]):
-        best = (limit, "the memory cgroup's limit")
+    best = _meminfo(Path(root), "MemAvailable")
+    cgroup = _cgroup_memory(Path(root))
+    if cgroup is not None:
+        limit, used, inactive = cgroup
+        room = max(0, limit - used + inactive)
+        if best[0] is None or room < best[0]:
+            best = (room, "the memory cgroup's limit")
     return best
 
 
-def _cgroup_room(base) -> int | None:
-    """What the process's memory cgroup still allows (limit − usage + inactive file pages), or None: no limit."""
+def memory_limit(root: str = "/") -> tuple[int | None, str]:
+    """All the memory this process's processes may ever hold together: the machine's ``MemTotal``, or a memory
+    cgroup's limit where that is less; (None, why) where neither can be read. A floor above it cannot run here."""
+    from pathlib import Path
+
+    best = _meminfo(Path(root), "MemTotal")
+    cgroup = _cgroup_memory(Path(root))
+    if cgroup is not None and (best[0] is None or cgroup[0] < best[0]):
+        best = (cgroup[0], "the memory cgroup's limit")
+    return best
+
+
+def _meminfo(base, field: str) -> tuple[int | None, str]:
+    try:
+        for line in (base / "proc/meminfo").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024, field
+    except OSError:
+        pass
+    return None, f"{field} unknown"
+
+
+def _cgroup_memory(base) -> tuple[int, int, int] | None:
+    """The process's memory cgroup: (limit, usage, inactive file pages), or None: no limit."""
     try:
         lines = (base / "proc/self/cgroup").read_text().splitlines()
     except OSError:
@@ -87,7 +105,7 @@ def _cgroup_room(base) -> int | None:
                 continue
             used = int((folder / files[1]).read_text())
             stat = dict(s.split() for s in (folder / "memory.stat").read_text().splitlines() if s.strip())
-            return max(0, int(text) - used + int(stat.get(files[2], 0)))
+            return int(text), used, int(stat.get(files[2], 0))
         except (OSError, ValueError):
             continue
     return None

@@ -307,6 +307,31 @@ def check_spill_space(data: WorkerData, widths: list[int], workers: int) -> None
     check_free_space(where, parts, f"--stream-bins ({workers} streamed workers, TMPDIR)")
 
 
+# What a streamed worker holds that the kernel cannot page, at least: the interpreter, torch and numba, and its
+# node-sized bookkeeping (ids, degrees, labels, split rows, P2P tables), measured on the billion-arc graph at
+# K = 8: 1.1 GB per worker once loaded, 16.8 M local rows (docs/BENCHMARKS.md "Training a partition larger than
+# memory"); the bins and the feature exchange's pieces come on top
+STREAM_BASE_BYTES = 250 << 20
+STREAM_BYTES_PER_ROW = 48
+
+
+def check_stream_memory(data: WorkerData, workers: int) -> None:
+    """Refuse, before any work, streamed workers whose floor (:data:`STREAM_BYTES_PER_ROW`) exceeds all the memory
+    this machine or its memory cgroup has: they could only be killed. One line naming the floor."""
+    from ...common.cost import memory_limit
+
+    rows = data.num_owned + data.num_remote
+    floor = STREAM_BASE_BYTES + rows * STREAM_BYTES_PER_ROW
+    total, source = memory_limit()
+    if total is not None and floor * workers > total:
+        raise G3InputError(
+            f"--stream-bins: {workers} streamed workers on this machine hold at least {floor * workers / 2**30:.1f} "
+            f"GiB that cannot be paged ({STREAM_BASE_BYTES >> 20} MiB each and {STREAM_BYTES_PER_ROW} bytes per "
+            f"owned or remote row: {rows:,} rows here), more than {source} ({total / 2**30:.1f} GiB); partition "
+            f"for more workers over more machines (g3 partition --workers, g3 train --hosts)"
+        )
+
+
 def spilled_zeros(rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
     """A zeroed ``[rows, width]`` CPU tensor in a shared mapping of an unnamed temporary file (in ``TMPDIR``):
     memory like any other to the kernels, but pages the operating system may write back and evict under
@@ -385,6 +410,7 @@ class G3Strategy(Strategy):
             log.info(
                 "bins streamed from disk (--stream-bins %s), pipeline %s", cfg.stream_bins or "auto", pipeline
             )
+            check_stream_memory(data, local_workers(ctx.world))
             check_spill_space(data, self.model.widths, local_workers(ctx.world))
         self.num_layers = len(data.layers)
         self.phase = "fwd"  # the pass running now: "fwd", "eval" or "bwd" (gather spans carry it)
