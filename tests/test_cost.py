@@ -143,3 +143,27 @@ def test_ingest_budget_is_cgroup_aware(monkeypatch):
     assert IngestOptions().memory_budget == 64 << 20
     assert IngestOptions(memory_limit=parse_memory_limit("8GiB")).memory_budget == 8 << 30
     assert parse_memory_limit("auto") is None
+
+
+def test_a_stage_whose_floor_exceeds_the_machines_memory_is_refused_naming_it(monkeypatch, tmp_path):
+    """Ingest (its --memory-limit and per-node arrays) and partition (the graph's arcs, per-node arrays, a given
+    --metis-memory) add up what they hold at least; above all the memory the machine or its cgroup has, they
+    refuse before any work with one line naming the floor, and write nothing."""
+    limit = {"bytes": 1 << 40}
+    monkeypatch.setattr("stages.common.cost.memory_limit", lambda root="/": (limit["bytes"], "MemTotal"))
+    store = tmp_path / "s.g3"
+    limit["bytes"] = 32 << 20  # under ingest's smallest --memory-limit (64 MiB)
+    r = invoke(["ingest", "synthetic:tiny", str(store), "--memory-limit", "64MiB"])
+    assert r.exit_code == 2 and "this ingest holds at least" in r.output and "--memory-limit 64" in r.output
+    assert "MemTotal (32" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert not store.exists()
+    limit["bytes"] = 1 << 40
+    assert invoke(["ingest", "synthetic:tiny", str(store)]).exit_code == 0
+    limit["bytes"] = 1 << 30
+    part = tmp_path / "p"
+    r = invoke(
+        ["partition", str(store), "-w", "2", "--method", "metis", "--metis-memory", "2GiB", "-o", str(part)]
+    )
+    assert r.exit_code == 2 and "this partition holds at least" in r.output and "--metis-memory 2" in r.output
+    assert "the graph's arcs" in r.output and not part.exists(), r.output
+    assert invoke(["partition", str(store), "-w", "2", "--method", "metis", "-o", str(part)]).exit_code == 0

@@ -225,6 +225,6 @@ def test_streamed_workers_above_the_machines_memory_are_refused_naming_the_floor
     floor = g3_runtime.STREAM_BASE_BYTES + 16_000_000 * g3_runtime.STREAM_BYTES_PER_ROW
     monkeypatch.setattr("stages.common.cost.memory_limit", lambda root="/": (4 * floor, "MemTotal"))
     g3_runtime.check_stream_memory(data, 4)
-    with pytest.raises(G3InputError, match=r"5 streamed workers .* 16,000,000 rows .* MemTotal") as err:
+    with pytest.raises(G3InputError, match=r"5 streamed workers .*16,000,000 local rows.* MemTotal") as err:
         g3_runtime.check_stream_memory(data, 5)
     assert "\n" not in str(err.value)

@@ -109,3 +109,19 @@ def _cgroup_memory(base) -> tuple[int, int, int] | None:
         except (OSError, ValueError):
             continue
     return None
+
+
+def check_memory_floor(parts: dict[str, int], what: str, fix: str) -> None:
+    """Refuse, before any work, a stage whose floor — ``parts``, bytes it holds at least, by kind — exceeds all
+    the memory this machine or its memory cgroup has (:func:`memory_limit`): it could only be killed. One line
+    naming the floor; ``fix`` says what to change."""
+    from .errors import G3InputError
+    from .units import human_bytes
+
+    need = sum(parts.values())
+    total, source = memory_limit()
+    if total is not None and need > total:
+        detail = ", ".join(f"{name} {human_bytes(n)}" for name, n in parts.items() if n)
+        raise G3InputError(
+            f"{what} holds at least {human_bytes(need)} ({detail}), more than {source} ({human_bytes(total)}): {fix}"
+        )

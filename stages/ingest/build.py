@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..common.atomic import atomic_dir, check_free_space
-from ..common.cost import stage_cost
+from ..common.cost import check_memory_floor, stage_cost
 from ..common.errors import G3InputError
 from ..common.progress import make_progress
 from ..common.settings import setting
@@ -156,6 +156,14 @@ def build_store(
         raise G3InputError("graph has no nodes", path=source.path)
     symmetrize = source.undirected_once if options.symmetrize is None else options.symmetrize
     check_free_space(out, disk_estimate(source, options, symmetrize), "this ingest")
+    check_memory_floor(
+        {
+            "--memory-limit": options.memory_budget,
+            "row pointers and degrees": source.num_nodes * INGEST_BYTES_PER_NODE,
+        },
+        "this ingest",
+        "give a smaller --memory-limit, or ingest on a machine with more memory",
+    )
     t0 = time.perf_counter()
     with atomic_dir(out, force=force, kind="store", inputs=(source.path,)) as tmp:
         writer = StoreWriter(tmp)
@@ -218,6 +226,10 @@ def _version() -> str:
     except Exception:
         return "unknown"
 
+
+# what ingest holds per node beyond --memory-limit, at least: the CSR's row pointers and its per-node counts
+# (measured ~105 bytes per node with the synthetic generator's layout, docs/BENCHMARKS.md "A billion arcs")
+INGEST_BYTES_PER_NODE = 16
 
 # the store's arrays as zstd leaves them (measured on synthetic:small: random float32 features 0.90 of their raw
 # size, the sorted CSR's int32 indices 0.60); a source's own features may compress far better, so they count 0

@@ -318,18 +318,17 @@ STREAM_BYTES_PER_ROW = 48
 def check_stream_memory(data: WorkerData, workers: int) -> None:
     """Refuse, before any work, streamed workers whose floor (:data:`STREAM_BYTES_PER_ROW`) exceeds all the memory
     this machine or its memory cgroup has: they could only be killed. One line naming the floor."""
-    from ...common.cost import memory_limit
+    from ...common.cost import check_memory_floor
 
     rows = data.num_owned + data.num_remote
-    floor = STREAM_BASE_BYTES + rows * STREAM_BYTES_PER_ROW
-    total, source = memory_limit()
-    if total is not None and floor * workers > total:
-        raise G3InputError(
-            f"--stream-bins: {workers} streamed workers on this machine hold at least {floor * workers / 2**30:.1f} "
-            f"GiB that cannot be paged ({STREAM_BASE_BYTES >> 20} MiB each and {STREAM_BYTES_PER_ROW} bytes per "
-            f"owned or remote row: {rows:,} rows here), more than {source} ({total / 2**30:.1f} GiB); partition "
-            f"for more workers over more machines (g3 partition --workers, g3 train --hosts)"
-        )
+    check_memory_floor(
+        {
+            "interpreter, torch and numba": STREAM_BASE_BYTES * workers,
+            f"{STREAM_BYTES_PER_ROW} bytes per owned or remote row": rows * STREAM_BYTES_PER_ROW * workers,
+        },
+        f"--stream-bins: {workers} streamed workers on this machine ({rows:,} local rows each)",
+        "partition for more workers over more machines (g3 partition --workers, g3 train --hosts)",
+    )
 
 
 def spilled_zeros(rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
