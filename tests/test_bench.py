@@ -437,3 +437,17 @@ def test_bench_png_axes_in_human_units():
     assert all(t.get_text().endswith("%") for t in acc.get_xticklabels() if t.get_text())
     assert byte_unit(1000) == (1.0, "B") and byte_unit(2**30) == (2.0**30, "GiB")
     plt.close(fig)
+
+
+def test_a_peer_reports_its_peak_memory_and_what_loading_the_graph_cost(tiny_store, tmp_path):
+    """PyG's runner, for real: its process's peak resident set is the entry's peak memory (the table's column
+    next to g3's workers), and the seconds and peak of loading the graph come with it."""
+    pytest.importorskip("torch_geometric", reason="PyG is a peer installed by `make peers`")
+    from stages.bench import BenchOptions, run_peer
+
+    graph = export_graph(tiny_store, tmp_path / "g.npz")
+    e = run_peer("pyg", graph, BenchOptions(epochs=2), 1, tmp_path / "logs")
+    assert e["status"] == "ok", e
+    (peak,) = e["peak_memory_bytes"]
+    assert 50 << 20 < peak < 8 << 30  # an interpreter with torch, not a stray figure
+    assert 0 < e["load_peak_memory_bytes"] <= peak and e["load_seconds"] > 0

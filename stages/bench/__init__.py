@@ -314,6 +314,10 @@ def run_peer(
         test_acc=res.get("test_acc"),
         mode=res.get("mode", "full-graph"),
         seeds_per_second=res.get("seeds_per_second"),
+        # the runner's own process: its graph, model and activations (one worker)
+        peak_memory_bytes=[int(res["peak_memory_bytes"])] if res.get("peak_memory_bytes") else None,
+        load_seconds=res.get("load_seconds"),
+        load_peak_memory_bytes=res.get("load_peak_memory_bytes"),
         note=f"torch {res.get('torch')}" + (f", {res['adjacency']}" if res.get("adjacency") else ""),
     )
 

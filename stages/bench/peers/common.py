@@ -42,11 +42,36 @@ def parse_args(description: str) -> argparse.Namespace:
     return args
 
 
+# what loading the graph cost (seconds, the process's peak resident bytes once loaded), reported with the result
+LOADED: dict = {}
+
+
 def start(description: str) -> tuple[argparse.Namespace, dict]:
     """A peer's arguments and its graph's tensors, its threads set first (before torch starts its pools)."""
     args = parse_args(description)
     set_threads(args.threads)
-    return args, graph_tensors(load_graph(args.graph), args.seed)
+    t0 = time.perf_counter()
+    tensors = graph_tensors(load_graph(args.graph), args.seed)
+    LOADED.update(load_seconds=time.perf_counter() - t0, load_peak_memory_bytes=peak_resident_bytes())
+    return args, tensors
+
+
+def peak_resident_bytes() -> int | None:
+    """This process's peak resident set (``VmHWM``; ``ru_maxrss`` where /proc is not there), None if unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import resource
+
+        scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB elsewhere
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+    except (ImportError, OSError):
+        return None
 
 
 def set_threads(n: int) -> None:
@@ -210,6 +235,8 @@ def report(system: str, version: str, args, times: list[float], extra: dict | No
                 "epochs": len(times),
                 "epoch_seconds": times,
                 "median_epoch_seconds": statistics.median(steady),
+                "peak_memory_bytes": peak_resident_bytes(),
+                **LOADED,
                 **(extra or {}),
             }
         )
