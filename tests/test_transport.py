@@ -126,3 +126,24 @@ def test_a_worker_keeps_the_threads_it_was_given():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
     assert out == ["1", "1", "1", "1"]
+
+
+def test_a_receive_that_failed_in_gloo_names_the_worker_and_what_to_change():
+    """gloo's own words for a receive that timed out or whose peer went away become one line naming the peer
+    and --timeout (a streamed layer on a few cores can outlast the default), the gloo text kept."""
+    from stages.runtime.transport import peer_failure
+
+    timed_out = RuntimeError(
+        "Application timeout caused pair closure. This is typically caused by a remote worker hanging"
+    )
+    err = peer_failure("fwd_recv_0", 3, 60.0, timed_out)
+    assert "worker 3" in str(err) and "--timeout 60 s" in str(err) and "larger --timeout" in str(err)
+    assert "[gloo: Application timeout caused pair closure.]" in str(err)
+    reset = RuntimeError(
+        "[../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:13749: Connection reset by peer. This is "
+        "typically caused by a remote worker hanging or bugs in the application."
+    )
+    err = peer_failure("fwd_recv_0", 5, 60.0, reset)
+    assert "worker 5 closed its connection" in str(err) and "see its log" in str(err)
+    other = ValueError("something else")
+    assert peer_failure("fwd_recv_0", 1, 60.0, other) is other

@@ -436,6 +436,24 @@ class TableSender:
             raise RuntimeError(f"{self.label}: {int((self.remaining > 0).sum())} messages never completed")
 
 
+def peer_failure(label: str, peer: int, timeout: float, exc: Exception) -> Exception:
+    """gloo's error for a receive that did not complete, said in the run's terms: which worker, and what to change.
+    A timeout is a peer slower than ``--timeout`` (a streamed layer on a few cores can take minutes); a reset
+    connection is a peer that failed or gave up first (its own log says which)."""
+    text = str(exc).split(" This is typically")[0].strip()
+    if "timeout" in text.lower() or "timed out" in text.lower():
+        return RuntimeError(
+            f"{label}: no message from worker {peer} within --timeout {timeout:.0f} s; where a worker's layer "
+            f"takes longer (streamed bins, several workers per core) give a larger --timeout [gloo: {text}]"
+        )
+    if "reset by peer" in text or "closed by peer" in text or "Connection closed" in text:
+        return RuntimeError(
+            f"{label}: worker {peer} closed its connection: it failed, or gave up waiting for another worker "
+            f"(see its log) [gloo: {text}]"
+        )
+    return exc
+
+
 class TableReceiver:
     """All incoming messages of one table, posted at once.
 
@@ -472,7 +490,7 @@ class TableReceiver:
                     self.unpack(nodes, buf)
                     self._unpack_span(key, t_done)
             except Exception as exc:  # surfaced in the caller's thread
-                self.queue.put(exc)
+                self.queue.put(peer_failure(self.label, key[1], self.tr.timeout, exc))
                 return
             self.queue.put((buf, nodes, key, m, t_post, t_done))
 
@@ -543,7 +561,9 @@ class TableReceiver:
         try:
             item = self.queue.get(timeout=self.tr.timeout)
         except queue.Empty:
-            raise RuntimeError(f"{self.label}: no message from a peer for {self.tr.timeout:.0f} s") from None
+            raise RuntimeError(
+                f"{self.label}: no message from a peer within --timeout {self.tr.timeout:.0f} s"
+            ) from None
         t1 = now_us()
         self.tr.stats.wait_seconds += (t1 - t0) / 1e6
         self.tr.tracer.span("wait", f"wait {self.label}", t0, t1)
