@@ -60,6 +60,9 @@ def test_streamed_bins_train_the_in_memory_model(store, tmp_path, model, k, sche
     expected = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=heads)
     assert max_weight_diff(final, expected) <= 1e-5
     assert json.loads((streamed / "run.json").read_text())["config"]["stream_bins"] == "on"
+    # a streamed worker waits half an hour for a peer (its layers can take minutes), an in-memory one a minute
+    assert "waits 1800 s for a peer" in (streamed / "logs" / "rank-00000.log").read_text()
+    assert "waits 60 s for a peer" in (in_memory / "logs" / "rank-00000.log").read_text()
     for rank in range(k):
         trace = json.loads((streamed / "trace" / f"rank-{rank:05d}.json").read_text())
         gathers = [e for e in trace["traceEvents"] if e["ph"] == "X" and e.get("cat") == "gather"]
@@ -228,3 +231,20 @@ def test_streamed_workers_above_the_machines_memory_are_refused_naming_the_floor
     with pytest.raises(G3InputError, match=r"5 streamed workers .*16,000,000 local rows.* MemTotal") as err:
         g3_runtime.check_stream_memory(data, 5)
     assert "\n" not in str(err.value)
+
+
+def test_a_streamed_worker_waits_longer_for_its_peers_unless_timeout_says(monkeypatch):
+    """Without --timeout a worker waits 60 s for a peer, a streamed one 30 minutes (a layer read from disk on a few
+    cores took longer than a minute at 300 M arcs); a given --timeout holds for both."""
+    monkeypatch.setattr("stages.common.cost.available_memory", lambda root="/": (8 << 30, "MemAvailable"))
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert g3_runtime.G3Strategy.peer_wait_seconds(_ctx("off", 10)) == 60.0
+    assert g3_runtime.G3Strategy.peer_wait_seconds(_ctx("on", 10)) == 1800.0
+    assert g3_runtime.G3Strategy.peer_wait_seconds(_ctx("auto", 100_000_000)) == 1800.0
+    given = _ctx("on", 10)
+    given.cfg.timeout = 120.0
+    assert g3_runtime.G3Strategy.peer_wait_seconds(given) == 120.0
+    assert (
+        RuntimeConfig().wait_seconds() == 60.0
+        and RuntimeConfig(timeout=5.0).wait_seconds(streamed=True) == 5.0
+    )

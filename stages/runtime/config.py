@@ -22,6 +22,10 @@ from .heap import HEAP_POLICIES
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 RESIDENCY = ("auto", "device", "host")
+# how long a worker waits for a peer where --timeout is not given: a minute finds a lost peer soon; a streamed
+# layer (a worker reading its bins from disk) took more than that on 2 cores with 8 workers at 300 M arcs
+PEER_WAIT_SECONDS = 60.0
+STREAMED_PEER_WAIT_SECONDS = 1800.0
 
 
 def usable_cores() -> int:
@@ -86,7 +90,12 @@ class RuntimeConfig:
         "float32", "Floating-point type of weights and embeddings.", choices=tuple(sorted(DTYPES))
     )
     threads: int | None = setting(None, "Torch threads per worker [default: cores / workers].")
-    timeout: float = setting(60.0, "Seconds a worker waits for a peer before the run fails.")
+    timeout: float | None = setting(
+        None,
+        "Seconds a worker waits for a peer before the run fails [default: 60; 30 minutes for a worker that "
+        "streams its bins (g3 --stream-bins), whose layers can take minutes where workers outnumber cores — a "
+        "worker that stops answering is still stopped by the launcher after 60 s without a heartbeat].",
+    )
     master_addr: str = setting(
         "127.0.0.1", "Rendezvous address for local workers (loopback unless told otherwise)."
     )
@@ -183,6 +192,12 @@ class RuntimeConfig:
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 
+    def wait_seconds(self, streamed: bool = False) -> float:
+        """How long a worker waits for a peer: ``--timeout``, else a minute, or half an hour where it streams."""
+        if self.timeout is not None:
+            return float(self.timeout)
+        return STREAMED_PEER_WAIT_SECONDS if streamed else PEER_WAIT_SECONDS
+
     def device_for(self, rank: int) -> str:
         if self.device == "cuda":
             local = int(os.environ.get("LOCAL_RANK", rank))
@@ -272,7 +287,7 @@ def check_runtime(cfg: RuntimeConfig) -> None:
     check_knobs(cfg)
     if cfg.threads is not None and cfg.threads < 1:
         raise G3InputError("--threads must be >= 1")
-    if not (cfg.timeout > 0 and math.isfinite(cfg.timeout)):
+    if cfg.timeout is not None and not (cfg.timeout > 0 and math.isfinite(cfg.timeout)):
         raise G3InputError("--timeout must be a positive number of seconds")
     # values only a worker would have found out about (a traceback per rank, a run folder left behind)
     if not 0 <= cfg.seed < 2**63:

@@ -32,12 +32,14 @@ from .transport import Transport
 log = logging.getLogger("g3.runtime")
 
 
-def init_distributed(rank: int, world: int, cfg: RuntimeConfig, init_method: str | None):
+def init_distributed(
+    rank: int, world: int, cfg: RuntimeConfig, init_method: str | None, wait_seconds: float | None = None
+):
     """The default group (nccl when every rank has a GPU of its own, else gloo: NCCL refuses two ranks on one
     device, so K workers sharing a GPU reduce through the host) and the P2P group (always gloo: embeddings move
-    through host buffers)."""
+    through host buffers); both wait ``wait_seconds`` for a peer (default: :meth:`RuntimeConfig.wait_seconds`)."""
     backend = "nccl" if cfg.device == "cuda" and local_workers(world) <= torch.cuda.device_count() else "gloo"
-    timeout = datetime.timedelta(seconds=cfg.timeout)
+    timeout = datetime.timedelta(seconds=wait_seconds if wait_seconds is not None else cfg.wait_seconds())
     if cfg.device == "cuda":
         torch.cuda.set_device(torch.device(cfg.device_for(rank)))
     store = (elastic_attempt_store(timeout) or torchrun_store(timeout)) if init_method == "env://" else None
@@ -116,14 +118,6 @@ def open_worker(rank: int, world: int, plan_dir: Path, cfg: RuntimeConfig, init_
     groups, the plan, the model (seeded: identical on every rank) and the plan's strategy."""
     heap_kept = cfg.heap == "keep" and keep_freed_memory()
     threads = set_threads(cfg, world)
-    p2p = init_distributed(rank, world, cfg, init_method)
-    log.info(
-        "started: world %d, %d threads, device %s, heap %s",
-        world,
-        threads,
-        cfg.device_for(rank),
-        "keeps freed memory" if heap_kept else "system defaults",
-    )
     plan_meta = load_plan_meta(plan_dir)
     info = strategy_info(plan_strategy(plan_meta))
     resolve_knobs(cfg, info)  # the launcher did, unless the rank was started directly
@@ -135,8 +129,19 @@ def open_worker(rank: int, world: int, plan_dir: Path, cfg: RuntimeConfig, init_
         plan_dir=Path(plan_dir),
         plan_meta=plan_meta,
         part=Path(plan_meta["partition"]["path"]),
-        transport=Transport(p2p, rank, world, tracer, cfg.timeout),
+        transport=None,  # once the process groups exist, which wait as long as the strategy says (below)
         tracer=tracer,
+    )
+    wait = info.runtime_class().peer_wait_seconds(ctx)
+    p2p = init_distributed(rank, world, cfg, init_method, wait)
+    ctx.transport = Transport(p2p, rank, world, tracer, wait)
+    log.info(
+        "started: world %d, %d threads, device %s, heap %s, waits %.0f s for a peer",
+        world,
+        threads,
+        cfg.device_for(rank),
+        "keeps freed memory" if heap_kept else "system defaults",
+        wait,
     )
     # this rank's own files, whole, before any is used: what the launcher checked were their headers
     verify_files(ctx.shard.path, ctx.shard.manifest)

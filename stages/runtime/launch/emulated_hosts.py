@@ -211,7 +211,7 @@ class EmulatedHostsLauncher:
             self.net.create()
             for host in hosts:
                 self._start_agent(host)
-            failure = self._supervise(hosts, run_dir, prefix, cfg.timeout)
+            failure = self._supervise(hosts, run_dir, prefix, cfg.wait_seconds())
             carried = self.net.port_bytes()
         finally:
             for host in hosts:

@@ -75,7 +75,7 @@ class LocalLauncher:
             str(run_dir),
             cfg,
             *args,
-            timeout=cfg.timeout,
+            timeout=cfg.wait_seconds(),  # the heartbeat watchdog: a minute, streamed or not
             preload=INFERENCE_PRELOAD if self.inference else None,
         )
         return {}

@@ -53,7 +53,7 @@ class WorkerContext:
     plan_dir: Path
     plan_meta: dict
     part: Path
-    transport: Transport
+    transport: Transport | None  # None only while the worker starts (stages.runtime.worker.open_worker)
     tracer: Tracer
     spec: ModelSpec = field(init=False)
 
@@ -192,6 +192,12 @@ class Strategy:
         """Called by the loop at the end of every epoch, before evaluation and checkpoints: every update still
         trailing its gradient is applied, so the weights are those after the epoch's last step. Nothing by
         default (every update is applied in :meth:`update`)."""
+
+    @classmethod
+    def peer_wait_seconds(cls, ctx: WorkerContext) -> float:
+        """How long this strategy's worker waits for a peer (asked before the process groups exist, so ``ctx``
+        has no transport yet): ``--timeout``, else :meth:`RuntimeConfig.wait_seconds`'s default."""
+        return ctx.cfg.wait_seconds()
 
     def sharded_parameters(self) -> tuple[str, ...]:
         """Names (as in ``model.named_parameters()``) of the parameters this strategy shards: each rank's copy

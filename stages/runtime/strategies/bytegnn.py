@@ -647,7 +647,7 @@ class DagRunner:
 
     def join(self) -> None:
         for t in self.threads:
-            t.join(timeout=self.s.cfg.timeout)
+            t.join(timeout=self.s.cfg.wait_seconds())
 
     def stop(self) -> None:
         with self.cv:

@@ -96,7 +96,7 @@ class DistDglStrategy(MiniBatchStrategy):
                 {"sample": self._serve_sample, "features0": self._serve_rows},
                 self.tr.stats,
                 self.tracer,
-                self.cfg.timeout,
+                self.cfg.wait_seconds(),
                 serve_threads=self.serving_threads(ctx),
             )
             if self.on_device is not None:

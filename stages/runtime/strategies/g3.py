@@ -392,6 +392,12 @@ def streams_bins(ctx: WorkerContext) -> bool:
 class G3Strategy(Strategy):
     name = "g3"
 
+    @classmethod
+    def peer_wait_seconds(cls, ctx: WorkerContext) -> float:
+        """A streamed worker's layer can take minutes (it reads its bins from disk): it waits longer for its
+        peers unless --timeout says otherwise."""
+        return ctx.cfg.wait_seconds(streamed=streams_bins(ctx))
+
     def __init__(self, ctx: WorkerContext, model):
         super().__init__(ctx, model)
         cfg = ctx.cfg

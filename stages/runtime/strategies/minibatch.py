@@ -192,8 +192,8 @@ class MiniBatchStrategy(Strategy):
             return self.tr
         from datetime import timedelta
 
-        group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.cfg.timeout))
-        tr = Transport(group, self.rank, self.ctx.world, self.tracer, self.cfg.timeout)
+        group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.cfg.wait_seconds()))
+        tr = Transport(group, self.rank, self.ctx.world, self.tracer, self.cfg.wait_seconds())
         tr.stats = self.tr.stats
         return tr
 

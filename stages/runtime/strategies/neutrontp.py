@@ -211,7 +211,7 @@ class NeutronTPStrategy(WholePartitionStrategy):
                 post(sorted(order))
             return
         ready = {j: threading.Event() for j in order}
-        timeout = self.cfg.timeout
+        timeout = self.cfg.wait_seconds()
 
         def after(j):
             if not ready[j].wait(timeout):
