@@ -16,6 +16,7 @@ import pytest
 import torch
 from test_train import invoke, max_weight_diff
 
+from stages.runtime.config import RuntimeConfig
 from stages.runtime.strategies.bytegnn import CpuMeter, DagRunner, LaunchRule, Task, f_cpu, launch_score
 
 
@@ -88,7 +89,7 @@ class FakeStrategy:
         self.scheduler, self.sigma, self.max_dags, self.pool_size = scheduler, 0.0, 2, 1
         self.cpu_meter = SimpleNamespace(read=lambda: 0.0)
         self.t_train, self.timers = [], defaultdict(float)
-        self.cfg = SimpleNamespace(timeout=10.0)
+        self.cfg = RuntimeConfig(timeout=10.0)
         self.n_steps, self.log, self.lock = steps, [], threading.Lock()
         self.answers = {}
 
