@@ -79,7 +79,9 @@ def _ctx(mode: str, arcs: int, resident: bool = False, world: int = 4, owned: in
         "owned.npy": {"shape": [owned], "dtype": "int64"},
         "remote.npy": {"shape": [remote], "dtype": "int64"},
     }
-    return SimpleNamespace(cfg=cfg, resident=resident, world=world, shard=SimpleNamespace(manifest=manifest))
+    return SimpleNamespace(
+        cfg=cfg, resident=resident, world=world, shard=SimpleNamespace(manifest=manifest), memo={}
+    )
 
 
 def test_auto_streams_where_the_partitions_would_not_fit(monkeypatch):

@@ -32,14 +32,12 @@ from .transport import Transport
 log = logging.getLogger("g3.runtime")
 
 
-def init_distributed(
-    rank: int, world: int, cfg: RuntimeConfig, init_method: str | None, wait_seconds: float | None = None
-):
+def init_distributed(rank: int, world: int, cfg: RuntimeConfig, init_method: str | None, wait_seconds: float):
     """The default group (nccl when every rank has a GPU of its own, else gloo: NCCL refuses two ranks on one
     device, so K workers sharing a GPU reduce through the host) and the P2P group (always gloo: embeddings move
-    through host buffers); both wait ``wait_seconds`` for a peer (default: :meth:`RuntimeConfig.wait_seconds`)."""
+    through host buffers); both wait ``wait_seconds`` for a peer (the strategy's ``peer_wait_seconds``)."""
     backend = "nccl" if cfg.device == "cuda" and local_workers(world) <= torch.cuda.device_count() else "gloo"
-    timeout = datetime.timedelta(seconds=wait_seconds if wait_seconds is not None else cfg.wait_seconds())
+    timeout = datetime.timedelta(seconds=wait_seconds)
     if cfg.device == "cuda":
         torch.cuda.set_device(torch.device(cfg.device_for(rank)))
     store = (elastic_attempt_store(timeout) or torchrun_store(timeout)) if init_method == "env://" else None

@@ -57,7 +57,8 @@ def start(description: str) -> tuple[argparse.Namespace, dict]:
 
 
 def peak_resident_bytes() -> int | None:
-    """This process's peak resident set (``VmHWM``; ``ru_maxrss`` where /proc is not there), None if unknown."""
+    """This process's peak resident set (``VmHWM``; ``ru_maxrss`` where /proc is not there), None if unknown.
+    stages.common.cost.process_peak_bytes's twin: a runner runs in the peer's environment and never imports g3."""
     try:
         with open("/proc/self/status") as f:
             for line in f:

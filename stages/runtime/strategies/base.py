@@ -56,6 +56,8 @@ class WorkerContext:
     transport: Transport | None  # None only while the worker starts (stages.runtime.worker.open_worker)
     tracer: Tracer
     spec: ModelSpec = field(init=False)
+    # what a strategy decides once per worker and asks again later (g3: whether it streams its bins)
+    memo: dict = field(init=False, default_factory=dict)
 
     def __post_init__(self):
         self.spec = ModelSpec.from_plan(self.plan_meta)

@@ -372,7 +372,15 @@ def in_memory_bytes(manifest: dict) -> int:
 
 def streams_bins(ctx: WorkerContext) -> bool:
     """``--stream-bins``: on, off, or (auto) on where the local workers' partitions held in memory would not fit
-    what this machine has available (MemAvailable, or a memory cgroup's room)."""
+    what this machine has available (MemAvailable, or a memory cgroup's room). Decided once per worker: how long it
+    waits for its peers (before the process groups exist) and its constructor must agree, and what is available
+    changes as the workers load."""
+    if "stream_bins" not in ctx.memo:
+        ctx.memo["stream_bins"] = _decide_streaming(ctx)
+    return ctx.memo["stream_bins"]
+
+
+def _decide_streaming(ctx: WorkerContext) -> bool:
     from ...common.cost import available_memory
 
     mode = ctx.cfg.stream_bins or "auto"
