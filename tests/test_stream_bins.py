@@ -202,12 +202,21 @@ def test_a_tmpdir_too_small_for_the_spilled_rows_is_refused_up_front(monkeypatch
 
     from stages.common.errors import G3InputError
 
-    data = SimpleNamespace(dtype=torch.float32, num_owned=1000, num_remote=500, feature_width=64)
+    table_rows = {"fwd_send_0": 300, "fwd_recv_0": 500, "bwd_recv_1": 300, "bwd_send_1": 500}
+    data = SimpleNamespace(
+        dtype=torch.float32,
+        num_owned=1000,
+        num_remote=500,
+        feature_width=64,
+        table=lambda name: SimpleNamespace(nodes=np.zeros(table_rows[name], dtype=np.int64)),
+    )
     parts = g3_runtime.spill_bytes(data, [64, 16, 7])
     assert parts == {
         "layer rows and gradients": 2 * 1500 * 16 * 4,
         "logits": 1000 * 7 * 4,
         "remote input features": 500 * 64 * 4,
+        # the forward's sends and receives beside backward's receives, all posted at the forward's start
+        "messages": (300 + 300 + 500) * 16 * 4,
     }
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile

@@ -98,7 +98,57 @@ def _in_order(rank: int, port: int) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("fn", [_collectives, _in_order])
+def _file_backed(rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+    """A ``[rows, width]`` array in a shared mapping of a temporary file, as a streamed worker's messages use."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as f:
+        f.truncate(rows * width * 8)
+        return torch.from_numpy(np.memmap(f, dtype=np.float64, mode="r+", shape=(rows, width)))
+
+
+def _into_given_buffers(rank: int, port: int) -> None:
+    """``alloc``: a table's messages are packed into one buffer the caller made (rows at the table's positions)
+    and received into one, each message a view of it — what reaches the receiver is unchanged."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=K)
+    try:
+        tr = Transport(dist.group.WORLD, rank, K, timeout=30)
+        made: list[torch.Tensor] = []
+
+        def alloc(rows, width, dtype):
+            made.append(_file_backed(rows, width, dtype))
+            return made[-1]
+
+        rows = _global_rows()[:10] + rank
+        if rank == 0:  # two messages from each peer; rows 0..9 of the receiving table
+            table = Table(
+                np.arange(10, dtype=np.int64), np.array([[0, 1, 3], [0, 2, 2], [1, 1, 2], [1, 2, 3]])
+            )
+            got = torch.zeros(10, WIDTH, dtype=torch.float64)
+            rx = tr.receiver(table, "fwd", 0, WIDTH, torch.float64, alloc=alloc)
+            rx.finish_in_order(lambda nodes, buf, _m: got.index_copy_(0, nodes, buf))
+            assert len(made) == 1 and made[0].shape == (10, WIDTH)
+            # peer q sends rows[[q, q + 4, q + 6]] of its rows in step 0, the first ones of its next two in step 1
+            expected = [
+                _global_rows()[i] + q for q, idx in ((1, [1, 5, 7, 2, 3]), (2, [2, 6, 3, 4, 5])) for i in idx
+            ]
+            order = [0, 1, 2, 5, 6, 3, 4, 7, 8, 9]  # table order: step, then peer
+            assert torch.equal(got, torch.stack([expected[i] for i in order]))
+            assert torch.equal(made[0], got)  # the rows arrived in the buffer itself
+        else:
+            step0, step1 = (3, 2) if rank == 1 else (2, 3)
+            nodes = [rank, rank + 4, rank + 6][:step0] + [rank + 1, rank + 2, rank + 3][:step1]
+            table = Table(np.array(nodes, dtype=np.int64), np.array([[0, 0, step0], [1, 0, step1]]))
+            tx = tr.sender(table, "fwd", 0, 10, alloc=alloc)
+            tx.send_all(rows)
+            tx.wait()
+            assert len(made) == 1 and torch.equal(made[0], rows[torch.tensor(nodes)])
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("fn", [_collectives, _in_order, _into_given_buffers])
 def test_transport_between_processes(fn):
     mp.spawn(fn, args=(_port(),), nprocs=K, join=True)
 

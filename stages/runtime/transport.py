@@ -151,15 +151,26 @@ class Transport:
         blocking: bool = False,
         background: bool = False,
         structure: dict | None = None,
+        alloc=None,
     ) -> TableSender:
         return TableSender(
-            self, table, phase_tag(kind, layer), f"{kind}{layer}", n_nodes, blocking, background, structure
+            self,
+            table,
+            phase_tag(kind, layer),
+            f"{kind}{layer}",
+            n_nodes,
+            blocking,
+            background,
+            structure,
+            alloc,
         )
 
     def receiver(
-        self, table: Table, kind: str, layer: int, width: int, dtype: torch.dtype, unpack=None
+        self, table: Table, kind: str, layer: int, width: int, dtype: torch.dtype, unpack=None, alloc=None
     ) -> TableReceiver:
-        return TableReceiver(self, table, phase_tag(kind, layer), f"{kind}{layer}", width, dtype, unpack)
+        return TableReceiver(
+            self, table, phase_tag(kind, layer), f"{kind}{layer}", width, dtype, unpack, alloc
+        )
 
     def exchange_table(
         self, send: Table, recv: Table, kind: str, layer: int, rows: torch.Tensor, out: torch.Tensor
@@ -343,7 +354,13 @@ class PendingAllToAll:
 class TableSender:
     """The sends of one table: each message leaves when its last node has been produced (:meth:`produced`),
     or all at once (:meth:`send_all`). ``blocking``: each send is waited for; ``background``: messages are
-    packed and posted on the transport's sender thread while the caller goes on."""
+    packed and posted on the transport's sender thread while the caller goes on.
+
+    ``alloc(rows, width, dtype)``, when given, makes one buffer for every message of the table (packed into its
+    rows at the table's positions; host rows only): a streamed worker's is a file-backed array, because a
+    message sent without waiting is held until :meth:`wait` and a layer's messages add up to 4 × width bytes
+    per row peers read — memory the kernel could not otherwise page out. Without it each message is a tensor of
+    its own, freed once sent."""
 
     def __init__(
         self,
@@ -355,6 +372,7 @@ class TableSender:
         blocking: bool,
         background: bool,
         structure: dict | None,
+        alloc=None,
     ):
         # the table's static structure, built once per table when the caller keeps ``structure`` (an epoch
         # makes a sender per layer and phase); the entry holds the table, so its id cannot be reused meanwhile
@@ -372,6 +390,8 @@ class TableSender:
         self.pool = tr.sender_thread() if background and not blocking else None
         self.pending: list[tuple] = []
         self.queued: list = []  # the sender thread's jobs (futures) for this table
+        self.alloc, self.packed = alloc, None
+        self.alloc_lock = threading.Lock()  # messages are packed on the caller's or the sender thread
 
     def produced(self, nodes: np.ndarray, rows: torch.Tensor, index_offset: int = 0) -> None:
         """``rows[nodes + index_offset]`` are final: send every message they complete — on the sender thread
@@ -401,7 +421,7 @@ class TableSender:
         step, peer, sl = self.slices[m]
         tracer = self.tr.tracer
         t_pack = now_us()
-        payload = host(take_rows_at(rows, self.nodes[sl] + index_offset))
+        payload = host(take_rows_at(rows, self.nodes[sl] + index_offset, self._packed_slot(rows, sl)))
         work = dist.isend(payload, dst=peer, group=self.tr.group, tag=(self.phase << TAG_SHIFT) + step)
         tracer.span(
             "pack",
@@ -420,6 +440,15 @@ class TableSender:
             tracer.span("send", f"{self.label} → {peer}", t_ready, now_us(), step=step, peer=peer)
         else:
             self.pending.append((work, payload, key, t_ready, peer, step))
+
+    def _packed_slot(self, rows: torch.Tensor, sl: slice) -> torch.Tensor | None:
+        """Message ``sl``'s rows in the table's buffer (made on first use), or None: a tensor of its own."""
+        if self.alloc is None or rows.device.type != "cpu":
+            return None
+        with self.alloc_lock:
+            if self.packed is None:
+                self.packed = self.alloc(len(self.nodes), rows.shape[1], rows.dtype)
+        return self.packed[sl]
 
     def wait(self) -> None:
         """Wait until every send has left; every message must have been completed by then."""
@@ -455,7 +484,9 @@ def peer_failure(label: str, peer: int, timeout: float, exc: Exception) -> Excep
 
 
 class TableReceiver:
-    """All incoming messages of one table, posted at once.
+    """All incoming messages of one table, posted at once: into one buffer ``alloc(rows, width, dtype)`` for the
+    whole table when given (a streamed worker's is file-backed: the receives are posted long before their rows
+    are read, backward's at the forward's start), else into a tensor per message.
 
     gloo's point-to-point works cannot be polled (``is_completed`` only turns true inside ``wait``), so one
     receiving thread per sending peer waits for that peer's messages in step order and queues them; the caller
@@ -465,14 +496,17 @@ class TableReceiver:
     read only once the caller has taken the message).
     """
 
-    def __init__(self, tr: Transport, table: Table, phase: int, label: str, width: int, dtype, unpack=None):
+    def __init__(
+        self, tr: Transport, table: Table, phase: int, label: str, width: int, dtype, unpack=None, alloc=None
+    ):
         self.tr, self.label, self.phase, self.unpack = tr, label, phase, unpack
         self.queue: queue.Queue = queue.Queue()
         self.outstanding = 0
         by_peer: dict[int, list] = {}
         nodes = torch.from_numpy(table.nodes)
+        whole = alloc(len(table.nodes), width, dtype) if alloc is not None and len(table.nodes) else None
         for m, (step, peer, sl) in enumerate(table.message_slices()):
-            buf = torch.empty((sl.stop - sl.start, width), dtype=dtype)
+            buf = torch.empty((sl.stop - sl.start, width), dtype=dtype) if whole is None else whole[sl]
             work = dist.irecv(buf, src=peer, group=tr.group, tag=(phase << TAG_SHIFT) + step)
             by_peer.setdefault(peer, []).append(
                 (work, buf, nodes[sl], (phase, peer, tr.rank, step), m, now_us())

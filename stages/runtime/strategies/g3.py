@@ -284,13 +284,25 @@ def message_rounds(send: Table, recv: Table, piece: int) -> list[tuple[Table, Ta
 
 def spill_bytes(data: WorkerData, widths: list[int]) -> dict[str, int]:
     """What a streamed worker writes into ``TMPDIR`` (:func:`spilled_zeros`), by kind: every hidden layer's
-    rows and their gradients (owned and remote), the logits (owned), the remote input features."""
+    rows and their gradients (owned and remote), the logits (owned), the remote input features, and the most
+    its messages of hidden rows hold at once (``G3Strategy.message_alloc``): in the forward every layer's
+    sends and receives with backward's receives, posted at its start; in backward those receives and one
+    layer's sends."""
     item = torch.empty(0, dtype=data.dtype).element_size()
     local = data.num_owned + data.num_remote
+    hidden = range(1, len(widths) - 1)  # the layers whose outputs peers read
+
+    def rows(name: str) -> int:
+        return len(data.table(name).nodes)
+
+    bwd_recv = sum(rows(f"bwd_recv_{li}") * widths[li] for li in hidden)
+    forward = sum((rows(f"fwd_send_{li - 1}") + rows(f"fwd_recv_{li - 1}")) * widths[li] for li in hidden)
+    backward = max((rows(f"bwd_send_{li}") * widths[li] for li in hidden), default=0)
     return {
         "layer rows and gradients": sum(2 * local * w * item for w in widths[1:-1]),
         "logits": data.num_owned * widths[-1] * item,
         "remote input features": data.num_remote * data.feature_width * item,
+        "messages": (bwd_recv + max(forward, backward)) * item,
     }
 
 
@@ -413,6 +425,9 @@ class G3Strategy(Strategy):
         # otherwise in host memory, each bin copied in (on CUDA on a copy stream) and its outputs copied out
         self.resident, self.home = ctx.resident, ctx.home
         self.stream = streams_bins(ctx)
+        # a streamed worker's messages of node rows live in files too: the receives are all posted at the
+        # forward's start and the sends held until the layer ends (~4 × hidden × 4 bytes per remote row)
+        self.message_alloc = spilled_zeros if self.stream else None
         self.data = data = WorkerData(
             ctx.shard, ctx.plan, ctx.spec.num_blocks, cfg.torch_dtype, self.home, stream=self.stream
         )
@@ -709,6 +724,7 @@ class G3Strategy(Strategy):
                 blocking=not self.schedule.async_send,
                 background=self.schedule.background_copies,
                 structure=self.send_structure,
+                alloc=self.message_alloc,
             )
             for li in range(L - 1)
         ]
@@ -721,6 +737,7 @@ class G3Strategy(Strategy):
                 h0.dtype,
                 # background copies: the receiving thread copies a message's rows in as it arrives
                 unpack=self._put_remote_rows(hs[li + 1]) if self.schedule.background_copies else None,
+                alloc=self.message_alloc,
             )
             for li in range(L - 1)
         ]
@@ -760,7 +777,14 @@ class G3Strategy(Strategy):
 
     def _bwd_receives(self, li: int, dtype: torch.dtype) -> TableReceiver:
         """The gradients peers send for this worker's remote inputs of layer ``li`` (width: that layer's input)."""
-        return self.tr.receiver(self.data.table(f"bwd_recv_{li}"), "bwd", li, self.model.widths[li], dtype)
+        return self.tr.receiver(
+            self.data.table(f"bwd_recv_{li}"),
+            "bwd",
+            li,
+            self.model.widths[li],
+            dtype,
+            alloc=self.message_alloc,
+        )
 
     def _compute(self, li: int, block, x, src, dst, hs, epoch, training, b):
         """One bin: layer forward, outputs into h[li+1] (and kept for backward when asked)."""
@@ -1011,6 +1035,7 @@ class G3Strategy(Strategy):
                     blocking=not self.schedule.async_send,
                     background=self.schedule.background_copies,
                     structure=self.send_structure,
+                    alloc=self.message_alloc,
                 )
                 if need_input_grad
                 else None
