@@ -7,6 +7,7 @@
     plan = g3.plan(part, strategy="g3", model="sage", hidden=64, out="work/cora.plan")
     run = g3.train(plan, epochs=50, lr=0.01, out="work/cora.run")
     print(run.test_acc, run.metrics[-1]["epoch_seconds"])
+    acc = g3.evaluate(run)["accuracy"]                       # exact full-graph inference, as `g3 eval`
     model = g3.load_model(run)                               # a torch.nn.Module over a whole graph
     logits = g3.predict(run)                                 # [N, C], node-id order
     best = g3.advise(store, workers=(2, 4), link="1gbit")["ranking"][0]   # which strategy and K

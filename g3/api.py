@@ -220,6 +220,18 @@ def train(plan: PathLike, *, out: PathLike | None = None, force: bool = False, *
     return Run(Path(meta["path"]))
 
 
+@_api
+def evaluate(run: Run | PathLike, *, force: bool = False, **options) -> dict:
+    """Evaluate a trained run (`g3 eval`; options by their ``EvalOptions`` names: ``checkpoint``, ``split``,
+    ``workers``, ``plan``, ``emulate_link``, ``hosts``, ``metric``): exact full-graph inference with the
+    training runtime's workers. Returns eval.json's content (``accuracy`` per split, ``rocauc`` when asked), which
+    it writes into the run's folder; the same weights evaluated before are read back."""
+    from stages.eval import EvalOptions, run_eval
+
+    path = run.path if isinstance(run, Run) else Path(run)
+    return run_eval(path, _options(EvalOptions, "evaluate", options), force=force)
+
+
 @dataclass
 class Run:
     """A training run's folder: ``meta`` (run.json), ``metrics`` (metrics.jsonl's epochs), the final
@@ -488,6 +500,7 @@ __all__ = [
     "Run",
     "WholeGraphModel",
     "advise",
+    "evaluate",
     "export",
     "ingest",
     "load_model",

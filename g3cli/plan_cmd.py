@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from stages.common.strategies import STRATEGIES
-from stages.plan import MODELS, PlanConfig, run_plan
+from stages.plan import PlanConfig, run_plan
 
 from .output import print_plan_report
 from .paths import force_option, out_option
+from .settings import setting_options
 
 
 def _strategy_options() -> list:
@@ -54,46 +57,21 @@ def _add_strategy_options(fn):
 
 @click.command("plan", epilog=_strategies_help())
 @click.argument("part", type=click.Path())
-@click.option(
-    "--strategy",
-    type=click.Choice(list(STRATEGIES)),
-    default="g3",
-    show_default=True,
-    help="The distributed training system that executes the plan (listed below). `g3 train` runs "
-    "whatever the plan says.",
-)
-@click.option(
-    "--model",
-    type=click.Choice(MODELS),
-    default="sage",
-    show_default=True,
-    help="GNN model: GraphSAGE (mean), GCN (symmetric normalisation, self-loops), GAT, or dgcn, the "
-    "decoupled GCN of NeutronTP (an MLP of L linear layers, then L propagation rounds of GCN's "
-    "normalised adjacency; g3 and neutrontp --tp decoupled train it).",
-)
-@click.option(
-    "--layers",
-    type=int,
-    default=2,
-    show_default=True,
-    help="Number of GNN layers L (>= 1); dgcn: L linear layers and L propagation rounds.",
-)
-@click.option("--hidden", type=int, default=16, show_default=True, help="Hidden width H (per head for GAT).")
-@click.option("--heads", type=int, default=8, show_default=True, help="GAT attention heads.")
+@setting_options(PlanConfig)
 @_add_strategy_options
 @out_option("Plan folder [default: PART.plan-MODEL for g3, PART.plan-STRATEGY-MODEL otherwise, beside PART].")
 @force_option("Replace the plan folder if it exists.")
 @click.option(
     "--report", is_flag=True, help="Print the per-worker, per-layer plan table (bins, compute, bytes)."
 )
-def command(part, strategy, model, layers, hidden, heads, out, force, report, **options):
+def command(part, out, force, report, **settings):
     """Plan how a strategy executes partition PART, written as plan.json plus one folder per worker. For g3:
     per worker a BFS priority list (nodes peers need first), per layer a bin limit and bins with their
     blocks, and the peer-to-peer send/receive tables of the forward (embeddings) and backward (gradients)
     passes; for the layer-synchronous strategies the per-peer boundary exchange. Options marked with another
     strategy's name are refused."""
-    cfg = PlanConfig(
-        model=model, layers=layers, hidden=hidden, heads=heads, strategy=strategy, options=options
-    )
+    own = {f.name for f in dataclasses.fields(PlanConfig) if "setting" in f.metadata}
+    options = {name: value for name, value in settings.items() if name not in own}
+    cfg = PlanConfig(**{name: settings[name] for name in own}, options=options)
     plan = run_plan(part, cfg, out=out, force=force)
     print_plan_report(plan, detailed=report)

@@ -74,6 +74,10 @@ def test_a_pyg_data_through_the_whole_pipeline_and_back(tmp_path):
     acc = (logits[test].argmax(1) == data.y[test]).double().mean().item()
     assert acc == pytest.approx(run.test_acc, abs=1e-12)
     assert torch.equal(g3.predict(run, split="test"), logits[test])
+    # `g3 eval` as a function: the workers' exact inference, what the last training epoch evaluated
+    scores = g3.evaluate(run, split="test")
+    assert scores["accuracy"] == {"test": pytest.approx(run.test_acc, abs=1e-12)}
+    assert json.loads((run.path / "eval.json").read_text())["accuracy"]["test"] == scores["accuracy"]["test"]
     model = g3.load_model(run)
     assert isinstance(model, torch.nn.Module) and not model.training
     again = model(data.x.double(), *(torch.from_numpy(a.astype(np.int64)) for a in g.load_csr()))
@@ -424,6 +428,8 @@ def test_the_api_checks_its_arguments_and_speaks_of_force_true(tmp_path):
         (lambda: g3.plan(tmp_path / "none", hidden=4.5), "g3.plan: hidden must be int, not float 4.5"),
         (lambda: g3.train(tmp_path / "none", epochs="3"), "g3.train: epochs must be int"),
         (lambda: g3.train(tmp_path / "none", epoch=3), "g3.train: no option 'epoch'"),
+        (lambda: g3.evaluate(tmp_path / "none", workers="2"), "g3.evaluate: workers must be int"),
+        (lambda: g3.evaluate(tmp_path / "none", splits="test"), "g3.evaluate: no option 'splits'"),
         (lambda: g3.ingest(small_graph(40), tmp_path / "s.g3"), "pass force=True to replace it"),
     ]
     for call, says in cases:

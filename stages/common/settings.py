@@ -68,7 +68,7 @@ def check_choices(options) -> None:
             continue
         value = getattr(options, f.name)
         values = value if isinstance(value, tuple) else (value,)
-        wrong = [v for v in values if v not in meta["choices"]]
+        wrong = [v for v in values if v is not None and v not in meta["choices"]]  # None: not given
         if wrong:
             flag = meta["flag"] or "--" + f.name.replace("_", "-")
             raise G3InputError(f"{flag} {wrong[0]} is not one of {', '.join(meta['choices'])}")

@@ -21,6 +21,7 @@ from ..common.cost import stage_cost
 from ..common.errors import G3InputError
 from ..common.npy import check_digest, digest_path
 from ..common.run_artifact import load_run_meta
+from ..common.settings import check_choices, setting
 
 if TYPE_CHECKING:
     from ..runtime.config import RuntimeConfig
@@ -31,6 +32,40 @@ if TYPE_CHECKING:
 
 SPLITS = ("train", "valid", "test")
 CKPT_GLOB = "epoch-*.pt"
+
+
+@dataclasses.dataclass
+class EvalOptions:
+    """Everything `g3 eval` can be told (see ``g3 eval --help``; ``g3.evaluate`` takes the same names)."""
+
+    checkpoint: str | None = setting(
+        None,
+        "Weights to evaluate: a checkpoint file [default: RUN/model.pt, else the latest checkpoint].",
+        path="input",
+    )
+    split: str = setting("all", "Which split's accuracy to report.", choices=(*SPLITS, "all"))
+    workers: int | None = setting(
+        None,
+        "Worker processes [default: the run's]; another count evaluates through a temporary partition and plan "
+        "of the same store (1 = single process).",
+    )
+    plan: str | None = setting(
+        None,
+        "The plan the run was trained with [default: the one run.json names, found relative to RUN first]; for "
+        "a multi-host run's folder copied back from its host, the plan that was bundled.",
+        path="input",
+    )
+    emulate_link: str | None = setting(
+        None,
+        "Evaluate on emulated hosts joined by links of RATE (e.g. 1gbit), as `g3 train --emulate-link`.",
+        metavar="RATE",
+    )
+    hosts: int | None = setting(None, "With --emulate-link: emulated hosts [default: one per worker].")
+    metric: str | None = setting(
+        None,
+        "rocauc: each split's ROC-AUC besides the accuracy (binary tasks) [default: the run's --metric].",
+        choices=("accuracy", "rocauc"),
+    )
 
 
 def load_run(run: Path) -> dict:
@@ -63,26 +98,19 @@ def pick_weights(run: Path, checkpoint: str | None) -> Path:
     return ckpt
 
 
-def run_eval(
-    run: str | Path,
-    checkpoint: str | None = None,
-    split: str = "all",
-    workers: int | None = None,
-    force: bool = False,
-    plan: str | Path | None = None,
-    emulate_link: str | None = None,
-    hosts: int | None = None,
-    metric: str | None = None,
-) -> dict:
+def run_eval(run: str | Path, options: EvalOptions | None = None, *, force: bool = False) -> dict:
     """Evaluate RUN's weights; writes RUN/eval.json (an earlier one only with ``force``) and returns it
-    (filtered to ``split``). ``plan``: the plan the run was trained with, when it is not where run.json says
-    (a multi-host run's folder copied back: its node plan stayed on its host). ``emulate_link``/``hosts``: on
-    emulated hosts (stages/runtime/launch/launchers.py), as `g3 train --emulate-link`."""
+    (filtered to ``options.split``). ``options.plan``: the plan the run was trained with, when it is not where
+    run.json says (a multi-host run's folder copied back: its node plan stayed on its host);
+    ``emulate_link``/``hosts``: on emulated hosts (stages/runtime/launch/launchers.py), as `g3 train
+    --emulate-link`."""
     t_stage = time.perf_counter()
+    options = options or EvalOptions()
+    check_choices(options)
+    checkpoint, split, workers, plan = options.checkpoint, options.split, options.workers, options.plan
+    emulate_link, hosts, metric = options.emulate_link, options.hosts, options.metric
     run = Path(run)
     meta = load_run(run)
-    if split not in (*SPLITS, "all"):
-        raise G3InputError(f"--split must be one of train, valid, test, all (got {split!r})")
     if workers is not None and workers < 1:
         raise G3InputError("--workers must be >= 1")
     weights = pick_weights(run, checkpoint)

@@ -22,6 +22,7 @@ from ..common.npy import npy_manifest
 from ..common.partition_artifact import load_partition_meta, open_shard, partition_digest
 from ..common.plan_artifact import PLAN_SCHEMA, PLAN_VERSION
 from ..common.progress import make_progress
+from ..common.settings import setting
 from ..common.strategies import LEGACY_STRATEGY, STRATEGIES, check_partition_method, strategy_info
 from .context import PlanContext
 from .residency import auto_device_memory, residency
@@ -31,11 +32,24 @@ MODELS = MODEL_KINDS
 
 @dataclass
 class PlanConfig:
-    model: str = "sage"
-    layers: int = 2
-    hidden: int = 16
-    heads: int = 8
-    strategy: str = LEGACY_STRATEGY  # the default of `g3 plan --strategy`
+    """Everything `g3 plan` can be told (see ``g3 plan --help``): the model, the strategy and its options."""
+
+    strategy: str = setting(
+        LEGACY_STRATEGY,
+        "The distributed training system that executes the plan (listed below). `g3 train` runs whatever the "
+        "plan says.",
+        choices=tuple(STRATEGIES),
+    )
+    model: str = setting(
+        "sage",
+        "GNN model: GraphSAGE (mean), GCN (symmetric normalisation, self-loops), GAT, or dgcn, the decoupled GCN "
+        "of NeutronTP (an MLP of L linear layers, then L propagation rounds of GCN's normalised adjacency; g3 and "
+        "neutrontp --tp decoupled train it).",
+        choices=tuple(MODELS),
+    )
+    layers: int = setting(2, "Number of GNN layers L (>= 1); dgcn: L linear layers and L propagation rounds.")
+    hidden: int = setting(16, "Hidden width H (per head for GAT).")
+    heads: int = setting(8, "GAT attention heads.")
     # the strategy's options by name (see its planner's OPTIONS): text as on the command line, or a value; an
     # option left out takes its default
     options: dict = field(default_factory=dict)
