@@ -3,14 +3,12 @@ arguments in place of options. Stage modules are imported when a function is fir
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -283,86 +281,27 @@ class Run:
 
     @cached_property
     def store_path(self) -> Path:
-        from stages.common.artifact_json import resolve_reference
+        from stages.eval import run_store_path
 
-        plan = self.plan_path
-        plan_meta = json.loads((plan / "plan.json").read_text())
-        part = resolve_reference(plan_meta["partition"], plan, "partition.json")
-        return resolve_reference(plan_meta["store"], part, "zarr.json")
+        return run_store_path(self.plan_path)
 
 
-class WholeGraphModel(nn.Module):
-    """A trained g3 model over a whole graph: ``forward(x, indptr, indices, in_degree, out_degree)`` gives the
-    logits ``[N, C]`` of every node (in-edge CSR: row v lists the sources of the arcs into v; degrees are the
-    graph's, used by GCN's normalisation). Evaluation mode: no dropout. ``gnn`` is g3's layer stack
-    (parameters ``layers.{l}.…``, as in model.pt)."""
+def __getattr__(name: str):
+    if name == "WholeGraphModel":  # the class load_model returns (it imports torch: not at `import g3`)
+        from stages.eval import WholeGraphModel
 
-    def __init__(self, gnn: nn.Module):
-        super().__init__()
-        self.gnn = gnn
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        indptr: torch.Tensor,
-        indices: torch.Tensor,
-        in_degree: torch.Tensor | None = None,
-        out_degree: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        from stages.runtime.block import Block
-
-        n = x.shape[0]
-        indptr = torch.as_tensor(indptr, dtype=torch.int64)
-        indices = torch.as_tensor(indices, dtype=torch.int64)
-        if in_degree is None:
-            in_degree = torch.diff(indptr)
-        if out_degree is None:
-            out_degree = torch.bincount(indices, minlength=n)
-        block = Block(
-            n_dst=n,
-            n_src=n,
-            indptr=indptr,
-            indices=indices,
-            src_out_degree=torch.as_tensor(out_degree).to(torch.float64),
-            dst_in_degree=torch.as_tensor(in_degree).to(torch.float64),
-            dst_global=torch.arange(n, dtype=torch.int64),
-        )
-        with torch.no_grad():
-            return self.gnn(block.to(x.device), x, training=False)
+        return WholeGraphModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @_api
-def load_model(run: Run | PathLike, checkpoint: str | None = None) -> WholeGraphModel:
+def load_model(run: Run | PathLike, checkpoint: str | None = None) -> nn.Module:
     """The run's trained model (model.pt, or the checkpoint of epoch ``checkpoint``, e.g. ``"3"``), in the
-    run's dtype, on the CPU."""
-    from stages.common.model_spec import ModelSpec
-    from stages.common.npy import check_digest
-    from stages.common.plan_artifact import load_plan_meta
-    from stages.eval import pick_weights
-    from stages.runtime.models import model_from_spec
+    run's dtype, on the CPU: a :class:`WholeGraphModel`, ``model(x, indptr, indices, in_degree, out_degree)``
+    the logits of every node."""
+    from stages.eval import load_whole_graph_model
 
-    run = run if isinstance(run, Run) else Run(Path(run))
-    plan_meta = load_plan_meta(run.plan_path)
-    gnn = model_from_spec(ModelSpec.from_plan(plan_meta))
-    dtype = {"float32": torch.float32, "float64": torch.float64}[run.meta["config"].get("dtype", "float32")]
-    weights_path = pick_weights(run.path, checkpoint)
-    check_digest(weights_path)
-    try:
-        state = torch.load(weights_path, weights_only=True, map_location="cpu")
-    except Exception as exc:  # noqa: BLE001 - a damaged file is the user's input error
-        raise G3InputError(
-            f"cannot read the weights ({type(exc).__name__}: {exc})", path=weights_path
-        ) from None
-    if "model" in state and isinstance(
-        state["model"], dict
-    ):  # a checkpoint: the weights beside the optimizer's
-        state = state["model"]
-    gnn = gnn.to(dtype)
-    try:
-        gnn.load_state_dict(state)
-    except RuntimeError as exc:
-        raise G3InputError(f"the weights do not fit the plan's model: {exc}", path=weights_path) from None
-    return WholeGraphModel(gnn).eval()
+    return load_whole_graph_model(run.path if isinstance(run, Run) else Path(run), checkpoint)
 
 
 @_api
@@ -430,25 +369,10 @@ def predict(
     """Logits ``[N, C]`` of every node of ``store`` (default: the run's own) in node-id order, or of one split's
     nodes (``"train"``, ``"valid"``, ``"test"``) in the split's order — what OGB's Evaluator takes after an
     ``argmax``. Computed in this process on the whole graph."""
-    from stages.common.store import GraphStore
+    from stages.eval import predict_logits
 
-    run = run if isinstance(run, Run) else Run(Path(run))
-    model = load_model(run, checkpoint)
-    g = GraphStore.open(store if store is not None else run.store_path)
-    indptr, indices = g.load_csr()
-    in_degree, out_degree = g.load_degrees()
-    dtype = next(model.parameters()).dtype
-    x = torch.from_numpy(np.asarray(g.features[:])).to(dtype)
-    logits = model(
-        x,
-        torch.from_numpy(np.asarray(indptr, dtype=np.int64)),
-        torch.from_numpy(np.asarray(indices, dtype=np.int64)),
-        torch.from_numpy(in_degree),
-        torch.from_numpy(out_degree),
-    )
-    if split is None:
-        return logits
-    return logits[torch.from_numpy(g.split_index(split))]
+    path = run.path if isinstance(run, Run) else Path(run)
+    return predict_logits(path, store=store, split=split, checkpoint=checkpoint)
 
 
 @_api
@@ -498,7 +422,6 @@ __all__ = [
     "G3InputError",
     "G3RuntimeError",
     "Run",
-    "WholeGraphModel",
     "advise",
     "evaluate",
     "export",

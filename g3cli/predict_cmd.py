@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from .paths import OutputPath, force_option
@@ -40,28 +38,7 @@ def command(run, out, split, checkpoint, store, force):
     """Logits [N, C] of a trained RUN for every node (or one split), computed in this process on the whole
     graph, written to FILE — ready for OGB's Evaluator after an argmax. Node order: the store's ids (`--split`:
     the split's order, as `g3 info STORE --json` lists it)."""
-    import numpy as np
+    from stages.eval import run_predict
 
-    import g3
-    from stages.common.atomic import atomic_file, check_target
-    from stages.common.errors import G3InputError
-
-    out = Path(out)
-    if out.suffix not in (".npy", ".zarr"):
-        raise G3InputError("the output must end in .npy or .zarr", path=out)
-    # never an input (the run, the store predicted on, the weights) or part of one; a .zarr replaces only logits
-    inputs = (run, store, checkpoint)
-    kind = "logits" if out.suffix == ".zarr" else None
-    check_target(out, force, kind, inputs)
-    logits = g3.predict(run, store=store, split=split, checkpoint=checkpoint).numpy()
-    if out.suffix == ".npy":
-        with atomic_file(out) as tmp, open(tmp, "wb") as f:
-            np.save(f, logits)
-    else:
-        import zarr
-
-        from stages.common.atomic import atomic_dir
-
-        with atomic_dir(out, force=force, kind=kind, inputs=inputs) as tmp:
-            zarr.create_array(str(tmp), data=logits, chunks=(min(len(logits), 65536), logits.shape[1]))
+    logits = run_predict(run, out, split=split, checkpoint=checkpoint, store=store, force=force)
     click.echo(f"wrote {out}: logits {logits.shape[0]:,} × {logits.shape[1]} ({logits.dtype})")

@@ -33,6 +33,23 @@ if TYPE_CHECKING:
 SPLITS = ("train", "valid", "test")
 CKPT_GLOB = "epoch-*.pt"
 
+# the run's model over a whole graph in this process (`g3 predict`): imported when asked for, as it imports torch
+_WHOLE_GRAPH = (
+    "WholeGraphModel",
+    "load_whole_graph_model",
+    "predict_logits",
+    "run_predict",
+    "run_store_path",
+)
+
+
+def __getattr__(name: str):
+    if name in _WHOLE_GRAPH:
+        from . import whole_graph
+
+        return getattr(whole_graph, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 @dataclasses.dataclass
 class EvalOptions:

@@ -1,0 +1,151 @@
+"""A trained run's model over a whole graph in one process (``g3 predict``, ``g3.load_model``, ``g3.predict``):
+g3's layer stack with the run's weights, on one block holding the whole in-edge CSR."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..common.artifact_json import resolve_reference
+from ..common.atomic import atomic_dir, atomic_file, check_target
+from ..common.errors import G3InputError
+from ..common.model_spec import ModelSpec
+from ..common.npy import check_digest
+from ..common.plan_artifact import load_plan_meta
+from ..common.run_artifact import load_run_meta
+from ..runtime.block import Block
+from ..runtime.models import model_from_spec
+
+
+class WholeGraphModel(nn.Module):
+    """A trained g3 model over a whole graph: ``forward(x, indptr, indices, in_degree, out_degree)`` gives the
+    logits ``[N, C]`` of every node (in-edge CSR: row v lists the sources of the arcs into v; degrees are the
+    graph's, used by GCN's normalisation). Evaluation mode: no dropout. ``gnn`` is g3's layer stack
+    (parameters ``layers.{l}.…``, as in model.pt)."""
+
+    def __init__(self, gnn: nn.Module):
+        super().__init__()
+        self.gnn = gnn
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        indptr: torch.Tensor,
+        indices: torch.Tensor,
+        in_degree: torch.Tensor | None = None,
+        out_degree: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        n = x.shape[0]
+        indptr = torch.as_tensor(indptr, dtype=torch.int64)
+        indices = torch.as_tensor(indices, dtype=torch.int64)
+        if in_degree is None:
+            in_degree = torch.diff(indptr)
+        if out_degree is None:
+            out_degree = torch.bincount(indices, minlength=n)
+        block = Block(
+            n_dst=n,
+            n_src=n,
+            indptr=indptr,
+            indices=indices,
+            src_out_degree=torch.as_tensor(out_degree).to(torch.float64),
+            dst_in_degree=torch.as_tensor(in_degree).to(torch.float64),
+            dst_global=torch.arange(n, dtype=torch.int64),
+        )
+        with torch.no_grad():
+            return self.gnn(block.to(x.device), x, training=False)
+
+
+def run_store_path(plan: Path) -> Path:
+    """The store a plan was made from (through its partition)."""
+    plan_meta = json.loads((plan / "plan.json").read_text())
+    part = resolve_reference(plan_meta["partition"], plan, "partition.json")
+    return resolve_reference(plan_meta["store"], part, "zarr.json")
+
+
+def load_whole_graph_model(run: Path, checkpoint: str | None = None) -> WholeGraphModel:
+    """RUN's trained model (model.pt, or the checkpoint ``checkpoint``), in the run's dtype, on the CPU; the
+    weights checked against their digest and the plan's model."""
+    from . import pick_weights, run_plan_path
+
+    meta = load_run_meta(run)
+    gnn = model_from_spec(ModelSpec.from_plan(load_plan_meta(run_plan_path(run, meta))))
+    dtype = {"float32": torch.float32, "float64": torch.float64}[meta["config"].get("dtype", "float32")]
+    weights_path = pick_weights(run, checkpoint)
+    check_digest(weights_path)
+    try:
+        state = torch.load(weights_path, weights_only=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - a damaged file is the user's input error
+        raise G3InputError(
+            f"cannot read the weights ({type(exc).__name__}: {exc})", path=weights_path
+        ) from None
+    if "model" in state and isinstance(
+        state["model"], dict
+    ):  # a checkpoint: the weights beside the optimizer's
+        state = state["model"]
+    gnn = gnn.to(dtype)
+    try:
+        gnn.load_state_dict(state)
+    except RuntimeError as exc:
+        raise G3InputError(f"the weights do not fit the plan's model: {exc}", path=weights_path) from None
+    return WholeGraphModel(gnn).eval()
+
+
+def predict_logits(
+    run: Path, store: str | Path | None = None, split: str | None = None, checkpoint: str | None = None
+) -> torch.Tensor:
+    """Logits ``[N, C]`` of every node of ``store`` (default: the run's own) in node-id order, or of one split's
+    nodes in the split's order, computed in this process on the whole graph."""
+    from ..common.store import GraphStore
+    from . import run_plan_path
+
+    model = load_whole_graph_model(run, checkpoint)
+    if store is None:
+        store = run_store_path(run_plan_path(run, load_run_meta(run)))
+    g = GraphStore.open(store)
+    indptr, indices = g.load_csr()
+    in_degree, out_degree = g.load_degrees()
+    dtype = next(model.parameters()).dtype
+    x = torch.from_numpy(np.asarray(g.features[:])).to(dtype)
+    logits = model(
+        x,
+        torch.from_numpy(np.asarray(indptr, dtype=np.int64)),
+        torch.from_numpy(np.asarray(indices, dtype=np.int64)),
+        torch.from_numpy(in_degree),
+        torch.from_numpy(out_degree),
+    )
+    if split is None:
+        return logits
+    return logits[torch.from_numpy(g.split_index(split))]
+
+
+def run_predict(
+    run: str | Path,
+    out: str | Path,
+    *,
+    split: str | None = None,
+    checkpoint: str | None = None,
+    store: str | Path | None = None,
+    force: bool = False,
+) -> np.ndarray:
+    """`g3 predict`: the logits of :func:`predict_logits` written to ``out`` (.npy, or .zarr chunked by rows),
+    atomically; never over an input (the run, the store predicted on, the weights). Returns them."""
+    out = Path(out)
+    if out.suffix not in (".npy", ".zarr"):
+        raise G3InputError("the output must end in .npy or .zarr", path=out)
+    inputs = (run, store, checkpoint)
+    kind = "logits" if out.suffix == ".zarr" else None  # a .zarr replaces only logits
+    check_target(out, force, kind, inputs)
+    logits = predict_logits(Path(run), store=store, split=split, checkpoint=checkpoint).numpy()
+    if out.suffix == ".npy":
+        with atomic_file(out) as tmp, open(tmp, "wb") as f:
+            np.save(f, logits)
+    else:
+        import zarr
+
+        with atomic_dir(out, force=force, kind=kind, inputs=inputs) as tmp:
+            zarr.create_array(str(tmp), data=logits, chunks=(min(len(logits), 65536), logits.shape[1]))
+    return logits
