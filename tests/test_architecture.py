@@ -78,3 +78,28 @@ def test_each_rule_fails_on_an_import_that_breaks_it(copy, module, line, broken)
     finally:
         path.unlink() if before is None else path.write_text(before)
     assert r.returncode == 1 and broken in r.stdout, r.stdout + r.stderr
+
+
+ARRAY_LIBRARIES = {"numpy", "torch", "zarr", "scipy", "h5py", "pyarrow", "numba", "matplotlib", "pymetis"}
+
+
+def cli_imports(source: str) -> set[str]:
+    """The top-level packages a CLI module imports, anywhere in it."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_cli_does_no_work_of_its_own():
+    """A command parses its options, calls its stage's entry (or the API) and prints: no CLI module touches arrays,
+    tensors or files of data itself — that work is a stage's, where the API reaches it too."""
+    for path in sorted((REPO / "g3cli").glob("*.py")):
+        used = cli_imports(path.read_text()) & ARRAY_LIBRARIES
+        assert not used, f"{path.name} imports {sorted(used)}: move that work into its stage"
+    assert cli_imports("import numpy as np\ndef f():\n    from torch import nn\n") == {"numpy", "torch"}
