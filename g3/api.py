@@ -312,51 +312,15 @@ def export(
     checkpoint: str | None = None,
     force: bool = False,
 ) -> Path:
-    """The run's weights as another library loads them. ``format="pyg"``: ``out`` is a state dict that
-    ``torch_geometric.nn.models.GraphSAGE`` / ``GCN`` / ``GAT`` loads with ``load_state_dict`` and that computes
-    what g3 computes (on a symmetric graph for GCN: PyG normalises by in-degrees at both ends); beside it
+    """The run's weights as another library loads them (`g3 export`). ``format="pyg"``: ``out`` is a state dict
+    that ``torch_geometric.nn.models.GraphSAGE`` / ``GCN`` / ``GAT`` loads with ``load_state_dict`` and that
+    computes what g3 computes (on a symmetric graph for GCN: PyG normalises by in-degrees at both ends); beside it
     ``out.json`` = ``{"class": …, "kwargs": {…}}``, the constructor call
     (``getattr(torch_geometric.nn.models, class)(**kwargs)``). Returns ``out``."""
-    from stages.common.atomic import FILE, atomic_file, check_target, write_json_atomic
+    from stages.eval import run_export
 
-    if format != "pyg":
-        raise G3InputError(f"unknown export format {format!r} (available: pyg)")
-    run = run if isinstance(run, Run) else Run(Path(run))
-    out = Path(out)
-    spec_file = out.with_name(out.name + ".json")
-    for target in (out, spec_file):  # neither may be an input, or part of one (the run's own weights)
-        check_target(target, force, FILE, (run.path, checkpoint))
-    model = load_model(run, checkpoint).gnn
-    layers = list(model.layers)
-    kinds = {type(layer) for layer in layers}
-    if len(kinds) != 1 or not hasattr(layers[0], "PYG_MODEL"):
-        raise G3InputError(
-            f"a {'/'.join(sorted(k.__name__ for k in kinds))} model has no PyG counterpart to export "
-            "to (sage, gcn and gat do)",
-            path=run.path,
-        )
-    state = {}
-    for li, layer in enumerate(layers):
-        for ours, theirs in layer.PYG_NAMES.items():
-            state[f"convs.{li}.{theirs}"] = layer.state_dict()[ours].detach().clone()
-    widths = list(model.widths)
-    kwargs = {
-        "in_channels": widths[0],
-        "hidden_channels": widths[1],
-        "num_layers": len(layers),
-        "out_channels": widths[-1],
-        "dropout": float(run.meta["config"].get("dropout", 0.0)),
-    }
-    heads = getattr(layers[0], "heads", None)
-    if heads:  # GAT: hidden_channels counts every head (the widths do already)
-        kwargs["heads"] = int(heads)
-    with atomic_file(out) as tmp:
-        torch.save(state, tmp)
-    write_json_atomic(
-        spec_file,
-        {"class": layers[0].PYG_MODEL, "kwargs": kwargs, "dtype": str(next(model.parameters()).dtype)},
-    )
-    return out
+    path = run.path if isinstance(run, Run) else Path(run)
+    return run_export(path, out, format=format, checkpoint=checkpoint, force=force)
 
 
 @_api

@@ -35,8 +35,7 @@ def command(run, fmt, out, checkpoint, force):
         model.load_state_dict(torch.load("FILE"))
 
     computes what g3 computes (GCN: on a symmetric graph, as PyG normalises by in-degrees)."""
-    import g3
+    from stages.eval import run_export
 
-    # the function itself, not the API's wrapper: its messages then speak of --force, as a command's do
-    path = g3.export.__wrapped__(run, out, format=fmt, checkpoint=checkpoint, force=force)
+    path = run_export(run, out, format=fmt, checkpoint=checkpoint, force=force)
     click.echo(f"wrote {path} and {path}.json")

@@ -33,11 +33,13 @@ if TYPE_CHECKING:
 SPLITS = ("train", "valid", "test")
 CKPT_GLOB = "epoch-*.pt"
 
-# the run's model over a whole graph in this process (`g3 predict`): imported when asked for, as it imports torch
+# the run's model over a whole graph in this process (`g3 predict`, `g3 export`): imported when asked for, as it
+# imports torch
 _WHOLE_GRAPH = (
     "WholeGraphModel",
     "load_whole_graph_model",
     "predict_logits",
+    "run_export",
     "run_predict",
     "run_store_path",
 )

@@ -1,5 +1,5 @@
-"""A trained run's model over a whole graph in one process (``g3 predict``, ``g3.load_model``, ``g3.predict``):
-g3's layer stack with the run's weights, on one block holding the whole in-edge CSR."""
+"""A trained run's model over a whole graph in one process (``g3 predict``, ``g3 export``, ``g3.load_model``,
+``g3.predict``): g3's layer stack with the run's weights, on one block holding the whole in-edge CSR."""
 
 from __future__ import annotations
 
@@ -149,3 +149,54 @@ def run_predict(
         with atomic_dir(out, force=force, kind=kind, inputs=inputs) as tmp:
             zarr.create_array(str(tmp), data=logits, chunks=(min(len(logits), 65536), logits.shape[1]))
     return logits
+
+
+def run_export(
+    run: str | Path,
+    out: str | Path,
+    *,
+    format: str = "pyg",
+    checkpoint: str | None = None,
+    force: bool = False,
+) -> Path:
+    """`g3 export`: RUN's weights as PyG's GraphSAGE / GCN / GAT load them (``format="pyg"``), a state dict at
+    ``out`` and its constructor call at ``out.json``; neither may be an input or part of one."""
+    from ..common.atomic import FILE, write_json_atomic
+
+    if format != "pyg":
+        raise G3InputError(f"unknown export format {format!r} (available: pyg)")
+    run, out = Path(run), Path(out)
+    spec_file = out.with_name(out.name + ".json")
+    for target in (out, spec_file):  # neither may be an input, or part of one (the run's own weights)
+        check_target(target, force, FILE, (run, checkpoint))
+    model = load_whole_graph_model(run, checkpoint).gnn
+    layers = list(model.layers)
+    kinds = {type(layer) for layer in layers}
+    if len(kinds) != 1 or not hasattr(layers[0], "PYG_MODEL"):
+        raise G3InputError(
+            f"a {'/'.join(sorted(k.__name__ for k in kinds))} model has no PyG counterpart to export "
+            "to (sage, gcn and gat do)",
+            path=run,
+        )
+    state = {}
+    for li, layer in enumerate(layers):
+        for ours, theirs in layer.PYG_NAMES.items():
+            state[f"convs.{li}.{theirs}"] = layer.state_dict()[ours].detach().clone()
+    widths = list(model.widths)
+    kwargs = {
+        "in_channels": widths[0],
+        "hidden_channels": widths[1],
+        "num_layers": len(layers),
+        "out_channels": widths[-1],
+        "dropout": float(load_run_meta(run)["config"].get("dropout", 0.0)),
+    }
+    heads = getattr(layers[0], "heads", None)
+    if heads:  # GAT: hidden_channels counts every head (the widths do already)
+        kwargs["heads"] = int(heads)
+    with atomic_file(out) as tmp:
+        torch.save(state, tmp)
+    write_json_atomic(
+        spec_file,
+        {"class": layers[0].PYG_MODEL, "kwargs": kwargs, "dtype": str(next(model.parameters()).dtype)},
+    )
+    return out
