@@ -317,10 +317,11 @@ def export(
     computes what g3 computes (on a symmetric graph for GCN: PyG normalises by in-degrees at both ends); beside it
     ``out.json`` = ``{"class": …, "kwargs": {…}}``, the constructor call
     (``getattr(torch_geometric.nn.models, class)(**kwargs)``). Returns ``out``."""
-    from stages.eval import run_export
+    from stages.eval import ExportOptions, run_export
 
     path = run.path if isinstance(run, Run) else Path(run)
-    return run_export(path, out, format=format, checkpoint=checkpoint, force=force)
+    options = ExportOptions(out=str(out), format=format, checkpoint=checkpoint)
+    return run_export(path, options, force=force)
 
 
 @_api

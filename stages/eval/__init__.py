@@ -21,7 +21,7 @@ from ..common.cost import stage_cost
 from ..common.errors import G3InputError
 from ..common.npy import check_digest, digest_path
 from ..common.run_artifact import load_run_meta
-from ..common.settings import check_choices, setting
+from ..common.settings import REQUIRED, check_choices, setting
 
 if TYPE_CHECKING:
     from ..runtime.config import RuntimeConfig
@@ -32,6 +32,45 @@ if TYPE_CHECKING:
 
 SPLITS = ("train", "valid", "test")
 CKPT_GLOB = "epoch-*.pt"
+
+
+@dataclasses.dataclass
+class PredictOptions:
+    """Everything `g3 predict` can be told (see ``g3 predict --help``)."""
+
+    out: str = setting(
+        REQUIRED,
+        "Output file: .npy (numpy) or .zarr (a zarr array, chunked by rows).",
+        short="-o",
+        path="output",
+    )
+    split: str | None = setting(
+        None,
+        "Only this split's nodes, in the split's order [default: every node, in node-id order].",
+        choices=SPLITS,
+    )
+    checkpoint: str | None = setting(
+        None, "Weights to use: a checkpoint file of the run [default: RUN/model.pt, else its latest]."
+    )
+    store: str | None = setting(
+        None,
+        "Predict on another store with the same feature width and classes [default: the run's].",
+        path="input",
+    )
+
+
+@dataclasses.dataclass
+class ExportOptions:
+    """Everything `g3 export` can be told (see ``g3 export --help``)."""
+
+    out: str = setting(REQUIRED, "The state dict file (FILE.json beside it).", short="-o", path="output")
+    format: str = setting(
+        "pyg", "pyg: a state dict torch_geometric.nn.models.GraphSAGE / GCN / GAT loads.", choices=("pyg",)
+    )
+    checkpoint: str | None = setting(
+        None, "Weights to export: a checkpoint file of the run [default: RUN/model.pt, else its latest]."
+    )
+
 
 # the run's model over a whole graph in this process (`g3 predict`, `g3 export`): imported when asked for, as it
 # imports torch

@@ -11,14 +11,16 @@ import torch
 from torch import nn
 
 from ..common.artifact_json import resolve_reference
-from ..common.atomic import atomic_dir, atomic_file, check_target
+from ..common.atomic import FILE, atomic_dir, atomic_file, check_target, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.model_spec import ModelSpec
 from ..common.npy import check_digest
 from ..common.plan_artifact import load_plan_meta
 from ..common.run_artifact import load_run_meta
+from ..common.settings import check_choices
 from ..runtime.block import Block
 from ..runtime.models import model_from_spec
+from . import ExportOptions, PredictOptions
 
 
 class WholeGraphModel(nn.Module):
@@ -122,17 +124,11 @@ def predict_logits(
     return logits[torch.from_numpy(g.split_index(split))]
 
 
-def run_predict(
-    run: str | Path,
-    out: str | Path,
-    *,
-    split: str | None = None,
-    checkpoint: str | None = None,
-    store: str | Path | None = None,
-    force: bool = False,
-) -> np.ndarray:
-    """`g3 predict`: the logits of :func:`predict_logits` written to ``out`` (.npy, or .zarr chunked by rows),
-    atomically; never over an input (the run, the store predicted on, the weights). Returns them."""
+def run_predict(run: str | Path, options: PredictOptions, *, force: bool = False) -> np.ndarray:
+    """`g3 predict`: the logits of :func:`predict_logits` written to ``options.out`` (.npy, or .zarr chunked by
+    rows), atomically; never over an input (the run, the store predicted on, the weights). Returns them."""
+    check_choices(options)
+    out, split, checkpoint, store = options.out, options.split, options.checkpoint, options.store
     out = Path(out)
     if out.suffix not in (".npy", ".zarr"):
         raise G3InputError("the output must end in .npy or .zarr", path=out)
@@ -151,18 +147,11 @@ def run_predict(
     return logits
 
 
-def run_export(
-    run: str | Path,
-    out: str | Path,
-    *,
-    format: str = "pyg",
-    checkpoint: str | None = None,
-    force: bool = False,
-) -> Path:
+def run_export(run: str | Path, options: ExportOptions, *, force: bool = False) -> Path:
     """`g3 export`: RUN's weights as PyG's GraphSAGE / GCN / GAT load them (``format="pyg"``), a state dict at
-    ``out`` and its constructor call at ``out.json``; neither may be an input or part of one."""
-    from ..common.atomic import FILE, write_json_atomic
-
+    ``options.out`` and its constructor call at ``out.json``; neither may be an input or part of one."""
+    check_choices(options)
+    out, format, checkpoint = options.out, options.format, options.checkpoint
     if format != "pyg":
         raise G3InputError(f"unknown export format {format!r} (available: pyg)")
     run, out = Path(run), Path(out)
