@@ -426,7 +426,7 @@ class G3Strategy(Strategy):
         self.resident, self.home = ctx.resident, ctx.home
         self.stream = streams_bins(ctx)
         # a streamed worker's messages of node rows live in files too: the receives are all posted at the
-        # forward's start and the sends held until the layer ends (~4 × hidden × 4 bytes per remote row)
+        # forward's start and the sends held until the layer ends (3 × 4 × hidden bytes per remote row at once)
         self.message_alloc = spilled_zeros if self.stream else None
         self.data = data = WorkerData(
             ctx.shard, ctx.plan, ctx.spec.num_blocks, cfg.torch_dtype, self.home, stream=self.stream
