@@ -360,7 +360,7 @@ class TableSender:
     rows at the table's positions; host rows only): a streamed worker's is a file-backed array, because a
     message sent without waiting is held until :meth:`wait` and a layer's messages add up to 4 × width bytes
     per row peers read — memory the kernel could not otherwise page out. Without it each message is a tensor of
-    its own, freed once sent."""
+    its own, freed once its send has been waited for."""
 
     def __init__(
         self,
