@@ -287,7 +287,7 @@ class Run:
 
 
 def __getattr__(name: str):
-    if name == "WholeGraphModel":  # the class load_model returns (it imports torch: not at `import g3`)
+    if name == "WholeGraphModel":  # the class load_model returns (it imports the runtime: not at `import g3`)
         from stages.eval import WholeGraphModel
 
         return WholeGraphModel
