@@ -262,13 +262,10 @@ def _answer(result: dict, run: Path, split: str, reused: bool) -> dict:
     return result
 
 
-def check_weights(weights: Path, plan_meta: dict) -> None:
-    """The weights file reads as tensors (no code run) and each tensor fits the plan's model (name and shape) —
-    checked here, so that a damaged or foreign file is one line, not a failure in every worker."""
+def read_weights(weights: Path) -> dict:
+    """The state dict of a weights file or a training checkpoint, its digest checked, read as tensors only (no
+    code run); a damaged or foreign file is one line."""
     import torch
-
-    from ..common.model_spec import ModelSpec
-    from ..runtime.models import model_from_spec
 
     check_digest(weights)
     try:
@@ -284,6 +281,16 @@ def check_weights(weights: Path, plan_meta: dict) -> None:
         raise G3InputError(
             "holds no weights (expected a state dict of tensors, or a g3 checkpoint)", path=weights
         )
+    return state
+
+
+def check_weights(weights: Path, plan_meta: dict) -> None:
+    """The weights file reads as tensors (no code run) and each tensor fits the plan's model (name and shape) —
+    checked here, so that a damaged or foreign file is one line, not a failure in every worker."""
+    from ..common.model_spec import ModelSpec
+    from ..runtime.models import model_from_spec
+
+    state = read_weights(weights)
     shapes = {
         k: tuple(v.shape) for k, v in model_from_spec(ModelSpec.from_plan(plan_meta)).state_dict().items()
     }

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,6 @@ from ..common.artifact_json import resolve_reference
 from ..common.atomic import FILE, atomic_dir, atomic_file, check_target, write_json_atomic
 from ..common.errors import G3InputError
 from ..common.model_spec import ModelSpec
-from ..common.npy import check_digest
 from ..common.plan_artifact import load_plan_meta
 from ..common.run_artifact import load_run_meta
 from ..common.settings import check_choices
@@ -63,31 +61,20 @@ class WholeGraphModel(nn.Module):
 
 def run_store_path(plan: Path) -> Path:
     """The store a plan was made from (through its partition)."""
-    plan_meta = json.loads((plan / "plan.json").read_text())
-    part = resolve_reference(plan_meta["partition"], plan, "partition.json")
-    return resolve_reference(plan_meta["store"], part, "zarr.json")
+    plan_meta = load_plan_meta(plan)
+    return resolve_reference(plan_meta["store"], Path(plan_meta["partition"]["path"]), "zarr.json")
 
 
 def load_whole_graph_model(run: Path, checkpoint: str | None = None) -> WholeGraphModel:
     """RUN's trained model (model.pt, or the checkpoint ``checkpoint``), in the run's dtype, on the CPU; the
     weights checked against their digest and the plan's model."""
-    from . import pick_weights, run_plan_path
+    from . import pick_weights, read_weights, run_plan_path
 
     meta = load_run_meta(run)
     gnn = model_from_spec(ModelSpec.from_plan(load_plan_meta(run_plan_path(run, meta))))
     dtype = {"float32": torch.float32, "float64": torch.float64}[meta["config"].get("dtype", "float32")]
     weights_path = pick_weights(run, checkpoint)
-    check_digest(weights_path)
-    try:
-        state = torch.load(weights_path, weights_only=True, map_location="cpu")
-    except Exception as exc:  # noqa: BLE001 - a damaged file is the user's input error
-        raise G3InputError(
-            f"cannot read the weights ({type(exc).__name__}: {exc})", path=weights_path
-        ) from None
-    if "model" in state and isinstance(
-        state["model"], dict
-    ):  # a checkpoint: the weights beside the optimizer's
-        state = state["model"]
+    state = read_weights(weights_path)
     gnn = gnn.to(dtype)
     try:
         gnn.load_state_dict(state)
