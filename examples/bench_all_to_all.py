@@ -1,8 +1,8 @@
 """Usage: python examples/bench_all_to_all.py RATE HOSTS [--bytes N] [--repeat R]
 
 gloo's ``all_to_all_single`` against point-to-point ``isend``/``irecv`` posted at once (what g3's transport does,
-stages/runtime/transport.py ``_post_exchange``), on HOSTS emulated hosts joined by links of RATE
-(stages/runtime/launch/netemu.py; needs root). Each host runs one gloo process that sends N/4/(HOSTS-1) float32
+stages/kits/runtime/transport.py ``_post_exchange``), on HOSTS emulated hosts joined by links of RATE
+(stages/kits/runtime/launch/netemu.py; needs root). Each host runs one gloo process that sends N/4/(HOSTS-1) float32
 values to every other host and receives as many; the two ways alternate, R rounds each, and the median time of
 each is printed. docs/BENCHMARKS.md ("gloo's all-to-all moved one direction at a time") has the figures.
 """
@@ -56,7 +56,7 @@ def main() -> None:
     )
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    from stages.runtime.launch.netemu import EmulatedNetwork, parse_rate, why_not_available
+    from stages.kits.runtime.launch.netemu import EmulatedNetwork, parse_rate, why_not_available
 
     reason = why_not_available()
     if reason:

@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from stages.runtime.kernels import csr_sum, csr_transpose, use_backend
+from stages.kits.runtime.kernels import csr_sum, csr_transpose, use_backend
 
 
 def best_ms(fn, repeat: int) -> float:

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from stages.runtime.config import RuntimeConfig
-from stages.runtime.worker import open_worker
+from stages.kits.runtime.config import RuntimeConfig
+from stages.kits.runtime.worker import open_worker
 
 
 def free_port() -> int:

@@ -6,7 +6,7 @@ reports the median epoch time of epochs 2..N (the first epoch compiles, caches a
 
 * ``pyg``        — PyG's ``SAGEConv`` (aggr mean) with a ``torch.sparse_csr_tensor`` ``adj_t`` (no torch_sparse),
   nodes in the store's order; skipped with a note when torch_geometric does not import.
-* ``g3-layers``  — g3's own layers (``stages.runtime.models``) on one whole-graph block in this process, without
+* ``g3-layers``  — g3's own layers (``stages.kits.runtime.models``) on one whole-graph block in this process, without
   the runtime: what the kernels and layers cost (``--backends`` picks the aggregation backends, default
   ``numba`` and ``sparse``), with the nodes in the store's order and, given ``--plan``, in the plan's priority
   (BFS) order, which is the order ``g3 train`` computes in.
@@ -110,7 +110,7 @@ def bench_pyg(data, hidden: int, epochs: int, lr: float, dropout: float) -> dict
 
 def reorder(data, perm: torch.Tensor):
     """The graph with node ``perm[i]`` renumbered ``i`` (rows, sources, features, labels, training nodes)."""
-    from stages.runtime.block import gather_rows
+    from stages.kits.runtime.block import gather_rows
 
     indptr, indices, x, y, train, classes = data
     inv = torch.empty_like(perm)
@@ -127,9 +127,9 @@ def plan_order(plan: str) -> torch.Tensor:
 
 
 def bench_g3_layers(data, hidden: int, epochs: int, lr: float, dropout: float, backend: str) -> dict:
-    from stages.runtime.block import Block
-    from stages.runtime.kernels import use_backend
-    from stages.runtime.models import build_model
+    from stages.kits.runtime.block import Block
+    from stages.kits.runtime.kernels import use_backend
+    from stages.kits.runtime.models import build_model
 
     indptr, indices, x, y, train, classes = data
     deg = (indptr[1:] - indptr[:-1]).float()
@@ -199,7 +199,7 @@ def bench_g3_cli(
 
 def _micro_ops(indptr, indices, x, gy, w, t, heads, g):
     """(name, callable) of every timed operation on one width and backend (forward graphs built once here)."""
-    from stages.runtime.kernels import csr_mean, csr_sum
+    from stages.kits.runtime.kernels import csr_mean, csr_sum
 
     n, nnz = x.shape[0], indices.numel()
     xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
@@ -223,7 +223,7 @@ def _micro_ops(indptr, indices, x, gy, w, t, heads, g):
 
 def micro(data, backends: list[str], widths: list[int], reps: int) -> list[tuple[str, int, str, float]]:
     """(operation, width, backend, median seconds) of the aggregation kernels on the whole graph."""
-    from stages.runtime.kernels import _nb_transpose_of, csr_transpose, use_backend
+    from stages.kits.runtime.kernels import _nb_transpose_of, csr_transpose, use_backend
 
     indptr, indices = data[0], data[1]
     n, nnz = indptr.numel() - 1, indices.numel()

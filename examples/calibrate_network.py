@@ -1,7 +1,7 @@
 """Usage: python examples/calibrate_network.py [--rates 100mbit,1gbit,10gbit] [--repeat 7] [-o calibration.json]
 
-Fits the network constants of `g3 simulate` (stages/simulate/calibration.py) on g3's emulated hosts: two
-network namespaces joined by links shaped to each rate (stages/runtime/launch/netemu.py), one gloo process on each —
+Fits the network constants of `g3 simulate` (stages/kits/simulate/calibration.py) on g3's emulated hosts: two
+network namespaces joined by links shaped to each rate (stages/kits/runtime/launch/netemu.py), one gloo process on each —
 the transport g3's workers use. For each message size n it times a ping-pong of n bytes each way (the median
 of --repeat rounds) and fits the one-way time
 
@@ -77,7 +77,7 @@ def fit(times: dict[int, float], rate_bits: int) -> dict:
 
 
 def measure(rate: str, repeat: int) -> dict:
-    from stages.runtime.launch.netemu import EmulatedNetwork, parse_rate
+    from stages.kits.runtime.launch.netemu import EmulatedNetwork, parse_rate
 
     bits = parse_rate(rate)
     net = EmulatedNetwork(2, bits)
@@ -120,7 +120,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("-o", "--out", default=None, help="write the fits as JSON here")
     args = ap.parse_args()
-    from stages.runtime.launch.netemu import why_not_available
+    from stages.kits.runtime.launch.netemu import why_not_available
 
     reason = why_not_available()
     if reason:

@@ -26,7 +26,7 @@ What it runs (each through the real CLI, ``python -m g3cli``: ingest, partition,
 
 The CPU runs go first, several at a time (they share the host's cores); the CUDA runs follow one at a time so
 that their epoch times are not disturbed. Every dropout mask is a hash of its coordinates
-(stages/runtime/dropout.py) and every neighbour draw a hash too (on the host or the device sampler), so the two
+(stages/kits/runtime/dropout.py) and every neighbour draw a hash too (on the host or the device sampler), so the two
 devices compute the same thing.
 
 Without CUDA it prints one line and exits 0 having run nothing. ``--device cpu`` runs the whole procedure with
@@ -58,7 +58,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from stages.common.strategies import STRATEGIES, bins_strategy  # noqa: E402
+from stages.strategies import STRATEGIES, bins_strategy  # noqa: E402
 
 BINS = bins_strategy()  # the strategy whose plans size bins by device memory (g3)
 FORCED = f"{BINS.name} (bins)"  # its case with bins forced below the graph

@@ -1,7 +1,7 @@
 """Which aggregation kernel is fastest on the device: g3's ``index`` path against CSR products, measured.
 
 A GraphSAGE layer's cost on a GPU is its mean aggregation, forward and backward. g3's device path computes it
-with ``index_select`` + ``index_add_`` (``stages/runtime/kernels/autograd.py``, backend ``index``), which materialises
+with ``index_select`` + ``index_add_`` (``stages/kits/runtime/kernels/autograd.py``, backend ``index``), which materialises
 one message row per arc ([nnz, F]); a CSR product (``torch.sparse.mm``, cuSPARSE SpMM on CUDA) does not, but
 cuSPARSE is specified for rows with sorted, duplicate-free columns. This script times, per graph size, one
 forward + backward of ``mean_{u in N(v)} x[u]`` by
@@ -33,7 +33,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from stages.runtime.kernels import csr_mean  # noqa: E402
+from stages.kits.runtime.kernels import csr_mean  # noqa: E402
 
 
 def random_graph(n: int, deg: int, device: str, seed: int = 0, sort: bool = True):

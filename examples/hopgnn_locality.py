@@ -2,7 +2,7 @@
 
 For each partition given (``g3 partition STORE --workers K --method metis``), the first ``--batches`` global
 batches of epoch 0 (distdgl's and hopgnn's global order: one permutation of every training node) are sampled
-with the runtime's counter-based sampler (stages/runtime/neighbor_sampler.py, the draws ``g3 train`` makes for
+with the runtime's counter-based sampler (stages/kits/runtime/neighbor_sampler.py, the draws ``g3 train`` makes for
 those steps), per root: a root's micrograph is ``build_blocks([root])``'s vertices (the root, its sampled
 neighbours, theirs ...), computed for all roots of a batch at once on (root, vertex) pairs. Reported per K:
 
@@ -37,8 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from stages.common.store import GraphStore  # noqa: E402
-from stages.runtime.neighbor_sampler import ascending_rows, build_blocks, sample_key, sample_rows  # noqa: E402
-from stages.runtime.strategies.minibatch import shuffled  # noqa: E402
+from stages.kits.runtime.minibatch import shuffled  # noqa: E402
+from stages.kits.runtime.neighbor_sampler import ascending_rows, build_blocks, sample_key, sample_rows  # noqa: E402
 
 
 class Sampler:

@@ -2,7 +2,7 @@
 from the very blocks ``g3 train`` samples — no training run needed, so any hidden width H and feature width F.
 
 The batches are the global order of ``g3 plan --batch-order global`` (one permutation of every labelled training
-node per epoch; ``shuffled`` of stages/runtime/strategies/minibatch.py), each worker taking the batch's targets its
+node per epoch; ``shuffled`` of stages/kits/runtime/minibatch.py), each worker taking the batch's targets its
 partition (``assignment.npy``) owns; their blocks are ``build_blocks`` with the runtime's counter-based draw
 (``sample_rows`` over the store's whole in-edge CSR, neighbours ascending: the draws are the same whoever makes
 them, as with ``--topology replicated``). From the blocks, per worker and step (bytes *sent*, as ``g3 train``'s
@@ -53,8 +53,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from stages.common.store import GraphStore  # noqa: E402
-from stages.runtime.neighbor_sampler import ascending_rows, build_blocks, sample_key, sample_rows  # noqa: E402
-from stages.runtime.strategies.minibatch import shuffled  # noqa: E402
+from stages.kits.runtime.minibatch import shuffled  # noqa: E402
+from stages.kits.runtime.neighbor_sampler import ascending_rows, build_blocks, sample_key, sample_rows  # noqa: E402
 
 REQUEST_HEAD = (
     62  # a sampling request's framing: name, array count, the (fanout, key) params, the ids' header

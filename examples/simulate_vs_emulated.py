@@ -22,9 +22,9 @@ from pathlib import Path
 
 def entry_knobs(e: dict) -> tuple[dict, dict]:
     """(plan options, train knobs) of a bench entry, as the registry's ``simulated_as`` takes them."""
-    from stages.common.strategies import strategy_info
+    from stages.strategies import strategy_spec
 
-    info = strategy_info(e["strategy"])
+    info = strategy_spec(e["strategy"])
     opts = {k: v for k, v in (e.get("options") or {}).items() if k not in info.train_knobs}
     knobs = {k: v for k, v in (e.get("options") or {}).items() if k in info.train_knobs}
     run = json.loads((Path(e["run"]) / "run.json").read_text())
@@ -36,11 +36,11 @@ def entry_knobs(e: dict) -> tuple[dict, dict]:
 def predict(
     e: dict, bench: dict, profile: str | None, latency: float, calibration_run: str | None
 ) -> float | None:
-    from stages.common.strategies import strategy_info
-    from stages.runtime.launch.netemu import parse_rate
+    from stages.kits.runtime.launch.netemu import parse_rate
     from stages.simulate import SimulateOptions, run_simulate
+    from stages.strategies import strategy_spec
 
-    info = strategy_info(e["strategy"])
+    info = strategy_spec(e["strategy"])
     if info.simulated_as is None:
         return None
     plan_opts, knobs = entry_knobs(e)

@@ -21,13 +21,13 @@ outside g3 (no global torch or numba setting).
 from __future__ import annotations
 
 # the public names (api.__all__): the stages as functions, the run and the model they return, the two errors
-from .api import *  # noqa: F403
-from .api import __all__  # noqa: F401
+from g3.api import *  # noqa: F403
+from g3.api import __all__  # noqa: F401
 
 
 def __getattr__(name: str):
     if name == "WholeGraphModel":  # what g3.load_model returns, imported when named
-        from .api import __getattr__ as api_attribute
+        from g3.api import __getattr__ as api_attribute
 
         return api_attribute(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

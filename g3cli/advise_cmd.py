@@ -6,11 +6,10 @@ import json
 
 import click
 
+from g3cli.output import stdout_console
+from g3cli.paths import force_option, out_option
+from g3cli.settings import setting_options
 from stages.advise import AdviseOptions, print_advice, run_advise
-
-from .output import stdout_console
-from .paths import force_option, out_option
-from .settings import setting_options
 
 
 @click.command("advise")

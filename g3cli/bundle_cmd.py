@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import click
 
+from g3cli.paths import force_option, out_option
 from stages.bundle import run_bundle
-
-from .paths import force_option, out_option
 
 
 @click.command("bundle")

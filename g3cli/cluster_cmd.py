@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from stages.runtime.launch.netemu import clean_stale, g3_namespaces, why_not_available
+from stages.kits.runtime.launch.netemu import clean_stale, g3_namespaces, why_not_available
 
 
 @click.group("cluster")

@@ -6,11 +6,10 @@ import json
 
 import click
 
+from g3cli.output import print_eval
+from g3cli.paths import force_option
+from g3cli.settings import setting_options
 from stages.eval import EvalOptions, run_eval
-
-from .output import print_eval
-from .paths import force_option
-from .settings import setting_options
 
 
 @click.command("eval")

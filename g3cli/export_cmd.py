@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
+from g3cli.paths import force_option
+from g3cli.settings import setting_options
 from stages.eval import ExportOptions, run_export
-
-from .paths import force_option
-from .settings import setting_options
 
 
 @click.command("export")

@@ -6,9 +6,8 @@ import json
 
 import click
 
+from g3cli.output import print_summary
 from stages.info import summarize
-
-from .output import print_summary
 
 
 @click.command()

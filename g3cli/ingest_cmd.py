@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import click
 
+from g3cli.output import print_ingest_report
+from g3cli.paths import OutputPath, force_option
+from g3cli.settings import setting_options, settings_of
 from stages.ingest import FORMATS, IngestOptions, SourceArgs, run_ingest
-
-from .output import print_ingest_report
-from .paths import OutputPath, force_option
-from .settings import setting_options, settings_of
 
 
 @click.command()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import errno
-import importlib
 import sys
+from collections.abc import Callable
 
 import click
 
@@ -45,8 +45,7 @@ class G3Group(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
-        module, attr = COMMANDS[name].split(":")
-        return getattr(importlib.import_module(f"g3cli.{module}"), attr)
+        return COMMANDS[name]()
 
     def format_commands(self, ctx: click.Context, formatter) -> None:
         """No generated command list: the group's help lists every command with its one line (each command's
@@ -109,21 +108,105 @@ def cli(ctx: click.Context, debug: bool) -> None:
 # Each command's module is imported when that command runs (or its help is shown), not when `g3` starts: the
 # modules import their stages, and train's import torch, so `g3 ingest` or `g3 info` would otherwise pay for every
 # stage (3.7 s of imports on the 2-core sandbox, against 0.7 s for ingest's own).
-COMMANDS = {
-    "ingest": "ingest_cmd:ingest",
-    "info": "info_cmd:info",
-    "partition": "partition_cmd:command",
-    "plan": "plan_cmd:command",
-    "bundle": "bundle_cmd:command",
-    "train": "train_cmd:command",
-    "eval": "eval_cmd:command",
-    "predict": "predict_cmd:command",
-    "export": "export_cmd:command",
-    "report": "report_cmd:command",
-    "bench": "bench_cmd:command",
-    "simulate": "simulate_cmd:command",
-    "cluster": "cluster_cmd:command",
-    "advise": "advise_cmd:command",
+def _ingest() -> click.Command:
+    from g3cli import ingest_cmd
+
+    return ingest_cmd.ingest
+
+
+def _info() -> click.Command:
+    from g3cli import info_cmd
+
+    return info_cmd.info
+
+
+def _partition() -> click.Command:
+    from g3cli import partition_cmd
+
+    return partition_cmd.command
+
+
+def _plan() -> click.Command:
+    from g3cli import plan_cmd
+
+    return plan_cmd.command
+
+
+def _bundle() -> click.Command:
+    from g3cli import bundle_cmd
+
+    return bundle_cmd.command
+
+
+def _train() -> click.Command:
+    from g3cli import train_cmd
+
+    return train_cmd.command
+
+
+def _eval() -> click.Command:
+    from g3cli import eval_cmd
+
+    return eval_cmd.command
+
+
+def _predict() -> click.Command:
+    from g3cli import predict_cmd
+
+    return predict_cmd.command
+
+
+def _export() -> click.Command:
+    from g3cli import export_cmd
+
+    return export_cmd.command
+
+
+def _report() -> click.Command:
+    from g3cli import report_cmd
+
+    return report_cmd.command
+
+
+def _bench() -> click.Command:
+    from g3cli import bench_cmd
+
+    return bench_cmd.command
+
+
+def _simulate() -> click.Command:
+    from g3cli import simulate_cmd
+
+    return simulate_cmd.command
+
+
+def _cluster() -> click.Command:
+    from g3cli import cluster_cmd
+
+    return cluster_cmd.command
+
+
+def _advise() -> click.Command:
+    from g3cli import advise_cmd
+
+    return advise_cmd.command
+
+
+COMMANDS: dict[str, Callable[[], click.Command]] = {
+    "ingest": _ingest,
+    "info": _info,
+    "partition": _partition,
+    "plan": _plan,
+    "bundle": _bundle,
+    "train": _train,
+    "eval": _eval,
+    "predict": _predict,
+    "export": _export,
+    "report": _report,
+    "bench": _bench,
+    "simulate": _simulate,
+    "cluster": _cluster,
+    "advise": _advise,
 }
 
 

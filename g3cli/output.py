@@ -7,8 +7,8 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from stages.common.strategies import LEGACY_STRATEGY, strategy_info
 from stages.common.units import human_bytes
+from stages.strategies import LEGACY_STRATEGY, strategy_spec
 
 # Off a terminal (a pipe, a file, a test's captured output) rich assumes 80 columns and folds every table cell
 # that does not fit, so one row becomes several lines. There, tables print at their natural width, up to this.
@@ -197,7 +197,7 @@ def print_plan_report(plan: dict, detailed: bool = False) -> None:
         f"[bold]plan[/bold] ({strategy['name']}{': ' + shown if shown else ''}) → {plan['path']}: "
         f"{plan['num_workers']} workers, {cfg['model']} × {cfg['layers']} layers, widths {plan['widths']}"
     )
-    rows, table = strategy_info(strategy["name"]).plan_summary(plan)  # from the strategy's planner
+    rows, table = strategy_spec(strategy["name"]).plan_summary(plan)  # from the strategy's planner
     head += "".join(f"; {label}: {text}" for label, text in rows)
     console.print(head)
     _print_residency(plan["workers"])

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import click
 
+from g3cli.output import console
+from g3cli.paths import OutputPath, force_option, out_option
+from g3cli.settings import setting_options
 from stages.partition import PartitionOptions, print_partition_summary, run_partition
-
-from .output import console
-from .paths import OutputPath, force_option, out_option
-from .settings import setting_options
 
 
 @click.command(name="partition")

@@ -6,12 +6,11 @@ import dataclasses
 
 import click
 
-from stages.common.strategies import STRATEGIES
+from g3cli.output import print_plan_report
+from g3cli.paths import force_option, out_option
+from g3cli.settings import setting_options
 from stages.plan import PlanConfig, run_plan
-
-from .output import print_plan_report
-from .paths import force_option, out_option
-from .settings import setting_options
+from stages.strategies import STRATEGIES
 
 
 def _strategy_options() -> list:
@@ -19,7 +18,7 @@ def _strategy_options() -> list:
     seen: dict[str, list[str]] = {}
     opts = {}
     for s in STRATEGIES.values():
-        for o in s.options():
+        for o in s.plan_options:
             seen.setdefault(o.name, []).append(s.name)
             opts[o.name] = o
     return [(o, seen[name]) for name, o in opts.items()]
@@ -37,7 +36,7 @@ def _metavar(name: str) -> str | None:
     """The values an option takes under any strategy: the union of its strategies' ``a|b|c`` metavars."""
     values: list[str] = []
     for s in STRATEGIES.values():
-        for o in s.options():
+        for o in s.plan_options:
             if o.name == name and o.metavar:
                 values += [v for v in o.metavar.split("|") if v not in values]
     return "|".join(values) or None

@@ -6,10 +6,9 @@ import json
 
 import click
 
+from g3cli.output import print_report
+from g3cli.paths import out_option
 from stages.report import run_report
-
-from .output import print_report
-from .paths import out_option
 
 
 @click.command("report")

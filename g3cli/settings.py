@@ -10,8 +10,8 @@ import typing
 
 import click
 
-from .paths import OutputPath
-from .values import parsed
+from g3cli.paths import OutputPath
+from g3cli.values import parsed
 
 
 def _option_type(hint):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import click
 
-from stages.common.strategies import knob_declarations
+from g3cli.output import print_run_summary
+from g3cli.paths import force_option, out_option
+from g3cli.settings import setting_options
+from stages.strategies import knob_declarations
 from stages.train import TrainConfig, run_train
-
-from .output import print_run_summary
-from .paths import force_option, out_option
-from .settings import setting_options
 
 
 def knob_option(uses: list):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .common.artifact_json import check_json, read_json_file
-from .common.errors import G3InputError
-from .common.store import GraphStore
+from stages.common.artifact_json import check_json, read_json_file
+from stages.common.errors import G3InputError
+from stages.common.store import GraphStore
 
 
 def artifact_kind(path: Path) -> str:
@@ -60,18 +60,18 @@ def summarize(path: str | Path, verify: bool = False) -> dict:
     if kind == "store":
         return store_summary(GraphStore.open(path), verify=verify)
     if kind == "plan":  # the reader fills in the strategy of plans older than strategies
-        from .common.plan_artifact import load_plan_meta
+        from stages.strategies import load_plan
 
-        data = load_plan_meta(path)
+        data = load_plan(path)[0]
         data.setdefault("path", str(path))
         data["kind"] = kind
         return data
     if kind == "partition":
-        from .common.partition_artifact import load_partition_meta
+        from stages.common.partition_artifact import load_partition_meta
 
         data = load_partition_meta(path)
     else:
-        from .common.run_artifact import load_run_meta
+        from stages.common.run_artifact import load_run_meta
 
         data = load_run_meta(path)
     data["kind"] = kind

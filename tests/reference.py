@@ -3,7 +3,7 @@
 Written from the formulas, not from ``stages/train/models``: whole-graph adjacency matrices (``torch.sparse``
 COO, duplicates summed) for SAGE and GCN, an edge list with ``scatter_reduce``/``index_add`` and plain torch
 autograd for GAT (no custom ``autograd.Function``), and parameters read by name from a g3 ``state_dict``.
-The only piece shared with g3 is :func:`stages.runtime.dropout.dropout_mask`, which is part of the spec: mask
+The only piece shared with g3 is :func:`stages.kits.runtime.dropout.dropout_mask`, which is part of the spec: mask
 entry = hash(seed, epoch, layer, node id, column), applied after the ReLU of every layer but the last, with
 ``layer`` = the index of the layer that produced the activation and epochs counted from 0.
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from stages.runtime.dropout import dropout_mask
+from stages.kits.runtime.dropout import dropout_mask
 
 NEGATIVE_SLOPE = 0.2  # GAT's LeakyReLU slope (g3's default)
 

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from reference import NEGATIVE_SLOPE, RefGraph, _num_layers, reference_loss
 
-from stages.runtime.dropout import dropout_mask
-from stages.runtime.sampling import keep_nodes
+from stages.kits.runtime.dropout import dropout_mask
+from stages.kits.runtime.sampling import keep_nodes
 
 
 def _layer(

@@ -4,7 +4,7 @@ One process, the whole graph: per step, the targets' neighbours are sampled hop 
 each layer runs over the whole graph restricted to that layer's sampled arcs (SAGE's mean divides by the
 sampled count, GCN keeps the global degrees — g3's convention), the loss is the targets' summed cross-entropy
 over their number, one Adam step per batch. No blocks, no partitions, no transport, no threads, and nothing
-imported from ``stages.runtime`` but :func:`stages.runtime.dropout.dropout_mask` (shared with
+imported from ``stages.kits.runtime`` but :func:`stages.kits.runtime.dropout.dropout_mask` (shared with
 :mod:`reference`): the random choices are re-implemented here in plain numpy from the specification below,
 and ``tests/test_sampler_spec.py`` checks the runtime against them draw by draw.
 
@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from reference import RefGraph, _gcn, _num_layers, _sage
 
-from stages.runtime.dropout import dropout_mask
+from stages.kits.runtime.dropout import dropout_mask
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from stages.advise import ADVISE_SCHEMA, ADVISE_VERSION, AdviseOptions, run_advise
-from stages.common.strategies import STRATEGIES
+from stages.strategies import STRATEGIES
 
 STRATS = ("g3", "bns-gcn", "neutrontp", "distdgl", "clustergcn")
 LINKS = ("10mbit", "10gbit")
@@ -412,7 +412,7 @@ def test_the_python_facade_advises_as_the_command(advice, tiny_store):
 
 def test_calibrate_link_auto_uses_emulated_hosts_only_where_they_can_be_built(monkeypatch):
     from stages.advise import AUTO_CALIBRATE_LINK, resolve_calibrate_link
-    from stages.runtime.launch import netemu
+    from stages.kits.runtime.launch import netemu
 
     monkeypatch.setattr(netemu, "why_not_available", lambda: None)
     assert resolve_calibrate_link("auto") == AUTO_CALIBRATE_LINK

@@ -71,7 +71,7 @@ def _by_candidate(result: dict, link: str | None = None) -> dict:
 
 def _system(entry: dict, result: dict, speeds=None, links=None, bandwidth=10e9 / 8) -> dict:
     """The simulated system of an advise entry, recomputed with g3 simulate's entry point."""
-    from stages.common.strategies import STRATEGIES
+    from stages.strategies import STRATEGIES
 
     variant = next(v for v in STRATEGIES[entry["strategy"]].advise_variants if v.label == entry["variant"])
     calibrated = [
@@ -497,7 +497,7 @@ def test_ranks_fill_the_hosts_in_the_files_order(tmp_path):
 
 
 def test_a_message_runs_at_the_slower_of_its_two_links_and_the_ring_at_the_slowest():
-    from stages.simulate.engine import Engine
+    from stages.kits.simulate.engine import Engine
 
     def pair(net):
         def sender():
@@ -522,9 +522,9 @@ def test_a_message_runs_at_the_slower_of_its_two_links_and_the_ring_at_the_slowe
 def test_per_worker_speed_in_the_bins_and_step_models():
     from stages.common.model_spec import LayerShape
     from stages.simulate import simulate_system
-    from stages.simulate.minibatch import MiniBatchProfile, simulate_minibatch
-    from stages.simulate.profile import LayerRates, PhaseRates, Rates
-    from stages.simulate.workload import make_workload
+    from stages.kits.simulate.minibatch import MiniBatchProfile, simulate_minibatch
+    from stages.kits.simulate.profile import LayerRates, PhaseRates, Rates
+    from stages.kits.simulate.workload import make_workload
 
     # tests/test_simulate.py's hand-made pair: one arc per bin, a row each way per layer; 1 s per arc forward
     def worker(peer: int) -> dict:
@@ -599,7 +599,7 @@ def test_an_all_to_all_waits_for_its_slowest_worker_each_pair_at_its_slower_link
     of the pair; the collective ends with the slowest worker."""
     import numpy as np
 
-    from stages.simulate.tensor_parallel import Collective
+    from stages.strategies.neutrontp.simulate import Collective
 
     c = Collective(
         "split", 1, False, sent=np.full((1, 3), 8, dtype=np.int64), recv=np.full((1, 3), 8, dtype=np.int64)

@@ -142,7 +142,7 @@ before = {"enable_caching": repr(dispatcher.Dispatcher.enable_caching), "threads
           "g3_warning_filters": sum("Sparse CSR" in repr(f) for f in warnings.filters),
           "dtype": str(torch.get_default_dtype()), "grad": torch.is_grad_enabled(),
           "deterministic": torch.are_deterministic_algorithms_enabled(), "numba_threads": numba.config.NUMBA_NUM_THREADS}
-import g3, stages.runtime.kernels, stages.partition.g3, stages.ingest.webgraph, stages.runtime.loss
+import g3, stages.kits.runtime.kernels, stages.strategies.g3.repartition, stages.ingest.webgraph, stages.kits.runtime.loss
 after = {"enable_caching": repr(dispatcher.Dispatcher.enable_caching), "threads": torch.get_num_threads(),
          "g3_warning_filters": sum("Sparse CSR" in repr(f) for f in warnings.filters),
          "dtype": str(torch.get_default_dtype()), "grad": torch.is_grad_enabled(),
@@ -153,7 +153,7 @@ def users_kernel(x):
     return x + 1
 
 print(json.dumps({"before": before, "after": after, "users_cache": type(users_kernel._cache).__name__,
-                  "g3_cache": type(stages.runtime.kernels.__dict__[next(n for n, v in vars(stages.runtime.kernels).items()
+                  "g3_cache": type(stages.kits.runtime.kernels.__dict__[next(n for n, v in vars(stages.kits.runtime.kernels).items()
                                    if isinstance(v, dispatcher.Dispatcher))]._cache).__name__}))
 """
 
@@ -234,7 +234,7 @@ def test_g3_help_lists_every_command_without_importing_the_stages():
     probe = (
         "import sys\nfrom g3cli.main import COMMANDS, cli\n"
         "try:\n    cli(['--help'], prog_name='g3')\nexcept SystemExit:\n    pass\n"
-        "print('heavy:', sorted(m for m in ('numba', 'torch', 'stages.runtime') if m in sys.modules))"
+        "print('heavy:', sorted(m for m in ('numba', 'torch', 'stages.kits.runtime') if m in sys.modules))"
     )
     p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert p.returncode == 0, p.stderr

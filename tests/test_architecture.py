@@ -46,9 +46,9 @@ def test_the_rules_hold_on_the_code():
     "module, line, broken",
     [
         (
-            "stages/runtime/_probe.py",
+            "stages/kits/runtime/_probe.py",
             "from stages.train import run_train",
-            "stages.runtime is not allowed to import stages.train",
+            "stages.kits.runtime is not allowed to import stages.train",
         ),
         (
             "stages/common/_probe.py",
@@ -58,15 +58,19 @@ def test_the_rules_hold_on_the_code():
         ("stages/plan/_probe.py", "import g3cli.main", "stages.plan is not allowed to import g3cli"),
         (
             "stages/simulate/_probe.py",
-            "from stages.plan.bins import build_layer_bins",
-            "Illegal imports of protected package stages.plan.bins",
+            "from stages.kits.plan.bins import build_layer_bins",
+            "Illegal imports of protected package stages.kits.plan.bins",
         ),
         (
             "g3cli/_probe.py",
             "from stages.train.loop import train_rank",
             "Illegal imports of protected package stages.train.loop",
         ),
-        ("stages/partition/metis.py", "from . import g3_method", "No cycles are allowed in stages.partition"),
+        (
+            "stages/kits/partition/metis.py",
+            "from . import g3_method",
+            "No cycles are allowed in stages.partition",
+        ),
     ],
 )
 def test_each_rule_fails_on_an_import_that_breaks_it(copy, module, line, broken):

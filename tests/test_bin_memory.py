@@ -13,7 +13,7 @@ import torch
 from stages.common.bin_memory import NO_LIMIT, pack_bins, pack_within
 from stages.common.errors import G3InputError
 from stages.common.model_spec import BinCost, ModelSpec, bin_cost, bin_costs
-from stages.plan.bins import build_layer_bins
+from stages.kits.plan.bins import build_layer_bins
 
 
 def random_rows(seed: int, n_own: int = 300, n_rem: int = 80, max_deg: int = 9):
@@ -83,7 +83,7 @@ def test_a_node_alone_over_the_limit_is_refused():
 
 # --- the estimate against what a bin allocates ------------------------------------------------------------------
 def _random_block(n_dst: int, n_src: int, arcs: int, seed: int = 0):
-    from stages.runtime.block import Block
+    from stages.kits.runtime.block import Block
 
     g = np.random.default_rng(seed)
     deg = g.multinomial(arcs, np.ones(n_dst) / n_dst)
@@ -130,9 +130,9 @@ def test_the_estimate_bounds_what_a_bin_allocates(kind, backend):
     arcs, sources or destinations dominating, projecting first or not, with and without dropout (the last
     layer), on the index backend (CUDA's: one message per arc) against the ``cuda`` estimate and on the fused
     numba kernels against the ``cpu`` one (no message rows)."""
-    from stages.runtime.block import Block
-    from stages.runtime.kernels import use_backend
-    from stages.runtime.models import model_from_spec
+    from stages.kits.runtime.block import Block
+    from stages.kits.runtime.kernels import use_backend
+    from stages.kits.runtime.models import model_from_spec
 
     for dims in [(60, 10, 7, 2), (10, 40, 7, 2)]:
         spec = ModelSpec(kind, *dims, heads=3)

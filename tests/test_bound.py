@@ -1,4 +1,4 @@
-"""The hub-block lower bound on the total remote set (stages/partition/bound.py) and how `g3 partition` reports it."""
+"""The hub-block lower bound on the total remote set (stages/kits/partition/bound.py) and how `g3 partition` reports it."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from g3cli.main import cli
 from stages.ingest.build import IngestOptions, build_store
 from stages.ingest.source import GraphSource
-from stages.partition.bound import block_bound, infeasible_statement, remote_lower_bound
-from stages.partition.graph import graphs_from_csr
-from stages.partition.metrics import remote_sizes
+from stages.kits.partition.bound import block_bound, infeasible_statement, remote_lower_bound
+from stages.kits.partition.graph import graphs_from_csr
+from stages.kits.partition.metrics import remote_sizes
 
 
 def _graphs(n: int, arcs: list[tuple[int, int]], symmetric: bool):
@@ -184,7 +184,7 @@ def test_partition_reports_an_infeasible_budget(tmp_path):
 
 
 def test_an_infeasible_budget_shortens_the_default_refinement(tmp_path):
-    from stages.partition.refine import STEPS_PER_NODE, STEPS_PER_NODE_INFEASIBLE
+    from stages.strategies.g3.refine import STEPS_PER_NODE, STEPS_PER_NODE_INFEASIBLE
 
     store = _block_store(tmp_path)
     result = CliRunner().invoke(cli, ["partition", str(store), "-w", "4", "-o", str(tmp_path / "p")])
@@ -202,8 +202,8 @@ def test_cnr2000_budget_is_infeasible_at_8_and_16_workers(tmp_path):
     from conftest import shared_path
 
     from stages.common.store import GraphStore
-    from stages.partition.graph import load_graphs
-    from stages.partition.metis import metis_partition
+    from stages.kits.partition.graph import load_graphs
+    from stages.kits.partition.metis import metis_partition
 
     source = shared_path("data", "webgraph", "cnr-2000.graph").parent / "cnr-2000"
     store = tmp_path / "cnr"

@@ -1,4 +1,4 @@
-"""ByteGNN's scheduler (stages/runtime/strategies/bytegnn.py): Algorithm 1's launch rule with injected
+"""ByteGNN's scheduler (stages/strategies/bytegnn/runtime.py): Algorithm 1's launch rule with injected
 measurements, the machine CPU meter, the fine-grained order of a DAG's ready tasks (with requests answered by
 the network thread), the `g3 train` knobs, and GCN on a replicated topology bitwise equal to distdgl (rows and
 degrees fetched by `features0` requests)."""
@@ -16,8 +16,8 @@ import pytest
 import torch
 from test_train import invoke, max_weight_diff
 
-from stages.runtime.config import RuntimeConfig
-from stages.runtime.strategies.bytegnn import CpuMeter, DagRunner, LaunchRule, Task, f_cpu, launch_score
+from stages.kits.runtime.config import RuntimeConfig
+from stages.strategies.bytegnn.runtime import CpuMeter, DagRunner, LaunchRule, Task, f_cpu, launch_score
 
 
 # --- Algorithm 1 -------------------------------------------------------------------------------------------
@@ -299,8 +299,8 @@ def test_gcn_on_a_replicated_topology_equals_distdgl_bitwise(part, tmp_path):
 
 # --- g3 simulate -------------------------------------------------------------------------------------------
 def test_simulated_scheduler_overlaps_dags_and_threads():
-    from stages.simulate.bytegnn import SchedulerProfile, simulate_bytegnn
-    from stages.simulate.minibatch import MiniBatchProfile
+    from stages.strategies.bytegnn.simulate import SchedulerProfile, simulate_bytegnn
+    from stages.kits.simulate.minibatch import MiniBatchProfile
 
     p = MiniBatchProfile(
         strategy="bytegnn",

@@ -20,8 +20,8 @@ from test_strategies import records
 from test_train import invoke, max_weight_diff
 
 from stages.common.model_spec import ModelSpec
-from stages.common.strategies import STRATEGIES
-from stages.runtime.device.op_counter import OpCounter
+from stages.strategies import STRATEGIES
+from stages.kits.runtime.device.op_counter import OpCounter
 
 HIDDEN, EPOCHS = 16, 3
 FULL_GRAPH = ("g3", "bns-gcn", "neutrontp")  # whose step is one full-graph pass, like PyG's
@@ -181,7 +181,7 @@ def test_the_plan_records_whether_each_partition_fits_the_device(store, tmp_path
     """plan.json says per worker where its partition will live: on the device when its footprint fits the
     device memory, in host memory when it does not, with the bytes and the reason; every strategy takes
     --device-memory."""
-    from stages.plan.residency import resident_bytes
+    from stages.kits.plan.residency import resident_bytes
 
     part = tmp_path / "part"
     assert (
@@ -210,7 +210,7 @@ def test_the_plan_records_whether_each_partition_fits_the_device(store, tmp_path
 
 
 def test_residency_follows_the_plan_on_a_gpu_and_the_option_anywhere():
-    from stages.runtime.config import RuntimeConfig
+    from stages.kits.runtime.config import RuntimeConfig
 
     gpu, cpu = RuntimeConfig(device="cuda"), RuntimeConfig(device="cpu")
     assert gpu.resident("device") and gpu.resident(None) and not gpu.resident("host")
@@ -426,8 +426,8 @@ def test_the_device_path_aggregates_by_csr_products_without_synchronising():
     """The device path's aggregation is a CSR product forward and backward (what CUDA runs: 7-12x faster than
     gather + index_add_ on the GPU, docs/BENCHMARKS.md), on rows with unsorted and repeated sources, equal to a
     dense reference; the transposed CSR is made without reading a count back."""
-    from stages.runtime.device.path import device_kernels
-    from stages.runtime.kernels import backend, csr_mean, csr_transpose
+    from stages.kits.runtime.device.path import device_kernels
+    from stages.kits.runtime.kernels import backend, csr_mean, csr_transpose
 
     indptr = torch.tensor([0, 3, 3, 5])
     indices = torch.tensor([2, 0, 2, 1, 1])  # row 0 repeats source 2 and is unsorted; row 1 is empty

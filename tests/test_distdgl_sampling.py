@@ -1,4 +1,4 @@
-"""DistDGL's sampling service (`stages/runtime/sampling_service.py`) and the distdgl strategy's use of it.
+"""DistDGL's sampling service (`stages/kits/runtime/sampling_service.py`) and the distdgl strategy's use of it.
 
 The service tests run K services in one process (threads for the workers, addresses exchanged through a
 barrier instead of the process group): requests from several threads to several owners at once, CSR replies
@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from test_strategies import partitions  # noqa: F401 - the fixture
 
-from stages.runtime.neighbor_sampler import sample_key, sample_rows, signed64
-from stages.runtime.sampling_service import SamplingService
-from stages.runtime.strategies.distdgl import regroup
-from stages.runtime.trace import Tracer
-from stages.runtime.transport import CommStats
+from stages.kits.runtime.neighbor_sampler import sample_key, sample_rows, signed64
+from stages.kits.runtime.sampling_service import SamplingService
+from stages.strategies.distdgl.runtime import regroup
+from stages.kits.runtime.trace import Tracer
+from stages.kits.runtime.transport import CommStats
 
 
 def power_law_csr(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -260,7 +260,7 @@ def even_split_by_hand(train: list[np.ndarray]) -> list[list[int]]:
 
 @pytest.mark.parametrize("sizes", [(5, 6), (10, 3, 0, 7), (4, 4, 4), (0, 9), (1, 1, 1, 9)])
 def test_the_even_split_gives_every_worker_the_same_count_keeping_its_own_first(sizes):
-    from stages.runtime.strategies.distdgl import balanced_split
+    from stages.strategies.distdgl.runtime import balanced_split
 
     rng = np.random.default_rng(sum(sizes))
     ids = rng.permutation(100)[: sum(sizes)]

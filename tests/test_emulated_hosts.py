@@ -18,8 +18,8 @@ import torch
 from test_train import invoke, max_weight_diff
 
 from stages.common.errors import G3InputError
-from stages.runtime.launch.emulated_hosts import Fault
-from stages.runtime.launch.netemu import (
+from stages.kits.runtime.launch.emulated_hosts import Fault
+from stages.kits.runtime.launch.netemu import (
     EmulatedNetwork,
     g3_namespaces,
     host_cores,
@@ -100,7 +100,7 @@ def test_fault_specs_and_their_refusals():
 def test_host_folders_a_killed_launcher_left_are_removed(tmp_path):
     """Host folders beside a run carry their launcher's pid: those of a gone launcher are removed, a running
     one's are kept."""
-    from stages.runtime.launch.emulated_hosts import clean_stale_host_folders
+    from stages.kits.runtime.launch.emulated_hosts import clean_stale_host_folders
 
     gone, running = tmp_path / ".g3e999999999-hosts-run-abc", tmp_path / f".g3e{os.getpid()}-hosts-run-def"
     for d in (gone, running):
@@ -121,7 +121,7 @@ def test_subnets_that_are_not_the_hosts_to_take_are_refused(tmp_path):
     already routes (read from its route table, here a copy), are refused before a namespace is made."""
     import ipaddress
 
-    from stages.runtime.launch.netemu import unusable_subnet
+    from stages.kits.runtime.launch.netemu import unusable_subnet
 
     routes = tmp_path / "route"  # /proc/net/route's format: a default route and 192.0.2.0/24 on eth0
     routes.write_text(
@@ -189,7 +189,7 @@ def test_bad_emulation_options_are_one_line(plans, tmp_path, args, words):
 def test_where_namespaces_cannot_be_made_one_line_says_why(plans, tmp_path, monkeypatch):
     """No root, no iproute2: `g3 train/bench --emulate-link` and `g3 cluster check` refuse in one line, exit 2,
     before anything is written."""
-    import stages.runtime.launch.netemu as netemu
+    import stages.kits.runtime.launch.netemu as netemu
 
     monkeypatch.setattr(netemu, "_WHY_NOT", ["network namespaces need root or CAP_NET_ADMIN"])
     r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), "--emulate-link", "1gbit", *TRAIN])

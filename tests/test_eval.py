@@ -88,7 +88,7 @@ def test_eval_matches_independent_accuracy(store, tmp_path, model, k, monkeypatc
     def no_workers(*args, **kwargs):
         raise AssertionError("a 1-worker evaluation started worker processes")
 
-    monkeypatch.setattr("stages.runtime.launch.launchers.spawn_workers", no_workers)
+    monkeypatch.setattr("stages.kits.runtime.launch.launchers.spawn_workers", no_workers)
     handlers = logging.getLogger("g3").handlers[:]
     r = invoke(["eval", str(run), "--workers", "1", "--split", "test", "--json", "--force"])
     assert r.exit_code == 0, r.output
@@ -105,14 +105,14 @@ def test_eval_imports_only_what_it_needs():
         import importlib, sys
         import stages.eval
         assert "torch" not in sys.modules, "stages.eval imports torch"
-        from stages.common.strategies import STRATEGIES
-        from stages.runtime.launch.processes import INFERENCE_PRELOAD
+        from stages.strategies import STRATEGIES
+        from stages.kits.runtime.launch.processes import INFERENCE_PRELOAD
         for name in INFERENCE_PRELOAD:
             if name != "__main__":
                 importlib.import_module(name)
         assert "torch._dynamo" not in sys.modules
         assert "torch.fx.experimental.symbolic_shapes" in sys.modules
-        assert all(f"stages.runtime.strategies.{s.runtime}" in sys.modules for s in STRATEGIES.values())
+        assert all(f"stages.strategies.{s.runtime}" in sys.modules for s in STRATEGIES.values())
     """
     r = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1]
@@ -135,7 +135,7 @@ def test_a_rank_run_in_process_fails_as_a_worker_does(tmp_path):
     """A 1-worker evaluation's rank runs in the launching process: its error is written and named as a worker's
     (bad input: G3InputError, exit 2; anything else: G3RuntimeError), and the process's "g3" logging is restored."""
     from stages.common.errors import G3InputError, G3RuntimeError
-    from stages.runtime.launch.processes import run_in_process
+    from stages.kits.runtime.launch.processes import run_in_process
 
     handlers = logging.getLogger("g3").handlers[:]
     for error, kind in ((G3InputError("bad weights"), G3InputError), (ValueError("oops"), G3RuntimeError)):
@@ -152,8 +152,8 @@ def test_in_a_process_group_one_rank_still_runs_in_a_worker(tmp_path, monkeypatc
     restores."""
     import torch.distributed as dist
 
-    from stages.runtime.config import RuntimeConfig
-    from stages.runtime.launch import launchers
+    from stages.kits.runtime.config import RuntimeConfig
+    from stages.kits.runtime.launch import launchers
 
     ran = []
     monkeypatch.setattr(launchers, "spawn_workers", lambda *a, **k: ran.append("worker"))

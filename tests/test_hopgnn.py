@@ -21,7 +21,7 @@ from test_eval import assert_eval_is_independent
 from test_strategies import partitions  # noqa: F401 - the fixture
 from test_train import invoke, max_weight_diff, ref_graph
 
-from stages.runtime.strategies.hopgnn import merge_decision, time_steps
+from stages.strategies.hopgnn.runtime import merge_decision, time_steps
 
 EPOCHS, LR, DROPOUT, SEED, BATCH, FANOUTS = 3, 0.02, 0.3, 7, 40, "3,2"
 
@@ -219,7 +219,7 @@ def test_pregather_merge_and_migration_change_where_work_runs_not_the_model(part
         b,
         pre,
     ):  # what the owners served is what was fetched, each reply with its 29-byte frame (status,
-        # array count, dtype, ndim, two extents: stages/runtime/sampling_service.py) — at most one reply per worker,
+        # array count, dtype, ndim, two extents: stages/kits/runtime/sampling_service.py) — at most one reply per worker,
         # owner asked and time step
         extra = sum(x["bytes_sent_per_phase"]["features0"] for x in w) - sum(x["feature_bytes"] for x in w)
         assert extra % 29 == 0 and 0 <= extra <= 29 * steps * k * k * (k - 1), extra

@@ -242,7 +242,7 @@ def test_a_full_disk_is_one_line_in_a_stage_and_in_a_worker(store, tmp_path, cli
     injected ENOSPC while the shards are written) and in a worker (reported through the launcher)."""
     import errno
 
-    import stages.partition.shards as shards
+    import stages.kits.partition.shards as shards
 
     real_save = np.save
 

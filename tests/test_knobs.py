@@ -14,7 +14,7 @@ from test_train import invoke
 
 from stages.common.errors import G3InputError
 from stages.common.knobs import BIN_SCHEDULES, TrainKnob, at_least_one
-from stages.common.strategies import STRATEGIES, knob_declarations
+from stages.strategies import STRATEGIES, knob_declarations
 
 FIXTURE = TrainKnob(
     "fixture_rounds",
@@ -79,7 +79,7 @@ def test_a_knob_declared_in_one_entry_reaches_the_cli(fixture_knob, plans):
 def test_a_knob_declared_in_one_entry_reaches_the_api_run_json_and_eval(fixture_knob):
     from g3.api import _options
     from stages.eval import _inference_config
-    from stages.runtime.config import resolve_knobs
+    from stages.kits.runtime.config import resolve_knobs
     from stages.train import TrainConfig
 
     cfg = _options(TrainConfig, "train", {"epochs": 2, "fixture_rounds": 5})
@@ -133,7 +133,7 @@ def test_a_knob_declared_in_one_entry_reaches_bench_and_advise(fixture_knob):
 def test_every_knob_is_declared_alike_by_the_strategies_that_share_it():
     """One name, one type and one flag (the CLI option is shared); a text knob's values are its choices or its
     check's; the bin schedules the runtime runs are the names the declaration offers."""
-    from stages.runtime.pipeline import SCHEDULES
+    from stages.strategies.g3.pipeline import SCHEDULES
 
     assert set(SCHEDULES) == set(BIN_SCHEDULES)
     for name, uses in knob_declarations().items():

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from stages.runtime.loss import cross_entropy_with_grad
+from stages.kits.runtime.loss import cross_entropy_with_grad
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-6)])
@@ -46,7 +46,7 @@ def test_vectorised_float32_exp_is_accurate():
     [-87, 0] — no worse than np.exp in float32 — and stays a tiny positive number below."""
     import numpy as np
 
-    from stages.runtime.loss import expf_nonpositive
+    from stages.kits.runtime.loss import expf_nonpositive
 
     x = np.linspace(-87.0, 0.0, 400_001).astype(np.float32)
     out = np.empty_like(x)

@@ -28,7 +28,7 @@ from test_eval import assert_eval_is_independent
 from test_strategies import partitions  # noqa: F401 - the fixture
 from test_train import invoke, max_weight_diff, ref_graph
 
-from stages.runtime.neighbor_sampler import build_blocks, sample_rows, sorted_rows_by_global
+from stages.kits.runtime.neighbor_sampler import build_blocks, sample_rows, sorted_rows_by_global
 
 EPOCHS, LR, DROPOUT, SEED = 3, 0.02, 0.3, 7
 
@@ -462,7 +462,7 @@ def test_bytegnn_scheduler_on_off_and_distdgl_train_the_same_model(store, tmp_pa
 
 
 def test_bytegnn_launch_score_follows_algorithm_1():
-    from stages.runtime.strategies.bytegnn import launch_score
+    from stages.strategies.bytegnn.runtime import launch_score
 
     # T_gap x f(C_util) x balance, no other scaling; balance = T_sample / (T_train x Q_size)
     assert launch_score(10, 0, 1.0, 1.0, 1) == pytest.approx(10 * 100 * 1.0)  # f(0) = 100

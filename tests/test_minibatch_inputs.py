@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from test_strategies import partitions  # noqa: F401 - the fixture
 from test_train import invoke
 
-from stages.runtime.block import Block, cheaper_to_project, project_first
-from stages.runtime.config import RuntimeConfig
-from stages.runtime.strategies.minibatch import RowBuffers
+from stages.kits.runtime.block import Block, cheaper_to_project, project_first
+from stages.kits.runtime.config import RuntimeConfig
+from stages.kits.runtime.minibatch import RowBuffers
 
 
 def test_row_buffers_are_reused_when_large_enough():
@@ -58,7 +58,7 @@ def test_one_worker_reads_its_first_layer_in_the_feature_table_bitwise(partition
     """distdgl at K = 1: the first layer aggregates its sources' rows where they lie in the feature table, and the
     step gathers only the destinations' rows — the same logits and weight gradients as over the gathered rows,
     bitwise; buffers come back to the pool once the next step is taken."""
-    from stages.runtime.worker import open_worker
+    from stages.kits.runtime.worker import open_worker
 
     plan = tmp_path / "plan"
     r = invoke(

@@ -15,10 +15,10 @@ import pytest
 import torch
 from reference import RefGraph, reference_forward, reference_loss, reference_train
 
-from stages.runtime.binexec import backward_bins, forward_bins
-from stages.runtime.block import Block, build_block
-from stages.runtime.dropout import dropout_mask, dropout_uniform_bits
-from stages.runtime.kernels import (
+from stages.kits.runtime.binexec import backward_bins, forward_bins
+from stages.kits.runtime.block import Block, build_block
+from stages.kits.runtime.dropout import dropout_mask, dropout_uniform_bits
+from stages.kits.runtime.kernels import (
     BACKENDS,
     add_rows_at,
     add_self_loops,
@@ -33,7 +33,7 @@ from stages.runtime.kernels import (
     take_rows_at,
     use_backend,
 )
-from stages.runtime.models import GNNModel, build_model
+from stages.kits.runtime.models import GNNModel, build_model
 
 CASES = [("sage", 8), ("gcn", 8), ("gat", 2), ("gat", 8)]  # (kind, heads); heads only matter for GAT
 # (in_dim, hidden, num_classes): layer 0 widens / last layer narrows, and the reverse
@@ -275,7 +275,7 @@ def test_sage_reading_rows_in_place_equals_the_gathered_forward(dtype):
                 ref = model.layer_forward(layer, block, x_src, 1, 0.3, 5, training)
                 got = model.layer_forward_rows(layer, block, h, src, h[src[:n_dst]], 1, 0.3, 5, training)
                 torch.testing.assert_close(got, ref, rtol=1e-6 if dtype == torch.float32 else 1e-13, atol=0)
-        from stages.runtime.models.sage import ROW_INDICES
+        from stages.kits.runtime.models.sage import ROW_INDICES
 
         agg_rows = csr_mean(indptr, block.cached(ROW_INDICES, None), h, n_dst)
         assert torch.equal(agg_rows, csr_mean(indptr, indices, x_src, n_dst))
@@ -883,8 +883,8 @@ def _every_row_kernel(dtype):
 def test_row_kernels_on_the_kernel_pool_equal_one_thread_bitwise(dtype, monkeypatch):
     """Every numba row kernel split into chunks over two threads (the pool; forced here on a small input by a zero
     work threshold) gives bitwise what the calling thread gives alone; helper threads never use the pool."""
-    from stages.runtime import kernels
-    from stages.runtime.kernels import numba_cpu  # the pool and its threshold live (and are read) there
+    from stages.kits.runtime import kernels
+    from stages.kits.runtime.kernels import numba_cpu  # the pool and its threshold live (and are read) there
 
     alone = _every_row_kernel(dtype)
     monkeypatch.setattr(numba_cpu, "_PARALLEL_MIN_WORK", 0)

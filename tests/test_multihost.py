@@ -324,7 +324,7 @@ def test_a_bundle_carries_every_layout_of_the_partition(store, tmp_path, monkeyp
     every node folder holds its ranks' shards of each, byte for byte, and a missing one is refused up front."""
     import dataclasses
 
-    from stages.common.partition_methods import METHODS
+    from stages.kits.partition.methods import METHODS
 
     monkeypatch.setitem(
         METHODS, "random", dataclasses.replace(METHODS["random"], layouts=("rows", "columns"))

@@ -409,7 +409,7 @@ def test_the_chunk_arrays_are_checked_where_they_are_read(feature_parts, tmp_pat
 
     from stages.common.errors import G3InputError
     from stages.common.npy import npy_manifest
-    from stages.runtime.strategies.neutrontp import load_chunks
+    from stages.strategies.neutrontp.runtime import load_chunks
 
     plan = tmp_path / "plan"
     assert (

@@ -1,15 +1,15 @@
-"""No code outside a strategy's own module (stages/runtime/strategies/<runtime>.py), its planner
+"""No code outside a strategy's own module (stages/strategies/<runtime>.py), its planner
 (stages/plan/<planner>.py) and a partition method's own module compares or dispatches on a strategy name or a
-partition-method name: every other stage asks the registries (stages/common/strategies/,
-stages/common/partition_methods.py). Docs and tests are free to name them."""
+partition-method name: every other stage asks the registries (stages/strategies/,
+stages/kits/partition/methods.py). Docs and tests are free to name them."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from stages.common.partition_methods import METHODS
-from stages.common.strategies import STRATEGIES
+from stages.kits.partition.methods import METHODS
+from stages.strategies import STRATEGIES
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = sorted({*STRATEGIES, *METHODS, "p3", "hopgnn"}, key=len, reverse=True)
@@ -25,9 +25,9 @@ CHECKS = {
 
 def allowed_files() -> set[Path]:
     """The strategies' runtime modules and planners, the partition methods' modules and their registries."""
-    out = {ROOT / "stages/common/partition_methods.py", *(ROOT / "stages/common/strategies").glob("*.py")}
+    out = {ROOT / "stages/kits/partition/methods.py", *(ROOT / "stages/common/strategies").glob("*.py")}
     for s in STRATEGIES.values():
-        out.add(ROOT / "stages/runtime/strategies" / f"{s.runtime}.py")
+        out.add(ROOT / "stages/kits/runtime/strategies" / f"{s.runtime}.py")
         out.add(ROOT / "stages/plan" / f"{s.planner}.py")
     for m in METHODS.values():
         out.add(ROOT / "stages/partition" / f"{m.assign.split(':')[0]}.py")

@@ -1,5 +1,5 @@
 """Partitioning a graph METIS cannot hold: coarsened by size-constrained label propagation, METIS on the clusters,
-projected back (stages/partition/coarsen.py, `g3 partition --metis-memory`).
+projected back (stages/kits/partition/coarsen.py, `g3 partition --metis-memory`).
 
 What must hold: the clusters respect their size cap; contraction keeps every arc between clusters (the coarse
 arc weights sum to the fine edge cut of the clustering); the projected partition's weights per constraint are
@@ -17,9 +17,9 @@ import pytest
 from test_train import invoke
 
 from stages.common.store import GraphStore
-from stages.partition.coarsen import contract, propagate
-from stages.partition.graph import load_graphs
-from stages.partition.metis import metis_partition
+from stages.kits.partition.coarsen import contract, propagate
+from stages.kits.partition.graph import load_graphs
+from stages.kits.partition.metis import metis_partition
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,7 @@ def test_a_metis_memory_that_makes_no_sense_is_refused_in_one_line(community_sto
 def test_contraction_merged_block_by_block_is_the_same(community_store, monkeypatch):
     """Contraction merges its blocks' cluster pairs as it goes (what it holds stays near the coarse graph's
     size): tiny blocks, merged many times over, give the graph one block gives."""
-    from stages.partition import coarsen
+    from stages.kits.partition import coarsen
 
     g = load_graphs(GraphStore.open(community_store))
     labels = np.arange(g.num_nodes, dtype=np.int64) // 7

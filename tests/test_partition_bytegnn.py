@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from g3cli.main import cli
 from stages.common.store import GraphStore
 from stages.partition import PartitionOptions, run_partition
-from stages.partition.bytegnn import build_blocks, bytegnn_partition, fill_least_loaded
-from stages.partition.graph import graphs_from_csr, load_graphs
-from stages.partition.metrics import edge_cut
+from stages.strategies.bytegnn.partition import build_blocks, bytegnn_partition, fill_least_loaded
+from stages.kits.partition.graph import graphs_from_csr, load_graphs
+from stages.kits.partition.metrics import edge_cut
 
 SPLITS = ("train", "valid", "test")
 
@@ -149,7 +149,7 @@ def test_each_split_stays_within_the_documented_cap(tiny_graphs, k, share):
         assert part.min() >= 0 and part.max() < k
         for i, s in enumerate(SPLITS):
             counts = np.bincount(part[splits[s]], minlength=k)
-            # the bound documented in stages/partition/bytegnn.py: max_j |P_j(s)| <= ceil(tol x |V(s)| / K)
+            # the bound documented in stages/strategies/bytegnn/partition.py: max_j |P_j(s)| <= ceil(tol x |V(s)| / K)
             assert counts.max() <= math.ceil(tol * len(splits[s]) / k - 1e-9), (s, counts)
             assert [row[i] for row in stats["split_counts"]] == counts.tolist()
             assert stats["caps"][s] == math.ceil(tol * len(splits[s]) / k - 1e-9)

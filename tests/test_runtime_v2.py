@@ -51,7 +51,7 @@ class ToyStrategy:
         return 1
 
     def forward(self, epoch, step, micro=0):
-        from stages.runtime.strategies.base import StepOutput
+        from stages.kits.runtime.strategy import StepOutput
 
         self.calls.append((epoch, step, micro))
         x = torch.tensor([self.rank + 1.0, micro + 1.0], dtype=torch.float64)
@@ -68,7 +68,7 @@ class ToyStrategy:
         self.calls.append("before_update")
 
     def update(self, optimizer, replicated):  # the default update of every strategy (all-reduce, step)
-        from stages.runtime.strategies.base import Strategy
+        from stages.kits.runtime.strategy import Strategy
 
         return Strategy.update(self, optimizer, replicated)
 
@@ -78,7 +78,7 @@ class ToyStrategy:
 
 class _Ctx:
     def __init__(self, rank, world):
-        from stages.runtime.trace import Tracer
+        from stages.kits.runtime.trace import Tracer
 
         self.rank, self.world, self.tracer = rank, world, Tracer(rank)
 

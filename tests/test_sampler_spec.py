@@ -13,8 +13,8 @@ import pytest
 from reference_minibatch import ascending_rows, draw, dropout_epoch, key_of, mix, permutation
 from scipy.stats import chi2
 
-from stages.runtime.neighbor_sampler import sample_key, sample_rows, sorted_rows_by_global
-from stages.runtime.strategies.minibatch import shuffled, step_key
+from stages.kits.runtime.neighbor_sampler import sample_key, sample_rows, sorted_rows_by_global
+from stages.kits.runtime.minibatch import shuffled, step_key
 
 # keys that exercise the 64-bit edges: zero, the sign bit, the top, negative ints taken mod 2^64
 KEY_PARTS = [
@@ -207,12 +207,12 @@ def test_batch_permutations_put_every_id_first_equally_often():
 
 @pytest.mark.parametrize("fanout", FANOUTS + [0])
 def test_the_device_sampler_draws_exactly_the_specified_neighbours(graph, fanout):
-    """The torch sampler (the device path's, stages/runtime/device/sampler.py) draws the specification's picks
+    """The torch sampler (the device path's, stages/kits/runtime/device/sampler.py) draws the specification's picks
     too, pick by pick, for every key and rows asked in any order: a run sampling on a GPU equals one sampling
     on the host."""
     import torch
 
-    from stages.runtime.device.sampler import sample_rows as device_sample_rows
+    from stages.kits.runtime.device.sampler import sample_rows as device_sample_rows
 
     indptr, _, nbrs = graph
     n = len(indptr) - 1
@@ -236,7 +236,7 @@ def test_the_device_relabel_numbers_sources_as_the_host_does():
     exactly the host's block (checked here against the rule, written out with a dict)."""
     import torch
 
-    from stages.runtime.device.sampler import block_arrays
+    from stages.kits.runtime.device.sampler import block_arrays
 
     rng = np.random.default_rng(3)
     for _ in range(30):
@@ -259,9 +259,9 @@ def test_a_device_hop_reads_back_two_numbers(graph):
     new sources they bring (the output sizes), nothing else."""
     import torch
 
-    from stages.runtime.device.op_counter import OpCounter
-    from stages.runtime.device.sampler import block_arrays
-    from stages.runtime.device.sampler import sample_rows as device_sample_rows
+    from stages.kits.runtime.device.op_counter import OpCounter
+    from stages.kits.runtime.device.sampler import block_arrays
+    from stages.kits.runtime.device.sampler import sample_rows as device_sample_rows
 
     indptr, _, nbrs = (torch.from_numpy(a) for a in graph)
     nodes = torch.arange(50)

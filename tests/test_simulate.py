@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from stages.common.model_spec import LayerShape
-from stages.runtime.profile import fit_phase
+from stages.kits.runtime.profile import fit_phase
 from stages.simulate import (
     allreduce_seconds,
     parse_bandwidth,
@@ -17,10 +17,10 @@ from stages.simulate import (
     parse_workers_list,
     simulate_system,
 )
-from stages.simulate.engine import Network
-from stages.simulate.profile import LayerRates, PhaseRates, Rates
-from stages.simulate.schedules import halo_loads
-from stages.simulate.workload import make_workload
+from stages.kits.simulate.engine import Network
+from stages.kits.simulate.profile import LayerRates, PhaseRates, Rates
+from stages.strategies.g3.schedules import halo_loads
+from stages.kits.simulate.workload import make_workload
 
 # ------------------------------------------------------------------------------------------------------------
 # The hand-made plan. Each worker w owns X (local 0) and Y (local 1); Y is what the peer needs, so the priority
@@ -273,7 +273,7 @@ def test_train_profile_feeds_simulate(tiny_store, tmp_path, cli_runner):
     from g3cli.main import cli
     from stages.partition import PartitionOptions, run_partition
     from stages.plan import PlanConfig, run_plan
-    from stages.runtime.launch.processes import run_guarded
+    from stages.kits.runtime.launch.processes import run_guarded
     from stages.train.config import TrainConfig
     from stages.train.loop import train_rank
 
@@ -325,7 +325,7 @@ def test_train_profile_feeds_simulate(tiny_store, tmp_path, cli_runner):
 
 def test_engine_wait_any_resumes_once():
     """A wait for any of several messages ends at the first arrival; later arrivals do not resume it again."""
-    from stages.simulate.engine import Engine
+    from stages.kits.simulate.engine import Engine
 
     def sender():
         yield ("send", "a", 1, 4, False)  # 1 s on the link, arrives at 1.5
@@ -347,7 +347,7 @@ def test_connections_share_links_fairly_so_an_all_to_all_takes_k_minus_1_link_ti
     """Every worker sends 1 MB to every peer at once over 1 MB/s links: with the links shared fairly between the
     connections (what TCP flows converge to, and what g3's emulated hosts measure) each link carries K − 1 MB
     in K − 1 s; first come, first served per link took 2K − 3 s."""
-    from stages.simulate.engine import Engine
+    from stages.kits.simulate.engine import Engine
 
     def worker(w):
         for p in range(k):
@@ -363,7 +363,7 @@ def test_connections_share_links_fairly_so_an_all_to_all_takes_k_minus_1_link_ti
 def test_one_connection_is_first_in_first_out_and_shares_the_sender_link_with_another():
     """Two messages to one peer go one after the other (one connection); a third to another peer, posted with
     them, shares the sender's egress half and half while both connections send."""
-    from stages.simulate.engine import Engine
+    from stages.kits.simulate.engine import Engine
 
     def sender():
         yield ("send", "a", 1, 2, False)

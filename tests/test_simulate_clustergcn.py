@@ -1,4 +1,4 @@
-"""`g3 simulate` of a clustergcn plan (stages/simulate/clustergcn.py): the modelled steps, times and all-reduce
+"""`g3 simulate` of a clustergcn plan (stages/strategies/clustergcn/simulate.py): the modelled steps, times and all-reduce
 against the formulas worked by hand step by step, a slower link adding exactly the all-reduce terms the model
 reports, the clusters of another worker count equal to what `g3 plan` writes for it, and `g3 simulate PLAN --run
 RUN` on a real two-worker run counting the run's own batches, steps and bytes (and refusing a run whose recorded
@@ -18,8 +18,8 @@ from test_train import invoke
 
 from stages.common.artifact_json import sealed
 from stages.common.plan_artifact import load_plan_meta
-from stages.runtime.strategies.minibatch import shuffled
-from stages.simulate.clustergcn import (
+from stages.kits.runtime.minibatch import shuffled
+from stages.strategies.clustergcn.simulate import (
     ClusterProfile,
     WorkerClusters,
     batches,

@@ -1,4 +1,4 @@
-"""`g3 simulate` of a hopgnn plan (stages/simulate/hopgnn.py): the modelled bytes and times against their formulas
+"""`g3 simulate` of a hopgnn plan (stages/strategies/hopgnn/simulate.py): the modelled bytes and times against their formulas
 worked by hand, ``--merge auto`` as the runtime's rule on modelled epochs, the home share recovered from a merged
 run's miss share, and `g3 simulate PLAN --run RUN` on a real two-worker run reproducing its measured bytes. Also
 HopGNN's Table 1 script (examples/hopgnn_locality.py) against micrographs built one root at a time."""
@@ -15,8 +15,14 @@ import pytest
 from test_strategies import partitions  # noqa: F401 - the fixture
 from test_train import invoke
 
-from stages.simulate.hopgnn import HopProfile, _home_share, auto_merged, miss_share, simulate_hopgnn
-from stages.simulate.minibatch import MiniBatchProfile
+from stages.strategies.hopgnn.simulate import (
+    HopProfile,
+    _home_share,
+    auto_merged,
+    miss_share,
+    simulate_hopgnn,
+)
+from stages.kits.simulate.minibatch import MiniBatchProfile
 
 INF = math.inf
 
@@ -253,7 +259,7 @@ def test_g3_simulate_a_hopgnn_plan_from_its_run(partitions, tmp_path):  # noqa: 
 # --- examples/hopgnn_locality.py (Table 1 in shape) ------------------------------------------------------------
 def test_locality_shares_equal_micrographs_built_one_root_at_a_time(store):
     from stages.common.store import GraphStore
-    from stages.runtime.neighbor_sampler import build_blocks
+    from stages.kits.runtime.neighbor_sampler import build_blocks
 
     path = Path(__file__).resolve().parents[1] / "examples" / "hopgnn_locality.py"
     spec = importlib.util.spec_from_file_location("hopgnn_locality", path)

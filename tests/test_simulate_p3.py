@@ -1,4 +1,4 @@
-"""`g3 simulate` of a p3 plan (stages/simulate/p3.py): the modelled bytes and times against their formulas worked
+"""`g3 simulate` of a p3 plan (stages/strategies/p3/simulate.py): the modelled bytes and times against their formulas worked
 by hand, the pipelined schedule never slower than the unpipelined one and equal to it when nothing overlaps, and
 `g3 simulate PLAN --run RUN` on a real two-worker p3 run reproducing the bytes the run measured."""
 
@@ -11,7 +11,7 @@ import pytest
 from test_strategies import partitions  # noqa: F401 - the fixture
 from test_train import invoke
 
-from stages.simulate.p3 import P3Profile, simulate_p3, train_seconds
+from stages.strategies.p3.simulate import P3Profile, simulate_p3, train_seconds
 
 INF = math.inf
 

@@ -1,4 +1,4 @@
-"""`g3 simulate` of a neutrontp plan (stages/simulate/tensor_parallel.py): the collectives' bytes against the
+"""`g3 simulate` of a neutrontp plan (stages/strategies/neutrontp/simulate.py): the collectives' bytes against the
 plan's, chunk layouts derived for other worker counts against real plans, 4 collectives per epoch for the
 decoupled variant whatever L, the inter-chunk pipeline (a hand-computed pass; never slower than bulk beyond
 what cutting the collectives costs; equal with one chunk), K up to 16, and the command."""
@@ -13,12 +13,12 @@ import pytest
 
 from stages.common.model_spec import LayerShape, ModelSpec
 from stages.common.plan_artifact import load_plan_meta
-from stages.partition.feature import feature_columns
-from stages.plan import neutrontp as planner
+from stages.kits.partition.feature import feature_columns
+from stages.strategies.neutrontp import plan as planner
 from stages.simulate import SimulateOptions, run_simulate
-from stages.simulate.engine import Network
-from stages.simulate.profile import default_rates
-from stages.simulate.tensor_parallel import (
+from stages.kits.simulate.engine import Network
+from stages.kits.simulate.profile import default_rates
+from stages.strategies.neutrontp.simulate import (
     ChunkPass,
     Collective,
     TPLayout,
@@ -326,8 +326,8 @@ def test_cli_simulate_neutrontp_plan(tp_store, tmp_path):
 @pytest.mark.parametrize("kind,layers", [("sage", 2), ("gcn", 3), ("dgcn", 1), ("dgcn", 3)])
 def test_all_reduced_weights_are_the_models(kind, layers):
     """The all-reduce moves the model's weights; dgcn's are its MLP's (g3's simulator counted them wrongly)."""
-    from stages.runtime.models import model_from_spec
-    from stages.simulate.tensor_parallel import num_params
+    from stages.kits.runtime.models import model_from_spec
+    from stages.strategies.neutrontp.simulate import num_params
 
     spec = ModelSpec(kind, in_dim=12, hidden=7, num_classes=5, layers=layers)
     model = model_from_spec(spec)

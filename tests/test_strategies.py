@@ -411,7 +411,7 @@ def test_resume_with_caches_equals_an_uninterrupted_run(store, partitions, tmp_p
 
 
 def test_gradient_clipping_scales_to_the_local_threshold():
-    from stages.runtime.strategies.sancus import clip_rows
+    from stages.strategies.sancus.runtime import clip_rows
 
     g = torch.full((4, 3), 2.0)  # norm sqrt(48)
     assert torch.equal(clip_rows(g, 0.0, 4), g)  # off
@@ -492,7 +492,7 @@ def test_bad_strategy_options_give_one_line(store, partitions, tmp_path):
 
 
 def test_plan_help_lists_every_strategy_and_info_shows_it(partitions, tmp_path):
-    from stages.common.strategies import STRATEGIES
+    from stages.strategies import STRATEGIES
 
     r = invoke(["plan", "--help"])
     assert r.exit_code == 0

@@ -12,8 +12,8 @@ import torch
 from reference import reference_train
 from test_train import DROPOUT, EPOCHS, LR, SEED, max_weight_diff, pipeline, ref_graph
 
-from stages.runtime.config import RuntimeConfig
-from stages.runtime.strategies import g3 as g3_runtime
+from stages.kits.runtime.config import RuntimeConfig
+from stages.strategies.g3 import runtime as g3_runtime
 
 
 @pytest.mark.parametrize(

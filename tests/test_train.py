@@ -495,7 +495,7 @@ def test_hidden_and_waited_shares_from_spans():
     """Rank 1 receives two messages from rank 0: in flight 0-10 and 20-40 (sender post → receiver done);
     its compute spans cover 0-5 and 25-40, it waits 5-10, gathers 3-8 (on the prefetch thread, during compute
     and the wait: counted once, as those) and 18-22, and unpacks a message 22-23."""
-    from stages.runtime.trace import hidden_share
+    from stages.kits.runtime.trace import hidden_share
 
     def span(cat, t0, t1):
         return {"cat": cat, "ts": float(t0), "dur": float(t1 - t0)}
@@ -543,7 +543,7 @@ def test_eager_bin_dependencies_match_a_recount(store, tmp_path, order):
     ``bin_dependencies``' counts and dependents equal a recount from the plan's arcs, for every worker and
     layer, for `multi`'s bins (the plan's) and for bins of consecutive node ids (`inter`'s)."""
     from stages.common.partition_artifact import open_shard
-    from stages.runtime.dataflow import bin_dependencies
+    from stages.kits.runtime.dataflow import bin_dependencies
 
     part, plan = tmp_path / "part", tmp_path / "plan"
     assert (
@@ -607,7 +607,7 @@ def test_eager_bin_dependencies_match_a_recount(store, tmp_path, order):
 
 HEAP_PROBE = """
 import resource, sys, torch
-from stages.runtime.heap import keep_freed_memory
+from stages.kits.runtime.heap import keep_freed_memory
 kept = sys.argv[1] == "keep" and keep_freed_memory()
 faults = []
 for _ in range(12):  # an epoch's pattern: large temporaries written, freed, allocated again
@@ -661,7 +661,7 @@ def test_heap_setting_gives_the_same_model(store, tmp_path):
 THREADS_PROBE = """
 import time, torch
 torch.set_num_threads(3)
-from stages.runtime.threads import DaemonThreads
+from stages.kits.runtime.threads import DaemonThreads
 helpers = DaemonThreads("probe", 2)  # each sets its own torch thread count to 1
 time.sleep(0.3)
 print(torch.get_num_threads())
@@ -695,7 +695,7 @@ def test_background_schedules_run_on_numbas_workqueue_layer(store, tmp_path, mon
 
     monkeypatch.setenv("NUMBA_THREADING_LAYER", "workqueue")  # read by the spawned workers' numba
     probe = (
-        "import numpy as np; from stages.runtime.kernels import take_rows_at; import torch, numba; "
+        "import numpy as np; from stages.kits.runtime.kernels import take_rows_at; import torch, numba; "
         "take_rows_at(torch.ones(8, 2), torch.arange(4)); print(numba.threading_layer())"
     )
     layer = subprocess.run(
@@ -809,14 +809,14 @@ def test_every_module_the_fork_server_preloads_imports():
     import importlib
     import sys
 
-    from stages.common.strategies import STRATEGIES
-    from stages.runtime.launch.processes import PRELOAD
+    from stages.strategies import STRATEGIES
+    from stages.kits.runtime.launch.processes import PRELOAD
 
     for name in PRELOAD:
         if name != "__main__":
             importlib.import_module(name)
     assert "torch._dynamo" in sys.modules and "torch.fx.experimental.symbolic_shapes" in sys.modules
-    assert all(f"stages.runtime.strategies.{s.runtime}" in sys.modules for s in STRATEGIES.values())
+    assert all(f"stages.strategies.{s.runtime}" in sys.modules for s in STRATEGIES.values())
 
 
 @pytest.mark.slow

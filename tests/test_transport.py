@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from stages.common.plan_artifact import Table
-from stages.runtime.transport import PartitionBook, Transport
+from stages.kits.runtime.transport import PartitionBook, Transport
 
 N, K, WIDTH = 60, 3, 4
 
@@ -167,8 +167,8 @@ def test_a_worker_keeps_the_threads_it_was_given():
     import sys
 
     code = (
-        "from stages.runtime.config import RuntimeConfig; from stages.runtime.worker import set_threads; "
-        "import torch, numba; from stages.runtime import kernels; "
+        "from stages.kits.runtime.config import RuntimeConfig; from stages.kits.runtime.worker import set_threads; "
+        "import torch, numba; from stages.kits.runtime import kernels; "
         "n = set_threads(RuntimeConfig(threads=1), 2); "
         "print(n, torch.get_num_threads(), numba.get_num_threads(), kernels._nb_threads())"
     )
@@ -181,7 +181,7 @@ def test_a_worker_keeps_the_threads_it_was_given():
 def test_a_receive_that_failed_in_gloo_names_the_worker_and_what_to_change():
     """gloo's own words for a receive that timed out or whose peer went away become one line naming the peer
     and --timeout (a streamed layer on a few cores can outlast the default), the gloo text kept."""
-    from stages.runtime.transport import peer_failure
+    from stages.kits.runtime.transport import peer_failure
 
     timed_out = RuntimeError(
         "Application timeout caused pair closure. This is typically caused by a remote worker hanging"

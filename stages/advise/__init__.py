@@ -1,7 +1,7 @@
 """`g3 advise STORE`: which strategy, and how many workers, for this graph, model and cluster — predicted,
 explained, ranked.
 
-For every registered strategy (stages/common/strategies/: each entry's ``advise_variants``, its main
+For every registered strategy (stages/strategies/: each entry's ``advise_variants``, its main
 options), every worker count K and every link rate it partitions and plans the store (through the stages' own
 entry functions, cached), calibrates the simulator on this machine — one short `g3 train --profile` of the bins
 strategy's plan gives the compute rates of every full-graph and tensor-parallel model, one short run of each
@@ -27,15 +27,14 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..common.atomic import check_result, check_work_folder, write_json_atomic
-from ..common.errors import G3InputError
-from ..common.plan_artifact import load_plan_meta
-from ..common.run_artifact import load_run_meta, read_metrics
-from ..common.settings import setting
-from ..common.strategies import STRATEGIES, bins_strategy, knob_declarations, strategy_info
-from ..common.units import parse_size
-from ..plan import MODELS
-from .report import print_advice
+from stages.advise.report import print_advice
+from stages.common.atomic import check_result, check_work_folder, write_json_atomic
+from stages.common.errors import G3InputError
+from stages.common.run_artifact import load_run_meta, read_metrics
+from stages.common.settings import setting
+from stages.common.units import parse_size
+from stages.plan import MODELS
+from stages.strategies import REFERENCE_STRATEGY, STRATEGIES, knob_declarations, load_plan, strategy_spec
 
 ADVISE_SCHEMA = "g3.advise"
 ADVISE_VERSION = 1
@@ -71,7 +70,7 @@ CONVERGENCE_MODELS = {
 def parse_links(text: str) -> tuple[str, ...]:
     """``1gbit,10gbit`` → the rates (lower case), each checked as `--emulate-link` checks it; bad input is one
     line naming --link."""
-    from ..runtime.launch.netemu import parse_rate
+    from stages.kits.runtime.launch.netemu import parse_rate
 
     out = []
     for part in str(text).split(","):
@@ -111,7 +110,7 @@ def parse_strategies(text: str | None) -> tuple[str, ...] | None:
     names = tuple(dict.fromkeys(x.strip() for x in str(text).split(",") if x.strip()))
     for name in names:
         try:
-            strategy_info(name)
+            strategy_spec(name)
         except G3InputError as exc:
             raise G3InputError(f"--strategies: {exc}") from None
     return names
@@ -250,15 +249,15 @@ def resolve_calibrate_link(text: str | None) -> str | None:
     """``auto`` → AUTO_CALIBRATE_LINK where emulated hosts can be built here (root or CAP_NET_ADMIN, ip and tc),
     else None (local processes); ``local`` → None; a rate stays."""
     if text == "auto":
-        from ..runtime.launch.netemu import why_not_available
+        from stages.kits.runtime.launch.netemu import why_not_available
 
         return AUTO_CALIBRATE_LINK if why_not_available() is None else None
     return None if text in (None, "local") else text
 
 
 def _check(options: AdviseOptions, num_nodes: int, cluster=None) -> int:
-    from ..common.model_spec import MODEL_KINDS
-    from ..runtime.launch.netemu import parse_rate
+    from stages.common.model_spec import MODEL_KINDS
+    from stages.kits.runtime.launch.netemu import parse_rate
 
     if not options.workers or any(int(k) < 1 for k in options.workers):
         raise G3InputError("--workers: worker counts must be at least 1")
@@ -355,14 +354,14 @@ def is_advise_folder(folder: Path) -> bool:
 
 
 def _store_key(store: Path) -> dict:
-    from ..common.store import GraphStore
+    from stages.common.store import GraphStore
 
     s = GraphStore.open(store)
     return {"path": str(store.resolve()), "checksums": s.meta.get("checksums"), "num_nodes": int(s.num_nodes)}
 
 
 def _partition(cache: Cache, store: Path, skey: dict, method: str, k: int) -> Path:
-    from ..partition import PartitionOptions, run_partition
+    from stages.partition import PartitionOptions, run_partition
 
     folder = cache.plans / f"part-{method}-k{k}"
     key = {"store": skey, "method": method, "workers": k}
@@ -407,11 +406,11 @@ def _plan(
     memory_text: str | None,
 ) -> Path:
     """The plan of ``strategy`` with ``plan_options`` (text) on ``part``, made once."""
-    from ..plan import PlanConfig, run_plan
+    from stages.plan import PlanConfig, run_plan
 
-    info = strategy_info(strategy)
+    info = strategy_spec(strategy)
     given = dict(plan_options)
-    if memory_text is not None and any(o.name == "device_memory" and o.layout for o in info.options()):
+    if memory_text is not None and any(o.name == "device_memory" and o.layout for o in info.plan_options):
         given["device_memory"] = memory_text
     opts = "-".join(f"{_slug(k)}-{_slug(str(v))}" for k, v in sorted(given.items()))
     folder = cache.plans / (f"{part.name}.plan-{strategy}-{options.model}" + (f"-{opts}" if opts else ""))
@@ -439,7 +438,7 @@ def _train(
     cache: Cache, plan: Path, out: Path, key: dict, options: AdviseOptions, profile: Path | None = None
 ) -> Path:
     """A short run of ``plan`` (no evaluation): a calibration run, or with ``profile`` the profile it writes."""
-    from ..train import TrainConfig, run_train
+    from stages.train import TrainConfig, run_train
 
     key = {**key, "epochs": options.calibration_epochs, "link": options.calibrate_link}
     marker = profile if profile is not None else out / "run.json"
@@ -598,8 +597,8 @@ def run_advise(
 ) -> dict:
     """Entry point of `g3 advise`: predict, explain and rank every strategy x variant x K x link rate; writes
     OUT/advise.json [default: STORE.advise beside the store] and returns it."""
-    from ..common.progress import make_progress
-    from ..common.store import GraphStore
+    from stages.common.progress import make_progress
+    from stages.common.store import GraphStore
 
     t0 = time.perf_counter()
     options = options.resolved()
@@ -618,7 +617,7 @@ def run_advise(
         )
     cluster = None
     if options.cluster:
-        from .cluster import load_cluster
+        from stages.advise.cluster import load_cluster
 
         cluster = load_cluster(options.cluster)
         # K = the cluster's workers; one "link" column: the cluster; plans sized by the smallest device memory
@@ -659,11 +658,11 @@ def run_advise(
                 if options.model not in info.models:
                     why = f"{name} does not train {options.model} (it trains {', '.join(info.models)})"
                     c.refused = why + (f": {info.notes[0]}" if info.notes else "")
-                elif info.simulator is None:
+                elif info.simulate is None:
                     c.unpredicted = f"g3 simulate has no model of {name}"
                 cands.append(c)
 
-    bins = bins_strategy()
+    bins = strategy_spec(REFERENCE_STRATEGY)  # its profile times the kernels every prediction starts from
     progress = progress if progress is not None else make_progress()
     calib: dict = {
         "profile": None,
@@ -706,9 +705,9 @@ def run_advise(
                 runs_needed.setdefault(
                     (c.strategy, json.dumps(c.plan_options, sort_keys=True)), c.plan_options
                 )
-        speed_needed: dict = {}  # strategies whose compute speed a run of their own plan fits (advise_fits_speed)
+        speed_needed: dict = {}  # strategies whose compute speed a run of their own plan fits (fits_own_speed)
         for c in cands:
-            if c.refused is None and c.unpredicted is None and STRATEGIES[c.strategy].advise_fits_speed:
+            if c.refused is None and c.unpredicted is None and STRATEGIES[c.strategy].fits_own_speed:
                 speed_needed.setdefault(
                     (c.strategy, json.dumps(c.plan_options, sort_keys=True)), (c.plan_options, c.simulate)
                 )
@@ -828,7 +827,7 @@ def run_advise(
         sims: dict = {}
         for c in cands:
             info = STRATEGIES[c.strategy]
-            meta = load_plan_meta(c.plan) if c.plan else None
+            meta = load_plan(c.plan)[0] if c.plan else None
             peak, source = plan_memory(meta) if meta else (None, "not planned")
             fits = None if peak is None else peak <= memory
             hosts = cluster.fit(worker_memory(meta)) if cluster is not None and meta else None
@@ -929,12 +928,12 @@ def _simulate_run(
     """The modelled system of a calibration run: the plan simulated at the run's K and network (the calibration
     link, or the loopback: no bandwidth limit) with the run's train knobs and the variant's ``simulate`` options
     (bns-gcn's boundary sampling, sancus's staleness), every worker at ``speed``."""
-    from ..plan import parse_options
-    from ..runtime.launch.netemu import parse_rate
-    from ..simulate import SimulateOptions, simulate_plan
+    from stages.kits.runtime.launch.netemu import parse_rate
+    from stages.plan import parse_options
+    from stages.simulate import SimulateOptions, simulate_plan
 
-    meta = load_plan_meta(plan)
-    info = strategy_info(meta["strategy"]["name"])
+    meta = load_plan(plan)[0]
+    info = strategy_spec(meta["strategy"]["name"])
     knobs = {
         key: value
         for key, value in (load_run_meta(run).get("config") or {}).items()
@@ -1026,7 +1025,7 @@ def fit_compute_speed(
 
 
 def _latency(options: AdviseOptions) -> float:
-    from ..simulate import SimulateOptions
+    from stages.simulate import SimulateOptions
 
     return options.latency if options.latency is not None else SimulateOptions().latency
 
@@ -1072,7 +1071,7 @@ def _entry(
         e["hosts"] = hosts  # per host kind: its device memory, its workers' peak, whether it fits
         short = next((h for h in hosts or () if h["fits"] is False), None)
         if short is not None:
-            from ..common.units import human_bytes
+            from stages.common.units import human_bytes
 
             kind = next(x for x in cluster.kinds if x.name == short["name"])
             e["misfit"] = (
@@ -1102,11 +1101,11 @@ def _predict(
     cluster=None,
     speed_fits: dict | None = None,
 ) -> None:
-    from ..runtime.launch.netemu import parse_rate
-    from ..simulate import SimulateOptions, simulate_plan
+    from stages.kits.runtime.launch.netemu import parse_rate
+    from stages.simulate import SimulateOptions, simulate_plan
 
     speed = 1.0
-    if info.advise_fits_speed:
+    if info.fits_own_speed:
         got = (speed_fits or {}).get((c.strategy, json.dumps(c.plan_options, sort_keys=True)))
         if isinstance(got, tuple):  # its own run's speed and check, in place of the profile plan's check
             speed, profile_check = float(got[0]["speed"]), got[1]
@@ -1155,7 +1154,7 @@ def _predict(
     if isinstance(result, G3InputError):
         e["status"], e["reason"] = "not predicted", f"not predicted: {result}"
         return
-    from ..plan import parse_options
+    from stages.plan import parse_options
 
     parsed = parse_options(c.strategy, {k: v for k, v in c.plan_options.items()})
     want = info.simulated_as(parsed, c.knobs) if info.simulated_as else None
@@ -1211,7 +1210,7 @@ def anchor_seconds(check: dict | None, system: dict) -> float:
 def rank(entries: list[dict], memory: int) -> list[dict]:
     """Best first: predicted and fitting by epoch time; then predicted but not fitting; then not predicted; then
     refused. Each entry's reason says why it is where it is."""
-    from ..common.units import human_bytes
+    from stages.common.units import human_bytes
 
     def tier(e):
         if e["status"] == "ok":

@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common.errors import G3InputError
-from ..common.units import human_bytes, parse_size
+from stages.common.errors import G3InputError
+from stages.common.units import human_bytes, parse_size
 
 CLUSTER_SCHEMA = "g3.cluster"
 CLUSTER_VERSION = 1
@@ -147,8 +147,8 @@ class Cluster:
 
 def load_cluster(path: str | Path) -> Cluster:
     """The cluster file at ``path``, checked; any bad field is one line naming the file and the field."""
-    from ..common.artifact_json import read_json_file
-    from ..runtime.launch.netemu import parse_rate
+    from stages.common.artifact_json import read_json_file
+    from stages.kits.runtime.launch.netemu import parse_rate
 
     path = Path(path)
     data = read_json_file(path, check=False)  # unreadable, not JSON, not an object: one line naming the file

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..common.units import human_bytes
+from stages.common.units import human_bytes
 
 
 def _to_target(e: dict) -> str:

@@ -30,15 +30,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..common.atomic import check_result, check_work_folder, write_json_atomic
-from ..common.errors import G3InputError
-from ..common.settings import setting
-from ..common.store import GraphStore
-from ..common.strategies import REFERENCE_STRATEGY, knob_values, strategy_info
-from ..common.units import parse_size
-from .export import export_graph, read_graph
-from .report import print_bench
-from .runs import check_candidate, parse_spec, split_specs
+from stages.bench.export import export_graph, read_graph
+from stages.bench.report import print_bench
+from stages.bench.runs import check_candidate, parse_spec, split_specs
+from stages.common.atomic import check_result, check_work_folder, write_json_atomic
+from stages.common.errors import G3InputError
+from stages.common.settings import setting
+from stages.common.store import GraphStore
+from stages.common.units import parse_size
+from stages.strategies import REFERENCE_STRATEGY, knob_values, strategy_spec
 
 BENCH_SCHEMA = "g3.bench"
 BENCH_VERSION = 2  # 2: entries of several strategies (strategy, method, bytes, accuracy, memory)
@@ -76,7 +76,7 @@ def parse_peers(text: str) -> tuple[str, ...]:
 
 def parse_link_rates(text: str) -> tuple[str, ...]:
     """``100mbit,1gbit`` → the emulated link rates, each once, as `g3 train --emulate-link` names them."""
-    from ..common.units import parse_rate, rate_label
+    from stages.common.units import parse_rate, rate_label
 
     return tuple(dict.fromkeys(rate_label(parse_rate(t)) for t in str(text).split(",") if t.strip()))
 
@@ -189,13 +189,13 @@ def run_strategy(
     store: GraphStore, o: BenchOptions, spec, k: int, out: Path, threads: int, link: str | None = None
 ) -> dict:
     """One strategy spec with K workers (see :mod:`.runs`), on emulated hosts joined by ``link`` if given."""
-    from .runs import run_strategy as run
+    from stages.bench.runs import run_strategy as run
 
     return run(store, o, spec, k, out, threads, entry, link)
 
 
 def run_single(graph: dict, o: BenchOptions, threads: int) -> dict:
-    from .single import train_single
+    from stages.bench.single import train_single
 
     res = train_single(graph, o.model, o.layers, o.hidden, o.heads, o.epochs, o.lr, o.dropout, threads)
     return entry(
@@ -370,20 +370,20 @@ def finish(entries: list[dict]) -> dict:
 def peer_modes(specs) -> list[tuple[tuple[int, ...], int] | None]:
     """How the peers run: full-graph (None) when a full-graph strategy is benchmarked or none is, and once per
     distinct (fanouts, batch size) of the mini-batch strategies, with their plans' values (the options each
-    strategy's ``peer_options`` names, stages/common/strategies/)."""
+    strategy's ``peer_options`` names, stages/strategies/)."""
     modes: list = []
     for spec in specs:
-        info = strategy_info(spec.name)
-        if not info.peer_options:  # full-graph, or clustergcn's cluster batches: nothing to match
-            continue
-        parse = {o.name: o.parse for o in info.options()}
-        opts = {o.name: o.parse(o.default) for o in info.options() if o.default is not None}
+        strategy = strategy_spec(spec.name)
+        parse = {o.name: o.parse for o in strategy.plan_options}
+        opts = {o.name: o.parse(o.default) for o in strategy.plan_options if o.default is not None}
         opts.update({k: parse[k](v) for k, v in spec.options if k in parse})  # train knobs do not matter here
-        fanouts, batch_size = (opts[name] for name in info.peer_options)
-        mode = (tuple(fanouts), int(batch_size))
+        setup = strategy.peer_setup(opts)
+        if setup is None:  # full-graph, or clustergcn's cluster batches: nothing to match
+            continue
+        mode = (tuple(setup[0]), int(setup[1]))
         if mode not in modes:
             modes.append(mode)
-    if not modes or any(not strategy_info(s.name).mini_batch for s in specs):
+    if not modes or any(not strategy_spec(s.name).mini_batch for s in specs):
         modes.insert(0, None)
     return modes
 
@@ -421,7 +421,7 @@ def run_bench(
     t0 = time.perf_counter()
     graph_file = export_graph(store.path, out / "graph.npz")
     if o.links:
-        from ..runtime.launch.netemu import parse_rate, why_not_available
+        from stages.kits.runtime.launch.netemu import parse_rate, why_not_available
 
         for link in o.links:
             try:
@@ -456,12 +456,12 @@ def run_bench(
         "seconds": round(time.perf_counter() - t0, 1),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    from .report import plot_bench
+    from stages.bench.report import plot_bench
 
     plot_bench(result, out / "bench.png")
     result["files"] = {"json": str(out / "bench.json"), "png": str(out / "bench.png")}
     if len(o.links) > 1:
-        from .report import plot_links
+        from stages.bench.report import plot_links
 
         plot_links(result, out / "bench-links.png")
         result["files"]["links_png"] = str(out / "bench-links.png")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.atomic import atomic_file
-from ..common.errors import G3InputError
-from ..common.store import GraphStore
+from stages.common.atomic import atomic_file
+from stages.common.errors import G3InputError
+from stages.common.store import GraphStore
 
 EXPORT_SCHEMA = "g3.bench-graph"
 EXPORT_VERSION = 1

@@ -184,7 +184,7 @@ def _without_link(e: dict) -> str:
 
 
 def _rate_bits(link: str) -> float:
-    from ..runtime.launch.netemu import parse_rate
+    from stages.kits.runtime.launch.netemu import parse_rate
 
     return parse_rate(link)
 
@@ -271,7 +271,7 @@ def bench_figure(result: dict):
         sharey=True,
         squeeze=False,
     )
-    from ..common.strategies import STRATEGIES
+    from stages.strategies import STRATEGIES
 
     palette = ("#4C72B0", "#55A868", "#8172B2", "#C44E52", "#CCB974", "#64B5CD", "#8C8C8C", "#E377C2")
     colors = {name: palette[i % len(palette)] for i, name in enumerate(STRATEGIES)}  # peers: orange

@@ -14,18 +14,17 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..common.atomic import write_json_atomic
-from ..common.errors import G3InputError, G3RuntimeError
-from ..common.partition_artifact import partition_digest
-from ..common.store import GraphStore
-from ..common.strategies import check_partition_method, strategy_info
-from ..runtime.config import knob_accepts
+from stages.common.atomic import write_json_atomic
+from stages.common.errors import G3InputError, G3RuntimeError
+from stages.common.partition_artifact import partition_digest
+from stages.common.store import GraphStore
+from stages.strategies import check_partition_method, knob_accepts, strategy_spec
 
 SPEC = re.compile(r"^(?P<name>[a-z0-9-]+)(?:@(?P<method>[a-z0-9-]+))?(?:\{(?P<opts>[^{}]*)\})?$")
 
 
 @dataclass(frozen=True)
-class StrategySpec:
+class BenchEntry:
     name: str
     method: str
     options: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (option name, text) as given
@@ -58,15 +57,15 @@ def split_specs(text: str) -> list[str]:
     return [s for s in out if s]
 
 
-def parse_spec(text: str) -> StrategySpec:
+def parse_spec(text: str) -> BenchEntry:
     """One ``--strategies`` item; bad input names the item and what is wrong."""
     m = SPEC.match(text.strip())
     if not m:
         raise G3InputError(f"--strategies: {text!r} is not NAME[@METHOD][{{option=value,...}}]")
-    info = strategy_info(m.group("name"))
+    info = strategy_spec(m.group("name"))
     method = m.group("method") or info.default_method
     check_partition_method(info, method, f"--strategies {text}")
-    known = {o.name for o in info.options()} | set(info.train_knobs)  # plan options and `g3 train` knobs
+    known = {o.name for o in info.plan_options} | set(info.train_knobs)  # plan options and `g3 train` knobs
     opts = []
     # a comma starts the next option only where ``name=`` follows: values may hold commas (fanouts=25,10)
     for item in filter(None, (s.strip() for s in re.split(r",(?=\s*[-\w]+\s*=)", m.group("opts") or ""))):
@@ -87,33 +86,33 @@ def parse_spec(text: str) -> StrategySpec:
                     f"--strategies: {text!r}: {info.name} does not take {key}={value} ({exc})"
                 ) from None
         opts.append((name, value))
-    return StrategySpec(info.name, method, tuple(opts))
+    return BenchEntry(info.name, method, tuple(opts))
 
 
-def candidate_configs(o, spec: StrategySpec, k: int = 1) -> tuple[dict, dict]:
+def candidate_configs(o, spec: BenchEntry, k: int = 1) -> tuple[dict, dict]:
     """A spec's plan options (the bench's memory options where the strategy has them, its own winning) and the
     ``TrainConfig`` keywords of its run with K workers."""
-    info = strategy_info(spec.name)
+    info = strategy_spec(spec.name)
     knobs = {n: info.knob(n).parse(v) for n, v in spec.options if n in info.train_knobs}
     options = {n: v for n, v in spec.options if n not in info.train_knobs}
     # the bench's memory options go to every strategy that has them (g3's bins, neutrontp's chunks)
-    own = {opt.name for opt in info.options()}
+    own = {opt.name for opt in info.plan_options}
     options = {
         **{n: v for n, v in (("bin_size", o.bin_size), ("device_memory", o.device_memory)) if n in own},
         **options,
     }
     bench_pipeline = o.pipeline if knob_accepts(info, "pipeline", o.pipeline) else None
     train = dict(
-        epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k, **{"pipeline": bench_pipeline, **knobs}
+        epochs=o.epochs, lr=o.lr, dropout=o.dropout, workers=k, knobs={"pipeline": bench_pipeline, **knobs}
     )
     return options, train
 
 
-def check_candidate(o, spec: StrategySpec) -> None:
+def check_candidate(o, spec: BenchEntry) -> None:
     """The checks `g3 plan` and `g3 train` apply to a spec's options and settings (their own definitions), so a
     bad value is one line before the first run, not a failure per run."""
-    from ..plan import parse_options
-    from ..train import TrainConfig
+    from stages.plan import parse_options
+    from stages.train import TrainConfig
 
     options, train = candidate_configs(o, spec)
     try:
@@ -151,13 +150,13 @@ def _train_bytes(record: dict) -> int:
 
 
 def run_strategy(
-    store: GraphStore, o, spec: StrategySpec, k: int, out: Path, threads: int, entry, link: str | None = None
+    store: GraphStore, o, spec: BenchEntry, k: int, out: Path, threads: int, entry, link: str | None = None
 ) -> dict:
     """Partition, plan and train ``spec`` with K workers (the threads split over them), on emulated hosts joined
     by ``link`` when given (``--emulate-link``); the bench entry."""
-    from ..partition import PartitionOptions, run_partition
-    from ..plan import PlanConfig, run_plan
-    from ..train import TrainConfig, run_train
+    from stages.partition import PartitionOptions, run_partition
+    from stages.plan import PlanConfig, run_plan
+    from stages.train import TrainConfig, run_train
 
     label = f"{spec.label}, {k} worker{'s' if k > 1 else ''}" + (f", {link}" if link else "")
     per_worker = max(1, threads // k)

@@ -22,9 +22,9 @@ def train_single(
     """Train on ``graph`` (the neutral graph's arrays) in this process; returns the epoch times."""
     import torch
 
-    from ..runtime.block import Block
-    from ..runtime.models import build_model
-    from .peers.common import train
+    from stages.bench.peers.common import train
+    from stages.kits.runtime.block import Block
+    from stages.kits.runtime.models import build_model
 
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -21,11 +21,11 @@ import shutil
 import time
 from pathlib import Path
 
-from ..common.artifact_json import reference
-from ..common.atomic import atomic_dir, check_target, write_json_atomic
-from ..common.errors import G3InputError
-from ..common.partition_artifact import load_partition_meta, partition_layouts, shard_dir
-from ..common.plan_artifact import load_plan_meta
+from stages.common.artifact_json import reference
+from stages.common.atomic import atomic_dir, check_target, write_json_atomic
+from stages.common.errors import G3InputError
+from stages.common.partition_artifact import load_partition_meta, partition_layouts, shard_dir
+from stages.strategies import load_plan
 
 BUNDLE_SCHEMA = "g3.bundle"
 BUNDLE_VERSION = 1
@@ -45,7 +45,7 @@ def run_bundle(
 ) -> dict:
     """Write the node folders of PLAN for ``nodes`` hosts; returns bundle.json."""
     plan = Path(plan)
-    meta = load_plan_meta(plan)
+    meta = load_plan(plan)[0]
     if meta.get("bundle"):
         raise G3InputError(
             "this plan is a node folder of a bundle already; bundle the original plan", path=plan

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from .errors import G3InputError
+from stages.common.errors import G3InputError
 
 SEAL = "content_sha256"
 

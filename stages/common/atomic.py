@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from .errors import G3InputError
+from stages.common.errors import G3InputError
 
 # the file that makes a folder an artifact of each kind (what `--force` may replace)
 ARTIFACT_MARKERS = {
@@ -340,7 +340,7 @@ def write_json_atomic(
     (an artifact's own JSON: :func:`stages.common.artifact_json.sealed`), so that a reader can tell an edited or
     damaged file from the one g3 wrote."""
     if seal:
-        from .artifact_json import sealed
+        from stages.common.artifact_json import sealed
 
         obj = sealed(json.loads(json.dumps(obj, default=_json_default)))
     with atomic_file(path) as tmp, open(tmp, "w") as f:
@@ -365,7 +365,7 @@ def _json_default(o: object):
 def check_free_space(out: Path, parts: dict[str, int], what: str) -> None:
     """Refuse, before any work, an output whose file system has less free space than ``parts`` (bytes ``what``
     writes at least, by kind) add up to: one line with the figures, naming the output."""
-    from .units import human_bytes
+    from stages.common.units import human_bytes
 
     need = sum(parts.values())
     folder = Path(out).resolve().parent

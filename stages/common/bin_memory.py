@@ -2,9 +2,9 @@
 destinations, its in-arcs and its *distinct* sources, which depend on which rows share the bin, so the rows
 are packed in one sequential pass that counts each bin's sources as it grows (numba).
 
-The g3 planner packs the priority list with it (stages/plan/g3.py); the ``inter`` schedule packs rows in node-id
-order with it at run time (stages/runtime/strategies/g3.py), and the simulator does as the runtime does
-(stages/simulate/schedules.py).
+The g3 planner packs the priority list with it (stages/strategies/g3/plan.py); the ``inter`` schedule packs rows in node-id
+order with it at run time (stages/strategies/g3/runtime.py), and the simulator does as the runtime does
+(stages/strategies/g3/schedules.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .errors import G3InputError
-from .model_spec import BinCost
+from stages.common.errors import G3InputError
+from stages.common.model_spec import BinCost
 
 NO_LIMIT = np.iinfo(np.int64).max
 
@@ -143,6 +143,6 @@ def pack_within(
     return packed
 
 
-from . import jit_cache  # noqa: E402 - after every kernel of the module is defined
+from stages.common import jit_cache  # noqa: E402 - after every kernel of the module is defined
 
 jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

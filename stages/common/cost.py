@@ -115,8 +115,8 @@ def check_memory_floor(parts: dict[str, int], what: str, fix: str) -> None:
     """Refuse, before any work, a stage whose floor — ``parts``, bytes it holds at least, by kind — exceeds all
     the memory this machine or its memory cgroup has (:func:`memory_limit`): it could only be killed. One line
     naming the floor; ``fix`` says what to change."""
-    from .errors import G3InputError
-    from .units import human_bytes
+    from stages.common.errors import G3InputError
+    from stages.common.units import human_bytes
 
     need = sum(parts.values())
     total, source = memory_limit()

@@ -1,8 +1,8 @@
 """`g3 train` knobs: how a strategy runs, not what it computes, each declared once as a :class:`TrainKnob`.
 
-A strategy's registry entry (``StrategyInfo.knobs``, stages/common/strategies/) lists the knobs it has: the
-shared ones below, a variant of one (``dataclasses.replace``: p3's ``--pipeline`` takes none|p3), or its own.
-Everything else is generated from those declarations: `g3 train`'s options and their help, the Python API's
+A strategy's knobs are a frozen dataclass (``StrategySpec.knobs``): each field made by :func:`knob` from a shared
+declaration below, a variant of one (p3's ``--pipeline`` takes none|p3), or its own. Its runtime reads them as
+typed attributes (``self.knobs.pipeline``). Everything else is generated from those declarations: `g3 train`'s options and their help, the Python API's
 keywords (``g3.train(plan, scheduler="off")``), the run config's attributes and run.json's keys, the checks of a
 value, the defaults a worker fills in, `g3 bench`'s ``NAME{knob=value}``, `g3 advise`'s commands and `g3 eval`'s
 settings (it evaluates with every knob at its strategy's default).
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -88,19 +89,9 @@ def prefetch_depth(prefetch: str | None) -> int:
     return 0 if mode == "off" else int(mode)
 
 
-# g3's bin schedules (stages/runtime/pipeline.py: SCHEDULES, the same names; a test holds them equal)
-BIN_SCHEDULES = ("multi", "inter", "intra", "none")
-
-PIPELINE = TrainKnob(
-    "pipeline",
-    str,
-    "multi",
-    choices=BIN_SCHEDULES,
-    help="g3: bin scheduling (G3 §5.2): 'multi' = eager inter-layer bins in priority order plus the intra-layer "
-    "overlap; 'inter' = eager inter-layer only, bins of consecutive node ids; 'intra' = layer by layer with the "
-    "intra-layer overlap: the next bin gathered/copied while one computes (see --prefetch), messages packed and "
-    "sent and arrived rows copied in by helper threads; 'none' = sequential. All give the same model.",
-)
+# each strategy that has a --pipeline gives its own schedules, default and help (g3's bins, p3's staleness,
+# neutrontp's inter-chunk overlap)
+PIPELINE = TrainKnob("pipeline", str, "none", help="How the strategy overlaps its work (see each strategy).")
 
 PREFETCH = TrainKnob(
     "prefetch",
@@ -164,3 +155,46 @@ STREAM_BINS = TrainKnob(
     "Backward recomputes every bin; the eager schedules (inter, multi) run as intra. 'auto' streams where the "
     "workers' partitions held in memory would not fit what the machine has available. Same model either way.",
 )
+
+
+def knob(declaration: TrainKnob, **changes: Any) -> Any:
+    """A field of a strategy's knob dataclass: the knob ``declaration`` (with ``changes``: this strategy's variant
+    of a shared knob), its default the field's."""
+    declaration = replace(declaration, **changes) if changes else declaration
+    return field(default=declaration.default, metadata={"knob": declaration})
+
+
+def declared_knobs(knobs: type) -> tuple[TrainKnob, ...]:
+    """The knobs a knob dataclass declares, in field order. A field without a declaration is not a knob: a fixed
+    value that a subclass may declare as one (distdgl's micro-batches)."""
+    return tuple(replace(f.metadata["knob"], name=f.name) for f in fields(knobs) if "knob" in f.metadata)
+
+
+@dataclass(frozen=True)
+class NoKnobs:
+    """The knobs of a strategy that has none."""
+
+
+@dataclass(frozen=True)
+class Layer0CacheKnobs:
+    """The knob of the strategies whose layer 0 can keep its aggregated input features."""
+
+    layer0_cache: str = knob(LAYER0_CACHE)
+
+    def layer0_cache_enabled(self, device: str, resident: bool = False) -> bool:
+        """auto = on, except for bins streamed to a GPU, where the cache would sit on the device outside the
+        bins' memory budget (a resident partition's budget counts it)."""
+        return self.layer0_cache == "on" or (self.layer0_cache == "auto" and (device == "cpu" or resident))
+
+
+@dataclass(frozen=True)
+class SamplingKnobs:
+    """The knobs of the mini-batch strategies: a sampler thread's lead, and micro-batches (fixed at one unless a
+    strategy declares them)."""
+
+    prefetch: str = knob(PREFETCH)
+    micro_batches: int = 1
+
+    def prefetch_depth(self) -> int:
+        """How many steps the sampler thread prepares ahead (0: in the step itself)."""
+        return prefetch_depth(self.prefetch)

@@ -1,7 +1,7 @@
 """The model a plan trains, in one place: kind, depth and widths of every layer, and a layer's memory per node.
 
 ``g3 plan`` records a :class:`ModelSpec` in plan.json; the runtime builds its layers from the same spec
-(``stages.runtime.models.build_model``), the planners size g3's bins with :func:`bin_cost` (what a bin holds on
+(``stages.kits.runtime.models.build_model``), the planners size g3's bins with :func:`bin_cost` (what a bin holds on
 the device, per destination, distinct source and in-arc), and the simulator reads the layer shapes back. Widths: ``feat_dim → hidden → … → num_classes``; GAT's hidden layers
 concatenate their heads (``heads × hidden`` wide) and its last layer averages them.
 
@@ -151,8 +151,8 @@ class BinCost:
 def bin_cost(shape: LayerShape, mlp_widths: list[int] | None = None, device: str = "cuda") -> BinCost:
     """What one bin of a layer of ``shape`` holds on the device, by destination, distinct source and in-arc.
 
-    Derived from what the runtime allocates for a bin (stages/runtime/strategies/g3.py, the layers of
-    stages/runtime/models and the kernels of stages/runtime/kernels/), float32 rows and int64 indices:
+    Derived from what the runtime allocates for a bin (stages/strategies/g3/runtime.py, the layers of
+    stages/kits/runtime/models and the kernels of stages/kits/runtime/kernels/), float32 rows and int64 indices:
 
     * **sources**: the bin's input is one gathered row per distinct source (``x_src [n_src, d_in]``: the bin's
       destinations, then their other in-neighbours), never one per arc; with it its gradient (autograd adds

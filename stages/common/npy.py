@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import G3InputError
+from stages.common.errors import G3InputError
 
 _VERIFIED: set[tuple[str, int, int, str]] = set()  # (path, size, mtime_ns, sha256) already hashed here
 
@@ -41,7 +41,7 @@ def digest_path(path: Path) -> Path:
 def write_digest(path: Path, tmp: Path | None = None) -> None:
     """``path``'s sidecar :func:`digest_path` holding the sha256 of ``tmp`` (the bytes about to become ``path``;
     default ``path`` itself), written atomically."""
-    from .atomic import atomic_file
+    from stages.common.atomic import atomic_file
 
     with atomic_file(digest_path(path)) as t:
         Path(t).write_text(file_sha256(Path(tmp or path)) + "\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import G3InputError
+from stages.common.errors import G3InputError
 
 
 def pack_by_count(n: int, bin_size: int) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 partition.json's ``layouts`` names how the shards hold the graph (``rows``, ``columns``; the first is the
 primary layout, whose shards are ``PART/part-RRRRR``). Version 1 partitions predate the field: they are read
-with the layouts their method implies (stages/common/partition_methods.py).
+with the layouts their method implies (stages/kits/partition/methods.py).
 
 A shard folder holds plain ``.npy`` files (see docs/ARTIFACTS.md). Arrays are memory-mapped, so opening a
 shard costs nothing until an array is used.
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .artifact_json import load_artifact_json, read_json_file, resolve_reference
-from .errors import G3InputError
-from .npy import load_checked
-from .store import check_csr
+from stages.common.artifact_json import load_artifact_json, read_json_file, resolve_reference
+from stages.common.errors import G3InputError
+from stages.common.npy import load_checked
+from stages.common.store import check_csr
 
 PARTITION_SCHEMA = "g3.partition"
 # 2: partition.json records the layouts its shards are written in (``layouts``)
@@ -37,6 +37,10 @@ def partition_layouts(meta: dict) -> tuple[str, ...]:
     return tuple(meta["layouts"])
 
 
+# the layouts a version 1 partition (which did not record them) was written in, by its method
+V1_LAYOUTS = {"p3": ("rows", "columns"), "feature": ("columns",)}
+
+
 def partition_digest(part: str | Path) -> str:
     """sha256 of a partition's partition.json: plans record it, training refuses a plan whose partition changed."""
     import hashlib
@@ -51,9 +55,7 @@ def load_partition_meta(part: str | Path) -> dict:
         part, "partition.json", PARTITION_SCHEMA, PARTITION_READABLE, "partition", "g3 partition"
     )
     if "layouts" not in meta:
-        from .partition_methods import implied_layouts
-
-        meta["layouts"] = list(implied_layouts(meta.get("method")))
+        meta["layouts"] = list(V1_LAYOUTS.get(meta.get("method"), ("rows",)))
     if isinstance(meta.get("store"), dict):  # the store relative to the partition first (moved together)
         meta["store"] = {**meta["store"], "path": str(resolve_reference(meta["store"], part, "zarr.json"))}
     return meta

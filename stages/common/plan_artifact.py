@@ -18,10 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .artifact_json import load_artifact_json, read_json_file, resolve_reference
-from .errors import G3InputError
-from .npy import load_checked, release_pages
-from .strategies import LEGACY_STRATEGY, check_stored_options
+from stages.common.artifact_json import load_artifact_json, read_json_file, resolve_reference
+from stages.common.errors import G3InputError
+from stages.common.npy import load_checked, release_pages
 
 _CHECK_ARCS = 1 << 24  # arcs of indices.npy checked at a time
 
@@ -63,9 +62,14 @@ class Table:
         ]
 
 
+# plans of version 2, written before strategies existed, were all this strategy's
+V2_STRATEGY = "g3"
+
+
 def load_plan_meta(plan: str | Path) -> dict:
     """plan.json, checked for schema and version, its partition's ``path`` resolved (relative to the plan first);
-    a version 2 plan gains its implied ``g3`` strategy block."""
+    a version 2 plan gains its implied ``g3`` strategy block. Its strategy's options are checked by the registry
+    (``stages.strategies.load_plan``), which knows the strategy."""
     meta = load_artifact_json(plan, "plan.json", PLAN_SCHEMA, PLAN_READABLE, "plan", "g3 plan")
     # the partition relative to the plan first: a plan moved or copied with its partition still finds it
     meta["partition"] = {
@@ -75,7 +79,7 @@ def load_plan_meta(plan: str | Path) -> dict:
     if "strategy" not in meta:  # version 2: every plan was a g3 plan
         cfg = meta.get("config", {})
         meta["strategy"] = {
-            "name": LEGACY_STRATEGY,
+            "name": V2_STRATEGY,
             "options": {"bin_size": cfg.get("bin_size"), "device_memory": cfg.get("device_memory")},
         }
     where = Path(plan) / "plan.json"
@@ -84,7 +88,6 @@ def load_plan_meta(plan: str | Path) -> dict:
         raise G3InputError(f"num_workers is {k!r}, not a worker count >= 1", path=where)
     if isinstance(workers, list) and len(workers) != k:
         raise G3InputError(f"lists {len(workers)} workers for num_workers {k}", path=where)
-    check_stored_options(plan_strategy(meta), meta["strategy"].get("options") or {}, where)
     return meta
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import G3InputError
-from .npy import load_checked, npy_manifest
+from stages.common.errors import G3InputError
+from stages.common.npy import load_checked, npy_manifest
 
 INDPTR = "indptr.npy"
 

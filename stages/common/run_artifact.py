@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .artifact_json import SEAL, load_artifact_json, sealed
-from .errors import G3InputError
+from stages.common.artifact_json import SEAL, load_artifact_json, sealed
+from stages.common.errors import G3InputError
 
 RUN_SCHEMA = "g3.run"
 RUN_VERSION = 1
@@ -23,7 +23,7 @@ def load_run_meta(run: str | Path) -> dict:
     end): it reads as ``interrupted``."""
     meta = load_artifact_json(run, "run.json", RUN_SCHEMA, RUN_VERSION, "run", "g3 train")
     if meta.get("status") == "running":
-        from .atomic import lock_is_held
+        from stages.common.atomic import lock_is_held
 
         if not lock_is_held(Path(run)):
             meta["status"] = "interrupted"

@@ -60,7 +60,7 @@ def check_choices(options) -> None:
     option otherwise (a value from the Python API or a hand-made config, which click did not see)."""
     from dataclasses import fields
 
-    from .errors import G3InputError
+    from stages.common.errors import G3InputError
 
     for f in fields(options):
         meta = f.metadata.get("setting")

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import zarr
 
-from .artifact_json import REQUIRED, check_json, sealed
-from .errors import G3InputError
+from stages.common.artifact_json import REQUIRED, check_json, sealed
+from stages.common.errors import G3InputError
 
 STORE_SCHEMA = "g3.store"
 STORE_VERSION = 1

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import G3InputError
-from .model_spec import LayerShape, ModelSpec, node_bytes
-from .packing import pack_by_bytes, pack_by_count
+from stages.common.errors import G3InputError
+from stages.common.model_spec import LayerShape, ModelSpec, node_bytes
+from stages.common.packing import pack_by_bytes, pack_by_count
 
 
 def feature_columns(feat_dim: int, k: int) -> list[dict]:

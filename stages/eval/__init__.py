@@ -15,16 +15,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..common.artifact_json import resolve_reference
-from ..common.atomic import check_result, check_writable, write_json_atomic
-from ..common.cost import stage_cost
-from ..common.errors import G3InputError
-from ..common.npy import check_digest, digest_path
-from ..common.run_artifact import load_run_meta
-from ..common.settings import REQUIRED, check_choices, setting
+from stages.common.artifact_json import resolve_reference
+from stages.common.atomic import check_result, check_writable, write_json_atomic
+from stages.common.cost import stage_cost
+from stages.common.errors import G3InputError
+from stages.common.npy import check_digest, digest_path
+from stages.common.run_artifact import load_run_meta
+from stages.common.settings import REQUIRED, check_choices, setting
 
 if TYPE_CHECKING:
-    from ..runtime.config import RuntimeConfig
+    from stages.kits.runtime.config import RuntimeConfig
 
 # torch, the runtime and the training stage are imported where they are needed, not with this module: a new
 # evaluation starts the workers' fork server first, so that the server's imports overlap this process's
@@ -86,7 +86,7 @@ _WHOLE_GRAPH = (
 
 def __getattr__(name: str):
     if name in _WHOLE_GRAPH:
-        from . import whole_graph
+        from stages.eval import whole_graph
 
         return getattr(whole_graph, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -160,7 +160,7 @@ def run_eval(run: str | Path, options: EvalOptions | None = None, *, force: bool
     """Evaluate RUN's weights; writes RUN/eval.json (an earlier one only with ``force``) and returns it
     (filtered to ``options.split``). ``options.plan``: the plan the run was trained with, when it is not where
     run.json says (a multi-host run's folder copied back: its node plan stayed on its host);
-    ``emulate_link``/``hosts``: on emulated hosts (stages/runtime/launch/launchers.py), as `g3 train
+    ``emulate_link``/``hosts``: on emulated hosts (stages/kits/runtime/launch/launchers.py), as `g3 train
     --emulate-link`."""
     t_stage = time.perf_counter()
     options = options or EvalOptions()
@@ -184,14 +184,15 @@ def run_eval(run: str | Path, options: EvalOptions | None = None, *, force: bool
     if (
         emulate_link is None
     ):  # the local workers' fork server starts while the plan and the weights are checked
-        from ..runtime.launch.processes import INFERENCE_PRELOAD, start_server_early
+        from stages.eval.runner import eval_rank
+        from stages.kits.runtime.launch.processes import INFERENCE_PRELOAD, preload_for, start_server_early
 
         if (workers or int(meta["plan"]["num_workers"])) > 1:
-            start_server_early(INFERENCE_PRELOAD)
-    from ..bundle import host_folders
-    from ..runtime.launch.launchers import HostFile, make_launcher
-    from ..train import check_plan
-    from .runner import eval_rank
+            start_server_early(preload_for(eval_rank, INFERENCE_PRELOAD))
+    from stages.bundle import host_folders
+    from stages.eval.runner import eval_rank
+    from stages.kits.runtime.launch.launchers import HostFile, make_launcher
+    from stages.train import check_plan
 
     cfg = dataclasses.replace(_inference_config(meta, emulate_link, hosts), metric=metric)
     plan_meta = check_plan(plan, cfg)
@@ -287,8 +288,8 @@ def read_weights(weights: Path) -> dict:
 def check_weights(weights: Path, plan_meta: dict) -> None:
     """The weights file reads as tensors (no code run) and each tensor fits the plan's model (name and shape) —
     checked here, so that a damaged or foreign file is one line, not a failure in every worker."""
-    from ..common.model_spec import ModelSpec
-    from ..runtime.models import model_from_spec
+    from stages.common.model_spec import ModelSpec
+    from stages.kits.runtime.models import model_from_spec
 
     state = read_weights(weights)
     shapes = {
@@ -334,7 +335,7 @@ def _inference_config(
 ) -> RuntimeConfig:
     """The run's settings (device, dtype, threads, seed, …) with the strategy's default knobs: they change how a
     strategy runs, not what it computes. Where the workers run is this evaluation's choice, not the run's."""
-    from ..runtime.config import RuntimeConfig
+    from stages.kits.runtime.config import RuntimeConfig
 
     # no strategy knob: each is its strategy's default (the evaluating plan may be another strategy's, which
     # would refuse the run's knobs); the knobs are no field, so none is carried over
@@ -360,17 +361,15 @@ def _inference_config(
 
 def _temporary_plan(plan_meta: dict, workers: int, tmp: Path) -> Path:
     """A `workers`-way partition and plan of the run's store by the registered full-graph evaluator
-    (stages/common/strategies/), for evaluating with another K."""
-    from ..common.strategies import full_graph_evaluator
-    from ..partition import PartitionOptions, run_partition
-    from ..plan import PlanConfig, run_plan
+    (stages/strategies/), for evaluating with another K."""
+    from stages.partition import PartitionOptions, run_partition
+    from stages.plan import PlanConfig, run_plan
+    from stages.strategies import EVALUATOR_METHOD, EVALUATOR_STRATEGY, strategy_spec
 
-    evaluator = full_graph_evaluator()
+    evaluator = strategy_spec(EVALUATOR_STRATEGY)
     part = tmp / "part"
     run_partition(
-        plan_meta["store"]["path"],
-        PartitionOptions(workers=workers, method=evaluator.evaluator_method),
-        out=part,
+        plan_meta["store"]["path"], PartitionOptions(workers=workers, method=EVALUATOR_METHOD), out=part
     )
     c = plan_meta["config"]
     # a run of the evaluator itself keeps its options (g3: its bins); other strategies' options do not apply
@@ -381,7 +380,7 @@ def _temporary_plan(plan_meta: dict, workers: int, tmp: Path) -> Path:
         hidden=c["hidden"],
         heads=c["heads"],
         strategy=evaluator.name,
-        options={o.name: same.get(o.name) for o in evaluator.options() if o.name in same},
+        options={o.name: same.get(o.name) for o in evaluator.plan_options if o.name in same},
     )
     run_plan(part, cfg, out=tmp / "plan")
     return tmp / "plan"

@@ -10,11 +10,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..common.atomic import write_json_atomic
-from ..common.errors import G3InputError
-from ..runtime.config import RuntimeConfig
-from ..runtime.device.path import device_kernels
-from ..runtime.worker import evaluate, open_worker
+from stages.common.atomic import write_json_atomic
+from stages.common.errors import G3InputError
+from stages.kits.runtime.config import RuntimeConfig
+from stages.kits.runtime.device.path import device_kernels
+from stages.kits.runtime.worker import evaluate
+from stages.strategies import open_plan_worker
 
 log = logging.getLogger("g3.eval")
 EVAL_SCHEMA = "g3.eval"
@@ -33,7 +34,7 @@ def eval_rank(
 ) -> None:
     """``weights``: the file this rank reads (on an emulated host, its host's copy); ``recorded_as``: the path
     eval.json names (the user's file)."""
-    worker = open_worker(rank, world, Path(plan_dir), cfg, init_method)
+    worker = open_plan_worker(rank, world, Path(plan_dir), cfg, init_method)
     state = torch.load(weights, map_location="cpu", weights_only=True)
     if "model" in state and isinstance(state["model"], dict):  # a training checkpoint
         state = state["model"]

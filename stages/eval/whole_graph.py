@@ -9,16 +9,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..common.artifact_json import resolve_reference
-from ..common.atomic import FILE, atomic_dir, atomic_file, check_target, write_json_atomic
-from ..common.errors import G3InputError
-from ..common.model_spec import ModelSpec
-from ..common.plan_artifact import load_plan_meta
-from ..common.run_artifact import load_run_meta
-from ..common.settings import check_choices
-from ..runtime.block import Block
-from ..runtime.models import model_from_spec
-from . import ExportOptions, PredictOptions
+from stages.common.artifact_json import resolve_reference
+from stages.common.atomic import FILE, atomic_dir, atomic_file, check_target, write_json_atomic
+from stages.common.errors import G3InputError
+from stages.common.model_spec import ModelSpec
+from stages.common.run_artifact import load_run_meta
+from stages.common.settings import check_choices
+from stages.eval import ExportOptions, PredictOptions
+from stages.kits.runtime.block import Block
+from stages.kits.runtime.models import model_from_spec
+from stages.strategies import load_plan
 
 
 class WholeGraphModel(nn.Module):
@@ -61,17 +61,17 @@ class WholeGraphModel(nn.Module):
 
 def run_store_path(plan: Path) -> Path:
     """The store a plan was made from (through its partition)."""
-    plan_meta = load_plan_meta(plan)
+    plan_meta = load_plan(plan)[0]
     return resolve_reference(plan_meta["store"], Path(plan_meta["partition"]["path"]), "zarr.json")
 
 
 def load_whole_graph_model(run: Path, checkpoint: str | None = None) -> WholeGraphModel:
     """RUN's trained model (model.pt, or the checkpoint ``checkpoint``), in the run's dtype, on the CPU; the
     weights checked against their digest and the plan's model."""
-    from . import pick_weights, read_weights, run_plan_path
+    from stages.eval import pick_weights, read_weights, run_plan_path
 
     meta = load_run_meta(run)
-    gnn = model_from_spec(ModelSpec.from_plan(load_plan_meta(run_plan_path(run, meta))))
+    gnn = model_from_spec(ModelSpec.from_plan(load_plan(run_plan_path(run, meta))[0]))
     dtype = {"float32": torch.float32, "float64": torch.float64}[meta["config"].get("dtype", "float32")]
     weights_path = pick_weights(run, checkpoint)
     state = read_weights(weights_path)
@@ -88,8 +88,8 @@ def predict_logits(
 ) -> torch.Tensor:
     """Logits ``[N, C]`` of every node of ``store`` (default: the run's own) in node-id order, or of one split's
     nodes in the split's order, computed in this process on the whole graph."""
-    from ..common.store import GraphStore
-    from . import run_plan_path
+    from stages.common.store import GraphStore
+    from stages.eval import run_plan_path
 
     model = load_whole_graph_model(run, checkpoint)
     if store is None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common.errors import G3InputError
-from ..common.settings import setting
-from .arrays import source_of
-from .build import IngestOptions, IngestReport, build_store, check_options
-from .source import GraphSource
+from stages.common.errors import G3InputError
+from stages.common.settings import setting
+from stages.ingest.arrays import source_of
+from stages.ingest.build import IngestOptions, IngestReport, build_store, check_options
+from stages.ingest.source import GraphSource
 
 FORMATS = ("auto", "ogb", "webgraph", "edgelist", "synthetic")
 
@@ -78,7 +78,7 @@ def open_source(source: str, fmt: str, args: SourceArgs, options: IngestOptions)
     """Parse SOURCE with the reader of its format."""
     fmt = detect_format(source) if fmt == "auto" else fmt
     if fmt == "synthetic":
-        from .synthetic import resolve_spec, synthetic_source
+        from stages.ingest.synthetic import resolve_spec, synthetic_source
 
         preset = source.split(":", 1)[1] if ":" in source else None
         generator = ("nodes", "avg_degree", "communities", "cross_ratio")
@@ -90,16 +90,16 @@ def open_source(source: str, fmt: str, args: SourceArgs, options: IngestOptions)
         spec = resolve_spec(preset, **overrides)
         return synthetic_source(spec, name=f"synthetic-{preset}" if preset else None)
     if fmt == "ogb":
-        from .ogb import read_ogb
+        from stages.ingest.ogb import read_ogb
 
         return read_ogb(source, split_name=args.split_name)
     if fmt == "webgraph":
-        from .webgraph import read_webgraph
+        from stages.ingest.webgraph import read_webgraph
 
         return read_webgraph(source)
     if fmt == "edgelist":
-        from .arrays import HETEROPHILOUS_KEYS, heterophilous_source, torch_file_source
-        from .edgelist import npz_keys, read_edgelist
+        from stages.ingest.arrays import HETEROPHILOUS_KEYS, heterophilous_source, torch_file_source
+        from stages.ingest.edgelist import npz_keys, read_edgelist
 
         path = Path(source)
         if path.suffix == ".pt":
@@ -116,7 +116,7 @@ def run_ingest(
     source: str, out: str, fmt: str, args: SourceArgs, options: IngestOptions, force: bool
 ) -> IngestReport:
     """Entry point of `g3 ingest`: parse the source and write the store atomically."""
-    from ..common.atomic import check_target
+    from stages.common.atomic import check_target
 
     check_target(Path(out), force, "store", (source,))  # fail before parsing anything
     check_options(options)

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..common.errors import G3InputError
-from .edgelist import feature_blocks_from_array, iter_edge_array, labels_from_array
-from .source import GraphSource
+from stages.common.errors import G3InputError
+from stages.ingest.edgelist import feature_blocks_from_array, iter_edge_array, labels_from_array
+from stages.ingest.source import GraphSource
 
 ARC_CHUNK = 1 << 22
 

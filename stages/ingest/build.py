@@ -27,14 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from ..common.atomic import atomic_dir, check_free_space
-from ..common.cost import check_memory_floor, stage_cost
-from ..common.errors import G3InputError
-from ..common.progress import make_progress
-from ..common.settings import setting
-from ..common.store import SPLITS, StoreWriter, index_dtype
-from ..common.units import parse_size
-from .source import GraphSource
+from stages.common.atomic import atomic_dir, check_free_space
+from stages.common.cost import check_memory_floor, stage_cost
+from stages.common.errors import G3InputError
+from stages.common.progress import make_progress
+from stages.common.settings import setting
+from stages.common.store import SPLITS, StoreWriter, index_dtype
+from stages.common.units import parse_size
+from stages.ingest.source import GraphSource
 
 BYTES_PER_ARC_SORT = 40  # key (8) + sort scratch (8) + src/dst int64 copies (16) + slack
 DEFAULT_MEMORY_LIMIT = 4 << 30
@@ -69,7 +69,7 @@ def parse_memory_limit(text: str) -> int | None:
 def auto_memory_limit() -> int:
     """The CSR build's default budget: 4 GiB, or half of the memory available to this process (MemAvailable or
     its memory cgroup's room) where that is less, at least 64 MiB."""
-    from ..common.cost import available_memory
+    from stages.common.cost import available_memory
 
     room, _ = available_memory()
     return (

@@ -33,8 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ..common.errors import G3InputError
-from .source import GraphSource
+from stages.common.errors import G3InputError
+from stages.ingest.source import GraphSource
 
 TEXT_BLOCK_BYTES = 16 << 20  # bytes of text parsed at a time
 ARROW_BLOCK_BYTES = 2 << 20  # pyarrow's block inside it (blocks are parsed in parallel)

@@ -33,8 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ..common.errors import G3InputError
-from .edgelist import (
+from stages.common.errors import G3InputError
+from stages.ingest.edgelist import (
     NpzMember,
     _npz_member,
     edge_array_layout,
@@ -45,7 +45,7 @@ from .edgelist import (
     open_stream,
     text_blocks,
 )
-from .source import GraphSource
+from stages.ingest.source import GraphSource
 
 EDGE_BLOCK_BYTES = 16 << 20  # pyarrow block size for edge.csv.gz (about 1M lines)
 FEATURE_BLOCK_BYTES = 16 << 20  # pyarrow block size for node-feat.csv.gz
@@ -391,7 +391,7 @@ def _features_csv(
     csv = _Csv(path, dim, "float", FEATURE_BLOCK_BYTES)
 
     def blocks() -> Iterator[np.ndarray]:
-        from .edgelist import check_finite
+        from stages.ingest.edgelist import check_finite
 
         rows = 0
         for row0, batch in csv.batches():

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from ..common.errors import G3InputError
-from .source import GraphSource
+from stages.common.errors import G3InputError
+from stages.ingest.source import GraphSource
 
 EDGE_CHUNK = 1 << 22
 FEATURE_BLOCK = 1 << 16

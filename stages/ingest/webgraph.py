@@ -1180,6 +1180,6 @@ def read_webgraph(basename: str | os.PathLike, *, max_arcs: int = 1 << 24) -> Gr
     )
 
 
-from ..common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+from stages.common import jit_cache  # noqa: E402 - after every kernel of the module is defined
 
 jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

@@ -1,6 +1,6 @@
 """`g3 partition`: split a store's nodes over K workers and write one self-contained shard per worker.
 
-Methods are the entries of :data:`~stages.common.partition_methods.METHODS` (``g3``: multi-constraint METIS +
+Methods are those of the registry (:func:`stages.strategies.partition_methods`) (``g3``: multi-constraint METIS +
 Algorithm 1, paper §4.2; ``metis``, ``random``, ``chunk``, ``distdgl``, ``bytegnn``, ``feature``, ...): each names
 the function that assigns nodes to workers and the layouts its shards are written in (``rows``: node
 partitions; ``columns``: a feature-column split). This module runs the chosen method, measures the result in
@@ -17,18 +17,21 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from ..common.artifact_json import reference
-from ..common.atomic import atomic_dir, check_free_space, check_target, write_json_atomic
-from ..common.cost import available_memory, check_memory_floor, stage_cost
-from ..common.errors import G3InputError
-from ..common.npy import npy_entry
-from ..common.partition_artifact import PARTITION_SCHEMA, PARTITION_VERSION
-from ..common.partition_methods import DEFAULT_METHOD, LAYOUTS, METHODS, layout_function, partition_method
-from ..common.progress import make_progress
-from ..common.settings import REQUIRED, setting
-from ..common.store import GraphStore
-from ..common.units import parse_size
-from .report import print_partition_summary
+from stages.common.artifact_json import reference
+from stages.common.atomic import atomic_dir, check_free_space, check_target, write_json_atomic
+from stages.common.cost import available_memory, check_memory_floor, stage_cost
+from stages.common.errors import G3InputError
+from stages.common.npy import npy_entry
+from stages.common.partition_artifact import PARTITION_SCHEMA, PARTITION_VERSION
+from stages.common.progress import make_progress
+from stages.common.settings import REQUIRED, setting
+from stages.common.store import GraphStore
+from stages.common.units import parse_size
+from stages.kits.partition.methods import LAYOUTS
+from stages.partition.report import print_partition_summary
+from stages.strategies import default_method, partition_method, partition_methods
+
+DEFAULT_METHOD = default_method()
 
 DEFINITIONS = {
     "remote": "V_i^remote = distinct nodes outside partition i with an arc into a node of i",
@@ -60,7 +63,7 @@ class PartitionOptions:
         "structure by a hash of node id and --seed (each arc with its destination) and, separately, ceil(F/K) "
         "feature columns of every node per worker (the last workers get the remainder; OUT/columns/). feature: "
         "every worker keeps the whole topology and ceil(F/K) feature columns (NeutronTP).",
-        choices=METHODS,
+        choices=tuple(partition_methods()),
     )
     gamma: float = setting(
         0.005, "g3: Algorithm 1 stops once min/max of the remote set sizes is at least 1 - gamma."
@@ -200,7 +203,7 @@ def check_options(o: PartitionOptions) -> None:
 
 # METIS's own memory per symmetrised arc beyond the graph g3 holds (68.5 measured on synthetic:medium, K = 8,
 # docs/BENCHMARKS.md "Partitioning in bounded memory"): a graph whose METIS would need more than --metis-memory
-# is coarsened first (stages/partition/coarsen.py)
+# is coarsened first (stages/kits/partition/coarsen.py)
 METIS_BYTES_PER_ARC = 70
 METIS_MEMORY_FLOOR = 1 << 20
 
@@ -278,14 +281,14 @@ def run_partition(
         summary["files"] = {"assignment.npy": npy_entry(tmp / "assignment.npy")}  # readers verify it
         write_json_atomic(tmp / "partition.json", summary, seal=True)
     if plot is not None:
-        from .report import plot_remote
+        from stages.partition.report import plot_remote
 
         plot_remote(summary, plot)
     return summary
 
 
 def _partition_into(tmp: Path, store: GraphStore, o: PartitionOptions, timing: dict[str, float]) -> dict:
-    from .graph import load_graphs
+    from stages.kits.partition.graph import load_graphs
 
     t_start = time.perf_counter()
     with make_progress() as progress:
@@ -320,7 +323,7 @@ def _assign(
     """Node -> partition (int32 [N]) and the method's extras (``summary``: keys for partition.json,
     ``parameters``: for its parameters, ``before``: (assignment, remote sizes) the method started from)."""
     t0 = time.perf_counter()
-    part, extra = partition_method(o.method).assign_function()(graphs, store, o, timing, progress)
+    part, extra = partition_method(o.method).assign(graphs, store, o, timing, progress)
     timing["assign"] = time.perf_counter() - t0
     return part, extra
 
@@ -328,16 +331,14 @@ def _assign(
 def _summary(
     store, o: PartitionOptions, graphs, part, in_degree, extra: dict, timing: dict, progress
 ) -> dict:
-    from .metrics import summary_figures
-    from .shards import shard_name, store_reference
+    from stages.kits.partition.metrics import summary_figures
+    from stages.kits.partition.shards import shard_name, store_reference
 
     t0 = time.perf_counter()
     task = progress.add_task("measuring partitions", total=None)
     k = o.workers
     method = partition_method(o.method)
-    figures, extra["mark"] = layout_function(method.primary_layout, "measure")(
-        graphs, part, k, o.hidden, in_degree
-    )
+    figures, extra["mark"] = LAYOUTS[method.primary_layout].measure(graphs, part, k, o.hidden, in_degree)
     after = summary_figures(
         graphs, part, k, [p["remote"] for p in figures["partitions"]], figures["totals"]["edge_cut"]
     )
@@ -370,23 +371,22 @@ def _summary(
         "shards": [shard_name(i) for i in range(k)],
     }
     for name in method.layouts:
-        if LAYOUTS[name].summary:
-            summary.update(layout_function(name, "summary")(store, k))
+        layout_summary = LAYOUTS[name].summary
+        if layout_summary is not None:
+            summary.update(layout_summary(store, k))
     return summary
 
 
 def _write_shards(tmp: Path, store, graphs, part, o: PartitionOptions, extra: dict, progress) -> None:
     """Every layout's shards: the primary layout's in PART, each further layout's in PART/<layout>."""
-    from .shards import seal_shards, store_reference
+    from stages.kits.partition.shards import seal_shards, store_reference
 
     info = {"method": o.method, "num_workers": o.workers, "store": store_reference(store)}
     for i, name in enumerate(partition_method(o.method).layouts):
         root = tmp if i == 0 else tmp / name
         root.mkdir(exist_ok=True)
         marks = extra["mark"] if i == 0 else None
-        layout_function(name, "write")(
-            root, store, graphs, part, o.workers, {**info, "layout": name}, marks, progress
-        )
+        LAYOUTS[name].write(root, store, graphs, part, o.workers, {**info, "layout": name}, marks, progress)
     seal_shards(tmp)
 
 
@@ -403,7 +403,7 @@ __all__ = [
     "print_partition_summary",
     "run_partition",
     "PartitionOptions",
-    "METHODS",
+    "DEFAULT_METHOD",
     "default_output",
     "PARTITION_SCHEMA",
     "PARTITION_VERSION",

@@ -11,8 +11,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..common.units import human_bytes
-from .bound import infeasible_statement
+from stages.common.units import human_bytes
+from stages.kits.partition.bound import infeasible_statement
 
 
 def partition_table(summary: dict) -> Table:

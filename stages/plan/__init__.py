@@ -2,7 +2,7 @@
 
 Entry point: :func:`run_plan`. The strategy (``--strategy``, default ``g3``) and its options are recorded in
 plan.json (``g3.plan`` v4, docs/ARTIFACTS.md); its planner (``stages.plan.<planner>`` as the registry
-``stages.common.strategies`` names it) writes the worker folders: bins and P2P tables for ``g3``, the
+``stages.strategies`` names it) writes the worker folders: bins and P2P tables for ``g3``, the
 boundary exchange for the layer-synchronous strategies, each other strategy's own plan.
 """
 
@@ -13,19 +13,19 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..common.artifact_json import reference
-from ..common.atomic import atomic_dir, check_target, write_json_atomic
-from ..common.cost import stage_cost
-from ..common.errors import G3InputError
-from ..common.model_spec import MODEL_KINDS, ModelSpec
-from ..common.npy import npy_manifest
-from ..common.partition_artifact import load_partition_meta, open_shard, partition_digest
-from ..common.plan_artifact import PLAN_SCHEMA, PLAN_VERSION
-from ..common.progress import make_progress
-from ..common.settings import setting
-from ..common.strategies import LEGACY_STRATEGY, STRATEGIES, check_partition_method, strategy_info
-from .context import PlanContext
-from .residency import auto_device_memory, residency
+from stages.common.artifact_json import reference
+from stages.common.atomic import atomic_dir, check_target, write_json_atomic
+from stages.common.cost import stage_cost
+from stages.common.errors import G3InputError
+from stages.common.model_spec import MODEL_KINDS, ModelSpec
+from stages.common.npy import npy_manifest
+from stages.common.partition_artifact import load_partition_meta, open_shard, partition_digest
+from stages.common.plan_artifact import PLAN_SCHEMA, PLAN_VERSION
+from stages.common.progress import make_progress
+from stages.common.settings import setting
+from stages.kits.plan.context import PlanContext
+from stages.kits.plan.residency import auto_device_memory, residency
+from stages.strategies import LEGACY_STRATEGY, STRATEGIES, check_partition_method, strategy_spec
 
 MODELS = MODEL_KINDS
 
@@ -58,12 +58,12 @@ class PlanConfig:
 def parse_options(strategy: str, given: dict) -> dict:
     """Every option of ``strategy``, parsed (defaults for those not given); an option of another strategy, or a
     bad value, is bad input (one line)."""
-    info = strategy_info(strategy)
-    own = {o.name: o for o in info.options()}
+    info = strategy_spec(strategy)
+    own = {o.name: o for o in info.plan_options}
     for name, value in given.items():
         if name not in own and value is not None:
-            owners = [s.name for s in STRATEGIES.values() if any(o.name == name for o in s.options())]
-            flag = next((o.flag for s in STRATEGIES.values() for o in s.options() if o.name == name), name)
+            owners = [s.name for s in STRATEGIES.values() if any(o.name == name for o in s.plan_options)]
+            flag = next((o.flag for s in STRATEGIES.values() for o in s.plan_options if o.name == name), name)
             raise G3InputError(
                 f"{flag} is an option of {', '.join(owners) or 'no strategy'}, not of {strategy}"
             )
@@ -89,13 +89,12 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
     """Entry point of `g3 plan`: write the plan of every worker of partition PART; returns plan.json."""
     part = Path(part)
     meta = load_partition_meta(part)
-    info = strategy_info(cfg.strategy)
+    info = strategy_spec(cfg.strategy)
     check_partition_method(info, meta.get("method"), part)
     store_ref = _store_reference(meta)
     options = parse_options(cfg.strategy, cfg.options)
-    planner = info.planner_module()
     # a planner may name the model its options imply (neutrontp --tp decoupled --model gcn trains dgcn)
-    model = planner.model_kind(options, cfg.model) if hasattr(planner, "model_kind") else cfg.model
+    model = info.model_kind(options, cfg.model) if info.model_kind else cfg.model
     if model not in info.models:
         raise G3InputError(f"strategy {info.name} trains {', '.join(info.models)}, not {model}")
     cfg = PlanConfig(**{**asdict(cfg), "model": model})
@@ -117,7 +116,7 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
         )
         for r in range(k):
             (tmp / f"worker-{r:05d}").mkdir()
-        planned = planner.plan(tmp, ctx)
+        planned = info.plan(tmp, ctx)
         _record_residency(planned, shards, spec, options.get("device_memory") or auto_device_memory())
         for r in range(
             k
@@ -163,7 +162,7 @@ def _store_reference(meta: dict) -> dict:
     """The partition's store reference, completed with the class count from the store when absent."""
     ref = dict(meta["store"])
     if "num_classes" not in ref:
-        from ..common.store import GraphStore
+        from stages.common.store import GraphStore
 
         ref["num_classes"] = GraphStore.open(ref["path"]).num_classes
     return ref

@@ -19,12 +19,12 @@ import os
 import re
 from pathlib import Path
 
-from ..common.atomic import check_work_folder
-from ..common.errors import G3InputError
-from . import plots
-from .data import RunData, label_runs, load_run
-from .html import COLUMNS, cell, write_index
-from .timeline import NO_TRACE, find_trace, plot_timeline
+from stages.common.atomic import check_work_folder
+from stages.common.errors import G3InputError
+from stages.report import plots
+from stages.report.data import RunData, label_runs, load_run
+from stages.report.html import COLUMNS, cell, write_index
+from stages.report.timeline import NO_TRACE, find_trace, plot_timeline
 
 DEFINITIONS = [
     "throughput = the sum of all workers' average throughput (G3 paper, §7); a worker's throughput = the nodes it "

@@ -14,10 +14,10 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..common.artifact_json import read_json_file
-from ..common.errors import G3InputError
-from ..common.run_artifact import load_run_meta, read_metrics
-from ..common.strategies import LEGACY_STRATEGY
+from stages.common.artifact_json import read_json_file
+from stages.common.errors import G3InputError
+from stages.common.run_artifact import load_run_meta, read_metrics
+from stages.strategies import LEGACY_STRATEGY
 
 SPLITS = ("train", "valid", "test")
 
@@ -277,7 +277,7 @@ def _owned_nodes(data: RunData) -> None:
 def _row_layout(partition: dict) -> bool:
     """Whether a partition.json's primary layout is ``rows`` (its per-partition node counts are owned nodes);
     a version 1 file without ``layouts`` has those its method implies."""
-    from ..common.partition_methods import implied_layouts
+    from stages.kits.partition.methods import implied_layouts
 
     layouts = partition.get("layouts") or implied_layouts(partition.get("method"))
     return layouts[0] == "rows"

@@ -7,8 +7,8 @@ import html
 import time
 from pathlib import Path
 
-from ..common.strategies import LEGACY_STRATEGY
-from ..common.units import human_bytes
+from stages.common.units import human_bytes
+from stages.strategies import LEGACY_STRATEGY
 
 COLUMNS = (  # summary key, header, formatter
     ("label", "run", str),

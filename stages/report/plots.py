@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import EngFormatter, MaxNLocator, PercentFormatter  # noqa: E402
 
-from .data import RunData  # noqa: E402
+from stages.report.data import RunData  # noqa: E402
 
 DPI = 110
 TIME_PARTS = (  # key in worker_breakdown, legend label, colour

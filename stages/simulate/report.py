@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .schedules import BASELINES
-
 COLORS = {"busy": "#4C72B0", "comm_wait": "#DD8452", "idle": "#BBBBBB", "sync": "#55A868"}
 
 
@@ -81,8 +79,9 @@ def plot_timeline(systems: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_scaling(scaling: list[dict], path: Path) -> None:
-    """Throughput (nodes / s, the paper's metric) against the worker count, a line per system."""
+def plot_scaling(scaling: list[dict], path: Path, baselines=()) -> None:
+    """Throughput (nodes / s, the paper's metric) against the worker count, a line per system (``baselines``
+    dashed)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     systems = list(scaling[0]["systems"])
@@ -93,7 +92,7 @@ def plot_scaling(scaling: list[dict], path: Path) -> None:
             [row["systems"].get(s, {}).get("throughput") for row in scaling],
             marker="o",
             label=s,
-            linestyle="--" if s in BASELINES else "-",
+            linestyle="--" if s in baselines else "-",
         )  # the baselines dashed, the plan's systems solid
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks)

@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..bundle import host_folders
-from ..common.artifact_json import reference, resolve_reference
-from ..common.atomic import (
+from stages.bundle import host_folders
+from stages.common.artifact_json import reference, resolve_reference
+from stages.common.atomic import (
     check_replaceable,
     check_target,
     fsync_tree,
@@ -27,24 +27,23 @@ from ..common.atomic import (
     target_lock,
     write_json_atomic,
 )
-from ..common.cost import stage_cost
-from ..common.errors import G3InputError, G3RuntimeError
-from ..common.model_spec import bins_device
-from ..common.partition_artifact import load_assignment, load_partition_meta, partition_digest
-from ..common.plan_artifact import load_plan_meta, plan_strategy
-from ..common.run_artifact import RUN_SCHEMA, RUN_VERSION, load_run_meta
-from ..common.strategies import strategy_info
-from ..runtime.config import check_knobs, check_runtime, resolve_knobs
-from ..runtime.launch.launchers import make_launcher
-from ..runtime.launch.processes import run_guarded, under_torchrun
-from ..runtime.profile import PROFILE_SCHEMA
-from .config import TrainConfig
+from stages.common.cost import stage_cost
+from stages.common.errors import G3InputError, G3RuntimeError
+from stages.common.model_spec import bins_device
+from stages.common.partition_artifact import load_assignment, load_partition_meta, partition_digest
+from stages.common.run_artifact import RUN_SCHEMA, RUN_VERSION, load_run_meta
+from stages.kits.runtime.config import check_runtime
+from stages.kits.runtime.launch.launchers import make_launcher
+from stages.kits.runtime.launch.processes import run_guarded, under_torchrun
+from stages.kits.runtime.profile import PROFILE_SCHEMA
+from stages.strategies import check_knobs, config_record, load_plan, resolve_knobs
+from stages.train.config import TrainConfig
 
 
 def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
     """The plan's metadata, after checking it matches its partition, the worker count and the runtime settings
     (the strategy knobs of ``cfg`` are resolved against the plan's strategy)."""
-    meta = load_plan_meta(plan)
+    meta, spec = load_plan(plan)
     part = Path(meta["partition"]["path"])
     load_partition_meta(part)
     if partition_digest(part) != meta["partition"]["digest"]:
@@ -56,7 +55,6 @@ def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
     k = int(meta["num_workers"])
     if workers is not None and workers != k:
         raise G3InputError(f"the plan is for {k} workers, not {workers}; re-run g3 partition/plan", path=plan)
-    info = strategy_info(plan_strategy(meta))
     if getattr(cfg, "device", "cpu") == "cuda" and bins_device(meta["strategy"].get("options")) == "cpu":
         # its bins count no per-arc message rows, which CUDA's kernels make: they could overflow the GPU
         raise G3InputError(
@@ -64,11 +62,11 @@ def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
             "the GPU under --device cuda; re-plan with --bins-for cuda",
             path=plan,
         )
-    check_knobs(cfg)  # a value no strategy takes is named as such before the plan's strategy weighs it
-    resolve_knobs(cfg, info)
-    if getattr(cfg, "profile", None) and not info.profiles:
+    check_knobs(cfg.knobs)  # a value no strategy takes is named as such before the plan's strategy weighs it
+    resolve_knobs(cfg.knobs, spec)
+    if getattr(cfg, "profile", None) and not spec.profiles:
         raise G3InputError(
-            f"--profile fits g3's per-bin rates from the trace; the {info.name} strategy has no "
+            f"--profile fits g3's per-bin rates from the trace; the {spec.name} strategy has no "
             "bins (profile a g3 plan of the same model and store for `g3 simulate`)"
         )
     check_runtime(cfg)
@@ -80,7 +78,7 @@ def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
 
 def _check_store_unchanged(part: Path) -> None:
     """Where the partition's store is at hand, it is the one the partition was made from (its CSR checksums)."""
-    from ..common.store import GraphStore
+    from stages.common.store import GraphStore
 
     ref = load_partition_meta(part)["store"]
     if not ref.get("path") or not Path(ref["path"]).is_dir():
@@ -98,9 +96,9 @@ def _check_store_unchanged(part: Path) -> None:
 def check_worker_files(plan: Path, meta: dict) -> None:
     """Every worker's plan and shard files are there with the shapes and dtypes their JSONs record: a damaged
     or partly copied folder is one line before any process starts (headers only, no data read)."""
-    from ..common.npy import load_checked
-    from ..common.partition_artifact import open_shard
-    from ..common.plan_artifact import WorkerPlan
+    from stages.common.npy import load_checked
+    from stages.common.partition_artifact import open_shard
+    from stages.common.plan_artifact import WorkerPlan
 
     part, k = Path(meta["partition"]["path"]), int(meta["num_workers"])
     load_assignment(part)  # small (4 bytes a node): verified whole here
@@ -116,7 +114,7 @@ def _check_training(cfg: TrainConfig, plan: Path) -> None:
     cfg.check()
     if cfg.eval_every < 0 or cfg.checkpoint_every < 0:
         raise G3InputError("--eval-every and --checkpoint-every must be >= 0 (0: never)")
-    from .loggers import check_loggers
+    from stages.train.loggers import check_loggers
 
     check_loggers(cfg.logger)
     if cfg.profile:
@@ -158,7 +156,7 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     in place, so its metrics can be watched; with ``force`` over an existing run it is written beside it and
     replaces it only once it has finished, so a failed or interrupted attempt never costs the old run. A
     resumed run must keep the settings that change the computation and have a checkpoint to start from."""
-    from .loop import train_rank
+    from stages.train.loop import train_rank
 
     t_stage = time.perf_counter()
     plan = Path(plan)
@@ -253,7 +251,7 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
 
 def _workers_peak(run_dir: Path) -> int:
     """The workers' peak memory summed (each worker's last epoch record: its high-water mark), 0 if unknown."""
-    from ..common.run_artifact import read_metrics
+    from stages.common.run_artifact import read_metrics
 
     try:
         last = read_metrics(run_dir, need=("epoch",))[-1]
@@ -263,7 +261,7 @@ def _workers_peak(run_dir: Path) -> int:
 
 
 def _has_checkpoint(run_dir: Path) -> bool:
-    from .checkpoint import latest_checkpoint
+    from stages.train.checkpoint import latest_checkpoint
 
     return latest_checkpoint(run_dir) is not None
 
@@ -294,7 +292,7 @@ def with_cadences(cfg: TrainConfig, run_dir: Path) -> TrainConfig:
 def check_resume(run_dir: Path, plan: Path, cfg: TrainConfig) -> int:
     """What `--resume` needs, checked before anything starts; returns the epoch it resumes at. Refused: no run
     or no checkpoint there, another plan, a setting that changes the computation, nothing left to train."""
-    from .checkpoint import check_checkpoints, checkpoint_epoch, latest_checkpoint
+    from stages.train.checkpoint import check_checkpoints, checkpoint_epoch, latest_checkpoint
 
     if not (run_dir / "run.json").is_file():
         raise G3InputError("--resume: no run to resume here (no run.json)", path=run_dir)
@@ -369,7 +367,7 @@ def check_torchrun_start(run_dir: Path, plan: Path, cfg: TrainConfig, force: boo
     run.json is, the same plan and settings); a restarted attempt of a job whose first attempt passed these
     checks here resumes whatever is there. Checked before the group forms, so nothing written after it
     (init.pt, checkpoints, metrics) can come from this run. Passing leaves the job's mark in the folder."""
-    from .checkpoint import latest_checkpoint
+    from stages.train.checkpoint import latest_checkpoint
 
     if force:
         raise G3InputError(
@@ -409,7 +407,7 @@ def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict, force
     """One rank of a torchrun job. Every host keeps its own run folder (its ranks' logs, the checkpoints);
     rank 0's host also run.json, metrics.jsonl and model.pt. A restarted worker group (``--max-restarts``)
     resumes from the newest checkpoint every host has (``stages/train/loop.py``)."""
-    from .loop import train_rank
+    from stages.train.loop import train_rank
 
     size = int(os.environ["WORLD_SIZE"])
     world = int(meta["num_workers"])
@@ -453,7 +451,7 @@ def _write_run_json(
         "strategy": meta["strategy"],
         "partition": meta["partition"],
         "store": meta["store"],
-        "config": cfg.to_dict(),
+        "config": config_record(cfg),
         "status": status,
         "history": previous.get("history", [])
         + [{"status": status, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}],

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
-from ..common.atomic import atomic_file
-from ..common.errors import G3InputError
-from ..common.npy import check_digest, write_digest
+from stages.common.atomic import atomic_file
+from stages.common.errors import G3InputError
+from stages.common.npy import check_digest, write_digest
 
 CKPT_RE = re.compile(r"epoch-(\d+)\.pt$")
 
@@ -123,7 +123,7 @@ def agreed_checkpoint(run_dir: Path, rank: int, has_state: bool) -> int:
         -1,
     )
     if dist.is_initialized():
-        from ..runtime.strategies.base import collective_device
+        from stages.kits.runtime.strategy import collective_device
 
         t = torch.tensor([mine], dtype=torch.int64, device=collective_device())
         dist.all_reduce(t, op=dist.ReduceOp.MIN)

@@ -1,16 +1,15 @@
-"""Training settings: the runtime's (``stages.runtime.config.RuntimeConfig``) plus what only training needs."""
+"""Training settings: the runtime's (``stages.kits.runtime.config.RuntimeConfig``) plus what only training needs."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from ..common.errors import G3InputError
-from ..common.settings import setting
-from ..runtime.config import RuntimeConfig, check_runtime, takes_knob_keywords
+from stages.common.errors import G3InputError
+from stages.common.settings import setting
+from stages.kits.runtime.config import RuntimeConfig, check_runtime
 
 
-@takes_knob_keywords
 @dataclass
 class TrainConfig(RuntimeConfig):
     """A run's settings: the runtime's (RuntimeConfig) and training's own, each a `g3 train` option (``setting``)."""

@@ -7,7 +7,7 @@ import sys
 from rich.console import Console
 from rich.progress import TextColumn
 
-from ..common.progress import make_progress, quiet
+from stages.common.progress import make_progress, quiet
 
 
 class LiveDisplay:

@@ -9,7 +9,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from ..common.errors import G3InputError
+from stages.common.errors import G3InputError
 
 LOGGERS = ("csv", "tensorboard")
 # the scalar figures of an epoch record, in the order the CSV's columns take (those a run has)
@@ -47,7 +47,7 @@ class CsvLogger:
         self.jsonl, self.path = Path(run_dir) / "metrics.jsonl", Path(run_dir) / "metrics.csv"
 
     def epoch(self, record: dict) -> None:
-        from ..common.atomic import atomic_file
+        from stages.common.atomic import atomic_file
 
         records = [json.loads(line) for line in self.jsonl.read_text().splitlines() if line.strip()]
         columns = ["epoch"] + [k for k in SCALARS if any(r.get(k) is not None for r in records)]

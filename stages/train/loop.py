@@ -22,16 +22,17 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..common.errors import G3InputError
-from ..common.model_spec import ModelSpec
-from ..runtime.device.op_counter import OpCounter
-from ..runtime.device.path import device_kernels
-from ..runtime.loss import cross_entropy_with_grad
-from ..runtime.profile import samples_from_trace, write_profile
-from ..runtime.strategies.base import collective_device
-from ..runtime.trace import MOVING, hidden_share, now_us
-from ..runtime.worker import accuracies, evaluate, open_worker
-from .checkpoint import (
+from stages.common.errors import G3InputError
+from stages.common.model_spec import ModelSpec
+from stages.kits.runtime.device.op_counter import OpCounter
+from stages.kits.runtime.device.path import device_kernels
+from stages.kits.runtime.loss import cross_entropy_with_grad
+from stages.kits.runtime.profile import samples_from_trace, write_profile
+from stages.kits.runtime.strategy import collective_device
+from stages.kits.runtime.trace import MOVING, hidden_share, now_us
+from stages.kits.runtime.worker import accuracies, evaluate
+from stages.strategies import open_plan_worker
+from stages.train.checkpoint import (
     agreed_checkpoint,
     checkpoint_path,
     has_rank_state,
@@ -39,8 +40,8 @@ from .checkpoint import (
     save_checkpoint,
     save_weights,
 )
-from .config import TrainConfig
-from .metrics import MetricsWriter, NicCounter, minor_page_faults, peak_memory_bytes
+from stages.train.config import TrainConfig
+from stages.train.metrics import MetricsWriter, NicCounter, minor_page_faults, peak_memory_bytes
 
 log = logging.getLogger("g3.train")
 
@@ -49,8 +50,8 @@ def train_rank(
     rank: int, world: int, init_method: str | None, plan_dir: str, run_dir: str, cfg: TrainConfig
 ) -> None:
     """Entry of one training process (spawned locally or started by torchrun), run by
-    ``stages.runtime.launch.processes.run_guarded``."""
-    worker = open_worker(rank, world, Path(plan_dir), cfg, init_method)
+    ``stages.kits.runtime.launch.processes.run_guarded``."""
+    worker = open_plan_worker(rank, world, Path(plan_dir), cfg, init_method)
     with device_kernels(worker.ctx.resident, worker.ctx.device.type):
         _train(worker, Path(run_dir), cfg)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import psutil
 import torch
 
-from ..common.artifact_json import sealed
-from ..common.cost import process_peak_bytes
+from stages.common.artifact_json import sealed
+from stages.common.cost import process_peak_bytes
 
 
 def minor_page_faults() -> int:
@@ -86,12 +86,12 @@ class MetricsWriter:
         if rank == 0:  # a resumed run rewrites its record from the epoch it resumes at
             keep_epochs_before(self.path, start)
         self.file = open(self.path, "a") if rank == 0 else None  # noqa: SIM115 - closed in close()
-        from .loggers import make_loggers
+        from stages.train.loggers import make_loggers
 
         self.loggers = make_loggers(loggers, run_dir, start) if rank == 0 else []  # --logger
         self.display = None
         if live:
-            from .display import LiveDisplay
+            from stages.train.display import LiveDisplay
 
             self.display = LiveDisplay(world, epochs, start)
 
@@ -131,7 +131,7 @@ def keep_epochs_before(path: Path, start: int) -> None:
     lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
     kept = [ln for ln in lines if json.loads(ln).get("epoch", 0) < start]
     if len(kept) != len(lines):
-        from ..common.atomic import atomic_file
+        from stages.common.atomic import atomic_file
 
         with atomic_file(path) as tmp:
             tmp.write_text("".join(ln + "\n" for ln in kept))

@@ -1,0 +1,33 @@
+"""The distdgl strategy\'s spec: its parts and declarations, as every stage reads them."""
+
+from __future__ import annotations
+
+from stages.kits.partition.methods import PartitionMethod
+from stages.kits.simulate import minibatch as simulate
+from stages.strategies.distdgl import partition, plan, runtime
+from stages.strategies.distdgl.knobs import DistDglKnobs
+from stages.strategies.spec import StrategySpec
+
+SPEC = StrategySpec(
+    name="distdgl",
+    summary="DistDGL: mini-batch training, neighbour sampling (--fanouts, --batch-size, --batch-order), "
+    "remote neighbours sampled by their owners, features fetched by id, all-reduce per step.",
+    methods=("distdgl", "metis", "random", "g3", "chunk", "bytegnn", "p3"),
+    exactness="samples neighbours (an approximation); --fanouts -1 with one batch of every training node "
+    "is exact full-graph training; evaluation is exact full-neighbour inference",
+    plan=plan.plan,
+    plan_options=plan.OPTIONS,
+    runtime=runtime.STRATEGY,
+    partition_methods=(
+        PartitionMethod(
+            "distdgl",
+            "METIS with DistDGL's five balance constraints (nodes, train, valid, test, arcs)",
+            assign=partition.assign,
+        ),
+    ),
+    knobs=DistDglKnobs,
+    simulate=simulate.simulate,
+    peer_options=("fanouts", "batch_size"),
+    simulated_as=lambda options, knobs: "distdgl",
+    family="mini-batch",
+)

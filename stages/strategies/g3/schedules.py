@@ -1,0 +1,552 @@
+"""What each simulated system does in one epoch, as worker generators for :class:`.engine.Engine`.
+
+**g3** (``--pipeline none|intra|inter|multi``) mirrors the runtime (stages/strategies/g3/runtime.py):
+
+* forward, layer by layer (``none``, ``intra``): the plan's bins in priority order; after bin b of layer l the
+  plan messages ``fwd_send_l`` of step b are sent (``none`` waits for each send); a layer starts when every
+  message of the previous layer has arrived. ``intra`` gathers bin b+1 on a second lane while bin b computes.
+* forward, eager (``inter``, ``multi``): fixed bins, each run once all its rows are ready (a row of layer l+1
+  is ready once its own and all its in-neighbours' layer-l outputs are present), the lowest layer first.
+  ``multi`` runs the plan's bins and gathers the next runnable bin on a second lane while one computes;
+  ``inter`` runs bins of consecutive node ids packed up to the plan's limit, as the runtime builds them. A
+  message leaves when its last node has been computed; arrived messages are taken between bins; with nothing
+  to run the worker waits for the lowest layer's next message.
+* backward, per layer in reverse: the plan's bins in plan order; after step s (= bin s) the ``bwd_send_l``
+  messages of step s are sent; the layer ends when every ``bwd_recv_l`` message has arrived and its own sends have left.
+* then the gradient all-reduce (a barrier) and the optimizer step.
+
+**bns-gcn** (the runtime's ``bns-gcn`` strategy, BNS-GCN / NeutronStar as G3 ran them): per layer every worker
+computes its whole partition at once, then sends each peer the same boundary rows in one message (all-to-all;
+``--boundary-sample P`` scales the hidden layers' rows), waits for its own, and all workers meet at a barrier;
+backward alike with gradients. Same partitions, rates and per-peer bytes as g3.
+
+**sancus-broadcast**, **sancus-p2p** (the runtime's ``sancus`` strategy with ``--staleness epoch:N``): as
+bns-gcn, but the hidden layers' rows move only every N+1 epochs — as whole blocks broadcast by every owner, or
+as bns-gcn's boundary rows after a one-word header per peer — and the epoch is the mean of a sending epoch
+and N skipping ones.
+
+**halo** (DistGNN / ROC style L-hop replication): every worker recomputes its L-hop in-neighbourhood — layer
+l computes the nodes within L-1-l hops of its partition — so no embedding or gradient moves during the epoch
+(input features are fetched once, as g3 caches them); then the all-reduce.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from stages.common.bin_memory import NO_LIMIT, pack_bins
+from stages.common.model_spec import BinCost, bin_cost
+from stages.kits.runtime.dataflow import (
+    complete_messages,
+    lowest_runnable_bin,
+    node_messages,
+    release_inputs,
+    transpose_rows,
+)
+from stages.kits.simulate.profile import Rates
+from stages.kits.simulate.workload import WorkerLoad, Workload
+from stages.strategies.g3.pipeline import SCHEDULES, Schedule  # noqa: F401 - SCHEDULES: the systems simulated
+
+BASELINES = ("bns-gcn", "sancus-broadcast", "sancus-p2p", "halo")
+
+
+def _by_step(table) -> dict[int, list[tuple[int, int]]]:
+    out: dict[int, list[tuple[int, int]]] = {}
+    for step, peer, count in table.msgs:
+        out.setdefault(int(step), []).append((int(peer), int(count)))
+    return out
+
+
+def _recv_keys(table, kind: str, li: int, me: int) -> list:
+    return [(kind, li, int(peer), me, int(step)) for step, peer, _ in table.msgs]
+
+
+def _compute(seconds: float, label: str) -> tuple:
+    """A compute span of ``seconds`` on the worker's compute lane, labelled for the timeline."""
+    return ("compute", seconds, "compute", label)
+
+
+def _overhead(rates: Rates, bins: int = 1):
+    t = rates.overhead_per_bin * bins
+    return ("compute", t, "overhead", "overhead") if t > 0 else None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# g3
+# ------------------------------------------------------------------------------------------------------------
+
+
+def g3_worker(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, engine):
+    now = 0.0
+    if sched.eager:
+        now = yield from _forward_eager(wl, w, sched, rates, engine, now)
+    else:
+        now = yield from _forward_layerwise(wl, w, sched, rates, now)
+    now = yield from _backward(wl, w, sched, rates, now)
+    return now
+
+
+def _send_step(wl: Workload, w: WorkerLoad, steps: dict, step: int, kind: str, li: int, blocking: bool):
+    for peer, count in steps.get(step, ()):
+        nbytes = wl.fwd_bytes(li, count) if kind == "fwd" else wl.bwd_bytes(li, count)
+        yield ("send", (kind, li, w.rank, peer, step), peer, nbytes, blocking)
+
+
+def _forward_layerwise(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, now: float):
+    L = wl.num_layers
+    for li in range(L):
+        lb = w.layers[li]
+        steps = _by_step(w.table(f"fwd_send_{li}")) if li < L - 1 else {}
+        nodes, arcs, srcs = lb.bin_nodes, lb.bin_arcs, lb.bin_srcs
+        lane = now  # the gather lane (prefetch)
+        next_ready = None
+        if sched.prefetch and lb.num_bins:
+            next_ready = lane = now + rates.gather(li, srcs[0])
+        for b in range(lb.num_bins):
+            if sched.prefetch:
+                now = yield ("until", next_ready)
+                if b + 1 < lb.num_bins:
+                    next_ready = lane = max(now, lane) + rates.gather(li, srcs[b + 1])
+                now = yield _compute(rates.fwd(li, arcs[b], nodes[b]), f"L{li} bin {b}")
+            else:
+                now = yield _compute(
+                    rates.gather(li, srcs[b]) + rates.fwd(li, arcs[b], nodes[b]), f"L{li} bin {b}"
+                )
+            if (oh := _overhead(rates)) is not None:
+                now = yield oh
+            for req in _send_step(wl, w, steps, b, "fwd", li, not sched.async_send):
+                now = yield req
+        if li < L - 1:
+            now = yield ("wait_all", _recv_keys(w.table(f"fwd_recv_{li}"), "fwd", li, w.rank))
+    now = yield ("wait_sends",)
+    return now
+
+
+def _bin_costs(wl: Workload) -> list[BinCost]:
+    """What a bin of each layer holds on the device (:func:`bin_cost`, for the device kind the plan's bins were
+    sized for, as the runtime packs them); dgcn's MLP widths from the plan's config."""
+    mlp = None
+    if wl.config.get("model") == "dgcn" and wl.shapes:
+        layers, hidden = int(wl.config.get("layers", 1)), int(wl.config.get("hidden", 0))
+        mlp = [wl.shapes[0].d_in] + [hidden] * (layers - 1) + [wl.shapes[0].d_out]
+    return [bin_cost(s, mlp, wl.bins_for) for s in wl.shapes]
+
+
+def _forward_bins(wl: Workload, w: WorkerLoad, sched: Schedule) -> list[list[tuple[np.ndarray, int, int]]]:
+    """Per layer, the bins the eager forward runs, as (rows, distinct sources, arcs): the plan's (``multi``) or
+    bins of consecutive node ids packed up to the plan's limit (``inter``), as the runtime builds them."""
+    n_own, n_local = w.num_owned, w.num_owned + w.num_remote
+    if sched.order == "priority":
+        return [
+            [
+                (
+                    np.arange(lb.bin_ptr[b], lb.bin_ptr[b + 1], dtype=np.int64),
+                    int(lb.bin_srcs[b]),
+                    int(lb.bin_arcs[b]),
+                )
+                for b in range(lb.num_bins)
+            ]
+            for lb in w.layers
+        ]
+    pos = np.empty(n_own, dtype=np.int64)
+    pos[w.priority] = np.arange(n_own)  # shard owned id (ascending global id) -> row position
+    out = []
+    for li, cost in enumerate(_bin_costs(wl)):
+        limit_b = NO_LIMIT if w.bin_limit_bytes[li] is None else int(w.bin_limit_bytes[li])
+        packed = pack_bins(
+            cost,
+            w.row_ptr,
+            w.edge_src,
+            w.priority,
+            n_local,
+            limit_b,
+            order=pos,
+            max_rows=int(w.bin_limit_nodes[li]),
+        )
+        bins = []
+        for b in range(packed.num_bins):
+            rows = np.sort(pos[packed.bounds[b] : packed.bounds[b + 1]])
+            arcs = int((w.row_ptr[rows + 1] - w.row_ptr[rows]).sum())
+            bins.append((rows, int(packed.sources[b]), arcs))
+        out.append(bins)
+    return out
+
+
+def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, engine, now: float):
+    L = wl.num_layers
+    n_own, n_local = w.num_owned, w.num_owned + w.num_remote
+    in_deg = np.diff(w.row_ptr).astype(np.int64)
+    t_ptr, t_rows = transpose_rows(w.row_ptr, w.edge_src, n_local)
+    pos = np.empty(n_own, dtype=np.int64)
+    pos[w.priority] = np.arange(n_own)
+    self_row = np.concatenate([pos, np.full(w.num_remote, -1, dtype=np.int64)])
+    ready = [np.ones(n_own, dtype=np.bool_)] + [np.zeros(n_own, dtype=np.bool_) for _ in range(L - 1)]
+    missing = [None] + [in_deg + 1 for _ in range(L - 1)]
+    sends = []
+    for li in range(L - 1):
+        t = w.table(f"fwd_send_{li}")
+        ptr, ids = node_messages(t.nodes, t.msgs[:, 2], n_own)
+        sends.append((t, ptr, ids, t.msgs[:, 2].copy()))
+    recvs = []
+    for li in range(L - 1):
+        t = w.table(f"fwd_recv_{li}")
+        msgs = [((("fwd", li, peer, w.rank, step)), t.nodes[sl]) for step, peer, sl in t.message_slices()]
+        recvs.append(msgs)
+    blocking = not sched.async_send
+    bins = _forward_bins(wl, w, sched)
+    row_bin = []  # rows of each bin not ready yet: a bin runs once none is left
+    for layer_bins in bins:
+        rb = np.empty(n_own, dtype=np.int64)
+        for b, (rows, _, _) in enumerate(layer_bins):
+            rb[rows] = b
+        row_bin.append(rb)
+    bin_wait = [np.bincount(rb, minlength=len(lb)) for rb, lb in zip(row_bin, bins, strict=True)]
+    bin_wait[0][:] = 0
+    ran = [np.zeros(len(lb), dtype=np.bool_) for lb in bins]
+    left = [len(lb) for lb in bins]
+    gathered = {}  # (layer, bin) -> when its prefetched inputs are in
+    lane = now  # the gather lane
+
+    def became_ready(k, newly):
+        if len(newly):
+            bin_wait[k] -= np.bincount(row_bin[k][newly], minlength=len(bin_wait[k]))
+
+    def next_bin():
+        return lowest_runnable_bin(bin_wait, ran, left)
+
+    no_other = np.zeros(n_own, dtype=np.int64)  # one count per row (local and remote together)
+    while any(left):
+        for li in range(L - 1):  # take every message that has arrived by now
+            if recvs[li]:
+                keep = []
+                for key, nodes in recvs[li]:
+                    if engine.arrival.get(key, math.inf) <= now:
+                        became_ready(
+                            li + 1,
+                            release_inputs(
+                                nodes + n_own,
+                                t_ptr,
+                                t_rows,
+                                self_row,
+                                missing[li + 1],
+                                no_other,
+                                ready[li + 1],
+                            ),
+                        )
+                    else:
+                        keep.append((key, nodes))
+                recvs[li] = keep
+        li, b = next_bin()
+        if li is None:
+            pending = next((k for k in range(L - 1) if recvs[k]), None)
+            if pending is None:
+                raise RuntimeError(
+                    f"worker {w.rank}: eager schedule stalled (no ready rows, no message to wait for)"
+                )
+            now = yield ("wait_any", [key for key, _ in recvs[pending]])
+            continue
+        rows, n_src, arcs = bins[li][b]
+        ran[li][b] = True
+        left[li] -= 1
+        gather = 0.0
+        if (li, b) in gathered:  # prefetched while the previous bin computed
+            now = yield ("until", gathered.pop((li, b)))
+        else:  # gathered in line, before the next bin's prefetch starts
+            gather = rates.gather(li, n_src)
+        nl, nb = next_bin() if sched.prefetch and not gathered else (None, None)
+        if nl is not None:
+            lane = max(now + gather, lane) + rates.gather(nl, bins[nl][nb][1])
+            gathered[(nl, nb)] = lane
+        now = yield _compute(gather + rates.fwd(li, arcs, len(rows)), f"L{li} bin {b}")
+        if (oh := _overhead(rates)) is not None:
+            now = yield oh
+        if li < L - 1:
+            dst = w.priority[rows]
+            became_ready(
+                li + 1, release_inputs(dst, t_ptr, t_rows, self_row, missing[li + 1], no_other, ready[li + 1])
+            )
+            t, ptr, ids, left_msgs = sends[li]
+            if len(t.msgs):
+                for m in complete_messages(dst, ptr, ids, left_msgs):
+                    step, peer, count = (int(x) for x in t.msgs[m])
+                    now = yield (
+                        "send",
+                        ("fwd", li, w.rank, peer, step),
+                        peer,
+                        wl.fwd_bytes(li, count),
+                        blocking,
+                    )
+    now = yield ("wait_sends",)
+    return now
+
+
+def _backward(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, now: float):
+    for li in reversed(range(wl.num_layers)):
+        lb = w.layers[li]
+        need = li > 0
+        steps = _by_step(w.table(f"bwd_send_{li}")) if need else {}
+        B = lb.num_bins
+        for s in range(B):
+            b = s  # plan order: the bins that read remote inputs come first, their gradients leave early
+            now = yield _compute(rates.bwd(li, lb.bin_arcs[b], lb.bin_nodes[b]), f"L{li} bwd {s}")
+            if (oh := _overhead(rates)) is not None:
+                now = yield oh
+            for req in _send_step(wl, w, steps, s, "bwd", li, not sched.async_send):
+                now = yield req
+        if need:
+            now = yield ("wait_all", _recv_keys(w.table(f"bwd_recv_{li}"), "bwd", li, w.rank))
+            now = yield ("wait_sends",)
+    return now
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Layer-synchronous whole-partition strategies: bns-gcn, sancus
+# ------------------------------------------------------------------------------------------------------------
+
+
+def bns_gcn_worker(wl: Workload, w: WorkerLoad, rates: Rates, k: int, sample: float = 1.0):
+    """``bns-gcn`` as the runtime runs it (stages/strategies/bns_gcn/runtime.py): per layer the whole partition
+    as one bin, then one message per peer with the boundary rows (a ``sample`` fraction of the hidden layers'),
+    waited for, then a barrier of all workers; backward the same with gradients."""
+
+    def exchange(li):
+        return (yield from _all_to_all(wl, w, k, "fwd", li, sample))
+
+    return (yield from _layer_sync(wl, w, rates, k, exchange, sample))
+
+
+def sancus_worker(wl: Workload, w: WorkerLoad, rates: Rates, k: int, layout: str, fresh: bool):
+    """``sancus`` in an epoch where every owner sends (``fresh``) or none does (a skipped epoch of epoch:N):
+    ``p2p`` sends a one-word header to every peer and, when fresh, bns-gcn's boundary rows; ``broadcast`` has
+    every owner send its whole block to every other worker when fresh (each root in turn: K − 1 messages of
+    n_owned rows from its egress link), nothing when stale. Gradients go back every epoch, as in bns-gcn."""
+
+    def exchange(li):
+        tag = f"sc-{li}"
+        if layout == "p2p":
+            for peer in range(k):
+                if peer != w.rank:
+                    yield ("send", (tag + "-h", w.rank, peer), peer, 8, False)
+            yield ("wait_all", [(tag + "-h", peer, w.rank) for peer in range(k) if peer != w.rank])
+            if fresh:
+                yield from _all_to_all(wl, w, k, "fwd", li)
+            return (yield ("wait_sends",))
+        if fresh:
+            for peer in range(k):
+                if peer != w.rank:
+                    yield ("send", (tag, w.rank, peer), peer, wl.fwd_bytes(li, w.num_owned), False)
+            yield ("wait_all", [(tag, peer, w.rank) for peer in range(k) if peer != w.rank])
+        return (yield ("wait_sends",))
+
+    return (yield from _layer_sync(wl, w, rates, k, exchange, 1.0))
+
+
+def _layer_sync(wl: Workload, w: WorkerLoad, rates: Rates, k: int, exchange, bwd_sample: float):
+    now = 0.0
+    L = wl.num_layers
+    arcs, nodes = w.num_arcs, w.num_owned
+    for li in range(L):
+        now = yield _compute(rates.fwd(li, arcs, nodes, 1) + rates.overhead_per_bin, f"L{li}")
+        if li < L - 1:
+            now = yield from exchange(li)
+        now = yield ("barrier", ("fwd", li))
+    for li in reversed(range(L)):
+        now = yield _compute(rates.bwd(li, arcs, nodes, 1) + rates.overhead_per_bin, f"L{li} bwd")
+        if li > 0:
+            now = yield from _all_to_all(wl, w, k, "bwd", li, bwd_sample)
+        now = yield ("barrier", ("bwd", li))
+    return now
+
+
+def _all_to_all(wl: Workload, w: WorkerLoad, k: int, kind: str, li: int, sample: float = 1.0):
+    """One message per peer with the boundary rows of layer ``li`` (a ``sample`` fraction of them, rounded),
+    all received, all sent."""
+    out = np.rint(w.table(f"{kind}_send_{li}").per_peer_total(k) * sample).astype(np.int64)
+    inc = np.rint(w.table(f"{kind}_recv_{li}").per_peer_total(k) * sample).astype(np.int64)
+    tag = "a2a-" + kind
+    for peer in range(k):
+        if out[peer]:
+            nbytes = wl.fwd_bytes(li, out[peer]) if kind == "fwd" else wl.bwd_bytes(li, out[peer])
+            yield ("send", (tag, li, w.rank, peer), peer, nbytes, False)
+    now = yield ("wait_all", [(tag, li, peer, w.rank) for peer in range(k) if inc[peer]])
+    now = yield ("wait_sends",)
+    return now
+
+
+# ------------------------------------------------------------------------------------------------------------
+# L-hop halo replication baseline
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class HaloLayer:
+    nodes: int  # outputs computed (|H_{L-1-l}|)
+    arcs: int  # their in-arcs
+    srcs: int  # input rows gathered (at least |H_{L-l}|; bins re-gather shared in-neighbours, as in the plan)
+    bins: int
+
+
+@numba.njit(cache=True)
+def _hop_sizes(indptr, indices, members, depth, seen, stamp):
+    """|H_d| and the in-arcs of H_d for d = 0..depth, H_0 = members, H_d = H_{d-1} ∪ in-neighbours."""
+    counts = np.zeros(depth + 1, dtype=np.int64)
+    arcs = np.zeros(depth + 1, dtype=np.int64)
+    frontier = members.copy()
+    for v in frontier:
+        seen[v] = stamp
+    n, a = len(frontier), 0
+    for v in frontier:
+        a += indptr[v + 1] - indptr[v]
+    counts[0], arcs[0] = n, a
+    for d in range(1, depth + 1):
+        nxt = np.empty(0, dtype=np.int64)
+        buf = np.empty(max(16, len(frontier)), dtype=np.int64)
+        m = 0
+        for v in frontier:
+            for j in range(indptr[v], indptr[v + 1]):
+                u = indices[j]
+                if seen[u] != stamp:
+                    seen[u] = stamp
+                    if m == len(buf):
+                        buf = np.concatenate((buf, np.empty(len(buf), dtype=np.int64)))
+                    buf[m] = u
+                    m += 1
+        nxt = buf[:m].copy()
+        for u in nxt:
+            a += indptr[u + 1] - indptr[u]
+        n += m
+        counts[d], arcs[d] = n, a
+        frontier = nxt
+    return counts, arcs
+
+
+def _gather_ratio(lb) -> float:
+    """Source rows gathered per (destination + arc) in a worker's plan bins of one layer."""
+    denom = int(lb.bin_nodes.sum() + lb.bin_arcs.sum())
+    return float(lb.bin_srcs.sum()) / denom if denom else 0.0
+
+
+def halo_loads(indptr: np.ndarray, indices: np.ndarray, assignment: np.ndarray, k: int, wl: Workload) -> list:
+    """Per worker, per layer: the replicated work of L-hop halo training (bins by the plan's limits)."""
+    L = wl.num_layers
+    indptr = np.asarray(indptr, dtype=np.int64)
+    indices = np.asarray(indices)
+    seen = np.zeros(len(indptr) - 1, dtype=np.int64)
+    costs = _bin_costs(wl)
+    out = []
+    for r in range(k):
+        members = np.flatnonzero(assignment == r).astype(np.int64)
+        counts, arcs = _hop_sizes(indptr, indices, members, L, seen, r + 1)
+        layers = []
+        for li in range(L):
+            d = L - 1 - li
+            nodes, a = int(counts[d]), int(arcs[d])
+            w = wl.workers[r] if r < len(wl.workers) else None
+            limit_b = w.bin_limit_bytes[li] if w is not None else None
+            if limit_b is None:
+                limit_n = w.bin_limit_nodes[li] if w is not None else max(1, nodes)
+                bins = max(1, math.ceil(nodes / max(1, limit_n)))
+            else:  # the layer's one bin: its nodes, their in-arcs and the (d+1)-hop set as its sources
+                total = costs[li].bytes(nodes, int(counts[d + 1]), a)
+                bins = max(1, math.ceil(total / limit_b))
+            # gathered rows: bins read their sources separately, so shared in-neighbours are gathered once per bin
+            # that reads them; the plan's bins of this worker give the ratio (1 when unknown)
+            rho = _gather_ratio(w.layers[li]) if w is not None else 0.0
+            srcs = max(int(counts[d + 1]), int(round(rho * (nodes + a))))
+            layers.append(HaloLayer(nodes, a, srcs, bins))
+        out.append(layers)
+    return out
+
+
+def halo_worker(wl: Workload, layers: list[HaloLayer], rates: Rates):
+    now = 0.0
+    for li, h in enumerate(layers):
+        work = (
+            rates.gather(li, h.srcs)
+            + rates.fwd(li, h.arcs, h.nodes, h.bins)
+            + rates.overhead_per_bin * h.bins
+        )
+        now = yield _compute(work, f"L{li}")
+    for li in reversed(range(len(layers))):
+        h = layers[li]
+        now = yield _compute(
+            rates.bwd(li, h.arcs, h.nodes, h.bins) + rates.overhead_per_bin * h.bins, f"L{li} bwd"
+        )
+    return now
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The simulated systems: a name (or a name prefix and its variant) -> the worker generators of one epoch
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SystemContext:
+    """What a system's worker generators are built from."""
+
+    wl: Workload
+    rates: Rates
+    engine: object
+    halo: list | None = None
+    boundary_sample: float = 1.0  # bns-gcn's P
+    fresh: bool = True  # sancus: an epoch in which owners send
+
+
+def _g3_workers(c: SystemContext, pipeline: str) -> list:
+    return [g3_worker(c.wl, w, SCHEDULES[pipeline], c.rates, c.engine) for w in c.wl.workers]
+
+
+def _bns_gcn_workers(c: SystemContext, _variant: str) -> list:
+    return [bns_gcn_worker(c.wl, w, c.rates, c.wl.k, c.boundary_sample) for w in c.wl.workers]
+
+
+def _sancus_workers(c: SystemContext, layout: str) -> list:
+    return [sancus_worker(c.wl, w, c.rates, c.wl.k, layout, c.fresh) for w in c.wl.workers]
+
+
+def _halo_workers(c: SystemContext, _variant: str) -> list:
+    if c.halo is None:
+        from stages.common.errors import G3InputError
+
+        raise G3InputError("the halo baseline needs the plan's store and partition (not available)")
+    return [halo_worker(c.wl, c.halo[r], c.rates) for r in range(c.wl.k)]
+
+
+# family -> (builder, takes a variant after "-", skips its sends in stale epochs)
+SYSTEMS = {
+    "g3": (_g3_workers, True, False),
+    "bns-gcn": (_bns_gcn_workers, False, False),
+    "sancus": (_sancus_workers, True, True),
+    "halo": (_halo_workers, False, False),
+}
+
+
+def _family(system: str) -> tuple[str, str]:
+    """(family, variant) of a system name: ``g3-multi`` -> (g3, multi), ``bns-gcn`` -> (bns-gcn, '')."""
+    if system in SYSTEMS and not SYSTEMS[system][1]:
+        return system, ""
+    family, _, variant = system.partition("-")
+    if family not in SYSTEMS or not SYSTEMS[family][1] or not variant:
+        raise ValueError(f"unknown system {system!r}")
+    return family, variant
+
+
+def system_workers(system: str, context: SystemContext) -> list:
+    """The worker generators of one epoch of ``system`` (``g3-<pipeline>``, ``bns-gcn``, ``sancus-<layout>``,
+    ``halo``)."""
+    family, variant = _family(system)
+    return SYSTEMS[family][0](context, variant)
+
+
+def skips_stale_sends(system: str) -> bool:
+    """Whether ``system`` sends nothing in some epochs (sancus's epoch:N): its epoch is a mean over epochs."""
+    return SYSTEMS[_family(system)[0]][2]
+
+
+from stages.common import jit_cache  # noqa: E402 - after every kernel of the module is defined
+
+jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

@@ -1,0 +1,27 @@
+"""The hopgnn strategy\'s spec: its parts and declarations, as every stage reads them."""
+
+from __future__ import annotations
+
+from stages.common.knobs import SamplingKnobs
+from stages.strategies.hopgnn import plan, runtime, simulate
+from stages.strategies.spec import StrategySpec
+
+SPEC = StrategySpec(
+    name="hopgnn",
+    summary="HopGNN: the model migrates to the features — distdgl's global batches as per-root "
+    "micrographs trained in K time steps on their home servers (--pregather, --merge, "
+    "--migrate; --batch-order local-only: each server its own roots).",
+    methods=("distdgl", "metis", "g3"),
+    exactness="as distdgl --batch-order global (migration, pre-gathering and merging change where work "
+    "runs, not the gradients); --batch-order local-only trains on batches stratified by "
+    "partition (a different model)",
+    plan=plan.plan,
+    plan_options=plan.OPTIONS,
+    summary_rows=plan.summary_rows,
+    runtime=runtime.STRATEGY,
+    simulate=simulate.simulate,
+    simulated_as=lambda options, knobs: "hopgnn",
+    family="mini-batch",
+    knobs=SamplingKnobs,
+    peer_options=("fanouts", "batch_size"),
+)
