@@ -59,7 +59,7 @@ def measure(e: dict, epochs: int, runs: Path) -> dict:
             checkpoint_every=0,
             live=False,
             emulate_link=e["link"],
-            **e["train_options"],
+            knobs=dict(e["train_options"]),
         )
         run_train(e["plan"], cfg, out=out, force=True)
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]

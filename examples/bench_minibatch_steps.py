@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from stages.kits.runtime.config import RuntimeConfig
-from stages.kits.runtime.worker import open_worker
+from stages.strategies import open_plan_worker
 
 
 def free_port() -> int:
@@ -43,8 +43,12 @@ def main() -> None:
         "--threads", type=int, default=2, help="threads of the sampler's own kernels (index_select)"
     )
     a = ap.parse_args()
-    worker = open_worker(
-        0, 1, a.plan, RuntimeConfig(threads=a.threads, prefetch="off"), f"tcp://127.0.0.1:{free_port()}"
+    worker = open_plan_worker(
+        0,
+        1,
+        a.plan,
+        RuntimeConfig(threads=a.threads, knobs={"prefetch": "off"}),
+        f"tcp://127.0.0.1:{free_port()}",
     )
     st = worker.strategy
     st.prepare(0, 0)  # compiles or loads the kernels

@@ -58,9 +58,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from stages.strategies import STRATEGIES, bins_strategy  # noqa: E402
+from stages.strategies import REFERENCE_STRATEGY, STRATEGIES  # noqa: E402
 
-BINS = bins_strategy()  # the strategy whose plans size bins by device memory (g3)
+BINS = STRATEGIES[REFERENCE_STRATEGY]  # the strategy whose plans size bins by device memory (g3)
 FORCED = f"{BINS.name} (bins)"  # its case with bins forced below the graph
 
 SCHEMA = "g3.gpu-check/1"

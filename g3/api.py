@@ -49,7 +49,8 @@ def _hint_text(hint: Any) -> str:
 
 def _options(cls, func: str, given: dict):
     """``cls(**given)`` (a stage's options dataclass), each keyword checked against the field it sets: an unknown
-    name or a wrong type is a :class:`G3InputError` naming it."""
+    name or a wrong type is a :class:`G3InputError` naming it. A run's settings also take the strategies' knobs as
+    keywords (``g3.train(plan, pipeline="none")``), kept by name in its ``knobs``."""
     import dataclasses
     import sys
     import typing
@@ -58,18 +59,20 @@ def _options(cls, func: str, given: dict):
 
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "knobs"}
     hints = typing.get_type_hints(cls, globalns=vars(sys.modules[cls.__module__]))
-    if "knobs" in hints:  # a run's settings: the strategies' knobs are keywords too (stages/common/knobs.py)
-        knobs = knob_declarations()
-        fields.update(knobs)
-        hints.update({name: uses[0][1].type | None for name, uses in knobs.items()})
+    knobs = knob_declarations() if "knobs" in hints else {}
+    hints.update({name: uses[0][1].type | None for name, uses in knobs.items()})
     for name, value in given.items():
-        if name not in fields:
-            raise G3InputError(f"g3.{func}: no option {name!r} (options: {', '.join(sorted(fields))})")
+        if name not in fields and name not in knobs:
+            known = sorted([*fields, *knobs])
+            raise G3InputError(f"g3.{func}: no option {name!r} (options: {', '.join(known)})")
         if name in hints and not _matches(value, hints[name]):
             raise G3InputError(
                 f"g3.{func}: {name} must be {_hint_text(hints[name])}, not {type(value).__name__} {value!r}"
             )
-    return cls(**given)
+    if not knobs:
+        return cls(**given)
+    settings = {name: value for name, value in given.items() if name not in knobs}
+    return cls(**settings, knobs={name: value for name, value in given.items() if name in knobs})
 
 
 def _api(func):

@@ -192,7 +192,7 @@ def test_neutrontp_computes_at_the_speed_its_own_run_shows(advice):
         if r.get("purpose") == "compute speed"
     }
     for e in _predicted(result):
-        if STRATEGIES[e["strategy"]].advise_fits_speed:
+        if STRATEGIES[e["strategy"]].fits_own_speed:
             assert (
                 e["compute_speed"] == fitted[(e["strategy"], json.dumps(e["plan_options"], sort_keys=True))]
             )

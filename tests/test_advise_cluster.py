@@ -521,10 +521,10 @@ def test_a_message_runs_at_the_slower_of_its_two_links_and_the_ring_at_the_slowe
 
 def test_per_worker_speed_in_the_bins_and_step_models():
     from stages.common.model_spec import LayerShape
-    from stages.simulate import simulate_system
     from stages.kits.simulate.minibatch import MiniBatchProfile, simulate_minibatch
     from stages.kits.simulate.profile import LayerRates, PhaseRates, Rates
     from stages.kits.simulate.workload import make_workload
+    from stages.strategies.g3.simulate import simulate_system
 
     # tests/test_simulate.py's hand-made pair: one arc per bin, a row each way per layer; 1 s per arc forward
     def worker(peer: int) -> dict:

@@ -299,8 +299,8 @@ def test_gcn_on_a_replicated_topology_equals_distdgl_bitwise(part, tmp_path):
 
 # --- g3 simulate -------------------------------------------------------------------------------------------
 def test_simulated_scheduler_overlaps_dags_and_threads():
-    from stages.strategies.bytegnn.simulate import SchedulerProfile, simulate_bytegnn
     from stages.kits.simulate.minibatch import MiniBatchProfile
+    from stages.strategies.bytegnn.simulate import SchedulerProfile, simulate_bytegnn
 
     p = MiniBatchProfile(
         strategy="bytegnn",

@@ -19,9 +19,9 @@ from test_strategies import partitions  # noqa: F401 - the fixture
 
 from stages.kits.runtime.neighbor_sampler import sample_key, sample_rows, signed64
 from stages.kits.runtime.sampling_service import SamplingService
-from stages.strategies.distdgl.runtime import regroup
 from stages.kits.runtime.trace import Tracer
 from stages.kits.runtime.transport import CommStats
+from stages.strategies.distdgl.runtime import regroup
 
 
 def power_law_csr(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

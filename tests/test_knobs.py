@@ -1,5 +1,5 @@
-"""`g3 train` knobs are declared once (stages/common/knobs.py, listed by the strategies that have them) and every
-place that takes or reads one is generated from the declarations: a knob added to one strategy's entry appears in
+"""`g3 train` knobs are declared once (stages/common/knobs.py; a strategy's knobs are a dataclass of them) and every
+place that takes or reads one is generated from the declarations: a knob added to one strategy's knobs appears in
 `g3 train --help`, is checked, resolved to its default, refused by other strategies, taken by the Python API and
 `g3 bench`, written to run.json, put on `g3 advise`'s commands and reset by `g3 eval`."""
 
@@ -13,8 +13,8 @@ import pytest
 from test_train import invoke
 
 from stages.common.errors import G3InputError
-from stages.common.knobs import BIN_SCHEDULES, TrainKnob, at_least_one
-from stages.strategies import STRATEGIES, knob_declarations
+from stages.common.knobs import TrainKnob, at_least_one, knob
+from stages.strategies import STRATEGIES, config_record, knob_declarations, resolve_knobs
 
 FIXTURE = TrainKnob(
     "fixture_rounds",
@@ -32,8 +32,11 @@ def fixture_knob(monkeypatch):
     import g3cli.train_cmd
 
     g3 = STRATEGIES["g3"]
+    fixture_knobs = dataclasses.make_dataclass(
+        "FixtureKnobs", [("fixture_rounds", int, knob(FIXTURE))], bases=(g3.knobs,), frozen=True
+    )
     with monkeypatch.context() as m:
-        m.setitem(STRATEGIES, "g3", dataclasses.replace(g3, knobs=(*g3.knobs, FIXTURE)))
+        m.setitem(STRATEGIES, "g3", dataclasses.replace(g3, knobs=fixture_knobs))
         importlib.reload(g3cli.train_cmd)
         yield STRATEGIES["g3"]
     importlib.reload(g3cli.train_cmd)
@@ -79,35 +82,33 @@ def test_a_knob_declared_in_one_entry_reaches_the_cli(fixture_knob, plans):
 def test_a_knob_declared_in_one_entry_reaches_the_api_run_json_and_eval(fixture_knob):
     from g3.api import _options
     from stages.eval import _inference_config
-    from stages.kits.runtime.config import resolve_knobs
     from stages.train import TrainConfig
 
     cfg = _options(TrainConfig, "train", {"epochs": 2, "fixture_rounds": 5})
-    assert cfg.fixture_rounds == 5 and cfg.knobs == {"fixture_rounds": 5}
+    assert cfg.knobs == {"fixture_rounds": 5}
     with pytest.raises(G3InputError, match="fixture_rounds must be int | None, not str"):
         _options(TrainConfig, "train", {"fixture_rounds": "5"})
     with pytest.raises(G3InputError, match="no option 'fixture_round'"):
         _options(TrainConfig, "train", {"fixture_round": 5})
 
-    resolve_knobs(cfg, fixture_knob)  # the strategy that has it keeps the value and fills its other knobs
-    assert cfg.fixture_rounds == 5 and cfg.pipeline == "multi" and cfg.prefetch == "auto"
-    default = TrainConfig()
-    resolve_knobs(default, fixture_knob)
-    assert default.fixture_rounds == 3
+    knobs = resolve_knobs(cfg.knobs, fixture_knob)  # the strategy's typed knobs, its other knobs at defaults
+    assert knobs.fixture_rounds == 5 and knobs.pipeline == "multi" and knobs.prefetch == "auto"
+    assert cfg.knobs["pipeline"] == "multi"  # resolved in place: run.json records what the run used
+    assert resolve_knobs(TrainConfig().knobs, fixture_knob).fixture_rounds == 3
     with pytest.raises(
         G3InputError,
         match="--fixture-rounds does not apply to the distdgl strategy of this plan "
         r"\(it applies to g3\)",
     ):
-        resolve_knobs(TrainConfig(fixture_rounds=5), STRATEGIES["distdgl"])
+        resolve_knobs({"fixture_rounds": 5}, STRATEGIES["distdgl"])
 
-    record = cfg.to_dict()  # run.json's config: one key per knob
+    record = config_record(cfg)  # run.json's config: one key per knob
     assert record["fixture_rounds"] == 5 and "knobs" not in record
-    assert dataclasses.replace(cfg, epochs=3).fixture_rounds == 5  # a copy keeps it ...
-    again = dataclasses.replace(cfg, fixture_rounds=7)
-    assert again.fixture_rounds == 7 and cfg.fixture_rounds == 5  # ... and a change to the copy stays there
+    assert dataclasses.replace(cfg, epochs=3).knobs["fixture_rounds"] == 5  # a copy keeps it ...
+    again = dataclasses.replace(cfg, knobs={**cfg.knobs, "fixture_rounds": 7})
+    assert again.knobs["fixture_rounds"] == 7 and cfg.knobs["fixture_rounds"] == 5  # ... a change stays there
     evaluated = _inference_config({"config": record})  # eval: every knob its strategy's default
-    assert evaluated.fixture_rounds is None and evaluated.pipeline is None and evaluated.knobs == {}
+    assert evaluated.knobs == {}
 
 
 def test_a_knob_declared_in_one_entry_reaches_bench_and_advise(fixture_knob):
@@ -119,7 +120,7 @@ def test_a_knob_declared_in_one_entry_reaches_bench_and_advise(fixture_knob):
         bin_size=None, device_memory=None, pipeline="multi", epochs=1, lr=0.01, dropout=0.5
     )
     options, train = candidate_configs(bench, spec)
-    assert train["fixture_rounds"] == 4 and "fixture_rounds" not in options
+    assert train["knobs"]["fixture_rounds"] == 4 and "fixture_rounds" not in options
     with pytest.raises(G3InputError, match=r"g3 does not take fixture_rounds=0 \(must be >= 1\)"):
         parse_spec("g3{fixture_rounds=0}")
     with pytest.raises(G3InputError, match="distdgl has no option 'fixture_rounds'"):
@@ -132,15 +133,12 @@ def test_a_knob_declared_in_one_entry_reaches_bench_and_advise(fixture_knob):
 
 def test_every_knob_is_declared_alike_by_the_strategies_that_share_it():
     """One name, one type and one flag (the CLI option is shared); a text knob's values are its choices or its
-    check's; the bin schedules the runtime runs are the names the declaration offers."""
-    from stages.strategies.g3.pipeline import SCHEDULES
-
-    assert set(SCHEDULES) == set(BIN_SCHEDULES)
+    check's."""
     for name, uses in knob_declarations().items():
         assert len({k.type for _, k in uses}) == 1, name
         assert all(k.type is not bool or not k.choices for _, k in uses), name
-        for info, knob in uses:
-            assert knob.problem(knob.default) is None, (
+        for info, declared in uses:
+            assert declared.problem(declared.default) is None, (
                 info.name,
                 name,
             )  # its own default is a value it takes
@@ -148,7 +146,7 @@ def test_every_knob_is_declared_alike_by_the_strategies_that_share_it():
 
 def test_a_strategy_knob_value_outside_every_declaration_is_refused(plans):
     for args, what in [
-        (["--pipeline", "p4"], "'p4' is not one of 'multi', 'inter', 'intra', 'none', 'p3'"),
+        (["--pipeline", "p4"], "'p4' is not one of 'none', 'intra', 'inter', 'multi', 'p3'"),
         (["--prefetch", "soon"], "--prefetch soon is not one of auto, on, off or a step count >= 0"),
         (["--launch-sigma", "inf"], "--launch-sigma must be a finite number >= 0"),
         (["--task-nodes", "0"], "--task-nodes must be >= 1"),

@@ -58,7 +58,7 @@ def test_one_worker_reads_its_first_layer_in_the_feature_table_bitwise(partition
     """distdgl at K = 1: the first layer aggregates its sources' rows where they lie in the feature table, and the
     step gathers only the destinations' rows — the same logits and weight gradients as over the gathered rows,
     bitwise; buffers come back to the pool once the next step is taken."""
-    from stages.kits.runtime.worker import open_worker
+    from stages.strategies import open_plan_worker
 
     plan = tmp_path / "plan"
     r = invoke(
@@ -85,11 +85,11 @@ def test_one_worker_reads_its_first_layer_in_the_feature_table_bitwise(partition
     import numba
 
     threads = torch.get_num_threads(), numba.get_num_threads()  # open_worker sets both for the process
-    worker = open_worker(
+    worker = open_plan_worker(
         0,
         1,
         plan,
-        RuntimeConfig(threads=1, prefetch="off", dtype="float64", heap="system"),
+        RuntimeConfig(threads=1, knobs={"prefetch": "off"}, dtype="float64", heap="system"),
         f"tcp://127.0.0.1:{port}",
     )
     st = worker.strategy

@@ -324,10 +324,16 @@ def test_a_bundle_carries_every_layout_of_the_partition(store, tmp_path, monkeyp
     every node folder holds its ranks' shards of each, byte for byte, and a missing one is refused up front."""
     import dataclasses
 
-    from stages.kits.partition.methods import METHODS
+    from stages.kits.partition.methods import KIT_METHODS
+    from stages.strategies import registry
 
-    monkeypatch.setitem(
-        METHODS, "random", dataclasses.replace(METHODS["random"], layouts=("rows", "columns"))
+    monkeypatch.setattr(
+        registry,
+        "KIT_METHODS",
+        tuple(
+            dataclasses.replace(m, layouts=("rows", "columns")) if m.name == "random" else m
+            for m in KIT_METHODS
+        ),
     )
     part, plan = tmp_path / "part", tmp_path / "plan"
     assert (

@@ -18,13 +18,12 @@ from stages.common.store import GraphStore
 from stages.ingest.build import IngestOptions, build_store
 from stages.ingest.source import GraphSource
 from stages.ingest.synthetic import resolve_spec, synthetic_source
-from stages.partition import PartitionOptions, run_partition
 from stages.kits.partition.baselines import chunk_partition, random_partition
 from stages.kits.partition.feature import feature_columns
-from stages.strategies.g3.repartition import Algorithm1Result, RemoteTracker, run_algorithm1, seen_before
 from stages.kits.partition.graph import graphs_from_csr, load_graphs, symmetrize
 from stages.kits.partition.metis import metis_partition
 from stages.kits.partition.metrics import edge_cut, remote_sizes
+from stages.partition import PartitionOptions, run_partition
 from stages.strategies.g3.refine import (
     ROUND_SHARES,
     AnnealChain,
@@ -34,6 +33,7 @@ from stages.strategies.g3.refine import (
     run_refine,
     seed_anneal,
 )
+from stages.strategies.g3.repartition import Algorithm1Result, RemoteTracker, run_algorithm1, seen_before
 
 NODE_METHODS = ("g3", "metis", "random", "chunk")
 
@@ -661,18 +661,17 @@ def test_layouts_are_recorded_and_implied_for_version_1_partitions(tiny_store, t
 def test_a_method_with_two_layouts_writes_the_shards_of_both(tiny_store, tmp_path, monkeypatch):
     """A method declaring ("rows", "columns") (P3's need: hashed structure and column-split features at once)
     gets node shards in PART and column shards in PART/columns, and partition.json records both."""
-    from stages.kits.partition.methods import METHODS, PartitionMethod
+    from stages.kits.partition import baselines
+    from stages.kits.partition.methods import KIT_METHODS, PartitionMethod
+    from stages.strategies import registry
 
-    monkeypatch.setitem(
-        METHODS,
+    both = PartitionMethod(
         "both",
-        PartitionMethod(
-            "both",
-            "test: hashed rows and split columns",
-            assign="baselines:assign_random",
-            layouts=("rows", "columns"),
-        ),
+        "test: hashed rows and split columns",
+        assign=baselines.assign_random,
+        layouts=("rows", "columns"),
     )
+    monkeypatch.setattr(registry, "KIT_METHODS", (*KIT_METHODS, both))
     k = 3
     s = _partition(tiny_store, tmp_path / "p", k, "both", seed=5)
     store = GraphStore.open(tiny_store)

@@ -13,8 +13,8 @@ import pytest
 from reference_minibatch import ascending_rows, draw, dropout_epoch, key_of, mix, permutation
 from scipy.stats import chi2
 
-from stages.kits.runtime.neighbor_sampler import sample_key, sample_rows, sorted_rows_by_global
 from stages.kits.runtime.minibatch import shuffled, step_key
+from stages.kits.runtime.neighbor_sampler import sample_key, sample_rows, sorted_rows_by_global
 
 # keys that exercise the 64-bit edges: zero, the sign bit, the top, negative ints taken mod 2^64
 KEY_PARTS = [

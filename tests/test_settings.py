@@ -115,10 +115,10 @@ def test_the_commands_take_their_options_from_their_stage_only():
 
     from stages.advise import AdviseOptions
     from stages.bench import BenchOptions
-    from stages.strategies import knob_declarations
     from stages.ingest import IngestOptions, SourceArgs
     from stages.partition import PartitionOptions
     from stages.simulate import SimulateOptions
+    from stages.strategies import knob_declarations
     from stages.train import TrainConfig
 
     own = {"out", "force", "as_json", "top", "plot", "help", "fmt"}

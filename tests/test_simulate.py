@@ -10,17 +10,12 @@ import pytest
 
 from stages.common.model_spec import LayerShape
 from stages.kits.runtime.profile import fit_phase
-from stages.simulate import (
-    allreduce_seconds,
-    parse_bandwidth,
-    parse_latency,
-    parse_workers_list,
-    simulate_system,
-)
 from stages.kits.simulate.engine import Network
 from stages.kits.simulate.profile import LayerRates, PhaseRates, Rates
-from stages.strategies.g3.schedules import halo_loads
 from stages.kits.simulate.workload import make_workload
+from stages.simulate import allreduce_seconds, parse_bandwidth, parse_latency, parse_workers_list
+from stages.strategies.g3.schedules import halo_loads
+from stages.strategies.g3.simulate import simulate_system
 
 # ------------------------------------------------------------------------------------------------------------
 # The hand-made plan. Each worker w owns X (local 0) and Y (local 1); Y is what the peer needs, so the priority
@@ -271,9 +266,9 @@ def test_train_profile_feeds_simulate(tiny_store, tmp_path, cli_runner):
     import socket
 
     from g3cli.main import cli
+    from stages.kits.runtime.launch.processes import run_guarded
     from stages.partition import PartitionOptions, run_partition
     from stages.plan import PlanConfig, run_plan
-    from stages.kits.runtime.launch.processes import run_guarded
     from stages.train.config import TrainConfig
     from stages.train.loop import train_rank
 
@@ -284,7 +279,9 @@ def test_train_profile_feeds_simulate(tiny_store, tmp_path, cli_runner):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cfg = TrainConfig(epochs=3, eval_every=0, profile=str(prof_path), live=False, threads=1, pipeline="multi")
+    cfg = TrainConfig(
+        epochs=3, eval_every=0, profile=str(prof_path), live=False, threads=1, knobs={"pipeline": "multi"}
+    )
     run.mkdir()
     run_guarded(train_rank, 0, 1, run, "", f"tcp://127.0.0.1:{port}", str(plan), str(run), cfg)
     prof = json.loads(prof_path.read_text())

@@ -19,6 +19,7 @@ from test_train import invoke
 from stages.common.artifact_json import sealed
 from stages.common.plan_artifact import load_plan_meta
 from stages.kits.runtime.minibatch import shuffled
+from stages.simulate.replan import replanner
 from stages.strategies.clustergcn.simulate import (
     ClusterProfile,
     WorkerClusters,
@@ -167,7 +168,8 @@ def test_clusters_of_another_worker_count_are_what_g3_plan_writes(partitions, tm
     plan2 = _plan(partitions("metis", 2), tmp_path / "plan2")
     plan4 = _plan(partitions("metis", 4), tmp_path / "plan4")
     cache = tmp_path / "cache"
-    got = clusters_for_workers(plan2, load_plan_meta(plan2), 4, cache)
+    replan = replanner(load_plan_meta(plan2), cache)
+    got = clusters_for_workers(plan2, load_plan_meta(plan2), 4, replan)
     want = plan_clusters(plan4, load_plan_meta(plan4))
     assert len(got) == 4
     for g, w in zip(got, want, strict=True):
@@ -178,17 +180,17 @@ def test_clusters_of_another_worker_count_are_what_g3_plan_writes(partitions, tm
     # reused from the cache: the same tables without partitioning or planning again
     made = [
         (cache / name / f"{kind}.json").stat().st_mtime_ns
-        for name, kind in (("clustergcn-part-metis-4", "partition"), ("clustergcn-part-metis-4.plan", "plan"))
+        for name, kind in (("part-metis-4", "partition"), ("part-metis-4.plan-clustergcn-sage", "plan"))
     ]
-    again = clusters_for_workers(plan2, load_plan_meta(plan2), 4, cache)
+    again = clusters_for_workers(plan2, load_plan_meta(plan2), 4, replan)
     assert all(np.array_equal(a.arcs, b.arcs) for a, b in zip(again, got, strict=True))
     assert [
         (cache / name / f"{kind}.json").stat().st_mtime_ns
-        for name, kind in (("clustergcn-part-metis-4", "partition"), ("clustergcn-part-metis-4.plan", "plan"))
+        for name, kind in (("part-metis-4", "partition"), ("part-metis-4.plan-clustergcn-sage", "plan"))
     ] == made
     # a cached plan that was removed is made again
-    shutil.rmtree(cache / "clustergcn-part-metis-4.plan")
-    third = clusters_for_workers(plan2, load_plan_meta(plan2), 4, cache)
+    shutil.rmtree(cache / "part-metis-4.plan-clustergcn-sage")
+    third = clusters_for_workers(plan2, load_plan_meta(plan2), 4, replan)
     assert all(np.array_equal(a.arcs, b.arcs) for a, b in zip(third, got, strict=True))
 
 
@@ -264,7 +266,7 @@ def test_g3_simulate_a_clustergcn_plan_from_its_run(partitions, tmp_path):  # no
     k4 = next(row for row in sim["scaling"] if row["workers"] == 4)["systems"]["clustergcn"]
     at4 = simulate_clustergcn(
         p,
-        clusters_for_workers(plan, meta, 4, tmp_path / "cache"),
+        clusters_for_workers(plan, meta, 4, replanner(meta, tmp_path / "cache")),
         sim["network"]["bandwidth_bytes_per_second"],
         sim["network"]["latency_seconds"],
     )

@@ -15,6 +15,7 @@ import pytest
 from test_strategies import partitions  # noqa: F401 - the fixture
 from test_train import invoke
 
+from stages.kits.simulate.minibatch import MiniBatchProfile
 from stages.strategies.hopgnn.simulate import (
     HopProfile,
     _home_share,
@@ -22,7 +23,6 @@ from stages.strategies.hopgnn.simulate import (
     miss_share,
     simulate_hopgnn,
 )
-from stages.kits.simulate.minibatch import MiniBatchProfile
 
 INF = math.inf
 

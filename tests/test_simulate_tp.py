@@ -14,10 +14,10 @@ import pytest
 from stages.common.model_spec import LayerShape, ModelSpec
 from stages.common.plan_artifact import load_plan_meta
 from stages.kits.partition.feature import feature_columns
-from stages.strategies.neutrontp import plan as planner
-from stages.simulate import SimulateOptions, run_simulate
 from stages.kits.simulate.engine import Network
 from stages.kits.simulate.profile import default_rates
+from stages.simulate import SimulateOptions, run_simulate
+from stages.strategies.neutrontp import plan as planner
 from stages.strategies.neutrontp.simulate import (
     ChunkPass,
     Collective,

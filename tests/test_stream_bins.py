@@ -14,6 +14,7 @@ from test_train import DROPOUT, EPOCHS, LR, SEED, max_weight_diff, pipeline, ref
 
 from stages.kits.runtime.config import RuntimeConfig
 from stages.strategies.g3 import runtime as g3_runtime
+from stages.strategies.g3.knobs import G3Knobs
 
 
 @pytest.mark.parametrize(
@@ -72,7 +73,6 @@ def test_streamed_bins_train_the_in_memory_model(store, tmp_path, model, k, sche
 
 def _ctx(mode: str, arcs: int, resident: bool = False, world: int = 4, owned: int = 1000, remote: int = 0):
     cfg = RuntimeConfig()
-    cfg.stream_bins = mode
     manifest = {
         "indices.npy": {"shape": [arcs], "dtype": "int64"},
         "features.npy": {"shape": [owned, 64], "dtype": "float32"},
@@ -80,7 +80,12 @@ def _ctx(mode: str, arcs: int, resident: bool = False, world: int = 4, owned: in
         "remote.npy": {"shape": [remote], "dtype": "int64"},
     }
     return SimpleNamespace(
-        cfg=cfg, resident=resident, world=world, shard=SimpleNamespace(manifest=manifest), memo={}
+        cfg=cfg,
+        knobs=G3Knobs(stream_bins=mode),
+        resident=resident,
+        world=world,
+        shard=SimpleNamespace(manifest=manifest),
+        memo={},
     )
 
 

@@ -525,15 +525,15 @@ def test_prefetch_setting():
     """auto: on for CUDA; on the CPU only when threads x local workers leave a core idle."""
     import os
 
-    from stages.train.config import TrainConfig
+    from stages.strategies.g3.knobs import G3Knobs
 
     cores = os.cpu_count() or 1
-    assert TrainConfig(device="cuda").prefetch_enabled(cores, 4)
-    assert not TrainConfig().prefetch_enabled(cores, 1)
-    assert not TrainConfig().prefetch_enabled(1, cores)
-    assert TrainConfig().prefetch_enabled(1, 1) == (cores > 1)
-    assert TrainConfig(prefetch="on").prefetch_enabled(cores, 4)
-    assert not TrainConfig(prefetch="off", device="cuda").prefetch_enabled(1, 1)
+    assert G3Knobs().prefetch_enabled("cuda", cores, 4)
+    assert not G3Knobs().prefetch_enabled("cpu", cores, 1)
+    assert not G3Knobs().prefetch_enabled("cpu", 1, cores)
+    assert G3Knobs().prefetch_enabled("cpu", 1, 1) == (cores > 1)
+    assert G3Knobs(prefetch="on").prefetch_enabled("cpu", cores, 4)
+    assert not G3Knobs(prefetch="off").prefetch_enabled("cuda", 1, 1)
 
 
 @pytest.mark.parametrize("order", ["plan", "node-id"])
@@ -809,8 +809,8 @@ def test_every_module_the_fork_server_preloads_imports():
     import importlib
     import sys
 
-    from stages.strategies import STRATEGIES
     from stages.kits.runtime.launch.processes import PRELOAD
+    from stages.strategies import STRATEGIES
 
     for name in PRELOAD:
         if name != "__main__":

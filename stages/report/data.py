@@ -277,9 +277,9 @@ def _owned_nodes(data: RunData) -> None:
 def _row_layout(partition: dict) -> bool:
     """Whether a partition.json's primary layout is ``rows`` (its per-partition node counts are owned nodes);
     a version 1 file without ``layouts`` has those its method implies."""
-    from stages.kits.partition.methods import implied_layouts
+    from stages.common.partition_artifact import V1_LAYOUTS
 
-    layouts = partition.get("layouts") or implied_layouts(partition.get("method"))
+    layouts = partition.get("layouts") or V1_LAYOUTS.get(partition.get("method"), ("rows",))
     return layouts[0] == "rows"
 
 

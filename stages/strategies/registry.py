@@ -31,9 +31,11 @@ def register(*specs: StrategySpec) -> None:
 
 
 def partition_methods() -> dict[str, PartitionMethod]:
-    """Every `g3 partition` method by name: those no strategy owns, then each strategy's own (registry order)."""
-    owned = (m for spec in STRATEGIES.values() for m in spec.partition_methods)
-    return {m.name: m for m in (*KIT_METHODS, *owned)}
+    """Every `g3 partition` method by name: the reference strategy's own (the default), those no strategy owns,
+    then each other strategy's own (registry order)."""
+    first = STRATEGIES[REFERENCE_STRATEGY].partition_methods
+    owned = (m for spec in STRATEGIES.values() for m in spec.partition_methods if m not in first)
+    return {m.name: m for m in (*first, *KIT_METHODS, *owned)}
 
 
 def default_method() -> str:

@@ -136,6 +136,9 @@ class RuntimeConfig:
     # the strategy knobs given, by name (None or absent: the strategy's default; see the module's docstring)
     knobs: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        self.knobs = dict(self.knobs)  # a copy's knobs are its own (dataclasses.replace)
+
     def resident(self, plan_says: str | None = None) -> bool:
         """Whether a worker runs the device path: its partition, activations and gradients live on its device
         for the whole run. ``plan_says``: the plan's residency for the worker (``"device"`` when the partition
