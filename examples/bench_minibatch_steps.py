@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from stages.kits.runtime.config import RuntimeConfig
-from stages.strategies import open_plan_worker
+from stages.strategies.registry import open_plan_worker
 
 
 def free_port() -> int:

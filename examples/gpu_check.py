@@ -58,7 +58,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from stages.strategies import REFERENCE_STRATEGY, STRATEGIES  # noqa: E402
+from stages.strategies.registry import REFERENCE_STRATEGY, STRATEGIES  # noqa: E402
 
 BINS = STRATEGIES[REFERENCE_STRATEGY]  # the strategy whose plans size bins by device memory (g3)
 FORCED = f"{BINS.name} (bins)"  # its case with bins forced below the graph

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import g3  # noqa: E402
-from stages.strategies import STRATEGIES  # noqa: E402
+from stages.strategies.registry import STRATEGIES  # noqa: E402
 
 GRAPHS = {"tolokers": {"metric": "rocauc"}, "facebook": {"metric": "accuracy"}}
 

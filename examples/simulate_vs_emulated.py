@@ -22,7 +22,7 @@ from pathlib import Path
 
 def entry_knobs(e: dict) -> tuple[dict, dict]:
     """(plan options, train knobs) of a bench entry, as the registry's ``simulated_as`` takes them."""
-    from stages.strategies import strategy_spec
+    from stages.strategies.registry import strategy_spec
 
     info = strategy_spec(e["strategy"])
     opts = {k: v for k, v in (e.get("options") or {}).items() if k not in info.train_knobs}
@@ -38,7 +38,7 @@ def predict(
 ) -> float | None:
     from stages.kits.runtime.launch.netemu import parse_rate
     from stages.simulate import SimulateOptions, run_simulate
-    from stages.strategies import strategy_spec
+    from stages.strategies.registry import strategy_spec
 
     info = strategy_spec(e["strategy"])
     if info.simulated_as is None:

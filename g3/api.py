@@ -55,7 +55,7 @@ def _options(cls, func: str, given: dict):
     import sys
     import typing
 
-    from stages.strategies import knob_declarations
+    from stages.strategies.registry import knob_declarations
 
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "knobs"}
     hints = typing.get_type_hints(cls, globalns=vars(sys.modules[cls.__module__]))

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stages.common.units import human_bytes
-from stages.strategies import LEGACY_STRATEGY, strategy_spec
+from stages.strategies.registry import LEGACY_STRATEGY, strategy_spec
 
 # Off a terminal (a pipe, a file, a test's captured output) rich assumes 80 columns and folds every table cell
 # that does not fit, so one row becomes several lines. There, tables print at their natural width, up to this.

@@ -10,7 +10,7 @@ from g3cli.output import print_plan_report
 from g3cli.paths import force_option, out_option
 from g3cli.settings import setting_options
 from stages.plan import PlanConfig, run_plan
-from stages.strategies import STRATEGIES
+from stages.strategies.registry import STRATEGIES
 
 
 def _strategy_options() -> list:

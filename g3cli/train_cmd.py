@@ -7,7 +7,7 @@ import click
 from g3cli.output import print_run_summary
 from g3cli.paths import force_option, out_option
 from g3cli.settings import setting_options
-from stages.strategies import knob_declarations
+from stages.strategies.registry import knob_declarations
 from stages.train import TrainConfig, run_train
 
 

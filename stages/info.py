@@ -60,7 +60,7 @@ def summarize(path: str | Path, verify: bool = False) -> dict:
     if kind == "store":
         return store_summary(GraphStore.open(path), verify=verify)
     if kind == "plan":  # the reader fills in the strategy of plans older than strategies
-        from stages.strategies import load_plan
+        from stages.strategies.registry import load_plan
 
         data = load_plan(path)[0]
         data.setdefault("path", str(path))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from stages.advise import ADVISE_SCHEMA, ADVISE_VERSION, AdviseOptions, run_advise
-from stages.strategies import STRATEGIES
+from stages.strategies.registry import STRATEGIES
 
 STRATS = ("g3", "bns-gcn", "neutrontp", "distdgl", "clustergcn")
 LINKS = ("10mbit", "10gbit")
@@ -345,8 +345,8 @@ def test_the_budget_bounds_the_calibration_runs(advice, tiny_store):
 
 
 def test_a_plan_from_plans_trains(advice, tmp_path):
-    from stages.train import run_train
     from stages.train.config import TrainConfig
+    from stages.train.run import run_train
 
     _, result = advice
     e = next(x for x in result["ranking"] if x["strategy"] == "bns-gcn" and x["status"] == "ok")

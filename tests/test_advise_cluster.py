@@ -71,7 +71,7 @@ def _by_candidate(result: dict, link: str | None = None) -> dict:
 
 def _system(entry: dict, result: dict, speeds=None, links=None, bandwidth=10e9 / 8) -> dict:
     """The simulated system of an advise entry, recomputed with g3 simulate's entry point."""
-    from stages.strategies import STRATEGIES
+    from stages.strategies.registry import STRATEGIES
 
     variant = next(v for v in STRATEGIES[entry["strategy"]].advise_variants if v.label == entry["variant"])
     calibrated = [

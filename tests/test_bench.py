@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stages.bench import BenchOptions, finish, median_epoch, not_installed, run_peer
 from stages.bench.export import export_graph, read_graph
 from stages.bench.report import table_rows
+from stages.bench.run import BenchOptions, finish, median_epoch, not_installed, run_peer
 
 
 def test_export_round_trips_exactly(tiny_store, tmp_path):
@@ -306,7 +306,7 @@ def test_bad_strategy_specs(tiny_store, tmp_path, cli_runner):
 def test_peers_run_in_the_mode_of_the_strategies():
     """Mini-batch specs make the peers sample with the same fanouts and batch size (a value may hold commas);
     full-graph specs, or none, keep the full-graph mode; clustergcn has no sampler to match."""
-    from stages.bench import peer_modes
+    from stages.bench.run import peer_modes
     from stages.bench.runs import parse_spec
 
     spec = parse_spec("distdgl{fanouts=5,3,batch-size=200}")
@@ -319,7 +319,7 @@ def test_peers_run_in_the_mode_of_the_strategies():
 
 def test_a_mini_batch_peer_without_its_sampler_library_says_why(tiny_store, tmp_path, monkeypatch):
     """A peer whose sampler is missing (PyG without pyg-lib/torch-sparse) is a row with the reason, not a crash."""
-    from stages.bench import BenchOptions, run_peer
+    from stages.bench.run import BenchOptions, run_peer
 
     script = tmp_path / "pyg_runner.py"
     script.write_text(
@@ -339,7 +339,7 @@ def test_bench_summary_reads_cleanly_through_a_pipe(tmp_path, cli_runner, monkey
     import g3cli.bench_cmd
     from g3cli.main import cli
     from g3cli.output import PIPE_WIDTH
-    from stages.bench import BenchOptions, entry
+    from stages.bench.run import BenchOptions, entry
 
     long_note = (
         "1 thread per worker, --pipeline multi, and a note long enough to fold a row at eighty columns"
@@ -394,8 +394,8 @@ def test_bench_png_axes_in_human_units():
     in % (as the bar labels)."""
     import matplotlib.pyplot as plt
 
-    from stages.bench import entry
     from stages.bench.report import bench_figure, byte_unit
+    from stages.bench.run import entry
 
     entries = [
         entry(
@@ -443,7 +443,7 @@ def test_a_peer_reports_its_peak_memory_and_what_loading_the_graph_cost(tiny_sto
     """PyG's runner, for real: its process's peak resident set is the entry's peak memory (the table's column
     next to g3's workers), and the seconds and peak of loading the graph come with it."""
     pytest.importorskip("torch_geometric", reason="PyG is a peer installed by `make peers`")
-    from stages.bench import BenchOptions, run_peer
+    from stages.bench.run import BenchOptions, run_peer
 
     graph = export_graph(tiny_store, tmp_path / "g.npz")
     e = run_peer("pyg", graph, BenchOptions(epochs=2), 1, tmp_path / "logs")

@@ -21,7 +21,7 @@ from test_train import invoke, max_weight_diff
 
 from stages.common.model_spec import ModelSpec
 from stages.kits.runtime.device.op_counter import OpCounter
-from stages.strategies import STRATEGIES
+from stages.strategies.registry import STRATEGIES
 
 HIDDEN, EPOCHS = 16, 3
 FULL_GRAPH = ("g3", "bns-gcn", "neutrontp")  # whose step is one full-graph pass, like PyG's

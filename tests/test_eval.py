@@ -105,7 +105,7 @@ def test_eval_imports_only_what_it_needs():
         import importlib, sys
         import stages.eval
         assert "torch" not in sys.modules, "stages.eval imports torch"
-        from stages.strategies import STRATEGIES
+        from stages.strategies.registry import STRATEGIES
         from stages.kits.runtime.launch.processes import INFERENCE_PRELOAD
         for name in INFERENCE_PRELOAD:
             if name != "__main__":

@@ -14,7 +14,7 @@ from test_train import invoke
 
 from stages.common.errors import G3InputError
 from stages.common.knobs import TrainKnob, at_least_one, knob
-from stages.strategies import STRATEGIES, config_record, knob_declarations, resolve_knobs
+from stages.strategies.registry import STRATEGIES, config_record, knob_declarations, resolve_knobs
 
 FIXTURE = TrainKnob(
     "fixture_rounds",
@@ -81,8 +81,8 @@ def test_a_knob_declared_in_one_entry_reaches_the_cli(fixture_knob, plans):
 
 def test_a_knob_declared_in_one_entry_reaches_the_api_run_json_and_eval(fixture_knob):
     from g3.api import _options
-    from stages.eval import _inference_config
-    from stages.train import TrainConfig
+    from stages.eval.run import _inference_config
+    from stages.train.run import TrainConfig
 
     cfg = _options(TrainConfig, "train", {"epochs": 2, "fixture_rounds": 5})
     assert cfg.knobs == {"fixture_rounds": 5}

@@ -58,7 +58,7 @@ def test_one_worker_reads_its_first_layer_in_the_feature_table_bitwise(partition
     """distdgl at K = 1: the first layer aggregates its sources' rows where they lie in the feature table, and the
     step gathers only the destinations' rows — the same logits and weight gradients as over the gathered rows,
     bitwise; buffers come back to the pool once the next step is taken."""
-    from stages.strategies import open_plan_worker
+    from stages.strategies.registry import open_plan_worker
 
     plan = tmp_path / "plan"
     r = invoke(

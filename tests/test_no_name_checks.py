@@ -7,12 +7,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from stages.strategies import STRATEGIES, partition_methods
-from stages.strategies.g3.schedules import BASELINES
+from stages.strategies.g3.schedules import baselines
+from stages.strategies.registry import STRATEGIES, partition_methods
 
 ROOT = Path(__file__).resolve().parent.parent
 # strategies, partition methods, the systems `g3 simulate` names and the simulators they once had
-SYSTEMS = {*BASELINES, "bins", "minibatch", "tensor_parallel"}
+SYSTEMS = {*baselines(), "bins", "minibatch", "tensor_parallel"}
 NAMES = sorted({*STRATEGIES, *partition_methods(), *SYSTEMS, "p3", "hopgnn"}, key=len, reverse=True)
 _NAME = "|".join(re.escape(n) for n in NAMES)
 _Q = "['\"]"

@@ -23,7 +23,7 @@ from stages.kits.partition.feature import feature_columns
 from stages.kits.partition.graph import graphs_from_csr, load_graphs, symmetrize
 from stages.kits.partition.metis import metis_partition
 from stages.kits.partition.metrics import edge_cut, remote_sizes
-from stages.partition import PartitionOptions, run_partition
+from stages.partition.run import PartitionOptions, run_partition
 from stages.strategies.g3.refine import (
     ROUND_SHARES,
     AnnealChain,
@@ -663,7 +663,7 @@ def test_a_method_with_two_layouts_writes_the_shards_of_both(tiny_store, tmp_pat
     gets node shards in PART and column shards in PART/columns, and partition.json records both."""
     from stages.kits.partition import baselines
     from stages.kits.partition.methods import KIT_METHODS, PartitionMethod
-    from stages.strategies import registry
+    from stages.strategies.registry import registry
 
     both = PartitionMethod(
         "both",

@@ -16,7 +16,7 @@ from g3cli.main import cli
 from stages.common.store import GraphStore
 from stages.kits.partition.graph import graphs_from_csr, load_graphs
 from stages.kits.partition.metrics import edge_cut
-from stages.partition import PartitionOptions, run_partition
+from stages.partition.run import PartitionOptions, run_partition
 from stages.strategies.bytegnn.partition import build_blocks, bytegnn_partition, fill_least_loaded
 
 SPLITS = ("train", "valid", "test")

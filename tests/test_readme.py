@@ -60,7 +60,7 @@ def test_every_readme_command_and_option_exists():
 
 
 def test_the_plans_the_readme_trains_are_ones_it_plans():
-    from stages.plan import PlanConfig, default_out
+    from stages.plan.run import PlanConfig, default_out
 
     written = set()
     for cmd in readme_commands():

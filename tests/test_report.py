@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from stages.common.errors import G3InputError
-from stages.report import run_report
+from stages.report.run import run_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -496,8 +496,8 @@ def test_time_axes_leave_out_epoch_0_and_count_epochs_from_0(tmp_path):
 def test_a_comparisons_worker_plots_share_their_y_scale(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
-    from stages.report import plots
     from stages.report.data import load_run
+    from stages.report.run import plots
 
     fast = make_run(tmp_path / "a", trace=False, epoch_seconds=2.0)
     slow = make_run(tmp_path / "b", trace=False, epoch_seconds=6.0)

@@ -253,7 +253,7 @@ def test_the_launcher_stopped_leaves_no_worker_and_says_so(plan, tmp_path, sig, 
     gone, alive = psutil.wait_procs(workers, timeout=20)
     assert alive == [], alive
     assert json.loads((run / "run.json").read_text())["status"] == status
-    from stages.report import run_report
+    from stages.report.run import run_report
 
     assert run_report([run], out=tmp_path / "rep")["runs"][0]["status"] == "interrupted"
 

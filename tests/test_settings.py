@@ -114,12 +114,12 @@ def test_the_commands_take_their_options_from_their_stage_only():
     import importlib
 
     from stages.advise import AdviseOptions
-    from stages.bench import BenchOptions
-    from stages.ingest import IngestOptions, SourceArgs
-    from stages.partition import PartitionOptions
+    from stages.bench.run import BenchOptions
+    from stages.ingest.run import IngestOptions, SourceArgs
+    from stages.partition.run import PartitionOptions
     from stages.simulate import SimulateOptions
-    from stages.strategies import knob_declarations
-    from stages.train import TrainConfig
+    from stages.strategies.registry import knob_declarations
+    from stages.train.run import TrainConfig
 
     own = {"out", "force", "as_json", "top", "plot", "help", "fmt"}
     for name, classes, extra in [

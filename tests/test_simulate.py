@@ -193,8 +193,8 @@ def test_fit_phase_recovers_rates():
 
 @pytest.fixture(scope="module")
 def tiny_plan(tiny_store, tmp_path_factory):
-    from stages.partition import PartitionOptions, run_partition
-    from stages.plan import PlanConfig, run_plan
+    from stages.partition.run import PartitionOptions, run_partition
+    from stages.plan.run import PlanConfig, run_plan
 
     root = tmp_path_factory.mktemp("sim")
     part = root / "part"
@@ -267,8 +267,8 @@ def test_train_profile_feeds_simulate(tiny_store, tmp_path, cli_runner):
 
     from g3cli.main import cli
     from stages.kits.runtime.launch.processes import run_guarded
-    from stages.partition import PartitionOptions, run_partition
-    from stages.plan import PlanConfig, run_plan
+    from stages.partition.run import PartitionOptions, run_partition
+    from stages.plan.run import PlanConfig, run_plan
     from stages.train.config import TrainConfig
     from stages.train.loop import train_rank
 

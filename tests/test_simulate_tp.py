@@ -50,8 +50,8 @@ def _plan(
     chunk_size: str | None = "50",
     device_memory: str | None = None,
 ) -> Path:
-    from stages.partition import PartitionOptions, run_partition
-    from stages.plan import PlanConfig, run_plan
+    from stages.partition.run import PartitionOptions, run_partition
+    from stages.plan.run import PlanConfig, run_plan
 
     part = out / f"part-{k}"
     if not (part / "partition.json").is_file():

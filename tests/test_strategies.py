@@ -492,7 +492,7 @@ def test_bad_strategy_options_give_one_line(store, partitions, tmp_path):
 
 
 def test_plan_help_lists_every_strategy_and_info_shows_it(partitions, tmp_path):
-    from stages.strategies import STRATEGIES
+    from stages.strategies.registry import STRATEGIES
 
     r = invoke(["plan", "--help"])
     assert r.exit_code == 0

@@ -810,7 +810,7 @@ def test_every_module_the_fork_server_preloads_imports():
     import sys
 
     from stages.kits.runtime.launch.processes import PRELOAD
-    from stages.strategies import STRATEGIES
+    from stages.strategies.registry import STRATEGIES
 
     for name in PRELOAD:
         if name != "__main__":

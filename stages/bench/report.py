@@ -271,7 +271,7 @@ def bench_figure(result: dict):
         sharey=True,
         squeeze=False,
     )
-    from stages.strategies import STRATEGIES
+    from stages.strategies.registry import STRATEGIES
 
     palette = ("#4C72B0", "#55A868", "#8172B2", "#C44E52", "#CCB974", "#64B5CD", "#8C8C8C", "#E377C2")
     colors = {name: palette[i % len(palette)] for i, name in enumerate(STRATEGIES)}  # peers: orange

@@ -18,7 +18,7 @@ from stages.common.atomic import write_json_atomic
 from stages.common.errors import G3InputError, G3RuntimeError
 from stages.common.partition_artifact import partition_digest
 from stages.common.store import GraphStore
-from stages.strategies import check_partition_method, knob_accepts, strategy_spec
+from stages.strategies.registry import check_partition_method, knob_accepts, strategy_spec
 
 SPEC = re.compile(r"^(?P<name>[a-z0-9-]+)(?:@(?P<method>[a-z0-9-]+))?(?:\{(?P<opts>[^{}]*)\})?$")
 

@@ -15,10 +15,10 @@ from stages.common.errors import G3InputError
 from stages.common.model_spec import ModelSpec
 from stages.common.run_artifact import load_run_meta
 from stages.common.settings import check_choices
-from stages.eval import ExportOptions, PredictOptions
+from stages.eval.run import ExportOptions, PredictOptions
 from stages.kits.runtime.block import Block
 from stages.kits.runtime.models import model_from_spec
-from stages.strategies import load_plan
+from stages.strategies.registry import load_plan
 
 
 class WholeGraphModel(nn.Module):
@@ -68,7 +68,7 @@ def run_store_path(plan: Path) -> Path:
 def load_whole_graph_model(run: Path, checkpoint: str | None = None) -> WholeGraphModel:
     """RUN's trained model (model.pt, or the checkpoint ``checkpoint``), in the run's dtype, on the CPU; the
     weights checked against their digest and the plan's model."""
-    from stages.eval import pick_weights, read_weights, run_plan_path
+    from stages.eval.run import pick_weights, read_weights, run_plan_path
 
     meta = load_run_meta(run)
     gnn = model_from_spec(ModelSpec.from_plan(load_plan(run_plan_path(run, meta))[0]))
@@ -89,7 +89,7 @@ def predict_logits(
     """Logits ``[N, C]`` of every node of ``store`` (default: the run's own) in node-id order, or of one split's
     nodes in the split's order, computed in this process on the whole graph."""
     from stages.common.store import GraphStore
-    from stages.eval import run_plan_path
+    from stages.eval.run import run_plan_path
 
     model = load_whole_graph_model(run, checkpoint)
     if store is None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from stages.common.artifact_json import read_json_file
 from stages.common.errors import G3InputError
 from stages.common.run_artifact import load_run_meta, read_metrics
-from stages.strategies import LEGACY_STRATEGY
+from stages.strategies.registry import LEGACY_STRATEGY
 
 SPLITS = ("train", "valid", "test")
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from stages.common.units import human_bytes
-from stages.strategies import LEGACY_STRATEGY
+from stages.strategies.registry import LEGACY_STRATEGY
 
 COLUMNS = (  # summary key, header, formatter
     ("label", "run", str),

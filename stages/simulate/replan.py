@@ -14,7 +14,7 @@ from stages.common.partition_artifact import load_partition_meta
 from stages.common.plan_artifact import load_plan_meta
 from stages.partition import PartitionOptions, run_partition
 from stages.plan import PlanConfig, run_plan
-from stages.strategies import partition_method
+from stages.strategies.registry import partition_method
 
 # (k, strategy, its plan options) -> the folder of the plan for k workers
 Replan = Callable[[int, str, dict], Path]

@@ -18,7 +18,7 @@ from stages.common.atomic import check_result, check_work_folder, write_json_ato
 from stages.common.errors import G3InputError
 from stages.kits.simulate.options import SimulateOptions
 from stages.simulate.replan import replanner
-from stages.strategies import STRATEGIES, load_plan
+from stages.strategies.registry import STRATEGIES, load_plan
 
 SIM_SCHEMA = "g3.simulate"
 SIM_VERSION = 2  # 2: the layer-barrier baseline is bns-gcn; sancus-broadcast, sancus-p2p

@@ -25,9 +25,10 @@ EVALUATOR_STRATEGY = "g3"
 EVALUATOR_METHOD = "chunk"
 
 
-def register(*specs: StrategySpec) -> None:
-    for spec in specs:
-        STRATEGIES[spec.name] = spec
+def register(*packages) -> None:
+    """Add each strategy package's ``SPEC`` to the registry, in order."""
+    for package in packages:
+        STRATEGIES[package.SPEC.name] = package.SPEC
 
 
 def partition_methods() -> dict[str, PartitionMethod]:

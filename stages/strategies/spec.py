@@ -13,6 +13,7 @@ from stages.common.plan_options import PlanOption
 from stages.kits.partition.methods import PartitionMethod
 from stages.kits.plan.context import PlanContext
 from stages.kits.runtime.strategy import Strategy
+from stages.kits.simulate.systems import BinsSystem
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class StrategySpec:
     partition_methods: tuple[PartitionMethod, ...] = ()
     simulate: Simulate | None = None  # `g3 simulate`'s model of it (None: none)
     simulates_hosts: bool = False  # its model takes `g3 simulate --hosts` (ranks sharing a host's link)
+    # how its workers run a g3 plan's bins, for the bins simulator that sets every full-graph system side by side
+    bins_system: BinsSystem | None = None
     # the system of its simulation that a run of a plan with these plan options and train knobs is
     simulated_as: Callable[[dict, dict], str] | None = None
     # a planner may name the model its options imply (neutrontp --tp decoupled --model gcn trains dgcn)

@@ -31,7 +31,7 @@ from stages.kits.runtime.profile import samples_from_trace, write_profile
 from stages.kits.runtime.strategy import collective_device
 from stages.kits.runtime.trace import MOVING, hidden_share, now_us
 from stages.kits.runtime.worker import accuracies, evaluate
-from stages.strategies import open_plan_worker
+from stages.strategies.registry import open_plan_worker
 from stages.train.checkpoint import (
     agreed_checkpoint,
     checkpoint_path,

@@ -245,11 +245,6 @@ def simulate_minibatch(p: MiniBatchProfile, k: int, bandwidth: float, latency: f
     return epoch_result(p.strategy, k, epoch, p.num_train, steps, allreduce, sent, workers, step_parts=parts)
 
 
-def simulate(plan: Path, meta: dict, options, out: Path, replan) -> tuple[dict, None]:
-    """The simulator of the sampling strategies (stages/strategies/ ``simulator``)."""
-    return run_minibatch_simulation(plan, meta, options, out), None
-
-
 def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict:
     """`g3 simulate PLAN --run RUN` for a sampling strategy: the modelled epoch at K and the scaling table."""
     if not options.run:

@@ -1,9 +1,11 @@
-"""The bns-gcn strategy\'s spec: its parts and declarations, as every stage reads them."""
+"""The bns-gcn strategy's spec: its parts and declarations, as every stage reads them."""
 
 from __future__ import annotations
 
 from stages.common.knobs import Layer0CacheKnobs
+from stages.kits.simulate.systems import BinsSystem
 from stages.strategies.bns_gcn import plan, runtime
+from stages.strategies.bns_gcn import simulate as bins
 from stages.strategies.g3 import simulate
 from stages.strategies.spec import AdviseVariant, StrategySpec
 
@@ -20,6 +22,7 @@ SPEC = StrategySpec(
     knobs=Layer0CacheKnobs,
     simulate=simulate.simulate,
     simulates_hosts=True,
+    bins_system=BinsSystem(bins.workers, variants=(), skips_stale_sends=False),
     simulated_as=lambda options, knobs: "bns-gcn",
     fits_own_speed=True,
     advise_variants=(

@@ -1,5 +1,1 @@
 """The bytegnn strategy."""
-
-from stages.strategies.bytegnn.spec import SPEC
-
-__all__ = ["SPEC"]

@@ -1,4 +1,4 @@
-"""The clustergcn strategy\'s spec: its parts and declarations, as every stage reads them."""
+"""The clustergcn strategy's spec: its parts and declarations, as every stage reads them."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""The distdgl strategy\'s spec: its parts and declarations, as every stage reads them."""
+"""The distdgl strategy's spec: its parts and declarations, as every stage reads them."""
 
 from __future__ import annotations
 
 from stages.kits.partition.methods import PartitionMethod
-from stages.kits.simulate import minibatch as simulate
-from stages.strategies.distdgl import partition, plan, runtime
+from stages.strategies.distdgl import partition, plan, runtime, simulate
 from stages.strategies.distdgl.knobs import DistDglKnobs
 from stages.strategies.spec import StrategySpec
 

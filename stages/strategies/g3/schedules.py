@@ -48,10 +48,9 @@ from stages.kits.runtime.dataflow import (
     transpose_rows,
 )
 from stages.kits.simulate.profile import Rates
+from stages.kits.simulate.systems import BinsSystem, SystemContext, compute
 from stages.kits.simulate.workload import WorkerLoad, Workload
 from stages.strategies.g3.pipeline import SCHEDULES, Schedule  # noqa: F401 - SCHEDULES: the systems simulated
-
-BASELINES = ("bns-gcn", "sancus-broadcast", "sancus-p2p", "halo")
 
 
 def _by_step(table) -> dict[int, list[tuple[int, int]]]:
@@ -63,11 +62,6 @@ def _by_step(table) -> dict[int, list[tuple[int, int]]]:
 
 def _recv_keys(table, kind: str, li: int, me: int) -> list:
     return [(kind, li, int(peer), me, int(step)) for step, peer, _ in table.msgs]
-
-
-def _compute(seconds: float, label: str) -> tuple:
-    """A compute span of ``seconds`` on the worker's compute lane, labelled for the timeline."""
-    return ("compute", seconds, "compute", label)
 
 
 def _overhead(rates: Rates, bins: int = 1):
@@ -111,9 +105,9 @@ def _forward_layerwise(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rate
                 now = yield ("until", next_ready)
                 if b + 1 < lb.num_bins:
                     next_ready = lane = max(now, lane) + rates.gather(li, srcs[b + 1])
-                now = yield _compute(rates.fwd(li, arcs[b], nodes[b]), f"L{li} bin {b}")
+                now = yield compute(rates.fwd(li, arcs[b], nodes[b]), f"L{li} bin {b}")
             else:
-                now = yield _compute(
+                now = yield compute(
                     rates.gather(li, srcs[b]) + rates.fwd(li, arcs[b], nodes[b]), f"L{li} bin {b}"
                 )
             if (oh := _overhead(rates)) is not None:
@@ -261,7 +255,7 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
         if nl is not None:
             lane = max(now + gather, lane) + rates.gather(nl, bins[nl][nb][1])
             gathered[(nl, nb)] = lane
-        now = yield _compute(gather + rates.fwd(li, arcs, len(rows)), f"L{li} bin {b}")
+        now = yield compute(gather + rates.fwd(li, arcs, len(rows)), f"L{li} bin {b}")
         if (oh := _overhead(rates)) is not None:
             now = yield oh
         if li < L - 1:
@@ -292,7 +286,7 @@ def _backward(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, now: f
         B = lb.num_bins
         for s in range(B):
             b = s  # plan order: the bins that read remote inputs come first, their gradients leave early
-            now = yield _compute(rates.bwd(li, lb.bin_arcs[b], lb.bin_nodes[b]), f"L{li} bwd {s}")
+            now = yield compute(rates.bwd(li, lb.bin_arcs[b], lb.bin_nodes[b]), f"L{li} bwd {s}")
             if (oh := _overhead(rates)) is not None:
                 now = yield oh
             for req in _send_step(wl, w, steps, s, "bwd", li, not sched.async_send):
@@ -300,80 +294,6 @@ def _backward(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, now: f
         if need:
             now = yield ("wait_all", _recv_keys(w.table(f"bwd_recv_{li}"), "bwd", li, w.rank))
             now = yield ("wait_sends",)
-    return now
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Layer-synchronous whole-partition strategies: bns-gcn, sancus
-# ------------------------------------------------------------------------------------------------------------
-
-
-def bns_gcn_worker(wl: Workload, w: WorkerLoad, rates: Rates, k: int, sample: float = 1.0):
-    """``bns-gcn`` as the runtime runs it (stages/strategies/bns_gcn/runtime.py): per layer the whole partition
-    as one bin, then one message per peer with the boundary rows (a ``sample`` fraction of the hidden layers'),
-    waited for, then a barrier of all workers; backward the same with gradients."""
-
-    def exchange(li):
-        return (yield from _all_to_all(wl, w, k, "fwd", li, sample))
-
-    return (yield from _layer_sync(wl, w, rates, k, exchange, sample))
-
-
-def sancus_worker(wl: Workload, w: WorkerLoad, rates: Rates, k: int, layout: str, fresh: bool):
-    """``sancus`` in an epoch where every owner sends (``fresh``) or none does (a skipped epoch of epoch:N):
-    ``p2p`` sends a one-word header to every peer and, when fresh, bns-gcn's boundary rows; ``broadcast`` has
-    every owner send its whole block to every other worker when fresh (each root in turn: K − 1 messages of
-    n_owned rows from its egress link), nothing when stale. Gradients go back every epoch, as in bns-gcn."""
-
-    def exchange(li):
-        tag = f"sc-{li}"
-        if layout == "p2p":
-            for peer in range(k):
-                if peer != w.rank:
-                    yield ("send", (tag + "-h", w.rank, peer), peer, 8, False)
-            yield ("wait_all", [(tag + "-h", peer, w.rank) for peer in range(k) if peer != w.rank])
-            if fresh:
-                yield from _all_to_all(wl, w, k, "fwd", li)
-            return (yield ("wait_sends",))
-        if fresh:
-            for peer in range(k):
-                if peer != w.rank:
-                    yield ("send", (tag, w.rank, peer), peer, wl.fwd_bytes(li, w.num_owned), False)
-            yield ("wait_all", [(tag, peer, w.rank) for peer in range(k) if peer != w.rank])
-        return (yield ("wait_sends",))
-
-    return (yield from _layer_sync(wl, w, rates, k, exchange, 1.0))
-
-
-def _layer_sync(wl: Workload, w: WorkerLoad, rates: Rates, k: int, exchange, bwd_sample: float):
-    now = 0.0
-    L = wl.num_layers
-    arcs, nodes = w.num_arcs, w.num_owned
-    for li in range(L):
-        now = yield _compute(rates.fwd(li, arcs, nodes, 1) + rates.overhead_per_bin, f"L{li}")
-        if li < L - 1:
-            now = yield from exchange(li)
-        now = yield ("barrier", ("fwd", li))
-    for li in reversed(range(L)):
-        now = yield _compute(rates.bwd(li, arcs, nodes, 1) + rates.overhead_per_bin, f"L{li} bwd")
-        if li > 0:
-            now = yield from _all_to_all(wl, w, k, "bwd", li, bwd_sample)
-        now = yield ("barrier", ("bwd", li))
-    return now
-
-
-def _all_to_all(wl: Workload, w: WorkerLoad, k: int, kind: str, li: int, sample: float = 1.0):
-    """One message per peer with the boundary rows of layer ``li`` (a ``sample`` fraction of them, rounded),
-    all received, all sent."""
-    out = np.rint(w.table(f"{kind}_send_{li}").per_peer_total(k) * sample).astype(np.int64)
-    inc = np.rint(w.table(f"{kind}_recv_{li}").per_peer_total(k) * sample).astype(np.int64)
-    tag = "a2a-" + kind
-    for peer in range(k):
-        if out[peer]:
-            nbytes = wl.fwd_bytes(li, out[peer]) if kind == "fwd" else wl.bwd_bytes(li, out[peer])
-            yield ("send", (tag, li, w.rank, peer), peer, nbytes, False)
-    now = yield ("wait_all", [(tag, li, peer, w.rank) for peer in range(k) if inc[peer]])
-    now = yield ("wait_sends",)
     return now
 
 
@@ -470,10 +390,10 @@ def halo_worker(wl: Workload, layers: list[HaloLayer], rates: Rates):
             + rates.fwd(li, h.arcs, h.nodes, h.bins)
             + rates.overhead_per_bin * h.bins
         )
-        now = yield _compute(work, f"L{li}")
+        now = yield compute(work, f"L{li}")
     for li in reversed(range(len(layers))):
         h = layers[li]
-        now = yield _compute(
+        now = yield compute(
             rates.bwd(li, h.arcs, h.nodes, h.bins) + rates.overhead_per_bin * h.bins, f"L{li} bwd"
         )
     return now
@@ -484,28 +404,8 @@ def halo_worker(wl: Workload, layers: list[HaloLayer], rates: Rates):
 # ------------------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class SystemContext:
-    """What a system's worker generators are built from."""
-
-    wl: Workload
-    rates: Rates
-    engine: object
-    halo: list | None = None
-    boundary_sample: float = 1.0  # bns-gcn's P
-    fresh: bool = True  # sancus: an epoch in which owners send
-
-
-def _g3_workers(c: SystemContext, pipeline: str) -> list:
+def g3_workers(c: SystemContext, pipeline: str) -> list:
     return [g3_worker(c.wl, w, SCHEDULES[pipeline], c.rates, c.engine) for w in c.wl.workers]
-
-
-def _bns_gcn_workers(c: SystemContext, _variant: str) -> list:
-    return [bns_gcn_worker(c.wl, w, c.rates, c.wl.k, c.boundary_sample) for w in c.wl.workers]
-
-
-def _sancus_workers(c: SystemContext, layout: str) -> list:
-    return [sancus_worker(c.wl, w, c.rates, c.wl.k, layout, c.fresh) for w in c.wl.workers]
 
 
 def _halo_workers(c: SystemContext, _variant: str) -> list:
@@ -516,35 +416,50 @@ def _halo_workers(c: SystemContext, _variant: str) -> list:
     return [halo_worker(c.wl, c.halo[r], c.rates) for r in range(c.wl.k)]
 
 
-# family -> (builder, takes a variant after "-", skips its sends in stale epochs)
-SYSTEMS = {
-    "g3": (_g3_workers, True, False),
-    "bns-gcn": (_bns_gcn_workers, False, False),
-    "sancus": (_sancus_workers, True, True),
-    "halo": (_halo_workers, False, False),
-}
+NAME = "g3"  # the strategy whose plans are the bins workload; its own systems are named by its --pipeline
+HALO = "halo"  # the L-hop halo-replication baseline (no strategy of its own)
 
 
-def _family(system: str) -> tuple[str, str]:
-    """(family, variant) of a system name: ``g3-multi`` -> (g3, multi), ``bns-gcn`` -> (bns-gcn, '')."""
-    if system in SYSTEMS and not SYSTEMS[system][1]:
-        return system, ""
+def systems() -> dict[str, BinsSystem]:
+    """Every system the bins simulator runs, by family name: each registered strategy that declares how it runs
+    on bins (its spec's ``bins_system``), and the halo baseline."""
+    from stages.strategies.registry import STRATEGIES
+
+    declared = {s.name: s.bins_system for s in STRATEGIES.values() if s.bins_system is not None}
+    return {**declared, HALO: BinsSystem(_halo_workers)}
+
+
+def baselines() -> list[str]:
+    """The systems set beside g3's schedules: every other family, once per variant."""
+    return [
+        f"{family}-{v}" if v else family
+        for family, system in systems().items()
+        if family != NAME
+        for v in system.variants or ("",)
+    ]
+
+
+def _family(system: str) -> tuple[str, BinsSystem, str]:
+    """(family, its system, variant) of a system name: ``g3-multi`` -> g3's, multi; ``bns-gcn`` -> bns-gcn's."""
+    known = systems()
+    if system in known and not known[system].variants:
+        return system, known[system], ""
     family, _, variant = system.partition("-")
-    if family not in SYSTEMS or not SYSTEMS[family][1] or not variant:
+    if family not in known or variant not in known[family].variants:
         raise ValueError(f"unknown system {system!r}")
-    return family, variant
+    return family, known[family], variant
 
 
 def system_workers(system: str, context: SystemContext) -> list:
     """The worker generators of one epoch of ``system`` (``g3-<pipeline>``, ``bns-gcn``, ``sancus-<layout>``,
     ``halo``)."""
-    family, variant = _family(system)
-    return SYSTEMS[family][0](context, variant)
+    _, family, variant = _family(system)
+    return family.workers(context, variant)
 
 
 def skips_stale_sends(system: str) -> bool:
     """Whether ``system`` sends nothing in some epochs (sancus's epoch:N): its epoch is a mean over epochs."""
-    return SYSTEMS[_family(system)[0]][2]
+    return _family(system)[1].skips_stale_sends
 
 
 from stages.common import jit_cache  # noqa: E402 - after every kernel of the module is defined

@@ -23,14 +23,13 @@ from stages.kits.simulate.scaling import recorded_systems
 from stages.kits.simulate.workload import Workload, load_workload
 from stages.strategies.g3.pipeline import SCHEDULES
 from stages.strategies.g3.schedules import (
-    BASELINES,
+    NAME,
     SystemContext,
+    baselines,
     halo_loads,
     skips_stale_sends,
     system_workers,
 )
-
-NAME = "g3"  # the strategy whose plans are the bins workload
 
 
 def simulate(plan: Path, meta: dict, options: SimulateOptions, out: Path, replan) -> tuple[dict, list[dict]]:
@@ -107,7 +106,7 @@ def simulate(plan: Path, meta: dict, options: SimulateOptions, out: Path, replan
             "layers": [asdict(lr) for lr in rates.layers],
         },
         "systems": recorded_systems(main),
-        "baselines": [s for s in systems if s in BASELINES],
+        "baselines": [s for s in systems if s in baselines()],
         "scaling": scaling,
     }, main
 
@@ -264,7 +263,7 @@ def systems_for(options: SimulateOptions) -> list[str]:
             raise G3InputError(f"unknown --pipeline {p!r} (choose from {', '.join(SCHEDULES)})")
     out = [f"g3-{p}" for p in options.pipelines or SCHEDULES]
     if options.baselines:
-        out += list(BASELINES)
+        out += baselines()
     return out
 
 

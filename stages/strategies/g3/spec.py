@@ -1,10 +1,12 @@
-"""The g3 strategy\'s spec: its parts and declarations, as every stage reads them."""
+"""The g3 strategy's spec: its parts and declarations, as every stage reads them."""
 
 from __future__ import annotations
 
 from stages.kits.partition.methods import PartitionMethod
-from stages.strategies.g3 import partition, plan, runtime, simulate
+from stages.kits.simulate.systems import BinsSystem
+from stages.strategies.g3 import partition, plan, runtime, schedules, simulate
 from stages.strategies.g3.knobs import G3Knobs
+from stages.strategies.g3.pipeline import SCHEDULES
 from stages.strategies.spec import AdviseVariant, StrategySpec
 
 SPEC = StrategySpec(
@@ -39,6 +41,7 @@ SPEC = StrategySpec(
     models=("sage", "gcn", "gat", "dgcn"),
     simulate=simulate.simulate,
     simulates_hosts=True,
+    bins_system=BinsSystem(schedules.g3_workers, variants=tuple(SCHEDULES)),
     simulated_as=lambda options, knobs: f"g3-{knobs.get('pipeline') or 'multi'}",
     advise_variants=(
         AdviseVariant("pipeline multi", train_knobs={"pipeline": "multi"}),

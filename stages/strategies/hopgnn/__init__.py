@@ -1,5 +1,1 @@
 """The hopgnn strategy."""
-
-from stages.strategies.hopgnn.spec import SPEC
-
-__all__ = ["SPEC"]

@@ -1,4 +1,4 @@
-"""The hopgnn strategy\'s spec: its parts and declarations, as every stage reads them."""
+"""The hopgnn strategy's spec: its parts and declarations, as every stage reads them."""
 
 from __future__ import annotations
 

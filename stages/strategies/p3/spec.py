@@ -1,4 +1,4 @@
-"""The p3 strategy\'s spec: its parts and declarations, as every stage reads them."""
+"""The p3 strategy's spec: its parts and declarations, as every stage reads them."""
 
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
-"""The sancus strategy\'s spec: its parts and declarations, as every stage reads them."""
+"""The sancus strategy's spec: its parts and declarations, as every stage reads them."""
 
 from __future__ import annotations
 
 from stages.common.knobs import Layer0CacheKnobs
+from stages.kits.simulate.systems import BinsSystem
 from stages.strategies.g3 import simulate
 from stages.strategies.sancus import plan, runtime
+from stages.strategies.sancus import simulate as bins
 from stages.strategies.spec import AdviseVariant, StrategySpec
 
 SPEC = StrategySpec(
@@ -20,6 +22,7 @@ SPEC = StrategySpec(
     knobs=Layer0CacheKnobs,
     simulate=simulate.simulate,
     simulates_hosts=True,
+    bins_system=BinsSystem(bins.workers, variants=("broadcast", "p2p"), skips_stale_sends=True),
     simulated_as=lambda options, knobs: f"sancus-{options.get('sancus_comm') or 'broadcast'}",
     fits_own_speed=True,
     advise_variants=(

@@ -1,0 +1,225 @@
+"""`g3 report`: plots and a summary comparing one or several training runs.
+
+Entry point: :func:`run_report`. Reads only run folders (run.json, metrics.jsonl, eval.json, trace/) and the plan
+and partition they name; writes PNGs, ``summary.json`` and ``index.html`` into the output folder (documented
+in docs/ARTIFACTS.md, "Report"):
+
+- ``time_to_accuracy.png`` — valid/test accuracy against training time after epoch 0 (runs that evaluated);
+- ``throughput.png`` — throughput of every epoch (Σ over workers of owned nodes / epoch time, as in the paper);
+- ``scaling.png`` — median throughput against the worker count (only when the runs span several counts);
+- ``workers*.png`` — per run, stacked bars per worker: compute, communication wait, all-reduce + step, idle;
+- ``partition*.png`` — per partition, the remote-set size (and the METIS start for g3) and arcs of every part;
+- ``timeline*.png`` — per run with a RUN/trace/ folder, the bin timeline of the traced epoch (Gantt per rank).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from stages.common.atomic import check_work_folder
+from stages.common.errors import G3InputError
+from stages.report import plots
+from stages.report.data import RunData, label_runs, load_run
+from stages.report.html import COLUMNS, cell, write_index
+from stages.report.timeline import NO_TRACE, find_trace, plot_timeline
+
+DEFINITIONS = [
+    "throughput = the sum of all workers' average throughput (G3 paper, §7); a worker's throughput = the nodes it "
+    "owns (and so computes every training epoch) / its epoch time, so for synchronous epochs it is the graph's "
+    "node count / epoch time",
+    "per-worker time: compute, communication wait (blocked on peers' embeddings or gradients), all-reduce + "
+    "optimizer step, and idle = epoch time − the rest (floored at 0); means over all epochs but the first",
+    "bytes sent / epoch: median over epochs of the bytes all workers sent peer-to-peer (the first epoch also "
+    "sends the input features once)",
+    "comm hidden (traced): share of communication time that overlapped compute, median over the traced "
+    "epochs (g3 train --trace times every epoch but the first); comm blocked: the share during which the "
+    "worker waited for a message",
+    "accuracy (final, best): the last and the highest value recorded by `g3 train --eval-every`; "
+    "test acc (g3 eval): RUN/eval.json, when `g3 eval` ran",
+]
+
+
+def default_out(runs: list[str | Path]) -> Path:
+    """RUN/report for one run, else ./g3-report."""
+    return Path(runs[0]) / "report" if len(runs) == 1 else Path("g3-report")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:48] or "run"
+
+
+def file_suffixes(labels: list[str]) -> list[str]:
+    """Per-run file name suffixes: '' for one run, else '-<i>-<the part of the label that differs>'."""
+    if len(labels) == 1:
+        return [""]
+    prefix = os.path.commonprefix(labels)
+    suffix = os.path.commonprefix([lab[::-1] for lab in labels])[::-1]
+    cut = [
+        lab[len(prefix) : len(lab) - len(suffix)] if len(prefix) + len(suffix) < len(lab) else lab
+        for lab in labels
+    ]
+    return [f"-{i}-{_slug(c)}" if _slug(c) != "run" else f"-{i}" for i, c in enumerate(cut, 1)]
+
+
+def run_report(
+    runs: list[str | Path], out: str | Path | None = None, labels: list[str] | None = None
+) -> dict:
+    """Entry point of `g3 report`: load RUNS, draw every plot into OUT, write summary.json and index.html.
+
+    Returns ``{"out", "index", "summary_json", "runs": [summary per run], "plots": [{"kind", "file", "caption",
+    "runs"}], "notes": [what was skipped and why], "definitions"}``.
+    """
+    if not runs:
+        raise G3InputError("give at least one run folder")
+    data = [load_run(r) for r in runs]
+    label_runs(data, labels)
+    out = Path(out) if out is not None else default_out(runs)
+    if out.exists() and not out.is_dir():
+        raise G3InputError("the report output exists and is not a folder", path=out)
+    # new, empty or an earlier report (whose files it replaces); never a run, nor the user's own folder
+    check_work_folder(
+        out,
+        "-o",
+        lambda f: (f / "summary.json").is_file() and (f / "index.html").is_file(),
+        runs,
+        inside_ok=True,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+
+    notes: list[str] = []
+    for r in data:
+        notes += [f"{r.label}: {n}" for n in r.notes]
+    compare: list[dict] = []
+    per_run: list[dict] = []
+
+    def add(target: list[dict], kind: str, file: str, caption: str, members: list[RunData]) -> None:
+        target.append({"kind": kind, "file": file, "caption": caption, "runs": [m.label for m in members]})
+
+    if plots.time_to_accuracy(data, out / "time_to_accuracy.png"):
+        add(
+            compare,
+            "time_to_accuracy",
+            "time_to_accuracy.png",
+            "Time to accuracy: test (solid) and validation (dashed) accuracy against training time after epoch 0 "
+            "(epoch 0 compiles the kernels: its time is left out).",
+            data,
+        )
+    else:
+        notes.append("no time-to-accuracy plot: no run evaluated during training (g3 train --eval-every 0)")
+    if plots.throughput(data, out / "throughput.png"):
+        add(
+            compare,
+            "throughput",
+            "throughput.png",
+            "Throughput of every epoch (nodes/s summed over workers); dotted: each run's median.",
+            data,
+        )
+    else:
+        notes.append(
+            "no throughput plot: no run has node counts (plan, partition and store metadata missing)"
+        )
+    if len(data) > 1:
+        if plots.scaling(data, out / "scaling.png"):
+            add(
+                compare,
+                "scaling",
+                "scaling.png",
+                "Median throughput against the number of workers, one line per configuration.",
+                data,
+            )
+        else:
+            notes.append("no scaling plot: the runs do not span two or more worker counts")
+
+    drawn_partitions: dict[str, dict] = {}
+    untraced: list[str] = []
+    top = (
+        plots.workers_top(data) if len(data) > 1 else None
+    )  # a comparison's worker plots share their y-scale
+    for r, suffix in zip(data, file_suffixes([r.label for r in data]), strict=True):
+        f = f"workers{suffix}.png"
+        if plots.worker_breakdown(r, out / f, top):
+            add(
+                per_run,
+                "workers",
+                f,
+                f"{r.label}: compute, communication wait, all-reduce + step and idle seconds "
+                f"per epoch of each of the {r.num_workers} workers (balance and overlap).",
+                [r],
+            )
+        if r.partition:
+            key = str(r.partition.get("path") or id(r.partition))
+            if key in drawn_partitions:
+                drawn_partitions[key]["runs"].append(r.label)
+            else:
+                f = f"partition{suffix}.png"
+                if plots.partition_remote(r, out / f):
+                    add(
+                        per_run,
+                        "partition",
+                        f,
+                        f"{r.label}: remote-set size |V_i^remote| of each partition "
+                        f"({r.partition.get('method')}, K={r.partition.get('num_partitions')}) = rows received per "
+                        "layer.",
+                        [r],
+                    )
+                    drawn_partitions[key] = per_run[-1]
+        else:
+            notes.append(
+                f"{r.label}: no partition plot: the run's partition.json was not found "
+                f"({(r.meta.get('partition') or {}).get('path')})"
+            )
+        trace, why = find_trace(r.path)
+        if trace is None:
+            untraced.append(f"{r.label}: {why}")
+        else:
+            if trace.epoch is None:  # the metrics mark the traced epoch
+                trace.epoch = next((int(e["epoch"]) for e in r.epochs if e.get("traced")), None)
+            f = f"timeline{suffix}.png"
+            drawn = next((e for e in r.epochs if e.get("traced") and int(e["epoch"]) == trace.epoch), {})
+            share = drawn.get("comm_hidden_share")  # this epoch's own share (the summary's is the median)
+            plot_timeline(
+                trace,
+                r.label,
+                out / f,
+                None if share is None else f"communication hidden under compute: {100 * share:.0f} %",
+            )
+            add(
+                per_run,
+                "timeline",
+                f,
+                f"{r.label}: bin timeline of the traced epoch, one panel per rank, a row per "
+                f"lane, coloured by category ({trace.num_events} events from {trace.folder}).",
+                [r],
+            )
+
+    if len(untraced) > 1 and len(untraced) == len(data) and all(n.endswith(NO_TRACE) for n in untraced):
+        notes.append(
+            f"no bin timeline: none of the {len(data)} runs has a trace/ folder (train with g3 train --trace)"
+        )
+    else:
+        notes += untraced
+    summaries = [r.summary() for r in data]
+    sections = [
+        ("Comparison" if len(data) > 1 else "Training", compare),
+        ("Workers, partition and timeline", per_run),
+    ]
+    index = write_index(out, summaries, sections, notes, DEFINITIONS)
+    result = {
+        "schema": "g3.report",
+        "schema_version": 1,
+        "out": str(out),
+        "index": str(index),
+        "summary_json": str(out / "summary.json"),
+        "runs": summaries,
+        "plots": compare + per_run,
+        "notes": notes,
+        "definitions": DEFINITIONS,
+    }
+    (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+__all__ = ["COLUMNS", "cell", "run_report", "default_out", "load_run", "RunData"]
