@@ -284,14 +284,14 @@ class Run:
 
     @cached_property
     def store_path(self) -> Path:
-        from stages.eval import run_store_path
+        from stages.predict import run_store_path
 
         return run_store_path(self.plan_path)
 
 
 def __getattr__(name: str):
     if name == "WholeGraphModel":  # the class load_model returns (it imports the runtime: not at `import g3`)
-        from stages.eval import WholeGraphModel
+        from stages.predict import WholeGraphModel
 
         return WholeGraphModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -302,7 +302,7 @@ def load_model(run: Run | PathLike, checkpoint: str | None = None) -> nn.Module:
     """The run's trained model (model.pt, or the checkpoint of epoch ``checkpoint``, e.g. ``"3"``), in the
     run's dtype, on the CPU: a :class:`WholeGraphModel`, ``model(x, indptr, indices, in_degree, out_degree)``
     the logits of every node."""
-    from stages.eval import load_whole_graph_model
+    from stages.predict import load_whole_graph_model
 
     return load_whole_graph_model(run.path if isinstance(run, Run) else Path(run), checkpoint)
 
@@ -320,7 +320,7 @@ def export(
     computes what g3 computes (on a symmetric graph for GCN: PyG normalises by in-degrees at both ends); beside it
     ``out.json`` = ``{"class": …, "kwargs": {…}}``, the constructor call
     (``getattr(torch_geometric.nn.models, class)(**kwargs)``). Returns ``out``."""
-    from stages.eval import ExportOptions, run_export
+    from stages.predict import ExportOptions, run_export
 
     path = run.path if isinstance(run, Run) else Path(run)
     options = ExportOptions(out=str(out), format=format, checkpoint=checkpoint)
@@ -337,7 +337,7 @@ def predict(
     """Logits ``[N, C]`` of every node of ``store`` (default: the run's own) in node-id order, or of one split's
     nodes (``"train"``, ``"valid"``, ``"test"``) in the split's order — what OGB's Evaluator takes after an
     ``argmax``. Computed in this process on the whole graph."""
-    from stages.eval import predict_logits
+    from stages.predict import predict_logits
 
     path = run.path if isinstance(run, Run) else Path(run)
     return predict_logits(path, store=store, split=split, checkpoint=checkpoint)

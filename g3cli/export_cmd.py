@@ -6,7 +6,7 @@ import click
 
 from g3cli.paths import force_option
 from g3cli.settings import setting_options
-from stages.eval import ExportOptions, run_export
+from stages.predict import ExportOptions, run_export
 
 
 @click.command("export")

@@ -6,7 +6,7 @@ import click
 
 from g3cli.paths import force_option
 from g3cli.settings import setting_options
-from stages.eval import PredictOptions, run_predict
+from stages.predict import PredictOptions, run_predict
 
 
 @click.command("predict")

@@ -804,19 +804,21 @@ def test_a_workers_peak_memory_is_its_own(tmp_path):
 
 def test_every_module_the_fork_server_preloads_imports():
     """multiprocessing's fork server silently skips a preload module that fails to import, and the workers
-    would then each import it again: every name in PRELOAD must import (the launching script's main module
-    aside), and the preload leaves every strategy's runtime module and torch's lazily imported parts loaded."""
+    would then each import it again: every name it preloads for a run must import (the launching script's main
+    module aside), and the preload leaves every strategy's runtime module and torch's lazily imported parts
+    loaded."""
     import importlib
     import sys
 
-    from stages.kits.runtime.launch.processes import PRELOAD
+    from stages.kits.runtime.launch.processes import preload_for
     from stages.strategies.registry import STRATEGIES
+    from stages.train.loop import train_rank
 
-    for name in PRELOAD:
+    for name in preload_for(train_rank):
         if name != "__main__":
             importlib.import_module(name)
     assert "torch._dynamo" in sys.modules and "torch.fx.experimental.symbolic_shapes" in sys.modules
-    assert all(f"stages.strategies.{s.runtime}" in sys.modules for s in STRATEGIES.values())
+    assert all(s.runtime().__module__ in sys.modules for s in STRATEGIES.values())
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ when the processes peaked at different moments.
 
 from __future__ import annotations
 
+import os
 import time
 
 
@@ -125,3 +126,11 @@ def check_memory_floor(parts: dict[str, int], what: str, fix: str) -> None:
         raise G3InputError(
             f"{what} holds at least {human_bytes(need)} ({detail}), more than {source} ({human_bytes(total)}): {fix}"
         )
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: an emulated host's share, a cpuset), not the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1

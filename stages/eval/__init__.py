@@ -1,26 +1,5 @@
-"""`g3 eval`: exact full-neighbour inference of a run's weights (:mod:`.run`); `g3 predict` and `g3 export`: the
-run's model over a whole graph in one process (:mod:`.whole_graph`)."""
+"""`g3 eval`: exact full-neighbour inference of a run's weights with the run's strategy (:mod:`.run`)."""
 
-from stages.eval.run import EvalOptions, ExportOptions, PredictOptions, run_eval, run_plan_path
-from stages.eval.whole_graph import (
-    WholeGraphModel,
-    load_whole_graph_model,
-    predict_logits,
-    run_export,
-    run_predict,
-    run_store_path,
-)
+from stages.eval.run import SPLITS, EvalOptions, pick_weights, read_weights, run_eval, run_plan_path
 
-__all__ = [
-    "EvalOptions",
-    "ExportOptions",
-    "PredictOptions",
-    "WholeGraphModel",
-    "load_whole_graph_model",
-    "predict_logits",
-    "run_eval",
-    "run_export",
-    "run_plan_path",
-    "run_predict",
-    "run_store_path",
-]
+__all__ = ["SPLITS", "EvalOptions", "pick_weights", "read_weights", "run_eval", "run_plan_path"]

@@ -21,7 +21,7 @@ from stages.common.cost import stage_cost
 from stages.common.errors import G3InputError
 from stages.common.npy import check_digest, digest_path
 from stages.common.run_artifact import load_run_meta
-from stages.common.settings import REQUIRED, check_choices, setting
+from stages.common.settings import check_choices, setting
 
 if TYPE_CHECKING:
     from stages.kits.runtime.config import RuntimeConfig
@@ -31,45 +31,9 @@ if TYPE_CHECKING:
 # (docs/BENCHMARKS.md, "g3 eval start-up").
 
 SPLITS = ("train", "valid", "test")
+# the module of the workers' entry (eval_rank), which the fork server preloads
+RUNNER = f"{__package__}.runner"
 CKPT_GLOB = "epoch-*.pt"
-
-
-@dataclasses.dataclass
-class PredictOptions:
-    """Everything `g3 predict` can be told (see ``g3 predict --help``)."""
-
-    out: str = setting(
-        REQUIRED,
-        "Output file: .npy (numpy) or .zarr (a zarr array, chunked by rows).",
-        short="-o",
-        path="output",
-    )
-    split: str | None = setting(
-        None,
-        "Only this split's nodes, in the split's order [default: every node, in node-id order].",
-        choices=SPLITS,
-    )
-    checkpoint: str | None = setting(
-        None, "Weights to use: a checkpoint file of the run [default: RUN/model.pt, else its latest]."
-    )
-    store: str | None = setting(
-        None,
-        "Predict on another store with the same feature width and classes [default: the run's].",
-        path="input",
-    )
-
-
-@dataclasses.dataclass
-class ExportOptions:
-    """Everything `g3 export` can be told (see ``g3 export --help``)."""
-
-    out: str = setting(REQUIRED, "The state dict file (FILE.json beside it).", short="-o", path="output")
-    format: str = setting(
-        "pyg", "pyg: a state dict torch_geometric.nn.models.GraphSAGE / GCN / GAT loads.", choices=("pyg",)
-    )
-    checkpoint: str | None = setting(
-        None, "Weights to export: a checkpoint file of the run [default: RUN/model.pt, else its latest]."
-    )
 
 
 @dataclasses.dataclass
@@ -164,11 +128,11 @@ def run_eval(run: str | Path, options: EvalOptions | None = None, *, force: bool
     if (
         emulate_link is None
     ):  # the local workers' fork server starts while the plan and the weights are checked
-        from stages.eval.runner import eval_rank
-        from stages.kits.runtime.launch.processes import INFERENCE_PRELOAD, preload_for, start_server_early
+        from stages.kits.runtime.launch.processes import INFERENCE_PRELOAD, start_server_early
 
         if (workers or int(meta["plan"]["num_workers"])) > 1:
-            start_server_early(preload_for(eval_rank, INFERENCE_PRELOAD))
+            # the module of the workers' entry, by name: this process imports it (and torch) only later
+            start_server_early([*INFERENCE_PRELOAD, RUNNER])
     from stages.bundle import host_folders
     from stages.eval.runner import eval_rank
     from stages.kits.runtime.launch.launchers import HostFile, make_launcher

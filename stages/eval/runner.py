@@ -15,8 +15,9 @@ from stages.common.errors import G3InputError
 from stages.kits.runtime.config import RuntimeConfig
 from stages.kits.runtime.device.path import device_kernels
 from stages.kits.runtime.worker import evaluate
-from stages.strategies.registry import open_plan_worker
+from stages.strategies.registry import import_runtimes, open_plan_worker
 
+import_runtimes()  # preloaded by the fork server: its workers find every strategy imported
 log = logging.getLogger("g3.eval")
 EVAL_SCHEMA = "g3.eval"
 EVAL_VERSION = 1

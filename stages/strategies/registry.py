@@ -4,13 +4,16 @@ records against the strategy it names."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stages.common.errors import G3InputError
 from stages.common.knobs import TrainKnob
 from stages.common.plan_artifact import V2_STRATEGY, load_plan_meta, plan_strategy
 from stages.kits.partition.methods import KIT_METHODS, PartitionMethod
-from stages.kits.runtime.worker import Worker, open_worker
 from stages.strategies.spec import StrategySpec
+
+if TYPE_CHECKING:  # the worker's set-up loads torch: a worker imports it when it starts
+    from stages.kits.runtime.worker import Worker
 
 # filled by stages/strategies/__init__.py, in the order `g3 plan --help` lists them; a test may register more
 STRATEGIES: dict[str, StrategySpec] = {}
@@ -96,12 +99,21 @@ def load_plan(plan: str | Path) -> tuple[dict, StrategySpec]:
     return meta, spec
 
 
+def import_runtimes() -> None:
+    """Import every strategy's runtime class. A workers' entry module calls it as it is imported, so the fork
+    server, which preloads that module, holds them all and no forked worker imports one again."""
+    for spec in STRATEGIES.values():
+        spec.runtime()
+
+
 def open_plan_worker(rank: int, world: int, plan_dir: Path, cfg, init_method: str | None) -> Worker:
     """A rank of the plan's strategy (:func:`~stages.kits.runtime.worker.open_worker`): its runtime with its
     typed knobs (resolved by the launcher; again here for a rank started directly)."""
+    from stages.kits.runtime.worker import open_worker
+
     _, spec = load_plan(plan_dir)
     knobs = resolve_knobs(cfg.knobs, spec)
-    return open_worker(rank, world, Path(plan_dir), cfg, init_method, spec.runtime, knobs)
+    return open_worker(rank, world, Path(plan_dir), cfg, init_method, spec.runtime(), knobs)
 
 
 def check_stored_options(strategy: str, stored: object, where: object) -> None:

@@ -7,13 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stages.common.knobs import NoKnobs, TrainKnob, declared_knobs
 from stages.common.plan_options import PlanOption
 from stages.kits.partition.methods import PartitionMethod
 from stages.kits.plan.context import PlanContext
-from stages.kits.runtime.strategy import Strategy
 from stages.kits.simulate.systems import BinsSystem
+
+if TYPE_CHECKING:  # a spec names its runtime's class; importing it loads torch
+    from stages.kits.runtime.strategy import Strategy
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ class StrategySpec:
     methods: tuple[str, ...]  # partition methods it runs on; the first is the default (`g3 bench`, advise)
     exactness: str  # what it computes, against single-process full-graph training
     plan: Callable[[Path, PlanContext], dict]  # writes the worker folders of a plan; returns plan.json's body
-    runtime: type[Strategy]  # how a worker of `g3 train` / `g3 eval` runs a plan of it
+    # how a worker of `g3 train` / `g3 eval` runs a plan of it: its Strategy class, imported when asked for
+    runtime: Callable[[], type[Strategy]]
     plan_options: tuple[PlanOption, ...] = ()  # its `g3 plan` options
     # its `g3 train` knobs (how it runs, not what it computes): a frozen dataclass its runtime reads
     knobs: type = NoKnobs

@@ -31,7 +31,7 @@ from stages.kits.runtime.profile import samples_from_trace, write_profile
 from stages.kits.runtime.strategy import collective_device
 from stages.kits.runtime.trace import MOVING, hidden_share, now_us
 from stages.kits.runtime.worker import accuracies, evaluate
-from stages.strategies.registry import open_plan_worker
+from stages.strategies.registry import import_runtimes, open_plan_worker
 from stages.train.checkpoint import (
     agreed_checkpoint,
     checkpoint_path,
@@ -43,6 +43,7 @@ from stages.train.checkpoint import (
 from stages.train.config import TrainConfig
 from stages.train.metrics import MetricsWriter, NicCounter, minor_page_faults, peak_memory_bytes
 
+import_runtimes()  # preloaded by the fork server: its workers find every strategy imported
 log = logging.getLogger("g3.train")
 
 

@@ -25,14 +25,6 @@ PEER_WAIT_SECONDS = 60.0
 STREAMED_PEER_WAIT_SECONDS = 1800.0
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity: an emulated host's share, a cpuset), not the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def local_workers(world: int) -> int:
     """Workers on this machine: torchrun's LOCAL_WORLD_SIZE, else all of them (``g3 train --workers K``)."""
     return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world)))

@@ -17,11 +17,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from stages.common.cost import usable_cores
 from stages.common.errors import G3InputError
 from stages.common.model_spec import ModelSpec
 from stages.common.npy import verify_files
 from stages.common.plan_artifact import load_plan_meta
-from stages.kits.runtime.config import RuntimeConfig, local_workers, usable_cores
+from stages.kits.runtime.config import RuntimeConfig, local_workers
 from stages.kits.runtime.heap import keep_freed_memory
 from stages.kits.runtime.models import GNNModel, model_from_spec
 from stages.kits.runtime.strategy import Inference, Strategy, WorkerContext, collective_device

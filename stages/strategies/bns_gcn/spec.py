@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stages.common.knobs import Layer0CacheKnobs
 from stages.kits.simulate.systems import BinsSystem
-from stages.strategies.bns_gcn import plan, runtime
+from stages.strategies.bns_gcn import plan
 from stages.strategies.bns_gcn import simulate as bins
 from stages.strategies.g3 import simulate
 from stages.strategies.spec import AdviseVariant, StrategySpec
+
+if TYPE_CHECKING:  # its class is imported when a worker asks for it
+    from stages.kits.runtime.strategy import Strategy
+
+
+def runtime_class() -> type[Strategy]:
+    """Its runtime, imported when a worker runs it: planning, simulating and the CLI's help never load torch."""
+    from stages.strategies.bns_gcn.runtime import BnsGcnStrategy
+
+    return BnsGcnStrategy
+
 
 SPEC = StrategySpec(
     name="bns-gcn",
@@ -18,7 +31,7 @@ SPEC = StrategySpec(
     exactness="exact with --boundary-sample 1; P < 1 samples boundary nodes (an approximation)",
     plan=plan.plan,
     plan_options=plan.OPTIONS,
-    runtime=runtime.STRATEGY,
+    runtime=runtime_class,
     knobs=Layer0CacheKnobs,
     simulate=simulate.simulate,
     simulates_hosts=True,

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stages.common.knobs import SamplingKnobs
-from stages.strategies.clustergcn import plan, runtime, simulate
+from stages.strategies.clustergcn import plan, simulate
 from stages.strategies.spec import StrategySpec
+
+if TYPE_CHECKING:  # its class is imported when a worker asks for it
+    from stages.kits.runtime.strategy import Strategy
+
+
+def runtime_class() -> type[Strategy]:
+    """Its runtime, imported when a worker runs it: planning, simulating and the CLI's help never load torch."""
+    from stages.strategies.clustergcn.runtime import ClusterGcnStrategy
+
+    return ClusterGcnStrategy
+
 
 SPEC = StrategySpec(
     name="clustergcn",
@@ -15,7 +28,7 @@ SPEC = StrategySpec(
     "cluster is full-graph training; evaluation is exact full-neighbour inference",
     plan=plan.plan,
     plan_options=plan.OPTIONS,
-    runtime=runtime.STRATEGY,
+    runtime=runtime_class,
     knobs=SamplingKnobs,
     family="mini-batch",
     simulate=simulate.simulate,

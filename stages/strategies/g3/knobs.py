@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stages.common.cost import usable_cores
 from stages.common.knobs import (
     BACKWARD,
     FEATURE_CACHE,
@@ -13,7 +14,6 @@ from stages.common.knobs import (
     Layer0CacheKnobs,
     knob,
 )
-from stages.kits.runtime.config import usable_cores
 from stages.strategies.g3.pipeline import SCHEDULES
 
 

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stages.common.knobs import SamplingKnobs
-from stages.strategies.hopgnn import plan, runtime, simulate
+from stages.strategies.hopgnn import plan, simulate
 from stages.strategies.spec import StrategySpec
+
+if TYPE_CHECKING:  # its class is imported when a worker asks for it
+    from stages.kits.runtime.strategy import Strategy
+
+
+def runtime_class() -> type[Strategy]:
+    """Its runtime, imported when a worker runs it: planning, simulating and the CLI's help never load torch."""
+    from stages.strategies.hopgnn.runtime import HopGnnStrategy
+
+    return HopGnnStrategy
+
 
 SPEC = StrategySpec(
     name="hopgnn",
@@ -18,7 +31,7 @@ SPEC = StrategySpec(
     plan=plan.plan,
     plan_options=plan.OPTIONS,
     summary_rows=plan.summary_rows,
-    runtime=runtime.STRATEGY,
+    runtime=runtime_class,
     simulate=simulate.simulate,
     simulated_as=lambda options, knobs: "hopgnn",
     family="mini-batch",

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stages.kits.partition import feature
 from stages.kits.partition.methods import PartitionMethod
-from stages.strategies.neutrontp import plan, runtime, simulate
+from stages.strategies.neutrontp import plan, simulate
 from stages.strategies.neutrontp.knobs import NeutronTPKnobs
 from stages.strategies.spec import AdviseVariant, StrategySpec
+
+if TYPE_CHECKING:  # its class is imported when a worker asks for it
+    from stages.kits.runtime.strategy import Strategy
+
+
+def runtime_class() -> type[Strategy]:
+    """Its runtime, imported when a worker runs it: planning, simulating and the CLI's help never load torch."""
+    from stages.strategies.neutrontp.runtime import NeutronTPStrategy
+
+    return NeutronTPStrategy
+
 
 SPEC = StrategySpec(
     name="neutrontp",
@@ -21,7 +34,7 @@ SPEC = StrategySpec(
     summary_rows=plan.summary_rows,
     summary_table=plan.summary_table,
     model_kind=plan.model_kind,
-    runtime=runtime.STRATEGY,
+    runtime=runtime_class,
     partition_methods=(
         PartitionMethod(
             "feature",

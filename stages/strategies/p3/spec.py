@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stages.kits.partition import baselines
 from stages.kits.partition.methods import PartitionMethod
-from stages.strategies.p3 import plan, runtime, simulate
+from stages.strategies.p3 import plan, simulate
 from stages.strategies.p3.knobs import P3Knobs
 from stages.strategies.spec import AdviseVariant, StrategySpec
+
+if TYPE_CHECKING:  # its class is imported when a worker asks for it
+    from stages.kits.runtime.strategy import Strategy
+
+
+def runtime_class() -> type[Strategy]:
+    """Its runtime, imported when a worker runs it: planning, simulating and the CLI's help never load torch."""
+    from stages.strategies.p3.runtime import P3Strategy
+
+    return P3Strategy
+
 
 SPEC = StrategySpec(
     name="p3",
@@ -20,7 +33,7 @@ SPEC = StrategySpec(
     plan=plan.plan,
     plan_options=plan.OPTIONS,
     summary_rows=plan.summary_rows,
-    runtime=runtime.STRATEGY,
+    runtime=runtime_class,
     partition_methods=(
         PartitionMethod(
             "p3",

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stages.common.knobs import Layer0CacheKnobs
 from stages.kits.simulate.systems import BinsSystem
 from stages.strategies.g3 import simulate
-from stages.strategies.sancus import plan, runtime
+from stages.strategies.sancus import plan
 from stages.strategies.sancus import simulate as bins
 from stages.strategies.spec import AdviseVariant, StrategySpec
+
+if TYPE_CHECKING:  # its class is imported when a worker asks for it
+    from stages.kits.runtime.strategy import Strategy
+
+
+def runtime_class() -> type[Strategy]:
+    """Its runtime, imported when a worker runs it: planning, simulating and the CLI's help never load torch."""
+    from stages.strategies.sancus.runtime import SancusStrategy
+
+    return SancusStrategy
+
 
 SPEC = StrategySpec(
     name="sancus",
@@ -18,7 +31,7 @@ SPEC = StrategySpec(
     exactness="exact with --staleness epoch:0; otherwise stale remote embeddings (an approximation)",
     plan=plan.plan,
     plan_options=plan.OPTIONS,
-    runtime=runtime.STRATEGY,
+    runtime=runtime_class,
     knobs=Layer0CacheKnobs,
     simulate=simulate.simulate,
     simulates_hosts=True,

@@ -99,7 +99,7 @@ INFERENCE_PRELOAD = [*PRELOAD[:-1], f"{__package__}.preload_inference"]
 
 def preload_for(entry, preload: list[str] | None = None) -> list[str]:
     """What the fork server imports to run ``entry``: ``preload`` (default :data:`PRELOAD`) and the module of
-    ``entry`` itself, which imports the strategies it runs."""
+    ``entry`` itself, which imports every strategy's runtime (``stages.strategies.registry.import_runtimes``)."""
     return [*(PRELOAD if preload is None else preload), entry.__module__]
 
 

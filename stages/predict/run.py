@@ -1,8 +1,9 @@
-"""A trained run's model over a whole graph in one process (``g3 predict``, ``g3 export``, ``g3.load_model``,
+"""`g3 predict` and `g3 export`: a trained run's model over a whole graph in one process (also ``g3.load_model``,
 ``g3.predict``): g3's layer stack with the run's weights, on one block holding the whole in-edge CSR."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +15,49 @@ from stages.common.atomic import FILE, atomic_dir, atomic_file, check_target, wr
 from stages.common.errors import G3InputError
 from stages.common.model_spec import ModelSpec
 from stages.common.run_artifact import load_run_meta
-from stages.common.settings import check_choices
-from stages.eval.run import ExportOptions, PredictOptions
+from stages.common.settings import REQUIRED, check_choices, setting
+from stages.eval import SPLITS, pick_weights, read_weights, run_plan_path
 from stages.kits.runtime.block import Block
 from stages.kits.runtime.models import model_from_spec
 from stages.strategies.registry import load_plan
+
+
+@dataclasses.dataclass
+class PredictOptions:
+    """Everything `g3 predict` can be told (see ``g3 predict --help``)."""
+
+    out: str = setting(
+        REQUIRED,
+        "Output file: .npy (numpy) or .zarr (a zarr array, chunked by rows).",
+        short="-o",
+        path="output",
+    )
+    split: str | None = setting(
+        None,
+        "Only this split's nodes, in the split's order [default: every node, in node-id order].",
+        choices=SPLITS,
+    )
+    checkpoint: str | None = setting(
+        None, "Weights to use: a checkpoint file of the run [default: RUN/model.pt, else its latest]."
+    )
+    store: str | None = setting(
+        None,
+        "Predict on another store with the same feature width and classes [default: the run's].",
+        path="input",
+    )
+
+
+@dataclasses.dataclass
+class ExportOptions:
+    """Everything `g3 export` can be told (see ``g3 export --help``)."""
+
+    out: str = setting(REQUIRED, "The state dict file (FILE.json beside it).", short="-o", path="output")
+    format: str = setting(
+        "pyg", "pyg: a state dict torch_geometric.nn.models.GraphSAGE / GCN / GAT loads.", choices=("pyg",)
+    )
+    checkpoint: str | None = setting(
+        None, "Weights to export: a checkpoint file of the run [default: RUN/model.pt, else its latest]."
+    )
 
 
 class WholeGraphModel(nn.Module):
@@ -68,8 +107,6 @@ def run_store_path(plan: Path) -> Path:
 def load_whole_graph_model(run: Path, checkpoint: str | None = None) -> WholeGraphModel:
     """RUN's trained model (model.pt, or the checkpoint ``checkpoint``), in the run's dtype, on the CPU; the
     weights checked against their digest and the plan's model."""
-    from stages.eval.run import pick_weights, read_weights, run_plan_path
-
     meta = load_run_meta(run)
     gnn = model_from_spec(ModelSpec.from_plan(load_plan(run_plan_path(run, meta))[0]))
     dtype = {"float32": torch.float32, "float64": torch.float64}[meta["config"].get("dtype", "float32")]
@@ -89,7 +126,6 @@ def predict_logits(
     """Logits ``[N, C]`` of every node of ``store`` (default: the run's own) in node-id order, or of one split's
     nodes in the split's order, computed in this process on the whole graph."""
     from stages.common.store import GraphStore
-    from stages.eval.run import run_plan_path
 
     model = load_whole_graph_model(run, checkpoint)
     if store is None:
