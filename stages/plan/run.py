@@ -38,7 +38,7 @@ class PlanConfig:
         LEGACY_STRATEGY,
         "The distributed training system that executes the plan (listed below). `g3 train` runs whatever the "
         "plan says.",
-        choices=tuple(STRATEGIES),
+        choices=STRATEGIES,  # the registry itself: a strategy registered later (a test's) is a choice too
     )
     model: str = setting(
         "sage",
