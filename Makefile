@@ -42,13 +42,15 @@ test: setup lint
 test-fast: setup
 	$(BIN)/python -m pytest -q -n $(TEST_PROCS) -m "not slow" tests
 
-# ruff's linter and formatter, then the architecture's rules (.importlinter: the layers, each stage's internals
-# its own, no import circles); `make format` rewrites what the formatter would change
+# ruff's linter and formatter, the architecture's rules (.importlinter: three layers, each stage's internals its
+# own, no import circles), then mypy on the declarations every layer shares (pyproject.toml, [tool.mypy]);
+# `make format` rewrites what the formatter would change
 LINTED      := g3 g3cli stages tests examples
 lint: setup
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 # g3 against its peers on the built-in `small` graph (PyG with `make peers`, DGL with `make peers-dgl`);
 # the other benchmarks of docs/BENCHMARKS.md are listed there with their commands.

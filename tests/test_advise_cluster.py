@@ -212,7 +212,9 @@ def test_slowing_one_host_kinds_link_slows_the_communication(uniform, tiny_store
     assert ours.keys() == theirs.keys()
     for key, e in ours.items():
         assert e["bytes_per_epoch"] == theirs[key]["bytes_per_epoch"]
-        assert e["model_epoch_seconds"] > theirs[key]["model_epoch_seconds"] * 1.5, key
+        # grows by the slower link's time for its bytes; by how much of the epoch depends on the compute speed
+        # the calibration measured (the machine's load then), so the test holds on the growth, not a ratio
+        assert e["model_epoch_seconds"] > theirs[key]["model_epoch_seconds"], key
         assert "a's links" not in e["reason"] and "slowlink's links" in e["reason"]
     # the bins engine: a transfer between the two runs at the slower link; here every byte crosses it
     bns = ours[("bns-gcn", "boundary sample 1 (exact)")]

@@ -325,7 +325,7 @@ def test_a_bundle_carries_every_layout_of_the_partition(store, tmp_path, monkeyp
     import dataclasses
 
     from stages.kits.partition.methods import KIT_METHODS
-    from stages.strategies.registry import registry
+    from stages.strategies import registry
 
     monkeypatch.setattr(
         registry,

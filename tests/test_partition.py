@@ -663,7 +663,7 @@ def test_a_method_with_two_layouts_writes_the_shards_of_both(tiny_store, tmp_pat
     gets node shards in PART and column shards in PART/columns, and partition.json records both."""
     from stages.kits.partition import baselines
     from stages.kits.partition.methods import KIT_METHODS, PartitionMethod
-    from stages.strategies.registry import registry
+    from stages.strategies import registry
 
     both = PartitionMethod(
         "both",

@@ -94,8 +94,8 @@ def adopt(namespace: dict) -> int:
     for value in list(namespace.values()):
         if (
             isinstance(value, dispatcher.Dispatcher)
-            and isinstance(value._cache, FunctionCache)
-            and not isinstance(value._cache, CompileOnceCache)
+            and isinstance(value._cache, FunctionCache)  # type: ignore[attr-defined]  # numba keeps it private
+            and not isinstance(value._cache, CompileOnceCache)  # type: ignore[attr-defined]
             and getattr(value.py_func, "__module__", None) == module
         ):
             compile_once(value)

@@ -145,7 +145,7 @@ def release_pages(a: np.ndarray) -> None:
     that does not map a file."""
     import mmap
 
-    base = a
+    base: object = a
     while base is not None and not isinstance(base, mmap.mmap):
         base = getattr(base, "base", None)
     if base is not None and hasattr(mmap, "MADV_DONTNEED"):

@@ -55,7 +55,7 @@ def load_partition_meta(part: str | Path) -> dict:
         part, "partition.json", PARTITION_SCHEMA, PARTITION_READABLE, "partition", "g3 partition"
     )
     if "layouts" not in meta:
-        meta["layouts"] = list(V1_LAYOUTS.get(meta.get("method"), ("rows",)))
+        meta["layouts"] = list(V1_LAYOUTS.get(str(meta.get("method")), ("rows",)))
     if isinstance(meta.get("store"), dict):  # the store relative to the partition first (moved together)
         meta["store"] = {**meta["store"], "path": str(resolve_reference(meta["store"], part, "zarr.json"))}
     return meta

@@ -21,7 +21,7 @@ def setting(
     flag: str | None = None,
     choices=None,
     metavar: str | None = None,
-    show_default: bool = True,
+    show_default: bool | str = True,
     path: str | None = None,
     short: str | None = None,
     parse=None,

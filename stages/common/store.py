@@ -236,7 +236,7 @@ class GraphStore:
     # --- lazy arrays --------------------------------------------------------------------------------------
     def array(self, name: str) -> zarr.Array:
         try:
-            return self.group[name]
+            return self.group[name]  # type: ignore[return-value]  # a store's members are arrays
         except KeyError:
             raise G3InputError(f"store has no array {name!r}", path=self.path) from None
         except Exception as exc:  # its zarr.json damaged: zarr raises several types

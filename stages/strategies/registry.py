@@ -77,7 +77,7 @@ def strategy_spec(name: str) -> StrategySpec:
     return STRATEGIES[name]
 
 
-def option_text(value: object) -> str | None:
+def option_text(value: object) -> str:
     """The command-line text of a value as plan.json keeps it (the inverse of the options' parsers)."""
     if value is None:
         return "auto"

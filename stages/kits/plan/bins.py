@@ -112,15 +112,15 @@ def build_layer_bins(
     cuts = np.unique(
         np.concatenate([[0], np.searchsorted(starts, np.arange(step, int(row_ptr[-1]), step)), [nb]])
     )
-    src_ptr, srcs, indices = [np.zeros(1, dtype=np.int64)], [], []
+    ptrs, srcs, indices = [np.zeros(1, dtype=np.int64)], [], []
     for b0, b1 in zip(cuts[:-1], cuts[1:], strict=True):
         part_ptr, part_src, part_idx = _bins_of(
             bin_ptr[b0 : b1 + 1], prio, row_ptr, edge_src, pos_of_owned, n_owned, n_local
         )
-        src_ptr.append(part_ptr[1:] + src_ptr[-1][-1])
+        ptrs.append(part_ptr[1:] + ptrs[-1][-1])
         srcs.append(part_src)
         indices.append(part_idx)
-    src_ptr = np.concatenate(src_ptr)
+    src_ptr = np.concatenate(ptrs)
     index_dtype = np.int32 if int(src_ptr[-1]) < 2**31 else np.int64
     return LayerBins(
         bin_ptr=bin_ptr,

@@ -10,12 +10,14 @@ arrive in its step order. Node ids are owned-local ids for what a worker sends (
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from stages.common.plan_artifact import Table
 
 
-def assemble(parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> Table:
+def assemble(parts: Sequence[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]]) -> Table:
     """Build a table from per-peer pieces ``(peer, steps_sorted, nodes_in_that_order, _)``.
 
     Messages are ordered by step, then peer; empty messages are dropped.

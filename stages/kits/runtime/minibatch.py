@@ -39,7 +39,7 @@ from stages.kits.runtime.block import Block, cheaper_to_project
 from stages.kits.runtime.inference import LayerwiseInference, per_peer_ids
 from stages.kits.runtime.kernels import backend
 from stages.kits.runtime.models.sage import ROW_INDICES, SAGEConv
-from stages.kits.runtime.neighbor_sampler import SampledBlock, sample_key, signed64
+from stages.kits.runtime.neighbor_sampler import Ids, SampledBlock, sample_key, signed64
 from stages.kits.runtime.strategy import (
     Inference,
     StepOutput,
@@ -82,20 +82,18 @@ class PreparedStep:
     """A step's inputs, made by the sampler: targets (global ids), blocks (first layer first), the first
     block's source features and, for models that need them, the sources' global (in, out) degrees."""
 
-    targets: np.ndarray
+    targets: Ids
     global_targets: int | None
     blocks: list[SampledBlock]
     x0: torch.Tensor
     degrees: torch.Tensor | None
     seconds: dict
-    target_rows: np.ndarray | None = (
-        None  # rows of the last block's destinations that carry the loss (None: all)
-    )
+    target_rows: Ids | None = None  # rows of the last block's destinations that carry the loss (None: all)
     fetched_rows: int = 0  # input rows fetched from other workers
     buffer: torch.Tensor | None = None  # the reused buffer ``x0`` is a view of (:class:`RowBuffers`), if any
     # set when the first layer reads its sources' rows in the feature table itself: the table's row of each arc
     # of the first block (int32), and ``x0`` holds only the first block's destinations' rows
-    arc_rows: np.ndarray | None = None
+    arc_rows: Ids | None = None
 
 
 @dataclass
@@ -448,7 +446,7 @@ class MiniBatchStrategy(Strategy):
             order_by_cost=True,
         ).to(self.device)
 
-    def backward(self, grad_logits: torch.Tensor) -> None:
+    def backward(self, grad_logits: torch.Tensor) -> bool | None:
         if self._out is not None and self._out.requires_grad:
             with self.compute_span("bwd", phase="bwd"):
                 torch.autograd.backward(self._out, grad_logits.to(self._out.device, dtype=self._out.dtype))

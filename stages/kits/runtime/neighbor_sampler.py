@@ -17,9 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
 
 import numba
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+# node ids and CSR arrays: numpy on the host, torch tensors where the device samples (device/sampler.py)
+Ids: TypeAlias = "np.ndarray | torch.Tensor"
 
 _M64 = (1 << 64) - 1
 
@@ -134,10 +141,10 @@ class SampledBlock:
     """One layer of a mini-batch: ``dst`` (global ids) are the first ``len(dst)`` of ``src``; ``indptr`` /
     ``indices`` the in-arcs of every destination over positions in ``src``."""
 
-    dst: np.ndarray
-    src: np.ndarray
-    indptr: np.ndarray
-    indices: np.ndarray
+    dst: Ids
+    src: Ids
+    indptr: Ids
+    indices: Ids
 
 
 # ``sample(nodes, fanout, hop) -> (counts, neighbours)``: whoever holds the nodes' in-edges answers

@@ -40,6 +40,7 @@ from stages.common.model_spec import ModelSpec
 from stages.common.partition_artifact import Shard, open_shard
 from stages.common.plan_artifact import WorkerPlan
 from stages.kits.runtime.config import RuntimeConfig
+from stages.kits.runtime.models import GNNModel
 from stages.kits.runtime.trace import Tracer, now_us
 from stages.kits.runtime.transport import Transport
 
@@ -146,7 +147,7 @@ class Strategy:
 
     name = "base"
 
-    def __init__(self, ctx: WorkerContext, model: torch.nn.Module):
+    def __init__(self, ctx: WorkerContext, model: GNNModel):
         self.ctx = ctx
         self.model = model
         self.cfg = ctx.cfg
@@ -327,6 +328,12 @@ class WholePartitionStrategy(Strategy):
     """A full-graph strategy whose one step computes every owned node at once: ``_forward(epoch, training)``
     returns the owned rows' logits, and the strategy keeps ``labels``, ``train_rows``, ``global_train`` and
     ``splits`` (the layer-synchronous strategies, neutrontp)."""
+
+    labels: torch.Tensor
+    train_rows: torch.Tensor
+    global_train: int
+    splits: dict[str, torch.Tensor]
+    epoch: int
 
     def forward(self, epoch: int, step: int, micro: int = 0) -> StepOutput:
         self.epoch = epoch

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -199,7 +200,7 @@ class Transport:
         return self.start_all_to_all_v(chunks, recv_shapes, label).wait()
 
     def start_all_to_all_v(
-        self, chunks: list[torch.Tensor], recv_shapes: list[tuple[int, ...]], label: str
+        self, chunks: list[torch.Tensor], recv_shapes: Sequence[tuple[int, ...]], label: str
     ) -> PendingAllToAll:
         """:meth:`all_to_all_v` posted without waiting (P3's pipeline overlaps a batch's partial activations in
         flight with another batch's compute): :meth:`PendingAllToAll.wait` returns what the peers sent. Posted

@@ -68,7 +68,7 @@ class Network:
         """The slowest worker's speed: what a step every worker must finish (the optimizer's) waits for."""
         return 1.0 if self.speeds is None else min(self.speeds)
 
-    def transfer(self, nbytes: int, src: int | None = None, dst: int | None = None) -> float:
+    def transfer(self, nbytes: float, src: int | None = None, dst: int | None = None) -> float:
         """Seconds for ``nbytes`` of payload from ``src`` to ``dst``: at the slower of their two links; without
         the two ends (a collective every worker joins), at the slowest link of all."""
         if self.links is None:
@@ -89,7 +89,9 @@ class Network:
             return self.transfer(nbytes)
         part = nbytes / (k - 1)
         home = self.host(worker)
-        return sum(self.transfer(part, worker, p) for p in range(k) if p != worker and self.host(p) != home)
+        return sum(
+            (self.transfer(part, worker, p) for p in range(k) if p != worker and self.host(p) != home), 0.0
+        )
 
     def host(self, worker: int) -> int:
         if self.hosts is not None:
@@ -128,7 +130,7 @@ class Engine:
         self.k, self.net, self.record = k, net, record
         self.arrival: dict = {}  # key -> arrival time at the receiver
         self.left: dict = {}  # key -> time the last byte left the sender
-        self.posted_by = [[] for _ in range(k)]  # keys each worker posted
+        self.posted_by: list[list] = [[] for _ in range(k)]  # keys each worker posted
         self.stats = [WorkerStats() for _ in range(k)]
         self._heap: list = []
         self._seq = 0

@@ -140,6 +140,7 @@ def load_workload(plan: str | Path) -> Workload:
                 t = wp.table(name)
                 if len(t.msgs):
                     tables[name] = t
+        assert edge_src is not None, "a plan has at least one layer"
         limits_n, limits_b = [], []
         for layer in wp.meta["layers"]:
             fixed = layer.get("bin_limit_bytes") is None

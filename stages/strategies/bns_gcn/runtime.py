@@ -31,7 +31,7 @@ class BnsGcnStrategy(LayerSyncStrategy):
     def __init__(self, ctx: WorkerContext, model):
         super().__init__(ctx, model)
         self.p = float(ctx.options.get("boundary_sample", 1.0))
-        self._kept_epoch = None  # the epoch whose kept sets are below
+        self._kept_epoch: int | None = None  # the epoch whose kept sets are below
         self.kept_send: list[torch.Tensor] = []  # per peer: bool over send_ids[q] (q keeps them this epoch)
         self.kept_recv: list[torch.Tensor] = []  # per peer: bool over recv_ids[q] (this worker keeps them)
 

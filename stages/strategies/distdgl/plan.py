@@ -95,7 +95,7 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     workers = plan_boundary(tmp, ctx, "planning workers (distdgl: evaluation tables)")
     for w, n in zip(workers, train, strict=True):
         w["num_train"] = n
-    out = {"workers": workers}
+    out: dict = {"workers": workers}
     if ctx.options.get("topology") == "replicated":
         out["topology"] = write_topology(tmp / "topology", ctx)
     return out

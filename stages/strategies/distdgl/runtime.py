@@ -38,6 +38,7 @@ import torch.distributed as dist
 from stages.kits.runtime.device.sampler import DeviceGraph, Owners
 from stages.kits.runtime.minibatch import MiniBatchStrategy, PreparedStep, shuffled
 from stages.kits.runtime.neighbor_sampler import (
+    Ids,
     build_blocks,
     sample_key,
     sample_rows,
@@ -76,7 +77,8 @@ class DistDglStrategy(MiniBatchStrategy):
             self.my_train = split[self.rank]
             self.num_steps = math.ceil(max(len(t) for t in split) / self.batch_size)
             self._adopt_labels(split)
-        self._perm_epoch, self._perm = None, None
+        self._perm_epoch: int | None = None
+        self._perm: np.ndarray | None = None
         self.replicated = opts.get("topology", "partitioned") == "replicated"
         if self.replicated:
             self.g_indptr, self.g_nbrs = load_topology(ctx.plan_dir, ctx.plan_meta)
@@ -156,9 +158,9 @@ class DistDglStrategy(MiniBatchStrategy):
         self.adopted_ids = ids[order]
         self.adopted_labels = torch.from_numpy(np.concatenate([lab for _, lab in given])[order])
 
-    def target_labels(self, nodes: np.ndarray) -> torch.Tensor:
+    def target_labels(self, nodes: Ids) -> torch.Tensor:
         """Labels of a step's targets: own ones from the shard, adopted ones (local order) from the owners'."""
-        if self.on_device is not None:
+        if isinstance(nodes, torch.Tensor):  # sampled on the device
             if self.ctx.world == 1:
                 return self.on_device.target_labels(nodes)
             return self._host_target_labels(nodes.cpu().numpy()).to(self.device)

@@ -6,6 +6,7 @@ backward (gradients) passes. The artifact is documented in docs/ARTIFACTS.md ("P
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,8 +72,8 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     bin_limit_bytes = budget // 2  # two bins fit: one computes while the next is copied in (§5.2)
     k = ctx.num_workers
     workers, per_worker_bins = [], []
-    sends = {r: {} for r in range(k)}  # per worker: table name -> list of parts
-    recvs = {r: {} for r in range(k)}
+    sends: dict[int, dict[str, list]] = {r: {} for r in range(k)}  # per worker: table name -> list of parts
+    recvs: dict[int, dict[str, list]] = {r: {} for r in range(k)}
     for shard in ctx.progress(ctx.shards, "planning workers"):
         info, bins_state = _plan_worker(tmp, shard, costs, bin_size, bin_limit_bytes)
         workers.append(info)
@@ -108,7 +109,8 @@ def _plan_worker(tmp: Path, shard, costs: list[BinCost], bin_size: int | None, l
     wdir.mkdir(exist_ok=True)
     np.save(wdir / "priority.npy", prio)
     np.save(wdir / "row_ptr.npy", row_ptr)
-    layers, state = [], {"pos": pos, "row_bin": [], "last_use": [], "num_bins": []}
+    layers: list = []
+    state: dict[str, Any] = {"pos": pos, "row_bin": [], "last_use": [], "num_bins": []}
     for li, cost in enumerate(costs):
         if bin_size:
             bin_ptr = pack_by_count(n_own, bin_size)

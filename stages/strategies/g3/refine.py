@@ -62,7 +62,7 @@ STEPS_PER_NODE = 1000  # default number of steps: this many per node
 # shares of the steps per round: restarts of growing length. A short anneal often meets the goal already (cnr-2000
 # at K = 4, seed 0: 5 of 8 generator seeds with 1 % of the steps, about 1 s instead of 38 s); where it takes
 # longer (seed 5: 100 x N steps missed with every generator seed tried), the last round is a long one
-ROUND_SHARES = (0.01, 0.01, 0.01, 0.01, 0.1, 0.86)
+ROUND_SHARES: tuple[float, ...] = (0.01, 0.01, 0.01, 0.01, 0.1, 0.86)
 # default when the lower bound proves the budget infeasible: the goal cannot be met, and on cnr-2000 the steps
 # past this many changed the largest remote set by under 1 % and the total by under 6 % (docs/BENCHMARKS.md)
 STEPS_PER_NODE_INFEASIBLE = 100
@@ -293,9 +293,8 @@ def run_refine(
             results = list(pool.map(run_round, range(len(sizes))))
     finally:
         winner[0] = -1  # on an error or an interrupt, rounds still running stop at their next batch
-    kept = results[
-        : min(_winner_index(results), len(results) - 1) + 1
-    ]  # a round after the winner may be partial
+    # a round after the winner may be partial or skipped (None); those up to it all ran
+    kept = [r for r in results[: min(_winner_index(results), len(results) - 1) + 1] if r is not None]
     best = _pick_round(kept, gamma, budget)
     rounds = [
         {"steps": size, "taken": r.steps, "converged": r.converged, "remote_after": r.final_remote}

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future
 
 import numpy as np
 import torch
@@ -611,7 +612,7 @@ class G3Strategy(Strategy):
             return READ_ROWS  # no gather: the layer's aggregation reads h[src] itself
         t0 = now_us()
         ids = self._ids(block, SRC_IDS, src) if block is not None else src
-        if stored:
+        if isinstance(h, StoredRows):
             x = h.rows(ids.numpy())
         else:
             x = take_rows(h, ids, rng).detach() if rng is not None else take_rows_at(h, ids)
@@ -925,7 +926,7 @@ class G3Strategy(Strategy):
             return consume
 
         view_ok = not (self.keep and training)
-        prefetched: dict[tuple[int, int], object] = {}  # (layer, plan bin) → its inputs, gathered meanwhile
+        prefetched: dict[tuple[int, int], Future] = {}  # (layer, plan bin) → its inputs, gathered meanwhile
         while any(left):
             for li in range(L - 1):
                 if not recvs[li].finished:

@@ -150,7 +150,8 @@ def _forward_bins(wl: Workload, w: WorkerLoad, sched: Schedule) -> list[list[tup
     pos[w.priority] = np.arange(n_own)  # shard owned id (ascending global id) -> row position
     out = []
     for li, cost in enumerate(_bin_costs(wl)):
-        limit_b = NO_LIMIT if w.bin_limit_bytes[li] is None else int(w.bin_limit_bytes[li])
+        limit = w.bin_limit_bytes[li]
+        limit_b = NO_LIMIT if limit is None else int(limit)
         packed = pack_bins(
             cost,
             w.row_ptr,
@@ -202,7 +203,7 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
     bin_wait[0][:] = 0
     ran = [np.zeros(len(lb), dtype=np.bool_) for lb in bins]
     left = [len(lb) for lb in bins]
-    gathered = {}  # (layer, bin) -> when its prefetched inputs are in
+    gathered: dict = {}  # (layer, bin) -> when its prefetched inputs are in
     lane = now  # the gather lane
 
     def became_ready(k, newly):
@@ -252,7 +253,7 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
         else:  # gathered in line, before the next bin's prefetch starts
             gather = rates.gather(li, n_src)
         nl, nb = next_bin() if sched.prefetch and not gathered else (None, None)
-        if nl is not None:
+        if nl is not None and nb is not None:
             lane = max(now + gather, lane) + rates.gather(nl, bins[nl][nb][1])
             gathered[(nl, nb)] = lane
         now = yield compute(gather + rates.fwd(li, arcs, len(rows)), f"L{li} bin {b}")

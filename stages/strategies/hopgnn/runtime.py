@@ -33,6 +33,7 @@ import dataclasses
 import math
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -121,9 +122,12 @@ class HopGnnStrategy(DistDglStrategy):
             self.num_steps = int(math.ceil(self.train_counts.max() / self.local_batch))
         self.micro = self._time_step_count()
         self._perm_lock = threading.Lock()
-        self._perm_for, self._perm_all = None, None  # the global order's permutation (either thread)
-        self._own_for, self._own_perm = None, None  # local-only: this server's own (sampler thread)
-        self._stash: list | tuple | None = None
+        # the global order's permutation (either thread), and local-only: this server's own (sampler thread)
+        self._perm_for: int | None = None
+        self._perm_all: np.ndarray | None = None
+        self._own_for: int | None = None
+        self._own_perm: np.ndarray | None = None
+        self._stash: Any = None  # pre-gathered: every micro-batch's step; else (roots, total, seconds)
         self._at = (0, 0, 0)
         self._epoch_start, self._epoch_merged = time.perf_counter(), self.merged
         self.param_count = sum(p.numel() for p in self.model.parameters())
@@ -291,7 +295,7 @@ class HopGnnStrategy(DistDglStrategy):
 
     def reset_stats(self) -> None:
         super().reset_stats()
-        self.migrated_to: dict[int, int] = {}  # bytes of models this server sent on, per receiving server
+        self.migrated_to = {}  # bytes of models this server sent on, per receiving server
 
     def _decide_merge(self, epoch: int) -> None:
         """At an epoch's end (every rank, in its compute thread): the slowest rank's epoch time, and the next

@@ -256,7 +256,7 @@ class NeutronTPStrategy(WholePartitionStrategy):
         """Backward of :meth:`_aggregate_pass`, chunks in reverse order: ``grad_src += aggᵀ(grad_dst)``."""
 
         def backward(j: int, a: int, b: int) -> None:
-            add_rows_at(grad_src, self.chunks.blocks[j].src_ids, self.chunks.backward(j, grad_dst[a:b]))
+            add_rows_at(grad_src, self.chunks.src_ids[j], self.chunks.backward(j, grad_dst[a:b]))
 
         self._chunk_pass(list(reversed(self._all())), backward, f"{layer} chunk", "bwd", pre, post)
 
@@ -321,7 +321,7 @@ class NeutronTPStrategy(WholePartitionStrategy):
         return rows
 
     def _forward_naive(self, epoch: int, training: bool) -> torch.Tensor:
-        h = None  # the owned rows of the current layer's input
+        h: torch.Tensor | None = None  # the owned rows of the current layer's input
         k = self.ctx.world
         for li in range(self.num_layers):
             if li == 0:

@@ -511,7 +511,7 @@ def _pass_pipelined(st: _State, p: ChunkPass, net: Network) -> None:
     if n == 0:
         return
     pre_s = p.pre.seconds(net, per_chunk=True) if p.pre is not None else None
-    post_s = p.post.seconds(net, per_chunk=True) if p.post is not None else None
+    post_s = np.asarray(p.post.seconds(net, per_chunk=True)) if p.post is not None else np.zeros(0)
     tc = float(st.t.max())  # the communication lane (its collectives synchronise every worker)
     pre_end = {}
 

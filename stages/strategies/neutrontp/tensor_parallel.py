@@ -57,7 +57,8 @@ class ChunkAggregation:
         self.dst_rows: list[torch.Tensor] = []  # gcn: each destination's row among the chunk's sources
         self.norms: list[tuple[torch.Tensor, torch.Tensor]] = []  # gcn: (source, destination) scale columns
         self.inv_degree: list[torch.Tensor] = []  # mean: 1 / max(1, in-arcs) per destination
-        self.transposes = []
+        self.src_ids: list[torch.Tensor] = []  # per chunk: its sources' global ids
+        self.transposes: list = []
         for a, b in zip(self.bounds[:-1], self.bounds[1:], strict=True):
             self._add_chunk(int(a), int(b), indptr, indices, in_degree, out_degree, dtype, device)
 
@@ -76,7 +77,7 @@ class ChunkAggregation:
             dst_in_degree=torch.from_numpy(in_degree[a:b].astype(np.float64)).to(dtype),
             dst_global=torch.from_numpy(own),
         ).to(device)
-        block.src_ids = torch.from_numpy(src)  # global ids of the sources (host: they index host slices)
+        self.src_ids.append(torch.from_numpy(src))  # global ids of the sources (host: they index host slices)
         self.blocks.append(block)
         self.transposes.append(csr_transpose(block.indptr, block.indices, block.n_src))
         if self.op == "gcn":
@@ -100,7 +101,7 @@ class ChunkAggregation:
         b = self.blocks[j]
         if x_slice.shape[1] == 0:  # a worker without columns (fewer columns than workers) aggregates nothing
             return x_slice.new_zeros((b.n_dst, 0), device=b.indptr.device)
-        xs = take_rows_at(x_slice, b.src_ids).to(b.indptr.device)
+        xs = take_rows_at(x_slice, self.src_ids[j]).to(b.indptr.device)
         if self.op == "mean":
             return csr_sum(b.indptr, b.indices, xs, b.n_dst).mul_(self.inv_degree[j])
         src_norm, dst_norm = self.norms[j]
@@ -110,7 +111,7 @@ class ChunkAggregation:
         )
 
     def backward(self, j: int, grad_dst: torch.Tensor) -> torch.Tensor:
-        """The gradient of chunk ``j``'s sources (``[n_src, c]``, rows as ``blocks[j].src_ids``) from that of
+        """The gradient of chunk ``j``'s sources (``[n_src, c]``, rows as ``src_ids[j]``) from that of
         its destinations ``grad_dst [n_dst, c]``: the transposed aggregation, one CSR sum over the sources."""
         b, t = self.blocks[j], self.transposes[j]
         if grad_dst.shape[1] == 0:

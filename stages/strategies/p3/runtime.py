@@ -46,6 +46,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -57,7 +58,7 @@ from stages.common.partition_artifact import Shard, shard_dir
 from stages.kits.runtime.block import Block
 from stages.kits.runtime.kernels import block_transpose, csr_mean
 from stages.kits.runtime.minibatch import PreparedStep, step_key
-from stages.kits.runtime.models import GCNConv, SAGEConv, model_from_spec
+from stages.kits.runtime.models import GCNConv, GNNModel, SAGEConv, model_from_spec
 from stages.kits.runtime.neighbor_sampler import SampledBlock
 from stages.kits.runtime.strategy import (
     Inference,
@@ -138,7 +139,7 @@ class P3Strategy(DistDglStrategy):
         self._t: int | None = None  # the batch index of the step in progress, and whether it updated
         self._updated = True
         self._ahead: dict[int, tuple[P3Step, ModelParallelPass]] = {}
-        self._full_model = None
+        self._full_model: GNNModel | None = None
         self._dp: tuple | None = (
             None  # the data-parallel phase in progress: (z¹ leaf, output, restore weights)
         )
@@ -217,7 +218,7 @@ class P3Strategy(DistDglStrategy):
             if self.needs_degrees
             else None
         )
-        return sampled.step(None, degrees, extra_seconds, kind=P3Step, layer1=layer1)
+        return cast(P3Step, sampled.step(None, degrees, extra_seconds, kind=P3Step, layer1=layer1))
 
     def push_structure(self, block: SampledBlock) -> list[LayerOneBlock]:
         """This batch's layer-1 block to every worker and every owner's block here (collective, on the
@@ -387,7 +388,8 @@ class P3Strategy(DistDglStrategy):
         """Every owner's partial pre-activation over this worker's columns, posted to the owners."""
         version = max(0, t - DELAY) if self.pipelined else t
         weights = self._slice_weights(version)
-        partials, inputs = [], []
+        partials: list[torch.Tensor] = []
+        inputs: list[tuple[torch.Tensor, ...]] = []
         with self.compute_span("L0-partial", layer=0, phase="fwd"), torch.no_grad():
             for b in prep.layer1:
                 x = self.x_cols[torch.from_numpy(b.src)].to(self.device)
