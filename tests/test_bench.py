@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import flags
 
 from stages.bench.export import export_graph, read_graph
 from stages.bench.report import table_rows
@@ -44,30 +45,20 @@ def test_export_round_trips_exactly(tiny_store, tmp_path):
     assert export_graph(tiny_store, f) == f and f.stat().st_mtime_ns == mtime
 
 
+def _ok(system: str, label: str, workers: int, epoch_seconds: list[float], **more) -> dict:
+    """A bench entry of a run that went well, as bench.json holds it."""
+    entry = {"system": system, "label": label, "status": "ok", "note": "", "workers": workers, **more}
+    return {**entry, "epoch_seconds": epoch_seconds}
+
+
 def test_missing_peer_is_a_table_row(tmp_path):
     o = BenchOptions(dgl_python=str(tmp_path / "no-such-venv" / "bin" / "python"))
     e = run_peer("dgl", tmp_path / "g.npz", o, 2, tmp_path / "logs")
     assert e["status"] == "not installed"
     assert e["note"] == "DGL: not installed (make peers-dgl)"
     entries = [
-        {
-            "system": "g3",
-            "label": "g3, 1 worker",
-            "status": "ok",
-            "note": "",
-            "workers": 1,
-            "threads": 2,
-            "epoch_seconds": [9.0, 2.0, 4.0, 3.0],
-        },
-        {
-            "system": "g3",
-            "label": "g3, 2 workers",
-            "status": "ok",
-            "note": "",
-            "workers": 2,
-            "threads": 2,
-            "epoch_seconds": [5.0, 1.5],
-        },
+        _ok("g3", "g3, 1 worker", 1, [9.0, 2.0, 4.0, 3.0], threads=2),
+        _ok("g3", "g3, 2 workers", 2, [5.0, 1.5], threads=2),
         e,
         not_installed("pyg"),
     ]
@@ -82,24 +73,7 @@ def test_missing_peer_is_a_table_row(tmp_path):
 
 
 def test_ratios_against_dgl():
-    entries = [
-        {
-            "system": "g3",
-            "label": "g3, 1 worker",
-            "status": "ok",
-            "note": "",
-            "workers": 1,
-            "epoch_seconds": [3.0, 1.0],
-        },
-        {
-            "system": "dgl",
-            "label": "DGL 2.1.0",
-            "status": "ok",
-            "note": "",
-            "workers": 1,
-            "epoch_seconds": [3.0, 2.0],
-        },
-    ]
+    entries = [_ok("g3", "g3, 1 worker", 1, [3.0, 1.0]), _ok("dgl", "DGL 2.1.0", 1, [3.0, 2.0])]
     res = finish(entries)
     assert res["goal"] == {"g3_1_worker": 1.0, "dgl": 2.0, "met": True}
     assert entries[0]["vs_dgl"] == pytest.approx(0.5)
@@ -107,7 +81,7 @@ def test_ratios_against_dgl():
 
 
 def test_bench_command_without_peers(tiny_store, tmp_path, cli_runner, monkeypatch):
-    import stages.bench as bench
+    import stages.bench.run as bench
     from g3cli.main import cli
 
     calls = []
@@ -122,27 +96,9 @@ def test_bench_command_without_peers(tiny_store, tmp_path, cli_runner, monkeypat
 
     monkeypatch.setattr(bench, "run_strategy", fake_run)
     out = tmp_path / "bench"
-    res = cli_runner.invoke(
-        cli,
-        [
-            "bench",
-            str(tiny_store),
-            "--workers",
-            "1",
-            "--epochs",
-            "2",
-            "--hidden",
-            "8",
-            "--threads",
-            "2",
-            "--peers",
-            "dgl",
-            "--dgl-python",
-            str(tmp_path / "none" / "python"),
-            "-o",
-            str(out),
-        ],
-    )
+    small = flags(workers=1, epochs=2, hidden=8, threads=2)
+    dgl = flags(peers="dgl", dgl_python=tmp_path / "none" / "python")
+    res = cli_runner.invoke(cli, ["bench", str(tiny_store), *small, *dgl, "-o", str(out)])
     assert res.exit_code == 0, res.output
     data = json.loads((out / "bench.json").read_text())
     by = {e["system"]: e for e in data["entries"]}
@@ -154,23 +110,7 @@ def test_bench_command_without_peers(tiny_store, tmp_path, cli_runner, monkeypat
     assert "DGL" in res.output
     # an earlier bench.json is not replaced silently; --force replaces it (the partitions and plans stay)
     before = (out / "bench.json").read_text()
-    args = [
-        "bench",
-        str(tiny_store),
-        "--workers",
-        "1",
-        "--epochs",
-        "2",
-        "--hidden",
-        "8",
-        "--threads",
-        "2",
-        "--peers",
-        "none",
-        "--no-single",
-        "-o",
-        str(out),
-    ]
+    args = ["bench", str(tiny_store), *small, "--peers", "none", "--no-single", "-o", str(out)]
     res = cli_runner.invoke(cli, args)
     assert res.exit_code == 2 and "bench.json" in res.output and "--force" in res.output, res.output
     assert (out / "bench.json").read_text() == before
@@ -187,26 +127,8 @@ def test_strategies_side_by_side(tiny_store, tmp_path, cli_runner):
 
     out = tmp_path / "bench"
     specs = "g3@metis,bns-gcn,bns-gcn{boundary-sample=0.25},sancus@metis{staleness=epoch:0,sancus-comm=p2p}"
-    res = cli_runner.invoke(
-        cli,
-        [
-            "bench",
-            str(tiny_store),
-            "--strategies",
-            specs,
-            "--workers",
-            "2",
-            "--epochs",
-            "3",
-            "--threads",
-            "2",
-            "--peers",
-            "none",
-            "--no-single",
-            "-o",
-            str(out),
-        ],
-    )
+    run = flags(strategies=specs, workers=2, epochs=3, threads=2, peers="none")
+    res = cli_runner.invoke(cli, ["bench", str(tiny_store), *run, "--no-single", "-o", str(out)])
     assert res.exit_code == 0, res.output
     data = json.loads((out / "bench.json").read_text())
     assert data["schema_version"] == 2
@@ -253,26 +175,8 @@ def test_p3_and_distdgl_side_by_side(tiny_store, tmp_path, cli_runner):
         "p3{batch-order=global,fanouts=3,2,batch-size=50},p3{batch-order=global,fanouts=3,2,batch-size=50,"
         "pipeline=p3},distdgl@p3{batch-order=global,fanouts=3,2,batch-size=50}"
     )
-    res = cli_runner.invoke(
-        cli,
-        [
-            "bench",
-            str(tiny_store),
-            "--strategies",
-            specs,
-            "--workers",
-            "2",
-            "--epochs",
-            "2",
-            "--threads",
-            "2",
-            "--peers",
-            "none",
-            "--no-single",
-            "-o",
-            str(out),
-        ],
-    )
+    run = flags(strategies=specs, workers=2, epochs=2, threads=2, peers="none")
+    res = cli_runner.invoke(cli, ["bench", str(tiny_store), *run, "--no-single", "-o", str(out)])
     assert res.exit_code == 0, res.output
     plain, piped, dgl = json.loads((out / "bench.json").read_text())["entries"]
     assert all(e["status"] == "ok" and e["method"] == "p3" for e in (plain, piped, dgl)), res.output
@@ -325,8 +229,8 @@ def test_a_mini_batch_peer_without_its_sampler_library_says_why(tiny_store, tmp_
     script.write_text(
         "raise ImportError(\"'NeighborSampler' requires either 'pyg-lib' or 'torch-sparse'\")\n"
     )
-    monkeypatch.setattr("stages.bench.PEERS_DIR", tmp_path)
-    monkeypatch.setattr("stages.bench.peer_python", lambda peer, o: Path(sys.executable))
+    monkeypatch.setattr("stages.bench.run.PEERS_DIR", tmp_path)
+    monkeypatch.setattr("stages.bench.run.peer_python", lambda peer, o: Path(sys.executable))
     e = run_peer("pyg", tmp_path / "g.npz", BenchOptions(), 1, tmp_path / "logs", minibatch=((25, 10), 1000))
     assert e["status"] == "not installed" and "pyg-lib" in e["note"]
     assert "--fanouts 25,10 --batch-size 1000" in (tmp_path / "logs" / "pyg-minibatch.log").read_text()

@@ -248,6 +248,3 @@ def load_cluster(path: str | Path) -> Cluster:
             )
         )
     return Cluster(name=name.strip(), path=str(path), kinds=tuple(kinds))
-
-
-__all__ = ["CLUSTER_SCHEMA", "CLUSTER_VERSION", "Cluster", "HostKind", "load_cluster"]

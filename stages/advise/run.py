@@ -1,8 +1,7 @@
 """`g3 advise STORE`: which strategy, and how many workers, for this graph, model and cluster — predicted,
 explained, ranked.
 
-For every registered strategy (stages/strategies/: each entry's ``advise_variants``, its main
-options), every worker count K and every link rate it partitions and plans the store (through the stages' own
+For every registered strategy (each spec's ``advise_variants``: its main options), every worker count K and every link rate it partitions and plans the store (through the stages' own
 entry functions, cached), calibrates the simulator on this machine — one short `g3 train --profile` of the bins
 strategy's plan gives the compute rates of every full-graph and tensor-parallel model, one short run of each
 sampling strategy's plan calibrates its per-step model, as `g3 simulate --run` takes it — and asks `g3 simulate`'s

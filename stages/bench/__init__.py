@@ -1,12 +1,12 @@
 """`g3 bench STORE`: training strategies side by side, next to DGL and PyG, on the same graph and model."""
 
+from stages.bench.report import print_bench
 from stages.bench.run import (
     BenchOptions,
     export_graph,
     finish,
     median_epoch,
     not_installed,
-    print_bench,
     read_graph,
     run_bench,
     run_peer,

@@ -31,7 +31,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages.bench.export import export_graph, read_graph
-from stages.bench.report import print_bench
 from stages.bench.runs import check_candidate, parse_spec, split_specs
 from stages.common.atomic import check_result, check_work_folder, write_json_atomic
 from stages.common.errors import G3InputError
@@ -370,7 +369,7 @@ def finish(entries: list[dict]) -> dict:
 def peer_modes(specs) -> list[tuple[tuple[int, ...], int] | None]:
     """How the peers run: full-graph (None) when a full-graph strategy is benchmarked or none is, and once per
     distinct (fanouts, batch size) of the mini-batch strategies, with their plans' values (the options each
-    strategy's ``peer_options`` names, stages/strategies/)."""
+    strategy's spec gives: ``peer_setup``)."""
     modes: list = []
     for spec in specs:
         strategy = strategy_spec(spec.name)
@@ -468,18 +467,3 @@ def run_bench(
     write_json_atomic(out / "bench.json", result)
     result["path"] = str(out)
     return result
-
-
-__all__ = [
-    "split_specs",
-    "print_bench",
-    "run_bench",
-    "BenchOptions",
-    "finish",
-    "median_epoch",
-    "not_installed",
-    "run_peer",
-    "run_strategy",
-    "export_graph",
-    "read_graph",
-]

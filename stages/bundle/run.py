@@ -169,6 +169,3 @@ torchrun --nnodes {nodes} --nproc-per-node {ppn} --rdzv-backend c10d --rdzv-endp
   reach each other on; `--timeout` (seconds) bounds how long a worker waits for a peer.
 See docs/MULTINODE.md.
 """
-
-
-__all__ = ["run_bundle", "host_folders", "BUNDLE_SCHEMA", "BUNDLE_VERSION", "node_name"]

@@ -5,8 +5,8 @@ A folder's JSON (``shard.json``, a plan's ``worker.json``) lists every file as `
 sha256}}``. A reader refuses a file whose header disagrees (a truncated, replaced or foreign file) and, when it
 reads the data, one whose bytes do not hash to the recorded sha256 (a flipped byte, an id put out of range) —
 one line naming it, never a damaged array handed to a kernel. Each file is hashed once per process (hashing
-runs at about 1.5 GB/s here: docs/BENCHMARKS.md "Validating what is read"). :func:`check_headers` is the cheap
-pass a launcher makes over every file before any worker starts; the workers verify the data they load.
+runs at about 1.5 GB/s here: docs/BENCHMARKS.md "Validating what is read"). :func:`load_checked` with ``verify=False``
+is the cheap pass a launcher makes over every file before any worker starts; the workers verify the data they load.
 """
 
 from __future__ import annotations
@@ -130,12 +130,6 @@ def verify_files(folder: Path, manifest: dict | None) -> None:
     folder when it starts, so that a damaged file is refused even where this strategy never reads it."""
     for name in manifest or {}:
         load_checked(folder, name, manifest, verify=True)
-
-
-def check_headers(folder: Path, manifest: dict | None) -> None:
-    """Every file ``manifest`` lists is in ``folder`` with its shape and dtype (headers only, no data read)."""
-    for name in manifest or {}:
-        load_checked(folder, name, manifest, verify=False)
 
 
 def release_pages(a: np.ndarray) -> None:

@@ -58,6 +58,3 @@ def read_csr(plan_dir: Path, info: dict, indices_file: str = "indices.npy") -> t
             path=folder,
         )
     return indptr, indices
-
-
-__all__ = ["write_csr", "read_csr"]

@@ -305,7 +305,7 @@ def _inference_config(
 
 def _temporary_plan(plan_meta: dict, workers: int, tmp: Path) -> Path:
     """A `workers`-way partition and plan of the run's store by the registered full-graph evaluator
-    (stages/strategies/), for evaluating with another K."""
+    (the registry's ``EVALUATOR_STRATEGY``), for evaluating with another K."""
     from stages.partition import PartitionOptions, run_partition
     from stages.plan import PlanConfig, run_plan
     from stages.strategies.registry import EVALUATOR_METHOD, EVALUATOR_STRATEGY, strategy_spec

@@ -1,5 +1,6 @@
 """`g3 ingest`: turn OGB folders, WebGraph BV files, edge lists or a synthetic generator into a g3 store."""
 
+from stages.ingest.arrays import source_of
 from stages.ingest.run import (
     FORMATS,
     IngestOptions,
@@ -9,7 +10,6 @@ from stages.ingest.run import (
     detect_format,
     open_source,
     run_ingest,
-    source_of,
 )
 
 __all__ = [

@@ -999,6 +999,3 @@ def read_edgelist(
         undirected_once=bool(undirected),
         info=info,
     )
-
-
-__all__ = ["read_edgelist", "open_array_spec", "NpzMember"]

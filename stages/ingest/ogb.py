@@ -516,9 +516,6 @@ def _read_npz_layout(folder: Path, raw: Path) -> GraphSource:
     return _dataset(folder, num_nodes, num_edges, arcs, feat_dim, feature_blocks, labels, num_classes, info)
 
 
-__all__ = ["detect_ogb", "read_ogb"]
-
-
 def _dataset(
     folder: Path,
     num_nodes: int,

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from stages.common.errors import G3InputError
 from stages.common.settings import setting
-from stages.ingest.arrays import source_of
 from stages.ingest.build import IngestOptions, IngestReport, build_store, check_options
 from stages.ingest.source import GraphSource
 
@@ -122,15 +121,3 @@ def run_ingest(
     check_options(options)
     graph = open_source(source, fmt, args, options)
     return build_store(graph, out, options, force=force)
-
-
-__all__ = [
-    "source_of",
-    "run_ingest",
-    "detect_format",
-    "open_source",
-    "SourceArgs",
-    "IngestOptions",
-    "IngestReport",
-    "FORMATS",
-]

@@ -47,8 +47,6 @@ from numba.cpython.unsafe.numbers import leading_zeros
 from stages.common.errors import G3InputError
 from stages.ingest.source import GraphSource
 
-__all__ = ["read_properties", "decode_bvgraph", "iter_bvgraph_chunks", "read_webgraph", "BV_GRAPH_CLASSES"]
-
 BV_GRAPH_CLASSES = ("it.unimi.dsi.webgraph.BVGraph", "it.unimi.dsi.big.webgraph.BVGraph")
 
 # Code identifiers: the values of it.unimi.dsi.webgraph.CompressionFlags.

@@ -28,7 +28,6 @@ from stages.common.settings import REQUIRED, setting
 from stages.common.store import GraphStore
 from stages.common.units import parse_size
 from stages.kits.partition.methods import LAYOUTS
-from stages.partition.report import print_partition_summary
 from stages.strategies.registry import default_method, partition_method, partition_methods
 
 DEFAULT_METHOD = default_method()
@@ -397,14 +396,3 @@ def _version() -> str:
         return version("g3")
     except Exception:
         return "unknown"
-
-
-__all__ = [
-    "print_partition_summary",
-    "run_partition",
-    "PartitionOptions",
-    "DEFAULT_METHOD",
-    "default_output",
-    "PARTITION_SCHEMA",
-    "PARTITION_VERSION",
-]

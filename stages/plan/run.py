@@ -1,9 +1,9 @@
 """`g3 plan`: how a strategy will execute a partition, written to disk (one JSON plus one folder per worker).
 
 Entry point: :func:`run_plan`. The strategy (``--strategy``, default ``g3``) and its options are recorded in
-plan.json (``g3.plan`` v4, docs/ARTIFACTS.md); its planner (``stages.plan.<planner>`` as the registry
-``stages.strategies`` names it) writes the worker folders: bins and P2P tables for ``g3``, the
-boundary exchange for the layer-synchronous strategies, each other strategy's own plan.
+plan.json (``g3.plan`` v4, docs/ARTIFACTS.md); the strategy's planner (its spec's ``plan``) writes the worker
+folders: bins and P2P tables for ``g3``, the boundary exchange for the layer-synchronous strategies, each other
+strategy's own plan.
 """
 
 from __future__ import annotations
@@ -166,6 +166,3 @@ def _store_reference(meta: dict) -> dict:
 
         ref["num_classes"] = GraphStore.open(ref["path"]).num_classes
     return ref
-
-
-__all__ = ["run_plan", "PlanConfig", "MODELS", "PLAN_SCHEMA", "PLAN_VERSION", "parse_options", "default_out"]

@@ -23,7 +23,7 @@ from stages.common.atomic import check_work_folder
 from stages.common.errors import G3InputError
 from stages.report import plots
 from stages.report.data import RunData, label_runs, load_run
-from stages.report.html import COLUMNS, cell, write_index
+from stages.report.html import write_index
 from stages.report.timeline import NO_TRACE, find_trace, plot_timeline
 
 DEFINITIONS = [
@@ -220,6 +220,3 @@ def run_report(
     }
     (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
-
-
-__all__ = ["COLUMNS", "cell", "run_report", "default_out", "load_run", "RunData"]

@@ -195,7 +195,3 @@ def load_checkpoint(path: Path, model, optimizer, strategy=None, rank: int = 0) 
                 }
         strategy.load_state_dict(mine["strategy"])
     return int(state["epoch"])
-
-
-def load_weights(path: Path) -> dict:
-    return _load(path, "weights")

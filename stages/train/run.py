@@ -509,6 +509,3 @@ def provenance() -> dict:
         "host": platform.node(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-
-
-__all__ = ["run_train", "check_plan", "TrainConfig", "RUN_SCHEMA", "RUN_VERSION"]

@@ -208,19 +208,6 @@ def build_blocks(
     return blocks[::-1]
 
 
-__all__ = [
-    "sample_key",
-    "signed64",
-    "sample_rows",
-    "sorted_rows_by_global",
-    "ascending_rows",
-    "build_blocks",
-    "block_from_sample",
-    "SampledBlock",
-    "Sampler",
-]
-
-
 from stages.common import jit_cache  # noqa: E402 - after every kernel of the module is defined
 
 jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

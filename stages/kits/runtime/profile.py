@@ -202,13 +202,3 @@ def write_profile(path: str | Path, everyone: list[dict], shapes: list[LayerShap
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, prof)
     return prof
-
-
-__all__ = [
-    "PROFILE_SCHEMA",
-    "PROFILE_VERSION",
-    "fit_phase",
-    "fit_profile",
-    "samples_from_trace",
-    "write_profile",
-]

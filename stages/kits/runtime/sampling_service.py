@@ -389,6 +389,3 @@ class SamplingService:
             s.close()
         for t in self.threads:
             t.join(timeout=1.0)
-
-
-__all__ = ["Handler", "Pending", "SamplingService", "advertised_host"]

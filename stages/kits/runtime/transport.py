@@ -611,14 +611,3 @@ class TableReceiver:
     @property
     def finished(self) -> bool:
         return self.outstanding == 0
-
-
-__all__ = [
-    "CommStats",
-    "PartitionBook",
-    "TableReceiver",
-    "TableSender",
-    "Transport",
-    "phase_tag",
-    "TAG_SHIFT",
-]

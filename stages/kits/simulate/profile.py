@@ -118,14 +118,3 @@ def load_rates(path: str | Path, shapes: list[LayerShape]) -> Rates:
         source=str(path),
         notes=notes,
     )
-
-
-__all__ = [
-    "Rates",
-    "LayerRates",
-    "PhaseRates",
-    "default_rates",
-    "load_rates",
-    "PROFILE_SCHEMA",
-    "PROFILE_VERSION",
-]

@@ -337,17 +337,6 @@ def assign(graphs, store, o, timing: dict, progress) -> tuple[np.ndarray, dict]:
     return part, {"summary": {"bytegnn": stats}}
 
 
-__all__ = [
-    "bytegnn_partition",
-    "build_blocks",
-    "fill_least_loaded",
-    "DEFAULT_ALPHA",
-    "DEFAULT_BETA",
-    "DEFAULT_GAMMA",
-    "DEFAULT_HOPS",
-]
-
-
 from stages.common import jit_cache  # noqa: E402 - after every kernel of the module is defined
 
 jit_cache.adopt(globals())  # each missing kernel version compiled by one process (stages/common/jit_cache.py)

@@ -137,7 +137,7 @@ def simulate_bytegnn(
 
 
 def simulate(plan: Path, meta: dict, options, out: Path, replan) -> tuple[dict, None]:
-    """The simulator registered with the bytegnn strategy (stages/strategies/ ``simulator``)."""
+    """`g3 simulate PLAN` of a bytegnn plan (its spec\'s ``simulate``)."""
     result = run_minibatch_simulation(plan, meta, options, out)  # checks --run, calibrates the profile
     run = Path(options.run)
     p = MiniBatchProfile(**result["rates"]["profile"])

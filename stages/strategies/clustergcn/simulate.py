@@ -342,7 +342,7 @@ def simulate_clustergcn(
 
 
 def simulate(plan: Path, meta: dict, options, out: Path, replan) -> tuple[dict, None]:
-    """The simulator registered with the clustergcn strategy (stages/strategies/ ``simulator``)."""
+    """`g3 simulate PLAN` of a clustergcn plan (its spec\'s ``simulate``)."""
     if not options.run:
         raise G3InputError(
             "a clustergcn plan is simulated from a run of it: give --run RUN (g3 train PLAN -o RUN)",

@@ -209,7 +209,7 @@ def systems_at(
 
 
 def simulate(plan: Path, meta: dict, options, out: Path, replan) -> tuple[dict, None]:
-    """The simulator registered with the hopgnn strategy (stages/strategies/ ``simulator``)."""
+    """`g3 simulate PLAN` of a hopgnn plan (its spec\'s ``simulate``)."""
     result = run_minibatch_simulation(plan, meta, options, out)  # checks --run, calibrates the profile
     p = MiniBatchProfile(**result["rates"]["profile"])
     h = HopProfile.from_run(Path(options.run), meta, p)

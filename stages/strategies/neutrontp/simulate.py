@@ -657,7 +657,7 @@ def tp_systems(pipelines: tuple[str, ...]) -> list[bool]:
 
 
 def simulate(plan: Path, meta: dict, options, out: Path, replan) -> tuple[dict, list[dict]]:
-    """The simulator of the tensor-parallel strategy (stages/strategies/ ``simulator``)."""
+    """`g3 simulate PLAN` of a neutrontp plan (its spec's ``simulate``)."""
     return run_tp_simulation(plan, meta, options)
 
 
@@ -731,17 +731,3 @@ def run_tp_simulation(plan: Path, meta: dict, options) -> tuple[dict, list[dict]
         "systems": recorded_systems(main),
         "scaling": scaling,
     }, main
-
-
-__all__ = [
-    "TPLayout",
-    "Collective",
-    "load_layout",
-    "collectives",
-    "epoch_program",
-    "run_program",
-    "simulate_tp",
-    "run_tp_simulation",
-    "num_params",
-    "system_name",
-]

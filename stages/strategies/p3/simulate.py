@@ -240,7 +240,7 @@ def both(p: P3Profile, k: int, bandwidth: float, latency: float, net=None) -> li
 
 
 def simulate(plan: Path, meta: dict, options, out: Path, replan) -> tuple[dict, None]:
-    """The simulator registered with the p3 strategy (stages/strategies/ ``simulator``)."""
+    """`g3 simulate PLAN` of a p3 plan (its spec\'s ``simulate``)."""
     result = run_minibatch_simulation(plan, meta, options, out)  # checks --run and that it trained this plan
     p = P3Profile.from_run(Path(options.run), meta)
     k = result["workers"]

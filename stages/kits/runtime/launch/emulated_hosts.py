@@ -490,6 +490,3 @@ def clean_stale_host_folders(parent: Path) -> None:
         m = HOSTS_DIR.match(d.name)
         if m and d.is_dir() and not pid_alive(int(m.group(1))):
             shutil.rmtree(d, ignore_errors=True)
-
-
-__all__ = ["EmulatedHostsLauncher", "Fault", "clean_stale_host_folders"]

@@ -106,6 +106,3 @@ def make_launcher(cfg: RuntimeConfig, world: int, inference: bool = False, host_
     from stages.kits.runtime.launch.emulated_hosts import EmulatedHostsLauncher
 
     return EmulatedHostsLauncher.from_config(cfg, world, host_folders)
-
-
-__all__ = ["HostFile", "LocalLauncher", "make_launcher"]

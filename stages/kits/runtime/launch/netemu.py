@@ -399,17 +399,3 @@ def clean_stale(everything: bool = False) -> list[str]:
             remove_namespace(name)
             removed.append(name)
     return removed
-
-
-__all__ = [
-    "EmulatedNetwork",
-    "parse_rate",
-    "rate_label",
-    "host_cores",
-    "why_not_available",
-    "clean_stale",
-    "g3_namespaces",
-    "pid_alive",
-    "DEFAULT_SUBNET",
-    "NIC",
-]

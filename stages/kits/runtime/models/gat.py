@@ -55,10 +55,6 @@ class GATConv(nn.Module):
         nn.init.xavier_uniform_(self.att_dst.view(self.heads, self.out_dim))
         nn.init.zeros_(self.bias)
 
-    @property
-    def out_width(self) -> int:
-        return self.heads * self.out_dim if self.concat else self.out_dim
-
     def forward(self, block: Block, x_src: torch.Tensor, static_input: bool = False) -> torch.Tensor:
         """``static_input`` is accepted for a uniform interface; attention needs the projected inputs anyway."""
         n_dst, heads, c = block.n_dst, self.heads, self.out_dim
