@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import errno
 import sys
-from collections.abc import Callable
 
 import click
 
 from stages.common.errors import G3InputError, G3RuntimeError
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("g3")
-    except Exception:
-        return "unknown"
-
+from stages.common.version import VERSION
 
 # what the machine refused, rather than a bug: a full disk, a read-only or forbidden path, a path under a file
 ENVIRONMENT_ERRNOS = {
@@ -45,7 +35,7 @@ class G3Group(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
-        return COMMANDS[name]()
+        return load_command(name)
 
     def format_commands(self, ctx: click.Context, formatter) -> None:
         """No generated command list: the group's help lists every command with its one line (each command's
@@ -74,7 +64,7 @@ class G3Group(click.Group):
 
 
 @click.group(cls=G3Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(_version(), "--version", prog_name="g3")
+@click.version_option(VERSION, "--version", prog_name="g3")
 @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line error messages.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
@@ -108,106 +98,58 @@ def cli(ctx: click.Context, debug: bool) -> None:
 # Each command's module is imported when that command runs (or its help is shown), not when `g3` starts: the
 # modules import their stages, and train's import torch, so `g3 ingest` or `g3 info` would otherwise pay for every
 # stage (3.7 s of imports on the 2-core sandbox, against 0.7 s for ingest's own).
-def _ingest() -> click.Command:
-    from g3cli import ingest_cmd
-
-    return ingest_cmd.ingest
-
-
-def _info() -> click.Command:
-    from g3cli import info_cmd
-
-    return info_cmd.info
-
-
-def _partition() -> click.Command:
-    from g3cli import partition_cmd
-
-    return partition_cmd.command
-
-
-def _plan() -> click.Command:
-    from g3cli import plan_cmd
-
-    return plan_cmd.command
+COMMANDS = (
+    "ingest",
+    "info",
+    "partition",
+    "plan",
+    "bundle",
+    "train",
+    "eval",
+    "predict",
+    "export",
+    "report",
+    "bench",
+    "simulate",
+    "cluster",
+    "advise",
+)
 
 
-def _bundle() -> click.Command:
-    from g3cli import bundle_cmd
-
-    return bundle_cmd.command
-
-
-def _train() -> click.Command:
-    from g3cli import train_cmd
-
-    return train_cmd.command
-
-
-def _eval() -> click.Command:
-    from g3cli import eval_cmd
-
-    return eval_cmd.command
-
-
-def _predict() -> click.Command:
-    from g3cli import predict_cmd
-
-    return predict_cmd.command
-
-
-def _export() -> click.Command:
-    from g3cli import export_cmd
-
-    return export_cmd.command
-
-
-def _report() -> click.Command:
-    from g3cli import report_cmd
-
-    return report_cmd.command
-
-
-def _bench() -> click.Command:
-    from g3cli import bench_cmd
-
-    return bench_cmd.command
-
-
-def _simulate() -> click.Command:
-    from g3cli import simulate_cmd
-
-    return simulate_cmd.command
-
-
-def _cluster() -> click.Command:
-    from g3cli import cluster_cmd
-
-    return cluster_cmd.command
-
-
-def _advise() -> click.Command:
-    from g3cli import advise_cmd
-
-    return advise_cmd.command
-
-
-COMMANDS: dict[str, Callable[[], click.Command]] = {
-    "ingest": _ingest,
-    "info": _info,
-    "partition": _partition,
-    "plan": _plan,
-    "bundle": _bundle,
-    "train": _train,
-    "eval": _eval,
-    "predict": _predict,
-    "export": _export,
-    "report": _report,
-    "bench": _bench,
-    "simulate": _simulate,
-    "cluster": _cluster,
-    "advise": _advise,
-}
+def load_command(name: str) -> click.Command:
+    """The command ``name``, its module imported now."""
+    match name:
+        case "ingest":
+            from g3cli.ingest_cmd import ingest as command
+        case "info":
+            from g3cli.info_cmd import info as command
+        case "partition":
+            from g3cli.partition_cmd import command as command
+        case "plan":
+            from g3cli.plan_cmd import command as command
+        case "bundle":
+            from g3cli.bundle_cmd import command as command
+        case "train":
+            from g3cli.train_cmd import command as command
+        case "eval":
+            from g3cli.eval_cmd import command as command
+        case "predict":
+            from g3cli.predict_cmd import command as command
+        case "export":
+            from g3cli.export_cmd import command as command
+        case "report":
+            from g3cli.report_cmd import command as command
+        case "bench":
+            from g3cli.bench_cmd import command as command
+        case "simulate":
+            from g3cli.simulate_cmd import command as command
+        case "cluster":
+            from g3cli.cluster_cmd import command as command
+        case "advise":
+            from g3cli.advise_cmd import command as command
+        case _:
+            raise KeyError(name)
+    return command
 
 
 def main() -> None:

@@ -15,23 +15,3 @@ from stages.advise.options import (
 from stages.advise.predict import breakdown, epochs_to_target, plan_memory, rank, train_command, worker_memory
 from stages.advise.report import print_advice
 from stages.advise.run import run_advise
-
-__all__ = [
-    "ADVISE_SCHEMA",
-    "ADVISE_VERSION",
-    "AUTO_CALIBRATE_LINK",
-    "AdviseOptions",
-    "CONVERGENCE_MODELS",
-    "breakdown",
-    "epochs_to_target",
-    "parse_links",
-    "parse_strategies",
-    "parse_workers",
-    "plan_memory",
-    "print_advice",
-    "rank",
-    "resolve_calibrate_link",
-    "run_advise",
-    "train_command",
-    "worker_memory",
-]

@@ -13,17 +13,3 @@ from stages.bench.run import (
     run_strategy,
     split_specs,
 )
-
-__all__ = [
-    "BenchOptions",
-    "export_graph",
-    "finish",
-    "median_epoch",
-    "not_installed",
-    "print_bench",
-    "read_graph",
-    "run_bench",
-    "run_peer",
-    "run_strategy",
-    "split_specs",
-]

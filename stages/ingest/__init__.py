@@ -11,15 +11,3 @@ from stages.ingest.run import (
     open_source,
     run_ingest,
 )
-
-__all__ = [
-    "FORMATS",
-    "IngestOptions",
-    "IngestReport",
-    "SourceArgs",
-    "build_store",
-    "detect_format",
-    "open_source",
-    "run_ingest",
-    "source_of",
-]

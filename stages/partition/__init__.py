@@ -9,13 +9,3 @@ from stages.partition.run import (
     default_output,
     run_partition,
 )
-
-__all__ = [
-    "DEFAULT_METHOD",
-    "PARTITION_SCHEMA",
-    "PARTITION_VERSION",
-    "PartitionOptions",
-    "default_output",
-    "print_partition_summary",
-    "run_partition",
-]

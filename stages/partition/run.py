@@ -27,6 +27,7 @@ from stages.common.progress import make_progress
 from stages.common.settings import REQUIRED, setting
 from stages.common.store import GraphStore
 from stages.common.units import parse_size
+from stages.common.version import VERSION
 from stages.kits.partition.methods import LAYOUTS
 from stages.strategies.registry import default_method, partition_method, partition_methods
 
@@ -351,7 +352,7 @@ def _summary(
         "schema": PARTITION_SCHEMA,
         "schema_version": PARTITION_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "g3_version": _version(),
+        "g3_version": VERSION,
         "store": store_reference(store),
         "method": o.method,
         "layouts": list(method.layouts),
@@ -387,12 +388,3 @@ def _write_shards(tmp: Path, store, graphs, part, o: PartitionOptions, extra: di
         marks = extra["mark"] if i == 0 else None
         LAYOUTS[name].write(root, store, graphs, part, o.workers, {**info, "layout": name}, marks, progress)
     seal_shards(tmp)
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("g3")
-    except Exception:
-        return "unknown"

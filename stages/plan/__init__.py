@@ -9,5 +9,3 @@ from stages.plan.run import (
     parse_options,
     run_plan,
 )
-
-__all__ = ["MODELS", "PLAN_SCHEMA", "PLAN_VERSION", "PlanConfig", "default_out", "parse_options", "run_plan"]

@@ -10,14 +10,3 @@ from stages.predict.run import (
     run_predict,
     run_store_path,
 )
-
-__all__ = [
-    "ExportOptions",
-    "PredictOptions",
-    "WholeGraphModel",
-    "load_whole_graph_model",
-    "predict_logits",
-    "run_export",
-    "run_predict",
-    "run_store_path",
-]

@@ -2,5 +2,3 @@
 
 from stages.report.html import COLUMNS, cell
 from stages.report.run import RunData, default_out, load_run, run_report
-
-__all__ = ["COLUMNS", "RunData", "cell", "default_out", "load_run", "run_report"]

@@ -12,19 +12,3 @@ from stages.kits.simulate.network import (
 from stages.kits.simulate.options import SimulateOptions
 from stages.simulate.report import print_simulation
 from stages.simulate.run import SIM_SCHEMA, SIM_VERSION, run_simulate, simulate_plan
-
-__all__ = [
-    "SIM_SCHEMA",
-    "SIM_VERSION",
-    "Network",
-    "SimulateOptions",
-    "allreduce_seconds",
-    "network",
-    "parse_bandwidth",
-    "parse_latency",
-    "parse_workers_list",
-    "print_simulation",
-    "rates_at",
-    "run_simulate",
-    "simulate_plan",
-]

@@ -84,31 +84,3 @@ from stages.kits.runtime.kernels.rows import add_rows_at, put_rows_at, take_rows
 # pool and its threshold) is read and patched in its own module (.backends, .numba_cpu), never copied here.
 if HAVE_NUMBA:
     from stages.kits.runtime.kernels.numba_cpu import _nb_transpose as _nb_transpose
-
-__all__ = [
-    "BACKENDS",
-    "HAVE_NUMBA",
-    "CSRSum",
-    "CSRTranspose",
-    "EdgeSoftmax",
-    "ReluDropout",
-    "add_rows_at",
-    "add_self_loops",
-    "backend",
-    "block_self_loops",
-    "block_transpose",
-    "csr_mean",
-    "csr_mean_grad",
-    "csr_mean_rows",
-    "csr_sum",
-    "csr_transpose",
-    "edge_softmax",
-    "put_rows_at",
-    "relu_dropout",
-    "relu_dropout_grad",
-    "row_ids",
-    "take_rows_at",
-    "take_stored_rows",
-    "use_backend",
-    "use_serial_kernels_in_this_thread",
-]

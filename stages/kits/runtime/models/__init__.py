@@ -7,15 +7,3 @@ from stages.kits.runtime.models.gat import GATConv
 from stages.kits.runtime.models.gcn import GCNConv
 from stages.kits.runtime.models.gnn import GNNModel, build_model, model_from_spec
 from stages.kits.runtime.models.sage import SAGEConv
-
-__all__ = [
-    "DecoupledMLP",
-    "GATConv",
-    "GCNConv",
-    "GNNModel",
-    "MODEL_KINDS",
-    "Propagate",
-    "SAGEConv",
-    "build_model",
-    "model_from_spec",
-]
