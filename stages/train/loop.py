@@ -62,21 +62,7 @@ def _train(worker, run_dir: Path, cfg: TrainConfig) -> None:
     strategy, model, ctx = worker.strategy, worker.model, worker.ctx
     rank, world = ctx.rank, ctx.world
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    start_epoch = 0
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
-    # `--resume`, or a worker group torchrun restarted: no flag needed. Agreed by every rank: an agent restarted
-    # from outside (its host's agent killed, then started again) counts its restarts from 0 while its peers'
-    # agents count theirs, so a group where any rank was restarted resumes as a whole.
-    if ctx.all_reduce_int(int(cfg.resume or restart > 0), op="max"):
-        epoch = agreed_checkpoint(run_dir, rank, has_rank_state(strategy))
-        if epoch >= 0:
-            ckpt = checkpoint_path(run_dir, epoch)
-            start_epoch = load_checkpoint(ckpt, model, optimizer, strategy, rank) + 1
-            log.info(
-                "resumed from %s at epoch %d%s", ckpt, start_epoch, f" (restart {restart})" if restart else ""
-            )
-        elif cfg.resume:
-            raise ValueError(f"--resume: no checkpoint that every worker has in {run_dir}")
+    start_epoch = _resume(run_dir, cfg, ctx, model, optimizer, strategy)
     if start_epoch == 0:
         _save_full_weights(run_dir / "init.pt", strategy, rank)
     metrics = MetricsWriter(
@@ -95,15 +81,14 @@ def _train(worker, run_dir: Path, cfg: TrainConfig) -> None:
     tracer, transport = ctx.tracer, ctx.transport
 
     trace_epoch = min(cfg.epochs - 1, start_epoch + 1)  # skip the warm-up epoch when there is another
-    # --profile: the last epoch, the warmest (with several workers the second still pays first-use costs: on
-    # `small`, two workers, 0.10-0.15 s against 0.09-0.10 s for the later ones, which inflated the rates)
+    # --profile: the last epoch, the warmest (with several workers the second still pays first-use costs)
     profile_epoch = cfg.epochs - 1
     counted = counted_step(start_epoch, cfg.epochs, strategy) if cfg.count_ops else None
     for epoch in range(start_epoch, cfg.epochs):
         _maybe_inject_fault(rank, epoch)
         # --trace: every epoch from trace_epoch on is timed per span (the hidden share of one epoch is noisy on a
         # shared machine, so each gets its own and reports take the median); the timeline file is the last
-        # epoch's, the warmest (the second still pays first-use costs: a worker's heap growing, ~0.1 s)
+        # epoch's, the warmest
         profiling = bool(cfg.profile) and epoch == profile_epoch
         tracing = epoch >= trace_epoch and (cfg.trace or profiling)
         if tracing:
@@ -116,59 +101,25 @@ def _train(worker, run_dir: Path, cfg: TrainConfig) -> None:
         # rank's server thread, would otherwise be counted and then wiped by a late reset here
         dist.barrier()
         model.train()
-        # the epoch's local losses stay where they were computed (no read-back per step): summed over the
-        # ranks once, after the epoch
-        loss_sum, loss_steps, sync_seconds, reduce_seconds, micro_total, ops = None, 0, 0.0, 0.0, 0, None
-        for step in range(strategy.steps(epoch)):
-            if (epoch, step) == counted:  # --count-ops: what this one steady-state step dispatches
-                with OpCounter(ctx.device) as counter:
-                    done = optimizer_step(strategy, ctx, optimizer, replicated, epoch, step)
-                ops = counter.count.to_json()
-            else:
-                done = optimizer_step(strategy, ctx, optimizer, replicated, epoch, step)
-            micro_total += done.micro_steps
-            sync_seconds += done.sync_seconds
-            reduce_seconds += done.all_reduce_seconds
-            if done.loss is not None:
-                loss_sum = done.loss if loss_sum is None else loss_sum + done.loss
-                loss_steps += 1
-        strategy.finish_updates(optimizer, replicated)  # every trailing update applied: the epoch's weights
-        epoch_loss = summed_over_ranks(loss_sum, ctx.world) / max(loss_steps, 1)
+        steps = _epoch_steps(strategy, ctx, optimizer, replicated, epoch, counted)
         epoch_seconds = time.perf_counter() - t0
-        record = {"epoch": epoch, "loss": epoch_loss, "epoch_seconds": epoch_seconds}
-        if loss_steps > 1:
-            record["steps"] = loss_steps
-        if micro_total > strategy.steps(epoch):
-            record["micro_steps"] = micro_total
+        record = {"epoch": epoch, "loss": steps.loss, "epoch_seconds": epoch_seconds}
+        if steps.steps > 1:
+            record["steps"] = steps.steps
+        if steps.micro_steps > strategy.steps(epoch):
+            record["micro_steps"] = steps.micro_steps
         if tracing:
             tracer.stop()
             if cfg.trace:
                 record.update(_trace_record(tracer, run_dir, world, write=epoch == cfg.epochs - 1))
             if profiling:  # PROFILE.json for `g3 simulate`
-                _write_profile(cfg, ctx, epoch, epoch_seconds, sync_seconds)
+                _write_profile(cfg, ctx, epoch, epoch_seconds, steps.sync_seconds)
         if cfg.eval_every and ((epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
             counts, extra = evaluate(strategy, cfg.metric)
             record.update({f"{s}_acc": a for s, a in accuracies(counts).items()})
             record.update({f"{s}_rocauc": a for s, a in extra.get("rocauc", {}).items()})
-        stats = transport.stats
-        worker = {
-            "rank": rank,
-            **strategy.stats(),  # compute_seconds; compute_cpu_seconds: CPU seconds of the compute thread in those
-            # spans (the work itself when the worker runs one thread, unlike the wall-clock figure, which grows
-            # when workers share cores); num_owned; anything the strategy adds
-            "comm_wait_seconds": stats.wait_seconds,
-            "sync_seconds": sync_seconds,
-            "all_reduce_seconds": reduce_seconds,  # of sync_seconds: the gradient all-reduce (a rendezvous)
-            "bytes_sent": stats.bytes_sent,
-            "bytes_recv": stats.bytes_recv,
-            "bytes_sent_per_phase": dict(stats.per_phase_sent),
-            "peak_memory_bytes": peak_memory_bytes(cfg.device_for(rank)),
-            "page_faults": minor_page_faults() - faults0,
-            **nic.since_reset(),
-            **(ops or {}),  # --count-ops, in the counted epoch: operations and synchronisations of one step
-        }
-        workers = [None] * world
-        dist.all_gather_object(workers, worker)
+        workers: list = [None] * world
+        dist.all_gather_object(workers, _worker_record(strategy, ctx, cfg, steps, nic, faults0))
         metrics.epoch(record, workers)
         if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
             save_checkpoint(run_dir, epoch, model, optimizer, cfg, strategy, rank)
@@ -180,6 +131,80 @@ def _train(worker, run_dir: Path, cfg: TrainConfig) -> None:
     # gloo transport see a closed socket
     dist.barrier()
     log.info("finished")
+
+
+def _resume(run_dir: Path, cfg: TrainConfig, ctx, model, optimizer, strategy) -> int:
+    """The epoch to start from: 0, or after the newest checkpoint every rank has (``--resume``, or a worker
+    group torchrun restarted: no flag needed). Agreed by every rank: an agent restarted from outside (its host's
+    agent killed, then started again) counts its restarts from 0 while its peers' agents count theirs, so a group
+    where any rank was restarted resumes as a whole."""
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    if not ctx.all_reduce_int(int(cfg.resume or restart > 0), op="max"):
+        return 0
+    epoch = agreed_checkpoint(run_dir, ctx.rank, has_rank_state(strategy))
+    if epoch < 0:
+        if cfg.resume:
+            raise ValueError(f"--resume: no checkpoint that every worker has in {run_dir}")
+        return 0
+    ckpt = checkpoint_path(run_dir, epoch)
+    start = load_checkpoint(ckpt, model, optimizer, strategy, ctx.rank) + 1
+    log.info("resumed from %s at epoch %d%s", ckpt, start, f" (restart {restart})" if restart else "")
+    return start
+
+
+@dataclass
+class EpochSteps:
+    """What an epoch's optimizer steps add up to on this rank (the loss: over every rank)."""
+
+    loss: float
+    steps: int
+    micro_steps: int
+    sync_seconds: float
+    all_reduce_seconds: float
+    ops: dict | None  # --count-ops: what the counted step dispatched (in its epoch)
+
+
+def _epoch_steps(strategy, ctx, optimizer, replicated, epoch: int, counted) -> EpochSteps:
+    """Every optimizer step of ``epoch``, then the strategy's trailing updates. The epoch's local losses stay
+    where they were computed (no read-back per step): summed over the ranks once, after the epoch."""
+    loss_sum, loss_steps, sync_seconds, reduce_seconds, micro_total, ops = None, 0, 0.0, 0.0, 0, None
+    for step in range(strategy.steps(epoch)):
+        if (epoch, step) == counted:  # --count-ops: what this one steady-state step dispatches
+            with OpCounter(ctx.device) as counter:
+                done = optimizer_step(strategy, ctx, optimizer, replicated, epoch, step)
+            ops = counter.count.to_json()
+        else:
+            done = optimizer_step(strategy, ctx, optimizer, replicated, epoch, step)
+        micro_total += done.micro_steps
+        sync_seconds += done.sync_seconds
+        reduce_seconds += done.all_reduce_seconds
+        if done.loss is not None:
+            loss_sum = done.loss if loss_sum is None else loss_sum + done.loss
+            loss_steps += 1
+    strategy.finish_updates(optimizer, replicated)  # every trailing update applied: the epoch's weights
+    loss = summed_over_ranks(loss_sum, ctx.world) / max(loss_steps, 1)
+    return EpochSteps(loss, loss_steps, micro_total, sync_seconds, reduce_seconds, ops)
+
+
+def _worker_record(strategy, ctx, cfg: TrainConfig, steps: EpochSteps, nic, faults0: int) -> dict:
+    """This rank's figures of the epoch, for metrics.jsonl."""
+    stats = ctx.transport.stats
+    return {
+        "rank": ctx.rank,
+        **strategy.stats(),  # compute_seconds; compute_cpu_seconds: CPU seconds of the compute thread in those
+        # spans (the work itself when the worker runs one thread, unlike the wall-clock figure, which grows
+        # when workers share cores); num_owned; anything the strategy adds
+        "comm_wait_seconds": stats.wait_seconds,
+        "sync_seconds": steps.sync_seconds,
+        "all_reduce_seconds": steps.all_reduce_seconds,  # of sync_seconds: the gradient all-reduce (a rendezvous)
+        "bytes_sent": stats.bytes_sent,
+        "bytes_recv": stats.bytes_recv,
+        "bytes_sent_per_phase": dict(stats.per_phase_sent),
+        "peak_memory_bytes": peak_memory_bytes(cfg.device_for(ctx.rank)),
+        "page_faults": minor_page_faults() - faults0,
+        **nic.since_reset(),
+        **(steps.ops or {}),  # --count-ops, in the counted epoch: operations and synchronisations of one step
+    }
 
 
 @dataclass
