@@ -156,8 +156,6 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     in place, so its metrics can be watched; with ``force`` over an existing run it is written beside it and
     replaces it only once it has finished, so a failed or interrupted attempt never costs the old run. A
     resumed run must keep the settings that change the computation and have a checkpoint to start from."""
-    from stages.train.loop import train_rank
-
     t_stage = time.perf_counter()
     plan = Path(plan)
     run_dir = Path(out) if out else plan.parent / f"{plan.name}.run"
@@ -180,52 +178,9 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     if not cfg.resume:
         check_target(run_dir, force, "run", (plan,))
     with target_lock(run_dir, "training into"):
-        if cfg.resume:
-            check_resume(run_dir, plan, cfg)
-            work = run_dir
-        elif run_dir.exists():  # --force: the old run stays until the new one has finished
-            check_target(run_dir, force, "run", (plan,))
-            work = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.tmp-", dir=run_dir.parent))
-        else:
-            work = run_dir
-            work.mkdir(parents=True)
+        work = _work_folder(run_dir, plan, cfg, force)
         try:
-            where = launcher.describe(world)
-            _write_run_json(work, plan, meta, cfg, status="running", path=run_dir, launcher=where)
-            t0 = time.perf_counter()
-            try:
-                with _sigterm_as_interrupt():
-                    measured = launcher.run(train_rank, world, work, "", plan, cfg)
-            except KeyboardInterrupt:
-                _write_run_json(work, plan, meta, cfg, status="interrupted", path=run_dir)
-                raise
-            except (G3RuntimeError, G3InputError) as exc:
-                if isinstance(exc, G3InputError) and not cfg.resume and not _has_checkpoint(work):
-                    # bad input found by a worker, or a full disk, with nothing to resume from: nothing is left
-                    # at the target (this attempt's folder goes; an earlier run --force would replace stays)
-                    shutil.rmtree(work, ignore_errors=True)
-                    # the log went with the folder
-                    raise G3InputError(re.sub(r" \(log: [^)]*\)$", "", str(exc))) from None
-                with contextlib.suppress(
-                    OSError
-                ):  # a full disk: readers see the free lock and say "interrupted"
-                    _write_run_json(work, plan, meta, cfg, status="failed", error=str(exc), path=run_dir)
-                if work != run_dir:
-                    raise type(exc)(
-                        f"{exc}; the earlier run in {run_dir} is kept, this attempt is in {work}"
-                    ) from None
-                raise
-            info = _write_run_json(
-                work,
-                plan,
-                meta,
-                cfg,
-                status="completed",
-                seconds=time.perf_counter() - t0,
-                path=run_dir,
-                launcher={**where, **measured},
-                cost=stage_cost(t_stage, _workers_peak(work)),
-            )
+            info = _launch(launcher, world, work, run_dir, plan, meta, cfg, t_stage)
             if work != run_dir:
                 fsync_tree(work)
                 publish_dir(work, run_dir, force=True)
@@ -247,6 +202,61 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
                 raise OSError(exc.errno, os.strerror(exc.errno), str(run_dir)) from None
             raise
     return info
+
+
+def _work_folder(run_dir: Path, plan: Path, cfg: TrainConfig, force: bool) -> Path:
+    """Where the run is written: the run folder itself (a new run, or one resumed), or with ``force`` over an
+    existing run a folder beside it, which replaces it once the new run has finished."""
+    if cfg.resume:
+        check_resume(run_dir, plan, cfg)
+        return run_dir
+    if run_dir.exists():  # --force: the old run stays until the new one has finished
+        check_target(run_dir, force, "run", (plan,))
+        return Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.tmp-", dir=run_dir.parent))
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+def _launch(
+    launcher, world: int, work: Path, run_dir: Path, plan: Path, meta: dict, cfg, t_stage: float
+) -> dict:
+    """The workers' run, its run.json written in ``work`` as it starts and as it ends (completed, failed or
+    interrupted); returns the completed run.json."""
+    from stages.train.loop import train_rank
+
+    where = launcher.describe(world)
+    _write_run_json(work, plan, meta, cfg, status="running", path=run_dir, launcher=where)
+    t0 = time.perf_counter()
+    try:
+        with _sigterm_as_interrupt():
+            measured = launcher.run(train_rank, world, work, "", plan, cfg)
+    except KeyboardInterrupt:
+        _write_run_json(work, plan, meta, cfg, status="interrupted", path=run_dir)
+        raise
+    except (G3RuntimeError, G3InputError) as exc:
+        if isinstance(exc, G3InputError) and not cfg.resume and not _has_checkpoint(work):
+            # bad input found by a worker, or a full disk, with nothing to resume from: nothing is left at the
+            # target (this attempt's folder goes; an earlier run --force would replace stays); its log went too
+            shutil.rmtree(work, ignore_errors=True)
+            raise G3InputError(re.sub(r" \(log: [^)]*\)$", "", str(exc))) from None
+        with contextlib.suppress(OSError):  # a full disk: readers see the free lock and say "interrupted"
+            _write_run_json(work, plan, meta, cfg, status="failed", error=str(exc), path=run_dir)
+        if work != run_dir:
+            raise type(exc)(
+                f"{exc}; the earlier run in {run_dir} is kept, this attempt is in {work}"
+            ) from None
+        raise
+    return _write_run_json(
+        work,
+        plan,
+        meta,
+        cfg,
+        status="completed",
+        seconds=time.perf_counter() - t0,
+        path=run_dir,
+        launcher={**where, **measured},
+        cost=stage_cost(t_stage, _workers_peak(work)),
+    )
 
 
 def _workers_peak(run_dir: Path) -> int:
