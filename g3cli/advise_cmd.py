@@ -26,8 +26,7 @@ def command(store, out, force, top, as_json, **settings):
     epoch, peak memory per worker against --device-memory, time to --target-epochs; ranked best first with
     the reason for each place, refusals with theirs. With --cluster FILE, a cluster of unlike hosts: each worker
     its host kind's link, compute speed and device memory. Writes OUT/advise.json."""
-    opts = AdviseOptions(**settings)
-    result = run_advise(store, opts, out=out, force=force)
+    result = run_advise(store, AdviseOptions(**settings), out=out, force=force)
     if as_json:
         click.echo(json.dumps(result, indent=1, default=str))
     else:

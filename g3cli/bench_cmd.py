@@ -28,8 +28,7 @@ def command(store, out, force, as_json, **settings):
     and bench.png give the median epoch time, bytes sent per epoch, final test accuracy, peak memory per
     worker and the ratios. A peer that is not installed is reported as such. The peers read the graph from a
     neutral .npz exported once."""
-    opts = BenchOptions(**settings)
-    result = run_bench(store, opts, out=out, force=force)
+    result = run_bench(store, BenchOptions(**settings), out=out, force=force)
     if as_json:
         click.echo(json.dumps(result, indent=1))
     else:

@@ -40,10 +40,16 @@ def print_path(what: str, path) -> None:
     console.print(f"{what}: {path}", soft_wrap=True, highlight=False)
 
 
-def print_ingest_report(report) -> None:
-    t = Table(title="ingested", show_header=False, box=None)
+def _fields_table(title: str, justify: str = "left") -> Table:
+    """A table of named values: the names bold, the values in the second column."""
+    t = Table(title=title, show_header=False, box=None)
     t.add_column(style="bold")
-    t.add_column(justify="right")
+    t.add_column(justify=justify)
+    return t
+
+
+def print_ingest_report(report) -> None:
+    t = _fields_table("ingested", justify="right")
     t.add_row("nodes", f"{report.num_nodes:,}")
     t.add_row("arcs in store", f"{report.num_arcs:,}")
     t.add_row("arcs read", f"{report.arcs_read:,}")
@@ -92,13 +98,9 @@ def cost_line(cost: dict) -> str:
 
 def _print_run(run: dict) -> None:
     """`g3 info RUN`: what was trained how, how far it got, and its figures (paths below the table)."""
-    from stages.common.units import human_bytes
-
     p, cfg, strategy = run.get("progress", {}), run.get("config", {}), run.get("strategy", {})
     model = run.get("plan", {}).get("model", {})
-    t = Table(title="g3 run", show_header=False, box=None)
-    t.add_column(style="bold")
-    t.add_column()
+    t = _fields_table("g3 run")
     t.add_row("status", str(run.get("status")))
     t.add_row(
         "strategy",
@@ -142,9 +144,7 @@ def _print_run(run: dict) -> None:
 def _print_plan(plan: dict) -> None:
     """`g3 info PLAN`: the strategy and its options, the model, the partition, per-worker sizes."""
     strategy = plan.get("strategy") or {"name": LEGACY_STRATEGY, "options": {}}
-    t = Table(title="g3 plan", show_header=False, box=None)
-    t.add_column(style="bold")
-    t.add_column()
+    t = _fields_table("g3 plan")
     t.add_row("strategy", strategy["name"])
     for k, v in (strategy.get("options") or {}).items():
         t.add_row(f"  {k}", _option_text(v))
@@ -164,9 +164,7 @@ def _print_plan(plan: dict) -> None:
 
 
 def _print_store(s: dict) -> None:
-    t = Table(title=f"g3 store {s['name']}", show_header=False, box=None)
-    t.add_column(style="bold")
-    t.add_column(justify="right")
+    t = _fields_table(f"g3 store {s['name']}", justify="right")
     t.add_row("nodes", f"{s['num_nodes']:,}")
     t.add_row("arcs", f"{s['num_arcs']:,}" + ("  (directed)" if s["directed"] else "  (symmetric)"))
     d = s["degree"]
@@ -289,9 +287,7 @@ def print_run_summary(info: dict) -> None:
         console.print(f"run {info.get('status', '')}")
         return
     last = history[-1]
-    t = Table(title=f"run {info['status']}", show_header=False, box=None)
-    t.add_column(style="bold")
-    t.add_column(justify="right")
+    t = _fields_table(f"run {info['status']}", justify="right")
     t.add_row("epochs", str(len(history)))
     t.add_row("final loss", f"{last['loss']:.4f}")
     times = sorted(r["epoch_seconds"] for r in history)
@@ -337,10 +333,8 @@ def print_report(result: dict) -> None:
         t.add_column("", style="bold")
         for s in chunk:
             t.add_column(s["label"], justify="right", overflow="fold")
-        for key, header, fmt in COLUMNS[1:]:
-            if any(
-                s.get(key) is not None for s in runs
-            ):  # rows no run has (e.g. accuracy without eval) are left out
+        for key, header, fmt in COLUMNS[1:]:  # rows no run has (e.g. accuracy without eval) are left out
+            if any(s.get(key) is not None for s in runs):
                 t.add_row(header, *(cell(s, key, fmt) for s in chunk))
         console.print(t)
     for p in result["plots"]:

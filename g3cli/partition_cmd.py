@@ -34,8 +34,7 @@ def command(store, out, plot, force, **settings):
     Remote set of partition i = the distinct nodes outside i with an arc into i: what worker i receives per
     layer. g3 balances these sizes across workers while keeping their total near METIS's.
     """
-    options = PartitionOptions(**settings)
-    summary = run_partition(store, options, out=out, force=force, plot=plot)
+    summary = run_partition(store, PartitionOptions(**settings), out=out, force=force, plot=plot)
     print_partition_summary(summary, console)
     if plot:
         console.print(f"plot: {plot}")

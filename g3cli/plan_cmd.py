@@ -13,17 +13,6 @@ from stages.plan import PlanConfig, run_plan
 from stages.strategies.registry import STRATEGIES
 
 
-def _strategy_options() -> list:
-    """One click option per strategy option (a name shared by strategies appears once)."""
-    seen: dict[str, list[str]] = {}
-    opts = {}
-    for s in STRATEGIES.values():
-        for o in s.plan_options:
-            seen.setdefault(o.name, []).append(s.name)
-            opts[o.name] = o
-    return [(o, seen[name]) for name, o in opts.items()]
-
-
 def _strategies_help() -> str:
     lines = ["\b", "Strategies (--strategy; the partition methods each runs on, its default first):"]
     for s in STRATEGIES.values():
@@ -32,24 +21,24 @@ def _strategies_help() -> str:
     return "\n".join(lines)
 
 
-def _metavar(name: str) -> str | None:
-    """The values an option takes under any strategy: the union of its strategies' ``a|b|c`` metavars."""
-    values: list[str] = []
+def _add_strategy_options(fn):
+    """One click option per strategy option; a name shared by strategies appears once, its help naming them and
+    its metavar the union of their ``a|b|c`` values."""
+    options, owners, values = {}, {}, {}
     for s in STRATEGIES.values():
         for o in s.plan_options:
-            if o.name == name and o.metavar:
-                values += [v for v in o.metavar.split("|") if v not in values]
-    return "|".join(values) or None
-
-
-def _add_strategy_options(fn):
-    for opt, owners in reversed(_strategy_options()):
+            options[o.name] = o
+            owners.setdefault(o.name, []).append(s.name)
+            known = values.setdefault(o.name, [])
+            if o.metavar:
+                known += [v for v in o.metavar.split("|") if v not in known]
+    for name, opt in reversed(options.items()):
         fn = click.option(
             opt.flag,
-            opt.name,
+            name,
             default=None,
-            metavar=_metavar(opt.name),
-            help=f"[{', '.join(owners)}] {opt.help} [default: {opt.default}]",
+            metavar="|".join(values[name]) or None,
+            help=f"[{', '.join(owners[name])}] {opt.help} [default: {opt.default}]",
         )(fn)
     return fn
 

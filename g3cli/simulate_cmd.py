@@ -26,8 +26,7 @@ def command(plan, out, force, as_json, **settings):
     another strategy is simulated through a g3 plan of its partition (the bins give the work); a mini-batch
     strategy's (distdgl, bytegnn, clustergcn, p3, hopgnn) by a per-step model calibrated on a run of it (--run); a neutrontp plan by
     its chunks and the plan's all-to-alls (naive or decoupled TP, bulk or pipelined)."""
-    opts = SimulateOptions(**settings)
-    result = run_simulate(plan, opts, out=out, force=force)
+    result = run_simulate(plan, SimulateOptions(**settings), out=out, force=force)
     if as_json:
         click.echo(json.dumps(result, indent=1, default=str))
     else:

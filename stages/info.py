@@ -64,9 +64,7 @@ def summarize(path: str | Path, verify: bool = False) -> dict:
 
         data = load_plan(path)[0]
         data.setdefault("path", str(path))
-        data["kind"] = kind
-        return data
-    if kind == "partition":
+    elif kind == "partition":
         from stages.common.partition_artifact import load_partition_meta
 
         data = load_partition_meta(path)
@@ -106,15 +104,8 @@ def run_progress(run: Path) -> dict:
             out[f"{split}_acc"] = values[-1] if values else None
         out["median_epoch_seconds"] = statistics.median(r["epoch_seconds"] for r in steady)
         out["bytes_sent_per_epoch"] = statistics.median(r.get("bytes_sent", 0) for r in steady)
-        out["peak_memory_bytes"] = max(
-            (
-                int(w.get("peak_memory_bytes", 0))
-                for r in records
-                for w in r.get("workers") or []
-                if isinstance(w, dict)
-            ),
-            default=0,
-        )
+        workers = [w for r in records for w in r.get("workers") or [] if isinstance(w, dict)]
+        out["peak_memory_bytes"] = max((int(w.get("peak_memory_bytes", 0)) for w in workers), default=0)
     if (run / "eval.json").is_file():
         try:
             out["eval"] = read_json_file(run / "eval.json", required={}).get("accuracy")

@@ -41,11 +41,7 @@ def export_graph(store_path: str | Path, out: str | Path) -> Path:
     if out.is_file():
         try:
             old = read_graph(out)["meta"]
-            if (
-                old.get("checksums") == meta["checksums"]
-                and old.get("num_arcs") == meta["num_arcs"]
-                and meta["checksums"]
-            ):
+            if meta["checksums"] and all(old.get(k) == meta[k] for k in ("checksums", "num_arcs")):
                 return out
         except (G3InputError, OSError, ValueError, KeyError):
             pass

@@ -22,7 +22,6 @@ def _b(x: float | None) -> str:
         if abs(x) < 1024 or unit == "GiB":
             return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
         x /= 1024
-    return f"{x:.1f} GiB"
 
 
 def _a(x: float | None) -> str:
@@ -214,6 +213,12 @@ def plot_links(result: dict, path: Path) -> None:
     ax.set_title(f"{s['name']}: epoch time against the emulated link rate", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -239,12 +244,7 @@ def byte_unit(largest: float) -> tuple[float, str]:
 def plot_bench(result: dict, path: Path) -> None:
     """One row of bars per entry, a panel per figure (epoch time, bytes, accuracy, peak memory); entries that did
     not run are greyed with the reason, figures an entry lacks (a peer's bytes) left empty."""
-    import matplotlib.pyplot as plt
-
-    fig = bench_figure(result)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(bench_figure(result), path)
 
 
 def bench_figure(result: dict):

@@ -244,30 +244,17 @@ def run_peer(
     py = peer_python(peer, o)
     if py is None:
         return not_installed(peer)
+
+    def failed(note: str, label: str = PEER_NAMES[peer], **kw) -> dict:
+        return entry(peer, label, "failed", note=note, workers=1, **kw)
+
     script = PEERS_DIR / f"{peer}_runner.py"
     if not script.is_file():
-        return entry(peer, PEER_NAMES[peer], "failed", note=f"runner script missing: {script}", workers=1)
-    cmd = [
-        str(py),
-        str(script),
-        str(Path(graph_file).resolve()),
-        "--model",
-        o.model,
-        "--layers",
-        str(o.layers),
-        "--hidden",
-        str(o.hidden),
-        "--heads",
-        str(o.heads),
-        "--epochs",
-        str(o.epochs),
-        "--lr",
-        str(o.lr),
-        "--dropout",
-        str(o.dropout),
-        "--threads",
-        str(threads),
-    ]
+        return failed(f"runner script missing: {script}")
+    cmd = [str(py), str(script), str(Path(graph_file).resolve())]
+    for name in ("model", "layers", "hidden", "heads", "epochs", "lr", "dropout"):
+        cmd += [f"--{name}", str(getattr(o, name))]
+    cmd += ["--threads", str(threads)]
     mode = ""
     if minibatch:
         cmd += ["--fanouts", ",".join(map(str, minibatch[0])), "--batch-size", str(minibatch[1])]
@@ -280,7 +267,7 @@ def run_peer(
             cmd, capture_output=True, text=True, env=env, timeout=o.timeout, cwd=str(PEERS_DIR)
         )
     except subprocess.TimeoutExpired:
-        return entry(peer, PEER_NAMES[peer], "failed", note=f"timed out after {o.timeout:.0f} s", workers=1)
+        return failed(f"timed out after {o.timeout:.0f} s")
     log_name = f"{peer}{'-minibatch' if minibatch else ''}.log"
     (log_dir / log_name).write_text(
         f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
@@ -289,17 +276,10 @@ def run_peer(
         err = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         if "ModuleNotFoundError" in err or "ImportError" in err:
             return not_installed(peer, err)
-        return entry(
-            peer,
-            PEER_NAMES[peer] + mode,
-            "failed",
-            note=f"exit {proc.returncode}: {err}",
-            workers=1,
-            log=str(log_dir / log_name),
-        )
+        return failed(f"exit {proc.returncode}: {err}", PEER_NAMES[peer] + mode, log=str(log_dir / log_name))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:
-        return entry(peer, PEER_NAMES[peer], "failed", note="no JSON result on stdout", workers=1)
+        return failed("no JSON result on stdout")
     res = json.loads(lines[-1])
     label = f"{PEER_NAMES[peer]} {res.get('version', '')}".strip() + mode
     return entry(

@@ -260,12 +260,8 @@ def _compute_balance(records: list[dict]) -> float | None:
     them), else wall seconds."""
     ratios = []
     for r in records:
-        key = (
-            "compute_cpu_seconds"
-            if all("compute_cpu_seconds" in w for w in r["workers"])
-            else "compute_seconds"
-        )
-        c = [float(w.get(key, 0.0)) for w in r["workers"]]
+        cpu = all("compute_cpu_seconds" in w for w in r["workers"])
+        c = [float(w.get("compute_cpu_seconds" if cpu else "compute_seconds", 0.0)) for w in r["workers"]]
         if c and sum(c) > 0:
             ratios.append(max(c) / (sum(c) / len(c)))
     return statistics.median(ratios) if ratios else None

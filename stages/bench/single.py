@@ -20,21 +20,16 @@ def train_single(
     seed: int = 0,
 ) -> dict:
     """Train on ``graph`` (the neutral graph's arrays) in this process; returns the epoch times."""
+    import numba
     import torch
 
     from stages.bench.peers.common import train
     from stages.kits.runtime.block import Block
     from stages.kits.runtime.models import build_model
 
-    old_threads = torch.get_num_threads()
+    old_threads, old_numba = torch.get_num_threads(), numba.get_num_threads()
     torch.set_num_threads(threads)
-    try:
-        import numba
-
-        old_numba = numba.get_num_threads()
-        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    except ImportError:  # pragma: no cover
-        numba, old_numba = None, None
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
     try:
         indptr = torch.from_numpy(np.asarray(graph["indptr"], dtype=np.int64))
         indices = torch.from_numpy(np.asarray(graph["indices"], dtype=np.int64))
@@ -62,5 +57,4 @@ def train_single(
         return {"epoch_seconds": times, "threads": threads, "torch": torch.__version__, "test_acc": acc}
     finally:
         torch.set_num_threads(old_threads)
-        if numba is not None:
-            numba.set_num_threads(old_numba)
+        numba.set_num_threads(old_numba)

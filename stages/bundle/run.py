@@ -1,15 +1,7 @@
 """`g3 bundle PLAN --nodes N`: one self-contained folder per host of a multi-host run, nothing shared.
 
 Entry point: :func:`run_bundle`. Node n of N (``--procs-per-node P``, N × P = the plan's K) runs the ranks
-``n·P … n·P + P − 1``; its folder holds exactly what those ranks read::
-
-    OUT/node-0000n/partition/   partition.json, assignment.npy, and the shards part-RRRRR of its ranks, in
-                                every layout the partition records (a further layout L's under L/)
-    OUT/node-0000n/plan/        plan.json (its partition referenced as ../partition; ``bundle``: node, ranks)
-                                and the worker-RRRRR folders of its ranks — the plan to give `g3 train`
-    OUT/node-0000n/RUN.md       the torchrun command for that host
-    OUT/bundle.json             the bundle: nodes, processes per node, the ranks of every node
-
+``n·P … n·P + P − 1``; its folder holds exactly what those ranks read (the layout: docs/ARTIFACTS.md, "Bundle").
 Under torchrun, a process of a node folder takes the rank ``ranks[LOCAL_RANK]`` of its folder, whatever rank
 the rendezvous gave its agent, so every process finds its own shard and plan on its own host.
 """
@@ -121,9 +113,8 @@ def _write_node(
     node_part, node_plan = folder / "partition", folder / "plan"
     node_part.mkdir(parents=True)
     node_plan.mkdir()
-    shutil.copy2(
-        part / "partition.json", node_part / "partition.json"
-    )  # the same bytes: the plan's digest holds
+    # the same bytes: the plan's digest holds
+    shutil.copy2(part / "partition.json", node_part / "partition.json")
     if (part / "assignment.npy").is_file():  # global id -> owner, for strategies that fetch by global id
         shutil.copy2(part / "assignment.npy", node_part / "assignment.npy")
     for r in ranks:

@@ -16,6 +16,7 @@ builder (and checked the same way) as a file's. Conventions, as PyG's:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -113,7 +114,7 @@ def arrays_source(
         else:
             num_nodes = int(edges.max()) + 1 if edges.size else 0
     # ids checked against num_nodes once, here, so a bad one is named with its position
-    for _ in iter_edge_array(edges, where, num_nodes, chunk=ARC_CHUNK):
+    for _ in iter_edge_array(edges, where, num_nodes):
         pass
 
     def arcs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -255,8 +256,6 @@ def heterophilous_source(path, split_index: int | None) -> GraphSource:
     the reverses, as ingest does by default here), ``node_features``, ``node_labels``, and ``train_masks`` /
     ``val_masks`` / ``test_masks`` ``[S, N]`` (S fixed splits: ``split_index`` picks one). Node ids are row
     positions."""
-    from pathlib import Path
-
     path = Path(path)
     try:
         with np.load(path) as z:
@@ -284,8 +283,6 @@ def torch_file_source(path, split_index: int | None) -> GraphSource:
     """A graph saved with ``torch.save``: a PyG ``Data`` (unpickling it needs torch_geometric, and runs the
     file's pickled code: only load files you trust) or a dict of tensors (``edge_index``, ``x``, ``y``, masks
     ``train_mask``/``val_mask``/``test_mask`` or ``train``/``valid``/``test``; read without running code)."""
-    from pathlib import Path
-
     import torch
 
     path = Path(path)

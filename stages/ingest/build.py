@@ -38,8 +38,6 @@ from stages.ingest.source import GraphSource
 
 BYTES_PER_ARC_SORT = 40  # key (8) + sort scratch (8) + src/dst int64 copies (16) + slack
 DEFAULT_MEMORY_LIMIT = 4 << 30
-
-
 RANDOM_FEAT_DIM = 128
 RANDOM_CLASSES = 100
 MIN_MEMORY_LIMIT = 64 << 20
@@ -228,11 +226,10 @@ def _version() -> str:
 
 
 # what ingest holds per node beyond --memory-limit, at least: the CSR's row pointers and its per-node counts
-# (measured ~105 bytes per node with the synthetic generator's layout, docs/BENCHMARKS.md "A billion arcs")
 INGEST_BYTES_PER_NODE = 16
 
-# the store's arrays as zstd leaves them (measured on synthetic:small: random float32 features 0.90 of their raw
-# size, the sorted CSR's int32 indices 0.60); a source's own features may compress far better, so they count 0
+# the share of the store's arrays zstd leaves, a little under what it leaves of synthetic:small's (the estimate is
+# a lower bound); a source's own features may compress far better, so they count 0
 RANDOM_FEATURES_KEPT = 0.85
 INDICES_KEPT = 0.5
 
@@ -248,9 +245,8 @@ def disk_estimate(source: GraphSource, o: IngestOptions, symmetrize: bool) -> di
     parts = {"indices": int(arcs * id_bytes * INDICES_KEPT)}
     if arcs * BYTES_PER_ARC_SORT > o.memory_budget:
         parts["spilled arcs"] = arcs * 2 * id_bytes
-    if (
-        source.feature_blocks is None or source.info.get("format") == "synthetic"
-    ):  # random: hardly compressible
+    # features g3 draws at random hardly compress
+    if source.feature_blocks is None or source.info.get("format") == "synthetic":
         width = o.random_feat_dim if source.feature_blocks is None else source.feat_dim
         parts["features"] = int(
             source.num_nodes * width * np.dtype(o.feature_dtype).itemsize * RANDOM_FEATURES_KEPT
@@ -335,8 +331,7 @@ def _build_csr(
     arcs_read = self_loops = reverse_added = 0
 
     with make_progress() as progress:
-        total = source.expected_arcs
-        task = progress.add_task("reading arcs", total=total)
+        task = progress.add_task("reading arcs", total=source.expected_arcs)
         for src, dst in source.arcs():
             src = np.asarray(src, dtype=np.int64)
             dst = np.asarray(dst, dtype=np.int64)
@@ -389,8 +384,7 @@ def _build_csr(
             if chunks is None:
                 pair = runs.in_memory()
             else:
-                raw = np.fromfile(chunks[b], dtype=id_dtype)
-                pair = raw.reshape(-1, 2).T
+                pair = np.fromfile(chunks[b], dtype=id_dtype).reshape(-1, 2).T
                 os.unlink(chunks[b])
             dst_sorted, src_sorted = _sort_dedup(pair[0], pair[1], lo, n, o.keep_duplicates)
             del pair
@@ -402,7 +396,7 @@ def _build_csr(
             part_arcs += len(src_sorted)
             written += len(src_sorted)
             if part_arcs >= budget_arcs // 4 or b == nb - 1:
-                _append_indices(writer, indices_w, parts)
+                _append_indices(indices_w, parts)
                 parts, part_arcs = [], 0
         np.cumsum(indptr, out=indptr)
 
@@ -427,9 +421,9 @@ def _stats(d: np.ndarray) -> dict[str, float]:
     return {"min": int(d.min()), "mean": float(d.mean()), "max": int(d.max())} if len(d) else {}
 
 
-def _append_indices(writer: StoreWriter, w, parts: list[np.ndarray]) -> None:
+def _append_indices(w, parts: list[np.ndarray]) -> None:
     """Grow the indices array and append ``parts`` (zarr arrays resize cheaply: metadata only)."""
-    block = np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else np.zeros(0))
+    block = np.concatenate(parts) if len(parts) > 1 else parts[0]
     if len(block) == 0:
         return
     w.array.resize((w.offset + len(block),))
@@ -446,7 +440,6 @@ def _bucket_bounds(in_count: np.ndarray, budget_arcs: int) -> np.ndarray:
         limit = cum[start] + budget_arcs
         nxt = int(np.searchsorted(cum, limit, side="right")) - 1
         bounds.append(max(nxt, start + 1) if nxt < n else n)
-        bounds[-1] = min(bounds[-1], n)
     return np.asarray(bounds, dtype=np.int64)
 
 

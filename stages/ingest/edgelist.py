@@ -157,11 +157,7 @@ def npz_keys(path: Path) -> list[str]:
 
 def _npz_member(path: Path, key: str | None, what: str = "array"):
     """A lazily read array of an ``.npz``: a ``np.memmap`` when stored, an :class:`NpzMember` when compressed."""
-    try:
-        zf = zipfile.ZipFile(path)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise G3InputError(f"cannot read as .npz: {exc}", path=path) from None
-    names = [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
+    names = npz_keys(path)
     if key is None:
         if len(names) != 1:
             raise G3InputError(
@@ -171,6 +167,7 @@ def _npz_member(path: Path, key: str | None, what: str = "array"):
         key = names[0]
     if key not in names:
         raise G3InputError(f"has no array {key!r} (it holds: {', '.join(names) or 'nothing'})", path=path)
+    zf = zipfile.ZipFile(path)
     info = zf.getinfo(key + ".npy")
     try:
         with zf.open(info) as f:
@@ -223,8 +220,6 @@ def _csv_column(path: Path, column: str | None, what: str) -> np.ndarray:
     """Column ``column`` of a CSV with a header row, one value per node: rows placed by an ``id`` column when
     there is one (else in row order; nodes no row names get -1). Numbers are taken as they are; text (class
     names, e.g. MUSAE's ``page_type``) becomes class ids in the sorted order of the names."""
-    import pyarrow.csv as pacsv
-
     if column is None:
         raise G3InputError(f"name the {what} column: {path}:COLUMN", path=path)
     try:
@@ -329,24 +324,18 @@ def open_array_spec(spec, what: str = "array"):
             f = h5py.File(path, "r")
         except OSError as exc:
             raise G3InputError(f"cannot open as HDF5: {exc}", path=path) from None
+        found: list[str] = []
+        f.visititems(lambda name, obj: found.append(name) if isinstance(obj, h5py.Dataset) else None)
+        listed = ", ".join("/" + n for n in found[:10]) or "none"
         if key is None:
-            found: list[str] = []
-            f.visititems(lambda name, obj: found.append(name) if isinstance(obj, h5py.Dataset) else None)
             if len(found) != 1:
                 raise G3InputError(
-                    f"holds {len(found)} datasets ({', '.join('/' + n for n in found[:10]) or 'none'}); "
-                    f"name one as {path}:/DATASET",
-                    path=path,
+                    f"holds {len(found)} datasets ({listed}); name one as {path}:/DATASET", path=path
                 )
             key = found[0]
         obj = f.get(key)
         if obj is None or not isinstance(obj, h5py.Dataset):
-            found = []
-            f.visititems(lambda name, o: found.append(name) if isinstance(o, h5py.Dataset) else None)
-            raise G3InputError(
-                f"has no dataset {key!r} (datasets: {', '.join('/' + n for n in found[:10]) or 'none'})",
-                path=path,
-            )
+            raise G3InputError(f"has no dataset {key!r} (datasets: {listed})", path=path)
         return obj
     raise G3InputError(
         f"unsupported {what} file type (use .npy, .npz[:key], .h5:/dataset, .csv:COLUMN or a .json "
@@ -458,15 +447,14 @@ def open_stream(path: Path):
         raise G3InputError(f"cannot open: {exc}", path=path) from None
 
 
-def text_blocks(path: Path, block_bytes: int | None = None) -> Iterator[tuple[int, bytes]]:
+def text_blocks(path: Path) -> Iterator[tuple[int, bytes]]:
     """``(first line number, bytes)`` blocks of whole lines (the last one may lack its newline)."""
-    block_bytes = block_bytes or TEXT_BLOCK_BYTES
     line = 1
     carry = b""
     with open_stream(path) as f:
         while True:
             try:
-                data = f.read(block_bytes)
+                data = f.read(TEXT_BLOCK_BYTES)
             except (OSError, pa.ArrowException) as exc:
                 raise G3InputError(f"cannot read (corrupt or truncated?): {exc}", path=path) from None
             if not data:
@@ -527,6 +515,25 @@ def _fields(s: bytes, comma: bool) -> list[bytes]:
 def _short(s: bytes) -> str:
     text = s.decode("utf-8", "replace").rstrip("\r\n")
     return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def _line_of_row(line0: int, chunk: bytes, row: int) -> int:
+    """The line number of data row ``row`` of a block (error path only)."""
+    k = 0
+    for i, raw in enumerate(chunk.split(b"\n")):
+        if _is_data(raw):
+            if k == row:
+                return line0 + i
+            k += 1
+    return line0
+
+
+def first_bad_arc(s: np.ndarray, d: np.ndarray, limit: int) -> tuple[int, Any] | None:
+    """(position, id) of the first arc with an id outside ``[0, limit)``, or None when every id is inside."""
+    if not len(s) or (min(int(s.min()), int(d.min())) >= 0 and max(int(s.max()), int(d.max())) < limit):
+        return None
+    k = int(np.flatnonzero((s < 0) | (s >= limit) | (d < 0) | (d >= limit))[0])
+    return k, s[k] if not 0 <= s[k] < limit else d[k]
 
 
 class _TextEdges:
@@ -601,9 +608,7 @@ class _TextEdges:
             return None
         if table.num_rows == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        s = table.column(0).to_numpy()
-        d = table.column(1).to_numpy()
-        return s, d
+        return table.column(0).to_numpy(), table.column(1).to_numpy()
 
     def _normalise(self, chunk: bytes) -> bytes | None:
         """The block without comment lines and with single spaces between fields (None: too many comments)."""
@@ -646,16 +651,6 @@ class _TextEdges:
             got = self._python(line0, chunk)
         return got
 
-    def line_of_row(self, line0: int, chunk: bytes, row: int) -> int:
-        """The line number of data row ``row`` of a block (error path only)."""
-        k = 0
-        for i, raw in enumerate(chunk.split(b"\n")):
-            if _is_data(raw):
-                if k == row:
-                    return line0 + i
-                k += 1
-        return line0
-
     def chunks(self) -> Iterator[tuple[int, bytes, np.ndarray, np.ndarray]]:
         for line0, chunk in self.blocks():
             s, d = self.parse(line0, chunk)
@@ -664,17 +659,12 @@ class _TextEdges:
     def check_ids(
         self, line0: int, chunk: bytes, s: np.ndarray, d: np.ndarray, num_nodes: int | None
     ) -> None:
-        if not len(s):
-            return
-        lo = min(int(s.min()), int(d.min()))
-        hi = max(int(s.max()), int(d.max()))
         limit = num_nodes if num_nodes is not None else max_node_count()
-        if lo >= 0 and hi < limit:
+        bad = first_bad_arc(s, d, limit)
+        if bad is None:
             return
-        bad = (s < 0) | (s >= limit) | (d < 0) | (d >= limit)
-        row = int(np.flatnonzero(bad)[0])
-        value = s[row] if (s[row] < 0 or s[row] >= limit) else d[row]
-        line = self.line_of_row(line0, chunk, row)
+        row, value = bad
+        line = _line_of_row(line0, chunk, row)
         if num_nodes is None and value >= 0:
             raise G3InputError(_too_many_nodes(int(value), limit), path=self.path, line=line)
         rng = f"[0, {num_nodes})" if num_nodes is not None else "(ids must be >= 0)"
@@ -698,15 +688,15 @@ def edge_array_layout(arr, path) -> tuple[int, bool]:
     return shape[0], False
 
 
-def iter_edge_array(arr, path, num_nodes: int | None, chunk: int | None = None, name: str = "edge_index"):
+def iter_edge_array(arr, path, num_nodes: int | None):
     """Yield ``(src, dst)`` int64 chunks of an edge array, checking ids in ``[0, num_nodes)``."""
-    chunk = chunk or ARRAY_ARC_CHUNK
     e, planar = edge_array_layout(arr, path)
     member = isinstance(arr, NpzMember)
+    limit = num_nodes if num_nodes is not None else max_node_count()
     # bytes interleaved (src, dst, src, dst...) or planar (all src, then all dst)
     interleaved = (not planar) != (member and arr.fortran)
-    for start in range(0, e, chunk):
-        n = min(chunk, e - start)
+    for start in range(0, e, ARRAY_ARC_CHUNK):
+        n = min(ARRAY_ARC_CHUNK, e - start)
         if member:
             if interleaved:
                 pair = arr.read_flat(2 * start, 2 * n).reshape(n, 2)
@@ -721,21 +711,16 @@ def iter_edge_array(arr, path, num_nodes: int | None, chunk: int | None = None, 
             s, d = pair[:, 0], pair[:, 1]
         s = s.astype(np.int64, copy=False)
         d = d.astype(np.int64, copy=False)
-        if n:
-            lo = min(int(s.min()), int(d.min()))
-            hi = max(int(s.max()), int(d.max()))
-            limit = num_nodes if num_nodes is not None else max_node_count()
-            if lo < 0 or hi >= limit:
-                bad = (s < 0) | (s >= limit) | (d < 0) | (d >= limit)
-                k = int(np.flatnonzero(bad)[0])
-                value = s[k] if (s[k] < 0 or s[k] >= limit) else d[k]
-                idx = f"{name}[:, {start + k}]" if planar else f"{name}[{start + k}]"
-                if num_nodes is None and value >= 0:
-                    raise G3InputError(f"{idx}: {_too_many_nodes(int(value), limit)}", path=path)
-                rng = f"[0, {num_nodes})" if num_nodes is not None else "(ids must be >= 0)"
-                raise G3InputError(
-                    f"node id {value} at {idx} (edge {start + k}) is out of range {rng}", path=path
-                )
+        bad = first_bad_arc(s, d, limit)
+        if bad is not None:
+            k, value = bad
+            idx = f"edge_index[:, {start + k}]" if planar else f"edge_index[{start + k}]"
+            if num_nodes is None and value >= 0:
+                raise G3InputError(f"{idx}: {_too_many_nodes(int(value), limit)}", path=path)
+            rng = f"[0, {num_nodes})" if num_nodes is not None else "(ids must be >= 0)"
+            raise G3InputError(
+                f"node id {value} at {idx} (edge {start + k}) is out of range {rng}", path=path
+            )
         yield s, d
     if member:
         arr.close()
@@ -760,13 +745,7 @@ def read_index_file(spec, num_nodes: int, what: str) -> np.ndarray:
             raise G3InputError(f"{what} ids must be a 1-D array, got shape {ids.shape}", path=path)
         if ids.dtype.kind not in "iu":
             raise G3InputError(f"{what} ids must be integers, got dtype {ids.dtype}", path=path)
-        ids = ids.astype(np.int64)
-        if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
-            k = int(np.flatnonzero((ids < 0) | (ids >= num_nodes))[0])
-            raise G3InputError(
-                f"{what} node id {ids[k]} at index {k} is out of range [0, {num_nodes})", path=path
-            )
-        return ids
+        return ids_in_range(ids.astype(np.int64), num_nodes, what, path)
     if not base.exists():
         raise G3InputError(f"no such {what} file", path=base)
     parts: list[np.ndarray] = []
@@ -776,19 +755,23 @@ def read_index_file(spec, num_nodes: int, what: str) -> np.ndarray:
             got = _ids_python(base, line0, chunk, what)
         if len(got) and (got.min() < 0 or got.max() >= num_nodes):
             k = int(np.flatnonzero((got < 0) | (got >= num_nodes))[0])
-            line = line0
-            j = 0
-            for i, raw in enumerate(chunk.split(b"\n")):
-                if _is_data(raw):
-                    if j == k:
-                        line = line0 + i
-                        break
-                    j += 1
             raise G3InputError(
-                f"{what} node id {got[k]} is out of range [0, {num_nodes})", path=base, line=line
+                f"{what} node id {got[k]} is out of range [0, {num_nodes})",
+                path=base,
+                line=_line_of_row(line0, chunk, k),
             )
         parts.append(got)
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def ids_in_range(ids: np.ndarray, num_nodes: int, what: str, path) -> np.ndarray:
+    """``ids``, refused naming the first outside ``[0, num_nodes)`` and its index."""
+    if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
+        k = int(np.flatnonzero((ids < 0) | (ids >= num_nodes))[0])
+        raise G3InputError(
+            f"{what} node id {ids[k]} at index {k} is out of range [0, {num_nodes})", path=path
+        )
+    return ids
 
 
 def _ids_arrow(chunk: bytes) -> np.ndarray | None:
@@ -976,13 +959,10 @@ def read_edgelist(
     splits = None
     given = {"train": train_idx, "valid": valid_idx, "test": test_idx}
     if any(v is not None for v in given.values()):
-        splits = {}
-        for name, sp in given.items():
-            splits[name] = (
-                read_index_file(sp, num_nodes, f"{name}_idx")
-                if sp is not None
-                else np.zeros(0, dtype=np.int64)
-            )
+        splits = {
+            name: np.zeros(0, dtype=np.int64) if sp is None else read_index_file(sp, num_nodes, f"{name}_idx")
+            for name, sp in given.items()
+        }
 
     return GraphSource(
         name=Path(_split_spec(spec)[0]).name.split(".")[0] or "edgelist",

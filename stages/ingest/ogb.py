@@ -37,8 +37,11 @@ from stages.common.errors import G3InputError
 from stages.ingest.edgelist import (
     NpzMember,
     _npz_member,
+    check_finite,
     edge_array_layout,
     feature_blocks_from_array,
+    first_bad_arc,
+    ids_in_range,
     iter_edge_array,
     labels_from_array,
     npz_keys,
@@ -111,16 +114,13 @@ class _Csv:
         self.path = path
         self.ncols = ncols
         self.kind = kind  # "int" or "float"
-        self.block_size = block_size
         self.null_values = list(null_values or [])
-        self.names = [f"c{i}" for i in range(ncols)]
+        names = [f"c{i}" for i in range(ncols)]
         typ = pa.int64() if kind == "int" else (pa.float64() if self.null_values else pa.float32())
-        self.read_options = pacsv.ReadOptions(
-            column_names=self.names, block_size=block_size, use_threads=True
-        )
+        self.read_options = pacsv.ReadOptions(column_names=names, block_size=block_size, use_threads=True)
         self.parse_options = pacsv.ParseOptions(delimiter=",", quote_char=False, ignore_empty_lines=False)
         self.convert_options = pacsv.ConvertOptions(
-            column_types={n: typ for n in self.names},
+            column_types={n: typ for n in names},
             null_values=self.null_values,
             strings_can_be_null=False,
             quoted_strings_can_be_null=False,
@@ -241,21 +241,6 @@ def _read_ids(path: Path, num_nodes: int, what: str) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _check_arc_ids(s: np.ndarray, d: np.ndarray, n: int, path: Path, row0: int) -> None:
-    if not len(s):
-        return
-    lo = min(int(s.min()), int(d.min()))
-    hi = max(int(s.max()), int(d.max()))
-    if lo >= 0 and hi < n:
-        return
-    bad = (s < 0) | (s >= n) | (d < 0) | (d >= n)
-    k = int(np.flatnonzero(bad)[0])
-    value = s[k] if not 0 <= s[k] < n else d[k]
-    raise G3InputError(
-        f"node id {value} is out of range [0, {n}) (num-node-list)", path=path, line=row0 + k + 1
-    )
-
-
 # ------------------------------------------------------------------------------------------------------------
 # Splits
 # ------------------------------------------------------------------------------------------------------------
@@ -293,13 +278,7 @@ def _load_pt_split(path: Path, num_nodes: int, what: str) -> np.ndarray:
         raise G3InputError(f"cannot load: {exc}", path=path) from None
     if not hasattr(obj, "numpy"):
         raise G3InputError(f"holds a {type(obj).__name__}, expected a tensor of node ids", path=path)
-    ids = obj.numpy().reshape(-1).astype(np.int64)
-    if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
-        k = int(np.flatnonzero((ids < 0) | (ids >= num_nodes))[0])
-        raise G3InputError(
-            f"{what} node id {ids[k]} at index {k} is out of range [0, {num_nodes})", path=path
-        )
-    return ids
+    return ids_in_range(obj.numpy().reshape(-1).astype(np.int64), num_nodes, what, path)
 
 
 def _read_splits(split_dir: Path, num_nodes: int) -> dict[str, np.ndarray]:
@@ -339,14 +318,14 @@ def read_ogb(folder, split_name: str | None = None) -> GraphSource:
     raw = folder / "raw"
     if not raw.is_dir():
         raise G3InputError("not an OGB dataset folder (no raw/ inside)", path=folder)
-    if _find(raw, "edge") is None and not (raw / "data.npz").is_file():
-        if (raw / "relations").is_dir() or (raw / "node-feat").is_dir():
-            raise G3InputError("heterogeneous OGB datasets (e.g. ogbn-mag) are unsupported", path=raw)
-        raise G3InputError("missing edge.csv.gz (or data.npz for the binary layout)", path=raw)
     if _find(raw, "edge") is not None:
         src = _read_csv_layout(folder, raw)
-    else:
+    elif (raw / "data.npz").is_file():
         src = _read_npz_layout(folder, raw)
+    elif (raw / "relations").is_dir() or (raw / "node-feat").is_dir():
+        raise G3InputError("heterogeneous OGB datasets (e.g. ogbn-mag) are unsupported", path=raw)
+    else:
+        raise G3InputError("missing edge.csv.gz (or data.npz for the binary layout)", path=raw)
     split_dir = _split_folder(folder, split_name)
     if split_dir is not None:
         src.splits = _read_splits(split_dir, src.num_nodes)
@@ -365,19 +344,8 @@ def _labels_csv(path: Path, num_nodes: int, count_path: Path) -> tuple[np.ndarra
         )
     csv = _Csv(path, 1, "float", 4 << 20, null_values=LABEL_NULLS)
     values = np.empty(num_nodes, dtype=np.float64)
-    rows = 0
-    for row0, batch in csv.batches():
-        col = batch.column(0).to_numpy(zero_copy_only=False)
-        if row0 + len(col) > num_nodes:
-            raise G3InputError(
-                f"more label lines than the {num_nodes} nodes of {count_path.name}",
-                path=path,
-                line=num_nodes + 1,
-            )
-        values[row0 : row0 + len(col)] = col
-        rows = row0 + len(col)
-    if rows != num_nodes:
-        raise G3InputError(f"{rows} label lines but {count_path.name} says {num_nodes} nodes", path=path)
+    for row0, batch in _node_lines(csv, num_nodes, count_path, "label"):
+        values[row0 : row0 + batch.num_rows] = batch.column(0).to_numpy(zero_copy_only=False)
     return labels_from_array(values, path, num_nodes, line_of_row=lambda r: r + 1)
 
 
@@ -391,29 +359,33 @@ def _features_csv(
     csv = _Csv(path, dim, "float", FEATURE_BLOCK_BYTES)
 
     def blocks() -> Iterator[np.ndarray]:
-        from stages.ingest.edgelist import check_finite
-
-        rows = 0
-        for row0, batch in csv.batches():
-            if row0 + batch.num_rows > num_nodes:
-                raise G3InputError(
-                    f"more feature lines than the {num_nodes} nodes of {count_path.name}",
-                    path=path,
-                    line=num_nodes + 1,
-                )
+        for row0, batch in _node_lines(csv, num_nodes, count_path, "feature"):
             if dim == 1:
                 block = batch.column(0).to_numpy().reshape(-1, 1)
             else:
                 block = np.column_stack([batch.column(i).to_numpy() for i in range(dim)])
             check_finite(block, path, row0, line_of_row=lambda r: r + 1)
-            rows = row0 + batch.num_rows
             yield block
-        if rows != num_nodes:
-            raise G3InputError(
-                f"{rows} feature lines but {count_path.name} says {num_nodes} nodes", path=path
-            )
 
     return dim, blocks
+
+
+def _node_lines(
+    csv: _Csv, num_nodes: int, count_path: Path, what: str
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """The batches of a file of one line per node, checked against the node count ``count_path`` gives."""
+    rows = 0
+    for row0, batch in csv.batches():
+        if row0 + batch.num_rows > num_nodes:
+            raise G3InputError(
+                f"more {what} lines than the {num_nodes} nodes of {count_path.name}",
+                path=csv.path,
+                line=num_nodes + 1,
+            )
+        yield row0, batch
+        rows = row0 + batch.num_rows
+    if rows != num_nodes:
+        raise G3InputError(f"{rows} {what} lines but {count_path.name} says {num_nodes} nodes", path=csv.path)
 
 
 def _read_csv_layout(folder: Path, raw: Path) -> GraphSource:
@@ -436,7 +408,13 @@ def _read_csv_layout(folder: Path, raw: Path) -> GraphSource:
         for row0, batch in edges.batches():
             s = batch.column(0).to_numpy()
             d = batch.column(1).to_numpy()
-            _check_arc_ids(s, d, num_nodes, edge_path, row0)
+            bad = first_bad_arc(s, d, num_nodes)
+            if bad is not None:
+                raise G3InputError(
+                    f"node id {bad[1]} is out of range [0, {num_nodes}) (num-node-list)",
+                    path=edge_path,
+                    line=row0 + bad[0] + 1,
+                )
             total += len(s)
             yield s, d
         if total != num_edges:
@@ -483,7 +461,7 @@ def _read_npz_layout(folder: Path, raw: Path) -> GraphSource:
         )
 
     def arcs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        yield from iter_edge_array(_npz_member(data, "edge_index"), data, num_nodes, name="edge_index")
+        yield from iter_edge_array(_npz_member(data, "edge_index"), data, num_nodes)
 
     info: dict[str, Any] = {"format": "ogb-npz"}
     feat_dim, feature_blocks = 0, None
@@ -498,13 +476,13 @@ def _read_npz_layout(folder: Path, raw: Path) -> GraphSource:
         info["edge_feat"] = "ignored"
 
     label_path = raw / "node-label.npz"
+    label_csv = _find(raw, "node-label")
     if not label_path.is_file():
-        if _find(raw, "node-label") is None:
+        if label_csv is None:
             raise G3InputError("missing node-label.npz", path=raw)
-        labels, num_classes = _labels_csv(_find(raw, "node-label"), num_nodes, data)
+        labels, num_classes = _labels_csv(label_csv, num_nodes, data)
     else:
-        lkeys = npz_keys(label_path)
-        key = "node_label" if "node_label" in lkeys else None
+        key = "node_label" if "node_label" in npz_keys(label_path) else None
         arr = _npz_member(label_path, key, "labels")
         if arr.shape and arr.shape[0] != num_nodes:
             raise G3InputError(

@@ -80,13 +80,9 @@ def open_source(source: str, fmt: str, args: SourceArgs, options: IngestOptions)
         from stages.ingest.synthetic import resolve_spec, synthetic_source
 
         preset = source.split(":", 1)[1] if ":" in source else None
-        generator = ("nodes", "avg_degree", "communities", "cross_ratio")
-        overrides = {k: getattr(args, k) for k in generator} | {
-            "feat_dim": options.feat_dim,
-            "num_classes": options.num_classes,
-            "seed": options.seed,
-        }
-        spec = resolve_spec(preset, **overrides)
+        generator = {k: getattr(args, k) for k in ("nodes", "avg_degree", "communities", "cross_ratio")}
+        shared = {k: getattr(options, k) for k in ("feat_dim", "num_classes", "seed")}
+        spec = resolve_spec(preset, **generator, **shared)
         return synthetic_source(spec, name=f"synthetic-{preset}" if preset else None)
     if fmt == "ogb":
         from stages.ingest.ogb import read_ogb

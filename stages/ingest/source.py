@@ -44,6 +44,4 @@ class GraphSource:
     undirected_once: bool = False
     info: dict[str, Any] = field(default_factory=dict)
     feature_path: str | None = None  # the file the features come from, when not ``path`` (messages name it)
-    arcs_hint: int | None = (
-        None  # about how many arcs ``arcs()`` yields, when known before reading (disk estimate)
-    )
+    arcs_hint: int | None = None  # about how many arcs ``arcs()`` yields, when known before reading

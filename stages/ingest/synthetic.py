@@ -116,9 +116,9 @@ class _Layout:
         comm_class = rng.integers(0, s.num_classes, size=c)
         comm_class[: min(c, s.num_classes)] = rng.permutation(s.num_classes)[: min(c, s.num_classes)]
         self.comm_class = comm_class
-        # heavy-tailed activity, capped so hubs do not create mostly duplicate arcs
+        # heavy-tailed activity, capped so that a hub asks for no more partners than its community has (it would
+        # only make duplicate arcs)
         act = rng.pareto(s.degree_exponent - 1.0, size=n) + 1.0
-        # cap a node's activity so it cannot ask for more partners than its community has
         comm_size = sizes[self.node_comm]
         cap = np.maximum(2.0, comm_size / max(1.0, s.avg_degree) * 2.0)
         act = np.minimum(act, cap)
@@ -137,21 +137,28 @@ class _Layout:
         self.comm_of_id = np.empty(n, dtype=np.int64)
         self.comm_of_id[self.perm] = self.node_comm
 
+    def sample_any(self, u: np.ndarray) -> np.ndarray:
+        """Nodes drawn in proportion to activity, one per uniform ``u`` in [0, 1)."""
+        return np.minimum(
+            np.searchsorted(self.cum_act, u * self.cum_act[-1], side="right"), len(self.cum_act) - 1
+        )
+
     def sample_in(self, comms: np.ndarray, u: np.ndarray) -> np.ndarray:
         target = self.comm_act_before[comms] + u * self.comm_act[comms]
         pos = np.searchsorted(self.cum_act, target, side="right")
         return np.minimum(pos, len(self.cum_act) - 1)
 
 
+def _edges_drawn(s: SyntheticSpec) -> int:
+    return int(round(s.nodes * s.avg_degree / 2 * 1.13))  # extra for the duplicates the builder drops
+
+
 def _edge_chunks(s: SyntheticSpec, layout: _Layout):
-    m = int(round(s.nodes * s.avg_degree / 2 * 1.13))  # extra for the duplicates the builder drops (~11%)
-    total_act = layout.cum_act[-1]
+    m = _edges_drawn(s)
     for k, start in enumerate(range(0, m, EDGE_CHUNK)):
         rng = np.random.default_rng([s.seed, 2, k])
         size = min(EDGE_CHUNK, m - start)
-        a = np.minimum(
-            np.searchsorted(layout.cum_act, rng.random(size) * total_act, side="right"), s.nodes - 1
-        )
+        a = layout.sample_any(rng.random(size))
         ca = layout.node_comm[a]
         kind = rng.random(size)
         inside = kind >= s.cross_ratio
@@ -169,10 +176,7 @@ def _edge_chunks(s: SyntheticSpec, layout: _Layout):
         b = layout.sample_in(target_comm, rng.random(size))
         anywhere = ~inside & ~sibling
         if anywhere.any():
-            b[anywhere] = np.minimum(
-                np.searchsorted(layout.cum_act, rng.random(int(anywhere.sum())) * total_act, side="right"),
-                s.nodes - 1,
-            )
+            b[anywhere] = layout.sample_any(rng.random(int(anywhere.sum())))
         yield layout.perm[a].astype(np.int64), layout.perm[b].astype(np.int64)
 
 
@@ -203,9 +207,7 @@ def synthetic_source(spec: SyntheticSpec, name: str | None = None) -> GraphSourc
         feature_blocks=lambda: _feature_blocks(spec, layout),
         labels=layout.labels,
         num_classes=spec.num_classes,
-        splits=None,
-        expected_arcs=None,
-        arcs_hint=int(round(spec.nodes * spec.avg_degree / 2 * 1.13)),  # what _edge_chunks draws
+        arcs_hint=_edges_drawn(spec),
         undirected_once=True,
         info={"format": "synthetic", "spec": asdict(spec), "communities": layout.num_communities},
     )

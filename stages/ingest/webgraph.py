@@ -515,7 +515,6 @@ def _decode_par(words, nbits, goffs, deg, csr, succ, starts, warm, codec, status
                 words, nbits, pos, y, d, scratch, rs, rl, scratch, csr[y] - base, tmpa, tmpb, codec
             )
             valid[y - w0] = st == _OK and pos == goffs[y + 1]
-        # The range itself.
         for x in range(s, e):
             d, pos = _read(words, goffs[x], nbits, c_out, k)
             if d == 0:
@@ -811,18 +810,6 @@ class _Params:
     props: dict[str, Any]
 
     @property
-    def kernel_codes(self) -> tuple[int, ...]:
-        c = self.codes
-        return (
-            c["OUTDEGREES"],
-            c["REFERENCES"],
-            c["BLOCK_COUNT"],
-            c["BLOCKS"],
-            c["INTERVALS"],
-            c["RESIDUALS"],
-        )
-
-    @property
     def succ_dtype(self) -> type:
         return np.int32 if self.nodes < 2**31 else np.int64
 
@@ -929,7 +916,8 @@ def _read_offsets(p: _Params, graph_bits: int) -> np.ndarray:
 def _kernel_args(p: _Params) -> tuple[int, ...]:
     """The codec of the graph, as the decoding kernels take it (one tuple: n_nodes, window, min_int, the codes
     of outdegrees, references, block counts, blocks, intervals and residuals, and zeta's k)."""
-    return tuple(int(v) for v in (p.nodes, p.window, p.min_int, *p.kernel_codes, p.k))
+    fields = ("OUTDEGREES", "REFERENCES", "BLOCK_COUNT", "BLOCKS", "INTERVALS", "RESIDUALS")
+    return tuple(int(v) for v in (p.nodes, p.window, p.min_int, *(p.codes[f] for f in fields), p.k))
 
 
 def _alloc(n: int, dtype, p: _Params) -> np.ndarray:
@@ -1169,9 +1157,6 @@ def read_webgraph(basename: str | os.PathLike, *, max_arcs: int = 1 << 24) -> Gr
         num_nodes=p.nodes,
         arcs=arcs,
         path=str(p.graph),
-        feature_blocks=None,
-        labels=None,
-        splits=None,
         expected_arcs=p.arcs,
         undirected_once=False,
         info=info,

@@ -22,16 +22,6 @@ from stages.strategies.registry import LEGACY_STRATEGY
 SPLITS = ("train", "valid", "test")
 
 
-def _read_json(path: Path, what: str) -> dict:
-    """A JSON file of a run or of the artifacts it refers to, checked (seal, an object)."""
-    return read_json_file(path, required={})
-
-
-def read_epochs(run: Path) -> list[dict]:
-    """metrics.jsonl as one record per epoch, ascending; a resumed run's repeated epochs keep their last record."""
-    return read_metrics(run)
-
-
 def _artifact(ref: str | None, run: Path, marker: str, relpath: str | None = None) -> Path | None:
     """The folder a run.json reference points to — relative to the run first — else a folder of that name beside
     the run (moved together)."""
@@ -207,11 +197,8 @@ class RunData:
             acc = self.accuracy(split)
             out[f"final_{split}_acc"] = acc[-1][2] if acc else None
             out[f"best_{split}_acc"] = max(a for _, _, a in acc) if acc else None
-        for key in (
-            "comm_hidden_share",
-            "comm_waited_share",
-            "comm_moving_share",
-        ):  # one epoch's share is noisy
+        # one epoch's share is noisy
+        for key in ("comm_hidden_share", "comm_waited_share", "comm_moving_share"):
             traced = [float(r[key]) for r in self.epochs if r.get(key) is not None]
             out[key] = statistics.median(traced) if traced else None
         ev = (self.eval or {}).get("accuracy") or {}
@@ -228,21 +215,21 @@ def load_run(path: str | Path) -> RunData:
     if not (run / "run.json").is_file():
         raise G3InputError("not a g3 run (no run.json; run `g3 train` first)", path=run)
     meta = load_run_meta(run)  # a "running" run nobody holds the lock of reads as interrupted
-    data = RunData(path=run, meta=meta, epochs=read_epochs(run))
+    data = RunData(path=run, meta=meta, epochs=read_metrics(run))
     if (run / "eval.json").is_file():
-        data.eval = _read_json(run / "eval.json", "eval.json")
+        data.eval = read_json_file(run / "eval.json", required={})
     plan_dir = _artifact(
         (meta.get("plan") or {}).get("path"), run, "plan.json", (meta.get("plan") or {}).get("relpath")
     )
     if plan_dir is not None:
-        data.plan = _read_json(plan_dir / "plan.json", "plan.json")
+        data.plan = read_json_file(plan_dir / "plan.json", required={})
     part_ref = meta.get("partition") or {}
     part_dir = None
     if plan_dir is not None and part_ref.get("relpath"):  # relative to the plan, as the plan records it
         part_dir = _artifact(part_ref.get("path"), plan_dir, "partition.json", part_ref["relpath"])
     part_dir = part_dir or _artifact(part_ref.get("path"), run, "partition.json")
     if part_dir is not None:
-        data.partition = _read_json(part_dir / "partition.json", "partition.json")
+        data.partition = read_json_file(part_dir / "partition.json", required={})
         data.partition.setdefault("path", str(part_dir))
     _owned_nodes(data)
     return data

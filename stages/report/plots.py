@@ -40,6 +40,12 @@ def _save(fig, path: Path) -> bool:
     return True
 
 
+def _max_over_mean(values: list[float]) -> float:
+    """The balance ratio of ``values`` (1 = even; 1 also when they are all 0)."""
+    mean = sum(values) / len(values)
+    return max(values) / mean if mean else 1.0
+
+
 def _legend(ax, n: int) -> None:
     if n > 6:
         ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
@@ -57,9 +63,9 @@ TIME_AXIS = "training time after epoch 0 (s; epoch 0, with its JIT compilation, 
 
 def time_to_accuracy_figure(runs: list[RunData]):
     """The figure of :func:`time_to_accuracy`, or None. The time axis starts at the end of epoch 0: that epoch's
-    time is mostly one-time start-up (numba's JIT compilation, the first feature exchange: 8.9 s of the demo's
-    15.3 s), which would shift every curve by its own constant and hide how fast each strategy then learns; an
-    evaluation after epoch 0 lies at 0."""
+    time is mostly one-time start-up (numba's JIT compilation, the first feature exchange), which would shift
+    every curve by its own constant and hide how fast each strategy then learns; an evaluation after epoch 0 lies
+    at 0."""
     if not any(r.accuracy("test") or r.accuracy("valid") for r in runs):
         return None
     fig, ax = plt.subplots(figsize=(10.5 if 2 * len(runs) > 6 else 8, 4.8))
@@ -158,8 +164,7 @@ def scaling(runs: list[RunData], path: Path) -> bool:
     ax.set_title("Throughput against workers")
     ax.grid(alpha=0.3)
     _legend(ax, len(groups))
-    _save(fig, path)
-    return True
+    return _save(fig, path)
 
 
 def worker_breakdown(run: RunData, path: Path, top: float | None = None) -> bool:
@@ -189,17 +194,13 @@ def worker_breakdown_figure(run: RunData, top: float | None = None):
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     if top is not None:
         ax.set_ylim(0, top)
-    compute = [w["compute"] for w in rows]
-    mean = sum(compute) / len(compute)
-    n = rows[0]["epochs"]
-    averaged = [
-        int(r["epoch"]) for r in run.epochs[len(run.epochs) - n :]
-    ]  # numbered as g3 train does (from 0)
+    # the epochs averaged, numbered as g3 train does (from 0)
+    averaged = [int(r["epoch"]) for r in run.epochs[len(run.epochs) - rows[0]["epochs"] :]]
     ax.set_xlabel("worker (rank)")
     ax.set_ylabel("seconds per epoch" + (" (one scale for all runs)" if top is not None else ""))
     ax.set_title(
         f"{run.label}\nwhere each worker's epoch goes (mean of epochs {averaged[0]}–{averaged[-1]}; "
-        f"compute max/mean {max(compute) / mean if mean else 1.0:.2f})",
+        f"compute max/mean {_max_over_mean([w['compute'] for w in rows]):.2f})",
         fontsize="medium",
     )
     ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=4, frameon=False)
@@ -224,16 +225,12 @@ def partition_remote(run: RunData, path: Path) -> bool:
     if before and len(before) == len(ids):
         ax.bar(ids, before, width=0.8, color="none", edgecolor="grey", label="METIS (before rebalancing)")
     ax.bar(ids, remote, width=0.5, color="#4C72B0", label=f"{part.get('method', '?')}")
-    mean = sum(remote) / len(remote)
-    ax.axhline(mean, color="black", linestyle=":", linewidth=1, label="mean")
-    ax.set_title(
-        f"remote set |V_i^remote| (max/mean {max(remote) / mean if mean else 1.0:.3f})", fontsize="medium"
-    )
+    ax.axhline(sum(remote) / len(remote), color="black", linestyle=":", linewidth=1, label="mean")
+    ax.set_title(f"remote set |V_i^remote| (max/mean {_max_over_mean(remote):.3f})", fontsize="medium")
     ax.set_ylabel("nodes received per layer")
     ax2.bar(ids, arcs, width=0.6, color="#55A868")
-    amean = sum(arcs) / len(arcs)
-    ax2.axhline(amean, color="black", linestyle=":", linewidth=1)
-    ax2.set_title(f"arcs |E(V_i)| (max/mean {max(arcs) / amean if amean else 1.0:.3f})", fontsize="medium")
+    ax2.axhline(sum(arcs) / len(arcs), color="black", linestyle=":", linewidth=1)
+    ax2.set_title(f"arcs |E(V_i)| (max/mean {_max_over_mean(arcs):.3f})", fontsize="medium")
     for a in (ax, ax2):
         a.set_xlabel("partition")
         a.set_xticks(ids, [str(i) for i in ids], fontsize="small" if len(ids) > 16 else None)
@@ -246,5 +243,4 @@ def partition_remote(run: RunData, path: Path) -> bool:
         f"  (used by {run.label})",
         fontsize="medium",
     )
-    _save(fig, path)
-    return True
+    return _save(fig, path)

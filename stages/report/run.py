@@ -1,15 +1,8 @@
 """`g3 report`: plots and a summary comparing one or several training runs.
 
 Entry point: :func:`run_report`. Reads only run folders (run.json, metrics.jsonl, eval.json, trace/) and the plan
-and partition they name; writes PNGs, ``summary.json`` and ``index.html`` into the output folder (documented
-in docs/ARTIFACTS.md, "Report"):
-
-- ``time_to_accuracy.png`` — valid/test accuracy against training time after epoch 0 (runs that evaluated);
-- ``throughput.png`` — throughput of every epoch (Σ over workers of owned nodes / epoch time, as in the paper);
-- ``scaling.png`` — median throughput against the worker count (only when the runs span several counts);
-- ``workers*.png`` — per run, stacked bars per worker: compute, communication wait, all-reduce + step, idle;
-- ``partition*.png`` — per partition, the remote-set size (and the METIS start for g3) and arcs of every part;
-- ``timeline*.png`` — per run with a RUN/trace/ folder, the bin timeline of the traced epoch (Gantt per rank).
+and partition they name; writes PNGs, ``summary.json`` and ``index.html`` into the output folder (each file is
+documented in docs/ARTIFACTS.md, "Report").
 """
 
 from __future__ import annotations
@@ -98,40 +91,34 @@ def run_report(
     def add(target: list[dict], kind: str, file: str, caption: str, members: list[RunData]) -> None:
         target.append({"kind": kind, "file": file, "caption": caption, "runs": [m.label for m in members]})
 
-    if plots.time_to_accuracy(data, out / "time_to_accuracy.png"):
-        add(
-            compare,
+    comparisons = [  # the plot, its kind (and file name), its caption, why it is missing
+        (
+            plots.time_to_accuracy,
             "time_to_accuracy",
-            "time_to_accuracy.png",
             "Time to accuracy: test (solid) and validation (dashed) accuracy against training time after epoch 0 "
             "(epoch 0 compiles the kernels: its time is left out).",
-            data,
-        )
-    else:
-        notes.append("no time-to-accuracy plot: no run evaluated during training (g3 train --eval-every 0)")
-    if plots.throughput(data, out / "throughput.png"):
-        add(
-            compare,
+            "no time-to-accuracy plot: no run evaluated during training (g3 train --eval-every 0)",
+        ),
+        (
+            plots.throughput,
             "throughput",
-            "throughput.png",
             "Throughput of every epoch (nodes/s summed over workers); dotted: each run's median.",
-            data,
-        )
-    else:
-        notes.append(
-            "no throughput plot: no run has node counts (plan, partition and store metadata missing)"
-        )
-    if len(data) > 1:
-        if plots.scaling(data, out / "scaling.png"):
-            add(
-                compare,
-                "scaling",
-                "scaling.png",
-                "Median throughput against the number of workers, one line per configuration.",
-                data,
-            )
+            "no throughput plot: no run has node counts (plan, partition and store metadata missing)",
+        ),
+        (
+            plots.scaling,
+            "scaling",
+            "Median throughput against the number of workers, one line per configuration.",
+            "no scaling plot: the runs do not span two or more worker counts",
+        ),
+    ]
+    for draw, kind, caption, why_not in comparisons:
+        if kind == "scaling" and len(data) == 1:
+            continue  # one run has one worker count
+        if draw(data, out / f"{kind}.png"):
+            add(compare, kind, f"{kind}.png", caption, data)
         else:
-            notes.append("no scaling plot: the runs do not span two or more worker counts")
+            notes.append(why_not)
 
     drawn_partitions: dict[str, dict] = {}
     untraced: list[str] = []
@@ -180,12 +167,8 @@ def run_report(
             f = f"timeline{suffix}.png"
             drawn = next((e for e in r.epochs if e.get("traced") and int(e["epoch"]) == trace.epoch), {})
             share = drawn.get("comm_hidden_share")  # this epoch's own share (the summary's is the median)
-            plot_timeline(
-                trace,
-                r.label,
-                out / f,
-                None if share is None else f"communication hidden under compute: {100 * share:.0f} %",
-            )
+            hidden = None if share is None else f"communication hidden under compute: {100 * share:.0f} %"
+            plot_timeline(trace, r.label, out / f, hidden)
             add(
                 per_run,
                 "timeline",

@@ -80,11 +80,7 @@ def find_trace(run: Path) -> tuple[Trace | None, str]:
             lane = str(ev.get("tid", 0))
             if ev.get("ph") == "M" and ev.get("name") == "thread_name":
                 trace.lane_names[(rank, lane)] = str((ev.get("args") or {}).get("name", lane))
-            elif (
-                ev.get("ph") == "X"
-                and isinstance(ev.get("ts"), int | float)
-                and isinstance(ev.get("dur"), int | float)
-            ):
+            elif ev.get("ph") == "X" and all(isinstance(ev.get(k), int | float) for k in ("ts", "dur")):
                 trace.events.setdefault(rank, []).append({**ev, "pid": rank, "tid": lane})
                 args = ev.get("args") or {}
                 if trace.epoch is None and isinstance(args.get("epoch"), int):
