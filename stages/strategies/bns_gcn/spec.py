@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from stages.common.knobs import Layer0CacheKnobs
 from stages.kits.simulate.systems import BinsSystem
 from stages.strategies.bns_gcn import plan
@@ -11,12 +9,8 @@ from stages.strategies.bns_gcn import simulate as bins
 from stages.strategies.g3 import simulate
 from stages.strategies.spec import AdviseVariant, StrategySpec
 
-if TYPE_CHECKING:  # its class is imported when a worker asks for it
-    from stages.kits.runtime.strategy import Strategy
 
-
-def runtime_class() -> type[Strategy]:
-    """Its runtime, imported when a worker runs it: planning, simulating and the CLI's help never load torch."""
+def runtime_class():  # imported when a worker asks for it (see StrategySpec.runtime)
     from stages.strategies.bns_gcn.runtime import BnsGcnStrategy
 
     return BnsGcnStrategy

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from stages.kits.partition.methods import PartitionMethod
 from stages.strategies.bytegnn import partition, plan, simulate
 from stages.strategies.bytegnn.knobs import ByteGnnKnobs
 from stages.strategies.spec import StrategySpec
 
-if TYPE_CHECKING:  # its class is imported when a worker asks for it
-    from stages.kits.runtime.strategy import Strategy
 
-
-def runtime_class() -> type[Strategy]:
-    """Its runtime, imported when a worker runs it: planning, simulating and the CLI's help never load torch."""
+def runtime_class():  # imported when a worker asks for it (see StrategySpec.runtime)
     from stages.strategies.bytegnn.runtime import ByteGnnStrategy
 
     return ByteGnnStrategy

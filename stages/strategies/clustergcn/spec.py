@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from stages.common.knobs import SamplingKnobs
 from stages.strategies.clustergcn import plan, simulate
 from stages.strategies.spec import StrategySpec
 
-if TYPE_CHECKING:  # its class is imported when a worker asks for it
-    from stages.kits.runtime.strategy import Strategy
 
-
-def runtime_class() -> type[Strategy]:
-    """Its runtime, imported when a worker runs it: planning, simulating and the CLI's help never load torch."""
+def runtime_class():  # imported when a worker asks for it (see StrategySpec.runtime)
     from stages.strategies.clustergcn.runtime import ClusterGcnStrategy
 
     return ClusterGcnStrategy

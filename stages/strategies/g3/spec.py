@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from stages.kits.partition.methods import PartitionMethod
 from stages.kits.simulate.systems import BinsSystem
 from stages.strategies.g3 import partition, plan, schedules, simulate
@@ -11,12 +9,8 @@ from stages.strategies.g3.knobs import G3Knobs
 from stages.strategies.g3.pipeline import SCHEDULES
 from stages.strategies.spec import AdviseVariant, StrategySpec
 
-if TYPE_CHECKING:  # its class is imported when a worker asks for it
-    from stages.kits.runtime.strategy import Strategy
 
-
-def runtime_class() -> type[Strategy]:
-    """Its runtime, imported when a worker runs it: planning, simulating and the CLI's help never load torch."""
+def runtime_class():  # imported when a worker asks for it (see StrategySpec.runtime)
     from stages.strategies.g3.runtime import G3Strategy
 
     return G3Strategy

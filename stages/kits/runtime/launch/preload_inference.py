@@ -1,11 +1,8 @@
-"""What the fork server of an evaluation imports once so that no forked worker pays for it (besides the module of
-the workers' entry, which imports the strategies: ``processes.preload_for``): ``torch.fx.experimental.symbolic_shapes`` (the first ``empty_like`` of
-``nn.utils.skip_init`` imports it) and numba's registries (below). ``stages/kits/runtime/launch/preload.py`` adds what only
-training needs (``torch._dynamo``, imported by the first optimizer); docs/BENCHMARKS.md, "g3 eval start-up".
-
-Nothing here starts a thread of its own or a process group, so the server stays safe to fork (preload.py says
-why OpenBLAS's pool is no exception).
-"""
+"""What the fork server imports once for any run's workers (the module of their entry, which imports every
+strategy's runtime, beside it: ``processes.preload_for``): ``torch.fx.experimental.symbolic_shapes`` (the first
+``skip_init`` imports it) and numba's registries (below). Nothing here starts a thread of its own: the one native
+thread the server gains is OpenBLAS's pool (scipy.linalg, imported by numba's registries), which OpenBLAS shuts
+down before a fork and re-creates after."""
 
 from __future__ import annotations
 
