@@ -41,9 +41,9 @@ def test_each_stage_records_its_time_and_peak_memory_and_info_shows_it(tiny_stor
         assert cost["peak_memory_bytes"] == cost["process_peak_bytes"] + cost["workers_peak_bytes"], kind
     # training's two workers report their own peaks, added to the command's
     assert costs["run"]["workers_peak_bytes"] > 2 * 10 * 2**20
-    assert (
-        process_peak_bytes() >= costs["plan"]["process_peak_bytes"]
-    )  # this process ran the in-process stages
+    # this process ran the in-process stages: its high-water mark holds the plan's, give or take what the kernel
+    # updates lazily (pages a reader released with madvise do not raise VmHWM when they go)
+    assert process_peak_bytes() >= costs["plan"]["process_peak_bytes"] - 2**20
     for artifact in (store, part, plan, run):
         r = invoke(["info", str(artifact)])
         assert r.exit_code == 0 and "made in " in r.output and "peak memory" in r.output, (artifact, r.output)
