@@ -91,13 +91,25 @@ def tiny_store(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def store(tmp_path_factory) -> Path:
     """The small graph of the training and strategy tests: 240 nodes, 6 communities, 10 features, 4 classes."""
-    from stages.ingest.build import IngestOptions, build_store
-    from stages.ingest.synthetic import resolve_spec, synthetic_source
+    from helpers import STORE_SPEC, synthetic_store
 
-    spec = resolve_spec(None, nodes=240, avg_degree=6, feat_dim=10, num_classes=4, communities=6, seed=5)
-    out = tmp_path_factory.mktemp("train") / "g"
-    build_store(synthetic_source(spec), out, IngestOptions(seed=5))
-    return out
+    return synthetic_store(tmp_path_factory.mktemp("train") / "g", **STORE_SPEC)
+
+
+@pytest.fixture(scope="session")
+def partitions(store, tmp_path_factory):
+    """`g3 partition` of `store` (seed 1), made once per (method, K) and only read by the tests."""
+    from helpers import g3_partition
+
+    root = tmp_path_factory.mktemp("parts")
+    made: dict[tuple[str, int], Path] = {}
+
+    def get(method: str, k: int) -> Path:
+        if (method, k) not in made:
+            made[(method, k)] = g3_partition(store, root / f"{method}-{k}", k, method=method, seed=1)
+        return made[(method, k)]
+
+    return get
 
 
 @pytest.fixture

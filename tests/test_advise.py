@@ -9,12 +9,14 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import advise
 
-from stages.advise import ADVISE_SCHEMA, ADVISE_VERSION, AdviseOptions, run_advise
+from stages.advise import ADVISE_SCHEMA, ADVISE_VERSION, AdviseOptions
 from stages.strategies.registry import STRATEGIES
 
 STRATS = ("g3", "bns-gcn", "neutrontp", "distdgl", "clustergcn")
 LINKS = ("10mbit", "10gbit")
+AT_1GBIT = dict(workers=(2,), links=("1gbit",))  # the later calls: K = 2 at one link rate
 KEYS = (
     "strategy",
     "workers",
@@ -33,17 +35,9 @@ KEYS = (
 @pytest.fixture(scope="module")
 def advice(tiny_store, tmp_path_factory):
     root = tmp_path_factory.mktemp("advise")
-    opts = AdviseOptions(
-        workers=(2,),
-        links=LINKS,
-        device_memory="1GiB",
-        strategies=STRATS,
-        plans=str(root / "plans"),
-        cache=str(root / "cache"),
-        calibrate_link="local",
+    return root, advise(
+        tiny_store, root, "out", workers=(2,), links=LINKS, device_memory="1GiB", strategies=STRATS
     )
-    result = run_advise(tiny_store, opts, out=root / "out")
-    return root, result
 
 
 def _predicted(result, link=None):
@@ -259,18 +253,8 @@ def test_time_to_target_takes_the_same_optimizer_steps_or_the_same_epochs(advice
             e["predicted_epoch_seconds"] * e["epochs_to_target"]
         )
     assert {"full-graph", "mini-batch"} <= families
-    opts = AdviseOptions(
-        workers=(2,),
-        links=("1gbit",),
-        device_memory="1GiB",
-        strategies=("g3", "distdgl"),
-        plans=str(root / "plans"),
-        cache=str(root / "cache"),
-        calibrate_link="local",
-        convergence="epochs",
-        target_epochs=40,
-    )
-    same = run_advise(tiny_store, opts, out=root / "epochs")
+    by_epochs = dict(strategies=("g3", "distdgl"), convergence="epochs", target_epochs=40)
+    same = advise(tiny_store, root, "epochs", **AT_1GBIT, device_memory="1GiB", **by_epochs)
     assert same["time_to_target"]["model"] == "epochs"
     for e in _predicted(same):
         assert e["epochs_to_target"] == 40
@@ -279,16 +263,8 @@ def test_time_to_target_takes_the_same_optimizer_steps_or_the_same_epochs(advice
 
 def test_too_little_device_memory_is_refused_or_ranked_after_what_fits(advice, tiny_store):
     root, first = advice
-    opts = AdviseOptions(
-        workers=(2,),
-        links=("1gbit",),
-        device_memory="2MiB",
-        strategies=("g3", "bns-gcn", "distdgl"),
-        plans=str(root / "plans"),
-        cache=str(root / "cache"),
-        calibrate_link="local",
-    )
-    result = run_advise(tiny_store, opts, out=root / "small")
+    strategies = ("g3", "bns-gcn", "distdgl")
+    result = advise(tiny_store, root, "small", **AT_1GBIT, device_memory="2MiB", strategies=strategies)
     ranking = result["ranking"]
     fits = [e for e in ranking if e["fits"]]
     not_fit = [e for e in ranking if e["fits"] is False]
@@ -311,16 +287,7 @@ def test_too_little_device_memory_is_refused_or_ranked_after_what_fits(advice, t
 
 def test_gat_is_refused_by_the_strategies_that_do_not_train_it(advice, tiny_store):
     root, _ = advice
-    opts = AdviseOptions(
-        workers=(2,),
-        links=("1gbit",),
-        model="gat",
-        strategies=("neutrontp", "p3"),
-        plans=str(root / "plans"),
-        cache=str(root / "cache"),
-        calibrate_link="local",
-    )
-    result = run_advise(tiny_store, opts, out=root / "gat")
+    result = advise(tiny_store, root, "gat", **AT_1GBIT, model="gat", strategies=("neutrontp", "p3"))
     assert result["ranking"] and all(e["status"] == "refused" for e in result["ranking"])
     assert all("does not train gat" in e["reason"] for e in result["ranking"])
     assert result["calibration"]["profile"] is None and result["calibration"]["runs"] == []
@@ -328,16 +295,7 @@ def test_gat_is_refused_by_the_strategies_that_do_not_train_it(advice, tiny_stor
 
 def test_the_budget_bounds_the_calibration_runs(advice, tiny_store):
     root, _ = advice
-    opts = AdviseOptions(
-        workers=(2,),
-        links=("1gbit",),
-        strategies=("distdgl", "bytegnn"),
-        budget=1e-6,
-        plans=str(root / "plans"),
-        cache=str(root / "cache"),
-        calibrate_link="local",
-    )
-    result = run_advise(tiny_store, opts, out=root / "budget")
+    result = advise(tiny_store, root, "budget", **AT_1GBIT, strategies=("distdgl", "bytegnn"), budget=1e-6)
     status = {r["strategy"]: r["status"] for r in result["calibration"]["runs"]}
     assert status == {"distdgl": "ok", "bytegnn": "skipped (budget)"}  # distdgl's run is the cached one
     skipped = next(e for e in result["ranking"] if e["strategy"] == "bytegnn")

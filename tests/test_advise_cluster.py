@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import advise
 
-from stages.advise import AdviseOptions, run_advise
 from stages.simulate import Network, SimulateOptions, allreduce_seconds, simulate_plan
 
 STRATS = ("g3", "bns-gcn", "neutrontp", "distdgl")
@@ -42,27 +42,17 @@ def _cluster_file(folder: Path, name: str, hosts: list[dict]) -> str:
 def uniform(tiny_store, tmp_path_factory):
     """The plain call: K = 2 at two link rates, 1 GiB per worker; its cache serves every cluster call below."""
     root = tmp_path_factory.mktemp("advise-cluster")
-    opts = AdviseOptions(
-        workers=(2,),
-        links=LINKS,
-        device_memory="1GiB",
-        strategies=STRATS,
-        cache=str(root / "cache"),
-        plans=str(root / "plans"),
-        calibrate_link="local",
-    )
-    return root, run_advise(tiny_store, opts, out=root / "uniform")
+    uniform = dict(workers=(2,), links=LINKS, device_memory="1GiB", strategies=STRATS)
+    return root, advise(tiny_store, root, "uniform", **uniform)
 
 
 def _advise_cluster(root: Path, store, name: str, hosts: list[dict], strategies=STRATS) -> dict:
-    opts = AdviseOptions(
-        cluster=_cluster_file(root, name, hosts),
-        strategies=strategies,
-        cache=str(root / "cache"),
-        plans=str(root / "plans"),
-        calibrate_link="local",
-    )
-    return run_advise(store, opts, out=root / name)
+    return advise(store, root, name, cluster=_cluster_file(root, name, hosts), strategies=strategies)
+
+
+def _host(name: str, count: int, device_memory: str, link: str, **more) -> dict:
+    """A host kind of a cluster file."""
+    return {"name": name, "count": count, "device_memory": device_memory, "link": link, **more}
 
 
 def _by_candidate(result: dict, link: str | None = None) -> dict:
@@ -107,12 +97,7 @@ def _system(entry: dict, result: dict, speeds=None, links=None, bandwidth=10e9 /
 @pytest.mark.parametrize("link", LINKS)
 def test_a_uniform_cluster_predicts_exactly_as_workers_link_and_device_memory(uniform, tiny_store, link):
     root, plain = uniform
-    result = _advise_cluster(
-        root,
-        tiny_store,
-        f"same-{link}",
-        [{"name": "node", "count": 2, "device_memory": "1GiB", "link": link}],
-    )
+    result = _advise_cluster(root, tiny_store, f"same-{link}", [_host("node", 2, "1GiB", link)])
     assert result["cache"]["made"] == []  # the plain call's partitions, plans and calibration runs, reused
     assert result["workers"] == [2] and result["links"] == [f"same-{link}"]
     assert result["cluster"]["workers"] == 2 and result["cluster"]["rank_kinds"] == ["node", "node"]
@@ -141,16 +126,8 @@ def test_halving_one_host_kinds_speed_doubles_its_workers_compute(uniform, tiny_
     computed (plus the optimizer step, now the slow host's); in the mini-batch model the slow worker's step
     (its sampling, gathering and compute at half speed) bounds every step."""
     root, plain = uniform
-    result = _advise_cluster(
-        root,
-        tiny_store,
-        "half",
-        [
-            {"name": "fast", "count": 1, "device_memory": "1GiB", "link": "10gbit"},
-            {"name": "slow", "count": 1, "device_memory": "1GiB", "link": "10gbit", "speed": 0.5},
-        ],
-        strategies=("bns-gcn", "distdgl"),
-    )
+    hosts = [_host("fast", 1, "1GiB", "10gbit"), _host("slow", 1, "1GiB", "10gbit", speed=0.5)]
+    result = _advise_cluster(root, tiny_store, "half", hosts, strategies=("bns-gcn", "distdgl"))
     assert result["cluster"]["rank_kinds"] == ["fast", "slow"]
     ours, theirs = _by_candidate(result), _by_candidate(plain, "10gbit")
     for key, e in ours.items():
@@ -200,13 +177,7 @@ def test_slowing_one_host_kinds_link_slows_the_communication(uniform, tiny_store
     candidate that sends grows (the same bytes), and the mini-batch model's transfer time is 10x its own."""
     root, plain = uniform
     result = _advise_cluster(
-        root,
-        tiny_store,
-        "slowlink",
-        [
-            {"name": "a", "count": 1, "device_memory": "1GiB", "link": "100mbit"},
-            {"name": "b", "count": 1, "device_memory": "1GiB", "link": "10mbit"},
-        ],
+        root, tiny_store, "slowlink", [_host("a", 1, "1GiB", "100mbit"), _host("b", 1, "1GiB", "10mbit")]
     )
     ours, theirs = _by_candidate(result), _by_candidate(plain, "100mbit")
     assert ours.keys() == theirs.keys()
@@ -243,16 +214,8 @@ def test_each_pair_of_workers_talks_at_the_slower_of_its_two_links(uniform, tiny
     """K = 3, two hosts at 100 Mbit/s and one at 10 Mbit/s: the two fast hosts talk at 100 Mbit/s, only what
     crosses to the slow one runs at 10 Mbit/s — the epoch lies between the all-fast and the all-slow cluster's."""
     root, _ = uniform
-    result = _advise_cluster(
-        root,
-        tiny_store,
-        "three",
-        [
-            {"name": "a", "count": 2, "device_memory": "1GiB", "link": "100mbit"},
-            {"name": "b", "count": 1, "device_memory": "1GiB", "link": "10mbit"},
-        ],
-        strategies=("bns-gcn",),
-    )
+    hosts = [_host("a", 2, "1GiB", "100mbit"), _host("b", 1, "1GiB", "10mbit")]
+    result = _advise_cluster(root, tiny_store, "three", hosts, strategies=("bns-gcn",))
     assert result["workers"] == [3] and result["cluster"]["rank_kinds"] == ["a", "a", "b"]
     e = _by_candidate(result)[("bns-gcn", "boundary sample 1 (exact)")]
     mbit = 1e6 / 8
@@ -270,16 +233,8 @@ def test_a_host_kind_with_too_little_memory_does_not_fit_and_is_named(uniform, t
     """Plans are sized for the smallest device (g3's bins fit it); a strategy whose workers hold their whole
     partition fits the big host kind and not the small one, and says which."""
     root, _ = uniform
-    result = _advise_cluster(
-        root,
-        tiny_store,
-        "mixed",
-        [
-            {"name": "big", "count": 1, "device_memory": "1GiB", "link": "1gbit"},
-            {"name": "small", "count": 1, "device_memory": "3MiB", "link": "1gbit"},
-        ],
-        strategies=("g3", "bns-gcn"),
-    )
+    hosts = [_host("big", 1, "1GiB", "1gbit"), _host("small", 1, "3MiB", "1gbit")]
+    result = _advise_cluster(root, tiny_store, "mixed", hosts, strategies=("g3", "bns-gcn"))
     assert result["device_memory_bytes"] == 3 * 2**20  # the smallest device: what every plan is sized for
     g3 = [e for e in result["ranking"] if e["strategy"] == "g3"]
     assert g3 and all(e["fits"] and e["status"] == "ok" and e["peak_memory_bytes"] <= 3 * 2**20 for e in g3)
@@ -307,10 +262,7 @@ def test_fit_is_checked_per_host_kind_not_against_the_smallest_device(uniform, t
     peaks = worker_memory(load_plan_meta(bns["plan"]))
     assert len(peaks) == 2 and peaks[0] != peaks[1]
     small = (peaks[0] + peaks[1]) // 2
-    kinds = [
-        {"name": "big", "count": 1, "device_memory": "1GiB", "link": "1gbit"},
-        {"name": "small", "count": 1, "device_memory": str(small), "link": "1gbit"},
-    ]
+    kinds = [_host("big", 1, "1GiB", "1gbit"), _host("small", 1, str(small), "1gbit")]
     result = _advise_cluster(
         root, tiny_store, "between", kinds if peaks[0] > peaks[1] else kinds[::-1], strategies=("bns-gcn",)
     )
@@ -323,13 +275,8 @@ def test_workers_of_one_host_talk_over_its_loopback(uniform, tiny_store):
     """Two workers on one host: nothing crosses a link in the bins engine (no all-reduce either), so the exact
     full-graph candidates are faster than on two hosts at 100 Mbit/s."""
     root, plain = uniform
-    result = _advise_cluster(
-        root,
-        tiny_store,
-        "onehost",
-        [{"name": "box", "count": 1, "workers_per_host": 2, "device_memory": "1GiB", "link": "100mbit"}],
-        strategies=("bns-gcn",),
-    )
+    box = _host("box", 1, "1GiB", "100mbit", workers_per_host=2)
+    result = _advise_cluster(root, tiny_store, "onehost", [box], strategies=("bns-gcn",))
     assert result["cluster"]["workers"] == 2 and result["workers"] == [2]
     ours, theirs = _by_candidate(result), _by_candidate(plain, "100mbit")
     for key, e in ours.items():
@@ -343,12 +290,7 @@ def test_the_table_names_the_cluster(uniform, tiny_store, cli_runner):
 
     root, _ = uniform
     path = _cluster_file(
-        root,
-        "lab",
-        [
-            {"name": "new", "count": 1, "device_memory": "1GiB", "link": "10gbit"},
-            {"name": "old", "count": 1, "device_memory": "1GiB", "link": "100mbit", "speed": 0.5},
-        ],
+        root, "lab", [_host("new", 1, "1GiB", "10gbit"), _host("old", 1, "1GiB", "100mbit", speed=0.5)]
     )
     r = cli_runner.invoke(
         cli,
@@ -381,7 +323,7 @@ def test_the_table_names_the_cluster(uniform, tiny_store, cli_runner):
 # bad input
 # ------------------------------------------------------------------------------------------------------------
 
-GOOD = {"name": "a", "count": 1, "device_memory": "1GiB", "link": "1gbit"}
+GOOD = _host("a", 1, "1GiB", "1gbit")
 
 
 @pytest.mark.parametrize(
@@ -480,8 +422,8 @@ def test_ranks_fill_the_hosts_in_the_files_order(tmp_path):
             tmp_path,
             "c",
             [
-                {"name": "x", "count": 2, "workers_per_host": 2, "device_memory": "2GiB", "link": "1gbit"},
-                {"name": "y", "count": 1, "device_memory": "512MiB", "link": "100mbit", "speed": 0.25},
+                _host("x", 2, "2GiB", "1gbit", workers_per_host=2),
+                _host("y", 1, "512MiB", "100mbit", speed=0.25),
             ],
         )
     )
@@ -522,34 +464,13 @@ def test_a_message_runs_at_the_slower_of_its_two_links_and_the_ring_at_the_slowe
 
 
 def test_per_worker_speed_in_the_bins_and_step_models():
-    from stages.common.model_spec import LayerShape
+    from test_simulate import hand_made
+
     from stages.kits.simulate.minibatch import MiniBatchProfile, simulate_minibatch
-    from stages.kits.simulate.profile import LayerRates, PhaseRates, Rates
-    from stages.kits.simulate.workload import make_workload
     from stages.strategies.g3.simulate import simulate_system
 
     # tests/test_simulate.py's hand-made pair: one arc per bin, a row each way per layer; 1 s per arc forward
-    def worker(peer: int) -> dict:
-        return {
-            "num_owned": 2,
-            "num_remote": 1,
-            "row_ptr": [0, 1, 2],
-            "edge_src": [0, 2],
-            "priority": [1, 0],
-            "bins": [[0, 1, 2], [0, 1, 2]],
-            "tables": {
-                "fwd_send_0": [(0, peer, [1])],
-                "fwd_recv_0": [(0, peer, [0])],
-                "bwd_send_1": [(0, peer, [0])],
-                "bwd_recv_1": [(0, peer, [1])],
-            },
-        }
-
-    wl = make_workload([worker(1), worker(0)], [LayerShape(1, 1), LayerShape(1, 1)], num_params=0)
-    layer = LayerRates(
-        forward=PhaseRates(1.0, 0.0, 0.0), backward=PhaseRates(2.0, 0.0, 0.0), gather_per_row=0.25
-    )
-    rates = Rates([layer, layer], overhead_per_bin=0.0, step_seconds=1.0, source="hand")
+    wl, rates = hand_made(step_seconds=1.0)
     for system in ("bns-gcn", "g3-none", "g3-multi"):
         uni = simulate_system(wl, system, rates, Network(4.0, 2.0))
         slow = simulate_system(wl, system, rates, Network(4.0, 2.0, speeds=(1.0, 0.5)))

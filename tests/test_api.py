@@ -48,6 +48,14 @@ def small_graph(n: int = 300, seed: int = 0) -> SimpleNamespace:
     )
 
 
+def _bns_gcn_plan(data, folder: Path, name: str, workers: int) -> tuple:
+    """DATA ingested as FOLDER/NAME.g3, partitioned for WORKERS and planned for bns-gcn at hidden 4, through the API:
+    the store and the plan."""
+    store = g3.ingest(data, folder / f"{name}.g3")
+    part = g3.partition(store, workers=workers, out=folder / f"{name}.part")
+    return store, g3.plan(part, strategy="bns-gcn", hidden=4, out=folder / f"{name}.plan")
+
+
 @pytest.mark.slow
 def test_a_pyg_data_through_the_whole_pipeline_and_back(tmp_path):
     data = small_graph()
@@ -250,9 +258,7 @@ def test_predict_command_writes_the_logits(tmp_path, cli_runner):
     from g3cli.main import cli
 
     data = small_graph(120)
-    store = g3.ingest(data, tmp_path / "g.g3")
-    part = g3.partition(store, workers=1, out=tmp_path / "g.part")
-    plan = g3.plan(part, strategy="bns-gcn", hidden=4, out=tmp_path / "g.plan")
+    store, plan = _bns_gcn_plan(data, tmp_path, "g", 1)
     run = g3.train(plan, epochs=3, threads=1, out=tmp_path / "g.run")
     r = cli_runner.invoke(cli, ["predict", str(run.path), "-o", str(tmp_path / "p.npy")])
     assert r.exit_code == 0, r.output
@@ -349,13 +355,7 @@ def test_rocauc_over_two_workers_is_the_definition(tmp_path, cli_runner):
 
     data = small_graph(200, seed=3)
     data.x = data.x + torch.randn_like(data.x) * 3  # a harder task: the area is not simply 1
-    store = g3.ingest(data, tmp_path / "b.g3")
-    plan = g3.plan(
-        g3.partition(store, workers=2, out=tmp_path / "b.part"),
-        strategy="bns-gcn",
-        hidden=4,
-        out=tmp_path / "b.plan",
-    )
+    store, plan = _bns_gcn_plan(data, tmp_path, "b", 2)
     run = g3.train(plan, epochs=3, threads=1, dtype="float64", metric="rocauc", out=tmp_path / "b.run")
     last = run.metrics[-1]
     g = GraphStore.open(store)
@@ -369,15 +369,8 @@ def test_rocauc_over_two_workers_is_the_definition(tmp_path, cli_runner):
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["rocauc"]["test"] == pytest.approx(last["test_rocauc"], abs=1e-12)
     # a task with more than two classes is refused before any worker starts
-    other = g3.ingest(
-        {"edge_index": data.edge_index, "x": data.x, "y": torch.arange(200) % 3}, tmp_path / "c.g3"
-    )
-    plan3 = g3.plan(
-        g3.partition(other, workers=1, out=tmp_path / "c.part"),
-        strategy="bns-gcn",
-        hidden=4,
-        out=tmp_path / "c.plan",
-    )
+    three = {"edge_index": data.edge_index, "x": data.x, "y": torch.arange(200) % 3}
+    _, plan3 = _bns_gcn_plan(three, tmp_path, "c", 1)
     with pytest.raises(g3.G3InputError, match="--metric rocauc needs a binary task: the store has 3 classes"):
         g3.train(plan3, epochs=1, metric="rocauc", out=tmp_path / "c.run")
     assert not (tmp_path / "c.run").exists()
@@ -389,13 +382,7 @@ def test_loggers_csv_and_tensorboard(tmp_path):
     import importlib.util
 
     data = small_graph(80)
-    store = g3.ingest(data, tmp_path / "g.g3")
-    plan = g3.plan(
-        g3.partition(store, workers=1, out=tmp_path / "g.part"),
-        strategy="bns-gcn",
-        hidden=4,
-        out=tmp_path / "g.plan",
-    )
+    store, plan = _bns_gcn_plan(data, tmp_path, "g", 1)
     run = g3.train(plan, epochs=3, threads=1, logger=("csv",), out=tmp_path / "g.run")
     rows = list(csv.DictReader((run.path / "metrics.csv").read_text().splitlines()))
     assert [int(r["epoch"]) for r in rows] == [0, 1, 2]

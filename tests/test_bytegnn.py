@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
-from test_train import invoke, max_weight_diff
+from helpers import flags, g3_partition, g3_plan, g3_train, invoke, ok, weights
+from test_train import max_weight_diff
 
 from stages.kits.runtime.config import RuntimeConfig
 from stages.strategies.bytegnn.runtime import CpuMeter, DagRunner, LaunchRule, Task, f_cpu, launch_score
@@ -178,34 +178,12 @@ def test_a_failing_task_reaches_the_trainer():
 # --- g3 train knobs and a run ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def part(store, tmp_path_factory):
-    out = tmp_path_factory.mktemp("bytegnn") / "part"
-    r = invoke(["partition", str(store), "--workers", "2", "--method", "bytegnn", "-o", str(out)])
-    assert r.exit_code == 0, r.output
-    return out
+    return g3_partition(store, tmp_path_factory.mktemp("bytegnn") / "part", 2, method="bytegnn")
 
 
 def _plan(part, out, strategy, *extra):
-    r = invoke(
-        [
-            "plan",
-            str(part),
-            "--strategy",
-            strategy,
-            "--hidden",
-            "6",
-            "--fanouts",
-            "3,2",
-            "--batch-size",
-            "20",
-            "--batch-order",
-            "local",
-            *extra,
-            "-o",
-            str(out),
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    return out
+    sampling = flags(strategy=strategy, hidden=6, fanouts="3,2", batch_size=20, batch_order="local")
+    return g3_plan(part, out, *sampling, *extra)
 
 
 def test_scheduler_knobs_belong_to_g3_train(part, tmp_path):
@@ -230,34 +208,8 @@ def test_gcn_on_a_replicated_topology_equals_distdgl_bitwise(part, tmp_path):
     finals, records = {}, {}
     for strategy, extra in [("distdgl", ()), ("bytegnn", ("--launch-sigma", "0", "--task-nodes", "7"))]:
         plan = _plan(part, tmp_path / f"p-{strategy}", strategy, "--model", "gcn", "--topology", "replicated")
-        run = tmp_path / f"r-{strategy}"
-        r = invoke(
-            [
-                "train",
-                str(plan),
-                "--epochs",
-                "2",
-                "--lr",
-                "0.02",
-                "--dropout",
-                "0.3",
-                "--seed",
-                "7",
-                "--workers",
-                "2",
-                "--dtype",
-                "float64",
-                "--eval-every",
-                "0",
-                "--threads",
-                "1",
-                *extra,
-                "-o",
-                str(run),
-            ]
-        )
-        assert r.exit_code == 0, r.output
-        finals[strategy] = torch.load(run / "model.pt", weights_only=True)
+        run = g3_train(plan, tmp_path / f"r-{strategy}", 2, *extra, workers=2)
+        finals[strategy] = weights(run)[1]
         records[strategy] = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert max_weight_diff(finals["bytegnn"], finals["distdgl"]) == 0.0
     workers = records["bytegnn"]["workers"]
@@ -276,20 +228,19 @@ def test_gcn_on_a_replicated_topology_equals_distdgl_bitwise(part, tmp_path):
     # first come, first served
     assert all(w["served_queued"] > 0 and w["served_queued_max"] >= 1 for w in workers)
     assert all("served_queued" not in w for w in records["distdgl"]["workers"])
-    r = invoke(
+    ok(
         [
             "simulate",
-            str(tmp_path / "p-bytegnn"),
+            tmp_path / "p-bytegnn",
             "--run",
-            str(tmp_path / "r-bytegnn"),
+            tmp_path / "r-bytegnn",
             "--scaling",
             "2,4",
             "-o",
-            str(tmp_path / "sim"),
+            tmp_path / "sim",
             "--json",
         ]
     )
-    assert r.exit_code == 0, r.output
     sim = json.loads((tmp_path / "sim" / "simulate.json").read_text())
     assert [x["system"] for x in sim["systems"]] == ["bytegnn", "bytegnn-off"]
     assert sim["rates"]["scheduler"]["ready_tasks_max"] == max(w["ready_tasks_max"] for w in workers)

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_strategies import records
-from test_train import invoke, max_weight_diff
+from helpers import flags, g3_partition, g3_plan, g3_train, ok, records, weights
+from test_train import max_weight_diff
 
 from stages.common.model_spec import ModelSpec
 from stages.kits.runtime.device.op_counter import OpCounter
@@ -25,72 +25,50 @@ from stages.strategies.registry import STRATEGIES
 
 HIDDEN, EPOCHS = 16, 3
 FULL_GRAPH = ("g3", "bns-gcn", "neutrontp")  # whose step is one full-graph pass, like PyG's
-TRAIN = (
-    "--epochs",
-    str(EPOCHS),
-    "--lr",
-    "0.02",
-    "--dropout",
-    "0.3",
-    "--seed",
-    "7",
-    "--eval-every",
-    "0",
-    "--threads",
-    "1",
-)
 
 
 @pytest.fixture(scope="module")
-def plans(store, tmp_path_factory):
+def plans(partitions, tmp_path_factory):
     """A plan per (strategy, K) on its default partition method, made once."""
     root = tmp_path_factory.mktemp("device-path")
     made = {}
 
     def get(strategy: str, k: int) -> Path:
         if (strategy, k) not in made:
-            method = STRATEGIES[strategy].methods[0]
-            part = root / f"part-{method}-{k}"
-            if not part.exists():
-                r = invoke(
-                    [
-                        "partition",
-                        str(store),
-                        "--workers",
-                        str(k),
-                        "--method",
-                        method,
-                        "-o",
-                        str(part),
-                        "--seed",
-                        "1",
-                    ]
-                )
-                assert r.exit_code == 0, r.output
-            plan = root / f"plan-{strategy}-{k}"
-            r = invoke(["plan", str(part), "--strategy", strategy, "--hidden", str(HIDDEN), "-o", str(plan)])
-            assert r.exit_code == 0, r.output
-            made[(strategy, k)] = plan
+            part = partitions(STRATEGIES[strategy].methods[0], k)
+            made[(strategy, k)] = g3_plan(
+                part, root / f"plan-{strategy}-{k}", strategy=strategy, hidden=HIDDEN
+            )
         return made[(strategy, k)]
 
     return get
 
 
 def train(plan: Path, out: Path, *extra: str) -> Path:
-    k = json.loads((plan / "plan.json").read_text())["num_workers"]
-    r = invoke(["train", str(plan), "--workers", str(k), *TRAIN, "-o", str(out), *extra])
-    assert r.exit_code == 0, r.output
-    return out
+    """`g3 train` with the strategy tests' settings (the dtype its default unless given) on the plan's workers."""
+    return g3_train(plan, out, EPOCHS, *extra, dtype=None)
+
+
+# a step's operations counted on the device path, sampling included (no prefetch)
+IN_STEP = ("--prefetch", "off", "--count-ops")
+
+
+def host_and_device(plan: Path, tmp: Path, *device_options: str) -> tuple[Path, Path]:
+    """The plan trained in float64 on the host path and on the device path (`--residency device` and these)."""
+    host = train(plan, tmp / "host", "--dtype", "float64")
+    return host, train(plan, tmp / "device", "--dtype", "float64", "--residency", "device", *device_options)
+
+
+def final_weights(*runs: Path) -> list[dict]:
+    return [weights(r)[1] for r in runs]
 
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_the_device_path_computes_what_the_host_path_computes(plans, tmp_path, strategy):
     """Every strategy at K = 2 (the exchanges then leave and enter device-resident tables through the host),
     float64: the same final weights, whichever path ran."""
-    plan = plans(strategy, 2)
-    host = train(plan, tmp_path / "host", "--dtype", "float64")
-    device = train(plan, tmp_path / "device", "--dtype", "float64", "--residency", "device")
-    assert max_weight_diff(*(torch.load(r / "model.pt", weights_only=True) for r in (host, device))) <= 1e-9
+    host, device = host_and_device(plans(strategy, 2), tmp_path)
+    assert max_weight_diff(*final_weights(host, device)) <= 1e-9
     assert [r["loss"] for r in records(host)] == pytest.approx([r["loss"] for r in records(device)], abs=1e-9)
 
 
@@ -183,18 +161,11 @@ def test_the_plan_records_whether_each_partition_fits_the_device(store, tmp_path
     --device-memory."""
     from stages.kits.plan.residency import resident_bytes
 
-    part = tmp_path / "part"
-    assert (
-        invoke(["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code
-        == 0
-    )
+    part = g3_partition(store, tmp_path / "part", 2, method="metis")
     for strategy in ("g3", "bns-gcn", "distdgl"):
         for memory, mode in (("1GiB", "device"), ("64KiB", "host")):
             plan = tmp_path / f"{strategy}-{memory}"
-            r = invoke(
-                ["plan", str(part), "--strategy", strategy, "--device-memory", memory, "-o", str(plan)]
-            )
-            assert r.exit_code == 0, r.output
+            r = ok(["plan", part, "--strategy", strategy, "--device-memory", memory, "-o", plan])
             assert "on the device: " in r.output
             meta = json.loads((plan / "plan.json").read_text())
             for w in meta["workers"]:
@@ -224,20 +195,8 @@ def test_distdgl_alone_samples_on_the_device(plans, tmp_path):
     """One resident distdgl worker samples, relabels and gathers on the device (the torch sampler): the same
     model as the host sampler's, and a step — sampling included (--prefetch off) — reads back two numbers per
     hop (the picks' and the new sources' counts) besides Adam's step counters."""
-    plan = plans("distdgl", 1)
-    host = train(plan, tmp_path / "host", "--dtype", "float64")
-    device = train(
-        plan,
-        tmp_path / "device",
-        "--dtype",
-        "float64",
-        "--residency",
-        "device",
-        "--prefetch",
-        "off",
-        "--count-ops",
-    )
-    assert max_weight_diff(*(torch.load(r / "model.pt", weights_only=True) for r in (host, device))) <= 1e-9
+    host, device = host_and_device(plans("distdgl", 1), tmp_path, *IN_STEP)
+    assert max_weight_diff(*final_weights(host, device)) <= 1e-9
     step = records(device)[1]["workers"][0]
     layers, params = 2, 6  # SAGE: two weights and a bias per layer, each with Adam's step counter
     assert step["sync_ops_by_name"].get("_unique2") == layers
@@ -252,40 +211,14 @@ def test_distdgl_alone_samples_on_the_device(plans, tmp_path):
         ("sage", ("--batch-order", "global", "--topology", "replicated")),
     ],
 )
-def test_distdgl_with_peers_samples_on_the_device(plans, tmp_path, model, options):
+def test_distdgl_with_peers_samples_on_the_device(partitions, tmp_path, model, options):
     """Resident distdgl workers with a peer draw their own nodes and gather their own rows on the device while
     the peer's are asked of it (split batches: targets the other worker owns; GCN: degrees in the replies;
     replicated: every draw here, only rows asked): the host sampler's model, relabelled on the device."""
-    plan = tmp_path / "plan"
-    r = invoke(
-        [
-            "plan",
-            str(plans("distdgl", 2).parent / "part-distdgl-2"),
-            "--strategy",
-            "distdgl",
-            "--model",
-            model,
-            "--hidden",
-            str(HIDDEN),
-            *options,
-            "-o",
-            str(plan),
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    host = train(plan, tmp_path / "host", "--dtype", "float64")
-    device = train(
-        plan,
-        tmp_path / "device",
-        "--dtype",
-        "float64",
-        "--residency",
-        "device",
-        "--prefetch",
-        "off",
-        "--count-ops",
-    )
-    assert max_weight_diff(*(torch.load(r / "model.pt", weights_only=True) for r in (host, device))) <= 1e-9
+    part = partitions("distdgl", 2)
+    plan = g3_plan(part, tmp_path / "plan", *flags(strategy="distdgl", model=model, hidden=HIDDEN), *options)
+    host, device = host_and_device(plan, tmp_path, *IN_STEP)
+    assert max_weight_diff(*final_weights(host, device)) <= 1e-9
     # read back per step: Adam's step counters; per hop the relabel's new sources, the picks' count and (rows
     # split between workers) how many of the hop's nodes are here; how many input rows are here; and in the
     # local batch order the step's global target count (all-reduced)
@@ -306,32 +239,17 @@ def test_distdgl_with_peers_samples_on_the_device(plans, tmp_path, model, option
         ("bytegnn", ("--model", "gcn")),
     ],
 )
-def test_p3_hopgnn_and_bytegnn_sample_on_the_device(plans, tmp_path, strategy, options):
+def test_p3_hopgnn_and_bytegnn_sample_on_the_device(partitions, tmp_path, strategy, options):
     """p3 and hopgnn prepare their steps with distdgl's device sampler when resident: p3's layer-1 structure
     leaves the device only to be pushed to its peers, hopgnn's pre-gathered union is made there; bytegnn's DAG
     tasks draw, merge and gather on the device (the scheduler and the owners' requests unchanged). The host
     sampler's model, and a relabel on the device per hop (per time step, for hopgnn's micrographs)."""
-    plan = tmp_path / "plan"
-    method = STRATEGIES[strategy].methods[0]
-    r = invoke(
-        [
-            "plan",
-            str(plans(strategy, 2).parent / f"part-{method}-2"),
-            "--strategy",
-            strategy,
-            "--hidden",
-            str(HIDDEN),
-            *options,
-            "-o",
-            str(plan),
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    host = train(plan, tmp_path / "host", "--dtype", "float64")
+    part = partitions(STRATEGIES[strategy].methods[0], 2)
+    plan = g3_plan(part, tmp_path / "plan", *flags(strategy=strategy, hidden=HIDDEN), *options)
     # bytegnn samples on its pool's threads, which the compute thread's counter does not see
-    in_step = () if strategy == "bytegnn" else ("--prefetch", "off", "--count-ops")
-    device = train(plan, tmp_path / "device", "--dtype", "float64", "--residency", "device", *in_step)
-    assert max_weight_diff(*(torch.load(r / "model.pt", weights_only=True) for r in (host, device))) <= 1e-9
+    in_step = () if strategy == "bytegnn" else IN_STEP
+    host, device = host_and_device(plan, tmp_path, *in_step)
+    assert max_weight_diff(*final_weights(host, device)) <= 1e-9
     assert {w["sampling_on"] for w in records(host)[-1]["workers"]} == {"host"}
     assert {w["sampling_on"] for w in records(device)[-1]["workers"]} == {"device"}
     for worker in records(device)[1]["workers"] if in_step else []:
@@ -342,43 +260,14 @@ def test_p3_hopgnn_and_bytegnn_sample_on_the_device(plans, tmp_path, strategy, o
 
 
 @pytest.mark.parametrize("model", ["sage", "gcn"])
-def test_clustergcn_induces_its_subgraphs_on_the_device(store, plans, tmp_path, model):
+def test_clustergcn_induces_its_subgraphs_on_the_device(partitions, tmp_path, model):
     """A resident clustergcn worker induces each step's subgraph on the device (torch operations): the same
     model as the host's subgraphs, GCN's subgraph degrees included, and a step reads back four sizes (its
     nodes', its arcs' before and after the cut, its targets') besides Adam's step counters."""
-    plan = tmp_path / "plan"
-    r = invoke(
-        [
-            "plan",
-            str(plans("clustergcn", 1).parent / "part-metis-1"),
-            "--strategy",
-            "clustergcn",
-            "--model",
-            model,
-            "--hidden",
-            str(HIDDEN),
-            "--clusters",
-            "6",
-            "--clusters-per-batch",
-            "2",
-            "-o",
-            str(plan),
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    host = train(plan, tmp_path / "host", "--dtype", "float64")
-    device = train(
-        plan,
-        tmp_path / "device",
-        "--dtype",
-        "float64",
-        "--residency",
-        "device",
-        "--prefetch",
-        "off",
-        "--count-ops",
-    )
-    assert max_weight_diff(*(torch.load(r / "model.pt", weights_only=True) for r in (host, device))) <= 1e-9
+    part = partitions(STRATEGIES["clustergcn"].methods[0], 1)
+    options = flags(strategy="clustergcn", model=model, hidden=HIDDEN, clusters=6, clusters_per_batch=2)
+    host, device = host_and_device(g3_plan(part, tmp_path / "plan", *options), tmp_path, *IN_STEP)
+    assert max_weight_diff(*final_weights(host, device)) <= 1e-9
     step = records(device)[1]["workers"][0]
     params = 6 if model == "sage" else 4  # SAGE: two weights and a bias per layer; GCN: a weight and a bias
     assert step["sync_ops_per_step"] == params + 4, step["sync_ops_by_name"]
@@ -399,26 +288,8 @@ def test_eval_at_another_worker_count_whatever_knobs_the_run_had(plans, tmp_path
     """`g3 eval RUN --workers K'` evaluates with the full-graph evaluator's plan, so none of the run's strategy
     knobs carry over to it (issue 51 §2: a distdgl run's --micro-batches was refused there)."""
     run = tmp_path / "run"
-    r = invoke(
-        [
-            "train",
-            str(plans(strategy, 2)),
-            "--workers",
-            "2",
-            "--epochs",
-            "1",
-            "--threads",
-            "1",
-            "--eval-every",
-            "0",
-            *knobs,
-            "-o",
-            str(run),
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    r = invoke(["eval", str(run), "--workers", "1"])
-    assert r.exit_code == 0, r.output
+    ok(["train", plans(strategy, 2), *flags(workers=2, epochs=1, threads=1, eval_every=0), *knobs, "-o", run])
+    ok(["eval", run, "--workers", "1"])
     assert json.loads((run / "eval.json").read_text())["workers"] == 1
 
 

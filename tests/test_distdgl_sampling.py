@@ -15,7 +15,6 @@ import time
 
 import numpy as np
 import pytest
-from test_strategies import partitions  # noqa: F401 - the fixture
 
 from stages.kits.runtime.neighbor_sampler import sample_key, sample_rows, signed64
 from stages.kits.runtime.sampling_service import SamplingService
@@ -274,9 +273,10 @@ def test_the_even_split_gives_every_worker_the_same_count_keeping_its_own_first(
         assert len(np.intersect1d(t, s)) == min(len(t), len(s))
 
 
-def test_local_order_trains_the_even_split_as_one_process_fed_the_union_batches(store, partitions, tmp_path):  # noqa: F811
+def test_local_order_trains_the_even_split_as_one_process_fed_the_union_batches(store, partitions, tmp_path):
+    from helpers import DROPOUT, LR, SEED, weights
     from reference_minibatch import labelled_train, minibatch_train, permutation
-    from test_minibatch import DROPOUT, EPOCHS, LR, SEED, run_distdgl, weights
+    from test_minibatch import EPOCHS, run_distdgl
     from test_train import max_weight_diff, ref_graph
 
     part = partitions("random", 2)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_train import invoke, max_weight_diff
+from helpers import flags, g3_partition, g3_plan, invoke, ok, records
+from test_train import max_weight_diff
 
 from stages.common.errors import G3InputError
 from stages.kits.runtime.launch.emulated_hosts import Fault
@@ -29,20 +30,7 @@ from stages.kits.runtime.launch.netemu import (
 )
 
 # 40 tiny epochs (~10 ms each): long enough that a fault injected after epoch 2 finds the run still going
-TRAIN = [
-    "--epochs",
-    "40",
-    "--seed",
-    "3",
-    "--threads",
-    "1",
-    "--dtype",
-    "float64",
-    "--eval-every",
-    "0",
-    "--timeout",
-    "30",
-]
+TRAIN = flags(epochs=40, seed=3, threads=1, dtype="float64", eval_every=0, timeout=30)
 
 
 def needs_namespaces():
@@ -152,20 +140,10 @@ def test_subnets_that_are_not_the_hosts_to_take_are_refused(tmp_path):
 def plans(store, tmp_path_factory) -> Path:
     """A 2-worker g3 plan of the 240-node store and its local run (the reference: same threads, same settings)."""
     root = tmp_path_factory.mktemp("emulated")
-    assert (
-        invoke(
-            ["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(root / "part")]
-        ).exit_code
-        == 0
+    plan = g3_plan(
+        g3_partition(store, root / "part", 2, method="metis"), root / "plan", bin_size=40, hidden=6
     )
-    assert (
-        invoke(
-            ["plan", str(root / "part"), "--bin-size", "40", "--hidden", "6", "-o", str(root / "plan")]
-        ).exit_code
-        == 0
-    )
-    r = invoke(["train", str(root / "plan"), "-o", str(root / "local"), "--checkpoint-every", "1", *TRAIN])
-    assert r.exit_code == 0, r.output
+    ok(["train", plan, "-o", root / "local", "--checkpoint-every", "1", *TRAIN])
     return root
 
 
@@ -269,17 +247,21 @@ def _weights(run: Path) -> dict:
     return torch.load(run / "model.pt", weights_only=True)
 
 
+def train_on_hosts(plans: Path, out: Path, *options) -> Path:
+    """`g3 train` of the module's plan with TRAIN's settings and these options (emulated hosts), into OUT."""
+    ok(["train", plans / "plan", "-o", out, *options, *TRAIN])
+    return out
+
+
 def test_a_run_on_emulated_hosts_equals_the_local_run_bitwise(plans, tmp_path):
     """Two hosts at 1 Gbit/s: the same weights, bit for bit, as two local workers; every epoch records the
     network and the bytes that crossed the links (at least the transport's own, which leaves out collectives
     and headers); run.json says where the workers ran; both hosts' logs are in the run folder."""
     needs_namespaces()
-    r = invoke(["train", str(plans / "plan"), "-o", str(tmp_path / "run"), "--emulate-link", "1gbit", *TRAIN])
-    assert r.exit_code == 0, r.output
-    assert max_weight_diff(_weights(plans / "local"), _weights(tmp_path / "run")) == 0.0
-    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [x["epoch"] for x in records] == list(range(40))
-    for x in records:
+    run = train_on_hosts(plans, tmp_path / "run", "--emulate-link", "1gbit")
+    assert max_weight_diff(_weights(plans / "local"), _weights(run)) == 0.0
+    assert [x["epoch"] for x in records(run)] == list(range(40))
+    for x in records(run):
         assert x["network"] == {"link": "1gbit", "hosts": 2, "workers_per_host": 1, "cores": host_cores(2)}
         assert x["link_bytes_sent"] >= x["bytes_sent"] > 0
         assert all("nic_bytes_sent" in w for w in x["workers"])  # each host's first worker counts its NIC
@@ -303,26 +285,13 @@ def test_a_run_on_emulated_hosts_equals_the_local_run_bitwise(plans, tmp_path):
 def test_workers_on_one_host_talk_over_its_loopback(plans, tmp_path):
     """--hosts 1: both workers on one host, nothing crosses its link but what the host sends to no one."""
     needs_namespaces()
-    r = invoke(
-        [
-            "train",
-            str(plans / "plan"),
-            "-o",
-            str(tmp_path / "run"),
-            "--emulate-link",
-            "100mbit",
-            "--hosts",
-            "1",
-            *TRAIN,
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    assert max_weight_diff(_weights(plans / "local"), _weights(tmp_path / "run")) == 0.0
-    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert all(x["link_bytes_sent"] < 2000 < x["bytes_sent"] for x in records), [
-        (x["link_bytes_sent"], x["bytes_sent"]) for x in records
+    run = train_on_hosts(plans, tmp_path / "run", "--emulate-link", "100mbit", "--hosts", "1")
+    assert max_weight_diff(_weights(plans / "local"), _weights(run)) == 0.0
+    recs = records(run)
+    assert all(x["link_bytes_sent"] < 2000 < x["bytes_sent"] for x in recs), [
+        (x["link_bytes_sent"], x["bytes_sent"]) for x in recs
     ]
-    assert records[0]["network"]["workers_per_host"] == 2
+    assert recs[0]["network"]["workers_per_host"] == 2
 
 
 def _weights_after(run: Path, epochs: int) -> dict:
@@ -335,26 +304,10 @@ def test_a_link_down_for_5_s_mid_epoch_delays_it_and_changes_nothing(plans, tmp_
     epoch after epoch 2's record is inside epoch 3); TCP retransmits once it is back: the run completes with the
     undisturbed weights, and the epoch took the outage."""
     needs_namespaces()
-    r = invoke(
-        [
-            "train",
-            str(plans / "plan"),
-            "-o",
-            str(tmp_path / "run"),
-            "--emulate-link",
-            "250kbit",
-            "--emulate-fault",
-            "link-down:1:2:5",
-            *TRAIN[:1],
-            "8",
-            *TRAIN[2:],
-        ]
-    )
-    assert r.exit_code == 0, r.output
+    outage = flags(emulate_link="250kbit", emulate_fault="link-down:1:2:5")
+    ok(["train", plans / "plan", "-o", tmp_path / "run", *outage, *TRAIN[:1], "8", *TRAIN[2:]])
     assert max_weight_diff(_weights_after(plans / "local", 8), _weights(tmp_path / "run")) == 0.0
-    seconds = [
-        json.loads(x)["epoch_seconds"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    ]
+    seconds = [x["epoch_seconds"] for x in records(tmp_path / "run")]
     slow = [e for e, t in enumerate(seconds) if t >= 4.5]
     assert slow == [3] and max(seconds[1:3] + seconds[4:]) < 2, seconds
     assert mine(os.getpid()) == []
@@ -403,27 +356,10 @@ def test_a_crashed_host_restarts_and_the_run_ends_with_the_undisturbed_weights(p
     """Host 1's agent is SIGKILLed after epoch 2: its host is started again (--max-restarts 1), the group
     resumes from the newest checkpoint every host has and ends bitwise where an undisturbed run ends."""
     needs_namespaces()
-    r = invoke(
-        [
-            "train",
-            str(plans / "plan"),
-            "-o",
-            str(tmp_path / "run"),
-            "--emulate-link",
-            "1gbit",
-            "--checkpoint-every",
-            "1",
-            "--max-restarts",
-            "1",
-            "--emulate-fault",
-            "kill-agent:1:2",
-            *TRAIN,
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    assert max_weight_diff(_weights(plans / "local"), _weights(tmp_path / "run")) == 0.0
-    epochs = [json.loads(x)["epoch"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert epochs == list(range(40))
+    crash = flags(emulate_link="1gbit", checkpoint_every=1, max_restarts=1, emulate_fault="kill-agent:1:2")
+    run = train_on_hosts(plans, tmp_path / "run", *crash)
+    assert max_weight_diff(_weights(plans / "local"), _weights(run)) == 0.0
+    assert [x["epoch"] for x in records(run)] == list(range(40))
     resumed = (tmp_path / "run" / "logs" / "rank-00001.log").read_text()
     assert "resumed from" in resumed, resumed[-2000:]
     assert mine(os.getpid()) == []
@@ -499,27 +435,10 @@ def test_bench_runs_every_strategy_at_every_rate(store, tmp_path, cli_runner):
     needs_namespaces()
     from g3cli.main import cli
 
+    bench = flags(strategies="g3,bns-gcn", workers=2, epochs=2, peers="none")
+    links = flags(hidden=6, emulate_link="250kbit,10gbit")
     r = cli_runner.invoke(
-        cli,
-        [
-            "bench",
-            str(store),
-            "--strategies",
-            "g3,bns-gcn",
-            "--workers",
-            "2",
-            "--epochs",
-            "2",
-            "--peers",
-            "none",
-            "--no-single",
-            "--hidden",
-            "6",
-            "--emulate-link",
-            "250kbit,10gbit",
-            "-o",
-            str(tmp_path / "b"),
-        ],
+        cli, ["bench", str(store), *bench, "--no-single", *links, "-o", str(tmp_path / "b")]
     )
     assert r.exit_code == 0, r.output
     bench = json.loads((tmp_path / "b" / "bench.json").read_text())
@@ -542,22 +461,9 @@ def test_bench_runs_every_strategy_at_every_rate(store, tmp_path, cli_runner):
 
 
 def test_bench_and_eval_refuse_a_bad_link_rate_in_one_line(plans, store, tmp_path):
+    bench = flags(strategies="g3", workers=2, peers="none")
     r = invoke(
-        [
-            "bench",
-            str(store),
-            "--strategies",
-            "g3",
-            "--workers",
-            "2",
-            "--peers",
-            "none",
-            "--no-single",
-            "--emulate-link",
-            "100mbit,fast",
-            "-o",
-            str(tmp_path / "b"),
-        ]
+        ["bench", store, *bench, "--no-single", "--emulate-link", "100mbit,fast", "-o", tmp_path / "b"]
     )
     assert r.exit_code == 2 and "not a link rate: 'fast'" in r.output and "Traceback" not in r.output, (
         r.output

@@ -33,6 +33,15 @@ def snapshot(path):
     )
 
 
+def assert_refused_leaving_targets_alone(cases: list) -> None:
+    """Each (args, target, message): `g3 ARGS` is refused (exit 2, MESSAGE, no traceback), TARGET unchanged."""
+    for args, target, message in cases:
+        before = snapshot(target)
+        r = invoke(args)
+        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, (args, r.output)
+        assert snapshot(target) == before, args
+
+
 @pytest.mark.slow
 def test_force_never_replaces_an_input_or_something_else(chain, tmp_path):
     root, store, part, plan, run = chain
@@ -62,11 +71,7 @@ def test_force_never_replaces_an_input_or_something_else(chain, tmp_path):
             "is a g3 run, not a g3 bundle",
         ),
     ]
-    for args, target, message in cases:
-        before = snapshot(target)
-        r = invoke(args)
-        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, (args, r.output)
-        assert snapshot(target) == before, args
+    assert_refused_leaving_targets_alone(cases)
     # a symbolic link to an input is that input
     link = tmp_path / "link"
     link.symlink_to(store)
@@ -126,11 +131,7 @@ def test_the_later_commands_never_replace_an_input_or_the_users_files(chain, tmp
             "is part of an input",
         ),
     ]
-    for args, target, message in cases:
-        before = snapshot(target)
-        r = invoke(args)
-        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, (args, r.output)
-        assert snapshot(target) == before, args
+    assert_refused_leaving_targets_alone(cases)
     assert invoke(["eval", str(run)]).exit_code == 0  # the run is whole
     # an earlier prediction is replaced, also through a link, which is replaced and leaves nothing behind
     out = tmp_path / "logits.zarr"

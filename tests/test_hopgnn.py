@@ -9,95 +9,26 @@ Every run is real: `g3 partition`, `g3 plan --strategy hopgnn`, `g3 train` with 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from helpers import DROPOUT, LR, SEED, invoke, minibatch_run, records, weights
 from reference_minibatch import global_batches, labelled_train, minibatch_train, permutation
 from test_eval import assert_eval_is_independent
-from test_strategies import partitions  # noqa: F401 - the fixture
-from test_train import invoke, max_weight_diff, ref_graph
+from test_train import max_weight_diff, ref_graph
 
 from stages.strategies.hopgnn.runtime import merge_decision, time_steps
 
-EPOCHS, LR, DROPOUT, SEED, BATCH, FANOUTS = 3, 0.02, 0.3, 7, 40, "3,2"
+EPOCHS, BATCH, FANOUTS = 3, 40, "3,2"
 
 
-def run(
-    part: Path,
-    tmp: Path,
-    strategy: str = "hopgnn",
-    model: str = "sage",
-    options: tuple[str, ...] = (),
-    train: tuple[str, ...] = (),
-    epochs: int = EPOCHS,
-    out: str = "run",
-) -> Path:
-    plan, run_dir = tmp / f"plan-{out}", tmp / out
-    if not plan.exists():
-        order = () if strategy == "hopgnn" and "--batch-order" in options else ("--batch-order", "global")
-        r = invoke(
-            [
-                "plan",
-                str(part),
-                "--strategy",
-                strategy,
-                "--model",
-                model,
-                "--hidden",
-                "6",
-                "--fanouts",
-                FANOUTS,
-                "--batch-size",
-                str(BATCH),
-                *order,
-                *options,
-                "-o",
-                str(plan),
-            ]
-        )
-        assert r.exit_code == 0, r.output
-    k = json.loads((part / "partition.json").read_text())["num_partitions"]
-    r = invoke(
-        [
-            "train",
-            str(plan),
-            "--epochs",
-            str(epochs),
-            "--lr",
-            str(LR),
-            "--dropout",
-            str(DROPOUT),
-            "--seed",
-            str(SEED),
-            "--workers",
-            str(k),
-            "--dtype",
-            "float64",
-            "--eval-every",
-            "0",
-            "--threads",
-            "1",
-            "-o",
-            str(run_dir),
-            *train,
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    return run_dir
-
-
-def weights(run_dir: Path) -> tuple[dict, dict]:
-    return torch.load(run_dir / "init.pt", weights_only=True), torch.load(
-        run_dir / "model.pt", weights_only=True
-    )
-
-
-def records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+def run(part: Path, tmp: Path, strategy: str = "hopgnn", model: str = "sage", **kw) -> Path:
+    """STRATEGY planned into TMP/plan-OUT (hidden 6, FANOUTS, batches of BATCH in global order unless the options
+    name another) and trained for EPOCHS unless KW says otherwise, into TMP/OUT."""
+    kw.setdefault("epochs", EPOCHS)
+    return minibatch_run(part, tmp, strategy, model, fanouts=FANOUTS, batch=BATCH, **kw)
 
 
 # --- the schedule --------------------------------------------------------------------------------------------
@@ -162,7 +93,7 @@ def test_auto_merging_rule():
     "model,k,method",
     [("sage", 1, "metis"), ("sage", 2, "distdgl"), ("gcn", 2, "metis"), ("gcn", 4, "distdgl")],
 )
-def test_hopgnn_equals_distdgl_global_order_and_the_reference(store, partitions, tmp_path, model, k, method):  # noqa: F811
+def test_hopgnn_equals_distdgl_global_order_and_the_reference(store, partitions, tmp_path, model, k, method):
     part = partitions(method, k)
     # K = 1 keeps the default --merge auto: one worker has no peer to merge with (it once failed there)
     hop = run(part, tmp_path, model=model, options=("--merge", "off") if k > 1 else (), out="hop")
@@ -189,7 +120,7 @@ def test_hopgnn_equals_distdgl_global_order_and_the_reference(store, partitions,
 
 
 @pytest.mark.parametrize("k", [2, 4])
-def test_pregather_merge_and_migration_change_where_work_runs_not_the_model(partitions, tmp_path, k):  # noqa: F811
+def test_pregather_merge_and_migration_change_where_work_runs_not_the_model(partitions, tmp_path, k):
     part = partitions("distdgl", k)
     base = run(
         part, tmp_path, options=("--merge", "off", "--pregather", "off", "--migrate", "off"), out="base"
@@ -239,7 +170,7 @@ def test_pregather_merge_and_migration_change_where_work_runs_not_the_model(part
     assert all(x["migrated_bytes_to"] == {} for x in b)  # --migrate off: nothing moves
 
 
-def test_auto_merging_is_agreed_replayed_and_resumed(partitions, tmp_path):  # noqa: F811
+def test_auto_merging_is_agreed_replayed_and_resumed(partitions, tmp_path):
     part = partitions("distdgl", 4)
     opts = ("--merge", "auto")
     cut = run(part, tmp_path, options=opts, train=("--checkpoint-every", "1"), epochs=2, out="cut")
@@ -282,7 +213,7 @@ def local_only_batches(graph, assignment: np.ndarray, k: int, batch: int, seed: 
 
 
 @pytest.mark.parametrize("k", [2, 4])
-def test_local_only_equals_its_own_reference_and_differs_from_global(store, partitions, tmp_path, k):  # noqa: F811
+def test_local_only_equals_its_own_reference_and_differs_from_global(store, partitions, tmp_path, k):
     part = partitions("metis", k)
     lo = run(part, tmp_path, options=("--batch-order", "local-only"), out="lo")
     init, final = weights(lo)
@@ -321,7 +252,7 @@ def test_local_only_equals_its_own_reference_and_differs_from_global(store, part
         (("--topology", "replicated"), "not of hopgnn"),
     ],
 )
-def test_bad_options_are_one_line(partitions, tmp_path, args, message):  # noqa: F811
+def test_bad_options_are_one_line(partitions, tmp_path, args, message):
     r = invoke(
         ["plan", str(partitions("metis", 2)), "--strategy", "hopgnn", *args, "-o", str(tmp_path / "p")]
     )
@@ -329,7 +260,7 @@ def test_bad_options_are_one_line(partitions, tmp_path, args, message):  # noqa:
     assert not (tmp_path / "p").exists()
 
 
-def test_a_feature_partition_is_refused(partitions, tmp_path):  # noqa: F811
+def test_a_feature_partition_is_refused(partitions, tmp_path):
     r = invoke(["plan", str(partitions("feature", 2)), "--strategy", "hopgnn", "-o", str(tmp_path / "p")])
     assert r.exit_code == 2 and "hopgnn runs on distdgl, metis, g3 partitions" in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1

@@ -10,7 +10,7 @@ import importlib
 import types
 
 import pytest
-from test_train import invoke
+from helpers import g3_partition, g3_plan, invoke
 
 from stages.common.errors import G3InputError
 from stages.common.knobs import TrainKnob, at_least_one, knob
@@ -47,15 +47,9 @@ def fixture_knob(monkeypatch):
 def plans(tiny_store, tmp_path_factory):
     """A g3 plan and a distdgl plan of the tiny graph (2 workers)."""
     tmp = tmp_path_factory.mktemp("knobs")
-    assert (
-        invoke(
-            ["partition", str(tiny_store), "-w", "2", "--method", "metis", "-o", str(tmp / "part")]
-        ).exit_code
-        == 0
-    )
+    part = g3_partition(tiny_store, tmp / "part", 2, method="metis")
     for strategy in ("g3", "distdgl"):
-        r = invoke(["plan", str(tmp / "part"), "--strategy", strategy, "-o", str(tmp / strategy)])
-        assert r.exit_code == 0, r.output
+        g3_plan(part, tmp / strategy, strategy=strategy)
     return tmp
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from helpers import flags, g3_partition, g3_plan, g3_train, invoke, minibatch_run, ok, records, weights
 from reference import reference_train
 from reference_minibatch import (
     cluster_batches,
@@ -25,80 +25,18 @@ from reference_minibatch import (
     union_of_local_batches,
 )
 from test_eval import assert_eval_is_independent
-from test_strategies import partitions  # noqa: F401 - the fixture
-from test_train import invoke, max_weight_diff, ref_graph
+from test_train import DROPOUT, LR, SEED, max_weight_diff, ref_graph
 
 from stages.kits.runtime.neighbor_sampler import build_blocks, sample_rows, sorted_rows_by_global
 
-EPOCHS, LR, DROPOUT, SEED = 3, 0.02, 0.3, 7
+EPOCHS = 3
 
 
-def run_distdgl(
-    part: Path,
-    tmp: Path,
-    model: str = "sage",
-    fanouts: str = "3,2",
-    batch: int = 40,
-    order: str = "global",
-    train: tuple[str, ...] = (),
-    epochs: int = EPOCHS,
-    out: str = "run",
-) -> Path:
-    plan, run = tmp / "plan", tmp / out
-    if not plan.exists():
-        r = invoke(
-            [
-                "plan",
-                str(part),
-                "--strategy",
-                "distdgl",
-                "--model",
-                model,
-                "--hidden",
-                "6",
-                "--fanouts",
-                fanouts,
-                "--batch-size",
-                str(batch),
-                "--batch-order",
-                order,
-                "-o",
-                str(plan),
-            ]
-        )
-        assert r.exit_code == 0, r.output
-    k = json.loads((part / "partition.json").read_text())["num_partitions"]
-    r = invoke(
-        [
-            "train",
-            str(plan),
-            "--epochs",
-            str(epochs),
-            "--lr",
-            str(LR),
-            "--dropout",
-            str(DROPOUT),
-            "--seed",
-            str(SEED),
-            "--workers",
-            str(k),
-            "--dtype",
-            "float64",
-            "--eval-every",
-            "0",
-            "--threads",
-            "1",
-            "-o",
-            str(run),
-            *train,
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    return run
-
-
-def weights(run: Path) -> tuple[dict, dict]:
-    return torch.load(run / "init.pt", weights_only=True), torch.load(run / "model.pt", weights_only=True)
+def run_distdgl(part: Path, tmp: Path, model: str = "sage", **kw) -> Path:
+    """distdgl planned once into TMP/plan (hidden 6, fanouts 3,2, batches of 40 in global order unless KW says
+    otherwise) and trained for EPOCHS unless KW says otherwise, into TMP/OUT."""
+    kw.setdefault("epochs", EPOCHS)
+    return minibatch_run(part, tmp, "distdgl", model, plan_name="plan", **kw)
 
 
 # --- blocks (the sampler's draws are tested against the specification in tests/test_sampler_spec.py) ----------
@@ -121,7 +59,7 @@ def test_blocks_put_destinations_first_and_chain_layers():
 @pytest.mark.parametrize(
     "model,k,method", [("sage", 1, "metis"), ("sage", 2, "distdgl"), ("gcn", 4, "random")]
 )
-def test_global_order_is_the_reference_for_any_k(store, partitions, tmp_path, model, k, method):  # noqa: F811
+def test_global_order_is_the_reference_for_any_k(store, partitions, tmp_path, model, k, method):
     run = run_distdgl(partitions(method, k), tmp_path, model)
     init, final = weights(run)
     graph = ref_graph(store)
@@ -130,7 +68,7 @@ def test_global_order_is_the_reference_for_any_k(store, partitions, tmp_path, mo
     )
     assert max_weight_diff(final, expected) <= 1e-5
     assert max_weight_diff(final, init) > 1e-3
-    rec = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rec = records(run)
     assert rec[0]["steps"] == -(-int(graph.train_mask.sum()) // 40)
     if k > 1:  # remote neighbours sampled by their owners, remote features pulled from them
         phases = rec[0]["workers"][0]["bytes_sent_per_phase"]
@@ -150,7 +88,7 @@ def test_global_order_is_the_reference_for_any_k(store, partitions, tmp_path, mo
 
 
 @pytest.mark.parametrize("k", [2, 4])
-def test_split_order_trains_globals_batches_anywhere_and_fetches_more(store, partitions, tmp_path, k):  # noqa: F811
+def test_split_order_trains_globals_batches_anywhere_and_fetches_more(store, partitions, tmp_path, k):
     """`--batch-order split` (model-centric data parallelism): worker k computes positions k, k+K, … of global
     order's batches wherever their roots live. The same batches: the independent reference of global order;
     but roots away from home: more input rows fetched than global order, which computes every root at its
@@ -166,7 +104,7 @@ def test_split_order_trains_globals_batches_anywhere_and_fetches_more(store, par
     home = run_distdgl(part, tmp_path / "global", "sage", order="global")
 
     def rows(r: Path) -> tuple[int, float]:
-        rec = [json.loads(line) for line in (r / "metrics.jsonl").read_text().splitlines()][-1]
+        rec = records(r)[-1]
         fetched = sum(w["fetched_rows"] for w in rec["workers"])
         return fetched, fetched / sum(w["source_rows"] for w in rec["workers"])
 
@@ -182,7 +120,7 @@ def test_split_order_trains_globals_batches_anywhere_and_fetches_more(store, par
 
 
 @pytest.mark.parametrize("k", [2, 4])
-def test_local_order_equals_one_process_fed_the_union_batches(store, partitions, tmp_path, k):  # noqa: F811
+def test_local_order_equals_one_process_fed_the_union_batches(store, partitions, tmp_path, k):
     part = partitions("distdgl", k)
     run = run_distdgl(part, tmp_path, "sage", order="local", batch=15)
     init, final = weights(run)
@@ -193,7 +131,7 @@ def test_local_order_equals_one_process_fed_the_union_batches(store, partitions,
     assert max_weight_diff(final, expected) <= 1e-5
 
 
-def test_every_neighbour_in_one_batch_is_full_graph_training(store, partitions, tmp_path):  # noqa: F811
+def test_every_neighbour_in_one_batch_is_full_graph_training(store, partitions, tmp_path):
     """Fanout −1 and one batch of every training node: the exact special case, dropout masks included."""
     run = run_distdgl(partitions("metis", 2), tmp_path, "gcn", fanouts="-1,-1", batch=100_000)
     init, final = weights(run)
@@ -201,7 +139,7 @@ def test_every_neighbour_in_one_batch_is_full_graph_training(store, partitions, 
     assert max_weight_diff(final, expected) <= 1e-5
 
 
-def test_prefetch_and_threads_change_nothing_and_resume_equals_uninterrupted(partitions, tmp_path):  # noqa: F811
+def test_prefetch_and_threads_change_nothing_and_resume_equals_uninterrupted(partitions, tmp_path):
     """Sampled 3 steps ahead and stopped after epoch 2, then resumed: bitwise the uninterrupted run sampled in
     the step itself (the sampler keeps no state beyond the epoch and step it is asked for)."""
     part = partitions("distdgl", 2)
@@ -225,7 +163,7 @@ def test_prefetch_and_threads_change_nothing_and_resume_equals_uninterrupted(par
         (("--batch-order", "random"), "local, global or split"),
     ],
 )
-def test_bad_sampling_options_are_one_line(partitions, tmp_path, args, message):  # noqa: F811
+def test_bad_sampling_options_are_one_line(partitions, tmp_path, args, message):
     r = invoke(
         ["plan", str(partitions("metis", 2)), "--strategy", "distdgl", *args, "-o", str(tmp_path / "p")]
     )
@@ -237,71 +175,24 @@ def test_local_order_gives_a_worker_without_training_nodes_its_share(tmp_path):
     """DistDGL splits the training set evenly over the trainers (001:205), so a worker owning no training node
     still trains (balanced_split is tested against a node-by-node split in test_distdgl_sampling.py)."""
     store, part = tmp_path / "s", tmp_path / "part"
-    assert invoke(["ingest", "synthetic:tiny", str(store), "--split", "0.004,0.1,0.896"]).exit_code == 0
-    assert (
-        invoke(["partition", str(store), "--workers", "8", "--method", "chunk", "-o", str(part)]).exit_code
-        == 0
-    )
+    ok(["ingest", "synthetic:tiny", store, "--split", "0.004,0.1,0.896"])
+    g3_partition(store, part, 8, method="chunk")
     trains = [len(np.load(part / f"part-{w:05d}" / "train.npy")) for w in range(8)]
     assert 0 in trains, trains  # the precondition: 8 training nodes over 8 chunks leave one without
-    r = invoke(["plan", str(part), "--strategy", "distdgl", "-o", str(tmp_path / "p")])
-    assert r.exit_code == 0, r.output
+    g3_plan(part, tmp_path / "p", strategy="distdgl")
     r = invoke(["train", str(tmp_path / "p"), "--prefetch", "2x", "-o", str(tmp_path / "r")])
     assert r.exit_code == 2 and "--prefetch 2x" in r.output
 
 
 # --- clustergcn ----------------------------------------------------------------------------------------------
 def run_clustergcn(part: Path, tmp: Path, model: str, clusters: int, per_batch: int) -> Path:
-    plan, run = tmp / "plan", tmp / "run"
-    r = invoke(
-        [
-            "plan",
-            str(part),
-            "--strategy",
-            "clustergcn",
-            "--model",
-            model,
-            "--hidden",
-            "6",
-            "--clusters",
-            str(clusters),
-            "--clusters-per-batch",
-            str(per_batch),
-            "-o",
-            str(plan),
-        ]
+    options = flags(
+        strategy="clustergcn", model=model, hidden=6, clusters=clusters, clusters_per_batch=per_batch
     )
-    assert r.exit_code == 0, r.output
-    k = json.loads((part / "partition.json").read_text())["num_partitions"]
-    r = invoke(
-        [
-            "train",
-            str(plan),
-            "--epochs",
-            str(EPOCHS),
-            "--lr",
-            str(LR),
-            "--dropout",
-            str(DROPOUT),
-            "--seed",
-            str(SEED),
-            "--workers",
-            str(k),
-            "--dtype",
-            "float64",
-            "--eval-every",
-            "0",
-            "--threads",
-            "1",
-            "-o",
-            str(run),
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    return run
+    return g3_train(g3_plan(part, tmp / "plan", *options), tmp / "run", EPOCHS)
 
 
-def test_clustergcn_one_worker_one_cluster_is_full_graph_training(store, partitions, tmp_path):  # noqa: F811
+def test_clustergcn_one_worker_one_cluster_is_full_graph_training(store, partitions, tmp_path):
     run = run_clustergcn(partitions("metis", 1), tmp_path, "gcn", 1, 1)
     init, final = weights(run)
     expected = reference_train("gcn", init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED)
@@ -310,11 +201,7 @@ def test_clustergcn_one_worker_one_cluster_is_full_graph_training(store, partiti
 
 @pytest.mark.parametrize("model,k", [("sage", 2), ("gcn", 4)])
 def test_clustergcn_equals_one_process_on_the_union_of_cluster_subgraphs(
-    store,
-    partitions,
-    tmp_path,
-    model,
-    k,  # noqa: F811
+    store, partitions, tmp_path, model, k
 ):
     part = partitions("metis", k)
     run = run_clustergcn(part, tmp_path, model, 6, 2)
@@ -342,45 +229,24 @@ def test_clustergcn_equals_one_process_on_the_union_of_cluster_subgraphs(
         (("--clusters-per-batch", "x"), "positive integer"),
     ],
 )
-def test_bad_cluster_options_are_one_line(partitions, tmp_path, args, message):  # noqa: F811
+def test_bad_cluster_options_are_one_line(partitions, tmp_path, args, message):
     r = invoke(
         ["plan", str(partitions("metis", 2)), "--strategy", "clustergcn", *args, "-o", str(tmp_path / "p")]
     )
     assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1, r.output
 
 
-def test_replicated_topology_samples_the_same_without_asking_and_bundles(partitions, tmp_path):  # noqa: F811
+def test_replicated_topology_samples_the_same_without_asking_and_bundles(partitions, tmp_path):
     part = partitions("random", 2)
     asked = run_distdgl(part, tmp_path / "p", fanouts="3,2", epochs=2)
-    plan = tmp_path / "r" / "plan"
-    r = invoke(
-        [
-            "plan",
-            str(part),
-            "--strategy",
-            "distdgl",
-            "--hidden",
-            "6",
-            "--fanouts",
-            "3,2",
-            "--batch-size",
-            "40",
-            "--batch-order",
-            "global",
-            "--topology",
-            "replicated",
-            "-o",
-            str(plan),
-        ]
-    )
-    assert r.exit_code == 0, r.output
+    sampling = flags(strategy="distdgl", hidden=6, fanouts="3,2", batch_size=40, batch_order="global")
+    plan = g3_plan(part, tmp_path / "r" / "plan", *sampling, topology="replicated")
     here = run_distdgl(part, tmp_path / "r", fanouts="3,2", epochs=2)
     assert max_weight_diff(weights(asked)[1], weights(here)[1]) == 0.0  # the same samples, the same model
-    rec = [json.loads(line) for line in (here / "metrics.jsonl").read_text().splitlines()]
+    rec = records(here)
     assert all("sample" not in w["bytes_sent_per_phase"] for w in rec[0]["workers"])
     assert rec[0]["workers"][0]["bytes_sent_per_phase"].get("features0", 0) > 0
-    r = invoke(["bundle", str(plan), "--nodes", "2", "-o", str(tmp_path / "b")])
-    assert r.exit_code == 0, r.output
+    ok(["bundle", plan, "--nodes", "2", "-o", tmp_path / "b"])
     assert (tmp_path / "b" / "node-00001" / "plan" / "topology" / "nbrs.npy").is_file()
     (plan / "topology" / "nbrs.npy").write_bytes(b"garbage")
     r = invoke(["train", str(plan), "--workers", "2", "-o", str(tmp_path / "bad")])
@@ -389,9 +255,7 @@ def test_replicated_topology_samples_the_same_without_asking_and_bundles(partiti
 
 # --- bytegnn -------------------------------------------------------------------------------------------------
 def test_bytegnn_scheduler_on_off_and_distdgl_train_the_same_model(store, tmp_path):
-    part = tmp_path / "part"
-    r = invoke(["partition", str(store), "--workers", "2", "--method", "bytegnn", "-o", str(part)])
-    assert r.exit_code == 0, r.output
+    part = g3_partition(store, tmp_path / "part", 2, method="bytegnn")
     finals = {}
     for name, strategy, extra in [
         ("distdgl", "distdgl", ()),
@@ -402,54 +266,15 @@ def test_bytegnn_scheduler_on_off_and_distdgl_train_the_same_model(store, tmp_pa
             ("--launch-sigma", "0", "--sample-threads", "3", "--max-dags", "3", "--task-nodes", "5"),
         ),
     ]:
-        plan = tmp_path / f"plan-{name}"
-        r = invoke(
-            [
-                "plan",
-                str(part),
-                "--strategy",
-                strategy,
-                "--hidden",
-                "6",
-                "--fanouts",
-                "3,2",
-                "--batch-size",
-                "20",
-                "--batch-order",
-                "local",
-                "-o",
-                str(plan),
-            ]
+        sampling = flags(strategy=strategy, hidden=6, fanouts="3,2", batch_size=20, batch_order="local")
+        run = g3_train(
+            g3_plan(part, tmp_path / f"plan-{name}", *sampling),
+            tmp_path / f"run-{name}",
+            2,
+            *extra,
+            workers=2,
         )
-        assert r.exit_code == 0, r.output
-        run = tmp_path / f"run-{name}"
-        r = invoke(
-            [
-                "train",
-                str(plan),
-                "--epochs",
-                "2",
-                "--lr",
-                str(LR),
-                "--dropout",
-                str(DROPOUT),
-                "--seed",
-                str(SEED),
-                "--workers",
-                "2",
-                "--dtype",
-                "float64",
-                "--eval-every",
-                "0",
-                "--threads",
-                "1",
-                *extra,
-                "-o",
-                str(run),
-            ]
-        )
-        assert r.exit_code == 0, r.output
-        finals[name] = torch.load(run / "model.pt", weights_only=True)
+        finals[name] = weights(run)[1]
         if strategy == "bytegnn":
             rec = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
             assert all(w["dag_launches"] == rec["steps"] for w in rec["workers"])  # one DAG per step
@@ -474,26 +299,13 @@ def test_bytegnn_launch_score_follows_algorithm_1():
 
 
 # --- g3 simulate ---------------------------------------------------------------------------------------------
-def test_simulate_models_a_sampling_strategy_from_its_run(partitions, tmp_path):  # noqa: F811
+def test_simulate_models_a_sampling_strategy_from_its_run(partitions, tmp_path):
     part = partitions("metis", 2)
     run = run_distdgl(part, tmp_path, order="local", batch=15, epochs=2)
     plan = tmp_path / "plan"
     r = invoke(["simulate", str(plan), "-o", str(tmp_path / "s0")])
     assert r.exit_code == 2 and "give --run RUN" in r.output, r.output
-    r = invoke(
-        [
-            "simulate",
-            str(plan),
-            "--run",
-            str(run),
-            "--scaling",
-            "1,2,4,8",
-            "-o",
-            str(tmp_path / "s"),
-            "--json",
-        ]
-    )
-    assert r.exit_code == 0, r.output
+    ok(["simulate", plan, "--run", run, "--scaling", "1,2,4,8", "-o", tmp_path / "s", "--json"])
     sim = json.loads((tmp_path / "s" / "simulate.json").read_text())
     assert sim["systems"][0]["system"] == "distdgl" and sim["workers"] == 2
     profile = sim["rates"]["profile"]
@@ -505,13 +317,11 @@ def test_simulate_models_a_sampling_strategy_from_its_run(partitions, tmp_path):
     assert all(by_k[k]["epoch_seconds"] > 0 for k in by_k)
     # local order: ceil(N_train / (K B)) steps of the same per-worker work
     assert sim["systems"][0]["steps"] == -(-profile["num_train"] // (2 * 15))
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert sim["systems"][0]["steps"] == records[-1]["steps"]  # the model's step count is the run's
+    assert sim["systems"][0]["steps"] == records(run)[-1]["steps"]  # the model's step count is the run's
     other = run_distdgl(partitions("random", 2), tmp_path / "other", epochs=1)
     r = invoke(["simulate", str(plan), "--run", str(other), "-o", str(tmp_path / "s2")])
     assert r.exit_code == 2 and "not from this plan" in r.output, r.output
-    r = invoke(["plan", str(part), "--strategy", "clustergcn", "-o", str(tmp_path / "cplan")])
-    assert r.exit_code == 0
+    g3_plan(part, tmp_path / "cplan", strategy="clustergcn")
     r = invoke(["simulate", str(tmp_path / "cplan"), "-o", str(tmp_path / "s3")])
     assert r.exit_code == 2 and "give --run RUN" in r.output, (
         r.output

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_strategies import partitions  # noqa: F401 - the fixture
-from test_train import invoke
+from helpers import g3_plan
 
 from stages.kits.runtime.block import Block, cheaper_to_project, project_first
 from stages.kits.runtime.config import RuntimeConfig
@@ -54,30 +53,14 @@ def test_blocks_order_by_width_unless_asked_to_order_by_cost():
 
 
 @pytest.mark.parametrize("hidden", [6, 24])
-def test_one_worker_reads_its_first_layer_in_the_feature_table_bitwise(partitions, tmp_path, hidden):  # noqa: F811
+def test_one_worker_reads_its_first_layer_in_the_feature_table_bitwise(partitions, tmp_path, hidden):
     """distdgl at K = 1: the first layer aggregates its sources' rows where they lie in the feature table, and the
     step gathers only the destinations' rows — the same logits and weight gradients as over the gathered rows,
     bitwise; buffers come back to the pool once the next step is taken."""
     from stages.strategies.registry import open_plan_worker
 
-    plan = tmp_path / "plan"
-    r = invoke(
-        [
-            "plan",
-            str(partitions("metis", 1)),
-            "--strategy",
-            "distdgl",
-            "--hidden",
-            str(hidden),
-            "--fanouts",
-            "3,2",
-            "--batch-size",
-            "40",
-            "-o",
-            str(plan),
-        ]
-    )
-    assert r.exit_code == 0, r.output
+    sampling = dict(strategy="distdgl", hidden=hidden, fanouts="3,2", batch_size=40)
+    plan = g3_plan(partitions("metis", 1), tmp_path / "plan", **sampling)
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]

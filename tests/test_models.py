@@ -235,16 +235,10 @@ def test_take_and_put_rows_at_are_bitwise_index_select_and_copy(dtype):
         assert torch.equal(take_rows_at(h, ids), h[ids])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_sage_reading_rows_in_place_equals_the_gathered_forward(dtype):
-    """layer_forward_rows (the aggregation reads h[src] through the arcs, no gathered copy) gives the forward of
-    the gathered rows: the aggregation bitwise, the layer within rounding of the dense products; project-first
-    layers and GCN/GAT do not offer it."""
-    g = torch.Generator().manual_seed(12)
-    n_rows, n_dst, n_other, nnz = 300, 40, 60, 500
-    src = torch.randperm(n_rows, generator=g)[
-        : n_dst + n_other
-    ]  # bin sources as rows of h, destinations first
+def _bin_over_rows(g: torch.Generator, n_rows: int, n_dst: int, n_other: int, nnz: int) -> tuple:
+    """A random bin whose sources are rows of h, destinations first (drawn from G): the rows, the bin's CSR
+    (indptr, indices) and a function that makes its Block afresh."""
+    src = torch.randperm(n_rows, generator=g)[: n_dst + n_other]
     indptr = torch.cat(
         [
             torch.zeros(1, dtype=torch.int64),
@@ -253,15 +247,30 @@ def test_sage_reading_rows_in_place_equals_the_gathered_forward(dtype):
         ]
     )
     indices = torch.randint(0, n_dst + n_other, (nnz,), generator=g)
-    block = Block(
-        n_dst=n_dst,
-        n_src=n_dst + n_other,
-        indptr=indptr,
-        indices=indices,
-        src_out_degree=torch.ones(n_dst + n_other),
-        dst_in_degree=torch.ones(n_dst),
-        dst_global=src[:n_dst].clone(),
-    )
+
+    def block() -> Block:
+        return Block(
+            n_dst=n_dst,
+            n_src=n_dst + n_other,
+            indptr=indptr,
+            indices=indices,
+            src_out_degree=torch.ones(n_dst + n_other),
+            dst_in_degree=torch.ones(n_dst),
+            dst_global=src[:n_dst].clone(),
+        )
+
+    return src, indptr, indices, block
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sage_reading_rows_in_place_equals_the_gathered_forward(dtype):
+    """layer_forward_rows (the aggregation reads h[src] through the arcs, no gathered copy) gives the forward of
+    the gathered rows: the aggregation bitwise, the layer within rounding of the dense products; project-first
+    layers and GCN/GAT do not offer it."""
+    g = torch.Generator().manual_seed(12)
+    n_rows, n_dst, n_other, nnz = 300, 40, 60, 500
+    src, indptr, indices, make_block = _bin_over_rows(g, n_rows, n_dst, n_other, nnz)
+    block = make_block()
     torch.manual_seed(3)
     model = build_model("sage", 6, 8, 8, 3).to(dtype)  # 6 → 8 → 8 → 8: every layer aggregates first
     h = torch.randn(n_rows, 8, generator=g, dtype=dtype)
@@ -810,27 +819,7 @@ def test_sage_backward_reading_rows_equals_the_gathered_backward(dtype):
     the sources' (the aggregation's share and the self term's, added once) and every weight's."""
     g = torch.Generator().manual_seed(21)
     n_rows, n_dst, n_other, nnz = 300, 40, 60, 700
-    src = torch.randperm(n_rows, generator=g)[: n_dst + n_other]
-    indptr = torch.cat(
-        [
-            torch.zeros(1, dtype=torch.int64),
-            torch.sort(torch.randint(0, nnz + 1, (n_dst - 1,), generator=g)).values,
-            torch.tensor([nnz]),
-        ]
-    )
-    indices = torch.randint(0, n_dst + n_other, (nnz,), generator=g)
-
-    def block():
-        return Block(
-            n_dst=n_dst,
-            n_src=n_dst + n_other,
-            indptr=indptr,
-            indices=indices,
-            src_out_degree=torch.ones(n_dst + n_other),
-            dst_in_degree=torch.ones(n_dst),
-            dst_global=src[:n_dst].clone(),
-        )
-
+    src, _, _, block = _bin_over_rows(g, n_rows, n_dst, n_other, nnz)
     torch.manual_seed(4)
     model = build_model("sage", 6, 8, 8, 3).to(dtype)
     h = torch.randn(n_rows, 8, generator=g, dtype=dtype)

@@ -16,25 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_train import invoke, max_weight_diff
+from helpers import flags, g3_partition, g3_plan, invoke, ok
+from test_train import max_weight_diff
 
 K = 4
-TRAIN = [
-    "--epochs",
-    "6",
-    "--seed",
-    "3",
-    "--threads",
-    "1",
-    "--dtype",
-    "float32",
-    "--eval-every",
-    "0",
-    "--checkpoint-every",
-    "2",
-    "--timeout",
-    "60",
-]
+TRAIN = flags(epochs=6, seed=3, threads=1, dtype="float32", eval_every=0, checkpoint_every=2, timeout=60)
 
 
 def free_port() -> int:
@@ -49,29 +35,18 @@ def source(store, tmp_path_factory) -> Path:
     `g3 train --workers 4`, all under ``src/``."""
     root = tmp_path_factory.mktemp("multihost") / "src"
     shutil.copytree(store, root / "store")
-    assert (
-        invoke(
-            [
-                "partition",
-                str(root / "store"),
-                "--workers",
-                str(K),
-                "--method",
-                "metis",
-                "-o",
-                str(root / "part"),
-            ]
-        ).exit_code
-        == 0
+    part = g3_partition(root / "store", root / "part", K, method="metis")
+    ok(
+        [
+            "train",
+            g3_plan(part, root / "plan", bin_size=40, hidden=6),
+            "--workers",
+            K,
+            "-o",
+            root / "reference",
+            *TRAIN,
+        ]
     )
-    assert (
-        invoke(
-            ["plan", str(root / "part"), "--bin-size", "40", "--hidden", "6", "-o", str(root / "plan")]
-        ).exit_code
-        == 0
-    )
-    r = invoke(["train", str(root / "plan"), "--workers", str(K), "-o", str(root / "reference"), *TRAIN])
-    assert r.exit_code == 0, r.output
     return root
 
 
@@ -99,13 +74,9 @@ def torchrun(cwd: Path, plan: str, nnodes: int, nproc: int, port: int, *extra: s
         "run",
         *TRAIN,
     ]
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
     return subprocess.Popen(
-        cmd,
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {})},
+        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
 
 
@@ -177,16 +148,9 @@ def test_an_elastic_restart_after_a_killed_worker_ends_with_the_uninterrupted_we
     """Rank 1 of 2 is SIGKILLed at epoch 3, after the checkpoint of epoch 1; torchrun restarts the worker group,
     which resumes from that checkpoint by itself (no --resume). (Two workers rather than four: each torchrun
     worker is a fresh interpreter, and the restart starts them all again.)"""
-    part, plan = tmp_path / "part", tmp_path / "plan"
-    assert (
-        invoke(
-            ["partition", str(source / "store"), "--workers", "2", "--method", "metis", "-o", str(part)]
-        ).exit_code
-        == 0
-    )
-    assert invoke(["plan", str(part), "--bin-size", "40", "--hidden", "6", "-o", str(plan)]).exit_code == 0
-    r = invoke(["train", str(plan), "--workers", "2", "-o", str(tmp_path / "reference"), *TRAIN])
-    assert r.exit_code == 0, r.output
+    part = g3_partition(source / "store", tmp_path / "part", 2, method="metis")
+    plan = g3_plan(part, tmp_path / "plan", bin_size=40, hidden=6)
+    ok(["train", plan, "--workers", "2", "-o", tmp_path / "reference", *TRAIN])
     fault_done = tmp_path / "fault-happened"
     proc = torchrun(
         tmp_path,
@@ -266,15 +230,9 @@ def test_the_slurm_node_script_runs_a_bundle_on_two_hosts(source, tmp_path):
     """examples/slurm/g3-node.sh as srun would start it on two hosts (SLURM_NODEID, SLURM_NNODES): each copies
     its node folder to its local folder, trains there and copies its run folder to the results; a host count
     other than the bundle's is refused."""
-    part, plan = tmp_path / "part", tmp_path / "plan"
-    assert (
-        invoke(
-            ["partition", str(source / "store"), "--workers", "2", "--method", "metis", "-o", str(part)]
-        ).exit_code
-        == 0
-    )
-    assert invoke(["plan", str(part), "--hidden", "6", "-o", str(plan)]).exit_code == 0
-    assert invoke(["bundle", str(plan), "--nodes", "2", "-o", str(tmp_path / "bundle")]).exit_code == 0
+    part = g3_partition(source / "store", tmp_path / "part", 2, method="metis")
+    plan = g3_plan(part, tmp_path / "plan", hidden=6)
+    ok(["bundle", plan, "--nodes", "2", "-o", tmp_path / "bundle"])
     script = Path(__file__).resolve().parents[1] / "examples" / "slurm" / "g3-node.sh"
     port = free_port()
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from helpers import cut_and_resume, flags, g3_partition, g3_plan, invoke, ok, records, weights
 from reference import reference_train
 from test_eval import independent_accuracy
 from test_multihost import TRAIN, finish, free_port, torchrun
-from test_strategies import DROPOUT, EPOCHS, LR, SEED, records, run_strategy
-from test_train import invoke, max_weight_diff, ref_graph
+from test_strategies import EPOCHS, run_strategy
+from test_train import DROPOUT, LR, SEED, max_weight_diff, ref_graph
 
 from stages.common.store import GraphStore
 
@@ -31,10 +31,7 @@ def feature_parts(store, tmp_path_factory):
 
     def get(k: int) -> Path:
         if k not in made:
-            out = root / f"feature-{k}"
-            r = invoke(["partition", str(store), "--workers", str(k), "--method", "feature", "-o", str(out)])
-            assert r.exit_code == 0, r.output
-            made[k] = out
+            made[k] = g3_partition(store, root / f"feature-{k}", k, method="feature")
         return made[k]
 
     return get
@@ -54,10 +51,6 @@ def plan_and_train(
     return run_strategy(
         part, tmp, strategy, model, tuple(plan_opts), tuple(train_opts), epochs=epochs, layers=layers
     )
-
-
-def weights(run: Path) -> tuple[dict, dict]:
-    return torch.load(run / "init.pt", weights_only=True), torch.load(run / "model.pt", weights_only=True)
 
 
 def against_reference(store: Path, run: Path, kind: str) -> float:
@@ -110,19 +103,14 @@ def test_decoupled_tp_equals_its_reference(store, feature_parts, tmp_path, k, ch
     assert plan["config"]["model"] == "dgcn"
     assert against_reference(store, run, "dgcn") <= 1e-5
     if k == 2:  # g3 eval's exact inference of the decoupled model
-        r = invoke(["eval", str(run), "--json"])
-        assert r.exit_code == 0, r.output
+        r = ok(["eval", run, "--json"])
         expected = independent_accuracy(store, weights(run)[1], "dgcn")
         assert json.loads(r.output)["accuracy"] == pytest.approx(expected, abs=1e-6)
 
 
 def test_g3_strategy_trains_the_decoupled_model(store, tmp_path):
     """The same dgcn model under the g3 strategy (node partition, bins, P2P) equals the decoupled reference."""
-    part = tmp_path / "part"
-    assert (
-        invoke(["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code
-        == 0
-    )
+    part = g3_partition(store, tmp_path / "part", 2, method="metis")
     run = plan_and_train(part, tmp_path / "g3", "dgcn", ("--bin-size", "40"), strategy="g3")
     assert against_reference(store, run, "dgcn") <= 1e-5
 
@@ -160,69 +148,19 @@ def test_decoupled_sends_four_collectives_whatever_the_depth(feature_parts, tmp_
 
 
 def test_resume_equals_uninterrupted_and_eval_is_exact(store, feature_parts, tmp_path):
-    part = feature_parts(2)
-    plan = tmp_path / "plan"
-    assert (
-        invoke(
-            [
-                "plan",
-                str(part),
-                "--strategy",
-                "neutrontp",
-                "--chunk-size",
-                "50",
-                "--hidden",
-                "6",
-                "-o",
-                str(plan),
-            ]
-        ).exit_code
-        == 0
-    )
-    common = [
-        "--threads",
-        "1",
-        "--seed",
-        "3",
-        "--checkpoint-every",
-        "2",
-        "--eval-every",
-        "0",
-        "--workers",
-        "2",
-    ]
-    assert invoke(["train", str(plan), "--epochs", "5", "-o", str(tmp_path / "full"), *common]).exit_code == 0
-    assert invoke(["train", str(plan), "--epochs", "3", "-o", str(tmp_path / "cut"), *common]).exit_code == 0
-    r = invoke(["train", str(plan), "--epochs", "5", "--resume", "-o", str(tmp_path / "cut"), *common])
-    assert r.exit_code == 0, r.output
-    full = torch.load(tmp_path / "full" / "model.pt", weights_only=True)
-    assert max_weight_diff(full, torch.load(tmp_path / "cut" / "model.pt", weights_only=True)) == 0.0
-    r = invoke(["eval", str(tmp_path / "full"), "--json"])
-    assert r.exit_code == 0, r.output
+    plan = g3_plan(feature_parts(2), tmp_path / "plan", strategy="neutrontp", chunk_size=50, hidden=6)
+    common = flags(threads=1, seed=3, checkpoint_every=2, eval_every=0, workers=2)
+    full_run, cut = cut_and_resume(plan, tmp_path, 5, 3, *common)
+    full = weights(full_run)[1]
+    assert max_weight_diff(full, weights(cut)[1]) == 0.0
+    r = ok(["eval", full_run, "--json"])
     expected = independent_accuracy(store, full, "sage")
     assert json.loads(r.output)["accuracy"] == pytest.approx(expected, abs=1e-6)
 
 
 def test_chunks_interleave_ownership_and_dedup_splits(feature_parts, tmp_path):
     part = feature_parts(4)
-    plan = tmp_path / "plan"
-    assert (
-        invoke(
-            [
-                "plan",
-                str(part),
-                "--strategy",
-                "neutrontp",
-                "--model",
-                "gcn",
-                "--chunk-size",
-                "50",
-                "-o",
-                str(plan),
-            ]
-        ).exit_code
-        == 0
-    )
+    plan = g3_plan(part, tmp_path / "plan", strategy="neutrontp", model="gcn", chunk_size=50)
     bounds = np.load(plan / "chunks" / "bounds.npy")
     ob = np.load(plan / "chunks" / "owner_bounds.npy")
     assert bounds.tolist() == [0, 50, 100, 150, 200, 240]
@@ -248,13 +186,7 @@ def test_chunks_interleave_ownership_and_dedup_splits(feature_parts, tmp_path):
 )
 def test_bad_input_is_one_line(store, feature_parts, tmp_path, args, needle):
     if args == ("--method-node",):
-        part = tmp_path / "chunk"
-        assert (
-            invoke(
-                ["partition", str(store), "--workers", "2", "--method", "chunk", "-o", str(part)]
-            ).exit_code
-            == 0
-        )
+        part = g3_partition(store, tmp_path / "chunk", 2, method="chunk")
         args = ()
     else:
         part = feature_parts(2)
@@ -265,29 +197,13 @@ def test_bad_input_is_one_line(store, feature_parts, tmp_path, args, needle):
 
 
 def test_profile_is_refused(feature_parts, tmp_path):
-    plan = tmp_path / "plan"
-    assert invoke(["plan", str(feature_parts(2)), "--strategy", "neutrontp", "-o", str(plan)]).exit_code == 0
-    r = invoke(
-        [
-            "train",
-            str(plan),
-            "--epochs",
-            "1",
-            "--profile",
-            str(tmp_path / "p.json"),
-            "-o",
-            str(tmp_path / "r"),
-        ]
-    )
+    plan = g3_plan(feature_parts(2), tmp_path / "plan", strategy="neutrontp")
+    r = invoke(["train", plan, "--epochs", "1", "--profile", tmp_path / "p.json", "-o", tmp_path / "r"])
     assert r.exit_code == 2 and "--profile fits g3's per-bin rates" in r.output, r.output
 
 
 def test_old_feature_shards_are_refused(store, tmp_path):
-    part = tmp_path / "part"
-    assert (
-        invoke(["partition", str(store), "--workers", "2", "--method", "feature", "-o", str(part)]).exit_code
-        == 0
-    )
+    part = g3_partition(store, tmp_path / "part", 2, method="feature")
     manifest = part / "part-00001" / "shard.json"
     meta = json.loads(manifest.read_text())
     meta.pop("content_sha256")  # version 1 shards were not sealed
@@ -299,11 +215,7 @@ def test_old_feature_shards_are_refused(store, tmp_path):
 
 
 def test_other_strategies_refuse_the_decoupled_model(store, tmp_path):
-    part = tmp_path / "part"
-    assert (
-        invoke(["partition", str(store), "--workers", "2", "--method", "metis", "-o", str(part)]).exit_code
-        == 0
-    )
+    part = g3_partition(store, tmp_path / "part", 2, method="metis")
     r = invoke(["plan", str(part), "--strategy", "bns-gcn", "--model", "dgcn", "-o", str(tmp_path / "plan")])
     assert r.exit_code == 2 and "strategy bns-gcn trains sage, gcn, gat, not dgcn" in r.output, r.output
 
@@ -320,48 +232,16 @@ def test_the_plan_carries_the_topology_and_a_bundle_trains_without_the_store(sto
     torchrun with the store, partition and plan moved away, bit for bit as `g3 train` of the plan beside them."""
     src = tmp_path / "src"
     shutil.copytree(store, src / "store")
-    assert (
-        invoke(
-            [
-                "partition",
-                str(src / "store"),
-                "--workers",
-                "2",
-                "--method",
-                "feature",
-                "-o",
-                str(src / "part"),
-            ]
-        ).exit_code
-        == 0
-    )
-    plan = src / "plan"
-    assert (
-        invoke(
-            [
-                "plan",
-                str(src / "part"),
-                "--strategy",
-                "neutrontp",
-                "--chunk-size",
-                "50",
-                "--hidden",
-                "6",
-                "-o",
-                str(plan),
-            ]
-        ).exit_code
-        == 0
-    )
+    part = g3_partition(src / "store", src / "part", 2, method="feature")
+    plan = g3_plan(part, src / "plan", strategy="neutrontp", chunk_size=50, hidden=6)
     indptr, indices = GraphStore.open(src / "store").load_csr()
     for name, want in (("indptr", np.asarray(indptr, dtype=np.int64)), ("indices", np.asarray(indices))):
         got = np.load(plan / "topology" / f"{name}.npy")
         assert got.dtype == want.dtype and np.array_equal(got, want), name
     meta = json.loads((plan / "plan.json").read_text())
     assert meta["schema_version"] == 5 and meta["topology"]["num_arcs"] == len(indices)
-    r = invoke(["train", str(plan), "--workers", "2", "-o", str(tmp_path / "reference"), *TRAIN])
-    assert r.exit_code == 0, r.output
-    assert invoke(["bundle", str(plan), "--nodes", "1", "-o", str(tmp_path / "bundle")]).exit_code == 0
+    ok(["train", plan, "--workers", "2", "-o", tmp_path / "reference", *TRAIN])
+    ok(["bundle", plan, "--nodes", "1", "-o", tmp_path / "bundle"])
     node = tmp_path / "bundle" / "node-00000"
     assert sorted(p.name for p in (node / "plan").iterdir()) == [
         "chunks",
@@ -376,15 +256,13 @@ def test_the_plan_carries_the_topology_and_a_bundle_trains_without_the_store(sto
         finish(torchrun(node, "plan", 1, 2, free_port()))
     finally:
         away.rename(src)
-    reference = torch.load(tmp_path / "reference" / "model.pt", weights_only=True)
-    assert max_weight_diff(reference, torch.load(node / "run" / "model.pt", weights_only=True)) == 0.0
+    assert max_weight_diff(weights(tmp_path / "reference")[1], weights(node / "run")[1]) == 0.0
 
 
 def test_a_plan_without_its_topology_is_one_line(feature_parts, tmp_path):
     """A version 3 neutrontp plan (no topology/: its runtime read the store) must be re-planned; a damaged
     topology file is named."""
-    plan = tmp_path / "plan"
-    assert invoke(["plan", str(feature_parts(2)), "--strategy", "neutrontp", "-o", str(plan)]).exit_code == 0
+    plan = g3_plan(feature_parts(2), tmp_path / "plan", strategy="neutrontp")
     train = ["train", str(plan), "--workers", "2", "--epochs", "1", "--threads", "1", "--eval-every", "0"]
     indices = np.load(plan / "topology" / "indices.npy")
     np.save(plan / "topology" / "indices.npy", indices[:-1])
@@ -411,13 +289,7 @@ def test_the_chunk_arrays_are_checked_where_they_are_read(feature_parts, tmp_pat
     from stages.common.npy import npy_manifest
     from stages.strategies.neutrontp.runtime import load_chunks
 
-    plan = tmp_path / "plan"
-    assert (
-        invoke(
-            ["plan", str(feature_parts(2)), "--strategy", "neutrontp", "--chunk-size", "50", "-o", str(plan)]
-        ).exit_code
-        == 0
-    )
+    plan = g3_plan(feature_parts(2), tmp_path / "plan", strategy="neutrontp", chunk_size=50)
     meta = json.loads((plan / "plan.json").read_text())
     assert set(meta["chunks"]["files"]) == {"bounds.npy", "owner_bounds.npy", "first_use.npy"}
     damaged = tmp_path / "damaged"

@@ -90,6 +90,14 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(edgelist, "LABEL_BLOCK", 5)
 
 
+@pytest.fixture(params=["default", "small"])
+def blocks(request) -> str:
+    """Both block sizes: the readers' own, and small_blocks'."""
+    if request.param == "small":
+        request.getfixturevalue("small_blocks")
+    return request.param
+
+
 def check_source(src, name):
     assert src.name == name
     assert src.num_nodes == N
@@ -107,28 +115,24 @@ def check_source(src, name):
         np.testing.assert_array_equal(src.splits[part], ids)
 
 
-@pytest.mark.parametrize("gz", [True, False])
-@pytest.mark.parametrize("blocks", ["default", "small"])
-def test_csv_layout(tmp_path, request, gz, blocks):
-    if blocks == "small":
-        request.getfixturevalue("small_blocks")
-    folder = make_csv(tmp_path, gz=gz)
+def read_checked(folder: Path, name: str):
+    """The source the reader makes of FOLDER, an OGB layout it detects, checked against the data written."""
     assert detect_ogb(folder)
     src = read_ogb(folder)
-    check_source(src, "products")
+    check_source(src, name)
+    return src
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_csv_layout(tmp_path, gz, blocks):
+    src = read_checked(make_csv(tmp_path, gz=gz), "products")
     assert src.info["split_name"] == "sales_ranking"
     assert src.info["format"] == "ogb-csv"
 
 
 @pytest.mark.parametrize("compressed", [True, False])
-@pytest.mark.parametrize("blocks", ["default", "small"])
-def test_npz_layout(tmp_path, request, compressed, blocks):
-    if blocks == "small":
-        request.getfixturevalue("small_blocks")
-    folder = make_npz(tmp_path, compressed=compressed)
-    assert detect_ogb(folder)
-    src = read_ogb(folder)
-    check_source(src, "papers100M-bin")
+def test_npz_layout(tmp_path, compressed, blocks):
+    src = read_checked(make_npz(tmp_path, compressed=compressed), "papers100M-bin")
     assert src.info["format"] == "ogb-npz" and src.info["edge_feat"] == "ignored"
 
 
@@ -233,10 +237,7 @@ def corrupt(path: Path, line: int, text: str) -> None:
         ("3,", "'' is not an integer"),
     ],
 )
-@pytest.mark.parametrize("blocks", ["default", "small"])
-def test_malformed_edge_line(tmp_path, request, line, text, why, blocks):
-    if blocks == "small":
-        request.getfixturevalue("small_blocks")
+def test_malformed_edge_line(tmp_path, line, text, why, blocks):
     folder = make_csv(tmp_path)
     edge = folder / "raw" / "edge.csv.gz"
     corrupt(edge, line, text)

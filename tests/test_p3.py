@@ -12,12 +12,12 @@ Every run is real: `g3 partition --method p3`, `g3 plan --strategy p3`, `g3 trai
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import DROPOUT, LR, SEED, flags, g3_plan, invoke, minibatch_run, records, weights
 from reference_minibatch import (
     ascending_rows,
     draw,
@@ -28,89 +28,28 @@ from reference_minibatch import (
     union_of_local_batches,
 )
 from test_eval import assert_eval_is_independent
-from test_hopgnn import records, weights
-from test_strategies import partitions  # noqa: F401 - the fixture
-from test_train import invoke, max_weight_diff, ref_graph
+from test_train import max_weight_diff, ref_graph
 
-EPOCHS, LR, DROPOUT, SEED, BATCH, HIDDEN = 3, 0.02, 0.3, 7, 40, 6
+EPOCHS, BATCH, HIDDEN = 3, 40, 6
 
 
 def fanouts_for(layers: int) -> list[int]:
     return [3, 2, 2][:layers]
 
 
-def run(
-    part: Path,
-    tmp: Path,
-    strategy: str = "p3",
-    model: str = "sage",
-    layers: int = 2,
-    order: str = "global",
-    train: tuple[str, ...] = (),
-    epochs: int = EPOCHS,
-    out: str = "run",
-    plan_name: str | None = None,
-    options: tuple[str, ...] = (),
-) -> Path:
-    plan, run_dir = tmp / (plan_name or f"plan-{out}"), tmp / out
-    if not plan.exists():
-        r = invoke(
-            [
-                "plan",
-                str(part),
-                "--strategy",
-                strategy,
-                "--model",
-                model,
-                "--layers",
-                str(layers),
-                "--hidden",
-                str(HIDDEN),
-                "--fanouts",
-                ",".join(map(str, fanouts_for(layers))),
-                "--batch-size",
-                str(BATCH),
-                "--batch-order",
-                order,
-                *options,
-                "-o",
-                str(plan),
-            ]
-        )
-        assert r.exit_code == 0, r.output
-    k = json.loads((part / "partition.json").read_text())["num_partitions"]
-    r = invoke(
-        [
-            "train",
-            str(plan),
-            "--epochs",
-            str(epochs),
-            "--lr",
-            str(LR),
-            "--dropout",
-            str(DROPOUT),
-            "--seed",
-            str(SEED),
-            "--workers",
-            str(k),
-            "--dtype",
-            "float64",
-            "--eval-every",
-            "0",
-            "--threads",
-            "1",
-            "-o",
-            str(run_dir),
-            *train,
-        ]
+def run(part: Path, tmp: Path, strategy: str = "p3", model: str = "sage", layers: int = 2, **kw) -> Path:
+    """STRATEGY planned into TMP/PLAN_NAME (default plan-OUT) with LAYERS layers of width HIDDEN, their fanouts,
+    batches of BATCH in global order unless KW says otherwise, and trained for EPOCHS unless KW says otherwise."""
+    kw.setdefault("epochs", EPOCHS)
+    fanouts = ",".join(map(str, fanouts_for(layers)))
+    return minibatch_run(
+        part, tmp, strategy, model, layers=layers, hidden=HIDDEN, fanouts=fanouts, batch=BATCH, **kw
     )
-    assert r.exit_code == 0, r.output
-    return run_dir
 
 
 # --- the model: exact unpipelined, delay 3 pipelined ----------------------------------------------------------
 @pytest.mark.parametrize("model,k,layers", [("sage", 1, 2), ("gcn", 2, 2), ("sage", 4, 3), ("gcn", 4, 3)])
-def test_p3_equals_the_reference_on_distdgl_global_batches(store, partitions, tmp_path, model, k, layers):  # noqa: F811
+def test_p3_equals_the_reference_on_distdgl_global_batches(store, partitions, tmp_path, model, k, layers):
     """F = 10 features over K = 4 workers: column slices of 3, 3, 3 and 1."""
     run_dir = run(partitions("p3", k), tmp_path, model=model, layers=layers)
     init, final = weights(run_dir)
@@ -126,7 +65,7 @@ def test_p3_equals_the_reference_on_distdgl_global_batches(store, partitions, tm
     assert max_weight_diff(final, init) > 1e-3
 
 
-def test_p3_equals_distdgl_and_moves_the_bytes_of_its_formulas(store, partitions, tmp_path):  # noqa: F811
+def test_p3_equals_distdgl_and_moves_the_bytes_of_its_formulas(store, partitions, tmp_path):
     k = 2
     part = partitions("p3", k)
     p3 = run(part, tmp_path, out="p3")
@@ -167,7 +106,7 @@ def test_p3_equals_distdgl_and_moves_the_bytes_of_its_formulas(store, partitions
     assert_eval_is_independent(store, p3, "sage")  # g3 eval assembles the column slices
 
 
-def test_replicated_structure_samples_the_same_without_asking_anyone(partitions, tmp_path):  # noqa: F811
+def test_replicated_structure_samples_the_same_without_asking_anyone(partitions, tmp_path):
     """--topology replicated (P3's choice when the structure fits): every worker samples from the plan's whole CSR,
     so no sampling request crosses the network, and the model is the partitioned run's, bitwise."""
     part = partitions("p3", 2)
@@ -179,7 +118,7 @@ def test_replicated_structure_samples_the_same_without_asking_anyone(partitions,
     assert all(w["bytes_sent_per_phase"]["sample"] > 0 for w in records(asked)[-1]["workers"])
 
 
-def test_p3_local_order_equals_the_union_of_local_batches(store, partitions, tmp_path):  # noqa: F811
+def test_p3_local_order_equals_the_union_of_local_batches(store, partitions, tmp_path):
     k = 2
     part = partitions("p3", k)
     run_dir = run(part, tmp_path, order="local")
@@ -190,7 +129,7 @@ def test_p3_local_order_equals_the_union_of_local_batches(store, partitions, tmp
     assert max_weight_diff(final, expected) <= 1e-5
 
 
-def test_pipelined_p3_is_the_delay_3_reference_and_resumes_bitwise(store, partitions, tmp_path):  # noqa: F811
+def test_pipelined_p3_is_the_delay_3_reference_and_resumes_bitwise(store, partitions, tmp_path):
     part = partitions("p3", 2)
     pipe = ("--pipeline", "p3")
     whole = run(part, tmp_path, train=pipe, epochs=4, out="whole", plan_name="plan")
@@ -213,19 +152,13 @@ def test_pipelined_p3_is_the_delay_3_reference_and_resumes_bitwise(store, partit
     assert all(w["updates_trailing_max"] == min(3, steps) for r in records(whole) for w in r["workers"])
     assert all("updates_trailing_max" not in w for r in plain for w in r["workers"])
     run(part, tmp_path, train=(*pipe, "--checkpoint-every", "1"), epochs=2, out="cut", plan_name="plan")
-    run(
-        part,
-        tmp_path,
-        train=(*pipe, "--checkpoint-every", "1", "--resume"),
-        epochs=4,
-        out="cut",
-        plan_name="plan",
-    )
+    resume = (*pipe, "--checkpoint-every", "1", "--resume")
+    run(part, tmp_path, train=resume, epochs=4, out="cut", plan_name="plan")
     assert max_weight_diff(weights(tmp_path / "cut")[1], final) == 0.0
 
 
 # --- bad input ------------------------------------------------------------------------------------------------
-def test_bad_input_is_one_line_and_exit_2(partitions, tmp_path):  # noqa: F811
+def test_bad_input_is_one_line_and_exit_2(partitions, tmp_path):
     metis = partitions("metis", 2)
     r = invoke(["plan", str(metis), "--strategy", "p3", "-o", str(tmp_path / "x")])
     assert r.exit_code == 2 and "p3" in r.output and len(r.output.strip().splitlines()) == 1, r.output
@@ -234,22 +167,7 @@ def test_bad_input_is_one_line_and_exit_2(partitions, tmp_path):  # noqa: F811
     assert r.exit_code == 2 and "gat" in r.output, r.output
     plans = {}
     for s in ("p3", "distdgl"):
-        plans[s] = tmp_path / f"plan-{s}"
-        r = invoke(
-            [
-                "plan",
-                str(part),
-                "--strategy",
-                s,
-                "--fanouts",
-                "3,2",
-                "--batch-size",
-                "40",
-                "-o",
-                str(plans[s]),
-            ]
-        )
-        assert r.exit_code == 0, r.output
+        plans[s] = g3_plan(part, tmp_path / f"plan-{s}", *flags(strategy=s, fanouts="3,2", batch_size=40))
     for plan, flag, value in [(plans["p3"], "--pipeline", "multi"), (plans["distdgl"], "--pipeline", "p3")]:
         r = invoke(["train", str(plan), "--epochs", "1", flag, value, "-o", str(tmp_path / "r")])
         assert r.exit_code == 2 and flag in r.output and len(r.output.strip().splitlines()) == 1, r.output
@@ -258,11 +176,7 @@ def test_bad_input_is_one_line_and_exit_2(partitions, tmp_path):  # noqa: F811
 
 @pytest.mark.parametrize("strategy,method", [("p3", "p3"), ("bytegnn", "bytegnn")])
 def test_split_order_is_global_orders_model_for_every_strategy_that_takes_it(
-    store,
-    partitions,  # noqa: F811
-    tmp_path,
-    strategy,
-    method,
+    store, partitions, tmp_path, strategy, method
 ):
     """`--batch-order split` (worker k computes positions k, k+K, … of each global batch wherever its roots live)
     trains global order's batches in p3 and bytegnn too: the independent reference's model."""

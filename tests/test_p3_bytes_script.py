@@ -13,9 +13,8 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
-import torch
-from test_p3 import BATCH, EPOCHS, HIDDEN, SEED, fanouts_for, records, run
-from test_strategies import partitions  # noqa: F401 - the fixture
+from helpers import SEED, records, weights
+from test_p3 import BATCH, EPOCHS, HIDDEN, fanouts_for, run
 
 from stages.common.store import GraphStore
 
@@ -29,14 +28,14 @@ def load_script():
     return module
 
 
-def test_script_bytes_equal_what_real_runs_recorded(store, partitions, tmp_path):  # noqa: F811
+def test_script_bytes_equal_what_real_runs_recorded(store, partitions, tmp_path):
     script, k = load_script(), 2
     part = partitions("p3", k)
     runs = {s: run(part, tmp_path, s, out=s) for s in ("p3", "distdgl")}
     graph = GraphStore.open(store)
     owner = np.load(part / "assignment.npy").astype(np.int64)
     layers = len(fanouts_for(2))
-    values = sum(v.numel() for v in torch.load(runs["distdgl"] / "init.pt", weights_only=True).values())
+    values = sum(v.numel() for v in weights(runs["distdgl"])[0].values())
     assert sum(script.parameters(graph.feat_dim, HIDDEN, graph.num_classes, layers)) == values
     for epoch in range(EPOCHS):
         batches = script.global_batches(graph, BATCH, SEED, epoch)

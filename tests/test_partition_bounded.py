@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_train import invoke
+from helpers import flags, invoke, ok, synthetic_store
 
 from stages.common.store import GraphStore
 from stages.kits.partition.coarsen import contract, propagate
@@ -25,13 +25,8 @@ from stages.kits.partition.metis import metis_partition
 @pytest.fixture(scope="module")
 def community_store(tmp_path_factory) -> Path:
     """3,000 nodes in 12 communities, average degree 20: ~60,000 arcs."""
-    from stages.ingest.build import IngestOptions, build_store
-    from stages.ingest.synthetic import resolve_spec, synthetic_source
-
-    spec = resolve_spec(None, nodes=3000, avg_degree=20, feat_dim=4, num_classes=3, communities=12, seed=3)
-    out = tmp_path_factory.mktemp("bounded") / "g"
-    build_store(synthetic_source(spec), out, IngestOptions(seed=3))
-    return out
+    spec = dict(nodes=3000, avg_degree=20, feat_dim=4, num_classes=3, communities=12, seed=3)
+    return synthetic_store(tmp_path_factory.mktemp("bounded") / "g", **spec)
 
 
 def fine_cut(graphs, part: np.ndarray) -> int:
@@ -81,21 +76,7 @@ def test_metis_on_the_clusters_balances_like_metis_and_cuts_about_as_much(commun
 
 def test_the_stage_coarsens_when_metis_would_need_more_than_it_may_hold(community_store, tmp_path):
     out = tmp_path / "part"
-    r = invoke(
-        [
-            "partition",
-            str(community_store),
-            "--workers",
-            "3",
-            "--method",
-            "metis",
-            "--metis-memory",
-            "1MiB",
-            "-o",
-            str(out),
-        ]
-    )
-    assert r.exit_code == 0, r.output
+    r = ok(["partition", community_store, *flags(workers=3, method="metis", metis_memory="1MiB"), "-o", out])
     assert "coarsened" in r.output and "METIS ran on" in r.output
     record = json.loads((out / "partition.json").read_text())["metis_memory"]
     assert record["bytes"] == 1 << 20 and record["from"] == "--metis-memory"
@@ -103,24 +84,14 @@ def test_the_stage_coarsens_when_metis_would_need_more_than_it_may_hold(communit
     (c,) = record["coarsened"]
     assert c["coarse_arcs"] <= record["arc_budget"] < c["fine_arcs"]
     whole = tmp_path / "whole"
-    r = invoke(["partition", str(community_store), "--workers", "3", "--method", "metis", "-o", str(whole)])
-    assert r.exit_code == 0, r.output
+    ok(["partition", community_store, "--workers", "3", "--method", "metis", "-o", whole])
     assert json.loads((whole / "partition.json").read_text())["metis_memory"]["coarsened"] == []
 
 
 @pytest.mark.parametrize("value, says", [("0", "at least 1 MiB"), ("lots", "not a size")])
 def test_a_metis_memory_that_makes_no_sense_is_refused_in_one_line(community_store, tmp_path, value, says):
     r = invoke(
-        [
-            "partition",
-            str(community_store),
-            "--workers",
-            "2",
-            "--metis-memory",
-            value,
-            "-o",
-            str(tmp_path / "p"),
-        ]
+        ["partition", community_store, "--workers", "2", "--metis-memory", value, "-o", tmp_path / "p"]
     )
     assert r.exit_code == 2 and says in r.output, r.output
     assert not (tmp_path / "p").exists()

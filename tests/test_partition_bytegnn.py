@@ -10,9 +10,8 @@ from collections import deque
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from helpers import flags, g3_partition, invoke
 
-from g3cli.main import cli
 from stages.common.store import GraphStore
 from stages.kits.partition.graph import graphs_from_csr, load_graphs
 from stages.kits.partition.metrics import edge_cut
@@ -267,33 +266,9 @@ def test_sparse_labels_are_not_degenerate(tiny_graphs):
     assert stats["blocks"]["max_size"] > 1
 
 
-def _invoke(args):
-    return CliRunner().invoke(cli, args)
-
-
 def test_cli_runs_bytegnn_with_its_options(tiny_store, tmp_path):
-    out = tmp_path / "p"
-    r = _invoke(
-        [
-            "partition",
-            str(tiny_store),
-            "-w",
-            "3",
-            "--method",
-            "bytegnn",
-            "-o",
-            str(out),
-            "--bytegnn-alpha",
-            "2",
-            "--bytegnn-beta",
-            "1",
-            "--bytegnn-gamma",
-            "1",
-            "--bytegnn-hops",
-            "1",
-        ]
-    )
-    assert r.exit_code == 0, r.output
+    weights = flags(bytegnn_alpha=2, bytegnn_beta=1, bytegnn_gamma=1, bytegnn_hops=1)
+    out = g3_partition(tiny_store, tmp_path / "p", 3, *weights, method="bytegnn")
     s = json.loads((out / "partition.json").read_text())
     assert s["bytegnn"]["hops"] == 1 and s["bytegnn"]["weights"]["normalised"] == [0.5, 0.25, 0.25]
     assert s["parameters"]["bytegnn_alpha"] == 2.0
@@ -311,14 +286,14 @@ def test_cli_runs_bytegnn_with_its_options(tiny_store, tmp_path):
 )
 def test_cli_bad_bytegnn_options_are_one_line_errors(tiny_store, tmp_path, args, message):
     out = tmp_path / "out"
-    r = _invoke(["partition", str(tiny_store), "-w", "2", "--method", "bytegnn", *args, "-o", str(out)])
+    r = invoke(["partition", str(tiny_store), "-w", "2", "--method", "bytegnn", *args, "-o", str(out)])
     assert r.exit_code == 2, r.output
     assert message in r.output and r.output.count("\n") == 1
     assert not out.exists()
 
 
 def test_help_explains_the_bytegnn_options():
-    r = _invoke(["partition", "--help"])
+    r = invoke(["partition", "--help"])
     assert r.exit_code == 0
     for option in ("--bytegnn-alpha", "--bytegnn-beta", "--bytegnn-gamma", "--bytegnn-hops", "bytegnn:"):
         assert option in r.output

@@ -17,6 +17,12 @@ from stages.report.run import run_report
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def _write_artifact(file: Path, schema: str, /, **fields) -> None:
+    """An artifact's JSON file (its folder made if need be): SCHEMA at version 1, then FIELDS."""
+    file.parent.mkdir(exist_ok=True)
+    file.write_text(json.dumps({"schema": schema, "schema_version": 1, **fields}))
+
+
 def make_run(
     root: Path,
     name: str = "g.part-g3-2.plan-sage.run",
@@ -41,53 +47,30 @@ def make_run(
     )
     run.mkdir(parents=True)
     if partition:
-        part_dir.mkdir(exist_ok=True)
-        (part_dir / "partition.json").write_text(
-            json.dumps(
-                {
-                    "schema": "g3.partition",
-                    "schema_version": 1,
-                    "store": {"name": "fake"},
-                    "method": method,
-                    "num_partitions": k,
-                    "before": {"remote_per_partition": [40 + 5 * i for i in range(k)]},
-                    "partitions": [
-                        {"partition": i, "nodes": n, "remote": 30 + i, "arcs": 10 * n}
-                        for i, n in enumerate(owned)
-                    ],
-                }
-            )
+        _write_artifact(
+            part_dir / "partition.json",
+            "g3.partition",
+            store={"name": "fake"},
+            method=method,
+            num_partitions=k,
+            before={"remote_per_partition": [40 + 5 * i for i in range(k)]},
+            partitions=[
+                {"partition": i, "nodes": n, "remote": 30 + i, "arcs": 10 * n} for i, n in enumerate(owned)
+            ],
         )
     if plan:
-        plan_dir.mkdir(exist_ok=True)
-        (plan_dir / "plan.json").write_text(
-            json.dumps(
-                {
-                    "schema": "g3.plan",
-                    "schema_version": 1,
-                    "num_workers": k,
-                    "workers": [{"rank": i, "num_owned": n} for i, n in enumerate(owned)],
-                }
-            )
-        )
-    (run / "run.json").write_text(
-        json.dumps(
-            {
-                "schema": "g3.run",
-                "schema_version": 1,
-                "path": str(run),
-                "status": "completed",
-                "plan": {
-                    "path": str(plan_dir),
-                    "model": {"model": "sage", "bin_size": 5000},
-                    "num_workers": k,
-                },
-                "partition": {"path": str(part_dir), "method": method},
-                "store": {"name": "fake", "num_nodes": sum(owned)},
-                "config": {"pipeline": pipeline, "device": "cpu", "eval_every": eval_every},
-                **({"strategy": {"name": strategy, "options": {}}} if strategy else {}),
-            }
-        )
+        workers = [{"rank": i, "num_owned": n} for i, n in enumerate(owned)]
+        _write_artifact(plan_dir / "plan.json", "g3.plan", num_workers=k, workers=workers)
+    _write_artifact(
+        run / "run.json",
+        "g3.run",
+        path=str(run),
+        status="completed",
+        plan={"path": str(plan_dir), "model": {"model": "sage", "bin_size": 5000}, "num_workers": k},
+        partition={"path": str(part_dir), "method": method},
+        store={"name": "fake", "num_nodes": sum(owned)},
+        config={"pipeline": pipeline, "device": "cpu", "eval_every": eval_every},
+        **({"strategy": {"name": strategy, "options": {}}} if strategy else {}),
     )
     lines = []
     for e in range(epochs):

@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from test_train import invoke, max_weight_diff
+from helpers import g3_partition, g3_plan, invoke
+from test_train import max_weight_diff
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,14 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def plan(store, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("runs")
-    assert (
-        invoke(
-            ["partition", str(store), "--workers", "2", "--method", "random", "-o", str(root / "part")]
-        ).exit_code
-        == 0
-    )
-    assert invoke(["plan", str(root / "part"), "--bin-size", "60", "-o", str(root / "plan")]).exit_code == 0
-    return root / "plan"
+    return g3_plan(g3_partition(store, root / "part", 2, method="random"), root / "plan", bin_size=60)
 
 
 COMMON = ["--threads", "1", "--seed", "3", "--eval-every", "0", "--dtype", "float64"]

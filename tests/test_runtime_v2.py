@@ -8,17 +8,16 @@ closed form; micro-batches run through `g3 train` against the independent single
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from helpers import DROPOUT, LR, SEED, flags, g3_plan, invoke, records, weights
 from reference_minibatch import global_batches, minibatch_train
 from test_eval import independent_accuracy
-from test_minibatch import DROPOUT, EPOCHS, LR, SEED, run_distdgl, weights
-from test_strategies import partitions  # noqa: F401 - the fixture
+from test_minibatch import EPOCHS, run_distdgl
 from test_train import max_weight_diff, ref_graph
 
 from stages.train.checkpoint import load_checkpoint, rank_state_path, save_checkpoint
@@ -193,7 +192,7 @@ def test_sharded_parameters_and_their_optimizer_state_resume_bitwise_per_rank(tm
 
 # --- micro-batches through `g3 train` -------------------------------------------------------------------------
 @pytest.mark.parametrize("k,order", [(2, "global"), (2, "local")])
-def test_micro_batches_train_the_model_of_whole_batches(store, partitions, tmp_path, k, order):  # noqa: F811
+def test_micro_batches_train_the_model_of_whole_batches(store, partitions, tmp_path, k, order):
     """--micro-batches 3 accumulates three passes into each optimizer step: the same model as whole batches
     (the sampler draws by node), the global order's equals the independent reference, and the metrics say how
     many micro-steps ran; the epoch's evaluation is layer-wise inference, equal to the reference's accuracy."""
@@ -203,7 +202,7 @@ def test_micro_batches_train_the_model_of_whole_batches(store, partitions, tmp_p
         part, tmp_path, order=order, train=("--micro-batches", "3", "--eval-every", "1"), out="micro"
     )
     assert max_weight_diff(weights(whole)[1], weights(micro)[1]) < 1e-10
-    recs = [json.loads(line) for line in (micro / "metrics.jsonl").read_text().splitlines()]
+    recs = records(micro)
     steps = recs[0].get("steps", 1)
     assert recs[0]["micro_steps"] == 3 * steps
     if order == "global":
@@ -217,27 +216,9 @@ def test_micro_batches_train_the_model_of_whole_batches(store, partitions, tmp_p
     assert {s: recs[-1][f"{s}_acc"] for s in acc} == pytest.approx(acc, abs=1e-9)
 
 
-def test_micro_batches_below_one_are_refused(partitions, tmp_path):  # noqa: F811
-    from test_train import invoke
-
-    plan = tmp_path / "plan"
-    r = invoke(
-        [
-            "plan",
-            str(partitions("distdgl", 2)),
-            "--strategy",
-            "distdgl",
-            "--hidden",
-            "6",
-            "--fanouts",
-            "3,2",
-            "--batch-size",
-            "40",
-            "-o",
-            str(plan),
-        ]
-    )
-    assert r.exit_code == 0, r.output
+def test_micro_batches_below_one_are_refused(partitions, tmp_path):
+    sampling = flags(strategy="distdgl", hidden=6, fanouts="3,2", batch_size=40)
+    plan = g3_plan(partitions("distdgl", 2), tmp_path / "plan", *sampling)
     r = invoke(["train", str(plan), "--micro-batches", "0", "-o", str(tmp_path / "run")])
     assert r.exit_code == 2 and "--micro-batches must be >= 1" in r.output
     assert not (tmp_path / "run").exists()

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import flags
 
 from stages.common.model_spec import LayerShape
 from stages.kits.runtime.profile import fit_phase
@@ -46,13 +47,18 @@ def _worker(peer: int) -> dict:
     }
 
 
-@pytest.fixture
-def hand():
+def hand_made(step_seconds: float = 0.0) -> tuple:
+    """The hand-made plan's workload and rates (above), with STEP_SECONDS for the optimizer step."""
     wl = make_workload([_worker(1), _worker(0)], [LayerShape(1, 1), LayerShape(1, 1)], num_params=0)
     layer = LayerRates(
         forward=PhaseRates(1.0, 0.0, 0.0), backward=PhaseRates(2.0, 0.0, 0.0), gather_per_row=0.25
     )
-    rates = Rates([layer, layer], overhead_per_bin=0.0, step_seconds=0.0, source="hand")
+    return wl, Rates([layer, layer], overhead_per_bin=0.0, step_seconds=step_seconds, source="hand")
+
+
+@pytest.fixture
+def hand():
+    wl, rates = hand_made()
     return wl, rates, Network(bandwidth=4.0, latency=2.0)
 
 
@@ -208,23 +214,9 @@ def test_simulate_real_plan_and_cli(tiny_plan, tmp_path, cli_runner):
     from g3cli.main import cli
 
     out = tmp_path / "sim"
-    res = cli_runner.invoke(
-        cli,
-        [
-            "simulate",
-            str(tiny_plan),
-            "--scaling",
-            "2,4",
-            "--cache",
-            str(tmp_path / "cache"),
-            "-o",
-            str(out),
-            "--bandwidth",
-            "1Gbit",
-            "--latency",
-            "100us",
-        ],
-    )
+    options = flags(scaling="2,4", cache=tmp_path / "cache")
+    network = flags(bandwidth="1Gbit", latency="100us")
+    res = cli_runner.invoke(cli, ["simulate", str(tiny_plan), *options, "-o", str(out), *network])
     assert res.exit_code == 0, res.output
     data = json.loads((out / "simulate.json").read_text())
     systems = {r["system"]: r for r in data["systems"]}

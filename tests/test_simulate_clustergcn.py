@@ -12,9 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
-from test_strategies import partitions  # noqa: F401 - the fixture
-from test_train import invoke
+from helpers import flags, g3_plan, invoke, ok, records, weights
 
 from stages.common.artifact_json import sealed
 from stages.common.plan_artifact import load_plan_meta
@@ -144,27 +142,12 @@ def test_a_step_without_a_training_node_computes_nothing_and_takes_no_update():
 
 
 def _plan(part, out, clusters=6, per_batch=2):
-    r = invoke(
-        [
-            "plan",
-            str(part),
-            "--strategy",
-            "clustergcn",
-            "--hidden",
-            "6",
-            "--clusters",
-            str(clusters),
-            "--clusters-per-batch",
-            str(per_batch),
-            "-o",
-            str(out),
-        ]
+    return g3_plan(
+        part, out, strategy="clustergcn", hidden=6, clusters=clusters, clusters_per_batch=per_batch
     )
-    assert r.exit_code == 0, r.output
-    return out
 
 
-def test_clusters_of_another_worker_count_are_what_g3_plan_writes(partitions, tmp_path):  # noqa: F811
+def test_clusters_of_another_worker_count_are_what_g3_plan_writes(partitions, tmp_path):
     plan2 = _plan(partitions("metis", 2), tmp_path / "plan2")
     plan4 = _plan(partitions("metis", 4), tmp_path / "plan4")
     cache = tmp_path / "cache"
@@ -194,48 +177,16 @@ def test_clusters_of_another_worker_count_are_what_g3_plan_writes(partitions, tm
     assert all(np.array_equal(a.arcs, b.arcs) for a, b in zip(third, got, strict=True))
 
 
-def test_g3_simulate_a_clustergcn_plan_from_its_run(partitions, tmp_path):  # noqa: F811
+def test_g3_simulate_a_clustergcn_plan_from_its_run(partitions, tmp_path):
     plan = _plan(partitions("metis", 2), tmp_path / "plan")
     run = tmp_path / "run"
     r = invoke(["simulate", str(plan), "-o", str(tmp_path / "s0")])
     assert r.exit_code == 2 and "--run RUN" in r.output and len(r.output.strip().splitlines()) == 1, r.output
-    r = invoke(
-        [
-            "train",
-            str(plan),
-            "--epochs",
-            "3",
-            "--workers",
-            "2",
-            "--seed",
-            "3",
-            "--eval-every",
-            "0",
-            "--threads",
-            "1",
-            "-o",
-            str(run),
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    r = invoke(
-        [
-            "simulate",
-            str(plan),
-            "--run",
-            str(run),
-            "--scaling",
-            "1,2,4",
-            "--cache",
-            str(tmp_path / "cache"),
-            "-o",
-            str(tmp_path / "sim"),
-            "--json",
-        ]
-    )
-    assert r.exit_code == 0, r.output
+    ok(["train", plan, *flags(epochs=3, workers=2, seed=3, eval_every=0, threads=1), "-o", run])
+    scaling = flags(scaling="1,2,4", cache=tmp_path / "cache")
+    ok(["simulate", plan, "--run", run, *scaling, "-o", tmp_path / "sim", "--json"])
     sim = json.loads((tmp_path / "sim" / "simulate.json").read_text())
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    recs = records(run)
     at_k = sim["systems"][0]
     prof = sim["rates"]["profile"]
     assert (
@@ -246,16 +197,16 @@ def test_g3_simulate_a_clustergcn_plan_from_its_run(partitions, tmp_path):  # no
     )
     # the run's optimizer steps, its bytes (nothing but the all-reduce, which the run does not count), and the
     # all-reduce of every parameter of the run's model
-    assert at_k["steps"] == 3 and at_k["optimizer_steps"] == records[-1]["steps"] == 3
-    assert at_k["bytes_per_epoch"] == sum(w["bytes_sent"] for rec in records[1:] for w in rec["workers"]) == 0
-    values = sum(t.numel() for t in torch.load(run / "model.pt", weights_only=True).values())
+    assert at_k["steps"] == 3 and at_k["optimizer_steps"] == recs[-1]["steps"] == 3
+    assert at_k["bytes_per_epoch"] == sum(w["bytes_sent"] for rec in recs[1:] for w in rec["workers"]) == 0
+    values = sum(t.numel() for t in weights(run)[1].values())
     assert prof["num_params"] == values and at_k["allreduce_bytes_per_epoch"] == 3 * 2 * (
         2 * 1 / 2 * values * 4
     )
     # the modelled batches are the run's: every worker's recorded arcs (once per layer) and rows
     meta = load_plan_meta(plan)
     workers = plan_clusters(plan, meta)
-    for rec in records[1:]:
+    for rec in recs[1:]:
         b = batches(workers, 2, 3, rec["epoch"])
         assert [w["sampled_arcs"] for w in rec["workers"]] == [2 * int(x) for x in b.arcs.sum(axis=0)]
         assert [w["source_rows"] for w in rec["workers"]] == [int(x) for x in b.nodes.sum(axis=0)]

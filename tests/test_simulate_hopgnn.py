@@ -12,8 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_strategies import partitions  # noqa: F401 - the fixture
-from test_train import invoke
+from helpers import flags, g3_plan, invoke, ok, records
 
 from stages.kits.simulate.minibatch import MiniBatchProfile
 from stages.strategies.hopgnn.simulate import (
@@ -187,57 +186,15 @@ def test_profile_takes_the_home_share_from_unmerged_epochs(tmp_path):
     assert h.home_share == pytest.approx((0.4 - 0.25) / (1 - 0.25 * 4 / 3)) and h.dedup == 0.5
 
 
-def test_g3_simulate_a_hopgnn_plan_from_its_run(partitions, tmp_path):  # noqa: F811
-    part = partitions("distdgl", 2)
-    plan, run = tmp_path / "plan", tmp_path / "run"
-    r = invoke(
-        [
-            "plan",
-            str(part),
-            "--strategy",
-            "hopgnn",
-            "--hidden",
-            "6",
-            "--fanouts",
-            "3,2",
-            "--batch-size",
-            "40",
-            "--merge",
-            "off",
-            "-o",
-            str(plan),
-        ]
-    )
-    assert r.exit_code == 0, r.output
+def test_g3_simulate_a_hopgnn_plan_from_its_run(partitions, tmp_path):
+    sampling = flags(strategy="hopgnn", hidden=6, fanouts="3,2", batch_size=40, merge="off")
+    plan, run = g3_plan(partitions("distdgl", 2), tmp_path / "plan", *sampling), tmp_path / "run"
     r = invoke(["simulate", str(plan), "-o", str(tmp_path / "s0")])
     assert r.exit_code == 2 and "--run RUN" in r.output and len(r.output.strip().splitlines()) == 1, r.output
-    r = invoke(
-        [
-            "train",
-            str(plan),
-            "--epochs",
-            "2",
-            "--workers",
-            "2",
-            "--dtype",
-            "float64",
-            "--eval-every",
-            "0",
-            "--threads",
-            "1",
-            "-o",
-            str(run),
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    r = invoke(
-        ["simulate", str(plan), "--run", str(run), "--scaling", "2,16", "-o", str(tmp_path / "sim"), "--json"]
-    )
-    assert r.exit_code == 0, r.output
+    ok(["train", plan, *flags(epochs=2, workers=2, dtype="float64", eval_every=0, threads=1), "-o", run])
+    ok(["simulate", plan, "--run", run, "--scaling", "2,16", "-o", tmp_path / "sim", "--json"])
     sim = json.loads((tmp_path / "sim" / "simulate.json").read_text())
-    measured = json.loads(
-        (run / "metrics.jsonl").read_text().splitlines()[-1]
-    )  # the one epoch after the first
+    measured = records(run)[-1]  # the one epoch after the first
     w = measured["workers"]
     at_k = sim["systems"][0]
     assert [s["system"] for s in sim["systems"]] == ["hopgnn"] and at_k["steps"] == measured["steps"]

@@ -8,8 +8,7 @@ import json
 import math
 
 import pytest
-from test_strategies import partitions  # noqa: F401 - the fixture
-from test_train import invoke
+from helpers import flags, g3_plan, invoke, ok, records
 
 from stages.strategies.p3.simulate import P3Profile, simulate_p3, train_seconds
 
@@ -116,55 +115,17 @@ def test_pipelined_is_never_longer_and_equal_when_nothing_overlaps(prefetch):
     )
 
 
-def test_g3_simulate_reproduces_a_real_p3_run_at_its_worker_count(store, partitions, tmp_path):  # noqa: F811
-    part = partitions("p3", 2)
-    plan, run = tmp_path / "plan", tmp_path / "run"
-    r = invoke(
-        [
-            "plan",
-            str(part),
-            "--strategy",
-            "p3",
-            "--hidden",
-            "6",
-            "--fanouts",
-            "3,2",
-            "--batch-size",
-            "40",
-            "--batch-order",
-            "global",
-            "-o",
-            str(plan),
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    r = invoke(
-        [
-            "train",
-            str(plan),
-            "--epochs",
-            "1",
-            "--workers",
-            "2",
-            "--eval-every",
-            "0",
-            "--threads",
-            "1",
-            "-o",
-            str(run),
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    r = invoke(
-        ["simulate", str(plan), "--run", str(run), "--bandwidth", "1Gbit", "-o", str(tmp_path / "sim")]
-    )
-    assert r.exit_code == 0, r.output
+def test_g3_simulate_reproduces_a_real_p3_run_at_its_worker_count(store, partitions, tmp_path):
+    sampling = flags(strategy="p3", hidden=6, fanouts="3,2", batch_size=40, batch_order="global")
+    plan, run = g3_plan(partitions("p3", 2), tmp_path / "plan", *sampling), tmp_path / "run"
+    ok(["train", plan, *flags(epochs=1, workers=2, eval_every=0, threads=1), "-o", run])
+    ok(["simulate", plan, "--run", run, "--bandwidth", "1Gbit", "-o", tmp_path / "sim"])
     sim = json.loads((tmp_path / "sim" / "simulate.json").read_text())
     assert [s["system"] for s in sim["systems"]] == ["p3", "p3-pipelined"]
     assert [row["workers"] for row in sim["scaling"]] == [2, 4, 8, 16]
     assert all(set(row["systems"]) == {"p3", "p3-pipelined"} for row in sim["scaling"])
     # at the run's K the modelled bytes are the ones its (only) epoch measured
-    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    last = records(run)[-1]
     phases = ("sample", "sample-ids", "structure-sizes", "structure", "partials", "gradients")
     measured = sum(w["bytes_sent_per_phase"].get(ph, 0) for w in last["workers"] for ph in phases)
     assert sum(w["bytes_sent"] for w in last["workers"]) == measured  # nothing else moved in training

@@ -29,17 +29,6 @@ from stages.strategies.neutrontp.simulate import (
 )
 
 
-@pytest.fixture(scope="module")
-def tp_store(tmp_path_factory) -> Path:
-    from stages.ingest.build import IngestOptions, build_store
-    from stages.ingest.synthetic import resolve_spec, synthetic_source
-
-    spec = resolve_spec(None, nodes=240, avg_degree=6, feat_dim=10, num_classes=4, communities=6, seed=5)
-    out = tmp_path_factory.mktemp("tp") / "g"
-    build_store(synthetic_source(spec), out, IngestOptions(seed=5))
-    return out
-
-
 def _plan(
     store: Path,
     out: Path,
@@ -85,8 +74,8 @@ def _both(spec, shapes, lay, net):
 @pytest.mark.parametrize(
     "tp,model,layers", [("naive", "sage", 2), ("naive", "gcn", 3), ("decoupled", "gcn", 2)]
 )
-def test_bytes_per_collective_equal_the_plans(tp_store, tmp_path, tp, model, layers):
-    plan = _plan(tp_store, tmp_path, 4, tp, model, layers)
+def test_bytes_per_collective_equal_the_plans(store, tmp_path, tp, model, layers):
+    plan = _plan(store, tmp_path, 4, tp, model, layers)
     meta, spec, shapes = _load(plan)
     lay = load_layout(plan, meta)
     bulk, pipe = _both(spec, shapes, lay, Network(1.25e9, 50e-6))
@@ -117,13 +106,13 @@ def test_collective_seconds_latency_plus_busier_direction_of_slowest_worker():
 
 
 @pytest.mark.parametrize("tp,model", [("naive", "sage"), ("decoupled", "gcn")])
-def test_layouts_for_other_worker_counts_are_the_planners(tp_store, tmp_path, tp, model):
+def test_layouts_for_other_worker_counts_are_the_planners(store, tmp_path, tp, model):
     """Chunks sized by --device-memory depend on K: the derived layout and collectives for K = 3 and 5 are those
     of real plans for K = 3 and 5."""
-    base = _plan(tp_store, tmp_path, 4, tp, model, chunk_size=None, device_memory="40KB")
+    base = _plan(store, tmp_path, 4, tp, model, chunk_size=None, device_memory="40KB")
     meta, spec, _ = _load(base)
     for k in (3, 5):
-        real = _plan(tp_store, tmp_path, k, tp, model, chunk_size=None, device_memory="40KB")
+        real = _plan(store, tmp_path, k, tp, model, chunk_size=None, device_memory="40KB")
         rmeta = load_plan_meta(real)
         lay = load_layout(base, meta, k)
         assert lay.n_chunks == rmeta["chunks"]["count"] > 1
@@ -141,10 +130,10 @@ def test_layouts_for_other_worker_counts_are_the_planners(tp_store, tmp_path, tp
 # ------------------------------------------------------------------------------------------------------------
 
 
-def test_decoupled_four_collectives_whatever_layers(tp_store, tmp_path):
+def test_decoupled_four_collectives_whatever_layers(store, tmp_path):
     net = Network(1.25e9, 50e-6)
     for layers in (1, 2, 4):
-        plan = _plan(tp_store, tmp_path, 4, "decoupled", "gcn", layers)
+        plan = _plan(store, tmp_path, 4, "decoupled", "gcn", layers)
         meta, spec, shapes = _load(plan)
         lay = load_layout(plan, meta)
         bulk, pipe = _both(spec, shapes, lay, net)
@@ -155,7 +144,7 @@ def test_decoupled_four_collectives_whatever_layers(tp_store, tmp_path):
         assert names == ["split", "gather", "bwd split", "bwd gather"]
     # naive TP: 4 per layer after the first (layer 0's gather runs once, with the layer-0 cache)
     for layers in (2, 3):
-        plan = _plan(tp_store, tmp_path, 4, "naive", "gcn", layers)
+        plan = _plan(store, tmp_path, 4, "naive", "gcn", layers)
         meta, spec, shapes = _load(plan)
         bulk, _ = _both(spec, shapes, load_layout(plan, meta), net)
         assert bulk["collectives_per_epoch"] == bulk["collective_calls"] == 4 * (layers - 1)
@@ -221,12 +210,12 @@ def test_pipelined_never_slower_when_cutting_is_free(kind, layers):
 
 
 @pytest.mark.parametrize("tp,model", [("naive", "sage"), ("naive", "gcn"), ("decoupled", "gcn")])
-def test_pipelined_vs_bulk_on_plans(tp_store, tmp_path, tp, model):
+def test_pipelined_vs_bulk_on_plans(store, tmp_path, tp, model):
     """On real plans: with one chunk the pipelined epoch is the bulk one (any network); with several it is
     never slower than the bulk one beyond what cutting the collectives costs — a latency per extra call and
     each piece waiting for its own slowest worker (so with many small chunks and a high latency it can be
     slower: the runtime pays that latency too)."""
-    one = _plan(tp_store, tmp_path, 4, tp, model, chunk_size="1000")
+    one = _plan(store, tmp_path, 4, tp, model, chunk_size="1000")
     meta, spec, shapes = _load(one)
     lay = load_layout(one, meta)
     assert lay.n_chunks == 1
@@ -236,7 +225,7 @@ def test_pipelined_vs_bulk_on_plans(tp_store, tmp_path, tp, model):
         assert pipe["first_epoch_seconds"] == pytest.approx(bulk["first_epoch_seconds"], rel=1e-12)
         assert pipe["collective_calls"] == bulk["collective_calls"]
 
-    plan = _plan(tp_store, tmp_path, 4, tp, model, chunk_size="30")
+    plan = _plan(store, tmp_path, 4, tp, model, chunk_size="30")
     meta, spec, shapes = _load(plan)
     for k in (2, 4, 8):
         lay = load_layout(plan, meta, k)
@@ -262,8 +251,8 @@ def test_pipelined_vs_bulk_on_plans(tp_store, tmp_path, tp, model):
 
 
 @pytest.mark.parametrize("tp,model", [("naive", "sage"), ("decoupled", "gcn")])
-def test_scaling_up_to_16_workers(tp_store, tmp_path, tp, model):
-    plan = _plan(tp_store, tmp_path, 4, tp, model, chunk_size=None, device_memory="40KB")
+def test_scaling_up_to_16_workers(store, tmp_path, tp, model):
+    plan = _plan(store, tmp_path, 4, tp, model, chunk_size=None, device_memory="40KB")
     opts = SimulateOptions(
         workers=16, pipelines=("none", "multi"), scaling=(1, 2, 3, 4, 8, 16), cache=str(tmp_path / "cache")
     )
@@ -286,12 +275,12 @@ def test_scaling_up_to_16_workers(tp_store, tmp_path, tp, model):
     assert not (tmp_path / "cache").exists()  # no plans written for other K
 
 
-def test_cli_simulate_neutrontp_plan(tp_store, tmp_path):
+def test_cli_simulate_neutrontp_plan(store, tmp_path):
     from click.testing import CliRunner
 
     from g3cli.main import cli
 
-    plan = _plan(tp_store, tmp_path, 4, "naive", "sage")
+    plan = _plan(store, tmp_path, 4, "naive", "sage")
     out = tmp_path / "sim"
     r = CliRunner().invoke(cli, ["simulate", str(plan), "-o", str(out), "--scaling", "2,4,8,16"])
     assert r.exit_code == 0, r.output

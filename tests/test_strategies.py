@@ -13,44 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import cut_and_resume, flags, g3_partition, g3_plan, g3_train, invoke, ok, records, weights
 from reference import reference_train
 from reference_arcs import bns_substitute, sancus_ask_substitute, sancus_substitute, train_with
 from test_eval import independent_accuracy
-from test_train import invoke, max_weight_diff, ref_graph
+from test_train import DROPOUT, LR, SEED, max_weight_diff, ref_graph
 
 from stages.common.store import GraphStore
 
-EPOCHS, LR, DROPOUT, SEED = 5, 0.02, 0.3, 7
-
-
-@pytest.fixture(scope="module")
-def partitions(store, tmp_path_factory):
-    """Partitions made once per (method, K)."""
-    root = tmp_path_factory.mktemp("parts")
-    made = {}
-
-    def get(method: str, k: int) -> Path:
-        if (method, k) not in made:
-            out = root / f"{method}-{k}"
-            r = invoke(
-                [
-                    "partition",
-                    str(store),
-                    "--workers",
-                    str(k),
-                    "--method",
-                    method,
-                    "-o",
-                    str(out),
-                    "--seed",
-                    "1",
-                ]
-            )
-            assert r.exit_code == 0, r.output
-            made[(method, k)] = out
-        return made[(method, k)]
-
-    return get
+EPOCHS = 5
 
 
 def run_strategy(
@@ -65,67 +36,13 @@ def run_strategy(
     layers: int = 2,
 ) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
-    plan, run = tmp / "plan", tmp / "run"
-    r = invoke(
-        [
-            "plan",
-            str(part),
-            "--strategy",
-            strategy,
-            "--model",
-            model,
-            "--layers",
-            str(layers),
-            "--hidden",
-            "6",
-            "--heads",
-            "2",
-            *options,
-            "-o",
-            str(plan),
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    k = json.loads((part / "partition.json").read_text())["num_partitions"]
-    r = invoke(
-        [
-            "train",
-            str(plan),
-            "--epochs",
-            str(epochs),
-            "--lr",
-            str(LR),
-            "--dropout",
-            str(DROPOUT),
-            "--seed",
-            str(SEED),
-            "--workers",
-            str(k),
-            "--dtype",
-            dtype,
-            "--eval-every",
-            "0",
-            "--threads",
-            "1",
-            "-o",
-            str(run),
-            *train,
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    return run
-
-
-def weights(run: Path) -> tuple[dict, dict]:
-    return torch.load(run / "init.pt", weights_only=True), torch.load(run / "model.pt", weights_only=True)
+    model_flags = flags(strategy=strategy, model=model, layers=layers, hidden=6, heads=2)
+    plan = g3_plan(part, tmp / "plan", *model_flags, *options)
+    return g3_train(plan, tmp / "run", epochs, *train, dtype=dtype)
 
 
 def assignment(part: Path) -> torch.Tensor:
     return torch.from_numpy(np.load(part / "assignment.npy").astype(np.int64))
-
-
-def records(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 def phase_bytes(record: dict, phase: str) -> int:
@@ -199,9 +116,8 @@ def test_boundary_sampling_matches_its_reference(store, partitions, tmp_path, mo
 )
 def test_stale_embeddings_match_the_stale_reference(store, partitions, tmp_path, model, k, staleness, comm):
     part = partitions("chunk" if comm == "broadcast" else "metis", k)
-    run = run_strategy(
-        part, tmp_path, "sancus", model, ("--staleness", staleness, "--sancus-comm", comm), layers=3, epochs=6
-    )
+    options = ("--staleness", staleness, "--sancus-comm", comm)
+    run = run_strategy(part, tmp_path, "sancus", model, options, layers=3, epochs=6)
     init, final = weights(run)
     bound = int(staleness.split(":")[1])
     expected = train_with(
@@ -231,15 +147,8 @@ def test_ask_is_check_a_decided_by_the_receivers(store, partitions, tmp_path, mo
     receiver holds the same versions, so it coincides exactly with epoch:N+1's reference."""
     part = partitions("chunk" if comm == "broadcast" else "metis", k)
     epochs = 6
-    run = run_strategy(
-        part,
-        tmp_path,
-        "sancus",
-        model,
-        ("--staleness", f"ask:{bound}", "--sancus-comm", comm),
-        layers=3,
-        epochs=epochs,
-    )
+    options = ("--staleness", f"ask:{bound}", "--sancus-comm", comm)
+    run = run_strategy(part, tmp_path, "sancus", model, options, layers=3, epochs=epochs)
     init, final = weights(run)
     graph, part_of = ref_graph(store), assignment(part)
 
@@ -266,17 +175,9 @@ def test_drift_skips_sends_while_rows_change_little(store, partitions, tmp_path,
     """Check H: an owner resends a layer only when its rows moved by more than X (relative Frobenius norm) since
     its last send. With a loose bound some sends are skipped, by owner; drift:0 sends every epoch (exact, above)."""
     part = partitions("metis", 4)
+    options = ("--staleness", "drift:0.3", "--sancus-comm", comm)
     rec = records(
-        run_strategy(
-            part,
-            tmp_path,
-            "sancus",
-            "sage",
-            ("--staleness", "drift:0.3", "--sancus-comm", comm),
-            dtype="float32",
-            epochs=8,
-            layers=3,
-        )
+        run_strategy(part, tmp_path, "sancus", "sage", options, dtype="float32", epochs=8, layers=3)
     )
     sent = [[w["sancus_sent_layers"] for w in r["workers"]] for r in rec]
     assert sent[0] == [2, 2, 2, 2]  # nothing cached yet: every owner sends both hidden layers
@@ -295,21 +196,10 @@ def test_sancus_bytes_follow_the_layouts(store, partitions, tmp_path):
     part = partitions("chunk", k)
     meta = json.loads((part / "partition.json").read_text())
     total_remote = sum(p["remote"] for p in meta["partitions"])
-    bc = records(
-        run_strategy(
-            part, tmp_path / "bc", "sancus", "sage", ("--staleness", "epoch:1"), dtype="float32", epochs=3
-        )
-    )
+    bc_options, p2p_options = ("--staleness", "epoch:1"), ("--staleness", "epoch:1", "--sancus-comm", "p2p")
+    bc = records(run_strategy(part, tmp_path / "bc", "sancus", "sage", bc_options, dtype="float32", epochs=3))
     p2p = records(
-        run_strategy(
-            part,
-            tmp_path / "p2p",
-            "sancus",
-            "sage",
-            ("--staleness", "epoch:1", "--sancus-comm", "p2p"),
-            dtype="float32",
-            epochs=3,
-        )
+        run_strategy(part, tmp_path / "p2p", "sancus", "sage", p2p_options, dtype="float32", epochs=3)
     )
     for e, (b, q) in enumerate(zip(bc, p2p, strict=True)):
         fresh = e % 2 == 0
@@ -329,28 +219,8 @@ def test_bns_gcn_sends_exactly_g3s_bytes(store, partitions, tmp_path):
     )
     tmp = tmp_path / "g3"
     tmp.mkdir()
-    assert (
-        invoke(["plan", str(part), "--layers", "3", "--hidden", "6", "-o", str(tmp / "plan")]).exit_code == 0
-    )
-    assert (
-        invoke(
-            [
-                "train",
-                str(tmp / "plan"),
-                "--epochs",
-                "2",
-                "--workers",
-                "4",
-                "--eval-every",
-                "0",
-                "--threads",
-                "1",
-                "-o",
-                str(tmp / "run"),
-            ]
-        ).exit_code
-        == 0
-    )
+    plan = g3_plan(part, tmp / "plan", layers=3, hidden=6)
+    ok(["train", plan, *flags(epochs=2, workers=4, eval_every=0, threads=1), "-o", tmp / "run"])
     g3 = records(tmp / "run")
     for phase in ("features0", "fwd0", "fwd1", "bwd1", "bwd2"):
         assert [phase_bytes(r, phase) for r in bns] == [phase_bytes(r, phase) for r in g3], phase
@@ -362,52 +232,22 @@ def test_resume_with_caches_equals_an_uninterrupted_run(store, partitions, tmp_p
     its checkpoint of epoch 1 (whose rows were sent at epoch 0 and skipped at 1 and 2; ask:1's asks of epoch 2
     are served at 3, after the resume) gives the uninterrupted run's weights bitwise, at K = 4 in float32."""
     part = partitions("metis", 4)
-    plan = tmp_path / "plan"
-    assert (
-        invoke(
-            [
-                "plan",
-                str(part),
-                "--strategy",
-                "sancus",
-                "--staleness",
-                staleness,
-                "--sancus-comm",
-                "p2p",
-                "--hidden",
-                "6",
-                "-o",
-                str(plan),
-            ]
-        ).exit_code
-        == 0
+    plan = g3_plan(
+        part, tmp_path / "plan", strategy="sancus", staleness=staleness, sancus_comm="p2p", hidden=6
     )
-    common = [
-        "--threads",
-        "1",
-        "--seed",
-        "3",
-        "--checkpoint-every",
-        "2",
-        "--eval-every",
-        "0",
-        "--workers",
-        "4",
-    ]
-    assert invoke(["train", str(plan), "--epochs", "5", "-o", str(tmp_path / "full"), *common]).exit_code == 0
-    assert invoke(["train", str(plan), "--epochs", "3", "-o", str(tmp_path / "cut"), *common]).exit_code == 0
-    assert sorted(p.name for p in (tmp_path / "cut" / "checkpoints").glob("*.pt"))[:5] == [
-        "epoch-00001.pt",
-        "epoch-00001.rank-00000.pt",
-        "epoch-00001.rank-00001.pt",
-        "epoch-00001.rank-00002.pt",
-        "epoch-00001.rank-00003.pt",
-    ]
-    r = invoke(["train", str(plan), "--epochs", "5", "--resume", "-o", str(tmp_path / "cut"), *common])
-    assert r.exit_code == 0, r.output
-    full = torch.load(tmp_path / "full" / "model.pt", weights_only=True)
-    resumed = torch.load(tmp_path / "cut" / "model.pt", weights_only=True)
-    assert max_weight_diff(full, resumed) == 0.0
+
+    def checkpoints_of_the_cut_run(cut: Path) -> None:
+        assert sorted(p.name for p in (cut / "checkpoints").glob("*.pt"))[:5] == [
+            "epoch-00001.pt",
+            "epoch-00001.rank-00000.pt",
+            "epoch-00001.rank-00001.pt",
+            "epoch-00001.rank-00002.pt",
+            "epoch-00001.rank-00003.pt",
+        ]
+
+    common = flags(threads=1, seed=3, checkpoint_every=2, eval_every=0, workers=4)
+    full, resumed = cut_and_resume(plan, tmp_path, 5, 3, *common, at_cut=checkpoints_of_the_cut_run)
+    assert max_weight_diff(weights(full)[1], weights(resumed)[1]) == 0.0
 
 
 def test_gradient_clipping_scales_to_the_local_threshold():
@@ -423,14 +263,8 @@ def test_gradient_clipping_scales_to_the_local_threshold():
 
 def test_bad_strategy_options_give_one_line(store, partitions, tmp_path):
     part = partitions("metis", 2)
-    feature = tmp_path / "feat"
-    assert (
-        invoke(
-            ["partition", str(store), "--workers", "2", "--method", "feature", "-o", str(feature)]
-        ).exit_code
-        == 0
-    )
-    assert invoke(["plan", str(part), "--strategy", "bns-gcn", "-o", str(tmp_path / "bns")]).exit_code == 0
+    feature = g3_partition(store, tmp_path / "feat", 2, method="feature")
+    g3_plan(part, tmp_path / "bns", strategy="bns-gcn")
     cases = [
         (["plan", str(part), "--strategy", "nope"], "Invalid value for '--strategy'"),
         (
@@ -499,13 +333,7 @@ def test_plan_help_lists_every_strategy_and_info_shows_it(partitions, tmp_path):
     for s in STRATEGIES.values():
         assert s.name in r.output and ", ".join(s.methods) in r.output
     part = partitions("chunk", 2)
-    plan = tmp_path / "plan"
-    assert (
-        invoke(
-            ["plan", str(part), "--strategy", "sancus", "--staleness", "drift:0.02", "-o", str(plan)]
-        ).exit_code
-        == 0
-    )
+    plan = g3_plan(part, tmp_path / "plan", strategy="sancus", staleness="drift:0.02")
     meta = json.loads((plan / "plan.json").read_text())
     assert meta["schema_version"] == 5
     assert meta["strategy"] == {
@@ -527,16 +355,12 @@ def test_plan_help_lists_every_strategy_and_info_shows_it(partitions, tmp_path):
 def test_a_version_2_plan_is_read_as_g3(partitions, tmp_path):
     """Plans written before strategies existed (schema v2, no strategy field) still train, as g3 plans."""
     part = partitions("metis", 2)
-    plan = tmp_path / "plan"
-    assert invoke(["plan", str(part), "--bin-size", "50", "-o", str(plan)]).exit_code == 0
+    plan = g3_plan(part, tmp_path / "plan", bin_size=50)
     meta = json.loads((plan / "plan.json").read_text())
     old = {k: v for k, v in meta.items() if k not in ("strategy", "content_sha256")} | {"schema_version": 2}
     old["config"] = {**meta["config"], "bin_size": 50, "device_memory": meta["device_memory"]}
     (plan / "plan.json").write_text(json.dumps(old))
-    r = invoke(
-        ["train", str(plan), "--epochs", "1", "--workers", "2", "--threads", "1", "-o", str(tmp_path / "run")]
-    )
-    assert r.exit_code == 0, r.output
+    ok(["train", plan, *flags(epochs=1, workers=2, threads=1), "-o", tmp_path / "run"])
     assert json.loads((tmp_path / "run" / "run.json").read_text())["strategy"]["name"] == "g3"
 
 

@@ -12,23 +12,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import (
+    DROPOUT,
+    LR,
+    SEED,
+    cut_and_resume,
+    flags,
+    g3_partition,
+    g3_plan,
+    g3_train,
+    invoke,
+    records,
+    weights,
+)
 from reference import RefGraph, reference_train
 
-from g3cli.main import cli
 from stages.common.plan_artifact import WorkerPlan, load_plan_meta
 from stages.common.store import GraphStore
 
 EPOCHS = 5
-LR = 0.02
-DROPOUT = 0.3
-SEED = 7
-
-
-def invoke(args: list[str]):
-    from click.testing import CliRunner
-
-    result = CliRunner().invoke(cli, args)
-    return result
 
 
 def pipeline(
@@ -43,59 +45,13 @@ def pipeline(
     extra_train: tuple[str, ...] = (),
 ) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
-    part, plan, run = tmp / "part", tmp / "plan", tmp / "run"
-    r = invoke(
-        ["partition", str(store), "--workers", str(k), "--method", method, "-o", str(part), "--seed", "1"]
+    part = g3_partition(store, tmp / "part", k, method=method, seed=1)
+    model_flags = flags(
+        model=model, layers=layers, hidden=6, heads=2, bin_size=bin_size, device_memory="2MiB"
     )
-    assert r.exit_code == 0, r.output
-    r = invoke(
-        [
-            "plan",
-            str(part),
-            "--model",
-            model,
-            "--layers",
-            str(layers),
-            "--hidden",
-            "6",
-            "--heads",
-            "2",
-            "--bin-size",
-            bin_size,
-            "--device-memory",
-            "2MiB",
-            "-o",
-            str(plan),
-        ]
+    return g3_train(
+        g3_plan(part, tmp / "plan", *model_flags), tmp / "run", EPOCHS, *extra_train, workers=k, dtype=dtype
     )
-    assert r.exit_code == 0, r.output
-    r = invoke(
-        [
-            "train",
-            str(plan),
-            "--epochs",
-            str(EPOCHS),
-            "--lr",
-            str(LR),
-            "--dropout",
-            str(DROPOUT),
-            "--seed",
-            str(SEED),
-            "--workers",
-            str(k),
-            "--dtype",
-            dtype,
-            "--eval-every",
-            "0",
-            "--threads",
-            "1",
-            "-o",
-            str(run),
-            *extra_train,
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    return run
 
 
 def ref_graph(store: Path, dtype=torch.float64) -> RefGraph:
@@ -148,8 +104,7 @@ def test_keeping_activations_gives_the_same_model(store, tmp_path, model, schedu
         "10",
         extra_train=("--backward", "keep", "--pipeline", schedule),
     )
-    init = torch.load(run / "init.pt", weights_only=True)
-    final = torch.load(run / "model.pt", weights_only=True)
+    init, final = weights(run)
     expected = reference_train(
         model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=2 if model == "gat" else None
     )
@@ -161,8 +116,7 @@ def test_k_workers_match_single_process_reference(
     store, tmp_path, model, layers, k, method, bin_size, schedule
 ):
     run = pipeline(store, tmp_path, k, method, model, layers, bin_size, extra_train=("--pipeline", schedule))
-    init = torch.load(run / "init.pt", weights_only=True)
-    final = torch.load(run / "model.pt", weights_only=True)
+    init, final = weights(run)
     expected = reference_train(
         model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=2 if model == "gat" else None
     )
@@ -187,8 +141,7 @@ def test_layer0_cache_setting_gives_the_same_model(store, tmp_path, model, cache
         "12",
         extra_train=("--layer0-cache", cache, "--backward", backward, "--pipeline", "intra"),
     )
-    init = torch.load(run / "init.pt", weights_only=True)
-    final = torch.load(run / "model.pt", weights_only=True)
+    init, final = weights(run)
     expected = reference_train(
         model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=2 if model == "gat" else None
     )
@@ -198,8 +151,7 @@ def test_layer0_cache_setting_gives_the_same_model(store, tmp_path, model, cache
 
 def test_float32_training_matches_reference(store, tmp_path):
     run = pipeline(store, tmp_path, 2, "g3", "sage", 2, "9", dtype="float32")
-    init = torch.load(run / "init.pt", weights_only=True)
-    final = torch.load(run / "model.pt", weights_only=True)
+    init, final = weights(run)
     expected = reference_train("sage", init, ref_graph(store, torch.float32), EPOCHS, LR, 0.0, DROPOUT, SEED)
     assert max_weight_diff(final, expected) <= 1e-5
 
@@ -208,14 +160,14 @@ def test_forward_bytes_equal_remote_sets_times_width(store, tmp_path):
     run = pipeline(store, tmp_path, 4, "random", "sage", 3, "8", dtype="float32")
     part = json.loads((tmp_path / "part" / "partition.json").read_text())
     total_remote = sum(p["remote"] for p in part["partitions"])
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert len(records) == EPOCHS
-    for rec in records:
+    recs = records(run)
+    assert len(recs) == EPOCHS
+    for rec in recs:
         for layer in (0, 1):  # outputs of layers 0 and 1 (width 6) feed layers 1 and 2 at peers
             sent = sum(w["bytes_sent_per_phase"].get(f"fwd{layer}", 0) for w in rec["workers"])
             assert sent == total_remote * 6 * 4
     # remote input features travel once (cached), then never again
-    feat0 = [sum(w["bytes_sent_per_phase"].get("features0", 0) for w in r["workers"]) for r in records]
+    feat0 = [sum(w["bytes_sent_per_phase"].get("features0", 0) for w in r["workers"]) for r in recs]
     assert feat0[0] == total_remote * 10 * 4 and all(b == 0 for b in feat0[1:])
 
 
@@ -223,52 +175,27 @@ def test_no_feature_cache_resends_features(store, tmp_path):
     run = pipeline(
         store, tmp_path, 2, "random", "sage", 2, "auto", dtype="float32", extra_train=("--no-feature-cache",)
     )
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    feat = [sum(w["bytes_sent_per_phase"].get("features0", 0) for w in r["workers"]) for r in records]
+    feat = [sum(w["bytes_sent_per_phase"].get("features0", 0) for w in r["workers"]) for r in records(run)]
     assert feat[0] > 0 and all(b == feat[0] for b in feat)
 
 
 def test_bins_respect_their_limits(store, tmp_path):
-    part = tmp_path / "part"
-    assert invoke(["partition", str(store), "--workers", "2", "-o", str(part)]).exit_code == 0
-    r = invoke(
-        [
-            "plan",
-            str(part),
-            "--model",
-            "gat",
-            "--hidden",
-            "6",
-            "--heads",
-            "2",
-            "--device-memory",
-            "300KiB",
-            "--bins-for",
-            "cuda",
-            "-o",
-            str(tmp_path / "mem"),
-        ]
-    )
-    assert r.exit_code == 0, r.output
+    part = g3_partition(store, tmp_path / "part", 2)
+    g3_plan(part, tmp_path / "mem", model="gat", hidden=6, heads=2, device_memory="300KiB", bins_for="cuda")
     meta = load_plan_meta(tmp_path / "mem")
     for w in meta["workers"]:
         for layer in w["layers"]:
             assert layer["max_bin_bytes"] <= layer["bin_limit_bytes"] == 150 * 1024
             assert layer["num_bins"] > 1
-    r = invoke(["plan", str(part), "--bin-size", "16", "-o", str(tmp_path / "fixed")])
-    assert r.exit_code == 0
+    g3_plan(part, tmp_path / "fixed", bin_size=16)
     wp = WorkerPlan(tmp_path / "fixed", 0)
     for li in range(2):
         assert np.diff(wp.layer(li).bin_ptr).max() <= 16
 
 
 def test_plan_tables_send_every_pair_once(store, tmp_path):
-    part = tmp_path / "part"
-    assert (
-        invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code
-        == 0
-    )
-    assert invoke(["plan", str(part), "--bin-size", "10", "-o", str(tmp_path / "plan")]).exit_code == 0
+    part = g3_partition(store, tmp_path / "part", 3, method="random")
+    g3_plan(part, tmp_path / "plan", bin_size=10)
     from stages.common.partition_artifact import open_shard
 
     for r in range(3):
@@ -287,16 +214,8 @@ def test_plan_tables_send_every_pair_once(store, tmp_path):
 def test_backward_messages_leave_after_the_last_bin_reading_them(store, tmp_path):
     """Backward runs bins in plan order: a remote node's input gradient is final after the last bin that reads
     it, and that bin's step is the step of its bwd_send message."""
-    part = tmp_path / "part"
-    assert (
-        invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code
-        == 0
-    )
-    assert (
-        invoke(
-            ["plan", str(part), "--layers", "3", "--bin-size", "10", "-o", str(tmp_path / "plan")]
-        ).exit_code
-        == 0
+    g3_plan(
+        g3_partition(store, tmp_path / "part", 3, method="random"), tmp_path / "plan", layers=3, bin_size=10
     )
     checked = 0
     for r in range(3):
@@ -321,12 +240,8 @@ def test_backward_messages_leave_after_the_last_bin_reading_them(store, tmp_path
 def test_failed_worker_stops_the_run_cleanly(store, tmp_path, monkeypatch, how):
     import time
 
-    part, plan = tmp_path / "part", tmp_path / "plan"
-    assert (
-        invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code
-        == 0
-    )
-    assert invoke(["plan", str(part), "--bin-size", "20", "-o", str(plan)]).exit_code == 0
+    part = g3_partition(store, tmp_path / "part", 3, method="random")
+    plan = g3_plan(part, tmp_path / "plan", bin_size=20)
     monkeypatch.setenv("G3_FAULT", f"1:2:{how}")
     t0 = time.monotonic()
     r = invoke(["train", str(plan), "--epochs", "50", "--threads", "1", "-o", str(tmp_path / "run")])
@@ -339,38 +254,16 @@ def test_failed_worker_stops_the_run_cleanly(store, tmp_path, monkeypatch, how):
 
 
 def test_resume_equals_uninterrupted(store, tmp_path):
-    part, plan = tmp_path / "part", tmp_path / "plan"
-    assert invoke(["partition", str(store), "--workers", "2", "-o", str(part)]).exit_code == 0
-    assert invoke(["plan", str(part), "--bin-size", "15", "-o", str(plan)]).exit_code == 0
-    common = [
-        "--threads",
-        "1",
-        "--dtype",
-        "float64",
-        "--seed",
-        "3",
-        "--checkpoint-every",
-        "2",
-        "--eval-every",
-        "0",
-    ]
-    assert invoke(["train", str(plan), "--epochs", "6", "-o", str(tmp_path / "full"), *common]).exit_code == 0
-    assert invoke(["train", str(plan), "--epochs", "4", "-o", str(tmp_path / "cut"), *common]).exit_code == 0
-    r = invoke(["train", str(plan), "--epochs", "6", "--resume", "-o", str(tmp_path / "cut"), *common])
-    assert r.exit_code == 0, r.output
-    full = torch.load(tmp_path / "full" / "model.pt", weights_only=True)
-    resumed = torch.load(tmp_path / "cut" / "model.pt", weights_only=True)
-    assert max_weight_diff(full, resumed) == 0.0
-    epochs = [
-        json.loads(line)["epoch"] for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()
-    ]
-    assert epochs == list(range(6))
+    plan = g3_plan(g3_partition(store, tmp_path / "part", 2), tmp_path / "plan", bin_size=15)
+    common = flags(threads=1, dtype="float64", seed=3, checkpoint_every=2, eval_every=0)
+    full, resumed = cut_and_resume(plan, tmp_path, 6, 4, *common)
+    assert max_weight_diff(weights(full)[1], weights(resumed)[1]) == 0.0
+    assert [r["epoch"] for r in records(resumed)] == list(range(6))
 
 
 def test_bad_plans_and_mismatched_artifacts(store, tmp_path):
-    part, plan = tmp_path / "part", tmp_path / "plan"
-    assert invoke(["partition", str(store), "--workers", "2", "-o", str(part)]).exit_code == 0
-    assert invoke(["plan", str(part), "-o", str(plan)]).exit_code == 0
+    part = g3_partition(store, tmp_path / "part", 2)
+    plan = g3_plan(part, tmp_path / "plan")
     cases = []
     r = invoke(["train", str(plan), "--workers", "3", "-o", str(tmp_path / "r1")])
     cases.append((r, "plan is for 2 workers"))
@@ -403,41 +296,30 @@ def test_bad_plans_and_mismatched_artifacts(store, tmp_path):
 def test_every_pipeline_gives_the_same_model_and_a_trace(store, tmp_path):
     runs = {}
     for schedule in ("none", "intra", "inter", "multi"):
-        runs[schedule] = pipeline(
-            store,
-            tmp_path / schedule,
-            3,
-            "random",
-            "sage",
-            3,
-            "9",
-            dtype="float64",
-            extra_train=("--pipeline", schedule, "--trace", "--prefetch", "on"),
-        )
-    weights = {k: torch.load(r / "model.pt", weights_only=True) for k, r in runs.items()}
+        extra = ("--pipeline", schedule, "--trace", "--prefetch", "on")
+        runs[schedule] = pipeline(store, tmp_path / schedule, 3, "random", "sage", 3, "9", extra_train=extra)
+    final = {k: weights(r)[1] for k, r in runs.items()}
     # the plan's bins in any order, with peers' contributions added in table order: bit for bit the same model;
     # `inter` computes forward in bins of other sizes, whose dense products may round differently
     for schedule in ("intra", "multi"):
-        assert max_weight_diff(weights["none"], weights[schedule]) == 0.0, schedule
-    assert max_weight_diff(weights["none"], weights["inter"]) <= 1e-12
+        assert max_weight_diff(final["none"], final[schedule]) == 0.0, schedule
+    assert max_weight_diff(final["none"], final["inter"]) <= 1e-12
     for schedule, run in runs.items():
-        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        traced = [r for r in records if r.get("traced")]
-        assert (
-            len(traced) == 1 and traced[0]["epoch"] == len(records) - 1
-        )  # one timeline, the last epoch's ...
-        for r in records[1:]:  # ... and the shares of every epoch but the first
+        recs = records(run)
+        traced = [r for r in recs if r.get("traced")]
+        assert len(traced) == 1 and traced[0]["epoch"] == len(recs) - 1  # one timeline, the last epoch's ...
+        for r in recs[1:]:  # ... and the shares of every epoch but the first
             share, waited, moving = r["comm_hidden_share"], r["comm_waited_share"], r["comm_moving_share"]
             assert min(share, waited, moving) >= 0.0 and share + waited + moving <= 1.0 + 1e-9
-        assert "comm_hidden_share" not in records[0]
+        assert "comm_hidden_share" not in recs[0]
         # messages from one peer stay in flight while another's are unpacked or a bin's inputs gathered
-        assert max(r["comm_moving_share"] for r in records[1:]) > 0.0, schedule
-        for w in records[-1]["workers"]:  # one thread's CPU time within its own wall-clock spans
+        assert max(r["comm_moving_share"] for r in recs[1:]) > 0.0, schedule
+        for w in recs[-1]["workers"]:  # one thread's CPU time within its own wall-clock spans
             assert 0.0 < w["compute_cpu_seconds"] <= w["compute_seconds"] + 1e-3
         # the first epoch takes its memory fresh from the OS: page faults counted, per epoch and worker
-        assert all(w["page_faults"] > 0 for w in records[0]["workers"])
+        assert all(w["page_faults"] > 0 for w in recs[0]["workers"])
         assert all(
-            isinstance(w["page_faults"], int) and w["page_faults"] >= 0 for r in records for w in r["workers"]
+            isinstance(w["page_faults"], int) and w["page_faults"] >= 0 for r in recs for w in r["workers"]
         )
         forward_prefetched = 0
         for rank in range(3):
@@ -545,12 +427,8 @@ def test_eager_bin_dependencies_match_a_recount(store, tmp_path, order):
     from stages.common.partition_artifact import open_shard
     from stages.kits.runtime.dataflow import bin_dependencies
 
-    part, plan = tmp_path / "part", tmp_path / "plan"
-    assert (
-        invoke(["partition", str(store), "--workers", "3", "--method", "random", "-o", str(part)]).exit_code
-        == 0
-    )
-    assert invoke(["plan", str(part), "--layers", "3", "--bin-size", "11", "-o", str(plan)]).exit_code == 0
+    part = g3_partition(store, tmp_path / "part", 3, method="random")
+    plan = g3_plan(part, tmp_path / "plan", layers=3, bin_size=11)
     for rank in range(3):
         wp, shard = WorkerPlan(plan, rank), open_shard(part, rank, 3)
         n_own, n_rem = shard.num_owned, shard.num_remote
@@ -650,7 +528,7 @@ def test_heap_setting_gives_the_same_model(store, tmp_path):
         policy: pipeline(store, tmp_path / policy, 2, "g3", "sage", 2, "9", extra_train=("--heap", policy))
         for policy in ("keep", "system")
     }
-    final = {p: torch.load(r / "model.pt", weights_only=True) for p, r in runs.items()}
+    final = {p: weights(r)[1] for p, r in runs.items()}
     assert max_weight_diff(final["keep"], final["system"]) == 0.0
     for policy, run in runs.items():
         assert json.loads((run / "run.json").read_text())["config"]["heap"] == policy
@@ -719,8 +597,8 @@ def test_background_schedules_run_on_numbas_workqueue_layer(store, tmp_path, mon
         )
         for p in ("none", "multi")
     }
-    weights = {p: torch.load(r / "model.pt", weights_only=True) for p, r in runs.items()}
-    assert max_weight_diff(weights["none"], weights["multi"]) <= 1e-12
+    final = {p: weights(r)[1] for p, r in runs.items()}
+    assert max_weight_diff(final["none"], final["multi"]) <= 1e-12
 
 
 def test_four_workers_are_bitwise_reproducible_and_resume_exactly(store, tmp_path):
@@ -740,29 +618,9 @@ def test_four_workers_are_bitwise_reproducible_and_resume_exactly(store, tmp_pat
         dtype="float32",
         extra_train=(*common, "--epochs", "15"),
     )
-    plan = tmp_path / "a" / "plan"
-    args = [
-        "--lr",
-        str(LR),
-        "--dropout",
-        str(DROPOUT),
-        "--seed",
-        str(SEED),
-        "--workers",
-        "4",
-        "--dtype",
-        "float32",
-        "--eval-every",
-        "0",
-        "--threads",
-        "1",
-        *common,
-    ]
-    cut = tmp_path / "cut"
-    assert invoke(["train", str(plan), "--epochs", "10", "-o", str(cut), *args]).exit_code == 0
-    r = invoke(["train", str(plan), "--epochs", "15", "--resume", "-o", str(cut), *args])
-    assert r.exit_code == 0, r.output
-    final = [torch.load(r / "model.pt", weights_only=True) for r in (first, cut)]
+    cut = g3_train(tmp_path / "a" / "plan", tmp_path / "cut", 10, *common, workers=4, dtype="float32")
+    g3_train(tmp_path / "a" / "plan", cut, 15, *common, "--resume", workers=4, dtype="float32")
+    final = [weights(r)[1] for r in (first, cut)]
     assert max_weight_diff(final[0], final[1]) == 0.0
 
 
