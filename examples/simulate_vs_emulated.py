@@ -46,11 +46,9 @@ def predict(
     plan_opts, knobs = entry_knobs(e)
     run = json.loads((Path(e["run"]) / "run.json").read_text())
     plan = Path(run["plan"]["path"])
-    full_graph = info.simulator == "bins"  # the bins simulator models hosts (and g3's schedules)
-    hosts = e.get("hosts") if full_graph else None
-    pipelines = (
-        (knobs["pipeline"],) if info.bins and knobs.get("pipeline") else ("none", "intra", "inter", "multi")
-    )
+    hosts = e.get("hosts") if info.simulates_hosts else None
+    # the plan's own schedule where it has one (g3's --pipeline); every schedule otherwise
+    pipelines = (knobs["pipeline"],) if info.bins_system and knobs.get("pipeline") else ()
     opts = SimulateOptions(
         workers=e["workers"],
         bandwidth=parse_rate(e["link"]) / 8,
