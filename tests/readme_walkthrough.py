@@ -3,7 +3,9 @@
     python tests/readme_walkthrough.py [--scale tiny|as-written] [--dir DIR] [--shared ../shared]
 
 Each command runs through bash (so globs, ``~`` and ``&&`` mean what they mean in a shell) with the
-environment's ``g3`` and ``torchrun`` first on PATH, and must exit 0. What a user would have of their own is
+environment's ``g3`` and ``torchrun`` first on PATH, and must exit 0; with ``in_process`` (the suite's way), a
+plain ``g3 …`` line (no shell syntax) runs through the same CLI in this process instead, so that the suite pays
+for importing torch, compiling kernels and starting the fork server once, not once per command. What a user would have of their own is
 made first, in DIR: an OGB-layout folder for ``~/data/ogbn_products``, the real cnr-2000 crawl of ../shared for
 ``~/data/cnr-2000``, ``edges.txt`` with ``x.h5`` and ``y.npy``, ``graph.pt``. The torchrun command runs as
 the README says, once per host: the bundle's node folders are copied to ``host0/`` and ``host1/`` (two local
@@ -26,6 +28,7 @@ import argparse
 import gzip
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -131,8 +134,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def can_emulate() -> str | None:
+def can_emulate(in_process: bool = False) -> str | None:
     """None when `--emulate-link` can run here, else why not (the reason `g3 cluster check` gives)."""
+    if in_process:
+        rc, output = run_g3_here(["cluster", "check"], Path.cwd())
+        return None if rc == 0 else output.strip().splitlines()[-1]
     r = subprocess.run(
         [str(Path(sys.executable).with_name("g3")), "cluster", "check"],
         capture_output=True,
@@ -234,15 +240,51 @@ def run_torchrun(command: str, work: Path, env: dict) -> tuple[int, str]:
     return rc, "\n".join(outputs)
 
 
-def walk(work: Path, shared: Path, scale: str = "tiny", echo=print, lane: str | None = None) -> list[Step]:
+def plain_g3_command(command: str) -> list[str] | None:
+    """The arguments of a ``g3 …`` line that bash would pass as they stand (no pipe, redirection, ``&&``,
+    glob, ``~`` or variable), else None."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    words = list(lexer)
+    if words[:1] != ["g3"] or any(set(w) <= set("();<>|&") or re.search(r"[*?\[$]|^~", w) for w in words):
+        return None
+    return words[1:]
+
+
+def run_g3_here(args: list[str], work: Path) -> tuple[int, str]:
+    """``g3 ARGS`` run by the CLI in this process, in ``work``: (exit code, what it printed)."""
+    import traceback
+    from contextlib import chdir
+
+    from click.testing import CliRunner
+
+    from g3cli.main import cli
+
+    with chdir(work):
+        result = CliRunner(env={"GLOO_SOCKET_IFNAME": "lo"}).invoke(cli, args, prog_name="g3")
+    output = result.output
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        output += "".join(traceback.format_exception(result.exception))
+    return result.exit_code, output
+
+
+def walk(
+    work: Path,
+    shared: Path,
+    scale: str = "tiny",
+    echo=print,
+    lane: str | None = None,
+    in_process: bool = False,
+) -> list[Step]:
     """Run the README in ``work`` (which must be empty or absent; with ``lane``, a lane starting from PREPARE
-    finds PREPARE's output there); stops at the first failing command. ``lane``: that lane's commands only."""
+    finds PREPARE's output there); stops at the first failing command. ``lane``: that lane's commands only;
+    ``in_process``: plain ``g3 …`` lines run in this process (:func:`run_g3_here`)."""
     work.mkdir(parents=True, exist_ok=True)
     if lane is None or lane not in STARTS_FROM_PREPARE:
         make_user_files(work, shared)
     bindir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{bindir}:{os.environ.get('PATH', '')}", "GLOO_SOCKET_IFNAME": "lo"}
-    no_emulation = can_emulate()
+    no_emulation = can_emulate(in_process)
     steps, done = [], set()
     for title, line in readme_sections():
         if lane is not None and lane_of(title) != lane:
@@ -264,8 +306,14 @@ def walk(work: Path, shared: Path, scale: str = "tiny", echo=print, lane: str | 
         command = substitute(line, SCALES[scale], shared)
         echo(f"$ {command}")
         t0 = time.perf_counter()
+        here = [plain_g3_command(part) for part in command.split(" && ")] if in_process else [None]
         if command.startswith("torchrun "):
             rc, step.output = run_torchrun(command, work, env)
+        elif None not in here:  # bash's `a && b`: b runs if a exits 0
+            rc, step.output = 0, ""
+            for args in here:
+                rc, output = run_g3_here(args, work) if rc == 0 else (rc, "")
+                step.output += output
         else:
             try:
                 r = subprocess.run(

@@ -92,7 +92,7 @@ def prepared(tmp_path_factory, worker_id):
     folder, record = shared / "readme-prepared", shared / "readme-prepared.json"
     with FileLock(str(shared / "readme-prepared.lock")):
         if not record.is_file():
-            steps = walk(folder, SHARED.resolve(), "tiny", echo=lambda _: None, lane=PREPARE)
+            steps = walk(folder, SHARED.resolve(), "tiny", echo=lambda _: None, lane=PREPARE, in_process=True)
             record.write_text(json.dumps([asdict(step) for step in steps]))
     return folder, [Step(**step) for step in json.loads(record.read_text())]
 
@@ -121,7 +121,7 @@ def test_every_readme_command_runs_in_order(request, tmp_path, lane):
             folder, prepare_steps = request.getfixturevalue("prepared")
             assert not [s for s in prepare_steps if s.status == "failed"], "the prepare lane failed"
             shutil.copytree(folder, work, symlinks=True)
-        steps = walk(work, SHARED.resolve(), "tiny", echo=lambda _: None, lane=lane)
+        steps = walk(work, SHARED.resolve(), "tiny", echo=lambda _: None, lane=lane, in_process=True)
     failed = [s for s in steps if s.status == "failed"]
     assert not failed, f"README command failed: {failed[0].command}\n{failed[0].output[-3000:]}"
     # every line of the lane reached, in order
