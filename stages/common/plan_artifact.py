@@ -179,6 +179,18 @@ class LayerPlan:
         return len(self.bin_ptr) - 1
 
 
+def arc_sources(row_ptr: np.ndarray, lp: LayerPlan) -> np.ndarray:
+    """Local source id of every arc, rows in priority order, from one layer's bins (which store each arc's
+    position in its bin's sources instead)."""
+    out = np.empty(int(row_ptr[-1]), dtype=np.int64)
+    for b in range(lp.num_bins):
+        r0, r1 = int(lp.bin_ptr[b]), int(lp.bin_ptr[b + 1])
+        e0, e1 = int(row_ptr[r0]), int(row_ptr[r1])
+        s0 = int(lp.src_ptr[b])
+        out[e0:e1] = lp.src[s0 + np.asarray(lp.indices[e0:e1], dtype=np.int64)]
+    return out
+
+
 class WorkerPlan:
     """One worker's plan folder: its worker.json, arrays and P2P tables (which ones depends on the strategy)."""
 

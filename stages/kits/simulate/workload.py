@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from stages.common.model_spec import LayerShape, ModelSpec, bins_device
-from stages.common.plan_artifact import Table
+from stages.common.plan_artifact import Table, arc_sources
 
 ELEM_BYTES = 4
 
@@ -133,7 +133,7 @@ def load_workload(plan: str | Path) -> Workload:
             arcs = row_ptr[bin_ptr[1:]] - row_ptr[bin_ptr[:-1]]
             layers.append(LayerBins(bin_ptr, arcs.astype(np.int64), np.diff(lp.src_ptr).astype(np.int64)))
             if edge_src is None:
-                edge_src = _edge_sources(row_ptr, lp)
+                edge_src = arc_sources(row_ptr, lp)
         tables = {}
         for li in range(len(shapes)):
             for name in (f"fwd_send_{li}", f"fwd_recv_{li}", f"bwd_send_{li}", f"bwd_recv_{li}"):
@@ -172,17 +172,6 @@ def load_workload(plan: str | Path) -> Workload:
         config=dict(meta["config"]),
         bins_for=bins_device(meta["strategy"].get("options")),
     )
-
-
-def _edge_sources(row_ptr: np.ndarray, lp) -> np.ndarray:
-    """Local source id of every arc (rows in priority order), from one layer's bins (as the runtime does)."""
-    out = np.empty(int(row_ptr[-1]), dtype=np.int64)
-    for b in range(lp.num_bins):
-        r0, r1 = int(lp.bin_ptr[b]), int(lp.bin_ptr[b + 1])
-        e0, e1 = int(row_ptr[r0]), int(row_ptr[r1])
-        s0 = int(lp.src_ptr[b])
-        out[e0:e1] = lp.src[s0 + np.asarray(lp.indices[e0:e1], dtype=np.int64)]
-    return out
 
 
 def make_workload(workers: list[dict], shapes: list[LayerShape], num_params: int = 0) -> Workload:

@@ -44,7 +44,7 @@ from stages.common.errors import G3InputError
 from stages.common.model_spec import bin_costs, bins_device
 from stages.common.npy import MappedReader
 from stages.common.partition_artifact import Shard
-from stages.common.plan_artifact import Table, WorkerPlan
+from stages.common.plan_artifact import Table, WorkerPlan, arc_sources
 from stages.kits.runtime.block import Block
 from stages.kits.runtime.config import local_workers
 from stages.kits.runtime.dataflow import bin_dependencies, build_block_arrays, lowest_runnable_bin
@@ -52,7 +52,7 @@ from stages.kits.runtime.kernels import add_rows_at, backend, put_rows_at, take_
 from stages.kits.runtime.strategy import Inference, StepOutput, Strategy, WorkerContext, labelled_rows
 from stages.kits.runtime.threads import helper_executor
 from stages.kits.runtime.trace import now_us
-from stages.kits.runtime.transport import TableReceiver
+from stages.kits.runtime.transport import TableReceiver, TableSender
 from stages.strategies.g3.knobs import G3Knobs
 from stages.strategies.g3.pipeline import SCHEDULES
 
@@ -564,20 +564,8 @@ class G3Strategy(Strategy):
                 read = read[read >= n_own] - n_own
                 np.add.at(self.uses, *np.unique(read, return_counts=True))
             return
-        self.edge_src = self._edge_sources()
+        self.edge_src = arc_sources(d.row_ptr, d.layers[0])
         self.uses = np.bincount(self.edge_src, minlength=n_local).astype(np.int64)[n_own:]
-
-    def _edge_sources(self) -> np.ndarray:
-        """Local source id of every arc, rows in priority order (the plan stores positions per bin instead)."""
-        d = self.data
-        lp = d.layers[0]
-        out = np.empty(int(d.row_ptr[-1]), dtype=np.int64)
-        for b in range(lp.num_bins):
-            r0, r1 = int(lp.bin_ptr[b]), int(lp.bin_ptr[b + 1])
-            e0, e1 = int(d.row_ptr[r0]), int(d.row_ptr[r1])
-            s0 = int(lp.src_ptr[b])
-            out[e0:e1] = lp.src[s0 + np.asarray(lp.indices[e0:e1], dtype=np.int64)]
-        return out
 
     # --- helpers -------------------------------------------------------------------------------------------
     def _static(self, li: int) -> bool:
@@ -724,19 +712,7 @@ class G3Strategy(Strategy):
         for li in range(L):
             rows = d.num_owned + (0 if li == L - 1 else d.num_remote)
             hs.append(self._node_rows(rows, self.model.widths[li + 1], h0.dtype))  # owned rows: all computed
-        sends = [
-            self.tr.sender(
-                d.table(f"fwd_send_{li}"),
-                kind,
-                li,
-                d.num_owned,
-                blocking=not self.schedule.async_send,
-                background=self.schedule.background_copies,
-                structure=self.send_structure,
-                alloc=self.message_alloc,
-            )
-            for li in range(L - 1)
-        ]
+        sends = [self._sender(f"fwd_send_{li}", kind, li, d.num_owned) for li in range(L - 1)]
         recvs = [
             self.tr.receiver(
                 d.table(f"fwd_recv_{li}"),
@@ -783,6 +759,20 @@ class G3Strategy(Strategy):
                 put(nodes, rows)
 
         return consume
+
+    def _sender(self, table: str, kind: str, li: int, rows: int) -> TableSender:
+        """The sender of the plan's send table ``table`` (``rows``: the local rows its ids index), on the schedule's
+        terms (blocking or not, copies in the background or not)."""
+        return self.tr.sender(
+            self.data.table(table),
+            kind,
+            li,
+            rows,
+            blocking=not self.schedule.async_send,
+            background=self.schedule.background_copies,
+            structure=self.send_structure,
+            alloc=self.message_alloc,
+        )
 
     def _bwd_receives(self, li: int, dtype: torch.dtype) -> TableReceiver:
         """The gradients peers send for this worker's remote inputs of layer ``li`` (width: that layer's input)."""
@@ -1035,24 +1025,11 @@ class G3Strategy(Strategy):
             h = self.inputs[li]
             need_input_grad = li > 0
             grad_in = self._node_rows(h.shape[0], h.shape[1], h.dtype) if need_input_grad else None
-            sends = (
-                self.tr.sender(
-                    d.table(f"bwd_send_{li}"),
-                    "bwd",
-                    li,
-                    d.num_remote,
-                    blocking=not self.schedule.async_send,
-                    background=self.schedule.background_copies,
-                    structure=self.send_structure,
-                    alloc=self.message_alloc,
-                )
-                if need_input_grad
-                else None
-            )
-            if not need_input_grad:
-                recvs = None
-            else:
+            if need_input_grad:
+                sends = self._sender(f"bwd_send_{li}", "bwd", li, d.num_remote)
                 recvs = self.bwd_recvs.pop(li) if li in self.bwd_recvs else self._bwd_receives(li, h.dtype)
+            else:
+                sends = recvs = None
             uses = self.uses.copy()
             # bins in plan order, not reversed: the priority list puts first the nodes peers need, which on a
             # symmetric graph are the nodes that read remote inputs, so the gradients peers wait for go out first;
