@@ -225,17 +225,13 @@ def fsync_tree(folder: Path) -> None:
     """Flush every file below ``folder`` and every folder's entries to disk."""
     for root, _dirs, files in os.walk(folder):
         for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(Path(root))
+            fsync_path(Path(root, name))
+        fsync_path(Path(root))
 
 
-def fsync_dir(folder: Path) -> None:
-    """Flush a folder's entries (a rename into it, a new file) to disk."""
-    fd = os.open(folder, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """Flush a file's data, or a folder's entries (a rename into it, a new file), to disk."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -281,14 +277,9 @@ def as_environment_error(exc: OSError, target: Path) -> OSError:
             if shutil.disk_usage(target.parent).free < (1 << 20):
                 return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
         return OSError(errno.EIO, f"a write stopped short ({exc})", str(target))
-    if exc.errno in (
-        errno.ENOSPC,
-        errno.EDQUOT,
-        errno.EROFS,
-    ):  # a write refused: where the target is, whatever
-        return OSError(
-            exc.errno, os.strerror(exc.errno), str(target)
-        )  # file (ours, or a copy's source) it names
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        # a write refused: named by the target, whatever file (ours, or a copy's source) the error names
+        return OSError(exc.errno, os.strerror(exc.errno), str(target))
     return exc
 
 
@@ -309,7 +300,7 @@ def publish_dir(tmp: Path, target: Path, force: bool) -> None:
             shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, target)
-    fsync_dir(target.parent)
+    fsync_path(target.parent)
 
 
 @contextlib.contextmanager
@@ -323,10 +314,9 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        fsync_path(Path(tmp))
         os.replace(tmp, path)
-        fsync_dir(path.parent)
+        fsync_path(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -342,13 +332,14 @@ def write_json_atomic(
     if seal:
         from stages.common.artifact_json import sealed
 
-        obj = sealed(json.loads(json.dumps(obj, default=_json_default)))
+        obj = sealed(json.loads(json.dumps(obj, default=json_default)))
     with atomic_file(path) as tmp, open(tmp, "w") as f:
-        json.dump(obj, f, indent=indent, sort_keys=False, default=_json_default)
+        json.dump(obj, f, indent=indent, sort_keys=False, default=json_default)
         f.write("\n")
 
 
-def _json_default(o: object):
+def json_default(o: object):
+    """A numpy number or array, or a path, as plain JSON (``json.dump``'s ``default``)."""
     import numpy as np
 
     if isinstance(o, np.integer):

@@ -29,6 +29,7 @@ import numpy as np
 import zarr
 
 from stages.common.artifact_json import REQUIRED, check_json, sealed
+from stages.common.atomic import json_default
 from stages.common.errors import G3InputError
 
 STORE_SCHEMA = "g3.store"
@@ -107,7 +108,7 @@ class StoreWriter:
         meta["schema_version"] = STORE_VERSION
         meta["checksums"] = self.checksums
         meta["metadata_sha256"] = _metadata_digests(self.path)
-        self.group.attrs["g3"] = sealed(json.loads(json.dumps(meta, default=_plain)))
+        self.group.attrs["g3"] = sealed(json.loads(json.dumps(meta, default=json_default)))
 
 
 def _metadata_digests(root: Path) -> dict[str, str]:
@@ -118,16 +119,6 @@ def _metadata_digests(root: Path) -> dict[str, str]:
         for f in sorted(Path(root).rglob("zarr.json"))
         if f.parent != Path(root)
     }
-
-
-def _plain(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(type(o).__name__)
 
 
 def _lazy_array(name: str) -> property:
