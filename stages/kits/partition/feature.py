@@ -13,7 +13,7 @@ import numpy as np
 
 from stages.common.tensor_parallel import feature_columns
 from stages.kits.partition.baselines import chunk_bounds, chunk_partition
-from stages.kits.partition.metrics import FLOAT32_BYTES, ratios
+from stages.kits.partition.metrics import FLOAT32_BYTES, layout_figures
 
 
 def assign(graphs, store, o, timing: dict, progress) -> tuple[np.ndarray, dict]:
@@ -44,34 +44,7 @@ def feature_figures(graphs, k: int, hidden: int, in_degree: np.ndarray) -> dict:
     # slice of everyone else's rows
     recv = nodes * (k - 1) * slice_width * FLOAT32_BYTES
     send = (n - nodes) * slice_width * FLOAT32_BYTES
-    per = [
-        {
-            "partition": i,
-            "nodes": int(nodes[i]),
-            "arcs": int(arcs[i]),
-            "degree_sum": int(degree_sum[i]),
-            "remote": 0,
-            "recv_bytes_per_layer": int(recv[i]),
-            "send": 0,
-            "send_bytes_per_layer": int(send[i]),
-        }
-        for i in range(k)
-    ]
     zeros = np.zeros(k, dtype=np.int64)
-    return {
-        "partitions": per,
-        "totals": {
-            "nodes": n,
-            "arcs": int(arcs.sum()),
-            "remote": 0,
-            "recv_bytes_per_layer": int(recv.sum()),
-            "edge_cut": 0,
-        },
-        "balance": {
-            "nodes": ratios(nodes),
-            "arcs": ratios(arcs),
-            "degree_sum": ratios(degree_sum),
-            "remote": ratios(zeros),
-        },
-        "traffic": np.zeros((k, k), dtype=np.int64).tolist(),
-    }
+    return layout_figures(
+        nodes, arcs, degree_sum, zeros, zeros, recv, send, np.zeros((k, k), dtype=np.int64), 0
+    )

@@ -79,8 +79,18 @@ def partition_figures(
     nodes = np.bincount(part, minlength=k).astype(np.int64)
     arcs = np.bincount(part, weights=in_degree, minlength=k).astype(np.int64)
     degree_sum = np.bincount(part, weights=graphs.degree, minlength=k).astype(np.int64)
-    remote = traffic.sum(axis=1)
-    send = traffic.sum(axis=0)
+    remote, send = traffic.sum(axis=1), traffic.sum(axis=0)
+    per_layer = hidden * FLOAT32_BYTES
+    cut = edge_cut(graphs.indptr, graphs.indices, part)
+    return layout_figures(
+        nodes, arcs, degree_sum, remote, send, remote * per_layer, send * per_layer, traffic, cut
+    )
+
+
+def layout_figures(
+    nodes, arcs, degree_sum, remote, send, recv_bytes, send_bytes, traffic: np.ndarray, cut: int
+) -> dict:
+    """partition.json's figures of a layout from its per-partition counts (each ``[K]``; the bytes per layer)."""
     per = [
         {
             "partition": i,
@@ -88,27 +98,23 @@ def partition_figures(
             "arcs": int(arcs[i]),
             "degree_sum": int(degree_sum[i]),
             "remote": int(remote[i]),
-            "recv_bytes_per_layer": int(remote[i]) * hidden * FLOAT32_BYTES,
+            "recv_bytes_per_layer": int(recv_bytes[i]),
             "send": int(send[i]),
-            "send_bytes_per_layer": int(send[i]) * hidden * FLOAT32_BYTES,
+            "send_bytes_per_layer": int(send_bytes[i]),
         }
-        for i in range(k)
+        for i in range(len(nodes))
     ]
+    balanced = {"nodes": nodes, "arcs": arcs, "degree_sum": degree_sum, "remote": remote}
     return {
         "partitions": per,
         "totals": {
             "nodes": int(nodes.sum()),
             "arcs": int(arcs.sum()),
             "remote": int(remote.sum()),
-            "recv_bytes_per_layer": int(remote.sum()) * hidden * FLOAT32_BYTES,
-            "edge_cut": int(edge_cut(graphs.indptr, graphs.indices, part)),
+            "recv_bytes_per_layer": int(recv_bytes.sum()),
+            "edge_cut": int(cut),
         },
-        "balance": {
-            "nodes": ratios(nodes),
-            "arcs": ratios(arcs),
-            "degree_sum": ratios(degree_sum),
-            "remote": ratios(remote),
-        },
+        "balance": {name: ratios(values) for name, values in balanced.items()},
         "traffic": traffic.tolist(),
     }
 
