@@ -9,6 +9,8 @@ that reads it as a source (``first_use``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from stages.common.errors import G3InputError
@@ -78,42 +80,50 @@ def first_use(indptr: np.ndarray, indices: np.ndarray, bounds: np.ndarray, self_
     return first
 
 
-def collectives(
-    spec: ModelSpec, owned: list[np.ndarray], needed: np.ndarray, layer0_columns: list[int], n: int
-) -> list[dict]:
-    """Every collective of one training epoch with the elements each worker sends (``elements_sent``) —
-    the figures 002 §3.2 writes as 2(N−1)·V·D/N² per layer and worker. ``once``: the layer-0 ones a
-    ``--layer0-cache`` run does only in its first epoch."""
-    k = len(owned)
-    own = np.array([len(o) for o in owned], dtype=np.int64)
-    own_needed = np.array([int(needed[o].sum()) for o in owned], dtype=np.int64)
-    n_needed = int(needed.sum())
-    out = []
-
-    def add(name, width, sent, once=False):
-        out.append({"name": name, "width": int(width), "once": once, "elements_sent": [int(s) for s in sent]})
-
-    if spec.kind in (
-        "sage",
-        "dgcn",
-    ):  # whole input rows of the owned nodes (SAGE's self term, the MLP's input)
-        add("features", spec.in_dim, [layer0_columns[w] * (n - own[w]) for w in range(k)], once=True)
+def collective_schedule(
+    spec: ModelSpec, k: int, layer0_columns: list[int]
+) -> Iterator[tuple[str, int, list[int], bool, str, bool]]:
+    """The collectives of one training epoch in order, each ``(name, width, every worker's columns, split,
+    nodes, once)``: a split moves rows to slices, a gather (and the input features) slices to rows, of the
+    owned destination rows (``nodes`` = ``"dst"``) or of the nodes the chunks read first (``"new"``);
+    ``once``: the layer-0 ones a ``--layer0-cache`` run does only in its first epoch."""
+    # whole input rows of the owned nodes (SAGE's self term, the MLP's input)
+    if spec.kind in ("sage", "dgcn"):
+        yield "features", spec.in_dim, layer0_columns, False, "dst", True
     if spec.kind == "dgcn":
         c = spec.num_classes
         cols = slice_widths(c, k)
-        add("split", c, [own_needed[w] * (c - cols[w]) for w in range(k)])
-        add("gather", c, [cols[w] * (n - own[w]) for w in range(k)])
-        add("bwd split", c, [own[w] * (c - cols[w]) for w in range(k)])
-        add("bwd gather", c, [cols[w] * (n_needed - own_needed[w]) for w in range(k)])
-        return out
+        yield "split", c, cols, True, "new", False
+        yield "gather", c, cols, False, "dst", False
+        yield "bwd split", c, cols, True, "dst", False
+        yield "bwd gather", c, cols, False, "new", False
+        return
     for li, width in enumerate(spec.widths[: spec.layers]):
         cols = layer0_columns if li == 0 else slice_widths(width, k)
         if li > 0:
-            add(f"split L{li}", width, [own_needed[w] * (width - cols[w]) for w in range(k)])
-        add(f"gather L{li}", width, [cols[w] * (n - own[w]) for w in range(k)], once=li == 0)
+            yield f"split L{li}", width, cols, True, "new", False
+        yield f"gather L{li}", width, cols, False, "dst", li == 0
     for li in reversed(range(1, spec.layers)):
         width = spec.widths[li]
         cols = slice_widths(width, k)
-        add(f"bwd split L{li}", width, [own[w] * (width - cols[w]) for w in range(k)])
-        add(f"bwd gather L{li}", width, [cols[w] * (n_needed - own_needed[w]) for w in range(k)])
+        yield f"bwd split L{li}", width, cols, True, "dst", False
+        yield f"bwd gather L{li}", width, cols, False, "new", False
+
+
+def collectives(
+    spec: ModelSpec, owned: list[np.ndarray], needed: np.ndarray, layer0_columns: list[int], n: int
+) -> list[dict]:
+    """Every collective of :func:`collective_schedule` with the elements each worker sends
+    (``elements_sent``) — the figures 002 §3.2 writes as 2(N−1)·V·D/N² per layer and worker: a split sends
+    the other workers' columns of the worker's nodes, a gather its columns of everyone else's nodes."""
+    k = len(owned)
+    counts = {
+        "dst": ([len(o) for o in owned], n),
+        "new": ([int(needed[o].sum()) for o in owned], int(needed.sum())),
+    }
+    out = []
+    for name, width, cols, split, nodes, once in collective_schedule(spec, k, layer0_columns):
+        mine, total = counts[nodes]
+        sent = [mine[w] * (width - cols[w]) if split else cols[w] * (total - mine[w]) for w in range(k)]
+        out.append({"name": name, "width": int(width), "once": once, "elements_sent": [int(s) for s in sent]})
     return out

@@ -102,9 +102,7 @@ class TPLayout:
         nodes = np.flatnonzero(fu < c)
         if c == 0 or not len(nodes):
             return np.zeros((c, k), dtype=np.int64)
-        starts = self.owner_bounds[
-            :, :k
-        ].ravel()  # piece starts, non-decreasing (empty pieces repeat a start)
+        starts = self.owner_bounds[:, :k].ravel()  # piece starts, non-decreasing (an empty piece repeats one)
         owner = (np.searchsorted(starts, nodes, side="right") - 1) % k
         return np.bincount(fu[nodes] * k + owner, minlength=c * k).reshape(c, k).astype(np.int64)
 
@@ -216,18 +214,15 @@ class Collective:
         per-worker links (a cluster of unlike hosts) each worker's bytes go to and come from its peers evenly,
         each part at the slower link of the pair, and the slowest worker ends the collective."""
         c, k = self.sent.shape
-        per_byte = _per_byte(net, k)
-        if per_chunk:
-            if k <= 1:
-                return np.zeros(c)
-            if per_byte is not None:
-                return (self.chunk_link * per_byte[None, :]).max(axis=1, initial=0) + net.latency
-            return _transfer(self.chunk_link.max(axis=1, initial=0), net) + net.latency
         if k <= 1:
-            return 0.0
+            return np.zeros(c) if per_chunk else 0.0
+        link = self.chunk_link if per_chunk else self.bulk_link[None, :]  # [C or 1, K]
+        per_byte = _per_byte(net, k)
         if per_byte is not None:
-            return float((self.bulk_link * per_byte).max(initial=0)) + net.latency
-        return float(_transfer(self.bulk_link.max(initial=0), net)) + net.latency
+            seconds = (link * per_byte[None, :]).max(axis=1, initial=0) + net.latency
+        else:
+            seconds = _transfer(link.max(axis=1, initial=0), net) + net.latency
+        return seconds if per_chunk else float(seconds[0])
 
 
 def _transfer(nbytes, net: Network) -> np.ndarray:
@@ -270,39 +265,14 @@ def collectives(spec: ModelSpec, lay: TPLayout) -> list[Collective]:
     (``stages.common.tensor_parallel.collectives``), cut per chunk: a split moves, per chunk, the nodes it reads first
     (forward) or its destinations' gradient rows (backward); a gather its destinations' rows (forward) or the
     gradients of the nodes it reads first (backward)."""
-    from stages.common.tensor_parallel import slice_widths
+    from stages.common.tensor_parallel import collective_schedule
 
-    k = lay.k
-    dst, dst_tot = lay.pieces, lay.sizes
     new = lay.new
-    new_tot = new.sum(axis=1)
-    cols0 = np.asarray(lay.layer0_columns, dtype=np.int64)
+    ids = {"dst": (lay.pieces, lay.sizes), "new": (new, new.sum(axis=1))}
     out = []
-
-    def add(name, width, pair, once=False):
-        sent, recv = pair
+    for name, width, cols, split, nodes, once in collective_schedule(spec, lay.k, lay.layer0_columns):
+        sent, recv = (_to_slices if split else _to_rows)(np.asarray(cols, dtype=np.int64), *ids[nodes])
         out.append(Collective(name, int(width), once, sent.astype(np.int64), recv.astype(np.int64)))
-
-    if spec.kind in ("sage", "dgcn"):
-        add("features", spec.in_dim, _to_rows(cols0, dst, dst_tot), once=True)
-    if spec.kind == "dgcn":
-        c = spec.num_classes
-        cols = np.asarray(slice_widths(c, k), dtype=np.int64)
-        add("split", c, _to_slices(cols, new, new_tot))
-        add("gather", c, _to_rows(cols, dst, dst_tot))
-        add("bwd split", c, _to_slices(cols, dst, dst_tot))
-        add("bwd gather", c, _to_rows(cols, new, new_tot))
-        return out
-    for li, width in enumerate(spec.widths[: spec.layers]):
-        cols = cols0 if li == 0 else np.asarray(slice_widths(width, k), dtype=np.int64)
-        if li > 0:
-            add(f"split L{li}", width, _to_slices(cols, new, new_tot))
-        add(f"gather L{li}", width, _to_rows(cols, dst, dst_tot), once=li == 0)
-    for li in reversed(range(1, spec.layers)):
-        width = spec.widths[li]
-        cols = np.asarray(slice_widths(width, k), dtype=np.int64)
-        add(f"bwd split L{li}", width, _to_slices(cols, dst, dst_tot))
-        add(f"bwd gather L{li}", width, _to_rows(cols, new, new_tot))
     return out
 
 
