@@ -172,13 +172,7 @@ class SancusStrategy(LayerSyncStrategy):
         fresh = torch.tensor(
             [bool(mine) if q == self.rank else bool(heads[q].reshape(-1)[0]) for q in range(k)]
         )
-        chunks = [take_rows_at(h, ids) if mine else h.new_zeros((0, h.shape[1])) for ids in self.send_ids]
-        parts = self.tr.all_to_all(
-            chunks, [len(r) if bool(fresh[q]) else 0 for q, r in enumerate(self.recv_ids)], label
-        )
-        for q, rows in enumerate(parts):
-            if q != self.rank and bool(fresh[q]) and len(rows):
-                self.cache[li][self.recv_ids[q]] = rows
+        self._boundary_rows(li, h, [bool(mine)] * k, fresh.tolist(), label)
         return fresh
 
     def _p2p_on_request(self, li: int, h: torch.Tensor, asks: torch.Tensor, label: str) -> torch.Tensor:
@@ -189,19 +183,24 @@ class SancusStrategy(LayerSyncStrategy):
         words = [torch.tensor([[int(asks[q])]], dtype=torch.int64) for q in range(k)]
         got = self.tr.all_to_all(words, [1] * k, f"ask{li - 1}")
         asked_by = [q != self.rank and bool(got[q].reshape(-1)[0]) for q in range(k)]
-        chunks = [
-            take_rows_at(h, ids) if asked_by[q] else h.new_zeros((0, h.shape[1]))
-            for q, ids in enumerate(self.send_ids)
-        ]
-        parts = self.tr.all_to_all(
-            chunks, [len(r) if bool(asks[q]) else 0 for q, r in enumerate(self.recv_ids)], label
-        )
-        for q, rows in enumerate(parts):
-            if bool(asks[q]) and len(rows):
-                self.cache[li][self.recv_ids[q]] = rows
+        self._boundary_rows(li, h, asked_by, [bool(a) for a in asks], label)
         fresh = asks.clone()
         fresh[self.rank] = any(asked_by)
         return fresh
+
+    def _boundary_rows(self, li: int, h: torch.Tensor, send_to: list, recv_from: list, label: str) -> None:
+        """This worker's boundary rows to the peers ``send_to`` marks, and into the cache the rows of those
+        ``recv_from`` marks (one all-to-all)."""
+        chunks = [
+            take_rows_at(h, ids) if send_to[q] else h.new_zeros((0, h.shape[1]))
+            for q, ids in enumerate(self.send_ids)
+        ]
+        parts = self.tr.all_to_all(
+            chunks, [len(r) if recv_from[q] else 0 for q, r in enumerate(self.recv_ids)], label
+        )
+        for q, rows in enumerate(parts):
+            if q != self.rank and recv_from[q] and len(rows):
+                self.cache[li][self.recv_ids[q]] = rows
 
     def input_transform(self, li: int, x: torch.Tensor, epoch: int, training: bool) -> torch.Tensor:
         """The current epoch's dropout mask on every input row, owned or cached (ReLU is idempotent on them)."""

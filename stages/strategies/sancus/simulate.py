@@ -14,21 +14,20 @@ def sancus_worker(wl: Workload, w: WorkerLoad, rates: Rates, k: int, layout: str
     every owner send its whole block to every other worker when fresh (each root in turn: K − 1 messages of
     n_owned rows from its egress link), nothing when stale. Gradients go back every epoch, as in bns-gcn."""
 
+    peers = [peer for peer in range(k) if peer != w.rank]
+
+    def to_every_peer(tag: str, nbytes: int):
+        for peer in peers:
+            yield ("send", (tag, w.rank, peer), peer, nbytes, False)
+        yield ("wait_all", [(tag, peer, w.rank) for peer in peers])
+
     def exchange(li):
-        tag = f"sc-{li}"
         if layout == "p2p":
-            for peer in range(k):
-                if peer != w.rank:
-                    yield ("send", (tag + "-h", w.rank, peer), peer, 8, False)
-            yield ("wait_all", [(tag + "-h", peer, w.rank) for peer in range(k) if peer != w.rank])
+            yield from to_every_peer(f"sc-{li}-h", 8)
             if fresh:
                 yield from all_to_all(wl, w, k, "fwd", li)
-            return (yield ("wait_sends",))
-        if fresh:
-            for peer in range(k):
-                if peer != w.rank:
-                    yield ("send", (tag, w.rank, peer), peer, wl.fwd_bytes(li, w.num_owned), False)
-            yield ("wait_all", [(tag, peer, w.rank) for peer in range(k) if peer != w.rank])
+        elif fresh:
+            yield from to_every_peer(f"sc-{li}", wl.fwd_bytes(li, w.num_owned))
         return (yield ("wait_sends",))
 
     return (yield from layer_sync(wl, w, rates, k, exchange, 1.0))
