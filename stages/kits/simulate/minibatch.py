@@ -58,10 +58,6 @@ class MiniBatchProfile:
     @classmethod
     def from_run(cls, run: Path, plan_meta: dict) -> MiniBatchProfile:
         run = Path(run)
-        if not (run / "metrics.jsonl").is_file():
-            raise G3InputError(
-                "--run: no metrics.jsonl (train the plan first: g3 train PLAN -o RUN)", path=run
-            )
         info = load_run_meta(run)
         records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
         steady = records[1:] or records
@@ -106,6 +102,11 @@ def _num_params(run: Path) -> int:
 
     weights = run / "model.pt" if (run / "model.pt").is_file() else run / "init.pt"
     return int(sum(t.numel() for t in torch.load(weights, weights_only=True).values()))
+
+
+def run_itemsize(config: dict) -> int:
+    """Bytes per feature and model value of a run of ``config`` (its ``--dtype``; float32 when it names none)."""
+    return {"float64": 8, "float16": 2, "bfloat16": 2}.get(str(config.get("dtype")), 4)
 
 
 def remote_share(p: MiniBatchProfile, k: int) -> float:
@@ -245,8 +246,9 @@ def simulate_minibatch(p: MiniBatchProfile, k: int, bandwidth: float, latency: f
     return epoch_result(p.strategy, k, epoch, p.num_train, steps, allreduce, sent, workers, step_parts=parts)
 
 
-def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict:
-    """`g3 simulate PLAN --run RUN` for a sampling strategy: the modelled epoch at K and the scaling table."""
+def calibration_run(plan: Path, meta: dict, options) -> Path:
+    """``--run``, checked: given, with its epochs recorded, and trained from ``plan`` (what a calibrated model
+    is fitted to)."""
     if not options.run:
         raise G3InputError(
             f"a {meta['strategy']['name']} plan is simulated from a run of it: give --run RUN "
@@ -254,10 +256,17 @@ def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict
             path=plan,
         )
     run = Path(options.run)
-    info = load_run_meta(run)
-    trained = resolve_reference(info["plan"], run, "plan.json").resolve()
+    if not (run / "metrics.jsonl").is_file():
+        raise G3InputError("--run: no metrics.jsonl (train the plan first: g3 train PLAN -o RUN)", path=run)
+    trained = resolve_reference(load_run_meta(run)["plan"], run, "plan.json").resolve()
     if trained != plan.resolve():
         raise G3InputError(f"--run was trained from {trained}, not from this plan", path=run)
+    return run
+
+
+def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict:
+    """`g3 simulate PLAN --run RUN` for a sampling strategy: the modelled epoch at K and the scaling table."""
+    run = calibration_run(plan, meta, options)
     profile = MiniBatchProfile.from_run(run, meta)
     k = options.workers or int(meta["num_workers"])
     main = simulate_minibatch(profile, k, options.bandwidth, options.latency, net=network(options, k))

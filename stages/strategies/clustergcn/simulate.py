@@ -46,13 +46,12 @@ from pathlib import Path
 
 import numpy as np
 
-from stages.common.artifact_json import resolve_reference
 from stages.common.errors import G3InputError
 from stages.common.knobs import prefetch_depth
 from stages.common.plan_artifact import load_plan_meta
 from stages.common.run_artifact import load_run_meta, read_metrics
 from stages.kits.simulate.engine import Network
-from stages.kits.simulate.minibatch import run_calibrated_result
+from stages.kits.simulate.minibatch import calibration_run, run_calibrated_result
 from stages.kits.simulate.network import allreduce_seconds, network
 from stages.kits.simulate.scaling import scaling_rows
 
@@ -343,18 +342,7 @@ def simulate_clustergcn(
 
 def simulate(plan: Path, meta: dict, options, out: Path, replan) -> tuple[dict, None]:
     """`g3 simulate PLAN` of a clustergcn plan (its spec\'s ``simulate``)."""
-    if not options.run:
-        raise G3InputError(
-            "a clustergcn plan is simulated from a run of it: give --run RUN (g3 train PLAN -o RUN)",
-            path=plan,
-        )
-    run = Path(options.run)
-    if not (run / "metrics.jsonl").is_file():
-        raise G3InputError("--run: no metrics.jsonl (train the plan first: g3 train PLAN -o RUN)", path=run)
-    info = load_run_meta(run)
-    trained = resolve_reference(info["plan"], run, "plan.json").resolve()
-    if trained != plan.resolve():
-        raise G3InputError(f"--run was trained from {trained}, not from this plan", path=run)
+    run = calibration_run(plan, meta, options)
     p = ClusterProfile.from_run(run, plan, meta)
     k = options.workers or int(meta["num_workers"])
     at_k = {}
