@@ -185,16 +185,10 @@ def pyg_source(
 
 
 def scipy_source(
-    matrix,
-    x=None,
-    y=None,
-    train=None,
-    valid=None,
-    test=None,
-    name: str = "scipy-matrix",
-    split_index: int | None = None,
+    matrix, name: str = "scipy-matrix", split_index: int | None = None, **node_data
 ) -> GraphSource:
-    """A square scipy sparse adjacency (``A[u, v] ≠ 0``: an arc ``u → v``) with optional node data."""
+    """A square scipy sparse adjacency (``A[u, v] ≠ 0``: an arc ``u → v``) with optional node data (``x``,
+    ``y``, ``train``, ``valid``, ``test``: as :func:`arrays_source` takes them)."""
     if not hasattr(matrix, "tocoo") or len(matrix.shape) != 2 or matrix.shape[0] != matrix.shape[1]:
         raise G3InputError(
             f"the adjacency must be a square scipy sparse matrix, got {type(matrix).__name__} of "
@@ -205,16 +199,7 @@ def scipy_source(
     keep = coo.data != 0
     edges = np.stack([coo.row[keep].astype(np.int64), coo.col[keep].astype(np.int64)])
     return arrays_source(
-        edges,
-        num_nodes=int(matrix.shape[0]),
-        x=x,
-        y=y,
-        train=train,
-        valid=valid,
-        test=test,
-        name=name,
-        split_index=split_index,
-        where=name,
+        edges, num_nodes=int(matrix.shape[0]), name=name, split_index=split_index, where=name, **node_data
     )
 
 
