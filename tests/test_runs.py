@@ -164,8 +164,8 @@ def test_force_keeps_the_old_run_until_the_new_one_finishes(plan, tmp_path, monk
 
 
 def _launch(plan: Path, run: Path, *args, env=None) -> subprocess.Popen:
-    """`g3 train` as a user starts it from a terminal: SIGINT at its default even when the test suite itself runs
-    as a background job (a non-interactive shell starts those with SIGINT ignored, which Python then keeps)."""
+    """`g3 train` as a user starts it from a terminal: SIGINT and SIGHUP at their defaults even when the test suite
+    itself runs as a background job or under nohup (started with them ignored, which Python then keeps)."""
     cmd = [sys.executable, "-m", "g3cli.main", "train", str(plan), "-o", str(run), *COMMON, *args]
     return subprocess.Popen(
         cmd,
@@ -174,7 +174,7 @@ def _launch(plan: Path, run: Path, *args, env=None) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **(env or {})},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=lambda: [signal.signal(sig, signal.SIG_DFL) for sig in (signal.SIGINT, signal.SIGHUP)],
     )
 
 
@@ -232,10 +232,16 @@ def test_a_stopped_worker_is_named_and_the_run_ends_within_the_timeout(plan, tmp
 
 @pytest.mark.parametrize(
     "sig,status",
-    [(signal.SIGTERM, "interrupted"), (signal.SIGINT, "interrupted"), (signal.SIGKILL, "running")],
+    [
+        (signal.SIGTERM, "interrupted"),
+        (signal.SIGINT, "interrupted"),
+        (signal.SIGHUP, "interrupted"),
+        (signal.SIGKILL, "running"),
+    ],
 )
 def test_the_launcher_stopped_leaves_no_worker_and_says_so(plan, tmp_path, sig, status):
-    """SIGINT / SIGTERM to the launcher: workers stopped, run.json `interrupted`. SIGKILL cannot be handled:
+    """SIGINT / SIGTERM / SIGHUP (its terminal closed) to the launcher: workers stopped, run.json
+    `interrupted`. SIGKILL cannot be handled:
     run.json stays `running`, but the workers notice their launcher is gone and leave, and `g3 report` sees
     that nobody holds the folder's lock (`interrupted`)."""
     run = tmp_path / "run"

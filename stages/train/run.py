@@ -341,16 +341,22 @@ def check_resume(run_dir: Path, plan: Path, cfg: TrainConfig) -> int:
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
-    """SIGTERM to the launcher is handled as an interrupt: workers stopped, run.json `interrupted`."""
+    """SIGTERM or SIGHUP (the terminal closed) to the launcher is handled as an interrupt: workers stopped,
+    run.json `interrupted`, the run resumable. A run meant to outlive its terminal is started under `nohup`
+    (SIGHUP then ignored, which Python keeps) or a session manager."""
 
     def handler(signum, frame):
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    stopping = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        stopping.append(signal.SIGHUP)
+    previous = {sig: signal.signal(sig, handler) for sig in stopping}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def torchrun_rank(meta: dict, plan: Path) -> int:
