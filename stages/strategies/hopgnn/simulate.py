@@ -44,14 +44,13 @@ from stages.kits.simulate.minibatch import (
     MiniBatchProfile,
     epoch_result,
     remote_share,
+    run_itemsize,
     run_minibatch_simulation,
     step_work,
     worker_record,
 )
 from stages.kits.simulate.network import allreduce_seconds, network
 from stages.kits.simulate.scaling import scaling_rows
-
-_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 
 
 @dataclass
@@ -86,13 +85,12 @@ class HopProfile:
         rows = sum(w["source_rows"] for w in unmerged or workers)
         misses = sum(w["feature_misses"] for w in unmerged or workers)
         home = misses / max(rows, 1) if unmerged else _home_share(misses / max(rows, 1), away, p.workers)
-        dtype = str((info.get("config") or {}).get("dtype") or "float32")
         return cls(
             local_only=opts["batch_order"] == "local-only",
             pregather=bool(opts["pregather"]),
             migrate=bool(opts["migrate"]),
             merge=opts["merge"],
-            itemsize=_ITEMSIZE.get(dtype, 4),
+            itemsize=run_itemsize(info.get("config") or {}),
             home_share=home,
             dedup=sum(w["fetched_rows"] for w in unmerged or workers) / misses if misses else 1.0,
             away_share=away,

@@ -53,13 +53,12 @@ from stages.common.errors import G3InputError
 from stages.common.knobs import prefetch_depth
 from stages.common.run_artifact import load_run_meta, read_metrics
 from stages.kits.simulate.engine import Network
-from stages.kits.simulate.minibatch import epoch_result, run_minibatch_simulation, worker_record
+from stages.kits.simulate.minibatch import epoch_result, run_itemsize, run_minibatch_simulation, worker_record
 from stages.kits.simulate.network import allreduce_seconds, network
 from stages.kits.simulate.scaling import scaling_rows
 
 ITEM = 4  # bytes of a modelled value (float32), as the other models
 ID = 4  # bytes of a node id on the wire (int32 below 2³¹ nodes)
-_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 
 
 @dataclass
@@ -103,7 +102,7 @@ class P3Profile:
                 path=run,
             )
         cfg = info.get("config") or {}
-        item = _ITEMSIZE.get(str(cfg.get("dtype") or "float32"), 4)
+        item = run_itemsize(cfg)
         opts = plan_meta["strategy"]["options"]
         hidden = int(plan_meta["layers"][0]["d_out"])
         steps = sum(int(r.get("steps", 1)) for r in steady)  # per worker
