@@ -160,15 +160,9 @@ class RunData:
                 w = ws[i]
                 rank = int(w.get("rank", i))
                 t = float(w.get("epoch_seconds", r["epoch_seconds"]))
-                c, m, s = (
-                    float(w.get(key) or 0.0)
-                    for key in ("compute_seconds", "comm_wait_seconds", "sync_seconds")
-                )
-                acc["compute"] += c
-                acc["comm_wait"] += m
-                acc["sync"] += s
-                acc["idle"] += max(0.0, t - c - m - s)
-                acc["epoch"] += t
+                c, m, s = (float(w.get(f"{key}_seconds") or 0.0) for key in ("compute", "comm_wait", "sync"))
+                for key, seconds in zip(acc, (c, m, s, max(0.0, t - c - m - s), t), strict=True):
+                    acc[key] += seconds
                 n += 1
             rows.append({"rank": rank, **{key: v / n if n else 0.0 for key, v in acc.items()}, "epochs": n})
         return rows
