@@ -284,6 +284,7 @@ def test_a_full_disk_is_one_line_in_a_stage_and_in_a_worker(store, tmp_path, cli
         ("distdgl", {"options": {"fanouts": [25, 10], "no_such": 1}}, "records option 'no_such'"),
         ("g3", {"num_workers": 0}, "num_workers is 0, not a worker count >= 1"),
         ("g3", {"num_workers": 3}, "lists 2 workers for num_workers 3"),
+        ("bns-gcn", {"strategy": None}, "has no strategy field"),
     ],
 )
 def test_a_sealed_but_wrong_plan_is_refused_where_it_is_read(
@@ -303,6 +304,8 @@ def test_a_sealed_but_wrong_plan_is_refused_where_it_is_read(
     for key, value in change.items():
         if key == "options":
             meta["strategy"]["options"].update(value)
+        elif value is None:
+            del meta[key]
         else:
             meta[key] = value
     (plan / "plan.json").write_text(
@@ -359,6 +362,9 @@ def _rewrite(folder: Path, json_name: str, array: str, values: np.ndarray) -> No
         ("plan", "layer-0/bin_ptr", lambda a: a[::-1].copy(), "file bin_ptr.npy is not pointers from 0"),
         ("plan", "priority", lambda a: a - 1, "file priority.npy holds an id outside the worker's"),
         ("plan", "layer-1/indices", lambda a: a + 10**6, "file indices.npy holds a source position outside"),
+        # values a worker indexes with: a class beyond the logits, a source beyond the worker's rows
+        ("shard", "labels", lambda a: a + 10**3, "file labels.npy holds class"),
+        ("plan", "layer-0/src", lambda a: a + 10**6, "file src.npy holds local id"),
     ],
 )
 def test_a_sealed_but_wrong_shard_or_bin_array_is_refused_before_a_worker_uses_it(

@@ -84,11 +84,19 @@ def _shard_array(name: str) -> cached_property:
 class Shard:
     """One worker's shard: owned nodes, local in-edge CSR (owned first, then remote), P2P raw material."""
 
-    def __init__(self, path: Path, rank: int, num_parts: int, num_nodes: int | None = None):
+    def __init__(
+        self,
+        path: Path,
+        rank: int,
+        num_parts: int,
+        num_nodes: int | None = None,
+        num_classes: int | None = None,
+    ):
         self.path = Path(path)
         self.rank = rank
         self.num_parts = num_parts
         self.num_nodes = num_nodes  # the graph's, when known: global ids are checked against it
+        self.num_classes = num_classes  # the graph's, when known: labels are checked against it
         if not self.path.is_dir():
             raise G3InputError("shard folder missing", path=self.path)
 
@@ -124,6 +132,18 @@ class Shard:
                 raise G3InputError(
                     f"file {name}.npy is not {self.num_parts + 1} pointers from 0 to {end} that "
                     "never decrease",
+                    path=self.path,
+                )
+            return
+        elif name == "labels":  # a class id indexes the loss's logits; -1: unlabelled
+            if (
+                self.num_classes is not None
+                and a.size
+                and (int(a.min()) < -1 or int(a.max()) >= self.num_classes)
+            ):
+                bad = int(a.max()) if int(a.max()) >= self.num_classes else int(a.min())
+                raise G3InputError(
+                    f"file labels.npy holds class {bad}, outside [-1, {self.num_classes}) (-1: unlabelled)",
                     path=self.path,
                 )
             return
@@ -170,7 +190,12 @@ class Shard:
 
 
 def open_shard(part: str | Path, rank: int, num_parts: int) -> Shard:
-    num_nodes = (load_partition_meta(part).get("store") or {}).get("num_nodes")
+    store = load_partition_meta(part).get("store") or {}
+    num_nodes, num_classes = store.get("num_nodes"), store.get("num_classes")
     return Shard(
-        shard_dir(Path(part), rank), rank, num_parts, int(num_nodes) if num_nodes is not None else None
+        shard_dir(Path(part), rank),
+        rank,
+        num_parts,
+        int(num_nodes) if num_nodes is not None else None,
+        int(num_classes) if num_classes is not None else None,
     )

@@ -76,13 +76,15 @@ def load_plan_meta(plan: str | Path) -> dict:
         **meta["partition"],
         "path": str(resolve_reference(meta["partition"], plan, "partition.json")),
     }
+    where = Path(plan) / "plan.json"
+    if "strategy" not in meta and meta.get("schema_version") != 2:
+        raise G3InputError("has no strategy field: the plan does not say which strategy runs it", path=where)
     if "strategy" not in meta:  # version 2: every plan was a g3 plan
         cfg = meta.get("config", {})
         meta["strategy"] = {
             "name": V2_STRATEGY,
             "options": {"bin_size": cfg.get("bin_size"), "device_memory": cfg.get("device_memory")},
         }
-    where = Path(plan) / "plan.json"
     k, workers = meta.get("num_workers"), meta.get("workers")
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise G3InputError(f"num_workers is {k!r}, not a worker count >= 1", path=where)
@@ -132,8 +134,10 @@ class LayerPlan:
         manifest: dict | None = None,
         row_ptr: np.ndarray | None = None,
         mmap: bool = False,
+        num_rows: int | None = None,
     ):
         self.path = worker / f"layer-{layer}"
+        self.num_rows = num_rows  # the worker's local rows (owned + remote), which ``src`` indexes
         self.bin_ptr, self.src_ptr = (
             _npy(worker, f"layer-{layer}/{n}", manifest) for n in ("bin_ptr", "src_ptr")
         )
@@ -149,6 +153,12 @@ class LayerPlan:
         _check_pointers(self.src_ptr, len(self.src), "src_ptr", where, length=len(self.bin_ptr))
         if len(self.src) and int(self.src.min()) < 0:
             raise G3InputError("file src.npy holds a negative local id", path=where)
+        if self.num_rows is not None and len(self.src) and int(self.src.max()) >= self.num_rows:
+            raise G3InputError(
+                f"file src.npy holds local id {int(self.src.max())}, outside the worker's {self.num_rows} rows "
+                "(owned + remote)",
+                path=where,
+            )
         arcs = np.diff(row_ptr[self.bin_ptr])  # in-arcs of each bin
         if int(arcs.sum()) != len(self.indices):
             raise G3InputError(
@@ -235,7 +245,9 @@ class WorkerPlan:
 
     def layer(self, li: int, mmap: bool = False) -> LayerPlan:
         rows = self.row_ptr if (self.path / "row_ptr.npy").is_file() else None
-        return LayerPlan(self.path, li, self.meta.get("files"), rows, mmap)
+        owned, remote = self.meta.get("num_owned"), self.meta.get("num_remote")
+        local = int(owned) + int(remote) if owned is not None and remote is not None else None
+        return LayerPlan(self.path, li, self.meta.get("files"), rows, mmap, local)
 
     def table(self, name: str) -> Table:
         """A P2P table by name (``features_send``, ``fwd_recv_0``, ``bwd_send_1`` …); empty when absent."""
