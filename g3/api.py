@@ -43,7 +43,24 @@ def _matches(value: Any, hint: Any) -> bool:
     return isinstance(value, hint) if isinstance(hint, type) else True
 
 
+def _as_sequence(value: Any, hint: Any) -> Any:
+    """A sequence option (``tuple[str, ...]``, as the CLI's repeated option) from one string or any sequence:
+    ``logger="csv"`` and ``logger=["csv", "tensorboard"]`` mean what they say."""
+    import typing
+
+    if typing.get_origin(hint) is not tuple or typing.get_args(hint)[1:] != (Ellipsis,):
+        return value
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value) if isinstance(value, list | tuple) else value
+
+
 def _hint_text(hint: Any) -> str:
+    import typing
+
+    if typing.get_origin(hint) is tuple and typing.get_args(hint)[1:] == (Ellipsis,):
+        item = _hint_text(typing.get_args(hint)[0])
+        return f"a {item} or a list of {item}"
     return getattr(hint, "__name__", None) or str(hint).replace("pathlib.", "").replace("typing.", "")
 
 
@@ -61,6 +78,7 @@ def _options(cls, func: str, given: dict):
     hints = typing.get_type_hints(cls, globalns=vars(sys.modules[cls.__module__]))
     knobs = knob_declarations() if "knobs" in hints else {}
     hints.update({name: uses[0][1].type | None for name, uses in knobs.items()})
+    given = {name: _as_sequence(value, hints.get(name)) for name, value in given.items()}
     for name, value in given.items():
         if name not in fields and name not in knobs:
             known = sorted([*fields, *knobs])

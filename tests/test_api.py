@@ -85,6 +85,7 @@ def test_a_pyg_data_through_the_whole_pipeline_and_back(tmp_path):
     # `g3 eval` as a function: the workers' exact inference, what the last training epoch evaluated
     scores = g3.evaluate(run, split="test")
     assert scores["accuracy"] == {"test": pytest.approx(run.test_acc, abs=1e-12)}
+    assert set(scores["correct"]) == set(scores["labelled"]) == {"test"}  # what it counted for that split
     assert json.loads((run.path / "eval.json").read_text())["accuracy"]["test"] == scores["accuracy"]["test"]
     model = g3.load_model(run)
     assert isinstance(model, torch.nn.Module) and not model.training
@@ -383,7 +384,7 @@ def test_loggers_csv_and_tensorboard(tmp_path):
 
     data = small_graph(80)
     store, plan = _bns_gcn_plan(data, tmp_path, "g", 1)
-    run = g3.train(plan, epochs=3, threads=1, logger=("csv",), out=tmp_path / "g.run")
+    run = g3.train(plan, epochs=3, threads=1, logger="csv", out=tmp_path / "g.run")
     rows = list(csv.DictReader((run.path / "metrics.csv").read_text().splitlines()))
     assert [int(r["epoch"]) for r in rows] == [0, 1, 2]
     for row, record in zip(rows, run.metrics, strict=True):
@@ -396,7 +397,7 @@ def test_loggers_csv_and_tensorboard(tmp_path):
             g3.train(plan, epochs=1, logger=("tensorboard",), out=tmp_path / "tb.run")
         assert not (tmp_path / "tb.run").exists()
         return
-    run = g3.train(plan, epochs=3, threads=1, logger=("tensorboard",), out=tmp_path / "tb.run")
+    run = g3.train(plan, epochs=3, threads=1, logger=["tensorboard"], out=tmp_path / "tb.run")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run.path / "tensorboard"))
@@ -415,6 +416,8 @@ def test_the_api_checks_its_arguments_and_speaks_of_force_true(tmp_path):
         (lambda: g3.plan(tmp_path / "none", hidden=4.5), "g3.plan: hidden must be int, not float 4.5"),
         (lambda: g3.train(tmp_path / "none", epochs="3"), "g3.train: epochs must be int"),
         (lambda: g3.train(tmp_path / "none", epoch=3), "g3.train: no option 'epoch'"),
+        # a sequence option takes one string or a list: anything else says so
+        (lambda: g3.train(tmp_path / "none", logger=3), "g3.train: logger must be a str or a list of str"),
         (lambda: g3.evaluate(tmp_path / "none", workers="2"), "g3.evaluate: workers must be int"),
         (lambda: g3.evaluate(tmp_path / "none", splits="test"), "g3.evaluate: no option 'splits'"),
         (lambda: g3.ingest(small_graph(40), tmp_path / "s.g3"), "pass force=True to replace it"),

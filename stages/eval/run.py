@@ -198,10 +198,11 @@ def _earlier_evaluation(path: Path, digest: str, workers: int | None, metric: st
 
 
 def _answer(result: dict, run: Path, split: str, reused: bool) -> dict:
-    """eval.json as returned: its path, whether it was reused, the accuracies of ``split``."""
+    """eval.json as returned: its path, whether it was reused, and of its per-split figures (metrics and the
+    counts behind them) those of ``split`` only."""
     result = {**result, "path": str(run / "eval.json"), "reused": reused}
     if split != "all":
-        for key in ("accuracy", "rocauc"):
+        for key in ("accuracy", "rocauc", "correct", "labelled"):
             if key in result:
                 result[key] = {split: result[key][split]}
     return result
