@@ -92,16 +92,42 @@ def cases(bin_memory: str | None) -> list[Case]:
 
 
 class Runner:
-    """Runs the CLI as subprocesses, each with its own log; failures are kept, never raised."""
+    """Runs the CLI as subprocesses (or, ``in_process``, in this process: one interpreter and one fork server
+    for every command), each with its own log; failures are kept, never raised."""
 
-    def __init__(self, out: Path, python: str, timeout: float):
-        self.out, self.python, self.timeout = out, python, timeout
+    def __init__(self, out: Path, python: str, timeout: float, in_process: bool = False):
+        self.out, self.python, self.timeout, self.in_process = out, python, timeout, in_process
         (out / "logs").mkdir(parents=True, exist_ok=True)
 
     def cli(self, name: str, *args: str, env: dict | None = None) -> tuple[bool, str]:
         log = self.out / "logs" / f"{name}.log"
         cmd = [self.python, "-m", "g3cli", *args]
         t0 = time.perf_counter()
+        if self.in_process:
+            ok, text = self._here(args, env)
+        else:
+            ok, text = self._subprocess(cmd, env)
+        log.write_text(f"$ {' '.join(cmd)}\n# {time.perf_counter() - t0:.1f} s\n{text}")
+        last = [line for line in text.strip().splitlines() if line.strip()]
+        return ok, (last[-1] if last else "")
+
+    @staticmethod
+    def _here(args, env: dict | None) -> tuple[bool, str]:
+        import contextlib
+        import traceback
+
+        from click.testing import CliRunner
+
+        from g3cli.main import cli
+
+        with contextlib.chdir(REPO):
+            result = CliRunner(env=env).invoke(cli, list(args), prog_name="g3")
+        text = result.output
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            text += "".join(traceback.format_exception(result.exception))
+        return result.exit_code == 0, text
+
+    def _subprocess(self, cmd: list[str], env: dict | None) -> tuple[bool, str]:
         try:
             p = subprocess.run(
                 cmd,
@@ -114,9 +140,7 @@ class Runner:
             ok, text = p.returncode == 0, p.stdout + p.stderr
         except subprocess.TimeoutExpired as exc:
             ok, text = False, f"timed out after {self.timeout:.0f} s\n{exc.stdout or ''}{exc.stderr or ''}"
-        log.write_text(f"$ {' '.join(cmd)}\n# {time.perf_counter() - t0:.1f} s\n{text}")
-        last = [line for line in text.strip().splitlines() if line.strip()]
-        return ok, (last[-1] if last else "")
+        return ok, text
 
 
 def max_diff(a: Path, b: Path) -> float:
@@ -463,6 +487,12 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds of training runs (counted once the graphs are partitioned and planned) after "
         "which no further run starts (the report is still written)",
     )
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the g3 commands in this process rather than one interpreter each (their workers are still "
+        "processes): less start-up on a small machine; no per-command time limit",
+    )
     ap.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -472,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     (out / "runs.jsonl").write_text("")
-    r = Runner(out, a.python, a.timeout)
+    r = Runner(out, a.python, a.timeout, a.in_process)
     t_start = time.perf_counter()
     timed = [g for g in a.graph.split(",") if g]
     # the first timed graph keeps the key "timed" (the CPU comparisons run on it); the others "timed-N"

@@ -406,6 +406,21 @@ def test_loggers_csv_and_tensorboard(tmp_path):
     assert [e.value for e in events.Scalars("loss")] == pytest.approx([r["loss"] for r in run.metrics])
 
 
+def test_training_from_a_thread_that_is_not_the_main_one(tmp_path):
+    """A notebook's or a service's worker thread trains as the main thread does (Python takes signals only in
+    the main thread: there the launcher turns SIGTERM into a clean stop; elsewhere it does not try)."""
+    import threading
+
+    _, plan = _bns_gcn_plan(small_graph(60), tmp_path, "t", 2)
+    done: list = []
+    thread = threading.Thread(
+        target=lambda: done.append(g3.train(plan, epochs=2, threads=1, out=tmp_path / "r"))
+    )
+    thread.start()
+    thread.join(timeout=300)
+    assert done and [m["epoch"] for m in done[0].metrics] == [0, 1]
+
+
 def test_the_api_checks_its_arguments_and_speaks_of_force_true(tmp_path):
     """A wrong type or an unknown option is a G3InputError naming the argument (not a TypeError from deep
     inside), and "already exists" says what the API takes: force=True."""

@@ -75,6 +75,19 @@ def test_float32_verdict(row, verdict):
     assert load_script().float32_verdict(row) == verdict
 
 
+@pytest.mark.parametrize("in_process", [False, True])
+def test_each_command_has_its_log_and_a_failure_is_kept(tmp_path, in_process):
+    """The check's two ways to run a g3 command (an interpreter each, as on a GPU machine by default, or this
+    process): the same result, the same log, a failure returned with its last line rather than raised."""
+    runner = load_script().Runner(tmp_path, sys.executable, 60.0, in_process)
+    ok, last = runner.cli("version", "--version")
+    assert ok and last.startswith("g3, version"), last
+    log = (tmp_path / "logs" / "version.log").read_text()
+    assert log.startswith(f"$ {sys.executable} -m g3cli --version\n# ") and "g3, version" in log
+    ok, last = runner.cli("bad", "info", str(tmp_path / "nowhere"))
+    assert not ok and last.startswith("g3: error:"), last
+
+
 @pytest.mark.slow
 def test_the_procedure_with_the_cpu_standing_in(tmp_path):
     out = tmp_path / "gc"
@@ -95,6 +108,7 @@ def test_the_procedure_with_the_cpu_standing_in(tmp_path):
             "--timeout",
             "240",
             "--no-float64-reference",
+            "--in-process",  # one interpreter for its g3 commands: minutes less here (the runner of each: below)
         ],
         capture_output=True,
         text=True,

@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -348,6 +349,9 @@ def _sigterm_as_interrupt():
     def handler(signum, frame):
         raise KeyboardInterrupt
 
+    if threading.current_thread() is not threading.main_thread():  # only there can Python take signals
+        yield
+        return
     stopping = [signal.SIGTERM]
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
         stopping.append(signal.SIGHUP)
