@@ -464,3 +464,29 @@ def test_a_script_without_a_main_guard_is_told_what_to_do(tmp_path):
     last = p.stderr.strip().splitlines()[-1]
     assert 'put that script\'s calls under `if __name__ == "__main__":`' in last, p.stderr[-2000:]
     assert "already exists" not in p.stderr and "rank-00000.log" not in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("guarded", [True, False])
+def test_a_script_piped_to_python_trains(tmp_path, guarded):
+    """`python - < train.py`: the script has no file for the workers to import (its ``__file__`` is
+    ``<stdin>``), so they start without it, as from an interactive session, guard or no guard."""
+    calls = (
+        "store = g3.ingest('synthetic:tiny', 'work/t.g3')\n"
+        "part = g3.partition(store, workers=2, out='work/t.part')\n"
+        "plan = g3.plan(part, hidden=4, out='work/t.plan')\n"
+        "print('epochs', len(g3.train(plan, epochs=1, threads=1, out='work/t.run').metrics))\n"
+    )
+    if guarded:
+        calls = 'if __name__ == "__main__":\n' + "".join(f"    {line}\n" for line in calls.splitlines())
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    p = subprocess.run(
+        [sys.executable, "-"],
+        input="import g3\n" + calls,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == "epochs 1", p.stderr[-2000:]

@@ -207,13 +207,14 @@ def spawn_workers(
     for r in range(world):  # no stale heartbeat of an earlier attempt
         heartbeat_path(Path(run_dir), r, prefix).unlink(missing_ok=True)
     launcher = {"env": dict(os.environ), "cwd": os.getcwd()}
-    ctx = mp.start_processes(
-        _spawn_entry,
-        args=(entry, world, str(run_dir), prefix, init_method, os.getpid(), args, launcher),
-        nprocs=world,
-        join=False,
-        start_method=start_method(preload_for(entry, preload)),
-    )
+    with _main_without_a_file():
+        ctx = mp.start_processes(
+            _spawn_entry,
+            args=(entry, world, str(run_dir), prefix, init_method, os.getpid(), args, launcher),
+            nprocs=world,
+            join=False,
+            start_method=start_method(preload_for(entry, preload)),
+        )
     # Watched here rather than by ctx.join: on a failure, torch's join first SIGTERMs the other workers and waits
     # up to 30 s for each, so a stopped worker has been killed (and cannot be named) by the time it returns.
     procs = ctx.processes
@@ -260,6 +261,23 @@ def spawn_workers(
             Path(f).unlink(missing_ok=True)
         for r in range(world):
             heartbeat_path(Path(run_dir), r, prefix).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _main_without_a_file():
+    """A launching ``__main__`` whose ``__file__`` is no file (a script piped to ``python -``: ``<stdin>``) is
+    hidden from the workers while they start, as an interactive session's is: multiprocessing would have each
+    worker run that path and fail. The workers' entry is g3's own code and needs nothing of it."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or os.path.isfile(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 def _first_failed(run_dir: Path, processes, prefix: str) -> int | None:
