@@ -376,3 +376,18 @@ def test_export_to_a_folder_names_the_folder_not_a_temporary_file(chain, tmp_pat
     r = invoke(["export", str(run), "--format", "pyg", "-o", str(folder), "--force"])
     assert r.exit_code == 2 and f"{folder}: is a folder: give the file to write" in r.output, r.output
     assert ".tmp" not in r.output and "force=True" not in r.output
+
+
+def test_a_killed_attempts_work_folder_is_removed_by_the_next_attempt(tmp_path):
+    """A stage killed mid-write (OOM, SIGKILL) leaves its `.NAME.tmp-*` work folder; the next attempt at the same
+    output removes it, and no other folder beside it."""
+    from helpers import ok
+
+    out = tmp_path / "s"
+    left = tmp_path / ".s.tmp-abc123"
+    (left / "arrays").mkdir(parents=True)
+    (left / "arrays" / "big.bin").write_bytes(b"x" * 1024)
+    other = tmp_path / ".t.tmp-abc123"  # another output's: not this command's to touch
+    other.mkdir()
+    ok(["ingest", "synthetic:tiny", out])
+    assert not left.exists() and other.is_dir() and (out / "zarr.json").is_file()

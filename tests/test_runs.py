@@ -156,8 +156,12 @@ def test_force_keeps_the_old_run_until_the_new_one_finishes(plan, tmp_path, monk
     assert r.exit_code == 1 and f"the earlier run in {run} is kept" in r.output, r.output
     assert json.loads((run / "run.json").read_text())["status"] == "completed"
     assert max_weight_diff(old, torch.load(run / "model.pt", weights_only=True)) == 0.0
+    # a failed attempt's folder stays for its logs, until the next attempt: at most one is kept
+    assert train(plan, run, "--epochs", "3", "--force").exit_code == 1
+    assert len(list(tmp_path.glob(".run.tmp-*"))) == 1
     monkeypatch.delenv("G3_FAULT")
     assert train(plan, run, "--epochs", "3", "--force", "--seed", "4").exit_code == 0
+    assert not list(tmp_path.glob(".run.tmp-*"))
     assert epochs_recorded(run) == [0, 1, 2]
     assert json.loads((run / "run.json").read_text())["config"]["seed"] == 4
     assert json.loads((run / "run.json").read_text())["path"] == str(run)

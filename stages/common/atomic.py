@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import json
 import os
 import shutil
@@ -202,6 +203,14 @@ def target_lock(target: Path, what: str = "writing") -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def remove_earlier_attempts(target: Path) -> None:
+    """Remove the work folders (``.NAME.tmp-*``) that earlier attempts at ``target`` left beside it — killed, or
+    failed and kept for their logs. Called with ``target``'s lock held: no live attempt owns one of them."""
+    for folder in target.parent.glob(f".{glob.escape(target.name)}.tmp-*"):
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def lock_is_held(target: Path) -> bool:
     """Whether a live process holds ``target``'s lock (a run.json that says `running` while nobody holds its
     folder's lock was left by a launcher that was killed)."""
@@ -250,6 +259,7 @@ def atomic_dir(
     try:
         with target_lock(target):
             check_target(target, force, kind, inputs)
+            remove_earlier_attempts(target)
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
             try:
                 yield tmp

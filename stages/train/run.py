@@ -25,6 +25,7 @@ from stages.common.atomic import (
     check_target,
     fsync_tree,
     publish_dir,
+    remove_earlier_attempts,
     target_lock,
     write_json_atomic,
 )
@@ -213,6 +214,7 @@ def _work_folder(run_dir: Path, plan: Path, cfg: TrainConfig, force: bool) -> Pa
         return run_dir
     if run_dir.exists():  # --force: the old run stays until the new one has finished
         check_target(run_dir, force, "run", (plan,))
+        remove_earlier_attempts(run_dir)  # a failed attempt's folder stays for its logs until the next one
         return Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.tmp-", dir=run_dir.parent))
     run_dir.mkdir(parents=True)
     return run_dir
