@@ -62,6 +62,13 @@ def test_eval_matches_independent_accuracy(store, tmp_path, model, k, monkeypatc
     again = json.loads(r.output)
     assert again["reused"] is True and again["accuracy"] == {"test": expected["test"]}
     assert (run / "eval.json").read_text() == before
+    # another `g3 eval` of the run while one evaluates it is refused at once, not a silent replacement
+    from stages.common.atomic import target_lock
+
+    with target_lock(run / "eval.json", "evaluating"):
+        r = invoke(["eval", str(run), "--workers", "1", "--force"])
+    assert r.exit_code == 2 and "another g3 process is evaluating this" in r.output, r.output
+    assert (run / "eval.json").read_text() == before
     # another evaluation (another worker count) does not replace eval.json silently
     r = invoke(["eval", str(run), "--workers", "1", "--split", "test", "--json"])
     assert r.exit_code == 2 and "eval.json" in r.output and "--force" in r.output, r.output

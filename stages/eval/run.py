@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stages.common.artifact_json import resolve_reference
-from stages.common.atomic import check_result, check_writable, write_json_atomic
+from stages.common.atomic import check_result, check_writable, target_lock, write_json_atomic
 from stages.common.cost import stage_cost
 from stages.common.errors import G3InputError
 from stages.common.npy import check_digest, digest_path
@@ -109,8 +109,7 @@ def run_eval(run: str | Path, options: EvalOptions | None = None, *, force: bool
     t_stage = time.perf_counter()
     options = options or EvalOptions()
     check_choices(options)
-    checkpoint, split, workers, plan = options.checkpoint, options.split, options.workers, options.plan
-    emulate_link, hosts, metric = options.emulate_link, options.hosts, options.metric
+    checkpoint, workers, metric = options.checkpoint, options.workers, options.metric
     run = Path(run)
     meta = load_run(run)
     if workers is not None and workers < 1:
@@ -119,11 +118,30 @@ def run_eval(run: str | Path, options: EvalOptions | None = None, *, force: bool
     digest = file_digest(weights)
     metric = metric or (meta.get("config") or {}).get("metric") or "accuracy"  # default: the run's
     earlier = _earlier_evaluation(run / "eval.json", digest, workers, metric)
-    if earlier is not None and not force and emulate_link is None:
-        # the same weights evaluated before: reading the result again needs no --force and no workers
-        return _answer(earlier, run, split, reused=True)
-    check_result(run / "eval.json", force, "an evaluation of other weights (or another worker count)")
+    if earlier is not None and not force and options.emulate_link is None:
+        # the same weights evaluated before: reading the result again needs no --force, no lock and no workers
+        return _answer(earlier, run, options.split, reused=True)
     check_writable(run, "eval.json and the workers' logs")
+    # held while it evaluates: a second `g3 eval` of the run at the same time is refused, not silently replacing
+    # the first one's eval.json
+    with target_lock(run / "eval.json", "evaluating"):
+        return _evaluate(run, meta, options, weights, digest, metric, force, t_stage)
+
+
+def _evaluate(
+    run: Path,
+    meta: dict,
+    options: EvalOptions,
+    weights: Path,
+    digest: str,
+    metric: str,
+    force: bool,
+    t_stage: float,
+) -> dict:
+    """:func:`run_eval`'s work, with the run's eval.json locked."""
+    split, workers, plan = options.split, options.workers, options.plan
+    emulate_link, hosts = options.emulate_link, options.hosts
+    check_result(run / "eval.json", force, "an evaluation of other weights (or another worker count)")
     plan = Path(plan) if plan else run_plan_path(run, meta)
     if (
         emulate_link is None
