@@ -6,7 +6,9 @@ Only set-up: what a test checks stays in the test, and the references (tests/ref
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -155,3 +157,41 @@ def advise(store: Path, root: Path, name: str, **options) -> dict:
 
     common = dict(plans=str(root / "plans"), cache=str(root / "cache"), calibrate_link="local")
     return run_advise(store, AdviseOptions(**common, **options), out=root / name)
+
+
+@contextlib.contextmanager
+def memory_cgroup(limit_bytes: int):
+    """A memory cgroup (v2, or v1's memory controller) below this process's, limited to ``limit_bytes``: yields
+    its ``cgroup.procs`` file (write a pid there to move that process in), removed after; skips the test with
+    the reason where one cannot be made (not root, no writable cgroup file system)."""
+    import os
+
+    import pytest
+
+    root = Path("/sys/fs/cgroup")
+    v2 = (root / "cgroup.controllers").is_file()
+    own = ""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if (v2 and controllers == "") or (not v2 and "memory" in controllers.split(",")):
+            own = path.lstrip("/")
+    base = (root if v2 else root / "memory") / own
+    folder = base / f"g3-test-{os.getpid()}"
+    try:
+        folder.mkdir()
+        (folder / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(str(limit_bytes))
+        if not v2 and (folder / "memory.memsw.limit_in_bytes").exists():
+            (folder / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
+    except OSError as exc:
+        if folder.is_dir():
+            folder.rmdir()
+        pytest.skip(f"no memory cgroup can be made here ({base}: {exc.strerror})")
+    try:
+        yield folder / "cgroup.procs"
+    finally:
+        for _ in range(100):  # its processes have ended or are ending: an empty cgroup can be removed
+            try:
+                folder.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)

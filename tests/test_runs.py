@@ -422,3 +422,36 @@ def test_ctrl_c_during_a_force_rerun_keeps_the_earlier_run_and_leaves_nothing_el
     assert "Traceback" not in err, err
     time.sleep(1.5)  # a worker that started late would notice its launcher gone within a heartbeat
     assert not list(tmp_path.glob(".run.tmp-*")) and sorted(p.name for p in run.iterdir()) == before
+
+
+def test_a_worker_the_oom_killer_ends_is_named_as_out_of_memory(plan, tmp_path):
+    """A worker that takes more memory than its cgroup allows is ended by the kernel (SIGKILL): the one line says
+    it ran out of memory, the limit it had and what lowers a worker's memory — not a bare SIGKILL."""
+    from helpers import memory_cgroup
+
+    with memory_cgroup(1 << 30) as procs:
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "g3cli.main",
+                "train",
+                str(plan),
+                "-o",
+                str(tmp_path / "run"),
+                *COMMON,
+                "--epochs",
+                "2",
+                *(["--stream-bins", "on"] if stream else []),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "G3_FAULT": "1:0:hog"},
+            preexec_fn=lambda: Path(procs).write_text(str(os.getpid())),
+        )
+    assert p.returncode == 1, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("g3: error: worker 1 ran out of memory"), p.stderr
+    assert "the memory cgroup's limit: 1.0 GiB" in lines[0] and "--stream-bins on" in lines[0], lines[0]

@@ -112,6 +112,20 @@ def _cgroup_memory(base) -> tuple[int, int, int] | None:
     return None
 
 
+def oom_kills(root: str = "/") -> int | None:
+    """How many processes the kernel's OOM killer has ended since boot (``oom_kill`` of /proc/vmstat, which a
+    memory cgroup's kills count in too); None where the kernel does not say."""
+    from pathlib import Path
+
+    try:
+        for line in (Path(root) / "proc/vmstat").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def check_memory_floor(parts: dict[str, int], what: str, fix: str) -> None:
     """Refuse, before any work, a stage whose floor — ``parts``, bytes it holds at least, by kind — exceeds all
     the memory this machine or its memory cgroup has (:func:`memory_limit`): it could only be killed. One line

@@ -337,8 +337,9 @@ def _trace_record(tracer, run_dir: Path, world: int, write: bool) -> dict:
 
 
 def _maybe_inject_fault(rank: int, epoch: int) -> None:
-    """Test hook: G3_FAULT=RANK:EPOCH:kill|raise|stop|enospc|input makes that rank die (SIGKILL), raise, stop
-    (SIGSTOP), meet a full disk or find bad input (a G3InputError only a worker could raise) at that epoch; G3_FAULT_ONCE=FILE makes it happen only while FILE does not exist (it is created then), so a
+    """Test hook: G3_FAULT=RANK:EPOCH:kill|raise|stop|enospc|input|hog makes that rank die (SIGKILL), raise, stop
+    (SIGSTOP), meet a full disk, take memory until the kernel's OOM killer ends it (hog: in a memory cgroup), or
+    find bad input (a G3InputError only a worker could raise) at that epoch; G3_FAULT_ONCE=FILE makes it happen only while FILE does not exist (it is created then), so a
     restarted worker group runs through."""
     spec = os.environ.get("G3_FAULT")
     if not spec:
@@ -356,6 +357,9 @@ def _maybe_inject_fault(rank: int, epoch: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         if how == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
+        if how == "hog":  # touched pages, 64 MiB at a time, up to a bound a test's cgroup is far below
+            hog = [bytearray(b"\x01") * (64 << 20) for _ in range(64)]
+            raise RuntimeError(f"the memory hog was not stopped ({len(hog) * 64} MiB taken)")
         if how == "input":
             raise G3InputError("a row of the shard is out of range (injected)", path="worker-00000/rows.npy")
         if how == "enospc":

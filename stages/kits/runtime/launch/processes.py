@@ -20,6 +20,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from stages.common.cost import memory_limit, oom_kills
 from stages.common.errors import G3InputError, G3RuntimeError
 
 log = logging.getLogger("g3.runtime")
@@ -207,6 +208,7 @@ def spawn_workers(
     for r in range(world):  # no stale heartbeat of an earlier attempt
         heartbeat_path(Path(run_dir), r, prefix).unlink(missing_ok=True)
     launcher = {"env": dict(os.environ), "cwd": os.getcwd()}
+    oom_before = oom_kills()  # a worker killed while this count grows was the OOM killer's
     with _main_without_a_file():
         ctx = mp.start_processes(
             _spawn_entry,
@@ -232,7 +234,7 @@ def spawn_workers(
                 # a rank that found bad input is the cause: its peers' errors (a closed connection) follow from it
                 bad = [r for r in range(world) if _bad_input(Path(run_dir), r, prefix)]
                 failed = bad[0] if bad else failed
-                message = failure_message(Path(run_dir), failed, procs[failed].exitcode, prefix)
+                message = failure_message(Path(run_dir), failed, procs[failed].exitcode, prefix, oom_before)
                 if stopped is not None and stopped != failed:
                     raise G3RuntimeError(
                         f"worker {stopped} stopped answering (its process was stopped); every "
@@ -494,13 +496,18 @@ def _bad_input(run_dir: Path, rank: int, prefix: str) -> bool:
     )
 
 
-def failure_message(run_dir: Path, rank: int, exitcode: int | None, prefix: str = "") -> str:
-    """Name the rank that failed and its error (its .error file), or the signal that killed it."""
+def failure_message(
+    run_dir: Path, rank: int, exitcode: int | None, prefix: str = "", oom_before: int | None = None
+) -> str:
+    """Name the rank that failed and its error (its .error file), or what killed it: the kernel's OOM killer
+    when a SIGKILL came while its count of kills (``oom_before`` at the workers' start) grew, else the signal."""
     log_file = log_path(run_dir, rank, prefix, "log")
     if text := _error_text(run_dir, rank, prefix):
         return f"worker {rank} failed: {text.splitlines()[0]} (log: {log_file})"
     if disk_full(run_dir):
         return f"{run_dir}: No space left on device (worker {rank} could not write there)"
+    if exitcode == -signal.SIGKILL and oom_before is not None and (oom_kills() or 0) > oom_before:
+        return f"{out_of_memory(rank)} (log: {log_file})"
     if exitcode is not None and exitcode < 0:
         try:
             how = f"was killed by {signal.Signals(-exitcode).name}"
@@ -519,6 +526,19 @@ def failure_message(run_dir: Path, rank: int, exitcode: int | None, prefix: str 
         )
         return f"worker {rank} {how} before it started (no log){hint}"
     return f"worker {rank} {how} (log: {log_file})"
+
+
+def out_of_memory(rank: int) -> str:
+    """What to tell of a worker the kernel's OOM killer ended: the memory it had, and what lowers a worker's."""
+    from stages.common.units import human_bytes
+
+    total, source = memory_limit()
+    had = f"{source}: {human_bytes(total)}" if total is not None else source
+    return (
+        f"worker {rank} ran out of memory: the kernel's OOM killer ended it ({had}, for every process of the run); "
+        "give the run more memory, or hold less per worker: `g3 train --stream-bins on` (rows on disk), "
+        "`g3 plan --device-memory SIZE` (smaller bins), or more workers on more machines"
+    )
 
 
 def user_script() -> str | None:
