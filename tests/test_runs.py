@@ -442,7 +442,6 @@ def test_a_worker_the_oom_killer_ends_is_named_as_out_of_memory(plan, tmp_path):
                 *COMMON,
                 "--epochs",
                 "2",
-                *(["--stream-bins", "on"] if stream else []),
             ],
             cwd=REPO,
             capture_output=True,
