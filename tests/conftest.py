@@ -70,6 +70,26 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.name, len(rank)))  # stable: the rest keep their order
 
 
+# Seconds of test (setup, call and teardown) by file, for the summary that ends `make test` (docs/BENCHMARKS.md,
+# "The test suite"); under pytest-xdist the controller sees every worker's reports
+SECONDS_BY_FILE: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::")[0]
+    SECONDS_BY_FILE[path] = SECONDS_BY_FILE.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not SECONDS_BY_FILE:
+        return
+    total = sum(SECONDS_BY_FILE.values())
+    terminalreporter.section("seconds of test by file (the 15 largest)")
+    for path, seconds in sorted(SECONDS_BY_FILE.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {100 * seconds / total:4.1f} %  {path}")
+    terminalreporter.write_line(f"{total:8.1f} s  in all, {len(SECONDS_BY_FILE)} files")
+
+
 def shared_path(*parts: str) -> Path:
     """A path under ../shared, or skip the test with a clear message when it is absent."""
     p = SHARED.joinpath(*parts)
