@@ -167,9 +167,17 @@ def test_force_keeps_the_old_run_until_the_new_one_finishes(plan, tmp_path, monk
     assert json.loads((run / "run.json").read_text())["path"] == str(run)
 
 
-def _launch(plan: Path, run: Path, *args, env=None) -> subprocess.Popen:
+def _launch(plan: Path, run: Path, *args, env=None, cgroup: Path | None = None) -> subprocess.Popen:
     """`g3 train` as a user starts it from a terminal: SIGINT and SIGHUP at their defaults even when the test suite
-    itself runs as a background job or under nohup (started with them ignored, which Python then keeps)."""
+    itself runs as a background job or under nohup (started with them ignored, which Python then keeps);
+    ``cgroup``: the ``cgroup.procs`` of a cgroup it starts in."""
+
+    def as_from_a_terminal():
+        for sig in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        if cgroup is not None:
+            cgroup.write_text(str(os.getpid()))
+
     cmd = [sys.executable, "-m", "g3cli.main", "train", str(plan), "-o", str(run), *COMMON, *args]
     return subprocess.Popen(
         cmd,
@@ -178,7 +186,7 @@ def _launch(plan: Path, run: Path, *args, env=None) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **(env or {})},
-        preexec_fn=lambda: [signal.signal(sig, signal.SIG_DFL) for sig in (signal.SIGINT, signal.SIGHUP)],
+        preexec_fn=as_from_a_terminal,
     )
 
 
@@ -430,27 +438,9 @@ def test_a_worker_the_oom_killer_ends_is_named_as_out_of_memory(plan, tmp_path):
     from helpers import memory_cgroup
 
     with memory_cgroup(1 << 30) as procs:
-        p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "g3cli.main",
-                "train",
-                str(plan),
-                "-o",
-                str(tmp_path / "run"),
-                *COMMON,
-                "--epochs",
-                "2",
-            ],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "G3_FAULT": "1:0:hog"},
-            preexec_fn=lambda: Path(procs).write_text(str(os.getpid())),
-        )
-    assert p.returncode == 1, p.stderr
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("g3: error: worker 1 ran out of memory"), p.stderr
+        proc = _launch(plan, tmp_path / "run", "--epochs", "2", env={"G3_FAULT": "1:0:hog"}, cgroup=procs)
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("g3: error: worker 1 ran out of memory"), err
     assert "the memory cgroup's limit: 1.0 GiB" in lines[0] and "--stream-bins on" in lines[0], lines[0]
