@@ -116,5 +116,5 @@ def dropout_mask(
     bits = dropout_uniform_bits(seed, epoch, layer, node_ids.to(device), width)
     # u = bits / 2^32 >= p  <=>  bits >= ceil(p * 2^32): compared as integers, so exact on every device
     threshold = math.ceil(p * 2.0**32)
-    scale = torch.tensor(1.0 / (1.0 - p), dtype=dtype, device=device)
-    return torch.where(bits >= threshold, scale, torch.zeros((), dtype=dtype, device=device))
+    # the scale as a Python number, a kernel argument: a tensor made of it would be a host -> device copy per call
+    return (bits >= threshold).to(dtype).mul_(1.0 / (1.0 - p))
