@@ -18,6 +18,8 @@ SHARED = REPO.parent / "shared"
 # `make test` runs them all.
 SLOW_MODULES = {
     "test_demo",
+    "test_device_path",
+    "test_emulated_hosts",
     "test_eval",
     "test_runtime_v2",
     "test_multihost",
@@ -43,6 +45,7 @@ SLOW_TESTS = {
     "test_g3_simulate_reproduces_a_real_p3_run_at_its_worker_count",
     "test_g3_simulate_a_hopgnn_plan_from_its_run",
     "test_processes_missing_the_same_version_compile_it_once",
+    "test_eval_of_a_run_on_a_read_only_file_system_is_one_line",
 }
 
 
