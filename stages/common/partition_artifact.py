@@ -118,10 +118,13 @@ class Shard:
         return a
 
     def _check_ids(self, name: str, a: np.ndarray) -> None:
+        low, noun = 0, "id"
         if name in ("owned", "remote"):
             limit, what = self.num_nodes, "the graph's node ids"
         elif name in ("send", "train", "valid", "test"):
             limit, what = self.num_owned, "the owned-local ids"
+        elif name == "labels":  # a class id indexes the loss's logits; -1: unlabelled
+            limit, what, low, noun = self.num_classes, "the classes (-1: unlabelled)", -1, "class"
         elif name in ("send_ptr", "remote_owner_ptr"):
             end = len(self.send) if name == "send_ptr" else self.num_remote
             if (
@@ -135,23 +138,16 @@ class Shard:
                     path=self.path,
                 )
             return
-        elif name == "labels":  # a class id indexes the loss's logits; -1: unlabelled
-            if (
-                self.num_classes is not None
-                and a.size
-                and (int(a.min()) < -1 or int(a.max()) >= self.num_classes)
-            ):
-                bad = int(a.max()) if int(a.max()) >= self.num_classes else int(a.min())
-                raise G3InputError(
-                    f"file labels.npy holds class {bad}, outside [-1, {self.num_classes}) (-1: unlabelled)",
-                    path=self.path,
-                )
-            return
         else:
             return
-        if limit is not None and a.size and (int(a.min()) < 0 or int(a.max()) >= limit):
-            bad = int(a.max()) if int(a.max()) >= limit else int(a.min())
-            raise G3InputError(f"file {name}.npy holds id {bad}, outside {what} [0, {limit})", path=self.path)
+        if limit is None or not a.size:
+            return
+        lo, hi = int(a.min()), int(a.max())
+        if lo < low or hi >= limit:
+            bad = hi if hi >= limit else lo
+            raise G3InputError(
+                f"file {name}.npy holds {noun} {bad}, outside {what} [{low}, {limit})", path=self.path
+            )
 
     @cached_property
     def owned(self) -> np.ndarray:
