@@ -527,25 +527,18 @@ if HAVE_NUMBA:
             t = _grab(counter)
 
     @njit(cache=True, nogil=True)
-    def _nb_add_rows(counter, chunks, h, ids, rows):
-        """``h[ids[i]] += rows[i]`` for distinct ``ids`` (no two rows add into one: no races)."""
+    def _nb_scatter_rows(counter, chunks, h, ids, rows, add):
+        """``h[ids[i]] += rows[i]`` (``add``) or ``= rows[i]`` for distinct ``ids`` (no two rows meet: no races)."""
         t = _grab(counter)
         while t < chunks.shape[0] - 1:
             for i in range(chunks[t], chunks[t + 1]):
                 r = ids[i]
-                for c in range(h.shape[1]):
-                    h[r, c] += rows[i, c]
-            t = _grab(counter)
-
-    @njit(cache=True, nogil=True)
-    def _nb_put_rows(counter, chunks, h, ids, rows):
-        """``h[ids[i]] = rows[i]`` for distinct ``ids``."""
-        t = _grab(counter)
-        while t < chunks.shape[0] - 1:
-            for i in range(chunks[t], chunks[t + 1]):
-                r = ids[i]
-                for c in range(h.shape[1]):
-                    h[r, c] = rows[i, c]
+                if add:
+                    for c in range(h.shape[1]):
+                        h[r, c] += rows[i, c]
+                else:
+                    for c in range(h.shape[1]):
+                        h[r, c] = rows[i, c]
             t = _grab(counter)
 
 
