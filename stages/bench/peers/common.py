@@ -1,6 +1,6 @@
 """Shared by the peer runners of `g3 bench`: read the neutral graph file, time a full-graph training loop, print
 the result as one JSON line. Only numpy and torch: the runners run in other environments (PyG in g3's, DGL in
-.venv-dgl) and never import g3.
+.venv-dgl) and import nothing of g3 but the standard-library-only stages.common.cost (through this checkout).
 
 The neutral file (written by `g3 bench`, stages/bench/export.py) is an uncompressed ``.npz``:
 ``indptr`` int64 [N+1] and ``indices`` [E] — the in-edge CSR (the sources of the arcs into v are
@@ -17,6 +17,10 @@ import platform
 import statistics
 import sys
 import time
+from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parents[3]))  # the checkout holding stages/
+from stages.common.cost import process_peak_bytes  # noqa: E402
 
 
 def parse_args(description: str) -> argparse.Namespace:
@@ -52,27 +56,8 @@ def start(description: str) -> tuple[argparse.Namespace, dict]:
     set_threads(args.threads)
     t0 = time.perf_counter()
     tensors = graph_tensors(load_graph(args.graph), args.seed)
-    LOADED.update(load_seconds=time.perf_counter() - t0, load_peak_memory_bytes=peak_resident_bytes())
+    LOADED.update(load_seconds=time.perf_counter() - t0, load_peak_memory_bytes=process_peak_bytes() or None)
     return args, tensors
-
-
-def peak_resident_bytes() -> int | None:
-    """This process's peak resident set (``VmHWM``; ``ru_maxrss`` where /proc is not there), None if unknown.
-    stages.common.cost.process_peak_bytes's twin: a runner runs in the peer's environment and never imports g3."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        import resource
-
-        scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB elsewhere
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
-    except (ImportError, OSError):
-        return None
 
 
 def set_threads(n: int) -> None:
@@ -236,7 +221,7 @@ def report(system: str, version: str, args, times: list[float], extra: dict | No
                 "epochs": len(times),
                 "epoch_seconds": times,
                 "median_epoch_seconds": statistics.median(steady),
-                "peak_memory_bytes": peak_resident_bytes(),
+                "peak_memory_bytes": process_peak_bytes() or None,
                 **LOADED,
                 **(extra or {}),
             }
