@@ -68,19 +68,31 @@ def set_threads(n: int) -> None:
     torch.set_num_threads(n)
 
 
-def conv_stack(args, in_dim: int, num_classes: int, conv):
-    """The layers of a peer's model, ``conv(d_in, d_out, last)`` each, with the widths g3's model has: hidden
-    layers of ``args.hidden`` (a GAT's heads concatenated), the last of ``num_classes``."""
+def peer_model(args, in_dim: int, num_classes: int, conv, layer):
+    """A peer's model, called as ``model(graph, x)``: layers ``conv(d_in, d_out, last)`` with the widths g3's
+    model has (hidden layers of ``args.hidden``, a GAT's heads concatenated; the last of ``num_classes``), each
+    applied as ``layer(li, conv, graph, x)``, ReLU and dropout after every hidden one."""
     import torch
 
-    convs = torch.nn.ModuleList()
-    d = in_dim
-    for li in range(args.layers):
-        last = li == args.layers - 1
-        out = num_classes if last else args.hidden
-        convs.append(conv(d, out, last))
-        d = out * (args.heads if args.model == "gat" and not last else 1)
-    return convs
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = torch.nn.ModuleList()
+            d = in_dim
+            for li in range(args.layers):
+                last = li == args.layers - 1
+                out = num_classes if last else args.hidden
+                self.convs.append(conv(d, out, last))
+                d = out * (args.heads if args.model == "gat" and not last else 1)
+
+        def forward(self, graph, x):
+            for li, conv in enumerate(self.convs):
+                x = layer(li, conv, graph, x)
+                if li < len(self.convs) - 1:
+                    x = torch.nn.functional.dropout(torch.relu(x), p=args.dropout, training=self.training)
+            return x
+
+    return Net()
 
 
 def load_graph(path: str) -> dict:

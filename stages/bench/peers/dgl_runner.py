@@ -11,11 +11,10 @@ import os
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
-from common import conv_stack, run, run_minibatch, start  # noqa: E402
+from common import peer_model, run, run_minibatch, start  # noqa: E402
 
 
 def build(args, in_dim: int, num_classes: int):
-    import torch
     from dgl.nn import GATConv, GraphConv, SAGEConv
 
     def conv(d: int, out: int, last: bool):
@@ -25,22 +24,13 @@ def build(args, in_dim: int, num_classes: int):
             return GraphConv(d, out, norm="both")
         return GATConv(d, out, num_heads=args.heads)
 
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.convs = conv_stack(args, in_dim, num_classes, conv)
+    def layer(li: int, conv, graph, x):
+        x = conv(graph[li] if isinstance(graph, list) else graph, x)  # blocks in mini-batch mode
+        if args.model == "gat":
+            x = x.mean(1) if li == args.layers - 1 else x.flatten(1)
+        return x
 
-        def forward(self, graph, x):
-            for li, conv in enumerate(self.convs):
-                last = li == len(self.convs) - 1
-                x = conv(graph[li] if isinstance(graph, list) else graph, x)  # blocks in mini-batch mode
-                if args.model == "gat":
-                    x = x.mean(1) if last else x.flatten(1)
-                if not last:
-                    x = torch.nn.functional.dropout(torch.relu(x), p=args.dropout, training=self.training)
-            return x
-
-    return Net()
+    return peer_model(args, in_dim, num_classes, conv, layer)
 
 
 def main() -> None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import warnings
 
-from common import conv_stack, run, run_minibatch, start
+from common import peer_model, run, run_minibatch, start
 
 warnings.filterwarnings("ignore", message="Sparse")
 
 
 def build(args, in_dim: int, num_classes: int):
-    import torch
     from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
     def conv(d: int, out: int, last: bool):
@@ -24,19 +23,7 @@ def build(args, in_dim: int, num_classes: int):
             return GCNConv(d, out, add_self_loops=True, normalize=True)
         return GATConv(d, out, heads=args.heads, concat=not last, add_self_loops=True)
 
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.convs = conv_stack(args, in_dim, num_classes, conv)
-
-        def forward(self, x, adj_t):
-            for li, conv in enumerate(self.convs):
-                x = conv(x, adj_t)
-                if li < len(self.convs) - 1:
-                    x = torch.nn.functional.dropout(torch.relu(x), p=args.dropout, training=self.training)
-            return x
-
-    return Net()
+    return peer_model(args, in_dim, num_classes, conv, lambda li, conv, adj_t, x: conv(x, adj_t))
 
 
 def main() -> None:
@@ -67,21 +54,11 @@ def main() -> None:
             for b in loader:  # the seeds are the first batch_size nodes of b.n_id
                 yield b.n_id, b.n_id[: b.batch_size], b.edge_index
 
-        class GraphFirst(
-            torch.nn.Module
-        ):  # the mini-batch loop calls model(graph, x); PyG's layers take (x, graph)
-            def __init__(self, net):
-                super().__init__()
-                self.net = net
-
-            def forward(self, graph, x):
-                return self.net(x, graph)
-
         run_minibatch(
             "PyG",
             torch_geometric.__version__,
             args,
-            GraphFirst(model),
+            model,
             batches,
             (adj_t, t["x"]),
             t,
@@ -89,7 +66,7 @@ def main() -> None:
         )
         return
     run(
-        "PyG", torch_geometric.__version__, args, model, (t["x"], adj_t), t, {"adjacency": "torch.sparse_csr"}
+        "PyG", torch_geometric.__version__, args, model, (adj_t, t["x"]), t, {"adjacency": "torch.sparse_csr"}
     )
 
 
