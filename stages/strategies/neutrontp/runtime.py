@@ -283,6 +283,24 @@ class NeutronTPStrategy(WholePartitionStrategy):
         """Slices → rows for ``chunks`` (``which`` as :meth:`_split`)."""
         self.route.slices_to_rows(x_slice, self._ids(which, chunks), cols, out, label)
 
+    def _propagate(self, rows: torch.Tensor, passes: list[str], tag: str = "", backward: bool = False):
+        """The owned ``rows`` split into every worker's column slice, one aggregation pass per name of ``passes``
+        (transposed with ``backward``: the gradients' way), gathered back: the owned rows of the result. ``tag``
+        ends the split's and the gather's span names."""
+        cols = column_bounds(slice_widths(rows.shape[1], self.ctx.world))
+        first, last, prefix = ("dst", "new", "bwd ") if backward else ("new", "dst", "")
+        run = self._transposed_pass if backward else self._aggregate_pass
+        out = torch.zeros_like(rows)
+        current = torch.zeros((self.n, self._width(cols)), dtype=self.dtype, device=self.home)
+        for i, name in enumerate(passes):
+            nxt = torch.zeros_like(current)
+            pre = partial(self._split, rows, first, cols, current, f"{prefix}split{tag}") if i == 0 else None
+            end = i == len(passes) - 1
+            post = partial(self._gather, nxt, last, cols, out, f"{prefix}gather{tag}") if end else None
+            run(current, nxt, name, pre, post)
+            current = nxt
+        return out
+
     def _width(self, cols: list[int]) -> int:
         return cols[self.rank + 1] - cols[self.rank]
 
@@ -322,23 +340,11 @@ class NeutronTPStrategy(WholePartitionStrategy):
 
     def _forward_naive(self, epoch: int, training: bool) -> torch.Tensor:
         h: torch.Tensor | None = None  # the owned rows of the current layer's input
-        k = self.ctx.world
         for li in range(self.num_layers):
             if li == 0:
                 agg, x = self._layer0_aggregation(), self.x0_rows
             else:
-                width = h.shape[1]
-                cols = column_bounds(slice_widths(width, k))
-                x_slice = torch.zeros((self.n, self._width(cols)), dtype=self.dtype, device=self.home)
-                out_slice = torch.zeros_like(x_slice)
-                agg = torch.zeros((self.num_owned, width), dtype=self.dtype, device=self.home)
-                self._aggregate_pass(
-                    x_slice,
-                    out_slice,
-                    f"L{li}",
-                    partial(self._split, h, "new", cols, x_slice, f"split L{li}"),
-                    partial(self._gather, out_slice, "dst", cols, agg, f"gather L{li}"),
-                )
+                agg = self._propagate(h, [f"L{li}"], f" L{li}")
                 if training:
                     agg.requires_grad_(True)
                     x = h.detach().requires_grad_(self.kind == "sage")
@@ -350,15 +356,12 @@ class NeutronTPStrategy(WholePartitionStrategy):
                 ),
                 torch.set_grad_enabled(training),
             ):
-                y = self.model.dense_forward(
-                    li,
-                    x.to(self.device) if x is not None else None,
-                    agg.to(self.device),
-                    self.owned_t,
-                    epoch,
-                    self.cfg.dropout,
-                    self.cfg.seed,
-                    training,
+                # the layer's update from the aggregation made here: the value of its layer_forward
+                combined = self.model.layers[li].combine(
+                    x.to(self.device) if x is not None else None, agg.to(self.device)
+                )
+                y = self.model.activate(
+                    li, combined, self.owned_t, epoch, self.cfg.dropout, self.cfg.seed, training
                 )
             if training:
                 self.saved.append((x, agg, y))
@@ -367,26 +370,13 @@ class NeutronTPStrategy(WholePartitionStrategy):
 
     def _backward_naive(self, grad_logits: torch.Tensor) -> None:
         grad = grad_logits
-        k = self.ctx.world
         for li in reversed(range(self.num_layers)):
             x, agg, y = self.saved[li]
             with self.compute_span(f"L{li} dense bwd", layer=li, phase="bwd", nodes=self.num_owned):
                 torch.autograd.backward(y, grad.to(y.device, dtype=y.dtype))
             if li == 0:
                 break
-            g_agg = agg.grad
-            cols = column_bounds(slice_widths(g_agg.shape[1], k))
-            c = self._width(cols)
-            grad_dst = torch.zeros((self.n, c), dtype=self.dtype, device=self.home)
-            grad_src = torch.zeros((self.n, c), dtype=self.dtype, device=self.home)
-            grad = torch.zeros_like(g_agg)
-            self._transposed_pass(
-                grad_dst,
-                grad_src,
-                f"L{li}",
-                partial(self._split, g_agg, "dst", cols, grad_dst, f"bwd split L{li}"),
-                partial(self._gather, grad_src, "new", cols, grad, f"bwd gather L{li}"),
-            )
+            grad = self._propagate(agg.grad, [f"L{li}"], f" L{li}", backward=True)
             if x.grad is not None:
                 grad += x.grad.to(self.home)
 
@@ -400,38 +390,15 @@ class NeutronTPStrategy(WholePartitionStrategy):
             z = mlp.forward_rows(
                 self.x0_rows.to(self.device), self.owned_t, epoch, self.cfg.dropout, self.cfg.seed, training
             )
-        z_rows = z.detach().to(self.home)
-        cols = column_bounds(slice_widths(z_rows.shape[1], self.ctx.world))
-        c = self._width(cols)
-        logits = torch.zeros_like(z_rows)
-        current = torch.zeros((self.n, c), dtype=self.dtype, device=self.home)
-        for r in range(1, self.num_layers + 1):
-            nxt = torch.zeros_like(current)
-            pre = partial(self._split, z_rows, "new", cols, current, "split") if r == 1 else None
-            post = partial(self._gather, nxt, "dst", cols, logits, "gather") if r == self.num_layers else None
-            self._aggregate_pass(current, nxt, f"P{r}", pre, post)
-            current = nxt
+        logits = self._propagate(z.detach().to(self.home), [f"P{r}" for r in range(1, self.num_layers + 1)])
         if training:
             self.saved = [z]
         return logits
 
     def _backward_decoupled(self, grad_logits: torch.Tensor) -> None:
         (z,) = self.saved
-        g_rows = grad_logits.to(self.dtype)
-        cols = column_bounds(slice_widths(g_rows.shape[1], self.ctx.world))
-        c = self._width(cols)
-        grad_z = torch.zeros_like(g_rows)
-        current = torch.zeros((self.n, c), dtype=self.dtype, device=self.home)
-        for r in range(self.num_layers, 0, -1):
-            prev = torch.zeros_like(current)
-            pre = (
-                partial(self._split, g_rows, "dst", cols, current, "bwd split")
-                if r == self.num_layers
-                else None
-            )
-            post = partial(self._gather, prev, "new", cols, grad_z, "bwd gather") if r == 1 else None
-            self._transposed_pass(current, prev, f"P{r}", pre, post)
-            current = prev
+        labels = [f"P{r}" for r in range(self.num_layers, 0, -1)]
+        grad_z = self._propagate(grad_logits.to(self.dtype), labels, backward=True)
         with self.compute_span("MLP bwd", phase="bwd", nodes=self.num_owned):
             torch.autograd.backward(z, grad_z.to(z.device, dtype=z.dtype))
 

@@ -86,23 +86,6 @@ class GNNModel(nn.Module):
             training,
         )
 
-    def dense_forward(
-        self,
-        l: int,
-        x_dst: torch.Tensor | None,
-        agg: torch.Tensor,
-        node_ids: torch.Tensor,
-        epoch: int,
-        dropout: float,
-        seed: int,
-        training: bool,
-    ) -> torch.Tensor:
-        """Layer ``l``'s update from its aggregation computed elsewhere (tensor parallelism): ``agg [n, widths[l]]``
-        (SAGE: the mean over in-neighbours; GCN: the normalised sum with the self-loop) and, for SAGE, the
-        nodes' own input rows ``x_dst [n, widths[l]]``; then the activation and dropout of ``node_ids``.
-        The same value as :meth:`layer_forward` on the whole neighbourhood (aggregate-first)."""
-        return self.activate(l, self.layers[l].combine(x_dst, agg), node_ids, epoch, dropout, seed, training)
-
     def reads_rows(self, l: int) -> bool:
         """Layer ``l`` can read its sources from the layer's input rows itself (:meth:`layer_forward_rows`)."""
         return bool(getattr(self.layers[l], "reads_rows", lambda: False)())
