@@ -222,13 +222,14 @@ def _status_change(u, mx, my, x, y, a, b, part, arc_cnt):
 
 @numba.njit(cache=True)
 def _swap_delta(x, y, a, b, indptr, indices, part, arc_cnt):
-    """(change of |V_a^remote|, change of |V_b^remote|) if x (in a) and y (in b) swap; read-only.
+    """(change of |V_a^remote|, change of |V_b^remote|) if x (in a) and y (in b) swap, or x
+    moves alone (y = -1); read-only.
 
     Only in-neighbours of x and y and the two nodes themselves can change status; the two sorted in-rows are
     merged so that a node pointing to both is counted once with both multiplicities.
     """
     rx = indices[indptr[x] : indptr[x + 1]]
-    ry = indices[indptr[y] : indptr[y + 1]]
+    ry = indices[indptr[y] : indptr[y + 1]] if y >= 0 else rx[:0]
     i = j = 0
     da = db = 0
     seen_x = seen_y = False
@@ -254,7 +255,7 @@ def _swap_delta(x, y, a, b, indptr, indices, part, arc_cnt):
         ea, eb = _status_change(x, 0, 0, x, y, a, b, part, arc_cnt)
         da += ea
         db += eb
-    if not seen_y:
+    if not seen_y and y >= 0:
         ea, eb = _status_change(y, 0, 0, x, y, a, b, part, arc_cnt)
         da += ea
         db += eb
@@ -297,41 +298,17 @@ def seen_before(table, h):
 # ------------------------------------------------------------------------------------------------------------
 
 
-@numba.njit(cache=True)
-def _single_delta(w, src, dst, indptr, indices, part, arc_cnt):
-    """(change of |V_src^remote|, change of |V_dst^remote|) if ``w`` alone moved from src to dst; read-only."""
-    row = indices[indptr[w] : indptr[w + 1]]
-    d_src = d_dst = 0
-    seen_w = False
-    i = 0
-    while i < len(row):
-        u = row[i]
-        m = 0
-        while i < len(row) and row[i] == u:
-            m += 1
-            i += 1
-        e1, e2 = _status_change(u, m, 0, w, -1, src, dst, part, arc_cnt)
-        d_src += e1
-        d_dst += e2
-        seen_w = seen_w or u == w
-    if not seen_w:
-        e1, e2 = _status_change(w, 0, 0, w, -1, src, dst, part, arc_cnt)
-        d_src += e1
-        d_dst += e2
-    return d_src, d_dst
-
-
 @numba.njit(cache=True, parallel=True)
 def _single_deltas(nodes, m, src, dst, indptr, indices, part, arc_cnt, out_src, out_dst):
     """Single-move deltas of ``nodes[:m]`` moving src -> dst, on all cores."""
     for t in numba.prange(m):
-        out_src[t], out_dst[t] = _single_delta(nodes[t], src, dst, indptr, indices, part, arc_cnt)
+        out_src[t], out_dst[t] = _swap_delta(nodes[t], -1, src, dst, indptr, indices, part, arc_cnt)
 
 
 @numba.njit(cache=True)
 def _single_deltas_serial(nodes, m, src, dst, indptr, indices, part, arc_cnt, out_src, out_dst):
     for t in range(m):
-        out_src[t], out_dst[t] = _single_delta(nodes[t], src, dst, indptr, indices, part, arc_cnt)
+        out_src[t], out_dst[t] = _swap_delta(nodes[t], -1, src, dst, indptr, indices, part, arc_cnt)
 
 
 @numba.njit(cache=True)
