@@ -68,3 +68,12 @@ def read_metrics(run: str | Path, need: tuple[str, ...] = ("epoch", "epoch_secon
     if not by_epoch:
         raise G3InputError("metrics.jsonl is empty: the run recorded no epoch", path=path)
     return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def calibration_records(run: str | Path) -> tuple[dict, list[dict], list[dict], list[dict]]:
+    """What a model calibrates on: run.json, every epoch record (with ``workers``), the steady ones (all after
+    the first, which fills caches; the first where it is the only one) and the steady epochs' worker records."""
+    info = load_run_meta(run)
+    records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
+    steady = records[1:] or records
+    return info, records, steady, [w for r in steady for w in r["workers"]]

@@ -30,7 +30,7 @@ from pathlib import Path
 from stages.common.artifact_json import resolve_reference
 from stages.common.errors import G3InputError
 from stages.common.knobs import prefetch_depth
-from stages.common.run_artifact import load_run_meta, read_metrics
+from stages.common.run_artifact import calibration_records, load_run_meta
 from stages.kits.simulate.engine import Network
 from stages.kits.simulate.network import allreduce_seconds, network
 from stages.kits.simulate.scaling import scaling_rows
@@ -58,10 +58,7 @@ class MiniBatchProfile:
     @classmethod
     def from_run(cls, run: Path, plan_meta: dict) -> MiniBatchProfile:
         run = Path(run)
-        info = load_run_meta(run)
-        records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
-        steady = records[1:] or records
-        workers = [w for r in steady for w in r["workers"]]
+        info, _, steady, workers = calibration_records(run)
         if not workers or "sampled_arcs" not in workers[0]:
             raise G3InputError(
                 "--run: the run has no sampling statistics (a distdgl or bytegnn run of g3 "

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages.common.errors import G3InputError
-from stages.common.run_artifact import load_run_meta, read_metrics
+from stages.common.run_artifact import calibration_records
 from stages.kits.simulate.engine import Network
 from stages.kits.simulate.minibatch import (
     MiniBatchProfile,
@@ -50,9 +50,7 @@ class SchedulerProfile:
 
     @classmethod
     def from_run(cls, run: Path) -> SchedulerProfile:
-        info = load_run_meta(run)
-        records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
-        workers = [w for r in (records[1:] or records) for w in r["workers"]]
+        info, _, _, workers = calibration_records(run)
         if not workers or "task_cpu_seconds" not in workers[0]:
             raise G3InputError(
                 "--run: the run has no task statistics (train the bytegnn plan again)", path=run

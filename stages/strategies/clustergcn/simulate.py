@@ -49,7 +49,7 @@ import numpy as np
 from stages.common.errors import G3InputError
 from stages.common.knobs import prefetch_depth
 from stages.common.plan_artifact import load_plan_meta
-from stages.common.run_artifact import load_run_meta, read_metrics
+from stages.common.run_artifact import calibration_records
 from stages.kits.simulate.engine import Network
 from stages.kits.simulate.minibatch import calibration_run, run_calibrated_result
 from stages.kits.simulate.network import allreduce_seconds, network
@@ -153,9 +153,7 @@ class ClusterProfile:
         from stages.common.model_spec import ModelSpec
         from stages.kits.simulate.minibatch import _num_params
 
-        info = load_run_meta(run)
-        records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
-        steady = records[1:] or records
+        info, _, steady, _ = calibration_records(run)
         k0 = int(meta["num_workers"])
         if any(len(r["workers"]) != k0 for r in steady) or "sampled_arcs" not in steady[0]["workers"][0]:
             raise G3InputError(

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages.common.errors import G3InputError
-from stages.common.run_artifact import load_run_meta, read_metrics
+from stages.common.run_artifact import calibration_records
 from stages.kits.simulate.engine import Network
 from stages.kits.simulate.minibatch import (
     MiniBatchProfile,
@@ -67,10 +67,7 @@ class HopProfile:
 
     @classmethod
     def from_run(cls, run: Path, plan_meta: dict, p: MiniBatchProfile) -> HopProfile:
-        info = load_run_meta(run)
-        records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
-        steady = records[1:] or records
-        workers = [w for r in steady for w in r["workers"]]
+        info, records, steady, workers = calibration_records(run)
         if "feature_misses" not in workers[0]:
             raise G3InputError(
                 "--run: the run has no hopgnn statistics (feature_misses); train the plan again", path=run

@@ -51,7 +51,7 @@ from pathlib import Path
 
 from stages.common.errors import G3InputError
 from stages.common.knobs import prefetch_depth
-from stages.common.run_artifact import load_run_meta, read_metrics
+from stages.common.run_artifact import calibration_records
 from stages.kits.simulate.engine import Network
 from stages.kits.simulate.minibatch import epoch_result, run_itemsize, run_minibatch_simulation, worker_record
 from stages.kits.simulate.network import allreduce_seconds, network
@@ -84,10 +84,7 @@ class P3Profile:
 
     @classmethod
     def from_run(cls, run: Path, plan_meta: dict) -> P3Profile:
-        info = load_run_meta(run)
-        records = read_metrics(run, need=("epoch", "epoch_seconds", "workers"))
-        steady = records[1:] or records
-        workers = [w for r in steady for w in r["workers"]]
+        info, _, steady, workers = calibration_records(run)
         k0 = len(steady[0]["workers"])
         if k0 < 2:
             raise G3InputError(
