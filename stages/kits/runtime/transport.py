@@ -136,11 +136,16 @@ class Transport:
 
     def wait_for(self, work, label: str = "wait") -> None:
         """Block on one work, counted as waiting time."""
+        self.waiting(label, work.wait)
+
+    def waiting(self, label: str, call):
+        """``call()``, its time counted as waiting (a wait span ``label``)."""
         t0 = now_us()
-        work.wait()
+        out = call()
         t1 = now_us()
         self.stats.wait_seconds += (t1 - t0) / 1e6
         self.tracer.span("wait", label, t0, t1)
+        return out
 
     # --- static P2P tables ------------------------------------------------------------------------------
     def sender(
@@ -242,11 +247,9 @@ class Transport:
     def broadcast(self, tensor: torch.Tensor, src: int, label: str) -> torch.Tensor:
         """``tensor`` of worker ``src`` into every worker's ``tensor`` (same shape everywhere). Counted as the
         root sending its rows to each other worker and each receiving them once."""
-        t0 = now_us()
-        dist.broadcast(tensor, src=src, group=self.group)
-        t1 = now_us()
-        self.stats.wait_seconds += (t1 - t0) / 1e6
-        self.tracer.span("wait", f"broadcast {label} from {src}", t0, t1)
+        self.waiting(
+            f"broadcast {label} from {src}", lambda: dist.broadcast(tensor, src=src, group=self.group)
+        )
         if self.rank == src:
             self.stats.sent(label, _nbytes(tensor) * (self.world - 1), messages=self.world - 1)
         else:
@@ -256,31 +259,18 @@ class Transport:
     def all_reduce_max(self, values: torch.Tensor, label: str) -> torch.Tensor:
         """Element-wise maximum over workers of a small int64 vector (flags), counted as every worker sending
         and receiving it once."""
-        out = values.to(torch.int64).clone()
-        if self.world == 1:
-            return out
-        t0 = now_us()
-        dist.all_reduce(out, op=dist.ReduceOp.MAX, group=self.group)
-        t1 = now_us()
-        self.stats.wait_seconds += (t1 - t0) / 1e6
-        self.tracer.span("wait", f"all-reduce {label}", t0, t1)
-        self.stats.sent(label, _nbytes(out))
-        self.stats.received(label, _nbytes(out))
-        return out
+        return self._all_reduce(values.to(torch.int64).clone(), label, dist.ReduceOp.MAX)
 
     def all_reduce_sum(self, value: int, label: str) -> int:
         """An integer summed over workers (a count), counted like :meth:`all_reduce_max`."""
-        out = torch.tensor([int(value)], dtype=torch.int64)
-        if self.world == 1:
-            return int(value)
-        t0 = now_us()
-        dist.all_reduce(out, group=self.group)
-        t1 = now_us()
-        self.stats.wait_seconds += (t1 - t0) / 1e6
-        self.tracer.span("wait", f"all-reduce {label}", t0, t1)
-        self.stats.sent(label, _nbytes(out))
-        self.stats.received(label, _nbytes(out))
-        return int(out.item())
+        return int(self._all_reduce(torch.tensor([int(value)], dtype=torch.int64), label, dist.ReduceOp.SUM))
+
+    def _all_reduce(self, out: torch.Tensor, label: str, op) -> torch.Tensor:
+        if self.world > 1:
+            self.waiting(f"all-reduce {label}", lambda: dist.all_reduce(out, op=op, group=self.group))
+            self.stats.sent(label, _nbytes(out))
+            self.stats.received(label, _nbytes(out))
+        return out
 
     # --- dynamic fetch by global id ---------------------------------------------------------------------
     def fetch(
@@ -592,17 +582,16 @@ class TableReceiver:
 
     def wait_one(self):
         """Block until the next message of this table arrives (counted as waiting time)."""
-        t0 = now_us()
-        try:
-            item = self.queue.get(timeout=self.tr.timeout)
-        except queue.Empty:
-            raise RuntimeError(
-                f"{self.label}: no message from a peer within --timeout {self.tr.timeout:.0f} s"
-            ) from None
-        t1 = now_us()
-        self.tr.stats.wait_seconds += (t1 - t0) / 1e6
-        self.tr.tracer.span("wait", f"wait {self.label}", t0, t1)
-        return item
+
+        def get():
+            try:
+                return self.queue.get(timeout=self.tr.timeout)
+            except queue.Empty:
+                raise RuntimeError(
+                    f"{self.label}: no message from a peer within --timeout {self.tr.timeout:.0f} s"
+                ) from None
+
+        return self.tr.waiting(f"wait {self.label}", get)
 
     def take_one(self, consume) -> None:
         """Block for the next message and hand it to ``consume(nodes, rows, m)``."""
