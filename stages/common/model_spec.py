@@ -14,7 +14,7 @@ concatenate their heads (``heads × hidden`` wide) and its last layer averages t
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -100,9 +100,6 @@ class ModelSpec:
         """Input width of every block, then the output width (``num_blocks + 1`` entries)."""
         shapes = self.layer_shapes()
         return [shapes[0].d_in] + [s.d_out for s in shapes]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def from_plan(cls, plan_meta: dict) -> ModelSpec:

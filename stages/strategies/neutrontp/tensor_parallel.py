@@ -89,10 +89,6 @@ class ChunkAggregation:
             deg = (block.indptr[1:] - block.indptr[:-1]).clamp(min=1).to(dtype)
             self.inv_degree.append((1.0 / deg)[:, None])
 
-    @property
-    def num_chunks(self) -> int:
-        return len(self.blocks)
-
     def span(self, j: int) -> tuple[int, int]:
         return int(self.bounds[j]), int(self.bounds[j + 1])
 
