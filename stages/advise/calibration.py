@@ -226,7 +226,7 @@ def simulate_run(
         **(simulate or {}),
     )
     sim, _ = simulate_plan(plan, so, out=run.parent / "sim")
-    want = info.simulated_as(parse_options(info.name, {}) | meta["strategy"]["options"], knobs)
+    want = info.simulated_system(parse_options(info.name, {}) | meta["strategy"]["options"], knobs)
     return want, next(x for x in sim["systems"] if x["system"] == want)
 
 

@@ -236,7 +236,7 @@ def predict(
     from stages.plan import parse_options
 
     parsed = parse_options(c.strategy, {k: v for k, v in c.plan_options.items()})
-    want = info.simulated_as(parsed, c.knobs) if info.simulated_as else None
+    want = info.simulated_system(parsed, c.knobs)
     system = next((s for s in result["systems"] if s["system"] == want), None)
     if system is None:
         e["status"], e["reason"] = "not predicted", f"not predicted: the model has no system {want!r}"

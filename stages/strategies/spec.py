@@ -62,7 +62,8 @@ class StrategySpec:
     simulates_hosts: bool = False  # its model takes `g3 simulate --hosts` (ranks sharing a host's link)
     # how its workers run a g3 plan's bins, for the bins simulator that sets every full-graph system side by side
     bins_system: BinsSystem | None = None
-    # the system of its simulation that a run of a plan with these plan options and train knobs is
+    # the system of its simulation that a run of a plan with these plan options and train knobs is (None: the
+    # one named as the strategy; see :meth:`simulated_system`)
     simulated_as: Callable[[dict, dict], str] | None = None
     # a planner may name the model its options imply (neutrontp --tp decoupled --model gcn trains dgcn)
     model_kind: Callable[[dict, str], str] | None = None
@@ -101,6 +102,9 @@ class StrategySpec:
     def knob(self, name: str) -> TrainKnob | None:
         """Its declaration of the knob ``name`` (None: it does not have that knob)."""
         return next((k for k in self.declared_knobs if k.name == name), None)
+
+    def simulated_system(self, options: dict, knobs: dict) -> str:
+        return self.simulated_as(options, knobs) if self.simulated_as else self.name
 
     def plan_summary(self, plan: dict) -> tuple[list[tuple[str, str]], dict | None]:
         """What `g3 info` / `g3 plan` print about a plan of it beyond the common fields."""

@@ -30,7 +30,6 @@ SPEC = StrategySpec(
     simulate=simulate.simulate,
     simulates_hosts=True,
     bins_system=BinsSystem(bins.workers, variants=(), skips_stale_sends=False),
-    simulated_as=lambda options, knobs: "bns-gcn",
     fits_own_speed=True,
     advise_variants=(
         AdviseVariant(

@@ -26,5 +26,4 @@ SPEC = StrategySpec(
     knobs=SamplingKnobs,
     family="mini-batch",
     simulate=simulate.simulate,
-    simulated_as=lambda options, knobs: "clustergcn",
 )

@@ -34,6 +34,5 @@ SPEC = StrategySpec(
     knobs=DistDglKnobs,
     simulate=simulate.simulate,
     peer_options=("fanouts", "batch_size"),
-    simulated_as=lambda options, knobs: "distdgl",
     family="mini-batch",
 )

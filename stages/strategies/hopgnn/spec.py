@@ -27,7 +27,6 @@ SPEC = StrategySpec(
     summary_rows=plan.summary_rows,
     runtime=runtime_class,
     simulate=simulate.simulate,
-    simulated_as=lambda options, knobs: "hopgnn",
     family="mini-batch",
     knobs=SamplingKnobs,
     peer_options=("fanouts", "batch_size"),
