@@ -146,32 +146,6 @@ def train_batches(model, batches, x, labels, epochs: int, lr: float) -> tuple[li
     return times, seeds
 
 
-def run_minibatch(
-    system: str, version: str, args, model, batches, full_inputs, t: dict, extra: dict | None = None
-) -> None:
-    """Mini-batch training, then full-graph test accuracy (exact inference, as g3 evaluates); prints the line."""
-    import statistics as st
-
-    times, seeds = train_batches(model, batches, t["x"], t["y"], args.epochs, args.lr)
-    acc = test_accuracy(model, full_inputs, t["y"], t["test_idx"])
-    steady = times[1:] if len(times) > 1 else times
-    report(
-        system,
-        version,
-        args,
-        times,
-        {
-            **(extra or {}),
-            "test_acc": acc,
-            "mode": "mini-batch",
-            "fanouts": args.fanout_list,
-            "batch_size": args.batch_size,
-            "seeds_per_epoch": seeds,
-            "seeds_per_second": seeds / st.median(steady),
-        },
-    )
-
-
 def graph_tensors(g: dict, seed: int) -> dict:
     """What every runner needs from the neutral graph as torch tensors: the node count, the in-edge CSR
     (int64), features (float32), labels, labelled training and test nodes, the class count; the torch seed set
@@ -194,9 +168,24 @@ def graph_tensors(g: dict, seed: int) -> dict:
     }
 
 
-def run(system: str, version: str, args, model, inputs, t: dict, extra: dict | None = None) -> None:
-    """Train, measure the test accuracy, print the JSON line."""
-    times = train(model, lambda epoch: model(*inputs), t["y"], t["train_idx"], args.epochs, args.lr)
+def run(
+    system: str, version: str, args, model, inputs, t: dict, extra: dict | None = None, batches=None
+) -> None:
+    """Train (full-graph on ``inputs``, or mini-batch over ``batches()`` where given), then the full-graph test
+    accuracy (exact inference, as g3 evaluates); print the JSON line."""
+    if batches is None:
+        times = train(model, lambda epoch: model(*inputs), t["y"], t["train_idx"], args.epochs, args.lr)
+    else:
+        times, seeds = train_batches(model, batches, t["x"], t["y"], args.epochs, args.lr)
+        steady = times[1:] if len(times) > 1 else times
+        extra = {
+            **(extra or {}),
+            "mode": "mini-batch",
+            "fanouts": args.fanout_list,
+            "batch_size": args.batch_size,
+            "seeds_per_epoch": seeds,
+            "seeds_per_second": seeds / statistics.median(steady),
+        }
     acc = test_accuracy(model, inputs, t["y"], t["test_idx"])
     report(system, version, args, times, {**(extra or {}), "test_acc": acc})
 

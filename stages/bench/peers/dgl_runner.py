@@ -11,7 +11,7 @@ import os
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
-from common import peer_model, run, run_minibatch, start  # noqa: E402
+from common import peer_model, run, start  # noqa: E402
 
 
 def build(args, in_dim: int, num_classes: int):
@@ -47,6 +47,7 @@ def main() -> None:
     graph = graph.formats(["csc", "csr", "coo"])
     graph.create_formats_()
     model = build(args, t["x"].shape[1], t["num_classes"])
+    batches, extra = None, None
     if args.fanout_list:
         # DGL's fanouts run from the input layer to the output one: g3's (targets first) reversed
         sampler = dgl.dataloading.NeighborSampler(list(reversed(args.fanout_list)))
@@ -63,18 +64,8 @@ def main() -> None:
         def batches():
             return iter(loader)  # (input_nodes, seeds, blocks) per batch
 
-        run_minibatch(
-            "DGL",
-            dgl.__version__,
-            args,
-            model,
-            batches,
-            (graph, t["x"]),
-            t,
-            {"sampler": "dgl.dataloading.NeighborSampler + DataLoader"},
-        )
-        return
-    run("DGL", dgl.__version__, args, model, (graph, t["x"]), t)
+        extra = {"sampler": "dgl.dataloading.NeighborSampler + DataLoader"}
+    run("DGL", dgl.__version__, args, model, (graph, t["x"]), t, extra, batches)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 
-from common import peer_model, run, run_minibatch, start
+from common import peer_model, run, start
 
 warnings.filterwarnings("ignore", message="Sparse")
 
@@ -35,6 +35,7 @@ def main() -> None:
     # rows = destinations, columns = sources: PyG's transposed adjacency adj_t, as a torch.sparse CSR tensor
     adj_t = torch.sparse_csr_tensor(t["indptr"], t["indices"], torch.ones(len(t["indices"])), (n, n))
     model = build(args, t["x"].shape[1], t["num_classes"])
+    batches, extra = None, {"adjacency": "torch.sparse_csr"}
     if args.fanout_list:
         from torch_geometric.data import Data
         from torch_geometric.loader import NeighborLoader
@@ -54,20 +55,8 @@ def main() -> None:
             for b in loader:  # the seeds are the first batch_size nodes of b.n_id
                 yield b.n_id, b.n_id[: b.batch_size], b.edge_index
 
-        run_minibatch(
-            "PyG",
-            torch_geometric.__version__,
-            args,
-            model,
-            batches,
-            (adj_t, t["x"]),
-            t,
-            {"sampler": "torch_geometric.loader.NeighborLoader"},
-        )
-        return
-    run(
-        "PyG", torch_geometric.__version__, args, model, (adj_t, t["x"]), t, {"adjacency": "torch.sparse_csr"}
-    )
+        extra = {"sampler": "torch_geometric.loader.NeighborLoader"}
+    run("PyG", torch_geometric.__version__, args, model, (adj_t, t["x"]), t, extra, batches)
 
 
 if __name__ == "__main__":
