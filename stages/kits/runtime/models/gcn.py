@@ -33,9 +33,7 @@ class GCNConv(nn.Module):
     PYG_MODEL = "GCN"
     PYG_NAMES = {"lin.weight": "lin.weight", "bias": "bias"}
 
-    static_input_rows = (
-        "none"  # forward(static_input=True) reads nothing of x_src once its aggregation is cached
-    )
+    static_input_rows = "none"  # what forward(static_input=True) reads of x_src once its sum is cached
 
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
@@ -55,10 +53,10 @@ class GCNConv(nn.Module):
         if static_input:
             if x_src.requires_grad:
                 raise ValueError("static_input: x_src must not need a gradient")
-            agg = block.cached(self._static_key(x_src), lambda: self._aggregate(block, x_src))
+            agg = block.cached(self._static_key(x_src), lambda: self.aggregate(block, x_src))
             return F.linear(agg, self.lin.weight, self.bias)
         project = project_first(block, self.in_dim, self.out_dim)
-        agg = self._aggregate(block, F.linear(x_src, self.lin.weight) if project else x_src)
+        agg = self.aggregate(block, F.linear(x_src, self.lin.weight) if project else x_src)
         if not project:
             return F.linear(agg, self.lin.weight, self.bias)
         return agg.add_(self.bias)
@@ -83,13 +81,8 @@ class GCNConv(nn.Module):
 
     @staticmethod
     def aggregate(block: Block, h: torch.Tensor) -> torch.Tensor:
-        """The normalised sum with self-loops of ``h [n_src, width]`` over the block (``[n_dst, width]``): the
-        layer's aggregation alone, for a runtime that applies the weight to a column slice (P3)."""
-        return GCNConv._aggregate(block, h)
-
-    @staticmethod
-    def _aggregate(block: Block, h: torch.Tensor) -> torch.Tensor:
-        """``D_dst^-1/2 (A + I) D_src^-1/2 h`` over the block (global degrees + 1), ``[n_dst, width]``."""
+        """``D_dst^-1/2 (A + I) D_src^-1/2 h`` over the block (global degrees + 1), ``[n_dst, width]``: the
+        layer's aggregation alone (also for a runtime that applies the weight to a column slice: P3)."""
         n_dst = block.n_dst
         # the block's normalisation vectors, [n, 1] columns; static, so computed once per block and dtype
         src_norm, dst_norm = block.cached(
