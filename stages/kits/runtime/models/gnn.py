@@ -76,15 +76,8 @@ class GNNModel(nn.Module):
         layer = self.layers[l]
         if isinstance(layer, DecoupledMLP):
             return layer.forward_rows(x_src[: block.n_dst], block.dst_global, epoch, dropout, seed, training)
-        return self.activate(
-            l,
-            layer(block, x_src, static_input=static_input),
-            block.dst_global,
-            epoch,
-            dropout,
-            seed,
-            training,
-        )
+        y = layer(block, x_src, static_input=static_input)
+        return self.activate(l, y, block.dst_global, epoch, dropout, seed, training)
 
     def reads_rows(self, l: int) -> bool:
         """Layer ``l`` can read its sources from the layer's input rows itself (:meth:`layer_forward_rows`)."""
@@ -105,15 +98,8 @@ class GNNModel(nn.Module):
         """:meth:`layer_forward` with ``x_src = h[src]`` read by the aggregation from ``h`` itself, no gathered
         copy; ``x_dst = h[dst]`` (``[n_dst, widths[l]]``). Forward only (no gradient reaches ``h``); the aggregation
         makes the same sums in the same order as on gathered rows. Only where :meth:`reads_rows` says so."""
-        return self.activate(
-            l,
-            self.layers[l].forward_rows(block, h, src, x_dst),
-            block.dst_global,
-            epoch,
-            dropout,
-            seed,
-            training,
-        )
+        y = self.layers[l].forward_rows(block, h, src, x_dst)
+        return self.activate(l, y, block.dst_global, epoch, dropout, seed, training)
 
     def layer_backward_rows(
         self,
@@ -185,9 +171,7 @@ class GNNModel(nn.Module):
         nothing for the last. A runtime that computes a layer's pre-activation itself (P3 sums partial
         products from every worker) applies it with this."""
         if l < self.num_layers - 1 and getattr(self.layers[l], "activated", True):
-            if (
-                training and dropout > 0.0
-            ):  # one fused pass on the CPU (kernels.relu_dropout), bitwise the same
+            if training and dropout > 0.0:  # one fused CPU pass (kernels.relu_dropout), bitwise equal
                 return relu_dropout(h, seed, epoch, l, node_ids, dropout)
             h = F.relu(h)
         return h
