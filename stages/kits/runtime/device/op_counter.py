@@ -15,6 +15,18 @@ next operation can be enqueued (:data:`SYNC_OPS`: a tensor turned into a Python 
 device (``device``); on a CPU run the device *is* the host, so every such operation counts — including the
 optimizer's host-side step counters, which on a GPU are no synchronisation (Adam keeps them on the host).
 
+It also counts *host → device copies*, which block the host as a read-back does (a copy from pageable host
+memory returns only once the data has left it). On a device other than the host: a copy whose source is in host
+memory and whose destination is on the device (``t.to(device)``, ``device_tensor.copy_(host_tensor)``) and a
+tensor made from host data on the device (``torch.tensor(…, device=…)``, ``torch.as_tensor``). On a CPU run,
+where no copy can be seen because the device is the host, what would be one on a GPU: every tensor made from
+host data inside the counted step (``torch.tensor``, ``torch.as_tensor``, ``torch.asarray``, ``new_tensor``:
+the ``lift_fresh`` operation, and ``torch.from_numpy``, which dispatches nothing and is counted while a CPU
+counter is entered). A step that builds an index on the host, or a constant per step, is seen either way.
+
+Work done for the counted step on another thread (a sampler preparing it ahead) is counted there by a counter
+of its own and added to this one with :meth:`OpCounter.add` (``sampler_ops``: how much of the total it was).
+
 What the counter cannot see: host code that reads a tensor without dispatching (``Tensor.numpy()`` on the
 CPU, numba kernels on numpy views). The device path does not do that on device data; on a GPU such a read of a
 device tensor fails outright, so ``make gpu-check`` would find it.
@@ -22,6 +34,7 @@ device tensor fails outright, so ``make gpu-check`` would find it.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -51,7 +64,8 @@ SYNC_OPS = frozenset(
 # operations that synchronise only with some arguments
 _SIZE_FROM_DATA = {"repeat_interleave"}  # without output_size the output's length is read from the device
 _INDEXING = {"index", "index_put", "index_put_", "_index_put_impl_"}  # a boolean mask is a nonzero inside
-_COPIES = {"_to_copy", "copy_", "to"}  # device → host copies
+_COPIES = {"_to_copy", "copy_", "to"}  # device → host and host → device copies
+_FROM_HOST_DATA = "lift_fresh"  # torch.tensor, as_tensor, asarray, new_tensor: a tensor made from host data
 # bookkeeping entries of the profiler, not operations
 _IGNORED = {"_record_function_enter_new", "_record_function_exit"}
 
@@ -66,16 +80,44 @@ class OpCount:
 
     ops: int = 0
     sync_ops: int = 0
+    h2d_copies: int = 0
+    sampler_ops: int = 0  # of ``ops``: dispatched on another thread preparing the step
     by_name: Counter = field(default_factory=Counter)
     sync_by_name: Counter = field(default_factory=Counter)
+    h2d_by_name: Counter = field(default_factory=Counter)
 
     def to_json(self) -> dict:
         return {
             "ops_per_step": self.ops,
             "sync_ops_per_step": self.sync_ops,
+            "h2d_copies_per_step": self.h2d_copies,
+            "sampler_ops_per_step": self.sampler_ops,
             "ops_by_name": dict(self.by_name.most_common()),
             "sync_ops_by_name": dict(self.sync_by_name.most_common()),
+            "h2d_copies_by_name": dict(self.h2d_by_name.most_common()),
         }
+
+    def add(self, other: OpCount) -> None:
+        self.ops += other.ops
+        self.sync_ops += other.sync_ops
+        self.h2d_copies += other.h2d_copies
+        self.sampler_ops += other.sampler_ops
+        self.by_name.update(other.by_name)
+        self.sync_by_name.update(other.sync_by_name)
+        self.h2d_by_name.update(other.h2d_by_name)
+
+
+_entered = threading.local()  # .counters: the counters entered on this thread, innermost last
+_real_from_numpy = torch.from_numpy
+
+
+def _counted_from_numpy(array):
+    """``torch.from_numpy`` while a counter is entered: a tensor made from host data, counted by the thread's
+    innermost CPU counter (on a device run the copy that follows it is what counts)."""
+    counters = getattr(_entered, "counters", None)
+    if counters and counters[-1].device.type == "cpu":
+        counters[-1].saw_h2d("from_numpy")
+    return _real_from_numpy(array)
 
 
 class OpCounter(TorchDispatchMode):
@@ -83,10 +125,46 @@ class OpCounter(TorchDispatchMode):
     and among them the ones that synchronise the host with ``device`` (see the module's docstring).
     ``c.count`` holds the figures."""
 
+    _patched = 0  # counters entered on any thread (torch.from_numpy is wrapped while any is)
+    _patch_lock = threading.Lock()
+
     def __init__(self, device: torch.device | str = "cpu"):
         super().__init__()
         self.device = torch.device(device)
         self.count = OpCount()
+
+    def __enter__(self):
+        with OpCounter._patch_lock:
+            if OpCounter._patched == 0:
+                torch.from_numpy = _counted_from_numpy
+            OpCounter._patched += 1
+        _entered.__dict__.setdefault("counters", []).append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            _entered.counters.remove(self)
+            with OpCounter._patch_lock:
+                OpCounter._patched -= 1
+                if OpCounter._patched == 0:
+                    torch.from_numpy = _real_from_numpy
+
+    @staticmethod
+    def active() -> OpCounter | None:
+        """The innermost counter entered on this thread, if any."""
+        counters = getattr(_entered, "counters", None)
+        return counters[-1] if counters else None
+
+    def add(self, other: OpCount) -> None:
+        """Adds what another thread's counter saw doing this step's work (a sampler preparing it ahead)."""
+        self.count.add(other)
+        self.count.sampler_ops += other.ops - other.sampler_ops
+
+    def saw_h2d(self, name: str) -> None:
+        self.count.h2d_copies += 1
+        self.count.h2d_by_name[name] += 1
 
     def _on_device(self, t: torch.Tensor) -> bool:
         return t.device.type == self.device.type
@@ -107,6 +185,14 @@ class OpCounter(TorchDispatchMode):
             return bool(src) and _copies_to_host(name, args, kwargs)
         return False
 
+    def copies_to_device(self, name: str, args, kwargs) -> bool:
+        """A host → device copy (see the module's docstring: on a CPU run, a tensor made from host data)."""
+        if name == _FROM_HOST_DATA:
+            return self.device.type == "cpu" or self._on_device(args[0])
+        if name in _COPIES and self.device.type != "cpu":
+            return _copies_to_device(name, args, kwargs, self.device)
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         if name not in _IGNORED:
@@ -115,6 +201,8 @@ class OpCounter(TorchDispatchMode):
             if self.synchronises(name, args, kwargs):
                 self.count.sync_ops += 1
                 self.count.sync_by_name[name] += 1
+            if self.copies_to_device(name, args, kwargs):
+                self.saw_h2d(name)
         return func(*args, **(kwargs or {}))
 
 
@@ -125,3 +213,12 @@ def _copies_to_host(name: str, args, kwargs) -> bool:
         return args[0].device.type == "cpu"
     dev = kwargs.get("device")
     return dev is not None and torch.device(dev).type == "cpu"
+
+
+def _copies_to_device(name: str, args, kwargs, device: torch.device) -> bool:
+    """A copy from host memory to ``device`` (``host.to(device)``, ``device_tensor.copy_(host)``)."""
+    kwargs = kwargs or {}
+    if name == "copy_":
+        return args[0].device.type == device.type and args[1].device.type == "cpu"
+    dev = kwargs.get("device")
+    return dev is not None and torch.device(dev).type == device.type and args[0].device.type == "cpu"
