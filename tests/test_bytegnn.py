@@ -92,6 +92,7 @@ class FakeStrategy:
         self.cfg = RuntimeConfig(timeout=10.0)
         self.n_steps, self.log, self.lock = steps, [], threading.Lock()
         self.answers = {}
+        self.counted_step = None  # --count-ops off
 
     def steps(self, epoch):
         return self.n_steps

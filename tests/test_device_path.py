@@ -87,7 +87,9 @@ def test_count_ops_counts_one_steady_step_and_its_synchronisations(plans, tmp_pa
     for w in recs[1]["workers"]:
         assert w["ops_per_step"] == sum(w["ops_by_name"].values()) > 0
         assert w["sync_ops_per_step"] == sum(w["sync_ops_by_name"].values())
+        assert w["h2d_copies_per_step"] == sum(w["h2d_copies_by_name"].values())
         assert set(w["sync_ops_by_name"]) <= set(w["ops_by_name"])
+        assert w["sampler_ops_per_step"] == 0  # a full-graph step samples nothing
 
 
 def pyg_step_counts(store: Path, hidden: int, dropout: float) -> dict:
@@ -121,8 +123,9 @@ def pyg_step_counts(store: Path, hidden: int, dropout: float) -> dict:
 @pytest.mark.parametrize("strategy", FULL_GRAPH)
 def test_a_full_graph_step_costs_no_more_than_pygs(store, plans, tmp_path, strategy):
     """The device path's full-graph step at K = 1 synchronises no more often than PyG's SAGE step with Adam
-    (on the CPU both counts are Adam's host-side step counters: the runtime adds none) and dispatches at most
-    twice PyG's operations."""
+    (on the CPU both counts are Adam's host-side step counters: the runtime adds none), makes no tensor from
+    host data (a per-step constant or host-built index would be a host → device copy on a GPU) and dispatches
+    at most twice PyG's operations."""
     pyg = pyg_step_counts(store, HIDDEN, 0.3)
     run = train(plans(strategy, 1), tmp_path / "run", "--residency", "device", "--count-ops")
     ours = records(run)[1]["workers"][0]
@@ -130,6 +133,7 @@ def test_a_full_graph_step_costs_no_more_than_pygs(store, plans, tmp_path, strat
         ours["sync_ops_by_name"],
         pyg["sync_ops_by_name"],
     )
+    assert ours["h2d_copies_per_step"] == 0, ours["h2d_copies_by_name"]
     assert ours["ops_per_step"] <= 2 * pyg["ops_per_step"], (ours["ops_by_name"], pyg["ops_by_name"])
 
 
@@ -153,6 +157,40 @@ def test_the_counter_sees_what_synchronises():
             run()
         assert c.count.sync_ops == syncs, name
         assert c.count.ops >= syncs, name
+
+
+def test_the_counter_sees_tensors_made_from_host_data():
+    """On the CPU standing in for a device, every tensor made from host data inside the counted step is a
+    host → device copy on a GPU (a constant made per step, an index built in numpy) and counts once; tensors
+    made on the device (factories, arithmetic, fills) do not. ``torch.from_numpy`` is torch's own again after."""
+    host, x, from_numpy = np.arange(4), torch.arange(4.0), torch.from_numpy
+    cases = {
+        "tensor": (lambda: torch.tensor(0.5), 1),
+        "as_tensor": (lambda: torch.as_tensor(host), 1),
+        "from_numpy": (lambda: torch.from_numpy(host), 1),
+        "indexed by a numpy index": (lambda: x[torch.from_numpy(host[:2])], 1),
+        "a scalar written by indexing": (lambda: x.__setitem__(torch.arange(2), -1.0), 1),
+        "factories": (lambda: torch.zeros(3) + torch.arange(3) + torch.full((3,), 2.0), 0),
+        "fills": (lambda: x.index_fill_(0, torch.arange(2), -1.0).fill_(1.0), 0),
+    }
+    for name, (run, copies) in cases.items():
+        with OpCounter("cpu") as c:
+            run()
+        assert c.count.h2d_copies == copies == sum(c.count.h2d_by_name.values()), (name, c.count.h2d_by_name)
+    assert torch.from_numpy is from_numpy
+
+
+def test_a_sampler_thread_is_counted_with_its_step(plans, tmp_path):
+    """distdgl's sampler prepares steps ahead on its own thread; `--count-ops` counts the counted step's
+    preparation there and adds it to the step: the same figures as when the step samples on the compute
+    thread (--prefetch off), with the share done on the thread said."""
+    plan = plans("distdgl", 1)
+    ahead = records(train(plan, tmp_path / "ahead", "--residency", "device", "--count-ops"))[1]["workers"][0]
+    inline = records(train(plan, tmp_path / "inline", "--residency", "device", *IN_STEP))[1]["workers"][0]
+    assert inline["sampler_ops_per_step"] == 0 < ahead["sampler_ops_per_step"] < ahead["ops_per_step"]
+    for key in ("ops_by_name", "sync_ops_by_name", "h2d_copies_by_name"):
+        assert ahead[key] == inline[key], key
+    assert inline["h2d_copies_by_name"] == {"lift_fresh": 1}  # the step's targets, drawn on the host
 
 
 def test_the_plan_records_whether_each_partition_fits_the_device(store, tmp_path):
@@ -246,13 +284,13 @@ def test_p3_hopgnn_and_bytegnn_sample_on_the_device(partitions, tmp_path, strate
     sampler's model, and a relabel on the device per hop (per time step, for hopgnn's micrographs)."""
     part = partitions(STRATEGIES[strategy].methods[0], 2)
     plan = g3_plan(part, tmp_path / "plan", *flags(strategy=strategy, hidden=HIDDEN), *options)
-    # bytegnn samples on its pool's threads, which the compute thread's counter does not see
-    in_step = () if strategy == "bytegnn" else IN_STEP
+    # bytegnn samples on its pool's threads (counted there with the step) and has no --prefetch
+    in_step = ("--count-ops",) if strategy == "bytegnn" else IN_STEP
     host, device = host_and_device(plan, tmp_path, *in_step)
     assert max_weight_diff(*final_weights(host, device)) <= 1e-9
     assert {w["sampling_on"] for w in records(host)[-1]["workers"]} == {"host"}
     assert {w["sampling_on"] for w in records(device)[-1]["workers"]} == {"device"}
-    for worker in records(device)[1]["workers"] if in_step else []:
+    for worker in records(device)[1]["workers"]:
         assert worker["sync_ops_by_name"].get("_unique2", 0) >= 2, worker["sync_ops_by_name"]
     assert [w.get("feature_misses") for w in records(host)[-1]["workers"]] == [
         w.get("feature_misses") for w in records(device)[-1]["workers"]

@@ -84,6 +84,7 @@ def _train(worker, run_dir: Path, cfg: TrainConfig) -> None:
     # --profile: the last epoch, the warmest (with several workers the second still pays first-use costs)
     profile_epoch = cfg.epochs - 1
     counted = counted_step(start_epoch, cfg.epochs, strategy) if cfg.count_ops else None
+    strategy.counted_step = counted
     for epoch in range(start_epoch, cfg.epochs):
         _maybe_inject_fault(rank, epoch)
         # --trace: every epoch from trace_epoch on is timed per span (the hidden share of one epoch is noisy on a

@@ -36,6 +36,7 @@ import torch.distributed as dist
 from stages.common.knobs import SamplingKnobs
 from stages.common.partition_artifact import Shard
 from stages.kits.runtime.block import Block, cheaper_to_project
+from stages.kits.runtime.device.op_counter import OpCount, OpCounter
 from stages.kits.runtime.inference import LayerwiseInference, per_peer_ids
 from stages.kits.runtime.kernels import backend
 from stages.kits.runtime.models.sage import ROW_INDICES, SAGEConv
@@ -94,6 +95,7 @@ class PreparedStep:
     # set when the first layer reads its sources' rows in the feature table itself: the table's row of each arc
     # of the first block (int32), and ``x0`` holds only the first block's destinations' rows
     arc_rows: Ids | None = None
+    ops: OpCount | None = None  # --count-ops: what preparing it dispatched on the sampler thread
 
 
 @dataclass
@@ -365,12 +367,22 @@ class MiniBatchStrategy(Strategy):
             try:
                 for s in range(self.steps(epoch)):
                     for m in range(self.micro):
-                        q.put(self.prepare_micro(epoch, s, m))
+                        q.put(self._prepare_on_thread(epoch, s, m))
             except BaseException as exc:  # handed to the compute thread, which raises it
                 q.put(exc)
 
         self._thread = threading.Thread(target=run, daemon=True, name="sampler")
         self._thread.start()
+
+    def _prepare_on_thread(self, epoch: int, step: int, micro: int) -> PreparedStep:
+        """:meth:`prepare_micro` on the sampler thread; the step ``--count-ops`` counts is counted here, and the
+        compute thread's counter adds it when the step runs."""
+        if (epoch, step) != self.counted_step:
+            return self.prepare_micro(epoch, step, micro)
+        with OpCounter(self.device) as counter:
+            prep = self.prepare_micro(epoch, step, micro)
+        prep.ops = counter.count
+        return prep
 
     # --- the interface ----------------------------------------------------------------------------------
     def micro_steps(self, epoch: int, step: int) -> int:
@@ -381,6 +393,8 @@ class MiniBatchStrategy(Strategy):
         # the step before this one is done (its backward ran): its input buffer may be written again
         self.row_buffers.give(self._held)
         prep = self._next(epoch, step, micro)
+        if prep.ops is not None and (counting := OpCounter.active()) is not None:
+            counting.add(prep.ops)
         self._held = prep.buffer
         self.timers["sample"] += prep.seconds["sample"]
         self.timers["fetch"] += prep.seconds["fetch"]
@@ -392,7 +406,7 @@ class MiniBatchStrategy(Strategy):
         rows = (
             torch.as_tensor(prep.target_rows)
             if prep.target_rows is not None
-            else torch.arange(len(out_nodes))
+            else torch.arange(len(out_nodes), device=self.device)
         )
         if len(prep.targets) == 0:  # out of batches (local order): no compute, zero gradient
             self._out = None
@@ -429,8 +443,8 @@ class MiniBatchStrategy(Strategy):
 
     def _block(self, sb: SampledBlock, degrees: torch.Tensor | None) -> Block:
         n_dst, n_src = len(sb.dst), len(sb.src)
-        if degrees is None:  # SAGE and GAT read no degrees
-            in_deg, out_deg = torch.zeros(n_dst), torch.zeros(n_src)
+        if degrees is None:  # SAGE and GAT read no degrees: made where they are used, not copied there
+            in_deg, out_deg = torch.zeros(n_dst, device=self.device), torch.zeros(n_src, device=self.device)
         else:  # every block's sources are a prefix of the first block's (destinations first, hop by hop)
             in_deg, out_deg = degrees[:n_dst, 0].double(), degrees[:n_src, 1].double()
         # a sampled block has many more sources than destinations: its layers order projection and aggregation

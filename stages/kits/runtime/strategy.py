@@ -157,6 +157,8 @@ class Strategy:
         self.rank = ctx.rank
         self.device = ctx.device
         self.timers: dict[str, float] = defaultdict(float)
+        # --count-ops: the (epoch, step) counted; work done for it on another thread is counted there
+        self.counted_step: tuple[int, int] | None = None
 
     # --- the interface ----------------------------------------------------------------------------------
     def steps(self, epoch: int) -> int:

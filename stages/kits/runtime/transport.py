@@ -342,6 +342,14 @@ class PendingAllToAll:
         return self._result
 
 
+def nodes_tensor(table: Table) -> torch.Tensor:
+    """``table.nodes`` as a tensor sharing its memory, made once per table (tables are used every step)."""
+    made = table.__dict__.get("_nodes_tensor")
+    if made is None:
+        made = table.__dict__["_nodes_tensor"] = torch.from_numpy(table.nodes)
+    return made
+
+
 class TableSender:
     """The sends of one table: each message leaves when its last node has been produced (:meth:`produced`),
     or all at once (:meth:`send_all`). ``blocking``: each send is waited for; ``background``: messages are
@@ -372,7 +380,7 @@ class TableSender:
             cache[id(table)] = (
                 table,
                 table.message_slices(),
-                torch.from_numpy(table.nodes),
+                nodes_tensor(table),
                 *node_messages(table.nodes, table.msgs[:, 2], n_nodes),
             )
         _, self.slices, self.nodes, self.msg_ptr, self.msg_ids = cache[id(table)]
@@ -494,7 +502,7 @@ class TableReceiver:
         self.queue: queue.Queue = queue.Queue()
         self.outstanding = 0
         by_peer: dict[int, list] = {}
-        nodes = torch.from_numpy(table.nodes)
+        nodes = nodes_tensor(table)
         whole = alloc(len(table.nodes), width, dtype) if alloc is not None and len(table.nodes) else None
         for m, (step, peer, sl) in enumerate(table.message_slices()):
             buf = torch.empty((sl.stop - sl.start, width), dtype=dtype) if whole is None else whole[sl]

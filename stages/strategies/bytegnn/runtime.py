@@ -80,6 +80,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from stages.kits.runtime.device.op_counter import OpCount, OpCounter
 from stages.kits.runtime.device.sampler import block_arrays, here_first
 from stages.kits.runtime.device.sampler import regroup as device_regroup
 from stages.kits.runtime.device.sampler import sample_rows as device_sample_rows
@@ -195,6 +196,7 @@ class Dag:
     ready: int = 0  # tasks of this DAG in the ready queue now
     lock: threading.Lock = field(default_factory=threading.Lock)
     result: PreparedStep | None = None
+    ops: OpCount | None = None  # --count-ops: what its tasks dispatched, on whichever thread ran them
 
 
 @dataclass
@@ -711,7 +713,7 @@ class DagRunner:
                 t["running_tasks_max"] = max(t["running_tasks_max"], self.running)
             c0 = time.thread_time()
             try:
-                waits = task.run()
+                waits = self._counted(task, task.run)
             finally:
                 with self.cv:
                     self.running -= 1
@@ -720,7 +722,7 @@ class DagRunner:
                 self._complete(task)
             elif not self.on:  # one thread: the task waits for its replies
                 for pending, apply in waits:
-                    apply(pending.result())
+                    self._counted(task, apply, pending.result())
                 self._complete(task)
             else:
                 with self.cv:
@@ -741,7 +743,7 @@ class DagRunner:
                     if self._over():
                         return
                 continue
-            apply(pending.result())
+            self._counted(task, apply, pending.result())
             with self.cv:
                 task.waits -= 1
                 last = task.waits == 0
@@ -749,10 +751,23 @@ class DagRunner:
             if last:
                 self._complete(task)
 
+    def _counted(self, task: Task, fn, *args):
+        """``fn(*args)`` for ``task``, counted on this thread when its DAG is the step ``--count-ops`` counts (the
+        compute thread's counter adds the DAG's count when it takes the step)."""
+        if (self.epoch, task.dag.id) != self.s.counted_step:
+            return fn(*args)
+        with OpCounter(self.s.device) as counter:
+            out = fn(*args)
+        with self.cv:
+            task.dag.ops = task.dag.ops or OpCount()
+            task.dag.ops.add(counter.count)
+        return out
+
     def _complete(self, task: Task) -> None:
         with self.cv:
             if task.kind == "end":
                 dag = task.dag
+                dag.result.ops = dag.ops
                 self.done[dag.id] = dag.result
                 self.dags.pop(dag.id)
                 self.t_sample.append(dag.result.seconds["sample"])

@@ -128,7 +128,7 @@ class DeviceClusters:
     def prepare(self, clusters: np.ndarray) -> PreparedStep:
         t0 = time.perf_counter()
         chosen = torch.zeros(self.num_clusters, dtype=torch.bool, device=self.device)
-        chosen[torch.as_tensor(clusters).to(self.device)] = True
+        chosen.index_fill_(0, torch.as_tensor(clusters).to(self.device), True)  # the step's one copy in
         nodes = torch.nonzero(chosen[self.clusters]).flatten()
         indptr, src = induced_subgraph(self.indptr, self.indices, nodes, self.scratch)
         target_rows = torch.nonzero(self.is_train[nodes]).flatten()

@@ -195,10 +195,6 @@ class NeutronTPStrategy(WholePartitionStrategy):
     def _all(self) -> range:
         return range(self.route.n_chunks)
 
-    def _ids(self, kind: str, chunks) -> list[np.ndarray]:
-        get = self.route.dst_ids if kind == "dst" else self.route.new_ids
-        return [get(chunks, q) for q in range(self.ctx.world)]
-
     def _run_chunks(self, order: list[int], compute, pre=None, post=None) -> None:
         """``compute(j)`` for every chunk of ``order``; ``pre(chunks)`` is the collective ``compute`` needs first,
         ``post(chunks)`` the one that needs ``compute`` done. Bulk (one collective each) without the pipeline;
@@ -275,13 +271,13 @@ class NeutronTPStrategy(WholePartitionStrategy):
         self, rows: torch.Tensor, which: str, cols: list[int], out: torch.Tensor, label: str, chunks
     ) -> None:
         """Rows → slices for ``chunks``: ``which`` = ``new`` (nodes first read there) or ``dst`` (their rows)."""
-        self.route.rows_to_slices(rows, self._ids(which, chunks), cols, out, label)
+        self.route.rows_to_slices(rows, self.route.ids(which, chunks), cols, out, label)
 
     def _gather(
         self, x_slice: torch.Tensor, which: str, cols: list[int], out: torch.Tensor, label: str, chunks
     ) -> None:
         """Slices → rows for ``chunks`` (``which`` as :meth:`_split`)."""
-        self.route.slices_to_rows(x_slice, self._ids(which, chunks), cols, out, label)
+        self.route.slices_to_rows(x_slice, self.route.ids(which, chunks), cols, out, label)
 
     def _propagate(self, rows: torch.Tensor, passes: list[str], tag: str = "", backward: bool = False):
         """The owned ``rows`` split into every worker's column slice, one aggregation pass per name of ``passes``

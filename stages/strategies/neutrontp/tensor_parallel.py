@@ -133,6 +133,8 @@ class ChunkRouting:
         self.n_chunks = len(self.ob)
         self.rows = [self._dst_ids(range(self.n_chunks), q) for q in range(world)]  # every worker's rows
         self.owned = self.rows[rank]
+        self._ids: dict[tuple, list[np.ndarray]] = {}
+        self._indices: dict[tuple, tuple[np.ndarray, torch.Tensor]] = {}
         first_use = np.asarray(first_use)
         # per worker: its nodes grouped by the chunk that first reads them, ids ascending within a group
         self._new, self._new_ptr = [], []
@@ -158,9 +160,30 @@ class ChunkRouting:
         parts = [self._new[q][self._new_ptr[q][j] : self._new_ptr[q][j + 1]] for j in chunks]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
-    def local(self, ids: np.ndarray) -> torch.Tensor:
-        """Positions of owned global ``ids`` among this worker's rows."""
-        return torch.from_numpy(np.searchsorted(self.owned, ids).astype(np.int64))
+    def local(self, ids: np.ndarray, device: torch.device) -> torch.Tensor:
+        """Positions of owned global ``ids`` among this worker's rows, on ``device``."""
+        return self._index("local", ids, device, lambda: np.searchsorted(self.owned, ids).astype(np.int64))
+
+    def at(self, ids: np.ndarray, device: torch.device) -> torch.Tensor:
+        """``ids`` as an index on ``device``."""
+        return self._index("at", ids, device, lambda: ids)
+
+    def _index(self, kind: str, ids: np.ndarray, device: torch.device, make) -> torch.Tensor:
+        """An index made once per id list and device: the exchanges' id lists are made once and reused every
+        step (:meth:`ids`), so no step builds an index on the host or copies one to the device."""
+        key = (kind, id(ids), device)
+        if key not in self._indices:
+            self._indices[key] = (ids, torch.from_numpy(make()).to(device))  # holds ids: its id stays unique
+        return self._indices[key][1]
+
+    def ids(self, kind: str, chunks) -> list[np.ndarray]:
+        """Every worker's nodes of ``chunks`` in an exchange, made once per (kind, chunks): ``dst`` (their rows)
+        or ``new`` (the nodes those chunks read first)."""
+        key = (kind, tuple(chunks))
+        if key not in self._ids:
+            get = self.dst_ids if kind == "dst" else self.new_ids
+            self._ids[key] = [get(chunks, q) for q in range(self.world)]
+        return self._ids[key]
 
     def rows_to_slices(
         self, rows: torch.Tensor, ids: list[np.ndarray], cols: list[int], out: torch.Tensor, label: str
@@ -169,7 +192,7 @@ class ChunkRouting:
         columns (``cols``: :func:`column_bounds`); ``ids[q]``: worker q's nodes in this exchange. Every worker's
         part lands in ``out [N, c_rank]`` at its global ids."""
         mine = (
-            take_rows_at(rows, self.local(ids[self.rank]))
+            take_rows_at(rows, self.local(ids[self.rank], rows.device))
             if len(ids[self.rank])
             else rows.new_zeros((0, rows.shape[1]))
         )
@@ -178,7 +201,7 @@ class ChunkRouting:
         parts = self.tr.all_to_all_v(send, [(len(ids[q]), width) for q in range(self.world)], label)
         for q, part in enumerate(parts):
             if len(ids[q]) and width:
-                put_rows_at(out, torch.from_numpy(ids[q]), part)
+                put_rows_at(out, self.at(ids[q], out.device), part)
 
     def slices_to_rows(
         self, x_slice: torch.Tensor, ids: list[np.ndarray], cols: list[int], out: torch.Tensor, label: str
@@ -187,7 +210,7 @@ class ChunkRouting:
         that worker; whole rows of this worker's nodes ``ids[rank]``, columns in worker order, are put into
         ``out [n_owned, D]`` at their positions."""
         send = [
-            take_rows_at(x_slice, torch.from_numpy(ids[q]))
+            take_rows_at(x_slice, self.at(ids[q], x_slice.device))
             if len(ids[q])
             else x_slice.new_zeros((0, x_slice.shape[1]))
             for q in range(self.world)
@@ -195,4 +218,8 @@ class ChunkRouting:
         n = len(ids[self.rank])
         parts = self.tr.all_to_all_v(send, [(n, cols[w + 1] - cols[w]) for w in range(self.world)], label)
         if n:
-            put_rows_at(out, self.local(ids[self.rank]), torch.cat([p.to(out.device) for p in parts], dim=1))
+            put_rows_at(
+                out,
+                self.local(ids[self.rank], out.device),
+                torch.cat([p.to(out.device) for p in parts], dim=1),
+            )

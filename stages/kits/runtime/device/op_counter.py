@@ -22,7 +22,18 @@ tensor made from host data on the device (``torch.tensor(…, device=…)``, ``t
 where no copy can be seen because the device is the host, what would be one on a GPU: every tensor made from
 host data inside the counted step (``torch.tensor``, ``torch.as_tensor``, ``torch.asarray``, ``new_tensor``:
 the ``lift_fresh`` operation, and ``torch.from_numpy``, which dispatches nothing and is counted while a CPU
-counter is entered). A step that builds an index on the host, or a constant per step, is seen either way.
+counter is entered). A step that builds an index on the host, or a constant per step, is seen either way. The
+CPU's rule errs both ways at the margin: a scalar written by indexing (``t[i] = 0``) counts, which on a GPU is
+a fill (the device path writes such scalars with ``fill_``/``index_fill_``), and a tensor made by a factory on
+the host and then moved (``torch.zeros(n).to(device)``) does not, because the move is no copy when the device
+is the host. A fake CUDA device (``FakeTensorMode``, the ``meta`` device) would see the second but cannot run
+the step: the runtime's numba kernels, gloo's collectives and the sampler's numpy reads need real data. So the
+step runs for real on the CPU, and the device path makes its per-step tensors with ``device=`` where they are
+used.
+
+On CUDA the counted step also runs under ``torch.cuda.set_sync_debug_mode("warn")``, and the synchronisations torch
+itself reports are recorded beside the counter's (``cuda_syncs_per_step``): torch's rule is the ground truth the
+counter's is checked against on a GPU.
 
 Work done for the counted step on another thread (a sampler preparing it ahead) is counted there by a counter
 of its own and added to this one with :meth:`OpCounter.add` (``sampler_ops``: how much of the total it was).
@@ -35,6 +46,7 @@ device tensor fails outright, so ``make gpu-check`` would find it.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -85,9 +97,16 @@ class OpCount:
     by_name: Counter = field(default_factory=Counter)
     sync_by_name: Counter = field(default_factory=Counter)
     h2d_by_name: Counter = field(default_factory=Counter)
+    cuda_reported_syncs: int | None = (
+        None  # on CUDA: what torch.cuda's sync debug mode reported (its own rule)
+    )
 
     def to_json(self) -> dict:
+        reported = (
+            {} if self.cuda_reported_syncs is None else {"cuda_syncs_per_step": self.cuda_reported_syncs}
+        )
         return {
+            **reported,
             "ops_per_step": self.ops,
             "sync_ops_per_step": self.sync_ops,
             "h2d_copies_per_step": self.h2d_copies,
@@ -117,7 +136,11 @@ def _counted_from_numpy(array):
     counters = getattr(_entered, "counters", None)
     if counters and counters[-1].device.type == "cpu":
         counters[-1].saw_h2d("from_numpy")
-    return _real_from_numpy(array)
+    _entered.in_from_numpy = True  # torch versions whose from_numpy dispatches lift_fresh: counted once
+    try:
+        return _real_from_numpy(array)
+    finally:
+        _entered.in_from_numpy = False
 
 
 class OpCounter(TorchDispatchMode):
@@ -139,12 +162,22 @@ class OpCounter(TorchDispatchMode):
                 torch.from_numpy = _counted_from_numpy
             OpCounter._patched += 1
         _entered.__dict__.setdefault("counters", []).append(self)
+        if self.device.type == "cuda":  # torch's own account beside the counter's: each sync warns once
+            self._sync_mode = torch.cuda.get_sync_debug_mode()
+            self._warnings = warnings.catch_warnings(record=True)
+            self._caught = self._warnings.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
         return super().__enter__()
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
+            if self.device.type == "cuda":
+                torch.cuda.set_sync_debug_mode(self._sync_mode)
+                self._warnings.__exit__(None, None, None)
+                self.count.cuda_reported_syncs = sum("synchroniz" in str(w.message) for w in self._caught)
             _entered.counters.remove(self)
             with OpCounter._patch_lock:
                 OpCounter._patched -= 1
@@ -188,6 +221,8 @@ class OpCounter(TorchDispatchMode):
     def copies_to_device(self, name: str, args, kwargs) -> bool:
         """A host → device copy (see the module's docstring: on a CPU run, a tensor made from host data)."""
         if name == _FROM_HOST_DATA:
+            if getattr(_entered, "in_from_numpy", False):
+                return False
             return self.device.type == "cpu" or self._on_device(args[0])
         if name in _COPIES and self.device.type != "cpu":
             return _copies_to_device(name, args, kwargs, self.device)

@@ -100,7 +100,7 @@ def relabel(
     n_dst = len(dst)
     scratch[dst] = torch.arange(n_dst, device=dev)
     pos = scratch[nbrs]
-    scratch[dst] = -1
+    scratch.index_fill_(0, dst, -1)  # a scalar written by indexing would be a tensor made on the host first
     is_new = pos < 0
     # the new ones in order of first appearance: unique ids, each one's first position, ranked; a −1 stands for
     # every destination, and one more is appended so that the sentinel is always there (no second read-back)
@@ -109,7 +109,7 @@ def relabel(
     inv = inv[:-1]
     first = torch.full((len(uniq),), len(nbrs), dtype=torch.int64, device=dev)
     first.scatter_reduce_(0, inv, torch.arange(len(nbrs), device=dev), reduce="amin")
-    first[0] = len(nbrs) + 1  # the sentinel sorts last, past every real first place
+    first[:1].fill_(len(nbrs) + 1)  # the sentinel sorts last, past every real first place
     order = torch.argsort(first)
     rank = torch.empty_like(order)
     rank[order] = torch.arange(len(order), device=dev)
@@ -284,7 +284,7 @@ def induced_subgraph(
     row = torch.repeat_interleave(torch.arange(n, device=dev), counts, output_size=total)
     arc = (starts - (ends - counts))[row] + torch.arange(total, device=dev)
     src = scratch[indices[arc]]
-    scratch[nodes] = -1
+    scratch.index_fill_(0, nodes, -1)
     kept = torch.nonzero(src >= 0).flatten()  # one read-back for both (a boolean mask would take one each)
     src, row = src[kept], row[kept]
     # ``row`` ascends: each row's first kept arc is where the row's number would be inserted
