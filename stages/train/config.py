@@ -33,8 +33,9 @@ class TrainConfig(RuntimeConfig):
     count_ops: bool = setting(
         False,
         "Count the aten operations one steady-state training step dispatches (the first step of the second "
-        "epoch) and those that make the host wait for the device (a value read back, nonzero, unique, a boolean "
-        "mask, a copy to the host): ops_per_step, sync_ops_per_step and both by operation name in that epoch's "
+        "epoch, its sampling included wherever it runs) and those that make the host wait for the device (a "
+        "value read back, nonzero, unique, a boolean mask, a copy to the host; a copy from the host): "
+        "ops_per_step, sync_ops_per_step, h2d_copies_per_step and each by operation name in that epoch's "
         "metrics record, per worker. What a GPU pays per step besides the arithmetic.",
     )
     eval_every: int | None = setting(

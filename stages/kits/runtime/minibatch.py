@@ -98,6 +98,13 @@ class PreparedStep:
     ops: OpCount | None = None  # --count-ops: what preparing it dispatched on the sampler thread
 
 
+def count_preparation(prep: PreparedStep) -> None:
+    """Adds to ``--count-ops``'s counter what preparing ``prep`` dispatched on another thread, when the step it
+    prepares is the counted one and is running now (call it where the step takes its prepared inputs)."""
+    if prep.ops is not None and (counting := OpCounter.active()) is not None:
+        counting.add(prep.ops)
+
+
 @dataclass
 class Sampled:
     """A step's targets and blocks as the sampler drew them, with when it started and finished."""
@@ -393,8 +400,7 @@ class MiniBatchStrategy(Strategy):
         # the step before this one is done (its backward ran): its input buffer may be written again
         self.row_buffers.give(self._held)
         prep = self._next(epoch, step, micro)
-        if prep.ops is not None and (counting := OpCounter.active()) is not None:
-            counting.add(prep.ops)
+        count_preparation(prep)
         self._held = prep.buffer
         self.timers["sample"] += prep.seconds["sample"]
         self.timers["fetch"] += prep.seconds["fetch"]

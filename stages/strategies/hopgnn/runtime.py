@@ -39,7 +39,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from stages.kits.runtime.minibatch import PreparedStep, shuffled
+from stages.kits.runtime.minibatch import PreparedStep, count_preparation, shuffled
 from stages.kits.runtime.strategy import StepOutput, WorkerContext
 from stages.strategies.distdgl.runtime import DistDglStrategy
 
@@ -237,6 +237,7 @@ class HopGnnStrategy(DistDglStrategy):
         self.epoch, self._at = epoch, (epoch, step, micro)
         prep = self._next(epoch, step, micro)
         self._count(prep)
+        count_preparation(prep)
         labels = self.root_labels(prep.targets)
         if len(prep.targets) == 0:  # no root of this model homed here at this time step: nothing to compute
             self._out = None

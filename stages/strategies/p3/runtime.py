@@ -57,7 +57,7 @@ from stages.common.errors import G3InputError
 from stages.common.partition_artifact import Shard, shard_dir
 from stages.kits.runtime.block import Block
 from stages.kits.runtime.kernels import block_transpose, csr_mean
-from stages.kits.runtime.minibatch import PreparedStep, step_key
+from stages.kits.runtime.minibatch import PreparedStep, count_preparation, step_key
 from stages.kits.runtime.models import GCNConv, GNNModel, SAGEConv, model_from_spec
 from stages.kits.runtime.neighbor_sampler import SampledBlock
 from stages.kits.runtime.strategy import (
@@ -258,6 +258,7 @@ class P3Strategy(DistDglStrategy):
             prep = self._next(epoch, step)
             mp = self._model_parallel_forward(prep, t)
         self._count(prep)
+        count_preparation(prep)
         if self.pipelined:
             # batches t+1 … t+3 compute layer 1 with w_{t−2} … w_t, all known now (Eq. 3): their model-parallel
             # forwards run and their partials travel while batch t's data-parallel phase computes — up to
