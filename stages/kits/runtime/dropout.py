@@ -8,9 +8,9 @@ recomputation — so distributed training would no longer compute what single-pr
 number in [0, 1) and kept when it is ``>= p``.
 
 The hash is Chris Wellons' ``lowbias32`` 32-bit integer mixer (``mix``), evaluated on int64 tensors so that
-it gives bit-identical results on every device: products are split into 32-bit values times 16-bit halves of
-the constants (below 2^49), so no int64 operation ever overflows, and results are reduced ``& 0xFFFFFFFF``
-after each step. The one round over all ``n * width`` entries (``final``) has lowbias32's shape with odd
+it gives bit-identical results on every device: a product of a 32-bit value and a 32-bit constant may wrap
+past 2^63, and wrapping int64 arithmetic (what torch computes on every device) keeps its low 32 bits exact;
+results are reduced ``& 0xFFFFFFFF`` after each step. The one round over all ``n * width`` entries (``final``) has lowbias32's shape with odd
 multipliers below 2^31 (``0x7FEB352D``, ``0x31848BAB``), whose plain int64 products stay below 2^63: it is what
 the mask costs, about as much as ``torch.nn.functional.dropout``. The same code runs on Python ints (for the
 scalar part of the key), which never overflow at all.
@@ -42,9 +42,10 @@ _F2 = 0x31848BAB  # (second multiplier of Wellons' triple32)
 
 
 def _mul32(h, c: int):
-    """``(h * c) mod 2^32`` for ``0 <= h < 2^32`` and a 32-bit constant ``c`` without int64 overflow."""
-    lo, hi = c & 0xFFFF, c >> 16
-    return (h * lo + (((h * hi) & 0xFFFF) << 16)) & _M32
+    """``(h * c) mod 2^32`` for ``0 <= h < 2^32`` and a 32-bit constant ``c``. On a tensor, one int64 product:
+    it may wrap past 2^63, but wrapping keeps the low 64 bits exact, so the low 32 are (two operations, not
+    seven: the mask is dispatch-bound on a GPU)."""
+    return (h * c) & _M32
 
 
 def _mix(h):
