@@ -231,6 +231,27 @@ def test_the_device_sampler_draws_exactly_the_specified_neighbours(graph, fanout
         assert np.array_equal(got[0].numpy(), counts) and np.array_equal(got[1].numpy(), picks), parts
 
 
+def test_the_device_finds_floyds_repeats_without_running_the_rounds():
+    """Which of Floyd's rounds find their candidate taken (worked out at once on the device) is what running the
+    rounds one after the other finds, also where candidates repeat often (degrees just above the fanout) and
+    chains of repeats are long (fanouts up to 64)."""
+    import torch
+
+    from stages.kits.runtime.device.sampler import floyd_repeats
+
+    rng = np.random.default_rng(11)
+    for fanout in (1, 2, 3, 7, 25, 64):
+        degree = rng.integers(fanout + 1, fanout + 6, size=(300, 1))
+        j = degree - fanout + np.arange(fanout)
+        t = (rng.random((300, fanout)) * (j + 1)).astype(np.int64)
+        taken = t.copy()
+        for i in range(1, fanout):
+            taken[:, i] = np.where((taken[:, :i] == t[:, i, None]).any(axis=1), j[:, i], t[:, i])
+        repeats = floyd_repeats(torch.from_numpy(t), torch.from_numpy(j[:, :1])).numpy()
+        assert np.array_equal(np.where(repeats, j, t), taken), fanout
+        assert repeats.any() == (fanout > 1), fanout  # the case is exercised (one round never repeats)
+
+
 def test_the_device_relabel_numbers_sources_as_the_host_does():
     """A hop's block on the device: destinations first, then the other picks in order of first appearance,
     exactly the host's block (checked here against the rule, written out with a dict)."""

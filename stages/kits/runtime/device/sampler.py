@@ -8,8 +8,8 @@ the picks in ascending position. So both draw the same neighbours, and a mini-ba
 a GPU computes what one sampling on the host computes.
 
 Vectorised over the frontier rather than per node: Floyd's ``f`` rounds run for every node at once (a node
-with ``d <= f`` takes its whole row instead), the "already taken" test compares against the positions taken so
-far (``[n, f]``). 64-bit words are torch int64 with wrapping arithmetic; shifts are made logical by masking
+with ``d <= f`` takes its whole row instead), and which rounds find their candidate taken is worked out without
+running the rounds in order (:func:`floyd_repeats`). 64-bit words are torch int64 with wrapping arithmetic; shifts are made logical by masking
 and the modulo of an unsigned word is taken in two halves. The output sizes depend on the data, so a hop reads
 two numbers back from the device: how many picks it made and how many new sources they bring (the relabel's
 ``unique``). That is the device sampler's whole cost in host synchronisations: two per hop. With peers, a hop and the
@@ -74,19 +74,42 @@ def sample_rows(
     if fanout >= 0 and total:
         drawn = degree > fanout  # rows Floyd's algorithm draws from: exactly ``fanout`` picks each
         node_key = mix64(_signed(key) ^ mix64(nodes))
-        # every round's candidate at once (the hashes do not depend on earlier rounds); only "already taken?"
-        # is sequential: round i takes j_i, larger than anything taken before, where t_i was taken
+        # every round's candidate at once (the hashes do not depend on earlier rounds); round i takes j_i where
+        # t_i was taken before (:func:`floyd_repeats`, without a loop over the rounds)
         j = degree[:, None] - fanout + torch.arange(fanout, device=dev)
         t = unsigned_mod(mix64(node_key[:, None] ^ j), torch.clamp(j + 1, min=1))
-        taken = t.clone()
-        for i in range(1, fanout):
-            repeat = (taken[:, :i] == t[:, i, None]).any(dim=1)
-            taken[:, i] = torch.where(repeat, j[:, i], t[:, i])
+        taken = torch.where(floyd_repeats(t, j[:, :1]), j, t)
         taken = torch.sort(taken, dim=1).values
         # a drawn row's picks are its ``fanout`` slots in order: the i-th pick of the row is taken[row, i]
         slot = torch.clamp(pos, max=fanout - 1)
         pos = torch.where(drawn[row_of], taken[row_of, slot], pos)
     return counts, nbrs[starts[row_of] + pos]
+
+
+def floyd_repeats(t: torch.Tensor, j0: torch.Tensor) -> torch.Tensor:
+    """Which rounds of Floyd's algorithm find their candidate taken already, for every row at once: ``t [n, f]``
+    the rounds' candidates, round ``i`` drawing from ``0 … j0 + i`` (``j0 [n, 1]``). Returns bool ``[n, f]``.
+
+    Round ``i`` takes ``j_i = j0 + i`` where ``t_i`` is taken, else ``t_i``. Every earlier candidate is taken by
+    then (itself, or it was taken before it came up), and the other things taken are the ``j_k`` of earlier
+    repeats, so round ``i`` repeats when ``t_i`` equals an earlier candidate, or equals ``j_k`` for the round
+    ``k = t_i − j0 < i`` and round ``k`` repeated. The first part is a stable sort of each row; the second a
+    chain of rounds, each earlier than the last, ORed by pointer jumping in ⌈log2(f + 1)⌉ steps, so a hop costs
+    a number of operations that grows with the fanout's logarithm, not with the fanout."""
+    n, f = t.shape
+    dev = t.device
+    order = torch.sort(t, dim=1, stable=True)
+    # an equal value earlier in a stable sort is an earlier round's candidate
+    repeats = torch.zeros((n, f + 1), dtype=torch.bool, device=dev)  # column f: "no round", never a repeat
+    repeats[:, :f].scatter_(1, order.indices[:, 1:], order.values[:, 1:] == order.values[:, :-1])
+    rounds = torch.arange(f, device=dev)
+    k = t - j0
+    nxt = torch.where((k >= 0) & (k < rounds), k, f)
+    nxt = torch.cat([nxt, torch.full((n, 1), f, dtype=nxt.dtype, device=dev)], dim=1)
+    for _ in range(f.bit_length()):
+        repeats |= repeats.gather(1, nxt)
+        nxt = nxt.gather(1, nxt)
+    return repeats[:, :f]
 
 
 def relabel(
