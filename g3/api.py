@@ -3,6 +3,7 @@ arguments in place of options. Stage modules are imported when a function is fir
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -93,6 +94,15 @@ def _options(cls, func: str, given: dict):
     return cls(**settings, knobs={name: value for name, value in given.items() if name in knobs})
 
 
+def _worded_for_the_api(exc: Exception) -> Exception:
+    """``exc`` with the stages' "pass --force" worded as the API's ``force=True``."""
+    if not isinstance(exc, G3InputError) or "--force" not in str(exc):
+        return exc
+    worded = G3InputError(str(exc).replace("pass --force", "pass force=True").replace("--force", "force=True"))
+    worded.path, worded.line = exc.path, exc.line
+    return worded
+
+
 def _api(func):
     """Checks the call's arguments against ``func``'s annotations — a wrong type is a :class:`G3InputError`
     naming the argument, as the CLI names an option — and words the "pass --force" of the stages' messages as
@@ -130,14 +140,12 @@ def _api(func):
                 )
         try:
             return func(*args, **kwargs)
-        except G3InputError as exc:
-            if "--force" not in str(exc):
+        except (G3InputError, G3RuntimeError) as exc:
+            if os.environ.get("G3_DEBUG"):
                 raise
-            worded = G3InputError(
-                str(exc).replace("pass --force", "pass force=True").replace("--force", "force=True")
-            )
-            worded.path, worded.line = exc.path, exc.line
-            raise worded from None
+            # a refusal, not a bug: raised from the user's own call, its one line last, not below a screen of
+            # g3's frames (G3_DEBUG=1 keeps them, as the commands' --debug does)
+            raise _worded_for_the_api(exc).with_traceback(None) from None
 
     return checked
 

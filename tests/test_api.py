@@ -461,8 +461,11 @@ def test_a_script_without_a_main_guard_is_told_what_to_do(tmp_path):
         [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
     )
     assert p.returncode != 0
-    last = p.stderr.strip().splitlines()[-1]
-    assert 'put that script\'s calls under `if __name__ == "__main__":`' in last, p.stderr[-2000:]
+    lines = p.stderr.strip().splitlines()
+    assert 'put that script\'s calls under `if __name__ == "__main__":`' in lines[-1], p.stderr[-2000:]
+    # the traceback ends at the script's own call: the script's line and the API's raise, none of g3's frames
+    frames = [line for line in lines if line.startswith("  File ")]
+    assert len(frames) == 2 and str(script) in frames[0], p.stderr[-2000:]
     assert "already exists" not in p.stderr and "rank-00000.log" not in p.stderr, p.stderr[-2000:]
 
 
