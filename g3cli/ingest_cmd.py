@@ -36,6 +36,7 @@ def ingest(source, out_store, fmt, force, **settings):
       DIR                     OGB node-property-prediction folder (raw/*.csv.gz or raw/data.npz, split/)
       BASENAME[.graph]        WebGraph BV graph (BASENAME.graph + .properties [+ .offsets])
       FILE                    edge list: text (CSV or whitespace, # comments, optional header), .npy, .npz
+                              ([2, E] or [E, 2]; a 2 x 2 array is read as [2, E]: row 0 the sources)
       FILE.npz                the heterophilous benchmarks' arrays (edges, node_features, node_labels,
                               train/val/test_masks; e.g. tolokers.npz): give --split-index
       FILE.pt                 torch.save of a PyG Data (needs torch_geometric) or of a dict of tensors

@@ -314,6 +314,14 @@ def test_edge_array_bad_shape_and_dtype(tmp_path):
         read_edgelist(p)
 
 
+def test_a_two_by_two_edge_array_is_read_as_an_edge_index(tmp_path):
+    """[[0, 1], [2, 3]] is two arcs either way; the help says which: [2, E], row 0 the sources (0 → 2, 1 → 3)."""
+    p = tmp_path / "e.npy"
+    np.save(p, np.array([[0, 1], [2, 3]], dtype=np.int64))
+    s, d = consume(read_edgelist(p))
+    assert s.tolist() == [0, 1] and d.tolist() == [2, 3]
+
+
 def test_npz_with_several_arrays_needs_a_key(tmp_path):
     p = tmp_path / "e.npz"
     np.savez(p, a=EDGE_INDEX, b=EDGE_INDEX)
