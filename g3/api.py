@@ -98,7 +98,9 @@ def _worded_for_the_api(exc: Exception) -> Exception:
     """``exc`` with the stages' "pass --force" worded as the API's ``force=True``."""
     if not isinstance(exc, G3InputError) or "--force" not in str(exc):
         return exc
-    worded = G3InputError(str(exc).replace("pass --force", "pass force=True").replace("--force", "force=True"))
+    worded = G3InputError(
+        str(exc).replace("pass --force", "pass force=True").replace("--force", "force=True")
+    )
     worded.path, worded.line = exc.path, exc.line
     return worded
 

@@ -154,7 +154,7 @@ def test_a_stage_whose_floor_exceeds_the_machines_memory_is_refused_naming_it(mo
     store = tmp_path / "s.g3"
     limit["bytes"] = 32 << 20  # under ingest's smallest --memory-limit (64 MiB)
     r = invoke(["ingest", "synthetic:tiny", str(store), "--memory-limit", "64MiB"])
-    assert r.exit_code == 2 and "this ingest holds at least" in r.output and "--memory-limit 64" in r.output
+    assert r.exit_code == 2 and "this ingest needs at least" in r.output and "--memory-limit 64" in r.output
     assert "MemTotal (32" in r.output and len(r.output.strip().splitlines()) == 1, r.output
     assert not store.exists()
     limit["bytes"] = 1 << 40
@@ -164,6 +164,6 @@ def test_a_stage_whose_floor_exceeds_the_machines_memory_is_refused_naming_it(mo
     r = invoke(
         ["partition", str(store), "-w", "2", "--method", "metis", "--metis-memory", "2GiB", "-o", str(part)]
     )
-    assert r.exit_code == 2 and "this partition holds at least" in r.output and "--metis-memory 2" in r.output
+    assert r.exit_code == 2 and "this partition needs at least" in r.output and "--metis-memory 2" in r.output
     assert "the graph's arcs" in r.output and not part.exists(), r.output
     assert invoke(["partition", str(store), "-w", "2", "--method", "metis", "-o", str(part)]).exit_code == 0

@@ -432,6 +432,36 @@ def test_ctrl_c_during_a_force_rerun_keeps_the_earlier_run_and_leaves_nothing_el
     assert not list(tmp_path.glob(".run.tmp-*")) and sorted(p.name for p in run.iterdir()) == before
 
 
+def test_train_and_eval_refuse_workers_that_cannot_fit_before_starting_them(plan, tmp_path):
+    """In a memory cgroup smaller than this process, the fork server and the workers take at least, `g3 train`
+    and `g3 eval` refuse in one line naming the floor, exit 2, before any worker starts: no run folder, no
+    eval.json, nothing killed."""
+    from helpers import memory_cgroup
+
+    run = tmp_path / "run"
+    assert train(plan, run, "--epochs", "1").exit_code == 0
+    with memory_cgroup(400 << 20) as procs:
+        proc = _launch(plan, tmp_path / "small", "--epochs", "1", cgroup=procs)
+        _, err = proc.communicate(timeout=300)
+        ev = subprocess.run(
+            [sys.executable, "-m", "g3cli.main", "eval", str(run)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=lambda: procs.write_text(str(os.getpid())),
+        )
+    for rc, stderr in ((proc.returncode, err), (ev.returncode, ev.stderr)):
+        lines = stderr.strip().splitlines()
+        assert rc == 2 and len(lines) == 1, stderr
+        assert lines[0].startswith("g3: error: running 2 worker processes on this machine needs at least"), (
+            lines
+        )
+        assert "the fork server" in lines[0] and "the memory cgroup's limit (400.0 MiB)" in lines[0], lines
+    assert not (tmp_path / "small").exists() and not list(tmp_path.glob(".small*"))
+    assert not (run / "eval.json").exists()
+
+
 def test_a_worker_the_oom_killer_ends_is_named_as_out_of_memory(plan, tmp_path):
     """A worker that takes more memory than its cgroup allows is ended by the kernel (SIGKILL): the one line says
     it ran out of memory, the limit it had and what lowers a worker's memory — not a bare SIGKILL."""

@@ -32,6 +32,19 @@ def process_peak_bytes() -> int:
         return 0
 
 
+def process_anonymous_bytes() -> int:
+    """The anonymous memory this process holds now (``RssAnon``: its heap, imports' data; not file pages the
+    kernel can drop and read again); 0 where the kernel does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def stage_cost(t0: float, workers_peak_bytes: int = 0) -> dict:
     """The ``cost`` record of a stage that started at ``time.perf_counter()`` = ``t0``: ``seconds``,
     ``peak_memory_bytes`` (this process + ``workers_peak_bytes``) and the two parts."""
@@ -138,7 +151,7 @@ def check_memory_floor(parts: dict[str, int], what: str, fix: str) -> None:
     if total is not None and need > total:
         detail = ", ".join(f"{name} {human_bytes(n)}" for name, n in parts.items() if n)
         raise G3InputError(
-            f"{what} holds at least {human_bytes(need)} ({detail}), more than {source} ({human_bytes(total)}): {fix}"
+            f"{what} needs at least {human_bytes(need)} ({detail}), more than {source} ({human_bytes(total)}): {fix}"
         )
 
 

@@ -146,9 +146,15 @@ def _evaluate(
     if (
         emulate_link is None
     ):  # the local workers' fork server starts while the plan and the weights are checked
-        from stages.kits.runtime.launch.processes import INFERENCE_PRELOAD, start_server_early
+        from stages.kits.runtime.launch.processes import (
+            INFERENCE_PRELOAD,
+            check_workers_fit,
+            start_server_early,
+        )
 
-        if (workers or int(meta["plan"]["num_workers"])) > 1:
+        local = workers or int(meta["plan"]["num_workers"])
+        check_workers_fit(local, in_process=local == 1)  # before the server takes its memory
+        if local > 1:
             # the module of the workers' entry, by name: this process imports it (and torch) only later
             start_server_early([*INFERENCE_PRELOAD, RUNNER])
     from stages.bundle import host_folders

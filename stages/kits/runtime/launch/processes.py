@@ -186,6 +186,32 @@ def run_in_process(entry, run_dir: Path, prefix: str, master_addr: str, master_p
         root.setLevel(saved[1])
 
 
+# Floors of local worker processes, lower bounds measured on synthetic:tiny at K = 2 (torch 2.13, CPU): a g3
+# process that has imported torch holds 188 MiB of its own, the fork server 270 MiB once it has imported torch,
+# numba and the runtime, and a worker forked from it 38 MiB beyond the pages they share, before its partition; a
+# machine or cgroup with less than these can only kill the run
+PROCESS_BYTES = 150 << 20
+FORK_SERVER_BYTES = 200 << 20
+WORKER_OWN_BYTES = 32 << 20
+
+
+def check_workers_fit(world: int, in_process: bool = False) -> None:
+    """Refuse, before any process starts, ``world`` local workers whose floor exceeds all the memory this machine
+    or its memory cgroup has (this process, the fork server they start from, each worker's own pages);
+    ``in_process``: the one worker runs in this process (no fork server)."""
+    from stages.common.cost import check_memory_floor, process_anonymous_bytes
+
+    check_memory_floor(
+        {
+            "this process": max(process_anonymous_bytes(), PROCESS_BYTES),
+            "the fork server": 0 if in_process else FORK_SERVER_BYTES,
+            f"{world} workers' own memory": world * WORKER_OWN_BYTES,
+        },
+        f"running {world} worker processes on this machine",
+        "run fewer workers here (--workers, or --hosts to spread them over machines), or give it more memory",
+    )
+
+
 def spawn_workers(
     entry,
     world: int,
@@ -202,6 +228,7 @@ def spawn_workers(
     named. ``preload``: what the fork server imports if this call starts it (default :data:`PRELOAD`)."""
     import torch.multiprocessing as mp
 
+    check_workers_fit(world)
     port = master_port or free_port(master_addr)
     init_method = f"tcp://{master_addr}:{port}"
     started = time.time()
