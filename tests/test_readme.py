@@ -5,6 +5,7 @@ earlier README command writes (issue 40 §5: the README once trained `…plan-sa
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 from dataclasses import asdict
@@ -135,6 +136,40 @@ def test_every_readme_command_runs_in_order(request, tmp_path, lane):
     # what the README says the commands leave behind
     for path in LEFT_BEHIND.get(lane, ()):
         assert (work / path).is_file(), path
+    for step in steps:
+        check_quoted_output(step)
+
+
+def quoted_outputs() -> dict[str, str]:
+    """The README's quoted outputs (```text blocks), by the command of the code block just before each."""
+    quoted, command, block, inside = {}, None, [], None
+    for line in (REPO / "README.md").read_text().splitlines():
+        if inside is not None:
+            if line.startswith("```"):
+                if inside == "text" and command:
+                    quoted[command] = "\n".join(block)
+                inside, block = None, []
+            elif inside == "":
+                command = line.strip() or command
+            else:
+                block.append(line)
+        elif line.startswith("```"):
+            inside = line[3:].strip()
+    return quoted
+
+
+def check_quoted_output(step: Step) -> None:
+    """A command whose output the README quotes prints what the quote shows: its first line with this graph's
+    name and sizes, and every strategy of the quoted rows (the run is `tiny`, the quote `small`: figures differ)."""
+    quote = quoted_outputs().get(step.command)
+    if quote is None:
+        return
+    first = quote.splitlines()[0]
+    pattern = re.escape(first).replace(re.escape("synthetic-small"), r"\S+")
+    pattern = re.sub(r"[0-9][0-9,]*(?=\\ (nodes|arcs))", "[0-9,]+", pattern)
+    assert re.search(pattern, step.output), (first, step.output[:2000])
+    quoted = set(re.findall(r"^│\s+\d+ │ (\S+)", quote, re.MULTILINE))
+    assert quoted and all(name in step.output for name in quoted), (quoted, step.output[-3000:])
 
 
 LEFT_BEHIND = {
