@@ -12,7 +12,7 @@ with ``d <= f`` takes its whole row instead), and which rounds find their candid
 running the rounds in order (:func:`floyd_repeats`). 64-bit words are torch int64 with wrapping arithmetic; shifts are made logical by masking
 and the modulo of an unsigned word is taken in two halves. The output sizes depend on the data, so a hop reads
 two numbers back from the device: how many picks it made and how many new sources they bring (the relabel's
-``unique``). That is the device sampler's whole cost in host synchronisations: two per hop. With peers, a hop and the
+count; it sorts nothing). That is the device sampler's whole cost in host synchronisations: two per hop. With peers, a hop and the
 input gather each read back how many of their nodes are here, and the ids of the others leave the device for
 their owners (:class:`Owners`).
 
@@ -118,27 +118,28 @@ def relabel(
     """The sources a hop adds and where each pick lands among the block's sources, as
     ``neighbor_sampler.block_from_sample`` numbers them: ``dst`` first, then the picks that are not
     destinations in order of first appearance. ``scratch``: int64 ``[num_nodes]`` all −1 on the device (left
-    so). Returns ``(new [m], positions [len(nbrs)])``."""
+    so). Returns ``(new [m], positions [len(nbrs)])``.
+
+    No sort: each id's first pick is found by a scatter of pick indices (the least wins), the first picks of
+    new ids are ranked by a running count, and the one read-back is how many there are (the output's size)."""
     dev = nbrs.device
-    n_dst = len(dst)
+    n_dst, m = len(dst), len(nbrs)
     scratch[dst] = torch.arange(n_dst, device=dev)
     pos = scratch[nbrs]
     scratch.index_fill_(0, dst, -1)  # a scalar written by indexing would be a tensor made on the host first
+    if m == 0:
+        return nbrs[:0], pos
     is_new = pos < 0
-    # the new ones in order of first appearance: unique ids, each one's first position, ranked; a −1 stands for
-    # every destination, and one more is appended so that the sentinel is always there (no second read-back)
-    ids = torch.cat([torch.where(is_new, nbrs, -1), torch.full((1,), -1, dtype=torch.int64, device=dev)])
-    uniq, inv = torch.unique(ids, return_inverse=True)  # sorted: the sentinel −1 first
-    inv = inv[:-1]
-    first = torch.full((len(uniq),), len(nbrs), dtype=torch.int64, device=dev)
-    first.scatter_reduce_(0, inv, torch.arange(len(nbrs), device=dev), reduce="amin")
-    first[:1].fill_(len(nbrs) + 1)  # the sentinel sorts last, past every real first place
-    order = torch.argsort(first)
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(len(order), device=dev)
-    new = uniq[order[:-1]]
-    pos = torch.where(is_new, n_dst + rank[inv], pos)
-    return new, pos
+    picks = torch.arange(m, device=dev)
+    scratch.scatter_reduce_(0, nbrs, picks, reduce="amin", include_self=False)
+    first_of = scratch[nbrs]  # the first pick of each pick's id
+    scratch.index_fill_(0, nbrs, -1)
+    first = is_new & (first_of == picks)
+    rank = torch.cumsum(first, 0) - 1  # among the new ids, in order of first appearance
+    n_new = int(rank[-1]) + 1  # the one read-back: how many sources the hop adds
+    new = nbrs.new_empty(n_new + 1)  # the last slot takes every pick that is not a new id's first
+    new.scatter_(0, torch.where(first, rank, n_new), nbrs)
+    return new[:n_new], torch.where(is_new, n_dst + rank[first_of], pos)
 
 
 def block_arrays(
