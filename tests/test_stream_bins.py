@@ -12,6 +12,7 @@ import torch
 from reference import reference_train
 from test_train import DROPOUT, EPOCHS, LR, SEED, max_weight_diff, pipeline, ref_graph
 
+from stages.common.cost import disk_bytes
 from stages.kits.runtime.config import RuntimeConfig
 from stages.strategies.g3 import runtime as g3_runtime
 from stages.strategies.g3.knobs import G3Knobs
@@ -61,6 +62,13 @@ def test_streamed_bins_train_the_in_memory_model(store, tmp_path, model, k, sche
     expected = reference_train(model, init, ref_graph(store), EPOCHS, LR, 0.0, DROPOUT, SEED, heads=heads)
     assert max_weight_diff(final, expected) <= 1e-5
     assert json.loads((streamed / "run.json").read_text())["config"]["stream_bins"] == "on"
+    # the disk it took: TMPDIR as the workers' estimate said (the one the TMPDIR check refuses by), the run folder
+    workers = json.loads((streamed / "metrics.jsonl").read_text().splitlines()[-1])["workers"]
+    for w in workers:
+        assert 0.85 <= w["scratch_peak_bytes"] / w["scratch_estimate_bytes"] <= 1.15, w
+    cost, kept_cost = (json.loads((run / "run.json").read_text())["cost"] for run in (streamed, in_memory))
+    assert cost["scratch_peak_bytes"] == sum(w["scratch_peak_bytes"] for w in workers) > 0
+    assert kept_cost["scratch_peak_bytes"] == 0 and 0 < cost["disk_bytes"] <= disk_bytes(streamed)
     # a streamed worker waits half an hour for a peer (its layers can take minutes), an in-memory one a minute
     assert "waits 1800 s for a peer" in (streamed / "logs" / "rank-00000.log").read_text()
     assert "waits 60 s for a peer" in (in_memory / "logs" / "rank-00000.log").read_text()

@@ -9,6 +9,7 @@ when the processes peaked at different moments.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -45,16 +46,33 @@ def process_anonymous_bytes() -> int:
     return 0
 
 
-def stage_cost(t0: float, workers_peak_bytes: int = 0) -> dict:
+def stage_cost(t0: float, workers_peak_bytes: int = 0, out=None, scratch_peak_bytes: int = 0) -> dict:
     """The ``cost`` record of a stage that started at ``time.perf_counter()`` = ``t0``: ``seconds``,
-    ``peak_memory_bytes`` (this process + ``workers_peak_bytes``) and the two parts."""
+    ``peak_memory_bytes`` (this process + ``workers_peak_bytes``) and the two parts; with ``out`` (the folder the
+    stage writes) ``disk_bytes``, what its files take on disk, and ``scratch_peak_bytes``, the most its processes
+    held in ``TMPDIR`` at once."""
     own = process_peak_bytes()
+    disk = (
+        {} if out is None else {"disk_bytes": disk_bytes(out), "scratch_peak_bytes": int(scratch_peak_bytes)}
+    )
     return {
         "seconds": round(time.perf_counter() - t0, 3),
         "peak_memory_bytes": own + int(workers_peak_bytes),
         "process_peak_bytes": own,
         "workers_peak_bytes": int(workers_peak_bytes),
+        **disk,
     }
+
+
+def disk_bytes(folder) -> int:
+    """What the files under ``folder`` take on disk (their allocated blocks: a sparse file counts what it holds);
+    links are not followed."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):  # a file removed meanwhile takes nothing
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    return total
 
 
 def available_memory(root: str = "/") -> tuple[int | None, str]:

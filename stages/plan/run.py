@@ -141,7 +141,7 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
             "widths": spec.widths,
             **planned,
             "seconds": round(time.perf_counter() - t0, 3),
-            "cost": stage_cost(t0),
+            "cost": stage_cost(t0, out=tmp),  # every worker's files are written: plan.json is the rest
         }
         write_json_atomic(tmp / "plan.json", plan, seal=True)
     plan["path"] = str(out)

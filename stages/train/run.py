@@ -258,19 +258,21 @@ def _launch(
         seconds=time.perf_counter() - t0,
         path=run_dir,
         launcher={**where, **measured},
-        cost=stage_cost(t_stage, _workers_peak(work)),
+        cost=stage_cost(
+            t_stage, _workers_peak(work, "peak_memory_bytes"), work, _workers_peak(work, "scratch_peak_bytes")
+        ),
     )
 
 
-def _workers_peak(run_dir: Path) -> int:
-    """The workers' peak memory summed (each worker's last epoch record: its high-water mark), 0 if unknown."""
+def _workers_peak(run_dir: Path, field: str) -> int:
+    """A peak of the workers summed (each worker's last epoch record: its high-water mark), 0 if unknown."""
     from stages.common.run_artifact import read_metrics
 
     try:
         last = read_metrics(run_dir, need=("epoch",))[-1]
     except (G3InputError, IndexError):
         return 0
-    return sum(int(w.get("peak_memory_bytes") or 0) for w in last.get("workers") or [] if isinstance(w, dict))
+    return sum(int(w.get(field) or 0) for w in last.get("workers") or [] if isinstance(w, dict))
 
 
 def _has_checkpoint(run_dir: Path) -> bool:

@@ -345,16 +345,42 @@ def check_stream_memory(data: WorkerData, workers: int) -> None:
     )
 
 
+class SpillMeter:
+    """The bytes of this process's spilled arrays alive now (:func:`spilled_zeros`: their files' sizes) and the
+    most at once: what a streamed worker held in ``TMPDIR`` at its peak (pages never written take less)."""
+
+    def __init__(self):
+        self.live = self.peak = 0
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.live += n
+            self.peak = max(self.peak, self.live)
+
+    def remove(self, n: int) -> None:
+        with self._lock:
+            self.live -= n
+
+
+SPILLED = SpillMeter()
+
+
 def spilled_zeros(rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
     """A zeroed ``[rows, width]`` CPU tensor in a shared mapping of an unnamed temporary file (in ``TMPDIR``):
     memory like any other to the kernels, but pages the operating system may write back and evict under
     pressure instead of failing; the file goes with the tensor (it has no name from the start)."""
     import tempfile
+    import weakref
 
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    size = rows * width * np_dtype.itemsize
     with tempfile.TemporaryFile(prefix="g3-rows-") as f:
-        f.truncate(rows * width * np_dtype.itemsize)  # a sparse file: reads as zeros, no disk until written
+        f.truncate(size)  # a sparse file: reads as zeros, no disk until written
         rows_map = np.memmap(f, dtype=np_dtype, mode="r+", shape=(rows, width))
+    SPILLED.add(size)
+    # the tensor's storage holds the map: it goes, and its file with it, when the last view of the rows does
+    weakref.finalize(rows_map, SPILLED.remove, size)
     return torch.from_numpy(rows_map)
 
 
@@ -443,6 +469,7 @@ class G3Strategy(Strategy):
             )
             check_stream_memory(data, local_workers(ctx.world))
             check_spill_space(data, self.model.widths, local_workers(ctx.world))
+            self.spill_estimate = sum(spill_bytes(data, self.model.widths).values())
         self.num_layers = len(data.layers)
         self.phase = "fwd"  # the pass running now: "fwd", "eval" or "bwd" (gather spans carry it)
         self.blocks = [
@@ -695,6 +722,17 @@ class G3Strategy(Strategy):
 
     def backward(self, grad_logits: torch.Tensor) -> None:
         self._backward(grad_logits, self.epoch)
+
+    def stats(self) -> dict:
+        """The base figures and, streamed, the most this worker has held in ``TMPDIR`` at once so far."""
+        if not self.stream:
+            return super().stats()
+        # the estimate the TMPDIR check used, beside what was held
+        return {
+            **super().stats(),
+            "scratch_peak_bytes": SPILLED.peak,
+            "scratch_estimate_bytes": self.spill_estimate,
+        }
 
     def infer(self) -> Inference:
         with torch.no_grad():
