@@ -14,7 +14,7 @@ from stages.advise.options import AdviseOptions, latency
 from stages.common.atomic import write_json_atomic
 from stages.common.errors import G3InputError
 from stages.common.run_artifact import load_run_meta, read_metrics
-from stages.strategies.registry import STRATEGIES, load_plan, strategy_spec
+from stages.strategies.registry import load_plan, strategy_spec
 
 
 @dataclass
@@ -77,43 +77,26 @@ def cached_partition(cache: Cache, store: Path, skey: dict, method: str, k: int)
     return folder
 
 
-def own_plan_run(
-    cache: Cache, store: Path, skey: dict, name: str, plan_options: dict, options: AdviseOptions, k0: int
-) -> tuple[Path, Path]:
-    """(plan, run): a short calibration run of strategy ``name``'s own plan at K0, on its default partition
-    (cached like every plan and run)."""
-    method = STRATEGIES[name].default_method
-    part = cached_partition(cache, store, skey, method, k0)
-    plan = cached_plan(
-        cache,
-        part,
-        {"store": skey, "method": method, "workers": k0},
-        name,
-        plan_options,
-        options,
-        options.device_memory,
-    )
-    run = cache.root / "calibration" / f"{plan.name}.run"
-    train_calibration(cache, plan, run, {"plan": str(plan.resolve())}, options)
-    return plan, run
-
-
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "default"
 
 
 def cached_plan(
     cache: Cache,
-    part: Path,
-    pkey: dict,
+    store: Path,
+    skey: dict,
+    method: str,
+    k: int,
     strategy: str,
     plan_options: dict,
     options: AdviseOptions,
     memory_text: str | None,
 ) -> Path:
-    """The plan of ``strategy`` with ``plan_options`` (text) on ``part``, made once."""
+    """The plan of ``strategy`` with ``plan_options`` (text) on the store's ``method`` partition into ``k``, each
+    made once."""
     from stages.plan import PlanConfig, run_plan
 
+    part = cached_partition(cache, store, skey, method, k)
     info = strategy_spec(strategy)
     given = dict(plan_options)
     if memory_text is not None and any(o.name == "device_memory" and o.layout for o in info.plan_options):
@@ -129,7 +112,7 @@ def cached_plan(
         options=given,
     )
     key = {
-        "partition": pkey,
+        "partition": {"store": skey, "method": method, "workers": k},
         "strategy": strategy,
         "options": given,
         "model": [options.model, options.layers, options.hidden, options.heads],

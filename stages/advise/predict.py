@@ -108,6 +108,11 @@ class Candidate:
     refused: str | None = None  # cannot run: why
     unpredicted: str | None = None  # runs, but no prediction: why
 
+    @property
+    def options_key(self) -> tuple[str, str]:
+        """The strategy and its plan options: what a calibration run or a speed fit is kept under."""
+        return self.strategy, json.dumps(self.plan_options, sort_keys=True)
+
 
 def entry(
     c: Candidate,
@@ -185,14 +190,14 @@ def predict(
 
     speed = 1.0
     if info.fits_own_speed:
-        got = (speed_fits or {}).get((c.strategy, json.dumps(c.plan_options, sort_keys=True)))
+        got = (speed_fits or {}).get(c.options_key)
         if isinstance(got, tuple):  # its own run's speed and check, in place of the profile plan's check
             speed, profile_check = float(got[0]["speed"]), got[1]
             e["compute_speed"] = speed
         else:  # predicted from the profile's rates as they are
             e["compute_speed_note"] = got or "compute speed not fitted: no run of its own plan"
     if info.mini_batch:
-        got = calibration_runs.get((c.strategy, json.dumps(c.plan_options, sort_keys=True)))
+        got = calibration_runs.get(c.options_key)
         if not isinstance(got, tuple):
             e["status"], e["reason"] = "not predicted", f"not predicted: {got or 'no calibration run'}"
             return

@@ -18,7 +18,6 @@ is checked per host kind, and the simulator gives each worker its host kind's co
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,12 +25,10 @@ from pathlib import Path
 from stages.advise.calibration import (
     ADVISE_MARK,
     Cache,
-    cached_partition,
     cached_plan,
     fit_compute_speed,
     is_advise_folder,
     model_check,
-    own_plan_run,
     store_key,
     timed_calibration,
     train_calibration,
@@ -132,6 +129,20 @@ class Work:
     def k0(self) -> int:
         return next((k for k in self.ks if k >= 2), 2)
 
+    def plan(self, strategy: str, plan_options: dict, k: int, memory_text: str | None) -> Path:
+        """The cached plan of ``strategy`` on its default partition into ``k``."""
+        method = STRATEGIES[strategy].default_method
+        return cached_plan(
+            self.cache, self.store, self.skey, method, k, strategy, plan_options, self.options, memory_text
+        )
+
+    def own_plan_run(self, strategy: str, plan_options: dict) -> tuple[Path, Path]:
+        """(plan, run): a short calibration run of the strategy's own plan at K0 (cached like every plan)."""
+        plan = self.plan(strategy, plan_options, self.k0, self.options.device_memory)
+        run = self.cache.root / "calibration" / f"{plan.name}.run"
+        train_calibration(self.cache, plan, run, {"plan": str(plan.resolve())}, self.options)
+        return plan, run
+
 
 @dataclass
 class Calibration:
@@ -223,21 +234,10 @@ def _plan_candidates(cands: list[Candidate], work: Work, progress) -> None:
     task = progress.add_task("advise: partitions and plans", total=len(todo))
     plans: dict = {}
     for c in todo:
-        method = STRATEGIES[c.strategy].default_method
-        key = (c.strategy, json.dumps(c.plan_options, sort_keys=True), c.k)
+        key = (*c.options_key, c.k)
         if key not in plans:
             try:
-                part = cached_partition(work.cache, work.store, work.skey, method, c.k)
-                pkey = {"store": work.skey, "method": method, "workers": c.k}
-                plans[key] = cached_plan(
-                    work.cache,
-                    part,
-                    pkey,
-                    c.strategy,
-                    c.plan_options,
-                    work.options,
-                    work.options.device_memory,
-                )
+                plans[key] = work.plan(c.strategy, c.plan_options, c.k, work.options.device_memory)
             except G3InputError as exc:
                 plans[key] = exc
         got = plans[key]
@@ -257,11 +257,10 @@ def _calibrate(cands: list[Candidate], work: Work, progress) -> Calibration:
     speed_needed: dict = {}
     for c in live:
         spec = STRATEGIES[c.strategy]
-        okey = (c.strategy, json.dumps(c.plan_options, sort_keys=True))
         if spec.mini_batch:
-            runs_needed.setdefault(okey, c.plan_options)
+            runs_needed.setdefault(c.options_key, c.plan_options)
         if spec.fits_own_speed:
-            speed_needed.setdefault(okey, (c.plan_options, c.simulate))
+            speed_needed.setdefault(c.options_key, (c.plan_options, c.simulate))
     need_profile = any(not STRATEGIES[c.strategy].mini_batch for c in live)
     o = work.options
     calib = Calibration(
@@ -292,13 +291,11 @@ def _profile(calib: Calibration, work: Work) -> float:
     t = time.perf_counter()
     plan = run = None
     try:
-        part = cached_partition(cache, work.store, work.skey, reference.default_method, k0)
-        pkey = {"store": work.skey, "method": reference.default_method, "workers": k0}
         variant = reference.advise_variants[0]
         try:
-            plan = cached_plan(cache, part, pkey, reference.name, variant.plan_options, o, o.device_memory)
+            plan = work.plan(reference.name, variant.plan_options, k0, o.device_memory)
         except G3InputError:  # too little memory for bins of one node: profile a plan sized by default
-            plan = cached_plan(cache, part, pkey, reference.name, variant.plan_options, o, None)
+            plan = work.plan(reference.name, variant.plan_options, k0, None)
         calib.profile = calib_dir / f"profile-{plan.name}.json"
         stamp = {"plan": str(plan.resolve())}
         train_calibration(
@@ -340,7 +337,7 @@ def _step_model_run(
         return 0.0
 
     def own_run():
-        plan, run = own_plan_run(work.cache, work.store, work.skey, name, plan_options, o, work.k0)
+        plan, run = work.own_plan_run(name, plan_options)
         check = model_check(plan, run, work.k0, o, work.cache)
         return plan, run, (plan, run, check), {"model_check": check}
 
@@ -366,7 +363,7 @@ def _speed_run(
         return 0.0
 
     def speed_run():
-        plan, run = own_plan_run(work.cache, work.store, work.skey, name, plan_options, o, work.k0)
+        plan, run = work.own_plan_run(name, plan_options)
         fit = fit_compute_speed(plan, run, work.k0, o, work.cache, profile, simulate)
         if fit is None:
             raise G3InputError("its run recorded no compute time to fit", path=run)
