@@ -34,6 +34,7 @@ from stages.common.progress import make_progress
 from stages.common.settings import setting
 from stages.common.store import SPLITS, StoreWriter, index_dtype
 from stages.common.units import parse_size
+from stages.common.version import VERSION
 from stages.ingest.source import GraphSource
 
 BYTES_PER_ARC_SORT = 40  # key (8) + sort scratch (8) + src/dst int64 copies (16) + slack
@@ -192,7 +193,7 @@ def build_store(
             **feat_info,
             **label_info,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "g3_version": _version(),
+            "g3_version": VERSION,
             "cost": stage_cost(t0),
         }
         writer.finish(meta)
@@ -214,15 +215,6 @@ def build_store(
             "total": t_end - t0,
         },
     )
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("g3")
-    except Exception:
-        return "unknown"
 
 
 # what ingest holds per node beyond --memory-limit, at least: the CSR's row pointers and its per-node counts

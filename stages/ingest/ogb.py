@@ -37,6 +37,7 @@ from stages.common.errors import G3InputError
 from stages.ingest.edgelist import (
     NpzMember,
     _npz_member,
+    _short,
     check_finite,
     edge_array_layout,
     feature_blocks_from_array,
@@ -95,11 +96,6 @@ def _first_line(path: Path) -> bytes | None:
     if not buf:
         return None
     return buf.split(b"\n", 1)[0].rstrip(b"\r")
-
-
-def _short(s: bytes) -> str:
-    text = s.decode("utf-8", "replace")
-    return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
 class _Csv:
