@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from g3cli.output import stdout_console
+from g3cli.output import print_result, stdout_console
 from g3cli.paths import force_option, out_option
 from g3cli.settings import setting_options
 from stages.advise import AdviseOptions, print_advice, run_advise
@@ -27,7 +25,4 @@ def command(store, out, force, top, as_json, **settings):
     the reason for each place, refusals with theirs. With --cluster FILE, a cluster of unlike hosts: each worker
     its host kind's link, compute speed and device memory. Writes OUT/advise.json."""
     result = run_advise(store, AdviseOptions(**settings), out=out, force=force)
-    if as_json:
-        click.echo(json.dumps(result, indent=1, default=str))
-    else:
-        print_advice(result, stdout_console(), top=top)
+    print_result(result, as_json, lambda r: print_advice(r, stdout_console(), top=top), indent=1)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from g3cli.output import stdout_console
+from g3cli.output import print_result, stdout_console
 from g3cli.paths import force_option, out_option
 from g3cli.settings import setting_options
 from stages.bench import BenchOptions, print_bench, run_bench
@@ -29,7 +27,4 @@ def command(store, out, force, as_json, **settings):
     worker and the ratios. A peer that is not installed is reported as such. The peers read the graph from a
     neutral .npz exported once."""
     result = run_bench(store, BenchOptions(**settings), out=out, force=force)
-    if as_json:
-        click.echo(json.dumps(result, indent=1))
-    else:
-        print_bench(result, stdout_console())
+    print_result(result, as_json, lambda r: print_bench(r, stdout_console()), indent=1)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from g3cli.output import print_eval
+from g3cli.output import print_eval, print_result
 from g3cli.paths import force_option
 from g3cli.settings import setting_options
 from stages.eval import EvalOptions, run_eval
@@ -22,7 +20,4 @@ def command(run, force, as_json, **settings):
     and accuracy per split (multi-class accuracy, as OGB's Evaluator computes it for ogbn-products and
     ogbn-papers100M). Writes RUN/eval.json."""
     result = run_eval(run, EvalOptions(**settings), force=force)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-    else:
-        print_eval(result)
+    print_result(result, as_json, print_eval)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from g3cli.output import print_summary
+from g3cli.output import print_result, print_summary
 from stages.info import summarize
 
 
@@ -18,7 +16,4 @@ def info(path, as_json, verify):
     """Summarise a g3 artifact: a store (nodes, arcs, degrees, features, classes, splits, size on disk),
     a partition (per-partition table and balance ratios), a plan or a run."""
     summary = summarize(path, verify=verify)
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-    else:
-        print_summary(summary)
+    print_result(summary, as_json, print_summary)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
+import click
 from rich.console import Console
 from rich.table import Table
 
@@ -31,6 +33,15 @@ class _StdoutConsole:
 
 
 console = _StdoutConsole()
+
+
+def print_result(result: dict, as_json: bool, show, indent: int = 2) -> None:
+    """A command's result: its JSON with ``--json`` (``indent`` as the command has always printed it), else
+    ``show(result)``, its tables."""
+    if as_json:
+        click.echo(json.dumps(result, indent=indent, default=str))
+    else:
+        show(result)
 
 
 def print_path(what: str, path) -> None:

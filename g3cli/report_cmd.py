@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from g3cli.output import print_report
+from g3cli.output import print_report, print_result
 from g3cli.paths import out_option
 from stages.report import run_report
 
@@ -48,7 +46,4 @@ def command(runs, out, labels, as_json):
     and says which plots were skipped and why. See docs/ARTIFACTS.md, "Report".
     """
     result = run_report(list(runs), out=out, labels=list(labels) or None)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-    else:
-        print_report(result)
+    print_result(result, as_json, print_report)

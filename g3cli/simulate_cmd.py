@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from g3cli.output import stdout_console
+from g3cli.output import print_result, stdout_console
 from g3cli.paths import force_option, out_option
 from g3cli.settings import setting_options
 from stages.simulate import SimulateOptions, print_simulation, run_simulate
@@ -27,7 +25,4 @@ def command(plan, out, force, as_json, **settings):
     strategy's (distdgl, bytegnn, clustergcn, p3, hopgnn) by a per-step model calibrated on a run of it (--run); a neutrontp plan by
     its chunks and the plan's all-to-alls (naive or decoupled TP, bulk or pipelined)."""
     result = run_simulate(plan, SimulateOptions(**settings), out=out, force=force)
-    if as_json:
-        click.echo(json.dumps(result, indent=1, default=str))
-    else:
-        print_simulation(result, stdout_console())
+    print_result(result, as_json, lambda r: print_simulation(r, stdout_console()), indent=1)
