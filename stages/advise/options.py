@@ -11,33 +11,21 @@ from stages.plan import MODELS
 from stages.strategies.registry import strategy_spec
 
 ADVISE_SCHEMA = "g3.advise"
-
-
 ADVISE_VERSION = 1
 
-
+DEFAULT_WORKERS = (2,)
+DEFAULT_LINKS = ("1gbit",)
+DEFAULT_DEVICE_MEMORY = "16GiB"
 DEFAULT_BUDGET = 600.0
-
-
 CALIBRATION_EPOCHS = 3  # the first epoch is dropped by every model: two steady epochs remain
-
-
 AUTO_CALIBRATE_LINK = "10gbit"  # fast enough that the calibration runs measure compute, not this link
-
-
-ANCHOR_FLOOR = (
-    0.5  # a negative anchor (the model slower than its calibration run) takes at most half the epoch
-)
-
+# a negative anchor (the model slower than its calibration run) takes at most half the epoch
+ANCHOR_FLOOR = 0.5
 
 # epochs of exact full-graph training to the target (`--target-epochs`): one optimizer step each; how the other
 # candidates' epochs follow from it is the convergence model (`--convergence`, CONVERGENCE_MODELS)
 DEFAULT_TARGET_EPOCHS = 100
-
-
 DEFAULT_CONVERGENCE = "steps"
-
-
 CONVERGENCE_MODELS = {
     "steps": (
         "time to target = epochs to target x predicted epoch, where every candidate takes the same number of "
@@ -56,20 +44,25 @@ CONVERGENCE_MODELS = {
 }
 
 
+def check_rate(text: str, flag: str) -> None:
+    """A link rate as `--emulate-link` takes it; bad input is one line naming ``flag``."""
+    from stages.kits.runtime.launch.netemu import parse_rate
+
+    try:
+        parse_rate(text)
+    except ValueError as exc:
+        raise G3InputError(f"{flag}: {exc}") from None
+
+
 def parse_links(text: str) -> tuple[str, ...]:
     """``1gbit,10gbit`` → the rates (lower case), each checked as `--emulate-link` checks it; bad input is one
     line naming --link."""
-    from stages.kits.runtime.launch.netemu import parse_rate
-
     out = []
     for part in str(text).split(","):
         part = part.strip().lower()
         if not part:
             continue
-        try:
-            parse_rate(part)
-        except ValueError as exc:
-            raise G3InputError(f"--link: {exc}") from None
+        check_rate(part, "--link")
         if part not in out:
             out.append(part)
     if not out:
@@ -105,15 +98,6 @@ def parse_strategies(text: str | None) -> tuple[str, ...] | None:
     return names
 
 
-DEFAULT_WORKERS = (2,)
-
-
-DEFAULT_LINKS = ("1gbit",)
-
-
-DEFAULT_DEVICE_MEMORY = "16GiB"
-
-
 @dataclass
 class AdviseOptions:
     """Everything `g3 advise` can be told: each field with a ``setting`` is its option (``g3 advise --help``)."""
@@ -139,8 +123,6 @@ class AdviseOptions:
         "every candidate's peak memory per worker is checked against it [default: 16GiB].",
         metavar="SIZE",
     )
-    # a cluster file (schema g3.cluster, stages/advise/cluster.py): its hosts give K, every worker's link, speed and
-    # device memory, in place of workers, links and device_memory
     cluster: str | None = setting(
         None,
         "A cluster of more than one kind of host (a g3.cluster JSON file: per host kind its count, "
@@ -181,7 +163,6 @@ class AdviseOptions:
         "machine's cores; 'auto': emulated hosts at 10gbit where this machine can build them, else local.",
         metavar="RATE|local|auto",
     )
-    # add to every prediction what its model missed at its calibration point (anchor_seconds); False: the bare model
     anchor: bool = setting(
         True,
         "Add to every prediction what its model missed on its own calibration run (measured minus "
@@ -250,7 +231,6 @@ def resolve_calibrate_link(text: str | None) -> str | None:
 
 def check_options(options: AdviseOptions, num_nodes: int, cluster=None) -> int:
     from stages.common.model_spec import MODEL_KINDS
-    from stages.kits.runtime.launch.netemu import parse_rate
 
     if not options.workers or any(int(k) < 1 for k in options.workers):
         raise G3InputError("--workers: worker counts must be at least 1")
@@ -266,10 +246,7 @@ def check_options(options: AdviseOptions, num_nodes: int, cluster=None) -> int:
     if not options.links:
         raise G3InputError("--link: no link rate given")
     for link in options.links if cluster is None else ():  # a cluster's links are checked by its reader
-        try:
-            parse_rate(link)
-        except ValueError as exc:
-            raise G3InputError(f"--link: {exc}") from None
+        check_rate(link, "--link")
     try:
         memory = parse_size(options.device_memory)
     except ValueError as exc:
@@ -290,10 +267,7 @@ def check_options(options: AdviseOptions, num_nodes: int, cluster=None) -> int:
     if options.target_epochs < 1:
         raise G3InputError("--target-epochs must be at least 1")
     if options.calibrate_link not in (None, "local", "auto"):
-        try:
-            parse_rate(options.calibrate_link)
-        except ValueError as exc:
-            raise G3InputError(f"--calibrate-link: {exc}") from None
+        check_rate(options.calibrate_link, "--calibrate-link")
     if options.calibration_epochs < 2:
         raise G3InputError("--calibration-epochs must be at least 2 (the models drop the first epoch)")
     return memory
