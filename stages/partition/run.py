@@ -167,14 +167,9 @@ def check_options(o: PartitionOptions) -> None:
         raise G3InputError(f"--workers must be at least 1, got {o.workers}")
     if not 0.0 < o.gamma < 1.0:
         raise G3InputError(f"--gamma must be in (0, 1), got {o.gamma}")
-    if not (math.isfinite(o.balance_tol) and o.balance_tol >= 1.0):
-        raise G3InputError(
-            f"--balance-tol must be a finite number >= 1 (a max/mean ratio), got {o.balance_tol}"
-        )
-    if o.degree_tol is not None and not (math.isfinite(o.degree_tol) and o.degree_tol >= 1.0):
-        raise G3InputError(
-            f"--degree-tol must be a finite number >= 1 (a max/mean ratio), got {o.degree_tol}"
-        )
+    for flag, ratio in (("--balance-tol", o.balance_tol), ("--degree-tol", o.degree_tol)):
+        if ratio is not None and not (math.isfinite(ratio) and ratio >= 1.0):
+            raise G3InputError(f"{flag} must be a finite number >= 1 (a max/mean ratio), got {ratio}")
     if o.hidden < 1:
         raise G3InputError(f"--hidden must be >= 1, got {o.hidden}")
     if o.threads is not None and o.threads < 1:
@@ -299,7 +294,11 @@ def _partition_into(tmp: Path, store: GraphStore, o: PartitionOptions, timing: d
         in_degree = np.diff(graphs.indptr)
         progress.update(task, total=1, completed=1)
         timing["load"] = time.perf_counter() - t_start
-        part, extra = _assign(graphs, store, o, timing, progress)
+        # node -> partition (int32 [N]) and the method's extras (``summary``: keys for partition.json,
+        # ``parameters``: for its parameters, ``before``: (assignment, remote sizes) the method started from)
+        t0 = time.perf_counter()
+        part, extra = partition_method(o.method).assign(graphs, store, o, timing, progress)
+        timing["assign"] = time.perf_counter() - t0
         summary = _summary(store, o, graphs, part, in_degree, extra, timing, progress)
         summary["metis_memory"] = {
             "bytes": int(min(limit, 1 << 62)),
@@ -315,17 +314,6 @@ def _partition_into(tmp: Path, store: GraphStore, o: PartitionOptions, timing: d
     timing["total"] = time.perf_counter() - t_start
     summary["timing"] = {k: round(v, 3) for k, v in timing.items()}
     return summary
-
-
-def _assign(
-    graphs, store: GraphStore, o: PartitionOptions, timing: dict, progress
-) -> tuple[np.ndarray, dict]:
-    """Node -> partition (int32 [N]) and the method's extras (``summary``: keys for partition.json,
-    ``parameters``: for its parameters, ``before``: (assignment, remote sizes) the method started from)."""
-    t0 = time.perf_counter()
-    part, extra = partition_method(o.method).assign(graphs, store, o, timing, progress)
-    timing["assign"] = time.perf_counter() - t0
-    return part, extra
 
 
 def _summary(
