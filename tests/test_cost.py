@@ -127,6 +127,26 @@ def test_available_memory_is_the_cgroups_room_where_one_limits_the_process(tmp_p
     assert memory_limit(str(tmp_path / "nothing")) == (None, "MemTotal unknown")
 
 
+def test_plans_size_their_bins_for_the_memory_training_may_take_on_a_cpu(monkeypatch):
+    """Without CUDA, `g3 plan --device-memory auto` gives each of the K workers a share of the machine's memory, or
+    its memory cgroup's limit where less, after the launcher, the fork server and each worker's interpreter:
+    a plan made in a 6 GiB cgroup streams bins that fit it at K = 4; never under the least share."""
+    import torch
+
+    from stages.kits.plan import residency
+    from stages.kits.runtime.launch.processes import FORK_SERVER_BYTES, PROCESS_BYTES
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    limit = {"bytes": 6 << 30}
+    monkeypatch.setattr("stages.common.cost.memory_limit", lambda root="/": (limit["bytes"], "the cgroup"))
+    share = residency.auto_device_memory(4)
+    assert share == (((6 << 30) - PROCESS_BYTES - FORK_SERVER_BYTES) // 4 - PROCESS_BYTES) * 3 // 4
+    assert 4 * (share + PROCESS_BYTES) + PROCESS_BYTES + FORK_SERVER_BYTES < 6 << 30
+    assert residency.auto_device_memory(1) > 3 * share
+    limit["bytes"] = 256 << 20
+    assert residency.auto_device_memory(4) == residency.MIN_AUTO_DEVICE_MEMORY
+
+
 def test_ingest_budget_is_cgroup_aware(monkeypatch):
     """`g3 ingest --memory-limit auto` (the default): 4 GiB, or half of what the process may take where that is
     less (a small machine or a memory cgroup), never under 64 MiB; a given size is kept."""

@@ -117,7 +117,7 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
         for r in range(k):
             (tmp / f"worker-{r:05d}").mkdir()
         planned = info.plan(tmp, ctx)
-        _record_residency(planned, shards, spec, options.get("device_memory") or auto_device_memory())
+        _record_residency(planned, shards, spec, options.get("device_memory") or auto_device_memory(k))
         for r in range(
             k
         ):  # every file of a worker's folder, with its shape and dtype, for the readers' checks

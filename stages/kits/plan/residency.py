@@ -38,7 +38,8 @@ DEVICE_MEMORY = PlanOption(
     "auto",
     parse=parse_device_memory,
     metavar="SIZE",
-    help="Memory of one worker's device, e.g. 24GiB; 'auto' reads GPU 0 (or RAM without CUDA). The plan records "
+    help="Memory of one worker's device, e.g. 24GiB; 'auto' reads GPU 0 (without CUDA: this machine's share for "
+    "one of the K workers, of its memory or its memory cgroup's limit, whichever is less). The plan records "
     "whether each worker's whole partition (features, structure, every layer's activations and gradients) "
     "fits there: where it does, g3 train keeps it on the GPU for the run. g3's bins and neutrontp's chunks "
     "each use at most half of it, so one computes while the next is copied in.",
@@ -49,8 +50,12 @@ DEVICE_MEMORY = PlanOption(
 DEVICE_MEMORY_RECORDED = dataclasses.replace(DEVICE_MEMORY, layout=False)
 
 
-def auto_device_memory() -> int:
-    """The memory of the device training will use: GPU 0 when CUDA is available, else system RAM."""
+def auto_device_memory(workers: int = 1) -> int:
+    """The memory of one worker's device: GPU 0's when CUDA is available. Without CUDA, one share of this machine
+    for ``workers`` workers training on it: its memory, or its memory cgroup's limit where less (the memory the
+    training will be allowed), less what the launcher and the fork server take, split between the workers, less
+    each one's interpreter, three quarters of that for the bins' model (which counts what the kernels hold, not
+    the allocator's slack). A plan made where it will train then streams bins that fit, without options."""
     try:
         import torch
 
@@ -58,9 +63,20 @@ def auto_device_memory() -> int:
             return int(torch.cuda.get_device_properties(0).total_memory)
     except Exception:
         pass
-    import psutil
+    from stages.common.cost import memory_limit
+    from stages.kits.runtime.launch.processes import FORK_SERVER_BYTES, PROCESS_BYTES
 
-    return int(psutil.virtual_memory().total)
+    total, _ = memory_limit()
+    if total is None:
+        import psutil
+
+        total = int(psutil.virtual_memory().total)
+    share = (total - PROCESS_BYTES - FORK_SERVER_BYTES) // max(1, workers) - PROCESS_BYTES
+    return max(share * 3 // 4, MIN_AUTO_DEVICE_MEMORY)
+
+
+# the least auto gives a worker: below it a bin holds a handful of nodes, and the stage's floor check speaks
+MIN_AUTO_DEVICE_MEMORY = 64 << 20
 
 
 def resident_bytes(spec: ModelSpec, n_own: int, n_remote: int, arcs: int) -> int:

@@ -68,9 +68,9 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     shapes = ctx.spec.layer_shapes()
     costs = bin_costs(ctx.spec, bins_device(ctx.options))
     bin_size = ctx.options["bin_size"]
-    budget = ctx.options["device_memory"] or auto_device_memory()
-    bin_limit_bytes = budget // 2  # two bins fit: one computes while the next is copied in (§5.2)
     k = ctx.num_workers
+    budget = ctx.options["device_memory"] or auto_device_memory(k)
+    bin_limit_bytes = budget // 2  # two bins fit: one computes while the next is copied in (§5.2)
     workers, per_worker_bins = [], []
     sends: dict[int, dict[str, list]] = {r: {} for r in range(k)}  # per worker: table name -> list of parts
     recvs: dict[int, dict[str, list]] = {r: {} for r in range(k)}

@@ -100,7 +100,7 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     indptr, indices = store.load_csr()
     indptr = np.asarray(indptr, dtype=np.int64)
     topology = write_csr(tmp / "topology", indptr, indices)  # the store's arc order: bitwise the same sums
-    budget = ctx.options["device_memory"] or auto_device_memory()
+    budget = ctx.options["device_memory"] or auto_device_memory(k)
     bounds = chunk_bounds(np.diff(indptr), spec, k, ctx.options["chunk_size"], budget)
     ob = owner_bounds(bounds, k)
     first = first_use(indptr, indices, bounds, self_loops=spec.kind in ("gcn", "dgcn"))
