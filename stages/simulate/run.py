@@ -91,18 +91,13 @@ def simulate_plan(
         "link_share": options.link_share,
         "hosts": options.hosts,
     }
-    if (
-        options.worker_speed is not None
-        or options.worker_bandwidth is not None
-        or options.worker_hosts is not None
-    ):
-        result["network_link"]["per_worker"] = {
-            "speed": list(options.worker_speed) if options.worker_speed else None,
-            "bandwidth_bytes_per_second": list(options.worker_bandwidth)
-            if options.worker_bandwidth
-            else None,
-            "hosts": list(options.worker_hosts) if options.worker_hosts else None,
-        }
+    per_worker = {
+        "speed": options.worker_speed,
+        "bandwidth_bytes_per_second": options.worker_bandwidth,
+        "hosts": options.worker_hosts,
+    }
+    if any(v is not None for v in per_worker.values()):
+        result["network_link"]["per_worker"] = {key: list(v) if v else None for key, v in per_worker.items()}
     return result, records
 
 
