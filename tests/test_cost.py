@@ -166,8 +166,8 @@ def test_ingest_budget_is_cgroup_aware(monkeypatch):
 
 
 def test_a_stage_whose_floor_exceeds_the_machines_memory_is_refused_naming_it(monkeypatch, tmp_path):
-    """Ingest (its --memory-limit and per-node arrays) and partition (the graph's arcs, per-node arrays, a given
-    --metis-memory) add up what they hold at least; above all the memory the machine or its cgroup has, they
+    """Ingest (its --memory-limit and per-node arrays), partition (the graph's arcs, per-node arrays, a given
+    --metis-memory) and plan (the planner, per arc) add up what they hold at least; above all the memory the machine or its cgroup has, they
     refuse before any work with one line naming the floor, and write nothing."""
     limit = {"bytes": 1 << 40}
     monkeypatch.setattr("stages.common.cost.memory_limit", lambda root="/": (limit["bytes"], "MemTotal"))
@@ -187,3 +187,7 @@ def test_a_stage_whose_floor_exceeds_the_machines_memory_is_refused_naming_it(mo
     assert r.exit_code == 2 and "this partition needs at least" in r.output and "--metis-memory 2" in r.output
     assert "the graph's arcs" in r.output and not part.exists(), r.output
     assert invoke(["partition", str(store), "-w", "2", "--method", "metis", "-o", str(part)]).exit_code == 0
+    limit["bytes"] = 128 << 20  # under the planner's own memory
+    r = invoke(["plan", str(part), "-o", str(tmp_path / "plan")])
+    assert r.exit_code == 2 and "this plan needs at least" in r.output and "the planner" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "plan").exists(), r.output

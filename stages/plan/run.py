@@ -15,7 +15,7 @@ from pathlib import Path
 
 from stages.common.artifact_json import reference
 from stages.common.atomic import atomic_dir, check_target, write_json_atomic
-from stages.common.cost import stage_cost
+from stages.common.cost import check_memory_floor, stage_cost
 from stages.common.errors import G3InputError
 from stages.common.model_spec import MODEL_KINDS, ModelSpec
 from stages.common.npy import npy_manifest
@@ -85,6 +85,13 @@ def default_out(part: Path, cfg: PlanConfig) -> Path:
     return part.parent / f"{part.name}.plan-{suffix}"
 
 
+# A plan's floor, lower bounds measured: the planner's own memory once torch and numba are imported (202 MiB of
+# anonymous memory planning synthetic:tiny, torch 2.13) and per arc of the graph (16-20 B measured from 150 M to 1 B
+# arcs: docs/BENCHMARKS.md)
+PLANNER_BYTES = 200 << 20
+PLAN_BYTES_PER_ARC = 8
+
+
 def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, force: bool = False) -> dict:
     """Entry point of `g3 plan`: write the plan of every worker of partition PART; returns plan.json."""
     part = Path(part)
@@ -107,6 +114,14 @@ def run_plan(part: str | Path, cfg: PlanConfig, out: str | Path | None = None, f
         raise G3InputError(str(exc)) from None
     out = Path(out) if out else default_out(part, cfg)
     check_target(out, force, "plan", (part,))
+    check_memory_floor(
+        {
+            "the planner (torch and numba imported)": PLANNER_BYTES,
+            f"{PLAN_BYTES_PER_ARC} bytes per arc": PLAN_BYTES_PER_ARC * int(store_ref["num_arcs"]),
+        },
+        "this plan",
+        "plan on a machine (or in a memory cgroup) with more memory",
+    )
     k = int(meta["num_partitions"])
     shards = [open_shard(part, r, k) for r in range(k)]
     t0 = time.perf_counter()
