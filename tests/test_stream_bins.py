@@ -66,6 +66,9 @@ def test_streamed_bins_train_the_in_memory_model(store, tmp_path, model, k, sche
     workers = json.loads((streamed / "metrics.jsonl").read_text().splitlines()[-1])["workers"]
     for w in workers:
         assert 0.85 <= w["scratch_peak_bytes"] / w["scratch_estimate_bytes"] <= 1.15, w
+    # the plan said so beforehand, in float32 (the run is float64: twice)
+    planned = json.loads((tmp_path / "streamed" / "plan" / "plan.json").read_text())["workers"]
+    assert [2 * p["scratch_bytes"] for p in planned] == [w["scratch_estimate_bytes"] for w in workers]
     cost, kept_cost = (json.loads((run / "run.json").read_text())["cost"] for run in (streamed, in_memory))
     assert cost["scratch_peak_bytes"] == sum(w["scratch_peak_bytes"] for w in workers) > 0
     assert kept_cost["scratch_peak_bytes"] == 0 and 0 < cost["disk_bytes"] <= disk_bytes(streamed)

@@ -83,15 +83,25 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
         wdir = tmp / f"worker-{r:05d}"
         workers[r]["tables"] = _write_tables(wdir, sends[r], recvs[r], k)
         _estimate(workers[r], shapes)
+        workers[r]["scratch_bytes"] = _scratch_bytes(workers[r], ctx.spec)
         write_json_atomic(wdir / "worker.json", workers[r])
+    keys = ("rank", "num_owned", "num_remote", "num_arcs", "layers", "estimate", "scratch_bytes")
     return {
         "device_memory": budget,
         "bin_limit_bytes": None if bin_size else bin_limit_bytes,
-        "workers": [
-            {key: w[key] for key in ("rank", "num_owned", "num_remote", "num_arcs", "layers", "estimate")}
-            for w in workers
-        ],
+        "workers": [{key: w[key] for key in keys} for w in workers],
     }
+
+
+def _scratch_bytes(w: dict, spec) -> int:
+    """What the worker writes into ``TMPDIR`` when training streams its bins, in float32 (the runtime's own
+    estimate, which its TMPDIR check refuses by, from the same rows and tables)."""
+    from stages.strategies.g3.runtime import spilled_parts
+
+    def rows(name: str) -> int:
+        return int(w["tables"].get(name, {}).get("nodes", 0))
+
+    return sum(spilled_parts(w["num_owned"], w["num_remote"], spec.in_dim, rows, spec.widths, 4).values())
 
 
 def _plan_worker(tmp: Path, shard, costs: list[BinCost], bin_size: int | None, limit: int):
@@ -220,12 +230,16 @@ def summary_rows(plan: dict) -> list[tuple[str, str]]:
     from stages.common.units import human_bytes
 
     opts = plan["strategy"]["options"]
-    if opts.get("bin_size"):
-        return [("bins", f"bins of {opts['bin_size']} nodes")]
-    return [
-        (
-            "bins",
-            f"bin limit {human_bytes(plan['bin_limit_bytes'])} (half of the device memory), sized for "
-            f"{bins_device(opts)}",
+    bins = (
+        f"bins of {opts['bin_size']} nodes"
+        if opts.get("bin_size")
+        else f"bin limit {human_bytes(plan['bin_limit_bytes'])} (half of the device memory), sized for "
+        f"{bins_device(opts)}"
+    )
+    rows = [("bins", bins)]
+    scratch = [w["scratch_bytes"] for w in plan["workers"] if "scratch_bytes" in w]  # older plans: none
+    if scratch:
+        rows.append(
+            ("streamed", f"a worker streaming its bins writes up to {human_bytes(max(scratch))} to TMPDIR")
         )
-    ]
+    return rows

@@ -285,25 +285,35 @@ def message_rounds(send: Table, recv: Table, piece: int) -> list[tuple[Table, Ta
 
 
 def spill_bytes(data: WorkerData, widths: list[int]) -> dict[str, int]:
-    """What a streamed worker writes into ``TMPDIR`` (:func:`spilled_zeros`), by kind: every hidden layer's
-    rows and their gradients (owned and remote), the logits (owned), the remote input features, and the most
-    its messages of hidden rows hold at once (``G3Strategy.message_alloc``): in the forward every layer's
-    sends and receives with backward's receives, posted at its start; in backward those receives and one
-    layer's sends."""
-    item = torch.empty(0, dtype=data.dtype).element_size()
-    local = data.num_owned + data.num_remote
+    """What a streamed worker writes into ``TMPDIR`` (:func:`spilled_zeros`), by kind (:func:`spilled_parts`)."""
+    return spilled_parts(
+        data.num_owned,
+        data.num_remote,
+        data.feature_width,
+        lambda name: len(data.table(name).nodes),
+        widths,
+        torch.empty(0, dtype=data.dtype).element_size(),
+    )
+
+
+def spilled_parts(
+    num_owned: int, num_remote: int, feature_width: int, table_rows, widths: list[int], item: int
+) -> dict[str, int]:
+    """What a streamed worker with these rows and P2P tables (``table_rows(name)``: the rows of a table) writes
+    into ``TMPDIR``, by kind: every hidden layer's rows and their gradients (owned and remote), the logits
+    (owned), the remote input features, and the most its messages of hidden rows hold at once
+    (``G3Strategy.message_alloc``): in the forward every layer's sends and receives with backward's receives,
+    posted at its start; in backward those receives and one layer's sends. ``item``: bytes per value."""
+    local = num_owned + num_remote
     hidden = range(1, len(widths) - 1)  # the layers whose outputs peers read
-
-    def rows(name: str) -> int:
-        return len(data.table(name).nodes)
-
+    rows = table_rows
     bwd_recv = sum(rows(f"bwd_recv_{li}") * widths[li] for li in hidden)
     forward = sum((rows(f"fwd_send_{li - 1}") + rows(f"fwd_recv_{li - 1}")) * widths[li] for li in hidden)
     backward = max((rows(f"bwd_send_{li}") * widths[li] for li in hidden), default=0)
     return {
         "layer rows and gradients": sum(2 * local * w * item for w in widths[1:-1]),
-        "logits": data.num_owned * widths[-1] * item,
-        "remote input features": data.num_remote * data.feature_width * item,
+        "logits": num_owned * widths[-1] * item,
+        "remote input features": num_remote * feature_width * item,
         "messages": (bwd_recv + max(forward, backward)) * item,
     }
 
