@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from g3cli.main import cli
+from stages.common.cost import disk_bytes
 from stages.common.errors import G3InputError
 from stages.common.store import GraphStore
 from stages.ingest.build import IngestOptions, build_store
@@ -96,6 +97,9 @@ def test_external_sort_really_spills(tmp_path):
     np.testing.assert_array_equal(got_ptr, ref_ptr)
     np.testing.assert_array_equal(got_idx, ref_idx)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # no spill or temp folders left
+    # what it took on disk: every arc spilled once (two int32 ids), in runs or buckets, then the store
+    cost = GraphStore.open(tmp_path / "s").meta["cost"]
+    assert cost["scratch_peak_bytes"] >= m * 2 * 4 and 0 < cost["disk_bytes"] <= disk_bytes(tmp_path / "s")
 
 
 def test_store_metadata_checksums_and_lazy_arrays(tiny_store):

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from stages.common.atomic import atomic_dir, check_free_space
-from stages.common.cost import check_memory_floor, stage_cost
+from stages.common.cost import check_memory_floor, disk_bytes, stage_cost
 from stages.common.errors import G3InputError
 from stages.common.progress import make_progress
 from stages.common.settings import setting
@@ -194,7 +194,7 @@ def build_store(
             **label_info,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "g3_version": VERSION,
-            "cost": stage_cost(t0),
+            "cost": stage_cost(t0, out=tmp, scratch_peak_bytes=csr["scratch_peak_bytes"]),
         }
         writer.finish(meta)
         t_end = time.perf_counter()
@@ -365,8 +365,10 @@ def _build_csr(
         out_count = np.zeros(n, dtype=np.int64)
         indptr = np.zeros(n + 1, dtype=np.int64)
         chunks: list[Path] | None = None
+        scratch_peak = 0
         if runs.spilled:
             chunks = _scatter_to_buckets(runs.files, bounds, spill_dir, id_dtype, progress)
+            scratch_peak = disk_bytes(spill_dir)  # the runs and their buckets: the most spilled at once
         written = 0
         sort_task = progress.add_task("sorting arcs", total=total_pre)
         parts: list[np.ndarray] = []
@@ -404,6 +406,7 @@ def _build_csr(
         "duplicates": duplicates,
         "reverse_added": reverse_added,
         "spilled": runs.spilled,
+        "scratch_peak_bytes": scratch_peak,
         "buckets": nb,
         "degree": {"in": _stats(in_degree), "out": _stats(out_count)},
     }

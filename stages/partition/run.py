@@ -270,7 +270,7 @@ def run_partition(
     t0 = time.perf_counter()
     with atomic_dir(out, force=force, kind="partition", inputs=(store.path,)) as tmp:
         summary = _partition_into(tmp, store, options, timing)
-        summary["cost"] = stage_cost(t0)
+        summary["cost"] = stage_cost(t0, out=tmp)  # the shards are written: partition.json is the rest
         summary["path"] = str(out.resolve())
         summary["store"].update(reference(store.path, out))
         summary["files"] = {"assignment.npy": npy_entry(tmp / "assignment.npy")}  # readers verify it
