@@ -97,13 +97,17 @@ def print_summary(summary: dict) -> None:
 
 
 def cost_line(cost: dict) -> str:
-    """What the stage that made an artifact took: its time and peak memory (with the workers' share)."""
+    """What the stage that made an artifact took: its time, peak memory (with the workers' share) and disk."""
     line = f"made in {cost.get('seconds', 0):.1f} s, peak memory {human_bytes(int(cost.get('peak_memory_bytes', 0)))}"
     if cost.get("workers_peak_bytes"):
         line += (
             f" (the command {human_bytes(int(cost.get('process_peak_bytes', 0)))}, its workers "
             f"{human_bytes(int(cost['workers_peak_bytes']))})"
         )
+    if "disk_bytes" in cost:  # artifacts made before disk was recorded have none
+        line += f", disk {human_bytes(int(cost['disk_bytes']))}"
+        if cost.get("scratch_peak_bytes"):
+            line += f" (scratch at most {human_bytes(int(cost['scratch_peak_bytes']))})"
     return line
 
 

@@ -9,7 +9,7 @@ import shutil
 import pytest
 from test_train import invoke
 
-from stages.common.cost import process_peak_bytes
+from stages.common.cost import disk_bytes, process_peak_bytes
 
 
 @pytest.mark.slow
@@ -44,9 +44,14 @@ def test_each_stage_records_its_time_and_peak_memory_and_info_shows_it(tiny_stor
     # this process ran the in-process stages: its high-water mark holds the plan's, give or take what the kernel
     # updates lazily (pages a reader released with madvise do not raise VmHWM when they go)
     assert process_peak_bytes() >= costs["plan"]["process_peak_bytes"] - 2**20
+    # and the disk each folder took, before its JSON: within what it holds when done, most of it
+    for kind, artifact in (("store", store), ("partition", part), ("plan", plan), ("run", run)):
+        held = disk_bytes(artifact)
+        assert 0.5 * held < costs[kind]["disk_bytes"] <= held, (kind, costs[kind], held)
     for artifact in (store, part, plan, run):
         r = invoke(["info", str(artifact)])
         assert r.exit_code == 0 and "made in " in r.output and "peak memory" in r.output, (artifact, r.output)
+        assert ", disk " in r.output, r.output
     # an artifact from before costs were recorded reads as before
     from stages.common.artifact_json import sealed
 
