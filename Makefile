@@ -10,7 +10,7 @@ DEMO_PRESET ?= small
 DEMO_WORKERS ?= 4
 STAMP       := $(VENV)/.g3-installed
 
-.PHONY: setup demo test test-fast lint format bench clean peers peers-dgl gpu-check
+.PHONY: setup demo test test-fast lint format bench clean peers peers-dgl gpu-check gpu-bundle
 
 # Peers for `g3 bench`: PyG in g3's own environment; DGL in a separate legacy environment (see docs/BENCHMARKS.md).
 DGL_VENV    ?= .venv-dgl
@@ -60,14 +60,23 @@ bench: setup
 	test -d $(BENCH_DIR)/$(BENCH_PRESET) || $(G3) ingest synthetic:$(BENCH_PRESET) $(BENCH_DIR)/$(BENCH_PRESET)
 	$(G3) bench $(BENCH_DIR)/$(BENCH_PRESET) --workers 1,2,4 --epochs 5 -o $(BENCH_DIR)/bench-$(BENCH_PRESET) --force
 
-# Every strategy at K = 1 on CUDA against the same run on the CPU, epoch times and peak device memory, in under
-# 8 minutes on one GPU (docs/BENCHMARKS.md, "GPU check"): GPU_CHECK_DIR/gpu-check.json and gpu-check.md. Without
-# CUDA it says so and exits 0. GPU_PYTHON is a Python whose torch has CUDA (default: the venv's, set up with a
-# CUDA TORCH_SPEC, e.g. `make setup TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu128"`).
+# `make gpu-check` (docs/BENCHMARKS.md, "GPU check"): g3, bns-gcn and distdgl on CUDA on synthetic small and medium
+# with PyG beside them, then the CPU references as time allows, within 300 s with its preparation (its estimate is
+# printed first; what does not fit is trimmed); each finished step is in GPU_CHECK_DIR at once (gpu-check.json,
+# gpu-check.md). GPU_CHECK_ARGS=--full: every strategy, g3 (bins) and K = 2, for a longer stay. Without CUDA it
+# says so and exits 0. GPU_PYTHON: the first of the venv's Python and python3 whose torch sees CUDA (else python3);
+# nothing is installed. What that Python lacks comes from `make gpu-bundle` (run here): the pure-Python
+# dependencies' wheels, and a few small compiled ones for CPython GPU_BUNDLE_PY, in .gpu-bundle/ (git-ignored,
+# ~13 MiB; carry it), which the check unpacks and puts on its path; a module still missing is named in one line.
 GPU_CHECK_DIR ?= gpu-check
-GPU_PYTHON  ?= $(BIN)/python
-gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
-	$(GPU_PYTHON) examples/gpu_check.py --out $(GPU_CHECK_DIR)
+GPU_CHECK_ARGS ?=
+GPU_PYTHON  ?= $(or $(shell for p in $(BIN)/python python3; do $$p -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1 && { echo $$p; break; }; done),python3)
+GPU_BUNDLE_PY ?= 3.12
+gpu-check:
+	$(GPU_PYTHON) examples/gpu_check.py --out $(GPU_CHECK_DIR) $(GPU_CHECK_ARGS)
+
+gpu-bundle: setup
+	$(BIN)/python examples/gpu_check.py --make-bundle --bundle-python $(GPU_BUNDLE_PY)
 
 format: setup
 	$(BIN)/ruff check --fix $(LINTED)

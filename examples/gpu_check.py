@@ -1,39 +1,38 @@
-"""`make gpu-check`: every strategy at K = 1 on CUDA against the same run on the CPU, in one command.
+"""`make gpu-check`: g3's strategies on CUDA, timed, with PyG on the same GPU, and checked against the CPU.
 
-What it runs (each through the real CLI, ``python -m g3cli``: ingest, partition, plan, train):
+By default it fits a lent GPU machine's few minutes (``--budget``, 300 s, preparation included; its estimate is
+printed before it starts, and what does not fit is trimmed): ``g3``, ``bns-gcn`` and ``distdgl`` at K = 1 on
+``synthetic:small`` and ``synthetic:medium``. In this order, each step as the budget allows:
 
-* every registered strategy with its default partition method and plan options, K = 1, each worker's
-  partition resident on the device where its plan says it fits (``g3 train --residency auto``: the device
-  path), plus ``g3`` with its device memory set so that the largest layer needs several bins (``g3 (bins)``:
-  the partition in host memory, bins streamed in on a copy stream), and ``g3`` and ``distdgl`` at K = 2 on the
-  one GPU (``… K=2``: two ranks sharing it over gloo, their rows staged through the host);
-* **exactness**, float64 on ``synthetic:tiny``: the CUDA run's final weights against the CPU run's
-  (max |Δ| ≤ 1e-9);
-* **float32 and time**, on ``synthetic:small`` (100 000 nodes, 2.5 M arcs): the CUDA run's final weights against
-  the CPU run's (max |Δ| ≤ 1e-4) and, since float32 rounding alone moves a many-step mini-batch run's weights
-  far more than that on any device, each against the CPU float64 run: the CUDA run passes when it is no further
-  from it than twice the CPU's own float32 run (``float32_verdict``); the median epoch time (epochs 2..N) on
-  both devices; the peak device memory against the plan's bound
-  (``device_memory`` of a plan that sizes bins by it, else the plan's per-worker ``memory_bytes``); the
-  operations and host synchronisations of one steady step (``g3 train --count-ops``);
-* **time on a larger graph** (``synthetic:medium``, 500 K nodes, 25 M arcs, by default: preparing
-  ``synthetic:products``, 122 M arcs, takes minutes of a lent machine's 15; ``--graph`` takes it): the same cases on the
-  device only (the CPU's exactness is the smaller graphs'), while ``--budget`` allows;
-* PyG on the same GPU, same model, when torch_geometric imports there: the full-graph ``SAGEConv`` epoch and
-  the ``NeighborLoader`` epoch (fanouts 25,10, batch 1000, its CPU sampling with worker processes; it needs
-  pyg-lib or torch-sparse), and each case's epoch over PyG's (``vs_pyg``: full-graph cases against the
-  full-graph epoch, mini-batch ones against the loader's). DGL is reported as not installed unless it imports.
+1. per timed graph: ingest, partition (only the methods the cases use) and plan; each case trained on the
+   device (float32, the partition resident where its plan says it fits: ``--residency auto``), one steady step
+   counted (``g3 train --count-ops``: operations, host synchronisations, host → device copies, the sampler's
+   share); PyG on the same graph and settings: the full-graph ``SAGEConv`` epoch on the device and, where the
+   peer runner (stages/bench/peers/pyg_runner.py) has a mini-batch mode and ``NeighborLoader`` has a sampler
+   (pyg-lib or torch-sparse), its mini-batch epoch at the ``distdgl`` plan's fanouts and batch size;
+2. the CPU references, several at a time: **exactness**, float64 on ``synthetic:tiny``, CPU against the device
+   (final weights, max |Δ| ≤ 1e-9); **float32** on the first timed graph on the CPU (max |Δ| ≤ 1e-4 to the
+   device, else ``float32_verdict``), and a float64 CPU run there (float32 rounding alone moves a many-step
+   mini-batch run's weights far more than 1e-4 on any device: the device passes when it is no further from it
+   than twice the CPU's own float32 run).
 
-The CPU runs go first, several at a time (they share the host's cores); the CUDA runs follow one at a time so
-that their epoch times are not disturbed. Every dropout mask is a hash of its coordinates
-(stages/kits/runtime/dropout.py) and every neighbour draw a hash too (on the host or the device sampler), so the two
-devices compute the same thing.
+``--full`` is the thorough sweep for a longer stay: every registered strategy, ``g3 (bins)`` (g3 with its device
+memory set so that the largest layer needs ≥ 3 bins: bins streamed on a copy stream) and ``g3`` / ``distdgl`` at
+K = 2 on the one GPU (``… K=2``: two ranks sharing it over gloo), the same steps.
 
+Each finished step rewrites OUT/gpu-check.json (atomically) and OUT/gpu-check.md at once, and each run adds a
+line to OUT/runs.jsonl, so a run cut short keeps what it measured. Every dropout mask is a hash of its
+coordinates and every neighbour draw a hash too (host or device sampler), so the two devices compute the same.
+
+No package index is needed: a bundle of the project's dependencies that are pure Python (and a few small
+compiled ones for one CPython version), made here by ``make gpu-bundle`` (``--make-bundle``) and carried, is
+unpacked and put on the path (``--bundle``, default .gpu-bundle/); what is still missing is named in one line.
 Without CUDA it prints one line and exits 0 having run nothing. ``--device cpu`` runs the whole procedure with
-the CPU standing in for the GPU (the tests use it; the comparisons are then CPU against CPU).
+the CPU standing in for the GPU (the tests use it; the comparisons are then CPU against CPU). ``--dry-run``
+prints the steps and their estimate and exits.
 
-Output (docs/BENCHMARKS.md, "GPU check", documents every field): OUT/gpu-check.json and OUT/gpu-check.md (the
-table), OUT/logs/*.log (each command's output).
+Output (docs/BENCHMARKS.md, "GPU check", documents every field): OUT/gpu-check.json, OUT/gpu-check.md (the
+table), OUT/runs.jsonl, OUT/logs/*.log (each command's output).
 
     python examples/gpu_check.py --out gpu-check            # what `make gpu-check` runs
 """
@@ -46,10 +45,15 @@ import datetime as dt
 import json
 import os
 import platform
+import re
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,14 +62,158 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from stages.strategies.registry import REFERENCE_STRATEGY, STRATEGIES  # noqa: E402
-
-BINS = STRATEGIES[REFERENCE_STRATEGY]  # the strategy whose plans size bins by device memory (g3)
-FORCED = f"{BINS.name} (bins)"  # its case with bins forced below the graph
-
-SCHEMA = "g3.gpu-check/1"
+SCHEMA = "g3.gpu-check/2"
 TOL = {"float64": 1e-9, "float32": 1e-4}
 SEED, LR, DROPOUT = 3, 0.01, 0.3
+DEVICE_THREADS = 2  # threads of each run on the device under test (and of the PyG mini-batch peer)
+
+BINS = "g3"  # the strategy whose plans size bins by device memory
+FORCED = f"{BINS} (bins)"  # its case with bins forced below the graph
+DEFAULT = ("g3", "bns-gcn", "distdgl")  # the default run's cases (K = 1)
+SHARED = ("g3", "distdgl")  # --full: also run at K = 2 on the one GPU
+PEER_RUNNER = REPO / "stages" / "bench" / "peers" / "pyg_runner.py"
+
+# ---------------------------------------------------------------------------------------------------------
+# The bundle: what the GPU machine's Python may lack, brought along without a package index.
+
+# the project's dependencies that are pure Python (any interpreter), by distribution name
+BUNDLE_PURE = (
+    "click",
+    "rich",
+    "markdown-it-py",
+    "mdurl",
+    "pygments",
+    "zarr",
+    "donfig",
+    "tqdm",
+    "packaging",
+    "typing-extensions",
+)
+# small compiled ones, for one CPython version (--bundle-python): zarr's codecs and checksums, donfig's YAML
+# (pure fallback inside), METIS (--full's K = 2 partitions), psutil (abi3: any CPython 3)
+BUNDLE_COMPILED = ("numcodecs", "google-crc32c", "pyyaml", "pymetis", "psutil")
+# modules a g3 command imports, and whether each is compiled (a bundle cannot bring numpy, scipy, numba, …)
+NEEDED = {
+    "numpy": "compiled",
+    "scipy": "compiled",
+    "numba": "compiled",
+    "pyarrow": "compiled",
+    "psutil": "compiled",
+    "numcodecs": "compiled",
+    "google_crc32c": "compiled",
+    "yaml": "compiled",
+    "click": "pure",
+    "rich": "pure",
+    "zarr": "pure",
+    "donfig": "pure",
+    "tqdm": "pure",
+}
+NEEDED_FULL = {"pymetis": "compiled"}  # METIS partitions at K = 2, clustergcn's plan
+
+
+def make_bundle(folder: Path, python_version: str) -> int:
+    """``make gpu-bundle``: download the wheels of BUNDLE_PURE (any interpreter) and BUNDLE_COMPILED (CPython
+    ``python_version``, manylinux x86-64) into ``folder``/wheels, at the versions installed here."""
+    from importlib import metadata
+
+    def pinned(dist: str) -> str:
+        try:
+            return f"{dist}=={metadata.version(dist)}"
+        except metadata.PackageNotFoundError:
+            return dist
+
+    wheels = folder / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    for old in wheels.glob("*.whl"):
+        old.unlink()
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "-d",
+        str(wheels),
+    ]
+    platforms = (
+        "manylinux_2_28_x86_64",
+        "manylinux_2_17_x86_64",
+        "manylinux2014_x86_64",
+        "manylinux2010_x86_64",
+    )
+    compiled = ["--python-version", python_version, "--implementation", "cp"]
+    compiled += [x for p in platforms for x in ("--platform", p)]
+    for extra, dists in (([], BUNDLE_PURE), (compiled, BUNDLE_COMPILED)):
+        p = subprocess.run([*pip, *extra, *map(pinned, dists)], capture_output=True, text=True)
+        if p.returncode != 0:
+            print(f"gpu-bundle: pip download failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+            return 1
+    got = sorted(wheels.glob("*.whl"))
+    size = sum(w.stat().st_size for w in got)
+    print(
+        f"gpu-bundle: {len(got)} wheels, {size / 2**20:.1f} MiB in {wheels} (compiled ones for CPython {python_version})"
+    )
+    return 0
+
+
+def wheel_fits(name: str) -> bool:
+    """Whether a wheel (by its file name's tags) installs on this interpreter: pure, or CPython of this
+    version (or abi3 from an older one) for this machine's architecture on Linux."""
+    parts = name[: -len(".whl")].split("-")
+    if len(parts) < 5:
+        return False
+    py, abi, plat = parts[-3:]
+    if plat == "any":
+        return abi == "none" and any(t.startswith("py3") or t == "py2.py3" for t in py.split("."))
+    here = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    if platform.python_implementation() != "CPython" or not sys.platform.startswith("linux"):
+        return False
+    if not any(
+        p.endswith("_" + platform.machine()) or p == "linux_" + platform.machine() for p in plat.split(".")
+    ):
+        return False
+    if abi == "abi3":
+        return any(t.startswith("cp3") and int(t[3:] or 0) <= sys.version_info.minor for t in py.split("."))
+    return here in py.split(".") and abi in (here, here + "m")
+
+
+def use_bundle(folder: Path) -> list[str]:
+    """Unpack the bundle's wheels that fit this interpreter into ``folder``/site-<tag> (once: a wheel is a zip
+    of what an install puts in site-packages) and put it first on this process's path and on PYTHONPATH (the g3
+    commands and their workers). Returns the wheels used."""
+    wheels = sorted(p.name for p in (folder / "wheels").glob("*.whl") if wheel_fits(p.name))
+    if not wheels:
+        return []
+    site = folder / f"site-{sys.implementation.cache_tag}"
+    stamp = site / ".wheels"
+    if not stamp.is_file() or stamp.read_text().split() != wheels:
+        for name in wheels:
+            with zipfile.ZipFile(folder / "wheels" / name) as z:
+                z.extractall(site)
+        stamp.write_text("\n".join(wheels) + "\n")
+    sys.path.insert(0, str(site))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(site), os.environ.get("PYTHONPATH"))))
+    return wheels
+
+
+def missing_modules(full: bool) -> list[str]:
+    """The modules a g3 command needs that this Python cannot import, each with its kind."""
+    import importlib
+
+    out = []
+    for module, kind in {**NEEDED, **(NEEDED_FULL if full else {})}.items():
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - absent, or present and broken (a wheel for another Python)
+            why = "" if isinstance(exc, ModuleNotFoundError) else f": {type(exc).__name__}"
+            out.append(f"{module} ({kind}{why})")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The cases
 
 
 @dataclass
@@ -79,16 +227,90 @@ class Case:
     workers: int = 1
 
 
-SHARED = ("g3", "distdgl")  # the strategies also run at K = 2 on the one GPU
+def strategies() -> dict:
+    from stages.strategies.registry import STRATEGIES
+
+    return STRATEGIES
 
 
-def cases(bin_memory: str | None) -> list[Case]:
-    out = [Case(name, name, info.methods[0]) for name, info in STRATEGIES.items()]
-    out += [Case(f"{name} K=2", name, STRATEGIES[name].methods[0], workers=2) for name in SHARED]
-    if bin_memory:
-        # the bin strategy with a device budget smaller than its one-bin footprint: several bins per layer
-        out.append(Case(FORCED, BINS.name, BINS.methods[0], {"--device-memory": bin_memory}))
+def cases(bin_memory: str | None = None, full: bool = True) -> list[Case]:
+    """The cases of ``--full`` (every strategy, K = 2 of SHARED, and with ``bin_memory`` the forced-bins one),
+    else the default run's."""
+    reg = strategies()
+    if not full:
+        return [Case(name, name, reg[name].methods[0]) for name in DEFAULT]
+    out = [Case(name, name, info.methods[0]) for name, info in reg.items()]
+    out += [Case(f"{name} K=2", name, reg[name].methods[0], workers=2) for name in SHARED]
+    out.append(Case(FORCED, BINS, reg[BINS].methods[0], {"--device-memory": bin_memory or "0"}))
     return out
+
+
+def mini_batch(label: str) -> bool:
+    return strategies()[label.split(" ")[0]].mini_batch
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Estimates: seconds on the lent GPU machine (H200, 16 cores) as a fixed part and a part per million arcs (A) or
+# nodes (N). A train command's fixed part (interpreter, CUDA torch, fork server, workers, numba's kernels, CUDA's
+# context, evaluation, the model written) is what the two H200 runs (2026-11-27: 10 cases, 423 s; 2026-11-28: 4
+# cases, 185 s) took beyond their epochs, about 20 s; the host stages are this project's 2-core machine's
+# (2026-12-03). Those two runs' configurations estimate at 509 s and 152 s (`--dry-run --parallel 5`): the
+# model errs by about a fifth either way, and a step that no longer fits the budget by the clock is skipped.
+
+EST_INGEST = (2.0, 1.2)  # fixed, per M arcs
+EST_PARTITION = (3.0, 0.15)
+EST_PLAN = {"g3": (2.5, 0.4)}  # g3 plans its bins over every arc
+EST_PLAN_OTHER = (2.5, 0.05)
+EST_TRAIN = {"cuda": (20.0, 0.1), "cpu": (15.0, 0.1)}  # a train command's fixed part, and loading per M arcs
+# one epoch: full-graph per M arcs, mini-batch per M nodes (its batches), by device (the CPU at 2 threads)
+EST_EPOCH_FULL = {"cuda": (0.005, 0.01), "cpu": (0.01, 0.05)}
+EST_EPOCH_MINI = {"cuda": 9.0, "cpu": 12.0}
+# strategies slower than the model above: their epoch's factor (the 2026-11-27 H200 run)
+EST_FACTOR = {"neutrontp": 4.0, "sancus": 1.5, "bytegnn": 4.0, "hopgnn": 3.0, "p3": 2.0, "clustergcn": 3.0}
+EST_PYG = (5.0, 0.2)  # PyG full-graph, in this process: import, load, CSR on the device, epochs
+EST_PYG_MINI = (10.0, 0.1, 10.0)  # the runner: export, start (fixed, per M arcs) and per epoch per M nodes
+PYG_MINI_EPOCHS = 3  # the mini-batch peer's epochs (a warm-up and two timed)
+
+
+def graph_size(source: str) -> tuple[float, float, bool]:
+    """(M nodes, M arcs, known) of a graph source: a synthetic preset's, else a guess of products' size."""
+    m = re.fullmatch(r"synthetic:(\w+)", source)
+    if m:
+        from stages.ingest.synthetic import PRESETS
+
+        spec = PRESETS.get(m.group(1))
+        if spec:
+            return spec.nodes / 1e6, spec.nodes * spec.avg_degree / 1e6, True
+    return 2.45, 124.0, False
+
+
+def est_prepare(size, labels: list[Case]) -> float:
+    n, a, _ = size
+    ingest = EST_INGEST[0] + EST_INGEST[1] * a
+    part = EST_PARTITION[0] + EST_PARTITION[1] * a
+    plans = [EST_PLAN.get(c.strategy, EST_PLAN_OTHER) for c in labels]
+    plan = max(f + p * a for f, p in plans) if plans else 0.0
+    return ingest + part + plan * (2 if any(c.label == FORCED for c in labels) else 1)
+
+
+def est_train(case: Case, size, epochs: int, device: str) -> float:
+    n, a, _ = size
+    fixed, per_arc = EST_TRAIN[device]
+    if mini_batch(case.label):
+        epoch = EST_EPOCH_MINI[device] * n
+    else:
+        epoch = EST_EPOCH_FULL[device][0] + EST_EPOCH_FULL[device][1] * a
+    epoch *= EST_FACTOR.get(case.strategy, 1.0) * (5.0 if case.label == FORCED else 1.0)
+    return (fixed + per_arc * a) * (1.5 if case.workers > 1 else 1.0) + epochs * epoch
+
+
+def group_estimate(estimates: list[float], parallel: int) -> float:
+    """Runs ``parallel`` at a time: at least the longest, at least the total shared out."""
+    return max(max(estimates, default=0.0), sum(estimates) / max(1, parallel))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Running g3's commands
 
 
 class Runner:
@@ -99,14 +321,16 @@ class Runner:
         self.out, self.python, self.timeout, self.in_process = out, python, timeout, in_process
         (out / "logs").mkdir(parents=True, exist_ok=True)
 
-    def cli(self, name: str, *args: str, env: dict | None = None) -> tuple[bool, str]:
+    def cli(
+        self, name: str, *args: str, env: dict | None = None, timeout: float | None = None
+    ) -> tuple[bool, str]:
         log = self.out / "logs" / f"{name}.log"
         cmd = [self.python, "-m", "g3cli", *args]
         t0 = time.perf_counter()
         if self.in_process:
             ok, text = self._here(args, env)
         else:
-            ok, text = self._subprocess(cmd, env)
+            ok, text = self._subprocess(cmd, env, min(self.timeout, timeout or self.timeout))
         log.write_text(f"$ {' '.join(cmd)}\n# {time.perf_counter() - t0:.1f} s\n{text}")
         last = [line for line in text.strip().splitlines() if line.strip()]
         return ok, (last[-1] if last else "")
@@ -127,20 +351,29 @@ class Runner:
             text += "".join(traceback.format_exception(result.exception))
         return result.exit_code == 0, text
 
-    def _subprocess(self, cmd: list[str], env: dict | None) -> tuple[bool, str]:
-        try:
-            p = subprocess.run(
-                cmd,
-                capture_output=True,
-                text=True,
-                timeout=self.timeout,
-                cwd=REPO,
-                env={**os.environ, **(env or {})},
-            )
-            ok, text = p.returncode == 0, p.stdout + p.stderr
-        except subprocess.TimeoutExpired as exc:
-            ok, text = False, f"timed out after {self.timeout:.0f} s\n{exc.stdout or ''}{exc.stderr or ''}"
+    def _subprocess(self, cmd: list[str], env: dict | None, timeout: float) -> tuple[bool, str]:
+        with subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+        ) as proc:
+            LIVE.add(proc)
+            try:
+                out, err = proc.communicate(timeout=timeout)
+                ok, text = proc.returncode == 0, out + err
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+                ok, text = False, f"timed out after {timeout:.0f} s\n{out}{err}"
+            finally:
+                LIVE.discard(proc)
         return ok, text
+
+
+LIVE: set = set()  # the g3 commands running now (a check cut short passes its signal on to them)
 
 
 def max_diff(a: Path, b: Path) -> float:
@@ -149,6 +382,15 @@ def max_diff(a: Path, b: Path) -> float:
     if wa.keys() != wb.keys():
         return float("inf")
     return max((wa[k].double() - wb[k].double()).abs().max().item() for k in wa) if wa else 0.0
+
+
+COUNTS = (
+    "ops_per_step",
+    "sync_ops_per_step",
+    "h2d_copies_per_step",
+    "sampler_ops_per_step",
+    "cuda_syncs_per_step",
+)
 
 
 def run_facts(run: Path) -> dict:
@@ -161,11 +403,7 @@ def run_facts(run: Path) -> dict:
         "median_epoch_s": statistics.median(steady),
         "peak_memory_bytes": max(int(w["peak_memory_bytes"]) for r in records for w in r["workers"]),
         "test_acc": records[-1].get("test_acc"),
-        **(
-            {"ops_per_step": counted[0]["ops_per_step"], "sync_ops_per_step": counted[0]["sync_ops_per_step"]}
-            if counted
-            else {}
-        ),
+        **({k: counted[0][k] for k in COUNTS if k in counted[0]} if counted else {}),
     }
 
 
@@ -184,6 +422,19 @@ def one_bin_bytes(plan: Path) -> int:
     """The largest layer's memory when one bin holds a whole worker (from a plan's worker.json)."""
     worker = json.loads((plan / "worker-00000" / "worker.json").read_text())
     return max(int(layer["max_bin_bytes"]) for layer in worker["layers"])
+
+
+def planned_residency(plan: Path) -> str:
+    """``device`` when the plan found every worker's partition fits the device, else ``host``: what
+    ``--residency auto`` does on a GPU, given explicitly to the CPU standing in for one."""
+    workers = json.loads((plan / "plan.json").read_text())["workers"]
+    return (
+        "device" if all(w.get("residency", {}).get("mode", "device") == "device" for w in workers) else "host"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# PyG on the same graph
 
 
 def pyg_epoch(store: Path, device: str, hidden: int, epochs: int) -> dict:
@@ -236,78 +487,84 @@ def pyg_epoch(store: Path, device: str, hidden: int, epochs: int) -> dict:
         opt.step()
         sync(device)
         times.append(time.perf_counter() - t0)
-    return _pyg_result(times)
-
-
-def pyg_loader_epoch(store: Path, device: str, hidden: int, epochs: int) -> dict:
-    """PyG's mini-batch epoch: ``NeighborLoader`` (fanouts 25,10, batch 1000, shuffled, CPU sampling in worker
-    processes, as PyG's examples run it) feeding GraphSAGE on ``device``; needs pyg-lib or torch-sparse."""
-    try:
-        from torch_geometric.data import Data
-        from torch_geometric.loader import NeighborLoader
-        from torch_geometric.nn import GraphSAGE
-    except Exception as exc:  # noqa: BLE001 - any import failure is reported, not raised
-        return {"status": "not installed", "note": f"{type(exc).__name__}: {exc}"}
-    import numpy as np
-    import torch_geometric.typing as pyg_typing
-
-    if not (getattr(pyg_typing, "WITH_PYG_LIB", False) or getattr(pyg_typing, "WITH_TORCH_SPARSE", False)):
-        return {
-            "status": "unavailable",
-            "note": "NeighborLoader needs pyg-lib or torch-sparse; neither imports",
-        }
-    from stages.common.store import GraphStore
-
-    g = GraphStore.open(store)
-    indptr, indices = g.load_csr()
-    dst = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
-    data = Data(
-        x=torch.from_numpy(np.asarray(g.features[:], dtype=np.float32)),
-        y=torch.from_numpy(g.load_labels().astype(np.int64)),
-        edge_index=torch.from_numpy(np.stack([np.asarray(indices, dtype=np.int64), dst])),
-    )
-    train = torch.from_numpy(g.split_index("train"))
-    train = train[data.y[train] >= 0]
-    try:
-        loader = NeighborLoader(
-            data,
-            num_neighbors=[25, 10],
-            batch_size=1000,
-            input_nodes=train,
-            shuffle=True,
-            num_workers=min(4, os.cpu_count() or 1),
-            persistent_workers=True,
-        )
-        next(iter(loader))
-    except Exception as exc:  # noqa: BLE001 - no sampler backend (pyg-lib / torch-sparse) and the like
-        return {"status": "unavailable", "note": f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1]}"}
-    torch.manual_seed(SEED)
-    model = GraphSAGE(data.num_features, hidden, 2, g.num_classes, dropout=DROPOUT).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=LR)
-    times = []
-    for _ in range(epochs):
-        sync(device)
-        t0 = time.perf_counter()
-        for batch in loader:
-            batch = batch.to(device, non_blocking=True)
-            opt.zero_grad()
-            out = model(batch.x, batch.edge_index)[: batch.batch_size]
-            torch.nn.functional.cross_entropy(out, batch.y[: batch.batch_size]).backward()
-            opt.step()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return _pyg_result(times)
-
-
-def _pyg_result(times: list[float]) -> dict:
-    """A PyG peer's figures: its epoch times and their median without the first (warm-up)."""
     import torch_geometric
 
     return {
         "status": "ok",
+        "device": device,
         "version": torch_geometric.__version__,
         "epoch_seconds": times,
         "median_epoch_s": statistics.median(times[1:] or times),
+    }
+
+
+def runner_modes(python: str) -> set[str]:
+    """What the PyG peer runner offers, from its --help: ``mini-batch`` (--fanouts), ``device`` (--device)."""
+    if not PEER_RUNNER.is_file():
+        return set()
+    p = subprocess.run(
+        [python, str(PEER_RUNNER), "--help"],
+        capture_output=True,
+        text=True,
+        cwd=PEER_RUNNER.parent,
+        timeout=120,
+    )
+    return {m for m, flag in (("mini-batch", "--fanouts"), ("device", "--device")) if flag in p.stdout}
+
+
+def pyg_sampler() -> str | None:
+    """Why PyG's NeighborLoader cannot sample here (None: it can: pyg-lib or torch-sparse imports)."""
+    try:
+        import torch_geometric.typing as pyg_typing
+    except Exception as exc:  # noqa: BLE001 - absent or broken: reported
+        return f"torch_geometric does not import ({type(exc).__name__})"
+    if getattr(pyg_typing, "WITH_PYG_LIB", False) or getattr(pyg_typing, "WITH_TORCH_SPARSE", False):
+        return None
+    return "NeighborLoader needs pyg-lib or torch-sparse; neither imports"
+
+
+def pyg_minibatch(
+    python: str,
+    graph_file: Path,
+    device: str,
+    modes: set[str],
+    fanouts,
+    batch_size: int,
+    hidden: int,
+    epochs: int,
+    log: Path,
+    timeout: float,
+) -> dict:
+    """PyG's mini-batch epoch through the peer runner of `g3 bench` (NeighborLoader: its CPU sampling, as PyG
+    runs it), at the given fanouts and batch size; on ``device`` where the runner takes --device, else on the
+    CPU (said in ``device``)."""
+    cmd = [python, str(PEER_RUNNER), str(graph_file.resolve()), "--model", "sage", "--layers", "2"]
+    cmd += ["--hidden", str(hidden), "--epochs", str(epochs), "--lr", str(LR), "--dropout", str(DROPOUT)]
+    cmd += ["--seed", str(SEED), "--threads", str(DEVICE_THREADS)]
+    cmd += ["--fanouts", ",".join(map(str, fanouts)), "--batch-size", str(batch_size)]
+    ran_on = device if "device" in modes else "cpu"
+    if "device" in modes:
+        cmd += ["--device", device]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=PEER_RUNNER.parent, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": "failed", "note": f"timed out after {timeout:.0f} s"}
+    log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}")
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        err = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"status": "failed", "note": f"exit {p.returncode}: {err}"}
+    res = json.loads(lines[-1])
+    return {
+        "status": "ok",
+        "device": ran_on,
+        "version": res.get("version"),
+        "epoch_seconds": res["epoch_seconds"],
+        "median_epoch_s": res["median_epoch_seconds"],
+        "threads": res.get("threads"),
+        "fanouts": list(fanouts),
+        "batch_size": batch_size,
+        "test_acc": res.get("test_acc"),
     }
 
 
@@ -316,7 +573,7 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def environment(device: str) -> dict:
+def environment(device: str, bundle: list[str]) -> dict:
     env = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(),
@@ -324,6 +581,7 @@ def environment(device: str) -> dict:
         "torch": torch.__version__,
         "cpu_cores": os.cpu_count(),
         "device": device,
+        "bundle": bundle,
     }
     if device == "cuda":
         p = torch.cuda.get_device_properties(0)
@@ -336,18 +594,231 @@ def environment(device: str) -> dict:
     return env
 
 
-def prepare(r: Runner, work: Path, graphs: dict[str, str], all_cases: list[Case], parallel: int) -> dict:
-    """Ingest each graph and partition it once per (method, worker count), the partitions several at a time."""
-    ready = {}
-    for key, source in graphs.items():
-        store = work / f"{key}.g3"
-        ok, last = r.cli(f"ingest-{key}", "ingest", source, str(store), "--force")
-        if not ok:
-            raise SystemExit(
-                f"gpu-check: ingesting {source} failed: {last} (see {r.out}/logs/ingest-{key}.log)"
-            )
+# ---------------------------------------------------------------------------------------------------------
+# The check: its steps in order, each run as the budget allows, the report rewritten after each
 
-        def partition(method_k, key=key, store=store):
+
+@dataclass
+class Step:
+    name: str
+    phase: str  # "preparation", "device runs", "PyG", "CPU references"
+    estimate: float
+    run: Callable[[], None]
+    jobs: list = field(default_factory=list)  # the training runs it holds: (graph key, case, dtype, device)
+    prepares: str | None = None  # the graph key it prepares
+    peer: tuple[str, str] | None = None  # (graph key, peer name) it measures
+    status: str = "pending"  # pending, done, skipped, trimmed
+    seconds: float | None = None
+    note: str | None = None
+
+
+class Check:
+    def __init__(self, a: argparse.Namespace):
+        self.a = a
+        self.out = Path(a.out)
+        self.work = self.out / "work"
+        self.dut = (
+            a.device if a.device != "cpu" else "dut"
+        )  # with --device cpu the CPU stands in for the device
+        timed = [g for g in a.graph.split(",") if g]
+        # the first timed graph keeps the key "timed" (the CPU comparisons run on it); the others "timed-N"
+        self.timed_keys = ["timed"] + [f"timed-{i}" for i in range(1, len(timed))]
+        self.graphs = {"exact": a.exact_graph, **dict(zip(self.timed_keys, timed, strict=True))}
+        self.sizes = {key: graph_size(src) for key, src in self.graphs.items()}
+        every = {c.label: c for c in cases(None, full=True)}
+        wanted = [s.strip() for s in a.strategies.split(",") if s.strip()]
+        unknown = [w for w in wanted if w not in every]
+        if unknown:
+            raise SystemExit(f"gpu-check: unknown case {', '.join(unknown)} (cases: {', '.join(every)})")
+        default = [c.label for c in cases(None, full=a.full)]
+        self.labels = [label for label in every if label in (wanted or default)]
+        self.case = {label: every[label] for label in self.labels}
+        self.parallel = a.parallel or max(1, (os.cpu_count() or 1) // (a.cpu_threads + 1))
+        self.budget = a.budget if a.budget is not None else (1500.0 if a.full else 300.0)
+        self.ready: dict = {}  # graph key -> store; (key, method, workers) -> (ok, last line, partition)
+        self.plans: dict = {}  # (key, label) -> (ok, last line, plan folder)
+        self.unprepared: dict = {}  # graph key -> why it has no plans
+        self.results: dict = {}  # (key, label, dtype, device) -> facts
+        self.peers: dict = {key: {} for key in self.timed_keys}
+        self.lock = threading.RLock()
+        self.state = "planned"
+        self.t_start = time.perf_counter()
+        self.modes = runner_modes(a.python) if any(mini_batch(x) for x in self.labels) else set()
+        self.sampler = pyg_sampler() if "mini-batch" in self.modes and a.device == "cuda" else None
+        self.bundle: list[str] = []
+        self.steps = self.make_steps()
+
+    # -- the steps -------------------------------------------------------------------------------------
+    def make_steps(self) -> list[Step]:
+        a, steps = self.a, []
+        for key in self.timed_keys:
+            graph, size = self.graphs[key], self.sizes[key]
+            prep = est_prepare(size, self.plan_cases())
+            steps.append(
+                Step(f"prepare {graph}", "preparation", prep, lambda key=key: self.prepare(key), prepares=key)
+            )
+            for label in self.labels:
+                job = (key, label, "float32", self.dut)
+                est = est_train(self.case[label], size, a.epochs, "cuda" if a.device == "cuda" else "cpu")
+                steps.append(
+                    Step(
+                        f"{label} on {graph}, {self.dut}",
+                        "device runs",
+                        est,
+                        lambda job=job: self.train_one(job),
+                        [job],
+                    )
+                )
+            n, arcs, _ = size
+            steps.append(
+                Step(
+                    f"PyG full-graph on {graph}",
+                    "PyG",
+                    EST_PYG[0] + EST_PYG[1] * arcs if a.device == "cuda" else 0.0,
+                    lambda key=key: self.peer(key, "pyg"),
+                    peer=(key, "pyg"),
+                )
+            )
+            if any(mini_batch(x) for x in self.labels):
+                runs = a.device == "cuda" and "mini-batch" in self.modes and self.sampler is None
+                est = (
+                    EST_PYG_MINI[0] + EST_PYG_MINI[1] * arcs + PYG_MINI_EPOCHS * EST_PYG_MINI[2] * n
+                    if runs
+                    else 0.0
+                )
+                steps.append(
+                    Step(
+                        f"PyG mini-batch on {graph}",
+                        "PyG",
+                        est,
+                        lambda key=key: self.peer(key, "pyg_minibatch"),
+                        peer=(key, "pyg_minibatch"),
+                    )
+                )
+        # the references, several at a time, exactness first: float64 on the exact graph on both devices, float32
+        # on the CPU, and a float64 CPU run for the mini-batch cases (their float32 rounding alone moves weights
+        # beyond the absolute tolerance on any device: float32_verdict compares each device's error to it)
+        jobs = [("exact", label, "float64", dev) for label in self.labels for dev in ("cpu", self.dut)]
+        jobs += [("timed", label, "float32", "cpu") for label in self.labels]
+        jobs += [("timed", label, "float64", "cpu") for label in self.labels if self.reference(label)]
+        steps.append(
+            Step(
+                f"prepare {a.exact_graph}",
+                "preparation",
+                est_prepare(self.sizes["exact"], self.plan_cases()),
+                lambda: self.prepare("exact"),
+                prepares="exact",
+            )
+        )
+        est = group_estimate([self.job_estimate(j) for j in jobs], self.parallel)
+        steps.append(Step("CPU references", "CPU references", est, lambda: self.run_group(jobs), jobs))
+        return steps
+
+    def reference(self, label: str) -> bool:
+        """Whether a case's float32 runs are judged against a float64 CPU run (mini-batch cases)."""
+        return self.a.float64_reference and mini_batch(label)
+
+    def plan_cases(self) -> list[Case]:
+        """The cases to plan on every graph: the chosen ones, and g3's one-bin plan where the forced-bins case is
+        chosen (it sets that case's device budget)."""
+        out = list(self.case.values())
+        if FORCED in self.case and BINS not in self.case:
+            out.append(cases(None, full=False)[0])  # the default run's first case is g3's
+        return out
+
+    def job_estimate(self, job) -> float:
+        key, label, _, device = job
+        dev = "cuda" if device == self.dut and self.a.device == "cuda" else "cpu"
+        return est_train(self.case[label], self.sizes[key], 3 if key == "exact" else self.a.epochs, dev)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t_start
+
+    def left(self) -> float:
+        return max(10.0, self.budget - self.elapsed())
+
+    def trim(self) -> list[Step]:
+        """Mark the steps that cannot end within the budget by the estimates (the later, the less they matter:
+        the order is the priority), and those that need a graph whose preparation is trimmed; returns them."""
+        t, trimmed, gone = 0.0, [], set()
+        for step in self.steps:
+            needs = {job[0] for job in step.jobs} | ({step.peer[0]} if step.peer else set())
+            if needs & gone or t + step.estimate > self.budget:
+                step.status, trimmed = "trimmed", [*trimmed, step]
+                gone |= {step.prepares} if step.prepares else set()
+            else:
+                t += step.estimate
+        return trimmed
+
+    def estimate(self) -> dict:
+        kept = [s for s in self.steps if s.status != "trimmed"]
+        phases: dict = {}
+        for s in kept:
+            phases[s.phase] = phases.get(s.phase, 0.0) + s.estimate
+        return {
+            "total_s": round(sum(phases.values()), 1),
+            "by_phase": {k: round(v, 1) for k, v in phases.items()},
+        }
+
+    # -- running ----------------------------------------------------------------------------------------
+    def run(self) -> int:
+        self.work.mkdir(parents=True, exist_ok=True)
+        (self.out / "runs.jsonl").write_text("")
+        self.r = Runner(self.out, self.a.python, self.a.timeout, self.a.in_process)
+        self.state = "running"
+        self.t_start = time.perf_counter()
+        self.write()
+        for step in self.steps:
+            if step.status == "trimmed":
+                self.skip(step, f"trimmed before the start to fit --budget {self.budget:.0f} s")
+                continue
+            left = self.budget - self.elapsed()
+            if step.estimate > left:
+                self.skip(
+                    step, f"not run: estimated {step.estimate:.0f} s, {max(0.0, left):.0f} s of --budget left"
+                )
+                continue
+            t0 = time.perf_counter()
+            step.run()
+            step.status, step.seconds = "done", time.perf_counter() - t0
+            if step.jobs and all(self.results[job]["status"] == "skipped" for job in step.jobs):
+                step.status = "skipped"  # each run found its graph unprepared or the budget spent
+            print(
+                f"gpu-check: {step.name}: {step.seconds:.0f} s (estimated {step.estimate:.0f} s; {self.elapsed():.0f} s in all)",
+                flush=True,
+            )
+            self.write()
+        self.state = "done"
+        table = self.write()
+        print(table)
+        return 0
+
+    def skip(self, step: Step, note: str) -> None:
+        step.status = "skipped" if step.status != "trimmed" else "trimmed"
+        step.note = note
+        for job in step.jobs:
+            self.record(job, {"status": "skipped", "note": note})
+        if step.prepares:
+            self.unprepared[step.prepares] = note
+        if step.peer:
+            self.peers[step.peer[0]][step.peer[1]] = {"status": "skipped", "note": note}
+        print(f"gpu-check: {step.name}: {note}", flush=True)
+        self.write()
+
+    def prepare(self, key: str) -> None:
+        """Ingest a graph, partition it once per (method, worker count) its cases use and plan each case, the
+        partitions and plans several at a time."""
+        r, work, source = self.r, self.work, self.graphs[key]
+        store = work / f"{key}.g3"
+        ok, last = r.cli(f"ingest-{key}", "ingest", source, str(store), "--force", timeout=self.left())
+        if not ok:
+            self.unprepared[key] = f"ingesting {source} failed: {last} (see logs/ingest-{key}.log)"
+            print(f"gpu-check: {self.unprepared[key]}", flush=True)
+            return
+        self.ready[key] = store
+        need = self.plan_cases()
+
+        def partition(method_k):
             method, k = method_k
             part = work / f"{key}.part-{method}-{k}"
             ok, last = r.cli(
@@ -363,325 +834,290 @@ def prepare(r: Runner, work: Path, graphs: dict[str, str], all_cases: list[Case]
                 "--force",
                 "--seed",
                 "1",
+                timeout=self.left(),
             )
             return (key, method, k), (ok, last, part)
 
-        with cf.ThreadPoolExecutor(parallel) as pool:
-            ready.update(pool.map(partition, sorted({(c.method, c.workers) for c in all_cases})))
-        ready[key] = store
-    return ready
-
-
-def plan_case(
-    r: Runner, work: Path, ready: dict, key: str, case: Case, hidden: int
-) -> tuple[bool, str, Path]:
-    ok, last, part = ready[(key, case.method, case.workers)]
-    slug = case.label.replace(" ", "").replace("(", "-").replace(")", "").replace("=", "")
-    plan = work / f"{key}.plan-{slug}"
-    if not ok:
-        return False, f"partition failed: {last}", plan
-    opts = [x for kv in case.options.items() for x in kv]
-    ok, last = r.cli(
-        f"plan-{key}-{slug}",
-        "plan",
-        str(part),
-        "--strategy",
-        case.strategy,
-        "--model",
-        "sage",
-        "--hidden",
-        str(hidden),
-        *opts,
-        "-o",
-        str(plan),
-        "--force",
-    )
-    return ok, last, plan
-
-
-def train(
-    r: Runner,
-    plan: Path,
-    run: Path,
-    device: str,
-    dtype: str,
-    epochs: int,
-    threads: int,
-    workers: int,
-    count_ops: bool,
-    residency: str = "auto",
-) -> tuple[bool, str]:
-    return r.cli(
-        f"train-{run.name}",
-        "train",
-        str(plan),
-        "--device",
-        device,
-        "--dtype",
-        dtype,
-        "--epochs",
-        str(epochs),
-        "--lr",
-        str(LR),
-        "--dropout",
-        str(DROPOUT),
-        "--seed",
-        str(SEED),
-        "--workers",
-        str(workers),
-        "--threads",
-        str(threads),
-        "--eval-every",
-        str(epochs),
-        "-o",
-        str(run),
-        "--force",
-        "--residency",
-        residency,
-        *(("--count-ops",) if count_ops else ()),
-    )
-
-
-def planned_residency(plan: Path) -> str:
-    """``device`` when the plan found every worker's partition fits the device, else ``host``: what
-    ``--residency auto`` does on a GPU, given explicitly to the CPU standing in for one."""
-    workers = json.loads((plan / "plan.json").read_text())["workers"]
-    return (
-        "device" if all(w.get("residency", {}).get("mode", "device") == "device" for w in workers) else "host"
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="gpu-check", help="output folder (default: gpu-check)")
-    ap.add_argument(
-        "--device",
-        default="cuda",
-        choices=("cuda", "cpu"),
-        help="the device under test; cpu stands in for a GPU (tests)",
-    )
-    ap.add_argument("--exact-graph", default="synthetic:tiny", help="graph of the float64 exactness runs")
-    ap.add_argument(
-        "--graph",
-        default="synthetic:small,synthetic:medium",
-        help="graphs of the timed runs, comma-separated: the first is also run on the CPU (float32 "
-        "agreement), the others on the device only",
-    )
-    ap.add_argument("--epochs", type=int, default=4, help="epochs of the runs on the timed graph (exact: 3)")
-    ap.add_argument("--hidden", type=int, default=64)
-    ap.add_argument("--parallel", type=int, default=0, help="CPU runs at a time [default: cores / 4]")
-    ap.add_argument("--strategies", default="", help="comma-separated case labels to run [default: all]")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per command")
-    ap.add_argument("--cpu-threads", type=int, default=2, help="threads of each CPU run (default: 2)")
-    ap.add_argument(
-        "--no-float64-reference",
-        dest="float64_reference",
-        action="store_false",
-        help="skip the float64 CPU run of each case on the timed graph (then float32 passes only "
-        "within the absolute tolerance)",
-    )
-    ap.add_argument(
-        "--budget",
-        type=float,
-        default=300.0,
-        help="seconds of training runs (counted once the graphs are partitioned and planned) after "
-        "which no further run starts (the report is still written)",
-    )
-    ap.add_argument(
-        "--in-process",
-        action="store_true",
-        help="run the g3 commands in this process rather than one interpreter each (their workers are still "
-        "processes): less start-up on a small machine; no per-command time limit",
-    )
-    ap.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
-    if a.device == "cuda" and not torch.cuda.is_available():
-        print(f"gpu-check: no CUDA device on this machine (torch {torch.__version__}); nothing run.")
-        return 0
-    out = Path(a.out)
-    work = out / "work"
-    work.mkdir(parents=True, exist_ok=True)
-    (out / "runs.jsonl").write_text("")
-    r = Runner(out, a.python, a.timeout, a.in_process)
-    t_start = time.perf_counter()
-    timed = [g for g in a.graph.split(",") if g]
-    # the first timed graph keeps the key "timed" (the CPU comparisons run on it); the others "timed-N"
-    timed_keys = ["timed"] + [f"timed-{i}" for i in range(1, len(timed))]
-    graphs = {"exact": a.exact_graph, **dict(zip(timed_keys, timed, strict=True))}
-    wanted = set(filter(None, a.strategies.split(",")))
-    parallel = a.parallel or max(1, (os.cpu_count() or 1) // (a.cpu_threads + 1))
-    ready = prepare(
-        r,
-        work,
-        graphs,
-        [c for c in cases(None) if not wanted or c.label in wanted or c.label == BINS.name],
-        parallel,
-    )
-    print(f"gpu-check: graphs ingested and partitioned ({time.perf_counter() - t_start:.0f} s)", flush=True)
-
-    # the one-bin plans first: the largest layer's one-bin memory sets the forced-bins budget (a third of it
-    # per bin, so the largest layer needs at least three)
-    plans = {}
-    with cf.ThreadPoolExecutor(parallel) as pool:
-        # g3's one-bin plan is made whenever the forced-bins case runs: it sizes that case's budget
-        needed = [
-            c
-            for c in cases(None)
-            if not wanted or c.label in wanted or (c.label == BINS.name and FORCED in wanted)
-        ]
-        todo = {
-            (key, case.label): pool.submit(plan_case, r, work, ready, key, case, a.hidden)
-            for key in graphs
-            for case in needed
-        }
-        plans.update({k: f.result() for k, f in todo.items()})
-    for key in graphs if not wanted or FORCED in wanted else ():
-        ok, _, g3_plan = plans[(key, BINS.name)]
-        budget = str(2 * one_bin_bytes(g3_plan) // 3) if ok else None
-        forced = cases(budget)[-1] if budget else Case(FORCED, BINS.name, BINS.methods[0], {})
-        plans[(key, forced.label)] = (
-            plan_case(r, work, ready, key, forced, a.hidden)
-            if budget
-            else (False, "the one-bin g3 plan failed", work / "none")
-        )
-    every = {
-        c.label: c for c in cases("0")
-    }  # every label, the forced-bins one included (its budget unused here)
-    labels = [label for label in every if not wanted or label in wanted]
-    print(f"gpu-check: {len(labels)} plans per graph ({time.perf_counter() - t_start:.0f} s)", flush=True)
-    t_train = time.perf_counter()  # --budget counts the training runs, not the graphs' preparation
-
-    # every case: float64 on the small exact graph; float32 (the device under test and the CPU) and a float64
-    # CPU reference on the first timed graph; float32 on the device alone on the others
-    kinds = (("exact", "float64"), ("timed", "float32")) + (
-        (("timed", "float64"),) if a.float64_reference else ()
-    )
-    jobs = [(key, label, dtype) for label in labels for key, dtype in kinds]
-    cpu_threads = a.cpu_threads
-    dut = a.device if a.device != "cpu" else "dut"  # with --device cpu the CPU stands in for the device
-    results: dict = {}
-
-    def run_one(job, device):
-        key, label, dtype = job
-        ok, last, plan = plans[(key, label)]
-        slug = plan.name.split(".plan-")[-1]
-        run = work / f"run-{key}-{slug}-{dtype}-{'cpu' if device == 'cpu' else dut}"
-        if not ok:
-            facts = {"status": "failed", "note": f"plan failed: {last}"}
-        elif time.perf_counter() - t_train > a.budget:
-            facts = {"status": "skipped", "note": f"not run: past --budget {a.budget:.0f} s"}
-        else:
-            t0 = time.perf_counter()
-            timed_run = key != "exact" and device == dut
-            ok, last = train(
-                r,
-                plan,
-                run,
-                a.device if device == dut else "cpu",
-                dtype,
-                3 if key == "exact" else a.epochs,
-                cpu_threads if device == "cpu" else 2,
-                every[label].workers,
-                count_ops=timed_run,
-                residency=planned_residency(plan) if a.device == "cpu" and device == dut else "auto",
-            )
-            facts = {"status": "ok" if ok else "failed", "run": str(run), "wall_s": time.perf_counter() - t0}
-            facts.update(run_facts(run) if ok else {"note": last})
-        results[(job, device)] = facts
-        with open(out / "runs.jsonl", "a") as f:  # kept as it goes: a run cut short still leaves its figures
-            f.write(
-                json.dumps(
-                    {"case": label, "graph": key, "dtype": dtype, "device": device, **facts}, default=str
+        with cf.ThreadPoolExecutor(self.parallel) as pool:
+            self.ready.update(pool.map(partition, sorted({(c.method, c.workers) for c in need})))
+            plain = [c for c in need if c.label != FORCED]
+            self.plans.update(
+                zip(
+                    [(key, c.label) for c in plain],
+                    pool.map(lambda c: self.plan_case(key, c), plain),
+                    strict=True,
                 )
-                + "\n"
             )
+        if FORCED in self.case:
+            # a third of g3's one-bin footprint per bin: the largest layer needs at least three bins
+            ok, _, g3_plan = self.plans[(key, BINS)]
+            if ok:
+                forced = cases(str(2 * one_bin_bytes(g3_plan) // 3), full=True)[-1]
+                self.plans[(key, FORCED)] = self.plan_case(key, forced)
+            else:
+                self.plans[(key, FORCED)] = (False, "the one-bin g3 plan failed", work / "none")
+
+    def plan_case(self, key: str, case: Case) -> tuple[bool, str, Path]:
+        ok, last, part = self.ready[(key, case.method, case.workers)]
+        slug = case.label.replace(" ", "").replace("(", "-").replace(")", "").replace("=", "")
+        plan = self.work / f"{key}.plan-{slug}"
+        if not ok:
+            return False, f"partition failed: {last}", plan
+        opts = [x for kv in case.options.items() for x in kv]
+        ok, last = self.r.cli(
+            f"plan-{key}-{slug}",
+            "plan",
+            str(part),
+            "--strategy",
+            case.strategy,
+            "--model",
+            "sage",
+            "--hidden",
+            str(self.a.hidden),
+            *opts,
+            "-o",
+            str(plan),
+            "--force",
+            timeout=self.left(),
+        )
+        return ok, last, plan
+
+    def run_group(self, jobs: list) -> None:
+        with cf.ThreadPoolExecutor(self.parallel) as pool:
+            list(pool.map(self.train_one, jobs))
+
+    def train_one(self, job) -> None:
+        key, label, dtype, device = job
+        a, est = self.a, self.job_estimate(job)
+        plan = self.plans.get((key, label))
+        if key in self.unprepared or plan is None:
+            why = self.unprepared.get(key, "its graph was not prepared")
+            facts = {"status": "skipped" if "budget" in why else "failed", "note": f"not run: {why}"}
+        elif not plan[0]:
+            facts = {"status": "failed", "note": f"plan failed: {plan[1]}"}
+        elif est > self.budget - self.elapsed():
+            left = max(0.0, self.budget - self.elapsed())
+            facts = {
+                "status": "skipped",
+                "note": f"not run: estimated {est:.0f} s, {left:.0f} s of --budget left",
+            }
+        else:
+            plan_dir = plan[2]
+            slug = plan_dir.name.split(".plan-")[-1]
+            run = self.work / f"run-{key}-{slug}-{dtype}-{'cpu' if device == 'cpu' else self.dut}"
+            on_dut = device == self.dut
+            epochs = 3 if key == "exact" else a.epochs
+            t0 = time.perf_counter()
+            ok, last = self.r.cli(
+                f"train-{run.name}",
+                "train",
+                str(plan_dir),
+                "--device",
+                a.device if on_dut else "cpu",
+                "--dtype",
+                dtype,
+                "--epochs",
+                str(epochs),
+                "--lr",
+                str(LR),
+                "--dropout",
+                str(DROPOUT),
+                "--seed",
+                str(SEED),
+                "--workers",
+                str(self.case[label].workers),
+                "--threads",
+                str(DEVICE_THREADS if on_dut else a.cpu_threads),
+                "--eval-every",
+                str(epochs),
+                "-o",
+                str(run),
+                "--force",
+                "--residency",
+                planned_residency(plan_dir) if a.device == "cpu" and on_dut else "auto",
+                *(("--count-ops",) if on_dut and key != "exact" else ()),
+                timeout=self.left(),
+            )
+            facts = {
+                "status": "ok" if ok else "failed",
+                "run": str(run),
+                "wall_s": time.perf_counter() - t0,
+                "estimate_s": est,
+            }
+            facts.update(run_facts(run) if ok else {"note": last})
+        self.record(job, facts)
+        if facts["status"] != "skipped":
+            print(
+                f"  {label:<14} {self.graphs[key]:<18} {dtype} {device:<4} {facts['status']:<6} {facts.get('wall_s', 0):6.1f} s"
+                + (f"  {facts['note']}" if facts.get("note") else ""),
+                flush=True,
+            )
+
+    def record(self, job, facts: dict) -> None:
+        key, label, dtype, device = job
+        with self.lock:
+            self.results[job] = facts
+            with open(self.out / "runs.jsonl", "a") as f:  # a line per run as it ends
+                line = {"case": label, "graph": self.graphs[key], "dtype": dtype, "device": device, **facts}
+                f.write(json.dumps(line, default=str) + "\n")
+            self.write()
+
+    def peer(self, key: str, name: str) -> None:
+        a, graph = self.a, self.graphs[key]
+        if a.device != "cuda":
+            res = {"status": "skipped", "note": "no GPU under test"}
+        elif key not in self.ready:
+            res = {
+                "status": "skipped",
+                "note": f"not run: {self.unprepared.get(key, 'its graph was not prepared')}",
+            }
+        elif name == "pyg":
+            res = pyg_epoch(self.ready[key], a.device, a.hidden, a.epochs)
+        elif "mini-batch" not in self.modes:
+            res = {
+                "status": "skipped",
+                "note": f"the peer runner ({PEER_RUNNER.relative_to(REPO)}) has no mini-batch mode",
+            }
+        elif self.sampler:
+            res = {"status": "unavailable", "note": self.sampler}
+        else:
+            from stages.bench.export import export_graph
+
+            label = next(x for x in self.labels if mini_batch(x))
+            plan = self.plans.get((key, label))
+            options = (
+                json.loads((plan[2] / "plan.json").read_text())["strategy"]["options"]
+                if plan and plan[0]
+                else {}
+            )
+            npz = export_graph(self.ready[key], self.work / f"{key}.npz")
+            res = pyg_minibatch(
+                a.python,
+                npz,
+                a.device,
+                self.modes,
+                options.get("fanouts", [25, 10]),
+                options.get("batch_size", 1000),
+                a.hidden,
+                PYG_MINI_EPOCHS,
+                self.out / "logs" / f"pyg-minibatch-{key}.log",
+                self.left(),
+            )
+        self.peers[key][name] = res
         print(
-            f"  {label:<14} {key:<7} {dtype} {device:<4} {facts['status']:<6} {facts.get('wall_s', 0):6.1f} s"
-            + (f"  {facts['note']}" if facts.get("note") else ""),
+            f"  PyG {name:<14} {graph:<18} {res['status']}" + (f"  {res['note']}" if res.get("note") else ""),
             flush=True,
         )
 
-    # the CPU references and the untimed exactness runs on the device, several at a time; then the timed runs
-    # on the device one at a time, alone, the first timed graph's first
-    exact_on_dut = [(job, dut) for job in jobs if job[0] == "exact"]
-    timed_on_dut = [(job, dut) for job in jobs if job[0] == "timed" and job[2] == "float32"]
-    larger_on_dut = [((key, label, "float32"), dut) for key in timed_keys[1:] for label in labels]
-    with cf.ThreadPoolExecutor(parallel) as pool:
-        list(pool.map(lambda jd: run_one(*jd), [(job, "cpu") for job in jobs] + exact_on_dut))
-    print(
-        f"gpu-check: CPU references and exactness runs done ({time.perf_counter() - t_start:.0f} s)",
-        flush=True,
-    )
-    for job, device in timed_on_dut + larger_on_dut:
-        run_one(job, device)
-
-    peers = {}
-    for key in timed_keys:
-        if a.device == "cuda":
-            peers[key] = {
-                "pyg": pyg_epoch(ready[key], a.device, a.hidden, a.epochs),
-                "pyg_loader": pyg_loader_epoch(ready[key], a.device, a.hidden, a.epochs),
-            }
-        else:
-            peers[key] = {
-                "pyg": {"status": "skipped", "note": "no GPU under test"},
-                "pyg_loader": {"status": "skipped", "note": "no GPU under test"},
-            }
-    rows = [compare(label, results, dut, plans, "timed", peers["timed"]) for label in labels]
-    larger = {
-        graphs[key]: [
-            device_row(label, results.get(((key, label, "float32"), dut)), peers[key]) for label in labels
+    # -- the report -------------------------------------------------------------------------------------
+    def report(self) -> dict:
+        a, dut = self.a, self.dut
+        peers = {key: dict(v) for key, v in self.peers.items()}
+        rows = [
+            compare(
+                label, self.results, dut, self.plans, peers.get("timed", {}), self.reference(label), a.device
+            )
+            for label in self.labels
         ]
-        for key in timed_keys[1:]
-    }
+        larger = {
+            self.graphs[key]: [
+                device_row(
+                    label, self.results.get((key, label, "float32", dut)), peers.get(key, {}), a.device
+                )
+                for label in self.labels
+            ]
+            for key in self.timed_keys[1:]
+        }
+        verdicts = [row["passed"] for row in rows]
+        return {
+            "schema": SCHEMA,
+            "state": self.state,
+            "environment": environment(a.device, self.bundle),
+            "tolerance": TOL,
+            "settings": {
+                "full": a.full,
+                "cases": self.labels,
+                "budget_s": self.budget,
+                "exact_graph": a.exact_graph,
+                "graph": self.graphs["timed"],
+                "graphs": [self.graphs[k] for k in self.timed_keys],
+                "epochs": a.epochs,
+                "hidden": a.hidden,
+                "model": "sage",
+                "layers": 2,
+                "lr": LR,
+                "dropout": DROPOUT,
+                "seed": SEED,
+                "cpu_threads": a.cpu_threads,
+                "device_threads": DEVICE_THREADS,
+                "float64_reference": a.float64_reference,
+            },
+            "estimate": {
+                **self.estimate(),
+                "steps": [
+                    {
+                        "name": s.name,
+                        "phase": s.phase,
+                        "estimate_s": round(s.estimate, 1),
+                        "status": s.status,
+                        "seconds": None if s.seconds is None else round(s.seconds, 1),
+                        **({"note": s.note} if s.note else {}),
+                    }
+                    for s in self.steps
+                ],
+            },
+            "cases": rows,
+            "larger_graphs": larger,
+            "peers": {
+                **peers.get("timed", {}),
+                "dgl": DGL,
+                "per_graph": {self.graphs[k]: v for k, v in peers.items()},
+            },
+            "passed": False if False in verdicts else (None if None in verdicts or not verdicts else True),
+            "seconds": self.elapsed(),
+        }
+
+    def write(self) -> str:
+        """gpu-check.json and gpu-check.md as they stand, each replaced at once (a reader never sees half)."""
+        with self.lock:
+            report = self.report()
+            table = markdown(report)
+            for name, text in (
+                ("gpu-check.json", json.dumps(report, indent=1, default=str) + "\n"),
+                ("gpu-check.md", table),
+            ):
+                tmp = self.out / f".{name}.tmp"
+                tmp.write_text(text)
+                os.replace(tmp, self.out / name)
+            return table
+
+
+def _dgl() -> dict:
     try:
         import dgl  # noqa: F401
 
-        dgl_note = {"status": "installed", "note": "DGL imports here but gpu-check does not time it yet"}
+        return {"status": "installed", "note": "DGL imports here but gpu-check does not time it yet"}
     except Exception:  # noqa: BLE001 - absent or broken: reported
-        dgl_note = {"status": "not installed"}
-    report = {
-        "schema": SCHEMA,
-        "environment": environment(a.device),
-        "tolerance": TOL,
-        "settings": {
-            "exact_graph": a.exact_graph,
-            "graph": timed[0],
-            "graphs": timed,
-            "epochs": a.epochs,
-            "hidden": a.hidden,
-            "model": "sage",
-            "layers": 2,
-            "lr": LR,
-            "dropout": DROPOUT,
-            "seed": SEED,
-            "cpu_threads": a.cpu_threads,
-            "device_threads": 2,
-        },
-        "cases": rows,
-        "larger_graphs": larger,
-        "peers": {**peers["timed"], "dgl": dgl_note, "per_graph": {graphs[k]: v for k, v in peers.items()}},
-        "passed": all(row["passed"] for row in rows),
-        "seconds": time.perf_counter() - t_start,
-    }
-    (out / "gpu-check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    table = markdown(report)
-    (out / "gpu-check.md").write_text(table)
-    print(table)
-    return 0
+        return {"status": "not installed"}
 
 
-def vs_pyg(label: str, epoch_s: float | None, peers: dict) -> float | None:
+DGL: dict = {}
+
+
+def vs_pyg(label: str, epoch_s: float | None, peers: dict, device: str) -> float | None:
     """A case's epoch over PyG's on the same graph and device: the full-graph epoch for full-graph strategies,
-    the NeighborLoader's for mini-batch ones (None: no PyG figure)."""
-    strategy = label.split(" ")[0]
-    peer = peers.get("pyg_loader" if STRATEGIES[strategy].mini_batch else "pyg") or {}
-    if epoch_s is None or peer.get("status") != "ok":
+    the mini-batch one for mini-batch strategies (None: no PyG figure on that device)."""
+    peer = peers.get("pyg_minibatch" if mini_batch(label) else "pyg") or {}
+    if epoch_s is None or peer.get("status") != "ok" or peer.get("device") != device:
         return None
     return epoch_s / peer["median_epoch_s"]
 
 
-def device_row(label: str, facts: dict | None, peers: dict) -> dict:
+def counts(facts: dict) -> dict:
+    return {k: facts.get(k) for k in COUNTS if k in facts}
+
+
+def device_row(label: str, facts: dict | None, peers: dict, device: str) -> dict:
     """A case on a device-only graph: its epoch, memory, operation counts and ratio to PyG."""
     if not facts or facts["status"] != "ok":
         return {
@@ -694,37 +1130,39 @@ def device_row(label: str, facts: dict | None, peers: dict) -> dict:
         "status": "ok",
         "dut_epoch_s": facts["median_epoch_s"],
         "dut_peak_bytes": facts["peak_memory_bytes"],
-        "ops_per_step": facts.get("ops_per_step"),
-        "sync_ops_per_step": facts.get("sync_ops_per_step"),
-        "vs_pyg": vs_pyg(label, facts["median_epoch_s"], peers),
+        **counts(facts),
+        "vs_pyg": vs_pyg(label, facts["median_epoch_s"], peers, device),
     }
 
 
 def compare(
-    label: str, results: dict, dut: str, plans: dict, key: str = "timed", peers: dict | None = None
+    label: str,
+    results: dict,
+    dut: str,
+    plans: dict,
+    peers: dict | None = None,
+    reference: bool = True,
+    device: str = "cuda",
+    key: str = "timed",
 ) -> dict:
-    """One row: exactness in float64, float32 agreement, epoch times and memory on both devices."""
+    """One row: exactness in float64, float32 agreement, epoch times and memory on both devices. ``passed``:
+    True, False (a run failed or a comparison did), or None (not checked: a run it needs has not run)."""
     ex_cpu, ex_dut = (
-        results.get((("exact", label, "float64"), "cpu")),
-        results.get((("exact", label, "float64"), dut)),
+        results.get(("exact", label, "float64", "cpu")),
+        results.get(("exact", label, "float64", dut)),
     )
-    t_cpu, t_dut = results.get(((key, label, "float32"), "cpu")), results.get(((key, label, "float32"), dut))
-    t_ref = results.get(((key, label, "float64"), "cpu"))
+    t_cpu, t_dut = results.get((key, label, "float32", "cpu")), results.get((key, label, "float32", dut))
+    t_ref = results.get((key, label, "float64", "cpu"))
     row: dict = {"case": label, "notes": []}
-    for name, facts in (
-        ("exact cpu", ex_cpu),
-        ("exact " + dut, ex_dut),
-        ("float32 cpu", t_cpu),
-        ("float32 " + dut, t_dut),
-        ("float64 cpu", t_ref),
-    ):
-        if name == "float64 cpu" and facts is None:  # the optional reference (--float64-reference)
-            continue
-        if not facts or facts["status"] != "ok":
-            row["notes"].append(f"{name}: {(facts or {}).get('note', 'not run')}")
+    needed = {"exact cpu": ex_cpu, "exact " + dut: ex_dut, "float32 cpu": t_cpu, "float32 " + dut: t_dut}
+    if reference:
+        needed["float64 cpu"] = t_ref
+    for name, facts in needed.items():
+        if facts and facts["status"] != "ok":
+            row["notes"].append(f"{name}: {facts.get('note', facts['status'])}")
 
     def ok(f):
-        return f and f["status"] == "ok"
+        return bool(f) and f["status"] == "ok"
 
     row["float64_max_diff"] = (
         max_diff(Path(ex_cpu["run"]) / "model.pt", Path(ex_dut["run"]) / "model.pt")
@@ -749,12 +1187,9 @@ def compare(
             row[f"{side}_peak_bytes"] = facts["peak_memory_bytes"]
             row[f"{side}_test_acc"] = facts["test_acc"]
     if ok(t_dut):
-        row["ops_per_step"], row["sync_ops_per_step"] = (
-            t_dut.get("ops_per_step"),
-            t_dut.get("sync_ops_per_step"),
-        )
-        row["vs_pyg"] = vs_pyg(label, t_dut["median_epoch_s"], peers or {})
-    plan_ok, _, plan = plans[(key, label)]
+        row.update(counts(t_dut))
+        row["vs_pyg"] = vs_pyg(label, t_dut["median_epoch_s"], peers or {}, device)
+    plan_ok, _, plan = plans.get((key, label), (False, None, None))
     if plan_ok:
         bound, source = plan_bound(plan)
         row["plan_bound_bytes"], row["plan_bound_source"] = bound, source
@@ -773,13 +1208,13 @@ def compare(
     )
     row["within_bound"] = row["peak_over_bound"] <= 1.0 if promised else None
     row["float32_passed"] = float32_verdict(row)
-    row["passed"] = (
-        row["within_bound"] is not False
-        and row["float64_max_diff"] is not None
-        and row["float64_max_diff"] <= TOL["float64"]
-        and row["float32_passed"] is not None
-        and not row["notes"]
-    )
+    failed = any(f and f["status"] == "failed" for f in needed.values())
+    if failed or row["within_bound"] is False or (row["float64_max_diff"] or 0.0) > TOL["float64"]:
+        row["passed"] = False
+    elif not all(ok(f) for f in needed.values()):
+        row["passed"] = None  # not checked: a run it needs was skipped or has not run yet
+    else:
+        row["passed"] = row["float32_passed"] is not None
     return row
 
 
@@ -806,16 +1241,33 @@ def _fmt(x, spec=".1e") -> str:
     return "—" if x is None else format(x, spec)
 
 
+def _counts(row: dict) -> str:
+    return " / ".join(
+        _fmt(row.get(k), "d") for k in ("ops_per_step", "sync_ops_per_step", "h2d_copies_per_step")
+    )
+
+
+def _passed(row: dict) -> str:
+    if row["passed"] is None:
+        return "—"
+    return (
+        ("yes" + (" (f32 as the CPU)" if row["float32_passed"] == "as the CPU" else ""))
+        if row["passed"]
+        else "NO"
+    )
+
+
 def markdown(report: dict) -> str:
-    env = report["environment"]
+    env, settings = report["environment"], report["settings"]
+    state = {"running": " (running)", "cut short": " (cut short)", "done": ""}.get(report["state"], "")
     head = (
-        f"GPU check {env['date']}: {env.get('gpu', env['device'])}, torch {env['torch']}, "
-        f"{env['cpu_cores']} CPU cores; SAGE 2 layers hidden {report['settings']['hidden']}, "
-        f"{report['settings']['epochs']} epochs on {report['settings']['graph']}\n\n"
+        f"GPU check {env['date']}{state}: {env.get('gpu', env['device'])}, torch {env['torch']}, "
+        f"{env['cpu_cores']} CPU cores; SAGE 2 layers hidden {settings['hidden']}, "
+        f"{settings['epochs']} epochs on {', '.join(settings['graphs'])}\n\n"
     )
     lines = [
         f"| case | residency | f64 max Δ | f32 max Δ | f32 Δ to f64: cpu / dev | epoch cpu "
-        f"({report['settings']['cpu_threads']} threads) | epoch dev | speed-up | ÷ PyG | ops / syncs per step "
+        f"({settings['cpu_threads']} threads) | epoch dev | speed-up | ÷ PyG | ops / syncs / h2d per step "
         "| peak dev | plan bound | passed |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -828,16 +1280,14 @@ def markdown(report: dict) -> str:
             f"{_fmt(row.get('float32_cpu_vs_float64'))} / {_fmt(row.get('float32_dut_vs_float64'))} | "
             f"{_fmt(cpu_t and cpu_t * 1e3, '.1f')} ms | {_fmt(dev_t and dev_t * 1e3, '.1f')} ms | "
             f"{_fmt(cpu_t / dev_t if cpu_t and dev_t else None, '.1f')}× | {_fmt(row.get('vs_pyg'), '.2f')}× | "
-            f"{_fmt(row.get('ops_per_step'), 'd')} / {_fmt(row.get('sync_ops_per_step'), 'd')} | "
-            f"{_fmt(row.get('dut_peak_bytes') and row['dut_peak_bytes'] / 2**20, '.0f')} MiB | "
-            f"{_fmt(bound and bound / 2**20, '.0f')} MiB ({row.get('plan_bound_source') or '—'}) | "
-            f"{('yes' + (' (f32 as the CPU)' if row['float32_passed'] == 'as the CPU' else '')) if row['passed'] else 'NO'} |"
+            f"{_counts(row)} | {_fmt(row.get('dut_peak_bytes') and row['dut_peak_bytes'] / 2**20, '.0f')} MiB | "
+            f"{_fmt(bound and bound / 2**20, '.0f')} MiB ({row.get('plan_bound_source') or '—'}) | {_passed(row)} |"
         )
     notes = [f"- {row['case']}: {n}" for row in report["cases"] for n in row["notes"]]
     text = head + "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "")
     for graph, rows in (report.get("larger_graphs") or {}).items():
         text += (
-            f"\nOn {graph}, the device alone:\n\n| case | epoch dev | ÷ PyG | ops / syncs per step | peak dev |\n"
+            f"\nOn {graph}, the device alone:\n\n| case | epoch dev | ÷ PyG | ops / syncs / h2d per step | peak dev |\n"
             "|---|---|---|---|---|\n"
         )
         for row in rows:
@@ -846,22 +1296,159 @@ def markdown(report: dict) -> str:
                 continue
             text += (
                 f"| {row['case']} | {row['dut_epoch_s'] * 1e3:.1f} ms | {_fmt(row.get('vs_pyg'), '.2f')}× | "
-                f"{_fmt(row.get('ops_per_step'), 'd')} / {_fmt(row.get('sync_ops_per_step'), 'd')} | "
-                f"{row['dut_peak_bytes'] / 2**20:.0f} MiB |\n"
+                f"{_counts(row)} | {row['dut_peak_bytes'] / 2**20:.0f} MiB |\n"
             )
     for graph, peers in report["peers"].get("per_graph", {}).items():
-        for name, what in (
-            ("pyg", "SAGEConv full-graph"),
-            ("pyg_loader", "NeighborLoader (25,10, batch 1000)"),
-        ):
-            peer = peers[name]
-            text += (
-                f"\nPyG {peer['version']} {what} on {graph}: {peer['median_epoch_s'] * 1e3:.1f} ms per epoch."
-                if peer["status"] == "ok"
-                else f"\nPyG {what} on {graph}: {peer['status']} {peer.get('note', '')}"
+        for name, what in (("pyg", "SAGEConv full-graph"), ("pyg_minibatch", "NeighborLoader mini-batch")):
+            peer = peers.get(name)
+            if not peer:
+                continue
+            if peer["status"] == "ok":
+                how = (
+                    f" ({','.join(map(str, peer['fanouts']))}, batch {peer['batch_size']})"
+                    if "fanouts" in peer
+                    else ""
+                )
+                text += f"\nPyG {peer['version']} {what}{how} on {graph}, {peer['device']}: {peer['median_epoch_s'] * 1e3:.1f} ms per epoch."
+            else:
+                text += f"\nPyG {what} on {graph}: {peer['status']}: {peer.get('note', '')}"
+    text += f"\nDGL: {report['peers']['dgl'].get('status', '—')}.\n"
+    steps = report["estimate"]["steps"]
+    left_out = [f"{s['name']} ({s['status']})" for s in steps if s["status"] in ("skipped", "trimmed")]
+    text += (
+        f"\nSteps: {sum(s['status'] == 'done' for s in steps)} of {len(steps)} done in {report['seconds']:.0f} s "
+        f"(estimated {report['estimate']['total_s']:.0f} s, --budget {settings['budget_s']:.0f} s)"
+        + (f"; not run: {', '.join(left_out)}" if left_out else "")
+        + "\n"
+    )
+    verdict = {True: "yes", False: "NO", None: "not checked"}[report["passed"]]
+    return text + f"\nAll passed: {verdict} ({report['seconds']:.0f} s)\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="gpu-check", help="output folder (default: gpu-check)")
+    ap.add_argument(
+        "--device",
+        default="cuda",
+        choices=("cuda", "cpu"),
+        help="the device under test; cpu stands in for a GPU (tests)",
+    )
+    ap.add_argument(
+        "--full", action="store_true", help="the thorough sweep: every strategy, g3 (bins), K = 2 cases"
+    )
+    ap.add_argument("--exact-graph", default="synthetic:tiny", help="graph of the float64 exactness runs")
+    ap.add_argument(
+        "--graph",
+        default="synthetic:small,synthetic:medium",
+        help="graphs of the timed runs, comma-separated: the first is also run on the CPU (float32 "
+        "agreement), the others on the device only",
+    )
+    ap.add_argument("--epochs", type=int, default=4, help="epochs of the runs on the timed graphs (exact: 3)")
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument(
+        "--parallel", type=int, default=0, help="CPU runs at a time [default: cores / (threads + 1)]"
+    )
+    ap.add_argument(
+        "--strategies",
+        default="",
+        help="comma-separated case labels to run [default: g3, bns-gcn, distdgl; all with --full]",
+    )
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per command")
+    ap.add_argument("--cpu-threads", type=int, default=2, help="threads of each CPU run (default: 2)")
+    ap.add_argument(
+        "--no-float64-reference",
+        dest="float64_reference",
+        action="store_false",
+        help="skip the float64 CPU run of each case on the timed graph (then float32 passes only "
+        "within the absolute tolerance)",
+    )
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds for the whole check, preparation included [default: 300; 1500 with --full]: the steps that "
+        "do not fit by their estimate are trimmed before the start, and a step that no longer fits is skipped",
+    )
+    ap.add_argument("--dry-run", action="store_true", help="print the steps and their estimate, run nothing")
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the g3 commands in this process rather than one interpreter each (their workers are still "
+        "processes): less start-up on a small machine; no per-command time limit",
+    )
+    ap.add_argument(
+        "--bundle",
+        default=str(REPO / ".gpu-bundle"),
+        help="folder of carried wheels (make gpu-bundle): unpacked and put on the path [default: .gpu-bundle]",
+    )
+    ap.add_argument(
+        "--make-bundle", action="store_true", help="download the bundle's wheels into --bundle and exit"
+    )
+    ap.add_argument("--bundle-python", default="3.12", help="CPython version of the bundle's compiled wheels")
+    ap.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.make_bundle:
+        return make_bundle(Path(a.bundle), a.bundle_python)
+    if a.device == "cuda" and not torch.cuda.is_available() and not a.dry_run:
+        print(f"gpu-check: no CUDA device on this machine (torch {torch.__version__}); nothing run.")
+        return 0
+    bundle = use_bundle(Path(a.bundle))
+    missing = missing_modules(a.full)
+    if missing:
+        print(
+            f"gpu-check: {sys.executable} (Python {platform.python_version()}) cannot import {', '.join(missing)}"
+            f"{f' with the {len(bundle)} bundled wheels' if bundle else ''}: `make gpu-bundle` brings the pure ones "
+            "(and small compiled ones for one CPython); nothing run."
+        )
+        return 1
+    DGL.update(_dgl())
+    check = Check(a)
+    check.bundle = bundle
+    trimmed = check.trim()
+    est = check.estimate()
+    phases = ", ".join(f"{k} {v:.0f} s" for k, v in est["by_phase"].items())
+    kept = [s for s in check.steps if s.status != "trimmed"]
+    print(
+        f"gpu-check: {len(kept)} steps, estimated {est['total_s']:.0f} s ({phases}) of --budget {check.budget:.0f} s"
+        + (f"; {len(bundle)} bundled wheels" if bundle else ""),
+        flush=True,
+    )
+    if trimmed:
+        print(
+            f"gpu-check: trimmed to fit --budget: {'; '.join(f'{s.name} ({s.estimate:.0f} s)' for s in trimmed)}",
+            flush=True,
+        )
+    if not any(s.phase == "device runs" for s in kept):
+        first = next(s for s in check.steps if s.phase == "device runs")
+        print(
+            f"gpu-check: refused: no device run fits --budget {check.budget:.0f} s (the first, {first.name}, "
+            f"is estimated at {first.estimate:.0f} s after its graph's preparation)"
+        )
+        return 2
+    if a.dry_run:
+        for s in check.steps:
+            print(
+                f"  {s.estimate:6.0f} s  {s.phase:<15} {s.name}{'  (trimmed)' if s.status == 'trimmed' else ''}"
             )
-    text += f"\nDGL: {report['peers']['dgl']['status']}.\n"
-    return text + f"\nAll passed: {'yes' if report['passed'] else 'NO'} ({report['seconds']:.0f} s)\n"
+        return 0
+
+    def cut_short(signum, frame):  # killed at a time limit: what was measured stays, marked as cut short
+        check.state = "cut short"
+        if check.lock.acquire(timeout=5):
+            check.write()
+        for proc in list(LIVE):
+            proc.send_signal(signum)  # g3 ends its workers on SIGTERM
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, cut_short)
+    try:
+        return check.run()
+    except KeyboardInterrupt:
+        check.state = "cut short"
+        check.write()
+        raise
 
 
 if __name__ == "__main__":
