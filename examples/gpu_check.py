@@ -9,16 +9,18 @@ printed before it starts, and what does not fit is trimmed): ``g3``, ``bns-gcn``
    counted (``g3 train --count-ops``: operations, host synchronisations, host → device copies, the sampler's
    share); PyG on the same graph and settings: the full-graph ``SAGEConv`` epoch on the device and, where the
    peer runner (stages/bench/peers/pyg_runner.py) has a mini-batch mode and ``NeighborLoader`` has a sampler
-   (pyg-lib or torch-sparse), its mini-batch epoch at the ``distdgl`` plan's fanouts and batch size;
+   (pyg-lib or torch-sparse), its mini-batch epoch at the ``distdgl`` plan's fanouts and batch size (on the
+   first timed graph: its CPU sampling is slow on larger ones);
 2. the CPU references, several at a time: **exactness**, float64 on ``synthetic:tiny``, CPU against the device
    (final weights, max |Δ| ≤ 1e-9); **float32** on the first timed graph on the CPU (max |Δ| ≤ 1e-4 to the
-   device, else ``float32_verdict``), and a float64 CPU run there (float32 rounding alone moves a many-step
-   mini-batch run's weights far more than 1e-4 on any device: the device passes when it is no further from it
-   than twice the CPU's own float32 run).
+   device, else ``float32_verdict``), and for the mini-batch cases a float64 CPU run there (float32 rounding
+   alone moves a many-step mini-batch run's weights far more than 1e-4 on any device: the device passes when it
+   is no further from it than twice the CPU's own float32 run).
 
-``--full`` is the thorough sweep for a longer stay: every registered strategy, ``g3 (bins)`` (g3 with its device
-memory set so that the largest layer needs ≥ 3 bins: bins streamed on a copy stream) and ``g3`` / ``distdgl`` at
-K = 2 on the one GPU (``… K=2``: two ranks sharing it over gloo), the same steps.
+``--full`` is the thorough sweep for a longer stay (``--budget`` 1500 s): every registered strategy, ``g3
+(bins)`` (g3 with its device memory set so that the largest layer needs ≥ 3 bins: bins streamed on a copy
+stream) and ``g3`` / ``distdgl`` at K = 2 on the one GPU (``… K=2``: two ranks sharing it over gloo), the same
+steps, the PyG mini-batch epoch on every timed graph.
 
 Each finished step rewrites OUT/gpu-check.json (atomically) and OUT/gpu-check.md at once, and each run adds a
 line to OUT/runs.jsonl, so a run cut short keeps what it measured. Every dropout mask is a hash of its
@@ -32,7 +34,7 @@ the CPU standing in for the GPU (the tests use it; the comparisons are then CPU 
 prints the steps and their estimate and exits.
 
 Output (docs/BENCHMARKS.md, "GPU check", documents every field): OUT/gpu-check.json, OUT/gpu-check.md (the
-table), OUT/runs.jsonl, OUT/logs/*.log (each command's output).
+table), OUT/runs.jsonl, OUT/logs/*.log (each command's output); the graphs, plans and runs in OUT/work (``--work``).
 
     python examples/gpu_check.py --out gpu-check            # what `make gpu-check` runs
 """
@@ -179,14 +181,19 @@ def wheel_fits(name: str) -> bool:
     return here in py.split(".") and abi in (here, here + "m")
 
 
-def use_bundle(folder: Path) -> list[str]:
-    """Unpack the bundle's wheels that fit this interpreter into ``folder``/site-<tag> (once: a wheel is a zip
-    of what an install puts in site-packages) and put it first on this process's path and on PYTHONPATH (the g3
-    commands and their workers). Returns the wheels used."""
+def bundle_site() -> Path:
+    """Where the bundle is unpacked: a cache outside the checkout (the carried folder stays wheels only)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "g3-gpu-bundle"
+
+
+def use_bundle(folder: Path, root: Path | None = None) -> list[str]:
+    """Unpack the bundle's wheels that fit this interpreter (a wheel is a zip of what an install puts in
+    site-packages) into ``root``/site-<tag> [default: bundle_site()], once, and put that first on this
+    process's path and on PYTHONPATH (the g3 commands and their workers). Returns the wheels used."""
     wheels = sorted(p.name for p in (folder / "wheels").glob("*.whl") if wheel_fits(p.name))
     if not wheels:
         return []
-    site = folder / f"site-{sys.implementation.cache_tag}"
+    site = (root or bundle_site()) / f"site-{sys.implementation.cache_tag}"
     stamp = site / ".wheels"
     if not stamp.is_file() or stamp.read_text().split() != wheels:
         for name in wheels:
@@ -199,16 +206,19 @@ def use_bundle(folder: Path) -> list[str]:
 
 
 def missing_modules(full: bool) -> list[str]:
-    """The modules a g3 command needs that this Python cannot import, each with its kind."""
+    """The modules a g3 command needs that this Python cannot import, each with its kind and whether the
+    bundle brings it."""
     import importlib
 
+    bundled = {"numcodecs", "google_crc32c", "yaml", "pymetis", "psutil"}  # BUNDLE_COMPILED's modules
     out = []
     for module, kind in {**NEEDED, **(NEEDED_FULL if full else {})}.items():
         try:
             importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - absent, or present and broken (a wheel for another Python)
-            why = "" if isinstance(exc, ModuleNotFoundError) else f": {type(exc).__name__}"
-            out.append(f"{module} ({kind}{why})")
+            why = "" if isinstance(exc, ModuleNotFoundError) else f", {type(exc).__name__}"
+            where = "bundled" if kind == "pure" or module in bundled else "not bundled: install it"
+            out.append(f"{module} ({kind}{why}; {where})")
     return out
 
 
@@ -268,7 +278,7 @@ EST_EPOCH_MINI = {"cuda": 9.0, "cpu": 12.0}
 # strategies slower than the model above: their epoch's factor (the 2026-11-27 H200 run)
 EST_FACTOR = {"neutrontp": 4.0, "sancus": 1.5, "bytegnn": 4.0, "hopgnn": 3.0, "p3": 2.0, "clustergcn": 3.0}
 EST_PYG = (5.0, 0.2)  # PyG full-graph, in this process: import, load, CSR on the device, epochs
-EST_PYG_MINI = (10.0, 0.1, 10.0)  # the runner: export, start (fixed, per M arcs) and per epoch per M nodes
+EST_PYG_MINI = (10.0, 0.1, 20.0)  # the runner: export, start (fixed, per M arcs) and per epoch per M nodes
 PYG_MINI_EPOCHS = 3  # the mini-batch peer's epochs (a warm-up and two timed)
 
 
@@ -346,6 +356,8 @@ class Runner:
 
         with contextlib.chdir(REPO):
             result = CliRunner(env=env).invoke(cli, list(args), prog_name="g3")
+        if result.exit_code == 130:  # g3 took a SIGTERM or SIGINT meant for the check: the check stops
+            raise KeyboardInterrupt
         text = result.output
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             text += "".join(traceback.format_exception(result.exception))
@@ -564,6 +576,7 @@ def pyg_minibatch(
         "threads": res.get("threads"),
         "fanouts": list(fanouts),
         "batch_size": batch_size,
+        "sampler": res.get("sampler"),
         "test_acc": res.get("test_acc"),
     }
 
@@ -616,7 +629,7 @@ class Check:
     def __init__(self, a: argparse.Namespace):
         self.a = a
         self.out = Path(a.out)
-        self.work = self.out / "work"
+        self.work = Path(a.work) if a.work else self.out / "work"
         self.dut = (
             a.device if a.device != "cpu" else "dut"
         )  # with --device cpu the CPU stands in for the device
@@ -679,7 +692,8 @@ class Check:
                     peer=(key, "pyg"),
                 )
             )
-            if any(mini_batch(x) for x in self.labels):
+            # the mini-batch peer (CPU sampling: slow on larger graphs) on the first timed graph; all with --full
+            if any(mini_batch(x) for x in self.labels) and (key == "timed" or a.full):
                 runs = a.device == "cuda" and "mini-batch" in self.modes and self.sampler is None
                 est = (
                     EST_PYG_MINI[0] + EST_PYG_MINI[1] * arcs + PYG_MINI_EPOCHS * EST_PYG_MINI[2] * n
@@ -1372,6 +1386,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--dry-run", action="store_true", help="print the steps and their estimate, run nothing")
     ap.add_argument(
+        "--work",
+        default="",
+        help="folder of the graphs, partitions, plans and runs (scratch: hundreds of MiB) [default: OUT/work]",
+    )
+    ap.add_argument(
         "--in-process",
         action="store_true",
         help="run the g3 commands in this process rather than one interpreter each (their workers are still "
@@ -1398,8 +1417,9 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(
             f"gpu-check: {sys.executable} (Python {platform.python_version()}) cannot import {', '.join(missing)}"
-            f"{f' with the {len(bundle)} bundled wheels' if bundle else ''}: `make gpu-bundle` brings the pure ones "
-            "(and small compiled ones for one CPython); nothing run."
+            f"{f' with the {len(bundle)} bundled wheels of {a.bundle}' if bundle else ''} (the bundled ones: "
+            f"`make gpu-bundle GPU_BUNDLE_PY={sys.version_info.major}.{sys.version_info.minor}` here, carry "
+            ".gpu-bundle/); nothing run."
         )
         return 1
     DGL.update(_dgl())
@@ -1448,7 +1468,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         check.state = "cut short"
         check.write()
-        raise
+        print(
+            f"gpu-check: cut short after {check.elapsed():.0f} s; {check.out}/gpu-check.json holds what it measured"
+        )
+        return 130
 
 
 if __name__ == "__main__":
