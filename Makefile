@@ -10,7 +10,7 @@ DEMO_PRESET ?= small
 DEMO_WORKERS ?= 4
 STAMP       := $(VENV)/.g3-installed
 
-.PHONY: setup demo test test-fast lint format bench clean peers peers-dgl gpu-check gpu-bundle
+.PHONY: setup demo test test-fast lint format bench clean peers peers-minibatch peers-dgl gpu-check gpu-bundle
 
 # Peers for `g3 bench`: PyG in g3's own environment; DGL in a separate legacy environment (see docs/BENCHMARKS.md).
 DGL_VENV    ?= .venv-dgl
@@ -84,6 +84,21 @@ format: setup
 
 peers: setup
 	$(BIN)/python -m pip install -q -e ".[peers]"
+
+# PyG's mini-batch peer: NeighborLoader samples with pyg-lib or torch-sparse, and neither has a wheel for this torch
+# (nor pyg-lib a source release on the index), so this builds torch-sparse, and the torch-scatter it imports, from
+# their source releases against the venv's torch, CPU kernels only (NeighborLoader samples on the CPU anyway; 28 min
+# on 2 busy cores). The wheels are kept in .whl/, one folder per torch version, and reinstalled from there. Optional:
+# g3 needs neither; without them the mini-batch PyG row of `g3 bench` says "not installed".
+PEERS_MB_SPECS  ?= torch-scatter==2.1.2 torch-sparse==0.6.18
+PEERS_MB_WHEELS  = .whl/peers-minibatch/torch-$(shell $(BIN)/python -c "import torch; print(torch.__version__)")
+MAX_JOBS        ?= 2
+peers-minibatch: peers
+	ls $(PEERS_MB_WHEELS)/torch_scatter-*.whl $(PEERS_MB_WHEELS)/torch_sparse-*.whl >/dev/null 2>&1 || \
+	  FORCE_ONLY_CPU=1 MAX_JOBS=$(MAX_JOBS) $(BIN)/python -m pip wheel --no-cache-dir --no-deps --no-build-isolation \
+	    --no-binary :all: -w $(PEERS_MB_WHEELS) $(PEERS_MB_SPECS)
+	$(BIN)/python -m pip install -q --no-deps --no-index -f $(PEERS_MB_WHEELS) $(PEERS_MB_SPECS)
+	$(BIN)/python -c "import torch_geometric.typing as t; assert t.WITH_TORCH_SPARSE; print('NeighborLoader: torch-sparse')"
 
 # torch 2.2.1 from PyPI is the CUDA 12.1 build: pip also fetches the nvidia-* wheels (~2.7 GB); it runs on CPU.
 peers-dgl:

@@ -232,8 +232,40 @@ def test_a_mini_batch_peer_without_its_sampler_library_says_why(tiny_store, tmp_
     monkeypatch.setattr("stages.bench.run.PEERS_DIR", tmp_path)
     monkeypatch.setattr("stages.bench.run.peer_python", lambda peer, o: Path(sys.executable))
     e = run_peer("pyg", tmp_path / "g.npz", BenchOptions(), 1, tmp_path / "logs", minibatch=((25, 10), 1000))
-    assert e["status"] == "not installed" and "pyg-lib" in e["note"]
+    assert e["status"] == "not installed" and "pyg-lib" in e["note"] and "make peers-minibatch" in e["note"]
+    assert e["label"] == "PyG mini-batch (25,10) B=1000"
     assert "--fanouts 25,10 --batch-size 1000" in (tmp_path / "logs" / "pyg-minibatch.log").read_text()
+
+
+def test_pyg_mini_batch_peer_trains_with_neighbor_loader(tiny_store, tmp_path):
+    """PyG's NeighborLoader for real, at the fanouts and batch size a mini-batch strategy gives the peers: a
+    mini-batch row, its sampling library named, every labelled training node a seed once an epoch."""
+    pytest.importorskip("torch_geometric", reason="PyG is a peer installed by `make peers`")
+    import torch_geometric.typing as pyg
+
+    if not (pyg.WITH_PYG_LIB or pyg.WITH_TORCH_SPARSE):
+        pytest.skip(
+            "PyG's NeighborLoader needs pyg-lib or torch-sparse: `make peers-minibatch` builds torch-sparse"
+        )
+    from stages.bench.run import BenchOptions, run_peer
+    from stages.common.store import GraphStore
+
+    graph = export_graph(tiny_store, tmp_path / "g.npz")
+    e = run_peer("pyg", graph, BenchOptions(epochs=2), 1, tmp_path / "logs", minibatch=((3, 2), 50))
+    assert e["status"] == "ok", e
+    assert (
+        e["mode"] == "mini-batch"
+        and e["label"].endswith("mini-batch (3,2) B=50")
+        and e["seeds_per_second"] > 0
+    )
+    assert len(e["epoch_seconds"]) == 2 and 0 <= e["test_acc"] <= 1
+    log = (tmp_path / "logs" / "pyg-minibatch.log").read_text()
+    res = json.loads(next(ln for ln in log.splitlines() if ln.startswith("{")))
+    assert res["fanouts"] == [3, 2] and res["batch_size"] == 50
+    assert res["sampler"].startswith("torch_geometric.loader.NeighborLoader (")
+    store = GraphStore.open(tiny_store)
+    train = store.split_index("train")
+    assert res["seeds_per_epoch"] == int((store.load_labels()[train] >= 0).sum())
 
 
 def test_bench_summary_reads_cleanly_through_a_pipe(tmp_path, cli_runner, monkeypatch):

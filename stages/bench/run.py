@@ -7,7 +7,8 @@ input features):
   budget split over the workers): :mod:`.runs`;
 * g3 single-process full-graph (g3's layers and kernels on one whole-graph block: :mod:`.single`);
 * PyG (``pip install 'g3[peers]'`` / ``make peers``): standard layers on a ``torch.sparse`` CSR adjacency,
-  run as a subprocess of this Python (stages/bench/peers/pyg_runner.py);
+  run as a subprocess of this Python (stages/bench/peers/pyg_runner.py); its mini-batch mode (``NeighborLoader``)
+  needs torch-sparse or pyg-lib besides (``make peers-minibatch`` builds torch-sparse from source);
 * DGL (``make peers-dgl`` builds ``.venv-dgl`` with torch 2.2.1 + dgl 2.1.0): run as a subprocess of that
   environment's Python (stages/bench/peers/dgl_runner.py).
 
@@ -45,6 +46,9 @@ REPO = Path(__file__).resolve().parents[2]
 PEERS_DIR = Path(__file__).resolve().parent / "peers"
 PEERS = ("pyg", "dgl")
 INSTALL_HINT = {"pyg": "make peers", "dgl": "make peers-dgl"}
+# what a peer's mini-batch mode needs besides: PyG's NeighborLoader samples with pyg-lib or torch-sparse, neither
+# with a wheel for g3's torch (`make peers-minibatch` builds torch-sparse from source)
+MINIBATCH_HINT = {"pyg": "make peers-minibatch"}
 PEER_NAMES = {"pyg": "PyG", "dgl": "DGL"}
 
 
@@ -225,9 +229,10 @@ def peer_python(peer: str, o: BenchOptions) -> Path | None:
     return py if py.is_file() and os.access(py, os.X_OK) else None
 
 
-def not_installed(peer: str, why: str = "") -> dict:
-    note = f"{PEER_NAMES[peer]}: not installed ({INSTALL_HINT[peer]})"
-    return entry(peer, PEER_NAMES[peer], "not installed", note=note + (f" — {why}" if why else ""), workers=1)
+def not_installed(peer: str, why: str = "", hint: str | None = None, mode: str = "") -> dict:
+    note = f"{PEER_NAMES[peer]}: not installed ({hint or INSTALL_HINT[peer]})"
+    label = PEER_NAMES[peer] + mode
+    return entry(peer, label, "not installed", note=note + (f" — {why}" if why else ""), workers=1)
 
 
 def run_peer(
@@ -275,7 +280,7 @@ def run_peer(
     if proc.returncode != 0:
         err = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         if "ModuleNotFoundError" in err or "ImportError" in err:
-            return not_installed(peer, err)
+            return not_installed(peer, err, MINIBATCH_HINT.get(peer) if minibatch else None, mode)
         return failed(f"exit {proc.returncode}: {err}", PEER_NAMES[peer] + mode, log=str(log_dir / log_name))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:

@@ -1,5 +1,7 @@
 """PyG full-graph training on the neutral graph file (a peer of `g3 bench`): standard PyG layers on a
-``torch.sparse`` CSR adjacency; with --fanouts, mini-batch training with ``NeighborLoader``. Prints one JSON line with the epoch times.
+``torch.sparse`` CSR adjacency; with --fanouts, mini-batch training with ``NeighborLoader``, which samples with
+pyg-lib or torch-sparse (neither has a wheel for g3's torch: `make peers-minibatch` builds torch-sparse from source).
+Prints one JSON line with the epoch times.
 
     python stages/bench/peers/pyg_runner.py GRAPH.npz --model sage --layers 2 --hidden 16 --epochs 5 --threads 2
 """
@@ -26,6 +28,19 @@ def build(args, in_dim: int, num_classes: int):
     return peer_model(args, in_dim, num_classes, conv, lambda li, conv, adj_t, x: conv(x, adj_t))
 
 
+def sampler_backend() -> str:
+    """The library ``NeighborLoader`` samples with (PyG prefers pyg-lib), with its version; ImportError, before
+    any training, where neither is installed."""
+    from importlib.metadata import version
+
+    import torch_geometric.typing as pyg
+
+    for name, present in (("pyg-lib", pyg.WITH_PYG_LIB), ("torch-sparse", pyg.WITH_TORCH_SPARSE)):
+        if present:
+            return f"{name} {version(name)}"
+    raise ImportError("PyG's NeighborLoader needs pyg-lib or torch-sparse; neither is installed")
+
+
 def main() -> None:
     args, t = start(__doc__)
     import torch
@@ -37,6 +52,7 @@ def main() -> None:
     model = build(args, t["x"].shape[1], t["num_classes"])
     batches, extra = None, {"adjacency": "torch.sparse_csr"}
     if args.fanout_list:
+        backend = sampler_backend()
         from torch_geometric.data import Data
         from torch_geometric.loader import NeighborLoader
 
@@ -55,7 +71,7 @@ def main() -> None:
             for b in loader:  # the seeds are the first batch_size nodes of b.n_id
                 yield b.n_id, b.n_id[: b.batch_size], b.edge_index
 
-        extra = {"sampler": "torch_geometric.loader.NeighborLoader"}
+        extra = {"sampler": f"torch_geometric.loader.NeighborLoader ({backend})"}
     run("PyG", torch_geometric.__version__, args, model, (adj_t, t["x"]), t, extra, batches)
 
 
