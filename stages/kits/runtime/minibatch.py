@@ -284,20 +284,12 @@ class MiniBatchStrategy(Strategy):
         copied by ``index_select`` (a row copy each; advanced indexing ``features[ids]`` goes element by
         element, 4–7× slower on 150,000 rows of 100 floats)."""
         if self.ctx.world == 1:  # every node is this worker's: one gather, no collective
-            local = torch.from_numpy(self.book.local[nodes])
-            x = (
-                torch.index_select(self.features, 0, local, out=out)
-                if out is not None
-                else self.features.index_select(0, local)
-            )
-            degrees = None
-            if self.needs_degrees:
-                degrees = torch.from_numpy(np.stack([self.in_degree, self.out_degree], axis=1)).index_select(
-                    0, local
-                )
-            return x, degrees, 0
+            local = self.book.local[nodes]
+            degrees = torch.from_numpy(self.own_degrees(local)) if self.needs_degrees else None
+            return self.own_rows(torch.from_numpy(local), len(nodes), None, out), degrees, 0
         mine = self.book.owner[nodes] == self.rank
-        local = torch.from_numpy(self.book.local[nodes[mine]])
+        local_ids = self.book.local[nodes[mine]]
+        local = torch.from_numpy(local_ids)
         others = nodes[~mine]
         rows = self.sampling_tr.fetch(
             others,
@@ -308,29 +300,41 @@ class MiniBatchStrategy(Strategy):
             "features0",
         )
         own_at, other_at = torch.from_numpy(np.flatnonzero(mine)), torch.from_numpy(np.flatnonzero(~mine))
-        if len(others) == 0:  # every row is this worker's: one copy, not two
-            x = (
-                torch.index_select(self.features, 0, local, out=out)
-                if out is not None
-                else self.features.index_select(0, local)
-            )
-        else:
-            x = (
-                out
-                if out is not None
-                else torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
-            )
-            x.index_copy_(0, own_at, self.features.index_select(0, local))
+        x = self.own_rows(local, len(nodes), own_at if len(others) else None, out)
+        if len(others):
             x.index_copy_(0, other_at, rows)
         degrees = None
         if self.needs_degrees:
-            own_deg = torch.from_numpy(np.stack([self.in_degree, self.out_degree], axis=1))
             degrees = torch.empty((len(nodes), 2), dtype=torch.int64)
-            degrees[own_at] = own_deg[local]
+            degrees[own_at] = torch.from_numpy(self.own_degrees(local_ids))
             degrees[other_at] = self.sampling_tr.fetch(
-                others, self.book, lambda ids: own_deg[torch.from_numpy(ids)], 2, torch.int64, "degrees0"
+                others,
+                self.book,
+                lambda ids: torch.from_numpy(self.own_degrees(ids)),
+                2,
+                torch.int64,
+                "degrees0",
             )
         return x, degrees, len(others)
+
+    def own_rows(
+        self, local: torch.Tensor, n: int, at: torch.Tensor | None, out: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``[n, width]`` input rows holding this worker's rows ``local`` (shard-local ids) at positions ``at``
+        (the other rows left to the caller), or, ``at`` None, made of them alone in their order (one copy, not
+        two). ``out``: where to write (else a new tensor)."""
+        if at is None:
+            if out is not None:
+                return torch.index_select(self.features, 0, local, out=out)
+            return self.features.index_select(0, local)
+        x = out if out is not None else torch.empty((n, self.features.shape[1]), dtype=self.features.dtype)
+        x.index_copy_(0, at, self.features.index_select(0, local))
+        return x
+
+    def own_degrees(self, local: np.ndarray | slice) -> np.ndarray:
+        """The global (in, out) degrees of this worker's nodes ``local`` (shard-local ids; ``slice(None)``: all
+        of them), ``[n, 2]`` int64."""
+        return np.stack([self.in_degree[local], self.out_degree[local]], axis=1)
 
     def prepare_micro(self, epoch: int, step: int, micro: int) -> PreparedStep:
         """Micro-batch ``micro`` of the step: a contiguous share of its targets, sampled and fetched alone; its

@@ -113,11 +113,7 @@ class DistDglStrategy(MiniBatchStrategy):
     def _device_graph(self) -> DeviceGraph:
         """This worker's sampling input on its device: its rows (or, replicated, the whole CSR) and its input rows,
         each global id mapped to its row here (−1: another worker's)."""
-        degrees = (
-            torch.from_numpy(np.stack([self.in_degree, self.out_degree], axis=1))
-            if self.needs_degrees
-            else None
-        )
+        degrees = torch.from_numpy(self.own_degrees(slice(None))) if self.needs_degrees else None
         here = np.where(self.book.owner == self.rank, self.book.local, -1)
         if self.replicated:
             return DeviceGraph(
@@ -298,19 +294,9 @@ class DistDglStrategy(MiniBatchStrategy):
         pending = self._ask_rows(nodes, order, bounds)
         mine = order[bounds[self.rank] : bounds[self.rank + 1]]
         local = self.book.local[nodes[mine]]
-        if not pending:  # every row is this worker's: one copy
-            x = (
-                torch.index_select(self.features, 0, torch.from_numpy(local), out=out)
-                if out is not None
-                else self.features.index_select(0, torch.from_numpy(local))
-            )
-        else:
-            x = (
-                out
-                if out is not None
-                else torch.empty((len(nodes), self.features.shape[1]), dtype=self.features.dtype)
-            )
-            x.index_copy_(0, torch.from_numpy(mine), self.features.index_select(0, torch.from_numpy(local)))
+        x = self.own_rows(
+            torch.from_numpy(local), len(nodes), torch.from_numpy(mine) if pending else None, out
+        )
         degrees = None
         if self.needs_degrees:
             degrees = torch.empty((len(nodes), 2), dtype=torch.int64)
@@ -356,10 +342,6 @@ class DistDglStrategy(MiniBatchStrategy):
         if self.needs_degrees:
             reply.append(self.own_degrees(local))
         return reply
-
-    def own_degrees(self, local: np.ndarray) -> np.ndarray:
-        """The global (in, out) degrees of this worker's nodes ``local`` (shard-local ids), ``[n, 2]`` int64."""
-        return np.stack([self.in_degree[local], self.out_degree[local]], axis=1)
 
     def _by_owner(self, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(``order``, ``bounds``): positions grouped by owner, each group in its original order, and group q
