@@ -32,8 +32,8 @@ from stages.common.errors import G3InputError
 from stages.common.knobs import prefetch_depth
 from stages.common.run_artifact import calibration_records, load_run_meta
 from stages.kits.simulate.engine import Network
-from stages.kits.simulate.network import allreduce_seconds, network
-from stages.kits.simulate.scaling import scaling_rows
+from stages.kits.simulate.network import allreduce_seconds
+from stages.kits.simulate.scaling import at_k_and_scaling
 
 
 @dataclass
@@ -266,10 +266,10 @@ def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict
     run = calibration_run(plan, meta, options)
     profile = MiniBatchProfile.from_run(run, meta)
     k = options.workers or int(meta["num_workers"])
-    main = simulate_minibatch(profile, k, options.bandwidth, options.latency, net=network(options, k))
-    scaling = scaling_rows(
-        lambda kk: [main if kk == k else simulate_minibatch(profile, kk, options.bandwidth, options.latency)],
-        options.scaling,
+    main, scaling = at_k_and_scaling(
+        options,
+        k,
+        lambda kk, net: [simulate_minibatch(profile, kk, options.bandwidth, options.latency, net=net)],
     )
     notes = [
         f"calibrated on {run} (K = {profile.workers}, measured median epoch "
@@ -277,4 +277,4 @@ def run_minibatch_simulation(plan: Path, meta: dict, options, out: Path) -> dict
         "assumes per-arc and per-row rates independent of K (no contention) and no imbalance between workers",
         "remote share of source rows grows as a random partition's (K-1)/K, scaled to the run's measured share",
     ]
-    return run_calibrated_result(plan, meta, k, options, run, notes, profile, [main], scaling)
+    return run_calibrated_result(plan, meta, k, options, run, notes, profile, main, scaling)

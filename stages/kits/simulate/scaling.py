@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from stages.kits.simulate.engine import Network
+from stages.kits.simulate.network import network
+
 SUMMARY_KEYS = ("epoch_seconds", "throughput", "bytes_per_epoch", "busy_max", "comm_wait_mean", "idle_mean")
 
 
@@ -19,6 +22,16 @@ def scaling_rows(
     return [
         {"workers": k, "systems": {r["system"]: summary(r, extra) for r in systems_at(k)}} for k in workers
     ]
+
+
+def at_k_and_scaling(
+    options, k: int, systems_at: Callable[[int, Network | None], list[dict]], extra: tuple[str, ...] = ()
+) -> tuple[list[dict], list[dict]]:
+    """A model's systems at ``k`` workers on ``options``' network at K (a cluster's per-worker links, speeds
+    and hosts), and the scaling table of ``options.scaling``, every other K on uniform links (``net`` None);
+    ``systems_at(K, net)`` simulates them."""
+    main = systems_at(k, network(options, k))
+    return main, scaling_rows(lambda kk: main if kk == k else systems_at(kk, None), options.scaling, extra)
 
 
 def recorded_systems(results: list[dict]) -> list[dict]:

@@ -35,8 +35,8 @@ from stages.kits.simulate.minibatch import (
     run_minibatch_simulation,
     worker_record,
 )
-from stages.kits.simulate.network import allreduce_seconds, network
-from stages.kits.simulate.scaling import scaling_rows
+from stages.kits.simulate.network import allreduce_seconds
+from stages.kits.simulate.scaling import at_k_and_scaling
 
 
 @dataclass
@@ -140,17 +140,14 @@ def simulate(plan: Path, meta: dict, options, out: Path, replan) -> tuple[dict, 
     run = Path(options.run)
     p = MiniBatchProfile(**result["rates"]["profile"])
     s = SchedulerProfile.from_run(run)
-    k = result["workers"]
-    net = network(options, k)
-
-    def both(kk: int) -> list[dict]:
-        return [
-            simulate_bytegnn(p, s, kk, options.bandwidth, options.latency, on, net=net if kk == k else None)
+    result["systems"], result["scaling"] = at_k_and_scaling(
+        options,
+        result["workers"],
+        lambda kk, net: [
+            simulate_bytegnn(p, s, kk, options.bandwidth, options.latency, on, net=net)
             for on in (True, False)
-        ]
-
-    result["systems"] = both(k)
-    result["scaling"] = scaling_rows(both, options.scaling)
+        ],
+    )
     result["rates"]["scheduler"] = asdict(s)
     result["rates"]["notes"] = result["rates"]["notes"][:1] + [
         "bytegnn: its run's --sample-threads and --max-dags; bytegnn-off: one DAG at a time on one thread",

@@ -52,8 +52,8 @@ from stages.common.plan_artifact import load_plan_meta
 from stages.common.run_artifact import calibration_records
 from stages.kits.simulate.engine import Network
 from stages.kits.simulate.minibatch import calibration_run, run_calibrated_result
-from stages.kits.simulate.network import allreduce_seconds, network
-from stages.kits.simulate.scaling import scaling_rows
+from stages.kits.simulate.network import allreduce_seconds
+from stages.kits.simulate.scaling import at_k_and_scaling
 
 SCALAR_VALUES = 2  # an int64 or float64 scalar all-reduced per collective, in float32 values
 
@@ -343,21 +343,16 @@ def simulate(plan: Path, meta: dict, options, out: Path, replan) -> tuple[dict, 
     run = calibration_run(plan, meta, options)
     p = ClusterProfile.from_run(run, plan, meta)
     k = options.workers or int(meta["num_workers"])
-    at_k = {}
-
-    def system(kk: int) -> dict:
-        if kk not in at_k:
-            at_k[kk] = simulate_clustergcn(
-                p,
-                clusters_for_workers(plan, meta, kk, replan),
-                options.bandwidth,
-                options.latency,
-                net=network(options, k) if kk == k else None,
+    main, scaling = at_k_and_scaling(
+        options,
+        k,
+        lambda kk, net: [
+            simulate_clustergcn(
+                p, clusters_for_workers(plan, meta, kk, replan), options.bandwidth, options.latency, net=net
             )
-        return at_k[kk]
-
-    main = system(k)
-    scaling = scaling_rows(lambda kk: [system(kk)], options.scaling, extra=("steps", "allreduce_seconds"))
+        ],
+        extra=("steps", "allreduce_seconds"),
+    )
     notes = [
         f"calibrated on {run} (K = {p.workers}, measured median epoch {p.measured_epoch_seconds:.3f} s); "
         "throughput = training seeds per second",
@@ -368,4 +363,4 @@ def simulate(plan: Path, meta: dict, options, out: Path, replan) -> tuple[dict, 
         "assumes rates independent of K and batch size (no contention between the sampler and compute threads "
         "or between workers sharing cores); Python work outside the timed spans (loss, blocks) left out",
     ]
-    return run_calibrated_result(plan, meta, k, options, run, notes, p, [main], scaling), None
+    return run_calibrated_result(plan, meta, k, options, run, notes, p, main, scaling), None

@@ -19,7 +19,7 @@ from stages.kits.simulate.network import allreduce_seconds, rates_at
 from stages.kits.simulate.network import network as options_network
 from stages.kits.simulate.options import SimulateOptions
 from stages.kits.simulate.profile import Rates, default_rates, load_rates
-from stages.kits.simulate.scaling import recorded_systems
+from stages.kits.simulate.scaling import recorded_systems, summary
 from stages.kits.simulate.workload import Workload, load_workload
 from stages.strategies.g3.pipeline import SCHEDULES
 from stages.strategies.g3.schedules import (
@@ -68,23 +68,7 @@ def simulate(plan: Path, meta: dict, options: SimulateOptions, out: Path, replan
                 w2, systems, rates, network(kk), halo=_halo_for(p, w2, csr) if csr else None, options=options
             )
         )
-        scaling.append(
-            {
-                "workers": kk,
-                "plan": str(p),
-                "systems": {
-                    r["system"]: {
-                        "epoch_seconds": r["epoch_seconds"],
-                        "throughput": r["throughput"],
-                        "bytes_per_epoch": r["bytes_per_epoch"],
-                        "busy_max": r["busy_max"],
-                        "comm_wait_mean": r["comm_wait_mean"],
-                        "idle_mean": r["idle_mean"],
-                    }
-                    for r in res
-                },
-            }
-        )
+        scaling.append({"workers": kk, "plan": str(p), "systems": {r["system"]: summary(r) for r in res}})
 
     return {
         "plan": str(plan.resolve()),

@@ -49,8 +49,8 @@ from stages.kits.simulate.minibatch import (
     step_work,
     worker_record,
 )
-from stages.kits.simulate.network import allreduce_seconds, network
-from stages.kits.simulate.scaling import scaling_rows
+from stages.kits.simulate.network import allreduce_seconds
+from stages.kits.simulate.scaling import at_k_and_scaling
 
 
 @dataclass
@@ -208,12 +208,10 @@ def simulate(plan: Path, meta: dict, options, out: Path, replan) -> tuple[dict, 
     result = run_minibatch_simulation(plan, meta, options, out)  # checks --run, calibrates the profile
     p = MiniBatchProfile(**result["rates"]["profile"])
     h = HopProfile.from_run(Path(options.run), meta, p)
-    k = result["workers"]
-    net = network(options, k)
-    result["systems"] = systems_at(p, h, k, options.bandwidth, options.latency, net=net)
-    result["scaling"] = scaling_rows(
-        lambda kk: systems_at(p, h, kk, options.bandwidth, options.latency, net=net if kk == k else None),
-        options.scaling,
+    result["systems"], result["scaling"] = at_k_and_scaling(
+        options,
+        result["workers"],
+        lambda kk, net: systems_at(p, h, kk, options.bandwidth, options.latency, net=net),
         extra=("time_steps", "feature_bytes_per_epoch", "migrated_bytes_per_epoch"),
     )
     result["rates"]["hopgnn"] = asdict(h)

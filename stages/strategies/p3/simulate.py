@@ -54,8 +54,8 @@ from stages.common.knobs import prefetch_depth
 from stages.common.run_artifact import calibration_records
 from stages.kits.simulate.engine import Network
 from stages.kits.simulate.minibatch import epoch_result, run_itemsize, run_minibatch_simulation, worker_record
-from stages.kits.simulate.network import allreduce_seconds, network
-from stages.kits.simulate.scaling import scaling_rows
+from stages.kits.simulate.network import allreduce_seconds
+from stages.kits.simulate.scaling import at_k_and_scaling
 
 ITEM = 4  # bytes of a modelled value (float32), as the other models
 ID = 4  # bytes of a node id on the wire (int32 below 2³¹ nodes)
@@ -239,12 +239,8 @@ def simulate(plan: Path, meta: dict, options, out: Path, replan) -> tuple[dict, 
     """`g3 simulate PLAN` of a p3 plan (its spec\'s ``simulate``)."""
     result = run_minibatch_simulation(plan, meta, options, out)  # checks --run and that it trained this plan
     p = P3Profile.from_run(Path(options.run), meta)
-    k = result["workers"]
-    net = network(options, k)
-    result["systems"] = both(p, k, options.bandwidth, options.latency, net=net)
-    result["scaling"] = scaling_rows(
-        lambda kk: both(p, kk, options.bandwidth, options.latency, net=net if kk == k else None),
-        options.scaling,
+    result["systems"], result["scaling"] = at_k_and_scaling(
+        options, result["workers"], lambda kk, net: both(p, kk, options.bandwidth, options.latency, net=net)
     )
     result["rates"]["profile"] = asdict(p)
     result["rates"]["notes"] = [
