@@ -406,11 +406,7 @@ class MiniBatchStrategy(Strategy):
         prep = self._next(epoch, step, micro)
         count_preparation(prep)
         self._held = prep.buffer
-        self.timers["sample"] += prep.seconds["sample"]
-        self.timers["fetch"] += prep.seconds["fetch"]
-        self.timers["sampled_arcs"] += sum(len(b.indices) for b in prep.blocks)
-        self.timers["source_rows"] += len(prep.blocks[0].src) if prep.blocks else 0
-        self.timers["fetched_rows"] += prep.fetched_rows
+        self._count(prep)
         out_nodes = prep.blocks[-1].dst if prep.blocks else prep.targets
         labels = self.target_labels(out_nodes)
         rows = (
@@ -424,6 +420,16 @@ class MiniBatchStrategy(Strategy):
             return StepOutput(empty, labels[:0], torch.arange(0), prep.global_targets)
         self._out = self.run_blocks(epoch, step, prep)
         return StepOutput(self._out.detach(), labels, rows, prep.global_targets)
+
+    def _count(self, prep: PreparedStep) -> None:
+        """A step's preparation in the epoch's counters: sampling and fetch seconds, sampled arcs, source rows
+        (the targets where there is no block) and rows fetched from other workers."""
+        t = self.timers
+        t["sample"] += prep.seconds["sample"]
+        t["fetch"] += prep.seconds["fetch"]
+        t["sampled_arcs"] += sum(len(b.indices) for b in prep.blocks)
+        t["source_rows"] += len(prep.blocks[0].src if prep.blocks else prep.targets)
+        t["fetched_rows"] += prep.fetched_rows
 
     def run_blocks(self, epoch: int, step: int, prep: PreparedStep) -> torch.Tensor:
         """The model's forward over a prepared step's blocks (autograd kept for backward): the logits of the last

@@ -225,9 +225,6 @@ class HopGnnStrategy(DistDglStrategy):
         return out
 
     # --- the interface ----------------------------------------------------------------------------------
-    def micro_steps(self, epoch: int, step: int) -> int:
-        return self.micro
-
     def forward(self, epoch: int, step: int, micro: int = 0) -> StepOutput:
         if step == 0 and micro == 0:
             self._epoch_start, self._epoch_merged = time.perf_counter(), self.merged
@@ -247,17 +244,13 @@ class HopGnnStrategy(DistDglStrategy):
         return StepOutput(self._out.detach(), labels, torch.arange(len(prep.targets)), prep.global_targets)
 
     def _count(self, prep: PreparedStep) -> None:
+        super()._count(prep)
         t = self.timers
-        t["sample"] += prep.seconds["sample"]
-        t["fetch"] += prep.seconds["fetch"]
-        t["sampled_arcs"] += sum(len(b.indices) for b in prep.blocks)
         src = prep.blocks[0].src if prep.blocks else prep.targets
-        t["source_rows"] += len(src)
         if isinstance(src, torch.Tensor):  # sampled on the device: counted there, read once per epoch
             t["feature_misses"] += (self.on_device.input_row_of[src] < 0).sum()
         else:  # the rows this time step reads remotely
             t["feature_misses"] += int((self.book.owner[src] != self.rank).sum())
-        t["fetched_rows"] += prep.fetched_rows
         t["away_roots"] += int((self.book.owner[prep.targets] != self.rank).sum())
 
     def root_labels(self, roots: np.ndarray) -> torch.Tensor:

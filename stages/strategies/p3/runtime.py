@@ -479,12 +479,6 @@ class P3Strategy(DistDglStrategy):
         return restore
 
     # --- bookkeeping ------------------------------------------------------------------------------------
-    def _count(self, prep: P3Step) -> None:
-        self.timers["sample"] += prep.seconds["sample"]
-        self.timers["fetch"] += prep.seconds["fetch"]
-        self.timers["sampled_arcs"] += sum(len(b.indices) for b in prep.blocks)
-        self.timers["source_rows"] += len(prep.blocks[0].src)
-
     def replicated_values(self) -> int:
         """Values of the replicated parameters: what every step's gradient all-reduce carries."""
         return sum(p.numel() for n, p in self.model.named_parameters() if n not in self.sharded)
