@@ -414,7 +414,15 @@ class MiniBatchStrategy(Strategy):
             if prep.target_rows is not None
             else torch.arange(len(out_nodes), device=self.device)
         )
-        if len(prep.targets) == 0:  # out of batches (local order): no compute, zero gradient
+        return self.step_output(epoch, step, prep, labels, rows)
+
+    def step_output(
+        self, epoch: int, step: int, prep: PreparedStep, labels: torch.Tensor, rows: torch.Tensor
+    ) -> StepOutput:
+        """The prepared step run through the model (its output kept for backward), with its targets' ``labels``
+        and ``rows``; a step without targets (out of batches, in local order) computes nothing and gives a
+        zero gradient."""
+        if len(prep.targets) == 0:
             self._out = None
             empty = torch.zeros((0, self.ctx.spec.widths[-1]), dtype=self.features.dtype)
             return StepOutput(empty, labels[:0], torch.arange(0), prep.global_targets)

@@ -235,13 +235,10 @@ class HopGnnStrategy(DistDglStrategy):
         prep = self._next(epoch, step, micro)
         self._count(prep)
         count_preparation(prep)
-        labels = self.root_labels(prep.targets)
-        if len(prep.targets) == 0:  # no root of this model homed here at this time step: nothing to compute
-            self._out = None
-            empty = torch.zeros((0, self.ctx.spec.widths[-1]), dtype=self.features.dtype)
-            return StepOutput(empty, labels, torch.arange(0), prep.global_targets)
-        self._out = self.run_blocks(epoch, step, prep)
-        return StepOutput(self._out.detach(), labels, torch.arange(len(prep.targets)), prep.global_targets)
+        # a time step with no root of this model homed here computes nothing
+        return self.step_output(
+            epoch, step, prep, self.root_labels(prep.targets), torch.arange(len(prep.targets))
+        )
 
     def _count(self, prep: PreparedStep) -> None:
         super()._count(prep)

@@ -243,9 +243,8 @@ class P3Strategy(DistDglStrategy):
     # --- one step ---------------------------------------------------------------------------------------
     def forward(self, epoch: int, step: int, micro: int = 0) -> StepOutput:
         self.epoch = epoch
-        if (
-            self._dp is not None
-        ):  # the loop skipped the last backward (no target on any rank): put weights back
+        # the loop skipped the last backward (no target on any rank): put weights back
+        if self._dp is not None:
             self._dp[2]()
             self._dp = None
         t = epoch * self.num_steps + step
