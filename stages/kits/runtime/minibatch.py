@@ -419,9 +419,8 @@ class MiniBatchStrategy(Strategy):
     def step_output(
         self, epoch: int, step: int, prep: PreparedStep, labels: torch.Tensor, rows: torch.Tensor
     ) -> StepOutput:
-        """The prepared step run through the model (its output kept for backward), with its targets' ``labels``
-        and ``rows``; a step without targets (out of batches, in local order) computes nothing and gives a
-        zero gradient."""
+        """The prepared step through the model (kept for backward) with its targets' ``labels`` and ``rows``; a
+        step without targets (out of batches, in local order) computes nothing: a zero gradient."""
         if len(prep.targets) == 0:
             self._out = None
             empty = torch.zeros((0, self.ctx.spec.widths[-1]), dtype=self.features.dtype)
