@@ -542,10 +542,6 @@ def num_params(spec: ModelSpec) -> int:
     return count_params(spec.layer_shapes(), spec.kind, spec.mlp_widths)
 
 
-def system_name(tp: str, pipelined: bool) -> str:
-    return f"neutrontp-{tp}" + ("+pipe" if pipelined else "")
-
-
 def simulate_tp(
     spec: ModelSpec,
     shapes: list[LayerShape],
@@ -589,7 +585,7 @@ def simulate_tp(
         )
     steady = [c for c in colls if not c.once]
     return {
-        "system": system_name(tp, pipelined),
+        "system": f"neutrontp-{tp}" + ("+pipe" if pipelined else ""),
         "workers_count": k,
         "epoch_seconds": epoch,
         "first_epoch_seconds": float(first.t.max()) + sync if k else sync,
