@@ -148,11 +148,16 @@ class DistDglStrategy(MiniBatchStrategy):
             np.concatenate([t for r, t in enumerate(split) if r != self.rank] or [np.zeros(0, np.int64)])
         )
         gone = gone[self.book.owner[gone] == self.rank]
-        given = self._per_rank((gone, self.labels[torch.from_numpy(self.book.local[gone])].numpy()))
+        self.adopted_ids, self.adopted_labels = self._labels_by_id(
+            gone, self.labels[torch.from_numpy(self.book.local[gone])].numpy()
+        )
+
+    def _labels_by_id(self, ids: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+        """The ``labels`` of ``ids`` that every rank gives, all of them by ascending id (collective)."""
+        given = self._per_rank((ids, labels))
         ids = np.concatenate([g for g, _ in given])
         order = np.argsort(ids)
-        self.adopted_ids = ids[order]
-        self.adopted_labels = torch.from_numpy(np.concatenate([lab for _, lab in given])[order])
+        return ids[order], torch.from_numpy(np.concatenate([lab for _, lab in given])[order])
 
     def target_labels(self, nodes: Ids) -> torch.Tensor:
         """Labels of a step's targets: own ones from the shard, adopted ones (local order) from the owners'."""

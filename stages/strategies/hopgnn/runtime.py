@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from stages.kits.runtime.minibatch import PreparedStep, count_preparation, shuffled
 from stages.kits.runtime.strategy import StepOutput, WorkerContext
@@ -115,7 +114,10 @@ class HopGnnStrategy(DistDglStrategy):
         self.merged = 0 if (self.auto or self.local_only) else fixed
         self.frozen = not self.auto
         self.history: list[dict] = []  # auto merging: every measured epoch's merged steps and agreed seconds
-        self._root_ids, self._root_labels = self._training_labels()
+        # every training node's label (a merged root runs away from home)
+        self._root_ids, self._root_labels = self._labels_by_id(
+            self.train_global, self.labels[self.train_rows].numpy()
+        )
         if self.local_only:
             self.local_batch = math.ceil(self.batch_size / self.k)
             self.train_counts = np.bincount(self.book.owner[self.all_train], minlength=self.k)
@@ -134,17 +136,6 @@ class HopGnnStrategy(DistDglStrategy):
 
     def _time_step_count(self) -> int:
         return 1 if self.local_only else self.k - self.merged
-
-    def _training_labels(self) -> tuple[np.ndarray, torch.Tensor]:
-        """Every training node's label, by ascending id (a merged root runs away from home; collective)."""
-        mine = (self.train_global, self.labels[self.train_rows].numpy())
-        everyone = [mine]
-        if self.k > 1 and dist.is_initialized():
-            everyone = [None] * self.k
-            dist.all_gather_object(everyone, mine)
-        ids = np.concatenate([i for i, _ in everyone])
-        order = np.argsort(ids)
-        return ids[order], torch.from_numpy(np.concatenate([lab for _, lab in everyone])[order])
 
     # --- batches and time steps ---------------------------------------------------------------------------
     def global_batch(self, epoch: int, step: int) -> np.ndarray:
