@@ -104,6 +104,14 @@ class WorkerContext:
         dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
         return int(t.item())
 
+    def all_gather(self, obj) -> list:
+        """``obj`` of every worker, in rank order (collective)."""
+        if not dist.is_initialized() or self.world == 1:
+            return [obj]
+        everyone = [None] * self.world
+        dist.all_gather_object(everyone, obj)
+        return everyone
+
 
 def collective_device() -> str:
     """nccl reduces device tensors only; gloo host tensors."""

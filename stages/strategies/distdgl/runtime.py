@@ -66,7 +66,7 @@ class DistDglStrategy(MiniBatchStrategy):
         shard = ctx.shard
         self.indptr = np.asarray(shard.indptr, dtype=np.int64)
         self.nbrs = sorted_rows_by_global(self.indptr, shard.indices, self.global_ids.numpy())
-        everyone = self._per_rank(self.train_global)
+        everyone = self.ctx.all_gather(self.train_global)
         if self.order in ("global", "split"):
             self.all_train = np.sort(np.concatenate(everyone))
             self.num_steps = math.ceil(len(self.all_train) / self.batch_size)
@@ -133,14 +133,6 @@ class DistDglStrategy(MiniBatchStrategy):
         answers at once, first come first served — DistDGL's servers)."""
         return 0
 
-    def _per_rank(self, obj) -> list:
-        """``obj`` of every rank, in rank order (collective)."""
-        if self.ctx.world == 1 or not dist.is_initialized():
-            return [obj]
-        everyone = [None] * self.ctx.world
-        dist.all_gather_object(everyone, obj)
-        return everyone
-
     def _adopt_labels(self, split: list[np.ndarray]) -> None:
         """The labels of the training nodes other workers gave this one (its targets that it does not own):
         every owner sends those of its nodes that went elsewhere, once, at the start (collective)."""
@@ -154,7 +146,7 @@ class DistDglStrategy(MiniBatchStrategy):
 
     def _labels_by_id(self, ids: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
         """The ``labels`` of ``ids`` that every rank gives, all of them by ascending id (collective)."""
-        given = self._per_rank((ids, labels))
+        given = self.ctx.all_gather((ids, labels))
         ids = np.concatenate([g for g, _ in given])
         order = np.argsort(ids)
         return ids[order], torch.from_numpy(np.concatenate([lab for _, lab in given])[order])

@@ -172,11 +172,7 @@ class P3Strategy(DistDglStrategy):
         """Every worker's column slice of layer 1's weights put side by side (collective)."""
         state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         for name in self.sharded:
-            slices = [state[name]]
-            if self.ctx.world > 1 and dist.is_initialized():
-                slices = [None] * self.ctx.world
-                dist.all_gather_object(slices, state[name])
-            state[name] = torch.cat(slices, dim=1)
+            state[name] = torch.cat(self.ctx.all_gather(state[name]), dim=1)
         return state
 
     def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:
