@@ -10,7 +10,7 @@ from stages.strategies.g3.pipeline import SCHEDULES
 
 @dataclass(frozen=True)
 class NeutronTPKnobs:
-    # g3's schedule names, as before: 'none' is the bulk collectives, any other the pipeline
+    # g3's schedule names: 'none' is the bulk collectives, any other the pipeline
     pipeline: str = knob(
         PIPELINE,
         choices=tuple(SCHEDULES),
