@@ -253,12 +253,17 @@ def train_on_hosts(plans: Path, out: Path, *options) -> Path:
     return out
 
 
-def test_a_run_on_emulated_hosts_equals_the_local_run_bitwise(plans, tmp_path):
+def test_a_run_on_emulated_hosts_equals_the_local_run_bitwise(plans, tmp_path, monkeypatch):
     """Two hosts at 1 Gbit/s: the same weights, bit for bit, as two local workers; every epoch records the
     network and the bytes that crossed the links (at least the transport's own, which leaves out collectives
-    and headers); run.json says where the workers ran; both hosts' logs are in the run folder."""
+    and headers); run.json says where the workers ran; both hosts' logs are in the run folder, and nothing of
+    the hosts' agents stays in their TMPDIR."""
     needs_namespaces()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # the agents' and workers' (their processes read it afresh)
     run = train_on_hosts(plans, tmp_path / "run", "--emulate-link", "1gbit")
+    assert not list(scratch.glob("torchelastic_*")), list(scratch.iterdir())  # torch's caches may stay
     assert max_weight_diff(_weights(plans / "local"), _weights(run)) == 0.0
     assert [x["epoch"] for x in records(run)] == list(range(40))
     for x in records(run):

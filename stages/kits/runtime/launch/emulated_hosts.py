@@ -298,6 +298,8 @@ class EmulatedHostsLauncher:
             str(self.max_restarts),
             "--monitor-interval",
             "0.5",
+            "--log-dir",  # in the host's folder, removed with it (else a torchelastic_* folder stays in /tmp)
+            str(host.folder / "torchelastic"),
             "-m",
             "stages.kits.runtime.launch.host_worker",
             str(host.folder / "job.pkl"),
