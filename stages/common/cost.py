@@ -16,13 +16,9 @@ import time
 
 def process_peak_bytes() -> int:
     """This process's peak resident set (bytes)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
     try:
         import resource
         import sys
@@ -36,14 +32,19 @@ def process_peak_bytes() -> int:
 def process_anonymous_bytes() -> int:
     """The anonymous memory this process holds now (``RssAnon``: its heap, imports' data; not file pages the
     kernel can drop and read again); 0 where the kernel does not say."""
+    return _status_bytes("RssAnon") or 0
+
+
+def _status_bytes(field: str) -> int | None:
+    """A ``kB`` field of /proc/self/status in bytes; None where it cannot be read."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("RssAnon:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    return None
 
 
 def stage_cost(t0: float, workers_peak_bytes: int = 0, out=None, scratch_peak_bytes: int = 0) -> dict:
