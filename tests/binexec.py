@@ -1,11 +1,10 @@
-"""Run one layer of a :class:`~.models.GNNModel` bin by bin, forward and backward, in a single process.
+"""Run one layer of a :class:`~stages.kits.runtime.models.GNNModel` bin by bin, forward and backward, in one process.
 
 This is the computation pattern of G3's runtime (§5) without the communication: forward computes every bin of
 layer ``l`` under ``no_grad`` and keeps only its outputs; backward *recomputes* each bin's forward with the
 gathered inputs as leaves, backpropagates the gradient of the bin's outputs (accumulating the weight
 gradients in the parameters' ``.grad``), and scatter-adds the input gradients into the gradient of the
-previous layer's outputs. Used by the tests to prove that bins give what the whole graph gives, and usable
-by a runtime whose layer inputs live in one tensor.
+previous layer's outputs. tests/test_models.py uses it to prove that bins give what the whole graph gives.
 
 A bin is a triple ``(block, src_rows, dst_rows)``: ``src_rows [n_src]`` are the rows of the layer input ``h_in``
 that form ``x_src``, ``dst_rows [n_dst]`` the rows of the layer output (and of its gradient) that the bin's

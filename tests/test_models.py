@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from binexec import backward_bins, forward_bins
 from reference import RefGraph, reference_forward, reference_loss, reference_train
 
-from stages.kits.runtime.binexec import backward_bins, forward_bins
 from stages.kits.runtime.block import Block, build_block
 from stages.kits.runtime.dropout import dropout_mask, dropout_uniform_bits
 from stages.kits.runtime.kernels import (
