@@ -1,4 +1,4 @@
-"""Emulated hosts (issue 38): network namespaces joined by tbf-shaped links, one torchrun agent per host.
+"""Emulated hosts: network namespaces joined by tbf-shaped links; workers forked into them, or torchrun agents.
 
 The parsing and refusals run everywhere; what builds namespaces skips, with the reason, where they cannot be
 made (no root / CAP_NET_ADMIN, no iproute2). CI runs as root, so CI runs them all."""
@@ -253,17 +253,13 @@ def train_on_hosts(plans: Path, out: Path, *options) -> Path:
     return out
 
 
-def test_a_run_on_emulated_hosts_equals_the_local_run_bitwise(plans, tmp_path, monkeypatch):
+def test_a_run_on_emulated_hosts_equals_the_local_run_bitwise(plans, tmp_path):
     """Two hosts at 1 Gbit/s: the same weights, bit for bit, as two local workers; every epoch records the
     network and the bytes that crossed the links (at least the transport's own, which leaves out collectives
-    and headers); run.json says where the workers ran; both hosts' logs are in the run folder, and nothing of
-    the hosts' agents stays in their TMPDIR."""
+    and headers); run.json says where the workers ran and how they started; both hosts' logs are in the run
+    folder."""
     needs_namespaces()
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setenv("TMPDIR", str(scratch))  # the agents' and workers' (their processes read it afresh)
     run = train_on_hosts(plans, tmp_path / "run", "--emulate-link", "1gbit")
-    assert not list(scratch.glob("torchelastic_*")), list(scratch.iterdir())  # torch's caches may stay
     assert max_weight_diff(_weights(plans / "local"), _weights(run)) == 0.0
     assert [x["epoch"] for x in records(run)] == list(range(40))
     for x in records(run):
@@ -272,10 +268,11 @@ def test_a_run_on_emulated_hosts_equals_the_local_run_bitwise(plans, tmp_path, m
         assert all("nic_bytes_sent" in w for w in x["workers"])  # each host's first worker counts its NIC
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["launcher"]["kind"] == "emulated-hosts" and info["launcher"]["link"] == "1gbit"
+    assert info["launcher"]["workers_started_by"] == "fork server"  # no host restarts: no torchrun agents
     assert info["launcher"]["addresses"] == ["198.18.0.100", "198.18.0.101"]
     assert all(h["sent"] > 0 and h["received"] > 0 for h in info["launcher"]["link_bytes"])
     logs = sorted(p.name for p in (tmp_path / "run" / "logs").iterdir())
-    assert logs == ["host-00000.agent.log", "host-00001.agent.log", "rank-00000.log", "rank-00001.log"], logs
+    assert logs == ["host-00000.log", "host-00001.log", "rank-00000.log", "rank-00001.log"], logs
     assert not list(tmp_path.glob(".g3e*")) and mine(os.getpid()) == []
     # evaluated on emulated hosts too: the local evaluation's figures
     assert invoke(["eval", str(plans / "local"), "--force"]).exit_code == 0
@@ -357,13 +354,20 @@ def test_a_link_down_longer_than_the_timeout_fails_in_time_naming_the_host(plans
     assert mine(os.getpid()) == [] and not list(tmp_path.glob(".g3e*"))
 
 
-def test_a_crashed_host_restarts_and_the_run_ends_with_the_undisturbed_weights(plans, tmp_path):
+def test_a_crashed_host_restarts_and_the_run_ends_with_the_undisturbed_weights(plans, tmp_path, monkeypatch):
     """Host 1's agent is SIGKILLed after epoch 2: its host is started again (--max-restarts 1), the group
-    resumes from the newest checkpoint every host has and ends bitwise where an undisturbed run ends."""
+    resumes from the newest checkpoint every host has and ends bitwise where an undisturbed run ends; nothing of
+    the hosts' torchrun agents stays in their TMPDIR."""
     needs_namespaces()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # the agents' and workers' (their processes read it afresh)
     crash = flags(emulate_link="1gbit", checkpoint_every=1, max_restarts=1, emulate_fault="kill-agent:1:2")
     run = train_on_hosts(plans, tmp_path / "run", *crash)
     assert max_weight_diff(_weights(plans / "local"), _weights(run)) == 0.0
+    launcher = json.loads((run / "run.json").read_text())["launcher"]
+    assert launcher["workers_started_by"] == "torchrun agents"
+    assert not list(scratch.glob("torchelastic_*")), list(scratch.iterdir())  # torch's caches may stay
     assert [x["epoch"] for x in records(run)] == list(range(40))
     resumed = (tmp_path / "run" / "logs" / "rank-00001.log").read_text()
     assert "resumed from" in resumed, resumed[-2000:]
@@ -406,6 +410,7 @@ def test_ctrl_c_removes_everything_and_a_sigkilled_launcher_leaves_names_g3_clus
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
+    assert "[c10d]" not in out, out  # native warnings go to the hosts' logs, not the user's console
     assert mine(proc.pid) == [] and not list(tmp_path.glob(".g3e*"))
     assert json.loads((tmp_path / "a" / "run.json").read_text())["status"] == "interrupted"
 

@@ -42,18 +42,25 @@ class NicCounter:
 
     def __init__(self):
         name = os.environ.get("GLOO_SOCKET_IFNAME", "")
-        folder = Path("/sys/class/net") / name / "statistics"
         first = os.environ.get("LOCAL_RANK", "0") == "0"
-        self.folder = folder if name and name != "lo" and first and folder.is_dir() else None
+        self.name = name if name and name != "lo" and first else None
         self.start = self._read()
 
     def _read(self) -> tuple[int, int] | None:
-        if self.folder is None:
+        """(sent, received) of the interface in this thread's network namespace: /proc/self/net/dev is the
+        namespace's own (/sys/class/net is the namespace of whoever mounted /sys, which a worker that entered its
+        host's namespace with setns did not)."""
+        if self.name is None:
             return None
         try:
-            return (int((self.folder / "tx_bytes").read_text()), int((self.folder / "rx_bytes").read_text()))
-        except (OSError, ValueError):
+            for line in Path("/proc/self/net/dev").read_text().splitlines()[2:]:
+                face, _, fields = line.partition(":")
+                if face.strip() == self.name:
+                    values = fields.split()
+                    return int(values[8]), int(values[0])
+        except (OSError, ValueError, IndexError):
             return None
+        return None
 
     def reset(self) -> None:
         self.start = self._read()

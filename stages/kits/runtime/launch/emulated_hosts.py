@@ -6,10 +6,14 @@ direction, to a switch the hosts share (:mod:`.netemu`). The run is a multi-host
 * the plan is cut into one folder per host by ``g3 bundle``; host n reads only its folder (its shards, its
   ranks' plan folders, its copies of input files) and writes only its run folder — host 0's is the run folder
   itself, the others' are gathered into it when the run ends (logs, per-rank checkpoint state);
-* one torchrun agent per host starts the host's workers (:mod:`.host_worker`), rendezvous over the emulated
+* the workers fork from the fork server (:mod:`.processes`), each entering its host's namespace
+  (:func:`.host_worker.forked`, ``setns``) with the environment torchrun would give it; the group's store is
+  served by rank 0 on its host's address. Where a host may have to start again (``--max-restarts``, a
+  ``kill-agent`` fault), one torchrun agent per host starts its workers instead, rendezvous over the emulated
   network (c10d, served by host 0's agent: ``--rdzv-conf is_host=1`` there, since every namespace has the
-  machine's host name; ``--local-addr`` on every host, or its workers would dial ``localhost`` for the store);
-  gloo talks over the host's NIC (``GLOO_SOCKET_IFNAME=eth0``), and workers on one host over its loopback;
+  machine's host name; ``--local-addr`` on every host, or its workers would dial ``localhost`` for the store).
+  Forking spares each run two interpreters per host and one per worker, each importing torch;
+* gloo talks over the host's NIC (``GLOO_SOCKET_IFNAME=eth0``), and workers on one host over its loopback;
 * workers on a host use its cores: threads default to the host's cores over its workers.
 
 Nothing else knows: the entry, loop, strategies and transport run as under torchrun on real hosts, and give
@@ -68,6 +72,9 @@ from stages.kits.runtime.launch.processes import (
     HostFile,
     heartbeat_path,
     log_path,
+    main_without_a_file,
+    preload_for,
+    start_method,
 )
 
 RDZV_PORT = 29400  # every host has its own port space: the rendezvous port is always free
@@ -111,12 +118,27 @@ class Fault:
 @dataclass
 class _Host:
     n: int
-    folder: Path  # its node folder of the bundle: plan/, partition/, inputs/, job.pkl, agent.log
+    folder: Path  # its node folder of the bundle: plan/, partition/, inputs/, job.pkl, host.log
     run_dir: Path  # where its ranks write (host 0: the run folder itself)
     ranks: list[int]
     cores: list[int]
     restarts: int = 0
     agent: subprocess.Popen | None = None
+    workers: list = field(default_factory=list)  # its ranks' processes, forked into its namespace (no agent)
+
+    def poll(self) -> int | None:
+        """The host's exit code: its agent's, or its first failed worker's (0: every worker ended well; None:
+        still running)."""
+        if self.agent is not None:
+            return self.agent.poll()
+        codes = [p.exitcode for p in self.workers]
+        failed = [c for c in codes if c not in (None, 0)]
+        return failed[0] if failed else (0 if None not in codes else None)
+
+    def running_ranks(self) -> list[int]:
+        if self.agent is not None:
+            return self.ranks if self.agent.poll() is None else []
+        return [r for r, p in zip(self.ranks, self.workers, strict=True) if p.exitcode is None]
 
 
 @dataclass
@@ -127,17 +149,21 @@ class EmulatedHostsLauncher:
     max_restarts: int
     faults: tuple[Fault, ...] = ()
     live: bool = False
+    preload: list[str] | None = None  # what the fork server imports if this launcher starts it
     # (plan, hosts, out) -> [(folder, ranks)] per host: what each host's disk holds (g3 bundle's node folders)
     host_folders: Callable[[Path, int, Path], list[tuple[Path, list[int]]]] | None = None
     net: EmulatedNetwork = field(init=False)
     _world: int = field(init=False, default=0)
     _job: str = field(init=False, default="")  # the rendezvous id: the run's host folder, unique per launch
+    _entry: Callable | None = field(init=False, default=None)
 
     def __post_init__(self):
         self.net = EmulatedNetwork(self.hosts, self.rate_bits, self.subnet)
 
     @classmethod
-    def from_config(cls, cfg: RuntimeConfig, world: int, host_folders=None) -> EmulatedHostsLauncher:
+    def from_config(
+        cls, cfg: RuntimeConfig, world: int, host_folders=None, preload: list[str] | None = None
+    ) -> EmulatedHostsLauncher:
         try:
             rate = parse_rate(cfg.emulate_link)
         except ValueError as exc:
@@ -158,6 +184,7 @@ class EmulatedHostsLauncher:
             cfg.max_restarts,
             faults,
             live=bool(getattr(cfg, "live", False)),
+            preload=preload,
             host_folders=host_folders,
         )
         reason = why_not_available()
@@ -171,11 +198,17 @@ class EmulatedHostsLauncher:
             **self.net.describe(),
             **self.network_record(world),
             "max_restarts": self.max_restarts,
+            "workers_started_by": "torchrun agents" if self.uses_agents else "fork server",
             "faults": [
                 f"{f.kind}:{f.host}:{f.epoch}" + (f":{f.seconds:g}" if f.kind == "link-down" else "")
                 for f in self.faults
             ],
         }
+
+    @property
+    def uses_agents(self) -> bool:
+        """Whether torchrun agents start the hosts' workers: only where a host may have to start again."""
+        return self.max_restarts > 0 or any(f.kind == "kill-agent" for f in self.faults)
 
     def network_record(self, world: int) -> dict:
         """What every epoch record of the run says about the network (``cfg.network``)."""
@@ -201,7 +234,7 @@ class EmulatedHostsLauncher:
         work = Path(
             tempfile.mkdtemp(prefix=f".{PREFIX}{os.getpid()}-hosts-{run_dir.name}-", dir=run_dir.parent)
         )
-        self._world, self._job = world, work.name
+        self._world, self._job, self._entry = world, work.name, entry
         with _stderr_appending() if self.live else contextlib.nullcontext():
             failure, carried = self._run_hosts(world, run_dir, prefix, plan, cfg, extra, entry, work)
         if failure is not None:
@@ -217,7 +250,7 @@ class EmulatedHostsLauncher:
             hosts = self._prepare(world, run_dir, prefix, plan, cfg, extra, entry, work)
             self.net.create()
             for host in hosts:
-                self._start_agent(host)
+                self._start_agent(host) if self.uses_agents else self._fork_workers(host, hosts)
             failure = self._supervise(hosts, run_dir, prefix, cfg.wait_seconds())
             carried = self.net.port_bytes()
         finally:
@@ -268,6 +301,16 @@ class EmulatedHostsLauncher:
             hosts.append(_Host(n, folder, host_run, ranks, cores[n]))
         return hosts
 
+    def _host_env(self, host: _Host) -> dict:
+        """What every worker on ``host`` has in its environment, however it is started."""
+        return {
+            "GLOO_SOCKET_IFNAME": NIC,
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": str(max(1, len(host.cores) // len(host.ranks))),
+            # c10d warns at every connection that an emulated address has no host name
+            "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),
+        }
+
     def _start_agent(self, host: _Host) -> None:
         """Host ``host``'s torchrun agent, in its namespace, on its cores, from its folder."""
         per_host = self._world // self.hosts
@@ -306,17 +349,13 @@ class EmulatedHostsLauncher:
         ]
         env = {
             **os.environ,
-            "GLOO_SOCKET_IFNAME": NIC,
-            "PYTHONUNBUFFERED": "1",
+            **self._host_env(host),
             # a fresh store (and port) per attempt, served by the group's rank 0: an agent started again after
             # its host crashed counts restarts from 0, so the agent store's per-attempt keys would not match
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-            "OMP_NUM_THREADS": str(max(1, len(host.cores) // per_host)),
             "G3_HOST_RESTARTS": str(host.restarts),  # host_worker.py: a restarted host's workers resume
-            # c10d warns at every connection that an emulated address has no host name
-            "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),
         }
-        with open(host.folder / "agent.log", "ab") as log:  # the agent's own messages and its workers' output
+        with open(host.folder / "host.log", "ab") as log:  # the agent's own messages and its workers' output
             host.agent = subprocess.Popen(
                 cmd,
                 cwd=host.folder,
@@ -326,6 +365,40 @@ class EmulatedHostsLauncher:
                 stderr=log,
                 start_new_session=True,
             )
+
+    def _fork_workers(self, host: _Host, hosts: list[_Host]) -> None:
+        """Host ``host``'s workers, forked from the fork server into its namespace (:func:`.host_worker.forked`);
+        the environment is what torchrun gives a worker, the group's store served by rank 0 on its host."""
+        import multiprocessing
+
+        from stages.kits.runtime.launch import host_worker
+
+        ctx = multiprocessing.get_context(start_method(preload_for(self._entry, self.preload)))
+        master = next(h for h in hosts if 0 in h.ranks)
+        env = {
+            **os.environ,
+            **self._host_env(host),
+            "MASTER_ADDR": self.net.address(master.n),
+            "MASTER_PORT": str(RDZV_PORT),
+            "WORLD_SIZE": str(self._world),
+            "LOCAL_WORLD_SIZE": str(len(host.ranks)),
+        }
+        host.workers = []
+        with main_without_a_file():
+            for local, rank in enumerate(host.ranks):
+                worker = ctx.Process(
+                    target=host_worker.forked,
+                    args=(
+                        str(host.folder / "job.pkl"),
+                        self.net.namespace(host.n),
+                        host.cores,
+                        {**env, "RANK": str(rank), "LOCAL_RANK": str(local)},
+                        str(host.folder / "host.log"),
+                    ),
+                    name=f"g3-host{host.n}-rank{rank}",
+                )
+                worker.start()
+                host.workers.append(worker)
 
     def _supervise(self, hosts: list[_Host], run_dir: Path, prefix: str, timeout: float) -> Exception | None:
         """Watch the agents until every one has finished; inject the faults; restart a crashed host while it
@@ -347,12 +420,12 @@ class EmulatedHostsLauncher:
                         self.net.set_link(f.host, up=False)
                         link_back.append((now + f.seconds, f.host))
                     else:
-                        hosts[f.host].agent.kill()
+                        hosts[f.host].agent.kill()  # kill-agent faults run with agents (uses_agents)
             for t, h in list(link_back):
                 if now >= t:
                     self.net.set_link(h, up=True)
                     link_back.remove((t, h))
-            codes = [h.agent.poll() for h in hosts]
+            codes = [h.poll() for h in hosts]
             if all(c == 0 for c in codes):
                 return None
             for host, code in zip(hosts, codes, strict=True):
@@ -399,11 +472,16 @@ class EmulatedHostsLauncher:
                 return G3InputError(message)
         else:
             how = f"exited with code {code}" if code > 0 else f"was killed by signal {-code}"
-            message = f"host {host.n}'s torchrun agent {how} (log: logs/{prefix}host-{host.n:05d}.agent.log)"
+            what = "torchrun agent" if host.agent is not None else "worker process"
+            message = f"host {host.n}'s {what} {how} (log: logs/{prefix}host-{host.n:05d}.log)"
         return G3RuntimeError(f"{lost}: {message}" if lost else message)
 
     def _stop_host(self, host: _Host) -> None:
         self.net.kill_host_processes(host.n)
+        for worker in host.workers:  # also one that had not yet entered the namespace
+            if worker.exitcode is None:
+                worker.kill()
+            worker.join(timeout=10)
         if host.agent is not None:
             if host.agent.poll() is None:
                 host.agent.kill()
@@ -431,9 +509,7 @@ def _fault_time(run_dir: Path, fault: Fault) -> float | None:
 def _silent_rank(hosts: list[_Host], prefix: str, started: float, timeout: float) -> tuple[int, _Host] | None:
     now = time.time()
     for host in hosts:
-        if host.agent is None or host.agent.poll() is not None:
-            continue
-        for rank in host.ranks:
+        for rank in host.running_ranks():
             f = heartbeat_path(host.run_dir, rank, prefix)
             last = max(f.stat().st_mtime if f.is_file() else 0.0, started + STARTUP_GRACE)
             if now - last > timeout:
@@ -443,7 +519,8 @@ def _silent_rank(hosts: list[_Host], prefix: str, started: float, timeout: float
 
 def _gather(hosts: list[_Host], run_dir: Path, prefix: str) -> None:
     """Into the run folder: every file another host's ranks wrote that host 0's folder lacks (their logs,
-    their per-rank checkpoint state, trace files), and every host's agent log; heartbeat files go."""
+    their per-rank checkpoint state, trace files), and every host's log (its workers' output, and its torchrun
+    agent's where it had one); heartbeat files go."""
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     for host in hosts:
@@ -453,9 +530,9 @@ def _gather(hosts: list[_Host], run_dir: Path, prefix: str) -> None:
                 if f.is_file() and not f.name.endswith(".alive") and not dst.exists():
                     dst.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(f, dst)
-        agent_log = host.folder / "agent.log"
-        if agent_log.is_file():
-            shutil.copy2(agent_log, logs / f"{prefix}host-{host.n:05d}.agent.log")
+        host_log = host.folder / "host.log"
+        if host_log.is_file():
+            shutil.copy2(host_log, logs / f"{prefix}host-{host.n:05d}.log")
     for f in logs.glob(f"{prefix}rank-*.alive"):
         f.unlink(missing_ok=True)
 

@@ -105,4 +105,6 @@ def make_launcher(cfg: RuntimeConfig, world: int, inference: bool = False, host_
         return LocalLauncher(inference)
     from stages.kits.runtime.launch.emulated_hosts import EmulatedHostsLauncher
 
-    return EmulatedHostsLauncher.from_config(cfg, world, host_folders)
+    return EmulatedHostsLauncher.from_config(
+        cfg, world, host_folders, preload=INFERENCE_PRELOAD if inference else None
+    )

@@ -236,7 +236,7 @@ def spawn_workers(
         heartbeat_path(Path(run_dir), r, prefix).unlink(missing_ok=True)
     launcher = {"env": dict(os.environ), "cwd": os.getcwd()}
     oom_before = oom_kills()  # a worker killed while this count grows was the OOM killer's
-    with _main_without_a_file():
+    with main_without_a_file():
         ctx = mp.start_processes(
             _spawn_entry,
             args=(entry, world, str(run_dir), prefix, init_method, os.getpid(), args, launcher),
@@ -293,7 +293,7 @@ def spawn_workers(
 
 
 @contextlib.contextmanager
-def _main_without_a_file():
+def main_without_a_file():
     """A launching ``__main__`` whose ``__file__`` is no file (a script piped to ``python -``: ``<stdin>``) is
     hidden from the workers while they start, as an interactive session's is: multiprocessing would have each
     worker run that path and fail. The workers' entry is g3's own code and needs nothing of it."""
