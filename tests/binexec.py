@@ -1,4 +1,5 @@
-"""Run one layer of a :class:`~stages.kits.runtime.models.GNNModel` bin by bin, forward and backward, in one process.
+"""Reference bin-by-bin execution for tests: one layer of a :class:`~stages.kits.runtime.models.GNNModel` bin by bin,
+forward and backward, in one process, and a block built straight from a global CSR (:func:`build_block`).
 
 This is the computation pattern of G3's runtime (§5) without the communication: forward computes every bin of
 layer ``l`` under ``no_grad`` and keeps only its outputs; backward *recomputes* each bin's forward with the
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 
 import torch
 
-from stages.kits.runtime.block import Block
+from stages.kits.runtime.block import Block, gather_rows
 from stages.kits.runtime.kernels import add_rows_at, put_rows_at, take_rows_at
 
 Bin = tuple[Block, torch.Tensor, torch.Tensor]
@@ -77,3 +78,61 @@ def backward_bins(
         if need_input_grad:
             add_rows_at(grad_in, src_rows, x_src.grad.to(grad_in.device, grad_in.dtype))
     return grad_in
+
+
+def build_block(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    dst: torch.Tensor,
+    in_degree: torch.Tensor,
+    out_degree: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Block, torch.Tensor]:
+    """The block of the destinations ``dst`` (distinct global ids) of a graph given by its global in-edge CSR.
+
+    Returns ``(block, src_ids)``: ``src_ids[i]`` is the global id of local source ``i`` — the destinations first
+    (in the order given), then the other in-neighbours in increasing id order. ``in_degree``/``out_degree`` are
+    the global degree vectors (indexed by global id). A reference construction: the runtime builds its blocks from
+    the plan.
+    """
+    dst = dst.to(torch.int64)
+    n_dst, dev = dst.numel(), dst.device
+    pos, local_indptr = gather_rows(indptr.to(torch.int64), dst)
+    src_global = indices[pos].to(torch.int64)
+    uniq, inv = torch.unique(torch.cat([dst, src_global]), return_inverse=True)
+    if int(torch.unique(inv[:n_dst]).numel()) != n_dst:
+        raise ValueError("dst contains repeated node ids")
+    local = torch.full((uniq.numel(),), -1, dtype=torch.int64, device=dev)
+    local[inv[:n_dst]] = torch.arange(n_dst, device=dev)
+    rest = local < 0
+    local[rest] = n_dst + torch.arange(int(rest.sum()), device=dev)
+    src_ids = torch.empty_like(uniq)
+    src_ids[local] = uniq
+    block = Block(
+        n_dst=n_dst,
+        n_src=int(uniq.numel()),
+        indptr=local_indptr,
+        indices=local[inv[n_dst:]],
+        src_out_degree=out_degree[src_ids].to(dtype),
+        dst_in_degree=in_degree[dst].to(dtype),
+        dst_global=dst.clone(),
+    )
+    return block, src_ids
+
+
+def validate_block(block: Block) -> None:
+    """Raise ``ValueError`` when ``block`` breaks its invariants (O(nnz))."""
+    if block.n_src < block.n_dst:
+        raise ValueError(f"n_src={block.n_src} < n_dst={block.n_dst}")
+    if tuple(block.indptr.shape) != (block.n_dst + 1,):
+        raise ValueError(f"indptr has shape {tuple(block.indptr.shape)}, expected ({block.n_dst + 1},)")
+    if int(block.indptr[0]) != 0 or int(block.indptr[-1]) != block.nnz:
+        raise ValueError("indptr must start at 0 and end at nnz")
+    if block.n_dst and bool((block.indptr[1:] < block.indptr[:-1]).any()):
+        raise ValueError("indptr is not non-decreasing")
+    if block.nnz and (int(block.indices.min()) < 0 or int(block.indices.max()) >= block.n_src):
+        raise ValueError("indices out of [0, n_src)")
+    if block.src_out_degree.shape[0] != block.n_src or block.dst_in_degree.shape[0] != block.n_dst:
+        raise ValueError("degree vectors do not match n_src / n_dst")
+    if block.dst_global.shape[0] != block.n_dst:
+        raise ValueError("dst_global does not match n_dst")

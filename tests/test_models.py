@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from binexec import backward_bins, forward_bins
+from binexec import backward_bins, build_block, forward_bins, validate_block
 from reference import RefGraph, reference_forward, reference_loss, reference_train
 
-from stages.kits.runtime.block import Block, build_block
+from stages.kits.runtime.block import Block
 from stages.kits.runtime.dropout import dropout_mask, dropout_uniform_bits
 from stages.kits.runtime.kernels import (
     BACKENDS,
@@ -367,7 +367,7 @@ def test_build_block_maps_back_to_the_global_arcs():
     graph = random_graph(seed=5)
     dst = torch.tensor([7, 3, 41, 0, 12])
     block, src_ids = build_block(graph.indptr, graph.indices, dst, graph.in_degree, graph.out_degree)
-    block.validate()
+    validate_block(block)
     assert torch.equal(src_ids[: block.n_dst], dst) and torch.equal(block.dst_global, dst)
     assert src_ids.unique().numel() == block.n_src
     for i, v in enumerate(dst.tolist()):

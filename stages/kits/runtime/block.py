@@ -101,23 +101,6 @@ class Block:
         """A copy in page-locked host memory, so that ``to(cuda, non_blocking=True)`` is truly asynchronous."""
         return self.map_tensors(lambda t: t.pin_memory())
 
-    def validate(self) -> None:
-        """Raise ``ValueError`` when the block breaks its invariants (for tests and debugging; O(nnz))."""
-        if self.n_src < self.n_dst:
-            raise ValueError(f"n_src={self.n_src} < n_dst={self.n_dst}")
-        if tuple(self.indptr.shape) != (self.n_dst + 1,):
-            raise ValueError(f"indptr has shape {tuple(self.indptr.shape)}, expected ({self.n_dst + 1},)")
-        if int(self.indptr[0]) != 0 or int(self.indptr[-1]) != self.nnz:
-            raise ValueError("indptr must start at 0 and end at nnz")
-        if self.n_dst and bool((self.indptr[1:] < self.indptr[:-1]).any()):
-            raise ValueError("indptr is not non-decreasing")
-        if self.nnz and (int(self.indices.min()) < 0 or int(self.indices.max()) >= self.n_src):
-            raise ValueError("indices out of [0, n_src)")
-        if self.src_out_degree.shape[0] != self.n_src or self.dst_in_degree.shape[0] != self.n_dst:
-            raise ValueError("degree vectors do not match n_src / n_dst")
-        if self.dst_global.shape[0] != self.n_dst:
-            raise ValueError("dst_global does not match n_dst")
-
 
 def project_first(block: Block, in_dim: int, out_dim: int) -> bool:
     """Whether a layer ``in_dim → out_dim`` that may apply its weight before or after its aggregation over
@@ -153,43 +136,3 @@ def gather_rows(indptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor,
     )
     pos = starts[row_of] + (torch.arange(nnz, device=indptr.device) - new_indptr[:-1][row_of])
     return pos, new_indptr
-
-
-def build_block(
-    indptr: torch.Tensor,
-    indices: torch.Tensor,
-    dst: torch.Tensor,
-    in_degree: torch.Tensor,
-    out_degree: torch.Tensor,
-    dtype: torch.dtype = torch.float32,
-) -> tuple[Block, torch.Tensor]:
-    """The block of the destinations ``dst`` (distinct global ids) of a graph given by its global in-edge CSR.
-
-    Returns ``(block, src_ids)``: ``src_ids[i]`` is the global id of local source ``i`` — the destinations first
-    (in the order given), then the other in-neighbours in increasing id order. ``in_degree``/``out_degree`` are
-    the global degree vectors (indexed by global id). A reference construction for tests and single-process
-    use; the distributed runtime builds its blocks from the plan instead.
-    """
-    dst = dst.to(torch.int64)
-    n_dst, dev = dst.numel(), dst.device
-    pos, local_indptr = gather_rows(indptr.to(torch.int64), dst)
-    src_global = indices[pos].to(torch.int64)
-    uniq, inv = torch.unique(torch.cat([dst, src_global]), return_inverse=True)
-    if int(torch.unique(inv[:n_dst]).numel()) != n_dst:
-        raise ValueError("dst contains repeated node ids")
-    local = torch.full((uniq.numel(),), -1, dtype=torch.int64, device=dev)
-    local[inv[:n_dst]] = torch.arange(n_dst, device=dev)
-    rest = local < 0
-    local[rest] = n_dst + torch.arange(int(rest.sum()), device=dev)
-    src_ids = torch.empty_like(uniq)
-    src_ids[local] = uniq
-    block = Block(
-        n_dst=n_dst,
-        n_src=int(uniq.numel()),
-        indptr=local_indptr,
-        indices=local[inv[n_dst:]],
-        src_out_degree=out_degree[src_ids].to(dtype),
-        dst_in_degree=in_degree[dst].to(dtype),
-        dst_global=dst.clone(),
-    )
-    return block, src_ids
