@@ -38,16 +38,13 @@ block then goes to the partition with the largest ``BS`` (fewest nodes, then low
 whose count of the block's split would pass it is not a candidate. Some partition always holds fewer than
 ``C(s)`` nodes of the split while any of them is unassigned, so the cap never blocks an assignment (for a
 centre in several overlapping splits it could; the cap is then lifted for that block and counted in
-``cap_relaxed``). Hence, for every split ``s``: ``max_j |P_j(s)| <= ceil(balance_tol × |V(s)| / K)`` (so also
-``min_j |P_j(s)| >= |V(s)| - (K - 1) × cap``). Without the cap the score alone overshot 1.05 × the mean on the
-tiny synthetic graph (e.g. K = 8 with 5 % of the nodes labelled): an empty partition scores 0 against any
-partition with an edge to the block, so the score spreads blocks only through ``BS`` going to 0.
+``cap_relaxed``). The score alone would not bound the balance: an empty partition scores 0 against any
+partition with an edge to the block, so it spreads blocks only through ``BS`` going to 0.
 
 **Node counts** are not part of the paper's score: blocks are balanced by their labelled nodes only, so with
 few labelled nodes the partitions' node counts can differ a lot (a partition that takes the large blocks of a
-dense region keeps attracting their neighbours). partition.json's ``balance.nodes`` reports it; a node cap was
-tried and left out: it fights the per-split caps and cost 20-50 % more edge cut on the tiny synthetic
-graph.
+dense region keeps attracting their neighbours). partition.json's ``balance.nodes`` reports it; a node cap
+would fight the per-split caps and cut more edges.
 
 **Unreached nodes** (more than ``hops`` in-hops from every labelled node) are never sampled by a ``hops``-layer
 model, so their placement costs no communication, only memory: they are dealt out to the partitions with the

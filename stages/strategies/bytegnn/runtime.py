@@ -39,29 +39,20 @@ No other worker takes part: there is no collective on the sampling side.
 and otherwise sleeps 5 ms, as the algorithm. g3's choices where the paper is silent:
 
 * units: T_gap in milliseconds since the last launch, C_util in % — so σ = 500 launches after 5 ms on an
-  idle CPU with balance 1, after ≈ 13 ms at 90 % CPU, ≈ 93 ms at 99 %, and never at 100 %;
-* C_util: the machine's CPU utilisation (``/proc/stat``: 1 − idle / total over the last window of at least
-  50 ms; elsewhere this process's CPU time over the machine's cores) — sampling contends with the training
-  of every worker on the machine, not only with its own;
-* T_sample: mean latency (launch → end) of the last 8 DAGs; T_train: mean time the trainer spent on each of
-  the last 8 steps between taking one step's inputs and asking for the next (its consumption period);
-  balance = 1 until both are measured;
-* Q_size = 0 (the trainer takes every DAG as it finishes): the formula divides by zero, which would make the
-  score infinite and the CPU never throttle; g3 takes Q_size as max(Q_size, 1), the paper's formula for
-  every Q_size ≥ 1 and finite always;
-* ``more_dag`` is also false while ``--max-dags`` DAGs are launched and not yet trained on (memory bound), and
-  a DAG is launched regardless of the score when none is in flight or queued (the trainer would otherwise
-  wait on nothing: at C_util = 100 % the score is 0 for ever).
+  idle CPU with balance 1, and never at 100 %;
+* C_util: the machine's CPU utilisation (``/proc/stat`` over the last window of at least 50 ms; elsewhere
+  this process's CPU time over the machine's cores) — sampling contends with every worker on the machine;
+* T_sample: mean latency (launch → end) of the last 8 DAGs; T_train: the trainer's mean time per step over
+  the last 8 steps; balance = 1 until both are measured;
+* Q_size = 0 (the trainer takes every DAG as it finishes) would divide by zero and never throttle; g3 takes
+  max(Q_size, 1), the paper's formula for every Q_size ≥ 1;
+* ``more_dag`` is also false while ``--max-dags`` DAGs are in flight (memory bound), and a DAG is launched
+  regardless of the score when none is in flight or queued (at C_util = 100 % the score is 0 for ever).
 
 ``--scheduler off`` runs one DAG at a time, its tasks on one thread in the same order, remote replies
 awaited in the task. Sampling draws are counter-based (by node, hop and step), so neither the order, the chunk
 nor the thread that runs a task changes them: scheduler on, off and ``distdgl`` on the same partition train
-bitwise the same model (tested). Each epoch's record has ``dag_launches``, ``dags_in_flight_max``,
-``ready_tasks_max`` (the backlog: the most tasks ready and waiting for a thread at once), ``running_tasks_max``
-(the most tasks executing on the pool's threads at once: their sampling kernels release the GIL, so up to
-``--sample-threads`` run for real), ``awaiting_tasks_max`` (the most tasks whose requests were out at once),
-``ready_tasks_per_dag_max``, the tasks run
-and ``task_cpu_seconds`` (CPU time of the pool's threads in tasks: the sampling work ``g3 simulate`` scales).
+bitwise the same model (tested). The epoch records' scheduler counters are listed in docs/ARTIFACTS.md.
 """
 
 from __future__ import annotations

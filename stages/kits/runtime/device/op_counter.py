@@ -15,21 +15,16 @@ next operation can be enqueued (:data:`SYNC_OPS`: a tensor turned into a Python 
 device (``device``); on a CPU run the device *is* the host, so every such operation counts — including the
 optimizer's host-side step counters, which on a GPU are no synchronisation (Adam keeps them on the host).
 
-It also counts *host → device copies*, which block the host as a read-back does (a copy from pageable host
-memory returns only once the data has left it). On a device other than the host: a copy whose source is in host
-memory and whose destination is on the device (``t.to(device)``, ``device_tensor.copy_(host_tensor)``) and a
-tensor made from host data on the device (``torch.tensor(…, device=…)``, ``torch.as_tensor``). On a CPU run,
-where no copy can be seen because the device is the host, what would be one on a GPU: every tensor made from
-host data inside the counted step (``torch.tensor``, ``torch.as_tensor``, ``torch.asarray``, ``new_tensor``:
-the ``lift_fresh`` operation, and ``torch.from_numpy``, which dispatches nothing and is counted while a CPU
-counter is entered). A step that builds an index on the host, or a constant per step, is seen either way. The
-CPU's rule errs both ways at the margin: a scalar written by indexing (``t[i] = 0``) counts, which on a GPU is
-a fill (the device path writes such scalars with ``fill_``/``index_fill_``), and a tensor made by a factory on
-the host and then moved (``torch.zeros(n).to(device)``) does not, because the move is no copy when the device
-is the host. A fake CUDA device (``FakeTensorMode``, the ``meta`` device) would see the second but cannot run
-the step: the runtime's numba kernels, gloo's collectives and the sampler's numpy reads need real data. So the
-step runs for real on the CPU, and the device path makes its per-step tensors with ``device=`` where they are
-used.
+It also counts *host → device copies*, which block the host as a read-back does. On a device other than the
+host: a copy from host memory to the device (``t.to(device)``, ``device_tensor.copy_(host_tensor)``) and a
+tensor made from host data on the device (``torch.tensor(…, device=…)``, ``torch.as_tensor``). On a CPU run no
+copy can be seen, so what would be one on a GPU counts: every tensor made from host data inside the counted
+step (the ``lift_fresh`` operation, and ``torch.from_numpy``, which dispatches nothing and is counted while a
+CPU counter is entered). The CPU's rule errs at the margin both ways: a scalar written by indexing
+(``t[i] = 0``) counts, which on a GPU is a fill, and a factory tensor moved to the device
+(``torch.zeros(n).to(device)``) does not, so the device path makes its per-step tensors with ``device=``. A
+fake CUDA device (``FakeTensorMode``, ``meta``) would see such moves but cannot run the step: numba kernels,
+gloo and the sampler's numpy reads need real data.
 
 On CUDA the counted step also runs under ``torch.cuda.set_sync_debug_mode("warn")``, and the synchronisations torch
 itself reports are recorded beside the counter's (``cuda_syncs_per_step``): torch's rule is the ground truth the

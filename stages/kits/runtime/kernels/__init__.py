@@ -16,38 +16,18 @@ Rows may be unsorted and may repeat a source (multi-edges): every arc counts onc
 Three implementations, chosen per call by :func:`backend`:
 
 * ``"numba"`` (default on CPU for float32/float64): row-parallel numba kernels, one thread per output row, the
-  row accumulated in vector registers by an LLVM routine specialised on the row width, with a software
-  prefetch of the rows a few edges ahead; the mean is divided in the same pass, unweighted sums read no value
-  array, backward is the same kernel on the cached transposed CSR (no atomics), weight gradients a row-parallel
-  sampled dot product, the edge softmax a row-parallel pass. Every output element is summed in a fixed order
-  by one thread, so results are bitwise reproducible. 2-3x faster than ``torch.sparse`` on 2 cores
-  (measurements: docs/DESIGN.md, "CPU aggregation kernels").
+  row accumulated in vector registers by an LLVM routine specialised on the row width; backward is the same
+  kernel on the cached transposed CSR (no atomics). Every output element is summed in a fixed order by one
+  thread, so results are bitwise reproducible (docs/DESIGN.md, "CPU aggregation kernels").
 * ``"sparse"`` (default on CUDA for float32/float64, and the device path's on the CPU):
-  ``torch.sparse_csr_tensor`` matrix products — forward ``A @ x``, input gradient ``A^T @ g`` (with the
-  transposed CSR when given, else through a CSC view) and weight gradient as a sampled dense-dense product
-  (``torch.sparse.sampled_addmm``). On an H200 a mean aggregation, forward and backward, takes 0.48 ms as a
-  CSR product against 5.9 ms gathered and scattered (100K nodes, 2.5M arcs, 64 features; 36 ms against
-  447 ms on a products-sized graph) and 2.8-4.7x less memory (docs/BENCHMARKS.md, "Aggregation kernels on
-  the GPU"); cuSPARSE summed rows with unsorted and repeated sources exactly as ``index_add_`` does, so no
-  sort is needed. On CUDA a weight that needs its gradient (GAT's attention) takes the ``index`` path: the
-  sampled product was not measured there.
+  ``torch.sparse_csr_tensor`` products — forward ``A @ x``, input gradient ``A^T @ g`` and weight gradient as a
+  sampled dense-dense product (``torch.sparse.sampled_addmm``). cuSPARSE sums rows with unsorted and repeated
+  sources as ``index_add_`` does, so no sort is needed (docs/BENCHMARKS.md, "Aggregation kernels on the GPU").
+  On CUDA a weight that needs its gradient (GAT's attention) takes the ``index`` path.
 * ``"index"`` (other devices and dtypes, and CUDA weight gradients): gather rows, ``index_add_`` them.
-  Plain, portable, correct on any device, but it materialises one message row per arc ([nnz, F]).
+  Portable, but it materialises one message row per arc ([nnz, F]).
 
 All three are checked against a dense reference and by ``torch.autograd.gradcheck`` in ``tests/test_models.py``.
-
-The modules of this package (importers use the names re-exported here):
-
-* :mod:`.backends` — :data:`BACKENDS`, :func:`backend`, :func:`use_backend` (the forced backend's state);
-* :mod:`.csr` — :func:`row_ids`, :func:`add_self_loops`, :class:`CSRTranspose`, :func:`csr_transpose` (and
-  its numba counting sort), a block's cached :func:`block_transpose` and :func:`block_self_loops`;
-* :mod:`.numba_cpu` — the ``numba`` backend: LLVM row intrinsics, the numba kernels, the kernel thread pool
-  and its chunking, :func:`use_serial_kernels_in_this_thread`, the wrappers ``_nb_sum``/``_nb_edge_dots``;
-* :mod:`.rows` — :func:`take_rows_at`, :func:`put_rows_at`, :func:`add_rows_at` (row gathers and scatters),
-  :func:`take_stored_rows` (rows of a memory-mapped file);
-* :mod:`.sparse` — the ``torch.sparse`` helpers of the ``sparse`` backend;
-* :mod:`.autograd` — :func:`csr_sum`, :func:`csr_mean`, :func:`csr_mean_grad`, :func:`csr_mean_rows`,
-  :func:`edge_softmax`, :func:`relu_dropout`, :func:`relu_dropout_grad` and their ``autograd.Function``s.
 """
 
 from __future__ import annotations
