@@ -247,8 +247,7 @@ if HAVE_NUMBA:
         A closure over compile-time constants (numba caches one machine-code version per value) rather than
         ``numba.literally``, whose dispatch re-types the function on every call (~50 ms). A serial function run
         by :func:`_run_on_row_chunks` on several threads, each taking chunks from a shared counter, rather than a
-        ``prange`` loop: numba compiles a serial version in 0.35-0.6 s against 2.0-2.1 s for a parallel one
-        (measured on one tile width), and a run of g3 or its tests needs dozens of widths.
+        ``prange`` loop: numba compiles a serial version several times faster, and a run needs dozens of widths.
         """
 
         @njit(cache=True, nogil=True)
