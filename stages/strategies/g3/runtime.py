@@ -3,30 +3,20 @@ multi-level pipeline of G3 §5 (``--pipeline none|intra|inter|multi``).
 
 Forward. Every receive of the forward is posted up front (under the background schedules, backward's too). A
 bin's outputs that peers need are sent the moment the last node of a plan message is computed (non-blocking;
-``none`` waits for each send). The schedules:
-
-* ``none``  — layer by layer, the plan's bins in priority order, sends waited one by one;
-* ``intra`` — layer by layer (each layer waits for all its inputs), the plan's bins in priority order, the
-  next bin's inputs gathered (and on CUDA copied in on a side stream) while the current bin computes;
-* ``inter`` — eager inter-layer computation: a node of layer k+1 is *ready* once all its inputs are present
-  (local ones computed, remote ones received), and a bin runs as soon as all its nodes are, before layer k's
-  last bins finish; bins of consecutive node ids, packed up to the plan's bin limit once for the run, no
-  prefetching;
-* ``multi`` — both: eager inter-layer computation over the plan's bins (priority order), with the
-  intra-layer prefetch.
-
+``none`` waits for each send). The schedules are data (:mod:`.pipeline`): ``intra`` gathers the next bin's
+inputs (on CUDA copies them in on a side stream) while the current bin computes; ``inter`` runs a bin of layer
+k+1 once all its nodes' inputs are present (local ones computed, remote ones received), before layer k's last
+bins finish, over bins of consecutive node ids packed once for the run; ``multi`` is both over the plan's bins.
 Every schedule only reorders work: each bin still sees all in-edges of its nodes, so the result is the same.
 
-Backward, per layer in reverse: the plan's bins in plan order (or, with ``--backward keep``, the forward's
-own bins with their saved activations, in the order they ran) — not reversed, so that the bins that read
-remote inputs (first in the priority list) return those inputs' gradients to their owners first; each bin's input gradients are scattered (owned rows stay, remote
-rows are returned to their owners as soon as the last bin that reads them is done), weight gradients
-accumulate locally, and the loop all-reduces them. With ``--backward recompute`` a bin's forward is
-recomputed, so its memory stays within the bin limit in backward too; with ``intra`` and ``multi`` the next
-bin's inputs are gathered (on CUDA copied in) while one bin recomputes and backpropagates, as in forward. The
-default ``auto`` keeps where a worker's every layer is one bin and those bins fit the device together (their
-sum within the device memory, twice the bin limit: each alone may take the whole limit), which saves a forward,
-and recomputes otherwise.
+Backward, per layer in reverse: the plan's bins in plan order (with ``--backward keep``, the forward's own bins
+with their saved activations, in the order they ran) — not reversed, so that the bins that read remote inputs
+(first in the priority list) return those inputs' gradients to their owners first. Remote input gradients go
+to their owners once the last bin that reads them is done; weight gradients accumulate locally, and the loop
+all-reduces them. ``--backward recompute`` recomputes a bin's forward, so its memory stays within the bin limit
+(with ``intra`` and ``multi`` the next bin's inputs are gathered meanwhile). ``auto`` keeps where a worker's
+every layer is one bin and those bins fit the device together (twice the bin limit: each alone may take the
+whole limit), which saves a forward, and recomputes otherwise.
 """
 
 from __future__ import annotations
