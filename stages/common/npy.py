@@ -132,6 +132,28 @@ def verify_files(folder: Path, manifest: dict | None) -> None:
         load_checked(folder, name, manifest, verify=True)
 
 
+def id_dtype(largest: int) -> np.dtype:
+    """The narrowest of int32 and int64 that holds every value up to ``largest``: what node ids (``largest`` =
+    the id bound - 1) and pointers (``largest`` = the last one) are written in to shard and plan folders
+    (docs/ARTIFACTS.md: int32 below 2^31)."""
+    return np.dtype(np.int32 if int(largest) < 2**31 else np.int64)
+
+
+def narrow(a: np.ndarray, largest: int | None = None) -> np.ndarray:
+    """``a`` (non-negative ids or pointers) in :func:`id_dtype` of ``largest`` (default: its largest value); no
+    copy when it has that type already."""
+    a = np.asarray(a)
+    if largest is None:
+        largest = int(a.max()) if a.size else 0
+    return a.astype(id_dtype(largest), copy=False)
+
+
+def widen(a: np.ndarray) -> np.ndarray:
+    """``a`` as int64, read once at load (no copy when it is int64 already): what the readers hand the runtime for
+    the small id arrays of a plan folder, written :func:`narrow` or (older artifacts) int64."""
+    return np.asarray(a, dtype=np.int64)
+
+
 def release_pages(a: np.ndarray) -> None:
     """Drop the pages of the memory-mapped file under ``a`` from this process (they stay in the page cache, and
     the next read maps them again): a worker streaming its bins from disk reads each bin's slice and lets go of

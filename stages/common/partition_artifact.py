@@ -5,7 +5,9 @@ primary layout, whose shards are ``PART/part-RRRRR``). Version 1 partitions pred
 with the layouts their method implies (stages/kits/partition/methods.py).
 
 A shard folder holds plain ``.npy`` files (see docs/ARTIFACTS.md). Arrays are memory-mapped, so opening a
-shard costs nothing until an array is used.
+shard costs nothing until an array is used. Ids, pointers and degrees are int32 where they fit (int64 in shards
+written before, and where they do not): they are handed over as stored, and every user converts what it keeps
+once, at load; the ``[K+1]`` pointers are read as int64.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 
 from stages.common.artifact_json import load_artifact_json, read_json_file, resolve_reference
 from stages.common.errors import G3InputError
-from stages.common.npy import load_checked
+from stages.common.npy import load_checked, widen
 from stages.common.store import check_csr
 
 PARTITION_SCHEMA = "g3.partition"
@@ -158,8 +160,8 @@ class Shard:
         return len(self.owned)
 
     remote = _shard_array("remote")
-    remote_owner_ptr = _shard_array("remote_owner_ptr")
-    send_ptr = _shard_array("send_ptr")
+    remote_owner_ptr = cached_property(lambda self: widen(self.load("remote_owner_ptr")))
+    send_ptr = cached_property(lambda self: widen(self.load("send_ptr")))
     send = _shard_array("send")
     indptr = _shard_array("indptr")
 

@@ -8,6 +8,10 @@ P2P tables (G3 §6.2) are message lists: ``msgs[m] = (step, peer, count)``, and 
 for a receive table, it is the sender's step, and messages from one peer arrive in its step order. Node ids
 are owned-local ids for what a worker sends (forward) or adds to (backward), and remote offsets (local id −
 n_owned) for what it receives (forward) or returns (backward).
+
+Ids and pointers are written int32 where they fit (int64 in plans written before, and where they do not): the
+node- and bin-sized arrays (priority list, row and bin pointers, tables) are read into int64 once, at load; the
+arcs-sized ``src`` and ``indices`` are handed over as stored, memory-mapped when streamed.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import numpy as np
 
 from stages.common.artifact_json import load_artifact_json, read_json_file, resolve_reference
 from stages.common.errors import G3InputError
-from stages.common.npy import load_checked, release_pages
+from stages.common.npy import load_checked, release_pages, widen
 
 _CHECK_ARCS = 1 << 24  # arcs of indices.npy checked at a time
 
@@ -36,7 +40,8 @@ PLAN_READABLE = (2, 3, 4, 5)
 
 @dataclass
 class Table:
-    """A P2P table: ``nodes`` int64 ``[sum(count)]``, ``msgs`` int64 ``[M, 3]`` of (step, peer, count)."""
+    """A P2P table: ``nodes`` int64 ``[sum(count)]``, ``msgs`` int64 ``[M, 3]`` of (step, peer, count) (int32 on disk
+    where they fit: :meth:`WorkerPlan.table` widens them)."""
 
     nodes: np.ndarray
     msgs: np.ndarray
@@ -139,7 +144,7 @@ class LayerPlan:
         self.path = worker / f"layer-{layer}"
         self.num_rows = num_rows  # the worker's local rows (owned + remote), which ``src`` indexes
         self.bin_ptr, self.src_ptr = (
-            _npy(worker, f"layer-{layer}/{n}", manifest) for n in ("bin_ptr", "src_ptr")
+            widen(_npy(worker, f"layer-{layer}/{n}", manifest)) for n in ("bin_ptr", "src_ptr")
         )
         self.src, self.indices = (
             _npy(worker, f"layer-{layer}/{n}", manifest, mmap) for n in ("src", "indices")
@@ -224,7 +229,7 @@ class WorkerPlan:
     @cached_property
     def priority(self) -> np.ndarray:
         """Owned-local ids in priority order: each owned node once."""
-        p = self.array("priority")
+        p = widen(self.array("priority"))
         if len(p) and (int(p.min()) < 0 or int(p.max()) >= len(p)):
             raise G3InputError(
                 f"file priority.npy holds an id outside the worker's {len(p)} owned nodes", path=self.path
@@ -233,7 +238,7 @@ class WorkerPlan:
 
     @cached_property
     def row_ptr(self) -> np.ndarray:
-        row_ptr = self.array("row_ptr")
+        row_ptr = widen(self.array("row_ptr"))
         _check_pointers(
             row_ptr,
             int(row_ptr[-1]) if len(row_ptr) else 0,
@@ -253,7 +258,7 @@ class WorkerPlan:
         """A P2P table by name (``features_send``, ``fwd_recv_0``, ``bwd_send_1`` …); empty when absent."""
         if not (self.path / f"{name}_nodes.npy").is_file():
             return Table.empty()
-        table = Table(self.array(f"{name}_nodes"), self.array(f"{name}_msgs").reshape(-1, 3))
+        table = Table(widen(self.array(f"{name}_nodes")), widen(self.array(f"{name}_msgs")).reshape(-1, 3))
         k = int(self.plan_meta["num_workers"])
         if len(table.msgs) and (
             int(table.msgs[:, 1].min()) < 0

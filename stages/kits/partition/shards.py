@@ -5,7 +5,8 @@ nodes, the remote nodes grouped by owner, the in-edge CSR of the owned nodes ove
 labels, splits and the send lists of the peer-to-peer exchange. Shards of the ``columns`` layout (``feature``)
 hold a column slice of every node's features and the whole graph's degrees (a strategy that needs the whole
 topology has its planner put it in the plan). Each folder has a ``shard.json`` listing its files with shapes and dtypes.
-Everything is built with vectorised numpy or numba; features are streamed from the store in row blocks.
+Everything is built with vectorised numpy or numba; features are streamed from the store in row blocks. Ids,
+pointers and degrees are written int32 where their values fit (:func:`stages.common.npy.narrow`), int64 otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 
 from stages.common.atomic import write_json_atomic
 from stages.common.errors import G3InputError
-from stages.common.npy import file_sha256, release_pages
+from stages.common.npy import file_sha256, id_dtype, narrow, release_pages
 from stages.common.store import SPLITS, GraphStore
 from stages.kits.partition.feature import feature_columns
 
@@ -104,7 +105,7 @@ def _local_csr(indptr, indices, owned, lookup, out_ptr, out_idx):
 
 
 def local_csr(indptr, indices, owned, lookup) -> tuple[np.ndarray, np.ndarray]:
-    counts = indptr[owned + 1] - indptr[owned]
+    counts = indptr[1:][owned] - indptr[owned]  # owned + 1 could pass int32 for the last id
     out_ptr = np.zeros(len(owned) + 1, dtype=np.int64)
     np.cumsum(counts, out=out_ptr[1:])
     out_idx = np.empty(int(out_ptr[-1]), dtype=np.int32)
@@ -113,9 +114,10 @@ def local_csr(indptr, indices, owned, lookup) -> tuple[np.ndarray, np.ndarray]:
 
 
 def grouped_remote(mark_row: np.ndarray, part: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Remote nodes of one worker grouped by owner (ascending), ids ascending within a group; and the group ptr."""
+    """Remote nodes of one worker grouped by owner (ascending), ids ascending within a group (in the ids' type for
+    ``len(part)`` nodes); and the group ptr."""
     ids = np.flatnonzero(mark_row)
-    remote = ids[np.argsort(part[ids], kind="stable")].astype(np.int64)
+    remote = ids[np.argsort(part[ids], kind="stable")].astype(id_dtype(len(part) - 1))
     ptr = np.zeros(k + 1, dtype=np.int64)
     np.cumsum(np.bincount(part[remote], minlength=k), out=ptr[1:])
     return remote, ptr
@@ -127,14 +129,13 @@ class NodeShardBuilder:
     def __init__(self, root: Path, store: GraphStore, graphs, part: np.ndarray, k: int, mark: np.ndarray):
         self.root, self.store, self.graphs, self.part, self.k, self.mark = root, store, graphs, part, k, mark
         n = graphs.num_nodes
-        self.order = np.argsort(part, kind="stable").astype(
-            np.int64
-        )  # owned lists, ascending ids, back to back
+        # owned lists, ascending ids, back to back (in the type the shards hold them in)
+        self.order = np.argsort(part, kind="stable").astype(id_dtype(n - 1))
         self.starts = np.zeros(k + 1, dtype=np.int64)
         np.cumsum(np.bincount(part, minlength=k), out=self.starts[1:])
         self.position = np.empty(n, dtype=np.int64)  # index of a node in its owner's owned list
         self.position[self.order] = np.arange(n) - self.starts[part[self.order]]
-        self.in_degree, self.out_degree = store.load_degrees()
+        self.in_degree, self.out_degree = (narrow(d) for d in store.load_degrees())
         self.labels = np.asarray(store.load_labels(), dtype=np.int32)
         self.splits = {s: store.split_index(s) for s in SPLITS}
         self.lookup = np.full(n, -1, dtype=np.int32)  # global -> local ids of the worker being written
@@ -152,18 +153,18 @@ class NodeShardBuilder:
         indptr, indices = local_csr(self.graphs.indptr, self.graphs.indices, owned, self.lookup)
         folder.save("owned", owned)
         folder.save("remote", remote)
-        folder.save("remote_owner_ptr", remote_ptr)
-        folder.save("indptr", indptr)
+        folder.save("remote_owner_ptr", narrow(remote_ptr))
+        folder.save("indptr", narrow(indptr))
         folder.save("indices", indices)
         folder.save("in_degree", self.in_degree[local_nodes])
         folder.save("out_degree", self.out_degree[local_nodes])
         folder.save("labels", self.labels[owned])
         for split, ids in self.splits.items():
             mine = ids[self.part[ids] == i]
-            folder.save(split, self.lookup[mine].astype(np.int64))
+            folder.save(split, narrow(self.lookup[mine], len(owned) - 1))
         send_ptr, send = self.send_lists(owned)
-        folder.save("send_ptr", send_ptr)
-        folder.save("send", send)
+        folder.save("send_ptr", narrow(send_ptr))
+        folder.save("send", narrow(send, len(owned) - 1))
         self.lookup[local_nodes] = -1
         folder.note("features", (len(owned), self.store.feat_dim), self.store.feature_dtype)  # filled later
         folder.write_manifest(
@@ -269,18 +270,18 @@ def write_feature_shards(
     n, f = store.num_nodes, store.feat_dim
     cols = feature_columns(f, k)
     labels = np.asarray(store.load_labels(), dtype=np.int32)
-    in_degree, out_degree = store.load_degrees()
+    in_degree, out_degree = (narrow(d) for d in store.load_degrees())
     splits = {s: store.split_index(s) for s in SPLITS}
     folders, maps = [], []
     for w in range(k):
         folder = ShardFolder(root, w)
         lo, hi = int(owned_bounds[w]), int(owned_bounds[w + 1])
-        folder.save("owned", np.arange(lo, hi, dtype=np.int64))
+        folder.save("owned", np.arange(lo, hi, dtype=id_dtype(n - 1)))
         folder.save("labels", labels[lo:hi])
         folder.save("in_degree", np.asarray(in_degree))
         folder.save("out_degree", np.asarray(out_degree))
         for split, ids in splits.items():
-            folder.save(split, ids[(ids >= lo) & (ids < hi)] - lo)
+            folder.save(split, narrow(ids[(ids >= lo) & (ids < hi)] - lo, hi - lo - 1))
         maps.append(folder.open_memmap("features", (n, cols[w]["width"]), store.feature_dtype))
         folder.write_manifest(
             {

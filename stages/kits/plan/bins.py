@@ -11,6 +11,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from stages.common.npy import id_dtype
 from stages.common.packing import pack_by_count  # noqa: F401 - the planners' bin packing by count
 
 # ------------------------------------------------------------------------------------------------------------
@@ -73,9 +74,9 @@ class LayerBins:
     """Bins of one layer over the priority list, with each bin's block.
 
     ``bin_ptr[b]:bin_ptr[b+1]`` are the bin's rows (positions in the priority list); ``src[src_ptr[b]:
-    src_ptr[b+1]]`` its source nodes (local ids), destinations first in row order; ``indices`` (aligned
-    with the worker's ``row_ptr`` over priority order) gives each arc's source position inside its bin's
-    source list.
+    src_ptr[b+1]]`` its source nodes (local ids, int32 below 2^31 local rows), destinations first in row order;
+    ``indices`` (aligned with the worker's ``row_ptr`` over priority order) gives each arc's source position inside
+    its bin's source list (int32 while ``src_ptr[-1]`` < 2^31).
     """
 
     bin_ptr: np.ndarray
@@ -113,19 +114,22 @@ def build_layer_bins(
         np.concatenate([[0], np.searchsorted(starts, np.arange(step, int(row_ptr[-1]), step)), [nb]])
     )
     ptrs, srcs, indices = [np.zeros(1, dtype=np.int64)], [], []
+    src_dtype = id_dtype(n_local - 1)  # local ids
     for b0, b1 in zip(cuts[:-1], cuts[1:], strict=True):
         part_ptr, part_src, part_idx = _bins_of(
             bin_ptr[b0 : b1 + 1], prio, row_ptr, edge_src, pos_of_owned, n_owned, n_local
         )
         ptrs.append(part_ptr[1:] + ptrs[-1][-1])
-        srcs.append(part_src)
+        srcs.append(
+            part_src.astype(src_dtype)
+        )  # narrowed per run: the build never holds the whole list int64
         indices.append(part_idx)
     src_ptr = np.concatenate(ptrs)
     index_dtype = np.int32 if int(src_ptr[-1]) < 2**31 else np.int64
     return LayerBins(
         bin_ptr=bin_ptr,
         src_ptr=src_ptr,
-        src=np.concatenate(srcs) if srcs else np.zeros(0, dtype=np.int64),
+        src=np.concatenate(srcs) if srcs else np.zeros(0, dtype=src_dtype),
         indices=np.concatenate([i.astype(index_dtype) for i in indices])
         if indices
         else np.zeros(0, index_dtype),

@@ -20,6 +20,7 @@ import numpy as np
 
 from stages.common.atomic import write_json_atomic
 from stages.common.model_spec import ELEM_BYTES, bin_costs
+from stages.common.npy import narrow
 from stages.kits.plan.context import PlanContext
 from stages.kits.plan.tables import assemble
 
@@ -38,8 +39,10 @@ def boundary_tables(shard, k: int) -> tuple:
 
 
 def save_table(wdir: Path, name: str, table) -> dict:
-    np.save(wdir / f"{name}_nodes.npy", table.nodes)
-    np.save(wdir / f"{name}_msgs.npy", table.msgs)
+    """``NAME_nodes.npy`` and ``NAME_msgs.npy``, each int32 where its values fit (``WorkerPlan.table`` widens
+    them at load); the table's figures for worker.json."""
+    np.save(wdir / f"{name}_nodes.npy", narrow(table.nodes))
+    np.save(wdir / f"{name}_msgs.npy", narrow(table.msgs))
     return {"messages": len(table.msgs), "nodes": table.total}
 
 

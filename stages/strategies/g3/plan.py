@@ -13,6 +13,7 @@ import numpy as np
 from stages.common.atomic import write_json_atomic
 from stages.common.bin_memory import pack_within
 from stages.common.model_spec import BIN_DEVICES, BinCost, LayerShape, bin_costs, bins_device
+from stages.common.npy import narrow
 from stages.common.plan_options import PlanOption, count_or_auto
 from stages.kits.plan.bins import (
     build_layer_bins,
@@ -21,6 +22,7 @@ from stages.kits.plan.bins import (
     priority_list,
     rows_in_priority_order,
 )
+from stages.kits.plan.boundary import save_table
 from stages.kits.plan.context import PlanContext
 from stages.kits.plan.residency import DEVICE_MEMORY, auto_device_memory
 from stages.kits.plan.tables import assemble
@@ -117,8 +119,9 @@ def _plan_worker(tmp: Path, shard, costs: list[BinCost], bin_size: int | None, l
     pos[prio] = np.arange(n_own)
     wdir = tmp / f"worker-{shard.rank:05d}"
     wdir.mkdir(exist_ok=True)
-    np.save(wdir / "priority.npy", prio)
-    np.save(wdir / "row_ptr.npy", row_ptr)
+    # ids and pointers int32 where they fit (docs/ARTIFACTS.md, "`g3` plans"); the readers widen them at load
+    np.save(wdir / "priority.npy", narrow(prio, n_own - 1))
+    np.save(wdir / "row_ptr.npy", narrow(row_ptr))
     layers: list = []
     state: dict[str, Any] = {"pos": pos, "row_bin": [], "last_use": [], "num_bins": []}
     for li, cost in enumerate(costs):
@@ -129,8 +132,10 @@ def _plan_worker(tmp: Path, shard, costs: list[BinCost], bin_size: int | None, l
         lb = build_layer_bins(bin_ptr, prio, row_ptr, edge_src, n_own, n_own + n_rem)
         ldir = wdir / f"layer-{li}"
         ldir.mkdir()
-        for name in ("bin_ptr", "src_ptr", "src", "indices"):
-            np.save(ldir / f"{name}.npy", getattr(lb, name))
+        np.save(ldir / "bin_ptr.npy", narrow(lb.bin_ptr))
+        np.save(ldir / "src_ptr.npy", narrow(lb.src_ptr))
+        np.save(ldir / "src.npy", lb.src)  # local ids, built narrow (build_layer_bins)
+        np.save(ldir / "indices.npy", lb.indices)
         bin_nodes = np.diff(bin_ptr)
         bin_srcs = np.diff(lb.src_ptr)
         bin_bytes = cost.bytes(bin_nodes, bin_srcs, row_ptr[bin_ptr[1:]] - row_ptr[bin_ptr[:-1]])
@@ -200,10 +205,7 @@ def _write_tables(wdir: Path, sends: dict, recvs: dict, k: int) -> dict:
     stats = {}
     for bucket in (sends, recvs):
         for name, parts in bucket.items():
-            table = assemble(parts)
-            np.save(wdir / f"{name}_nodes.npy", table.nodes)
-            np.save(wdir / f"{name}_msgs.npy", table.msgs)
-            stats[name] = {"messages": len(table.msgs), "nodes": table.total}
+            stats[name] = save_table(wdir, name, assemble(parts))
     return stats
 
 

@@ -177,11 +177,10 @@ class WorkerData:
         return torch.from_numpy(rows).to(self.dtype)
 
     def _owned_to_new(self, ids: np.ndarray) -> np.ndarray:
-        """Local ids (owned ones renumbered, remote ones kept)."""
-        ids = np.asarray(ids, dtype=np.int64)
-        owned = ids < self.num_owned
-        out = ids.copy()
-        out[owned] = self.new_id[ids[owned]]
+        """Local ids (owned ones renumbered, remote ones kept), int64 whatever the plan stores them in: one copy."""
+        out = np.array(ids, dtype=np.int64)
+        owned = out < self.num_owned
+        out[owned] = self.new_id[out[owned]]
         return out
 
     def _renumber_layer(self, lp):

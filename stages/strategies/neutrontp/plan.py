@@ -11,7 +11,7 @@ per layer, with the first chunk that reads it as a source (``first_use``): the d
 
 Artifact (docs/ARTIFACTS.md, "Plan: neutrontp"): ``chunks/bounds.npy`` int64 ``[n_chunks + 1]``,
 ``chunks/owner_bounds.npy`` int64 ``[n_chunks, K + 1]`` (absolute node ids), ``chunks/first_use.npy`` int32
-``[N]`` (``n_chunks`` = never read as a source), per worker ``owned.npy`` int64 (ascending global ids), and
+``[N]`` (``n_chunks`` = never read as a source), per worker ``owned.npy`` (ascending global ids, int32 below 2^31 nodes), and
 ``topology/`` the store's whole in-edge CSR in the store's arc order (what every worker aggregates over: the
 runtime reads it from the plan, never the store, so a bundled plan trains on hosts without the store).
 """
@@ -25,7 +25,7 @@ import numpy as np
 from stages.common.artifact_json import resolve_reference
 from stages.common.atomic import write_json_atomic
 from stages.common.errors import G3InputError
-from stages.common.npy import npy_manifest
+from stages.common.npy import narrow, npy_manifest
 from stages.common.plan_options import PlanOption, choice_option, count_or_auto
 from stages.common.plan_topology import write_csr
 from stages.common.tensor_parallel import chunk_bounds, collectives, first_use, owner_bounds
@@ -121,7 +121,7 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
         )
         owned.append(ids)
         wdir = tmp / f"worker-{q:05d}"
-        np.save(wdir / "owned.npy", ids)
+        np.save(wdir / "owned.npy", narrow(ids, store.num_nodes - 1))
         write_json_atomic(wdir / "worker.json", {"rank": q, "num_owned": int(len(ids))})
     layer0_columns = [c["stop"] - c["start"] for c in map(_shard_columns, ctx.shards)]
     needed = first < n_chunks
