@@ -319,34 +319,21 @@ class EmulatedHostsLauncher:
         cmd = [*net.exec_prefix(host.n)]
         if shutil.which("taskset"):
             cmd += ["taskset", "-c", ",".join(map(str, host.cores))]
+        # the agent's log folder is in the host's folder, removed with it (else a torchelastic_* stays in /tmp)
+        options = (
+            f"--nnodes {self.hosts} --nproc-per-node {per_host} --rdzv-backend c10d "
+            f"--rdzv-endpoint {net.address(0)}:{RDZV_PORT} "
+            f"--rdzv-conf is_host={int(host.n == 0)},join_timeout={join_timeout} --local-addr {net.address(host.n)} "
+            f"--max-restarts {self.max_restarts} --monitor-interval 0.5"
+        )
+        cmd += [sys.executable, "-m", "torch.distributed.run", *options.split(), "--rdzv-id", self._job]
         cmd += [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            str(self.hosts),
-            "--nproc-per-node",
-            str(per_host),
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            f"{net.address(0)}:{RDZV_PORT}",
-            "--rdzv-id",
-            self._job,
-            "--rdzv-conf",
-            f"is_host={int(host.n == 0)},join_timeout={join_timeout}",
-            "--local-addr",
-            net.address(host.n),
-            "--max-restarts",
-            str(self.max_restarts),
-            "--monitor-interval",
-            "0.5",
-            "--log-dir",  # in the host's folder, removed with it (else a torchelastic_* folder stays in /tmp)
+            "--log-dir",
             str(host.folder / "torchelastic"),
             "-m",
             "stages.kits.runtime.launch.host_worker",
-            str(host.folder / "job.pkl"),
         ]
+        cmd.append(str(host.folder / "job.pkl"))
         env = {
             **os.environ,
             **self._host_env(host),

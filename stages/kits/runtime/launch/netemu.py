@@ -242,53 +242,24 @@ class EmulatedNetwork:
 
     def create(self) -> None:
         what = "the emulated network"
+        sw = self.switch
         try:
-            self._add_namespace(self.switch)
-            _run(["ip", "-n", self.switch, "link", "add", "br0", "type", "bridge"], what)
-            _run(["ip", "-n", self.switch, "link", "set", "br0", "up"], what)
+            self._add_namespace(sw)
+            _run(f"ip -n {sw} link add br0 type bridge".split(), what)
+            _run(f"ip -n {sw} link set br0 up".split(), what)
             for n in range(self.hosts):
                 ns, port = self.namespace(n), f"h{n}"
                 self._add_namespace(ns)
-                _run(
-                    [
-                        "ip",
-                        "-n",
-                        self.switch,
-                        "link",
-                        "add",
-                        port,
-                        "mtu",
-                        str(MTU),
-                        "type",
-                        "veth",
-                        "peer",
-                        "name",
-                        NIC,
-                        "mtu",
-                        str(MTU),
-                        "netns",
-                        ns,
-                    ],
-                    what,
-                )
-                _run(["ip", "-n", self.switch, "link", "set", port, "master", "br0", "up"], what)
-                _run(
-                    [
-                        "ip",
-                        "-n",
-                        ns,
-                        "addr",
-                        "add",
-                        f"{self.address(n)}/{self.network.prefixlen}",
-                        "dev",
-                        NIC,
-                    ],
-                    what,
-                )
-                _run(["ip", "-n", ns, "link", "set", NIC, "up"], what)
-                _run(["ip", "-n", ns, "link", "set", "lo", "up"], what)
+                for command in (
+                    f"ip -n {sw} link add {port} mtu {MTU} type veth peer name {NIC} mtu {MTU} netns {ns}",
+                    f"ip -n {sw} link set {port} master br0 up",
+                    f"ip -n {ns} addr add {self.address(n)}/{self.network.prefixlen} dev {NIC}",
+                    f"ip -n {ns} link set {NIC} up",
+                    f"ip -n {ns} link set lo up",
+                ):
+                    _run(command.split(), what)
                 _run(["tc", "-n", ns, "qdisc", "add", "dev", NIC, "root", *self._tbf()], what)
-                _run(["tc", "-n", self.switch, "qdisc", "add", "dev", port, "root", *self._tbf()], what)
+                _run(["tc", "-n", sw, "qdisc", "add", "dev", port, "root", *self._tbf()], what)
         except BaseException:
             self.destroy()
             raise
