@@ -24,7 +24,7 @@ import numpy as np
 
 from stages.common.artifact_json import load_artifact_json, read_json_file, resolve_reference
 from stages.common.errors import G3InputError
-from stages.common.npy import load_checked, release_pages, widen
+from stages.common.npy import load_checked, release_pages
 
 _CHECK_ARCS = 1 << 24  # arcs of indices.npy checked at a time
 
@@ -109,6 +109,12 @@ def _npy(worker: Path, name: str, manifest: dict | None, mmap: bool = False) -> 
     return np.asarray(load_checked(worker, f"{name}.npy", manifest, mmap=mmap))
 
 
+def _ids(worker: Path, name: str, manifest: dict | None) -> np.ndarray:
+    """``worker/name.npy`` of ids or pointers (int32 or int64 on disk) in memory as int64: one copy from the mapped
+    file, no other array on the way."""
+    return np.array(load_checked(worker, f"{name}.npy", manifest, mmap=True), dtype=np.int64)
+
+
 def _check_pointers(a: np.ndarray, end: int, name: str, where: Path, length: int | None = None) -> None:
     """``a`` runs from 0 to ``end`` without decreasing (and has ``length`` entries when given)."""
     if (
@@ -144,7 +150,7 @@ class LayerPlan:
         self.path = worker / f"layer-{layer}"
         self.num_rows = num_rows  # the worker's local rows (owned + remote), which ``src`` indexes
         self.bin_ptr, self.src_ptr = (
-            widen(_npy(worker, f"layer-{layer}/{n}", manifest)) for n in ("bin_ptr", "src_ptr")
+            _ids(worker, f"layer-{layer}/{n}", manifest) for n in ("bin_ptr", "src_ptr")
         )
         self.src, self.indices = (
             _npy(worker, f"layer-{layer}/{n}", manifest, mmap) for n in ("src", "indices")
@@ -229,7 +235,7 @@ class WorkerPlan:
     @cached_property
     def priority(self) -> np.ndarray:
         """Owned-local ids in priority order: each owned node once."""
-        p = widen(self.array("priority"))
+        p = _ids(self.path, "priority", self.meta.get("files"))
         if len(p) and (int(p.min()) < 0 or int(p.max()) >= len(p)):
             raise G3InputError(
                 f"file priority.npy holds an id outside the worker's {len(p)} owned nodes", path=self.path
@@ -238,7 +244,7 @@ class WorkerPlan:
 
     @cached_property
     def row_ptr(self) -> np.ndarray:
-        row_ptr = widen(self.array("row_ptr"))
+        row_ptr = _ids(self.path, "row_ptr", self.meta.get("files"))
         _check_pointers(
             row_ptr,
             int(row_ptr[-1]) if len(row_ptr) else 0,
@@ -258,7 +264,10 @@ class WorkerPlan:
         """A P2P table by name (``features_send``, ``fwd_recv_0``, ``bwd_send_1`` …); empty when absent."""
         if not (self.path / f"{name}_nodes.npy").is_file():
             return Table.empty()
-        table = Table(widen(self.array(f"{name}_nodes")), widen(self.array(f"{name}_msgs")).reshape(-1, 3))
+        files = self.meta.get("files")
+        table = Table(
+            _ids(self.path, f"{name}_nodes", files), _ids(self.path, f"{name}_msgs", files).reshape(-1, 3)
+        )
         k = int(self.plan_meta["num_workers"])
         if len(table.msgs) and (
             int(table.msgs[:, 1].min()) < 0

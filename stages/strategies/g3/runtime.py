@@ -150,7 +150,7 @@ class WorkerData:
         self.row_ptr = plan.row_ptr
         # streamed: the arcs-sized arrays stay on disk and each bin's sources are renumbered as it is read
         self.layers = [
-            plan.layer(li, mmap=True) if stream else self._renumber_layer(plan.layer(li))
+            plan.layer(li, mmap=True) if stream else self._renumber_layer(plan.layer(li, mmap=True))
             for li in range(num_layers)
         ]
         self._tables: dict[str, Table] = {}
@@ -184,7 +184,9 @@ class WorkerData:
         return out
 
     def _renumber_layer(self, lp):
-        lp.src = self._owned_to_new(lp.src)
+        """A layer held in memory, read from its mapped files: ``src`` renumbered into int64 in one copy (whatever
+        the plan stores it in), ``indices`` copied as it is."""
+        lp.src, lp.indices = self._owned_to_new(lp.src), np.array(lp.indices)
         return lp
 
     def table(self, name: str) -> Table:
