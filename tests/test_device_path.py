@@ -231,14 +231,14 @@ def test_residency_follows_the_plan_on_a_gpu_and_the_option_anywhere():
 
 def test_distdgl_alone_samples_on_the_device(plans, tmp_path):
     """One resident distdgl worker samples, relabels and gathers on the device (the torch sampler): the same
-    model as the host sampler's, and a step — sampling included (--prefetch off) — reads back two numbers per
-    hop (the picks' and the new sources' counts) besides Adam's step counters."""
+    model as the host sampler's, and a step — sampling included (--prefetch off) — reads back once per hop (the
+    picks' and the new sources' counts in one word) besides Adam's step counters."""
     host, device = host_and_device(plans("distdgl", 1), tmp_path, *IN_STEP)
     assert max_weight_diff(*final_weights(host, device)) <= 1e-9
     step = records(device)[1]["workers"][0]
     layers, params = 2, 6  # SAGE: two weights and a bias per layer, each with Adam's step counter
     assert step["ops_by_name"].get("scatter_reduce_") == layers and "_unique2" not in step["ops_by_name"]
-    assert step["sync_ops_per_step"] == params + 2 * layers, step["sync_ops_by_name"]
+    assert step["sync_ops_per_step"] == params + layers, step["sync_ops_by_name"]
 
 
 @pytest.mark.parametrize(
@@ -257,12 +257,12 @@ def test_distdgl_with_peers_samples_on_the_device(partitions, tmp_path, model, o
     plan = g3_plan(part, tmp_path / "plan", *flags(strategy="distdgl", model=model, hidden=HIDDEN), *options)
     host, device = host_and_device(plan, tmp_path, *IN_STEP)
     assert max_weight_diff(*final_weights(host, device)) <= 1e-9
-    # read back per step: Adam's step counters; per hop the relabel's new sources, the picks' count and (rows
-    # split between workers) how many of the hop's nodes are here; how many input rows are here; and in the
-    # local batch order the step's global target count (all-reduced)
+    # read back per step: Adam's step counters; per hop the relabel's new sources with the picks' count (one
+    # word) and, rows split between workers, how many of the hop's nodes are here; how many input rows are
+    # here; and in the local batch order the step's global target count (all-reduced)
     layers, params = 2, 6 if model == "sage" else 4
     replicated, local_order = "replicated" in options, "--batch-order" not in options
-    expected = params + layers * (2 if replicated else 3) + 1 + local_order
+    expected = params + layers * (1 if replicated else 2) + 1 + local_order
     for worker in records(device)[1]["workers"]:
         assert worker["ops_by_name"].get("scatter_reduce_") == layers, worker[
             "ops_by_name"

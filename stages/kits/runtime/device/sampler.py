@@ -11,8 +11,10 @@ Vectorised over the frontier rather than per node: Floyd's ``f`` rounds run for 
 with ``d <= f`` takes its whole row instead), and which rounds find their candidate taken is worked out without
 running the rounds in order (:func:`floyd_repeats`). 64-bit words are torch int64 with wrapping arithmetic; shifts are made logical by masking
 and the modulo of an unsigned word is taken in two halves. The output sizes depend on the data, so a hop reads
-two numbers back from the device: how many picks it made and how many new sources they bring (the relabel's
-count; it sorts nothing). That is the device sampler's whole cost in host synchronisations: two per hop. With peers, a hop and the
+back how many picks it made and how many new sources they bring (the relabel's count; it sorts nothing): in one
+read-back, since the draw leaves its picks in fixed-size slots (``fanout`` per node, :func:`sample_slots`), relabels
+them there and compacts them once both counts are known. That is the device sampler's whole cost in host
+synchronisations: one per hop (two where the fanout is −1, or with peers). With peers, a hop and the
 input gather each read back how many of their nodes are here, and the ids of the others leave the device for
 their owners (:class:`Owners`).
 
@@ -65,25 +67,45 @@ def sample_rows(
     rows, nodes = rows.to(dev, torch.int64), nodes.to(dev, torch.int64)
     starts = indptr[rows]
     degree = indptr[rows + 1] - starts
-    counts = degree if fanout < 0 else torch.clamp(degree, max=fanout)
-    offsets = torch.cumsum(counts, 0)
-    total = int(offsets[-1]) if len(counts) else 0  # the one read-back of the draw: its output's size
-    row_of = torch.repeat_interleave(torch.arange(len(rows), device=dev), counts, output_size=total)
-    # every pick's position in its row: 0, 1, … for a row kept whole, overwritten below for a drawn one
-    pos = torch.arange(total, device=dev) - (offsets - counts)[row_of]
-    if fanout >= 0 and total:
-        drawn = degree > fanout  # rows Floyd's algorithm draws from: exactly ``fanout`` picks each
-        node_key = mix64(_signed(key) ^ mix64(nodes))
-        # every round's candidate at once (the hashes do not depend on earlier rounds); round i takes j_i where
-        # t_i was taken before (:func:`floyd_repeats`, without a loop over the rounds)
-        j = degree[:, None] - fanout + torch.arange(fanout, device=dev)
-        t = unsigned_mod(mix64(node_key[:, None] ^ j), torch.clamp(j + 1, min=1))
-        taken = torch.where(floyd_repeats(t, j[:, :1]), j, t)
-        taken = torch.sort(taken, dim=1).values
-        # a drawn row's picks are its ``fanout`` slots in order: the i-th pick of the row is taken[row, i]
-        slot = torch.clamp(pos, max=fanout - 1)
-        pos = torch.where(drawn[row_of], taken[row_of, slot], pos)
-    return counts, nbrs[starts[row_of] + pos]
+    if fanout >= 0:
+        counts, slots = sample_slots(nbrs, starts, degree, nodes, fanout, key)
+        total = int(counts.sum()) if len(counts) else 0  # the one read-back of the draw: its output's size
+        return counts, slots.flatten()[compact_slots(counts, fanout, total)]
+    total = int(degree.sum()) if len(degree) else 0
+    row_of = torch.repeat_interleave(torch.arange(len(rows), device=dev), degree, output_size=total)
+    pos = torch.arange(total, device=dev) - (torch.cumsum(degree, 0) - degree)[row_of]
+    return degree, nbrs[starts[row_of] + pos]
+
+
+def sample_slots(
+    nbrs: torch.Tensor, starts: torch.Tensor, degree: torch.Tensor, nodes: torch.Tensor, fanout: int, key: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The draw of ``nodes`` (rows ``starts``/``degree`` of ``nbrs``) at ``fanout >= 0``, in fixed-size slots and
+    without reading anything back: ``(counts [n], slots [n, fanout])``, node i's picks in ``slots[i, :counts[i]]``
+    in ascending global id, −1 in the slots after them."""
+    dev = nbrs.device
+    counts = torch.clamp(degree, max=fanout)
+    if fanout == 0 or len(nodes) == 0 or len(nbrs) == 0:
+        return counts, nbrs.new_full((len(nodes), fanout), -1)
+    node_key = mix64(_signed(key) ^ mix64(nodes))
+    # every round's candidate at once (the hashes do not depend on earlier rounds); round i takes j_i where t_i
+    # was taken before (:func:`floyd_repeats`, without a loop over the rounds)
+    j = degree[:, None] - fanout + torch.arange(fanout, device=dev)
+    t = unsigned_mod(mix64(node_key[:, None] ^ j), torch.clamp(j + 1, min=1))
+    taken = torch.sort(torch.where(floyd_repeats(t, j[:, :1]), j, t), dim=1).values
+    # a drawn row's picks are its ``fanout`` slots in order; a row kept whole fills its first ``degree`` slots
+    slot = torch.arange(fanout, device=dev)
+    pos = torch.where((degree > fanout)[:, None], taken, slot)
+    filled = slot < counts[:, None]
+    return counts, torch.where(filled, nbrs[torch.where(filled, starts[:, None] + pos, 0)], -1)
+
+
+def compact_slots(counts: torch.Tensor, fanout: int, total: int) -> torch.Tensor:
+    """Where the ``total`` picks of :func:`sample_slots` are in its flattened slots, in order."""
+    dev = counts.device
+    row_of = torch.repeat_interleave(torch.arange(len(counts), device=dev), counts, output_size=total)
+    first = torch.cumsum(counts, 0) - counts
+    return row_of * fanout + torch.arange(total, device=dev) - first[row_of]
 
 
 def floyd_repeats(t: torch.Tensor, j0: torch.Tensor) -> torch.Tensor:
@@ -113,33 +135,40 @@ def floyd_repeats(t: torch.Tensor, j0: torch.Tensor) -> torch.Tensor:
 
 
 def relabel(
-    dst: torch.Tensor, nbrs: torch.Tensor, scratch: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+    dst: torch.Tensor, nbrs: torch.Tensor, scratch: torch.Tensor, total: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The sources a hop adds and where each pick lands among the block's sources, as
     ``neighbor_sampler.block_from_sample`` numbers them: ``dst`` first, then the picks that are not
     destinations in order of first appearance. ``scratch``: int64 ``[num_nodes]`` all −1 on the device (left
-    so). Returns ``(new [m], positions [len(nbrs)])``.
+    so). ``nbrs`` may hold −1 (empty slots: neither new nor placed). ``total``: a count on the device read back
+    with the new sources' (one read-back for both). Returns ``(new [m], positions [len(nbrs)], total)``.
 
     No sort: each id's first pick is found by a scatter of pick indices (the least wins), the first picks of
     new ids are ranked by a running count, and the one read-back is how many there are (the output's size)."""
     dev = nbrs.device
     n_dst, m = len(dst), len(nbrs)
     scratch[dst] = torch.arange(n_dst, device=dev)
-    pos = scratch[nbrs]
+    empty = nbrs < 0
+    ids = torch.where(empty, dst[:1].expand(m) if n_dst else 0, nbrs)  # an empty slot reads as a destination
+    pos = scratch[ids]
     scratch.index_fill_(0, dst, -1)  # a scalar written by indexing would be a tensor made on the host first
     if m == 0:
-        return nbrs[:0], pos
+        return nbrs[:0], pos, int(total) if total is not None else 0
     is_new = pos < 0
     picks = torch.arange(m, device=dev)
-    scratch.scatter_reduce_(0, nbrs, picks, reduce="amin", include_self=False)
-    first_of = scratch[nbrs]  # the first pick of each pick's id
-    scratch.index_fill_(0, nbrs, -1)
+    scratch.scatter_reduce_(0, ids, picks, reduce="amin", include_self=False)
+    first_of = scratch[ids]  # the first pick of each pick's id
+    scratch.index_fill_(0, ids, -1)
     first = is_new & (first_of == picks)
     rank = torch.cumsum(first, 0) - 1  # among the new ids, in order of first appearance
-    n_new = int(rank[-1]) + 1  # the one read-back: how many sources the hop adds
+    if total is None:
+        n_new, total_here = int(rank[-1]) + 1, m  # the one read-back: how many sources the hop adds
+    else:  # both counts in one word (each < 2^31), one read-back
+        both = int(total * (1 << 32) + rank[-1] + 1)
+        n_new, total_here = both & ((1 << 32) - 1), both >> 32
     new = nbrs.new_empty(n_new + 1)  # the last slot takes every pick that is not a new id's first
-    new.scatter_(0, torch.where(first, rank, n_new), nbrs)
-    return new[:n_new], torch.where(is_new, n_dst + rank[first_of], pos)
+    new.scatter_(0, torch.where(first, rank, n_new), ids)
+    return new[:n_new], torch.where(is_new, n_dst + rank[first_of], pos), total_here
 
 
 def block_arrays(
@@ -147,10 +176,24 @@ def block_arrays(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One hop's block as ``(src, indptr, indices)`` on the device (``block_from_sample``'s numbering):
     ``src`` = ``dst`` then the new sources, the next hop's destinations."""
-    new, pos = relabel(dst, nbrs, scratch)
-    indptr = torch.zeros(len(dst) + 1, dtype=torch.int64, device=dst.device)
+    new, pos, _ = relabel(dst, nbrs, scratch)
+    return torch.cat([dst, new]), _indptr(counts), pos
+
+
+def slot_block_arrays(
+    dst: torch.Tensor, counts: torch.Tensor, slots: torch.Tensor, scratch: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`block_arrays` of a draw left in its slots (:func:`sample_slots`): relabelled there, the picks'
+    count read back with the new sources' count, then the slots compacted — one read-back for the hop."""
+    fanout = slots.shape[1]
+    new, pos, total = relabel(dst, slots.flatten(), scratch, counts.sum())
+    return torch.cat([dst, new]), _indptr(counts), pos[compact_slots(counts, fanout, total)]
+
+
+def _indptr(counts: torch.Tensor) -> torch.Tensor:
+    indptr = torch.zeros(len(counts) + 1, dtype=torch.int64, device=counts.device)
     torch.cumsum(counts, 0, out=indptr[1:])
-    return torch.cat([dst, new]), indptr, pos
+    return indptr
 
 
 def device_array(a, device: torch.device, dtype: torch.dtype = torch.int64) -> torch.Tensor:
@@ -201,8 +244,12 @@ class DeviceGraph:
         dst = torch.as_tensor(targets).to(self.device, torch.int64)
         out = []
         for hop, fanout in enumerate(fanouts):
-            counts, picks = self.draw(dst, fanout, key_of_hop(hop))
-            src, indptr, indices = block_arrays(dst, counts, picks, self.scratch)
+            if fanout >= 0:  # the picks' and the new sources' counts in one read-back
+                counts, slots = self.draw_slots(dst, fanout, key_of_hop(hop))
+                src, indptr, indices = slot_block_arrays(dst, counts, slots, self.scratch)
+            else:
+                counts, picks = self.draw(dst, fanout, key_of_hop(hop))
+                src, indptr, indices = block_arrays(dst, counts, picks, self.scratch)
             out.append(SampledBlock(dst, src, indptr, indices))
             dst = src
         return out[::-1]
@@ -221,6 +268,33 @@ class DeviceGraph:
         counts_here, picks_here = sample_rows(self.indptr, self.nbrs, rows[here], nodes[here], fanout, key)
         counts_away, picks_away = (torch.as_tensor(a).to(self.device, torch.int64) for a in waiting())
         return regroup(order, torch.cat([counts_here, counts_away]), torch.cat([picks_here, picks_away]))
+
+    def draw_slots(self, nodes: torch.Tensor, fanout: int, key: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`draw` at ``fanout >= 0`` in :func:`sample_slots`' form, reading back only, with peers, how many
+        of ``nodes`` are here: the owners' answers are put into slots of their own."""
+        rows = nodes if self.row_of is None else self.row_of[nodes]
+        if self.owners is None or self.row_of is None:
+            return self._slots(rows, nodes, fanout, key)
+        order, n_here = here_first(rows)
+        if n_here == len(nodes):
+            return self._slots(rows, nodes, fanout, key)
+        waiting = self.owners.sample(nodes[order[n_here:]].cpu().numpy(), fanout, key)
+        here = order[:n_here]
+        counts_here, slots_here = self._slots(rows[here], nodes[here], fanout, key)
+        counts_away, picks_away = (torch.as_tensor(a).to(self.device, torch.int64) for a in waiting())
+        slots_away = torch.full((len(counts_away), fanout), -1, dtype=torch.int64, device=self.device)
+        slots_away.view(-1)[compact_slots(counts_away, fanout, len(picks_away))] = picks_away
+        counts, slots = (
+            torch.empty_like(rows),
+            torch.empty((len(nodes), fanout), dtype=torch.int64, device=self.device),
+        )
+        counts[order] = torch.cat([counts_here, counts_away])
+        slots[order] = torch.cat([slots_here, slots_away])
+        return counts, slots
+
+    def _slots(self, rows, nodes, fanout: int, key: int) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = self.indptr[rows]
+        return sample_slots(self.nbrs, starts, self.indptr[rows + 1] - starts, nodes, fanout, key)
 
     def inputs(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         """The input rows of ``nodes`` (global ids on the device), for GCN their global (in, out) degrees, and
