@@ -96,7 +96,7 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
 
 
 def _scratch_bytes(w: dict, spec) -> int:
-    """What the worker writes into ``TMPDIR`` when training streams its bins, in float32 (the runtime's own
+    """The most the worker holds in ``TMPDIR`` at once when training streams its bins, in float32 (the runtime's own
     estimate, which its TMPDIR check refuses by, from the same rows and tables)."""
     from stages.strategies.g3.runtime import spilled_parts
 

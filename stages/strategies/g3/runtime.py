@@ -22,6 +22,7 @@ whole limit), which saves a forward, and recomputes otherwise.
 from __future__ import annotations
 
 import logging
+import mmap
 import threading
 import time
 from concurrent.futures import Future
@@ -290,22 +291,25 @@ def spill_bytes(data: WorkerData, widths: list[int]) -> dict[str, int]:
 def spilled_parts(
     num_owned: int, num_remote: int, feature_width: int, table_rows, widths: list[int], item: int
 ) -> dict[str, int]:
-    """What a streamed worker with these rows and P2P tables (``table_rows(name)``: the rows of a table) writes
-    into ``TMPDIR``, by kind: every hidden layer's rows and their gradients (owned and remote), the logits
-    (owned), the remote input features, and the most its messages of hidden rows hold at once
-    (``G3Strategy.message_alloc``): in the forward every layer's sends and receives with backward's receives,
-    posted at its start; in backward those receives and one layer's sends. ``item``: bytes per value."""
+    """The most a streamed worker with these rows and P2P tables (``table_rows(name)``: the rows of a table) holds
+    in ``TMPDIR`` at once, by kind: every hidden layer's rows (owned and remote), the logits (owned), the remote
+    input features, backward's receives (posted with the forward) and, whichever is larger, the forward's
+    messages (every layer's sends and receives, ``G3Strategy.message_alloc``) or, at backward's start, the top
+    hidden layer's gradients and sends. Lower layers' gradients come once backward has released the rows and
+    gradients above them (:func:`release_rows`). ``item``: bytes per value."""
     local = num_owned + num_remote
     hidden = range(1, len(widths) - 1)  # the layers whose outputs peers read
     rows = table_rows
     bwd_recv = sum(rows(f"bwd_recv_{li}") * widths[li] for li in hidden)
     forward = sum((rows(f"fwd_send_{li - 1}") + rows(f"fwd_recv_{li - 1}")) * widths[li] for li in hidden)
-    backward = max((rows(f"bwd_send_{li}") * widths[li] for li in hidden), default=0)
+    top = len(widths) - 2  # the top hidden layer: its gradients and sends are backward's first
+    grad_top = local * widths[top] if top >= 1 else 0
+    backward = grad_top + (rows(f"bwd_send_{top}") * widths[top] if top >= 1 else 0)
     return {
-        "layer rows and gradients": sum(2 * local * w * item for w in widths[1:-1]),
+        "layer rows and gradients": (sum(local * w for w in widths[1:-1]) + grad_top) * item,
         "logits": num_owned * widths[-1] * item,
         "remote input features": num_remote * feature_width * item,
-        "messages": (bwd_recv + max(forward, backward)) * item,
+        "messages": (bwd_recv + max(forward, backward) - grad_top) * item,
     }
 
 
@@ -347,21 +351,51 @@ def check_stream_memory(data: WorkerData, workers: int) -> None:
 
 
 class SpillMeter:
-    """The bytes of this process's spilled arrays alive now (:func:`spilled_zeros`: their files' sizes) and the
-    most at once: what a streamed worker held in ``TMPDIR`` at its peak (pages never written take less)."""
+    """The bytes of this process's spilled arrays alive now (:func:`spilled_zeros`: their files' sizes, less the
+    pages :func:`release_rows` gave back) and the most at once: what a streamed worker held in ``TMPDIR`` at its
+    peak (pages never written take less)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.live = self.peak = 0
         self._lock = threading.Lock()
+        # base address -> [mapping, size, released pages, bytes released]
+        self._files: dict[int, list] = {}
 
-    def add(self, n: int) -> None:
+    def add(self, n: int, base: int | None = None, mapping=None) -> None:
         with self._lock:
             self.live += n
             self.peak = max(self.peak, self.live)
+            if base is not None:
+                pages = -(-n // mmap.PAGESIZE)
+                self._files[base] = [mapping, n, np.zeros(pages, dtype=np.bool_), 0]
 
-    def remove(self, n: int) -> None:
+    def remove(self, n: int, base: int | None = None) -> None:
         with self._lock:
-            self.live -= n
+            rec = self._files.pop(base, None) if base is not None else None
+            self.live -= n - (rec[3] if rec is not None else 0)
+
+    def release(self, base: int, start: int, nbytes: int) -> None:
+        """Punch the whole pages of bytes ``[start, start + nbytes)`` of the file mapped at ``base`` (offsets from
+        ``base``) out of it, once each: their disk blocks go back to the file system, and they read as zeros."""
+        with self._lock:
+            rec = self._files.get(base)
+            if rec is None:
+                return
+            mapping, size, released, _ = rec
+            page, pages = mmap.PAGESIZE, len(released)
+            a = -(-start // page)
+            b = pages if start + nbytes >= size else (start + nbytes) // page
+            if b <= a or released[a:b].all():
+                return
+            try:
+                mapping.madvise(mmap.MADV_REMOVE, a * page, (b - a) * page)
+            except (AttributeError, OSError, ValueError):
+                return  # no hole punching here: the pages stay until the file goes
+            fresh = (b - a) - int(np.count_nonzero(released[a:b]))
+            freed = fresh * page - (pages * page - size if b == pages and not released[-1] else 0)
+            released[a:b] = True
+            rec[3] += freed
+            self.live -= freed
 
 
 SPILLED = SpillMeter()
@@ -379,10 +413,25 @@ def spilled_zeros(rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
     with tempfile.TemporaryFile(prefix="g3-rows-") as f:
         f.truncate(size)  # a sparse file: reads as zeros, no disk until written
         rows_map = np.memmap(f, dtype=np_dtype, mode="r+", shape=(rows, width))
-    SPILLED.add(size)
+    base = rows_map.ctypes.data
+    SPILLED.add(size, base, getattr(rows_map, "_mmap", None))
     # the tensor's storage holds the map: it goes, and its file with it, when the last view of the rows does
-    weakref.finalize(rows_map, SPILLED.remove, size)
+    weakref.finalize(rows_map, SPILLED.remove, size, base)
     return torch.from_numpy(rows_map)
+
+
+def release_rows(t: torch.Tensor | None, lo: int = 0, hi: int | None = None) -> None:
+    """Rows ``[lo, hi)`` of a spilled array (:func:`spilled_zeros`, or a view of its rows) that nothing reads again:
+    their disk pages go back to the file system now, not when the array goes (they read as zeros after). Pages
+    the rows only partly cover stay; an array that is not spilled is left as it is."""
+    if t is None or not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.dim() != 2:
+        return
+    hi = t.shape[0] if hi is None else hi
+    if hi <= lo or t.stride(1) != 1 or t.stride(0) != t.shape[1]:
+        return
+    base = t.untyped_storage().data_ptr()
+    row = t.stride(0) * t.element_size()
+    SPILLED.release(base, t.data_ptr() - base + lo * row, (hi - lo) * row)
 
 
 # What a worker holds when it keeps its partition in memory, fitted on in-memory runs of `synthetic` at K = 8
@@ -1155,11 +1204,20 @@ class G3Strategy(Strategy):
                     finished = self._remote_grads_final(src.numpy(), block, uses)
                     if len(finished):
                         sends.produced(finished, grad_in, index_offset=d.num_owned)
+                if self.stream and dst_rng is not None:  # its output gradients: no other bin reads them
+                    release_rows(grad_out, dst_rng.start, dst_rng.stop)
+            if self.stream:  # what this layer alone read: its output gradients and its input rows
+                release_rows(grad_out)
+                release_rows(h if li > 0 else None)
             if need_input_grad:
                 # peers' contributions added in table order, not arrival order: bitwise the same run at any K
                 recvs.finish_in_order(lambda nodes, rows, _m, g=grad_in: add_rows(g, nodes, None, rows))
                 sends.wait()
                 grad_out = grad_in[: d.num_owned]
+                if self.stream:  # the remote rows' gradients and their messages: sent
+                    release_rows(grad_in, d.num_owned)
+                    release_rows(sends.packed)
+                sends = recvs = None  # their buffers go before the next layer's gradients are made
             if li + 1 < self.num_layers:
                 self.inputs[li + 1] = None  # kept until now: a cached layer li reads its outputs in backward
             self.saved[li] = []
