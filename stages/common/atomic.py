@@ -363,9 +363,11 @@ def json_default(o: object):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def check_free_space(out: Path, parts: dict[str, int], what: str) -> None:
+def check_free_space(
+    out: Path, parts: dict[str, int], what: str, advice: str = "free space or write elsewhere"
+) -> None:
     """Refuse, before any work, an output whose file system has less free space than ``parts`` (bytes ``what``
-    writes at least, by kind) add up to: one line with the figures, naming the output."""
+    writes at least, by kind) add up to: one line with the figures, naming the output and ``advice``."""
     from stages.common.units import human_bytes
 
     need = sum(parts.values())
@@ -377,6 +379,6 @@ def check_free_space(out: Path, parts: dict[str, int], what: str) -> None:
         detail = ", ".join(f"{name} {human_bytes(n)}" for name, n in parts.items() if n)
         raise G3InputError(
             f"the disk holding it has {human_bytes(free)} free, and {what} writes at least "
-            f"{human_bytes(need)} there ({detail}): free space or write elsewhere",
+            f"{human_bytes(need)} there ({detail}): {advice}",
             path=out,
         )

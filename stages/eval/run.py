@@ -7,6 +7,7 @@ strategy's inference is exact full-neighbour inference, so any exact strategy me
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -122,10 +123,45 @@ def run_eval(run: str | Path, options: EvalOptions | None = None, *, force: bool
         # the same weights evaluated before: reading the result again needs no --force, no lock and no workers
         return _answer(earlier, run, options.split, reused=True)
     check_writable(run, "eval.json and the workers' logs")
+    estimate = check_eval_space(
+        run, workers or int(meta["plan"]["num_workers"])
+    )  # before the lock is written
     # held while it evaluates: a second `g3 eval` of the run at the same time is refused, not silently replacing
     # the first one's eval.json
     with target_lock(run / "eval.json", "evaluating"):
-        return _evaluate(run, meta, options, weights, digest, metric, force, t_stage)
+        return _evaluate(run, meta, options, weights, digest, metric, force, t_stage, estimate)
+
+
+# what `g3 eval` writes into the run folder at least: eval.json (its schema, weights, strategy, metric and the
+# three splits' figures: 0.6 KB on the tiny run) and a log per worker ("started: world K, …")
+EVAL_JSON_BYTES = 256
+EVAL_LOG_BYTES = 64
+
+
+def eval_folder_bytes(workers: int) -> dict[str, int]:
+    """The least `g3 eval` writes into the run folder with ``workers`` workers, by kind (a lower bound: the file
+    system's blocks and the logs' later lines come on top)."""
+    return {"eval.json": EVAL_JSON_BYTES, "logs": workers * EVAL_LOG_BYTES}
+
+
+def check_eval_space(run: Path, workers: int) -> int:
+    """Refuse, before any worker starts and before anything is written there, a run folder whose disk cannot
+    take :func:`eval_folder_bytes`: one line naming the folder and the figures. Returns the estimate (bytes)."""
+    from stages.common.atomic import check_free_space
+
+    parts = eval_folder_bytes(workers)
+    check_free_space(run / "eval.json", parts, "this evaluation", "free space on the run's disk")
+    return sum(parts.values())
+
+
+def eval_written_bytes(run: Path) -> int:
+    """What the files `g3 eval` writes in the run folder take on disk: eval.json and the workers' logs
+    (logs/eval-*), their allocated blocks."""
+    total = 0
+    for path in [run / "eval.json", *sorted((run / "logs").glob("eval-*"))]:
+        with contextlib.suppress(OSError):  # a heartbeat removed meanwhile takes nothing
+            total += path.lstat().st_blocks * 512
+    return total
 
 
 def _evaluate(
@@ -137,6 +173,7 @@ def _evaluate(
     metric: str,
     force: bool,
     t_stage: float,
+    disk_estimate: int = 0,
 ) -> dict:
     """:func:`run_eval`'s work, with the run's eval.json locked."""
     split, workers, plan = options.split, options.workers, options.plan
@@ -189,7 +226,11 @@ def _evaluate(
             shutil.rmtree(tmp, ignore_errors=True)
     result = json.loads((run / "eval.json").read_text())
     result["weights_sha256"] = digest  # what a later `g3 eval` compares to reuse this result
-    result["cost"] = stage_cost(t_stage)  # this process (one worker evaluates in it; more report no peak)
+    result["cost"] = {
+        **stage_cost(t_stage),  # this process (one worker evaluates in it; more report no peak)
+        "disk_bytes": eval_written_bytes(run),
+        "disk_estimate_bytes": disk_estimate,
+    }
     write_json_atomic(run / "eval.json", result)
     return _answer(result, run, split, reused=False)
 

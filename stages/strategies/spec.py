@@ -80,6 +80,10 @@ class StrategySpec:
     fits_own_speed: bool = False
     advise_variants: tuple[AdviseVariant, ...] = (AdviseVariant(),)
     notes: tuple[str, ...] = ()
+    # the bytes of state of their own (beyond the weights, sharded or not, and Adam's moments) its ranks' files
+    # of one checkpoint hold at least, all ranks together, from plan.json and the float width (`g3 train`'s check
+    # of the run folder's disk: a lower bound); None: none declared
+    checkpoint_state_bytes: Callable[[dict, int], int] | None = None
 
     @property
     def mini_batch(self) -> bool:

@@ -40,6 +40,7 @@ from stages.kits.runtime.launch.processes import run_guarded, under_torchrun
 from stages.kits.runtime.profile import PROFILE_SCHEMA
 from stages.strategies.registry import check_knobs, config_record, load_plan, resolve_knobs
 from stages.train.config import TrainConfig
+from stages.train.disk import check_run_space
 
 
 def check_plan(plan: Path, cfg, workers: int | None = None) -> dict:
@@ -179,10 +180,11 @@ def run_train(plan: str | Path, cfg: TrainConfig, out: str | Path | None = None,
     check_worker_files(plan, meta)
     if not cfg.resume:
         check_target(run_dir, force, "run", (plan,))
+    disk_estimate = check_run_space(run_dir, meta, cfg)  # before the lock: nothing written when refused
     with target_lock(run_dir, "training into"):
         work = _work_folder(run_dir, plan, cfg, force)
         try:
-            info = _launch(launcher, world, work, run_dir, plan, meta, cfg, t_stage)
+            info = _launch(launcher, world, work, run_dir, plan, meta, cfg, t_stage, disk_estimate)
             if work != run_dir:
                 fsync_tree(work)
                 publish_dir(work, run_dir, force=True)
@@ -221,10 +223,19 @@ def _work_folder(run_dir: Path, plan: Path, cfg: TrainConfig, force: bool) -> Pa
 
 
 def _launch(
-    launcher, world: int, work: Path, run_dir: Path, plan: Path, meta: dict, cfg, t_stage: float
+    launcher,
+    world: int,
+    work: Path,
+    run_dir: Path,
+    plan: Path,
+    meta: dict,
+    cfg,
+    t_stage: float,
+    disk_estimate: int = 0,
 ) -> dict:
     """The workers' run, its run.json written in ``work`` as it starts and as it ends (completed, failed or
-    interrupted); returns the completed run.json."""
+    interrupted); returns the completed run.json. ``disk_estimate``: what the run folder's check estimated the
+    run writes there (``cost.disk_estimate_bytes``)."""
     from stages.train.loop import train_rank
 
     where = launcher.describe(world)
@@ -258,9 +269,15 @@ def _launch(
         seconds=time.perf_counter() - t0,
         path=run_dir,
         launcher={**where, **measured},
-        cost=stage_cost(
-            t_stage, _workers_peak(work, "peak_memory_bytes"), work, _workers_peak(work, "scratch_peak_bytes")
-        ),
+        cost={
+            **stage_cost(
+                t_stage,
+                _workers_peak(work, "peak_memory_bytes"),
+                work,
+                _workers_peak(work, "scratch_peak_bytes"),
+            ),
+            "disk_estimate_bytes": disk_estimate,
+        },
     )
 
 
