@@ -144,3 +144,7 @@ def test_an_evaluation_whose_disk_is_full_is_refused_writing_nothing(sancus_plan
     line = r.output.strip()
     assert "\n" not in line and str(run) in line and "100 B free" in line and "eval.json" in line, line
     assert sorted(tmp_path.rglob("*")) == before  # no eval.json, no log, no lock
+    # nor do `g3 predict`'s logits (2000 nodes x 8 classes, float32) fit
+    r = invoke(["predict", run, "-o", tmp_path / "p.npy"])
+    assert r.exit_code == 2 and "62.6 KiB" in r.output and "logits" in r.output, r.output
+    assert sorted(tmp_path.rglob("*")) == before

@@ -11,7 +11,14 @@ import torch
 from torch import nn
 
 from stages.common.artifact_json import resolve_reference
-from stages.common.atomic import FILE, atomic_dir, atomic_file, check_target, write_json_atomic
+from stages.common.atomic import (
+    FILE,
+    atomic_dir,
+    atomic_file,
+    check_free_space,
+    check_target,
+    write_json_atomic,
+)
 from stages.common.errors import G3InputError
 from stages.common.model_spec import ModelSpec
 from stages.common.run_artifact import load_run_meta
@@ -147,6 +154,20 @@ def predict_logits(
     return logits[torch.from_numpy(g.split_index(split))]
 
 
+NPY_HEADER_BYTES = 128  # a .npy file's magic, version and header (padded to 64 bytes: 128 for a 2-D array)
+
+
+def prediction_shape(run: Path, store: str | Path | None, split: str | None) -> tuple[int, int, int]:
+    """(rows, classes, bytes per value) of the logits :func:`predict_logits` gives, from the store's metadata
+    and the run's dtype (nothing computed)."""
+    from stages.common.store import GraphStore
+
+    meta = load_run_meta(run)
+    g = GraphStore.open(store if store is not None else run_store_path(run_plan_path(run, meta)))
+    rows = g.num_nodes if split is None else len(g.split_index(split))
+    return int(rows), int(g.num_classes), 8 if meta["config"].get("dtype") == "float64" else 4
+
+
 def run_predict(run: str | Path, options: PredictOptions, *, force: bool = False) -> np.ndarray:
     """`g3 predict`: the logits of :func:`predict_logits` written to ``options.out`` (.npy, or .zarr chunked by
     rows), atomically; never over an input (the run, the store predicted on, the weights). Returns them."""
@@ -158,6 +179,9 @@ def run_predict(run: str | Path, options: PredictOptions, *, force: bool = False
     inputs = (run, store, checkpoint)
     kind = "logits" if out.suffix == ".zarr" else None  # a .zarr replaces only logits
     check_target(out, force, kind, inputs)
+    if out.suffix == ".npy":  # a .zarr's chunks are compressed: their size is not known before
+        rows, classes, item = prediction_shape(Path(run), store, split)
+        check_free_space(out, {"logits": rows * classes * item + NPY_HEADER_BYTES}, "this prediction")
     logits = predict_logits(Path(run), store=store, split=split, checkpoint=checkpoint).numpy()
     if out.suffix == ".npy":
         with atomic_file(out) as tmp, open(tmp, "wb") as f:
