@@ -375,12 +375,16 @@ def test_a_crashed_host_restarts_and_the_run_ends_with_the_undisturbed_weights(p
 
 
 def _launch(args: list[str], tmp_path: Path) -> subprocess.Popen:
+    """`g3 ARGS` from a terminal, its temporary files in the test's folder (a launcher killed with SIGKILL
+    cannot remove its fork server's socket)."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
     return subprocess.Popen(
         [sys.executable, "-m", "g3cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 

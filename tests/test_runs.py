@@ -179,13 +179,16 @@ def _launch(plan: Path, run: Path, *args, env=None, cgroup: Path | None = None) 
             cgroup.write_text(str(os.getpid()))
 
     cmd = [sys.executable, "-m", "g3cli.main", "train", str(plan), "-o", str(run), *COMMON, *args]
+    # its temporary files beside the run: a launcher killed with SIGKILL cannot remove its fork server's socket
+    scratch = run.parent / "tmp"
+    scratch.mkdir(exist_ok=True)
     return subprocess.Popen(
         cmd,
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "TMPDIR": str(scratch), **(env or {})},
         preexec_fn=as_from_a_terminal,
     )
 
