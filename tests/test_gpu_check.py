@@ -340,8 +340,16 @@ def test_a_check_cut_short_keeps_what_it_measured(tmp_path):
     """Each finished step is written at once (gpu-check.json replaced whole), so a check stopped at a time limit
     (SIGTERM) leaves its finished runs, marked as cut short."""
     out = tmp_path / "gc"
+    # its temporary files here: a process ended by SIGTERM leaves its fork server's socket folder
+    (tmp_path / "tmp").mkdir()
     with open(tmp_path / "stdout", "w") as log:
-        proc = subprocess.Popen(stand_in(out, "--strategies", "g3,distdgl"), cwd=REPO, stdout=log, stderr=log)
+        proc = subprocess.Popen(
+            stand_in(out, "--strategies", "g3,distdgl"),
+            cwd=REPO,
+            stdout=log,
+            stderr=log,
+            env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
+        )
         try:
             deadline = time.monotonic() + 400
             while time.monotonic() < deadline and proc.poll() is None:
