@@ -239,7 +239,7 @@ def test_the_plan_carries_the_topology_and_a_bundle_trains_without_the_store(sto
         got = np.load(plan / "topology" / f"{name}.npy")
         assert got.dtype == want.dtype and np.array_equal(got, want), name
     meta = json.loads((plan / "plan.json").read_text())
-    assert meta["schema_version"] == 5 and meta["topology"]["num_arcs"] == len(indices)
+    assert meta["schema_version"] == 6 and meta["topology"]["num_arcs"] == len(indices)
     ok(["train", plan, "--workers", "2", "-o", tmp_path / "reference", *TRAIN])
     ok(["bundle", plan, "--nodes", "1", "-o", tmp_path / "bundle"])
     node = tmp_path / "bundle" / "node-00000"

@@ -594,7 +594,7 @@ def test_shards_cover_in_neighbourhoods_and_match_the_store(request, tmp_path, s
 def test_partition_json_records_the_run(tiny_store, tmp_path):
     s = _partition(tiny_store, tmp_path / "p", 4, "g3", hidden=32)
     on_disk = json.loads((tmp_path / "p" / "partition.json").read_text())
-    assert on_disk["schema"] == "g3.partition" and on_disk["schema_version"] == 2
+    assert on_disk["schema"] == "g3.partition" and on_disk["schema_version"] == 3
     assert on_disk["layouts"] == ["rows"]
     store = GraphStore.open(tiny_store)
     ref = on_disk["store"]

@@ -335,7 +335,7 @@ def test_plan_help_lists_every_strategy_and_info_shows_it(partitions, tmp_path):
     part = partitions("chunk", 2)
     plan = g3_plan(part, tmp_path / "plan", strategy="sancus", staleness="drift:0.02")
     meta = json.loads((plan / "plan.json").read_text())
-    assert meta["schema_version"] == 5
+    assert meta["schema_version"] == 6
     assert meta["strategy"] == {
         "name": "sancus",
         "options": {

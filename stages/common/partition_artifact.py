@@ -1,12 +1,12 @@
-"""Reading a partition artifact (``g3.partition`` v2, written by ``g3 partition``): metadata + per-worker shards.
+"""Reading a partition artifact (``g3.partition`` v3, written by ``g3 partition``): metadata + per-worker shards.
 
 partition.json's ``layouts`` names how the shards hold the graph (``rows``, ``columns``; the first is the
 primary layout, whose shards are ``PART/part-RRRRR``). Version 1 partitions predate the field: they are read
 with the layouts their method implies (stages/kits/partition/methods.py).
 
 A shard folder holds plain ``.npy`` files (see docs/ARTIFACTS.md). Arrays are memory-mapped, so opening a
-shard costs nothing until an array is used. Ids, pointers and degrees are int32 where they fit (int64 in shards
-written before, and where they do not): they are handed over as stored, and every user converts what it keeps
+shard costs nothing until an array is used. Ids, pointers and degrees are int32 where they fit (version 3; int64 in
+older shards, and where they do not): they are handed over as stored, and every user converts what it keeps
 once, at load; the ``[K+1]`` pointers are read as int64.
 """
 
@@ -24,8 +24,8 @@ from stages.common.store import check_csr
 
 PARTITION_SCHEMA = "g3.partition"
 # 2: partition.json records the layouts its shards are written in (``layouts``)
-PARTITION_VERSION = 2
-PARTITION_READABLE = (1, 2)
+PARTITION_VERSION = 3
+PARTITION_READABLE = (1, 2, 3)
 
 
 def shard_dir(part: Path, rank: int, layout: str | None = None) -> Path:

@@ -9,7 +9,7 @@ for a receive table, it is the sender's step, and messages from one peer arrive 
 are owned-local ids for what a worker sends (forward) or adds to (backward), and remote offsets (local id −
 n_owned) for what it receives (forward) or returns (backward).
 
-Ids and pointers are written int32 where they fit (int64 in plans written before, and where they do not): the
+Ids and pointers are written int32 where they fit (version 6; int64 in older plans, and where they do not): the
 node- and bin-sized arrays (priority list, row and bin pointers, tables) are read into int64 once, at load; the
 arcs-sized ``src`` and ``indices`` are handed over as stored, memory-mapped when streamed.
 """
@@ -34,8 +34,8 @@ PLAN_SCHEMA = "g3.plan"
 # plans carry the graph's CSR (``topology/``: its runtime no longer reads the store; a version 3 neutrontp plan is
 # refused by its runtime, every other version 3 plan reads as before); 5: every strategy takes --device-memory and
 # every worker records its ``residency`` (older plans: a GPU worker runs resident)
-PLAN_VERSION = 5
-PLAN_READABLE = (2, 3, 4, 5)
+PLAN_VERSION = 6
+PLAN_READABLE = (2, 3, 4, 5, 6)
 
 
 @dataclass

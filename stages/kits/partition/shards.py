@@ -26,8 +26,8 @@ from stages.kits.partition.feature import feature_columns
 
 SHARD_SCHEMA = "g3.shard"
 # 2: feature shards carry the whole graph's in_degree/out_degree (neutrontp's GCN normalisation); node shards
-# are unchanged from version 1
-SHARD_VERSION = 2
+# are unchanged from version 1; 3: ids, pointers and degrees int32 where they fit
+SHARD_VERSION = 3
 FEATURE_BLOCK_ROWS = 1 << 16
 LOCAL_IDS = "local id < num_owned -> owned[local]; otherwise remote[local - num_owned]"
 CSR_ORDER = "row r lists the sources of arcs into owned[r], as local ids sorted ascending"
