@@ -68,11 +68,15 @@ def stage_cost(t0: float, workers_peak_bytes: int = 0, out=None, scratch_peak_by
 def disk_bytes(folder) -> int:
     """What the files under ``folder`` take on disk (their allocated blocks: a sparse file counts what it holds);
     links are not followed."""
+    return files_bytes(os.path.join(root, name) for root, _, files in os.walk(folder) for name in files)
+
+
+def files_bytes(paths) -> int:
+    """What the files ``paths`` take on disk, their allocated blocks; one removed meanwhile takes nothing."""
     total = 0
-    for root, _, files in os.walk(folder):
-        for name in files:
-            with contextlib.suppress(OSError):  # a file removed meanwhile takes nothing
-                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    for path in paths:
+        with contextlib.suppress(OSError):
+            total += os.lstat(path).st_blocks * 512
     return total
 
 

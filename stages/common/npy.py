@@ -148,12 +148,6 @@ def narrow(a: np.ndarray, largest: int | None = None) -> np.ndarray:
     return a.astype(id_dtype(largest), copy=False)
 
 
-def widen(a: np.ndarray) -> np.ndarray:
-    """``a`` as int64, read once at load (no copy when it is int64 already): what the readers hand the runtime for
-    the small id arrays of a plan folder, written :func:`narrow` or (older artifacts) int64."""
-    return np.asarray(a, dtype=np.int64)
-
-
 def release_pages(a: np.ndarray) -> None:
     """Drop the pages of the memory-mapped file under ``a`` from this process (they stay in the page cache, and
     the next read maps them again): a worker streaming its bins from disk reads each bin's slice and lets go of

@@ -19,7 +19,7 @@ import numpy as np
 
 from stages.common.artifact_json import load_artifact_json, read_json_file, resolve_reference
 from stages.common.errors import G3InputError
-from stages.common.npy import load_checked, widen
+from stages.common.npy import load_checked
 from stages.common.store import check_csr
 
 PARTITION_SCHEMA = "g3.partition"
@@ -160,8 +160,9 @@ class Shard:
         return len(self.owned)
 
     remote = _shard_array("remote")
-    remote_owner_ptr = cached_property(lambda self: widen(self.load("remote_owner_ptr")))
-    send_ptr = cached_property(lambda self: widen(self.load("send_ptr")))
+    # the [K+1] pointers as int64 (stored int32 where they fit): read once
+    remote_owner_ptr = cached_property(lambda self: np.asarray(self.load("remote_owner_ptr"), dtype=np.int64))
+    send_ptr = cached_property(lambda self: np.asarray(self.load("send_ptr"), dtype=np.int64))
     send = _shard_array("send")
     indptr = _shard_array("indptr")
 

@@ -7,7 +7,6 @@ strategy's inference is exact full-neighbour inference, so any exact strategy me
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import shutil
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from stages.common.artifact_json import resolve_reference
 from stages.common.atomic import check_result, check_writable, target_lock, write_json_atomic
-from stages.common.cost import stage_cost
+from stages.common.cost import files_bytes, stage_cost
 from stages.common.errors import G3InputError
 from stages.common.npy import check_digest, digest_path
 from stages.common.run_artifact import load_run_meta
@@ -157,11 +156,7 @@ def check_eval_space(run: Path, workers: int) -> int:
 def eval_written_bytes(run: Path) -> int:
     """What the files `g3 eval` writes in the run folder take on disk: eval.json and the workers' logs
     (logs/eval-*), their allocated blocks."""
-    total = 0
-    for path in [run / "eval.json", *sorted((run / "logs").glob("eval-*"))]:
-        with contextlib.suppress(OSError):  # a heartbeat removed meanwhile takes nothing
-            total += path.lstat().st_blocks * 512
-    return total
+    return files_bytes([run / "eval.json", *(run / "logs").glob("eval-*")])
 
 
 def _evaluate(

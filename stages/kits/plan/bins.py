@@ -120,12 +120,10 @@ def build_layer_bins(
             bin_ptr[b0 : b1 + 1], prio, row_ptr, edge_src, pos_of_owned, n_owned, n_local
         )
         ptrs.append(part_ptr[1:] + ptrs[-1][-1])
-        srcs.append(
-            part_src.astype(src_dtype)
-        )  # narrowed per run: the build never holds the whole list int64
+        srcs.append(part_src.astype(src_dtype))  # narrowed per run: never the whole list in int64
         indices.append(part_idx)
     src_ptr = np.concatenate(ptrs)
-    index_dtype = np.int32 if int(src_ptr[-1]) < 2**31 else np.int64
+    index_dtype = id_dtype(int(src_ptr[-1]))
     return LayerBins(
         bin_ptr=bin_ptr,
         src_ptr=src_ptr,
