@@ -435,6 +435,23 @@ def test_ctrl_c_during_a_force_rerun_keeps_the_earlier_run_and_leaves_nothing_el
     assert not list(tmp_path.glob(".run.tmp-*")) and sorted(p.name for p in run.iterdir()) == before
 
 
+def test_ctrl_c_while_python_executes_a_string_exits_130_under_python_m(tmp_path):
+    """A Ctrl-C that lands while Python executes a string (a dataclass or namedtuple built during an import)
+    is answered like any other — one line, exit 130 — also under `python -m g3cli.main`, where CPython would
+    otherwise kill the process with SIGINT after it exited (returncode -2; seen in CI)."""
+    (tmp_path / "interrupt_in_exec.py").write_text(
+        "import runpy, sys\n"
+        "import g3cli.info_cmd\n"
+        "g3cli.info_cmd.summarize = lambda *a, **k: exec('raise KeyboardInterrupt')\n"
+        "sys.argv = ['g3', 'info', 'anything']\n"
+        "runpy.run_module('g3cli.main', run_name='__main__', alter_sys=True)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "interrupt_in_exec"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert (r.returncode, r.stderr.strip()) == (130, "g3: interrupted"), (r.returncode, r.stderr)
+
+
 def test_train_and_eval_refuse_workers_that_cannot_fit_before_starting_them(plan, tmp_path):
     """In a memory cgroup smaller than this process, the fork server and the workers take at least, `g3 train`
     and `g3 eval` refuse in one line naming the floor, exit 2, before any worker starts: no run folder, no
