@@ -46,17 +46,6 @@ def _expf_parts(x):
     return p + r + f32(1.0), (np.int32(n) + np.int32(127)) << 23
 
 
-@numba.njit(cache=True)
-def expf_nonpositive(x, out):
-    """``out = exp(x)`` through :func:`_expf_parts` (``x <= 0``, float32; for tests)."""
-    bits = np.empty(x.shape[0], np.int32)
-    two_n = bits.view(np.float32)
-    for i in range(x.shape[0]):
-        out[i], bits[i] = _expf_parts(x[i])
-    for i in range(x.shape[0]):
-        out[i] *= two_n[i]
-
-
 @numba.njit(parallel=True, cache=True, fastmath={"reassoc", "contract", "arcp"})
 def _nb_cross_entropy_f32(z, labels, idx, scale, grad, row_loss, bad):
     """:func:`_nb_cross_entropy` for float32 with the vectorised exp; chunks of rows per thread, each with its

@@ -124,25 +124,14 @@ class CSRSum(torch.autograd.Function):
                         gx = a_t(edge_weight[:, h].contiguous()) @ grad_out[:, h].reshape(n_dst, -1)
                         grad_x[:, h] = gx.reshape(grad_x[:, h].shape)
             if need_w:
+
+                def dots(g, x):  # per edge: g's row of its destination . x's row of its source
+                    return _sddmm(indptr, indices, g.reshape(n_dst, -1), x.reshape(n_src, -1), n_dst, n_src)
+
                 if heads is None:
-                    grad_w = _sddmm(
-                        indptr, indices, grad_out.reshape(n_dst, -1), x_src.reshape(n_src, -1), n_dst, n_src
-                    )
+                    grad_w = dots(grad_out, x_src)
                 else:
-                    grad_w = torch.stack(
-                        [
-                            _sddmm(
-                                indptr,
-                                indices,
-                                grad_out[:, h].reshape(n_dst, -1),
-                                x_src[:, h].reshape(n_src, -1),
-                                n_dst,
-                                n_src,
-                            )
-                            for h in range(heads)
-                        ],
-                        dim=1,
-                    )
+                    grad_w = torch.stack([dots(grad_out[:, h], x_src[:, h]) for h in range(heads)], dim=1)
             return None, None, grad_x, None, grad_w, None, None
         dst = row_ids(indptr, nnz)
         g_edge = grad_out.index_select(0, dst)

@@ -82,14 +82,7 @@ def block_transpose(block, x: torch.Tensor) -> CSRTranspose | None:
     The numba backend's copy (int32 indices and permutation when they fit) is cached apart from the int64 one
     that the sparse backend needs.
     """
-    mode = backend(x)
-    if mode == "numba":
-        return block.cached(
-            "transpose_nb", lambda: _nb_transpose_of(block.indptr, block.indices, block.n_src)
-        )
-    if mode != "sparse":
-        return None
-    return block.cached("transpose", lambda: csr_transpose(block.indptr, block.indices, block.n_src))
+    return _cached_transpose(block, x, block.indptr, block.indices, "transpose")
 
 
 def block_self_loops(block, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, CSRTranspose | None]:
@@ -97,16 +90,16 @@ def block_self_loops(block, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     indptr, indices = block.cached(
         "self_loops", lambda: add_self_loops(block.indptr, block.indices, block.n_dst)
     )
+    return indptr, indices, _cached_transpose(block, x, indptr, indices, "self_loops_t")
+
+
+def _cached_transpose(block, x: torch.Tensor, indptr, indices, key: str) -> CSRTranspose | None:
     mode = backend(x)
     if mode == "numba":
-        return (
-            indptr,
-            indices,
-            block.cached("self_loops_t_nb", lambda: _nb_transpose_of(indptr, indices, block.n_src)),
-        )
+        return block.cached(key + "_nb", lambda: _nb_transpose_of(indptr, indices, block.n_src))
     if mode != "sparse":
-        return indptr, indices, None
-    return indptr, indices, block.cached("self_loops_t", lambda: csr_transpose(indptr, indices, block.n_src))
+        return None
+    return block.cached(key, lambda: csr_transpose(indptr, indices, block.n_src))
 
 
 def _nb_transpose_of(indptr, indices, n_src) -> CSRTranspose:

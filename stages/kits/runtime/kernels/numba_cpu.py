@@ -11,6 +11,7 @@ runs it on the calling thread and, for large enough work, on the pool's threads 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
 import threading
 
@@ -56,10 +57,13 @@ if HAVE_NUMBA:
     def _literal(t):
         return t.literal_value if isinstance(t, (types.IntegerLiteral, types.BooleanLiteral)) else None
 
-    def _prefetch_lines(builder, prefetch, row, line_offsets) -> None:
+    def _prefetch_lines(builder, row, line_offsets) -> None:
         """Emit a prefetch (read, into every cache level) of each cache line at ``row`` + ``line_offsets`` bytes:
         the row an edge a few ahead will gather."""
         i8p, i32, i64 = ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(64)
+        prefetch = builder.module.declare_intrinsic(
+            "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        )
         for off in line_offsets:
             p = builder.inttoptr(builder.add(row, ir.Constant(i64, off)), i8p)
             builder.call(prefetch, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
@@ -77,6 +81,11 @@ if HAVE_NUMBA:
                 off += p
             p //= 2
         return out
+
+    def _load_index(builder, arr, pos):
+        """``arr[pos]`` of an integer array, as i64."""
+        val = builder.load(builder.gep(arr.data, [pos]))
+        return builder.sext(val, ir.IntType(64)) if val.type.width < 64 else val
 
     @intrinsic
     def _row_tile(typingctx, x, idx, e0, e1, w, wcol, perm, out, v, c0, div, width, mode, ahead, head_w):
@@ -100,14 +109,9 @@ if HAVE_NUMBA:
             pa = context.make_array(pt)(context, builder, args[6])
             oa = context.make_array(ot)(context, builder, args[7])
             i64 = ir.IntType(64)
-            i8p = ir.IntType(8).as_pointer()
 
             def as64(val, ty):
                 return context.cast(builder, val, ty, types.int64)
-
-            def load_index(arr, pos):  # arr[pos] as i64
-                val = builder.load(builder.gep(arr.data, [pos]))
-                return builder.sext(val, i64) if val.type.width < 64 else val
 
             e_lo, e_hi = as64(args[2], e0t), as64(args[3], e1t)
             row, col0 = as64(args[8], vt), as64(args[9], c0t)
@@ -125,10 +129,6 @@ if HAVE_NUMBA:
                 cgutils.alloca_once_value(builder, ir.Constant(ir.VectorType(elt, n), None))
                 for _, n, _ in pieces
             ]
-            prefetch = builder.module.declare_intrinsic(
-                "llvm.prefetch",
-                fnty=ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)]),
-            )
             i32 = ir.IntType(32)
             lines = (
                 sorted({min(j * 64, W * isz - 1) for j in range((W * isz + 63) // 64)} | {W * isz - 1})
@@ -147,25 +147,19 @@ if HAVE_NUMBA:
                 ahead = builder.add(e, ir.Constant(i64, PF))
                 with builder.if_then(builder.icmp_signed("<", ahead, nnz), likely=True):
                     _prefetch_lines(
-                        builder, prefetch, builder.add(xbase, builder.mul(load_index(ia, ahead), xs0)), lines
+                        builder, builder.add(xbase, builder.mul(_load_index(builder, ia, ahead), xs0)), lines
                     )
                     if M == 2:  # the weights are read through the permutation: random too
                         wa_ = builder.add(
                             builder.ptrtoint(wa.data, i64),
-                            builder.mul(load_index(pa, ahead), builder.extract_value(wa.strides, 0)),
+                            builder.mul(
+                                _load_index(builder, pa, ahead), builder.extract_value(wa.strides, 0)
+                            ),
                         )
-                        builder.call(
-                            prefetch,
-                            [
-                                builder.inttoptr(wa_, i8p),
-                                ir.Constant(i32, 0),
-                                ir.Constant(i32, 3),
-                                ir.Constant(i32, 1),
-                            ],
-                        )
-                rowaddr = builder.add(xbase, builder.mul(load_index(ia, e), xs0))
+                        _prefetch_lines(builder, wa_, [0])
+                rowaddr = builder.add(xbase, builder.mul(_load_index(builder, ia, e), xs0))
                 if M:
-                    pe = load_index(pa, e) if M == 2 else e
+                    pe = _load_index(builder, pa, e) if M == 2 else e
                     ws0, ws1 = builder.extract_value(wa.strides, 0), builder.extract_value(wa.strides, 1)
                     wrow = builder.add(
                         builder.ptrtoint(wa.data, i64),
@@ -241,7 +235,8 @@ if HAVE_NUMBA:
 
         return sig, codegen
 
-    def _make_nb_csr_sum(tile: int, tail: int, mode: int, ahead: int, hw: int, hw_tail: int):
+    @functools.cache
+    def _nb_csr_sum(tile: int, tail: int, mode: int, ahead: int, hw: int, hw_tail: int):
         """The CSR sum specialised on its tiles (widths, columns per weight), weights, prefetch.
 
         A closure over compile-time constants (numba caches one machine-code version per value) rather than
@@ -274,14 +269,6 @@ if HAVE_NUMBA:
 
         return jit_cache.compile_once(kernel)  # made at run time: adopt() at the end cannot see it
 
-    _NB_SUM: dict[tuple[int, ...], object] = {}
-
-    def _nb_csr_sum(tile: int, tail: int, mode: int, ahead: int = _PREFETCH, hw: int = 0, hw_tail: int = 0):
-        key = (tile, tail, mode, ahead, hw or tile, hw_tail or tail)
-        if key not in _NB_SUM:
-            _NB_SUM[key] = _make_nb_csr_sum(*key)
-        return _NB_SUM[key]
-
     @intrinsic
     def _row_dots(typingctx, a, b, idx, e0, e1, out, v, c0, hcol, width, ahead):
         """``out[e, hcol] = a[v, c0:c0+W] . b[idx[e], c0:c0+W]`` for ``e0 <= e < e1``.
@@ -301,14 +288,9 @@ if HAVE_NUMBA:
             ia = context.make_array(it)(context, builder, args[2])
             oa = context.make_array(ot)(context, builder, args[5])
             i64, i32 = ir.IntType(64), ir.IntType(32)
-            i8p = ir.IntType(8).as_pointer()
 
             def as64(val, ty):
                 return context.cast(builder, val, ty, types.int64)
-
-            def load_index(arr, pos):
-                val = builder.load(builder.gep(arr.data, [pos]))
-                return builder.sext(val, i64) if val.type.width < 64 else val
 
             e_lo, e_hi = as64(args[3], e0t), as64(args[4], e1t)
             row, col0, hc = as64(args[6], vt), as64(args[7], c0t), as64(args[8], ht)
@@ -336,9 +318,6 @@ if HAVE_NUMBA:
             nnz = builder.extract_value(ia.shape, 0)
             os0, os1 = builder.extract_value(oa.strides, 0), builder.extract_value(oa.strides, 1)
             obase = builder.add(builder.ptrtoint(oa.data, i64), builder.mul(hc, os1))
-            prefetch = builder.module.declare_intrinsic(
-                "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-            )
             lines = sorted({j * 64 for j in range((W * isz + 63) // 64)} | {W * isz - 1}) if W else []
 
             def tree(vecv, n):
@@ -357,9 +336,9 @@ if HAVE_NUMBA:
                 ahead = builder.add(e, ir.Constant(i64, PF))
                 with builder.if_then(builder.icmp_signed("<", ahead, nnz), likely=True):
                     _prefetch_lines(
-                        builder, prefetch, builder.add(bbase, builder.mul(load_index(ia, ahead), bs0)), lines
+                        builder, builder.add(bbase, builder.mul(_load_index(builder, ia, ahead), bs0)), lines
                     )
-                rowaddr = builder.add(bbase, builder.mul(load_index(ia, e), bs0))
+                rowaddr = builder.add(bbase, builder.mul(_load_index(builder, ia, e), bs0))
                 total = ir.Constant(elt, 0.0)
                 for k, ((off, n), av) in enumerate(zip(pieces, avecs, strict=True)):
                     bv = builder.load(
@@ -377,7 +356,8 @@ if HAVE_NUMBA:
 
         return sig, codegen
 
-    def _make_nb_sddmm(width: int, ahead: int):
+    @functools.cache
+    def _nb_sddmm(width: int, ahead: int = _PREFETCH):
         """The per-edge dot products specialised on the head width; serial, run like the CSR sum (above)."""
 
         @njit(cache=True, nogil=True)
@@ -391,13 +371,6 @@ if HAVE_NUMBA:
                 c = _grab(counter)
 
         return jit_cache.compile_once(kernel)  # made at run time: adopt() at the end cannot see it
-
-    _NB_SDDMM: dict[tuple[int, int], object] = {}
-
-    def _nb_sddmm(width: int, ahead: int = _PREFETCH):
-        if (width, ahead) not in _NB_SDDMM:
-            _NB_SDDMM[width, ahead] = _make_nb_sddmm(width, ahead)
-        return _NB_SDDMM[width, ahead]
 
     # The kernels below have fixed signatures; they too are serial functions over chunks taken from a shared
     # counter (run by _run_on_row_chunks / _run_on_ranges), not prange loops: numba compiles them 3-5x faster, a
