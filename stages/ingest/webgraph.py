@@ -24,15 +24,12 @@ apart here.
 
 The numba kernels never read out of bounds: every read is clamped to the buffer, every stop reports a status
 code and the node it stopped at, and the Python side turns that into a :class:`G3InputError`.
-
-API: :func:`read_properties`, :func:`decode_bvgraph` (whole graph as a CSR; parallel over node ranges when
-the ``.offsets`` file is present), :func:`iter_bvgraph_chunks` (streaming, bounded memory) and
-:func:`read_webgraph` (a :class:`GraphSource` for the ingest builder).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -61,15 +58,7 @@ _CODE_BY_NAME = {
 }
 _CODE_NAME = {v: k for k, v in _CODE_BY_NAME.items()}
 _FIELDS = ("OUTDEGREES", "REFERENCES", "BLOCKS", "BLOCK_COUNT", "INTERVALS", "RESIDUALS", "OFFSETS")
-_DEFAULT_CODES = {
-    "OUTDEGREES": _GAMMA,
-    "REFERENCES": _UNARY,
-    "BLOCKS": _GAMMA,
-    "BLOCK_COUNT": _GAMMA,
-    "INTERVALS": _GAMMA,
-    "RESIDUALS": _ZETA,
-    "OFFSETS": _GAMMA,
-}
+_DEFAULT_CODES = {**dict.fromkeys(_FIELDS, _GAMMA), "REFERENCES": _UNARY, "RESIDUALS": _ZETA}
 
 # Kernel statuses.
 _OK = 0  # reached the requested end node
@@ -374,6 +363,22 @@ def _decode_body(words, nbits, pos, x, d, ref_arr, rs, rl, out, os, tmpa, tmpb, 
 
 
 @njit(cache=True, nogil=True)
+def _read_ref(words, pos, nbits, x, codec):
+    """The reference of node x's list (0 when windowsize is 0), checked: (status, reference, position)."""
+    window, c_ref, k = codec[1], codec[4], codec[9]
+    if window == 0:
+        return _OK, np.int64(0), pos
+    r, pos = _read(words, pos, nbits, c_ref, k)
+    if pos > nbits:
+        return (_E_VALUE if pos >= _BAD else _PAST), np.int64(0), pos
+    if r > window:
+        return _E_REF_WINDOW, r, pos
+    if r > x:
+        return _E_REF_NODE, r, pos
+    return _OK, r, pos
+
+
+@njit(cache=True, nogil=True)
 def _decode_seq(words, nbits, pos, x, x_end, li, li_first, offs, succ, codec):
     """Sequentially decode nodes x, x+1, ... < x_end, starting at bit `pos`.
 
@@ -411,19 +416,14 @@ def _decode_seq(words, nbits, pos, x, x_end, li, li_first, offs, succ, codec):
             tmpb = np.empty(sz, succ.dtype)
         rs = np.int64(0)
         rl = np.int64(-1)
-        if window > 0:
-            r, pos = _read(words, pos, nbits, c_ref, k)
-            if pos > nbits:
-                return (_E_VALUE if pos >= _BAD else _PAST), x, p0, li, np.int64(0)
-            if r > window:
-                return _E_REF_WINDOW, x, p0, li, r
-            if r > x:
+        st, r, pos = _read_ref(words, pos, nbits, x, codec)
+        if st != _OK:
+            return st, x, p0, li, r
+        if r > 0:
+            if r > li:  # the caller did not provide the window (cannot happen through the Python API)
                 return _E_REF_NODE, x, p0, li, r
-            if r > 0:
-                if r > li:  # the caller did not provide the window (cannot happen through the Python API)
-                    return _E_REF_NODE, x, p0, li, r
-                rs = offs[li - r]
-                rl = offs[li - r + 1] - rs
+            rs = offs[li - r]
+            rl = offs[li - r + 1] - rs
         st, pos = _decode_body(words, nbits, pos, x, d, succ, rs, rl, succ, start, tmpa, tmpb, codec)
         if st != _OK:
             if st == _PAST and pos >= _BAD:
@@ -487,10 +487,7 @@ def _decode_par(words, nbits, goffs, deg, csr, succ, starts, warm, codec, status
         base = csr[w0]
         scratch = np.empty(csr[s] - base, succ.dtype)
         valid = np.zeros(s - w0, np.bool_)
-        maxd = np.int64(1)
-        for y in range(w0, e):
-            if deg[y] > maxd:
-                maxd = deg[y]
+        maxd = max(np.int64(1), deg[w0:e].max())
         tmpa = np.empty(maxd, succ.dtype)
         tmpb = np.empty(maxd, succ.dtype)
         # Warm-up: lists of the nodes just before the range, where resolvable.
@@ -501,16 +498,15 @@ def _decode_par(words, nbits, goffs, deg, csr, succ, starts, warm, codec, status
                 continue
             rs = np.int64(0)
             rl = np.int64(-1)
-            if window > 0:
-                ref, pos = _read(words, pos, nbits, c_ref, k)
-                if pos > nbits or ref > window or ref > y:
+            st, ref, pos = _read_ref(words, pos, nbits, y, codec)
+            if st != _OK:
+                continue
+            if ref > 0:
+                t = y - ref
+                if t < w0 or not valid[t - w0]:
                     continue
-                if ref > 0:
-                    t = y - ref
-                    if t < w0 or not valid[t - w0]:
-                        continue
-                    rs = csr[t] - base
-                    rl = deg[t]
+                rs = csr[t] - base
+                rl = deg[t]
             st, pos = _decode_body(
                 words, nbits, pos, y, d, scratch, rs, rl, scratch, csr[y] - base, tmpa, tmpb, codec
             )
@@ -527,29 +523,24 @@ def _decode_par(words, nbits, goffs, deg, csr, succ, starts, warm, codec, status
             ref_arr = succ
             rs = np.int64(0)
             rl = np.int64(-1)
-            if window > 0:
-                ref, pos = _read(words, pos, nbits, c_ref, k)
-                if pos > nbits:
-                    status[r, 0] = _E_VALUE if pos >= _BAD else _PAST
+            st, ref, pos = _read_ref(words, pos, nbits, x, codec)
+            if st != _OK:
+                status[r, 0] = st
+                status[r, 1] = x
+                status[r, 2] = ref
+                break
+            if ref > 0:
+                t = x - ref
+                if t >= s:
+                    rs = csr[t]
+                elif t >= w0 and valid[t - w0]:
+                    ref_arr = scratch
+                    rs = csr[t] - base
+                else:
+                    status[r, 0] = _NEEDSEQ
                     status[r, 1] = x
                     break
-                if ref > window or ref > x:
-                    status[r, 0] = _E_REF_WINDOW if ref > window else _E_REF_NODE
-                    status[r, 1] = x
-                    status[r, 2] = ref
-                    break
-                if ref > 0:
-                    t = x - ref
-                    if t >= s:
-                        rs = csr[t]
-                    elif t >= w0 and valid[t - w0]:
-                        ref_arr = scratch
-                        rs = csr[t] - base
-                    else:
-                        status[r, 0] = _NEEDSEQ
-                        status[r, 1] = x
-                        break
-                    rl = deg[t]
+                rl = deg[t]
             st, pos = _decode_body(words, nbits, pos, x, d, ref_arr, rs, rl, succ, csr[x], tmpa, tmpb, codec)
             if st != _OK:
                 status[r, 0] = _E_VALUE if (st == _PAST and pos >= _BAD) else st
@@ -566,10 +557,7 @@ def _decode_par(words, nbits, goffs, deg, csr, succ, starts, warm, codec, status
 def _finish_seq(words, nbits, goffs, deg, csr, succ, x, x_end, codec):
     """Sequentially decode nodes [x, x_end) into the CSR, all earlier lists being final. (status, node, extra)."""
     n_nodes, window, min_int, c_out, c_ref, c_bcnt, c_blk, c_int, c_res, k = codec
-    maxd = np.int64(1)
-    for y in range(x, x_end):
-        if deg[y] > maxd:
-            maxd = deg[y]
+    maxd = max(np.int64(1), deg[x:x_end].max())
     tmpa = np.empty(maxd, succ.dtype)
     tmpb = np.empty(maxd, succ.dtype)
     while x < x_end:
@@ -577,17 +565,12 @@ def _finish_seq(words, nbits, goffs, deg, csr, succ, x, x_end, codec):
         if d > 0:
             rs = np.int64(0)
             rl = np.int64(-1)
-            if window > 0:
-                ref, pos = _read(words, pos, nbits, c_ref, k)
-                if pos > nbits:
-                    return (_E_VALUE if pos >= _BAD else _PAST), x, np.int64(0)
-                if ref > window:
-                    return _E_REF_WINDOW, x, ref
-                if ref > x:
-                    return _E_REF_NODE, x, ref
-                if ref > 0:
-                    rs = csr[x - ref]
-                    rl = deg[x - ref]
+            st, ref, pos = _read_ref(words, pos, nbits, x, codec)
+            if st != _OK:
+                return st, x, ref
+            if ref > 0:
+                rs = csr[x - ref]
+                rl = deg[x - ref]
             st, pos = _decode_body(words, nbits, pos, x, d, succ, rs, rl, succ, csr[x], tmpa, tmpb, codec)
             if st != _OK:
                 return (_E_VALUE if (st == _PAST and pos >= _BAD) else st), x, np.int64(0)
@@ -613,26 +596,13 @@ def _paths(basename: str | os.PathLike) -> tuple[Path, Path, Path, Path]:
     return base, Path(s + ".graph"), Path(s + ".properties"), Path(s + ".offsets")
 
 
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
+_ESCAPED = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
 def _unescape(s: str) -> str:
-    out = []
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c == "\\" and i + 1 < len(s):
-            n = s[i + 1]
-            if n == "u" and i + 6 <= len(s):
-                try:
-                    out.append(chr(int(s[i + 2 : i + 6], 16)))
-                    i += 6
-                    continue
-                except ValueError:
-                    pass
-            out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(n, n))
-            i += 2
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
+    """Java's escapes: ``\\uXXXX``, ``\\t``, ``\\n``, ``\\r``, ``\\f``; any other escaped character is itself."""
+    return _ESCAPE.sub(lambda m: chr(int(m[1][1:], 16)) if len(m[1]) == 5 else _ESCAPED.get(m[1], m[1]), s)
 
 
 def _parse_java_properties(text: str) -> dict[str, str]:
@@ -1127,6 +1097,12 @@ def iter_bvgraph_chunks(
 # ---------------------------------------------------------------------------------------------------------
 
 
+# the properties (as read_properties checked them) a store's metadata records of its source
+_INFO_PROPS = (
+    "graphclass version nodes arcs windowsize maxrefcount minintervallength zetak compressionflags".split()
+)
+
+
 def read_webgraph(basename: str | os.PathLike, *, max_arcs: int = 1 << 24) -> GraphSource:
     """A :class:`GraphSource` for a BVGraph: directed arcs node -> successor, streamed chunk by chunk."""
     p = _params(basename)
@@ -1141,15 +1117,7 @@ def read_webgraph(basename: str | os.PathLike, *, max_arcs: int = 1 << 24) -> Gr
 
     info = {
         "format": "webgraph-bvgraph",
-        "graphclass": p.props["graphclass"],
-        "version": p.props["version"],
-        "nodes": p.nodes,
-        "arcs": p.arcs,
-        "windowsize": p.window,
-        "maxrefcount": p.maxref,
-        "minintervallength": p.min_int,
-        "zetak": p.k,
-        "compressionflags": p.props["compressionflags"],
+        **{k: p.props[k] for k in _INFO_PROPS},
         "has_offsets": p.offsets.is_file(),
     }
     return GraphSource(
