@@ -5,13 +5,12 @@ from stages.advise.options import (
     ADVISE_SCHEMA,
     ADVISE_VERSION,
     AUTO_CALIBRATE_LINK,
-    CONVERGENCE_MODELS,
     AdviseOptions,
     parse_links,
     parse_strategies,
     parse_workers,
     resolve_calibrate_link,
 )
-from stages.advise.predict import breakdown, epochs_to_target, plan_memory, rank, train_command, worker_memory
+from stages.advise.predict import epochs_to_target, train_command, worker_memory
 from stages.advise.report import print_advice
 from stages.advise.run import run_advise

@@ -1,15 +1,4 @@
 """`g3 bench STORE`: training strategies side by side, next to DGL and PyG, on the same graph and model."""
 
 from stages.bench.report import print_bench
-from stages.bench.run import (
-    BenchOptions,
-    export_graph,
-    finish,
-    median_epoch,
-    not_installed,
-    read_graph,
-    run_bench,
-    run_peer,
-    run_strategy,
-    split_specs,
-)
+from stages.bench.run import BenchOptions, run_bench

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from stages.common.units import human_bytes
+
 
 def _s(x: float | None) -> str:
     if x is None:
@@ -16,12 +18,7 @@ def _r(x: float | None) -> str:
 
 
 def _b(x: float | None) -> str:
-    if x is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(x) < 1024 or unit == "GiB":
-            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
+    return "-" if x is None else human_bytes(x)
 
 
 def _a(x: float | None) -> str:
@@ -234,7 +231,7 @@ BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
 def byte_unit(largest: float) -> tuple[float, str]:
-    """(divisor, name) of the binary unit (as the table's, _b) in which ``largest`` bytes is 1 to 1023."""
+    """(divisor, name) of the binary unit (as the table's, human_bytes) in which ``largest`` bytes is 1 to 1023."""
     k = 0
     while k + 1 < len(BYTE_UNITS) and largest >= 1024 ** (k + 1):
         k += 1

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages.bench.export import export_graph, read_graph
-from stages.bench.runs import check_candidate, parse_spec, split_specs
+from stages.bench.runs import check_candidate, entry, parse_spec, run_strategy, split_specs
 from stages.common.atomic import check_result, check_work_folder, write_json_atomic
 from stages.common.errors import G3InputError
 from stages.common.settings import setting
@@ -172,29 +172,9 @@ def median_epoch(times: list[float]) -> float | None:
     return float(statistics.median(times[1:] if len(times) > 1 else times))
 
 
-def entry(system: str, label: str, status: str = "ok", **kw) -> dict:
-    return {
-        "system": system,
-        "label": label,
-        "status": status,
-        "note": kw.pop("note", ""),
-        "epoch_seconds": kw.pop("epoch_seconds", []),
-        **kw,
-    }
-
-
 # ------------------------------------------------------------------------------------------------------------
-# g3's strategies
+# g3 single-process
 # ------------------------------------------------------------------------------------------------------------
-
-
-def run_strategy(
-    store: GraphStore, o: BenchOptions, spec, k: int, out: Path, threads: int, link: str | None = None
-) -> dict:
-    """One strategy spec with K workers (see :mod:`.runs`), on emulated hosts joined by ``link`` if given."""
-    from stages.bench.runs import run_strategy as run
-
-    return run(store, o, spec, k, out, threads, entry, link)
 
 
 def run_single(graph: dict, o: BenchOptions, threads: int) -> dict:

@@ -149,8 +149,20 @@ def _train_bytes(record: dict) -> int:
     )
 
 
+def entry(system: str, label: str, status: str = "ok", **kw) -> dict:
+    """One row of bench.json's ``entries``: the system, its label and status, a note and its epoch times first."""
+    return {
+        "system": system,
+        "label": label,
+        "status": status,
+        "note": kw.pop("note", ""),
+        "epoch_seconds": kw.pop("epoch_seconds", []),
+        **kw,
+    }
+
+
 def run_strategy(
-    store: GraphStore, o, spec: BenchEntry, k: int, out: Path, threads: int, entry, link: str | None = None
+    store: GraphStore, o, spec: BenchEntry, k: int, out: Path, threads: int, link: str | None = None
 ) -> dict:
     """Partition, plan and train ``spec`` with K workers (the threads split over them), on emulated hosts joined
     by ``link`` when given (``--emulate-link``); the bench entry."""

@@ -1,4 +1,4 @@
 """`g3 report`: plots and a summary comparing one or several training runs."""
 
 from stages.report.html import COLUMNS, cell
-from stages.report.run import RunData, default_out, load_run, run_report
+from stages.report.run import run_report

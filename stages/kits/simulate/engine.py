@@ -47,15 +47,11 @@ class Network:
     latency: float  # seconds
     share: float = 1.0  # of the link's bytes that are payload (stages/kits/simulate/calibration.py)
     workers_per_host: int = 1  # consecutive ranks on one host, which talk over its loopback
-    links: tuple[float, ...] | None = (
-        None  # per rank: its host's link, bytes/s per direction (None: bandwidth)
-    )
-    speeds: tuple[float, ...] | None = (
-        None  # per rank: compute speed relative to the profiled machine (None: 1)
-    )
-    hosts: tuple[int, ...] | None = (
-        None  # per rank: its host, 0 … H−1 (None: workers_per_host consecutive ranks)
-    )
+    # per rank: its host's link, bytes/s per direction; its compute speed relative to the profiled machine; its
+    # host, 0 … H−1 (None: bandwidth for all, 1 for all, workers_per_host consecutive ranks)
+    links: tuple[float, ...] | None = None
+    speeds: tuple[float, ...] | None = None
+    hosts: tuple[int, ...] | None = None
 
     def link(self, worker: int) -> float:
         """Bytes/s of ``worker``'s host's link (before ``share``)."""

@@ -16,24 +16,12 @@ from stages.kits.simulate.profile import LayerRates, PhaseRates, Rates
 if TYPE_CHECKING:  # the options parse with this module's parsers
     from stages.kits.simulate.options import SimulateOptions
 
+_SI = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _BW_UNITS = {
-    "bit": 1 / 8,
-    "kbit": 1e3 / 8,
-    "mbit": 1e6 / 8,
-    "gbit": 1e9 / 8,
-    "tbit": 1e12 / 8,
-    "b": 1,
-    "kb": 1e3,
-    "mb": 1e6,
-    "gb": 1e9,
-    "tb": 1e12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "bps": 1 / 8,
-    "kbps": 1e3 / 8,
-    "mbps": 1e6 / 8,
-    "gbps": 1e9 / 8,
+    **{p + "bit": v / 8 for p, v in _SI.items()},
+    **{p + "b": v for p, v in _SI.items()},
+    **{"kib": 2**10, "mib": 2**20, "gib": 2**30},
+    **{p + "bps": v / 8 for p, v in _SI.items() if p != "t"},
 }
 
 
@@ -125,7 +113,6 @@ def rates_at(rates: Rates, speed: float) -> Rates:
     """``rates`` on a worker ``speed`` times as fast as the profiled one: every duration divided by it."""
     if speed == 1.0:
         return rates
-    from stages.kits.simulate.profile import PhaseRates
 
     def phase(p: PhaseRates) -> PhaseRates:
         return PhaseRates(p.per_arc / speed, p.per_node / speed, p.per_bin / speed)

@@ -47,9 +47,7 @@ class WorkerLoad:
     edge_src: np.ndarray  # int64 [arcs]: local source id of every arc (rows in priority order)
     priority: np.ndarray  # int64 [n_owned]: owned-local id of every row
     layers: list[LayerBins]
-    tables: dict[str, Table] = field(
-        default_factory=dict
-    )  # fwd_send_<l>, fwd_recv_<l>, bwd_send_<l>, bwd_recv_<l>
+    tables: dict[str, Table] = field(default_factory=dict)  # {fwd,bwd}_{send,recv}_<layer>
     bin_limit_nodes: list[int] = field(default_factory=list)  # per layer, for dynamic (eager) bins
     bin_limit_bytes: list[int | None] = field(default_factory=list)  # per layer; None = node count limit
 
