@@ -22,6 +22,7 @@ per line, or arrays).
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import struct
 import zipfile
@@ -447,18 +448,21 @@ def open_stream(path: Path):
         raise G3InputError(f"cannot open: {exc}", path=path) from None
 
 
+@contextlib.contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """A read error (I/O, or a corrupt or truncated compressed stream) as one line naming the file."""
+    try:
+        yield
+    except (OSError, pa.ArrowException) as exc:
+        raise G3InputError(f"cannot read (corrupt or truncated?): {exc}", path=path) from None
+
+
 def text_blocks(path: Path) -> Iterator[tuple[int, bytes]]:
     """``(first line number, bytes)`` blocks of whole lines (the last one may lack its newline)."""
     line = 1
     carry = b""
-    with open_stream(path) as f:
-        while True:
-            try:
-                data = f.read(TEXT_BLOCK_BYTES)
-            except (OSError, pa.ArrowException) as exc:
-                raise G3InputError(f"cannot read (corrupt or truncated?): {exc}", path=path) from None
-            if not data:
-                break
+    with open_stream(path) as f, reading(path):
+        while data := f.read(TEXT_BLOCK_BYTES):
             buf = carry + data if carry else data
             if line == 1 and not carry and buf.startswith(b"\xef\xbb\xbf"):
                 buf = buf[3:]  # a UTF-8 byte-order mark
@@ -526,6 +530,17 @@ def _line_of_row(line0: int, chunk: bytes, row: int) -> int:
                 return line0 + i
             k += 1
     return line0
+
+
+def _bad_id(
+    value, num_nodes: int | None, limit: int, at: str = "", prefix: str = "", **where
+) -> G3InputError:
+    """The error for node id ``value`` (``at`` its place) outside ``[0, num_nodes)``, or beyond ``limit`` (this
+    machine's memory) when no node count is given."""
+    if num_nodes is None and value >= 0:
+        return G3InputError(prefix + _too_many_nodes(int(value), limit), **where)
+    rng = f"[0, {num_nodes})" if num_nodes is not None else "(ids must be >= 0)"
+    return G3InputError(f"node id {value}{at} is out of range {rng}", **where)
 
 
 def first_bad_arc(s: np.ndarray, d: np.ndarray, limit: int) -> tuple[int, Any] | None:
@@ -661,14 +676,9 @@ class _TextEdges:
     ) -> None:
         limit = num_nodes if num_nodes is not None else max_node_count()
         bad = first_bad_arc(s, d, limit)
-        if bad is None:
-            return
-        row, value = bad
-        line = _line_of_row(line0, chunk, row)
-        if num_nodes is None and value >= 0:
-            raise G3InputError(_too_many_nodes(int(value), limit), path=self.path, line=line)
-        rng = f"[0, {num_nodes})" if num_nodes is not None else "(ids must be >= 0)"
-        raise G3InputError(f"node id {value} is out of range {rng}", path=self.path, line=line)
+        if bad is not None:
+            line = _line_of_row(line0, chunk, bad[0])
+            raise _bad_id(bad[1], num_nodes, limit, path=self.path, line=line)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -715,12 +725,7 @@ def iter_edge_array(arr, path, num_nodes: int | None):
         if bad is not None:
             k, value = bad
             idx = f"edge_index[:, {start + k}]" if planar else f"edge_index[{start + k}]"
-            if num_nodes is None and value >= 0:
-                raise G3InputError(f"{idx}: {_too_many_nodes(int(value), limit)}", path=path)
-            rng = f"[0, {num_nodes})" if num_nodes is not None else "(ids must be >= 0)"
-            raise G3InputError(
-                f"node id {value} at {idx} (edge {start + k}) is out of range {rng}", path=path
-            )
+            raise _bad_id(value, num_nodes, limit, f" at {idx} (edge {start + k})", f"{idx}: ", path=path)
         yield s, d
     if member:
         arr.close()
@@ -753,23 +758,17 @@ def read_index_file(spec, num_nodes: int, what: str) -> np.ndarray:
         got = _ids_arrow(chunk)
         if got is None:
             got = _ids_python(base, line0, chunk, what)
-        if len(got) and (got.min() < 0 or got.max() >= num_nodes):
-            k = int(np.flatnonzero((got < 0) | (got >= num_nodes))[0])
-            raise G3InputError(
-                f"{what} node id {got[k]} is out of range [0, {num_nodes})",
-                path=base,
-                line=_line_of_row(line0, chunk, k),
-            )
-        parts.append(got)
+        parts.append(ids_in_range(got, num_nodes, what, base, functools.partial(_line_of_row, line0, chunk)))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def ids_in_range(ids: np.ndarray, num_nodes: int, what: str, path) -> np.ndarray:
-    """``ids``, refused naming the first outside ``[0, num_nodes)`` and its index."""
+def ids_in_range(ids: np.ndarray, num_nodes: int, what: str, path, line_of_row=None) -> np.ndarray:
+    """``ids``, refused naming the first outside ``[0, num_nodes)`` and its line (``line_of_row(k)``) or index."""
     if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
         k = int(np.flatnonzero((ids < 0) | (ids >= num_nodes))[0])
+        at, line = (f" at index {k}", None) if line_of_row is None else ("", line_of_row(k))
         raise G3InputError(
-            f"{what} node id {ids[k]} at index {k} is out of range [0, {num_nodes})", path=path
+            f"{what} node id {ids[k]}{at} is out of range [0, {num_nodes})", path=path, line=line
         )
     return ids
 

@@ -24,6 +24,8 @@ pyarrow rejects a block, the file is re-scanned from the first line of that bloc
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -47,6 +49,7 @@ from stages.ingest.edgelist import (
     labels_from_array,
     npz_keys,
     open_stream,
+    reading,
     text_blocks,
 )
 from stages.ingest.source import GraphSource
@@ -82,20 +85,10 @@ def _require(folder: Path, stem: str) -> Path:
 def _first_line(path: Path) -> bytes | None:
     """The first line of a (compressed) text file, or None when it is empty."""
     buf = b""
-    with open_stream(path) as f:
-        while True:
-            try:
-                data = f.read(1 << 16)
-            except (OSError, pa.ArrowException) as exc:
-                raise G3InputError(f"cannot read (corrupt or truncated?): {exc}", path=path) from None
-            if not data:
-                break
+    with open_stream(path) as f, reading(path):
+        while b"\n" not in buf and (data := f.read(1 << 16)):
             buf += data
-            if b"\n" in buf:
-                break
-    if not buf:
-        return None
-    return buf.split(b"\n", 1)[0].rstrip(b"\r")
+    return buf.split(b"\n", 1)[0].rstrip(b"\r") if buf else None
 
 
 class _Csv:
@@ -124,8 +117,7 @@ class _Csv:
 
     def batches(self) -> Iterator[tuple[int, pa.RecordBatch]]:
         row = 0
-        stream = open_stream(self.path)
-        try:
+        with open_stream(self.path) as stream, reading(self.path):
             try:
                 reader = pacsv.open_csv(
                     stream,
@@ -137,24 +129,13 @@ class _Csv:
                 if "Empty CSV file" in str(exc):
                     return
                 self._fail(0, exc)
-            except (OSError, pa.ArrowException) as exc:
-                raise G3InputError(f"cannot read (corrupt or truncated?): {exc}", path=self.path) from None
-            while True:
-                try:
-                    batch = reader.read_next_batch()
-                except StopIteration:
-                    break
-                except pa.ArrowInvalid as exc:
-                    self._fail(row, exc)
-                except (OSError, pa.ArrowException) as exc:
-                    raise G3InputError(
-                        f"cannot read (corrupt or truncated?): {exc}", path=self.path
-                    ) from None
-                if batch.num_rows:
-                    yield row, batch
-                    row += batch.num_rows
-        finally:
-            stream.close()
+            try:
+                for batch in reader:
+                    if batch.num_rows:
+                        yield row, batch
+                        row += batch.num_rows
+            except pa.ArrowInvalid as exc:
+                self._fail(row, exc)
 
     def _why(self, raw: bytes) -> str | None:
         """Why pyarrow rejects one line, or None when it looks fine."""
@@ -224,16 +205,12 @@ def _read_count(path: Path) -> int:
 
 def _read_ids(path: Path, num_nodes: int, what: str) -> np.ndarray:
     """A one-column id file (split): int64 ids in ``[0, num_nodes)``."""
-    csv = _Csv(path, 1, "int", 4 << 20)
-    parts = []
-    for row0, batch in csv.batches():
-        ids = batch.column(0).to_numpy()
-        if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
-            k = int(np.flatnonzero((ids < 0) | (ids >= num_nodes))[0])
-            raise G3InputError(
-                f"{what} node id {ids[k]} is out of range [0, {num_nodes})", path=path, line=row0 + k + 1
-            )
-        parts.append(ids)
+    parts = [
+        ids_in_range(
+            batch.column(0).to_numpy(), num_nodes, what, path, functools.partial(operator.add, row0 + 1)
+        )
+        for row0, batch in _Csv(path, 1, "int", 4 << 20).batches()
+    ]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
