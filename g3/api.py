@@ -70,7 +70,6 @@ def _options(cls, func: str, given: dict):
     name or a wrong type is a :class:`G3InputError` naming it. A run's settings also take the strategies' knobs as
     keywords (``g3.train(plan, pipeline="none")``), kept by name in its ``knobs``."""
     import dataclasses
-    import sys
     import typing
 
     from stages.strategies.registry import knob_declarations

@@ -496,9 +496,9 @@ def test_a_comparisons_worker_plots_share_their_y_scale(tmp_path, monkeypatch):
     plt.close(alone)
 
     drawn = []
-    original = plots.worker_breakdown
+    original = plots.worker_breakdown_figure
     monkeypatch.setattr(
-        plots, "worker_breakdown", lambda r, path, top=None: drawn.append(top) or original(r, path, top)
+        plots, "worker_breakdown_figure", lambda r, top=None: drawn.append(top) or original(r, top)
     )
     run_report([fast, slow], out=tmp_path / "rep")
     assert drawn == [pytest.approx(top)] * 2

@@ -197,15 +197,11 @@ def run_single(graph: dict, o: BenchOptions, threads: int) -> dict:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def dgl_python(o: BenchOptions) -> Path:
-    return Path(o.dgl_python or os.environ.get("G3_DGL_PYTHON") or REPO / ".venv-dgl" / "bin" / "python")
-
-
 def peer_python(peer: str, o: BenchOptions) -> Path | None:
     """The interpreter that runs ``peer``, or None when the peer is not installed."""
     if peer == "pyg":
         return Path(sys.executable) if importlib.util.find_spec("torch_geometric") is not None else None
-    py = dgl_python(o)
+    py = Path(o.dgl_python or os.environ.get("G3_DGL_PYTHON") or REPO / ".venv-dgl" / "bin" / "python")
     return py if py.is_file() and os.access(py, os.X_OK) else None
 
 

@@ -1,6 +1,7 @@
 """The plots of `g3 report` (matplotlib, Agg backend, PNG): one function per plot family.
 
-Each function draws one PNG and returns whether it drew it (False: nothing to draw, e.g. no run evaluated).
+Each ``*_figure`` function returns its figure, or None where there is nothing to draw (e.g. no run evaluated);
+:func:`save` writes it.
 Colours: one per run, the same in every comparison plot; time categories use fixed colours.
 """
 
@@ -30,7 +31,7 @@ def run_color(i: int) -> str:
     return plt.get_cmap("tab10")(i % 10)
 
 
-def _save(fig, path: Path) -> bool:
+def save(fig, path: Path) -> bool:
     """Write ``fig`` to ``path``; False (nothing written) where there was nothing to draw (``fig`` None)."""
     if fig is None:
         return False
@@ -53,19 +54,14 @@ def _legend(ax, n: int) -> None:
         ax.legend(fontsize="small")
 
 
-def time_to_accuracy(runs: list[RunData], path: Path) -> bool:
-    """Test (solid) and validation (dashed) accuracy against training time after epoch 0, one colour per run."""
-    return _save(time_to_accuracy_figure(runs), path)
-
-
 TIME_AXIS = "training time after epoch 0 (s; epoch 0, with its JIT compilation, and evaluation not counted)"
 
 
 def time_to_accuracy_figure(runs: list[RunData]):
-    """The figure of :func:`time_to_accuracy`, or None. The time axis starts at the end of epoch 0: that epoch's
-    time is mostly one-time start-up (numba's JIT compilation, the first feature exchange), which would shift
-    every curve by its own constant and hide how fast each strategy then learns; an evaluation after epoch 0 lies
-    at 0."""
+    """Test (solid) and validation (dashed) accuracy against training time after epoch 0, one colour per run.
+    The time axis starts at the end of epoch 0: that epoch's time is mostly one-time start-up (numba's JIT
+    compilation, the first feature exchange), which would shift every curve by its own constant and hide how fast
+    each strategy then learns; an evaluation after epoch 0 lies at 0."""
     if not any(r.accuracy("test") or r.accuracy("valid") for r in runs):
         return None
     fig, ax = plt.subplots(figsize=(10.5 if 2 * len(runs) > 6 else 8, 4.8))
@@ -93,13 +89,9 @@ def time_to_accuracy_figure(runs: list[RunData]):
     return fig
 
 
-def throughput(runs: list[RunData], path: Path) -> bool:
-    """Throughput (nodes/s, sum over workers) of every epoch, with each run's median as a dotted line."""
-    return _save(throughput_figure(runs), path)
-
-
 def throughput_figure(runs: list[RunData]):
-    """The figure of :func:`throughput`, or None; epochs numbered from 0, as `g3 train` prints and records them."""
+    """Throughput (nodes/s, sum over workers) of every epoch, with each run's median as a dotted line; epochs
+    numbered from 0, as `g3 train` prints and records them."""
     series = [(i, r, r.throughput()) for i, r in enumerate(runs)]
     series = [s for s in series if s[2]]
     if not series:
@@ -139,10 +131,10 @@ def scaling_groups(runs: list[RunData]) -> dict[str, list[RunData]]:
     return groups
 
 
-def scaling(runs: list[RunData], path: Path) -> bool:
+def scaling_figure(runs: list[RunData]):
     """Median throughput against the worker count, one line per configuration (the paper's Fig. 7-11, 16, 17)."""
     if len({r.num_workers for r in runs}) < 2 or not any(r.throughput() for r in runs):
-        return False
+        return None
     fig, ax = plt.subplots(figsize=(8, 4.8))
     ks = sorted({r.num_workers for r in runs})
     groups = scaling_groups(runs)
@@ -164,13 +156,7 @@ def scaling(runs: list[RunData], path: Path) -> bool:
     ax.set_title("Throughput against workers")
     ax.grid(alpha=0.3)
     _legend(ax, len(groups))
-    return _save(fig, path)
-
-
-def worker_breakdown(run: RunData, path: Path, top: float | None = None) -> bool:
-    """Stacked bars per worker: compute, communication wait, all-reduce + step and idle seconds per epoch.
-    ``top``: the y-axis limit, the same for every run of a comparison (:func:`workers_top`)."""
-    return _save(worker_breakdown_figure(run, top), path)
+    return fig
 
 
 def workers_top(runs: list[RunData]) -> float | None:
@@ -181,7 +167,8 @@ def workers_top(runs: list[RunData]) -> float | None:
 
 
 def worker_breakdown_figure(run: RunData, top: float | None = None):
-    """The figure of :func:`worker_breakdown`, or None."""
+    """Stacked bars per worker: compute, communication wait, all-reduce + step and idle seconds per epoch.
+    ``top``: the y-axis limit, the same for every run of a comparison (:func:`workers_top`)."""
     rows = run.worker_breakdown()
     if not rows:
         return None
@@ -208,13 +195,13 @@ def worker_breakdown_figure(run: RunData, top: float | None = None):
     return fig
 
 
-def partition_remote(run: RunData, path: Path) -> bool:
+def partition_figure(run: RunData):
     """Per partition: remote-set size |V_i^remote| (bars; for g3 the METIS starting point as outlines) and arcs
     |E(V_i)| (the compute each worker aggregates), with their max/mean balance ratios."""
     part = run.partition or {}
     parts = part.get("partitions") or []
     if not parts:
-        return False
+        return None
     ids = [int(p.get("partition", i)) for i, p in enumerate(parts)]
     remote = [float(p.get("remote", 0)) for p in parts]
     arcs = [float(p.get("arcs", 0)) for p in parts]
@@ -243,4 +230,4 @@ def partition_remote(run: RunData, path: Path) -> bool:
         f"  (used by {run.label})",
         fontsize="medium",
     )
-    return _save(fig, path)
+    return fig

@@ -93,20 +93,20 @@ def run_report(
 
     comparisons = [  # the plot, its kind (and file name), its caption, why it is missing
         (
-            plots.time_to_accuracy,
+            plots.time_to_accuracy_figure,
             "time_to_accuracy",
             "Time to accuracy: test (solid) and validation (dashed) accuracy against training time after epoch 0 "
             "(epoch 0 compiles the kernels: its time is left out).",
             "no time-to-accuracy plot: no run evaluated during training (g3 train --eval-every 0)",
         ),
         (
-            plots.throughput,
+            plots.throughput_figure,
             "throughput",
             "Throughput of every epoch (nodes/s summed over workers); dotted: each run's median.",
             "no throughput plot: no run has node counts (plan, partition and store metadata missing)",
         ),
         (
-            plots.scaling,
+            plots.scaling_figure,
             "scaling",
             "Median throughput against the number of workers, one line per configuration.",
             "no scaling plot: the runs do not span two or more worker counts",
@@ -115,19 +115,18 @@ def run_report(
     for draw, kind, caption, why_not in comparisons:
         if kind == "scaling" and len(data) == 1:
             continue  # one run has one worker count
-        if draw(data, out / f"{kind}.png"):
+        if plots.save(draw(data), out / f"{kind}.png"):
             add(compare, kind, f"{kind}.png", caption, data)
         else:
             notes.append(why_not)
 
     drawn_partitions: dict[str, dict] = {}
     untraced: list[str] = []
-    top = (
-        plots.workers_top(data) if len(data) > 1 else None
-    )  # a comparison's worker plots share their y-scale
+    # a comparison's worker plots share their y-scale
+    top = plots.workers_top(data) if len(data) > 1 else None
     for r, suffix in zip(data, file_suffixes([r.label for r in data]), strict=True):
         f = f"workers{suffix}.png"
-        if plots.worker_breakdown(r, out / f, top):
+        if plots.save(plots.worker_breakdown_figure(r, top), out / f):
             add(
                 per_run,
                 "workers",
@@ -142,7 +141,7 @@ def run_report(
                 drawn_partitions[key]["runs"].append(r.label)
             else:
                 f = f"partition{suffix}.png"
-                if plots.partition_remote(r, out / f):
+                if plots.save(plots.partition_figure(r), out / f):
                     add(
                         per_run,
                         "partition",

@@ -22,6 +22,12 @@ def _plt():
     return plt
 
 
+def _save(fig, path: Path, dpi: int = 110) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    _plt().close(fig)
+
+
 def plot_workers(systems: list[dict], path: Path) -> None:
     """Stacked bars per worker (busy / communication wait / idle / all-reduce + step), one panel per system."""
     plt = _plt()
@@ -40,9 +46,7 @@ def plot_workers(systems: list[dict], path: Path) -> None:
         ax.set_xticks(x)
     axes[0][0].set_ylabel("seconds per epoch (simulated)")
     axes[0][-1].legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_timeline(systems: list[dict], path: Path) -> None:
@@ -74,9 +78,7 @@ def plot_timeline(systems: list[dict], path: Path) -> None:
     axes[-1, 0].set_xlabel(
         "simulated seconds (blue: compute, purple: overhead, orange: waiting for messages)"
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, path, dpi=100)
 
 
 def plot_scaling(scaling: list[dict], path: Path, baselines=()) -> None:
@@ -101,9 +103,7 @@ def plot_scaling(scaling: list[dict], path: Path, baselines=()) -> None:
     ax.set_ylabel("throughput (nodes / s, simulated)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def print_simulation(result: dict, console=None) -> None:
