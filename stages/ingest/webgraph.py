@@ -464,6 +464,44 @@ def _degrees_par(words, nbits, goffs, n_nodes, c_out, k, deg):
             deg[x] = d
 
 
+@njit(cache=True, nogil=True)
+def _decode_range(
+    words, nbits, goffs, deg, csr, succ, x, e, final, scratch, valid, w0, base, tmpa, tmpb, codec
+):
+    """Decode nodes [x, e) into the CSR (csr/succ), checking that every list ends at the next offset.
+
+    A reference to a node from `final` on resolves into ``succ``; one before it into ``scratch`` (the lists of
+    nodes w0.., at csr offsets minus `base`) where ``valid``, else the range stops with _NEEDSEQ.
+    Returns (status, node, extra).
+    """
+    while x < e:
+        d, pos = _read(words, goffs[x], nbits, codec[3], codec[9])
+        if d > 0:
+            ref_arr = succ
+            rs = np.int64(0)
+            rl = np.int64(-1)
+            st, ref, pos = _read_ref(words, pos, nbits, x, codec)
+            if st != _OK:
+                return st, x, ref
+            if ref > 0:
+                t = x - ref
+                if t >= final:
+                    rs = csr[t]
+                elif t >= w0 and valid[t - w0]:
+                    ref_arr = scratch
+                    rs = csr[t] - base
+                else:
+                    return _NEEDSEQ, x, np.int64(0)
+                rl = deg[t]
+            st, pos = _decode_body(words, nbits, pos, x, d, ref_arr, rs, rl, succ, csr[x], tmpa, tmpb, codec)
+            if st != _OK:
+                return (_E_VALUE if (st == _PAST and pos >= _BAD) else st), x, np.int64(0)
+        if pos != goffs[x + 1]:
+            return _E_OFFSET, x, pos
+        x += 1
+    return _OK, x, np.int64(0)
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def _decode_par(words, nbits, goffs, deg, csr, succ, starts, warm, codec, status):
     """Decode node ranges [starts[r], starts[r+1]) in parallel into the CSR (csr/succ).
@@ -511,73 +549,24 @@ def _decode_par(words, nbits, goffs, deg, csr, succ, starts, warm, codec, status
                 words, nbits, pos, y, d, scratch, rs, rl, scratch, csr[y] - base, tmpa, tmpb, codec
             )
             valid[y - w0] = st == _OK and pos == goffs[y + 1]
-        for x in range(s, e):
-            d, pos = _read(words, goffs[x], nbits, c_out, k)
-            if d == 0:
-                if pos != goffs[x + 1]:
-                    status[r, 0] = _E_OFFSET
-                    status[r, 1] = x
-                    status[r, 2] = pos
-                    break
-                continue
-            ref_arr = succ
-            rs = np.int64(0)
-            rl = np.int64(-1)
-            st, ref, pos = _read_ref(words, pos, nbits, x, codec)
-            if st != _OK:
-                status[r, 0] = st
-                status[r, 1] = x
-                status[r, 2] = ref
-                break
-            if ref > 0:
-                t = x - ref
-                if t >= s:
-                    rs = csr[t]
-                elif t >= w0 and valid[t - w0]:
-                    ref_arr = scratch
-                    rs = csr[t] - base
-                else:
-                    status[r, 0] = _NEEDSEQ
-                    status[r, 1] = x
-                    break
-                rl = deg[t]
-            st, pos = _decode_body(words, nbits, pos, x, d, ref_arr, rs, rl, succ, csr[x], tmpa, tmpb, codec)
-            if st != _OK:
-                status[r, 0] = _E_VALUE if (st == _PAST and pos >= _BAD) else st
-                status[r, 1] = x
-                break
-            if pos != goffs[x + 1]:
-                status[r, 0] = _E_OFFSET
-                status[r, 1] = x
-                status[r, 2] = pos
-                break
+        st, x, extra = _decode_range(
+            words, nbits, goffs, deg, csr, succ, s, e, s, scratch, valid, w0, base, tmpa, tmpb, codec
+        )
+        status[r, 0] = st
+        status[r, 1] = x
+        status[r, 2] = extra
 
 
 @njit(cache=True, nogil=True)
 def _finish_seq(words, nbits, goffs, deg, csr, succ, x, x_end, codec):
     """Sequentially decode nodes [x, x_end) into the CSR, all earlier lists being final. (status, node, extra)."""
-    n_nodes, window, min_int, c_out, c_ref, c_bcnt, c_blk, c_int, c_res, k = codec
     maxd = max(np.int64(1), deg[x:x_end].max())
     tmpa = np.empty(maxd, succ.dtype)
     tmpb = np.empty(maxd, succ.dtype)
-    while x < x_end:
-        d, pos = _read(words, goffs[x], nbits, c_out, k)
-        if d > 0:
-            rs = np.int64(0)
-            rl = np.int64(-1)
-            st, ref, pos = _read_ref(words, pos, nbits, x, codec)
-            if st != _OK:
-                return st, x, ref
-            if ref > 0:
-                rs = csr[x - ref]
-                rl = deg[x - ref]
-            st, pos = _decode_body(words, nbits, pos, x, d, succ, rs, rl, succ, csr[x], tmpa, tmpb, codec)
-            if st != _OK:
-                return (_E_VALUE if (st == _PAST and pos >= _BAD) else st), x, np.int64(0)
-        if pos != goffs[x + 1]:
-            return _E_OFFSET, x, pos
-        x += 1
-    return _OK, x, np.int64(0)
+    none = np.empty(0, succ.dtype)
+    return _decode_range(
+        words, nbits, goffs, deg, csr, succ, x, x_end, 0, none, np.zeros(0, np.bool_), 0, 0, tmpa, tmpb, codec
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
