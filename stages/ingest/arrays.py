@@ -109,10 +109,7 @@ def arrays_source(
     edges = np.ascontiguousarray(edges, dtype=np.int64)
     feats = _numpy(x, "x", where)
     if num_nodes is None:
-        if feats is not None:
-            num_nodes = int(feats.shape[0])
-        else:
-            num_nodes = int(edges.max()) + 1 if edges.size else 0
+        num_nodes = int(feats.shape[0]) if feats is not None else int(edges.max(initial=-1)) + 1
     # ids checked against num_nodes once, here, so a bad one is named with its position
     for _ in iter_edge_array(edges, where, num_nodes):
         pass

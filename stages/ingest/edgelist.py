@@ -408,9 +408,7 @@ def labels_from_array(arr, path, num_nodes: int, line_of_row=None) -> tuple[np.n
     out = np.empty(num_nodes, dtype=np.int32)
 
     def where(row: int) -> dict[str, Any]:
-        if line_of_row is not None:
-            return {"path": path, "line": line_of_row(row)}
-        return {"path": path}
+        return {"path": path, "line": line_of_row(row)} if line_of_row is not None else {"path": path}
 
     def at(row: int) -> str:
         return "" if line_of_row is not None else f" at row {row} (node {row})"
@@ -500,16 +498,9 @@ def _drop_comment_lines(chunk: bytes) -> bytes | None:
             end = len(chunk) if end < 0 else end + 1
             cuts.append((start, end))
             i = chunk.find(mark, end)
-    if not cuts:
-        return chunk
     cuts.sort()
-    parts = []
-    pos = 0
-    for start, end in cuts:
-        parts.append(chunk[pos:start])
-        pos = end
-    parts.append(chunk[pos:])
-    return b"".join(parts)
+    keep = zip([0] + [end for _, end in cuts], [start for start, _ in cuts] + [len(chunk)], strict=True)
+    return b"".join(chunk[a:b] for a, b in keep) if cuts else chunk
 
 
 def _fields(s: bytes, comma: bool) -> list[bytes]:
@@ -601,29 +592,11 @@ class _TextEdges:
 
     # --- parsing tiers --------------------------------------------------------------------------------------
     def _arrow(self, chunk: bytes) -> tuple[np.ndarray, np.ndarray] | None:
-        if not self.comma:
-            chunk = chunk.replace(b"\t", b" ")
-        names = [f"c{i}" for i in range(self.ncols)]
-        try:
-            table = pacsv.read_csv(
-                pa.BufferReader(chunk),
-                read_options=pacsv.ReadOptions(column_names=names, block_size=ARROW_BLOCK_BYTES),
-                parse_options=pacsv.ParseOptions(
-                    delimiter="," if self.comma else " ", quote_char=False, ignore_empty_lines=True
-                ),
-                convert_options=pacsv.ConvertOptions(
-                    column_types={"c0": pa.int64(), "c1": pa.int64()},
-                    include_columns=["c0", "c1"],
-                    null_values=[],
-                    strings_can_be_null=False,
-                    quoted_strings_can_be_null=False,
-                ),
-            )
-        except (pa.ArrowInvalid, pa.ArrowException):
-            return None
-        if table.num_rows == 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        return table.column(0).to_numpy(), table.column(1).to_numpy()
+        if self.comma:
+            got = _arrow_ints(chunk, self.ncols, 2, ",", ARROW_BLOCK_BYTES)
+        else:
+            got = _arrow_ints(chunk.replace(b"\t", b" "), self.ncols, 2, " ", ARROW_BLOCK_BYTES)
+        return None if got is None else (got[0], got[1])
 
     def _normalise(self, chunk: bytes) -> bytes | None:
         """The block without comment lines and with single spaces between fields (None: too many comments)."""
@@ -755,9 +728,8 @@ def read_index_file(spec, num_nodes: int, what: str) -> np.ndarray:
         raise G3InputError(f"no such {what} file", path=base)
     parts: list[np.ndarray] = []
     for line0, chunk in text_blocks(base):
-        got = _ids_arrow(chunk)
-        if got is None:
-            got = _ids_python(base, line0, chunk, what)
+        arrow = _arrow_ints(chunk, 1, 1, ",", max(1 << 20, len(chunk) + 1))
+        got = _ids_python(base, line0, chunk, what) if arrow is None else arrow[0]
         parts.append(ids_in_range(got, num_nodes, what, base, functools.partial(_line_of_row, line0, chunk)))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
@@ -773,19 +745,28 @@ def ids_in_range(ids: np.ndarray, num_nodes: int, what: str, path, line_of_row=N
     return ids
 
 
-def _ids_arrow(chunk: bytes) -> np.ndarray | None:
+def _arrow_ints(
+    chunk: bytes, ncols: int, keep: int, delimiter: str, block_size: int
+) -> list[np.ndarray] | None:
+    """The first ``keep`` of the ``ncols`` columns of a text block as int64 arrays, parsed by pyarrow (None when
+    pyarrow rejects the block: the caller tries slower ways, which name the bad line)."""
+    names = [f"c{i}" for i in range(ncols)]
     try:
-        t = pacsv.read_csv(
+        table = pacsv.read_csv(
             pa.BufferReader(chunk),
-            read_options=pacsv.ReadOptions(column_names=["id"], block_size=max(1 << 20, len(chunk) + 1)),
-            parse_options=pacsv.ParseOptions(quote_char=False, ignore_empty_lines=True),
+            read_options=pacsv.ReadOptions(column_names=names, block_size=block_size),
+            parse_options=pacsv.ParseOptions(delimiter=delimiter, quote_char=False, ignore_empty_lines=True),
             convert_options=pacsv.ConvertOptions(
-                column_types={"id": pa.int64()}, null_values=[], strings_can_be_null=False
+                column_types=dict.fromkeys(names[:keep], pa.int64()),
+                include_columns=names[:keep],
+                null_values=[],
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
             ),
         )
     except pa.ArrowException:
         return None
-    return t.column(0).to_numpy() if t.num_rows else np.zeros(0, dtype=np.int64)
+    return [table.column(i).to_numpy() if table.num_rows else np.zeros(0, np.int64) for i in range(keep)]
 
 
 def _ids_python(path: Path, line0: int, chunk: bytes, what: str) -> np.ndarray:
