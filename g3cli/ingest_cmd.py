@@ -10,7 +10,7 @@ from g3cli.settings import setting_options, settings_of
 from stages.ingest import FORMATS, IngestOptions, SourceArgs, run_ingest
 
 
-@click.command()
+@click.command("ingest")
 @click.argument("source")
 @click.argument("out_store", type=OutputPath())
 @click.option(
@@ -25,7 +25,7 @@ from stages.ingest import FORMATS, IngestOptions, SourceArgs, run_ingest
 @setting_options(IngestOptions)
 @force_option("Replace OUT_STORE if it exists.")
 @setting_options(SourceArgs)
-def ingest(source, out_store, fmt, force, **settings):
+def command(source, out_store, fmt, force, **settings):
     """Read SOURCE and write the zarr graph store OUT_STORE.
 
     \b

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import importlib
 import sys
 
 import click
@@ -126,39 +127,10 @@ COMMANDS = (
 
 
 def load_command(name: str) -> click.Command:
-    """The command ``name``, its module imported now."""
-    match name:
-        case "ingest":
-            from g3cli.ingest_cmd import ingest as command
-        case "info":
-            from g3cli.info_cmd import info as command
-        case "partition":
-            from g3cli.partition_cmd import command as command
-        case "plan":
-            from g3cli.plan_cmd import command as command
-        case "bundle":
-            from g3cli.bundle_cmd import command as command
-        case "train":
-            from g3cli.train_cmd import command as command
-        case "eval":
-            from g3cli.eval_cmd import command as command
-        case "predict":
-            from g3cli.predict_cmd import command as command
-        case "export":
-            from g3cli.export_cmd import command as command
-        case "report":
-            from g3cli.report_cmd import command as command
-        case "bench":
-            from g3cli.bench_cmd import command as command
-        case "simulate":
-            from g3cli.simulate_cmd import command as command
-        case "cluster":
-            from g3cli.cluster_cmd import command as command
-        case "advise":
-            from g3cli.advise_cmd import command as command
-        case _:
-            raise KeyError(name)
-    return command
+    """The command ``name``, its module (g3cli/NAME_cmd.py) imported now."""
+    if name not in COMMANDS:
+        raise KeyError(name)
+    return importlib.import_module(f"g3cli.{name}_cmd").command
 
 
 def main() -> None:
