@@ -103,22 +103,15 @@ def cached_plan(
         given["device_memory"] = memory_text
     opts = "-".join(f"{slug(k)}-{slug(str(v))}" for k, v in sorted(given.items()))
     folder = cache.plans / (f"{part.name}.plan-{strategy}-{options.model}" + (f"-{opts}" if opts else ""))
-    cfg = PlanConfig(
-        model=options.model,
-        layers=options.layers,
-        hidden=options.hidden,
-        heads=options.heads,
-        strategy=strategy,
-        options=given,
-    )
+    model = {key: getattr(options, key) for key in ("model", "layers", "hidden", "heads")}
     key = {
         "partition": {"store": skey, "method": method, "workers": k},
         "strategy": strategy,
         "options": given,
-        "model": [options.model, options.layers, options.hidden, options.heads],
+        "model": list(model.values()),
     }
     if not cache.fresh(folder, key, "plan.json"):
-        run_plan(part, cfg, out=folder, force=True)
+        run_plan(part, PlanConfig(**model, strategy=strategy, options=given), out=folder, force=True)
         cache.done(folder, key)
     return folder
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages.common.errors import G3InputError
@@ -37,9 +37,9 @@ class HostKind:
     count: int  # hosts of this kind
     workers_per_host: int
     device_memory: str  # as the file gives it (text `g3 plan --device-memory` takes)
-    memory_bytes: int
+    device_memory_bytes: int
     link: str  # the rate as `--emulate-link` spells it (lower case)
-    link_bits: int  # bits per second
+    link_bits_per_second: int
     speed: float  # compute speed relative to the machine advise calibrates on
 
     @property
@@ -49,23 +49,13 @@ class HostKind:
     def describe(self) -> str:
         """``2x new (16.0 GiB, 1gbit)``, ``2x old (2 workers each, 8.0 GiB, 100mbit, speed 0.5)``."""
         parts = [f"{self.workers_per_host} workers each"] if self.workers_per_host > 1 else []
-        parts += [human_bytes(self.memory_bytes), self.link]
+        parts += [human_bytes(self.device_memory_bytes), self.link]
         if self.speed != 1.0:
             parts.append(f"speed {self.speed:g}")
         return f"{self.count}x {self.name} ({', '.join(parts)})"
 
     def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "count": self.count,
-            "workers_per_host": self.workers_per_host,
-            "device_memory": self.device_memory,
-            "device_memory_bytes": self.memory_bytes,
-            "link": self.link,
-            "link_bits_per_second": self.link_bits,
-            "speed": self.speed,
-            "workers": self.workers,
-        }
+        return {**asdict(self), "workers": self.workers}
 
 
 @dataclass(frozen=True)
@@ -97,14 +87,14 @@ class Cluster:
 
     def link_bytes(self) -> tuple[float, ...]:
         """Every rank's host's link in bytes per second (the simulator's unit)."""
-        return tuple(self.kinds[i].link_bits / 8 for i in self.rank_kinds())
+        return tuple(self.kinds[i].link_bits_per_second / 8 for i in self.rank_kinds())
 
     def smallest_memory(self) -> HostKind:
         """The kind with the least device memory: every candidate is planned for it, so bins fit every host."""
-        return min(self.kinds, key=lambda kind: kind.memory_bytes)
+        return min(self.kinds, key=lambda kind: kind.device_memory_bytes)
 
     def slowest_link(self) -> HostKind:
-        return min(self.kinds, key=lambda kind: kind.link_bits)
+        return min(self.kinds, key=lambda kind: kind.link_bits_per_second)
 
     @property
     def label(self) -> str:
@@ -137,9 +127,9 @@ class Cluster:
             out.append(
                 {
                     "name": kind.name,
-                    "device_memory_bytes": kind.memory_bytes,
+                    "device_memory_bytes": kind.device_memory_bytes,
                     "peak_memory_bytes": peak,
-                    "fits": None if peak is None else peak <= kind.memory_bytes,
+                    "fits": None if peak is None else peak <= kind.device_memory_bytes,
                 }
             )
         return out
@@ -241,9 +231,9 @@ def load_cluster(path: str | Path) -> Cluster:
                 count=counts["count"],
                 workers_per_host=counts["workers_per_host"],
                 device_memory=str(memory),
-                memory_bytes=memory_bytes,
+                device_memory_bytes=memory_bytes,
                 link=link.strip().lower(),
-                link_bits=link_bits,
+                link_bits_per_second=link_bits,
                 speed=float(speed),
             )
         )

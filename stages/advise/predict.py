@@ -160,7 +160,7 @@ def entry(
             kind = next(x for x in cluster.kinds if x.name == short["name"])
             e["misfit"] = (
                 f"on host kind {kind.name!r} ({kind.count} host{'s' if kind.count > 1 else ''}, "
-                f"{human_bytes(kind.memory_bytes)} per worker) its workers need "
+                f"{human_bytes(kind.device_memory_bytes)} per worker) its workers need "
                 f"{human_bytes(short['peak_memory_bytes'])}"
             )
     if options.plans and c.plan is not None:
@@ -213,7 +213,7 @@ def predict(
             per_worker["worker_speed"] = (speed,) * c.k
     else:  # each rank its host kind's link and speed, and its host (docs/DESIGN.md "Advisor")
         per_worker = {
-            "bandwidth": cluster.slowest_link().link_bits / 8,
+            "bandwidth": cluster.slowest_link().link_bits_per_second / 8,
             "worker_bandwidth": cluster.link_bytes(),
             "worker_speed": tuple(speed * s for s in cluster.speeds()),
             "worker_hosts": tuple(cluster.rank_hosts()),

@@ -1,16 +1,12 @@
 """`g3 advise STORE`: which strategy, and how many workers, for this graph, model and cluster — predicted,
 explained, ranked.
 
-For every registered strategy (each spec's ``advise_variants``: its main options), every worker count K and
-every link rate it partitions and plans the store (through the stages' own entry functions, cached), calibrates the simulator on this machine — one short `g3 train --profile` of the bins
-strategy's plan gives the compute rates of every full-graph and tensor-parallel model, one short run of each
-sampling strategy's plan calibrates its per-step model, as `g3 simulate --run` takes it — and asks `g3 simulate`'s
-models (:func:`stages.simulate.simulate_plan`) for the epoch at that K and link rate. Memory per worker comes
-from the plan (its bins or chunks sized by ``--device-memory``, else its per-worker estimate). What cannot run
-is refused with its reason; what cannot be predicted says why. Ranked best first: fitting and predicted
-candidates by predicted epoch time, then those that do not fit, then the rest. Writes ``OUT/advise.json``
-(schema ``g3.advise``, docs/ARTIFACTS.md); with ``plans`` every candidate's plan is kept there, ready for
-``g3 train PLAN --emulate-link RATE``.
+Every strategy's variants (each spec's ``advise_variants``) at every K and link rate are partitioned and planned
+through the stages' own entries (cached: :mod:`.calibration`), the simulator is calibrated on this machine
+(:func:`_calibrate`) and `g3 simulate`'s models (:func:`stages.simulate.simulate_plan`) predict each epoch; memory
+per worker comes from the plan (:mod:`.predict`). Writes ``OUT/advise.json`` (schema ``g3.advise``,
+docs/ARTIFACTS.md); with ``plans`` every candidate's plan is kept there, ready for ``g3 train PLAN
+--emulate-link RATE``.
 
 With ``cluster`` (a ``g3.cluster`` file, :mod:`.cluster`) the hosts are not alike: K is the cluster's workers,
 every candidate is planned for the smallest device memory among its hosts (so every worker's bins fit), its fit
@@ -81,12 +77,7 @@ def run_advise(
             "num_nodes": int(gs.num_nodes),
             "num_arcs": int(gs.num_arcs),
         },
-        "model": {
-            "model": options.model,
-            "layers": options.layers,
-            "hidden": options.hidden,
-            "heads": options.heads,
-        },
+        "model": {key: getattr(options, key) for key in ("model", "layers", "hidden", "heads")},
         "workers": work.ks,
         "links": list(options.links),
         "device_memory_bytes": memory,
