@@ -10,10 +10,11 @@ import pytest
 from helpers import flags
 
 from stages.common.model_spec import LayerShape
+from stages.common.plan_artifact import Table
 from stages.kits.runtime.profile import fit_phase
 from stages.kits.simulate.engine import Network
 from stages.kits.simulate.profile import LayerRates, PhaseRates, Rates
-from stages.kits.simulate.workload import make_workload
+from stages.kits.simulate.workload import LayerBins, WorkerLoad, Workload
 from stages.simulate import allreduce_seconds, parse_bandwidth, parse_latency, parse_workers_list
 from stages.strategies.g3.schedules import halo_loads
 from stages.strategies.g3.simulate import simulate_system
@@ -28,6 +29,61 @@ from stages.strategies.g3.simulate import simulate_system
 # per bin. Network: 4 bytes/s (a message takes 1 s on the link) and 2 s latency. No weights: the all-reduce
 # of K = 2 is its 2(K-1) latencies = 4 s.
 # ------------------------------------------------------------------------------------------------------------
+
+
+def make_workload(workers: list[dict], shapes: list[LayerShape], num_params: int = 0) -> Workload:
+    """A workload from plain Python lists (the hand-made plans of these tests).
+
+    Each worker dict: ``num_owned``, ``num_remote``, ``row_ptr`` (arcs per row, priority order, as pointers),
+    ``edge_src`` (local source ids), ``priority`` (default: identity), ``bins`` (per layer, a ``bin_ptr`` list),
+    ``srcs`` (per layer, source rows per bin; default: nodes + distinct other sources of the bin) and
+    ``tables`` (name → list of ``(step, peer, [node ids])``). Bin limits default to the largest plan bin.
+    """
+    out = []
+    for r, w in enumerate(workers):
+        row_ptr = np.asarray(w["row_ptr"], dtype=np.int64)
+        edge_src = np.asarray(w["edge_src"], dtype=np.int64)
+        prio = np.asarray(w.get("priority", np.arange(w["num_owned"])), dtype=np.int64)
+        layers = []
+        for li, bp in enumerate(w["bins"]):
+            bp = np.asarray(bp, dtype=np.int64)
+            arcs = row_ptr[bp[1:]] - row_ptr[bp[:-1]]
+            if "srcs" in w:
+                srcs = np.asarray(w["srcs"][li], dtype=np.int64)
+            else:
+                srcs = np.array(
+                    [
+                        len(
+                            np.union1d(prio[bp[b] : bp[b + 1]], edge_src[row_ptr[bp[b]] : row_ptr[bp[b + 1]]])
+                        )
+                        for b in range(len(bp) - 1)
+                    ],
+                    dtype=np.int64,
+                )
+            layers.append(LayerBins(bp, arcs.astype(np.int64), srcs))
+        tables = {}
+        for name, msgs in w.get("tables", {}).items():
+            nodes = np.asarray([n for _, _, ns in msgs for n in ns], dtype=np.int64)
+            arr = np.asarray([(s, p, len(ns)) for s, p, ns in msgs], dtype=np.int64).reshape(-1, 3)
+            tables[name] = Table(nodes, arr)
+        limits = [int(np.diff(lb.bin_ptr).max()) if lb.num_bins else 1 for lb in layers]
+        out.append(
+            WorkerLoad(
+                rank=r,
+                num_owned=int(w["num_owned"]),
+                num_remote=int(w["num_remote"]),
+                row_ptr=row_ptr,
+                edge_src=edge_src,
+                priority=prio,
+                layers=layers,
+                tables=tables,
+                bin_limit_nodes=w.get("bin_limit_nodes", limits),
+                bin_limit_bytes=w.get("bin_limit_bytes", [None] * len(layers)),
+            )
+        )
+    return Workload(
+        workers=out, shapes=shapes, num_params=num_params, num_nodes=sum(w.num_owned for w in out)
+    )
 
 
 def _worker(peer: int) -> dict:

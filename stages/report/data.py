@@ -19,8 +19,6 @@ from stages.common.errors import G3InputError
 from stages.common.run_artifact import load_run_meta, read_metrics
 from stages.strategies.registry import LEGACY_STRATEGY
 
-SPLITS = ("train", "valid", "test")
-
 
 def _artifact(ref: str | None, run: Path, marker: str, relpath: str | None = None) -> Path | None:
     """The folder a run.json reference points to — relative to the run first — else a folder of that name beside

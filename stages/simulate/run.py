@@ -65,9 +65,9 @@ def simulate_plan(
         raise G3InputError("--bandwidth must be positive and --latency non-negative")
     if not 0.0 < options.link_share <= 1.0:
         raise G3InputError("--link-share must be in (0, 1]")
-    options = _per_worker(options, options.workers or int(meta["num_workers"]))
+    k = options.workers or int(meta["num_workers"])
+    options = _per_worker(options, k)
     if options.hosts is not None:
-        k = options.workers or int(meta["num_workers"])
         if options.hosts < 1 or k % options.hosts:
             raise G3InputError(f"--hosts {options.hosts} does not divide the {k} workers")
         if not spec.simulates_hosts:

@@ -87,13 +87,6 @@ def allreduce_seconds(num_params: int, k: int, net: Network) -> float:
 def network(options: SimulateOptions, k: int, workers_per_host: int = 1) -> Network:
     """The network of ``options`` (bandwidth already the payload's, see :func:`simulate_plan`) at ``k`` workers:
     with the per-worker links, speeds and hosts of a cluster, which are given for that K."""
-    per_worker = (
-        options.worker_speed is not None
-        or options.worker_bandwidth is not None
-        or options.worker_hosts is not None
-    )
-    if not per_worker:
-        return Network(options.bandwidth, options.latency, workers_per_host=workers_per_host)
     if any(
         v is not None and len(v) != k
         for v in (options.worker_speed, options.worker_bandwidth, options.worker_hosts)

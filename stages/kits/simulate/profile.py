@@ -12,10 +12,6 @@ from stages.common.errors import G3InputError
 from stages.common.model_spec import LayerShape
 from stages.kits.runtime.profile import PROFILE_SCHEMA, PROFILE_VERSION
 
-# ------------------------------------------------------------------------------------------------------------
-# Cost model
-# ------------------------------------------------------------------------------------------------------------
-
 
 @dataclass
 class PhaseRates:

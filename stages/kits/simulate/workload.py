@@ -1,9 +1,9 @@
 """The exact work of one epoch, read from a plan: per worker and layer the bins (nodes, arcs, source rows), the
 node-level structure the eager schedules need, and the peer-to-peer message tables with their sizes.
 
-A :class:`Workload` is plain arrays, so tests can build one by hand (:func:`make_workload`) instead of from a
-plan folder (:func:`load_workload`). Message sizes are rows × width × 4 bytes (float32), where the width is the
-layer's output width for forward messages and its input width for backward (gradient) messages.
+A :class:`Workload` is plain arrays, read from a plan folder (:func:`load_workload`) or built by hand (tests).
+Message sizes are rows × width × 4 bytes (float32), where the width is the layer's output width for forward
+messages and its input width for backward (gradient) messages.
 """
 
 from __future__ import annotations
@@ -79,9 +79,6 @@ class Workload:
     @property
     def num_layers(self) -> int:
         return len(self.shapes)
-
-    def widths(self) -> list[int]:
-        return [self.shapes[0].d_in] + [s.d_out for s in self.shapes]
 
     def fwd_bytes(self, layer: int, rows: int) -> int:
         """Bytes of ``rows`` outputs of ``layer`` (forward message)."""
@@ -169,59 +166,4 @@ def load_workload(plan: str | Path) -> Workload:
         store_path=meta["store"].get("path"),
         config=dict(meta["config"]),
         bins_for=bins_device(meta["strategy"].get("options")),
-    )
-
-
-def make_workload(workers: list[dict], shapes: list[LayerShape], num_params: int = 0) -> Workload:
-    """A workload from plain Python lists (tests, hand-made plans).
-
-    Each worker dict: ``num_owned``, ``num_remote``, ``row_ptr`` (arcs per row, priority order, as pointers),
-    ``edge_src`` (local source ids), ``priority`` (default: identity), ``bins`` (per layer, a ``bin_ptr`` list),
-    ``srcs`` (per layer, source rows per bin; default: nodes + distinct other sources of the bin) and
-    ``tables`` (name → list of ``(step, peer, [node ids])``). Bin limits default to the largest plan bin.
-    """
-    out = []
-    for r, w in enumerate(workers):
-        row_ptr = np.asarray(w["row_ptr"], dtype=np.int64)
-        edge_src = np.asarray(w["edge_src"], dtype=np.int64)
-        prio = np.asarray(w.get("priority", np.arange(w["num_owned"])), dtype=np.int64)
-        layers = []
-        for li, bp in enumerate(w["bins"]):
-            bp = np.asarray(bp, dtype=np.int64)
-            arcs = row_ptr[bp[1:]] - row_ptr[bp[:-1]]
-            if "srcs" in w:
-                srcs = np.asarray(w["srcs"][li], dtype=np.int64)
-            else:
-                srcs = np.array(
-                    [
-                        len(
-                            np.union1d(prio[bp[b] : bp[b + 1]], edge_src[row_ptr[bp[b]] : row_ptr[bp[b + 1]]])
-                        )
-                        for b in range(len(bp) - 1)
-                    ],
-                    dtype=np.int64,
-                )
-            layers.append(LayerBins(bp, arcs.astype(np.int64), srcs))
-        tables = {}
-        for name, msgs in w.get("tables", {}).items():
-            nodes = np.asarray([n for _, _, ns in msgs for n in ns], dtype=np.int64)
-            arr = np.asarray([(s, p, len(ns)) for s, p, ns in msgs], dtype=np.int64).reshape(-1, 3)
-            tables[name] = Table(nodes, arr)
-        limits = [int(np.diff(lb.bin_ptr).max()) if lb.num_bins else 1 for lb in layers]
-        out.append(
-            WorkerLoad(
-                rank=r,
-                num_owned=int(w["num_owned"]),
-                num_remote=int(w["num_remote"]),
-                row_ptr=row_ptr,
-                edge_src=edge_src,
-                priority=prio,
-                layers=layers,
-                tables=tables,
-                bin_limit_nodes=w.get("bin_limit_nodes", limits),
-                bin_limit_bytes=w.get("bin_limit_bytes", [None] * len(layers)),
-            )
-        )
-    return Workload(
-        workers=out, shapes=shapes, num_params=num_params, num_nodes=sum(w.num_owned for w in out)
     )
