@@ -35,7 +35,7 @@ from stages.common.settings import setting
 from stages.common.store import SPLITS, StoreWriter, index_dtype
 from stages.common.units import parse_size
 from stages.common.version import VERSION
-from stages.ingest.source import GraphSource
+from stages.ingest.source import NODE_BYTES, GraphSource
 
 BYTES_PER_ARC_SORT = 40  # key (8) + sort scratch (8) + src/dst int64 copies (16) + slack
 DEFAULT_MEMORY_LIMIT = 4 << 30
@@ -156,10 +156,7 @@ def build_store(
     symmetrize = source.undirected_once if options.symmetrize is None else options.symmetrize
     check_free_space(out, disk_estimate(source, options, symmetrize), "this ingest")
     check_memory_floor(
-        {
-            "--memory-limit": options.memory_budget,
-            "row pointers and degrees": source.num_nodes * INGEST_BYTES_PER_NODE,
-        },
+        {"--memory-limit": options.memory_budget, "row pointers and degrees": source.num_nodes * NODE_BYTES},
         "this ingest",
         "give a smaller --memory-limit, or ingest on a machine with more memory",
     )
@@ -216,9 +213,6 @@ def build_store(
         },
     )
 
-
-# what ingest holds per node beyond --memory-limit, at least: the CSR's row pointers and its per-node counts
-INGEST_BYTES_PER_NODE = 16
 
 # the share of the store's arrays zstd leaves, a little under what it leaves of synthetic:small's (the estimate is
 # a lower bound); a source's own features may compress far better, so they count 0

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from stages.common.errors import G3InputError
-from stages.ingest.source import GraphSource
+from stages.ingest.source import NODE_BYTES, GraphSource
 
 TEXT_BLOCK_BYTES = 16 << 20  # bytes of text parsed at a time
 ARROW_BLOCK_BYTES = 2 << 20  # pyarrow's block inside it (blocks are parsed in parallel)
@@ -48,7 +48,6 @@ _H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
 _COMMENT_START = (b"#", b"%")
 _INT_FIELD = re.compile(rb"\s*[+-]?\d+\s*")
 _NUMBER_FIELD = re.compile(rb"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
-NODE_BYTES = 16  # ingest's per-node arrays at the least: in-degree counts and the CSR's row pointers (int64)
 MAX_COMMENT_CUTS = 4096  # comment marks per block cut out by slicing; more: parse the block in Python
 
 

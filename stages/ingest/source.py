@@ -15,6 +15,8 @@ import numpy as np
 
 ArcChunks = Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]
 FeatureBlocks = Callable[[], Iterator[np.ndarray]]
+# what ingest holds per node beyond --memory-limit, at least: in-degree counts and row pointers (int64)
+NODE_BYTES = 16
 
 
 @dataclass

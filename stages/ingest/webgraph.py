@@ -757,7 +757,6 @@ def read_properties(basename: str | os.PathLike) -> dict[str, Any]:
 class _Params:
     base: Path
     graph: Path
-    properties: Path
     offsets: Path
     nodes: int
     arcs: int
@@ -774,25 +773,13 @@ class _Params:
 
 
 def _params(basename: str | os.PathLike) -> _Params:
-    base, gpath, ppath, opath = _paths(basename)
+    base, gpath, _, opath = _paths(basename)
     props = read_properties(basename)
     if not gpath.is_file():
         raise G3InputError("WebGraph graph file not found (a BVGraph needs BASENAME.graph)", path=gpath)
     codes = {f: _CODE_BY_NAME[n] for f, n in props["codes"].items()}
-    return _Params(
-        base,
-        gpath,
-        ppath,
-        opath,
-        props["nodes"],
-        props["arcs"],
-        props["windowsize"],
-        props["minintervallength"],
-        props["maxrefcount"],
-        props["zetak"],
-        codes,
-        props,
-    )
+    numbers = (props[k] for k in ("nodes", "arcs", "windowsize", "minintervallength", "maxrefcount", "zetak"))
+    return _Params(base, gpath, opath, *numbers, codes, props)
 
 
 # ---------------------------------------------------------------------------------------------------------
