@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import importlib
 import sys
 
 import click
@@ -128,9 +127,38 @@ COMMANDS = (
 
 def load_command(name: str) -> click.Command:
     """The command ``name``, its module (g3cli/NAME_cmd.py) imported now."""
-    if name not in COMMANDS:
-        raise KeyError(name)
-    return importlib.import_module(f"g3cli.{name}_cmd").command
+    match name:
+        case "ingest":
+            from g3cli import ingest_cmd as module
+        case "info":
+            from g3cli import info_cmd as module
+        case "partition":
+            from g3cli import partition_cmd as module
+        case "plan":
+            from g3cli import plan_cmd as module
+        case "bundle":
+            from g3cli import bundle_cmd as module
+        case "train":
+            from g3cli import train_cmd as module
+        case "eval":
+            from g3cli import eval_cmd as module
+        case "predict":
+            from g3cli import predict_cmd as module
+        case "export":
+            from g3cli import export_cmd as module
+        case "report":
+            from g3cli import report_cmd as module
+        case "bench":
+            from g3cli import bench_cmd as module
+        case "simulate":
+            from g3cli import simulate_cmd as module
+        case "cluster":
+            from g3cli import cluster_cmd as module
+        case "advise":
+            from g3cli import advise_cmd as module
+        case _:
+            raise KeyError(name)
+    return module.command
 
 
 def main() -> None:

@@ -117,3 +117,31 @@ def test_the_cli_does_no_work_of_its_own():
         used = cli_imports(path.read_text()) & ARRAY_LIBRARIES
         assert not used, f"{path.name} imports {sorted(used)}: move that work into its stage"
     assert cli_imports("import numpy as np\ndef f():\n    from torch import nn\n") == {"numpy", "torch"}
+
+
+def loads_by_name(source: str) -> list[int]:
+    """Lines that import a module whose name is a string (``importlib.import_module``, ``__import__``)."""
+    import ast
+
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and (getattr(node.func, "attr", None) or getattr(node.func, "id", None))
+        in ("import_module", "__import__")
+    ]
+
+
+def test_no_product_code_imports_a_module_named_by_a_string():
+    """Every arrow between modules is an import statement that import-linter and a reader can follow: the
+    registry imports the strategies, the CLI its commands; a string never names the code to load."""
+    found = [
+        f"{path.relative_to(REPO)}:{line}"
+        for package in ("g3", "g3cli", "stages")
+        for path in sorted((REPO / package).rglob("*.py"))
+        for line in loads_by_name(path.read_text())
+    ]
+    assert not found, found
+    assert loads_by_name(
+        "import importlib\nm = importlib.import_module(f'g3cli.{x}')\nn = __import__('os')\n"
+    ) == [2, 3]
