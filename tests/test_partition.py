@@ -33,7 +33,15 @@ from stages.strategies.g3.refine import (
     run_refine,
     seed_anneal,
 )
-from stages.strategies.g3.repartition import Algorithm1Result, RemoteTracker, run_algorithm1, seen_before
+from stages.strategies.g3.repartition import (
+    Algorithm1Result,
+    RemoteTracker,
+    _move,
+    _q_collect,
+    _swap_delta,
+    run_algorithm1,
+    seen_before,
+)
 
 NODE_METHODS = ("g3", "metis", "random", "chunk")
 
@@ -147,6 +155,18 @@ def _recount(graphs, part, k):
     return arc_cnt, nb_cnt, remote
 
 
+def _best(tr: RemoteTracker, p: int, x: int) -> int:
+    """The top of queue Q[p][x] (-1 if p is empty): v_max of p if x == p, else the v_min of p towards x."""
+    out = np.empty(1, dtype=np.int64)
+    return int(out[0]) if _q_collect(p, x, tr.k, 1, tr.Q, out) else -1
+
+
+def _move_to(tr: RemoteTracker, v: int, to: int) -> None:
+    """Move node v to partition ``to`` (nothing to do if it is already there)."""
+    if to != tr.part[v]:
+        _move(v, int(tr.part[v]), to, tr.k, tr.G, tr.S, tr.Q, tr.shared)
+
+
 def _check_tracker(tr: RemoteTracker, graphs, k: int) -> None:
     arc_cnt, nb_cnt, remote = _recount(graphs, tr.part, k)
     np.testing.assert_array_equal(tr.remote, remote)
@@ -158,14 +178,14 @@ def _check_tracker(tr: RemoteTracker, graphs, k: int) -> None:
     cap = tr.Q[4].reshape(k, k)
     for p in range(k):
         members = np.flatnonzero(tr.part == p)
-        v = tr.best_vmax(p)
+        v = _best(tr, p, p)
         if len(members) == 0:
             assert v == -1
             continue
         assert tr.part[v] == p and keys[v, p] == keys[members, p].max()
         for a in range(k):
             if a != p:
-                y = tr.best_vmin(p, a)
+                y = _best(tr, p, a)
                 assert tr.part[y] == p
                 assert min(keys[y, a], cap[p, a]) == min(keys[members, a].min(), cap[p, a])
 
@@ -181,15 +201,16 @@ def test_incremental_tracking_equals_recount_after_random_swaps(case):
     for step in range(2000):
         x = int(rng.integers(n))
         if step % 2:
-            tr.move(x, int(rng.integers(k)))  # single moves change partition sizes too
+            _move_to(tr, x, int(rng.integers(k)))  # single moves change partition sizes too
             continue
         y = int(rng.integers(n))
         a, b = int(tr.part[x]), int(tr.part[y])
         if a == b:
             continue
         before = tr.remote.copy()
-        da, db = tr.swap_delta(x, y)
-        tr.swap(x, y)
+        da, db = _swap_delta(x, y, a, b, tr.G[0], tr.G[1], tr.part, tr.S[1])  # predicted, read-only
+        _move_to(tr, x, b)
+        _move_to(tr, y, a)
         assert (tr.remote[a] - before[a], tr.remote[b] - before[b]) == (da, db)
         others = np.setdiff1d(np.arange(k), [a, b])
         np.testing.assert_array_equal(tr.remote[others], before[others])

@@ -83,7 +83,7 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     _collect_tables(ctx.shards, per_worker_bins, len(shapes), sends, recvs)
     for r in range(k):
         wdir = tmp / f"worker-{r:05d}"
-        workers[r]["tables"] = _write_tables(wdir, sends[r], recvs[r], k)
+        workers[r]["tables"] = _write_tables(wdir, sends[r], recvs[r])
         _estimate(workers[r], shapes)
         workers[r]["scratch_bytes"] = _scratch_bytes(workers[r], ctx.spec)
         write_json_atomic(wdir / "worker.json", workers[r])
@@ -139,9 +139,7 @@ def _plan_worker(tmp: Path, shard, costs: list[BinCost], bin_size: int | None, l
         bin_nodes = np.diff(bin_ptr)
         bin_srcs = np.diff(lb.src_ptr)
         bin_bytes = cost.bytes(bin_nodes, bin_srcs, row_ptr[bin_ptr[1:]] - row_ptr[bin_ptr[:-1]])
-        per_node = (
-            max(1, int(bin_bytes.sum()) // n_own) if n_own else 1
-        )  # the layer's bytes per node, on average
+        per_node = max(1, int(bin_bytes.sum()) // n_own) if n_own else 1  # the layer's mean bytes per node
         layers.append(
             {
                 "num_bins": lb.num_bins,
@@ -201,7 +199,7 @@ def _add(bucket: dict, name: str, peer: int, steps: np.ndarray, nodes: np.ndarra
     )
 
 
-def _write_tables(wdir: Path, sends: dict, recvs: dict, k: int) -> dict:
+def _write_tables(wdir: Path, sends: dict, recvs: dict) -> dict:
     stats = {}
     for bucket in (sends, recvs):
         for name, parts in bucket.items():

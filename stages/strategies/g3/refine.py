@@ -237,16 +237,9 @@ def run_refine(
     steps = STEPS_PER_NODE * n if steps is None else int(steps)
     chain = AnnealChain(graphs, part, k)
     initial = chain.remote.tolist()
-    if k == 1 or _goal_met(chain.remote, gamma, budget) or steps <= 0:
-        return RefineResult(
-            chain.part,
-            bool(_goal_met(chain.remote, gamma, budget)),
-            0,
-            0,
-            time.perf_counter() - t0,
-            initial,
-            initial,
-        )
+    met = bool(_goal_met(chain.remote, gamma, budget))
+    if k == 1 or met or steps <= 0:
+        return RefineResult(chain.part, met, 0, 0, time.perf_counter() - t0, initial, initial)
     # a partition already above a limit may not grow; the others may grow up to the limit
     limits = (
         max(balance_tol * n / k, float(chain.node_cnt.max())),
@@ -293,8 +286,9 @@ def run_refine(
             results = list(pool.map(run_round, range(len(sizes))))
     finally:
         winner[0] = -1  # on an error or an interrupt, rounds still running stop at their next batch
-    # a round after the winner may be partial or skipped (None); those up to it all ran
-    kept = [r for r in results[: min(_winner_index(results), len(results) - 1) + 1] if r is not None]
+    # rounds after the winner (the earliest to meet the goal) may be partial or skipped (None); the rest ran
+    won = next((i for i, r in enumerate(results) if r is not None and r.converged), len(results) - 1)
+    kept = [r for r in results[: won + 1] if r is not None]
     best = _pick_round(kept, gamma, budget)
     rounds = [
         {"steps": size, "taken": r.steps, "converged": r.converged, "remote_after": r.final_remote}
@@ -310,11 +304,6 @@ def run_refine(
         best.final_remote,
         rounds,
     )
-
-
-def _winner_index(results: list[RefineResult | None]) -> int:
-    """Index of the earliest round that met the goal, or the number of rounds if none did."""
-    return next((i for i, r in enumerate(results) if r is not None and r.converged), len(results))
 
 
 def _pick_round(results: list[RefineResult], gamma: float, budget: float) -> RefineResult:
@@ -402,9 +391,7 @@ def _anneal_round(
         if converged:
             break
     with _PARALLEL_KERNELS:
-        final = remote_sizes(
-            graphs.indptr, graphs.indices, best_part, k
-        )  # recounted, independent of the chain
+        final = remote_sizes(graphs.indptr, graphs.indices, best_part, k)  # recounted, apart from the chain
     return RefineResult(
         best_part,
         bool(_goal_met(final, gamma, budget)),

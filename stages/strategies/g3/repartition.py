@@ -112,31 +112,19 @@ def _q_collect(p, x, k, limit, Q, out):
     """Up to ``limit`` nodes of Q[p][x] in priority order (max first if x == p, else min first)."""
     nxt, prv, head, qoff, qcap, qext = Q
     q = p * k + x
+    step, end = (-1, 0) if x == p else (1, qcap[q])  # a max-queue is read downwards, a min-queue upwards
+    key = qext[q]
+    while key != end and head[qoff[q] + key] < 0:
+        key += step
+    qext[q] = key
     m = 0
-    if x == p:
-        key = qext[q]
-        while key > 0 and head[qoff[q] + key] < 0:
-            key -= 1
-        qext[q] = key
-        while key >= 0 and m < limit:
-            v = head[qoff[q] + key]
-            while v >= 0 and m < limit:
-                out[m] = v
-                m += 1
-                v = nxt[v, x]
-            key -= 1
-    else:
-        key = qext[q]
-        while key < qcap[q] and head[qoff[q] + key] < 0:
-            key += 1
-        qext[q] = key
-        while key <= qcap[q] and m < limit:
-            v = head[qoff[q] + key]
-            while v >= 0 and m < limit:
-                out[m] = v
-                m += 1
-                v = nxt[v, x]
-            key += 1
+    while 0 <= key <= qcap[q] and m < limit:
+        v = head[qoff[q] + key]
+        while v >= 0 and m < limit:
+            out[m] = v
+            m += 1
+            v = nxt[v, x]
+        key += step
     return m
 
 
@@ -169,9 +157,8 @@ def move_counts(w, a, b, G, S, shared):
                 remote[b] += 1
     if not shared:
         for e in range(indptr[w], indptr[w + 1]):
-            u = indices[
-                e
-            ]  # arc u -> w (u == w for a self-loop: part[w] is already b, which keeps this right)
+            # arc u -> w (u == w for a self-loop: part[w] is already b, which keeps this right)
+            u = indices[e]
             c = arc_cnt[u, a] - 1
             arc_cnt[u, a] = c
             if c == 0 and part[u] != a:
@@ -414,18 +401,8 @@ def _balance(k, G, S, Q, shared, gamma, deg_limit, max_calls_swaps, table, round
             stats[STAT_SINGLE] += nx
             stats[STAT_WIDENED] += r > 0
             # x's effect on V_a^remote does not depend on where x goes: compute it once per round
-            _deltas(
-                xs,
-                nx,
-                a,
-                order[0] if order[0] != a else order[1],
-                indptr,
-                indices,
-                part,
-                arc_cnt,
-                xa,
-                xa_other,
-            )
+            other = order[0] if order[0] != a else order[1]
+            _deltas(xs, nx, a, other, indptr, indices, part, arc_cnt, xa, xa_other)
             for t in range(k):  # V_min first, then the next-smallest remote sets
                 b = order[t]
                 if b == a:
@@ -528,43 +505,13 @@ class CountedAssignment:
 
 
 class RemoteTracker(CountedAssignment):
-    """Incremental remote sets and v_max / v_min priority queues of one assignment (Algorithm 1's state)."""
+    """Incremental remote sets and v_max / v_min priority queues of one assignment (Algorithm 1's state); moved
+    and queried by the kernels above (``_move``, ``_q_collect``, ``_swap_delta``)."""
 
     def __init__(self, graphs: Graphs, part: np.ndarray, k: int, min_key_cap: int = MIN_KEY_CAP):
         super().__init__(graphs, part, k)
         self.Q = _make_queues(graphs.num_nodes, k, int(self.G[4].max(initial=0)), min_key_cap)
         _fill_queues(self.part, k, self.G[4], self.S[2], self.Q)
-
-    def key(self, v: int, x: int) -> int:
-        """``d_v - nb_cnt[v, x]``: remote neighbours of v if x is its partition, else what v brings to x."""
-        return int(self.G[4][v] - self.S[2][v, x])
-
-    def best_vmax(self, p: int) -> int:
-        """The node of partition p with the most neighbours outside p (-1 if p is empty)."""
-        out = np.empty(1, dtype=np.int64)
-        return int(out[0]) if _q_collect(p, p, self.k, 1, self.Q, out) else -1
-
-    def best_vmin(self, b: int, a: int) -> int:
-        """The node of partition b with the fewest neighbours outside a (-1 if b is empty)."""
-        out = np.empty(1, dtype=np.int64)
-        return int(out[0]) if _q_collect(b, a, self.k, 1, self.Q, out) else -1
-
-    # --- changes ---------------------------------------------------------------------------------------------
-    def move(self, v: int, to: int) -> None:
-        """Move node v to partition ``to`` (nothing to do if it is already there)."""
-        if to != self.part[v]:
-            _move(v, int(self.part[v]), to, self.k, self.G, self.S, self.Q, self.shared)
-
-    def swap_delta(self, x: int, y: int) -> tuple[int, int]:
-        """Predicted change of (|V_part[x]^remote|, |V_part[y]^remote|) if x and y swap partitions."""
-        a, b = int(self.part[x]), int(self.part[y])
-        da, db = _swap_delta(x, y, a, b, self.G[0], self.G[1], self.part, self.S[1])
-        return int(da), int(db)
-
-    def swap(self, x: int, y: int) -> None:
-        a, b = int(self.part[x]), int(self.part[y])
-        self.move(x, b)
-        self.move(y, a)
 
 
 def _make_queues(n: int, k: int, max_degree: int, min_key_cap: int):
@@ -621,7 +568,8 @@ def run_algorithm1(
     initial_remote = tracker.remote.tolist()
     max_swaps = graphs.num_nodes if max_swaps is None else max_swaps
     deg_limit = degree_tol * float(tracker.degree_sum.sum()) / k
-    table = np.zeros(_table_size(max_swaps), dtype=np.uint64)
+    # the cycle check's hash set: a power of two at least twice the states it may hold, and at least 1024
+    table = np.zeros(max(1024, 1 << (2 * max_swaps + 1).bit_length()), dtype=np.uint64)
     h = np.uint64(_assignment_hash(tracker.part))  # numba returns a Python int: keep the uint64 signature
     seen_before(table, h)
     rounds = np.array(CANDIDATE_ROUNDS, dtype=np.int64)
@@ -664,13 +612,6 @@ def run_algorithm1(
         int(stats[STAT_WIDENED]),
         tracker.remote.tolist(),
     )
-
-
-def _table_size(max_swaps: int) -> int:
-    size = 1024
-    while size < 2 * (max_swaps + 1):
-        size *= 2
-    return size
 
 
 from stages.common import jit_cache  # noqa: E402 - after every kernel of the module is defined

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import logging
 import mmap
+import tempfile
 import threading
 import time
+import weakref
 from concurrent.futures import Future
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -137,12 +140,10 @@ class WorkerData:
             else torch.from_numpy(np.asarray(shard.load("features"))[self.order]).to(home, dtype)
         )
         self.labels = torch.from_numpy(np.asarray(shard.load("labels"))[self.order].astype(np.int64)).to(home)
-        self.in_degree = torch.from_numpy(
-            np.asarray(shard.load("in_degree"), dtype=np.float64)[local_order]
-        ).to(dtype)
-        self.out_degree = torch.from_numpy(
-            np.asarray(shard.load("out_degree"), dtype=np.float64)[local_order]
-        ).to(dtype)
+        self.in_degree, self.out_degree = (
+            torch.from_numpy(np.asarray(shard.load(name), dtype=np.float64)[local_order]).to(dtype)
+            for name in ("in_degree", "out_degree")
+        )
         self.splits = {
             s: torch.from_numpy(np.sort(self.new_id[np.asarray(shard.load(s), dtype=np.int64)])).to(home)
             for s in ("train", "valid", "test")
@@ -316,9 +317,6 @@ def spilled_parts(
 def check_spill_space(data: WorkerData, widths: list[int], workers: int) -> None:
     """Refuse, before any work, a ``TMPDIR`` whose disk cannot take what this machine's streamed workers spill (a
     page the disk cannot hold would kill a worker with SIGBUS hours in): one line with the figures."""
-    import tempfile
-    from pathlib import Path
-
     from stages.common.atomic import check_free_space
 
     parts = {name: n * workers for name, n in spill_bytes(data, widths).items()}
@@ -405,9 +403,6 @@ def spilled_zeros(rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
     """A zeroed ``[rows, width]`` CPU tensor in a shared mapping of an unnamed temporary file (in ``TMPDIR``):
     memory like any other to the kernels, but pages the operating system may write back and evict under
     pressure instead of failing; the file goes with the tensor (it has no name from the start)."""
-    import tempfile
-    import weakref
-
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
     size = rows * width * np_dtype.itemsize
     with tempfile.TemporaryFile(prefix="g3-rows-") as f:
@@ -465,26 +460,23 @@ def streams_bins(ctx: WorkerContext) -> bool:
     what this machine has available (MemAvailable, or a memory cgroup's room). Decided once per worker: how long it
     waits for its peers (before the process groups exist) and its constructor must agree, and what is available
     changes as the workers load."""
-    if "stream_bins" not in ctx.memo:
-        ctx.memo["stream_bins"] = _decide_streaming(ctx)
-    return ctx.memo["stream_bins"]
-
-
-def _decide_streaming(ctx: WorkerContext) -> bool:
     from stages.common.cost import available_memory
 
+    if "stream_bins" in ctx.memo:
+        return ctx.memo["stream_bins"]
     mode = ctx.knobs.stream_bins
-    if mode == "auto" and ctx.resident:
-        return False  # a partition resident on the device fits it
-    if mode != "auto":
-        if mode == "on" and ctx.resident:
-            raise G3InputError(
-                "--stream-bins on: this worker's partition is resident on the device (the plan says it fits); "
-                "give --device-memory to g3 plan to size bins that stream, or --stream-bins auto"
-            )
-        return mode == "on"
-    room, _ = available_memory()
-    return room is not None and in_memory_bytes(ctx.shard.manifest) * local_workers(ctx.world) > room
+    if mode == "on" and ctx.resident:
+        raise G3InputError(
+            "--stream-bins on: this worker's partition is resident on the device (the plan says it fits); "
+            "give --device-memory to g3 plan to size bins that stream, or --stream-bins auto"
+        )
+    if mode != "auto" or ctx.resident:  # auto: a partition resident on the device fits it
+        streamed = mode == "on"
+    else:
+        room, _ = available_memory()
+        streamed = room is not None and in_memory_bytes(ctx.shard.manifest) * local_workers(ctx.world) > room
+    ctx.memo["stream_bins"] = streamed
+    return streamed
 
 
 class G3Strategy(Strategy):
@@ -523,7 +515,10 @@ class G3Strategy(Strategy):
         self.num_layers = len(data.layers)
         self.phase = "fwd"  # the pass running now: "fwd", "eval" or "bwd" (gather spans carry it)
         self.blocks = [
-            StreamedBins(self, li) if self.stream else self._plan_blocks(li) for li in range(self.num_layers)
+            StreamedBins(self, li)
+            if self.stream
+            else [self.plan_block(li, b) for b in range(data.layers[li].num_bins)]
+            for li in range(self.num_layers)
         ]
         self.remote_features: torch.Tensor | None = None
         # auto: a worker whose every layer is one bin (its whole partition fits the bin limit) keeps the forward's
@@ -539,9 +534,8 @@ class G3Strategy(Strategy):
         )
         self.saved: list[list] = [[] for _ in range(self.num_layers)]
         self.inputs: list[torch.Tensor | None] = [None] * self.num_layers
-        self.bwd_recvs: dict[
-            int, TableReceiver
-        ] = {}  # backward's receives, posted early by a training forward
+        # backward's receives, posted early by a training forward
+        self.bwd_recvs: dict[int, TableReceiver] = {}
         self.pool = self._gather_pool(cfg)
         self.copy_stream = torch.cuda.Stream(self.device) if self.device != self.home else None
         # layer 0 reads the fixed input features: SAGE/GCN aggregate them once per block and keep the result
@@ -552,9 +546,8 @@ class G3Strategy(Strategy):
             else None
         )
         self.send_structure: dict[int, tuple] = {}  # id(table) → (table, slices, nodes, msg_ptr, msg_ids)
-        self._fwd_bins: list | None = (
-            None  # eager schedules: per layer, the forward's bins (built on first use)
-        )
+        # eager schedules: per layer, the forward's bins (built on first use)
+        self._fwd_bins: list | None = None
         self._bin_deps: list | None = None  # eager schedules: per layer, what each of those bins waits for
         self._init_dataflow()
         self.train_rows = labelled_rows(data.labels, data.splits["train"])  # unlabelled nodes carry no loss
@@ -594,14 +587,6 @@ class G3Strategy(Strategy):
         return helper_executor("g3-gather")
 
     # --- static structure ----------------------------------------------------------------------------------
-    def _make_block(
-        self, rows_lo: int, rows_hi: int, src: np.ndarray, indptr: np.ndarray, indices: np.ndarray
-    ):
-        d = self.data
-        src_t = torch.from_numpy(np.ascontiguousarray(src, dtype=np.int64))
-        dst_t = torch.from_numpy(np.ascontiguousarray(d.priority[rows_lo:rows_hi], dtype=np.int64))
-        return self._block(src_t, dst_t, indptr, indices)
-
     def _block(self, src_t: torch.Tensor, dst_t: torch.Tensor, indptr: np.ndarray, indices: np.ndarray):
         d = self.data
         block = Block(
@@ -614,18 +599,17 @@ class G3Strategy(Strategy):
             dst_global=d.global_ids[dst_t],
         )
         block = block.to(self.device)
-        block._cache[SRC_RANGE] = id_range(
-            src_t
-        )  # bins of consecutive rows (all plan bins): slices, no gathers
+        # bins of consecutive rows (all plan bins): slices, no gathers
+        block._cache[SRC_RANGE] = id_range(src_t)
         block._cache[DST_RANGE] = id_range(dst_t)
         return block, src_t, dst_t
 
     def plan_block(self, li: int, b: int) -> tuple[Block, torch.Tensor, torch.Tensor]:
         """(block, source local ids, destination local ids) of plan bin ``b`` of layer ``li``."""
-        return self._make_block(*self.data.bin_arrays(li, b))
-
-    def _plan_blocks(self, li: int) -> list[tuple[Block, torch.Tensor, torch.Tensor]]:
-        return [self.plan_block(li, b) for b in range(self.data.layers[li].num_bins)]
+        r0, r1, src, indptr, indices = self.data.bin_arrays(li, b)
+        src_t = torch.from_numpy(np.ascontiguousarray(src, dtype=np.int64))
+        dst_t = torch.from_numpy(np.ascontiguousarray(self.data.priority[r0:r1], dtype=np.int64))
+        return self._block(src_t, dst_t, indptr, indices)
 
     def _init_dataflow(self) -> None:
         """How many arcs read each remote row (backward's message completion), from every arc's source (kept for
@@ -653,34 +637,21 @@ class G3Strategy(Strategy):
         return not (self._static(layer) and block.has_cached(LAYER0_ROWS))
 
     def _gather(
-        self,
-        h: torch.Tensor,
-        src: torch.Tensor,
-        layer: int,
-        b: int,
-        block=None,
-        view_ok: bool = False,
-        read_rows: bool = False,
-    ) -> torch.Tensor:
-        """The bin's input rows. ``view_ok``: the caller only reads them before ``h`` changes again (no
-        autograd graph keeps them), so contiguous sources may be a view of ``h`` instead of a copy.
-        ``read_rows``: a forward without gradient, or backward's recomputation, which can let the layer read
-        ``h[src]`` itself (``READ_ROWS``, see ``GNNModel.reads_rows`` and ``layer_backward_rows``) instead of
-        gathering a copy."""
-        if block is not None and not self._needs_gather(layer, block):
+        self, h: torch.Tensor | StoredRows, src: torch.Tensor, layer: int, b: int, block, view_ok: bool
+    ):
+        """The bin's input rows. ``view_ok``: the caller only reads them before ``h`` changes again (no autograd
+        graph keeps them: a forward without kept activations, or backward's recomputation), so contiguous
+        sources may be a view of ``h`` instead of a copy, or the layer may read ``h[src]`` itself (``READ_ROWS``,
+        see ``GNNModel.reads_rows`` and ``layer_backward_rows``) instead of gathering a copy."""
+        if not self._needs_gather(layer, block):
             return block.cached(LAYER0_ROWS, None)  # no gather, no copy: the rows live with the block
         stored = isinstance(h, StoredRows)  # a streamed layer 0: the rows read from disk
-        rng = (
-            block.cached(SRC_RANGE, lambda: None) if (view_ok and block is not None and not stored) else None
-        )
-        if read_rows and rng is None and self._reads_rows(layer, h):
+        rng = block.cached(SRC_RANGE, lambda: None) if view_ok and not stored else None
+        if view_ok and rng is None and self._reads_rows(layer, h):
             return READ_ROWS  # no gather: the layer's aggregation reads h[src] itself
         t0 = now_us()
-        ids = self._ids(block, SRC_IDS, src) if block is not None else src
-        if isinstance(h, StoredRows):
-            x = h.rows(ids.numpy())
-        else:
-            x = take_rows(h, ids, rng).detach() if rng is not None else take_rows_at(h, ids)
+        ids = self._ids(block, SRC_IDS, src)
+        x = h.rows(ids.numpy()) if isinstance(h, StoredRows) else take_rows(h, ids, rng).detach()
         t1 = now_us()
         self.tracer.span(
             "gather",
@@ -824,10 +795,7 @@ class G3Strategy(Strategy):
         )
         self.inputs = hs[:L]
         self.saved = [[] for _ in range(L)]
-        if not self.schedule.eager:
-            run = self._forward_layerwise
-        else:
-            run = self._forward_eager
+        run = self._forward_eager if self.schedule.eager else self._forward_layerwise
         run(epoch, training, hs, sends, recvs)
         for s in sends:
             s.wait()
@@ -840,13 +808,8 @@ class G3Strategy(Strategy):
     def _place_arrived(self, recv: TableReceiver, h: torch.Tensor):
         """``consume(nodes, rows, m)`` for a forward message on the compute thread: copies its rows into ``h``
         unless the receiving thread already did."""
-        put = self._put_remote_rows(h) if recv.unpack is None else None
-
-        def consume(nodes, rows, _m):
-            if put is not None:
-                put(nodes, rows)
-
-        return consume
+        put = self._put_remote_rows(h) if recv.unpack is None else lambda nodes, rows: None
+        return lambda nodes, rows, _m: put(nodes, rows)
 
     def _sender(self, table: str, kind: str, li: int, rows: int) -> TableSender:
         """The sender of the plan's send table ``table`` (``rows``: the local rows its ids index), on the schedule's
@@ -874,37 +837,42 @@ class G3Strategy(Strategy):
         )
 
     def _compute(self, li: int, block, x, src, dst, hs, epoch, training, b):
-        """One bin: layer forward, outputs into h[li+1] (and kept for backward when asked)."""
+        """One bin: layer forward, outputs into h[li+1] (and kept for backward when asked); its compute span and
+        timers."""
         keep = self.keep and training
         t0, c0 = now_us(), time.thread_time()
+        dst_rng = block.cached(DST_RANGE, lambda: None)
         if x is READ_ROWS:  # forward only: the aggregation reads h[src] in place of a gathered copy
-            x_dst = take_rows(hs[li], dst, block.cached(DST_RANGE, lambda: None))
+            x_dst = take_rows(hs[li], dst, dst_rng)
             with torch.no_grad():
                 y = self.model.layer_forward_rows(
                     li, block, hs[li], src, x_dst, epoch, self.cfg.dropout, self.cfg.seed, training
                 )
-            self._finish_bin(li, block, y, dst, hs, t0, c0, b, training)
-            return
+        else:
+            x_src, y = self._run_layer(li, block, x, epoch, training, keep)
+            if keep:
+                self.saved[li].append((block, src, dst, x_src, y))
+        t1 = now_us()
+        out = y.detach().to(hs[li + 1].device, hs[li + 1].dtype)  # streamed bins: copied out
+        put_rows(hs[li + 1], self._ids(block, DST_IDS, dst), dst_rng, out)
+        self._bin_computed(block, li, b, t0, c0, t1, phase="fwd" if training else "eval")
+
+    def _run_layer(self, li: int, block, x, epoch: int, training: bool, grad: bool):
+        """``(x_src, y)``: layer ``li``'s forward on a bin's inputs, recorded for autograd when ``grad`` (the
+        inputs then need gradients above layer 0). A static layer 0 keeps its block's rows on the first call,
+        forward or (``inter`` computes layer 0 forward in its own node-id bins) backward's recomputation: else
+        every epoch gathers them again."""
         x_src = self._ready_input(x)
-        if keep:
+        if grad:
             x_src.requires_grad_(li > 0)
         static = self._static(li)
-        with torch.set_grad_enabled(keep):
+        with torch.set_grad_enabled(grad):
             y = self.model.layer_forward(
                 li, block, x_src, epoch, self.cfg.dropout, self.cfg.seed, training, static_input=static
             )
         if static and not block.has_cached(LAYER0_ROWS):
             self._keep_layer0_rows(block, x_src)
-        if keep:
-            self.saved[li].append((block, src, dst, x_src, y))
-        self._finish_bin(li, block, y, dst, hs, t0, c0, b, training)
-
-    def _finish_bin(self, li, block, y, dst, hs, t0, c0, b, training) -> None:
-        """A bin's outputs into ``h[li + 1]``; its compute span and timers."""
-        t1 = now_us()
-        out = y.detach().to(hs[li + 1].device, hs[li + 1].dtype)  # streamed bins: copied out
-        put_rows(hs[li + 1], self._ids(block, DST_IDS, dst), block.cached(DST_RANGE, lambda: None), out)
-        self._bin_computed(block, li, b, t0, c0, t1, phase="fwd" if training else "eval")
+        return x_src, y
 
     def _bin_computed(self, block, li: int, b: int, t0: int, c0: float, end: int, **args) -> None:
         """A bin's compute, from ``t0`` (and thread CPU time ``c0``) until now, into the timers, and its span (to
@@ -928,14 +896,13 @@ class G3Strategy(Strategy):
         """After a block's first static layer-0 call: keep only the input rows the layer will still read."""
         if self.layer0_rows == "dst":
             rows = x_src[: block.n_dst]
+            # a gathered or copied-in input (or one rebuilt every epoch): keep only these rows
             if (
                 block.cached(SRC_RANGE, lambda: None) is None
                 or not self.knobs.feature_cache
                 or x_src.device != self.home
             ):
-                rows = (
-                    rows.clone()
-                )  # a gathered or copied-in input (or one rebuilt every epoch): keep only these rows
+                rows = rows.clone()
             # else: a view of the layer-0 input, which stays as it is while the feature cache holds it
         else:
             rows = x_src.new_empty((0, x_src.shape[1]))
@@ -944,9 +911,8 @@ class G3Strategy(Strategy):
     def _forward_layerwise(self, epoch, training, hs, sends, recvs) -> None:
         L = self.num_layers
         for li in range(L):
-            view_ok = not (
-                self.keep and training
-            )  # kept activations must not alias h (receives write into it)
+            # kept activations must not alias h (receives write into it)
+            view_ok = not (self.keep and training)
             for b, block, src, dst, x in self._bins_read_ahead(li, hs[li], view_ok):
                 self._compute(li, block, x, src, dst, hs, epoch, training, b)
                 if li < L - 1:
@@ -957,13 +923,12 @@ class G3Strategy(Strategy):
     def _bins_read_ahead(self, li: int, h, view_ok: bool):
         """The plan's bins of layer ``li`` in order, each as ``(b, block, src, dst, inputs)``: under
         ``intra``/``multi`` the next bin's inputs (streamed: its structure too, read from disk) are prepared on
-        the prefetch thread while the caller computes this one. Inputs as :meth:`_gather` gives them, with
-        ``view_ok`` and ``read_rows`` alike (a forward without kept activations, or backward's recomputation)."""
+        the prefetch thread while the caller computes this one. Inputs as :meth:`_gather` gives them."""
         bins = self.blocks[li]
 
         def prepare(b):
             block, src, dst = bins[b]
-            return block, src, dst, self._gather(h, src, li, b, block, view_ok, view_ok)
+            return block, src, dst, self._gather(h, src, li, b, block, view_ok)
 
         def submit(b):
             return self.pool.submit(prepare, b) if self.pool is not None else prepare(b)
@@ -1010,26 +975,28 @@ class G3Strategy(Strategy):
                 if not recvs[li].finished:
                     recvs[li].poll(arrived(li))
             li, b = next_bin()
-            if li is None:
-                self._idle_until_message(recvs, arrived)
+            if li is None:  # nothing is ready: block until the lowest layer still expecting messages gets one
+                pending = [k for k, r in enumerate(recvs) if not r.finished]
+                if not pending:
+                    raise RuntimeError("eager schedule stalled: no ready rows and no message to wait for")
+                recvs[pending[0]].take_one(arrived(pending[0]))
                 continue
             _, block, src, dst = bins[li][b]
             ran[li][b] = True
             left[li] -= 1
             x = prefetched.pop((li, b), None)
-            x = x.result() if x is not None else self._gather(hs[li], src, li, b, block, view_ok, view_ok)
+            x = x.result() if x is not None else self._gather(hs[li], src, li, b, block, view_ok)
             if self.pool is not None and not prefetched:  # gather the next runnable bin meanwhile
                 nl, nb = next_bin()
                 if nl is not None and self._needs_gather(nl, bins[nl][nb][1]):
                     _, nblock, nsrc, _ = bins[nl][nb]
                     prefetched[(nl, nb)] = self.pool.submit(
-                        self._gather, hs[nl], nsrc, nl, nb, nblock, view_ok, view_ok
+                        self._gather, hs[nl], nsrc, nl, nb, nblock, view_ok
                     )
             self._compute(li, block, x, src, dst, hs, epoch, training, b)
             if li < L - 1:
-                sends[li].produced(
-                    dst.numpy(), hs[li + 1]
-                )  # first: peers get the rows before the bookkeeping
+                # first: peers get the rows before the bookkeeping
+                sends[li].produced(dst.numpy(), hs[li + 1])
                 wait[li + 1][deps[li + 1].dependents(b)] -= 1
 
     def _bin_dependencies(self) -> list:
@@ -1078,8 +1045,7 @@ class G3Strategy(Strategy):
         fixed = layer["bin_limit_bytes"] is None
         limit = int(layer["bin_limit_nodes"]) if fixed else n_own
         limit_bytes = NO_LIMIT if fixed else int(layer["bin_limit_bytes"])
-        prio = np.asarray(d.priority, dtype=np.int64)
-        order = np.asarray(d.new_id, dtype=np.int64)  # rows in node-id order
+        prio, order = d.priority, d.new_id  # order: the rows in node-id order
         # what each bin holds on the device, its distinct sources counted as it grows (the plan's rule, for the
         # device kind the plan's bins were sized for)
         cost = bin_costs(self.ctx.spec, bins_device(self.ctx.options))[li]
@@ -1096,14 +1062,6 @@ class G3Strategy(Strategy):
                 (rows, *self._block(torch.from_numpy(src), torch.from_numpy(prio[rows]), indptr, indices))
             )
         return out
-
-    def _idle_until_message(self, recvs, arrived) -> None:
-        """Nothing is ready: block until the lowest layer still expecting messages gets one."""
-        pending = [li for li, r in enumerate(recvs) if not r.finished]
-        if not pending:
-            raise RuntimeError("eager schedule stalled: no ready rows and no message to wait for")
-        li = pending[0]
-        recvs[li].take_one(arrived(li))
 
     # --- backward ------------------------------------------------------------------------------------------
     def _backward(self, grad_out: torch.Tensor, epoch: int) -> None:
@@ -1136,8 +1094,6 @@ class G3Strategy(Strategy):
                 dst_rng = block.cached(DST_RANGE, lambda: None)
                 dst_ids = self._ids(block, DST_IDS, dst)
                 grad_rows = take_rows(grad_out, dst_ids, dst_rng)
-                if y_saved is not None:
-                    x_src, y = x_saved, y_saved
                 if (
                     x is not READ_ROWS
                     and y_saved is None
@@ -1172,24 +1128,9 @@ class G3Strategy(Strategy):
                     )
                 else:
                     recomputed = y_saved is None
-                    if y_saved is None:
-                        x_src = self._ready_input(x)
-                        x_src.requires_grad_(need_input_grad)
-                        with torch.enable_grad():
-                            y = self.model.layer_forward(
-                                li,
-                                block,
-                                x_src,
-                                epoch,
-                                self.cfg.dropout,
-                                self.cfg.seed,
-                                True,
-                                static_input=self._static(li),
-                            )
-                        if self._static(li) and not block.has_cached(LAYER0_ROWS):
-                            # `inter` computes layer 0 forward in its own node-id bins, so the plan's bins first
-                            # see the fixed features here: keep their rows now, or every epoch gathers them again
-                            self._keep_layer0_rows(block, x_src)
+                    x_src, y = (
+                        self._run_layer(li, block, x, epoch, True, True) if recomputed else (x_saved, y_saved)
+                    )
                     torch.autograd.backward(y, grad_rows.to(y.device, dtype=y.dtype))
                     grad_src = x_src.grad.to(h.device, h.dtype) if need_input_grad else None
                 if need_input_grad:

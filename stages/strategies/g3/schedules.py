@@ -15,15 +15,9 @@
   messages of step s are sent; the layer ends when every ``bwd_recv_l`` message has arrived and its own sends have left.
 * then the gradient all-reduce (a barrier) and the optimizer step.
 
-**bns-gcn** (the runtime's ``bns-gcn`` strategy, BNS-GCN / NeutronStar as G3 ran them): per layer every worker
-computes its whole partition at once, then sends each peer the same boundary rows in one message (all-to-all;
-``--boundary-sample P`` scales the hidden layers' rows), waits for its own, and all workers meet at a barrier;
-backward alike with gradients. Same partitions, rates and per-peer bytes as g3.
-
-**sancus-broadcast**, **sancus-p2p** (the runtime's ``sancus`` strategy with ``--staleness epoch:N``): as
-bns-gcn, but the hidden layers' rows move only every N+1 epochs — as whole blocks broadcast by every owner, or
-as bns-gcn's boundary rows after a one-word header per peer — and the epoch is the mean of a sending epoch
-and N skipping ones.
+**bns-gcn**, **sancus-broadcast**, **sancus-p2p**: their strategies' own workers (``bns_gcn_worker`` in
+stages/strategies/bns_gcn/simulate.py, ``sancus_worker`` in stages/strategies/sancus/simulate.py), on the same
+partitions, rates and per-peer bytes as g3.
 
 **halo** (DistGNN / ROC style L-hop replication): every worker recomputes its L-hop in-neighbourhood — layer
 l computes the nodes within L-1-l hops of its partition — so no embedding or gradient moves during the epoch
@@ -64,9 +58,11 @@ def _recv_keys(table, kind: str, li: int, me: int) -> list:
     return [(kind, li, int(peer), me, int(step)) for step, peer, _ in table.msgs]
 
 
-def _overhead(rates: Rates, bins: int = 1):
-    t = rates.overhead_per_bin * bins
-    return ("compute", t, "overhead", "overhead") if t > 0 else None
+def _overhead(rates: Rates, now: float):
+    """A bin's fixed overhead (``rates.overhead_per_bin``), where there is one."""
+    if rates.overhead_per_bin > 0:
+        now = yield ("compute", rates.overhead_per_bin, "overhead", "overhead")
+    return now
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -84,10 +80,15 @@ def g3_worker(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, engine
     return now
 
 
+def _send(wl: Workload, w: WorkerLoad, kind: str, li: int, step: int, peer: int, count: int, blocking: bool):
+    """The engine's request: ``w`` sends ``count`` rows of layer ``li`` (``kind``: fwd or bwd) to ``peer``."""
+    nbytes = wl.fwd_bytes(li, count) if kind == "fwd" else wl.bwd_bytes(li, count)
+    return ("send", (kind, li, w.rank, peer, step), peer, nbytes, blocking)
+
+
 def _send_step(wl: Workload, w: WorkerLoad, steps: dict, step: int, kind: str, li: int, blocking: bool):
     for peer, count in steps.get(step, ()):
-        nbytes = wl.fwd_bytes(li, count) if kind == "fwd" else wl.bwd_bytes(li, count)
-        yield ("send", (kind, li, w.rank, peer, step), peer, nbytes, blocking)
+        yield _send(wl, w, kind, li, step, peer, count, blocking)
 
 
 def _forward_layerwise(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, now: float):
@@ -110,8 +111,7 @@ def _forward_layerwise(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rate
                 now = yield compute(
                     rates.gather(li, srcs[b]) + rates.fwd(li, arcs[b], nodes[b]), f"L{li} bin {b}"
                 )
-            if (oh := _overhead(rates)) is not None:
-                now = yield oh
+            now = yield from _overhead(rates, now)
             for req in _send_step(wl, w, steps, b, "fwd", li, not sched.async_send):
                 now = yield req
         if li < L - 1:
@@ -181,16 +181,14 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
     self_row = np.concatenate([pos, np.full(w.num_remote, -1, dtype=np.int64)])
     ready = [np.ones(n_own, dtype=np.bool_)] + [np.zeros(n_own, dtype=np.bool_) for _ in range(L - 1)]
     missing = [None] + [in_deg + 1 for _ in range(L - 1)]
-    sends = []
+    sends, recvs = [], []  # per layer: (send table, node_messages' pointers and ids, rows left); (key, nodes)
     for li in range(L - 1):
         t = w.table(f"fwd_send_{li}")
-        ptr, ids = node_messages(t.nodes, t.msgs[:, 2], n_own)
-        sends.append((t, ptr, ids, t.msgs[:, 2].copy()))
-    recvs = []
-    for li in range(L - 1):
-        t = w.table(f"fwd_recv_{li}")
-        msgs = [((("fwd", li, peer, w.rank, step)), t.nodes[sl]) for step, peer, sl in t.message_slices()]
-        recvs.append(msgs)
+        sends.append((t, *node_messages(t.nodes, t.msgs[:, 2], n_own), t.msgs[:, 2].copy()))
+        r = w.table(f"fwd_recv_{li}")
+        recvs.append(
+            [(("fwd", li, peer, w.rank, step), r.nodes[sl]) for step, peer, sl in r.message_slices()]
+        )
     blocking = not sched.async_send
     bins = _forward_bins(wl, w, sched)
     row_bin = []  # rows of each bin not ready yet: a bin runs once none is left
@@ -206,9 +204,10 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
     gathered: dict = {}  # (layer, bin) -> when its prefetched inputs are in
     lane = now  # the gather lane
 
-    def became_ready(k, newly):
+    def release(li, rows):  # layer li's outputs of these rows are present: count layer li+1's rows now ready
+        newly = release_inputs(rows, t_ptr, t_rows, self_row, missing[li + 1], no_other, ready[li + 1])
         if len(newly):
-            bin_wait[k] -= np.bincount(row_bin[k][newly], minlength=len(bin_wait[k]))
+            bin_wait[li + 1] -= np.bincount(row_bin[li + 1][newly], minlength=len(bin_wait[li + 1]))
 
     def next_bin():
         return lowest_runnable_bin(bin_wait, ran, left)
@@ -220,18 +219,7 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
                 keep = []
                 for key, nodes in recvs[li]:
                     if engine.arrival.get(key, math.inf) <= now:
-                        became_ready(
-                            li + 1,
-                            release_inputs(
-                                nodes + n_own,
-                                t_ptr,
-                                t_rows,
-                                self_row,
-                                missing[li + 1],
-                                no_other,
-                                ready[li + 1],
-                            ),
-                        )
+                        release(li, nodes + n_own)
                     else:
                         keep.append((key, nodes))
                 recvs[li] = keep
@@ -257,24 +245,15 @@ def _forward_eager(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, e
             lane = max(now + gather, lane) + rates.gather(nl, bins[nl][nb][1])
             gathered[(nl, nb)] = lane
         now = yield compute(gather + rates.fwd(li, arcs, len(rows)), f"L{li} bin {b}")
-        if (oh := _overhead(rates)) is not None:
-            now = yield oh
+        now = yield from _overhead(rates, now)
         if li < L - 1:
             dst = w.priority[rows]
-            became_ready(
-                li + 1, release_inputs(dst, t_ptr, t_rows, self_row, missing[li + 1], no_other, ready[li + 1])
-            )
+            release(li, dst)
             t, ptr, ids, left_msgs = sends[li]
             if len(t.msgs):
                 for m in complete_messages(dst, ptr, ids, left_msgs):
                     step, peer, count = (int(x) for x in t.msgs[m])
-                    now = yield (
-                        "send",
-                        ("fwd", li, w.rank, peer, step),
-                        peer,
-                        wl.fwd_bytes(li, count),
-                        blocking,
-                    )
+                    now = yield _send(wl, w, "fwd", li, step, peer, count, blocking)
     now = yield ("wait_sends",)
     return now
 
@@ -284,12 +263,10 @@ def _backward(wl: Workload, w: WorkerLoad, sched: Schedule, rates: Rates, now: f
         lb = w.layers[li]
         need = li > 0
         steps = _by_step(w.table(f"bwd_send_{li}")) if need else {}
-        B = lb.num_bins
-        for s in range(B):
-            b = s  # plan order: the bins that read remote inputs come first, their gradients leave early
-            now = yield compute(rates.bwd(li, lb.bin_arcs[b], lb.bin_nodes[b]), f"L{li} bwd {s}")
-            if (oh := _overhead(rates)) is not None:
-                now = yield oh
+        # plan order: the bins that read remote inputs come first, their gradients leave early (step s = bin s)
+        for s in range(lb.num_bins):
+            now = yield compute(rates.bwd(li, lb.bin_arcs[s], lb.bin_nodes[s]), f"L{li} bwd {s}")
+            now = yield from _overhead(rates, now)
             for req in _send_step(wl, w, steps, s, "bwd", li, not sched.async_send):
                 now = yield req
         if need:
@@ -324,7 +301,6 @@ def _hop_sizes(indptr, indices, members, depth, seen, stamp):
         a += indptr[v + 1] - indptr[v]
     counts[0], arcs[0] = n, a
     for d in range(1, depth + 1):
-        nxt = np.empty(0, dtype=np.int64)
         buf = np.empty(max(16, len(frontier)), dtype=np.int64)
         m = 0
         for v in frontier:

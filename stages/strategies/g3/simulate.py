@@ -48,13 +48,7 @@ def simulate(plan: Path, meta: dict, options: SimulateOptions, out: Path, replan
     rates = load_rates(options.profile, wl.shapes) if options.profile else default_rates(wl.shapes)
     csr = _load_csr(meta["store"].get("path")) if options.baselines else None
     main = simulate_workload(
-        wl,
-        systems,
-        rates,
-        net,
-        halo=_halo_for(target, wl, csr) if csr else None,
-        record=True,
-        options=options,
+        wl, systems, rates, net, halo=_halo_for(target, wl, csr), record=True, options=options
     )
 
     scaling = []
@@ -65,7 +59,7 @@ def simulate(plan: Path, meta: dict, options: SimulateOptions, out: Path, replan
             main
             if kk == k
             else simulate_workload(
-                w2, systems, rates, network(kk), halo=_halo_for(p, w2, csr) if csr else None, options=options
+                w2, systems, rates, network(kk), halo=_halo_for(p, w2, csr), options=options
             )
         )
         scaling.append({"workers": kk, "plan": str(p), "systems": {r["system"]: summary(r) for r in res}})
@@ -137,6 +131,10 @@ def _load_csr(store_path: str | None):
     return GraphStore.open(store_path).load_csr()
 
 
+# the figures of a sancus epoch that are the mean of a sending epoch and N skipping ones
+STALENESS_MEANS = ("epoch_seconds", "bytes_per_epoch", "busy_max", "busy_mean", "comm_wait_mean", "idle_mean")
+
+
 def simulate_system(
     wl: Workload,
     system: str,
@@ -154,17 +152,7 @@ def simulate_system(
         n = staleness_epochs
         fresh = _simulate(wl, system, rates, net, halo, record, boundary_sample, True)
         stale = _simulate(wl, system, rates, net, halo, False, boundary_sample, False)
-        mean = {
-            key: (fresh[key] + n * stale[key]) / (n + 1)
-            for key in (
-                "epoch_seconds",
-                "bytes_per_epoch",
-                "busy_max",
-                "busy_mean",
-                "comm_wait_mean",
-                "idle_mean",
-            )
-        }
+        mean = {key: (fresh[key] + n * stale[key]) / (n + 1) for key in STALENESS_MEANS}
         mean["throughput"] = wl.num_nodes / mean["epoch_seconds"] if mean["epoch_seconds"] > 0 else None
         return {
             **fresh,
@@ -202,27 +190,25 @@ def _simulate(
         raise G3InputError(f"{system}: {exc} (the plan's send and receive tables do not match)") from None
     t_end = max((s.end for s in stats), default=0.0)
     ar = allreduce_seconds(wl.num_params, k, net)
-    sync = (
-        ar + rates.step_seconds / net.slowest_speed()
-    )  # the optimizer step: every worker's, the slowest's last
+    # the optimizer step: every worker's, the slowest's last
+    sync = ar + rates.step_seconds / net.slowest_speed()
     epoch = t_end + sync
-    workers = []
-    for r, s in enumerate(stats):
-        workers.append(
-            {
-                "rank": r,
-                "busy": s.busy,
-                "overhead": s.overhead,
-                "comm_wait": s.comm_wait,
-                "idle": s.gather_wait + s.barrier_wait + (t_end - s.end),
-                "sync": sync,
-                "end": s.end,
-                "bytes_sent": s.bytes_sent,
-                "messages": s.messages,
-                "link_seconds": s.link_seconds,
-                **({"spans": s.spans} if record else {}),
-            }
-        )
+    workers = [
+        {
+            "rank": r,
+            "busy": s.busy,
+            "overhead": s.overhead,
+            "comm_wait": s.comm_wait,
+            "idle": s.gather_wait + s.barrier_wait + (t_end - s.end),
+            "sync": sync,
+            "end": s.end,
+            "bytes_sent": s.bytes_sent,
+            "messages": s.messages,
+            "link_seconds": s.link_seconds,
+            **({"spans": s.spans} if record else {}),
+        }
+        for r, s in enumerate(stats)
+    ]
     return {
         "system": system,
         "workers_count": k,

@@ -138,15 +138,10 @@ class SancusStrategy(LayerSyncStrategy):
             self._broadcast(li, h, fresh, label)
         else:
             fresh = self._p2p(li, h, bool(self.fresh_owners(li, h, epoch)[self.rank]), label)
-        for j in range(self.ctx.world):
-            if j != self.rank:
-                if bool(fresh[j]):
-                    self.version[li][j] = epoch
-        if bool(fresh[self.rank]):
-            self.version[li][self.rank] = epoch
-            if self.policy == "drift":
-                self.sent[li] = self._my_rows(h).clone()
+        self.version[li][fresh] = epoch
         mine = int(bool(fresh[self.rank]))
+        if mine and self.policy == "drift":
+            self.sent[li] = self._my_rows(h).clone()
         self.sent_layers += mine
         self.skipped_layers += 1 - mine
         return self.cache[li]
@@ -167,11 +162,8 @@ class SancusStrategy(LayerSyncStrategy):
     def _p2p(self, li: int, h: torch.Tensor, mine: bool, label: str) -> torch.Tensor:
         """A one-word header to every peer (1: rows follow), then the fresh owners' boundary rows."""
         k = self.ctx.world
-        header = torch.tensor([[int(mine)]], dtype=torch.int64)
-        heads = self.tr.all_to_all([header] * k, [1] * k, f"{label}-header")
-        fresh = torch.tensor(
-            [bool(mine) if q == self.rank else bool(heads[q].reshape(-1)[0]) for q in range(k)]
-        )
+        heads = self._words([mine] * k, f"{label}-header")
+        fresh = torch.tensor([bool(mine) if q == self.rank else heads[q] for q in range(k)])
         self._boundary_rows(li, h, [bool(mine)] * k, fresh.tolist(), label)
         return fresh
 
@@ -179,14 +171,18 @@ class SancusStrategy(LayerSyncStrategy):
         """Check A over p2p: a one-word ask to every peer (1: send me your rows), then each owner sends its
         boundary rows to the peers that asked. Returns bool ``[K]``: the owners that sent here, and at this
         worker's own position whether anyone asked it."""
-        k = self.ctx.world
-        words = [torch.tensor([[int(asks[q])]], dtype=torch.int64) for q in range(k)]
-        got = self.tr.all_to_all(words, [1] * k, f"ask{li - 1}")
-        asked_by = [q != self.rank and bool(got[q].reshape(-1)[0]) for q in range(k)]
+        asked_by = self._words(asks.tolist(), f"ask{li - 1}")
         self._boundary_rows(li, h, asked_by, [bool(a) for a in asks], label)
         fresh = asks.clone()
         fresh[self.rank] = any(asked_by)
         return fresh
+
+    def _words(self, words: list, label: str) -> list[bool]:
+        """One word to every peer (``words[q]``, a flag); returns the flag each peer sent here (False at this
+        worker's own position)."""
+        k = self.ctx.world
+        got = self.tr.all_to_all([torch.tensor([[int(w)]], dtype=torch.int64) for w in words], [1] * k, label)
+        return [q != self.rank and bool(got[q].reshape(-1)[0]) for q in range(k)]
 
     def _boundary_rows(self, li: int, h: torch.Tensor, send_to: list, recv_from: list, label: str) -> None:
         """This worker's boundary rows to the peers ``send_to`` marks, and into the cache the rows of those
