@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 from stages.common.errors import G3InputError
 from stages.ingest import edgelist, ogb
-from stages.ingest.ogb import detect_ogb, read_ogb
+from stages.ingest.ogb import read_ogb
 
 N = 12
 RNG = np.random.default_rng(7)
@@ -113,6 +113,12 @@ def check_source(src, name):
     assert src.num_classes == 4
     for part, ids in SPLITS.items():
         np.testing.assert_array_equal(src.splits[part], ids)
+
+
+def detect_ogb(path) -> bool:
+    """True for a folder laid out like an OGB node-property-prediction dataset (as the fixtures make them)."""
+    raw = Path(path) / "raw"
+    return raw.is_dir() and (ogb._find(raw, "edge") is not None or (raw / "data.npz").is_file())
 
 
 def read_checked(folder: Path, name: str):

@@ -158,11 +158,7 @@ def pyg_source(
     ``train_mask``/``val_mask``/``test_mask`` (or ``train_idx``/``val_idx``/``test_idx``)."""
 
     def attr(*names):
-        for n in names:
-            value = getattr(data, n, None)
-            if value is not None:
-                return value
-        return None
+        return next((getattr(data, n) for n in names if getattr(data, n, None) is not None), None)
 
     if attr("edge_index") is None:
         raise G3InputError("the object has no edge_index (a PyG Data is expected)", path=where or name)

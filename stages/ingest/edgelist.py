@@ -13,10 +13,6 @@ and tried again, and only then parsed line by line in Python, which also finds t
 Arrays: ``.npy`` of shape ``[2, E]`` (an ``edge_index``) or ``[E, 2]`` (a ``(2, 2)`` array is read as
 ``[2, E]``), memory-mapped; ``.npz`` with the key ``edge_index`` or a single array, memory-mapped when the
 archive is stored uncompressed and streamed otherwise.
-
-Features and labels come from array specs (:func:`open_array_spec`): ``file.npy``, ``file.npz[:key]`` or
-``file.h5:/dataset`` (HDF5 through h5py), all read lazily by rows. Splits come from index files (text, one id
-per line, or arrays).
 """
 
 from __future__ import annotations

@@ -272,15 +272,6 @@ def _read_splits(split_dir: Path, num_nodes: int) -> dict[str, np.ndarray]:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def detect_ogb(path) -> bool:
-    """True for a folder laid out like an OGB node-property-prediction dataset."""
-    p = Path(path)
-    raw = p / "raw"
-    if not raw.is_dir():
-        return False
-    return _find(raw, "edge") is not None or (raw / "data.npz").is_file()
-
-
 def read_ogb(folder, split_name: str | None = None) -> GraphSource:
     """Read an OGB node-property-prediction folder (CSV or ``data.npz`` layout); see the module docstring."""
     folder = Path(folder)
