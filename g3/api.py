@@ -387,16 +387,10 @@ def advise(
     Returns advise.json: its ``ranking``, best first."""
     from stages.advise import AdviseOptions, parse_links, parse_strategies, parse_workers, run_advise
 
-    ks = (
-        None
-        if workers is None
-        else parse_workers(workers if isinstance(workers, str) else ",".join(map(str, _as_tuple(workers))))
-    )
-    links = (
-        None if link is None else parse_links(link if isinstance(link, str) else ",".join(_as_tuple(link)))
-    )
+    ks = None if workers is None else parse_workers(_comma_text(workers))
+    links = None if link is None else parse_links(_comma_text(link))
     if "strategies" in options and not isinstance(options["strategies"], tuple | type(None)):
-        options["strategies"] = parse_strategies(",".join(_as_tuple(options["strategies"])))
+        options["strategies"] = parse_strategies(_comma_text(options["strategies"]))
     return run_advise(
         store,
         _options(
@@ -409,8 +403,9 @@ def advise(
     )
 
 
-def _as_tuple(x) -> tuple:
-    return (x,) if isinstance(x, str | int) else tuple(x)
+def _comma_text(x) -> str:
+    """``2``, ``"2,4"`` or ``(2, 4)`` as the command line gives it: ``"2"``, ``"2,4"``."""
+    return x if isinstance(x, str) else ",".join(map(str, (x,) if isinstance(x, int) else x))
 
 
 __all__ = [

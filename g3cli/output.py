@@ -78,16 +78,12 @@ def print_ingest_report(report) -> None:
 def print_summary(summary: dict) -> None:
     """Print the summary dict of any artifact (``g3 info``)."""
     kind = summary.get("kind")
-    if kind == "store":
-        _print_store(summary)
-    elif kind == "partition":
+    if kind == "partition":
         from stages.partition import print_partition_summary
 
         print_partition_summary(summary, console)
-    elif kind == "plan":
-        _print_plan(summary)
-    elif kind == "run":
-        _print_run(summary)
+    elif kind in ("store", "plan", "run"):
+        {"store": _print_store, "plan": _print_plan, "run": _print_run}[kind](summary)
     else:
         from rich.pretty import Pretty
 

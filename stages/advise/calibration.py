@@ -14,6 +14,7 @@ from stages.advise.options import AdviseOptions, latency
 from stages.common.atomic import write_json_atomic
 from stages.common.errors import G3InputError
 from stages.common.run_artifact import load_run_meta, read_metrics
+from stages.common.units import parse_rate
 from stages.strategies.registry import load_plan, strategy_spec
 
 
@@ -178,7 +179,6 @@ def simulate_run(
     """The modelled system of a calibration run: the plan simulated at the run's K and network (the calibration
     link, or the loopback: no bandwidth limit) with the run's train knobs and the variant's ``simulate`` options
     (bns-gcn's boundary sampling, sancus's staleness), every worker at ``speed``."""
-    from stages.kits.runtime.launch.netemu import parse_rate
     from stages.plan import parse_options
     from stages.simulate import SimulateOptions, simulate_plan
 

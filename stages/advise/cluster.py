@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages.common.errors import G3InputError
-from stages.common.units import human_bytes, parse_size
+from stages.common.units import human_bytes, parse_rate, parse_size
 
 CLUSTER_SCHEMA = "g3.cluster"
 CLUSTER_VERSION = 1
@@ -96,11 +96,6 @@ class Cluster:
     def slowest_link(self) -> HostKind:
         return min(self.kinds, key=lambda kind: kind.link_bits_per_second)
 
-    @property
-    def label(self) -> str:
-        """What the ranking's ``link`` column says for this cluster: its name."""
-        return self.name
-
     def describe(self) -> str:
         return f"{self.name}: " + ", ".join(kind.describe() for kind in self.kinds)
 
@@ -138,7 +133,6 @@ class Cluster:
 def load_cluster(path: str | Path) -> Cluster:
     """The cluster file at ``path``, checked; any bad field is one line naming the file and the field."""
     from stages.common.artifact_json import read_json_file
-    from stages.kits.runtime.launch.netemu import parse_rate
 
     path = Path(path)
     data = read_json_file(path, check=False)  # unreadable, not JSON, not an object: one line naming the file

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from stages.common.errors import G3InputError
 from stages.common.settings import setting
-from stages.common.units import parse_size
+from stages.common.units import parse_rate, parse_size
 from stages.plan import MODELS
 from stages.strategies.registry import strategy_spec
 
@@ -46,8 +46,6 @@ CONVERGENCE_MODELS = {
 
 def check_rate(text: str, flag: str) -> None:
     """A link rate as `--emulate-link` takes it; bad input is one line naming ``flag``."""
-    from stages.kits.runtime.launch.netemu import parse_rate
-
     try:
         parse_rate(text)
     except ValueError as exc:

@@ -11,6 +11,7 @@ from pathlib import Path
 from stages.advise.calibration import Cache
 from stages.advise.options import ANCHOR_FLOOR, AdviseOptions, latency
 from stages.common.errors import G3InputError
+from stages.common.units import human_bytes, parse_rate
 from stages.strategies.registry import knob_declarations
 
 
@@ -155,8 +156,6 @@ def entry(
         e["hosts"] = hosts  # per host kind: its device memory, its workers' peak, whether it fits
         short = next((h for h in hosts or () if h["fits"] is False), None)
         if short is not None:
-            from stages.common.units import human_bytes
-
             kind = next(x for x in cluster.kinds if x.name == short["name"])
             e["misfit"] = (
                 f"on host kind {kind.name!r} ({kind.count} host{'s' if kind.count > 1 else ''}, "
@@ -185,7 +184,6 @@ def predict(
     cluster=None,
     speed_fits: dict | None = None,
 ) -> None:
-    from stages.kits.runtime.launch.netemu import parse_rate
     from stages.simulate import SimulateOptions, simulate_plan
 
     speed = 1.0
@@ -294,7 +292,6 @@ def anchor_seconds(check: dict | None, system: dict) -> float:
 def rank(entries: list[dict], memory: int) -> list[dict]:
     """Best first: predicted and fitting by epoch time; then predicted but not fitting; then not predicted; then
     refused. Each entry's reason says why it is where it is."""
-    from stages.common.units import human_bytes
 
     def tier(e):
         if e["status"] == "ok":

@@ -176,7 +176,7 @@ def _on_cluster(options: AdviseOptions):
     options = replace(
         options,
         workers=(cluster.workers,),
-        links=(cluster.label,),
+        links=(cluster.name,),
         device_memory=cluster.smallest_memory().device_memory,
     )
     return options, cluster

@@ -21,8 +21,11 @@ EXPORT_SCHEMA = "g3.bench-graph"
 EXPORT_VERSION = 1
 
 
-def _meta(store: GraphStore) -> dict:
-    return {
+def export_graph(store_path: str | Path, out: str | Path) -> Path:
+    """Write STORE's graph to ``out`` (.npz), unless an export of the same store (same checksums) is there."""
+    store = GraphStore.open(store_path)
+    out = Path(out)
+    meta = {
         "schema": EXPORT_SCHEMA,
         "schema_version": EXPORT_VERSION,
         "name": store.name,
@@ -31,13 +34,6 @@ def _meta(store: GraphStore) -> dict:
         "num_arcs": store.num_arcs,
         "checksums": store.meta.get("checksums", {}),
     }
-
-
-def export_graph(store_path: str | Path, out: str | Path) -> Path:
-    """Write STORE's graph to ``out`` (.npz), unless an export of the same store (same checksums) is there."""
-    store = GraphStore.open(store_path)
-    out = Path(out)
-    meta = _meta(store)
     if out.is_file():
         try:
             old = read_graph(out)["meta"]

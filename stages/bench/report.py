@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.common.units import human_bytes
+from stages.common.units import human_bytes, parse_rate
 
 
 def _s(x: float | None) -> str:
@@ -34,9 +34,7 @@ def table_rows(result: dict, entries: list[dict] | None = None) -> list[list[str
         if e["status"] != "ok":
             done = e.get("completed_epoch_seconds") or []
             extra = f" (epochs it finished: {', '.join(_s(t) for t in done)})" if done else ""
-            rows.append(
-                [e["label"], "-", "-", "-", "-", "-", "-", "-", "-", "-", (e["note"] or e["status"]) + extra]
-            )
+            rows.append([e["label"], *["-"] * (len(HEADER) - 2), (e["note"] or e["status"]) + extra])
             continue
         peak = max(e["peak_memory_bytes"]) if e.get("peak_memory_bytes") else None
         rows.append(
@@ -163,7 +161,7 @@ def rate_table(result: dict):
     t.add_column("system", justify="left", overflow="fold", min_width=16)
     for link in links:
         t.add_column(link, justify="right", overflow="fold", min_width=6)
-    fastest = max(links, key=_rate_bits)
+    fastest = max(links, key=parse_rate)
     for key, times in rows.items():
         base = times.get(fastest)
         cells = [
@@ -179,12 +177,6 @@ def _without_link(e: dict) -> str:
     return e["label"].removesuffix(f", {e['link']}")
 
 
-def _rate_bits(link: str) -> float:
-    from stages.kits.runtime.launch.netemu import parse_rate
-
-    return parse_rate(link)
-
-
 def plot_links(result: dict, path: Path) -> None:
     """Median epoch time against the link rate, one line per strategy run (spec and K), log-log."""
     import matplotlib
@@ -196,7 +188,7 @@ def plot_links(result: dict, path: Path) -> None:
     for e in result["entries"]:
         if e.get("link") and e.get("median_epoch_seconds"):
             series.setdefault(_without_link(e), []).append(
-                (_rate_bits(e["link"]) / 1e9, e["median_epoch_seconds"])
+                (parse_rate(e["link"]) / 1e9, e["median_epoch_seconds"])
             )
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for key, pts in series.items():

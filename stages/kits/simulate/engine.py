@@ -217,16 +217,14 @@ class Engine:
 
     def _wait_time(self, kind: str, keys) -> float:
         """When the wait can end given what has been sent so far (inf: not yet known)."""
-        if kind in ("sent", "sends"):  # a blocking send; every send of this worker
-            if any(k not in self.left for k in keys):
-                return math.inf
-            return max((self.left[k] for k in keys), default=0.0)
-        if kind == "all":
-            if any(k not in self.arrival for k in keys):
-                return math.inf
-            return max((self.arrival[k] for k in keys), default=0.0)
-        times = [self.arrival[k] for k in keys if k in self.arrival]
-        return min(times) if times else math.inf
+        if kind == "any":
+            times = [self.arrival[k] for k in keys if k in self.arrival]
+            return min(times) if times else math.inf
+        # "sent", "sends" (a blocking send; every send of this worker): when they have left; "all": arrived
+        done = self.left if kind in ("sent", "sends") else self.arrival
+        if any(k not in done for k in keys):
+            return math.inf
+        return max((done[k] for k in keys), default=0.0)
 
     def _reschedule(self, w: int) -> None:
         kind, keys, since, wid = self._waiting[w]
