@@ -40,7 +40,7 @@ from stages.kits.runtime.device.op_counter import OpCount, OpCounter
 from stages.kits.runtime.inference import LayerwiseInference, per_peer_ids
 from stages.kits.runtime.kernels import backend
 from stages.kits.runtime.models.sage import ROW_INDICES, SAGEConv
-from stages.kits.runtime.neighbor_sampler import Ids, SampledBlock, sample_key, signed64
+from stages.kits.runtime.neighbor_sampler import Ids, SampledBlock, _mix64, sample_key, signed64
 from stages.kits.runtime.strategy import (
     Inference,
     StepOutput,
@@ -64,10 +64,7 @@ def step_key(epoch: int, step: int) -> int:
 def _hash_ids(key, ids, out):
     k = np.uint64(key)
     for i in range(len(ids)):
-        z = (k ^ np.uint64(ids[i])) + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        out[i] = z ^ (z >> np.uint64(31))
+        out[i] = _mix64(k ^ np.uint64(ids[i]))
 
 
 def shuffled(ids: np.ndarray, seed: int, epoch: int, stream: int = 0) -> np.ndarray:

@@ -434,11 +434,15 @@ class TableSender:
         key = (self.phase, self.tr.rank, peer, step)
         self.tr.stats.sent(self.label, _nbytes(payload))
         if self.blocking:
-            self.tr.wait_for(work)
-            tracer.message(key, "send", t_ready, now_us())
-            tracer.span("send", f"{self.label} → {peer}", t_ready, now_us(), step=step, peer=peer)
+            self._sent(work, key, t_ready, peer, step)
         else:
             self.pending.append((work, payload, key, t_ready, peer, step))
+
+    def _sent(self, work, key: tuple, t0: float, peer: int, step: int) -> None:
+        """Wait for one send (counted as waiting) and trace it as in flight from ``t0``."""
+        self.tr.wait_for(work)
+        self.tr.tracer.message(key, "send", t0, now_us())
+        self.tr.tracer.span("send", f"{self.label} → {peer}", t0, now_us(), step=step, peer=peer)
 
     def _packed_slot(self, rows: torch.Tensor, sl: slice) -> torch.Tensor | None:
         """Message ``sl``'s rows in the table's buffer (made on first use), or None: a tensor of its own."""
@@ -454,11 +458,8 @@ class TableSender:
         for job in self.queued:
             job.result()  # raises what the sender thread raised
         self.queued.clear()
-        tracer = self.tr.tracer
         for work, _payload, key, t0, peer, step in self.pending:
-            self.tr.wait_for(work)
-            tracer.message(key, "send", t0, now_us())
-            tracer.span("send", f"{self.label} → {peer}", t0, now_us(), step=step, peer=peer)
+            self._sent(work, key, t0, peer, step)
         self.pending.clear()
         if (self.remaining > 0).any():
             raise RuntimeError(f"{self.label}: {int((self.remaining > 0).sum())} messages never completed")
@@ -564,27 +565,24 @@ class TableReceiver:
         """Hand every arrived message to ``consume(nodes, rows, m)`` in arrival order (for rows that are
         *placed*, never added); with ``block``, wait for all of them."""
         done = 0
-        while self.outstanding:
-            try:
-                item = self.queue.get_nowait()
-            except queue.Empty:
-                if not block:
-                    break
-                item = self.wait_one()
+        while self.outstanding and (item := self._next(block)) is not None:
             self._consume(item, consume)
             done += 1
         return done
+
+    def _next(self, block: bool):
+        """The next arrived message; if none has arrived, the next to arrive (``block``) or None."""
+        try:
+            return self.queue.get_nowait()
+        except queue.Empty:
+            return self.wait_one() if block else None
 
     def finish_in_order(self, consume) -> None:
         """Wait for every message, then hand them to ``consume(nodes, rows, m)`` in the table's message order
         (step, then peer): what is accumulated from several peers is added in the same order in every run."""
         arrived = []
         while self.outstanding:
-            try:
-                item = self.queue.get_nowait()
-            except queue.Empty:
-                item = self.wait_one()
-            arrived.append(self._take(item))
+            arrived.append(self._take(self._next(block=True)))
         for taken in sorted(arrived, key=lambda it: it[3]):
             self._unpack(taken, consume)
 

@@ -92,9 +92,8 @@ class OpCount:
     by_name: Counter = field(default_factory=Counter)
     sync_by_name: Counter = field(default_factory=Counter)
     h2d_by_name: Counter = field(default_factory=Counter)
-    cuda_reported_syncs: int | None = (
-        None  # on CUDA: what torch.cuda's sync debug mode reported (its own rule)
-    )
+    # on CUDA: what torch.cuda's sync debug mode reported (its own rule)
+    cuda_reported_syncs: int | None = None
 
     def to_json(self) -> dict:
         reported = (
@@ -210,7 +209,7 @@ class OpCounter(TorchDispatchMode):
             )
         if name in _COPIES and self.device.type != "cpu":
             src = [t for t in _tensors(args, kwargs) if self._on_device(t)]
-            return bool(src) and _copies_to_host(name, args, kwargs)
+            return bool(src) and _copy_ends(name, args, kwargs)[0] == "cpu"
         return False
 
     def copies_to_device(self, name: str, args, kwargs) -> bool:
@@ -220,7 +219,7 @@ class OpCounter(TorchDispatchMode):
                 return False
             return self.device.type == "cpu" or self._on_device(args[0])
         if name in _COPIES and self.device.type != "cpu":
-            return _copies_to_device(name, args, kwargs, self.device)
+            return _copy_ends(name, args, kwargs) == (self.device.type, "cpu")
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -236,19 +235,10 @@ class OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _copies_to_host(name: str, args, kwargs) -> bool:
-    """A copy whose destination is host memory (``t.cpu()``, ``host.copy_(device_tensor)``)."""
-    kwargs = kwargs or {}
+def _copy_ends(name: str, args, kwargs) -> tuple[str | None, str]:
+    """A copy's destination and source device types: ``t.cpu()`` and ``host.copy_(device_tensor)`` copy to the
+    host, ``host.to(device)`` and ``device_tensor.copy_(host)`` to the device (None: a copy that names no device)."""
     if name == "copy_":
-        return args[0].device.type == "cpu"
-    dev = kwargs.get("device")
-    return dev is not None and torch.device(dev).type == "cpu"
-
-
-def _copies_to_device(name: str, args, kwargs, device: torch.device) -> bool:
-    """A copy from host memory to ``device`` (``host.to(device)``, ``device_tensor.copy_(host)``)."""
-    kwargs = kwargs or {}
-    if name == "copy_":
-        return args[0].device.type == device.type and args[1].device.type == "cpu"
-    dev = kwargs.get("device")
-    return dev is not None and torch.device(dev).type == device.type and args[0].device.type == "cpu"
+        return args[0].device.type, args[1].device.type
+    dev = (kwargs or {}).get("device")
+    return None if dev is None else torch.device(dev).type, args[0].device.type
