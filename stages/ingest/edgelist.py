@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import re
 import struct
 import zipfile
@@ -470,9 +471,12 @@ def text_blocks(path: Path) -> Iterator[tuple[int, bytes]]:
         yield line, carry
 
 
-def _is_data(line: bytes) -> bool:
-    s = line.strip()
-    return bool(s) and s[:1] not in _COMMENT_START
+def _data_lines(line0: int, chunk: bytes) -> Iterator[tuple[int, bytes]]:
+    """``(line number, stripped line)`` of the data lines of a block: neither blank nor comments."""
+    for i, raw in enumerate(chunk.split(b"\n")):
+        s = raw.strip()
+        if s and s[:1] not in _COMMENT_START:
+            yield line0 + i, s
 
 
 def _drop_comment_lines(chunk: bytes) -> bytes | None:
@@ -509,13 +513,7 @@ def _short(s: bytes) -> str:
 
 def _line_of_row(line0: int, chunk: bytes, row: int) -> int:
     """The line number of data row ``row`` of a block (error path only)."""
-    k = 0
-    for i, raw in enumerate(chunk.split(b"\n")):
-        if _is_data(raw):
-            if k == row:
-                return line0 + i
-            k += 1
-    return line0
+    return next(itertools.islice(_data_lines(line0, chunk), row, None), (line0, b""))[0]
 
 
 def _bad_id(
@@ -550,10 +548,7 @@ class _TextEdges:
 
     def _sniff(self) -> None:
         for line0, chunk in text_blocks(self.path):
-            for i, raw in enumerate(chunk.split(b"\n")):
-                if not _is_data(raw):
-                    continue
-                s = raw.strip()
+            for line, s in _data_lines(line0, chunk):
                 comma = b"," in s and bool(_INT_FIELD.fullmatch(s.split(b",", 1)[0]))
                 fields = _fields(s, comma)
                 ints = [bool(_INT_FIELD.fullmatch(f)) for f in fields[:2]]
@@ -562,12 +557,12 @@ class _TextEdges:
                     return
                 if self.header is None and not all(_NUMBER_FIELD.fullmatch(f) for f in fields):
                     self.header = s.decode("utf-8", "replace")
-                    self.skip_lines = line0 + i
+                    self.skip_lines = line
                     continue
                 raise G3InputError(
                     f"malformed line {_short(s)}: expected two integer node ids (src dst)",
                     path=self.path,
-                    line=line0 + i,
+                    line=line,
                 )
         # no data line: an empty graph (comments/header only)
 
@@ -607,20 +602,17 @@ class _TextEdges:
     def _python(self, line0: int, chunk: bytes) -> tuple[np.ndarray, np.ndarray]:
         src: list[int] = []
         dst: list[int] = []
-        for i, raw in enumerate(chunk.split(b"\n")):
-            s = raw.strip()
-            if not s or s[:1] in _COMMENT_START:
-                continue
+        for line, s in _data_lines(line0, chunk):
             fields = _fields(s, self.comma)
             if len(fields) < 2 or not (_INT_FIELD.fullmatch(fields[0]) and _INT_FIELD.fullmatch(fields[1])):
                 raise G3InputError(
                     f"malformed line {_short(s)}: expected two integer node ids (src dst)",
                     path=self.path,
-                    line=line0 + i,
+                    line=line,
                 )
             a, b = int(fields[0]), int(fields[1])
             if not (-(2**63) <= a < 2**63 and -(2**63) <= b < 2**63):
-                raise G3InputError(f"node id in {_short(s)} is too large", path=self.path, line=line0 + i)
+                raise G3InputError(f"node id in {_short(s)} is too large", path=self.path, line=line)
             src.append(a)
             dst.append(b)
         return np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
@@ -766,13 +758,10 @@ def _arrow_ints(
 
 def _ids_python(path: Path, line0: int, chunk: bytes, what: str) -> np.ndarray:
     out: list[int] = []
-    for i, raw in enumerate(chunk.split(b"\n")):
-        s = raw.strip()
-        if not s or s[:1] in _COMMENT_START:
-            continue
+    for line, s in _data_lines(line0, chunk):
         if not _INT_FIELD.fullmatch(s):
             raise G3InputError(
-                f"malformed line {_short(s)}: expected one integer node id", path=path, line=line0 + i
+                f"malformed line {_short(s)}: expected one integer node id", path=path, line=line
             )
         out.append(int(s))
     try:
