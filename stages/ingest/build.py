@@ -165,7 +165,7 @@ def build_store(
         writer = StoreWriter(tmp)
         spill_dir = Path(tempfile.mkdtemp(prefix="spill-", dir=tmp.parent))
         try:
-            csr = _build_csr(source, writer, options, symmetrize, spill_dir)
+            csr, degree, scratch_peak = _build_csr(source, writer, options, symmetrize, spill_dir)
         finally:
             shutil.rmtree(spill_dir, ignore_errors=True)
         t_csr = time.perf_counter()
@@ -184,27 +184,21 @@ def build_store(
                 **{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(options).items()},
                 "memory_limit": options.memory_budget,  # auto resolved: the budget the build had
             },
-            "removed": {"self_loops": csr["self_loops"], "duplicates": csr["duplicates"]},
+            "removed": {"self_loops": csr["self_loops_removed"], "duplicates": csr["duplicates_removed"]},
             "arcs_read": csr["arcs_read"],
-            "degree": csr["degree"],
+            "degree": degree,
             **feat_info,
             **label_info,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "g3_version": VERSION,
-            "cost": stage_cost(t0, out=tmp, scratch_peak_bytes=csr["scratch_peak_bytes"]),
+            "cost": stage_cost(t0, out=tmp, scratch_peak_bytes=scratch_peak),
         }
         writer.finish(meta)
         t_end = time.perf_counter()
     return IngestReport(
         path=str(out),
         num_nodes=source.num_nodes,
-        num_arcs=csr["num_arcs"],
-        arcs_read=csr["arcs_read"],
-        reverse_arcs_added=csr["reverse_added"],
-        self_loops_removed=csr["self_loops"],
-        duplicates_removed=csr["duplicates"],
-        spilled=csr["spilled"],
-        buckets=csr["buckets"],
+        **csr,
         seconds={
             "csr": t_csr - t0,
             "features": t_feat - t_csr,
@@ -308,7 +302,9 @@ class _Runs:
 
 def _build_csr(
     source: GraphSource, writer: StoreWriter, o: IngestOptions, symmetrize: bool, spill_dir: Path
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """The in-edge CSR of ``source``, written: (the counts of :class:`IngestReport`, degree statistics, the most
+    bytes spilled at once)."""
     n = source.num_nodes
     id_dtype = index_dtype(n)
     budget_arcs = max(256, o.memory_budget // BYTES_PER_ARC_SORT)
@@ -393,17 +389,16 @@ def _build_csr(
     in_degree = np.diff(indptr)
     writer.write_array("in_degree", in_degree.astype(np.int32))
     writer.write_array("out_degree", out_count.astype(np.int32))
-    return {
+    counts = {
         "num_arcs": written,
         "arcs_read": arcs_read,
-        "self_loops": self_loops,
-        "duplicates": duplicates,
-        "reverse_added": reverse_added,
+        "reverse_arcs_added": reverse_added,
+        "self_loops_removed": self_loops,
+        "duplicates_removed": duplicates,
         "spilled": runs.spilled,
-        "scratch_peak_bytes": scratch_peak,
         "buckets": nb,
-        "degree": {"in": _stats(in_degree), "out": _stats(out_count)},
     }
+    return counts, {"in": _stats(in_degree), "out": _stats(out_count)}, scratch_peak
 
 
 def _stats(d: np.ndarray) -> dict[str, float]:

@@ -865,11 +865,8 @@ def read_edgelist(
         info["layout"] = "[2, E]" if planar else "[E, 2]"
         expected_arcs = e
         if num_nodes is None:
-            hi = -1
-            for s, d in iter_edge_array(arr, arr_path, None):
-                if len(s):
-                    hi = max(hi, int(s.max()), int(d.max()))
-            num_nodes = hi + 1
+            chunks = iter_edge_array(arr, arr_path, None)
+            num_nodes = max((max(int(s.max()), int(d.max())) for s, d in chunks if len(s)), default=-1) + 1
         n_fixed = num_nodes
 
         def arcs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
