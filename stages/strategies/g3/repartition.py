@@ -238,14 +238,12 @@ def _swap_delta(x, y, a, b, indptr, indices, part, arc_cnt):
         db += eb
         seen_x = seen_x or u == x
         seen_y = seen_y or u == y
-    if not seen_x:
-        ea, eb = _status_change(x, 0, 0, x, y, a, b, part, arc_cnt)
-        da += ea
-        db += eb
-    if not seen_y and y >= 0:
-        ea, eb = _status_change(y, 0, 0, x, y, a, b, part, arc_cnt)
-        da += ea
-        db += eb
+    # the moved nodes themselves, where no arc counted them
+    for u, seen in ((x, seen_x), (y, seen_y)):
+        if not seen and u >= 0:
+            ea, eb = _status_change(u, 0, 0, x, y, a, b, part, arc_cnt)
+            da += ea
+            db += eb
     return da, db
 
 
@@ -293,27 +291,14 @@ def _single_deltas(nodes, m, src, dst, indptr, indices, part, arc_cnt, out_src, 
 
 
 @numba.njit(cache=True)
-def _single_deltas_serial(nodes, m, src, dst, indptr, indices, part, arc_cnt, out_src, out_dst):
-    for t in range(m):
-        out_src[t], out_dst[t] = _swap_delta(nodes[t], -1, src, dst, indptr, indices, part, arc_cnt)
-
-
-@numba.njit(cache=True)
 def _deltas(nodes, m, src, dst, indptr, indices, part, arc_cnt, out_src, out_dst):
-    """Small batches run serially: waking the worker threads would cost more than the work."""
+    """Single-move deltas of ``nodes[:m]`` moving src -> dst; small batches run serially: waking the worker
+    threads would cost more than the work."""
     if m >= PARALLEL_MIN_NODES:
         _single_deltas(nodes, m, src, dst, indptr, indices, part, arc_cnt, out_src, out_dst)
     else:
-        _single_deltas_serial(nodes, m, src, dst, indptr, indices, part, arc_cnt, out_src, out_dst)
-
-
-@numba.njit(cache=True)
-def _degree_gap_range(a, b, deg_sum, deg_limit):
-    """Allowed ``d_x - d_y`` for a swap: a's degree sum may not rise above the limit (or, if already above
-    it, rise at all), and the same for b."""
-    lo = min(0.0, deg_sum[a] - deg_limit)
-    hi = max(0.0, deg_limit - deg_sum[b])
-    return lo, hi
+        for t in range(m):
+            out_src[t], out_dst[t] = _swap_delta(nodes[t], -1, src, dst, indptr, indices, part, arc_cnt)
 
 
 @numba.njit(cache=True)
@@ -333,7 +318,10 @@ def _find_swap(a, b, xs, nx, xa, ys, ny, G, S, deg_limit, scratch, stats):
     stats[STAT_SINGLE] += ny
     best_ya = ya[:ny].min()
     best_yb = yb[:ny].min()
-    lo, hi = _degree_gap_range(a, b, deg_sum, deg_limit)
+    # the allowed d_x - d_y: neither a's nor b's degree sum may rise above the limit (or, if already above it,
+    # rise at all)
+    lo = min(0.0, deg_sum[a] - deg_limit)
+    hi = max(0.0, deg_limit - deg_sum[b])
     deg_y_min = deg[ys[:ny]].min()
     deg_y_max = deg[ys[:ny]].max()
     m = 0

@@ -74,9 +74,8 @@ class SancusStrategy(LayerSyncStrategy):
             ids = [i for i in self.send_ids if len(i)]
             self.send_rows = torch.unique(torch.cat(ids)) if ids else torch.zeros(0, dtype=torch.int64)
         else:
-            plan = ctx.plan
             self.block_sizes = [int(w["num_owned"]) for w in ctx.plan_meta["workers"]]
-            pick = plan.table("broadcast_pick")
+            pick = ctx.plan.table("broadcast_pick")
             self.pick = [torch.zeros(0, dtype=torch.int64) for _ in range(k)]
             for _step, peer, sl in pick.message_slices():
                 self.pick[peer] = torch.from_numpy(np.asarray(pick.nodes[sl], dtype=np.int64))
