@@ -570,12 +570,9 @@ class _TextEdges:
         skip = self.skip_lines
         for line0, chunk in text_blocks(self.path):
             if skip >= line0:
-                # drop the lines up to and including the header
-                pos = 0
-                for _ in range(skip - line0 + 1):
-                    nxt = chunk.find(b"\n", pos)
-                    pos = len(chunk) if nxt < 0 else nxt + 1
-                line0, chunk = skip + 1, chunk[pos:]
+                n = skip - line0 + 1  # the lines up to and including the header, dropped
+                parts = chunk.split(b"\n", n)
+                line0, chunk = skip + 1, parts[n] if len(parts) > n else b""
                 if not chunk:
                     continue
             yield line0, chunk

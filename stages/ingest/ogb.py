@@ -68,11 +68,7 @@ _INT = re.compile(rb"\s*-?\d+\s*")  # what pyarrow's int64 conversion accepts
 
 
 def _find(folder: Path, stem: str) -> Path | None:
-    for suffix in (".csv.gz", ".csv"):
-        p = folder / (stem + suffix)
-        if p.is_file():
-            return p
-    return None
+    return next((p for p in (folder / f"{stem}.csv.gz", folder / f"{stem}.csv") if p.is_file()), None)
 
 
 def _require(folder: Path, stem: str) -> Path:
@@ -145,24 +141,14 @@ class _Csv:
             if not s.strip() and self.ncols > 1:
                 return f"empty line (expected {self.ncols} comma-separated values)"
             return f"expected {self.ncols} comma-separated value{'s' if self.ncols > 1 else ''}, got {len(fields)}"
+        noun = "an integer" if self.kind == "int" else "a number"
         for f in fields:
-            t = f.strip()
             if self.kind == "int":
-                if not _INT.fullmatch(f) or not -(2**63) <= int(t) < 2**63:
-                    return (
-                        "empty line (expected an integer)"
-                        if not s.strip()
-                        else f"{_short(f)} is not an integer"
-                    )
+                ok = bool(_INT.fullmatch(f)) and -(2**63) <= int(f) < 2**63
             else:
-                if f.decode("utf-8", "replace") in self.null_values:
-                    continue
-                try:
-                    float(t)
-                except ValueError:
-                    return (
-                        "empty line (expected a number)" if not s.strip() else f"{_short(f)} is not a number"
-                    )
+                ok = f.decode("utf-8", "replace") in self.null_values or _is_float(f)
+            if not ok:
+                return f"empty line (expected {noun})" if not s.strip() else f"{_short(f)} is not {noun}"
         return None
 
     def _fail(self, first_row: int, exc: Exception):
@@ -181,6 +167,14 @@ class _Csv:
                 if why is not None:
                     raise G3InputError(f"malformed line: {why}", path=self.path, line=line0 + i) from None
         raise G3InputError(f"cannot parse (at or after line {first_line}): {exc}", path=self.path) from None
+
+
+def _is_float(f: bytes) -> bool:
+    try:
+        float(f)
+    except ValueError:
+        return False
+    return True
 
 
 def _read_count(path: Path) -> int:

@@ -576,11 +576,7 @@ def _finish_seq(words, nbits, goffs, deg, csr, succ, x, x_end, codec):
 
 def _paths(basename: str | os.PathLike) -> tuple[Path, Path, Path, Path]:
     """(base, .graph, .properties, .offsets) for a basename given with or without the .graph suffix."""
-    s = os.fspath(basename)
-    for suffix in (".graph", ".properties", ".offsets"):
-        if s.endswith(suffix):
-            s = s[: -len(suffix)]
-            break
+    s = re.sub(r"\.(graph|properties|offsets)\Z", "", os.fspath(basename))
     base = Path(s)
     return base, Path(s + ".graph"), Path(s + ".properties"), Path(s + ".offsets")
 
@@ -604,13 +600,10 @@ def _parse_java_properties(text: str) -> dict[str, str]:
         i += 1
         if not line or line[0] in "#!":
             continue
-        while True:  # a line ending in an odd number of backslashes continues on the next one
-            trailing = len(line) - len(line.rstrip("\\"))
-            if trailing % 2 == 1 and i < len(lines):
-                line = line[:-1] + lines[i].lstrip()
-                i += 1
-            else:
-                break
+        # a line ending in an odd number of backslashes continues on the next one
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and i < len(lines):
+            line = line[:-1] + lines[i].lstrip()
+            i += 1
         j = 0
         while j < len(line) and line[j] not in "=: \t\f":
             j += 2 if line[j] == "\\" else 1
@@ -701,8 +694,7 @@ def read_properties(basename: str | os.PathLike) -> dict[str, Any]:
         raise G3InputError(
             "missing property 'graphclass' (expected it.unimi.dsi.webgraph.BVGraph)", path=ppath
         )
-    if gclass.startswith("class "):
-        gclass = gclass[len("class ") :].strip()
+    gclass = gclass.removeprefix("class ").strip()
     if gclass not in BV_GRAPH_CLASSES:
         raise G3InputError(
             f"graphclass={gclass!r} is not a BVGraph (expected one of {', '.join(BV_GRAPH_CLASSES)})",
@@ -804,8 +796,7 @@ def _load_words(path: Path, start: int = 0, count: int | None = None) -> tuple[n
     return words, int(got or 0)
 
 
-def _fail(p: _Params, st: int, node: int, extra: int, path: Path | None = None) -> G3InputError:
-    path = path or p.graph
+def _fail(p: _Params, st: int, node: int, extra: int) -> G3InputError:
     msgs = {
         _PAST: f"the bit stream ends inside the successor list of node {node} (truncated or corrupt file)",
         _E_VALUE: f"corrupt bit stream at node {node}: a code word is longer than any valid value",
@@ -822,7 +813,7 @@ def _fail(p: _Params, st: int, node: int, extra: int, path: Path | None = None) 
         _E_OFFSET: f"the successor list of node {node} does not end where {p.offsets.name} says "
         f"(corrupt .graph or .offsets; without the .offsets file the graph is decoded sequentially)",
     }
-    return G3InputError(msgs.get(st, f"decoding failed at node {node} (status {st})"), path=path)
+    return G3InputError(msgs.get(st, f"decoding failed at node {node} (status {st})"), path=p.graph)
 
 
 def _arc_mismatch(p: _Params, got: int, what: str = "decoded") -> G3InputError:
