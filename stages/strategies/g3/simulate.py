@@ -54,14 +54,13 @@ def simulate(plan: Path, meta: dict, options: SimulateOptions, out: Path, replan
     scaling = []
     for kk in options.scaling:
         p = plan_for_workers(plan, meta, kk, replan)
-        w2 = wl if kk == k else load_workload(p)
-        res = (
-            main
-            if kk == k
-            else simulate_workload(
+        if kk == k:
+            res = main
+        else:
+            w2 = load_workload(p)
+            res = simulate_workload(
                 w2, systems, rates, network(kk), halo=_halo_for(p, w2, csr), options=options
             )
-        )
         scaling.append({"workers": kk, "plan": str(p), "systems": {r["system"]: summary(r) for r in res}})
 
     return {
