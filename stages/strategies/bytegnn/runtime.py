@@ -93,10 +93,9 @@ MEAN_OF_LAST = 8  # T_sample, T_train: means of the last 8 DAGs / steps
 
 
 def f_cpu(c_util: float) -> float:
-    """Algorithm 1's f(C_util) = 101 − e^(C_util / c): 100 on an idle CPU, 0 on a busy one."""
-    return max(
-        0.0, 101.0 - math.exp(min(max(c_util, 0.0), 100.0) / C_UTIL_SCALE)
-    )  # e^(100/c) rounds above 101
+    """Algorithm 1's f(C_util) = 101 − e^(C_util / c): 100 on an idle CPU, 0 on a busy one (e^(100/c) rounds
+    above 101: clipped at 0)."""
+    return max(0.0, 101.0 - math.exp(min(max(c_util, 0.0), 100.0) / C_UTIL_SCALE))
 
 
 def launch_score(t_gap_ms: float, c_util: float, t_sample: float, t_train: float, q_size: int) -> float:
@@ -256,9 +255,8 @@ class ByteGnnStrategy(DistDglStrategy):
         """The NSC tasks of the DAG's current hop: its frontier cut into chunks of one owner each (the whole
         CSR is here with a replicated topology: chunks by position only)."""
         frontier, hop = dag.frontier, dag.hop
-        if isinstance(
-            frontier, torch.Tensor
-        ):  # the owners decide the chunks: the ids leave the device once a hop
+        # the owners decide the chunks: the ids leave the device once a hop
+        if isinstance(frontier, torch.Tensor):
             frontier = dag.frontier_ids = frontier.cpu().numpy()
         if self.replicated or self.service is None:
             owner = np.full(len(frontier), self.rank, dtype=np.int64)
@@ -273,24 +271,34 @@ class ByteGnnStrategy(DistDglStrategy):
         return [self.nsc_task(dag, hop, i, at, int(owner[at[0]])) for i, at in enumerate(pieces)]
 
     def nsc_task(self, dag: Dag, hop: int, index: int, at: np.ndarray, owner: int) -> Task:
-        fanout = self.fanouts[hop]
-        key = sample_key(self.cfg.seed, dag.epoch, dag.id, hop)
-        if self.on_device is not None:
-            return self._device_nsc_task(dag, index, at, owner, fanout, key)
-        nodes = dag.frontier[at]
+        """A chunk's draw here (own nodes; on the device when resident), or its owner's answer (entering the
+        device when resident)."""
+        fanout, key, g = self.fanouts[hop], sample_key(self.cfg.seed, dag.epoch, dag.id, hop), self.on_device
+        pos = at if g is None else torch.from_numpy(at).to(self.device)
 
-        def keep(counts: np.ndarray, nbrs: np.ndarray) -> None:
-            dag.parts[index] = (at, counts.astype(np.int64), nbrs.astype(np.int64))
+        def keep(counts, picks) -> None:
+            if g is None:
+                dag.parts[index] = (at, counts.astype(np.int64), picks.astype(np.int64))
+            else:
+                dag.parts[index] = (
+                    pos,
+                    *(torch.as_tensor(a).to(self.device, torch.int64) for a in (counts, picks)),
+                )
 
         if owner != self.rank:
-            return self._ask_owner_task(dag, index, owner, nodes, fanout, key, keep)
-        if self.replicated:
+            ids = dag.frontier[at] if g is None else dag.frontier_ids[at]
+            return self._ask_owner_task(dag, index, owner, ids, fanout, key, keep)
+        nodes = dag.frontier[pos]
+        sample = sample_rows if g is None else device_sample_rows
+        if g is not None:
+            indptr, nbrs, rows = g.indptr, g.nbrs, nodes if g.row_of is None else g.row_of[nodes]
+        elif self.replicated:
             indptr, nbrs, rows = self.g_indptr, self.g_nbrs, nodes
         else:
             indptr, nbrs, rows = self.indptr, self.nbrs, self.book.local[nodes]
 
         def draw() -> list:
-            keep(*sample_rows(indptr, nbrs, rows, nodes, fanout, key))
+            keep(*sample(indptr, nbrs, rows, nodes, fanout, key))
             return []
 
         return Task(dag, "nsc", int((indptr[rows + 1] - indptr[rows]).sum()), draw, index)
@@ -299,18 +307,19 @@ class ByteGnnStrategy(DistDglStrategy):
         """Join the hop's chunks in frontier order into its block; the sources are the next hop's frontier."""
 
         def run() -> list:
-            if self.on_device is not None:
-                return self._device_merge(dag)
+            on_device = self.on_device is not None
+            cat, join = (torch.cat, device_regroup) if on_device else (np.concatenate, regroup)
             if dag.parts:
-                order = np.concatenate([p[0] for p in dag.parts])
-                counts, nbrs = regroup(
-                    order,
-                    np.concatenate([p[1] for p in dag.parts]),
-                    np.concatenate([p[2] for p in dag.parts]),
-                )
+                counts, picks = join(*(cat([p[i] for p in dag.parts]) for i in range(3)))
+            elif on_device:
+                counts = picks = torch.zeros(0, dtype=torch.int64, device=self.device)
             else:
-                counts, nbrs = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-            dag.blocks.append(block_from_sample(dag.frontier, counts, nbrs, self.scratch()))
+                counts = picks = np.zeros(0, dtype=np.int64)
+            if on_device:
+                arrays = block_arrays(dag.frontier, counts, picks, self._device_scratch())
+                dag.blocks.append(SampledBlock(dag.frontier, *arrays))
+            else:
+                dag.blocks.append(block_from_sample(dag.frontier, counts, picks, self.scratch()))
             dag.frontier, dag.hop, dag.parts = dag.blocks[-1].src, dag.hop + 1, []
             return []
 
@@ -342,10 +351,7 @@ class ByteGnnStrategy(DistDglStrategy):
         def run() -> list:
             if self.on_device is not None:
                 return self._device_fetch(dag, candidates)
-            wanted = np.unique(candidates)
-            with dag.lock:
-                ids = wanted[~dag.claimed[wanted]]
-                dag.claimed[ids] = True
+            ids = self._claim(dag, np.unique(candidates))
             owner = self.book.owner[ids]
             mine = ids[owner == self.rank]
             local = self.book.local[mine]
@@ -363,6 +369,14 @@ class ByteGnnStrategy(DistDglStrategy):
 
         return Task(dag, "fetch", len(candidates) * self.width, run)
 
+    @staticmethod
+    def _claim(dag: Dag, wanted):
+        """The ids of ``wanted`` (unique; host or device) no earlier fetch of the DAG took, now taken."""
+        with dag.lock:
+            ids = wanted[~dag.claimed[wanted]]
+            dag.claimed[ids] = True
+        return ids
+
     def _keep_rows(
         self, dag: Dag, ids: np.ndarray, rows: torch.Tensor, degrees, remote: bool = False
     ) -> None:
@@ -373,17 +387,14 @@ class ByteGnnStrategy(DistDglStrategy):
     def end_task(self, dag: Dag) -> Task:
         """The step's inputs: the first block's sources' rows, in their order, from the fetched rows."""
 
-        def run() -> list:
-            if self.on_device is not None:
-                return self._device_end(dag)
-            src = dag.blocks[-1].src
-            ids = np.concatenate([f[0] for f in dag.fetched])
-            by_id = np.argsort(ids, kind="stable")
-            at = by_id[np.searchsorted(ids[by_id], src)]
-            x0 = torch.cat([f[1] for f in dag.fetched])[torch.from_numpy(at)]
+        def run() -> list:  # host arrays or device tensors, in torch operations
+            ids = torch.cat([torch.as_tensor(f[0]) for f in dag.fetched])
+            by_id = torch.argsort(ids, stable=True)
+            at = by_id[torch.searchsorted(ids[by_id], torch.as_tensor(dag.blocks[-1].src))]
+            x0 = torch.cat([f[1] for f in dag.fetched])[at]
             degrees = None
             if self.needs_degrees:
-                degrees = torch.from_numpy(np.concatenate([f[2] for f in dag.fetched])[at].astype(np.int64))
+                degrees = torch.cat([torch.as_tensor(f[2], dtype=torch.int64) for f in dag.fetched])[at]
             self._finish(dag, x0, degrees)
             return []
 
@@ -403,31 +414,6 @@ class ByteGnnStrategy(DistDglStrategy):
         )
 
     # --- the same tasks on the device (a resident worker) ------------------------------------------------
-    def _device_nsc_task(
-        self, dag: Dag, index: int, at: np.ndarray, owner: int, fanout: int, key: int
-    ) -> Task:
-        """A chunk's draw on the device (own nodes), or its owner's answer entering the device."""
-        g = self.on_device
-        at_d = torch.from_numpy(at).to(self.device)
-
-        def keep(counts, picks) -> None:
-            dag.parts[index] = (
-                at_d,
-                torch.as_tensor(counts).to(self.device, torch.int64),
-                torch.as_tensor(picks).to(self.device, torch.int64),
-            )
-
-        if owner != self.rank:
-            return self._ask_owner_task(dag, index, owner, dag.frontier_ids[at], fanout, key, keep)
-        nodes = dag.frontier[at_d]
-        rows = nodes if g.row_of is None else g.row_of[nodes]
-
-        def draw() -> list:
-            keep(*device_sample_rows(g.indptr, g.nbrs, rows, nodes, fanout, key))
-            return []
-
-        return Task(dag, "nsc", int((g.indptr[rows + 1] - g.indptr[rows]).sum()), draw, index)
-
     def _device_scratch(self) -> torch.Tensor:
         """This thread's relabelling scratch on the device (all −1 between uses)."""
         a = getattr(self._scratch, "device_array", None)
@@ -437,26 +423,10 @@ class ByteGnnStrategy(DistDglStrategy):
             )
         return a
 
-    def _device_merge(self, dag: Dag) -> list:
-        if dag.parts:
-            order = torch.cat([p[0] for p in dag.parts])
-            counts, picks = device_regroup(
-                order, torch.cat([p[1] for p in dag.parts]), torch.cat([p[2] for p in dag.parts])
-            )
-        else:
-            counts = picks = torch.zeros(0, dtype=torch.int64, device=self.device)
-        src, indptr, indices = block_arrays(dag.frontier, counts, picks, self._device_scratch())
-        dag.blocks.append(SampledBlock(dag.frontier, src, indptr, indices))
-        dag.frontier, dag.hop, dag.parts = src, dag.hop + 1, []
-        return []
-
     def _device_fetch(self, dag: Dag, candidates) -> list:
         """Own rows gathered on the device, the others asked of their owners (their ids leave the device)."""
         g = self.on_device
-        wanted = torch.unique(torch.as_tensor(candidates).to(self.device, torch.int64))
-        with dag.lock:
-            ids = wanted[~dag.claimed[wanted]]
-            dag.claimed[ids] = True
+        ids = self._claim(dag, torch.unique(torch.as_tensor(candidates).to(self.device, torch.int64)))
         rows = g.input_row_of[ids]
         order, n_here = here_first(rows)
         mine = ids[order[:n_here]]
@@ -497,16 +467,6 @@ class ByteGnnStrategy(DistDglStrategy):
             )
             waits.append((p, lambda arrays, theirs=theirs: arrive(theirs, arrays)))
         return waits
-
-    def _device_end(self, dag: Dag) -> list:
-        src = dag.blocks[-1].src
-        ids = torch.cat([f[0] for f in dag.fetched])
-        by_id = torch.argsort(ids, stable=True)
-        at = by_id[torch.searchsorted(ids[by_id], src)]
-        x0 = torch.cat([f[1] for f in dag.fetched])[at]
-        degrees = torch.cat([f[2] for f in dag.fetched])[at] if self.needs_degrees else None
-        self._finish(dag, x0, degrees)
-        return []
 
     def released(self, task: Task) -> list[Task]:
         """What finishing ``task`` releases (called under the runner's lock): a chunk's fetch when its NSC task

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from stages.kits.partition.methods import PartitionMethod
-from stages.strategies.bytegnn import partition, plan, simulate
+from stages.strategies.bytegnn import partition, simulate
 from stages.strategies.bytegnn.knobs import ByteGnnKnobs
+from stages.strategies.distdgl import plan
 from stages.strategies.spec import StrategySpec
 
 

@@ -5,13 +5,9 @@ on METIS partitions (``distdgl``'s balanced METIS first)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from stages.common.plan_options import PlanOption, choice_option
-from stages.kits.plan.context import PlanContext
 from stages.kits.plan.residency import DEVICE_MEMORY_RECORDED
-from stages.strategies.distdgl.plan import SAMPLING_OPTIONS, check_sampling
-from stages.strategies.distdgl.plan import plan as plan_distdgl
+from stages.strategies.distdgl.plan import SAMPLING_OPTIONS
 
 BATCH_ORDERS = ("global", "local-only")
 
@@ -96,11 +92,6 @@ OPTIONS = (
         "iteration, so the sum is the same). Same model.",
     ),
 )
-
-
-def plan(tmp: Path, ctx: PlanContext) -> dict:
-    check_sampling(ctx)
-    return plan_distdgl(tmp, ctx)
 
 
 def summary_rows(plan: dict) -> list[tuple[str, str]]:

@@ -261,19 +261,13 @@ class HopGnnStrategy(DistDglStrategy):
             to, frm = (self.rank + shift) % self.k, (self.rank - shift) % self.k
             self.migrated_to[to] = self.migrated_to.get(to, 0) + flat.numel() * flat.element_size()
             chunks = [flat if q == to else flat[:0] for q in range(self.k)]
-            got = self.tr.all_to_all(chunks, [int(q == frm) for q in range(self.k)], "migrate")[frm].reshape(
-                -1
-            )
-            got = got.to(params[0].device)
-            offset = 0
-            for p in params:
-                p.copy_(got[offset : offset + p.numel()].view_as(p))
-                offset += p.numel()
-            for p in params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                p.grad.copy_(got[offset : offset + p.numel()].view_as(p))
-                offset += p.numel()
+            got = self.tr.all_to_all(chunks, [int(q == frm) for q in range(self.k)], "migrate")[frm]
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g  # a new zero gradient where there was none
+            held = [*params, *grads]
+            parts = got.to(params[0].device).reshape(-1).split([t.numel() for t in held])
+            for t, part in zip(held, parts, strict=True):
+                t.copy_(part.view_as(t))
 
     def reset_stats(self) -> None:
         super().reset_stats()
@@ -295,11 +289,8 @@ class HopGnnStrategy(DistDglStrategy):
         return {"merged": self.merged, "frozen": self.frozen, "history": list(self.history)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.merged, self.frozen, self.history = (
-            int(state["merged"]),
-            bool(state["frozen"]),
-            list(state["history"]),
-        )
+        self.merged, self.frozen = int(state["merged"]), bool(state["frozen"])
+        self.history = list(state["history"])
         self.micro = self._time_step_count()
 
     def stats(self) -> dict:

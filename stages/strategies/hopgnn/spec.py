@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from stages.common.knobs import SamplingKnobs
+from stages.strategies.distdgl.plan import plan as plan_distdgl
 from stages.strategies.hopgnn import plan, simulate
 from stages.strategies.spec import StrategySpec
 
@@ -22,7 +23,7 @@ SPEC = StrategySpec(
     exactness="as distdgl --batch-order global (migration, pre-gathering and merging change where work "
     "runs, not the gradients); --batch-order local-only trains on batches stratified by "
     "partition (a different model)",
-    plan=plan.plan,
+    plan=plan_distdgl,
     plan_options=plan.OPTIONS,
     summary_rows=plan.summary_rows,
     runtime=runtime_class,

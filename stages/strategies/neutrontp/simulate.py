@@ -248,16 +248,11 @@ def _link_seconds(nbytes: np.ndarray, net: Network) -> np.ndarray:
 
 
 def _to_rows(cols: np.ndarray, ids: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Slices → rows of the nodes ``ids [C, K]`` (worker q's nodes of each chunk; ``total [C]`` their sum):
-    w sends its ``cols[w]`` columns of every other worker's nodes, receives the other columns of its own."""
+    """(sent, received) of slices → rows of the nodes ``ids [C, K]`` (worker q's nodes of each chunk; ``total
+    [C]`` their sum): w sends its ``cols[w]`` columns of every other worker's nodes, receives the other columns
+    of its own. Rows → slices is the mirror (sent and received swap)."""
     width = int(cols.sum())
     return cols[None, :] * (total[:, None] - ids), ids * (width - cols[None, :])
-
-
-def _to_slices(cols: np.ndarray, ids: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows → slices: the mirror of :func:`_to_rows` (sent and received swap)."""
-    sent, recv = _to_rows(cols, ids, total)
-    return recv, sent
 
 
 def collectives(spec: ModelSpec, lay: TPLayout) -> list[Collective]:
@@ -271,7 +266,7 @@ def collectives(spec: ModelSpec, lay: TPLayout) -> list[Collective]:
     ids = {"dst": (lay.pieces, lay.sizes), "new": (new, new.sum(axis=1))}
     out = []
     for name, width, cols, split, nodes, once in collective_schedule(spec, lay.k, lay.layer0_columns):
-        sent, recv = (_to_slices if split else _to_rows)(np.asarray(cols, dtype=np.int64), *ids[nodes])
+        sent, recv = _to_rows(np.asarray(cols, dtype=np.int64), *ids[nodes])[:: -1 if split else 1]
         out.append(Collective(name, int(width), once, sent.astype(np.int64), recv.astype(np.int64)))
     return out
 
@@ -305,12 +300,6 @@ class ChunkPass:
     label: str
 
 
-def _per_column(rates: Rates, li: int, shape: LayerShape, phase: str) -> float:
-    """Seconds per arc and aggregated column of block ``li`` (``per_arc`` of its ``edge_width``)."""
-    r = rates.layers[li].forward if phase == "fwd" else rates.layers[li].backward
-    return r.per_arc / max(1, shape.edge_width)
-
-
 def epoch_program(
     spec: ModelSpec,
     shapes: list[LayerShape],
@@ -332,48 +321,43 @@ def epoch_program(
     prog: list = []
 
     def chunk_pass(li, width_cols, phase, pre, post, label):
-        per_col = _per_column(rates, li, shapes[li], phase)
+        """A pass over the chunks; backward: the collectives named "bwd <pre>", "bwd <post>"."""
         r = rates.layers[li].forward if phase == "fwd" else rates.layers[li].backward
+        per_col = r.per_arc / max(1, shapes[li].edge_width)  # seconds per arc and aggregated column
         oh = np.full(k, rates.overhead_per_bin)  # the runtime's bookkeeping per chunk, as g3's per bin
         compute = (
             lay.arcs[:, None].astype(np.float64) * np.asarray(width_cols, dtype=np.float64)[None, :] * per_col
         )
         compute += r.per_bin + oh[None, :]
-        prog.append(
-            ChunkPass(asc if phase == "fwd" else desc, compute / speed[None, :], oh / speed, pre, post, label)
-        )
+        pre, post = (by_name[("bwd " if phase == "bwd" else "") + c] if c else None for c in (pre, post))
+        order, label = (asc, label) if phase == "fwd" else (desc, label + " bwd")
+        prog.append(ChunkPass(order, compute / speed[None, :], oh / speed, pre, post, label))
 
     def dense(li, phase, label):
         r = rates.layers[li].forward if phase == "fwd" else rates.layers[li].backward
-        prog.append(Dense(own * r.per_node / speed, label))
+        prog.append(Dense(own * r.per_node / speed, label if phase == "fwd" else label + " bwd"))
 
     if first_epoch and "features" in by_name:
         prog.append(Bulk(by_name["features"]))
     if spec.kind == "dgcn":
-        c = spec.num_classes
-        cols = slice_widths(c, k)
-        L = spec.layers
+        cols, L = slice_widths(spec.num_classes, k), spec.layers
         dense(0, "fwd", "MLP")
         for r in range(1, L + 1):
-            chunk_pass(
-                r,
-                cols,
-                "fwd",
-                by_name["split"] if r == 1 else None,
-                by_name["gather"] if r == L else None,
-                f"P{r}",
-            )
+            chunk_pass(r, cols, "fwd", "split" if r == 1 else None, "gather" if r == L else None, f"P{r}")
         for r in range(L, 0, -1):
-            chunk_pass(
-                r,
-                cols,
-                "bwd",
-                by_name["bwd split"] if r == L else None,
-                by_name["bwd gather"] if r == 1 else None,
-                f"P{r} bwd",
-            )
-        dense(0, "bwd", "MLP bwd")
+            chunk_pass(r, cols, "bwd", "split" if r == L else None, "gather" if r == 1 else None, f"P{r}")
+        dense(0, "bwd", "MLP")
         return prog
+    for li, width in enumerate(spec.widths[: spec.layers]):
+        if li > 0 or first_epoch:
+            cols = slice_widths(width, k) if li else lay.layer0_columns
+            chunk_pass(li, cols, "fwd", f"split L{li}" if li else None, f"gather L{li}", f"L{li}")
+        dense(li, "fwd", f"L{li} dense")
+    for li in reversed(range(spec.layers)):
+        dense(li, "bwd", f"L{li} dense")
+        if li > 0:
+            chunk_pass(li, slice_widths(spec.widths[li], k), "bwd", f"split L{li}", f"gather L{li}", f"L{li}")
+    return prog
     for li, width in enumerate(spec.widths[: spec.layers]):
         if li == 0:
             if first_epoch:
@@ -566,23 +550,22 @@ def simulate_tp(
     t_end = float(st.t.max()) if k else 0.0
     epoch = t_end + sync
     n = lay.n
-    workers = []
-    for w in range(k):
-        workers.append(
-            {
-                "rank": w,
-                "busy": float(st.busy[w]),
-                "overhead": float(st.overhead[w]),
-                "comm_wait": float(st.comm_wait[w]),
-                "idle": float(st.idle[w] + (t_end - st.t[w])),
-                "sync": sync,
-                "end": float(st.t[w]),
-                "bytes_sent": int(st.sent[w]),
-                "messages": int(st.messages[w]),
-                "link_seconds": float(st.link[w]),
-                **({"spans": st.spans[w]} if record else {}),
-            }
-        )
+    workers = [
+        {
+            "rank": w,
+            "busy": float(st.busy[w]),
+            "overhead": float(st.overhead[w]),
+            "comm_wait": float(st.comm_wait[w]),
+            "idle": float(st.idle[w] + (t_end - st.t[w])),
+            "sync": sync,
+            "end": float(st.t[w]),
+            "bytes_sent": int(st.sent[w]),
+            "messages": int(st.messages[w]),
+            "link_seconds": float(st.link[w]),
+            **({"spans": st.spans[w]} if record else {}),
+        }
+        for w in range(k)
+    ]
     steady = [c for c in colls if not c.once]
     return {
         "system": f"neutrontp-{tp}" + ("+pipe" if pipelined else ""),
@@ -623,13 +606,8 @@ def tp_systems(pipelines: tuple[str, ...]) -> list[bool]:
 
 
 def simulate(plan: Path, meta: dict, options, out: Path, replan) -> tuple[dict, list[dict]]:
-    """`g3 simulate PLAN` of a neutrontp plan (its spec's ``simulate``)."""
-    return run_tp_simulation(plan, meta, options)
-
-
-def run_tp_simulation(plan: Path, meta: dict, options) -> tuple[dict, list[dict]]:
-    """`g3 simulate PLAN` for a neutrontp plan: its systems at ``--workers K`` (the plan's by default) and the
-    scaling table. Returns simulate.json's body and the systems with their timeline spans."""
+    """`g3 simulate PLAN` of a neutrontp plan (its spec's ``simulate``): its systems at ``--workers K`` (the
+    plan's by default) and the scaling table. Returns simulate.json's body and the systems with their spans."""
     plan = Path(plan)
     spec = ModelSpec.from_plan(meta)
     tp = meta["strategy"]["options"]["tp"]

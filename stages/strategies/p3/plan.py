@@ -15,7 +15,7 @@ from stages.common.partition_artifact import partition_layouts
 from stages.common.plan_options import choice_option
 from stages.common.tensor_parallel import feature_columns
 from stages.kits.plan.context import PlanContext
-from stages.strategies.distdgl.plan import SAMPLING_OPTIONS, check_sampling
+from stages.strategies.distdgl.plan import SAMPLING_OPTIONS
 from stages.strategies.distdgl.plan import plan as plan_distdgl
 
 OPTIONS = SAMPLING_OPTIONS + (
@@ -38,8 +38,7 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
             "partition with g3 partition --method p3",
             path=ctx.part,
         )
-    check_sampling(ctx)
-    out = plan_distdgl(tmp, ctx)
+    out = plan_distdgl(tmp, ctx)  # checks the sampling options first
     feat_dim = int(ctx.spec.in_dim)
     out["feature_columns"] = feature_columns(feat_dim, ctx.num_workers)
     return out

@@ -140,12 +140,10 @@ class P3Strategy(DistDglStrategy):
         self._updated = True
         self._ahead: dict[int, tuple[P3Step, ModelParallelPass]] = {}
         self._full_model: GNNModel | None = None
-        self._dp: tuple | None = (
-            None  # the data-parallel phase in progress: (z¹ leaf, output, restore weights)
-        )
-        self._push: tuple | None = (
-            None  # the gradient push in flight: (its model-parallel pass, the exchange)
-        )
+        # the data-parallel phase in progress: (z¹ leaf, output, restore weights); the gradient push in flight:
+        # (its model-parallel pass, the exchange)
+        self._dp: tuple | None = None
+        self._push: tuple | None = None
         self._mp: tuple | None = None  # its batch's prepared step and model-parallel pass, for the backward
         # partials travel on their own group: one batch's may be in flight while the loop all-reduces
         self.partial_tr = self.own_transport()
