@@ -122,9 +122,8 @@ class RuntimeConfig:
         flag="--emulate-fault",
         metavar="SPEC",
     )
-    network: dict | None = (
-        None  # set by the launcher for its workers: how they are connected (in every epoch record)
-    )
+    # set by the launcher for its workers: how they are connected (in every epoch record)
+    network: dict | None = None
     # the strategy knobs given, by name (None or absent: the strategy's default; see the module's docstring)
     knobs: dict = field(default_factory=dict)
 

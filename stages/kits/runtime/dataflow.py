@@ -24,11 +24,9 @@ def transpose_rows(row_ptr: np.ndarray, edge_src: np.ndarray, n_local: int) -> t
 def node_messages(
     table_nodes: np.ndarray, msg_counts: np.ndarray, n_nodes: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """For every node id, the messages (indices into a table's message list) that carry it: CSR."""
-    msg_of_entry = np.repeat(np.arange(len(msg_counts), dtype=np.int64), msg_counts)
-    order = np.argsort(table_nodes, kind="stable")
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(table_nodes, minlength=n_nodes))]).astype(np.int64)
-    return ptr, msg_of_entry[order]
+    """For every node id, the messages (indices into a table's message list) that carry it: CSR (the messages'
+    node lists, transposed)."""
+    return transpose_rows(np.concatenate([[0], np.cumsum(msg_counts)]), table_nodes, n_nodes)
 
 
 @numba.njit(cache=True)

@@ -27,9 +27,8 @@ from stages.kits.runtime.strategy import WholePartitionStrategy, WorkerContext, 
 
 class LayerSyncStrategy(WholePartitionStrategy):
     knobs: Layer0CacheKnobs
-    owner_dropout = (
-        True  # dropout applied by the owner (in the layer); False: by the receiver (input_transform)
-    )
+    # dropout applied by the owner (in the layer); False: by the receiver (input_transform)
+    owner_dropout = True
 
     def __init__(self, ctx: WorkerContext, model):
         super().__init__(ctx, model)
@@ -64,9 +63,8 @@ class LayerSyncStrategy(WholePartitionStrategy):
             and model.static_input_rows(0) is not None
         )
         self.x0: torch.Tensor | None = None  # layer 0's input: owned + remote features, fetched once
-        self.saved: list[
-            tuple[torch.Tensor, torch.Tensor]
-        ] = []  # per layer: (input leaf, output) of a training step
+        # per layer: (input leaf, output) of a training step
+        self.saved: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.train_rows = labelled_rows(self.labels, self.splits["train"])
         self.global_train = ctx.all_reduce_int(len(self.train_rows))
         self.epoch = 0

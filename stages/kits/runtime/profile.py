@@ -49,17 +49,8 @@ def fit_phase(arcs: np.ndarray, nodes: np.ndarray, seconds: np.ndarray) -> dict:
         "arcs": int(arcs.sum()),
         "nodes": int(nodes.sum()),
     }
-    if n == 0:
-        return {
-            **out,
-            "seconds_per_arc": 0.0,
-            "seconds_per_node": 0.0,
-            "seconds_per_bin": 0.0,
-            "fit": "none",
-            "r2": None,
-        }
     a = np.stack([arcs, nodes, np.ones(n)], axis=1)
-    coef, fit = None, "ratio"
+    coef, fit = None, "ratio" if n else "none"  # no bins: every rate 0
     # the richest model the bins can identify: with equal-size bins (--bin-size) the node count is constant and
     # indistinguishable from a per-bin constant, so it is attributed to the nodes (dense work grows with them);
     # bins of nearly one size (one bin per layer and worker of a balanced partition, or a whole-partition
@@ -83,8 +74,8 @@ def fit_phase(arcs: np.ndarray, nodes: np.ndarray, seconds: np.ndarray) -> dict:
         r = float(seconds.sum() / unit.sum()) if unit.sum() > 0 else 0.0
         coef = np.array([r, r, 0.0])
     pred = a @ coef
-    ss = float(((seconds - seconds.mean()) ** 2).sum())
-    r2 = 1.0 - float(((seconds - pred) ** 2).sum()) / ss if ss > 0 and n > 2 else None
+    ss = float(((seconds - seconds.mean()) ** 2).sum()) if n > 2 else 0.0
+    r2 = 1.0 - float(((seconds - pred) ** 2).sum()) / ss if ss > 0 else None
     return {
         **out,
         "seconds_per_arc": float(coef[0]),

@@ -34,6 +34,7 @@ other side); a client's time blocked on a reply is ``wait_seconds`` and a ``wait
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import os
 import socket
@@ -255,7 +256,7 @@ class SamplingService:
                         )
                         self._ready.notify()
                     continue  # the connection carries one request at a time: the next comes after the reply
-                self._answer(conn, name, arrays)
+                self._send_reply(conn, name, self._compute(name, arrays))  # answered at once
         except OSError:  # shut down by close(), or the peer went away
             return
         finally:
@@ -286,14 +287,8 @@ class SamplingService:
             ).start()
 
     def _write_reply(self, conn: socket.socket, name: str, reply) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the asker went away, or close(): nothing to answer
             self._send_reply(conn, name, reply)
-        except OSError:  # the asker went away, or close(): nothing to answer
-            pass
-
-    def _answer(self, conn: socket.socket, name: str, arrays: list[np.ndarray]) -> None:
-        """Call the handler and write its reply (or its error, which the asker raises naming this worker)."""
-        self._send_reply(conn, name, self._compute(name, arrays))
 
     def _compute(self, name: str, arrays: list[np.ndarray]) -> list[np.ndarray] | Exception:
         """The handler's reply, or the exception it raised (the asker's to report)."""
@@ -303,6 +298,7 @@ class SamplingService:
             return exc
 
     def _send_reply(self, conn: socket.socket, name: str, reply: list[np.ndarray] | Exception) -> None:
+        """Write the handler's reply, or its error (which the asker raises naming this worker)."""
         if isinstance(reply, Exception):
             conn.sendall(bytes([_FAILED]))
             _send_text(conn, f"{type(reply).__name__}: {reply}")
@@ -375,15 +371,9 @@ class SamplingService:
         with self.lock:
             socks = [s for pool in self.idle.values() for s in pool] + self.served
             self.idle.clear()
-        for s in socks:
-            try:
+        for s in [*socks, self.listener]:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self.listener.close()
         for s in socks:
             s.close()

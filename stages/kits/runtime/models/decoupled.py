@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from stages.kits.runtime.block import Block
-from stages.kits.runtime.kernels import block_transpose, csr_sum, relu_dropout
+from stages.kits.runtime.kernels import relu_dropout
+from stages.kits.runtime.models.gcn import GCNConv
 
 
 class DecoupledMLP(nn.Module):
@@ -70,36 +71,9 @@ class DecoupledMLP(nn.Module):
 
 class Propagate(nn.Module):
     r"""One propagation round ``Â h`` (no weights): ``[n_src, d]`` → ``[n_dst, d]`` on a block, GCN's
-    normalisation with the GLOBAL degrees of the block (see :class:`~.gcn.GCNConv`)."""
+    normalisation with the GLOBAL degrees of the block (:meth:`~.gcn.GCNConv.aggregate`)."""
 
     activated = False
 
     def forward(self, block: Block, x_src: torch.Tensor, static_input: bool = False) -> torch.Tensor:
-        return propagate(
-            block.indptr,
-            block.indices,
-            x_src,
-            block.n_dst,
-            block.src_out_degree,
-            block.dst_in_degree,
-            torch.arange(block.n_dst, device=x_src.device),
-            block_transpose(block, x_src),
-        )
-
-
-def propagate(
-    indptr: torch.Tensor,
-    indices: torch.Tensor,
-    x_src: torch.Tensor,
-    n_dst: int,
-    src_out_degree: torch.Tensor,
-    dst_in_degree: torch.Tensor,
-    dst_rows: torch.Tensor,
-    transpose=None,
-) -> torch.Tensor:
-    """``D_dst^-1/2 (A + I) D_src^-1/2 x`` over an in-edge CSR whose destinations are rows ``dst_rows`` of
-    ``x_src`` (the self-loop term); degrees are global, without the self-loop. Differentiable in ``x_src``."""
-    src_norm = (src_out_degree.to(x_src.dtype) + 1.0).rsqrt()[:, None]
-    dst_norm = (dst_in_degree.to(x_src.dtype) + 1.0).rsqrt()[:, None]
-    h = x_src * src_norm
-    return (csr_sum(indptr, indices, h, n_dst, transpose=transpose) + h.index_select(0, dst_rows)) * dst_norm
+        return GCNConv.aggregate(block, x_src)

@@ -10,9 +10,8 @@ from stages.kits.runtime.block import Block, project_first
 from stages.kits.runtime.kernels import block_transpose, csr_mean, csr_mean_grad, csr_mean_rows
 from stages.kits.runtime.models.grads import accumulate_linear_grads
 
-ROW_INDICES = (
-    "sage_row_indices"  # block cache key: src[indices], the arcs' sources as rows of the layer input
-)
+# block cache key: src[indices], the arcs' sources as rows of the layer input
+ROW_INDICES = "sage_row_indices"
 
 
 class SAGEConv(nn.Module):
