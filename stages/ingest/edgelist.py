@@ -403,11 +403,11 @@ def labels_from_array(arr, path, num_nodes: int, line_of_row=None) -> tuple[np.n
         raise G3InputError(f"labels must be numeric, got dtype {arr.dtype}", path=path)
     out = np.empty(num_nodes, dtype=np.int32)
 
-    def where(row: int) -> dict[str, Any]:
-        return {"path": path, "line": line_of_row(row)} if line_of_row is not None else {"path": path}
-
-    def at(row: int) -> str:
-        return "" if line_of_row is not None else f" at row {row} (node {row})"
+    def refuse(row: int, why: str) -> G3InputError:
+        value = block[row - start]
+        if line_of_row is not None:
+            return G3InputError(f"label {value} {why}", path=path, line=line_of_row(row))
+        return G3InputError(f"label {value} at row {row} (node {row}) {why}", path=path)
 
     for start in range(0, num_nodes, LABEL_BLOCK):
         block = np.asarray(arr[start : start + LABEL_BLOCK]).reshape(-1)
@@ -416,14 +416,11 @@ def labels_from_array(arr, path, num_nodes: int, line_of_row=None) -> tuple[np.n
             bad = ~nan & ((block != np.floor(block)) | ~np.isfinite(block))
             if bad.any():
                 r = start + int(np.flatnonzero(bad)[0])
-                raise G3InputError(f"label {block[r - start]}{at(r)} is not an integer class id", **where(r))
+                raise refuse(r, "is not an integer class id")
             block = np.where(nan, -1, block)
         if len(block) and (block.min() < -1 or block.max() >= 2**31 - 1):
             r = start + int(np.flatnonzero((block < -1) | (block >= 2**31 - 1))[0])
-            raise G3InputError(
-                f"label {block[r - start]}{at(r)} is not a class id (>= 0, or -1/NaN for unlabelled)",
-                **where(r),
-            )
+            raise refuse(r, "is not a class id (>= 0, or -1/NaN for unlabelled)")
         out[start : start + len(block)] = block
     num_classes = int(out.max()) + 1 if num_nodes else 0
     return out, max(num_classes, 0)

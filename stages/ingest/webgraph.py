@@ -509,16 +509,13 @@ def _decode_par(words, nbits, goffs, deg, csr, succ, starts, warm, codec, status
     A range first decodes up to `warm` nodes before it into a scratch buffer, so that references into the
     previous range resolve (a chain no longer than warm/window steps always does). A node whose reference
     cannot be resolved stops its range with _NEEDSEQ; the caller finishes it sequentially.
-    status[r] = (status, node, extra).
+    status[r] = (status, node, extra); the row of an empty range is left as the caller's zeros (_OK).
     """
     n_nodes, window, min_int, c_out, c_ref, c_bcnt, c_blk, c_int, c_res, k = codec
     n_ranges = starts.shape[0] - 1
     for r in prange(n_ranges):
         s = starts[r]
         e = starts[r + 1]
-        status[r, 0] = _OK
-        status[r, 1] = e
-        status[r, 2] = 0
         if s >= e:
             continue
         w0 = max(np.int64(0), s - warm)
