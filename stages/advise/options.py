@@ -55,17 +55,12 @@ def check_rate(text: str, flag: str) -> None:
 def parse_links(text: str) -> tuple[str, ...]:
     """``1gbit,10gbit`` → the rates (lower case), each checked as `--emulate-link` checks it; bad input is one
     line naming --link."""
-    out = []
-    for part in str(text).split(","):
-        part = part.strip().lower()
-        if not part:
-            continue
+    out = tuple(dict.fromkeys(part.strip().lower() for part in str(text).split(",") if part.strip()))
+    for part in out:
         check_rate(part, "--link")
-        if part not in out:
-            out.append(part)
     if not out:
         raise G3InputError("--link: no link rate given (examples: 1gbit or 100mbit,10gbit)")
-    return tuple(out)
+    return out
 
 
 def parse_workers(text: str) -> tuple[int, ...]:

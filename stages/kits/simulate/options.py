@@ -15,13 +15,7 @@ DEFAULT_SCALING = (2, 4, 8, 16)
 def parse_pipelines(values: tuple[str, ...]) -> tuple[str, ...]:
     """``--pipeline`` values, repeated or comma-separated, in order, each once (none given: every schedule of the
     plan's strategy; its simulator checks the names)."""
-    out: list[str] = []
-    for v in values:
-        for p in v.split(","):
-            p = p.strip()
-            if p and p not in out:
-                out.append(p)
-    return tuple(out)
+    return tuple(dict.fromkeys(p.strip() for v in values for p in v.split(",") if p.strip()))
 
 
 @dataclass
