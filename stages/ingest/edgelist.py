@@ -576,10 +576,8 @@ class _TextEdges:
 
     # --- parsing tiers --------------------------------------------------------------------------------------
     def _arrow(self, chunk: bytes) -> tuple[np.ndarray, np.ndarray] | None:
-        if self.comma:
-            got = _arrow_ints(chunk, self.ncols, 2, ",", ARROW_BLOCK_BYTES)
-        else:
-            got = _arrow_ints(chunk.replace(b"\t", b" "), self.ncols, 2, " ", ARROW_BLOCK_BYTES)
+        text, delimiter = (chunk, ",") if self.comma else (chunk.replace(b"\t", b" "), " ")
+        got = _arrow_ints(text, self.ncols, 2, delimiter, ARROW_BLOCK_BYTES)
         return None if got is None else (got[0], got[1])
 
     def _normalise(self, chunk: bytes) -> bytes | None:

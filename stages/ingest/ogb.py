@@ -160,12 +160,11 @@ class _Csv:
             lines = chunk.split(b"\n")
             if lines and lines[-1] == b"":
                 lines.pop()
-            for i, raw in enumerate(lines):
-                if line0 + i < first_line:
-                    continue
+            skip = max(0, first_line - line0)
+            for line, raw in enumerate(lines[skip:], line0 + skip):
                 why = self._why(raw)
                 if why is not None:
-                    raise G3InputError(f"malformed line: {why}", path=self.path, line=line0 + i) from None
+                    raise G3InputError(f"malformed line: {why}", path=self.path, line=line) from None
         raise G3InputError(f"cannot parse (at or after line {first_line}): {exc}", path=self.path) from None
 
 
@@ -318,10 +317,7 @@ def _features_csv(
 
     def blocks() -> Iterator[np.ndarray]:
         for row0, batch in _node_lines(csv, num_nodes, count_path, "feature"):
-            if dim == 1:
-                block = batch.column(0).to_numpy().reshape(-1, 1)
-            else:
-                block = np.column_stack([batch.column(i).to_numpy() for i in range(dim)])
+            block = np.column_stack([batch.column(i).to_numpy() for i in range(dim)])
             check_finite(block, path, row0, line_of_row=lambda r: r + 1)
             yield block
 
