@@ -293,17 +293,11 @@ def rank(entries: list[dict], memory: int) -> list[dict]:
     """Best first: predicted and fitting by epoch time; then predicted but not fitting; then not predicted; then
     refused. Each entry's reason says why it is where it is."""
 
-    def tier(e):
-        if e["status"] == "ok":
-            return 0
-        if e["status"] == "does not fit":
-            return 1
-        return 2 if e["status"] == "not predicted" else 3
-
+    tiers = {"ok": 0, "does not fit": 1, "not predicted": 2}  # then refused
     order = sorted(
         entries,
         key=lambda e: (
-            tier(e),
+            tiers.get(e["status"], 3),
             e["predicted_epoch_seconds"] if e["predicted_epoch_seconds"] is not None else math.inf,
             e["strategy"],
             e["variant"],
