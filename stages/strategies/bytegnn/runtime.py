@@ -345,27 +345,28 @@ class ByteGnnStrategy(DistDglStrategy):
         return Task(dag, "nsc", cost, ask, index)
 
     def fetch_task(self, dag: Dag, candidates: np.ndarray) -> Task:
-        """The input rows of ``candidates`` no other fetch of this DAG has taken: own rows copied here, the
-        others asked of their owners (one ``features0`` request per owner)."""
+        """The input rows of ``candidates`` no other fetch of this DAG has taken: own rows copied here (gathered
+        on the device when resident), the others asked of their owners (one ``features0`` request per owner)."""
 
         def run() -> list:
-            if self.on_device is not None:
-                return self._device_fetch(dag, candidates)
-            ids = self._claim(dag, np.unique(candidates))
-            owner = self.book.owner[ids]
-            mine = ids[owner == self.rank]
-            local = self.book.local[mine]
-            degrees = self.own_degrees(local) if self.needs_degrees else None
-            self._keep_rows(dag, mine, self.features[torch.from_numpy(local)], degrees)
-            others = owner != self.rank
+            g = self.on_device
+            if g is None:
+                ids = self._claim(dag, np.unique(candidates))
+                here = self.book.owner[ids] == self.rank
+                local = self.book.local[ids[here]]
+                degrees = self.own_degrees(local) if self.needs_degrees else None
+                self._keep_rows(dag, ids[here], self.features[torch.from_numpy(local)], degrees)
+                return self._ask_owners_for_rows(dag, ids[~here])
+            ids = self._claim(dag, torch.unique(torch.as_tensor(candidates).to(self.device, torch.int64)))
+            rows = g.input_row_of[ids]
+            order, n_here = here_first(rows)
+            mine = ids[order[:n_here]]
+            local = rows[order[:n_here]]
+            degrees = None if g.degrees is None else g.degrees.index_select(0, local)
+            self._keep_rows(dag, mine, g.features.index_select(0, local), degrees)
             return self._ask_owners_for_rows(
-                dag,
-                ids[others],
-                owner[others],
-                lambda theirs, arrays: self._keep_rows(
-                    dag, theirs, torch.from_numpy(arrays[0]), arrays[1] if self.needs_degrees else None, True
-                ),
-            )
+                dag, ids[order[n_here:]].cpu().numpy()
+            )  # their ids leave the device
 
         return Task(dag, "fetch", len(candidates) * self.width, run)
 
@@ -377,9 +378,7 @@ class ByteGnnStrategy(DistDglStrategy):
             dag.claimed[ids] = True
         return ids
 
-    def _keep_rows(
-        self, dag: Dag, ids: np.ndarray, rows: torch.Tensor, degrees, remote: bool = False
-    ) -> None:
+    def _keep_rows(self, dag: Dag, ids, rows: torch.Tensor, degrees, remote: bool = False) -> None:
         with dag.lock:
             dag.fetched.append((ids, rows, degrees))
             dag.remote_rows += len(ids) if remote else 0
@@ -413,7 +412,6 @@ class ByteGnnStrategy(DistDglStrategy):
             fetched_rows=dag.remote_rows,
         )
 
-    # --- the same tasks on the device (a resident worker) ------------------------------------------------
     def _device_scratch(self) -> torch.Tensor:
         """This thread's relabelling scratch on the device (all −1 between uses)."""
         a = getattr(self._scratch, "device_array", None)
@@ -423,38 +421,19 @@ class ByteGnnStrategy(DistDglStrategy):
             )
         return a
 
-    def _device_fetch(self, dag: Dag, candidates) -> list:
-        """Own rows gathered on the device, the others asked of their owners (their ids leave the device)."""
-        g = self.on_device
-        ids = self._claim(dag, torch.unique(torch.as_tensor(candidates).to(self.device, torch.int64)))
-        rows = g.input_row_of[ids]
-        order, n_here = here_first(rows)
-        mine = ids[order[:n_here]]
-        local = rows[order[:n_here]]
-        degrees = None if g.degrees is None else g.degrees.index_select(0, local)
-        self._keep_rows(dag, mine, g.features.index_select(0, local), degrees)
-        theirs_all = ids[order[n_here:]].cpu().numpy()
-        owner = self.book.owner[theirs_all]
+    def _ask_owners_for_rows(self, dag: Dag, ids: np.ndarray) -> list:
+        """One ``features0`` request per owner of ``ids`` (other workers'), prioritised by the DAG's launch
+        order; a reply's rows (and degrees) are kept, on the device when resident. The (request, completion)
+        pairs to wait on."""
+        owner = self.book.owner[ids]
 
-        def on_device(array: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(array).to(self.device)
+        def arrive(theirs: np.ndarray, arrays: list[np.ndarray]) -> None:
+            def to(a: np.ndarray) -> torch.Tensor:
+                return torch.from_numpy(a) if self.on_device is None else torch.from_numpy(a).to(self.device)
 
-        return self._ask_owners_for_rows(
-            dag,
-            theirs_all,
-            owner,
-            lambda theirs, arrays: self._keep_rows(
-                dag,
-                on_device(theirs),
-                on_device(arrays[0]),
-                on_device(arrays[1].astype(np.int64)) if self.needs_degrees else None,
-                True,
-            ),
-        )
+            degrees = to(arrays[1].astype(np.int64)) if self.needs_degrees else None
+            self._keep_rows(dag, to(theirs), to(arrays[0]), degrees, True)
 
-    def _ask_owners_for_rows(self, dag: Dag, ids: np.ndarray, owner: np.ndarray, arrive) -> list:
-        """One ``features0`` request per owner of ``ids`` (another worker's), prioritised by the DAG's launch
-        order; ``arrive(theirs, arrays)`` keeps a reply's rows. The (request, completion) pairs to wait on."""
         waits = []
         for q in np.unique(owner):
             theirs = ids[owner == q]
