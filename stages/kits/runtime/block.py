@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from stages.kits.runtime.kernels.csr import row_ids
+
 
 @dataclass(eq=False)  # identity semantics: comparing tensors field by field is never meant
 class Block:
@@ -126,13 +128,9 @@ def gather_rows(indptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor,
     Vectorised segment gather: no Python loop over rows.
     """
     starts = indptr[rows]
-    lengths = indptr[rows + 1] - starts
     new_indptr = torch.zeros(rows.numel() + 1, dtype=torch.int64, device=indptr.device)
-    torch.cumsum(lengths, 0, out=new_indptr[1:])
-    nnz = int(new_indptr[-1])
+    torch.cumsum(indptr[rows + 1] - starts, 0, out=new_indptr[1:])
+    row_of = row_ids(new_indptr)
     # position = start of its row + offset inside the row
-    row_of = torch.repeat_interleave(
-        torch.arange(rows.numel(), device=indptr.device), lengths, output_size=nnz
-    )
-    pos = starts[row_of] + (torch.arange(nnz, device=indptr.device) - new_indptr[:-1][row_of])
+    pos = starts[row_of] + (torch.arange(row_of.numel(), device=indptr.device) - new_indptr[:-1][row_of])
     return pos, new_indptr

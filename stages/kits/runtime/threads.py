@@ -1,10 +1,9 @@
 """Helper threads of a worker (receiving, sending, prefetching): how they run their kernels, and the pools.
 
 A helper thread runs its torch and numba kernels on one thread, off the cores the compute kernels use: its
-numba row copies as plain loops (``kernels.use_serial_kernels_in_this_thread``: numba's ``workqueue``
-threading layer aborts the process when two threads launch parallel kernels at once), its torch ops with one
-thread — with OpenMP the setting is the calling thread's own; elsewhere it would set the whole process's, so
-it is left alone there. The thread that starts helpers first calls :func:`keep_caller_threads`: a thread takes
+numba kernels on itself alone (``kernels.use_serial_kernels_in_this_thread``), its torch ops with one thread —
+with OpenMP the setting is the calling thread's own; elsewhere it would set the whole process's, so it is left
+alone there. The thread that starts helpers first calls :func:`keep_caller_threads`: a thread takes
 the process-wide count at its first parallel op, and a helper's ``set_num_threads(1)`` changes that count.
 """
 

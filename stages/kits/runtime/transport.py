@@ -148,35 +148,13 @@ class Transport:
         return out
 
     # --- static P2P tables ------------------------------------------------------------------------------
-    def sender(
-        self,
-        table: Table,
-        kind: str,
-        layer: int,
-        n_nodes: int,
-        blocking: bool = False,
-        background: bool = False,
-        structure: dict | None = None,
-        alloc=None,
-    ) -> TableSender:
-        return TableSender(
-            self,
-            table,
-            phase_tag(kind, layer),
-            f"{kind}{layer}",
-            n_nodes,
-            blocking,
-            background,
-            structure,
-            alloc,
-        )
+    def sender(self, table: Table, kind: str, layer: int, n_nodes: int, **options) -> TableSender:
+        """The sends of ``table`` in phase ``kind`` of ``layer`` (``options``: :class:`TableSender`'s)."""
+        return TableSender(self, table, kind, layer, n_nodes, **options)
 
-    def receiver(
-        self, table: Table, kind: str, layer: int, width: int, dtype: torch.dtype, unpack=None, alloc=None
-    ) -> TableReceiver:
-        return TableReceiver(
-            self, table, phase_tag(kind, layer), f"{kind}{layer}", width, dtype, unpack, alloc
-        )
+    def receiver(self, table: Table, kind: str, layer: int, width: int, dtype, **options) -> TableReceiver:
+        """The receives of ``table`` in phase ``kind`` of ``layer`` (``options``: :class:`TableReceiver`'s)."""
+        return TableReceiver(self, table, kind, layer, width, dtype, **options)
 
     def exchange_table(
         self, send: Table, recv: Table, kind: str, layer: int, rows: torch.Tensor, out: torch.Tensor
@@ -365,12 +343,12 @@ class TableSender:
         self,
         tr: Transport,
         table: Table,
-        phase: int,
-        label: str,
+        kind: str,
+        layer: int,
         n_nodes: int,
-        blocking: bool,
-        background: bool,
-        structure: dict | None,
+        blocking: bool = False,
+        background: bool = False,
+        structure: dict | None = None,
         alloc=None,
     ):
         # the table's static structure, built once per table when the caller keeps ``structure`` (an epoch
@@ -385,7 +363,8 @@ class TableSender:
             )
         _, self.slices, self.nodes, self.msg_ptr, self.msg_ids = cache[id(table)]
         self.remaining = table.msgs[:, 2].copy()
-        self.tr, self.phase, self.label, self.blocking = tr, phase, label, blocking
+        self.tr, self.blocking = tr, blocking
+        self.phase, self.label = phase_tag(kind, layer), f"{kind}{layer}"
         self.pool = tr.sender_thread() if background and not blocking else None
         self.pending: list[tuple] = []
         self.queued: list = []  # the sender thread's jobs (futures) for this table
@@ -497,9 +476,10 @@ class TableReceiver:
     """
 
     def __init__(
-        self, tr: Transport, table: Table, phase: int, label: str, width: int, dtype, unpack=None, alloc=None
+        self, tr: Transport, table: Table, kind: str, layer: int, width: int, dtype, unpack=None, alloc=None
     ):
-        self.tr, self.label, self.phase, self.unpack = tr, label, phase, unpack
+        self.tr, self.label, self.unpack = tr, f"{kind}{layer}", unpack
+        self.phase = phase = phase_tag(kind, layer)
         self.queue: queue.Queue = queue.Queue()
         self.outstanding = 0
         by_peer: dict[int, list] = {}

@@ -3,9 +3,8 @@
 A worker whose partition lives on its device (``WorkerContext.resident``) runs every aggregation, gather and
 the loss through torch operations — the ``sparse`` backend of ``stages/kits/runtime/kernels/`` (CSR products,
 the fastest measured on a GPU) and torch's cross-entropy — which is what CUDA runs. On a GPU that is the
-default anyway; forced on the CPU
-(``g3 train --residency device``) the same code runs there, so the tests check the device path's results
-and count its operations (:mod:`.op_counter`) without a GPU.
+default anyway; forced on the CPU (``g3 train --residency device``) the same code runs there, so the tests
+check the device path's results and count its operations (:mod:`.op_counter`) without a GPU.
 """
 
 from __future__ import annotations

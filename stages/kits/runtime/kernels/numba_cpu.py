@@ -520,8 +520,7 @@ _thread_state = threading.local()
 def use_serial_kernels_in_this_thread() -> None:
     """Called by the runtime's helper threads (prefetch, sender, receiving): the row kernels they call then run
     on the thread itself alone, never handing chunks to the kernel pool — a helper's single thread gains nothing
-    from it and would compete with the compute thread. (Before the row kernels were serial functions, this kept
-    them off numba's threading layer, whose ``workqueue`` fallback aborts when two threads launch at once.)"""
+    from it and would compete with the compute thread."""
     _thread_state.serial = True
 
 
