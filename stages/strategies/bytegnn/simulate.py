@@ -82,12 +82,9 @@ def simulate_bytegnn(
     step bounds every step."""
     net = net or Network(bandwidth, latency)
     latency = net.latency
-    steps = (
-        math.ceil(p.num_train / (k * p.batch_size))
-        if p.order == "local"
-        else math.ceil(p.num_train / p.batch_size)
-    )
-    scale = 1.0 if p.order == "local" else p.workers / k
+    local = p.order == "local"
+    steps = math.ceil(p.num_train / (k * p.batch_size if local else p.batch_size))
+    scale = 1.0 if local else p.workers / k
     arcs, rows = p.arcs_per_step * scale, p.rows_per_step * scale
     remote = rows * remote_share(p, k)
     answers = (p.fanouts[1] + 1) * 8 if len(p.fanouts) > 1 and p.fanouts[1] > 0 else 0  # sized by the draw

@@ -115,18 +115,13 @@ class DistDglStrategy(MiniBatchStrategy):
         each global id mapped to its row here (−1: another worker's)."""
         degrees = torch.from_numpy(self.own_degrees(slice(None))) if self.needs_degrees else None
         here = np.where(self.book.owner == self.rank, self.book.local, -1)
-        if self.replicated:
-            return DeviceGraph(
-                self.g_indptr,
-                self.g_nbrs,
-                None,
-                self.features,
-                self.labels,
-                degrees,
-                self.device,
-                input_row_of=here,
-            )
-        return DeviceGraph(self.indptr, self.nbrs, here, self.features, self.labels, degrees, self.device)
+        if self.replicated:  # its own rows are the whole CSR's: input rows by ``here``
+            indptr, nbrs, row_of, input_row_of = self.g_indptr, self.g_nbrs, None, here
+        else:
+            indptr, nbrs, row_of, input_row_of = self.indptr, self.nbrs, here, None
+        return DeviceGraph(
+            indptr, nbrs, row_of, self.features, self.labels, degrees, self.device, input_row_of=input_row_of
+        )
 
     def serving_threads(self, ctx: WorkerContext) -> int:
         """Threads that answer the requests this worker serves in priority order (0: each connection's thread

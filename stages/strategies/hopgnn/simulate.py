@@ -131,10 +131,7 @@ def simulate_hopgnn(
     latency = net.latency
     merged = 0 if h.local_only else min(merged, k - 1)
     t_steps = 1 if h.local_only else k - merged
-    if h.local_only:
-        steps = math.ceil(p.num_train / (k * math.ceil(p.batch_size / k)))
-    else:
-        steps = math.ceil(p.num_train / p.batch_size)
+    steps = math.ceil(p.num_train / (k * math.ceil(p.batch_size / k) if h.local_only else p.batch_size))
     arcs, rows = p.arcs_per_step * p.workers / k, p.rows_per_step * p.workers / k
     missed = rows * miss_share(p, h, k, merged)
     fetched = missed * (h.dedup if h.pregather else 1.0)

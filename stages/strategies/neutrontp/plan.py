@@ -112,18 +112,13 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
     np.save(folder / "first_use.npy", first)
     owned = []
     for q in ctx.progress(range(k), "planning workers (neutrontp)"):
-        ids = (
-            np.concatenate(
-                [np.arange(a, b, dtype=np.int64) for a, b in zip(ob[:, q], ob[:, q + 1], strict=True)]
-            )
-            if n_chunks
-            else np.zeros(0, dtype=np.int64)
-        )
+        pieces = [np.arange(a, b, dtype=np.int64) for a, b in zip(ob[:, q], ob[:, q + 1], strict=True)]
+        ids = np.concatenate(pieces or [np.zeros(0, dtype=np.int64)])
         owned.append(ids)
         wdir = tmp / f"worker-{q:05d}"
         np.save(wdir / "owned.npy", narrow(ids, store.num_nodes - 1))
         write_json_atomic(wdir / "worker.json", {"rank": q, "num_owned": int(len(ids))})
-    layer0_columns = [c["stop"] - c["start"] for c in map(_shard_columns, ctx.shards)]
+    layer0_columns = [c["stop"] - c["start"] for c in (s.info["feature_columns"] for s in ctx.shards)]
     needed = first < n_chunks
     sizes = np.diff(bounds)
     return {
@@ -149,10 +144,6 @@ def plan(tmp: Path, ctx: PlanContext) -> dict:
             for q in range(k)
         ],
     }
-
-
-def _shard_columns(shard) -> dict:
-    return shard.info["feature_columns"]
 
 
 def summary_rows(plan: dict) -> list[tuple[str, str]]:

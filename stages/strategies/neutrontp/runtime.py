@@ -287,7 +287,8 @@ class NeutronTPStrategy(WholePartitionStrategy):
         first, last, prefix = ("dst", "new", "bwd ") if backward else ("new", "dst", "")
         run = self._transposed_pass if backward else self._aggregate_pass
         out = torch.zeros_like(rows)
-        current = torch.zeros((self.n, self._width(cols)), dtype=self.dtype, device=self.home)
+        width = cols[self.rank + 1] - cols[self.rank]  # this worker's slice
+        current = torch.zeros((self.n, width), dtype=self.dtype, device=self.home)
         for i, name in enumerate(passes):
             nxt = torch.zeros_like(current)
             pre = partial(self._split, rows, first, cols, current, f"{prefix}split{tag}") if i == 0 else None
@@ -296,9 +297,6 @@ class NeutronTPStrategy(WholePartitionStrategy):
             run(current, nxt, name, pre, post)
             current = nxt
         return out
-
-    def _width(self, cols: list[int]) -> int:
-        return cols[self.rank + 1] - cols[self.rank]
 
     # --- the interface ----------------------------------------------------------------------------------
     def after_inference(self) -> None:

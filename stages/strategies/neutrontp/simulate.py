@@ -140,35 +140,24 @@ def load_layout(plan: Path, meta: dict, k: int | None = None, csr_cache: dict | 
     if "indptr" not in cache:
         cache["indptr"] = np.asarray(_store(meta, plan).read("indptr"), dtype=np.int64)
     indptr = cache["indptr"]
+    spec = ModelSpec.from_plan(meta)
     if k == k_plan:
-        ob = np.load(root / "owner_bounds.npy").astype(np.int64)
-        first = np.load(root / "first_use.npy")
-        bounds = bounds_p
+        bounds, ob = bounds_p, np.load(root / "owner_bounds.npy").astype(np.int64)
     else:
-        spec = ModelSpec.from_plan(meta)
         opts = meta["strategy"]["options"]
         budget = meta.get("device_memory") or opts.get("device_memory")
         if not opts.get("chunk_size") and not budget:
             raise G3InputError("the plan records neither a chunk size nor a device memory budget", path=plan)
         bounds = layout.chunk_bounds(np.diff(indptr), spec, k, opts.get("chunk_size"), int(budget or 0))
         ob = layout.owner_bounds(bounds, k)
-        if np.array_equal(bounds, bounds_p):  # first use depends on the chunks only
-            first = np.load(root / "first_use.npy")
-        else:
-            if "indices" not in cache:
-                cache["indices"] = _store(meta, plan).read("indices")
-            first = layout.first_use(
-                indptr, cache["indices"], bounds, self_loops=spec.kind in ("gcn", "dgcn")
-            )
+    if np.array_equal(bounds, bounds_p):  # first use depends on the chunks only
+        first = np.load(root / "first_use.npy")
+    else:
+        if "indices" not in cache:
+            cache["indices"] = _store(meta, plan).read("indices")
+        first = layout.first_use(indptr, cache["indices"], bounds, self_loops=spec.kind in ("gcn", "dgcn"))
     arcs = np.diff(indptr[bounds]).astype(np.int64)
-    return TPLayout(
-        k=k,
-        bounds=bounds,
-        owner_bounds=ob,
-        first_use=first,
-        arcs=arcs,
-        layer0_columns=_layer0_columns(meta, k),
-    )
+    return TPLayout(k, bounds, ob, first, arcs, _layer0_columns(meta, k))
 
 
 # ------------------------------------------------------------------------------------------------------------

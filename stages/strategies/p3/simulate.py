@@ -150,10 +150,9 @@ def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipeline
     (a worker's partials and gradients are every owner's), so each phase is the slowest worker's."""
     net = net or Network(bandwidth, latency)
     lat = net.latency if k > 1 else 0.0
-    if p.order == "local":
-        steps, scale = math.ceil(p.num_train / (k * p.batch_size)), 1.0
-    else:
-        steps, scale = math.ceil(p.num_train / p.batch_size), p.workers / k
+    local = p.order == "local"
+    steps = math.ceil(p.num_train / (k * p.batch_size if local else p.batch_size))
+    scale = 1.0 if local else p.workers / k
     arcs, arcs1, src0, dst1 = p.arcs * scale, p.arcs1 * scale, p.src0 * scale, p.dst1 * scale
     block_ids = 3 + src0 + dst1 + arcs1  # one owner's layer-1 block on the wire
     bytes_ = {
@@ -201,18 +200,7 @@ def simulate_p3(p: P3Profile, k: int, bandwidth: float, latency: float, pipeline
     name = "p3-pipelined" if pipelined else "p3"
     figures = dict(
         bytes_per_step={**bytes_, "allreduce": 2 * (k - 1) / k * p.replicated * ITEM},
-        step_parts={
-            key: phase[key]
-            for key in (
-                "sampling",
-                "structure",
-                "prepare",
-                "model_parallel",
-                "partials",
-                "data_parallel",
-                "gradients",
-            )
-        }
+        step_parts={key: v for key, v in phase.items() if not key.startswith("wire_")}
         | {"allreduce": allreduce},
     )
     return epoch_result(
