@@ -108,7 +108,7 @@ class DistDglStrategy(MiniBatchStrategy):
                 serve_threads=self.serving_threads(ctx),
             )
             if self.on_device is not None:
-                self.on_device.owners = Owners(self._owners_sample, self._owners_rows)
+                self.on_device.owners = Owners(self._ask_owners, self._owners_rows)
 
     def _device_graph(self) -> DeviceGraph:
         """This worker's sampling input on its device: its rows (or, replicated, the whole CSR) and its input rows,
@@ -214,12 +214,13 @@ class DistDglStrategy(MiniBatchStrategy):
         owner = self.book.owner[nodes]
         if self.service is None or (owner == self.rank).all():
             return sample_rows(self.indptr, self.nbrs, self.book.local[nodes], nodes, fanout, key)
-        return self._ask_owners(nodes, owner, fanout, key)()
+        return self._ask_owners(nodes, fanout, key, owner)()
 
-    def _ask_owners(self, nodes: np.ndarray, owner: np.ndarray, fanout: int, key: int):
-        """Send the owners of ``nodes`` their sampling requests now; returns a function that draws this worker's
-        own nodes meanwhile and waits for the answers, ``(counts, picks)`` in the order of ``nodes``."""
-        order, bounds = self._by_owner(owner)
+    def _ask_owners(self, nodes: np.ndarray, fanout: int, key: int, owner: np.ndarray | None = None):
+        """Send the owners of ``nodes`` their sampling requests now (the device sampler's requests too); returns
+        a function that draws this worker's own nodes meanwhile and waits for the answers, ``(counts, picks)``
+        in the order of ``nodes``."""
+        order, bounds = self._by_owner(self.book.owner[nodes] if owner is None else owner)
         groups = [nodes[order[bounds[q] : bounds[q + 1]]] for q in range(self.ctx.world)]
         pending = {
             q: self.service.submit(q, "sample", [fanout, signed64(key)], [g.astype(self.wire_ids)])
@@ -242,10 +243,6 @@ class DistDglStrategy(MiniBatchStrategy):
             )
 
         return wait
-
-    def _owners_sample(self, nodes: np.ndarray, fanout: int, key: int):
-        """The device sampler's requests for nodes other workers own."""
-        return self._ask_owners(nodes, self.book.owner[nodes], fanout, key)
 
     def _owners_rows(self, nodes: np.ndarray):
         """The device gather's requests for input rows other workers own (and, for GCN, their global degrees),

@@ -194,13 +194,9 @@ class HopGnnStrategy(DistDglStrategy):
             union = np.unique(np.concatenate([b[0].src for b in blocks]))
             x, degrees, fetched = self.gather_inputs(union)
         t2 = time.perf_counter()
-        out = []
+        out, union = [], torch.as_tensor(union)
         for i, (r, b) in enumerate(zip(roots, blocks, strict=True)):
-            at = (
-                torch.searchsorted(union, b[0].src)
-                if self.on_device is not None
-                else torch.from_numpy(np.searchsorted(union, b[0].src))
-            )
+            at = torch.searchsorted(union, torch.as_tensor(b[0].src))
             first = i == 0  # the iteration's sampling and fetch are counted once
             out.append(
                 PreparedStep(
