@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from stages.common.knobs import SamplingKnobs, TrainKnob, at_least_one, finite_non_negative, knob
 
 
+def _count(name: str, default: int, help: str) -> TrainKnob:
+    """A knob counting threads, DAGs or nodes: at least one."""
+    return TrainKnob(name, int, default, help, metavar="N", check=at_least_one)
+
+
 @dataclass(frozen=True)
 class ByteGnnKnobs(SamplingKnobs):
     prefetch: str = "auto"  # not a knob of bytegnn: its sampler thread always leads by two steps
@@ -22,25 +27,13 @@ class ByteGnnKnobs(SamplingKnobs):
         )
     )
     sample_threads: int = knob(
-        TrainKnob(
+        _count(
             "sample_threads",
-            int,
             2,
-            metavar="N",
-            check=at_least_one,
-            help="Threads of the sampling task pool (besides a launcher and a network thread).",
+            "Threads of the sampling task pool (besides a launcher and a network thread).",
         )
     )
-    max_dags: int = knob(
-        TrainKnob(
-            "max_dags",
-            int,
-            4,
-            metavar="N",
-            check=at_least_one,
-            help="At most N DAGs launched and not yet trained on.",
-        )
-    )
+    max_dags: int = knob(_count("max_dags", 4, "At most N DAGs launched and not yet trained on."))
     launch_sigma: float = knob(
         TrainKnob(
             "launch_sigma",
@@ -53,12 +46,5 @@ class ByteGnnKnobs(SamplingKnobs):
         )
     )
     task_nodes: int = knob(
-        TrainKnob(
-            "task_nodes",
-            int,
-            256,
-            metavar="N",
-            check=at_least_one,
-            help="Frontier nodes per sampling task (a chunk of one owner's nodes).",
-        )
+        _count("task_nodes", 256, "Frontier nodes per sampling task (a chunk of one owner's nodes).")
     )

@@ -171,13 +171,12 @@ class ClusterProfile:
         for rec in steady:
             b = batches(workers, per_batch, seed, int(rec["epoch"]))
             for r, w in enumerate(rec["workers"]):
-                if int(w["sampled_arcs"]) != spec.num_blocks * int(b.arcs[:, r].sum()) or int(
-                    w["source_rows"]
-                ) != int(b.nodes[:, r].sum()):
+                want = (spec.num_blocks * int(b.arcs[:, r].sum()), int(b.nodes[:, r].sum()))
+                if (int(w["sampled_arcs"]), int(w["source_rows"])) != want:
                     raise G3InputError(
                         f"--run: worker {r}'s batches of epoch {rec['epoch']} are not the plan's clusters at seed "
                         f"{seed} ({w['sampled_arcs']} arcs, {w['source_rows']} rows recorded; the model counts "
-                        f"{spec.num_blocks * int(b.arcs[:, r].sum())} and {int(b.nodes[:, r].sum())})",
+                        f"{want[0]} and {want[1]})",
                         path=run,
                     )
                 has = b.train[:, r] > 0
