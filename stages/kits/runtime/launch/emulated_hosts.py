@@ -225,10 +225,8 @@ class EmulatedHostsLauncher:
         self, entry, world: int, run_dir: Path, prefix: str, plan: Path, cfg: RuntimeConfig, *extra
     ) -> dict:
         """Run ``entry`` on the emulated hosts; returns what the links carried (bytes per host)."""
-        run_dir, plan = (
-            Path(run_dir).resolve(),
-            Path(plan).resolve(),
-        )  # the agents start in their hosts' folders
+        # absolute: the agents start in their hosts' folders
+        run_dir, plan = Path(run_dir).resolve(), Path(plan).resolve()
         clean_stale()
         clean_stale_host_folders(run_dir.parent)
         work = Path(
@@ -472,10 +470,8 @@ class EmulatedHostsLauncher:
         if host.agent is not None:
             if host.agent.poll() is None:
                 host.agent.kill()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 host.agent.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
 
 
 def _fault_time(run_dir: Path, fault: Fault) -> float | None:

@@ -43,9 +43,8 @@ class LocalLauncher:
         if self.inference and world == 1 and not _process_group_exists():
             import torch
 
-            threads = (
-                torch.get_num_threads()
-            )  # the rank sets its own; the caller's (a Python session) is restored
+            # the rank sets its own thread count; the caller's (a Python session) is restored
+            threads = torch.get_num_threads()
             # the allocator's policy is process-wide and cannot be undone: the caller's process keeps its own (one
             # forward pass gains nothing from keeping freed memory for a next epoch)
             here = dataclasses.replace(cfg, heap="system")

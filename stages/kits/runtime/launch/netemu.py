@@ -27,6 +27,7 @@ confused with a real one. Three-digit host numbers keep the addresses' text in h
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -99,26 +100,8 @@ def why_not_available() -> str | None:
         probe = f"{PREFIX}{os.getpid()}-probe"
         try:
             _run(["ip", "netns", "add", probe], "the emulated network")
-            _run(
-                [
-                    "tc",
-                    "-n",
-                    probe,
-                    "qdisc",
-                    "add",
-                    "dev",
-                    "lo",
-                    "root",
-                    "tbf",
-                    "rate",
-                    "1gbit",
-                    "burst",
-                    "32kb",
-                    "latency",
-                    "20ms",
-                ],
-                "the emulated network (tbf)",
-            )
+            tbf = f"tc -n {probe} qdisc add dev lo root tbf rate 1gbit burst 32kb latency 20ms"
+            _run(tbf.split(), "the emulated network (tbf)")
         except (G3InputError, G3RuntimeError) as exc:
             reason = str(exc)
         finally:
@@ -280,10 +263,8 @@ class EmulatedNetwork:
 
     def kill_host_processes(self, host: int, sig: int = signal.SIGKILL) -> None:
         for pid in namespace_pids(self.namespace(host)):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
 
     def set_link(self, host: int, up: bool) -> None:
         """Take host ``host``'s link down (as a pulled cable: its switch port) or bring it back up."""
@@ -330,10 +311,8 @@ def remove_namespace(name: str) -> None:
         if not pids:
             break
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         time.sleep(0.05)
     subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=COMMAND_SECONDS)
 

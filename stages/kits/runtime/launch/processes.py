@@ -173,9 +173,8 @@ def run_in_process(entry, run_dir: Path, prefix: str, master_addr: str, master_p
     saved = root.handlers[:], root.level
     try:
         run_guarded(entry, 0, 1, Path(run_dir), prefix, f"tcp://{master_addr}:{port}", *args)
-    except (
-        Exception
-    ) as exc:  # named as a failed worker is (spawn_workers): the error file's first line, the log
+    # named as a failed worker is (spawn_workers): the error file's first line, the log
+    except Exception as exc:
         message = failure_message(Path(run_dir), 0, None, prefix)
         raise (G3InputError if _bad_input(Path(run_dir), 0, prefix) else G3RuntimeError)(message) from exc
     finally:
@@ -254,9 +253,8 @@ def spawn_workers(
                 multiprocessing.connection.wait(live, timeout=1.0)
             failed = _first_failed(Path(run_dir), procs, prefix)
             if failed is not None:
-                stopped = _stopped_rank(
-                    procs
-                )  # a peer that timed out waiting for a stopped rank: name that one
+                # a peer that timed out waiting for a stopped rank: name that one
+                stopped = _stopped_rank(procs)
                 _stop(ctx)
                 # a rank that found bad input is the cause: its peers' errors (a closed connection) follow from it
                 bad = [r for r in range(world) if _bad_input(Path(run_dir), r, prefix)]
@@ -280,9 +278,8 @@ def spawn_workers(
                     f"or stuck outside Python); every worker was stopped (log: "
                     f"{log_path(Path(run_dir), hung, prefix, 'log')})"
                 )
-    except (
-        BaseException
-    ):  # KeyboardInterrupt (SIGINT, or SIGTERM turned into one), a failure: no worker stays
+    # KeyboardInterrupt (SIGINT, or SIGTERM turned into one), a failure: no worker stays
+    except BaseException:
         _stop(ctx)
         raise
     finally:
@@ -396,10 +393,8 @@ def _beat(path: Path, parent: int) -> None:
                 log.error("the launcher (pid %d) is gone: leaving", parent)
             logging.shutdown()
             os._exit(3)
-        try:
+        with contextlib.suppress(OSError):
             path.touch()
-        except OSError:
-            pass
         time.sleep(HEARTBEAT_SECONDS)
 
 
@@ -436,9 +431,8 @@ def _spawn_entry(
     os.environ.update(launcher["env"])
     os.chdir(launcher["cwd"])
     os.environ.setdefault("LOCAL_WORLD_SIZE", str(world))
-    if not Path(
-        run_dir
-    ).is_dir():  # the launcher stopped, and removed its attempt, before this worker started
+    # the launcher stopped, and removed its attempt, before this worker started
+    if not Path(run_dir).is_dir():
         os._exit(3)
     start_heartbeat(Path(run_dir), rank, prefix, parent)
     try:
@@ -460,12 +454,10 @@ def _spawn_entry(
 def release_process_resources() -> None:
     """Run multiprocessing's finalizers of priority >= 0, as a normal exit would (the named semaphores libraries
     created in this process are unlinked by them)."""
-    try:
-        from multiprocessing import util
+    from multiprocessing import util
 
+    with contextlib.suppress(Exception):  # best effort
         util._run_finalizers(0)
-    except Exception:  # pragma: no cover - best effort
-        pass
 
 
 def leave_now() -> None:
@@ -543,12 +535,11 @@ def failure_message(
     else:
         how = f"exited with code {exitcode}"
     if not log_file.is_file():  # it never reached its own code: the interpreter's start failed
+        script = user_script()
         hint = (
-            (
-                f"; a worker imports the script that started it ({user_script()}): put that script's calls under "
-                '`if __name__ == "__main__":`'
-            )
-            if user_script()
+            f"; a worker imports the script that started it ({script}): put that script's calls under "
+            '`if __name__ == "__main__":`'
+            if script
             else ""
         )
         return f"worker {rank} {how} before it started (no log){hint}"
