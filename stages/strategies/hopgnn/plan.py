@@ -5,6 +5,8 @@ on METIS partitions (``distdgl``'s balanced METIS first)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from stages.common.plan_options import PlanOption, choice_option
 from stages.kits.plan.residency import DEVICE_MEMORY_RECORDED
 from stages.strategies.distdgl.plan import SAMPLING_OPTIONS
@@ -38,12 +40,8 @@ _FANOUTS, _BATCH_SIZE = (o for o in SAMPLING_OPTIONS if o.name in ("fanouts", "b
 OPTIONS = (
     _FANOUTS,
     DEVICE_MEMORY_RECORDED,
-    PlanOption(
-        _BATCH_SIZE.name,
-        _BATCH_SIZE.flag,
-        _BATCH_SIZE.default,
-        parse=_BATCH_SIZE.parse,
-        metavar=_BATCH_SIZE.metavar,
+    dataclasses.replace(
+        _BATCH_SIZE,
         help="Target (training) nodes per batch: per worker with distdgl's --batch-order local, in all "
         "(the global batch, which hopgnn's K models share) otherwise.",
     ),
