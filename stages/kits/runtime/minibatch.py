@@ -341,9 +341,8 @@ class MiniBatchStrategy(Strategy):
         if micro == 0:
             t0 = time.perf_counter()
             targets, global_targets = self.batch(epoch, step)
-            if (
-                global_targets is None
-            ):  # every rank's sampler runs this in step order: a collective is safe here
+            # every rank's sampler runs this in step order: a collective is safe here
+            if global_targets is None:
                 global_targets = self.sampling_tr.all_reduce_sum(len(targets), "targets")
             self._step_targets = (
                 np.array_split(targets, self.micro),

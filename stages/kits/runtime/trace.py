@@ -14,18 +14,8 @@ from pathlib import Path
 
 from stages.common.atomic import write_json_atomic
 
-LANES = {
-    "compute": 0,
-    "wait": 0,
-    "gather": 1,
-    "copy_in": 1,
-    "copy_out": 1,
-    "pack": 1,
-    "unpack": 1,
-    "send": 2,
-    "recv": 3,
-}
 MOVING = ("gather", "copy_in", "copy_out", "pack", "unpack")  # the runtime's own data movement
+LANES = {"compute": 0, "wait": 0, **dict.fromkeys(MOVING, 1), "send": 2, "recv": 3}
 
 
 def now_us() -> float:

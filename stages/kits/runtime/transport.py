@@ -294,14 +294,8 @@ class PendingAllToAll:
     time) and returns what each peer sent, own chunk passed through."""
 
     def __init__(self, tr: Transport, work, chunks, recv_shapes, in_sizes, label: str):
-        self.tr, self.work, self.chunks, self.recv_shapes, self.in_sizes, self.label = (
-            tr,
-            work,
-            chunks,
-            recv_shapes,
-            in_sizes,
-            label,
-        )
+        self.tr, self.work, self.chunks, self.label = tr, work, chunks, label
+        self.recv_shapes, self.in_sizes = recv_shapes, in_sizes
         self.out = self.sent = None
         self._result: list[torch.Tensor] | None = None
 

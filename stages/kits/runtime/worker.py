@@ -7,6 +7,7 @@ both (:func:`split_counts`).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
@@ -58,26 +59,20 @@ def elastic_attempt_store(timeout: datetime.timedelta) -> dist.Store | None:
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    store = dist.TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        int(os.environ["WORLD_SIZE"]),
-        is_master=False,
-        timeout=timeout,
-    )
-    return dist.PrefixStore(f"g3-attempt-{attempt}/", store)
+    return dist.PrefixStore(f"g3-attempt-{attempt}/", torchrun_store(timeout, is_master=False))
 
 
-def torchrun_store(timeout: datetime.timedelta) -> dist.Store:
+def torchrun_store(timeout: datetime.timedelta, is_master: bool | None = None) -> dist.Store:
     """Without the agent's store (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: a fresh store and port every
     attempt, which an agent restarted from outside needs), the group's store at MASTER_ADDR:MASTER_PORT, served
     by torchrun's rank 0 — the process on the host whose address torchrun published, which is not always g3's
-    rank 0 (a node folder of a bundle picks its ranks itself)."""
+    rank 0 (a node folder of a bundle picks its ranks itself). ``is_master=False``: a client of the store the
+    agent serves there."""
     return dist.TCPStore(
         os.environ["MASTER_ADDR"],
         int(os.environ["MASTER_PORT"]),
         int(os.environ["WORLD_SIZE"]),
-        is_master=int(os.environ["RANK"]) == 0,
+        is_master=int(os.environ["RANK"]) == 0 if is_master is None else is_master,
         timeout=timeout,
     )
 
@@ -86,12 +81,10 @@ def set_threads(cfg: RuntimeConfig, world: int) -> int:
     """Torch and numba threads of this worker: ``cfg.threads``, else the cores split over the local workers
     (numba's kernels use the same budget: oversubscribed pools spin and crawl)."""
     threads = cfg.threads or max(1, usable_cores() // local_workers(world))
-    try:
+    with contextlib.suppress(ImportError):  # numba is a dependency
         import numba
 
         numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    except ImportError:  # pragma: no cover - numba is a dependency
-        pass
     # after numba: starting its OpenMP layer resets this thread's OpenMP count, which torch reads, to every core
     # (measured: 1 -> 2 on 2 cores); the kernels then ran numba on 2 spinning threads in every worker, ~28 ms of
     # CPU per pass whatever its size

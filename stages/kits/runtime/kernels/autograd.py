@@ -245,10 +245,9 @@ class EdgeSoftmax(torch.autograd.Function):
             out = torch.empty_like(alpha)
             nnz = alpha.shape[0]
             if nnz and alpha.numel():
-                ip = _np(indptr)
                 _run_on_row_chunks(
                     _nb_softmax_backward,
-                    ip,
+                    _np(indptr),
                     alpha.view(nnz, -1).numpy(),
                     _np(_rows2d(grad_alpha)),
                     out.view(nnz, -1).numpy(),

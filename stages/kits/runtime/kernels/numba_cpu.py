@@ -621,10 +621,9 @@ def _nb_sum(indptr, indices, x, n_out, weight=None, perm=None, mean=False) -> to
     else:
         w2, mode = _np(weight.to(x.dtype).reshape(weight.shape[0], -1)), 1 if perm is None else 2
     p = _np(perm) if perm is not None else np.zeros(1, dtype=np.int64)
-    ip = _np(indptr)
     _run_on_row_chunks(
         _nb_csr_sum(tile, tail, mode, _PREFETCH, hw, hw_tail),
-        ip,
+        _np(indptr),
         _np(indices),
         _np(x2),
         out2.numpy(),
@@ -645,9 +644,8 @@ def _nb_edge_dots(indptr, indices, g, x, weight) -> torch.Tensor:
     heads = 1 if weight.dim() == 1 else weight.shape[1]
     g2, x2 = _rows2d(g), _rows2d(x)
     out = torch.empty((nnz, heads), dtype=x.dtype)
-    ip = _np(indptr)
     _run_on_row_chunks(
-        _nb_sddmm(x2.shape[1] // heads), ip, _np(indices), _np(g2), _np(x2), out.numpy(), heads
+        _nb_sddmm(x2.shape[1] // heads), _np(indptr), _np(indices), _np(g2), _np(x2), out.numpy(), heads
     )
     return out.view(weight.shape)
 
@@ -655,7 +653,6 @@ def _nb_edge_dots(indptr, indices, g, x, weight) -> torch.Tensor:
 def _nb_div_by_degree_of(indptr: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """``g[v] / max(1, row length of v)`` (``g [n_dst, *feat]``), a new tensor."""
     scaled = torch.empty(g.shape, dtype=g.dtype)
-    _nb_threads()
     g2 = _rows2d(g)
     _run_on_ranges(
         _nb_div_by_degree, g2.shape[0], g2.shape[1], _np(indptr), _np(g2), scaled.view(g.shape[0], -1).numpy()
