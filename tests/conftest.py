@@ -140,3 +140,12 @@ def cli_runner():
     from click.testing import CliRunner
 
     return CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _scratch_removed():
+    """What :func:`helpers.short_scratch` made for a test goes when the test ends."""
+    yield
+    from helpers import remove_scratch
+
+    remove_scratch()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -195,3 +197,20 @@ def memory_cgroup(limit_bytes: int):
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+SCRATCH: list[Path] = []
+
+
+def short_scratch() -> Path:
+    """A folder for the TMPDIR of a process the test may kill (a launcher killed with SIGKILL cannot remove its
+    fork server's socket folder): under /tmp, with a path short enough for that socket (107 bytes at most; the
+    test's own folder can be longer), removed after the test (conftest)."""
+    path = Path(tempfile.mkdtemp(prefix="g3t-", dir="/tmp"))
+    SCRATCH.append(path)
+    return path
+
+
+def remove_scratch() -> None:
+    while SCRATCH:
+        shutil.rmtree(SCRATCH.pop(), ignore_errors=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import flags, g3_partition, g3_plan, invoke, ok, records
+from helpers import flags, g3_partition, g3_plan, invoke, ok, records, short_scratch
 from test_train import max_weight_diff
 
 from stages.common.errors import G3InputError
@@ -359,8 +359,7 @@ def test_a_crashed_host_restarts_and_the_run_ends_with_the_undisturbed_weights(p
     resumes from the newest checkpoint every host has and ends bitwise where an undisturbed run ends; nothing of
     the hosts' torchrun agents stays in their TMPDIR."""
     needs_namespaces()
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
+    scratch = short_scratch()
     monkeypatch.setenv("TMPDIR", str(scratch))  # the agents' and workers' (their processes read it afresh)
     crash = flags(emulate_link="1gbit", checkpoint_every=1, max_restarts=1, emulate_fault="kill-agent:1:2")
     run = train_on_hosts(plans, tmp_path / "run", *crash)
@@ -375,16 +374,15 @@ def test_a_crashed_host_restarts_and_the_run_ends_with_the_undisturbed_weights(p
 
 
 def _launch(args: list[str], tmp_path: Path) -> subprocess.Popen:
-    """`g3 ARGS` from a terminal, its temporary files in the test's folder (a launcher killed with SIGKILL
-    cannot remove its fork server's socket)."""
-    (tmp_path / "tmp").mkdir(exist_ok=True)
+    """`g3 ARGS` from a terminal, its temporary files in a scratch folder removed after the test (a launcher
+    killed with SIGKILL cannot remove its fork server's socket)."""
     return subprocess.Popen(
         [sys.executable, "-m", "g3cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
+        env={**os.environ, "TMPDIR": str(short_scratch())},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import short_scratch
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "examples" / "gpu_check.py"
@@ -340,15 +341,14 @@ def test_a_check_cut_short_keeps_what_it_measured(tmp_path):
     """Each finished step is written at once (gpu-check.json replaced whole), so a check stopped at a time limit
     (SIGTERM) leaves its finished runs, marked as cut short."""
     out = tmp_path / "gc"
-    # its temporary files here: a process ended by SIGTERM leaves its fork server's socket folder
-    (tmp_path / "tmp").mkdir()
     with open(tmp_path / "stdout", "w") as log:
         proc = subprocess.Popen(
             stand_in(out, "--strategies", "g3,distdgl"),
             cwd=REPO,
             stdout=log,
             stderr=log,
-            env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
+            # a process ended by SIGTERM leaves its fork server's socket folder
+            env={**os.environ, "TMPDIR": str(short_scratch())},
         )
         try:
             deadline = time.monotonic() + 400

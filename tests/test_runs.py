@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from helpers import g3_partition, g3_plan, invoke
+from helpers import g3_partition, g3_plan, invoke, short_scratch
 from test_train import max_weight_diff
 
 REPO = Path(__file__).resolve().parents[1]
@@ -179,9 +179,7 @@ def _launch(plan: Path, run: Path, *args, env=None, cgroup: Path | None = None) 
             cgroup.write_text(str(os.getpid()))
 
     cmd = [sys.executable, "-m", "g3cli.main", "train", str(plan), "-o", str(run), *COMMON, *args]
-    # its temporary files beside the run: a launcher killed with SIGKILL cannot remove its fork server's socket
-    scratch = run.parent / "tmp"
-    scratch.mkdir(exist_ok=True)
+    scratch = short_scratch()  # a launcher killed with SIGKILL cannot remove its fork server's socket
     return subprocess.Popen(
         cmd,
         cwd=REPO,
@@ -450,6 +448,24 @@ def test_ctrl_c_while_python_executes_a_string_exits_130_under_python_m(tmp_path
         [sys.executable, "-m", "interrupt_in_exec"], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert (r.returncode, r.stderr.strip()) == (130, "g3: interrupted"), (r.returncode, r.stderr)
+
+
+def test_a_long_tmpdir_does_not_stop_the_workers_starting(plan, tmp_path):
+    """Under a TMPDIR too long for the fork server's socket path (107 bytes at most; a job scheduler's per-job
+    folder can be longer), `g3 train` still starts its workers: the socket's folder goes under /tmp."""
+    tmpdir = tmp_path / ("scheduler-job-folder-" + "x" * 60)
+    tmpdir.mkdir()
+    run = tmp_path / "run"
+    r = subprocess.run(
+        [sys.executable, "-m", "g3cli.main", "train", str(plan), "-o", str(run), *COMMON, "--epochs", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+    )
+    assert r.returncode == 0 and (run / "model.pt").is_file(), r.stderr
+    assert len(str(tmpdir)) + 34 > 107  # what the check is about: the default folder would not fit
 
 
 def test_train_and_eval_refuse_workers_that_cannot_fit_before_starting_them(plan, tmp_path):

@@ -146,11 +146,36 @@ def _start_server_deaf_to_ctrl_c() -> None:
     while the server starts: a Ctrl-C in that moment stays pending and reaches the launcher right after."""
     from multiprocessing import forkserver
 
+    _socket_folder_that_fits()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         forkserver.ensure_running()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+# a socket's path holds at most 107 bytes; the fork server's is TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX
+SOCKET_PATH_BYTES, SOCKET_NAME_BYTES = 107, 34
+
+
+def _socket_folder_that_fits() -> None:
+    """The fork server listens on a socket in multiprocessing's ``pymp-*`` folder under TMPDIR: under a long
+    TMPDIR (a job scheduler's per-job folder) its start fails with "AF_UNIX path too long". As CPython 3.12 and
+    later do themselves, that folder then goes under the system's own temporary folder, removed at exit."""
+    import shutil
+    import tempfile
+    from multiprocessing import process, util
+
+    config = process.current_process()._config
+    if (
+        hasattr(util, "_get_base_temp_dir")  # a CPython that does this itself
+        or config.get("tempdir") is not None
+        or len(tempfile.gettempdir()) + SOCKET_NAME_BYTES <= SOCKET_PATH_BYTES
+    ):
+        return
+    folder = tempfile.mkdtemp(prefix="pymp-", dir="/tmp")
+    util.Finalize(None, shutil.rmtree, args=(folder, True), exitpriority=-100)
+    config["tempdir"] = folder
 
 
 def start_server_early(preload: list[str] | None = None) -> None:
