@@ -149,6 +149,25 @@ def test_synthetic_is_deterministic_and_heavy_tailed(tmp_path):
     assert len(np.unique(labels)) == 8
 
 
+def test_synthetic_draws_are_the_binary_searchs_bit_for_bit():
+    """The generator finds each drawn node from a guide table; its answer is ``np.searchsorted(..., "right")``'s
+    for any target (a sum exactly, either side of one, a bucket's edge, 0, the total), so every graph is the
+    same as the binary search made it."""
+    from stages.ingest.synthetic import _count_at_most, _guide
+
+    rng = np.random.default_rng(5)
+    for n, span in ((1, 1), (7, 4), (1000, 4), (5000, 1), (5000, 64)):
+        cum = np.cumsum(rng.pareto(1.5, size=n) + 1.0)
+        guide = _guide(cum, max(1, n // span))
+        edges = np.arange(len(guide)) * (cum[-1] / (len(guide) - 1))
+        targets = np.concatenate(
+            [rng.random(20_000) * cum[-1], cum, np.nextafter(cum, 0), np.nextafter(cum, np.inf), edges, [0.0]]
+        )
+        out = np.empty(len(targets), dtype=np.int64)
+        _count_at_most(cum, guide, targets, out)
+        assert np.array_equal(out, np.searchsorted(cum, targets, side="right")), (n, span)
+
+
 def test_synthetic_features_carry_class_signal(tiny_store):
     store = GraphStore.open(tiny_store)
     x = np.asarray(store.features[:])
