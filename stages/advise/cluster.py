@@ -140,6 +140,14 @@ def load_cluster(path: str | Path) -> Cluster:
     def bad(field: str, what: str) -> G3InputError:
         return G3InputError(f"{field}: {what}", path=path)
 
+    name, hosts = _check_top(data, path.stem, bad)
+    names: set[str] = set()
+    kinds = [_host_kind(h, i, names, bad) for i, h in enumerate(hosts)]
+    return Cluster(name=name.strip(), path=str(path), kinds=tuple(kinds))
+
+
+def _check_top(data: dict, stem: str, bad) -> tuple[str, list]:
+    """The file's checked top-level fields: its name and its list of host kinds."""
     extra = sorted(set(data) - _TOP_FIELDS)
     if extra:
         raise bad(extra[0], f"unknown field (a cluster file has {', '.join(sorted(_TOP_FIELDS))})")
@@ -151,7 +159,7 @@ def load_cluster(path: str | Path) -> Cluster:
             f"must be {CLUSTER_VERSION} (this g3 reads version {CLUSTER_VERSION}), not "
             f"{json.dumps(data.get('schema_version'))}",
         )
-    name = data.get("name", path.stem)
+    name = data.get("name", stem)
     if not isinstance(name, str) or not name.strip():
         raise bad("name", f"must be a non-empty string, not {json.dumps(name)}")
     hosts = data.get("hosts")
@@ -159,76 +167,78 @@ def load_cluster(path: str | Path) -> Cluster:
         raise bad(
             "hosts", 'must be a non-empty list of host kinds ({"count": …, "device_memory": …, "link": …})'
         )
-    kinds, names = [], set()
-    for i, h in enumerate(hosts):
-        where = f"hosts[{i}]"
-        if not isinstance(h, dict):
-            raise bad(where, f"must be an object, not {json.dumps(h)[:40]}")
-        if isinstance(h.get("name"), str) and h["name"].strip():
-            where = f"hosts[{i}] ({h['name']})"
-        extra = sorted(set(h) - _HOST_FIELDS)
-        if extra:
-            raise bad(
-                f"{where}.{extra[0]}", f"unknown field (a host kind has {', '.join(sorted(_HOST_FIELDS))})"
-            )
-        for field in ("count", "device_memory", "link"):
-            if field not in h:
-                raise bad(f"{where}.{field}", "missing")
-        kind_name = h.get("name", f"kind{i}")
-        if not isinstance(kind_name, str) or not kind_name.strip():
-            raise bad(f"{where}.name", f"must be a non-empty string, not {json.dumps(kind_name)}")
-        if kind_name in names:
-            raise bad(f"{where}.name", f"{kind_name!r} names two host kinds")
-        names.add(kind_name)
-        counts = {}
-        for field, default in (("count", None), ("workers_per_host", 1)):
-            value = h.get(field, default)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise bad(
-                    f"{where}.{field}", f"must be a whole number of at least 1, not {json.dumps(value)}"
-                )
-            counts[field] = value
-        memory = h["device_memory"]
-        try:
-            memory_bytes = (
-                parse_size(str(memory))
-                if isinstance(memory, str | int) and not isinstance(memory, bool)
-                else None
-            )
-        except ValueError as exc:
-            raise bad(f"{where}.device_memory", str(exc)) from None
-        if memory_bytes is None or memory_bytes <= 0:
-            raise bad(
-                f"{where}.device_memory", f'must be a positive size such as "16GiB", not {json.dumps(memory)}'
-            )
-        link = h["link"]
-        if not isinstance(link, str):
-            raise bad(f"{where}.link", f'must be a link rate such as "1gbit", not {json.dumps(link)}')
-        try:
-            link_bits = parse_rate(link.strip().lower())
-        except ValueError as exc:
-            raise bad(f"{where}.link", str(exc)) from None
-        speed = h.get("speed", 1.0)
-        if (
-            not isinstance(speed, int | float)
-            or isinstance(speed, bool)
-            or not math.isfinite(speed)
-            or speed <= 0
-        ):
-            raise bad(
-                f"{where}.speed",
-                f"must be a positive number (1.0: as fast as this machine), not {json.dumps(speed)}",
-            )
-        kinds.append(
-            HostKind(
-                name=kind_name,
-                count=counts["count"],
-                workers_per_host=counts["workers_per_host"],
-                device_memory=str(memory),
-                device_memory_bytes=memory_bytes,
-                link=link.strip().lower(),
-                link_bits_per_second=link_bits,
-                speed=float(speed),
-            )
+    return name, hosts
+
+
+def _host_kind(h, i: int, names: set[str], bad) -> HostKind:
+    """Host kind ``i`` of the file, checked (``names``: the kinds' names so far)."""
+    where = f"hosts[{i}]"
+    if not isinstance(h, dict):
+        raise bad(where, f"must be an object, not {json.dumps(h)[:40]}")
+    if isinstance(h.get("name"), str) and h["name"].strip():
+        where = f"hosts[{i}] ({h['name']})"
+    extra = sorted(set(h) - _HOST_FIELDS)
+    if extra:
+        raise bad(f"{where}.{extra[0]}", f"unknown field (a host kind has {', '.join(sorted(_HOST_FIELDS))})")
+    for field in ("count", "device_memory", "link"):
+        if field not in h:
+            raise bad(f"{where}.{field}", "missing")
+    kind_name = h.get("name", f"kind{i}")
+    if not isinstance(kind_name, str) or not kind_name.strip():
+        raise bad(f"{where}.name", f"must be a non-empty string, not {json.dumps(kind_name)}")
+    if kind_name in names:
+        raise bad(f"{where}.name", f"{kind_name!r} names two host kinds")
+    names.add(kind_name)
+    counts = {}
+    for field, default in (("count", None), ("workers_per_host", 1)):
+        value = h.get(field, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise bad(f"{where}.{field}", f"must be a whole number of at least 1, not {json.dumps(value)}")
+        counts[field] = value
+    memory_bytes, link_bits, speed = _host_resources(h, where, bad)
+    return HostKind(
+        name=kind_name,
+        count=counts["count"],
+        workers_per_host=counts["workers_per_host"],
+        device_memory=str(h["device_memory"]),
+        device_memory_bytes=memory_bytes,
+        link=h["link"].strip().lower(),
+        link_bits_per_second=link_bits,
+        speed=float(speed),
+    )
+
+
+def _host_resources(h: dict, where: str, bad) -> tuple[int, int, float]:
+    """A host kind's checked device memory and link (bytes, bits per second) and speed."""
+    memory = h["device_memory"]
+    try:
+        memory_bytes = (
+            parse_size(str(memory))
+            if isinstance(memory, str | int) and not isinstance(memory, bool)
+            else None
         )
-    return Cluster(name=name.strip(), path=str(path), kinds=tuple(kinds))
+    except ValueError as exc:
+        raise bad(f"{where}.device_memory", str(exc)) from None
+    if memory_bytes is None or memory_bytes <= 0:
+        raise bad(
+            f"{where}.device_memory", f'must be a positive size such as "16GiB", not {json.dumps(memory)}'
+        )
+    link = h["link"]
+    if not isinstance(link, str):
+        raise bad(f"{where}.link", f'must be a link rate such as "1gbit", not {json.dumps(link)}')
+    try:
+        link_bits = parse_rate(link.strip().lower())
+    except ValueError as exc:
+        raise bad(f"{where}.link", str(exc)) from None
+    speed = h.get("speed", 1.0)
+    if (
+        not isinstance(speed, int | float)
+        or isinstance(speed, bool)
+        or not math.isfinite(speed)
+        or speed <= 0
+    ):
+        raise bad(
+            f"{where}.speed",
+            f"must be a positive number (1.0: as fast as this machine), not {json.dumps(speed)}",
+        )
+    return memory_bytes, link_bits, speed
