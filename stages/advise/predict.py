@@ -184,16 +184,7 @@ def predict(
     cluster=None,
     speed_fits: dict | None = None,
 ) -> None:
-    from stages.simulate import SimulateOptions, simulate_plan
-
-    speed = 1.0
-    if info.fits_own_speed:
-        got = (speed_fits or {}).get(c.options_key)
-        if isinstance(got, tuple):  # its own run's speed and check, in place of the profile plan's check
-            speed, profile_check = float(got[0]["speed"]), got[1]
-            e["compute_speed"] = speed
-        else:  # predicted from the profile's rates as they are
-            e["compute_speed_note"] = got or "compute speed not fitted: no run of its own plan"
+    speed, profile_check = _fitted_speed(c, info, e, profile_check, speed_fits)
     if info.mini_batch:
         got = calibration_runs.get(c.options_key)
         if not isinstance(got, tuple):
@@ -205,6 +196,32 @@ def predict(
             e["status"], e["reason"] = "not predicted", f"not predicted: {profile_error or 'no profile'}"
             return
         plan, run, profile, check = c.plan, None, profile_path, profile_check
+    result = _simulated(c, link, options, cache, sims, cluster, speed, plan, run, profile)
+    if isinstance(result, G3InputError):
+        e["status"], e["reason"] = "not predicted", f"not predicted: {result}"
+        return
+    _record(c, info, link, e, options, cluster, result, check)
+
+
+def _fitted_speed(c: Candidate, info, e: dict, profile_check, speed_fits: dict | None) -> tuple[float, dict]:
+    """The candidate's compute speed and model check: its own run's fit, else 1.0 and the profile's check."""
+    speed = 1.0
+    if info.fits_own_speed:
+        got = (speed_fits or {}).get(c.options_key)
+        if isinstance(got, tuple):  # its own run's speed and check, in place of the profile plan's check
+            speed, profile_check = float(got[0]["speed"]), got[1]
+            e["compute_speed"] = speed
+        else:  # predicted from the profile's rates as they are
+            e["compute_speed_note"] = got or "compute speed not fitted: no run of its own plan"
+    return speed, profile_check
+
+
+def _simulated(
+    c: Candidate, link: str, options, cache: Cache, sims: dict, cluster, speed, plan, run, profile
+):
+    """The simulation of the candidate's plan (kept in ``sims``), or the G3InputError that stopped it."""
+    from stages.simulate import SimulateOptions, simulate_plan
+
     if cluster is None:
         per_worker = {"bandwidth": parse_rate(link) / 8}
         if speed != 1.0:
@@ -232,10 +249,11 @@ def predict(
             sims[key] = simulate_plan(plan, so, out=cache.root / "sim")[0]
         except G3InputError as exc:
             sims[key] = exc
-    result = sims[key]
-    if isinstance(result, G3InputError):
-        e["status"], e["reason"] = "not predicted", f"not predicted: {result}"
-        return
+    return sims[key]
+
+
+def _record(c: Candidate, info, link: str, e: dict, options, cluster, result: dict, check) -> None:
+    """Fill the entry ``e`` with the prediction for the candidate's system in the simulation ``result``."""
     from stages.plan import parse_options
 
     parsed = parse_options(c.strategy, {k: v for k, v in c.plan_options.items()})

@@ -85,12 +85,19 @@ def run_report(
     notes: list[str] = []
     for r in data:
         notes += [f"{r.label}: {n}" for n in r.notes]
+    compare = _comparison_plots(data, out, notes)
+    per_run = _per_run_plots(data, out, notes)
+    return _write_summary(data, out, compare, per_run, notes)
+
+
+def _add(target: list[dict], kind: str, file: str, caption: str, members: list[RunData]) -> None:
+    """Record a drawn plot in ``target``."""
+    target.append({"kind": kind, "file": file, "caption": caption, "runs": [m.label for m in members]})
+
+
+def _comparison_plots(data: list[RunData], out: Path, notes: list[str]) -> list[dict]:
+    """The plots comparing every run (time to accuracy, throughput, scaling); ``notes`` says which are missing."""
     compare: list[dict] = []
-    per_run: list[dict] = []
-
-    def add(target: list[dict], kind: str, file: str, caption: str, members: list[RunData]) -> None:
-        target.append({"kind": kind, "file": file, "caption": caption, "runs": [m.label for m in members]})
-
     comparisons = [  # the plot, its kind (and file name), its caption, why it is missing
         (
             plots.time_to_accuracy_figure,
@@ -116,10 +123,15 @@ def run_report(
         if kind == "scaling" and len(data) == 1:
             continue  # one run has one worker count
         if plots.save(draw(data), out / f"{kind}.png"):
-            add(compare, kind, f"{kind}.png", caption, data)
+            _add(compare, kind, f"{kind}.png", caption, data)
         else:
             notes.append(why_not)
+    return compare
 
+
+def _per_run_plots(data: list[RunData], out: Path, notes: list[str]) -> list[dict]:
+    """Each run's worker breakdown, partition (once per partition) and timeline plots; ``notes``: which are missing."""
+    per_run: list[dict] = []
     drawn_partitions: dict[str, dict] = {}
     untraced: list[str] = []
     # a comparison's worker plots share their y-scale
@@ -127,7 +139,7 @@ def run_report(
     for r, suffix in zip(data, file_suffixes([r.label for r in data]), strict=True):
         f = f"workers{suffix}.png"
         if plots.save(plots.worker_breakdown_figure(r, top), out / f):
-            add(
+            _add(
                 per_run,
                 "workers",
                 f,
@@ -142,7 +154,7 @@ def run_report(
             else:
                 f = f"partition{suffix}.png"
                 if plots.save(plots.partition_figure(r), out / f):
-                    add(
+                    _add(
                         per_run,
                         "partition",
                         f,
@@ -157,32 +169,41 @@ def run_report(
                 f"{r.label}: no partition plot: the run's partition.json was not found "
                 f"({(r.meta.get('partition') or {}).get('path')})"
             )
-        trace, why = find_trace(r.path)
-        if trace is None:
-            untraced.append(f"{r.label}: {why}")
-        else:
-            if trace.epoch is None:  # the metrics mark the traced epoch
-                trace.epoch = next((int(e["epoch"]) for e in r.epochs if e.get("traced")), None)
-            f = f"timeline{suffix}.png"
-            drawn = next((e for e in r.epochs if e.get("traced") and int(e["epoch"]) == trace.epoch), {})
-            share = drawn.get("comm_hidden_share")  # this epoch's own share (the summary's is the median)
-            hidden = None if share is None else f"communication hidden under compute: {100 * share:.0f} %"
-            plot_timeline(trace, r.label, out / f, hidden)
-            add(
-                per_run,
-                "timeline",
-                f,
-                f"{r.label}: bin timeline of the traced epoch, one panel per rank, a row per "
-                f"lane, coloured by category ({trace.num_events} events from {trace.folder}).",
-                [r],
-            )
-
+        _timeline_plot(r, suffix, out, per_run, untraced)
     if len(untraced) > 1 and len(untraced) == len(data) and all(n.endswith(NO_TRACE) for n in untraced):
         notes.append(
             f"no bin timeline: none of the {len(data)} runs has a trace/ folder (train with g3 train --trace)"
         )
     else:
         notes += untraced
+    return per_run
+
+
+def _timeline_plot(r: RunData, suffix: str, out: Path, per_run: list[dict], untraced: list[str]) -> None:
+    """The run's bin timeline of its traced epoch, or why there is none (in ``untraced``)."""
+    trace, why = find_trace(r.path)
+    if trace is None:
+        untraced.append(f"{r.label}: {why}")
+        return
+    if trace.epoch is None:  # the metrics mark the traced epoch
+        trace.epoch = next((int(e["epoch"]) for e in r.epochs if e.get("traced")), None)
+    f = f"timeline{suffix}.png"
+    drawn = next((e for e in r.epochs if e.get("traced") and int(e["epoch"]) == trace.epoch), {})
+    share = drawn.get("comm_hidden_share")  # this epoch's own share (the summary's is the median)
+    hidden = None if share is None else f"communication hidden under compute: {100 * share:.0f} %"
+    plot_timeline(trace, r.label, out / f, hidden)
+    _add(
+        per_run,
+        "timeline",
+        f,
+        f"{r.label}: bin timeline of the traced epoch, one panel per rank, a row per "
+        f"lane, coloured by category ({trace.num_events} events from {trace.folder}).",
+        [r],
+    )
+
+
+def _write_summary(data: list[RunData], out: Path, compare: list, per_run: list, notes: list[str]) -> dict:
+    """Write index.html and summary.json; return summary.json's content."""
     summaries = [r.summary() for r in data]
     sections = [
         ("Comparison" if len(data) > 1 else "Training", compare),

@@ -109,7 +109,6 @@ def plot_scaling(scaling: list[dict], path: Path, baselines=()) -> None:
 def print_simulation(result: dict, console=None) -> None:
     """Summary per system, the per-worker breakdown of the fastest system, the scaling table."""
     from rich.console import Console
-    from rich.table import Table
 
     console = console or Console()
     net = result["network"]
@@ -121,6 +120,17 @@ def print_simulation(result: dict, console=None) -> None:
     )
     for note in result["rates"]["notes"]:
         console.print(f"  note: {note}")
+    console.print(_systems_table(result["systems"]))
+    console.print(_workers_table(min(result["systems"], key=lambda r: r["epoch_seconds"])))
+    if result["scaling"]:
+        console.print(_scaling_table(result["scaling"]))
+    console.print(f"wrote {result['path']}/simulate.json and PNGs ({result['seconds']:.1f} s)")
+
+
+def _systems_table(systems: list[dict]):
+    """The summary table: a row per system."""
+    from rich.table import Table
+
     t = Table(title="per system")
     for c in (
         "system",
@@ -133,7 +143,7 @@ def print_simulation(result: dict, console=None) -> None:
         "bytes / epoch",
     ):
         t.add_column(c, justify="left" if c == "system" else "right")
-    for r in result["systems"]:
+    for r in systems:
         t.add_row(
             r["system"],
             _fmt(r["epoch_seconds"]),
@@ -144,8 +154,13 @@ def print_simulation(result: dict, console=None) -> None:
             _fmt(r["allreduce_seconds"] + r["step_seconds"]),
             f"{r['bytes_per_epoch'] / 1e6:,.2f} MB",
         )
-    console.print(t)
-    first = min(result["systems"], key=lambda r: r["epoch_seconds"])
+    return t
+
+
+def _workers_table(first: dict):
+    """The per-worker breakdown of one system (the fastest)."""
+    from rich.table import Table
+
     w = Table(title=f"per worker ({first['system']}, the fastest)")
     for c in (
         "worker",
@@ -169,22 +184,26 @@ def print_simulation(result: dict, console=None) -> None:
             _fmt(x["link_seconds"]),
             f"{x['bytes_sent'] / 1e6:,.2f} MB",
         )
-    console.print(w)
-    if result["scaling"]:
-        systems = list(result["scaling"][0]["systems"])
-        s = Table(title="scaling: simulated epoch time (throughput, nodes/s)")
-        s.add_column("K", justify="right")
-        for name in systems:
-            s.add_column(name, justify="right")
-        for row in result["scaling"]:
-            s.add_row(
-                str(row["workers"]),
-                *[
-                    f"{_fmt(row['systems'][n]['epoch_seconds'])} ({row['systems'][n]['throughput']:,.0f})"
-                    if n in row["systems"]
-                    else "-"
-                    for n in systems
-                ],
-            )
-        console.print(s)
-    console.print(f"wrote {result['path']}/simulate.json and PNGs ({result['seconds']:.1f} s)")
+    return w
+
+
+def _scaling_table(scaling: list[dict]):
+    """The scaling table: a row per worker count, a column per system."""
+    from rich.table import Table
+
+    systems = list(scaling[0]["systems"])
+    s = Table(title="scaling: simulated epoch time (throughput, nodes/s)")
+    s.add_column("K", justify="right")
+    for name in systems:
+        s.add_column(name, justify="right")
+    for row in scaling:
+        s.add_row(
+            str(row["workers"]),
+            *[
+                f"{_fmt(row['systems'][n]['epoch_seconds'])} ({row['systems'][n]['throughput']:,.0f})"
+                if n in row["systems"]
+                else "-"
+                for n in systems
+            ],
+        )
+    return s
