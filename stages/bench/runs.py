@@ -161,13 +161,58 @@ def entry(system: str, label: str, status: str = "ok", **kw) -> dict:
     }
 
 
+def _partition_and_plan(store: GraphStore, o, spec: BenchEntry, k: int, part: Path, plan: Path) -> dict:
+    """Partition and plan ``spec`` for K workers, reusing what still matches; the spec's training knobs."""
+    from stages.partition import PartitionOptions, run_partition
+    from stages.plan import PlanConfig, run_plan
+
+    if not _reuse_partition(part, store, spec.method, k):
+        run_partition(
+            store.path, PartitionOptions(workers=k, method=spec.method, hidden=o.hidden), out=part, force=True
+        )
+    options, train = candidate_configs(o, spec, k)
+    model = {field: getattr(o, field) for field in ("model", "layers", "hidden", "heads")}
+    cfg = PlanConfig(**model, strategy=spec.name, options=options)
+    # the plan is reused while it was made from the same partition and configuration (a stamp beside it)
+    stamp = plan.parent / f"{plan.name}.bench-stamp.json"
+    want = {
+        "config": model,
+        "options": {k_: (None if v is None else str(v)) for k_, v in options.items()},
+        "partition": partition_digest(part),
+    }
+    if not (plan / "plan.json").is_file() or not stamp.is_file() or json.loads(stamp.read_text()) != want:
+        run_plan(part, cfg, out=plan, force=True)
+        write_json_atomic(stamp, want)
+    return train
+
+
+def _measures(store: GraphStore, records: list[dict], k: int, link: str | None) -> dict:
+    """A finished run's bench measures: bytes, memory, accuracy, compute balance and seeds per second."""
+    steady = records[1:] if len(records) > 1 else records  # the first epoch also fetches the input features
+    peak = [max(int(r["workers"][i]["peak_memory_bytes"]) for r in records) for i in range(k)]
+    # seeds: the labelled training nodes an epoch trains on (every strategy visits each once per epoch)
+    labels = store.load_labels()
+    seeds = int((labels[store.split_index("train")] >= 0).sum())
+    median = statistics.median(r["epoch_seconds"] for r in steady)
+    return {
+        # the mean, not the median: a strategy that skips sends every other epoch moves half per epoch
+        "bytes_per_epoch": statistics.fmean(_train_bytes(r) for r in steady),
+        # what crossed the emulated links (every byte: collectives, evaluation, TCP/IP headers)
+        "link_bytes_per_epoch": _link_bytes(steady) if link else None,
+        "comm_hidden_share": _median_of(steady, "comm_hidden_share"),
+        "test_acc": records[-1].get("test_acc"),
+        "peak_memory_bytes": peak,
+        "seeds_per_epoch": seeds,
+        "compute_balance": _compute_balance(steady),
+        "seeds_per_second": seeds / median if median > 0 else None,
+    }
+
+
 def run_strategy(
     store: GraphStore, o, spec: BenchEntry, k: int, out: Path, threads: int, link: str | None = None
 ) -> dict:
     """Partition, plan and train ``spec`` with K workers (the threads split over them), on emulated hosts joined
     by ``link`` when given (``--emulate-link``); the bench entry."""
-    from stages.partition import PartitionOptions, run_partition
-    from stages.plan import PlanConfig, run_plan
     from stages.train import TrainConfig, run_train
 
     label = f"{spec.label}, {k} worker{'s' if k > 1 else ''}" + (f", {link}" if link else "")
@@ -179,26 +224,7 @@ def run_strategy(
     if link:
         common.update(link=link, hosts=o.hosts or k)
     try:
-        if not _reuse_partition(part, store, spec.method, k):
-            run_partition(
-                store.path,
-                PartitionOptions(workers=k, method=spec.method, hidden=o.hidden),
-                out=part,
-                force=True,
-            )
-        options, train = candidate_configs(o, spec, k)
-        model = {field: getattr(o, field) for field in ("model", "layers", "hidden", "heads")}
-        cfg = PlanConfig(**model, strategy=spec.name, options=options)
-        # the plan is reused while it was made from the same partition and configuration (a stamp beside it)
-        stamp = out / f"{plan.name}.bench-stamp.json"
-        want = {
-            "config": model,
-            "options": {k_: (None if v is None else str(v)) for k_, v in options.items()},
-            "partition": partition_digest(part),
-        }
-        if not (plan / "plan.json").is_file() or not stamp.is_file() or json.loads(stamp.read_text()) != want:
-            run_plan(part, cfg, out=plan, force=True)
-            write_json_atomic(stamp, want)
+        train = _partition_and_plan(store, o, spec, k, part, plan)
         tc = TrainConfig(
             **train,  # a spec's own knobs win over the bench's
             eval_every=o.epochs,  # the final accuracy only: evaluation is not timed anyway
@@ -221,13 +247,7 @@ def run_strategy(
             **common,
         )
     records = _records(run)
-    steady = records[1:] if len(records) > 1 else records  # the first epoch also fetches the input features
-    peak = [max(int(r["workers"][i]["peak_memory_bytes"]) for r in records) for i in range(k)]
     note = f"{per_worker} thread{'s' if per_worker > 1 else ''} per worker"
-    # seeds: the labelled training nodes an epoch trains on (every strategy visits each once per epoch)
-    labels = store.load_labels()
-    seeds = int((labels[store.split_index("train")] >= 0).sum())
-    median = statistics.median(r["epoch_seconds"] for r in steady)
     if ran.get("pipeline"):
         note += f", --pipeline {ran['pipeline']}"
     return entry(
@@ -237,16 +257,7 @@ def run_strategy(
         threads_per_worker=per_worker,
         epoch_seconds=[r["epoch_seconds"] for r in records],
         run=str(run),
-        # the mean, not the median: a strategy that skips sends every other epoch moves half per epoch
-        bytes_per_epoch=statistics.fmean(_train_bytes(r) for r in steady),
-        # what crossed the emulated links (every byte: collectives, evaluation, TCP/IP headers)
-        link_bytes_per_epoch=_link_bytes(steady) if link else None,
-        comm_hidden_share=_median_of(steady, "comm_hidden_share"),
-        test_acc=records[-1].get("test_acc"),
-        peak_memory_bytes=peak,
-        seeds_per_epoch=seeds,
-        compute_balance=_compute_balance(steady),
-        seeds_per_second=seeds / median if median > 0 else None,
+        **_measures(store, records, k, link),
         note=note + (f" (more workers than the {threads} threads)" if k > threads else ""),
         **common,
     )

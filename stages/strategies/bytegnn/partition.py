@@ -201,6 +201,65 @@ def fill_least_loaded(counts: np.ndarray, extra: int) -> np.ndarray:
     return take
 
 
+def _block_csr(block: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The reached nodes, the blocks' membership as a CSR (``bnodes``, ``bptr``) and the blocks' sizes."""
+    reached = np.flatnonzero(block >= 0)
+    # block membership as a CSR: nodes of block b are bnodes[bptr[b]:bptr[b+1]], ascending ids
+    bnodes = reached[np.argsort(block[reached], kind="stable")]
+    bsize = np.bincount(block[reached], minlength=nb).astype(np.int64)
+    bptr = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(bsize, out=bptr[1:])
+    return reached, bnodes, bptr, bsize
+
+
+def _visit_order(centres: np.ndarray, bcount: np.ndarray, bsize: np.ndarray, seed: int):
+    """The paper's sort key of every block and Algorithm 2's visiting order of the blocks."""
+    key = bcount.max(axis=1) if len(centres) else np.zeros(0, dtype=np.int64)
+    salt = splitmix64(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))[0]
+    tie = splitmix64(centres.astype(np.uint64) ^ salt)
+    return key, np.lexsort((centres, tie, -bsize, -key)).astype(np.int64)
+
+
+def _block_stats(totals: np.ndarray, bsize: np.ndarray, reached: np.ndarray, n: int) -> dict:
+    """partition.json's ``centres``, ``blocks`` and ``degenerate`` entries."""
+    nb = len(bsize)
+    degenerate = nb == n and n > 0
+    return {
+        "centres": {**{s: int(c) for s, c in zip(SPLITS, totals, strict=True)}, "total": int(nb)},
+        "blocks": {
+            "count": int(nb),
+            "mean_size": round(float(bsize.mean()), 4) if nb else 0.0,
+            "max_size": int(bsize.max()) if nb else 0,
+            "min_size": int(bsize.min()) if nb else 0,
+            "singletons": int((bsize == 1).sum()),
+            "nodes": int(len(reached)),
+        },
+        "degenerate": bool(degenerate),
+        "degenerate_explanation": (
+            "every node is labelled: every block is its centre alone, so the sort key and "
+            "the block sizes are constant and blocks are visited in the seeded order"
+            if degenerate
+            else None
+        ),
+    }
+
+
+def _balance_stats(placed, caps, balance_tol: float, load, expected, totals) -> dict:
+    """partition.json's entries on how blocks were placed and how evenly the splits are spread."""
+    return {
+        "placed_by_score": int(placed[PLACED_AFFINITY]),
+        "placed_by_balance": int(placed[PLACED_BALANCE]),
+        "cap_relaxed": int(placed[2]),
+        "caps": {s: int(c) for s, c in zip(SPLITS, caps, strict=True)},
+        "balance_tol": float(balance_tol),
+        "split_counts": [[int(x) for x in row] for row in load],
+        "split_max_over_mean": {
+            s: (round(float(load[:, i].max() / expected[i]), 6) if totals[i] else None)
+            for i, s in enumerate(SPLITS)
+        },
+    }
+
+
 def bytegnn_partition(
     graphs,
     splits: dict[str, np.ndarray],
@@ -228,17 +287,9 @@ def bytegnn_partition(
     t_blocks = time.perf_counter() - t0
 
     nb = len(centres)
-    reached = np.flatnonzero(block >= 0)
-    # block membership as a CSR: nodes of block b are bnodes[bptr[b]:bptr[b+1]], ascending ids
-    bnodes = reached[np.argsort(block[reached], kind="stable")]
-    bsize = np.bincount(block[reached], minlength=nb).astype(np.int64)
-    bptr = np.zeros(nb + 1, dtype=np.int64)
-    np.cumsum(bsize, out=bptr[1:])
+    reached, bnodes, bptr, bsize = _block_csr(block, nb)
     bcount = member[centres]  # the only labelled node of a block is its centre
-    key = bcount.max(axis=1) if nb else np.zeros(0, dtype=np.int64)
-    salt = splitmix64(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))[0]
-    tie = splitmix64(centres.astype(np.uint64) ^ salt)
-    order = np.lexsort((centres, tie, -bsize, -key)).astype(np.int64)
+    key, order = _visit_order(centres, bcount, bsize, seed)
 
     totals = np.array([len(np.unique(idx)) for idx in ids], dtype=np.int64)
     expected = totals / k
@@ -248,17 +299,7 @@ def bytegnn_partition(
     owner = np.full(n, -1, dtype=np.int32)
     t1 = time.perf_counter()
     _, placed, load = _greedy(
-        order,
-        bptr,
-        bnodes,
-        bcount,
-        graphs.sym_indptr,
-        graphs.sym_indices,
-        expected.astype(np.float64),
-        w,
-        caps,
-        k,
-        owner,
+        order, bptr, bnodes, bcount, graphs.sym_indptr, graphs.sym_indices, expected, w, caps, k, owner
     )
     t_greedy = time.perf_counter() - t1
 
@@ -266,7 +307,6 @@ def bytegnn_partition(
     take = fill_least_loaded(np.bincount(owner[owner >= 0], minlength=k), len(unreached))
     owner[unreached] = np.repeat(np.arange(k, dtype=np.int32), take)
 
-    degenerate = nb == n and n > 0
     stats = {
         "hops": int(hops),
         "weights": {
@@ -275,39 +315,10 @@ def bytegnn_partition(
             "gamma": float(gamma),
             "normalised": [round(float(x), 6) for x in w],
         },
-        "centres": {
-            "train": int(totals[0]),
-            "valid": int(totals[1]),
-            "test": int(totals[2]),
-            "total": int(nb),
-        },
-        "blocks": {
-            "count": int(nb),
-            "mean_size": round(float(bsize.mean()), 4) if nb else 0.0,
-            "max_size": int(bsize.max()) if nb else 0,
-            "min_size": int(bsize.min()) if nb else 0,
-            "singletons": int((bsize == 1).sum()),
-            "nodes": int(len(reached)),
-        },
-        "degenerate": bool(degenerate),
-        "degenerate_explanation": (
-            "every node is labelled: every block is its centre alone, so the sort key and "
-            "the block sizes are constant and blocks are visited in the seeded order"
-            if degenerate
-            else None
-        ),
+        **_block_stats(totals, bsize, reached, n),
         "sort": "max(train, valid, test) in the block desc, then block size desc, then seeded order",
         "sort_key_constant": bool(nb == 0 or key.min() == key.max()),
-        "placed_by_score": int(placed[PLACED_AFFINITY]),
-        "placed_by_balance": int(placed[PLACED_BALANCE]),
-        "cap_relaxed": int(placed[2]),
-        "caps": {s: int(c) for s, c in zip(SPLITS, caps, strict=True)},
-        "balance_tol": float(balance_tol),
-        "split_counts": [[int(x) for x in row] for row in load],
-        "split_max_over_mean": {
-            s: (round(float(load[:, i].max() / expected[i]), 6) if totals[i] else None)
-            for i, s in enumerate(SPLITS)
-        },
+        **_balance_stats(placed, caps, balance_tol, load, expected, totals),
         "unreached": int(len(unreached)),
         "unreached_rule": UNREACHED_RULE,
         "seconds": {"blocks": round(t_blocks, 3), "greedy": round(t_greedy, 3)},

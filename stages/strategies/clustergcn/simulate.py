@@ -250,6 +250,48 @@ def clusters_for_workers(plan: Path, meta: dict, k: int, replan) -> list[WorkerC
 # ------------------------------------------------------------------------------------------------------------
 
 
+def _epoch_parts(p: ClusterProfile, b: Batches, speed, scalar, allreduce, t_opt) -> tuple:
+    """One modelled epoch's seconds, updates, per-worker busy, sync, comm, step maxima and mean batch size."""
+    prepare = (b.scanned * p.t_scan + b.nodes * p.t_row) / speed
+    compute = np.where(b.train > 0, units(p.layers, b.arcs, b.nodes) * p.t_unit / speed, 0.0)
+    per_worker = np.maximum(prepare, compute) if p.prefetch else prepare + compute
+    update = b.train.sum(axis=1) > 0  # a step without a target on any worker takes no update
+    n_up = int(update.sum())
+    steps = len(update)
+    return (
+        float(per_worker.max(axis=1, initial=0.0).sum())
+        + steps * scalar
+        + n_up * (allreduce + scalar + t_opt),
+        n_up,
+        compute.sum(axis=0),
+        n_up * (allreduce + t_opt),
+        (steps + n_up) * scalar,
+        float(prepare.max(axis=1, initial=0.0).mean()) if steps else 0.0,
+        float(compute.max(axis=1, initial=0.0).mean()) if steps else 0.0,
+        float(b.nodes.sum()) / max(b.nodes.size, 1),
+        float(b.arcs.sum()) / max(b.arcs.size, 1),
+    )
+
+
+def _worker_entries(busy_w: np.ndarray, epoch: float, sync: float, comm: float) -> list[dict]:
+    """simulate.json's per-worker entries of the modelled epoch."""
+    return [
+        {
+            "rank": r,
+            "busy": float(busy_w[r]),
+            "overhead": 0.0,
+            "comm_wait": comm,
+            "idle": max(0.0, epoch - float(busy_w[r]) - sync - comm),
+            "sync": sync,
+            "end": epoch,
+            "bytes_sent": 0,
+            "messages": 0,
+            "link_seconds": 0.0,
+        }
+        for r in range(len(busy_w))
+    ]
+
+
 def simulate_clustergcn(
     p: ClusterProfile, workers: list[WorkerClusters], bandwidth: float, latency: float, net=None
 ) -> dict:
@@ -264,49 +306,19 @@ def simulate_clustergcn(
     allreduce = allreduce_seconds(p.num_params, k, net)
     scalar = allreduce_seconds(SCALAR_VALUES, k, net)
     ring_bytes = 2 * (k - 1) / k * p.num_params * 4 if k > 1 else 0.0
-    epochs, updates, busy, sync, comm, prep_max, comp_max = [], [], [], [], [], [], []
-    nodes = arcs = 0.0
+    parts: tuple[list, ...] = tuple([] for _ in range(9))
     for epoch in p.epochs:
         b = batches(workers, p.clusters_per_batch, p.seed, epoch)
-        prepare = (b.scanned * p.t_scan + b.nodes * p.t_row) / speed
-        compute = np.where(b.train > 0, units(p.layers, b.arcs, b.nodes) * p.t_unit / speed, 0.0)
-        per_worker = np.maximum(prepare, compute) if p.prefetch else prepare + compute
-        update = b.train.sum(axis=1) > 0  # a step without a target on any worker takes no update
-        n_up = int(update.sum())
-        steps = len(update)
-        epochs.append(
-            float(per_worker.max(axis=1, initial=0.0).sum())
-            + steps * scalar
-            + n_up * (allreduce + scalar + t_opt)
-        )
-        updates.append(n_up)
-        busy.append(compute.sum(axis=0))
-        sync.append(n_up * (allreduce + t_opt))
-        comm.append((steps + n_up) * scalar)
-        prep_max.append(float(prepare.max(axis=1, initial=0.0).mean()) if steps else 0.0)
-        comp_max.append(float(compute.max(axis=1, initial=0.0).mean()) if steps else 0.0)
-        nodes += float(b.nodes.sum()) / max(b.nodes.size, 1)
-        arcs += float(b.arcs.sum()) / max(b.arcs.size, 1)
+        for col, value in zip(parts, _epoch_parts(p, b, speed, scalar, allreduce, t_opt), strict=True):
+            col.append(value)
+    epochs, updates, busy, sync, comm, prep_max, comp_max, batch_nodes, batch_arcs = parts
+    nodes, arcs = sum(batch_nodes, 0.0), sum(batch_arcs, 0.0)
     n = len(p.epochs)
     epoch = sum(epochs) / n
     busy_w = np.mean(busy, axis=0)
     steps = runtime_steps(workers, p.clusters_per_batch)
     mean_updates = sum(updates) / n
-    workers_out = [
-        {
-            "rank": r,
-            "busy": float(busy_w[r]),
-            "overhead": 0.0,
-            "comm_wait": sum(comm) / n,
-            "idle": max(0.0, epoch - float(busy_w[r]) - sum(sync) / n - sum(comm) / n),
-            "sync": sum(sync) / n,
-            "end": epoch,
-            "bytes_sent": 0,
-            "messages": 0,
-            "link_seconds": 0.0,
-        }
-        for r in range(k)
-    ]
+    workers_out = _worker_entries(busy_w, epoch, sum(sync) / n, sum(comm) / n)
     return {
         "system": "clustergcn",
         "workers_count": k,

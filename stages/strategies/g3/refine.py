@@ -248,6 +248,12 @@ def run_refine(
     del chain
     sizes = [int(share * steps) for share in round_shares[:-1]]
     sizes = [size for size in sizes + [steps - sum(sizes)] if size > 0]  # the last round takes the rest
+    results = _run_rounds(graphs, part, k, gamma, limits, budget, sizes, seed, on_progress, threads)
+    return _outcome(results, sizes, gamma, budget, t0, initial)
+
+
+def _run_rounds(graphs, part, k, gamma, limits, budget, sizes, seed, on_progress, threads) -> list:
+    """Every round's result (None: skipped), each cancelled once an earlier round has met the goal."""
     done = [0] * len(sizes)
     winner = [len(sizes)]  # the earliest round that met the goal so far; -1 stops every round
     lock = threading.Lock()
@@ -286,6 +292,13 @@ def run_refine(
             results = list(pool.map(run_round, range(len(sizes))))
     finally:
         winner[0] = -1  # on an error or an interrupt, rounds still running stop at their next batch
+    return results
+
+
+def _outcome(
+    results: list[RefineResult | None], sizes: list[int], gamma: float, budget: float, t0: float, initial
+) -> RefineResult:
+    """The refinement's outcome: the winning round's assignment, with the steps and moves of the rounds kept."""
     # rounds after the winner (the earliest to meet the goal) may be partial or skipped (None); the rest ran
     won = next((i for i, r in enumerate(results) if r is not None and r.converged), len(results) - 1)
     kept = [r for r in results[: won + 1] if r is not None]
@@ -435,17 +448,6 @@ def refine_after_algorithm1(
     note = ", budget infeasible" if bound["exceeds_budget"] else ""
     task = progress.add_task(f"refining (annealing{note})", total=None)
 
-    def on_progress(done: int, steps: int, remote: list[int]) -> None:
-        progress.update(
-            task,
-            total=steps,
-            completed=done,
-            description=(
-                f"refining (min/max remote {min(remote) / max(1, max(remote)):.4f}, total {sum(remote) / reference:.3f}"
-                f" x METIS{note})"
-            ),
-        )
-
     steps, shares = o.refine_steps, ROUND_SHARES
     if bound["exceeds_budget"]:  # the goal cannot be met: no early stop to hope for, one long anneal
         shares = (1.0,)
@@ -461,7 +463,7 @@ def refine_after_algorithm1(
         budget,
         steps,
         o.seed,
-        on_progress,
+        _progress_line(progress, task, reference, note),
         shares,
         numba.get_num_threads(),
     )
@@ -469,7 +471,42 @@ def refine_after_algorithm1(
     timing["refine"] = res.seconds
     ratio_met = result.stop_reason == "converged"
     keep = res.converged or (not ratio_met and _no_worse(res.final_remote, res.initial_remote, budget))
-    if res.converged:
+    return (res.part if keep else result.part), {
+        "converged": res.converged,
+        "kept": "refined" if keep else "algorithm1",
+        "explanation": _explanation(res.converged, keep, ratio_met, bound, budget),
+        "metis_total_remote": reference,
+        "remote_budget": o.remote_budget,
+        "budget": round(budget, 3),
+        "steps": res.steps,
+        "accepted_moves": res.accepted,
+        "rounds": res.rounds,
+        "remote_before": res.initial_remote,
+        "remote_after": res.final_remote,
+        "lower_bound": bound,
+    }
+
+
+def _progress_line(progress, task, reference: int, note: str) -> Callable[[int, int, list[int]], None]:
+    """The refinement's ``on_progress``: the steps done and the remote sets' min/max and total on its line."""
+
+    def on_progress(done: int, steps: int, remote: list[int]) -> None:
+        progress.update(
+            task,
+            total=steps,
+            completed=done,
+            description=(
+                f"refining (min/max remote {min(remote) / max(1, max(remote)):.4f}, total {sum(remote) / reference:.3f}"
+                f" x METIS{note})"
+            ),
+        )
+
+    return on_progress
+
+
+def _explanation(converged: bool, keep: bool, ratio_met: bool, bound: dict, budget: float) -> str:
+    """partition.json's ``refine.explanation``: why the refined or Algorithm 1's assignment is kept."""
+    if converged:
         explanation = "min/max remote set ratio reached 1 - gamma with the total remote within the budget"
     elif keep:
         explanation = (
@@ -484,20 +521,7 @@ def refine_after_algorithm1(
         )
     if bound["exceeds_budget"]:
         explanation += "; " + infeasible_statement(bound, budget)
-    return (res.part if keep else result.part), {
-        "converged": res.converged,
-        "kept": "refined" if keep else "algorithm1",
-        "explanation": explanation,
-        "metis_total_remote": reference,
-        "remote_budget": o.remote_budget,
-        "budget": round(budget, 3),
-        "steps": res.steps,
-        "accepted_moves": res.accepted,
-        "rounds": res.rounds,
-        "remote_before": res.initial_remote,
-        "remote_after": res.final_remote,
-        "lower_bound": bound,
-    }
+    return explanation
 
 
 def _lower_bound_entry(graphs: Graphs, k: int, degree_tol: float, budget: float) -> dict:
