@@ -310,95 +310,101 @@ def _build_csr(
     budget_arcs = max(256, o.memory_budget // BYTES_PER_ARC_SORT)
     runs = _Runs(spill_dir, budget_arcs, id_dtype)
     in_count = np.zeros(n, dtype=np.int64)
-    arcs_read = self_loops = reverse_added = 0
 
     with make_progress() as progress:
-        task = progress.add_task("reading arcs", total=source.expected_arcs)
-        for src, dst in source.arcs():
-            src = np.asarray(src, dtype=np.int64)
-            dst = np.asarray(dst, dtype=np.int64)
-            if src.shape != dst.shape:
-                raise G3InputError("source and destination arrays differ in length", path=source.path)
-            arcs_read += len(src)
-            progress.update(task, advance=len(src))
-            if len(src):
-                lo = min(int(src.min()), int(dst.min()))
-                hi = max(int(src.max()), int(dst.max()))
-                if lo < 0 or hi >= n:
-                    bad = lo if lo < 0 else hi
-                    raise G3InputError(f"node id {bad} out of range [0, {n})", path=source.path)
-            if not o.keep_self_loops:
-                keep = src != dst
-                self_loops += len(src) - int(keep.sum())
-                src, dst = src[keep], dst[keep]
-            if symmetrize:
-                reverse_added += len(src)
-                src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-            in_count += np.bincount(dst, minlength=n)
-            runs.add(dst, src)
-        progress.update(task, completed=arcs_read, total=arcs_read)
-
-        if source.expected_arcs is not None and arcs_read != source.expected_arcs:
-            raise G3InputError(
-                f"the source declares {source.expected_arcs} arcs but {arcs_read} were read", path=source.path
-            )
-
+        read_counts = _read_and_spill(source, o, symmetrize, runs, in_count, progress)
         # Buckets of consecutive destinations whose arcs fit the sort budget.
+        chunks: list[Path] | None = None  # the buckets' files, when spilled
+        bounds, scratch_peak = np.array([0, n], dtype=np.int64), 0
         if runs.spilled:
             runs.flush()
             bounds = _bucket_bounds(in_count, budget_arcs)
-        else:
-            bounds = np.array([0, n], dtype=np.int64)
-        nb = len(bounds) - 1
-        total_pre = int(in_count.sum())
-        indices_w = writer.create("indices", (0,), id_dtype)  # grown as buckets are sorted
-        out_count = np.zeros(n, dtype=np.int64)
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        chunks: list[Path] | None = None
-        scratch_peak = 0
-        if runs.spilled:
             chunks = _scatter_to_buckets(runs.files, bounds, spill_dir, id_dtype, progress)
             scratch_peak = disk_bytes(spill_dir)  # the runs and their buckets: the most spilled at once
-        written = 0
-        sort_task = progress.add_task("sorting arcs", total=total_pre)
-        parts: list[np.ndarray] = []
-        part_arcs = 0
-        for b in range(nb):
-            lo, hi = int(bounds[b]), int(bounds[b + 1])
-            if chunks is None:
-                pair = runs.in_memory()
-            else:
-                pair = np.fromfile(chunks[b], dtype=id_dtype).reshape(-1, 2).T
-                os.unlink(chunks[b])
-            dst_sorted, src_sorted = _sort_dedup(pair[0], pair[1], lo, n, o.keep_duplicates)
-            del pair
-            progress.update(sort_task, advance=int(in_count[lo:hi].sum()))
-            counts = np.bincount(dst_sorted - lo, minlength=hi - lo)
-            indptr[lo + 1 : hi + 1] = counts
-            out_count += np.bincount(src_sorted, minlength=n)
-            parts.append(src_sorted.astype(id_dtype, copy=False))
-            part_arcs += len(src_sorted)
-            written += len(src_sorted)
-            if part_arcs >= budget_arcs // 4 or b == nb - 1:
-                _append_indices(indices_w, parts)
-                parts, part_arcs = [], 0
-        np.cumsum(indptr, out=indptr)
+        indptr, out_count, written, dups = _sort_buckets(runs, chunks, bounds, in_count, writer, o, progress)
 
-    duplicates = total_pre - written
     writer.write_array("indptr", indptr)
     in_degree = np.diff(indptr)
     writer.write_array("in_degree", in_degree.astype(np.int32))
     writer.write_array("out_degree", out_count.astype(np.int32))
     counts = {
         "num_arcs": written,
-        "arcs_read": arcs_read,
-        "reverse_arcs_added": reverse_added,
-        "self_loops_removed": self_loops,
-        "duplicates_removed": duplicates,
+        **read_counts,
+        "duplicates_removed": dups,
         "spilled": runs.spilled,
-        "buckets": nb,
+        "buckets": len(bounds) - 1,
     }
     return counts, {"in": _stats(in_degree), "out": _stats(out_count)}, scratch_peak
+
+
+def _read_and_spill(
+    source: GraphSource, o: IngestOptions, symmetrize: bool, runs: _Runs, in_count: np.ndarray, progress
+) -> dict[str, int]:
+    """Stream the source's arcs into ``runs`` and ``in_count``; return the read counts of :class:`IngestReport`."""
+    n = source.num_nodes
+    arcs_read = self_loops = reverse_added = 0
+    task = progress.add_task("reading arcs", total=source.expected_arcs)
+    for src, dst in source.arcs():
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        if src.shape != dst.shape:
+            raise G3InputError("source and destination arrays differ in length", path=source.path)
+        arcs_read += len(src)
+        progress.update(task, advance=len(src))
+        if len(src):
+            lo = min(int(src.min()), int(dst.min()))
+            hi = max(int(src.max()), int(dst.max()))
+            if lo < 0 or hi >= n:
+                bad = lo if lo < 0 else hi
+                raise G3InputError(f"node id {bad} out of range [0, {n})", path=source.path)
+        if not o.keep_self_loops:
+            keep = src != dst
+            self_loops += len(src) - int(keep.sum())
+            src, dst = src[keep], dst[keep]
+        if symmetrize:
+            reverse_added += len(src)
+            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        in_count += np.bincount(dst, minlength=n)
+        runs.add(dst, src)
+    progress.update(task, completed=arcs_read, total=arcs_read)
+    if source.expected_arcs is not None and arcs_read != source.expected_arcs:
+        raise G3InputError(
+            f"the source declares {source.expected_arcs} arcs but {arcs_read} were read", path=source.path
+        )
+    return {"arcs_read": arcs_read, "reverse_arcs_added": reverse_added, "self_loops_removed": self_loops}
+
+
+def _sort_buckets(
+    runs: _Runs, chunks: list[Path] | None, bounds: np.ndarray, in_count: np.ndarray, writer, o, progress
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Sort each bucket's arcs into the indices: (row pointers, out-degrees, arcs written, duplicates dropped)."""
+    n, nb, budget_arcs = len(in_count), len(bounds) - 1, runs.budget_arcs
+    indices_w = writer.create("indices", (0,), runs.id_dtype)  # grown as buckets are sorted
+    out_count, indptr = np.zeros(n, dtype=np.int64), np.zeros(n + 1, dtype=np.int64)
+    part_arcs = 0
+    total_pre = int(in_count.sum())
+    sort_task = progress.add_task("sorting arcs", total=total_pre)
+    parts: list[np.ndarray] = []
+    for b in range(nb):
+        lo, hi = int(bounds[b]), int(bounds[b + 1])
+        if chunks is None:
+            pair = runs.in_memory()
+        else:
+            pair = np.fromfile(chunks[b], dtype=runs.id_dtype).reshape(-1, 2).T
+            os.unlink(chunks[b])
+        dst_sorted, src_sorted = _sort_dedup(pair[0], pair[1], lo, n, o.keep_duplicates)
+        del pair
+        progress.update(sort_task, advance=int(in_count[lo:hi].sum()))
+        indptr[lo + 1 : hi + 1] = np.bincount(dst_sorted - lo, minlength=hi - lo)
+        out_count += np.bincount(src_sorted, minlength=n)
+        parts.append(src_sorted.astype(runs.id_dtype, copy=False))
+        part_arcs += len(src_sorted)
+        if part_arcs >= budget_arcs // 4 or b == nb - 1:
+            _append_indices(indices_w, parts)
+            parts, part_arcs = [], 0
+    np.cumsum(indptr, out=indptr)
+    written = int(indptr[-1])
+    return indptr, out_count, written, total_pre - written
 
 
 def _stats(d: np.ndarray) -> dict[str, float]:

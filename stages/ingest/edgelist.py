@@ -809,106 +809,22 @@ def read_edgelist(
     """
     spec = str(path)
     p = Path(spec)
-    if not p.exists() and ":" not in spec:
-        raise G3InputError("no such file", path=p)
-    if p.is_dir():
-        raise G3InputError("is a folder; an edge list is a file (use --format ogb for OGB folders)", path=p)
-    if num_nodes is not None and num_nodes < 0:
-        raise G3InputError(f"--num-nodes must be >= 0, got {num_nodes}")
-    if num_nodes is not None and num_nodes > max_node_count():
-        raise G3InputError(
-            f"--num-nodes {num_nodes:,} is more nodes than this machine's memory holds "
-            f"({max_node_count():,} at {NODE_BYTES} bytes each)"
-        )
-
+    _check_edge_path_and_count(p, spec, num_nodes)
     feat_arr = open_array_spec(features, "features") if features is not None else None
     label_arr = open_array_spec(labels, "labels") if labels is not None else None
     feat_path = _split_spec(features)[0] if features is not None else None
     label_path = _split_spec(labels)[0] if labels is not None else None
-    count_source: str | None = None  # what set the node count, when not the edges themselves
-    if num_nodes is None:
-        # the side arrays give the node count (isolated trailing nodes included); they must agree
-        rows = {
-            str(q): int(a.shape[0])
-            for q, a in ((feat_path, feat_arr), (label_path, label_arr))
-            if a is not None
-        }
-        if len(set(rows.values())) > 1:
-            raise G3InputError(
-                "features and labels disagree on the number of nodes: "
-                + ", ".join(f"{q} has {r} rows" for q, r in rows.items())
-            )
-        if rows:
-            num_nodes = next(iter(rows.values()))
-            count_source = f"the rows of {' and '.join(rows)}"
-    else:
-        count_source = "--num-nodes"
-
+    num_nodes, count_source = _node_count(num_nodes, ((feat_path, feat_arr), (label_path, label_arr)))
     info: dict[str, Any] = {"format": "edgelist"}
-    cached: list[tuple[np.ndarray, np.ndarray]] | None = None
-    expected_arcs: int | None = None
-
-    if not p.exists() or _is_array_file(p):
-        if p.suffix.lower() == ".npz" and p.is_file() and "edge_index" in npz_keys(p):
-            spec = f"{p}:edge_index"
-        arr = open_array_spec(spec, "edge array")
-        arr_path = _split_spec(spec)[0]
-        e, planar = edge_array_layout(arr, arr_path)
-        info["layout"] = "[2, E]" if planar else "[E, 2]"
-        expected_arcs = e
-        if num_nodes is None:
-            chunks = iter_edge_array(arr, arr_path, None)
-            num_nodes = max((max(int(s.max()), int(d.max())) for s, d in chunks if len(s)), default=-1) + 1
-        n_fixed = num_nodes
-
-        def arcs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-            with _naming_the_count(n_fixed, count_source):
-                yield from iter_edge_array(open_array_spec(spec, "edge array"), arr_path, n_fixed)
-
-        source_path = str(arr_path)
-    else:
-        text = _TextEdges(p)
-        if text.header is not None:
-            info["header"] = text.header
-        info["delimiter"] = "comma" if text.comma else "whitespace"
-        if num_nodes is None:
-            hi = -1
-            total = 0
-            keep: list[tuple[np.ndarray, np.ndarray]] | None = []
-            for line0, chunk, s, d in text.chunks():
-                text.check_ids(line0, chunk, s, d, None)
-                if len(s):
-                    hi = max(hi, int(s.max()), int(d.max()))
-                total += len(s)
-                if keep is not None:
-                    keep.append((s, d))
-                    if total > CACHE_ARCS_LIMIT:
-                        keep = None
-            num_nodes = hi + 1
-            cached = keep
-            expected_arcs = total
-        n_fixed = num_nodes
-
-        def arcs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-            if cached is not None:
-                yield from cached
-                return
-            with _naming_the_count(n_fixed, count_source):
-                for line0, chunk, s, d in text.chunks():
-                    text.check_ids(line0, chunk, s, d, n_fixed)
-                    yield s, d
-
-        source_path = str(p)
-
-    feat_dim, feature_blocks = 0, None
+    edges = _array_edges if not p.exists() or _is_array_file(p) else _text_edges
+    arcs, num_nodes, expected_arcs, source_path = edges(p, spec, num_nodes, count_source, info)
+    feat_dim, feature_blocks, label_values, num_classes = 0, None, None, None
     if feat_arr is not None:
         feat_dim, feature_blocks = feature_blocks_from_array(feat_arr, feat_path, num_nodes)
         info["features"] = str(features)
-    label_values, num_classes = None, None
     if label_arr is not None:
         label_values, num_classes = labels_from_array(label_arr, label_path, num_nodes)
         info["labels"] = str(labels)
-
     splits = None
     given = {"train": train_idx, "valid": valid_idx, "test": test_idx}
     if any(v is not None for v in given.values()):
@@ -918,7 +834,7 @@ def read_edgelist(
         }
 
     return GraphSource(
-        name=Path(_split_spec(spec)[0]).name.split(".")[0] or "edgelist",
+        name=Path(source_path).name.split(".")[0] or "edgelist",
         num_nodes=int(num_nodes),
         arcs=arcs,
         path=source_path,
@@ -932,3 +848,86 @@ def read_edgelist(
         undirected_once=bool(undirected),
         info=info,
     )
+
+
+def _check_edge_path_and_count(p: Path, spec: str, num_nodes: int | None) -> None:
+    """Refuse a missing edge file, a folder, and a ``--num-nodes`` below 0 or beyond this machine's memory."""
+    if not p.exists() and ":" not in spec:
+        raise G3InputError("no such file", path=p)
+    if p.is_dir():
+        raise G3InputError("is a folder; an edge list is a file (use --format ogb for OGB folders)", path=p)
+    if num_nodes is not None and num_nodes < 0:
+        raise G3InputError(f"--num-nodes must be >= 0, got {num_nodes}")
+    if num_nodes is not None and num_nodes > max_node_count():
+        raise G3InputError(
+            f"--num-nodes {num_nodes:,} is more nodes than this machine's memory holds "
+            f"({max_node_count():,} at {NODE_BYTES} bytes each)"
+        )
+
+
+def _node_count(num_nodes: int | None, side) -> tuple[int | None, str | None]:
+    """The node count given, else the feature/label rows' (isolated trailing nodes included), and what set it."""
+    if num_nodes is not None:
+        return num_nodes, "--num-nodes"
+    rows = {str(q): int(a.shape[0]) for q, a in side if a is not None}
+    if len(set(rows.values())) > 1:
+        raise G3InputError(
+            "features and labels disagree on the number of nodes: "
+            + ", ".join(f"{q} has {r} rows" for q, r in rows.items())
+        )
+    if not rows:
+        return None, None
+    return next(iter(rows.values())), f"the rows of {' and '.join(rows)}"
+
+
+def _array_edges(p: Path, spec: str, num_nodes: int | None, count_source: str | None, info: dict[str, Any]):
+    """An edge array's arcs, node count, arc count and path (its layout noted in ``info``)."""
+    if p.suffix.lower() == ".npz" and p.is_file() and "edge_index" in npz_keys(p):
+        spec = f"{p}:edge_index"
+    arr = open_array_spec(spec, "edge array")
+    arr_path = _split_spec(spec)[0]
+    e, planar = edge_array_layout(arr, arr_path)
+    info["layout"] = "[2, E]" if planar else "[E, 2]"
+    if num_nodes is None:
+        chunks = iter_edge_array(arr, arr_path, None)
+        num_nodes = max((max(int(s.max()), int(d.max())) for s, d in chunks if len(s)), default=-1) + 1
+
+    def arcs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        with _naming_the_count(num_nodes, count_source):
+            yield from iter_edge_array(open_array_spec(spec, "edge array"), arr_path, num_nodes)
+
+    return arcs, num_nodes, e, str(arr_path)
+
+
+def _text_edges(p: Path, spec: str, num_nodes: int | None, count_source: str | None, info: dict[str, Any]):
+    """A text edge list's arcs, node count, arc count (when counted) and path (its format noted in ``info``)."""
+    text = _TextEdges(p)
+    if text.header is not None:
+        info["header"] = text.header
+    info["delimiter"] = "comma" if text.comma else "whitespace"
+    cached: list[tuple[np.ndarray, np.ndarray]] | None = None
+    expected_arcs: int | None = None
+    if num_nodes is None:
+        hi, total = -1, 0
+        keep: list[tuple[np.ndarray, np.ndarray]] | None = []
+        for line0, chunk, s, d in text.chunks():
+            text.check_ids(line0, chunk, s, d, None)
+            if len(s):
+                hi = max(hi, int(s.max()), int(d.max()))
+            total += len(s)
+            if keep is not None:
+                keep.append((s, d))
+                if total > CACHE_ARCS_LIMIT:
+                    keep = None
+        num_nodes, cached, expected_arcs = hi + 1, keep, total
+
+    def arcs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        if cached is not None:
+            yield from cached
+            return
+        with _naming_the_count(num_nodes, count_source):
+            for line0, chunk, s, d in text.chunks():
+                text.check_ids(line0, chunk, s, d, num_nodes)
+                yield s, d
+
+    return arcs, num_nodes, expected_arcs, str(p)
