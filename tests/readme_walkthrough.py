@@ -219,7 +219,7 @@ def run_torchrun(command: str, work: Path, env: dict) -> tuple[int, str]:
             subprocess.Popen(
                 ["bash", "-c", line],
                 cwd=host,
-                env=env,
+                env={**env, "TMPDIR": str(host)},  # torchrun's torchelastic_* folders stay in the host's copy
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,

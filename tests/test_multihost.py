@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import flags, g3_partition, g3_plan, invoke, ok
+from helpers import flags, g3_partition, g3_plan, invoke, ok, short_scratch
 from test_train import max_weight_diff
 
 K = 4
@@ -74,7 +74,8 @@ def torchrun(cwd: Path, plan: str, nnodes: int, nproc: int, port: int, *extra: s
         "run",
         *TRAIN,
     ]
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
+    # the agent's torchelastic_* folder and the fork server's socket in a scratch folder removed after the test
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "TMPDIR": str(short_scratch()), **(env or {})}
     return subprocess.Popen(
         cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
@@ -248,6 +249,7 @@ def test_the_slurm_node_script_runs_a_bundle_on_two_hosts(source, tmp_path):
             "G3_PYTHON": sys.executable,
             "G3_MAX_RESTARTS": "0",
             "GLOO_SOCKET_IFNAME": "lo",
+            "TMPDIR": str(short_scratch()),  # torchrun's torchelastic_* folder, removed after the test
         }
         return subprocess.Popen(
             ["bash", str(script), str(tmp_path / "bundle"), "--epochs", "2", "--threads", "1"],
