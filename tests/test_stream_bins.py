@@ -19,11 +19,20 @@ from stages.strategies.g3.knobs import G3Knobs
 
 
 @pytest.mark.parametrize(
-    "model,k,schedule", [("sage", 2, "intra"), ("gcn", 3, "none"), ("gat", 2, "multi"), ("sage", 1, "intra")]
+    "model,k,schedule,remote",
+    [
+        ("sage", 2, "intra", "epoch"),
+        ("gcn", 3, "none", "bin"),
+        ("gat", 2, "multi", "bin"),
+        ("sage", 3, "intra", "bin"),
+        ("sage", 1, "intra", "epoch"),
+    ],
 )
-def test_streamed_bins_train_the_in_memory_model(store, tmp_path, model, k, schedule):
+def test_streamed_bins_train_the_in_memory_model(store, tmp_path, model, k, schedule, remote):
     """Bitwise the weights of the in-memory path with the same bins (backward recomputing, no layer-0 cache:
-    what streaming implies), and the reference's within 1e-5. The trace shows layer 0's rows read from disk."""
+    what streaming implies), and the reference's within 1e-5. The trace shows layer 0's rows read from disk;
+    with ``--remote-features bin`` the remote ones fetched from their owners bin by bin, nothing of them in
+    TMPDIR."""
     heads = 2 if model == "gat" else None
     streamed = pipeline(
         store,
@@ -33,7 +42,17 @@ def test_streamed_bins_train_the_in_memory_model(store, tmp_path, model, k, sche
         model,
         2,
         "12",
-        extra_train=("--stream-bins", "on", "--pipeline", schedule, "--trace", "--prefetch", "on"),
+        extra_train=(
+            "--stream-bins",
+            "on",
+            "--pipeline",
+            schedule,
+            "--trace",
+            "--prefetch",
+            "on",
+            "--remote-features",
+            remote,
+        ),
     )
     in_memory = pipeline(
         store,
@@ -66,9 +85,24 @@ def test_streamed_bins_train_the_in_memory_model(store, tmp_path, model, k, sche
     workers = json.loads((streamed / "metrics.jsonl").read_text().splitlines()[-1])["workers"]
     for w in workers:
         assert 0.85 <= w["scratch_peak_bytes"] / w["scratch_estimate_bytes"] <= 1.15, w
-    # the plan said so beforehand, in float32 (the run is float64: twice)
+    # the plan said so beforehand, in float32 (the run is float64: twice), with the remote input features, which
+    # a worker fetching them per bin does not spill
     planned = json.loads((tmp_path / "streamed" / "plan" / "plan.json").read_text())["workers"]
-    assert [2 * p["scratch_bytes"] for p in planned] == [w["scratch_estimate_bytes"] for w in workers]
+    width = ref_graph(store).x.shape[1]
+    features = [p["num_remote"] * width * 8 if remote == "bin" else 0 for p in planned]
+    assert [2 * p["scratch_bytes"] - f for p, f in zip(planned, features, strict=True)] == [
+        w["scratch_estimate_bytes"] for w in workers
+    ]
+    # `g3 info PLAN` / `g3 plan` say how much of it the features are
+    from stages.common.units import human_bytes
+    from stages.strategies.g3.plan import summary_rows
+
+    plan_meta = json.loads((tmp_path / "streamed" / "plan" / "plan.json").read_text())
+    most = max(planned, key=lambda p: p["scratch_bytes"])
+    said = dict(summary_rows(plan_meta))["streamed"]
+    assert f"{human_bytes(most['num_remote'] * width * 4)} of it remote input features" in said
+    fetched = [w["bytes_sent_per_phase"].get("features-bin", 0) for w in workers]
+    assert (sum(fetched) > 0) == (remote == "bin" and k > 1)
     cost, kept_cost = (json.loads((run / "run.json").read_text())["cost"] for run in (streamed, in_memory))
     assert cost["scratch_peak_bytes"] == sum(w["scratch_peak_bytes"] for w in workers) > 0
     assert kept_cost["scratch_peak_bytes"] == 0 and 0 < cost["disk_bytes"] <= disk_bytes(streamed)
@@ -80,6 +114,11 @@ def test_streamed_bins_train_the_in_memory_model(store, tmp_path, model, k, sche
         gathers = [e for e in trace["traceEvents"] if e["ph"] == "X" and e.get("cat") == "gather"]
         stored = [e for e in gathers if e["args"].get("stored")]
         assert stored and {e["args"]["layer"] for e in stored} == {0}
+        if remote == "bin" and k > 1:
+            asked = [e for e in trace["traceEvents"] if e.get("name", "").startswith("features-bin →")]
+            assert asked
+            # intra, multi: fetched on the read-ahead thread while the bin before computes; none: in turn
+            assert all(e["args"]["prefetched"] == (schedule != "none") for e in stored)
 
 
 def _ctx(mode: str, arcs: int, resident: bool = False, world: int = 4, owned: int = 1000, remote: int = 0):
@@ -241,10 +280,14 @@ def test_a_tmpdir_too_small_for_the_spilled_rows_is_refused_up_front(monkeypatch
     monkeypatch.setattr(tempfile, "tempdir", None)
     Usage = namedtuple("Usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(1 << 40, 0, sum(parts.values()) * 4))
-    g3_runtime.check_spill_space(data, [64, 16, 7], 4)  # exactly enough for 4 workers
+    g3_runtime.check_spill_space(parts, 4)  # exactly enough for 4 workers
     with pytest.raises(G3InputError, match="remote input features") as err:
-        g3_runtime.check_spill_space(data, [64, 16, 7], 5)
+        g3_runtime.check_spill_space(parts, 5)
     assert "--stream-bins (5 streamed workers, TMPDIR)" in str(err.value)
+    # fetched per bin, the features are not spilled: 5 workers fit where they did not
+    per_bin = g3_runtime.spill_bytes(data, [64, 16, 7], features=False)
+    assert per_bin == {k: v for k, v in parts.items() if k != "remote input features"}
+    g3_runtime.check_spill_space(per_bin, 5)
 
 
 def test_streamed_workers_above_the_machines_memory_are_refused_naming_the_floor(monkeypatch):
@@ -276,3 +319,24 @@ def test_a_streamed_worker_waits_longer_for_its_peers_unless_timeout_says(monkey
         RuntimeConfig().wait_seconds() == 60.0
         and RuntimeConfig(timeout=5.0).wait_seconds(streamed=True) == 5.0
     )
+
+
+def test_auto_fetches_remote_features_per_bin_where_tmpdir_cannot_take_them(monkeypatch, tmp_path):
+    """``--remote-features auto``: per bin exactly where the streamed workers' spill with the features exceeds what
+    TMPDIR's disk has free; never for a worker in memory or without remote rows; ``epoch``/``bin`` as said."""
+    import shutil
+    import tempfile
+    from collections import namedtuple
+
+    from stages.strategies.g3.remote_features import fetches_per_bin
+
+    monkeypatch.setattr(
+        tempfile, "tempdir", str(tmp_path / "not" / "made" / "yet")
+    )  # its disk: the nearest folder
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(1 << 40, 0, 4_000))
+    assert not fetches_per_bin("auto", True, 10, 1_000, 4)  # 4,000 bytes: exactly enough
+    assert fetches_per_bin("auto", True, 10, 1_000, 5)
+    assert not fetches_per_bin("auto", False, 10, 1_000, 5)  # in memory: exchanged once
+    assert not fetches_per_bin("bin", True, 0, 1_000, 5)  # no remote rows
+    assert fetches_per_bin("bin", True, 10, 0, 1) and not fetches_per_bin("epoch", True, 10, 10**9, 8)

@@ -12,6 +12,7 @@ from stages.common.knobs import (
     PREFETCH,
     STREAM_BINS,
     Layer0CacheKnobs,
+    TrainKnob,
     knob,
 )
 from stages.strategies.g3.pipeline import SCHEDULES
@@ -42,6 +43,20 @@ class G3Knobs(Layer0CacheKnobs):
     backward: str = knob(BACKWARD)
     feature_cache: bool = knob(FEATURE_CACHE)
     stream_bins: str = knob(STREAM_BINS)
+    remote_features: str = knob(
+        TrainKnob(
+            "remote_features",
+            str,
+            "auto",
+            choices=("auto", "epoch", "bin"),
+            help="g3, streamed bins: 'epoch' = exchange the remote nodes' input features once and keep them in "
+            "TMPDIR (4 B x features per remote row); 'bin' = keep none: each bin fetches its remote sources' rows "
+            "from their owners as its inputs are read (on the read-ahead thread, overlapping the bin before), "
+            "again in backward's recomputation: more bytes on the network, less disk. 'auto' = 'bin' where "
+            "TMPDIR's disk cannot take the spill with them. Workers holding their partition in memory exchange "
+            "them once. Same model either way.",
+        )
+    )
 
     def prefetch_enabled(self, device: str, threads: int, local_workers: int, resident: bool = False) -> bool:
         """Whether ``intra``/``multi`` gather (on CUDA: gather and copy in) the next bin on a second thread.

@@ -237,9 +237,18 @@ def summary_rows(plan: dict) -> list[tuple[str, str]]:
         f"{bins_device(opts)}"
     )
     rows = [("bins", bins)]
-    scratch = [w["scratch_bytes"] for w in plan["workers"] if "scratch_bytes" in w]  # older plans: none
-    if scratch:
+    workers = [w for w in plan["workers"] if "scratch_bytes" in w]  # older plans: none
+    if workers:
+        from stages.common.model_spec import ModelSpec
+
+        most = max(workers, key=lambda w: w["scratch_bytes"])
+        features = most["num_remote"] * ModelSpec.from_plan(plan).in_dim * 4
         rows.append(
-            ("streamed", f"a worker streaming its bins writes up to {human_bytes(max(scratch))} to TMPDIR")
+            (
+                "streamed",
+                f"a worker streaming its bins writes up to {human_bytes(most['scratch_bytes'])} to TMPDIR "
+                f"(float32), {human_bytes(features)} of it remote input features "
+                "(none with g3 train --remote-features bin)",
+            )
         )
     return rows

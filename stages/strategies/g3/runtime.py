@@ -49,6 +49,7 @@ from stages.kits.runtime.trace import now_us
 from stages.kits.runtime.transport import TableReceiver, TableSender
 from stages.strategies.g3.knobs import G3Knobs
 from stages.strategies.g3.pipeline import SCHEDULES
+from stages.strategies.g3.remote_features import RemoteFeatures, fetches_per_bin
 
 log = logging.getLogger("g3.runtime")
 
@@ -178,6 +179,12 @@ class WorkerData:
         rows = self.stored_features.rows(self.order[ids], take_stored_rows)
         return torch.from_numpy(rows).to(self.dtype)
 
+    def rows_by_shard_id(self, ids: np.ndarray) -> np.ndarray:
+        """Input features of owned nodes by their shard-local ids (what peers ask for), as stored."""
+        if self.stream:
+            return self.stored_features.rows(ids, take_stored_rows)
+        return self.features[torch.from_numpy(self.new_id[ids])].cpu().numpy()
+
     def _owned_to_new(self, ids: np.ndarray) -> np.ndarray:
         """Local ids (owned ones renumbered, remote ones kept), int64 whatever the plan stores them in: one copy."""
         out = np.array(ids, dtype=np.int64)
@@ -201,12 +208,13 @@ class WorkerData:
 
 
 class StoredRows:
-    """Layer 0's input of a streamed worker: owned rows stay in the shard on disk, remote ones (fetched once) in
-    memory; :meth:`rows` reads a bin's."""
+    """Layer 0's input of a streamed worker: owned rows stay in the shard on disk, remote ones come from
+    ``remote_rows(offsets)`` (the rows exchanged once and kept, or fetched from their owners per bin);
+    :meth:`rows` reads a bin's."""
 
-    def __init__(self, data: WorkerData, remote: torch.Tensor):
-        self.data, self.remote = data, remote
-        self.dtype, self.device = data.dtype, remote.device
+    def __init__(self, data: WorkerData, remote_rows):
+        self.data, self.remote_rows = data, remote_rows
+        self.dtype = data.dtype
         self.shape = (data.num_owned + data.num_remote, data.feature_width)
 
     def rows(self, ids: np.ndarray) -> torch.Tensor:
@@ -217,15 +225,10 @@ class StoredRows:
         if owned[:k].all():  # the plan lists a bin's owned sources first: two slices, no masks
             if k == len(ids):
                 return self.data.feature_rows(ids)
-            return torch.cat(
-                [
-                    self.data.feature_rows(ids[:k]),
-                    take_rows_at(self.remote, torch.from_numpy(ids[k:] - n_own)),
-                ]
-            )
+            return torch.cat([self.data.feature_rows(ids[:k]), self.remote_rows(ids[k:] - n_own)])
         out = torch.empty((len(ids), self.shape[1]), dtype=self.dtype)
         out[torch.from_numpy(owned)] = self.data.feature_rows(ids[owned])
-        out[torch.from_numpy(~owned)] = take_rows_at(self.remote, torch.from_numpy(ids[~owned] - n_own))
+        out[torch.from_numpy(~owned)] = self.remote_rows(ids[~owned] - n_own)
         return out
 
 
@@ -277,9 +280,10 @@ def message_rounds(send: Table, recv: Table, piece: int) -> list[tuple[Table, Ta
     return list(zip(sends, recvs, strict=True))
 
 
-def spill_bytes(data: WorkerData, widths: list[int]) -> dict[str, int]:
-    """What a streamed worker writes into ``TMPDIR`` (:func:`spilled_zeros`), by kind (:func:`spilled_parts`)."""
-    return spilled_parts(
+def spill_bytes(data: WorkerData, widths: list[int], features: bool = True) -> dict[str, int]:
+    """What a streamed worker writes into ``TMPDIR`` (:func:`spilled_zeros`), by kind (:func:`spilled_parts`);
+    ``features``: with the remote input features (exchanged once, not fetched per bin)."""
+    parts = spilled_parts(
         data.num_owned,
         data.num_remote,
         data.feature_width,
@@ -287,6 +291,9 @@ def spill_bytes(data: WorkerData, widths: list[int]) -> dict[str, int]:
         widths,
         torch.empty(0, dtype=data.dtype).element_size(),
     )
+    if not features:
+        del parts["remote input features"]
+    return parts
 
 
 def spilled_parts(
@@ -314,12 +321,13 @@ def spilled_parts(
     }
 
 
-def check_spill_space(data: WorkerData, widths: list[int], workers: int) -> None:
-    """Refuse, before any work, a ``TMPDIR`` whose disk cannot take what this machine's streamed workers spill (a
-    page the disk cannot hold would kill a worker with SIGBUS hours in): one line with the figures."""
+def check_spill_space(parts: dict[str, int], workers: int) -> None:
+    """Refuse, before any work, a ``TMPDIR`` whose disk cannot take what this machine's streamed workers spill
+    (``parts``: one worker's, by kind; a page the disk cannot hold would kill a worker with SIGBUS hours in): one
+    line with the figures."""
     from stages.common.atomic import check_free_space
 
-    parts = {name: n * workers for name, n in spill_bytes(data, widths).items()}
+    parts = {name: n * workers for name, n in parts.items()}
     where = Path(tempfile.gettempdir()) / "g3-rows"
     check_free_space(where, parts, f"--stream-bins ({workers} streamed workers, TMPDIR)")
 
@@ -506,12 +514,30 @@ class G3Strategy(Strategy):
         pipeline = "intra" if self.stream and SCHEDULES[self.knobs.pipeline].eager else self.knobs.pipeline
         self.schedule = SCHEDULES[pipeline]
         if self.stream:
-            log.info(
-                "bins streamed from disk (--stream-bins %s), pipeline %s", self.knobs.stream_bins, pipeline
-            )
             check_stream_memory(data, local_workers(ctx.world))
-            check_spill_space(data, self.model.widths, local_workers(ctx.world))
-            self.spill_estimate = sum(spill_bytes(data, self.model.widths).values())
+        self.per_bin = fetches_per_bin(
+            self.knobs.remote_features,
+            self.stream,
+            data.num_remote,
+            sum(spill_bytes(data, self.model.widths).values()) if self.stream else 0,
+            local_workers(ctx.world),
+        )
+        # every worker serves its rows where any fetches per bin (starting the service is collective)
+        self.fetcher = (
+            RemoteFeatures(ctx, ctx.shard, data.rows_by_shard_id, data.dtype, self.peer_wait_seconds(ctx))
+            if ctx.world > 1 and ctx.all_reduce_int(int(self.per_bin), op="max")
+            else None
+        )
+        if self.stream:
+            log.info(
+                "bins streamed from disk (--stream-bins %s), pipeline %s, remote input features %s",
+                self.knobs.stream_bins,
+                pipeline,
+                "fetched per bin" if self.per_bin else "exchanged once",
+            )
+            spill = spill_bytes(data, self.model.widths, features=not self.per_bin)
+            check_spill_space(spill, local_workers(ctx.world))
+            self.spill_estimate = sum(spill.values())
         self.num_layers = len(data.layers)
         self.phase = "fwd"  # the pass running now: "fwd", "eval" or "bwd" (gather spans carry it)
         self.blocks = [
@@ -703,8 +729,11 @@ class G3Strategy(Strategy):
 
     def _input_features(self) -> torch.Tensor | StoredRows:
         """Layer-0 input rows for owned + remote nodes; remote features are fetched once and cached. Streamed:
-        the rows stay on disk (:class:`StoredRows`), the remote ones fetched into memory."""
+        the rows stay on disk (:class:`StoredRows`), the remote ones fetched into a spilled array, or per bin
+        from their owners (``--remote-features bin``)."""
         d = self.data
+        if self.per_bin:
+            return StoredRows(d, self.fetcher.rows)
         if self.remote_features is None or not self.knobs.feature_cache:
             self.layer0_input = None
             buf = self._node_rows(d.num_remote, d.feature_width, d.dtype)
@@ -719,7 +748,8 @@ class G3Strategy(Strategy):
                 self.tr.exchange_table(send, recv, "features", 0, d.features, buf)
             self.remote_features = buf.to(self.home)
         if self.stream:
-            return StoredRows(d, self.remote_features)
+            remote = self.remote_features
+            return StoredRows(d, lambda offsets: take_rows_at(remote, torch.from_numpy(offsets)))
         if getattr(self, "layer0_input", None) is None:  # built once while the cache holds: it is read-only
             self.layer0_input = torch.cat([d.features, self.remote_features]) if d.num_remote else d.features
         return self.layer0_input
@@ -754,6 +784,11 @@ class G3Strategy(Strategy):
             "scratch_peak_bytes": SPILLED.peak,
             "scratch_estimate_bytes": self.spill_estimate,
         }
+
+    def close(self) -> None:
+        super().close()
+        if self.fetcher is not None:
+            self.fetcher.close()
 
     def infer(self) -> Inference:
         with torch.no_grad():
