@@ -148,3 +148,31 @@ def test_an_evaluation_whose_disk_is_full_is_refused_writing_nothing(sancus_plan
     r = invoke(["predict", run, "-o", tmp_path / "p.npy"])
     assert r.exit_code == 2 and "62.6 KiB" in r.output and "logits" in r.output, r.output
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_torchrun_host_checks_its_own_folders_disk_before_joining(sancus_plan, tmp_path, monkeypatch):
+    """Under torchrun each host keeps its own run folder: a rank refuses, before the group forms and writing
+    nothing, a folder whose disk cannot take what its host writes there; a host other than rank 0's does not
+    write init.pt, model.pt or the metrics, so only its checkpoints, run.json and logs count."""
+    from stages.common.errors import G3InputError
+    from stages.strategies.registry import load_plan
+    from stages.train.disk import run_folder_bytes
+    from stages.train.run import check_torchrun_start
+
+    meta = load_plan(sancus_plan)[0]
+    cfg = TrainConfig(epochs=4, checkpoint_every=1)
+    parts = run_folder_bytes(meta, cfg)
+    other_host = sum(n for name, n in parts.items() if name not in ("init.pt", "model.pt", "metrics"))
+    assert 0 < other_host < sum(parts.values())
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    _small_disk(monkeypatch, tmp_path, other_host)
+    run = tmp_path / "run"
+    monkeypatch.setenv("GROUP_RANK", "0")
+    with pytest.raises(G3InputError, match="free, and this training") as err:
+        check_torchrun_start(run, sancus_plan, meta, cfg, force=False)
+    assert "model.pt" in str(err.value)
+    assert list(tmp_path.iterdir()) == []  # no mark, no folder
+    monkeypatch.setenv("GROUP_RANK", "1")
+    check_torchrun_start(run, sancus_plan, meta, cfg, force=False)  # exactly what this host writes
+    assert (run / "logs" / "torchrun-job.started").is_file()

@@ -86,12 +86,19 @@ def resume_epoch(run_dir: Path) -> int:
     return checkpoint_epoch(ckpt) + 1 if ckpt is not None else 0
 
 
-def check_run_space(run_dir: Path, meta: dict, cfg: TrainConfig) -> int:
+# what only the host of rank 0 writes into its run folder under torchrun (each host keeps its own folder)
+FIRST_HOST_ONLY = ("init.pt", "model.pt", "metrics")
+
+
+def check_run_space(run_dir: Path, meta: dict, cfg: TrainConfig, first_host: bool = True) -> int:
     """Refuse, before any worker starts and before anything is written there, a run folder whose disk has less
     free than :func:`run_folder_bytes`: one line naming the folder, the figures and what to change. Returns the
-    estimate (bytes), which run.json's ``cost`` keeps beside what the run wrote."""
+    estimate (bytes), which run.json's ``cost`` keeps beside what the run wrote. ``first_host`` False: a torchrun
+    host other than rank 0's, whose folder takes its checkpoints, run.json and logs only."""
     start = resume_epoch(run_dir) if cfg.resume else 0
     parts = run_folder_bytes(meta, cfg, start)
+    if not first_host:
+        parts = {name: n for name, n in parts.items() if name not in FIRST_HOST_ONLY}
     epochs = cfg.epochs - start
     check_free_space(
         run_dir,

@@ -402,12 +402,13 @@ def torchrun_rank(meta: dict, plan: Path) -> int:
     return int(bundle["ranks"][local])
 
 
-def check_torchrun_start(run_dir: Path, plan: Path, cfg: TrainConfig, force: bool) -> None:
+def check_torchrun_start(run_dir: Path, plan: Path, meta: dict, cfg: TrainConfig, force: bool) -> None:
     """What a torchrun rank checks in its host's run folder before it joins the group. The first attempt of a
     new run needs a folder without an earlier run's results; `--resume` a checkpoint on this host (and, where
     run.json is, the same plan and settings); a restarted attempt of a job whose first attempt passed these
     checks here resumes whatever is there. Checked before the group forms, so nothing written after it
-    (init.pt, checkpoints, metrics) can come from this run. Passing leaves the job's mark in the folder."""
+    (init.pt, checkpoints, metrics) can come from this run; so is the disk (:func:`check_run_space`: what this
+    host's folder takes). Passing leaves the job's mark in the folder."""
     from stages.train.checkpoint import latest_checkpoint
 
     if force:
@@ -420,6 +421,7 @@ def check_torchrun_start(run_dir: Path, plan: Path, cfg: TrainConfig, force: boo
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) and mark.is_file():
         return  # a restart of this job: the loop resumes from the newest checkpoint every host has
     _check_torchrun_folder(run_dir, plan, cfg, latest_checkpoint)
+    check_run_space(run_dir, meta, cfg, first_host=os.environ.get("GROUP_RANK", "0") == "0")
     mark.parent.mkdir(parents=True, exist_ok=True)
     mark.touch()
 
@@ -456,7 +458,7 @@ def _run_torchrun(plan: Path, run_dir: Path, cfg: TrainConfig, meta: dict, force
         raise G3InputError(f"torchrun started {size} ranks but the plan is for {world} workers", path=plan)
     rank = torchrun_rank(meta, plan)
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
-    check_torchrun_start(run_dir, plan, cfg, force)
+    check_torchrun_start(run_dir, plan, meta, cfg, force)
     run_dir.mkdir(parents=True, exist_ok=True)
     if rank == 0:
         _write_run_json(run_dir, plan, meta, cfg, status="running", restart=restart)
