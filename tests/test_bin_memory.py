@@ -314,3 +314,76 @@ def test_blocks_built_a_run_of_bins_at_a_time_are_the_same(chunk_arcs):
     for name in ("bin_ptr", "src_ptr", "src", "indices"):
         assert np.array_equal(getattr(whole, name), getattr(runs, name)), name
         assert getattr(whole, name).dtype == getattr(runs, name).dtype
+
+
+def reference_bins_of(bin_ptr, prio, row_ptr, edge_src, pos_of_owned, n_owned: int, n_local: int):
+    """The blocks of the consecutive bins ``bin_ptr`` built with numpy set operations, independently of the
+    planner's kernel: (src_ptr from 0, src, indices)."""
+    nb = len(bin_ptr) - 1
+    r0, r1 = int(bin_ptr[0]), int(bin_ptr[-1])
+    e0, e1 = int(row_ptr[r0]), int(row_ptr[r1])
+    local_ptr = bin_ptr - r0
+    row_bin = np.repeat(np.arange(nb, dtype=np.int64), np.diff(local_ptr))
+    deg = np.diff(row_ptr[r0 : r1 + 1])
+    edge_bin = np.repeat(row_bin, deg)
+    src = np.asarray(edge_src[e0:e1], dtype=np.int64)
+
+    owned_src = src < n_owned
+    # a source's position relative to this run of rows; one outside it is in another bin
+    src_pos = np.where(owned_src, pos_of_owned[np.where(owned_src, src, 0)] - r0, -1)
+    in_run = owned_src & (src_pos >= 0) & (src_pos < r1 - r0)
+    same_bin = in_run & (row_bin[np.clip(src_pos, 0, max(r1 - r0 - 1, 0))] == edge_bin)
+
+    # other sources: unique (bin, local id) pairs, sorted by bin then id
+    key = edge_bin[~same_bin] * n_local + src[~same_bin]
+    uniq = np.unique(key)
+    uniq_bin = uniq // n_local
+    other_count = np.bincount(uniq_bin, minlength=nb)
+    other_off = np.concatenate([[0], np.cumsum(other_count)])
+    n_dst = np.diff(local_ptr)
+    src_ptr = np.concatenate([[0], np.cumsum(n_dst + other_count)])
+
+    indices = np.empty(len(src), dtype=np.int64)
+    indices[same_bin] = src_pos[same_bin] - local_ptr[edge_bin[same_bin]]
+    eb = edge_bin[~same_bin]
+    indices[~same_bin] = n_dst[eb] + (np.searchsorted(uniq, key) - other_off[eb])
+
+    src_list = np.empty(int(src_ptr[-1]), dtype=np.int64)
+    rows = np.arange(r1 - r0, dtype=np.int64)
+    src_list[src_ptr[row_bin] + (rows - local_ptr[row_bin])] = prio[r0:r1]
+    k = np.arange(len(uniq), dtype=np.int64)
+    src_list[src_ptr[uniq_bin] + n_dst[uniq_bin] + (k - other_off[uniq_bin])] = uniq - uniq_bin * n_local
+    return src_ptr, src_list, indices
+
+
+@pytest.mark.parametrize("seed,id_type", [(6, np.int64), (7, np.int32), (8, np.int64)])
+def test_the_bin_kernel_builds_what_set_operations_build(seed, id_type):
+    """The planner's one-pass kernel gives every bin the sources and indices that numpy's unique/searchsorted
+    formulation gives (destinations first, then the other sources ascending), bins of one row included."""
+    from stages.kits.plan.bins import _bins_of
+
+    row_ptr, edge_src, prio, n_own, n_rem = random_rows(seed)
+    cost = bin_cost(ModelSpec("sage", 8, 6, 3, 2).layer_shapes()[0])
+    for parts in (1, 9, n_own):
+        if parts == n_own:
+            bounds = np.arange(n_own + 1, dtype=np.int64)
+        else:
+            limit = int(cost.bytes(n_own, n_own + n_rem, row_ptr[-1]) // parts) + 1
+            bounds = pack_within(cost, row_ptr, edge_src, prio, n_own + n_rem, limit).bounds
+        pos = np.empty(n_own, dtype=np.int64)
+        pos[prio] = np.arange(n_own)
+        n_local = n_own + n_rem
+        got = _bins_of(
+            bounds.astype(np.int64),
+            0,
+            prio.astype(np.int64),
+            row_ptr.astype(np.int64),
+            edge_src.astype(id_type),  # the shard's ids: int32 where they fit
+            pos,
+            n_own,
+            np.full(n_local, -1, dtype=np.int64),
+            np.empty(n_local, dtype=np.int64),
+        )
+        want = reference_bins_of(bounds, prio, row_ptr, edge_src, pos, n_own, n_local)
+        for a, b in zip(got, want, strict=True):
+            assert np.array_equal(a, b)

@@ -115,9 +115,19 @@ def build_layer_bins(
     )
     ptrs, srcs, indices = [np.zeros(1, dtype=np.int64)], [], []
     src_dtype = id_dtype(n_local - 1)  # local ids
+    stamp, slot = np.full(n_local, -1, dtype=np.int64), np.empty(n_local, dtype=np.int64)
+    bins64, prio64, row_ptr64 = (np.asarray(a, dtype=np.int64) for a in (bin_ptr, prio, row_ptr))
     for b0, b1 in zip(cuts[:-1], cuts[1:], strict=True):
         part_ptr, part_src, part_idx = _bins_of(
-            bin_ptr[b0 : b1 + 1], prio, row_ptr, edge_src, pos_of_owned, n_owned, n_local
+            bins64[b0 : b1 + 1],
+            int(b0),
+            prio64,
+            row_ptr64,
+            edge_src,
+            pos_of_owned,
+            n_owned,
+            stamp,
+            slot,
         )
         ptrs.append(part_ptr[1:] + ptrs[-1][-1])
         srcs.append(part_src.astype(src_dtype))  # narrowed per run: never the whole list in int64
@@ -134,43 +144,48 @@ def build_layer_bins(
     )
 
 
-def _bins_of(bin_ptr, prio, row_ptr, edge_src, pos_of_owned, n_owned: int, n_local: int):
-    """(src_ptr from 0, src, indices) of the consecutive bins ``bin_ptr`` (absolute row positions)."""
+@numba.njit(cache=True)
+def _bins_of(bin_ptr, first_bin, prio, row_ptr, edge_src, pos_of_owned, n_owned, stamp, slot):
+    """(src_ptr from 0, src, indices) of the consecutive bins ``bin_ptr`` (absolute row positions), in one pass
+    over their arcs and a sort of each bin's other sources. A bin's sources are its destinations (their order in
+    the bin), then the other sources it reads, ascending by local id; an arc's index is its source's position
+    there. ``stamp``/``slot`` (one per local id, kept across runs): the bin (``first_bin + b``) that last listed a
+    source, and its position in that bin."""
     nb = len(bin_ptr) - 1
-    r0, r1 = int(bin_ptr[0]), int(bin_ptr[-1])
-    e0, e1 = int(row_ptr[r0]), int(row_ptr[r1])
-    local_ptr = bin_ptr - r0
-    row_bin = np.repeat(np.arange(nb, dtype=np.int64), np.diff(local_ptr))
-    deg = np.diff(row_ptr[r0 : r1 + 1])
-    edge_bin = np.repeat(row_bin, deg)
-    src = np.asarray(edge_src[e0:e1], dtype=np.int64)
-
-    owned_src = src < n_owned
-    # a source's position relative to this run of rows; one outside it is in another bin
-    src_pos = np.where(owned_src, pos_of_owned[np.where(owned_src, src, 0)] - r0, -1)
-    in_run = owned_src & (src_pos >= 0) & (src_pos < r1 - r0)
-    same_bin = in_run & (row_bin[np.clip(src_pos, 0, max(r1 - r0 - 1, 0))] == edge_bin)
-
-    # other sources: unique (bin, local id) pairs, sorted by bin then id
-    key = edge_bin[~same_bin] * n_local + src[~same_bin]
-    uniq = np.unique(key)
-    uniq_bin = uniq // n_local
-    other_count = np.bincount(uniq_bin, minlength=nb)
-    other_off = np.concatenate([[0], np.cumsum(other_count)])
-    n_dst = np.diff(local_ptr)
-    src_ptr = np.concatenate([[0], np.cumsum(n_dst + other_count)])
-
-    indices = np.empty(len(src), dtype=np.int64)
-    indices[same_bin] = src_pos[same_bin] - local_ptr[edge_bin[same_bin]]
-    eb = edge_bin[~same_bin]
-    indices[~same_bin] = n_dst[eb] + (np.searchsorted(uniq, key) - other_off[eb])
-
-    src_list = np.empty(int(src_ptr[-1]), dtype=np.int64)
-    rows = np.arange(r1 - r0, dtype=np.int64)
-    src_list[src_ptr[row_bin] + (rows - local_ptr[row_bin])] = prio[r0:r1]
-    k = np.arange(len(uniq), dtype=np.int64)
-    src_list[src_ptr[uniq_bin] + n_dst[uniq_bin] + (k - other_off[uniq_bin])] = uniq - uniq_bin * n_local
-    return src_ptr, src_list, indices
+    r0 = bin_ptr[0]
+    e0, e1 = row_ptr[r0], row_ptr[bin_ptr[nb]]
+    indices = np.empty(e1 - e0, dtype=np.int64)
+    src = np.empty(bin_ptr[nb] - r0 + e1 - e0, dtype=np.int64)  # at most every destination and every arc
+    src_ptr = np.zeros(nb + 1, dtype=np.int64)
+    others = np.empty(e1 - e0, dtype=np.int64)
+    out = 0
+    for b in range(nb):
+        lo, hi = bin_ptr[b], bin_ptr[b + 1]
+        n_dst = hi - lo
+        for r in range(lo, hi):
+            src[out + r - lo] = prio[r]
+        n_other = 0
+        for e in range(row_ptr[lo], row_ptr[hi]):
+            s = edge_src[e]
+            if s < n_owned and lo <= pos_of_owned[s] < hi:
+                continue  # a destination of this bin
+            if stamp[s] != first_bin + b:
+                stamp[s] = first_bin + b
+                others[n_other] = s
+                n_other += 1
+        listed = np.sort(others[:n_other])
+        for i in range(n_other):
+            slot[listed[i]] = n_dst + i
+            src[out + n_dst + i] = listed[i]
+        for e in range(row_ptr[lo], row_ptr[hi]):
+            s = edge_src[e]
+            if s < n_owned and lo <= pos_of_owned[s] < hi:
+                indices[e - e0] = pos_of_owned[s] - lo
+            else:
+                indices[e - e0] = slot[s]
+        out += n_dst + n_other
+        src_ptr[b + 1] = out
+    return src_ptr, src[:out], indices
 
 
 def rows_in_priority_order(
