@@ -119,15 +119,7 @@ def build_layer_bins(
     bins64, prio64, row_ptr64 = (np.asarray(a, dtype=np.int64) for a in (bin_ptr, prio, row_ptr))
     for b0, b1 in zip(cuts[:-1], cuts[1:], strict=True):
         part_ptr, part_src, part_idx = _bins_of(
-            bins64[b0 : b1 + 1],
-            int(b0),
-            prio64,
-            row_ptr64,
-            edge_src,
-            pos_of_owned,
-            n_owned,
-            stamp,
-            slot,
+            bins64[b0 : b1 + 1], int(b0), prio64, row_ptr64, edge_src, pos_of_owned, n_owned, stamp, slot
         )
         ptrs.append(part_ptr[1:] + ptrs[-1][-1])
         srcs.append(part_src.astype(src_dtype))  # narrowed per run: never the whole list in int64
