@@ -52,9 +52,9 @@ class G3Knobs(Layer0CacheKnobs):
             help="g3, streamed bins: 'epoch' = exchange the remote nodes' input features once and keep them in "
             "TMPDIR (4 B x features per remote row); 'bin' = keep none: each bin fetches its remote sources' rows "
             "from their owners as its inputs are read (on the read-ahead thread, overlapping the bin before), "
-            "again in backward's recomputation: more bytes on the network, less disk. 'auto' = 'bin' where "
-            "TMPDIR's disk cannot take the spill with them. Workers holding their partition in memory exchange "
-            "them once. Same model either way.",
+            "again in backward's recomputation: more bytes on the network and more reads of the owners' shards, "
+            "less disk. 'auto' = 'bin' where TMPDIR's disk cannot take the spill with them. Workers holding their "
+            "partition in memory exchange them once. Same model either way.",
         )
     )
 
