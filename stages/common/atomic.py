@@ -363,6 +363,14 @@ def json_default(o: object):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+def free_bytes(folder: Path) -> int:
+    """Free bytes on the file system that holds ``folder``, or would hold it (its nearest existing parent's)."""
+    folder = Path(folder)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
+
+
 def check_free_space(
     out: Path, parts: dict[str, int], what: str, advice: str = "free space or write elsewhere"
 ) -> None:
@@ -371,10 +379,7 @@ def check_free_space(
     from stages.common.units import human_bytes
 
     need = sum(parts.values())
-    folder = Path(out).resolve().parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    free = shutil.disk_usage(folder).free
+    free = free_bytes(Path(out).resolve().parent)
     if need > free:
         detail = ", ".join(f"{name} {human_bytes(n)}" for name, n in parts.items() if n)
         raise G3InputError(

@@ -12,7 +12,7 @@ import numpy as np
 
 from stages.common.atomic import write_json_atomic
 from stages.common.bin_memory import pack_within
-from stages.common.model_spec import BIN_DEVICES, BinCost, LayerShape, bin_costs, bins_device
+from stages.common.model_spec import BIN_DEVICES, BinCost, LayerShape, ModelSpec, bin_costs, bins_device
 from stages.common.npy import narrow
 from stages.common.plan_options import PlanOption, count_or_auto
 from stages.kits.plan.bins import (
@@ -239,8 +239,6 @@ def summary_rows(plan: dict) -> list[tuple[str, str]]:
     rows = [("bins", bins)]
     workers = [w for w in plan["workers"] if "scratch_bytes" in w]  # older plans: none
     if workers:
-        from stages.common.model_spec import ModelSpec
-
         most = max(workers, key=lambda w: w["scratch_bytes"])
         features = most["num_remote"] * ModelSpec.from_plan(plan).in_dim * 4
         rows.append(

@@ -2,8 +2,8 @@
 
 A streamed worker reads its own input rows from the shard on disk as each bin runs, but the rows of its remote
 sources live on their owners. Exchanged once per run (``epoch``, the default where the disk allows), they are
-written into ``TMPDIR`` for the whole run: 4 B × features per remote row, 20.2 GiB of the 39.3 GiB a billion-arc
-graph's eight workers spill (docs/BENCHMARKS.md). ``bin`` keeps none of them: each bin asks the owners of its
+written into ``TMPDIR`` for the whole run: 4 B × features per remote row, at a billion arcs the largest part of what
+the workers spill (docs/BENCHMARKS.md). ``bin`` keeps none of them: each bin asks the owners of its
 remote sources for their rows over the request service (:class:`~stages.kits.runtime.sampling_service.
 SamplingService`) when its inputs are gathered — on the read-ahead thread, so the fetch of bin b + 1 overlaps
 the compute of bin b. Backward's recomputation of layer 0 fetches them again: a remote row crosses the network
@@ -18,13 +18,13 @@ model as the exchange gives.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from stages.common.atomic import free_bytes
 from stages.kits.runtime.sampling_service import SamplingService
 
 HANDLER = "features-bin"  # also the label its bytes are counted under (bytes_sent_per_phase)
@@ -40,13 +40,7 @@ def fetches_per_bin(
         return False
     if mode == "bin":
         return True
-    return shutil.disk_usage(_existing(Path(tempfile.gettempdir()))).free < spill_with_features * workers
-
-
-def _existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
+    return free_bytes(Path(tempfile.gettempdir())) < spill_with_features * workers
 
 
 class RemoteFeatures:
