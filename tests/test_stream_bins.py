@@ -24,7 +24,6 @@ from stages.strategies.g3.knobs import G3Knobs
         ("sage", 2, "intra", "epoch"),
         ("gcn", 3, "none", "bin"),
         ("gat", 2, "multi", "bin"),
-        ("sage", 3, "intra", "bin"),
         ("sage", 1, "intra", "epoch"),
     ],
 )
